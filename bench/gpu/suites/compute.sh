@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Compute slices (issue 4): caps, shares, guaranteed/opportunistic pairs and overhead, each
+# case side by side with solo, plain co-execution, MPS and gslice. Prints RESULT lines for
+# bench/gpu/run; the markdown table goes to $OUT/compute.md, raw numbers to $OUT/compute.json.
+#
+# Owns the MPS control daemon of its MPS phase: started with its own pipe and log folders
+# under a temp dir, and always stopped (trap) so none is left running.
+# Environment: COMPUTE_CASES, COMPUTE_WINDOW_S (see bench/gpu/compute/suite.py).
+set -uo pipefail
+cd "$(dirname "$0")/../../.."
+OUT="${OUT:-$PWD/gpu-out}"
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+state="$OUT/compute.json"
+rm -f "$state"
+py=python3
+suite=bench/gpu/compute/suite.py
+
+$py -c 'import torch, torchvision; assert torch.cuda.is_available(); print("torch", torch.__version__, "torchvision", torchvision.__version__, torch.cuda.get_device_name(0))' || {
+  echo "RESULT compute.setup FAIL python3 lacks torch/torchvision or sees no GPU"; exit 1; }
+[ -x "${GSLICE_BUILD:-build}/bin/gslice" ] || echo "compute: no ${GSLICE_BUILD:-build}/bin/gslice; gslice columns will fail"
+
+start=$SECONDS
+$py "$suite" plain --state "$state"
+echo "plain phase: $((SECONDS - start)) s"
+
+mps_dir=$(mktemp -d /tmp/gslice-mps-XXXXXX)
+stop_mps() {
+  if [ -n "${mps_dir:-}" ]; then
+    echo quit | CUDA_MPS_PIPE_DIRECTORY="$mps_dir/pipe" CUDA_MPS_LOG_DIRECTORY="$mps_dir/log" \
+      nvidia-cuda-mps-control >/dev/null 2>&1
+    # Wait for the server and control daemon to exit so none outlives the suite.
+    for _ in $(seq 50); do pgrep -f "nvidia-cuda-mps-(control|server)" >/dev/null || break; sleep 0.1; done
+    cat "$mps_dir"/log/*.log 2>/dev/null | tail -n 20
+    rm -rf "$mps_dir"
+    mps_dir=
+  fi
+}
+trap stop_mps EXIT INT TERM
+mkdir -p "$mps_dir/pipe" "$mps_dir/log"
+if command -v nvidia-cuda-mps-control >/dev/null &&
+   CUDA_MPS_PIPE_DIRECTORY="$mps_dir/pipe" CUDA_MPS_LOG_DIRECTORY="$mps_dir/log" nvidia-cuda-mps-control -d; then
+  sleep 1
+  CUDA_MPS_PIPE_DIRECTORY="$mps_dir/pipe" CUDA_MPS_LOG_DIRECTORY="$mps_dir/log" \
+    $py "$suite" mps --state "$state"
+else
+  echo "compute: the MPS control daemon did not start; MPS columns are n/a"
+fi
+stop_mps
+echo "suite: $((SECONDS - start)) s"
+
+$py "$suite" report --state "$state" --md "$OUT/compute.md"
