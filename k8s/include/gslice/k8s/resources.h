@@ -1,0 +1,113 @@
+// The Kubernetes names gslice owns (resources, annotations, labels) and the translation of a
+// pod's spec into what it asks of the GPUs. One source of truth for every gslice.io/ name:
+// the device plugin, the scheduler extender, the docs and the manifests all use these.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace gslice::k8s {
+
+// Extended resources a container puts in resources.limits.
+inline constexpr std::string_view kResourceGpu = "gslice.io/gpu";             // GPUs (count)
+inline constexpr std::string_view kResourceMemory = "gslice.io/gpu-memory";   // MiB per GPU
+inline constexpr std::string_view kResourceCompute = "gslice.io/gpu-compute"; // percent per GPU
+
+// Pod annotations (or labels, for class and policy) that users set.
+inline constexpr std::string_view kAnnotationClass = "gslice.io/class";    // guaranteed|opportunistic
+inline constexpr std::string_view kAnnotationPolicy = "gslice.io/policy";  // binpack|spread
+
+// Pod annotations the extender writes at bind time and the device plugin consumes.
+inline constexpr std::string_view kAnnotationAssignment = "gslice.io/assignment";  // JSON
+inline constexpr std::string_view kAnnotationBindPhase = "gslice.io/bind-phase";   // allocating|allocated
+inline constexpr std::string_view kAnnotationBindTime = "gslice.io/bind-time";     // ns since epoch
+inline constexpr std::string_view kAnnotationAllocated = "gslice.io/allocated-containers";  // count
+
+// Node annotations the device plugin publishes.
+inline constexpr std::string_view kAnnotationNodeGpus = "gslice.io/gpus";  // JSON inventory
+inline constexpr std::string_view kAnnotationNodeSlicesPerGpu = "gslice.io/slices-per-gpu";
+
+enum class SliceClass { kGuaranteed, kOpportunistic };
+std::string_view ToString(SliceClass c);
+std::optional<SliceClass> ParseSliceClass(std::string_view text);
+
+enum class Policy { kBinpack, kSpread };
+std::string_view ToString(Policy p);
+std::optional<Policy> ParsePolicy(std::string_view text);
+
+// A Kubernetes quantity ("8192", "8Ki", "1e3", "500m") as an integer. Extended resources are
+// integers, so a fractional value ("500m", "0.5") is refused. Empty error means success.
+struct ParsedQuantity {
+  int64_t value = 0;
+  std::string error;
+};
+ParsedQuantity ParseQuantity(std::string_view text);
+
+// What one container asks for: `gpus` distinct GPUs, each giving it `memory_mib` (0: the
+// whole GPU) and `compute_percent` (0: no reserved share).
+struct ContainerRequest {
+  std::string name;
+  int gpus = 0;
+  int64_t memory_mib = 0;
+  int compute_percent = 0;
+};
+
+struct PodRequest {
+  std::string namespace_name;
+  std::string name;
+  std::string uid;
+  SliceClass slice_class = SliceClass::kGuaranteed;
+  std::optional<Policy> policy;  // per-pod override of the extender's policy
+  // Only the containers that ask for gslice.io/gpu, in spec order (the order in which the
+  // kubelet allocates them).
+  std::vector<ContainerRequest> containers;
+
+  bool wants_gpus() const { return !containers.empty(); }
+  int64_t total_gpus() const;
+};
+
+// Reads a v1.Pod (JSON). On bad input returns nullopt and sets *error to a message a user can
+// act on ("container main: gslice.io/gpu-compute 150: must be 1..100").
+std::optional<PodRequest> ParsePodRequest(const nlohmann::json& pod, std::string* error);
+
+// One GPU's share given to one container.
+struct GpuGrant {
+  std::string uuid;
+  int index = 0;
+  int64_t memory_mib = 0;  // resolved: never 0
+  int compute_percent = 0;
+};
+
+struct ContainerAssignment {
+  std::string name;
+  std::vector<GpuGrant> gpus;
+};
+
+// The extender's decision for a pod; stored as the kAnnotationAssignment annotation.
+struct Assignment {
+  std::string node;
+  SliceClass slice_class = SliceClass::kGuaranteed;
+  std::vector<ContainerAssignment> containers;
+};
+
+std::string EncodeAssignment(const Assignment& a);
+std::optional<Assignment> DecodeAssignment(std::string_view text, std::string* error);
+
+// One GPU of a node, as the device plugin publishes it in kAnnotationNodeGpus.
+struct GpuInfo {
+  std::string uuid;
+  int index = 0;
+  int64_t memory_mib = 0;
+  std::string model;
+  bool healthy = true;
+};
+
+std::string EncodeGpuInventory(const std::vector<GpuInfo>& gpus);
+std::optional<std::vector<GpuInfo>> DecodeGpuInventory(std::string_view text, std::string* error);
+
+}  // namespace gslice::k8s
