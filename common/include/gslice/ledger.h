@@ -1,0 +1,199 @@
+// The node ledger: one shared-memory file per node (GSLICE_LEDGER, default
+// /dev/shm/gslice-ledger) holding every slice's limits and every process's device-memory
+// usage. The shim (inside applications), the CLI and the daemon all map it; this header is
+// the ONE definition of its layout (docs/ledger.md explains it).
+//
+// Invariants that make it safe against processes killed at any instruction:
+//  - No lock on the hot path. A charge is fetch_add on the process's own counter followed by
+//    a sum over the slice's counters (Dekker-style, seq_cst): two racing chargers can never
+//    both push the slice over its limit. A release is fetch_sub on the own counter.
+//  - Usage lives only in per-process counters, never in a shared total, so a dead process
+//    leaves nothing to repair: reaping zeroes its counters and frees its slot.
+//  - The only lock (slice creation, rare) records its holder's pid and is stolen when the
+//    holder is dead or has held it for longer than kCreateLockStealNs.
+//  - State words pack (state, pid) into one 64-bit atomic so that a slot is never ALIVE
+//    without an owner pid.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace gslice {
+
+inline constexpr uint32_t kLedgerMagic = 0x4c534c47;  // "GLSL" little-endian: 'G' 'L' 'S' 'L'
+inline constexpr uint32_t kLedgerVersion = 1;
+inline constexpr int kLedgerMaxGpus = 16;      // GPUs per slice (keyed by UUID)
+inline constexpr int kLedgerMaxSlices = 64;    // slices per node
+inline constexpr int kLedgerMaxSlots = 128;    // processes per slice
+inline constexpr int kLedgerNameSize = 64;     // slice name, NUL-terminated
+inline constexpr int64_t kCreateLockStealNs = 2'000'000'000;
+inline constexpr int64_t kReapIntervalNs = 250'000'000;  // periodic reaping, per slice
+
+// Slot / entry states (low 8 bits of a state word; the pid is in bits 32..63).
+enum class EntryState : uint32_t {
+  kFree = 0,
+  kClaiming = 1,  // being filled in by pid; readers skip it
+  kReady = 2,     // slice or GPU entry in use
+  kAlive = 3,     // process slot owned by a live pid
+  kReaping = 4,   // process slot being zeroed by pid (a reaper)
+};
+
+inline constexpr uint64_t PackState(EntryState s, uint32_t pid) {
+  return (static_cast<uint64_t>(pid) << 32) | static_cast<uint64_t>(s);
+}
+inline constexpr EntryState StateOf(uint64_t word) { return static_cast<EntryState>(word & 0xff); }
+inline constexpr uint32_t PidOf(uint64_t word) { return static_cast<uint32_t>(word >> 32); }
+
+enum class SliceClass : uint32_t { kGuaranteed = 0, kOpportunistic = 1 };
+
+// Slice flags.
+inline constexpr uint32_t kSliceEphemeral = 1u;  // recyclable once no process of it is alive
+
+struct LedgerGpu {
+  std::atomic<uint64_t> state;  // kFree / kClaiming|pid / kReady
+  uint8_t uuid[16];             // CUuuid bytes
+  std::atomic<int64_t> limit;   // bytes; <0: unlimited
+  uint8_t reserved[32];         // compute fields (share, cap) go here
+};
+
+struct LedgerProcess {
+  std::atomic<uint64_t> state;       // kFree / kAlive|pid / kReaping|reaper pid
+  std::atomic<uint64_t> start_time;  // /proc/<pid>/stat field 22; 0 while attaching
+};
+
+struct LedgerSlice {
+  std::atomic<uint64_t> state;       // kFree / kClaiming|pid / kReady
+  std::atomic<uint64_t> generation;  // bumped whenever the entry is recycled
+  char name[kLedgerNameSize];
+  uint32_t slice_class;  // SliceClass
+  uint32_t flags;        // kSlice*
+  std::atomic<uint32_t> slot_high_water;  // slots [0, high_water) may be in use
+  uint32_t reserved0;
+  std::atomic<int64_t> last_reap_ns;  // CLOCK_MONOTONIC of the last periodic reap pass
+  uint8_t reserved[192];               // compute policy, suspend state (later issues)
+  LedgerGpu gpus[kLedgerMaxGpus];
+  LedgerProcess slots[kLedgerMaxSlots];
+  // used[g][s]: bytes process slot s holds on slice GPU g. Laid out per GPU so that the
+  // sum a charge needs is one contiguous run of loads.
+  std::atomic<int64_t> used[kLedgerMaxGpus][kLedgerMaxSlots];
+};
+
+struct LedgerHeader {
+  uint32_t magic;
+  uint32_t version;
+  uint64_t size;                       // sizeof(LedgerLayout)
+  std::atomic<uint32_t> initialised;   // 1 once the creator finished writing
+  uint32_t max_gpus, max_slices, max_slots;
+  std::atomic<uint64_t> create_lock;   // 0, or holder pid
+  std::atomic<int64_t> create_lock_ns; // CLOCK_MONOTONIC when taken
+  uint8_t reserved[4096 - 48];
+};
+static_assert(sizeof(LedgerHeader) == 4096);
+
+struct LedgerLayout {
+  LedgerHeader header;
+  LedgerSlice slices[kLedgerMaxSlices];
+};
+
+static_assert(std::atomic<int64_t>::is_always_lock_free);
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+
+enum class LedgerError {
+  kOk = 0,
+  kOpenFailed,        // open/ftruncate/mmap failed (errno in detail)
+  kIncompatible,      // wrong magic, version or size
+  kInitTimeout,       // the creator never finished (handled by re-creating; reported if that fails)
+  kNoSliceEntry,      // all kLedgerMaxSlices entries are in use
+  kNoGpuEntry,        // the slice already has kLedgerMaxGpus GPUs
+  kNoProcessSlot,     // all kLedgerMaxSlots slots of the slice are in use
+  kBadArgument,
+};
+const char* LedgerErrorString(LedgerError e);
+
+enum class ChargeResult { kOk = 0, kOverLimit };
+
+// A process's handle on one slice: which slice entry, which process slot.
+struct SliceHandle {
+  int slice = -1;
+  int slot = -1;
+  uint64_t generation = 0;
+  bool valid() const { return slice >= 0 && slot >= 0; }
+};
+
+// The mapping. Cheap to copy? No: owns the mapping; move-only.
+class Ledger {
+ public:
+  Ledger() = default;
+  ~Ledger();
+  Ledger(const Ledger&) = delete;
+  Ledger& operator=(const Ledger&) = delete;
+  Ledger(Ledger&& o) noexcept;
+  Ledger& operator=(Ledger&& o) noexcept;
+
+  // Maps the ledger at path, creating it (O_EXCL, mode 0666) when missing. A creator killed
+  // mid-initialisation is detected after init_timeout_ms and the file replaced atomically.
+  LedgerError Open(const char* path, int init_timeout_ms = 2000);
+  // A private, process-local ledger (anonymous mapping): used when the node ledger cannot be
+  // opened, so limits still hold within the process.
+  LedgerError OpenPrivate();
+  bool is_open() const { return layout_ != nullptr; }
+  LedgerLayout* layout() const { return layout_; }
+
+  // Finds the READY slice named name or creates it (class, flags). Returns its index.
+  LedgerError FindOrCreateSlice(const char* name, SliceClass cls, uint32_t flags, int* slice);
+  // Finds the READY slice named name; -1 when there is none.
+  int FindSlice(const char* name) const;
+
+  // Finds or adds the slice's entry for the GPU with this UUID. limit is set when the entry
+  // is added (bytes, <0 unlimited); an existing entry keeps its limit.
+  LedgerError FindOrAddGpu(int slice, const uint8_t uuid[16], int64_t limit, int* gpu);
+  int FindGpu(int slice, const uint8_t uuid[16]) const;
+
+  // Takes a free process slot in slice for (pid, start_time). Lock-free (one CAS).
+  LedgerError Attach(int slice, uint32_t pid, uint64_t start_time, SliceHandle* out);
+  // Releases everything the slot holds and frees it.
+  void Detach(const SliceHandle& h);
+  // Attach = FindOrCreateSlice + Attach, retried if the slice is recycled under us.
+  LedgerError AttachByName(const char* name, SliceClass cls, uint32_t flags, uint32_t pid,
+                           uint64_t start_time, SliceHandle* out);
+
+  // Adds bytes to the slot's usage on slice GPU gpu if the slice stays within its limit.
+  // Refusals reap dead processes and retry a few times (a racing charger's transient add
+  // can cause a spurious refusal right at the limit).
+  ChargeResult Charge(const SliceHandle& h, int gpu, int64_t bytes);
+  // Adds bytes without checking the limit (memory the driver already handed out).
+  void ForceCharge(const SliceHandle& h, int gpu, int64_t bytes);
+  // Gives bytes back. O(1).
+  void Release(const SliceHandle& h, int gpu, int64_t bytes);
+
+  int64_t SliceUsage(int slice, int gpu) const;
+  int64_t SlotUsage(const SliceHandle& h, int gpu) const;
+  int64_t Limit(int slice, int gpu) const;
+  void SetLimit(int slice, int gpu, int64_t limit);
+
+  // Frees the slots of dead processes in slice (pid gone, zombie, or start time changed).
+  // Returns how many were reaped.
+  int Reap(int slice);
+  // Reap(slice) if the last pass was more than kReapIntervalNs ago (one process does it).
+  void MaybeReap(int slice);
+  // Number of slots held by live-looking processes.
+  int AliveCount(int slice) const;
+
+ private:
+  bool LockCreate();
+  void UnlockCreate();
+  bool RecycleIfIdle(int slice);
+
+  LedgerLayout* layout_ = nullptr;
+  size_t map_size_ = 0;
+};
+
+// Process liveness as the ledger judges it: /proc/<pid>/stat exists, is not a zombie, and
+// (when expected_start_time != 0) its start time matches.
+bool ProcessAlive(uint32_t pid, uint64_t expected_start_time);
+// Field 22 of /proc/<pid>/stat (clock ticks since boot), 0 on error.
+uint64_t ProcessStartTime(uint32_t pid);
+int64_t MonotonicNs();
+
+}  // namespace gslice

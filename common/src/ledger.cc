@@ -1,0 +1,568 @@
+#include "gslice/ledger.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <new>
+
+namespace gslice {
+namespace {
+
+constexpr auto kSeq = std::memory_order_seq_cst;
+constexpr auto kAcq = std::memory_order_acquire;
+constexpr auto kRel = std::memory_order_release;
+constexpr auto kRlx = std::memory_order_relaxed;
+
+void SleepNs(int64_t ns) {
+  timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+  nanosleep(&ts, nullptr);
+}
+
+// A small per-thread xorshift for backoff jitter (no locks, no libc rand state).
+uint64_t Jitter() {
+  static thread_local uint64_t x = 0;
+  if (x == 0) x = static_cast<uint64_t>(MonotonicNs()) ^ (static_cast<uint64_t>(getpid()) << 20) ^ 0x9e3779b97f4a7c15ull;
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  return x;
+}
+
+bool NameEquals(const char* stored, const char* name) {
+  return strncmp(stored, name, kLedgerNameSize) == 0;
+}
+
+void InitHeader(LedgerLayout* l) {
+  LedgerHeader& h = l->header;
+  h.magic = kLedgerMagic;
+  h.version = kLedgerVersion;
+  h.size = sizeof(LedgerLayout);
+  h.max_gpus = kLedgerMaxGpus;
+  h.max_slices = kLedgerMaxSlices;
+  h.max_slots = kLedgerMaxSlots;
+  // The rest of the file is zero (ftruncate / anonymous mapping): every entry FREE.
+  h.initialised.store(1, kRel);
+}
+
+LedgerError Validate(const LedgerLayout* l) {
+  const LedgerHeader& h = l->header;
+  if (h.magic != kLedgerMagic || h.version != kLedgerVersion || h.size != sizeof(LedgerLayout) ||
+      h.max_gpus != kLedgerMaxGpus || h.max_slices != kLedgerMaxSlices ||
+      h.max_slots != kLedgerMaxSlots) {
+    return LedgerError::kIncompatible;
+  }
+  return LedgerError::kOk;
+}
+
+void* MapFd(int fd) {
+  void* p = mmap(nullptr, sizeof(LedgerLayout), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+// Creates a fully initialised ledger at a temporary name and renames it over path, so that
+// nobody ever maps a half-written file through path.
+LedgerError CreateByRename(const char* path) {
+  char tmp[4096];
+  int n = snprintf(tmp, sizeof tmp, "%s.init-%d", path, static_cast<int>(getpid()));
+  if (n <= 0 || static_cast<size_t>(n) >= sizeof tmp) return LedgerError::kBadArgument;
+  int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (fd < 0) return LedgerError::kOpenFailed;
+  fchmod(fd, 0666);
+  if (ftruncate(fd, static_cast<off_t>(sizeof(LedgerLayout))) != 0) {
+    close(fd);
+    unlink(tmp);
+    return LedgerError::kOpenFailed;
+  }
+  void* p = MapFd(fd);
+  close(fd);
+  if (p == nullptr) {
+    unlink(tmp);
+    return LedgerError::kOpenFailed;
+  }
+  InitHeader(static_cast<LedgerLayout*>(p));
+  munmap(p, sizeof(LedgerLayout));
+  if (rename(tmp, path) != 0) {
+    unlink(tmp);
+    return LedgerError::kOpenFailed;
+  }
+  return LedgerError::kOk;
+}
+
+}  // namespace
+
+const char* LedgerErrorString(LedgerError e) {
+  switch (e) {
+    case LedgerError::kOk: return "ok";
+    case LedgerError::kOpenFailed: return "cannot open or map the ledger file";
+    case LedgerError::kIncompatible: return "ledger file has another layout version";
+    case LedgerError::kInitTimeout: return "ledger file was never initialised";
+    case LedgerError::kNoSliceEntry: return "no free slice entry in the ledger";
+    case LedgerError::kNoGpuEntry: return "slice has no free GPU entry";
+    case LedgerError::kNoProcessSlot: return "slice has no free process slot";
+    case LedgerError::kBadArgument: return "bad argument";
+  }
+  return "unknown ledger error";
+}
+
+int64_t MonotonicNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+namespace {
+// Reads /proc/<pid>/stat; returns false when missing. state and start_time are set.
+bool ReadStat(uint32_t pid, char* state, uint64_t* start_time) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%u/stat", pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[1024];
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return false;
+  buf[n] = '\0';
+  // The command name (field 2) may contain spaces and parentheses: parse after the last ')'.
+  char* p = strrchr(buf, ')');
+  if (p == nullptr || p[1] == '\0') return false;
+  p += 2;  // field 3: state
+  *state = *p;
+  // Fields 3..22: skip 19 spaces to reach field 22.
+  int field = 3;
+  while (*p != '\0' && field < 22) {
+    if (*p == ' ') ++field;
+    ++p;
+  }
+  uint64_t v = 0;
+  while (*p >= '0' && *p <= '9') v = v * 10 + static_cast<uint64_t>(*p++ - '0');
+  *start_time = v;
+  return true;
+}
+}  // namespace
+
+uint64_t ProcessStartTime(uint32_t pid) {
+  char state = 0;
+  uint64_t st = 0;
+  return ReadStat(pid, &state, &st) ? st : 0;
+}
+
+bool ProcessAlive(uint32_t pid, uint64_t expected_start_time) {
+  if (pid == 0) return false;
+  char state = 0;
+  uint64_t st = 0;
+  if (!ReadStat(pid, &state, &st)) {
+    // No /proc (unusual): fall back to kill(0).
+    return kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
+  }
+  if (state == 'Z' || state == 'X' || state == 'x') return false;
+  if (expected_start_time != 0 && st != expected_start_time) return false;
+  return true;
+}
+
+Ledger::~Ledger() {
+  if (layout_ != nullptr) munmap(layout_, map_size_);
+}
+
+Ledger::Ledger(Ledger&& o) noexcept : layout_(o.layout_), map_size_(o.map_size_) {
+  o.layout_ = nullptr;
+  o.map_size_ = 0;
+}
+
+Ledger& Ledger::operator=(Ledger&& o) noexcept {
+  if (this != &o) {
+    if (layout_ != nullptr) munmap(layout_, map_size_);
+    layout_ = o.layout_;
+    map_size_ = o.map_size_;
+    o.layout_ = nullptr;
+    o.map_size_ = 0;
+  }
+  return *this;
+}
+
+LedgerError Ledger::OpenPrivate() {
+  void* p = mmap(nullptr, sizeof(LedgerLayout), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return LedgerError::kOpenFailed;
+  if (layout_ != nullptr) munmap(layout_, map_size_);
+  layout_ = static_cast<LedgerLayout*>(p);
+  map_size_ = sizeof(LedgerLayout);
+  InitHeader(layout_);
+  return LedgerError::kOk;
+}
+
+LedgerError Ledger::Open(const char* path, int init_timeout_ms) {
+  if (path == nullptr || path[0] == '\0') return LedgerError::kBadArgument;
+  const int64_t deadline = MonotonicNs() + static_cast<int64_t>(init_timeout_ms) * 1'000'000;
+  bool recreated = false;
+  for (;;) {
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    bool creator = fd >= 0;
+    if (!creator) {
+      if (errno != EEXIST) return LedgerError::kOpenFailed;
+      fd = open(path, O_RDWR | O_CLOEXEC);
+      if (fd < 0) {
+        if (errno == ENOENT) continue;  // replaced between the two opens
+        return LedgerError::kOpenFailed;
+      }
+    } else {
+      fchmod(fd, 0666);  // other users' processes join the same ledger
+      if (ftruncate(fd, static_cast<off_t>(sizeof(LedgerLayout))) != 0) {
+        close(fd);
+        unlink(path);
+        return LedgerError::kOpenFailed;
+      }
+    }
+    // Wait (bounded) until the creator has sized the file.
+    struct stat st;
+    while (fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) < sizeof(LedgerLayout) &&
+           MonotonicNs() < deadline) {
+      SleepNs(1'000'000);
+    }
+    void* p = nullptr;
+    if (static_cast<size_t>(st.st_size) >= sizeof(LedgerLayout)) p = MapFd(fd);
+    close(fd);
+    if (p == nullptr && static_cast<size_t>(st.st_size) >= sizeof(LedgerLayout)) {
+      return LedgerError::kOpenFailed;
+    }
+    auto* l = static_cast<LedgerLayout*>(p);
+    if (creator) {
+      InitHeader(l);
+    } else if (l != nullptr) {
+      while (l->header.initialised.load(kAcq) == 0 && MonotonicNs() < deadline) SleepNs(1'000'000);
+    }
+    if (l != nullptr && l->header.initialised.load(kAcq) == 1) {
+      LedgerError v = Validate(l);
+      if (v != LedgerError::kOk) {
+        munmap(l, sizeof(LedgerLayout));
+        return v;
+      }
+      if (layout_ != nullptr) munmap(layout_, map_size_);
+      layout_ = l;
+      map_size_ = sizeof(LedgerLayout);
+      return LedgerError::kOk;
+    }
+    // The creator died before finishing (or never sized the file): replace the file
+    // atomically with a complete one, once.
+    if (l != nullptr) munmap(l, sizeof(LedgerLayout));
+    if (recreated) return LedgerError::kInitTimeout;
+    recreated = true;
+    LedgerError e = CreateByRename(path);
+    if (e != LedgerError::kOk) return e;
+  }
+}
+
+bool Ledger::LockCreate() {
+  LedgerHeader& h = layout_->header;
+  const uint64_t me = static_cast<uint64_t>(getpid());
+  const int64_t give_up = MonotonicNs() + 4 * kCreateLockStealNs;
+  for (int spin = 0;; ++spin) {
+    uint64_t expected = 0;
+    if (h.create_lock.compare_exchange_strong(expected, me, kSeq)) {
+      h.create_lock_ns.store(MonotonicNs(), kRel);
+      return true;
+    }
+    int64_t since = h.create_lock_ns.load(kAcq);
+    bool holder_dead = !ProcessAlive(static_cast<uint32_t>(expected), 0);
+    bool held_too_long = since != 0 && MonotonicNs() - since > kCreateLockStealNs;
+    if ((holder_dead || held_too_long) && h.create_lock.compare_exchange_strong(expected, me, kSeq)) {
+      h.create_lock_ns.store(MonotonicNs(), kRel);
+      return true;
+    }
+    if (MonotonicNs() > give_up) return false;
+    if (spin < 50) sched_yield();
+    else SleepNs(100'000 + static_cast<int64_t>(Jitter() % 100'000));
+  }
+}
+
+void Ledger::UnlockCreate() {
+  LedgerHeader& h = layout_->header;
+  uint64_t me = static_cast<uint64_t>(getpid());
+  h.create_lock_ns.store(0, kRel);
+  h.create_lock.compare_exchange_strong(me, 0, kSeq);
+}
+
+int Ledger::FindSlice(const char* name) const {
+  if (layout_ == nullptr || name == nullptr) return -1;
+  for (int i = 0; i < kLedgerMaxSlices; ++i) {
+    const LedgerSlice& s = layout_->slices[i];
+    if (StateOf(s.state.load(kAcq)) == EntryState::kReady && NameEquals(s.name, name)) return i;
+  }
+  return -1;
+}
+
+bool Ledger::RecycleIfIdle(int slice) {
+  // REQUIRES: the create lock. An ephemeral slice with no live process goes back to FREE.
+  LedgerSlice& s = layout_->slices[slice];
+  uint64_t word = s.state.load(kAcq);
+  if (StateOf(word) != EntryState::kReady || (s.flags & kSliceEphemeral) == 0) return false;
+  Reap(slice);
+  uint32_t hw = s.slot_high_water.load(kAcq);
+  for (uint32_t i = 0; i < hw; ++i) {
+    if (StateOf(s.slots[i].state.load(kSeq)) != EntryState::kFree) return false;
+  }
+  // Attachers re-check the generation after taking a slot, so bumping it first makes a
+  // racing attach back off.
+  s.generation.fetch_add(1, kSeq);
+  if (!s.state.compare_exchange_strong(word, PackState(EntryState::kFree, 0), kSeq)) return false;
+  return true;
+}
+
+LedgerError Ledger::FindOrCreateSlice(const char* name, SliceClass cls, uint32_t flags, int* slice) {
+  if (layout_ == nullptr || name == nullptr || name[0] == '\0' ||
+      strlen(name) >= static_cast<size_t>(kLedgerNameSize)) {
+    return LedgerError::kBadArgument;
+  }
+  int found = FindSlice(name);
+  if (found >= 0) {
+    *slice = found;
+    return LedgerError::kOk;
+  }
+  bool locked = LockCreate();  // if it cannot be had, go on without (duplicates are harmless for private slices)
+  found = FindSlice(name);
+  if (found < 0) {
+    int free_entry = -1;
+    for (int i = 0; i < kLedgerMaxSlices && free_entry < 0; ++i) {
+      if (StateOf(layout_->slices[i].state.load(kAcq)) == EntryState::kFree) free_entry = i;
+    }
+    for (int i = 0; i < kLedgerMaxSlices && free_entry < 0; ++i) {
+      if (RecycleIfIdle(i)) free_entry = i;
+    }
+    if (free_entry >= 0) {
+      LedgerSlice& s = layout_->slices[free_entry];
+      uint64_t expected = PackState(EntryState::kFree, 0);
+      if (s.state.compare_exchange_strong(expected, PackState(EntryState::kClaiming, static_cast<uint32_t>(getpid())), kSeq)) {
+        memset(s.name, 0, sizeof s.name);
+        memcpy(s.name, name, strlen(name));
+        s.slice_class = static_cast<uint32_t>(cls);
+        s.flags = flags;
+        s.slot_high_water.store(0, kRlx);
+        s.last_reap_ns.store(0, kRlx);
+        memset(s.reserved, 0, sizeof s.reserved);
+        for (auto& g : s.gpus) {
+          g.state.store(0, kRlx);
+          memset(g.uuid, 0, sizeof g.uuid);
+          g.limit.store(-1, kRlx);
+        }
+        for (auto& p : s.slots) {
+          p.state.store(0, kRlx);
+          p.start_time.store(0, kRlx);
+        }
+        for (auto& row : s.used)
+          for (auto& u : row) u.store(0, kRlx);
+        s.state.store(PackState(EntryState::kReady, 0), kSeq);
+        found = free_entry;
+      }
+    }
+  }
+  if (locked) UnlockCreate();
+  if (found < 0) {
+    found = FindSlice(name);
+    if (found < 0) return LedgerError::kNoSliceEntry;
+  }
+  *slice = found;
+  return LedgerError::kOk;
+}
+
+int Ledger::FindGpu(int slice, const uint8_t uuid[16]) const {
+  if (layout_ == nullptr || slice < 0 || slice >= kLedgerMaxSlices) return -1;
+  const LedgerSlice& s = layout_->slices[slice];
+  for (int g = 0; g < kLedgerMaxGpus; ++g) {
+    if (StateOf(s.gpus[g].state.load(kAcq)) == EntryState::kReady && memcmp(s.gpus[g].uuid, uuid, 16) == 0) return g;
+  }
+  return -1;
+}
+
+LedgerError Ledger::FindOrAddGpu(int slice, const uint8_t uuid[16], int64_t limit, int* gpu) {
+  if (layout_ == nullptr || slice < 0 || slice >= kLedgerMaxSlices) return LedgerError::kBadArgument;
+  int g = FindGpu(slice, uuid);
+  if (g >= 0) {
+    *gpu = g;
+    return LedgerError::kOk;
+  }
+  bool locked = LockCreate();
+  g = FindGpu(slice, uuid);
+  if (g < 0) {
+    LedgerSlice& s = layout_->slices[slice];
+    for (int i = 0; i < kLedgerMaxGpus; ++i) {
+      uint64_t expected = PackState(EntryState::kFree, 0);
+      if (s.gpus[i].state.compare_exchange_strong(expected, PackState(EntryState::kClaiming, static_cast<uint32_t>(getpid())), kSeq)) {
+        memcpy(s.gpus[i].uuid, uuid, 16);
+        s.gpus[i].limit.store(limit, kSeq);
+        for (auto& u : s.used[i]) u.store(0, kRlx);
+        s.gpus[i].state.store(PackState(EntryState::kReady, 0), kSeq);
+        g = i;
+        break;
+      }
+    }
+  }
+  if (locked) UnlockCreate();
+  if (g < 0) return LedgerError::kNoGpuEntry;
+  *gpu = g;
+  return LedgerError::kOk;
+}
+
+LedgerError Ledger::Attach(int slice, uint32_t pid, uint64_t start_time, SliceHandle* out) {
+  if (layout_ == nullptr || slice < 0 || slice >= kLedgerMaxSlices || pid == 0) return LedgerError::kBadArgument;
+  LedgerSlice& s = layout_->slices[slice];
+  const uint64_t generation = s.generation.load(kSeq);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    // Start the search at a pid-dependent slot so that 64 processes attaching at once mostly
+    // hit different slots on their first CAS.
+    for (int k = 0; k < kLedgerMaxSlots; ++k) {
+      int i = static_cast<int>((pid + static_cast<uint32_t>(k)) % kLedgerMaxSlots);
+      uint64_t expected = PackState(EntryState::kFree, 0);
+      if (StateOf(s.slots[i].state.load(kRlx)) != EntryState::kFree) continue;
+      if (!s.slots[i].state.compare_exchange_strong(expected, PackState(EntryState::kAlive, pid), kSeq)) continue;
+      s.slots[i].start_time.store(start_time, kSeq);
+      uint32_t hw = s.slot_high_water.load(kSeq);
+      while (hw < static_cast<uint32_t>(i + 1) &&
+             !s.slot_high_water.compare_exchange_weak(hw, static_cast<uint32_t>(i + 1), kSeq)) {
+      }
+      out->slice = slice;
+      out->slot = i;
+      out->generation = generation;
+      if (s.generation.load(kSeq) != generation || StateOf(s.state.load(kSeq)) != EntryState::kReady) {
+        Detach(*out);  // the slice was recycled under us
+        *out = SliceHandle{};
+        return LedgerError::kNoSliceEntry;
+      }
+      return LedgerError::kOk;
+    }
+    Reap(slice);  // full: dead processes may be holding slots
+  }
+  return LedgerError::kNoProcessSlot;
+}
+
+LedgerError Ledger::AttachByName(const char* name, SliceClass cls, uint32_t flags, uint32_t pid,
+                                 uint64_t start_time, SliceHandle* out) {
+  LedgerError e = LedgerError::kNoSliceEntry;
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    int slice = -1;
+    e = FindOrCreateSlice(name, cls, flags, &slice);
+    if (e != LedgerError::kOk) return e;
+    e = Attach(slice, pid, start_time, out);
+    if (e != LedgerError::kNoSliceEntry) return e;
+  }
+  return e;
+}
+
+void Ledger::Detach(const SliceHandle& h) {
+  if (layout_ == nullptr || !h.valid()) return;
+  LedgerSlice& s = layout_->slices[h.slice];
+  for (int g = 0; g < kLedgerMaxGpus; ++g) s.used[g][h.slot].store(0, kSeq);
+  s.slots[h.slot].start_time.store(0, kSeq);
+  s.slots[h.slot].state.store(PackState(EntryState::kFree, 0), kSeq);
+}
+
+ChargeResult Ledger::Charge(const SliceHandle& h, int gpu, int64_t bytes) {
+  if (layout_ == nullptr || !h.valid() || gpu < 0 || gpu >= kLedgerMaxGpus || bytes <= 0) return ChargeResult::kOk;
+  LedgerSlice& s = layout_->slices[h.slice];
+  std::atomic<int64_t>& mine = s.used[gpu][h.slot];
+  for (int attempt = 0;; ++attempt) {
+    const int64_t limit = s.gpus[gpu].limit.load(kSeq);
+    if (limit < 0) {
+      mine.fetch_add(bytes, kSeq);
+      return ChargeResult::kOk;
+    }
+    if (bytes > limit) return ChargeResult::kOverLimit;
+    mine.fetch_add(bytes, kSeq);
+    if (SliceUsage(h.slice, gpu) <= limit) return ChargeResult::kOk;
+    mine.fetch_sub(bytes, kSeq);
+    if (attempt == 0) {
+      if (Reap(h.slice) > 0) continue;  // a dead process was holding memory
+    }
+    if (attempt >= 2) return ChargeResult::kOverLimit;
+    // A racing charger's transient add may have caused this refusal: back off and retry.
+    SleepNs(20'000 + static_cast<int64_t>(Jitter() % 80'000));
+  }
+}
+
+void Ledger::ForceCharge(const SliceHandle& h, int gpu, int64_t bytes) {
+  if (layout_ == nullptr || !h.valid() || gpu < 0 || gpu >= kLedgerMaxGpus) return;
+  layout_->slices[h.slice].used[gpu][h.slot].fetch_add(bytes, kSeq);
+}
+
+void Ledger::Release(const SliceHandle& h, int gpu, int64_t bytes) {
+  if (layout_ == nullptr || !h.valid() || gpu < 0 || gpu >= kLedgerMaxGpus) return;
+  layout_->slices[h.slice].used[gpu][h.slot].fetch_sub(bytes, kSeq);
+}
+
+int64_t Ledger::SliceUsage(int slice, int gpu) const {
+  if (layout_ == nullptr || slice < 0 || slice >= kLedgerMaxSlices || gpu < 0 || gpu >= kLedgerMaxGpus) return 0;
+  const LedgerSlice& s = layout_->slices[slice];
+  const uint32_t hw = s.slot_high_water.load(kSeq);
+  int64_t sum = 0;
+  for (uint32_t i = 0; i < hw && i < static_cast<uint32_t>(kLedgerMaxSlots); ++i) sum += s.used[gpu][i].load(kSeq);
+  return sum;
+}
+
+int64_t Ledger::SlotUsage(const SliceHandle& h, int gpu) const {
+  if (layout_ == nullptr || !h.valid() || gpu < 0 || gpu >= kLedgerMaxGpus) return 0;
+  return layout_->slices[h.slice].used[gpu][h.slot].load(kSeq);
+}
+
+int64_t Ledger::Limit(int slice, int gpu) const {
+  if (layout_ == nullptr || slice < 0 || slice >= kLedgerMaxSlices || gpu < 0 || gpu >= kLedgerMaxGpus) return -1;
+  return layout_->slices[slice].gpus[gpu].limit.load(kSeq);
+}
+
+void Ledger::SetLimit(int slice, int gpu, int64_t limit) {
+  if (layout_ == nullptr || slice < 0 || slice >= kLedgerMaxSlices || gpu < 0 || gpu >= kLedgerMaxGpus) return;
+  layout_->slices[slice].gpus[gpu].limit.store(limit, kSeq);
+}
+
+int Ledger::Reap(int slice) {
+  if (layout_ == nullptr || slice < 0 || slice >= kLedgerMaxSlices) return 0;
+  LedgerSlice& s = layout_->slices[slice];
+  const uint32_t me = static_cast<uint32_t>(getpid());
+  const uint32_t hw = s.slot_high_water.load(kSeq);
+  int reaped = 0;
+  for (uint32_t i = 0; i < hw && i < static_cast<uint32_t>(kLedgerMaxSlots); ++i) {
+    LedgerProcess& p = s.slots[i];
+    uint64_t word = p.state.load(kSeq);
+    EntryState st = StateOf(word);
+    if (st == EntryState::kAlive) {
+      if (ProcessAlive(PidOf(word), p.start_time.load(kSeq))) continue;
+    } else if (st == EntryState::kReaping) {
+      if (PidOf(word) == me || ProcessAlive(PidOf(word), 0)) continue;  // a live reaper is on it
+    } else {
+      continue;
+    }
+    if (!p.state.compare_exchange_strong(word, PackState(EntryState::kReaping, me), kSeq)) continue;
+    for (int g = 0; g < kLedgerMaxGpus; ++g) s.used[g][i].store(0, kSeq);
+    p.start_time.store(0, kSeq);
+    p.state.store(PackState(EntryState::kFree, 0), kSeq);
+    ++reaped;
+  }
+  return reaped;
+}
+
+void Ledger::MaybeReap(int slice) {
+  if (layout_ == nullptr || slice < 0 || slice >= kLedgerMaxSlices) return;
+  LedgerSlice& s = layout_->slices[slice];
+  int64_t now = MonotonicNs();
+  int64_t last = s.last_reap_ns.load(kRlx);
+  if (now - last < kReapIntervalNs) return;
+  if (!s.last_reap_ns.compare_exchange_strong(last, now, kSeq)) return;  // someone else does it
+  Reap(slice);
+}
+
+int Ledger::AliveCount(int slice) const {
+  if (layout_ == nullptr || slice < 0 || slice >= kLedgerMaxSlices) return 0;
+  const LedgerSlice& s = layout_->slices[slice];
+  int n = 0;
+  for (const auto& p : s.slots) {
+    uint64_t word = p.state.load(kSeq);
+    if (StateOf(word) == EntryState::kAlive && ProcessAlive(PidOf(word), p.start_time.load(kSeq))) ++n;
+  }
+  return n;
+}
+
+}  // namespace gslice

@@ -1,0 +1,302 @@
+// The node ledger: charge/release arithmetic, the limit under racing chargers (threads and
+// processes), reaping of killed processes, and creation races.
+#include "gslice/ledger.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace gslice {
+namespace {
+
+std::string TempLedgerPath(const char* name) {
+  return "/dev/shm/gslice-test-" + std::to_string(getpid()) + "-" + name;
+}
+
+struct LedgerFile {
+  explicit LedgerFile(const char* name) : path(TempLedgerPath(name)) { unlink(path.c_str()); }
+  ~LedgerFile() { unlink(path.c_str()); }
+  std::string path;
+};
+
+const uint8_t kUuidA[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+const uint8_t kUuidB[16] = {16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1};
+
+TEST(Ledger, CreatesAndValidatesLayout) {
+  LedgerFile f("layout");
+  Ledger l;
+  ASSERT_EQ(l.Open(f.path.c_str()), LedgerError::kOk);
+  EXPECT_EQ(l.layout()->header.magic, kLedgerMagic);
+  EXPECT_EQ(l.layout()->header.version, kLedgerVersion);
+  EXPECT_EQ(l.layout()->header.size, sizeof(LedgerLayout));
+  // A second mapping sees the same ledger.
+  Ledger l2;
+  ASSERT_EQ(l2.Open(f.path.c_str()), LedgerError::kOk);
+  int s1 = -1, s2 = -1;
+  ASSERT_EQ(l.FindOrCreateSlice("train", SliceClass::kGuaranteed, 0, &s1), LedgerError::kOk);
+  ASSERT_EQ(l2.FindOrCreateSlice("train", SliceClass::kGuaranteed, 0, &s2), LedgerError::kOk);
+  EXPECT_EQ(s1, s2);
+}
+
+TEST(Ledger, RefusesIncompatibleFile) {
+  LedgerFile f("incompatible");
+  {
+    Ledger l;
+    ASSERT_EQ(l.Open(f.path.c_str()), LedgerError::kOk);
+    l.layout()->header.version = kLedgerVersion + 1;
+  }
+  Ledger l;
+  EXPECT_EQ(l.Open(f.path.c_str()), LedgerError::kIncompatible);
+}
+
+TEST(Ledger, RecoversFromCreatorKilledMidInit) {
+  LedgerFile f("halfinit");
+  // A creator that made the file and died before sizing or initialising it.
+  int fd = open(f.path.c_str(), O_RDWR | O_CREAT | O_EXCL, 0666);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  Ledger l;
+  ASSERT_EQ(l.Open(f.path.c_str(), 200), LedgerError::kOk);
+  EXPECT_EQ(l.layout()->header.initialised.load(), 1u);
+}
+
+TEST(Ledger, ChargeReleaseAndLimit) {
+  Ledger l;
+  ASSERT_EQ(l.OpenPrivate(), LedgerError::kOk);
+  SliceHandle h;
+  ASSERT_EQ(l.AttachByName("s", SliceClass::kGuaranteed, 0, static_cast<uint32_t>(getpid()),
+                           ProcessStartTime(static_cast<uint32_t>(getpid())), &h),
+            LedgerError::kOk);
+  int ga = -1, gb = -1;
+  ASSERT_EQ(l.FindOrAddGpu(h.slice, kUuidA, 1000, &ga), LedgerError::kOk);
+  ASSERT_EQ(l.FindOrAddGpu(h.slice, kUuidB, -1, &gb), LedgerError::kOk);
+  EXPECT_NE(ga, gb);
+  EXPECT_EQ(l.Charge(h, ga, 600), ChargeResult::kOk);
+  EXPECT_EQ(l.Charge(h, ga, 401), ChargeResult::kOverLimit);
+  EXPECT_EQ(l.SliceUsage(h.slice, ga), 600);  // a refusal changes nothing
+  EXPECT_EQ(l.Charge(h, ga, 400), ChargeResult::kOk);
+  EXPECT_EQ(l.SliceUsage(h.slice, ga), 1000);
+  l.Release(h, ga, 600);
+  EXPECT_EQ(l.Charge(h, ga, 600), ChargeResult::kOk);
+  EXPECT_EQ(l.Charge(h, gb, int64_t{1} << 50), ChargeResult::kOk);  // unlimited GPU
+  l.Detach(h);
+  EXPECT_EQ(l.SliceUsage(h.slice, ga), 0);
+}
+
+TEST(Ledger, ThreadsNeverExceedTheLimit) {
+  Ledger l;
+  ASSERT_EQ(l.OpenPrivate(), LedgerError::kOk);
+  int slice = -1, g = -1;
+  ASSERT_EQ(l.FindOrCreateSlice("t", SliceClass::kGuaranteed, 0, &slice), LedgerError::kOk);
+  ASSERT_EQ(l.FindOrAddGpu(slice, kUuidA, 100, &g), LedgerError::kOk);
+  // Each thread acts as its own process slot (pid = our pid; same liveness).
+  constexpr int kThreads = 8;
+  std::vector<SliceHandle> handles(kThreads);
+  for (auto& h : handles) ASSERT_EQ(l.Attach(slice, static_cast<uint32_t>(getpid()), 0, &h), LedgerError::kOk);
+  // committed rises after a granted charge and falls before the release, so it never
+  // exceeds what the ledger holds: its maximum bounds the committed total.
+  std::atomic<int64_t> committed{0};
+  std::atomic<int64_t> max_committed{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      int64_t held = 0;
+      for (int i = 0; i < 20000; ++i) {
+        int64_t n = 1 + (i * 7 + t) % 13;
+        if (l.Charge(handles[t], g, n) == ChargeResult::kOk) {
+          held += n;
+          int64_t c = committed.fetch_add(n) + n;
+          int64_t m = max_committed.load();
+          while (c > m && !max_committed.compare_exchange_weak(m, c)) {
+          }
+        }
+        if (held > 20 || (i % 3) == 0) {
+          committed.fetch_sub(held);
+          l.Release(handles[t], g, held);
+          held = 0;
+        }
+      }
+      committed.fetch_sub(held);
+      l.Release(handles[t], g, held);
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(l.SliceUsage(slice, g), 0);
+  EXPECT_LE(max_committed.load(), 100);
+  EXPECT_GT(max_committed.load(), 50);  // the limit was actually reached and contended
+}
+
+// Processes racing on one shared ledger: the committed total never exceeds the limit.
+TEST(Ledger, ProcessesShareOneLimit) {
+  LedgerFile f("procs");
+  constexpr int kProcs = 6;
+  constexpr int64_t kLimit = 1000;
+  constexpr int64_t kChunk = 100;
+  auto* granted = static_cast<std::atomic<int>*>(
+      mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(granted, MAP_FAILED);
+  new (granted) std::atomic<int>(0);
+  std::vector<pid_t> kids;
+  for (int p = 0; p < kProcs; ++p) {
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      Ledger l;
+      if (l.Open(f.path.c_str()) != LedgerError::kOk) _exit(2);
+      SliceHandle h;
+      uint32_t me = static_cast<uint32_t>(getpid());
+      if (l.AttachByName("shared", SliceClass::kGuaranteed, 0, me, ProcessStartTime(me), &h) != LedgerError::kOk) _exit(3);
+      int g = -1;
+      if (l.FindOrAddGpu(h.slice, kUuidA, kLimit, &g) != LedgerError::kOk) _exit(4);
+      int mine = 0;
+      for (int i = 0; i < 50; ++i) {
+        if (l.Charge(h, g, kChunk) == ChargeResult::kOk) ++mine;
+      }
+      granted->fetch_add(mine);
+      // Hold until the parent checked, then exit without detaching (the parent reaps).
+      pause();
+      _exit(0);
+    }
+    kids.push_back(pid);
+  }
+  for (int i = 0; i < 2000 && granted->load() < kLimit / kChunk; ++i) usleep(1000);
+  usleep(50000);
+  EXPECT_EQ(granted->load(), kLimit / kChunk);  // exactly the limit, never more
+  Ledger l;
+  ASSERT_EQ(l.Open(f.path.c_str()), LedgerError::kOk);
+  int slice = l.FindSlice("shared");
+  ASSERT_GE(slice, 0);
+  int g = l.FindGpu(slice, kUuidA);
+  ASSERT_GE(g, 0);
+  EXPECT_EQ(l.SliceUsage(slice, g), kLimit);
+  for (pid_t k : kids) kill(k, SIGKILL);
+  for (pid_t k : kids) waitpid(k, nullptr, 0);
+  EXPECT_EQ(l.Reap(slice), kProcs);
+  EXPECT_EQ(l.SliceUsage(slice, g), 0);
+  munmap(granted, 4096);
+}
+
+TEST(Ledger, ReapsZombiesAndPidReuse) {
+  Ledger l;
+  ASSERT_EQ(l.OpenPrivate(), LedgerError::kOk);
+  int slice = -1, g = -1;
+  ASSERT_EQ(l.FindOrCreateSlice("z", SliceClass::kGuaranteed, 0, &slice), LedgerError::kOk);
+  ASSERT_EQ(l.FindOrAddGpu(slice, kUuidA, 1000, &g), LedgerError::kOk);
+  pid_t kid = fork();
+  if (kid == 0) {
+    pause();
+    _exit(0);
+  }
+  SliceHandle h;
+  ASSERT_EQ(l.Attach(slice, static_cast<uint32_t>(kid), ProcessStartTime(static_cast<uint32_t>(kid)), &h), LedgerError::kOk);
+  ASSERT_EQ(l.Charge(h, g, 700), ChargeResult::kOk);
+  EXPECT_EQ(l.Reap(slice), 0);  // alive
+  kill(kid, SIGKILL);
+  // Not waited for yet: a zombie still has a /proc entry but counts as dead.
+  for (int i = 0; i < 200 && ProcessAlive(static_cast<uint32_t>(kid), 0); ++i) usleep(1000);
+  EXPECT_EQ(l.Reap(slice), 1);
+  EXPECT_EQ(l.SliceUsage(slice, g), 0);
+  waitpid(kid, nullptr, 0);
+  // A slot whose pid is alive but whose start time differs (pid reused) is reaped too.
+  SliceHandle h2;
+  ASSERT_EQ(l.Attach(slice, static_cast<uint32_t>(getpid()), 12345, &h2), LedgerError::kOk);
+  ASSERT_EQ(l.Charge(h2, g, 10), ChargeResult::kOk);
+  EXPECT_EQ(l.Reap(slice), 1);
+}
+
+TEST(Ledger, RefusalReapsDeadHolderFirst) {
+  Ledger l;
+  ASSERT_EQ(l.OpenPrivate(), LedgerError::kOk);
+  int slice = -1, g = -1;
+  ASSERT_EQ(l.FindOrCreateSlice("r", SliceClass::kGuaranteed, 0, &slice), LedgerError::kOk);
+  ASSERT_EQ(l.FindOrAddGpu(slice, kUuidA, 1000, &g), LedgerError::kOk);
+  pid_t kid = fork();
+  if (kid == 0) _exit(0);
+  waitpid(kid, nullptr, 0);  // dead before it is even attached: its slot is stale
+  SliceHandle dead, me;
+  ASSERT_EQ(l.Attach(slice, static_cast<uint32_t>(kid), 1, &dead), LedgerError::kOk);
+  l.ForceCharge(dead, g, 900);
+  ASSERT_EQ(l.Attach(slice, static_cast<uint32_t>(getpid()), 0, &me), LedgerError::kOk);
+  EXPECT_EQ(l.Charge(me, g, 500), ChargeResult::kOk);  // reaped on the refusal path
+  EXPECT_EQ(l.SliceUsage(slice, g), 500);
+}
+
+TEST(Ledger, CreateLockIsStolenFromDeadHolder) {
+  Ledger l;
+  ASSERT_EQ(l.OpenPrivate(), LedgerError::kOk);
+  pid_t kid = fork();
+  if (kid == 0) _exit(0);
+  waitpid(kid, nullptr, 0);
+  l.layout()->header.create_lock.store(static_cast<uint64_t>(kid));
+  l.layout()->header.create_lock_ns.store(MonotonicNs());
+  int slice = -1;
+  EXPECT_EQ(l.FindOrCreateSlice("after-dead-lock", SliceClass::kGuaranteed, 0, &slice), LedgerError::kOk);
+  EXPECT_EQ(l.layout()->header.create_lock.load(), 0u);
+}
+
+TEST(Ledger, EphemeralSlicesAreRecycled) {
+  Ledger l;
+  ASSERT_EQ(l.OpenPrivate(), LedgerError::kOk);
+  pid_t kid = fork();
+  if (kid == 0) _exit(0);
+  waitpid(kid, nullptr, 0);
+  for (int i = 0; i < kLedgerMaxSlices; ++i) {
+    SliceHandle h;
+    std::string name = "eph-" + std::to_string(i);
+    ASSERT_EQ(l.AttachByName(name.c_str(), SliceClass::kGuaranteed, kSliceEphemeral, static_cast<uint32_t>(kid), 1, &h), LedgerError::kOk);
+  }
+  // Full of slices whose only process is dead: a new one recycles one of them.
+  SliceHandle h;
+  EXPECT_EQ(l.AttachByName("fresh", SliceClass::kGuaranteed, kSliceEphemeral, static_cast<uint32_t>(getpid()), 0, &h), LedgerError::kOk);
+  EXPECT_GE(l.FindSlice("fresh"), 0);
+}
+
+TEST(Ledger, ManyProcessesAttachAtOnce) {
+  LedgerFile f("attach64");
+  constexpr int kProcs = 64;
+  std::vector<pid_t> kids;
+  for (int p = 0; p < kProcs; ++p) {
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      Ledger l;
+      if (l.Open(f.path.c_str()) != LedgerError::kOk) _exit(2);
+      SliceHandle h;
+      uint32_t me = static_cast<uint32_t>(getpid());
+      if (l.AttachByName("crowd", SliceClass::kGuaranteed, 0, me, ProcessStartTime(me), &h) != LedgerError::kOk) _exit(3);
+      int g = -1;
+      if (l.FindOrAddGpu(h.slice, kUuidA, 1 << 20, &g) != LedgerError::kOk) _exit(4);
+      if (l.Charge(h, g, 1) != ChargeResult::kOk) _exit(5);
+      _exit(0);
+    }
+    kids.push_back(pid);
+  }
+  for (pid_t k : kids) {
+    int st = 0;
+    ASSERT_EQ(waitpid(k, &st, 0), k);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "status " << st;
+  }
+  Ledger l;
+  ASSERT_EQ(l.Open(f.path.c_str()), LedgerError::kOk);
+  int slice = l.FindSlice("crowd");
+  ASSERT_GE(slice, 0);
+  // Exactly one slice and one GPU entry, 64 distinct slots.
+  int named = 0;
+  for (auto& s : l.layout()->slices) named += (StateOf(s.state.load()) == EntryState::kReady && std::string(s.name) == "crowd");
+  EXPECT_EQ(named, 1);
+  int g = l.FindGpu(slice, kUuidA);
+  EXPECT_EQ(l.SliceUsage(slice, g), kProcs);
+  EXPECT_EQ(l.Reap(slice), kProcs);
+  EXPECT_EQ(l.SliceUsage(slice, g), 0);
+}
+
+}  // namespace
+}  // namespace gslice
