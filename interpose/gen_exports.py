@@ -126,8 +126,7 @@ def main():
     ]
     hdr += [f'    "{n}",' for n in names]
     hdr += ["};", "", "enum Slot : int {"]
-    index = {n: i for i, n in enumerate(names)}
-    hdr += [f"  kSlot_{h} = {index[h]}," for h in hooks]
+    hdr += [f"  kSlot_{n} = {i}," for i, n in enumerate(names)]
     hdr += ["};", "", f"inline constexpr int kHookCount = {len(hooks)};", "", "}  // namespace", "",
             'extern "C" {',
             f"// The slot table behind the trampolines (interpose/gen_exports.py).",

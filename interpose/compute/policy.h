@@ -1,0 +1,81 @@
+// Compute policy of one process (cap, share, class) and the pure decisions the launch gate
+// makes from it: no driver calls, no clocks of its own, so the rules are unit-testable.
+// docs/compute.md explains the design and its error bounds.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace gslice::compute {
+
+enum class ComputeClass : uint32_t { kGuaranteed = 0, kOpportunistic = 1 };  // == SliceClass
+
+struct ComputePolicy {
+  uint32_t cap_permille = 1000;    // hard cap; 1000 = none
+  uint32_t share_permille = 1000;  // weight under contention within the class
+  bool share_set = false;          // GSLICE_SHARE given explicitly
+  ComputeClass cls = ComputeClass::kGuaranteed;
+  bool capped() const { return cap_permille < 1000; }
+};
+
+// Parses GSLICE_COMPUTE, GSLICE_SHARE and GSLICE_CLASS values ("" = default). On bad input
+// returns false with a message naming the variable in error[0..size); *out is unchanged.
+bool ParseComputePolicy(const char* cap, const char* share, const char* cls, ComputePolicy* out,
+                        char* error, int size);
+
+// Tunables (ns). Chosen for the bounds in docs/compute.md.
+inline constexpr int64_t kCapToleranceNs = 10'000'000;    // GCRA burst: 10 ms of wall time
+inline constexpr int64_t kShareQuantumNs = 20'000'000;    // turn length, in virtual time
+inline constexpr int64_t kActiveHoldNs = 1'000'000;       // "wants the GPU" after a launch attempt
+inline constexpr int64_t kInflightHoldNs = 2'000'000;     // "has queued work" unless refreshed
+inline constexpr int64_t kCapDepthNs = 2'000'000;         // queued-ahead work of capped slices
+inline constexpr int64_t kOpportunisticDepthNs = 500'000; // ... of opportunistic slices
+inline constexpr int64_t kDrainWaitMaxNs = 5'000'000;     // longest wait for a peer to drain
+
+// GCRA (the generic cell rate algorithm) on GPU time: a token bucket held as one number,
+// the theoretical arrival time. Each measured busy interval b pushes it by b / rate; work
+// may start while tat <= now + tolerance. Over any window W the slice gets at most
+// rate * (W + tolerance) of GPU time, plus what was already queued (the depth bound).
+// Lock-free: one CAS per charge; a process that dies leaves only a time in the past.
+inline int64_t GcraCharge(std::atomic<int64_t>& tat, int64_t now, int64_t busy_ns, uint32_t rate_permille) {
+  const int64_t inc = busy_ns * 1000 / (rate_permille == 0 ? 1 : rate_permille);
+  int64_t cur = tat.load(std::memory_order_relaxed);
+  int64_t next;
+  do {
+    // Time the slice did not use is not banked beyond the tolerance.
+    next = (cur < now - kCapToleranceNs ? now - kCapToleranceNs : cur) + inc;
+  } while (!tat.compare_exchange_weak(cur, next, std::memory_order_relaxed));
+  return next;
+}
+// How long a launch must wait before the cap lets it start (0: now).
+inline int64_t GcraWaitNs(int64_t tat, int64_t now) {
+  const int64_t w = tat - kCapToleranceNs - now;
+  return w > 0 ? w : 0;
+}
+
+// Virtual time of a share: measured busy / weight. The slice with the lowest virtual time
+// among the contending ones of its class runs; the runner keeps its turn until it leads the
+// next by kShareQuantumNs. Shares therefore hold in ratio; idle slices do not contend.
+inline int64_t VtimeIncrement(int64_t busy_ns, uint32_t share_permille) {
+  return busy_ns * 1000 / (share_permille == 0 ? 1 : share_permille);
+}
+// True when a slice with virtual time mine may launch now, given the lowest virtual time
+// among the other contending slices of its class (min_other, INT64_MAX when none).
+inline bool ShareTurn(int64_t mine, int64_t min_other, bool running) {
+  if (mine <= min_other) return true;
+  return running && mine - min_other <= kShareQuantumNs;
+}
+// A slice that starts contending again catches up: it does not bank idle time.
+inline int64_t VtimeOnActivation(int64_t mine, int64_t min_other) {
+  return (min_other != INT64_MAX && mine < min_other) ? min_other : mine;
+}
+
+// Queued-ahead bound: launches may go on while the estimated queued work
+// (outstanding launches x mean launch cost) stays under depth_ns. At least one launch is
+// always allowed, so a kernel longer than the bound still runs.
+inline bool DepthAllows(uint64_t outstanding, int64_t mean_launch_ns, int64_t depth_ns) {
+  if (outstanding == 0) return true;
+  return static_cast<int64_t>(outstanding) * (mean_launch_ns > 0 ? mean_launch_ns : 1) < depth_ns;
+}
+
+}  // namespace gslice::compute

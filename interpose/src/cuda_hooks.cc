@@ -1,0 +1,636 @@
+// The libcuda.so.1 shim: load-time setup and every hook listed in interpose/hooks.def.
+//
+// Every exported driver function is a generated trampoline through gslice_cuda_slots
+// (interpose/gen_exports.py); the constructor below fills the slots from the real driver and
+// points the hooked ones here. A hook counts device memory against the slice (SliceAccount)
+// and calls the real function through g_real. Hooks never throw and never abort: on any
+// trouble they forward to the real driver unchanged.
+#include <cuda.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <string.h>
+
+#include <atomic>
+#include <new>
+
+#include "allocation_table.h"
+#include "cuda_exports.h"
+#include "gslice/options.h"
+#include "gslice/units.h"
+#include "log.h"
+#include "real_library.h"
+#include "slice_account.h"
+
+#define GSLICE_EXPORT extern "C" __attribute__((visibility("hidden")))
+
+namespace gslice::shim {
+namespace {
+
+namespace ex = cuda_exports;
+
+void* g_real[ex::kCount];  // the real driver's function for every exported name
+RealLibrary g_real_library;
+
+alignas(SliceAccount) unsigned char g_account_storage[sizeof(SliceAccount)];
+SliceAccount* g_account = nullptr;  // set once by the constructor, never destroyed
+AllocationTable g_allocs;
+pthread_once_t g_attach_once = PTHREAD_ONCE_INIT;
+
+// Per visible device: slice GPU index + 1 (0: not resolved yet), primary context refs,
+// graph memory charged.
+std::atomic<int> g_gpu_of_device[kMaxDevices];
+std::atomic<int> g_primary_refs[kMaxDevices];
+std::atomic<int64_t> g_graph_charged[kMaxDevices];
+std::atomic<bool> g_graph_memory_seen{false};
+int64_t g_context_overhead = 0;
+
+#define REAL(sym) (reinterpret_cast<decltype(&gslice_hook_##sym)>(g_real[ex::kSlot_##sym]))
+
+void AttachOnce() {
+  SliceAccount* a = g_account;
+  if (a == nullptr) return;
+  if (a->Init(/*attach=*/true)) {
+    Log(LogLevel::kInfo, "slice %s: limits active (real driver %s)", a->slice_name(), g_real_library.path);
+  }
+}
+
+// True when allocations are counted (a limit is configured and the ledger is mapped).
+inline bool Active() {
+  pthread_once(&g_attach_once, AttachOnce);
+  return g_account != nullptr && g_account->active();
+}
+
+// Slice GPU index of a visible device ordinal, resolved once through its UUID.
+int GpuOfDevice(CUdevice dev) {
+  if (dev < 0 || dev >= kMaxDevices) return -1;
+  int cached = g_gpu_of_device[dev].load(std::memory_order_acquire);
+  if (cached != 0) return cached - 1;
+  CUuuid uuid;
+  if (cuDeviceGetUuid(&uuid, dev) != CUDA_SUCCESS) return -1;
+  int gpu = g_account->GpuForUuid(reinterpret_cast<const uint8_t*>(uuid.bytes), dev);
+  g_gpu_of_device[dev].store(gpu + 1, std::memory_order_release);
+  return gpu;
+}
+
+// The device of the calling thread's current context; -1 when there is none.
+CUdevice CurrentDevice() {
+  CUdevice dev = -1;
+  if (cuCtxGetDevice(&dev) != CUDA_SUCCESS) return -1;
+  return dev;
+}
+
+int CurrentGpu() {
+  CUdevice dev = CurrentDevice();
+  return dev < 0 ? -1 : GpuOfDevice(dev);
+}
+
+bool ChargeOrRefuse(int gpu, int64_t bytes, const char* what) {
+  if (gpu < 0 || bytes <= 0) return true;
+  if (g_account->Charge(gpu, bytes) == ChargeResult::kOk) return true;
+  if (LogEnabled(LogLevel::kInfo)) {
+    char want[32], used[32], limit[32];
+    FormatSize(static_cast<uint64_t>(bytes), want, sizeof want);
+    FormatSize(static_cast<uint64_t>(g_account->Usage(gpu)), used, sizeof used);
+    FormatSize(static_cast<uint64_t>(g_account->Limit(gpu)), limit, sizeof limit);
+    Log(LogLevel::kInfo, "%s of %s refused: slice %s uses %s of %s", what, want, g_account->slice_name(), used, limit);
+  }
+  return false;
+}
+
+// Whether bytes would fit now without charging them (graph memory, reserved at launch).
+bool Fits(int gpu, int64_t bytes) {
+  if (gpu < 0) return true;
+  int64_t limit = g_account->Limit(gpu);
+  return limit < 0 || g_account->Usage(gpu) + bytes <= limit;
+}
+
+void Record(uint64_t key, AllocKind kind, int gpu, int64_t bytes) {
+  if (!g_allocs.Insert(key, kind, AllocRecord{bytes, gpu})) {
+    // Host memory exhausted: the bytes stay charged until exit rather than going uncounted.
+    Log(LogLevel::kWarn, "allocation table full; %lld bytes stay charged", static_cast<long long>(bytes));
+  }
+}
+
+// Forgets key before the real free (the address may be reused at once by another thread).
+bool Forget(uint64_t key, AllocKind kind, AllocRecord* rec) { return g_allocs.Erase(key, kind, rec); }
+
+void ReleaseRecord(const AllocRecord& rec) { g_account->Release(rec.gpu, rec.bytes); }
+
+// Brings the charge for graph memory on dev in line with what the driver has reserved.
+void SyncGraphMemory(CUdevice dev) {
+  if (!g_graph_memory_seen.load(std::memory_order_relaxed) || dev < 0 || dev >= kMaxDevices) return;
+  cuuint64_t reserved = 0;
+  if (cuDeviceGetGraphMemAttribute(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, &reserved) != CUDA_SUCCESS) return;
+  int gpu = GpuOfDevice(dev);
+  if (gpu < 0) return;
+  int64_t now = static_cast<int64_t>(reserved);
+  int64_t before = g_graph_charged[dev].exchange(now);
+  if (now > before) g_account->ForceCharge(gpu, now - before);
+  else if (now < before) g_account->Release(gpu, before - now);
+}
+
+int64_t FormatBytes(CUarray_format f) {
+  switch (f) {
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8:
+    case CU_AD_FORMAT_UNORM_INT8X1:
+    case CU_AD_FORMAT_SNORM_INT8X1:
+      return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF:
+    case CU_AD_FORMAT_UNORM_INT16X1:
+    case CU_AD_FORMAT_SNORM_INT16X1:
+      return 2;
+    case CU_AD_FORMAT_UNSIGNED_INT32:
+    case CU_AD_FORMAT_SIGNED_INT32:
+    case CU_AD_FORMAT_FLOAT:
+      return 4;
+    default:
+      return 4;  // packed and compressed formats: an upper bound per channel
+  }
+}
+
+int64_t ArrayBytes(size_t w, size_t h, size_t d, unsigned channels, CUarray_format f) {
+  return static_cast<int64_t>(w) * static_cast<int64_t>(h == 0 ? 1 : h) * static_cast<int64_t>(d == 0 ? 1 : d) *
+         static_cast<int64_t>(channels == 0 ? 1 : channels) * FormatBytes(f);
+}
+
+// Maps the real driver's address of a hooked function to its hook (cuGetProcAddress).
+struct ProcMapping {
+  void* real;
+  void* hook;
+  const char* name;
+};
+ProcMapping g_proc_map[ex::kHookCount];
+int g_proc_map_count = 0;
+
+void* MapProc(const char* symbol, void* p, cuuint64_t flags) {
+  if (p == nullptr) return p;
+  for (int i = 0; i < g_proc_map_count; ++i) {
+    if (g_proc_map[i].real == p) return g_proc_map[i].hook;
+  }
+  // Not a known address: if the driver handed out an internal alias of a hooked function,
+  // fall back to the hook of the same base name (newest version; _ptsz when per-thread).
+  if (symbol == nullptr) return p;
+  const bool ptds = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+  size_t len = strlen(symbol);
+  void* best = nullptr;
+  for (int i = 0; i < g_proc_map_count; ++i) {
+    const char* name = g_proc_map[i].name;
+    if (strncmp(name, symbol, len) != 0) continue;
+    const char* suffix = name + len;
+    bool is_ptsz = strstr(suffix, "_ptsz") != nullptr || strstr(suffix, "_ptds") != nullptr;
+    bool versioned = suffix[0] == '_' && suffix[1] == 'v';
+    if (suffix[0] != '\0' && !is_ptsz && !versioned) continue;
+    if (is_ptsz != ptds) continue;
+    best = g_proc_map[i].hook;  // names are sorted: later entries are newer versions
+  }
+  if (best != nullptr) {
+    Log(LogLevel::kDebug, "cuGetProcAddress(%s): unknown real address, using the hook by name", symbol);
+    return best;
+  }
+  return p;
+}
+
+}  // namespace
+}  // namespace gslice::shim
+
+using namespace gslice;
+using namespace gslice::shim;
+
+// ---------------------------------------------------------------------------------------
+// Hooks. Each has the real function's signature.
+
+GSLICE_EXPORT CUresult gslice_hook_cuInit(unsigned int flags) {
+  CUresult r = REAL(cuInit)(flags);
+  if (r == CUDA_SUCCESS) (void)Active();
+  return r;
+}
+
+GSLICE_EXPORT CUresult gslice_hook_cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_t flags) {
+  CUresult r = REAL(cuGetProcAddress)(symbol, pfn, version, flags);
+  if (r == CUDA_SUCCESS && pfn != nullptr) *pfn = MapProc(symbol, *pfn, flags);
+  return r;
+}
+
+GSLICE_EXPORT CUresult gslice_hook_cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint64_t flags,
+                                                       CUdriverProcAddressQueryResult* status) {
+  CUresult r = REAL(cuGetProcAddress_v2)(symbol, pfn, version, flags, status);
+  if (r == CUDA_SUCCESS && pfn != nullptr) *pfn = MapProc(symbol, *pfn, flags);
+  return r;
+}
+
+GSLICE_EXPORT CUresult gslice_hook_cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
+  CUresult r = REAL(cuMemGetInfo_v2)(free_bytes, total_bytes);
+  if (r != CUDA_SUCCESS || !Active()) return r;
+  int gpu = CurrentGpu();
+  int64_t limit = g_account->Limit(gpu);
+  if (limit < 0) return r;
+  int64_t used = g_account->Usage(gpu);
+  int64_t left = limit > used ? limit - used : 0;
+  if (free_bytes != nullptr && static_cast<int64_t>(*free_bytes) > left) *free_bytes = static_cast<size_t>(left);
+  if (total_bytes != nullptr) *total_bytes = static_cast<size_t>(limit);
+  return r;
+}
+
+GSLICE_EXPORT CUresult gslice_hook_cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
+  CUresult r = REAL(cuDeviceTotalMem_v2)(bytes, dev);
+  if (r != CUDA_SUCCESS || !Active() || bytes == nullptr) return r;
+  int64_t limit = g_account->Limit(GpuOfDevice(dev));
+  if (limit >= 0 && static_cast<uint64_t>(limit) < *bytes) *bytes = static_cast<size_t>(limit);
+  return r;
+}
+
+// --- contexts ---------------------------------------------------------------------------
+
+GSLICE_EXPORT CUresult gslice_hook_cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
+  CUresult r = REAL(cuDevicePrimaryCtxRetain)(pctx, dev);
+  if (r == CUDA_SUCCESS && Active() && dev >= 0 && dev < kMaxDevices) {
+    if (g_primary_refs[dev].fetch_add(1) == 0) g_account->ForceCharge(GpuOfDevice(dev), g_context_overhead);
+  }
+  return r;
+}
+
+GSLICE_EXPORT CUresult gslice_hook_cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+  CUresult r = REAL(cuDevicePrimaryCtxRelease_v2)(dev);
+  if (r == CUDA_SUCCESS && Active() && dev >= 0 && dev < kMaxDevices) {
+    int refs = g_primary_refs[dev].load();
+    while (refs > 0 && !g_primary_refs[dev].compare_exchange_weak(refs, refs - 1)) {
+    }
+    if (refs == 1) g_account->Release(GpuOfDevice(dev), g_context_overhead);
+  }
+  return r;
+}
+
+GSLICE_EXPORT CUresult gslice_hook_cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+  CUresult r = REAL(cuDevicePrimaryCtxReset_v2)(dev);
+  if (r == CUDA_SUCCESS && Active() && dev >= 0 && dev < kMaxDevices) {
+    if (g_primary_refs[dev].exchange(0) > 0) g_account->Release(GpuOfDevice(dev), g_context_overhead);
+  }
+  return r;
+}
+
+GSLICE_EXPORT CUresult gslice_hook_cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params, unsigned int flags,
+                                                  CUdevice dev) {
+  CUresult r = REAL(cuCtxCreate_v4)(pctx, params, flags, dev);
+  if (r == CUDA_SUCCESS && Active() && pctx != nullptr) {
+    int gpu = GpuOfDevice(dev);
+    g_account->ForceCharge(gpu, g_context_overhead);
+    Record(reinterpret_cast<uint64_t>(*pctx), AllocKind::kContext, gpu, g_context_overhead);
+  }
+  return r;
+}
+
+GSLICE_EXPORT CUresult gslice_hook_cuCtxDestroy_v2(CUcontext ctx) {
+  if (!Active()) return REAL(cuCtxDestroy_v2)(ctx);
+  AllocRecord rec;
+  bool known = Forget(reinterpret_cast<uint64_t>(ctx), AllocKind::kContext, &rec);
+  CUresult r = REAL(cuCtxDestroy_v2)(ctx);
+  if (known) {
+    if (r == CUDA_SUCCESS) ReleaseRecord(rec);
+    else Record(reinterpret_cast<uint64_t>(ctx), AllocKind::kContext, rec.gpu, rec.bytes);
+  }
+  return r;
+}
+
+// --- linear memory ----------------------------------------------------------------------
+
+GSLICE_EXPORT CUresult gslice_hook_cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
+  if (!Active()) return REAL(cuMemAlloc_v2)(dptr, bytes);
+  int gpu = CurrentGpu();
+  const int64_t n = static_cast<int64_t>(bytes);
+  if (!ChargeOrRefuse(gpu, n, "cuMemAlloc")) return CUDA_ERROR_OUT_OF_MEMORY;
+  CUresult r = REAL(cuMemAlloc_v2)(dptr, bytes);
+  if (r != CUDA_SUCCESS) {
+    g_account->Release(gpu, n);
+    return r;
+  }
+  Record(*dptr, AllocKind::kLinear, gpu, n);
+  return r;
+}
+
+GSLICE_EXPORT CUresult gslice_hook_cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height,
+                                                      unsigned int element_size) {
+  if (!Active()) return REAL(cuMemAllocPitch_v2)(dptr, pitch, width, height, element_size);
+  int gpu = CurrentGpu();
+  // Charge the row width rounded to the driver's pitch alignment first, then settle on the
+  // pitch it chose.
+  const int64_t estimate = static_cast<int64_t>((width + 511) / 512 * 512) * static_cast<int64_t>(height);
+  if (!ChargeOrRefuse(gpu, estimate, "cuMemAllocPitch")) return CUDA_ERROR_OUT_OF_MEMORY;
+  CUresult r = REAL(cuMemAllocPitch_v2)(dptr, pitch, width, height, element_size);
+  if (r != CUDA_SUCCESS) {
+    g_account->Release(gpu, estimate);
+    return r;
+  }
+  const int64_t actual = static_cast<int64_t>(*pitch) * static_cast<int64_t>(height);
+  if (actual > estimate) g_account->ForceCharge(gpu, actual - estimate);
+  else if (actual < estimate) g_account->Release(gpu, estimate - actual);
+  Record(*dptr, AllocKind::kLinear, gpu, actual);
+  return r;
+}
+
+GSLICE_EXPORT CUresult gslice_hook_cuMemAllocManaged(CUdeviceptr* dptr, size_t bytes, unsigned int flags) {
+  if (!Active()) return REAL(cuMemAllocManaged)(dptr, bytes, flags);
+  int gpu = CurrentGpu();
+  const int64_t n = static_cast<int64_t>(bytes);
+  if (!ChargeOrRefuse(gpu, n, "cuMemAllocManaged")) return CUDA_ERROR_OUT_OF_MEMORY;
+  CUresult r = REAL(cuMemAllocManaged)(dptr, bytes, flags);
+  if (r != CUDA_SUCCESS) {
+    g_account->Release(gpu, n);
+    return r;
+  }
+  Record(*dptr, AllocKind::kLinear, gpu, n);
+  return r;
+}
+
+GSLICE_EXPORT CUresult gslice_hook_cuMemFree_v2(CUdeviceptr dptr) {
+  if (!Active()) return REAL(cuMemFree_v2)(dptr);
+  AllocRecord rec;
+  bool known = Forget(dptr, AllocKind::kLinear, &rec);
+  CUresult r = REAL(cuMemFree_v2)(dptr);
+  if (known) {
+    if (r == CUDA_SUCCESS) ReleaseRecord(rec);
+    else Record(dptr, AllocKind::kLinear, rec.gpu, rec.bytes);
+  }
+  return r;
+}
+
+// --- stream-ordered allocation ------------------------------------------------------------
+
+namespace {
+// Stream capture turns an async allocation into a graph memory node: the memory is reserved
+// when the graph runs, and SyncGraphMemory charges it then.
+bool Capturing(CUstream stream) {
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return cuStreamIsCapturing(stream, &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+template <typename Call>
+CUresult CountedAsyncAlloc(CUdeviceptr* dptr, size_t bytes, CUstream stream, const char* what, Call call) {
+  if (!Active()) return call();
+  int gpu = CurrentGpu();
+  const int64_t n = static_cast<int64_t>(bytes);
+  if (Capturing(stream)) {
+    if (!Fits(gpu, n)) return CUDA_ERROR_OUT_OF_MEMORY;
+    g_graph_memory_seen.store(true, std::memory_order_relaxed);
+    return call();
+  }
+  if (!ChargeOrRefuse(gpu, n, what)) return CUDA_ERROR_OUT_OF_MEMORY;
+  CUresult r = call();
+  if (r != CUDA_SUCCESS) {
+    g_account->Release(gpu, n);
+    return r;
+  }
+  Record(*dptr, AllocKind::kLinear, gpu, n);
+  return r;
+}
+
+template <typename Call>
+CUresult CountedAsyncFree(CUdeviceptr dptr, Call call) {
+  if (!Active()) return call();
+  AllocRecord rec;
+  bool known = Forget(dptr, AllocKind::kLinear, &rec);
+  CUresult r = call();
+  if (known) {
+    if (r == CUDA_SUCCESS) ReleaseRecord(rec);
+    else Record(dptr, AllocKind::kLinear, rec.gpu, rec.bytes);
+  }
+  return r;
+}
+}  // namespace
+
+GSLICE_EXPORT CUresult gslice_hook_cuMemAllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream stream) {
+  return CountedAsyncAlloc(dptr, bytes, stream, "cuMemAllocAsync",
+                           [&] { return REAL(cuMemAllocAsync)(dptr, bytes, stream); });
+}
+
+GSLICE_EXPORT CUresult gslice_hook_cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytes, CUstream stream) {
+  return CountedAsyncAlloc(dptr, bytes, stream, "cuMemAllocAsync",
+                           [&] { return REAL(cuMemAllocAsync_ptsz)(dptr, bytes, stream); });
+}
+
+GSLICE_EXPORT CUresult gslice_hook_cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool,
+                                                           CUstream stream) {
+  return CountedAsyncAlloc(dptr, bytes, stream, "cuMemAllocFromPoolAsync",
+                           [&] { return REAL(cuMemAllocFromPoolAsync)(dptr, bytes, pool, stream); });
+}
+
+GSLICE_EXPORT CUresult gslice_hook_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool,
+                                                                CUstream stream) {
+  return CountedAsyncAlloc(dptr, bytes, stream, "cuMemAllocFromPoolAsync",
+                           [&] { return REAL(cuMemAllocFromPoolAsync_ptsz)(dptr, bytes, pool, stream); });
+}
+
+GSLICE_EXPORT CUresult gslice_hook_cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
+  return CountedAsyncFree(dptr, [&] { return REAL(cuMemFreeAsync)(dptr, stream); });
+}
+
+GSLICE_EXPORT CUresult gslice_hook_cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream) {
+  return CountedAsyncFree(dptr, [&] { return REAL(cuMemFreeAsync_ptsz)(dptr, stream); });
+}
+
+// --- virtual memory management -------------------------------------------------------------
+
+GSLICE_EXPORT CUresult gslice_hook_cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
+                                               const CUmemAllocationProp* prop, unsigned long long flags) {
+  if (!Active() || prop == nullptr || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
+    return REAL(cuMemCreate)(handle, size, prop, flags);
+  }
+  int gpu = GpuOfDevice(prop->location.id);
+  const int64_t n = static_cast<int64_t>(size);
+  if (!ChargeOrRefuse(gpu, n, "cuMemCreate")) return CUDA_ERROR_OUT_OF_MEMORY;
+  CUresult r = REAL(cuMemCreate)(handle, size, prop, flags);
+  if (r != CUDA_SUCCESS) {
+    g_account->Release(gpu, n);
+    return r;
+  }
+  Record(*handle, AllocKind::kVmmHandle, gpu, n);
+  return r;
+}
+
+GSLICE_EXPORT CUresult gslice_hook_cuMemRelease(CUmemGenericAllocationHandle handle) {
+  if (!Active()) return REAL(cuMemRelease)(handle);
+  AllocRecord rec;
+  bool known = Forget(handle, AllocKind::kVmmHandle, &rec);
+  CUresult r = REAL(cuMemRelease)(handle);
+  if (known) {
+    if (r == CUDA_SUCCESS) ReleaseRecord(rec);
+    else Record(handle, AllocKind::kVmmHandle, rec.gpu, rec.bytes);
+  }
+  return r;
+}
+
+// --- arrays --------------------------------------------------------------------------------
+
+namespace {
+template <typename Call>
+CUresult CountedArrayCreate(void* const* out_handle, AllocKind kind, int64_t bytes, const char* what, Call call) {
+  if (!Active()) return call();
+  int gpu = CurrentGpu();
+  if (!ChargeOrRefuse(gpu, bytes, what)) return CUDA_ERROR_OUT_OF_MEMORY;
+  CUresult r = call();
+  if (r != CUDA_SUCCESS) {
+    g_account->Release(gpu, bytes);
+    return r;
+  }
+  Record(reinterpret_cast<uint64_t>(*out_handle), kind, gpu, bytes);
+  return r;
+}
+
+template <typename Call>
+CUresult CountedArrayDestroy(uint64_t key, AllocKind kind, Call call) {
+  if (!Active()) return call();
+  AllocRecord rec;
+  bool known = Forget(key, kind, &rec);
+  CUresult r = call();
+  if (known) {
+    if (r == CUDA_SUCCESS) ReleaseRecord(rec);
+    else Record(key, kind, rec.gpu, rec.bytes);
+  }
+  return r;
+}
+}  // namespace
+
+GSLICE_EXPORT CUresult gslice_hook_cuArrayCreate_v2(CUarray* handle, const CUDA_ARRAY_DESCRIPTOR* desc) {
+  if (desc == nullptr || handle == nullptr) return REAL(cuArrayCreate_v2)(handle, desc);
+  int64_t bytes = ArrayBytes(desc->Width, desc->Height, 1, desc->NumChannels, desc->Format);
+  return CountedArrayCreate(reinterpret_cast<void* const*>(handle), AllocKind::kArray, bytes, "cuArrayCreate",
+                            [&] { return REAL(cuArrayCreate_v2)(handle, desc); });
+}
+
+GSLICE_EXPORT CUresult gslice_hook_cuArray3DCreate_v2(CUarray* handle, const CUDA_ARRAY3D_DESCRIPTOR* desc) {
+  if (desc == nullptr || handle == nullptr) return REAL(cuArray3DCreate_v2)(handle, desc);
+  int64_t bytes = ArrayBytes(desc->Width, desc->Height, desc->Depth, desc->NumChannels, desc->Format);
+  return CountedArrayCreate(reinterpret_cast<void* const*>(handle), AllocKind::kArray, bytes, "cuArray3DCreate",
+                            [&] { return REAL(cuArray3DCreate_v2)(handle, desc); });
+}
+
+GSLICE_EXPORT CUresult gslice_hook_cuArrayDestroy(CUarray array) {
+  return CountedArrayDestroy(reinterpret_cast<uint64_t>(array), AllocKind::kArray,
+                             [&] { return REAL(cuArrayDestroy)(array); });
+}
+
+GSLICE_EXPORT CUresult gslice_hook_cuMipmappedArrayCreate(CUmipmappedArray* handle, const CUDA_ARRAY3D_DESCRIPTOR* desc,
+                                                          unsigned int levels) {
+  if (desc == nullptr || handle == nullptr) return REAL(cuMipmappedArrayCreate)(handle, desc, levels);
+  int64_t bytes = 0;
+  size_t w = desc->Width, h = desc->Height, d = desc->Depth;
+  for (unsigned l = 0; l < levels && l < 32; ++l) {
+    bytes += ArrayBytes(w, h, d, desc->NumChannels, desc->Format);
+    w = w > 1 ? w / 2 : 1;
+    h = h > 1 ? h / 2 : h;
+    d = d > 1 ? d / 2 : d;
+  }
+  return CountedArrayCreate(reinterpret_cast<void* const*>(handle), AllocKind::kMipmapped, bytes,
+                            "cuMipmappedArrayCreate", [&] { return REAL(cuMipmappedArrayCreate)(handle, desc, levels); });
+}
+
+GSLICE_EXPORT CUresult gslice_hook_cuMipmappedArrayDestroy(CUmipmappedArray array) {
+  return CountedArrayDestroy(reinterpret_cast<uint64_t>(array), AllocKind::kMipmapped,
+                             [&] { return REAL(cuMipmappedArrayDestroy)(array); });
+}
+
+// --- graph memory --------------------------------------------------------------------------
+
+GSLICE_EXPORT CUresult gslice_hook_cuGraphAddMemAllocNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps,
+                                                          size_t ndeps, CUDA_MEM_ALLOC_NODE_PARAMS* params) {
+  if (Active() && params != nullptr) {
+    int gpu = params->poolProps.location.type == CU_MEM_LOCATION_TYPE_DEVICE ? GpuOfDevice(params->poolProps.location.id)
+                                                                               : -1;
+    if (!Fits(gpu, static_cast<int64_t>(params->bytesize))) return CUDA_ERROR_OUT_OF_MEMORY;
+    g_graph_memory_seen.store(true, std::memory_order_relaxed);
+  }
+  return REAL(cuGraphAddMemAllocNode)(node, graph, deps, ndeps, params);
+}
+
+GSLICE_EXPORT CUresult gslice_hook_cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph,
+                                                               unsigned long long flags) {
+  CUresult r = REAL(cuGraphInstantiateWithFlags)(exec, graph, flags);
+  if (r == CUDA_SUCCESS && Active()) SyncGraphMemory(CurrentDevice());
+  return r;
+}
+
+GSLICE_EXPORT CUresult gslice_hook_cuGraphInstantiateWithParams(CUgraphExec* exec, CUgraph graph,
+                                                                CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
+  CUresult r = REAL(cuGraphInstantiateWithParams)(exec, graph, params);
+  if (r == CUDA_SUCCESS && Active()) SyncGraphMemory(CurrentDevice());
+  return r;
+}
+
+GSLICE_EXPORT CUresult gslice_hook_cuGraphInstantiateWithParams_ptsz(CUgraphExec* exec, CUgraph graph,
+                                                                     CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
+  CUresult r = REAL(cuGraphInstantiateWithParams_ptsz)(exec, graph, params);
+  if (r == CUDA_SUCCESS && Active()) SyncGraphMemory(CurrentDevice());
+  return r;
+}
+
+GSLICE_EXPORT CUresult gslice_hook_cuGraphLaunch(CUgraphExec exec, CUstream stream) {
+  CUresult r = REAL(cuGraphLaunch)(exec, stream);
+  if (r == CUDA_SUCCESS && g_graph_memory_seen.load(std::memory_order_relaxed) && Active()) {
+    SyncGraphMemory(CurrentDevice());
+  }
+  return r;
+}
+
+GSLICE_EXPORT CUresult gslice_hook_cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream) {
+  CUresult r = REAL(cuGraphLaunch_ptsz)(exec, stream);
+  if (r == CUDA_SUCCESS && g_graph_memory_seen.load(std::memory_order_relaxed) && Active()) {
+    SyncGraphMemory(CurrentDevice());
+  }
+  return r;
+}
+
+GSLICE_EXPORT CUresult gslice_hook_cuDeviceGraphMemTrim(CUdevice dev) {
+  CUresult r = REAL(cuDeviceGraphMemTrim)(dev);
+  if (r == CUDA_SUCCESS && Active()) SyncGraphMemory(dev);
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------
+// Load-time setup: the only code that runs before main.
+
+namespace {
+
+struct HookEntry {
+  int slot;
+  void* hook;
+};
+
+const HookEntry kHookEntries[] = {
+#define GSLICE_HOOK(sym) {ex::kSlot_##sym, reinterpret_cast<void*>(&gslice_hook_##sym)},
+#include "hooks.def"
+#undef GSLICE_HOOK
+};
+static_assert(sizeof(kHookEntries) / sizeof(kHookEntries[0]) == ex::kHookCount);
+
+__attribute__((constructor)) void GsliceCudaShimInit() {
+  InitLog();
+  LoadRealLibrary("libcuda.so.1", OptionValue(Option::RealDriver), "GSLICE_REAL_DRIVER",
+                  reinterpret_cast<const void*>(&GsliceCudaShimInit), &g_real_library);
+  FillSlots(g_real_library.handle, ex::kNames, ex::kCount, gslice_cuda_slots, g_real,
+            reinterpret_cast<void*>(&gslice_cuda_unsupported));
+  for (const HookEntry& h : kHookEntries) {
+    void* real = g_real[h.slot];
+    if (real != reinterpret_cast<void*>(&gslice_cuda_unsupported)) {
+      g_proc_map[g_proc_map_count++] = ProcMapping{real, h.hook, ex::kNames[h.slot]};
+    }
+    __atomic_store_n(&gslice_cuda_slots[h.slot], h.hook, __ATOMIC_RELEASE);
+  }
+  const char* overhead = OptionValue(Option::ContextOverhead);
+  ParsedSize p = ParseSize(overhead);
+  if (p.ok) {
+    g_context_overhead = static_cast<int64_t>(p.bytes);
+  } else {
+    Log(LogLevel::kError, "GSLICE_CONTEXT_OVERHEAD=%s: %s; using %s", overhead, p.error,
+        GetOptionInfo(Option::ContextOverhead).default_value);
+    g_context_overhead = static_cast<int64_t>(ParseSize(GetOptionInfo(Option::ContextOverhead).default_value).bytes);
+  }
+  g_account = new (g_account_storage) SliceAccount();
+}
+
+__attribute__((destructor)) void GsliceCudaShimFini() {
+  if (g_account != nullptr) g_account->Shutdown();
+}
+
+}  // namespace

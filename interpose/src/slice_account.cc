@@ -1,0 +1,133 @@
+#include "slice_account.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <string_view>
+
+#include "gslice/options.h"
+#include "gslice/units.h"
+#include "log.h"
+
+namespace gslice::shim {
+
+bool SliceAccount::Init(bool attach) {
+  const char* memory = OptionValue(Option::Memory);
+  if (memory[0] == '\0') return false;  // no limit: the shim forwards everything
+  // Parse "10GiB" or "10GiB,5GiB".
+  std::string_view rest(memory);
+  int n = 0;
+  bool any = false;
+  while (n < kMaxDevices) {
+    size_t comma = rest.find(',');
+    std::string_view item = rest.substr(0, comma);
+    ParsedSize p = ParseSize(item);
+    if (!p.ok || p.bytes == 0 || p.bytes > static_cast<uint64_t>(INT64_MAX)) {
+      Log(LogLevel::kError, "GSLICE_MEMORY=%s: entry %d '%.*s' is not a size (%s); that GPU is not limited", memory, n,
+          static_cast<int>(item.size()), item.data(), p.ok ? "must be more than 0" : p.error);
+      limits_[n] = -1;
+    } else {
+      limits_[n] = static_cast<int64_t>(p.bytes);
+      any = true;
+    }
+    ++n;
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  limit_count_ = n;
+  if (!any) return false;
+
+  const char* name = OptionValue(Option::Slice);
+  if (name[0] == '\0' || strlen(name) >= sizeof slice_name_) {
+    if (name[0] != '\0') Log(LogLevel::kError, "GSLICE_SLICE: longer than %d characters; using a private slice", kLedgerNameSize - 1);
+    snprintf(slice_name_, sizeof slice_name_, "pid-%d", static_cast<int>(getpid()));
+  } else {
+    snprintf(slice_name_, sizeof slice_name_, "%s", name);
+  }
+  const char* path = OptionValue(Option::Ledger);
+  LedgerError e = ledger_.Open(path);
+  if (e != LedgerError::kOk) {
+    Log(LogLevel::kWarn, "ledger %s: %s; limits hold within this process only", path, LedgerErrorString(e));
+    if (ledger_.OpenPrivate() != LedgerError::kOk) return false;
+  }
+  uint32_t flags = strcmp(OptionValue(Option::EphemeralSlice), "0") == 0 ? 0u : kSliceEphemeral;
+  if (attach) {
+    const uint32_t pid = static_cast<uint32_t>(getpid());
+    e = ledger_.AttachByName(slice_name_, SliceClass::kGuaranteed, flags, pid, ProcessStartTime(pid), &handle_);
+    if (e != LedgerError::kOk) {
+      Log(LogLevel::kWarn, "slice %s: %s; limits hold within this process only", slice_name_, LedgerErrorString(e));
+      if (ledger_.OpenPrivate() != LedgerError::kOk ||
+          ledger_.AttachByName(slice_name_, SliceClass::kGuaranteed, flags, pid, 0, &handle_) != LedgerError::kOk) {
+        return false;
+      }
+    }
+    slice_ = handle_.slice;
+    attached_ = true;
+    ledger_.Reap(slice_);
+  } else {
+    slice_ = ledger_.FindSlice(slice_name_);
+  }
+  active_.store(true, std::memory_order_release);
+  return true;
+}
+
+void SliceAccount::Shutdown() {
+  if (!active() || shut_down_.exchange(true)) return;
+  if (attached_) ledger_.Detach(handle_);
+}
+
+int64_t SliceAccount::LimitForOrdinal(int ordinal) const {
+  if (limit_count_ == 0 || ordinal < 0) return -1;
+  if (limit_count_ == 1) return limits_[0];  // one size: every GPU
+  return ordinal < limit_count_ ? limits_[ordinal] : -1;
+}
+
+int SliceAccount::GpuForUuid(const uint8_t uuid[16], int ordinal) {
+  if (!active() || slice_ < 0) return -1;
+  int gpu = -1;
+  int64_t limit = LimitForOrdinal(ordinal);
+  LedgerError e = ledger_.FindOrAddGpu(slice_, uuid, limit, &gpu);
+  if (e != LedgerError::kOk) {
+    Log(LogLevel::kError, "slice %s: %s; device %d is not limited", slice_name_, LedgerErrorString(e), ordinal);
+    return -1;
+  }
+  int64_t stored = ledger_.Limit(slice_, gpu);
+  if (stored != limit) {
+    Log(LogLevel::kInfo, "slice %s: device %d limit is %lld bytes in the ledger (environment says %lld); using the ledger's",
+        slice_name_, ordinal, static_cast<long long>(stored), static_cast<long long>(limit));
+  }
+  return gpu;
+}
+
+int SliceAccount::FindGpu(const uint8_t uuid[16]) {
+  if (!active()) return -1;
+  if (slice_ < 0) slice_ = ledger_.FindSlice(slice_name_);
+  return slice_ < 0 ? -1 : ledger_.FindGpu(slice_, uuid);
+}
+
+ChargeResult SliceAccount::Charge(int gpu, int64_t bytes) {
+  if (gpu < 0 || shut_down_.load(std::memory_order_relaxed)) return ChargeResult::kOk;
+  ledger_.MaybeReap(slice_);
+  return ledger_.Charge(handle_, gpu, bytes);
+}
+
+void SliceAccount::ForceCharge(int gpu, int64_t bytes) {
+  if (gpu < 0 || shut_down_.load(std::memory_order_relaxed)) return;
+  ledger_.ForceCharge(handle_, gpu, bytes);
+}
+
+void SliceAccount::Release(int gpu, int64_t bytes) {
+  if (gpu < 0 || shut_down_.load(std::memory_order_relaxed)) return;
+  ledger_.Release(handle_, gpu, bytes);
+}
+
+int64_t SliceAccount::Usage(int gpu) {
+  if (gpu < 0 || slice_ < 0) return 0;
+  ledger_.MaybeReap(slice_);
+  return ledger_.SliceUsage(slice_, gpu);
+}
+
+int64_t SliceAccount::Limit(int gpu) const { return gpu < 0 ? -1 : ledger_.Limit(slice_, gpu); }
+
+}  // namespace gslice::shim

@@ -1,0 +1,53 @@
+// This process's view of its slice: limits from the environment (GSLICE_MEMORY,
+// GSLICE_SLICE), the node ledger, and the process slot charges go to. Owned by the shim;
+// every counted allocation goes through Charge/Release here.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "gslice/ledger.h"
+
+namespace gslice::shim {
+
+inline constexpr int kMaxDevices = 64;
+
+class SliceAccount {
+ public:
+  constexpr SliceAccount() = default;
+
+  // Reads the environment and, when a limit is configured, maps the ledger. attach: take a
+  // process slot (the libcuda shim); the NVML shim only reads. Returns active().
+  // Bad values are logged and ignored (no limit for that GPU), never fatal.
+  bool Init(bool attach);
+  // Frees the process slot (normal exit); later charges are ignored.
+  void Shutdown();
+  bool active() const { return active_.load(std::memory_order_acquire); }
+
+  // Limit for a visible device ordinal, -1 when unlimited.
+  int64_t LimitForOrdinal(int ordinal) const;
+  // The slice GPU entry for this UUID, added with LimitForOrdinal(ordinal) if new; -1 on error.
+  int GpuForUuid(const uint8_t uuid[16], int ordinal);
+  // Read-only lookup (NVML): -1 when the slice has no entry for this GPU.
+  int FindGpu(const uint8_t uuid[16]);
+
+  ChargeResult Charge(int gpu, int64_t bytes);
+  void ForceCharge(int gpu, int64_t bytes);
+  void Release(int gpu, int64_t bytes);
+  int64_t Usage(int gpu);
+  int64_t Limit(int gpu) const;
+  const char* slice_name() const { return slice_name_; }
+
+ private:
+  std::atomic<bool> active_{false};
+  bool attached_ = false;
+  std::atomic<bool> shut_down_{false};
+  Ledger ledger_;
+  SliceHandle handle_;
+  int slice_ = -1;
+  int limit_count_ = 0;
+  int64_t limits_[kMaxDevices] = {};
+  char slice_name_[kLedgerNameSize] = {};
+};
+
+}  // namespace gslice::shim
