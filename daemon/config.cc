@@ -1,0 +1,254 @@
+#include "config.h"
+
+#include <sys/stat.h>
+
+#include <fstream>
+#include <sstream>
+#include <toml.hpp>
+#include <variant>
+
+#include "gslice/units.h"
+
+namespace gslice {
+namespace {
+
+// Octal permission bits written as a string ("0660"), so TOML's integer rules do not bite.
+struct Mode {
+  uint32_t DaemonConfig::*field;
+};
+// A byte size: an integer or a string like "64KiB".
+struct Size {
+  uint64_t DaemonConfig::*field;
+};
+struct Integer {
+  int64_t DaemonConfig::*field;
+  int64_t min, max;
+};
+
+struct Option {
+  const char* key;
+  const char* default_toml;  // the default, as TOML
+  const char* help;          // one or two lines for --print-config and the docs
+  std::variant<std::string DaemonConfig::*, bool DaemonConfig::*, Integer, Size, Mode> field;
+};
+
+// The one table of gsliced options.
+const Option kOptions[] = {
+    {"socket", R"("/run/gsliced/gsliced.sock")",
+     "Unix socket of the API. Its permissions decide who may call: everyone who can\n"
+     "connect may create and delete slices.",
+     &DaemonConfig::socket},
+    {"socket_mode", R"("0660")", "Permission bits of the socket (octal, as a string).",
+     Mode{&DaemonConfig::socket_mode}},
+    {"socket_group", R"("")",
+     "Group that owns the socket (e.g. \"gslice\"); empty keeps gsliced's group.",
+     &DaemonConfig::socket_group},
+    {"database", R"("/var/lib/gsliced/gsliced.db")",
+     "SQLite database of slices, users and projects; its folder is created if missing.",
+     &DaemonConfig::database},
+    {"ledger", R"("")",
+     "Node ledger (shared memory) the shims read limits from. Empty: $GSLICE_LEDGER,\n"
+     "else /dev/shm/gslice-ledger.",
+     &DaemonConfig::ledger},
+    {"nvml_library", R"("libnvidia-ml.so.1")",
+     "NVML library gsliced dlopens to find the GPUs (a soname or a path).",
+     &DaemonConfig::nvml_library},
+    {"tcp", R"("")",
+     "Also serve the API on TCP, \"host:port\" (e.g. \"127.0.0.1:7470\"). Every request on\n"
+     "TCP needs `Authorization: Bearer <token>`, except the dashboard's static files.",
+     &DaemonConfig::tcp},
+    {"tcp_allow_remote", "false",
+     "Allow `tcp` to bind an address other than loopback (put TLS in front of it).",
+     &DaemonConfig::tcp_allow_remote},
+    {"token_file", R"("")",
+     "File holding the bearer token for TCP (one line, 16+ characters, mode 0600).",
+     &DaemonConfig::token_file},
+    {"sample_interval_ms", "1000",
+     "How often gsliced reads GPU and slice usage (metrics, dashboard), milliseconds.",
+     Integer{&DaemonConfig::sample_interval_ms, 100, 60000}},
+    {"history_seconds", "600", "How much usage history the dashboard's charts keep, seconds.",
+     Integer{&DaemonConfig::history_seconds, 10, 86400}},
+    {"api_threads", "96",
+     "Threads serving the API; one per open connection, so at least the number of\n"
+     "clients that keep connections open at once.",
+     Integer{&DaemonConfig::api_threads, 4, 4096}},
+    {"max_body_bytes", R"("64KiB")", "Largest request body the API accepts; larger gets 413.",
+     Size{&DaemonConfig::max_body_bytes}},
+    {"default_project", R"("default")",
+     "Project of slices created without one; it always exists and has no quota.",
+     &DaemonConfig::default_project},
+};
+
+std::string TypeName(const toml::value& v) {
+  std::ostringstream os;
+  os << v.type();
+  return os.str();
+}
+
+// Applies one TOML value to `config`; the message says what was expected.
+Status ApplyValue(const Option& opt, const toml::value& v, DaemonConfig* config) {
+  std::string key = opt.key;
+  if (auto* s = std::get_if<std::string DaemonConfig::*>(&opt.field)) {
+    if (!v.is_string()) return Status::BadRequest(key + ": expected a string, got " + TypeName(v));
+    config->**s = v.as_string().str;
+  } else if (auto* b = std::get_if<bool DaemonConfig::*>(&opt.field)) {
+    if (!v.is_boolean()) return Status::BadRequest(key + ": expected true or false, got " + TypeName(v));
+    config->**b = v.as_boolean();
+  } else if (auto* i = std::get_if<Integer>(&opt.field)) {
+    if (!v.is_integer() || v.as_integer() < i->min || v.as_integer() > i->max) {
+      return Status::BadRequest(key + ": expected an integer from " + std::to_string(i->min) +
+                                " to " + std::to_string(i->max));
+    }
+    config->*(i->field) = v.as_integer();
+  } else if (auto* z = std::get_if<Size>(&opt.field)) {
+    if (v.is_integer() && v.as_integer() > 0) {
+      config->*(z->field) = static_cast<uint64_t>(v.as_integer());
+    } else if (v.is_string()) {
+      ParsedSize p = ParseSize(v.as_string().str);
+      if (!p.ok || p.bytes == 0) {
+        return Status::BadRequest(key + ": '" + v.as_string().str + "' is not a size (" +
+                                  (p.error ? p.error : "zero") + "); write e.g. \"64KiB\"");
+      }
+      config->*(z->field) = p.bytes;
+    } else {
+      return Status::BadRequest(key + ": expected a size like \"64KiB\" or a byte count");
+    }
+  } else if (auto* m = std::get_if<Mode>(&opt.field)) {
+    if (!v.is_string()) return Status::BadRequest(key + ": expected octal bits as a string, e.g. \"0660\"");
+    const std::string& text = v.as_string().str;
+    char* end = nullptr;
+    unsigned long bits = std::strtoul(text.c_str(), &end, 8);
+    if (text.empty() || *end != '\0' || bits > 0777) {
+      return Status::BadRequest(key + ": '" + text + "' is not octal permission bits like \"0660\"");
+    }
+    config->*(m->field) = static_cast<uint32_t>(bits);
+  }
+  return Status::Ok();
+}
+
+const Option* FindOption(const std::string& key) {
+  for (const Option& o : kOptions) {
+    if (key == o.key) return &o;
+  }
+  return nullptr;
+}
+
+std::string KnownKeys() {
+  std::string out;
+  for (const Option& o : kOptions) out += (out.empty() ? "" : ", ") + std::string(o.key);
+  return out;
+}
+
+}  // namespace
+
+DaemonConfig DefaultConfig() {
+  DaemonConfig config;
+  for (const Option& o : kOptions) {
+    std::istringstream in(std::string("v = ") + o.default_toml + "\n");
+    toml::value doc = toml::parse(in, "defaults");
+    ApplyValue(o, doc.at("v"), &config);
+  }
+  return config;
+}
+
+Result<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig config) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::BadRequest(path + ": cannot read the config file");
+  toml::value doc;
+  try {
+    doc = toml::parse(in, path);
+  } catch (const std::exception& e) {
+    return Status::BadRequest(path + ": not valid TOML:\n" + e.what());
+  }
+  if (!doc.is_table()) return Status::BadRequest(path + ": expected a TOML table");
+  for (const auto& [key, value] : doc.as_table()) {
+    std::string where = path + ":" + std::to_string(value.location().line()) + ": ";
+    const Option* opt = FindOption(key);
+    if (opt == nullptr) {
+      return Status::BadRequest(where + "unknown key '" + key + "'; known keys: " + KnownKeys());
+    }
+    Status s = ApplyValue(*opt, value, &config);
+    if (!s.ok()) return Status::BadRequest(where + s.message());
+  }
+  return config;
+}
+
+Status ApplyOverride(const std::string& assignment, DaemonConfig* config) {
+  auto eq = assignment.find('=');
+  if (eq == std::string::npos) {
+    return Status::BadRequest("--set " + assignment + ": expected key=value");
+  }
+  std::string key = assignment.substr(0, eq), text = assignment.substr(eq + 1);
+  const Option* opt = FindOption(key);
+  if (opt == nullptr) {
+    return Status::BadRequest("--set: unknown key '" + key + "'; known keys: " + KnownKeys());
+  }
+  toml::value value;
+  try {
+    std::istringstream in("v = " + text + "\n");
+    value = toml::parse(in, "--set").at("v");
+  } catch (const std::exception&) {
+    value = toml::value(text);  // a bare word: take it as a string
+  }
+  Status s = ApplyValue(*opt, value, config);
+  if (!s.ok()) return Status::BadRequest("--set " + s.message());
+  return Status::Ok();
+}
+
+Status ValidateConfig(const DaemonConfig& config) {
+  if (config.socket.empty() && config.tcp.empty()) {
+    return Status::BadRequest("neither socket nor tcp is set: gsliced would serve no one");
+  }
+  if (!config.tcp.empty()) {
+    auto colon = config.tcp.rfind(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 == config.tcp.size()) {
+      return Status::BadRequest("tcp: '" + config.tcp + "' is not host:port, e.g. \"127.0.0.1:7470\"");
+    }
+    std::string host = config.tcp.substr(0, colon), port = config.tcp.substr(colon + 1);
+    char* end = nullptr;
+    long p = std::strtol(port.c_str(), &end, 10);
+    if (*end != '\0' || p < 0 || p > 65535) {
+      return Status::BadRequest("tcp: port '" + port + "' is not a number from 0 to 65535");
+    }
+    bool loopback = host == "127.0.0.1" || host == "localhost" || host == "::1" || host == "[::1]";
+    if (!loopback && !config.tcp_allow_remote) {
+      return Status::BadRequest("tcp: '" + host +
+                                "' is not loopback; set tcp_allow_remote = true to serve it");
+    }
+    if (config.token_file.empty()) {
+      return Status::BadRequest("tcp is set but token_file is not: TCP callers need a token");
+    }
+  }
+  if (config.database.empty()) return Status::BadRequest("database: must name a file");
+  return Status::Ok();
+}
+
+std::string DocumentedDefaults() {
+  std::string out = "# gsliced configuration (TOML). Every option, at its default.\n";
+  for (const Option& o : kOptions) {
+    out += "\n";
+    std::istringstream help(o.help);
+    for (std::string line; std::getline(help, line);) out += "# " + line + "\n";
+    out += std::string(o.key) + " = " + o.default_toml + "\n";
+  }
+  return out;
+}
+
+Result<std::string> ReadToken(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return Status::BadRequest("token_file " + path + ": cannot read it");
+  if (st.st_mode & 0077) {
+    return Status::BadRequest("token_file " + path +
+                              ": others may read it; chmod 600 " + path);
+  }
+  std::ifstream in(path);
+  std::string token;
+  std::getline(in, token);
+  while (!token.empty() && (token.back() == '\r' || token.back() == ' ')) token.pop_back();
+  if (token.size() < 16) {
+    return Status::BadRequest("token_file " + path + ": the token is shorter than 16 characters");
+  }
+  return token;
+}
+
+}  // namespace gslice

@@ -1,0 +1,50 @@
+// gsliced's configuration: one table of options (config.cc: kOptions) that the TOML
+// loader, `--set key=value`, `gsliced --print-config` and docs/daemon.md all follow.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "status.h"
+
+namespace gslice {
+
+struct DaemonConfig {
+  std::string socket;            // unix socket of the API
+  uint32_t socket_mode = 0660;   // its permission bits: who may call
+  std::string socket_group;      // its group, if set
+  std::string database;          // SQLite file
+  std::string ledger;            // node ledger path
+  std::string nvml_library;      // what dlopen loads
+  std::string tcp;               // "host:port" or empty
+  bool tcp_allow_remote = false; // tcp may bind a non-loopback address
+  std::string token_file;        // bearer token for TCP
+  int64_t sample_interval_ms = 1000;
+  int64_t history_seconds = 600;
+  int64_t api_threads = 96;
+  uint64_t max_body_bytes = 65536;
+  std::string default_project;
+};
+
+// The defaults, as the option table states them.
+DaemonConfig DefaultConfig();
+
+// Reads a TOML file over the defaults. Errors name the file, line and key, and what is
+// expected ("gsliced.toml:3: sample_interval_ms: expected an integer from 100 to 60000").
+Result<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig base);
+
+// Applies "key=value" (the value as it would be written in TOML, quotes optional for
+// strings) to `config`.
+Status ApplyOverride(const std::string& assignment, DaemonConfig* config);
+
+// Checks what no single option can: tcp needs a token, loopback unless allowed, etc.
+Status ValidateConfig(const DaemonConfig& config);
+
+// A commented TOML file with every option at its default: `gsliced --print-config`.
+std::string DocumentedDefaults();
+
+// Reads the token file: one line, at least 16 characters; refuses a file others may read.
+Result<std::string> ReadToken(const std::string& path);
+
+}  // namespace gslice

@@ -1,0 +1,201 @@
+#include "ledger_binding.h"
+
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "gslice/ledger.h"
+
+namespace gslice {
+namespace {
+
+// NVML's "GPU-2b5f0c1e-…" and the ledger's 16 CUuuid bytes are the same UUID.
+bool UuidToBytes(const std::string& text, uint8_t out[16]) {
+  std::string hex;
+  std::string_view t = text;
+  if (t.rfind("GPU-", 0) == 0) t.remove_prefix(4);
+  for (char c : t) {
+    if (c != '-') hex += c;
+  }
+  if (hex.size() != 32) return false;
+  for (int i = 0; i < 16; ++i) {
+    unsigned v = 0;
+    for (int k = 0; k < 2; ++k) {
+      char c = hex[static_cast<size_t>(2 * i + k)];
+      v <<= 4;
+      if (c >= '0' && c <= '9') v |= static_cast<unsigned>(c - '0');
+      else if (c >= 'a' && c <= 'f') v |= static_cast<unsigned>(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F') v |= static_cast<unsigned>(c - 'A' + 10);
+      else return false;
+    }
+    out[i] = static_cast<uint8_t>(v);
+  }
+  return true;
+}
+
+std::string UuidToText(const uint8_t b[16]) {
+  static const char* digits = "0123456789abcdef";
+  std::string out = "GPU-";
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
+    out += digits[b[i] >> 4];
+    out += digits[b[i] & 15];
+  }
+  return out;
+}
+
+class SharedLedger final : public NodeLedger {
+ public:
+  explicit SharedLedger(std::string path) : path_(std::move(path)) {}
+  Status Open() {
+    LedgerError e = ledger_.Open(path_.c_str());
+    if (e != LedgerError::kOk) {
+      return Status::Unavailable("node ledger " + path_ + ": " + LedgerErrorString(e) +
+                                 " (set `ledger` in the config, or GSLICE_LEDGER)");
+    }
+    return Status::Ok();
+  }
+
+  std::string Describe() const override { return path_; }
+
+  Result<std::vector<PublishedSlice>> Slices() override {
+    std::lock_guard lock(mu_);
+    std::vector<PublishedSlice> out;
+    LedgerLayout* l = ledger_.layout();
+    for (int i = 0; i < kLedgerMaxSlices; ++i) {
+      LedgerSlice& s = l->slices[i];
+      if (StateOf(s.state.load()) != EntryState::kReady) continue;
+      // A withdrawn (or `gslice run`-made) ephemeral slice with nobody left is free space.
+      if ((s.flags & kSliceEphemeral) != 0 && ledger_.AliveCount(i) == 0) continue;
+      PublishedSlice p;
+      p.name.assign(s.name, strnlen(s.name, sizeof s.name));
+      p.slice_class = static_cast<SliceClass>(s.slice_class);
+      for (int g = 0; g < kLedgerMaxGpus; ++g) {
+        if (StateOf(s.gpus[g].state.load()) != EntryState::kReady) continue;
+        int64_t limit = s.gpus[g].limit.load();
+        p.gpus.push_back(SliceGpu{UuidToText(s.gpus[g].uuid), limit < 0 ? 0 : static_cast<uint64_t>(limit), 1.0});
+      }
+      p.throttled = throttled_.count(p.name) != 0;
+      out.push_back(std::move(p));
+    }
+    return out;
+  }
+
+  Result<std::vector<ProcessUsage>> Processes() override {
+    std::lock_guard lock(mu_);
+    std::vector<ProcessUsage> out;
+    LedgerLayout* l = ledger_.layout();
+    std::map<uint32_t, std::string> slice_of_pid;
+    for (int i = 0; i < kLedgerMaxSlices; ++i) {
+      LedgerSlice& s = l->slices[i];
+      if (StateOf(s.state.load()) != EntryState::kReady) continue;
+      std::string name(s.name, strnlen(s.name, sizeof s.name));
+      uint32_t hw = s.slot_high_water.load();
+      for (uint32_t k = 0; k < hw && k < static_cast<uint32_t>(kLedgerMaxSlots); ++k) {
+        uint64_t word = s.slots[k].state.load();
+        if (StateOf(word) != EntryState::kAlive) continue;
+        uint32_t pid = PidOf(word);
+        if (!ProcessAlive(pid, s.slots[k].start_time.load())) continue;
+        slice_of_pid[pid] = name;
+        bool any = false;
+        for (int g = 0; g < kLedgerMaxGpus; ++g) {
+          if (StateOf(s.gpus[g].state.load()) != EntryState::kReady) continue;
+          int64_t used = s.used[g][k].load();
+          if (used <= 0 && any) continue;
+          ProcessUsage p;
+          p.pid = static_cast<int>(pid);
+          p.slice = name;
+          p.gpu_uuid = UuidToText(s.gpus[g].uuid);
+          p.memory_used = used > 0 ? static_cast<uint64_t>(used) : 0;
+          out.push_back(p);
+          any = true;
+        }
+        if (!any) out.push_back(ProcessUsage{static_cast<int>(pid), name, "", 0, 0, false});
+      }
+    }
+    // Compute: the launch gates' table, by pid and GPU.
+    const int64_t now = MonotonicNs();
+    std::map<std::string, bool> guaranteed_active;  // by GPU
+    struct Active {
+      std::string slice, gpu;
+      bool opportunistic;
+    };
+    std::vector<Active> active;
+    for (LedgerComputeEntry& e : l->header.compute) {
+      uint64_t word = e.state.load();
+      if (StateOf(word) != EntryState::kAlive) continue;
+      uint32_t pid = PidOf(word);
+      std::string gpu = UuidToText(e.uuid);
+      bool is_active = e.active_until_ns.load() > now;
+      for (ProcessUsage& p : out) {
+        if (p.pid == static_cast<int>(pid) && (p.gpu_uuid == gpu || p.gpu_uuid.empty())) {
+          p.busy_ns += e.busy_ns.load();
+          p.active = p.active || is_active;
+          if (p.gpu_uuid.empty()) p.gpu_uuid = gpu;
+          break;
+        }
+      }
+      if (!is_active) continue;
+      bool opportunistic = e.slice_class.load() == static_cast<uint32_t>(SliceClass::kOpportunistic);
+      if (!opportunistic) guaranteed_active[gpu] = true;
+      auto it = slice_of_pid.find(pid);
+      if (it != slice_of_pid.end()) active.push_back(Active{it->second, gpu, opportunistic});
+    }
+    // Opportunistic work that wants a GPU while guaranteed work runs there is being held back.
+    throttled_.clear();
+    for (const Active& a : active) {
+      if (a.opportunistic && guaranteed_active.count(a.gpu)) throttled_[a.slice] = true;
+    }
+    return out;
+  }
+
+  Status Publish(const Slice& slice) override {
+    std::lock_guard lock(mu_);
+    int index = -1;
+    LedgerError e = ledger_.FindOrCreateSlice(slice.name.c_str(), slice.slice_class, 0, &index);
+    if (e != LedgerError::kOk) {
+      return Status::Unavailable("node ledger " + path_ + ": cannot hold slice " + slice.name + ": " +
+                                 LedgerErrorString(e));
+    }
+    LedgerSlice& s = ledger_.layout()->slices[index];
+    s.slice_class = static_cast<uint32_t>(slice.slice_class);
+    s.flags &= ~kSliceEphemeral;  // the daemon owns it now
+    for (const SliceGpu& g : slice.gpus) {
+      uint8_t uuid[16];
+      if (!UuidToBytes(g.uuid, uuid)) return Status::Internal("GPU UUID '" + g.uuid + "' is malformed");
+      int gpu = -1;
+      int64_t limit = static_cast<int64_t>(g.memory_limit);
+      e = ledger_.FindOrAddGpu(index, uuid, limit, &gpu);
+      if (e != LedgerError::kOk) {
+        return Status::Unavailable("node ledger: slice " + slice.name + ": " + LedgerErrorString(e));
+      }
+      if (ledger_.Limit(index, gpu) != limit) ledger_.SetLimit(index, gpu, limit);
+    }
+    return Status::Ok();
+  }
+
+  Status Withdraw(const std::string& name) override {
+    std::lock_guard lock(mu_);
+    int index = ledger_.FindSlice(name.c_str());
+    if (index < 0) return Status::Ok();
+    // Processes still attached keep their limits until they exit; then the entry is free.
+    ledger_.layout()->slices[index].flags |= kSliceEphemeral;
+    return Status::Ok();
+  }
+
+ private:
+  std::string path_;
+  std::mutex mu_;
+  Ledger ledger_;
+  std::map<std::string, bool> throttled_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<NodeLedger>> OpenNodeLedger(const std::string& path) {
+  auto ledger = std::make_unique<SharedLedger>(path);
+  if (Status s = ledger->Open(); !s.ok()) return s;
+  return std::unique_ptr<NodeLedger>(std::move(ledger));
+}
+
+}  // namespace gslice

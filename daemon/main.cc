@@ -1,0 +1,162 @@
+// gsliced: the gslice node daemon. See docs/daemon.md.
+#include <signal.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "api_server.h"
+#include "config.h"
+#include "gpu_inventory.h"
+#include "ledger_binding.h"
+#include "registry.h"
+#include "store.h"
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: gsliced [--config FILE] [--set KEY=VALUE]... [--check-config] [--print-config]
+
+gsliced is gslice's node daemon: it knows the node's GPUs, keeps the slice registry
+(users, projects, quotas) in SQLite, admits or refuses slices, publishes their limits to
+the node ledger the shims enforce, and serves the API, /metrics and the dashboard.
+
+  --config FILE     read options from a TOML file (default: none; built-in defaults)
+  --set KEY=VALUE   override one option, e.g. --set socket=/tmp/gsliced.sock
+  --check-config    load and check the configuration, then exit (0 when it is valid)
+  --print-config    print every option with its default and meaning, then exit
+  --help            this text
+
+Talk to it with `gslice ls`, `gslice create`, ... (they use the socket), or open the
+dashboard on the TCP address (see `tcp` and `token_file`). Restarting gsliced never
+disturbs running work: it re-reads the database and re-adopts slices from the ledger.
+)";
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "gsliced: %s\n", message.c_str());
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace gslice;
+  DaemonConfig config = DefaultConfig();
+  std::vector<std::string> overrides;
+  std::string config_path;
+  bool check_only = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&](const char* flag) -> const char* {
+      if (i + 1 >= argc) return nullptr;
+      (void)flag;
+      return argv[++i];
+    };
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (arg == "--print-config") {
+      std::fputs(DocumentedDefaults().c_str(), stdout);
+      return 0;
+    } else if (arg == "--check-config") {
+      check_only = true;
+    } else if (arg == "--config") {
+      const char* v = value("--config");
+      if (v == nullptr) return Fail("--config needs a file: --config /etc/gslice/gsliced.toml");
+      config_path = v;
+    } else if (arg.rfind("--config=", 0) == 0) {
+      config_path = arg.substr(9);
+    } else if (arg == "--set") {
+      const char* v = value("--set");
+      if (v == nullptr) return Fail("--set needs KEY=VALUE, e.g. --set socket=/tmp/gsliced.sock");
+      overrides.push_back(v);
+    } else {
+      return Fail("unknown argument '" + arg + "'; see gsliced --help");
+    }
+  }
+  if (!config_path.empty()) {
+    auto loaded = LoadConfigFile(config_path, config);
+    if (!loaded.ok()) return Fail(loaded.status().message());
+    config = loaded.value();
+  }
+  for (const std::string& o : overrides) {
+    if (Status s = ApplyOverride(o, &config); !s.ok()) return Fail(s.message());
+  }
+  if (Status s = ValidateConfig(config); !s.ok()) return Fail(s.message());
+  std::string token;
+  if (!config.token_file.empty()) {
+    auto t = ReadToken(config.token_file);
+    if (!t.ok()) return Fail(t.status().message());
+    token = t.value();
+  }
+  if (config.ledger.empty()) {
+    const char* env = std::getenv("GSLICE_LEDGER");
+    config.ledger = env && *env ? env : "/dev/shm/gslice-ledger";
+  }
+  if (check_only) {
+    std::printf("gsliced: configuration is valid\n");
+    return 0;
+  }
+
+  // Signals are taken synchronously by this thread; every other thread inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto store = Store::Open(config.database);
+  if (!store.ok()) return Fail(store.status().message());
+  auto inventory = OpenNvmlInventory(config.nvml_library);
+  if (!inventory.ok()) return Fail(inventory.status().message());
+  auto ledger = OpenNodeLedger(config.ledger);
+  if (!ledger.ok()) return Fail(ledger.status().message());
+
+  Registry::Options options;
+  options.default_project = config.default_project;
+  options.history_samples =
+      static_cast<size_t>(config.history_seconds * 1000 / config.sample_interval_ms) + 1;
+  Registry registry(options, std::move(store.value()), std::move(inventory.value()),
+                    std::move(ledger.value()), MakeUnavailableSuspender());
+  if (Status s = registry.Start(); !s.ok()) return Fail(s.message());
+  registry.Sample();
+
+  ApiServer server(&registry, config, token);
+  if (Status s = server.Start(); !s.ok()) return Fail(s.message());
+  if (!config.socket.empty()) std::fprintf(stderr, "gsliced: api on unix:%s\n", config.socket.c_str());
+  if (server.tcp_port() > 0) {
+    std::fprintf(stderr, "gsliced: api on tcp %s (port %d)\n", config.tcp.c_str(), server.tcp_port());
+  }
+  std::fflush(stderr);
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stopping = false;
+  std::thread sampler([&] {
+    std::unique_lock lock(mu);
+    while (!cv.wait_for(lock, std::chrono::milliseconds(config.sample_interval_ms),
+                        [&] { return stopping; })) {
+      lock.unlock();
+      registry.Sample();
+      lock.lock();
+    }
+  });
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  std::fprintf(stderr, "gsliced: %s: stopping (running slices keep running)\n", strsignal(sig));
+  {
+    std::lock_guard lock(mu);
+    stopping = true;
+  }
+  cv.notify_all();
+  sampler.join();
+  server.Stop();
+  return 0;
+}

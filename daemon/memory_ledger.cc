@@ -1,0 +1,43 @@
+#include <mutex>
+
+#include "node_ledger.h"
+
+namespace gslice {
+namespace {
+
+class MemoryLedger final : public NodeLedger {
+ public:
+  std::string Describe() const override { return "in-process ledger"; }
+  Result<std::vector<PublishedSlice>> Slices() override {
+    std::lock_guard lock(mu_);
+    return slices_;
+  }
+  Result<std::vector<ProcessUsage>> Processes() override { return std::vector<ProcessUsage>{}; }
+  Status Publish(const Slice& slice) override {
+    std::lock_guard lock(mu_);
+    PublishedSlice ls{slice.name, slice.slice_class, slice.gpus, false};
+    for (PublishedSlice& s : slices_) {
+      if (s.name == slice.name) {
+        s = ls;
+        return Status::Ok();
+      }
+    }
+    slices_.push_back(ls);
+    return Status::Ok();
+  }
+  Status Withdraw(const std::string& name) override {
+    std::lock_guard lock(mu_);
+    std::erase_if(slices_, [&](const PublishedSlice& s) { return s.name == name; });
+    return Status::Ok();
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<PublishedSlice> slices_;
+};
+
+}  // namespace
+
+std::unique_ptr<NodeLedger> MakeMemoryLedger() { return std::make_unique<MemoryLedger>(); }
+
+}  // namespace gslice

@@ -1,0 +1,87 @@
+// What the daemon knows about: GPUs, projects, users and slices, and how they look in the
+// API's JSON. One definition of each record, shared by the store, the admission logic,
+// the API, the metrics and the CLI.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gslice/ledger.h"
+#include "status.h"
+
+namespace gslice {
+
+// A GPU as NVML reports it. `uuid` ("GPU-…") is the identity; `index` is NVML's order.
+struct GpuInfo {
+  unsigned index = 0;
+  std::string uuid;
+  std::string name;
+  uint64_t memory_total = 0;  // bytes
+  uint64_t memory_used = 0;   // bytes, whole device, every process
+  double utilization = -1;    // 0..1, -1 when the driver does not say
+};
+
+// SliceClass (guaranteed, opportunistic) is the node ledger's: one definition.
+
+// Lifecycle of a slice. Transitions (see slice_state.h): running -> suspending ->
+// suspended -> resuming -> running; suspending/resuming -> failed on a mechanism error;
+// failed -> running when the processes are known to run on.
+enum class SliceState { kRunning, kSuspending, kSuspended, kResuming, kFailed };
+
+std::string_view ToString(SliceClass c);
+std::string_view ToString(SliceState s);
+bool ParseSliceClass(std::string_view text, SliceClass* out);
+bool ParseSliceState(std::string_view text, SliceState* out);
+
+// A slice's share of one GPU.
+struct SliceGpu {
+  std::string uuid;
+  uint64_t memory_limit = 0;  // bytes
+  double compute_share = 0;   // 0..1 of the GPU's compute
+};
+
+struct Slice {
+  std::string name;  // identity; see ValidateName
+  std::string user;
+  std::string project;
+  SliceClass slice_class = SliceClass::kGuaranteed;
+  SliceState state = SliceState::kRunning;
+  std::vector<SliceGpu> gpus;
+  std::string origin;  // "api", "run" (gslice run) or "adopted" (found in the ledger)
+  std::string pod;     // Kubernetes labels when known
+  std::string pod_namespace;
+  int64_t idle_timeout_s = 0;  // 0: never reclaimed when idle
+  int64_t created_at = 0;      // unix seconds
+  std::string last_error;      // why the last state change failed, if it did
+};
+
+struct Project {
+  std::string name;
+  uint64_t memory_quota = 0;  // bytes of guaranteed memory over all GPUs; 0: unlimited
+  double compute_quota = 0;   // sum of guaranteed compute shares (1.0 = one GPU); 0: unlimited
+  int priority = 0;           // higher wins when opportunistic work must yield
+  int64_t created_at = 0;
+};
+
+struct User {
+  std::string name;
+  int64_t created_at = 0;
+};
+
+// A process using a slice, as the node ledger reports it.
+struct ProcessUsage {
+  int pid = 0;
+  std::string slice;
+  std::string gpu_uuid;
+  uint64_t memory_used = 0;  // bytes
+  uint64_t busy_ns = 0;      // GPU time its launches have used, total (0 when not gated)
+  bool active = false;       // wants the GPU now (its launch gate says so)
+};
+
+// Names of slices, users and projects: 1-63 characters of [a-z0-9._-] starting with a letter
+// or digit; a name never contains '/', so it is safe in a URL path and a file name.
+Status ValidateName(std::string_view what, std::string_view name);
+
+}  // namespace gslice

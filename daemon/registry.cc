@@ -1,0 +1,435 @@
+#include "registry.h"
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+
+#include "admission.h"
+
+namespace gslice {
+namespace {
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void Log(const std::string& line) { std::fprintf(stderr, "gsliced: %s\n", line.c_str()); }
+
+class UnavailableSuspender final : public Suspender {
+ public:
+  Status Suspend(const Slice& slice, const std::vector<int>&) override {
+    return Status::NotImplemented("cannot suspend slice " + slice.name +
+                                  ": this gsliced has no suspend mechanism (driver checkpointing "
+                                  "is not built in); the slice keeps running");
+  }
+  Status Resume(const Slice& slice, const std::vector<int>&) override {
+    return Status::NotImplemented("cannot resume slice " + slice.name +
+                                  ": this gsliced has no suspend mechanism (driver checkpointing "
+                                  "is not built in)");
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Suspender> MakeUnavailableSuspender() {
+  return std::make_unique<UnavailableSuspender>();
+}
+
+Registry::Registry(Options options, std::unique_ptr<Store> store,
+                   std::unique_ptr<GpuInventory> gpus, std::unique_ptr<NodeLedger> ledger,
+                   std::unique_ptr<Suspender> suspender)
+    : options_(std::move(options)),
+      store_(std::move(store)),
+      inventory_(std::move(gpus)),
+      ledger_(std::move(ledger)),
+      suspender_(std::move(suspender)),
+      history_(options_.history_samples) {}
+
+Status Registry::Start() {
+  std::lock_guard lock(mu_);
+  auto gpus = inventory_->Scan();
+  if (!gpus.ok()) return gpus.status();
+  gpus_ = std::move(gpus.value());
+  auto slices = store_->LoadSlices();
+  if (!slices.ok()) return slices.status();
+  slices_ = std::move(slices.value());
+  auto projects = store_->LoadProjects();
+  if (!projects.ok()) return projects.status();
+  projects_ = std::move(projects.value());
+  if (FindProject(options_.default_project) == nullptr) {
+    Project p;
+    p.name = options_.default_project;
+    p.created_at = static_cast<int64_t>(std::time(nullptr));
+    if (Status s = store_->PutProject(p); !s.ok()) return s;
+    projects_.push_back(p);
+  }
+  auto users = store_->LoadUsers();
+  if (!users.ok()) return users.status();
+  users_ = std::move(users.value());
+
+  auto in_ledger = ledger_->Slices();
+  if (!in_ledger.ok()) return in_ledger.status();
+  int adopted = 0, republished = 0, imported = 0;
+  for (const Slice& s : slices_) {
+    bool found = false;
+    for (const PublishedSlice& l : in_ledger.value()) found = found || l.name == s.name;
+    if (found) {
+      ++adopted;  // running as it was: leave the ledger entry and its usage alone
+    } else {
+      if (Status st = ledger_->Publish(s); !st.ok()) return st;
+      ++republished;
+    }
+  }
+  for (const PublishedSlice& l : in_ledger.value()) {
+    if (FindSlice(l.name) != nullptr) continue;
+    Slice s;
+    s.name = l.name;
+    s.user = "unknown";
+    s.project = options_.default_project;
+    s.slice_class = l.slice_class;
+    s.gpus = l.gpus;
+    s.origin = "adopted";
+    s.created_at = static_cast<int64_t>(std::time(nullptr));
+    if (Status st = store_->PutSlice(s); !st.ok()) return st;
+    store_->RecordEvent(s.name, "adopt", "found in " + ledger_->Describe());
+    slices_.push_back(std::move(s));
+    ++imported;
+  }
+  counters_.slices_adopted += static_cast<uint64_t>(adopted + imported);
+  Log("registry: " + std::to_string(gpus_.size()) + " GPU(s), " + std::to_string(slices_.size()) +
+      " slice(s): " + std::to_string(adopted) + " re-adopted from " + ledger_->Describe() + ", " +
+      std::to_string(republished) + " published again, " + std::to_string(imported) +
+      " adopted from the ledger");
+  return Status::Ok();
+}
+
+void Registry::Sample() {
+  // Ask NVML and the ledger without the lock: they may be slow, readers must not wait.
+  auto gpus = inventory_->Scan();
+  auto processes = ledger_->Processes();
+  auto ledger_slices = ledger_->Slices();
+  const int64_t now_ms = NowMs();
+  std::lock_guard lock(mu_);
+  if (gpus.ok()) gpus_ = std::move(gpus.value());
+  if (processes.ok()) {
+    processes_ = std::move(processes.value());
+    // Compute used: GPU busy time gained since the last sample over the time between them.
+    std::map<std::pair<int, std::string>, uint64_t> busy;
+    compute_used_.clear();
+    for (const ProcessUsage& p : processes_) {
+      if (p.busy_ns == 0) continue;
+      busy[{p.pid, p.gpu_uuid}] = p.busy_ns;
+      auto prev = last_busy_ns_.find({p.pid, p.gpu_uuid});
+      if (prev == last_busy_ns_.end() || last_sample_ms_ == 0 || prev->second > p.busy_ns) continue;
+      double dt_ns = static_cast<double>(now_ms - last_sample_ms_) * 1e6;
+      if (dt_ns > 0) compute_used_[p.slice] += static_cast<double>(p.busy_ns - prev->second) / dt_ns;
+    }
+    last_busy_ns_ = std::move(busy);
+    last_sample_ms_ = now_ms;
+  }
+  if (ledger_slices.ok()) {
+    throttled_.clear();
+    for (const PublishedSlice& l : ledger_slices.value()) throttled_[l.name] = l.throttled;
+  }
+  HistorySample sample;
+  sample.time_ms = now_ms;
+  for (const GpuInfo& g : gpus_) sample.gpus.push_back(GpuPoint{g.uuid, g.memory_used, g.utilization});
+  for (const Slice& s : slices_) {
+    SlicePoint p;
+    p.name = s.name;
+    for (const ProcessUsage& u : processes_) {
+      if (u.slice == s.name) p.memory_used += u.memory_used;
+    }
+    auto c = compute_used_.find(s.name);
+    p.compute_used = c == compute_used_.end() ? -1 : c->second;
+    sample.slices.push_back(std::move(p));
+  }
+  history_.Add(std::move(sample));
+  counters_.samples++;
+}
+
+NodeSnapshot Registry::Snapshot() {
+  std::lock_guard lock(mu_);
+  NodeSnapshot snap;
+  snap.time_ms = NowMs();
+  snap.ledger = ledger_->Describe();
+  auto commitments = CommitmentsByGpu(slices_);
+  for (const GpuInfo& g : gpus_) {
+    GpuView v{g, 0, 0, 0};
+    auto it = commitments.find(g.uuid);
+    if (it != commitments.end()) {
+      v.guaranteed_memory = it->second.guaranteed_memory;
+      v.guaranteed_compute = it->second.guaranteed_compute;
+      v.slices = it->second.slices;
+    }
+    snap.gpus.push_back(std::move(v));
+  }
+  for (const Slice& s : slices_) {
+    SliceView v;
+    v.slice = s;
+    for (const ProcessUsage& u : processes_) {
+      if (u.slice != s.name) continue;
+      v.processes.push_back(u);
+      v.memory_used[u.gpu_uuid] += u.memory_used;
+    }
+    auto t = throttled_.find(s.name);
+    v.throttled = t != throttled_.end() && t->second;
+    auto c = compute_used_.find(s.name);
+    v.compute_used = c == compute_used_.end() ? -1 : c->second;
+    if (s.state != SliceState::kRunning) {
+      v.activity = std::string(ToString(s.state));
+    } else if (v.throttled) {
+      v.activity = "throttled";
+    } else {
+      v.activity = v.processes.empty() ? "idle" : "running";
+    }
+    snap.slices.push_back(std::move(v));
+  }
+  for (const Project& p : projects_) {
+    ProjectUsage u = UsageOfProject(p.name, slices_);
+    snap.projects.push_back(ProjectView{p, u.guaranteed_memory, u.guaranteed_compute, u.slices});
+  }
+  snap.users = users_;
+  return snap;
+}
+
+std::vector<HistorySample> Registry::HistorySince(int64_t since_ms) {
+  std::lock_guard lock(mu_);
+  return history_.Since(since_ms);
+}
+
+Result<SliceView> Registry::GetSlice(const std::string& name) {
+  NodeSnapshot snap = Snapshot();
+  for (SliceView& v : snap.slices) {
+    if (v.slice.name == name) return std::move(v);
+  }
+  return Status::NotFound("no slice named '" + name + "': `gslice ls` lists the slices");
+}
+
+const Project* Registry::FindProject(const std::string& name) const {
+  for (const Project& p : projects_) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+Slice* Registry::FindSlice(const std::string& name) {
+  for (Slice& s : slices_) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
+Status Registry::ResolveGpus(const SliceRequest& request, Slice* slice) {
+  if (request.gpus.empty()) {
+    return Status::BadRequest("no GPU asked for: give at least one, e.g. --gpus 0");
+  }
+  for (const SliceRequest::Gpu& g : request.gpus) {
+    const GpuInfo* found = nullptr;
+    for (const GpuInfo& info : gpus_) {
+      if (info.uuid == g.ref || std::to_string(info.index) == g.ref) found = &info;
+    }
+    if (found == nullptr) {
+      std::string have;
+      for (const GpuInfo& info : gpus_) {
+        have += (have.empty() ? "" : ", ") + std::to_string(info.index) + " (" + info.uuid + ")";
+      }
+      return Status::BadRequest("GPU '" + g.ref + "' is not on this node; it has " +
+                                (have.empty() ? std::string("no GPU") : have));
+    }
+    slice->gpus.push_back(SliceGpu{found->uuid, g.memory, g.compute});
+  }
+  return Status::Ok();
+}
+
+Result<Slice> Registry::CreateSlice(const SliceRequest& request) {
+  if (Status s = ValidateName("user", request.user); !s.ok()) return s;
+  std::lock_guard lock(mu_);
+  Slice slice;
+  slice.user = request.user;
+  slice.project = request.project.empty() ? options_.default_project : request.project;
+  if (Status s = ValidateName("project", slice.project); !s.ok()) return s;
+  const Project* project = FindProject(slice.project);
+  if (project == nullptr) {
+    return Status::NotFound("project '" + slice.project +
+                            "' does not exist: create it first (POST /v1/projects) or use "
+                            "project '" + options_.default_project + "'");
+  }
+  slice.name = request.name;
+  if (slice.name.empty()) {
+    for (int n = 1;; ++n) {
+      slice.name = request.user + "-" + std::to_string(n);
+      if (FindSlice(slice.name) == nullptr) break;
+    }
+  }
+  if (Status s = ValidateName("slice", slice.name); !s.ok()) return s;
+  if (FindSlice(slice.name) != nullptr) {
+    return Status::Conflict("slice '" + slice.name +
+                            "' exists already: pick another name or delete it first");
+  }
+  slice.slice_class = request.slice_class;
+  slice.origin = request.origin;
+  slice.pod = request.pod;
+  slice.pod_namespace = request.pod_namespace;
+  slice.idle_timeout_s = request.idle_timeout_s;
+  slice.created_at = static_cast<int64_t>(std::time(nullptr));
+  if (Status s = ResolveGpus(request, &slice); !s.ok()) return s;
+  if (Status s = Admit(slice, gpus_, slices_, *project); !s.ok()) {
+    counters_.admission_refusals++;
+    return s;
+  }
+  if (Status s = store_->PutUser(User{slice.user, slice.created_at}); !s.ok()) return s;
+  bool known_user = false;
+  for (const User& u : users_) known_user = known_user || u.name == slice.user;
+  if (!known_user) users_.push_back(User{slice.user, slice.created_at});
+  if (Status s = store_->PutSlice(slice); !s.ok()) return s;
+  if (Status s = ledger_->Publish(slice); !s.ok()) {
+    store_->DeleteSlice(slice.name);
+    return s;
+  }
+  store_->RecordEvent(slice.name, "create", std::string(ToString(slice.slice_class)) + " for " +
+                                                slice.user + " in " + slice.project);
+  slices_.push_back(slice);
+  counters_.slices_created++;
+  return slice;
+}
+
+Status Registry::DeleteSlice(const std::string& name) {
+  std::lock_guard lock(mu_);
+  Slice* slice = FindSlice(name);
+  if (slice == nullptr) {
+    return Status::NotFound("no slice named '" + name + "': `gslice ls` lists the slices");
+  }
+  if (slice->state == SliceState::kSuspending || slice->state == SliceState::kResuming) {
+    return Status::Conflict("slice '" + name + "' is " + std::string(ToString(slice->state)) +
+                            ": wait until it is done, then delete it");
+  }
+  if (Status s = ledger_->Withdraw(name); !s.ok()) return s;
+  if (Status s = store_->DeleteSlice(name); !s.ok()) return s;
+  store_->RecordEvent(name, "delete", "");
+  std::erase_if(slices_, [&](const Slice& s) { return s.name == name; });
+  counters_.slices_deleted++;
+  return Status::Ok();
+}
+
+Result<Slice> Registry::SuspendSlice(const std::string& name) {
+  counters_.suspend_requests++;
+  return Transition(name, true);
+}
+
+Result<Slice> Registry::ResumeSlice(const std::string& name) {
+  counters_.resume_requests++;
+  return Transition(name, false);
+}
+
+Result<Slice> Registry::Transition(const std::string& name, bool suspend) {
+  const SliceState from = suspend ? SliceState::kRunning : SliceState::kSuspended;
+  const SliceState during = suspend ? SliceState::kSuspending : SliceState::kResuming;
+  const SliceState to = suspend ? SliceState::kSuspended : SliceState::kRunning;
+  const char* verb = suspend ? "suspend" : "resume";
+  Slice copy;
+  std::vector<int> pids;
+  {
+    std::lock_guard lock(mu_);
+    Slice* slice = FindSlice(name);
+    if (slice == nullptr) {
+      return Status::NotFound("no slice named '" + name + "': `gslice ls` lists the slices");
+    }
+    if (slice->state == to) return *slice;  // already there: nothing to do
+    if (slice->state != from) {
+      return Status::Conflict("slice '" + name + "' is " + std::string(ToString(slice->state)) +
+                              ", cannot " + verb + " it now");
+    }
+    slice->state = during;
+    store_->PutSlice(*slice);
+    store_->RecordEvent(name, verb, "requested");
+    copy = *slice;
+    for (const ProcessUsage& p : processes_) {
+      if (p.slice == name) pids.push_back(p.pid);
+    }
+  }
+  // The mechanism may take seconds; readers see the intermediate state meanwhile.
+  Status result = suspend ? suspender_->Suspend(copy, pids) : suspender_->Resume(copy, pids);
+  std::lock_guard lock(mu_);
+  Slice* slice = FindSlice(name);
+  if (slice == nullptr) return Status::NotFound("slice '" + name + "' was deleted meanwhile");
+  if (result.ok()) {
+    slice->state = to;
+    slice->last_error.clear();
+  } else {
+    // The processes were not touched (or were put back): the slice stays as it was.
+    slice->state = from;
+    slice->last_error = result.message();
+  }
+  store_->PutSlice(*slice);
+  store_->RecordEvent(name, verb, result.ok() ? "done" : "refused: " + result.message());
+  if (!result.ok()) return result;
+  return *slice;
+}
+
+Result<Project> Registry::CreateProject(const Project& project) {
+  if (Status s = ValidateName("project", project.name); !s.ok()) return s;
+  std::lock_guard lock(mu_);
+  if (FindProject(project.name) != nullptr) {
+    return Status::Conflict("project '" + project.name + "' exists already: update it with PUT");
+  }
+  Project p = project;
+  p.created_at = static_cast<int64_t>(std::time(nullptr));
+  if (Status s = store_->PutProject(p); !s.ok()) return s;
+  projects_.push_back(p);
+  return p;
+}
+
+Result<Project> Registry::UpdateProject(const Project& project) {
+  std::lock_guard lock(mu_);
+  const Project* existing = FindProject(project.name);
+  if (existing == nullptr) {
+    return Status::NotFound("no project named '" + project.name + "'");
+  }
+  Project p = project;
+  p.created_at = existing->created_at;
+  // Lowering a quota below what is in use admits nothing new; running slices stay.
+  if (Status s = store_->PutProject(p); !s.ok()) return s;
+  for (Project& q : projects_) {
+    if (q.name == p.name) q = p;
+  }
+  return p;
+}
+
+Status Registry::DeleteProject(const std::string& name) {
+  std::lock_guard lock(mu_);
+  if (FindProject(name) == nullptr) return Status::NotFound("no project named '" + name + "'");
+  if (name == options_.default_project) {
+    return Status::Conflict("project '" + name + "' is the default project and stays");
+  }
+  for (const Slice& s : slices_) {
+    if (s.project == name) {
+      return Status::Conflict("project '" + name + "' still has slices (" + s.name +
+                              "): delete them first");
+    }
+  }
+  if (Status s = store_->DeleteProject(name); !s.ok()) return s;
+  std::erase_if(projects_, [&](const Project& p) { return p.name == name; });
+  return Status::Ok();
+}
+
+Result<User> Registry::CreateUser(const std::string& name) {
+  if (Status s = ValidateName("user", name); !s.ok()) return s;
+  std::lock_guard lock(mu_);
+  for (const User& u : users_) {
+    if (u.name == name) return u;
+  }
+  User u{name, static_cast<int64_t>(std::time(nullptr))};
+  if (Status s = store_->PutUser(u); !s.ok()) return s;
+  users_.push_back(u);
+  return u;
+}
+
+Result<std::vector<Store::Event>> Registry::RecentEvents(int limit) {
+  std::lock_guard lock(mu_);
+  return store_->RecentEvents(limit);
+}
+
+}  // namespace gslice

@@ -1,0 +1,149 @@
+// The registry: the daemon's one owner of slices, projects and users. It keeps them in the
+// Store, publishes limits to the node ledger, applies admission control, drives the
+// suspend/resume state machine, and samples usage for metrics and the dashboard.
+//
+// Thread-safe: every public method may be called from any API thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "gpu_inventory.h"
+#include "history.h"
+#include "model.h"
+#include "node_ledger.h"
+#include "store.h"
+#include "suspender.h"
+
+namespace gslice {
+
+// Live view of one slice: the record plus what its processes use now.
+struct SliceView {
+  Slice slice;
+  std::map<std::string, uint64_t> memory_used;  // by GPU UUID
+  double compute_used = -1;                      // 0..1, -1 unknown
+  bool throttled = false;
+  std::vector<ProcessUsage> processes;
+  // "running", "throttled", "idle" (no process) or the lifecycle state when not running.
+  std::string activity;
+};
+
+struct ProjectView {
+  Project project;
+  uint64_t guaranteed_memory = 0;
+  double guaranteed_compute = 0;
+  int slices = 0;
+};
+
+struct GpuView {
+  GpuInfo gpu;
+  uint64_t guaranteed_memory = 0;
+  double guaranteed_compute = 0;
+  int slices = 0;
+};
+
+// Everything the API, the metrics and the dashboard show, taken at one instant.
+struct NodeSnapshot {
+  int64_t time_ms = 0;
+  std::vector<GpuView> gpus;
+  std::vector<SliceView> slices;
+  std::vector<ProjectView> projects;
+  std::vector<User> users;
+  std::string ledger;  // where the ledger lives
+};
+
+// Counters for the metrics page (monotonic since start).
+struct RegistryCounters {
+  std::atomic<uint64_t> slices_created{0};
+  std::atomic<uint64_t> slices_deleted{0};
+  std::atomic<uint64_t> admission_refusals{0};
+  std::atomic<uint64_t> slices_adopted{0};
+  std::atomic<uint64_t> suspend_requests{0};
+  std::atomic<uint64_t> resume_requests{0};
+  std::atomic<uint64_t> samples{0};
+};
+
+// What a caller asks for. GPUs are named by UUID or NVML index ("0").
+struct SliceRequest {
+  std::string name;  // empty: "<user>-<n>"
+  std::string user;
+  std::string project;  // empty: default project
+  SliceClass slice_class = SliceClass::kGuaranteed;
+  struct Gpu {
+    std::string ref;
+    uint64_t memory = 0;
+    double compute = 1.0;
+  };
+  std::vector<Gpu> gpus;
+  std::string origin = "api";
+  std::string pod, pod_namespace;
+  int64_t idle_timeout_s = 0;
+};
+
+class Registry {
+ public:
+  struct Options {
+    std::string default_project = "default";
+    size_t history_samples = 600;
+  };
+  Registry(Options options, std::unique_ptr<Store> store, std::unique_ptr<GpuInventory> gpus,
+           std::unique_ptr<NodeLedger> ledger, std::unique_ptr<Suspender> suspender);
+
+  // Loads the store, scans GPUs, and reconciles with the ledger: slices in both are
+  // re-adopted untouched, slices only in the store are published again, slices only in the
+  // ledger (started by `gslice run` with no daemon) are adopted into the store.
+  Status Start();
+
+  // Samples GPUs and the ledger into the history; the sampler thread calls it.
+  void Sample();
+
+  NodeSnapshot Snapshot();
+  std::vector<HistorySample> HistorySince(int64_t since_ms);
+  Result<SliceView> GetSlice(const std::string& name);
+
+  Result<Slice> CreateSlice(const SliceRequest& request);
+  Status DeleteSlice(const std::string& name);
+  Result<Slice> SuspendSlice(const std::string& name);
+  Result<Slice> ResumeSlice(const std::string& name);
+
+  Result<Project> CreateProject(const Project& project);
+  Result<Project> UpdateProject(const Project& project);
+  Status DeleteProject(const std::string& name);
+  Result<User> CreateUser(const std::string& name);
+
+  Result<std::vector<Store::Event>> RecentEvents(int limit);
+
+  const RegistryCounters& counters() const { return counters_; }
+
+ private:
+  Status ResolveGpus(const SliceRequest& request, Slice* slice);  // REQUIRES: mu_ held
+  const Project* FindProject(const std::string& name) const;      // REQUIRES: mu_ held
+  Slice* FindSlice(const std::string& name);                      // REQUIRES: mu_ held
+  Result<Slice> Transition(const std::string& name, bool suspend);
+
+  Options options_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<GpuInventory> inventory_;
+  std::unique_ptr<NodeLedger> ledger_;
+  std::unique_ptr<Suspender> suspender_;
+
+  std::mutex mu_;
+  std::vector<GpuInfo> gpus_;
+  std::vector<Slice> slices_;
+  std::vector<Project> projects_;
+  std::vector<User> users_;
+  std::vector<ProcessUsage> processes_;  // as of the last sample
+  std::map<std::string, bool> throttled_;
+  std::map<std::string, double> compute_used_;  // by slice, 0..1 per GPU summed
+  std::map<std::pair<int, std::string>, uint64_t> last_busy_ns_;  // by (pid, GPU)
+  int64_t last_sample_ms_ = 0;
+  History history_;
+  RegistryCounters counters_;
+};
+
+}  // namespace gslice
