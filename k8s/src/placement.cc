@@ -54,6 +54,12 @@ void ClusterState::SetNode(const std::string& node, const std::vector<GpuInfo>& 
 
 void ClusterState::RemoveNode(const std::string& node) { nodes_.erase(node); }
 
+std::vector<std::string> ClusterState::NodeNames() const {
+  std::vector<std::string> names;
+  for (const auto& [name, n] : nodes_) names.push_back(name);
+  return names;
+}
+
 const NodeGpus* ClusterState::FindNode(const std::string& node) const {
   auto it = nodes_.find(node);
   return it == nodes_.end() ? nullptr : &it->second;

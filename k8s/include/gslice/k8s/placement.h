@@ -81,6 +81,7 @@ class ClusterState {
   bool HasNode(const std::string& node) const { return nodes_.count(node) != 0; }
   const NodeGpus* FindNode(const std::string& node) const;
   size_t node_count() const { return nodes_.size(); }
+  std::vector<std::string> NodeNames() const;
 
   // Where on `node` the pod would go under `policy`; nullopt with *why when it does not fit.
   std::optional<NodeFit> Fit(const PodRequest& pod, const std::string& node, Policy policy,
