@@ -1,0 +1,267 @@
+// Modules in the sim's own image format and kernel launches.
+//
+// Image format (text, NUL-terminated when passed by pointer):
+//   gslice-sim-module 1
+//   kernel <name> <behaviour>       behaviour: busy | fill
+// Blank lines and lines starting with '#' are ignored. Behaviours and their parameters:
+//   busy (uint64_t microseconds)                     keeps the device busy that long
+//   fill (uint32_t* dst, uint32_t pattern, uint64_t count)  writes pattern count times
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "driver.h"
+
+using namespace gslice::sim;
+
+namespace {
+
+constexpr char kImageMagic[] = "gslice-sim-module 1";
+
+std::mutex g_modules_mu;
+std::map<CUmod_st*, std::unique_ptr<CUmod_st>> g_modules;
+std::set<CUfunc_st*> g_functions;
+
+CUresult ParseImage(const std::string& text, CUmod_st* mod) {
+  std::istringstream in(text);
+  std::string line;
+  if (!std::getline(in, line) || line != kImageMagic) return CUDA_ERROR_INVALID_IMAGE;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream words(line);
+    std::string keyword, name, behaviour, extra;
+    words >> keyword >> name >> behaviour;
+    if (keyword != "kernel" || name.empty() || (words >> extra)) return CUDA_ERROR_INVALID_IMAGE;
+    auto f = std::make_unique<CUfunc_st>();
+    f->module = mod;
+    f->name = name;
+    if (behaviour == "busy") {
+      f->behaviour = CUfunc_st::Behaviour::kBusy;
+    } else if (behaviour == "fill") {
+      f->behaviour = CUfunc_st::Behaviour::kFill;
+    } else {
+      return CUDA_ERROR_INVALID_IMAGE;
+    }
+    mod->functions.push_back(std::move(f));
+  }
+  return CUDA_SUCCESS;
+}
+
+// What the driver says about images the sim cannot run.
+CUresult ClassifyForeignImage(const void* image) {
+  const auto* b = static_cast<const unsigned char*>(image);
+  if (b[0] == 0x7f && b[1] == 'E' && b[2] == 'L' && b[3] == 'F') return CUDA_ERROR_INVALID_IMAGE;
+  uint32_t magic;
+  std::memcpy(&magic, b, sizeof magic);
+  if (magic == 0xBA55ED50u || magic == 0x466243B1u) return CUDA_ERROR_NO_BINARY_FOR_GPU;
+  const char* text = static_cast<const char*>(image);
+  if (std::strstr(text, ".version") != nullptr || std::strstr(text, ".target") != nullptr) {
+    return CUDA_ERROR_INVALID_PTX;
+  }
+  return CUDA_ERROR_INVALID_IMAGE;
+}
+
+CUresult LoadText(CUmodule* out, const std::string& text) {
+  REQUIRE_INIT(d);
+  REQUIRE_CONTEXT(ctx);
+  ApiGate gate;
+  auto mod = std::make_unique<CUmod_st>();
+  mod->ctx = ctx;
+  CUresult r = ParseImage(text, mod.get());
+  if (r != CUDA_SUCCESS) return r;
+  std::lock_guard<std::mutex> g(g_modules_mu);
+  for (auto& f : mod->functions) g_functions.insert(f.get());
+  *out = mod.get();
+  g_modules[mod.get()] = std::move(mod);
+  return CUDA_SUCCESS;
+}
+
+CUresult LoadImage(CUmodule* out, const void* image) {
+  if (out == nullptr || image == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  REQUIRE_INIT(d);
+  REQUIRE_CONTEXT(ctx);
+  const char* text = static_cast<const char*>(image);
+  if (std::strncmp(text, kImageMagic, sizeof kImageMagic - 1) != 0) {
+    return ClassifyForeignImage(image);
+  }
+  return LoadText(out, text);
+}
+
+bool FunctionLive(CUfunction f) {
+  std::lock_guard<std::mutex> g(g_modules_mu);
+  return g_functions.count(f) != 0;
+}
+
+struct KernelArgs {
+  uint64_t a = 0;  // busy: microseconds; fill: dst
+  uint32_t pattern = 0;
+  uint64_t count = 0;
+};
+
+CUresult ReadArgs(const CUfunc_st* f, void** params, void** extra, KernelArgs* out) {
+  if ((params == nullptr) == (extra == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  const bool fill = f->behaviour == CUfunc_st::Behaviour::kFill;
+  if (params != nullptr) {
+    if (params[0] == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    std::memcpy(&out->a, params[0], sizeof out->a);
+    if (fill) {
+      if (params[1] == nullptr || params[2] == nullptr) return CUDA_ERROR_INVALID_VALUE;
+      std::memcpy(&out->pattern, params[1], sizeof out->pattern);
+      std::memcpy(&out->count, params[2], sizeof out->count);
+    }
+    return CUDA_SUCCESS;
+  }
+  // extra: CU_LAUNCH_PARAM_BUFFER_POINTER, p, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, END;
+  // arguments laid out as the compiler lays out the parameter struct.
+  const char* buf = nullptr;
+  size_t size = 0;
+  for (size_t i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+    if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) {
+      buf = static_cast<const char*>(extra[i + 1]);
+    } else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) {
+      std::memcpy(&size, extra[i + 1], sizeof size);
+    } else {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  if (buf == nullptr || size < (fill ? 24u : 8u)) return CUDA_ERROR_INVALID_VALUE;
+  std::memcpy(&out->a, buf, 8);
+  if (fill) {
+    std::memcpy(&out->pattern, buf + 8, 4);
+    std::memcpy(&out->count, buf + 16, 8);
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult Launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                unsigned bz, unsigned shmem, CUstream h, void** params, void** extra, bool pt,
+                const int* priority_override) {
+  REQUIRE_INIT(d);
+  REQUIRE_CONTEXT(ctx);
+  if (f == nullptr || !FunctionLive(f)) return CUDA_ERROR_INVALID_HANDLE;
+  if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 || gy > 65535 ||
+      gz > 65535 || bx > 1024 || by > 1024 || bz > 64 ||
+      static_cast<uint64_t>(bx) * by * bz > 1024 || shmem > 232448) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::shared_ptr<CUstream_st> s;
+  CUresult r = ResolveStream(h, pt, &s);
+  if (r != CUDA_SUCCESS) return r;
+  KernelArgs args;
+  r = ReadArgs(f, params, extra, &args);
+  if (r != CUDA_SUCCESS) return r;
+  if (CUresult sticky = static_cast<CUresult>(s->ctx->sticky_error.load()); sticky != CUDA_SUCCESS) {
+    return sticky;
+  }
+  ApiGate gate;
+  CUctx_st* target = s->ctx;
+  const int priority = priority_override != nullptr ? *priority_override : s->priority;
+  const auto behaviour = f->behaviour;
+  Enqueue(s, [target, priority, behaviour, args] {
+    if (target->sticky_error.load() != CUDA_SUCCESS) return;  // a faulted context runs nothing
+    if (behaviour == CUfunc_st::Behaviour::kBusy) {
+      RunOnDevice(target, priority, args.a * 1000, nullptr);
+      return;
+    }
+    if (args.count > (1ull << 40) || !DeviceRangeValid(args.a, args.count * 4) || args.a % 4 != 0) {
+      // The kernel would fault on a real GPU: the context is lost.
+      target->sticky_error.store(CUDA_ERROR_ILLEGAL_ADDRESS);
+      return;
+    }
+    RunOnDevice(target, priority, 0, [&args] {
+      auto* p = reinterpret_cast<uint32_t*>(args.a);
+      for (uint64_t i = 0; i < args.count; ++i) p[i] = args.pattern;
+    });
+  });
+  return CUDA_SUCCESS;
+}
+
+CUresult LaunchEx(const CUlaunchConfig* config, CUfunction f, void** params, void** extra, bool pt) {
+  if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (config->numAttrs > 0 && config->attrs == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const int* priority = nullptr;
+  for (unsigned i = 0; i < config->numAttrs; ++i) {
+    if (config->attrs[i].id == CU_LAUNCH_ATTRIBUTE_PRIORITY) priority = &config->attrs[i].value.priority;
+  }
+  int clamped = 0;
+  if (priority != nullptr) {
+    clamped = *priority;
+    if (clamped > kLeastStreamPriority) clamped = kLeastStreamPriority;
+    if (clamped < kGreatestStreamPriority) clamped = kGreatestStreamPriority;
+    priority = &clamped;
+  }
+  return Launch(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX,
+                config->blockDimY, config->blockDimZ, config->sharedMemBytes, config->hStream,
+                params, extra, pt, priority);
+}
+
+}  // namespace
+
+GSLICE_SIM_EXPORT CUresult cuModuleLoadData(CUmodule* module, const void* image) {
+  return LoadImage(module, image);
+}
+
+GSLICE_SIM_EXPORT CUresult cuModuleLoadDataEx(CUmodule* module, const void* image, unsigned int n,
+                                              CUjit_option* options, void** values) {
+  if (n > 0 && (options == nullptr || values == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  return LoadImage(module, image);  // JIT options mean nothing to the sim
+}
+
+GSLICE_SIM_EXPORT CUresult cuModuleLoad(CUmodule* module, const char* path) {
+  if (module == nullptr || path == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  REQUIRE_INIT(d);
+  REQUIRE_CONTEXT(ctx);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return CUDA_ERROR_FILE_NOT_FOUND;
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (text.size() < 4) return CUDA_ERROR_INVALID_IMAGE;
+  return LoadImage(module, text.c_str());
+}
+
+GSLICE_SIM_EXPORT CUresult cuModuleUnload(CUmodule module) {
+  REQUIRE_INIT(d);
+  std::lock_guard<std::mutex> g(g_modules_mu);
+  auto it = g_modules.find(module);
+  if (it == g_modules.end()) return CUDA_ERROR_INVALID_HANDLE;
+  for (auto& f : it->second->functions) g_functions.erase(f.get());
+  g_modules.erase(it);
+  return CUDA_SUCCESS;
+}
+
+GSLICE_SIM_EXPORT CUresult cuModuleGetFunction(CUfunction* out, CUmodule module, const char* name) {
+  if (out == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  REQUIRE_INIT(d);
+  std::lock_guard<std::mutex> g(g_modules_mu);
+  auto it = g_modules.find(module);
+  if (it == g_modules.end()) return CUDA_ERROR_INVALID_HANDLE;
+  for (auto& f : it->second->functions) {
+    if (f->name == name) {
+      *out = f.get();
+      return CUDA_SUCCESS;
+    }
+  }
+  return CUDA_ERROR_NOT_FOUND;
+}
+
+GSLICE_SIM_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                          unsigned bx, unsigned by, unsigned bz, unsigned shmem,
+                                          CUstream h, void** params, void** extra) {
+  return Launch(f, gx, gy, gz, bx, by, bz, shmem, h, params, extra, false, nullptr);
+}
+
+GSLICE_SIM_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                               unsigned bx, unsigned by, unsigned bz,
+                                               unsigned shmem, CUstream h, void** params,
+                                               void** extra) {
+  return Launch(f, gx, gy, gz, bx, by, bz, shmem, h, params, extra, true, nullptr);
+}
+
+GSLICE_SIM_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f,
+                                            void** params, void** extra) {
+  return LaunchEx(config, f, params, extra, false);
+}
+
+GSLICE_SIM_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f,
+                                                 void** params, void** extra) {
+  return LaunchEx(config, f, params, extra, true);
+}
