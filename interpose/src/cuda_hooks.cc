@@ -15,6 +15,8 @@
 
 #include "allocation_table.h"
 #include "cuda_exports.h"
+#include "launch_gate.h"
+#include "launch_hooks.h"
 #include "gslice/options.h"
 #include "gslice/units.h"
 #include "log.h"
@@ -203,8 +205,16 @@ using namespace gslice::shim;
 // Hooks. Each has the real function's signature.
 
 GSLICE_EXPORT CUresult gslice_hook_cuInit(unsigned int flags) {
+  if (g_real_library.handle == nullptr) {
+    static std::atomic<bool> logged{false};
+    if (!logged.exchange(true)) {
+      Log(LogLevel::kError, "cuInit: no real libcuda.so.1 found (set GSLICE_REAL_DRIVER to its absolute path)");
+    }
+    return CUDA_ERROR_NO_DEVICE;
+  }
   CUresult r = REAL(cuInit)(flags);
   if (r == CUDA_SUCCESS) (void)Active();
+  if (r == CUDA_SUCCESS) StartLaunchGate(g_real, g_real_library.handle);  // compute slices
   return r;
 }
 
@@ -566,7 +576,10 @@ GSLICE_EXPORT CUresult gslice_hook_cuGraphInstantiateWithParams_ptsz(CUgraphExec
 }
 
 GSLICE_EXPORT CUresult gslice_hook_cuGraphLaunch(CUgraphExec exec, CUstream stream) {
+  const bool gated = compute::LaunchGateActive();  // compute slices (launch_gate.h)
+  if (gated) compute::BeforeLaunch(stream, false);
   CUresult r = REAL(cuGraphLaunch)(exec, stream);
+  if (gated) compute::AfterLaunch(stream, false);
   if (r == CUDA_SUCCESS && g_graph_memory_seen.load(std::memory_order_relaxed) && Active()) {
     SyncGraphMemory(CurrentDevice());
   }
@@ -574,7 +587,10 @@ GSLICE_EXPORT CUresult gslice_hook_cuGraphLaunch(CUgraphExec exec, CUstream stre
 }
 
 GSLICE_EXPORT CUresult gslice_hook_cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream) {
+  const bool gated = compute::LaunchGateActive();  // compute slices (launch_gate.h)
+  if (gated) compute::BeforeLaunch(stream, true);
   CUresult r = REAL(cuGraphLaunch_ptsz)(exec, stream);
+  if (gated) compute::AfterLaunch(stream, true);
   if (r == CUDA_SUCCESS && g_graph_memory_seen.load(std::memory_order_relaxed) && Active()) {
     SyncGraphMemory(CurrentDevice());
   }

@@ -22,7 +22,7 @@
 namespace gslice {
 
 inline constexpr uint32_t kLedgerMagic = 0x4c534c47;  // "GLSL" little-endian: 'G' 'L' 'S' 'L'
-inline constexpr uint32_t kLedgerVersion = 1;
+inline constexpr uint32_t kLedgerVersion = 2;  // 2: compute table in the header
 inline constexpr int kLedgerMaxGpus = 16;      // GPUs per slice (keyed by UUID)
 inline constexpr int kLedgerMaxSlices = 64;    // slices per node
 inline constexpr int kLedgerMaxSlots = 128;    // processes per slice
@@ -54,7 +54,7 @@ struct LedgerGpu {
   std::atomic<uint64_t> state;  // kFree / kClaiming|pid / kReady
   uint8_t uuid[16];             // CUuuid bytes
   std::atomic<int64_t> limit;   // bytes; <0: unlimited
-  uint8_t reserved[32];         // compute fields (share, cap) go here
+  uint8_t reserved[32];
 };
 
 struct LedgerProcess {
@@ -79,6 +79,22 @@ struct LedgerSlice {
   std::atomic<int64_t> used[kLedgerMaxGpus][kLedgerMaxSlots];
 };
 
+// One gated process on one GPU (interpose/compute, docs/compute.md): what the launch gates
+// of other processes on that GPU read to share it. Written only by its owner (atomics);
+// a dead owner's entry only ever expires (its *_until_ns times pass) and is freed by pid.
+inline constexpr int kLedgerMaxComputeEntries = 48;
+struct LedgerComputeEntry {
+  std::atomic<uint64_t> state;             // kFree / kClaiming|pid / kAlive|pid
+  uint8_t uuid[16];                        // the GPU
+  std::atomic<uint32_t> slice_class;       // SliceClass
+  std::atomic<uint32_t> share_permille;    // guaranteed share weight
+  std::atomic<int64_t> active_until_ns;    // wants the GPU until then (MonotonicNs)
+  std::atomic<int64_t> inflight_until_ns;  // has work queued on the GPU until then
+  std::atomic<int64_t> vtime_ns;           // measured busy time / share (share scheduler)
+  std::atomic<uint64_t> busy_ns;           // measured busy time, total
+};
+static_assert(sizeof(LedgerComputeEntry) == 64);
+
 struct LedgerHeader {
   uint32_t magic;
   uint32_t version;
@@ -87,7 +103,8 @@ struct LedgerHeader {
   uint32_t max_gpus, max_slices, max_slots;
   std::atomic<uint64_t> create_lock;   // 0, or holder pid
   std::atomic<int64_t> create_lock_ns; // CLOCK_MONOTONIC when taken
-  uint8_t reserved[4096 - 48];
+  LedgerComputeEntry compute[kLedgerMaxComputeEntries];
+  uint8_t reserved[4096 - 48 - sizeof(LedgerComputeEntry) * kLedgerMaxComputeEntries];
 };
 static_assert(sizeof(LedgerHeader) == 4096);
 

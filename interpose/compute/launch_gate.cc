@@ -1,0 +1,526 @@
+#include "launch_gate.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <mutex>
+
+#include "gpu_meter.h"
+#include "gslice/ledger.h"
+#include "gslice/options.h"
+#include "policy.h"
+
+namespace gslice::compute {
+
+std::atomic<int> g_gate_mode{0};
+
+namespace {
+
+constexpr auto kRlx = std::memory_order_relaxed;
+constexpr int kMaxContexts = 16;
+constexpr int kMaxStreams = 256;
+constexpr int64_t kPollGateNs = 200'000;
+constexpr int64_t kPollWatchNs = 10'000'000;
+constexpr int64_t kPeerScanNs = 10'000'000;
+
+int64_t NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+void SleepNs(int64_t ns) {
+  timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+  nanosleep(&ts, nullptr);
+}
+
+uint64_t ThreadKey() {
+  static thread_local uint64_t tid = static_cast<uint64_t>(syscall(SYS_gettid));
+  return tid;
+}
+
+ComputeLogFn g_log = nullptr;
+
+void LogLine(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+void LogLine(const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  if (g_log != nullptr) {
+    g_log(buf);
+  } else {
+    dprintf(2, "gslice: %s\n", buf);
+  }
+}
+
+// One context (one GPU) of this process.
+struct Device {
+  std::atomic<CUcontext> ctx{nullptr};  // bound at the first gated launch in a context
+  uint8_t uuid[16] = {};
+  LedgerComputeEntry* entry = nullptr;  // this process's entry in the ledger (or local)
+  LedgerComputeEntry local_entry{};      // used when the ledger has no room
+  EventPool pool;
+  std::mutex streams_mu;
+  StreamMeter streams[kMaxStreams];
+  std::atomic<int> stream_count{0};
+
+  std::atomic<int64_t> cap_tat{0};
+  std::atomic<int64_t> busy_total{0};
+  std::atomic<int64_t> mean_launch_ns{20'000};
+  std::mutex poll_mu;
+  uint64_t last_done = 0;  // launches completed at the previous poll (poll_mu)
+
+  // Peers: other alive entries on this GPU, refreshed by the gate thread.
+  std::atomic<int> peer_count{0};
+  int peers[kLedgerMaxComputeEntries] = {};
+  std::atomic<bool> opportunistic_peer{false};
+  std::atomic<bool> share_peer{false};
+  bool running = false;     // holds the share turn (launching threads, under turn_mu)
+  bool was_active = false;  // contended at the previous launch
+  std::mutex turn_mu;
+};
+
+struct Gate {
+  DriverApi api;
+  ComputePolicy policy;
+  LedgerLayout* ledger = nullptr;
+  Ledger mapping;
+  std::mutex devices_mu;
+  Device devices[kMaxContexts];
+  std::atomic<int> device_count{0};
+};
+
+Gate* g_gate = nullptr;
+std::once_flag g_init_once;
+bool g_init_ok = false;
+
+// ---- ledger compute table -----------------------------------------------------------
+
+LedgerComputeEntry* ClaimEntry(const uint8_t uuid[16], const ComputePolicy& p) {
+  if (g_gate->ledger == nullptr) return nullptr;
+  const uint32_t pid = static_cast<uint32_t>(getpid());
+  LedgerComputeEntry* table = g_gate->ledger->header.compute;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int i = 0; i < kLedgerMaxComputeEntries; ++i) {
+      LedgerComputeEntry& e = table[i];
+      uint64_t s = e.state.load(std::memory_order_acquire);
+      if (StateOf(s) != EntryState::kFree) {
+        // Second pass: free entries whose owner died.
+        if (pass == 1 && StateOf(s) == EntryState::kAlive && !ProcessAlive(PidOf(s), 0)) {
+          e.state.compare_exchange_strong(s, PackState(EntryState::kFree, 0));
+          s = e.state.load(std::memory_order_acquire);
+        }
+        if (StateOf(s) != EntryState::kFree) continue;
+      }
+      if (!e.state.compare_exchange_strong(s, PackState(EntryState::kClaiming, pid))) continue;
+      memcpy(e.uuid, uuid, 16);
+      e.slice_class.store(static_cast<uint32_t>(p.cls), kRlx);
+      e.share_permille.store(p.share_permille | (p.share_set ? 0x80000000u : 0u), kRlx);
+      e.active_until_ns.store(0, kRlx);
+      e.inflight_until_ns.store(0, kRlx);
+      e.vtime_ns.store(0, kRlx);
+      e.busy_ns.store(0, kRlx);
+      e.state.store(PackState(EntryState::kAlive, pid), std::memory_order_release);
+      return &e;
+    }
+  }
+  return nullptr;
+}
+
+void ReleaseEntries() {
+  if (g_gate == nullptr || g_gate->ledger == nullptr) return;
+  const int n = g_gate->device_count.load(std::memory_order_acquire);
+  for (int i = 0; i < n; ++i) {
+    LedgerComputeEntry* e = g_gate->devices[i].entry;
+    if (e != nullptr && e != &g_gate->devices[i].local_entry) {
+      e->inflight_until_ns.store(0, kRlx);
+      e->active_until_ns.store(0, kRlx);
+      e->state.store(PackState(EntryState::kFree, 0), std::memory_order_release);
+    }
+  }
+}
+
+// Refreshes d's peer list (alive entries on the same GPU, not ours) and frees dead ones.
+void ScanPeers(Device& d) {
+  if (g_gate->ledger == nullptr) return;
+  LedgerComputeEntry* table = g_gate->ledger->header.compute;
+  int n = 0;
+  bool opp = false, share = false;
+  const bool mine_set = g_gate->policy.share_set;
+  for (int i = 0; i < kLedgerMaxComputeEntries; ++i) {
+    LedgerComputeEntry& e = table[i];
+    if (&e == d.entry) continue;
+    uint64_t s = e.state.load(std::memory_order_acquire);
+    if (StateOf(s) != EntryState::kAlive || memcmp(e.uuid, d.uuid, 16) != 0) continue;
+    if (!ProcessAlive(PidOf(s), 0)) {
+      e.state.compare_exchange_strong(s, PackState(EntryState::kFree, 0));
+      continue;
+    }
+    const auto cls = static_cast<ComputeClass>(e.slice_class.load(kRlx));
+    if (cls == ComputeClass::kOpportunistic) opp = true;
+    if (cls == g_gate->policy.cls && (mine_set || (e.share_permille.load(kRlx) & 0x80000000u) != 0)) share = true;
+    d.peers[n++] = i;
+  }
+  d.peer_count.store(n, std::memory_order_release);
+  d.opportunistic_peer.store(opp, kRlx);
+  d.share_peer.store(share, kRlx);
+}
+
+GateMode WantedMode() {
+  const ComputePolicy& p = g_gate->policy;
+  if (p.capped() || p.cls == ComputeClass::kOpportunistic) return GateMode::kGate;
+  const int n = g_gate->device_count.load(std::memory_order_acquire);
+  for (int i = 0; i < n; ++i) {
+    const Device& d = g_gate->devices[i];
+    if (d.opportunistic_peer.load(kRlx) || d.share_peer.load(kRlx)) return GateMode::kGate;
+  }
+  return GateMode::kWatch;
+}
+
+// ---- measurement -------------------------------------------------------------------
+
+void Charge(Device& d, int64_t busy, int64_t now) {
+  if (busy <= 0) return;
+  d.busy_total.fetch_add(busy, kRlx);
+  d.entry->busy_ns.fetch_add(static_cast<uint64_t>(busy), kRlx);
+  d.entry->vtime_ns.fetch_add(VtimeIncrement(busy, g_gate->policy.share_permille), kRlx);
+  if (g_gate->policy.capped()) GcraCharge(d.cap_tat, now, busy, g_gate->policy.cap_permille);
+}
+
+uint64_t Outstanding(Device& d) {
+  uint64_t n = 0;
+  const int count = d.stream_count.load(std::memory_order_acquire);
+  for (int i = 0; i < count; ++i) n += d.streams[i].outstanding();
+  return n;
+}
+
+// Consumes completed markers of every stream of d; the gate thread calls it every poll,
+// waiting launchers call it to see their queue shrink.
+void PollDevice(Device& d, int64_t now) {
+  std::lock_guard<std::mutex> lock(d.poll_mu);
+  const int count = d.stream_count.load(std::memory_order_acquire);
+  int64_t busy = 0;
+  uint64_t launches = 0, outstanding = 0;
+  for (int i = 0; i < count; ++i) {
+    busy += d.streams[i].Poll(g_gate->api, d.pool, now);
+    launches += d.streams[i].launches();
+    outstanding += d.streams[i].outstanding();
+  }
+  Charge(d, busy, now);
+  const uint64_t done = launches - outstanding;
+  if (busy > 0 && done > d.last_done) {
+    const int64_t sample = busy / static_cast<int64_t>(done - d.last_done);
+    const int64_t mean = d.mean_launch_ns.load(kRlx);
+    d.mean_launch_ns.store(mean + (sample - mean) / 8, kRlx);
+  }
+  d.last_done = done;
+  // Publish whether queued work remains (CAS so a launch's fresher store is not lost).
+  int64_t inflight = d.entry->inflight_until_ns.load(kRlx);
+  const int64_t want = outstanding > 0 ? now + kInflightHoldNs : 0;
+  if (outstanding > 0 || inflight != 0) d.entry->inflight_until_ns.compare_exchange_strong(inflight, want, kRlx);
+}
+
+// ---- devices and streams -----------------------------------------------------------
+
+// Adds a device record (devices_mu held). nullptr when the table is full.
+Device* AddDevice(const uint8_t uuid[16], CUcontext ctx) {
+  const int n = g_gate->device_count.load(std::memory_order_acquire);
+  if (n == kMaxContexts) return nullptr;
+  Device& d = g_gate->devices[n];
+  memcpy(d.uuid, uuid, 16);
+  d.ctx.store(ctx, std::memory_order_release);
+  d.entry = ClaimEntry(d.uuid, g_gate->policy);
+  if (d.entry == nullptr) {
+    if (g_gate->ledger != nullptr) {
+      LogLine("compute: the ledger's compute table is full; this process's cap holds, but other slices do not see it");
+    }
+    d.entry = &d.local_entry;
+  }
+  ScanPeers(d);
+  g_gate->device_count.store(n + 1, std::memory_order_release);
+  return &d;
+}
+
+Device* CurrentDevice() {
+  CUcontext ctx = nullptr;
+  if (g_gate->api.ctx_get_current(&ctx) != CUDA_SUCCESS || ctx == nullptr) return nullptr;
+  static thread_local CUcontext cached_ctx = nullptr;
+  static thread_local Device* cached = nullptr;
+  if (ctx == cached_ctx && cached != nullptr) return cached;
+  Device* found = nullptr;
+  int n = g_gate->device_count.load(std::memory_order_acquire);
+  for (int i = 0; i < n && found == nullptr; ++i) {
+    if (g_gate->devices[i].ctx.load(std::memory_order_acquire) == ctx) found = &g_gate->devices[i];
+  }
+  if (found == nullptr) {
+    CUdevice dev = 0;
+    CUuuid uuid{};
+    if (g_gate->api.ctx_get_device(&dev) != CUDA_SUCCESS || g_gate->api.device_get_uuid(&uuid, dev) != CUDA_SUCCESS) {
+      return nullptr;
+    }
+    std::lock_guard<std::mutex> lock(g_gate->devices_mu);
+    n = g_gate->device_count.load(std::memory_order_acquire);
+    for (int i = 0; i < n && found == nullptr; ++i) {
+      Device& d = g_gate->devices[i];
+      CUcontext c = d.ctx.load(std::memory_order_acquire);
+      if (c == ctx || (c == nullptr && memcmp(d.uuid, uuid.bytes, 16) == 0)) {
+        d.ctx.store(ctx, std::memory_order_release);
+        found = &d;
+      }
+    }
+    if (found == nullptr) found = AddDevice(reinterpret_cast<const uint8_t*>(uuid.bytes), ctx);
+    if (found == nullptr) return nullptr;
+  }
+  cached_ctx = ctx;
+  cached = found;
+  return found;
+}
+
+StreamMeter* FindStream(Device& d, CUstream stream, uint64_t thread_key) {
+  static thread_local Device* cached_dev = nullptr;
+  static thread_local CUstream cached_stream = nullptr;
+  static thread_local StreamMeter* cached = nullptr;
+  if (cached_dev == &d && cached_stream == stream && cached != nullptr && cached->thread_key() == thread_key) return cached;
+  std::lock_guard<std::mutex> lock(d.streams_mu);
+  const int n = d.stream_count.load(std::memory_order_acquire);
+  StreamMeter* found = nullptr;
+  for (int i = 0; i < n; ++i) {
+    if (d.streams[i].stream() == stream && d.streams[i].thread_key() == thread_key) {
+      found = &d.streams[i];
+      break;
+    }
+  }
+  if (found == nullptr) {
+    if (n == kMaxStreams) return nullptr;  // unmetered beyond this many streams
+    found = &d.streams[n];
+    found->Reset(stream, thread_key, /*lazy_markers=*/stream != CU_STREAM_PER_THREAD);
+    d.stream_count.store(n + 1, std::memory_order_release);
+  }
+  cached_dev = &d;
+  cached_stream = stream;
+  cached = found;
+  return found;
+}
+
+// ---- decisions ---------------------------------------------------------------------
+
+bool GuaranteedBusy(Device& d, int64_t now) {
+  if (g_gate->ledger == nullptr) return false;
+  const int n = d.peer_count.load(std::memory_order_acquire);
+  LedgerComputeEntry* table = g_gate->ledger->header.compute;
+  for (int i = 0; i < n; ++i) {
+    LedgerComputeEntry& e = table[d.peers[i]];
+    if (static_cast<ComputeClass>(e.slice_class.load(kRlx)) != ComputeClass::kGuaranteed) continue;
+    if (e.inflight_until_ns.load(kRlx) > now || e.active_until_ns.load(kRlx) > now) return true;
+  }
+  return false;
+}
+
+// Lowest virtual time among contending peers of our class; INT64_MAX when none. Sets
+// *inflight when one of them still has queued work.
+int64_t MinPeerVtime(Device& d, int64_t now, bool* inflight) {
+  *inflight = false;
+  if (g_gate->ledger == nullptr || !d.share_peer.load(kRlx)) return INT64_MAX;
+  int64_t best = INT64_MAX;
+  const int n = d.peer_count.load(std::memory_order_acquire);
+  LedgerComputeEntry* table = g_gate->ledger->header.compute;
+  for (int i = 0; i < n; ++i) {
+    LedgerComputeEntry& e = table[d.peers[i]];
+    if (static_cast<ComputeClass>(e.slice_class.load(kRlx)) != g_gate->policy.cls) continue;
+    if (e.active_until_ns.load(kRlx) <= now) continue;
+    const int64_t v = e.vtime_ns.load(kRlx);
+    if (v < best) best = v;
+    if (e.inflight_until_ns.load(kRlx) > now) *inflight = true;
+  }
+  return best;
+}
+
+// How long to wait before launching on d now; 0: go.
+int64_t WaitBeforeLaunch(Device& d, int64_t now, int64_t first_try) {
+  const ComputePolicy& p = g_gate->policy;
+  int64_t wait = 0;
+  if (p.capped()) wait = GcraWaitNs(d.cap_tat.load(kRlx), now);
+  if (p.cls == ComputeClass::kOpportunistic && GuaranteedBusy(d, now)) wait = wait > 100'000 ? wait : 100'000;
+  if (wait > 0) return wait;
+  bool peer_inflight = false;
+  const int64_t min_other = MinPeerVtime(d, now, &peer_inflight);
+  std::lock_guard<std::mutex> lock(d.turn_mu);
+  if (min_other == INT64_MAX) {
+    d.was_active = false;
+    d.running = false;
+    return 0;
+  }
+  int64_t mine = d.entry->vtime_ns.load(kRlx);
+  if (!d.was_active) {
+    // Contention starts (for us): catch up to the others' virtual time.
+    const int64_t caught = VtimeOnActivation(mine, min_other);
+    if (caught != mine) d.entry->vtime_ns.fetch_add(caught - mine, kRlx);
+    mine = caught;
+    d.was_active = true;
+  }
+  if (!ShareTurn(mine, min_other, d.running)) {
+    d.running = false;
+    return 200'000;
+  }
+  if (!d.running) {
+    // Taking the turn: let the previous runner's queued work drain first, so that measured
+    // intervals are ours alone (bounded: a stalled peer cannot hold us).
+    if (peer_inflight && now - first_try < kDrainWaitMaxNs) return 50'000;
+    d.running = true;
+  }
+  return 0;
+}
+
+bool DepthBounded(Device& d) {
+  return g_gate->policy.capped() || g_gate->policy.cls == ComputeClass::kOpportunistic || d.running;
+}
+
+int64_t DepthNs() {
+  return g_gate->policy.cls == ComputeClass::kOpportunistic ? kOpportunisticDepthNs : kCapDepthNs;
+}
+
+// ---- the gate thread ---------------------------------------------------------------
+
+void* GateThread(void*) {
+  int64_t last_scan = 0;
+  CUcontext current = nullptr;
+  for (;;) {
+    const int64_t now = NowNs();
+    const int n = g_gate->device_count.load(std::memory_order_acquire);
+    const bool gating = g_gate_mode.load(kRlx) == static_cast<int>(GateMode::kGate);
+    for (int i = 0; i < n; ++i) {
+      Device& d = g_gate->devices[i];
+      if (now - last_scan >= kPeerScanNs) ScanPeers(d);
+      CUcontext ctx = d.ctx.load(std::memory_order_acquire);
+      if (!gating || ctx == nullptr) continue;
+      // Lazy markers are recorded on the app's streams from here: the context must be current.
+      if (current != ctx && g_gate->api.ctx_set_current(ctx) == CUDA_SUCCESS) current = ctx;
+      PollDevice(d, now);
+    }
+    if (now - last_scan >= kPeerScanNs) {
+      last_scan = now;
+      g_gate_mode.store(static_cast<int>(WantedMode()), kRlx);
+    }
+    SleepNs(gating ? kPollGateNs : kPollWatchNs);
+  }
+  return nullptr;
+}
+
+void InitOnce(void* (*resolve)(const char*)) {
+  static Gate gate;  // never destroyed: the gate thread runs until the process exits
+  g_gate = &gate;
+  char error[256] = {};
+  if (!ParseComputePolicy(OptionValue(Option::Compute), OptionValue(Option::Share), OptionValue(Option::Class),
+                          &gate.policy, error, sizeof error)) {
+    LogLine("%s; compute is not limited for this process", error);
+    return;
+  }
+  const char* missing = nullptr;
+  if (!gate.api.Bind(resolve, &missing)) {
+    LogLine("compute: the driver lacks %s; compute is not limited for this process", missing);
+    return;
+  }
+  const char* path = OptionValue(Option::Ledger);
+  if (gate.mapping.Open(path) == LedgerError::kOk) {
+    gate.ledger = gate.mapping.layout();
+  } else {
+    LogLine("compute: ledger %s cannot be opened; caps hold within this process, shares and classes do not", path);
+  }
+  // Register every visible GPU now, so that peers see this process before its first launch
+  // (a guaranteed process with no policy is otherwise never on the gated path).
+  int count = 0;
+  if (gate.api.device_get_count(&count) == CUDA_SUCCESS) {
+    std::lock_guard<std::mutex> lock(gate.devices_mu);
+    for (int i = 0; i < count && i < kMaxContexts; ++i) {
+      CUdevice dev = 0;
+      CUuuid uuid{};
+      if (gate.api.device_get(&dev, i) == CUDA_SUCCESS && gate.api.device_get_uuid(&uuid, dev) == CUDA_SUCCESS) {
+        AddDevice(reinterpret_cast<const uint8_t*>(uuid.bytes), nullptr);
+      }
+    }
+  }
+  pthread_t thread;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  // The gate thread must not receive the application's signals.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  const int rc = pthread_create(&thread, &attr, GateThread, nullptr);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  pthread_attr_destroy(&attr);
+  if (rc != 0) {
+    LogLine("compute: cannot start the gate thread (%s); compute is not limited", strerror(rc));
+    return;
+  }
+  atexit(ReleaseEntries);
+  g_init_ok = true;
+  g_gate_mode.store(static_cast<int>(WantedMode()), kRlx);
+}
+
+}  // namespace
+
+bool InitLaunchGate(void* (*resolve)(const char*), ComputeLogFn log) {
+  if (log != nullptr) g_log = log;
+  std::call_once(g_init_once, InitOnce, resolve);
+  return g_init_ok;
+}
+
+void BeforeLaunch(CUstream stream, bool per_thread) {
+  if (g_gate == nullptr) return;
+  Device* d = CurrentDevice();
+  if (d == nullptr) return;
+  const bool own_thread_stream = per_thread && (stream == nullptr || stream == CU_STREAM_PER_THREAD);
+  StreamMeter* m = FindStream(*d, own_thread_stream ? CU_STREAM_PER_THREAD : stream, own_thread_stream ? ThreadKey() : 0);
+  const int64_t first_try = NowNs();
+  for (int64_t now = first_try;; now = NowNs()) {
+    d->entry->active_until_ns.store(now + kActiveHoldNs, kRlx);
+    const int64_t wait = WaitBeforeLaunch(*d, now, first_try);
+    if (wait > 0) {
+      SleepNs(wait < 1'000'000 ? wait : 1'000'000);
+      continue;
+    }
+    if (DepthBounded(*d) && !DepthAllows(Outstanding(*d), d->mean_launch_ns.load(kRlx), DepthNs())) {
+      PollDevice(*d, now);
+      if (!DepthAllows(Outstanding(*d), d->mean_launch_ns.load(kRlx), DepthNs())) SleepNs(20'000);
+      continue;
+    }
+    break;
+  }
+  if (m == nullptr) return;
+  const int64_t busy = m->BeforeLaunch(g_gate->api, d->pool);
+  const int64_t now = NowNs();
+  Charge(*d, busy, now);
+  d->entry->inflight_until_ns.store(now + kInflightHoldNs, kRlx);
+}
+
+void AfterLaunch(CUstream stream, bool per_thread) {
+  if (g_gate == nullptr) return;
+  Device* d = CurrentDevice();
+  if (d == nullptr) return;
+  const bool own_thread_stream = per_thread && (stream == nullptr || stream == CU_STREAM_PER_THREAD);
+  StreamMeter* m = FindStream(*d, own_thread_stream ? CU_STREAM_PER_THREAD : stream, own_thread_stream ? ThreadKey() : 0);
+  if (m == nullptr) return;
+  // Eager markers where queued-ahead work is bounded, and on per-thread default streams
+  // (only the owning thread can record on those).
+  m->AfterLaunch(g_gate->api, d->pool, DepthBounded(*d) || own_thread_stream, NowNs());
+}
+
+uint64_t MeasuredBusyNs() {
+  if (g_gate == nullptr) return 0;
+  Device* d = CurrentDevice();
+  if (d == nullptr) return 0;
+  PollDevice(*d, NowNs());
+  return static_cast<uint64_t>(d->busy_total.load(kRlx));
+}
+
+}  // namespace gslice::compute

@@ -1,0 +1,54 @@
+// The launch gate: every kernel and graph launch of a gated process passes through it.
+// It enforces the process's compute policy (hard cap, guaranteed share, class) on GPU time
+// measured by gpu_meter.h, and publishes what other processes' gates need (is this process
+// contending, has it queued work, its virtual time) in the node ledger's compute table.
+//
+// Use from the shim's launch hooks:
+//
+//   if (gslice::compute::LaunchGateActive()) {
+//     gslice::compute::BeforeLaunch(stream, per_thread);   // may wait
+//     CUresult r = real_launch(...);
+//     gslice::compute::AfterLaunch(stream, per_thread);
+//     return r;
+//   }
+//   return real_launch(...);
+//
+// LaunchGateActive() is one relaxed load: a process with no compute policy and no peers
+// that need it to publish pays nothing else. docs/compute.md explains the design.
+#pragma once
+
+#include <cuda.h>
+
+#include <atomic>
+#include <cstdint>
+
+namespace gslice::compute {
+
+enum class GateMode : int {
+  kOff = 0,    // not initialised or no policy possible: launches pass untouched
+  kWatch = 1,  // registered; a background thread watches for peers, launches pass untouched
+  kGate = 2,   // launches go through BeforeLaunch/AfterLaunch
+};
+
+extern std::atomic<int> g_gate_mode;
+
+inline bool LaunchGateActive() { return g_gate_mode.load(std::memory_order_relaxed) == static_cast<int>(GateMode::kGate); }
+
+using ComputeLogFn = void (*)(const char* line);
+
+// Reads GSLICE_COMPUTE, GSLICE_SHARE, GSLICE_CLASS and GSLICE_LEDGER, maps the ledger and
+// starts the gate's thread. resolve returns the REAL driver's symbol for a name. log
+// receives one line per event (nullptr: stderr). Idempotent and thread-safe. Bad policy
+// values are logged and the process runs ungated; returns whether the gate runs.
+bool InitLaunchGate(void* (*resolve)(const char* name), ComputeLogFn log);
+
+// Around a launch on stream (per_thread: the _ptsz variant, where stream 0 means the
+// calling thread's default stream). BeforeLaunch may wait; neither ever fails the launch.
+void BeforeLaunch(CUstream stream, bool per_thread);
+void AfterLaunch(CUstream stream, bool per_thread);
+
+// GPU time this process was measured to use on the current context's device, ns (tests,
+// statistics). Includes time completed by now; call after synchronising for a final value.
+uint64_t MeasuredBusyNs();
+
+}  // namespace gslice::compute

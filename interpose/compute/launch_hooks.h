@@ -1,0 +1,36 @@
+// The shim's launch hooks (listed in interpose/hooks.def, defined in launch_hooks.cc): every
+// kernel and graph launch passes the launch gate (launch_gate.h); stream creation maps the
+// compute class to a stream priority.
+#pragma once
+
+#include <cuda.h>
+
+namespace gslice::shim {
+
+// Called by the cuInit hook: gives the hooks the shim's table of real driver functions
+// (indexed by cuda_exports slots, filled at load time) and starts the gate. Until then the
+// hooks forward to the real driver through the same table.
+void StartLaunchGate(void* const* real, void* real_handle);
+
+}  // namespace gslice::shim
+
+#define GSLICE_COMPUTE_HOOK extern "C" __attribute__((visibility("hidden")))
+GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                                        unsigned by, unsigned bz, unsigned shmem, CUstream s,
+                                                        void** params, void** extra);
+GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                                             unsigned bx, unsigned by, unsigned bz, unsigned shmem,
+                                                             CUstream s, void** params, void** extra);
+GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** params,
+                                                          void** extra);
+GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f,
+                                                               void** params, void** extra);
+GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                                                   unsigned bx, unsigned by, unsigned bz,
+                                                                   unsigned shmem, CUstream s, void** params);
+GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy,
+                                                                        unsigned gz, unsigned bx, unsigned by,
+                                                                        unsigned bz, unsigned shmem, CUstream s,
+                                                                        void** params);
+GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuStreamCreate(CUstream* s, unsigned flags);
+GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuStreamCreateWithPriority(CUstream* s, unsigned flags, int priority);
