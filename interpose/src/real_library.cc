@@ -77,7 +77,7 @@ bool LoadRealLibrary(const char* soname, const char* override_path, const char* 
   for (const char* dir : kDriverDirs) {
     if (TryDir(dir, strlen(dir), soname, have_self, self, out)) return true;
   }
-  Log(LogLevel::kError, "no real %s found (set %s to its absolute path)", soname, override_env);
+  Log(LogLevel::kInfo, "no real %s found (set %s to its absolute path)", soname, override_env);
   return false;
 }
 

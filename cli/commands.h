@@ -1,0 +1,14 @@
+// gslice's commands. Each lives in its own file (run_command.cc, ...) and is listed once in
+// main.cc's table.
+#pragma once
+
+namespace gslice::cli {
+
+// A command gets its arguments after the command name (argv[0] is the command name) and
+// returns the process exit status. Errors are printed to stderr as "gslice <cmd>: ...".
+using CommandFn = int (*)(int argc, char** argv);
+
+int RunCommand(int argc, char** argv);
+extern const char kRunSummary[];
+
+}  // namespace gslice::cli

@@ -1,0 +1,266 @@
+// gslice run: runs a program inside a memory slice, with no daemon. It checks the request
+// against the GPUs the driver reports, then sets the environment the shims read
+// (CUDA_VISIBLE_DEVICES, LD_PRELOAD, GSLICE_*) and replaces itself with the program.
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "gpu_query.h"
+#include "gslice/options.h"
+#include "gslice/units.h"
+
+namespace gslice::cli {
+
+const char kRunSummary[] = "run a program in a memory slice of one or more GPUs (no daemon needed)";
+
+namespace {
+
+constexpr uint64_t kMinLimit = 64ull << 20;
+
+const char kRunHelp[] =
+    "usage: gslice run [--gpus LIST] --memory SIZE[,SIZE...] [--name NAME] [--sim] [-v] -- CMD [ARGS...]\n"
+    "\n"
+    "Runs CMD with a memory limit on each GPU it uses. CMD needs no changes: CUDA programs,\n"
+    "PyTorch, JAX and nvidia-smi inside the slice see a GPU of SIZE, and allocating past it\n"
+    "fails with the program's own out-of-memory error. Child processes share the limit.\n"
+    "\n"
+    "options:\n"
+    "  --gpus LIST     GPUs to use, by index or UUID, comma-separated (default: every visible GPU).\n"
+    "                  Indices count the GPUs this shell can see (CUDA_VISIBLE_DEVICES applies).\n"
+    "  --memory SIZES  memory limit per GPU: one size for all (\"20GiB\") or one per GPU of --gpus\n"
+    "                  (\"40GiB,20GiB\"). Units B, KiB, MiB, GiB, TiB (binary); at least 64 MiB,\n"
+    "                  at most the GPU's memory.\n"
+    "  --name NAME     slice name; processes started with the same name share one limit\n"
+    "                  (default: run-<pid>, one slice per gslice run).\n"
+    "  --sim           run on gslice's simulated driver (build/lib/sim) instead of a real GPU.\n"
+    "  -v, --verbose   print the slice before running CMD.\n"
+    "  -h, --help      this text.\n"
+    "\n"
+    "examples:\n"
+    "  gslice run --memory 20GiB -- python train.py\n"
+    "  gslice run --gpus 0,1 --memory 40GiB,20GiB -- python train.py\n"
+    "  gslice run --sim --memory 2GiB -- gslice-example\n"
+    "  gslice run --memory 10GiB -- nvidia-smi       # shows a 10 GiB GPU\n";
+
+int Fail(const std::string& msg) {
+  fprintf(stderr, "gslice run: %s\n", msg.c_str());
+  return 2;
+}
+
+std::vector<std::string> Split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (;;) {
+    size_t comma = s.find(',', start);
+    out.push_back(s.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::string Human(uint64_t bytes) {
+  char buf[32];
+  FormatSize(bytes, buf, sizeof buf);
+  return buf;
+}
+
+// The installation prefix: the folder above the one holding this executable (build/).
+std::string Prefix() {
+  char exe[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return ".";
+  exe[n] = '\0';
+  std::string dir(exe);
+  dir = dir.substr(0, dir.rfind('/'));  // .../bin
+  return dir.substr(0, dir.rfind('/'));
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+bool IsNumber(const std::string& s) {
+  if (s.empty()) return false;
+  for (char c : s)
+    if (c < '0' || c > '9') return false;
+  return true;
+}
+
+std::string GpuLine(const GpuInfo& g) {
+  return std::to_string(g.ordinal) + ": " + g.name + ", " + Human(g.total) + ", " + g.uuid;
+}
+
+}  // namespace
+
+int RunCommand(int argc, char** argv) {
+  std::string gpus_arg, memory_arg, name;
+  bool sim = false, verbose = false, have_gpus = false;
+  int i = 1;
+  for (; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&](const char* opt, std::string* out) -> bool {
+      size_t len = strlen(opt);
+      if (a.size() > len && a.compare(0, len, opt) == 0 && a[len] == '=') {
+        *out = a.substr(len + 1);
+        return true;
+      }
+      if (a == opt) {
+        if (i + 1 >= argc) return false;
+        *out = argv[++i];
+        return true;
+      }
+      return false;
+    };
+    if (a == "--") {
+      ++i;
+      break;
+    }
+    if (a == "-h" || a == "--help") {
+      fputs(kRunHelp, stdout);
+      return 0;
+    }
+    if (a == "--sim") {
+      sim = true;
+    } else if (a == "-v" || a == "--verbose") {
+      verbose = true;
+    } else if (a.rfind("--gpus", 0) == 0) {
+      if (!value("--gpus", &gpus_arg)) return Fail("--gpus needs a value, e.g. --gpus 0,1");
+      have_gpus = true;
+    } else if (a.rfind("--memory", 0) == 0) {
+      if (!value("--memory", &memory_arg)) return Fail("--memory needs a value, e.g. --memory 20GiB");
+    } else if (a.rfind("--name", 0) == 0) {
+      if (!value("--name", &name)) return Fail("--name needs a value");
+    } else if (!a.empty() && a[0] == '-') {
+      return Fail("unknown option '" + a + "' (see gslice run --help)");
+    } else {
+      break;  // the command starts here
+    }
+  }
+  if (i >= argc) return Fail("no command to run: gslice run --memory SIZE -- CMD [ARGS...] (see --help)");
+  if (memory_arg.empty()) return Fail("--memory is required, e.g. --memory 20GiB (see --help)");
+  if (name.size() >= 64) return Fail("--name " + name + ": at most 63 characters");
+
+  std::vector<uint64_t> limits;
+  for (const std::string& item : Split(memory_arg)) {
+    ParsedSize p = ParseSize(item);
+    if (!p.ok) return Fail("--memory " + item + ": " + p.error);
+    if (p.bytes < kMinLimit) return Fail("--memory " + item + ": must be at least 64 MiB");
+    limits.push_back(p.bytes);
+  }
+
+  const std::string prefix = Prefix();
+  const std::string shim_cuda = prefix + "/lib/gslice/libcuda.so.1";
+  const std::string shim_nvml = prefix + "/lib/gslice/libnvidia-ml.so.1";
+  if (!Exists(shim_cuda) || !Exists(shim_nvml)) {
+    return Fail("the gslice shims are missing (" + shim_cuda + "); build them (scripts/build)");
+  }
+  std::string driver = "libcuda.so.1", nvml;
+  if (sim) {
+    driver = prefix + "/lib/sim/libcuda.so.1";
+    nvml = prefix + "/lib/sim/libnvidia-ml.so.1";
+    if (!Exists(driver)) return Fail("--sim: the simulated driver is not built (" + driver + ")");
+  } else if (const char* real = getenv(GetOptionInfo(Option::RealDriver).env); real != nullptr && real[0] != '\0') {
+    driver = real;
+  }
+
+  std::vector<GpuInfo> all;
+  std::string loaded, error;
+  if (!QueryGpus(driver, &all, &loaded, &error)) {
+    if (!sim) error += "\n  no NVIDIA driver here? 'gslice run --sim ...' runs on the simulated driver";
+    return Fail(error);
+  }
+  if (all.empty()) {
+    const char* cvd = getenv("CUDA_VISIBLE_DEVICES");
+    return Fail(std::string("no GPU visible") + (cvd != nullptr ? std::string(" (CUDA_VISIBLE_DEVICES=") + cvd + ")" : ""));
+  }
+  auto list_gpus = [&] {
+    std::string s;
+    for (const GpuInfo& g : all) s += "\n  " + GpuLine(g);
+    return s;
+  };
+
+  std::vector<GpuInfo> chosen;
+  if (have_gpus) {
+    for (const std::string& item : Split(gpus_arg)) {
+      const GpuInfo* match = nullptr;
+      if (IsNumber(item)) {
+        unsigned long idx = strtoul(item.c_str(), nullptr, 10);
+        if (idx < all.size()) match = &all[idx];
+      } else if (item.size() >= 8) {
+        for (const GpuInfo& g : all)
+          if (g.uuid.compare(0, item.size(), item) == 0) match = &g;
+      }
+      if (match == nullptr) {
+        return Fail("--gpus " + item + ": no such GPU; this machine shows " + std::to_string(all.size()) + ":" +
+                    list_gpus());
+      }
+      for (const GpuInfo& g : chosen)
+        if (g.ordinal == match->ordinal) return Fail("--gpus " + gpus_arg + ": GPU " + item + " is listed twice");
+      chosen.push_back(*match);
+    }
+  } else {
+    chosen = all;
+  }
+  if (limits.size() != 1 && limits.size() != chosen.size()) {
+    return Fail("--memory " + memory_arg + ": " + std::to_string(limits.size()) + " sizes for " +
+                std::to_string(chosen.size()) + " GPUs (give one size for all, or one per GPU)");
+  }
+  for (size_t k = 0; k < chosen.size(); ++k) {
+    uint64_t limit = limits.size() == 1 ? limits[0] : limits[k];
+    if (limit > chosen[k].total) {
+      return Fail("--memory " + Human(limit) + ": GPU " + std::to_string(chosen[k].ordinal) + " (" + chosen[k].name +
+                  ") has only " + Human(chosen[k].total));
+    }
+  }
+
+  // The environment the shims read.
+  std::string visible, memory;
+  std::vector<std::string> parent_visible;
+  if (const char* cvd = getenv("CUDA_VISIBLE_DEVICES"); cvd != nullptr && cvd[0] != '\0') parent_visible = Split(cvd);
+  for (size_t k = 0; k < chosen.size(); ++k) {
+    if (k > 0) {
+      visible += ",";
+      memory += ",";
+    }
+    size_t ord = static_cast<size_t>(chosen[k].ordinal);
+    visible += ord < parent_visible.size() ? parent_visible[ord] : std::to_string(ord);
+    memory += std::to_string(limits.size() == 1 ? limits[0] : limits[k]);
+  }
+  if (name.empty()) name = "run-" + std::to_string(getpid());
+  std::string preload = shim_cuda + " " + shim_nvml;
+  if (const char* old = getenv("LD_PRELOAD"); old != nullptr && old[0] != '\0') {
+    preload = std::string(old) + " " + preload;  // keep what was preloaded before (sanitizer runtimes first)
+  }
+  setenv("CUDA_VISIBLE_DEVICES", visible.c_str(), 1);
+  setenv(GetOptionInfo(Option::Memory).env, memory.c_str(), 1);
+  setenv(GetOptionInfo(Option::Slice).env, name.c_str(), 1);
+  setenv("LD_PRELOAD", preload.c_str(), 1);
+  if (!loaded.empty() && loaded.find("/lib/gslice/") == std::string::npos) {
+    setenv(GetOptionInfo(Option::RealDriver).env, loaded.c_str(), 1);
+  }
+  if (!nvml.empty()) setenv(GetOptionInfo(Option::RealNvml).env, nvml.c_str(), 1);
+
+  if (verbose) {
+    fprintf(stderr, "gslice run: slice %s%s\n", name.c_str(), sim ? " on the simulated driver" : "");
+    for (size_t k = 0; k < chosen.size(); ++k) {
+      fprintf(stderr, "  GPU %s: %s of %s\n", GpuLine(chosen[k]).c_str(),
+              Human(limits.size() == 1 ? limits[0] : limits[k]).c_str(), Human(chosen[k].total).c_str());
+    }
+  }
+  fflush(nullptr);
+  execvp(argv[i], argv + i);
+  fprintf(stderr, "gslice run: cannot run '%s': %s\n", argv[i], strerror(errno));
+  return 127;
+}
+
+}  // namespace gslice::cli

@@ -1,0 +1,509 @@
+// gslice_interpose_client: a CUDA driver-API program the interposer tests start under the
+// shim (LD_PRELOAD) on the simulated or real driver. It reaches the driver the way cudart
+// does: dlopen("libcuda.so.1") (which returns the preloaded shim) and dlsym /
+// cuGetProcAddress. Each mode checks its own results and exits non-zero with a message
+// when one is wrong.
+//
+//   client paths KIND     KIND: linear pitch managed async pool vmm array array3d mipmapped graph
+//   client info           prints "total=N free=N devtotal=N"
+//   client hold BYTES     allocates, prints "ok" or "oom", waits for stdin to close, frees
+//   client churn SEED     allocates and frees at random until killed
+//   client init           cuInit + context + one allocation; prints the microseconds it took
+//   client procaddress    cuGetProcAddress (both versions, every stream flag) returns hooks
+//   client nvml           prints "total=N used=N free=N" of NVML device 0 (v1 and v2 agree)
+//   client allocbench N BYTES   N cuMemAlloc+cuMemFree pairs; prints median ns per pair
+#include <cuda.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "gslice/nvml_subset.h"
+
+namespace {
+
+void* g_cuda = nullptr;
+
+[[noreturn]] void Die(const char* what, long v = 0) {
+  fprintf(stderr, "client: FAILED: %s (%ld)\n", what, v);
+  exit(1);
+}
+
+template <typename F>
+F Sym(void* h, const char* name) {
+  void* p = dlsym(h, name);
+  if (p == nullptr) {
+    fprintf(stderr, "client: no symbol %s\n", name);
+    exit(1);
+  }
+  return reinterpret_cast<F>(p);
+}
+
+#define FN(name) static auto name = Sym<decltype(&::name)>(g_cuda, #name)
+#define CK(call)                                     \
+  do {                                               \
+    CUresult r_ = (call);                            \
+    if (r_ != CUDA_SUCCESS) Die(#call, r_);          \
+  } while (0)
+
+int64_t NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+CUcontext g_ctx = nullptr;
+CUdevice g_dev = 0;
+
+void Setup() {
+  g_cuda = dlopen("libcuda.so.1", RTLD_NOW);
+  if (g_cuda == nullptr) Die("dlopen libcuda.so.1");
+  FN(cuInit);
+  FN(cuDeviceGet);
+  FN(cuDevicePrimaryCtxRetain);
+  FN(cuCtxSetCurrent);
+  CK(cuInit(0));
+  CK(cuDeviceGet(&g_dev, 0));
+  CK(cuDevicePrimaryCtxRetain(&g_ctx, g_dev));
+  CK(cuCtxSetCurrent(g_ctx));
+}
+
+void Info(size_t* free_b, size_t* total_b) {
+  FN(cuMemGetInfo_v2);
+  CK(cuMemGetInfo_v2(free_b, total_b));
+}
+
+// One allocation path: Alloc returns CUDA_SUCCESS or an error, Free releases.
+struct Path {
+  virtual ~Path() = default;
+  virtual CUresult Alloc(size_t bytes, uint64_t* handle) = 0;
+  virtual void Free(uint64_t handle) = 0;
+};
+
+struct Linear : Path {
+  CUresult Alloc(size_t bytes, uint64_t* h) override {
+    FN(cuMemAlloc_v2);
+    CUdeviceptr p = 0;
+    CUresult r = cuMemAlloc_v2(&p, bytes);
+    *h = p;
+    return r;
+  }
+  void Free(uint64_t h) override {
+    FN(cuMemFree_v2);
+    CK(cuMemFree_v2(h));
+  }
+};
+
+struct Pitch : Path {
+  CUresult Alloc(size_t bytes, uint64_t* h) override {
+    FN(cuMemAllocPitch_v2);
+    CUdeviceptr p = 0;
+    size_t pitch = 0;
+    CUresult r = cuMemAllocPitch_v2(&p, &pitch, 4096, bytes / 4096, 4);
+    *h = p;
+    return r;
+  }
+  void Free(uint64_t h) override { Linear().Free(h); }
+};
+
+struct Managed : Path {
+  CUresult Alloc(size_t bytes, uint64_t* h) override {
+    FN(cuMemAllocManaged);
+    CUdeviceptr p = 0;
+    CUresult r = cuMemAllocManaged(&p, bytes, CU_MEM_ATTACH_GLOBAL);
+    *h = p;
+    return r;
+  }
+  void Free(uint64_t h) override { Linear().Free(h); }
+};
+
+struct Async : Path {
+  CUresult Alloc(size_t bytes, uint64_t* h) override {
+    FN(cuMemAllocAsync);
+    FN(cuStreamSynchronize);
+    CUdeviceptr p = 0;
+    CUresult r = cuMemAllocAsync(&p, bytes, nullptr);
+    if (r == CUDA_SUCCESS) CK(cuStreamSynchronize(nullptr));
+    *h = p;
+    return r;
+  }
+  void Free(uint64_t h) override {
+    FN(cuMemFreeAsync);
+    FN(cuStreamSynchronize);
+    CK(cuMemFreeAsync(h, nullptr));
+    CK(cuStreamSynchronize(nullptr));
+  }
+};
+
+struct Pool : Path {
+  CUmemoryPool pool = nullptr;
+  Pool() {
+    FN(cuMemPoolCreate);
+    CUmemPoolProps props = {};
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = g_dev;
+    CK(cuMemPoolCreate(&pool, &props));
+  }
+  ~Pool() override {
+    FN(cuMemPoolDestroy);
+    cuMemPoolDestroy(pool);
+  }
+  CUresult Alloc(size_t bytes, uint64_t* h) override {
+    FN(cuMemAllocFromPoolAsync);
+    FN(cuStreamSynchronize);
+    CUdeviceptr p = 0;
+    CUresult r = cuMemAllocFromPoolAsync(&p, bytes, pool, nullptr);
+    if (r == CUDA_SUCCESS) CK(cuStreamSynchronize(nullptr));
+    *h = p;
+    return r;
+  }
+  void Free(uint64_t h) override { Async().Free(h); }
+};
+
+struct Vmm : Path {
+  CUresult Alloc(size_t bytes, uint64_t* h) override {
+    FN(cuMemCreate);
+    FN(cuMemGetAllocationGranularity);
+    CUmemAllocationProp prop = {};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = g_dev;
+    size_t gran = 0;
+    CK(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    size_t size = gran == 0 ? bytes : (bytes + gran - 1) / gran * gran;
+    CUmemGenericAllocationHandle handle = 0;
+    CUresult r = cuMemCreate(&handle, size, &prop, 0);
+    *h = handle;
+    return r;
+  }
+  void Free(uint64_t h) override {
+    FN(cuMemRelease);
+    CK(cuMemRelease(h));
+  }
+};
+
+struct Array2D : Path {
+  CUresult Alloc(size_t bytes, uint64_t* h) override {
+    FN(cuArrayCreate_v2);
+    CUDA_ARRAY_DESCRIPTOR d = {};
+    d.Width = 4096;
+    d.Height = bytes / (4096 * 4);
+    d.Format = CU_AD_FORMAT_FLOAT;
+    d.NumChannels = 1;
+    CUarray a = nullptr;
+    CUresult r = cuArrayCreate_v2(&a, &d);
+    *h = reinterpret_cast<uint64_t>(a);
+    return r;
+  }
+  void Free(uint64_t h) override {
+    FN(cuArrayDestroy);
+    CK(cuArrayDestroy(reinterpret_cast<CUarray>(h)));
+  }
+};
+
+struct Array3D : Path {
+  CUresult Alloc(size_t bytes, uint64_t* h) override {
+    FN(cuArray3DCreate_v2);
+    CUDA_ARRAY3D_DESCRIPTOR d = {};
+    d.Width = 256;
+    d.Height = 256;
+    d.Depth = bytes / (256 * 256 * 4);
+    d.Format = CU_AD_FORMAT_UNSIGNED_INT8;
+    d.NumChannels = 4;
+    CUarray a = nullptr;
+    CUresult r = cuArray3DCreate_v2(&a, &d);
+    *h = reinterpret_cast<uint64_t>(a);
+    return r;
+  }
+  void Free(uint64_t h) override { Array2D().Free(h); }
+};
+
+struct Mipmapped : Path {
+  CUresult Alloc(size_t bytes, uint64_t* h) override {
+    FN(cuMipmappedArrayCreate);
+    // Level 0 takes 3/4 of the total, the rest of the chain about a quarter.
+    CUDA_ARRAY3D_DESCRIPTOR d = {};
+    d.Width = 2048;
+    d.Height = bytes * 3 / 4 / (2048 * 4);
+    d.Format = CU_AD_FORMAT_FLOAT;
+    d.NumChannels = 1;
+    CUmipmappedArray a = nullptr;
+    CUresult r = cuMipmappedArrayCreate(&a, &d, 4);
+    *h = reinterpret_cast<uint64_t>(a);
+    return r;
+  }
+  void Free(uint64_t h) override {
+    FN(cuMipmappedArrayDestroy);
+    CK(cuMipmappedArrayDestroy(reinterpret_cast<CUmipmappedArray>(h)));
+  }
+};
+
+// Graph memory: a memory-allocation node that would not fit in the slice is refused when
+// it is added (the memory itself is reserved when the graph runs, and charged then).
+// Works without graph support in the driver: the refusal comes before the driver is asked.
+int GraphPath() {
+  FN(cuGraphCreate);
+  FN(cuGraphAddMemAllocNode);
+  FN(cuGraphDestroy);
+  CUgraph g = nullptr;
+  CUresult created = cuGraphCreate(&g, 0);  // the simulated driver has no graphs: g stays null
+  auto add = [&](size_t bytes) {
+    CUDA_MEM_ALLOC_NODE_PARAMS p = {};
+    p.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    p.poolProps.location.id = g_dev;
+    p.bytesize = bytes;
+    CUgraphNode node = nullptr;
+    return cuGraphAddMemAllocNode(&node, g, nullptr, 0, &p);
+  };
+  const size_t chunk = 40ull << 20;
+  uint64_t held = 0;
+  CK(Linear().Alloc(chunk, &held));
+  CUresult r = add(chunk);
+  if (r != CUDA_ERROR_OUT_OF_MEMORY) Die("graph memory node past the limit not refused", r);
+  Linear().Free(held);
+  r = add(chunk);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) Die("graph memory node refused although it fits", r);
+  if (created == CUDA_SUCCESS && r != CUDA_SUCCESS) Die("graph memory node failed", r);
+  if (created == CUDA_SUCCESS) cuGraphDestroy(g);
+  printf("graph ok\n");
+  return 0;
+}
+
+int Paths(const std::string& kind) {
+  Setup();
+  Path* path = nullptr;
+  if (kind == "linear") path = new Linear;
+  else if (kind == "pitch") path = new Pitch;
+  else if (kind == "managed") path = new Managed;
+  else if (kind == "async") path = new Async;
+  else if (kind == "pool") path = new Pool;
+  else if (kind == "vmm") path = new Vmm;
+  else if (kind == "array") path = new Array2D;
+  else if (kind == "array3d") path = new Array3D;
+  else if (kind == "mipmapped") path = new Mipmapped;
+  else if (kind == "graph") return GraphPath();
+  else Die("unknown path kind");
+  size_t free0 = 0, total = 0;
+  Info(&free0, &total);
+  const size_t limit = total;
+  const size_t chunk = 40ull << 20;  // the tests use a 64 MiB limit
+  if (limit != 64ull << 20) Die("cuMemGetInfo total is not the 64 MiB limit", static_cast<long>(limit));
+  uint64_t a = 0, b = 0;
+  CK(path->Alloc(chunk, &a));
+  size_t free1 = 0;
+  Info(&free1, &total);
+  if (free0 - free1 < chunk / 100 * 95) Die("allocation not counted in cuMemGetInfo", static_cast<long>(free0 - free1));
+  CUresult r = path->Alloc(chunk, &b);
+  if (r != CUDA_ERROR_OUT_OF_MEMORY) Die("allocation past the limit not refused with CUDA_ERROR_OUT_OF_MEMORY", r);
+  size_t free2 = 0;
+  Info(&free2, &total);
+  if (free2 != free1) Die("a refused allocation changed the usage", static_cast<long>(free1 - free2));
+  path->Free(a);
+  size_t free3 = 0;
+  Info(&free3, &total);
+  if (free3 != free0) Die("free did not give the bytes back", static_cast<long>(free0 - free3));
+  CK(path->Alloc(chunk, &b));  // free + retry works
+  path->Free(b);
+  delete path;
+  printf("%s ok\n", kind.c_str());
+  return 0;
+}
+
+int InfoMode() {
+  Setup();
+  size_t f = 0, t = 0, dt = 0;
+  Info(&f, &t);
+  FN(cuDeviceTotalMem_v2);
+  CK(cuDeviceTotalMem_v2(&dt, g_dev));
+  printf("total=%zu free=%zu devtotal=%zu\n", t, f, dt);
+  return 0;
+}
+
+int Hold(size_t bytes) {
+  Setup();
+  FN(cuMemAlloc_v2);
+  FN(cuMemFree_v2);
+  CUdeviceptr p = 0;
+  CUresult r = cuMemAlloc_v2(&p, bytes);
+  printf("%s\n", r == CUDA_SUCCESS ? "ok" : r == CUDA_ERROR_OUT_OF_MEMORY ? "oom" : "error");
+  fflush(stdout);
+  char buf[64];
+  while (read(0, buf, sizeof buf) > 0) {
+  }
+  if (r == CUDA_SUCCESS) CK(cuMemFree_v2(p));
+  return r == CUDA_SUCCESS || r == CUDA_ERROR_OUT_OF_MEMORY ? 0 : 1;
+}
+
+int Churn(unsigned seed) {
+  Setup();
+  srand(seed);
+  Linear linear;
+  Async async;
+  Vmm vmm;
+  Path* paths[] = {&linear, &async, &vmm};
+  struct Live {
+    Path* path;
+    uint64_t h;
+  };
+  std::vector<Live> live;
+  printf("ready\n");
+  fflush(stdout);
+  for (;;) {
+    if (live.size() < 8 && (rand() % 2 == 0 || live.empty())) {
+      Path* p = paths[rand() % 3];
+      uint64_t h = 0;
+      size_t bytes = (1 + static_cast<size_t>(rand() % 8)) << 20;
+      CUresult r = p->Alloc(bytes, &h);
+      if (r == CUDA_SUCCESS) live.push_back({p, h});
+      else if (r != CUDA_ERROR_OUT_OF_MEMORY) Die("churn alloc", r);
+    } else {
+      size_t i = static_cast<size_t>(rand()) % live.size();
+      live[i].path->Free(live[i].h);
+      live.erase(live.begin() + static_cast<long>(i));
+    }
+  }
+}
+
+int Init() {
+  int64_t t0 = NowNs();
+  Setup();
+  FN(cuMemAlloc_v2);
+  FN(cuMemFree_v2);
+  CUdeviceptr p = 0;
+  CK(cuMemAlloc_v2(&p, 1 << 20));
+  CK(cuMemFree_v2(p));
+  int64_t t1 = NowNs();
+  printf("%lld\n", static_cast<long long>((t1 - t0) / 1000));
+  return 0;
+}
+
+int ProcAddress() {
+  Setup();
+  FN(cuGetProcAddress_v2);
+  auto get_v1 = Sym<CUresult (*)(const char*, void**, int, cuuint64_t)>(g_cuda, "cuGetProcAddress");
+  // The real driver's own entry points: the shim must never hand these out for hooked names.
+  const char* real_path = getenv("GSLICE_REAL_DRIVER");
+  void* real = real_path != nullptr ? dlopen(real_path, RTLD_NOW | RTLD_NOLOAD) : nullptr;
+  if (real == nullptr) Die("real driver not loaded (GSLICE_REAL_DRIVER)");
+  struct Case {
+    const char* symbol;
+    const char* real_name_default;
+    const char* real_name_ptds;
+  } cases[] = {
+      {"cuMemAlloc", "cuMemAlloc_v2", "cuMemAlloc_v2"},
+      {"cuMemGetInfo", "cuMemGetInfo_v2", "cuMemGetInfo_v2"},
+      {"cuMemAllocAsync", "cuMemAllocAsync", "cuMemAllocAsync_ptsz"},
+      {"cuMemFreeAsync", "cuMemFreeAsync", "cuMemFreeAsync_ptsz"},
+      {"cuMemCreate", "cuMemCreate", "cuMemCreate"},
+      {"cuGetProcAddress", "cuGetProcAddress_v2", "cuGetProcAddress_v2"},
+  };
+  const cuuint64_t flags[] = {CU_GET_PROC_ADDRESS_DEFAULT, CU_GET_PROC_ADDRESS_LEGACY_STREAM,
+                              CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM};
+  const int versions[] = {12000, 12080, 13000};
+  int checked = 0;
+  for (const Case& c : cases) {
+    for (cuuint64_t f : flags) {
+      for (int v : versions) {
+        for (int api = 1; api <= 2; ++api) {
+          void* p = nullptr;
+          CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SUCCESS;
+          CUresult r = api == 1 ? get_v1(c.symbol, &p, v, f) : cuGetProcAddress_v2(c.symbol, &p, v, f, &status);
+          if (r != CUDA_SUCCESS || p == nullptr) {
+            fprintf(stderr, "cuGetProcAddress%s(%s, %d, %llu) failed: %d\n", api == 2 ? "_v2" : "", c.symbol, v,
+                    static_cast<unsigned long long>(f), r);
+            Die("cuGetProcAddress");
+          }
+          const char* rn = f == CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM ? c.real_name_ptds : c.real_name_default;
+          void* real_fn = dlsym(real, rn);
+          void* real_plain = dlsym(real, c.real_name_default);
+          if (p == real_fn || p == real_plain) {
+            fprintf(stderr, "cuGetProcAddress(%s, %d, flags %llu) returned the real driver's %s\n", c.symbol, v,
+                    static_cast<unsigned long long>(f), rn);
+            Die("unhooked entry point");
+          }
+          ++checked;
+        }
+      }
+    }
+  }
+  // A pointer handed out must behave as the hook: an allocation past the limit is refused.
+  void* p = nullptr;
+  CK(cuGetProcAddress_v2("cuMemAlloc", &p, 13000, CU_GET_PROC_ADDRESS_DEFAULT, nullptr));
+  auto alloc = reinterpret_cast<CUresult (*)(CUdeviceptr*, size_t)>(p);
+  CUdeviceptr d = 0;
+  size_t f = 0, t = 0;
+  Info(&f, &t);
+  if (alloc(&d, t + (1 << 20)) != CUDA_ERROR_OUT_OF_MEMORY) Die("cuGetProcAddress's cuMemAlloc is not limited");
+  CK(cuGetProcAddress_v2("cuMemAllocAsync", &p, 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, nullptr));
+  auto alloc_async = reinterpret_cast<CUresult (*)(CUdeviceptr*, size_t, CUstream)>(p);
+  if (alloc_async(&d, t + (1 << 20), nullptr) != CUDA_ERROR_OUT_OF_MEMORY) Die("per-thread cuMemAllocAsync is not limited");
+  printf("procaddress ok (%d lookups)\n", checked);
+  return 0;
+}
+
+int Nvml() {
+  void* h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+  if (h == nullptr) Die("dlopen libnvidia-ml.so.1");
+  auto init = Sym<nvmlReturn_t (*)()>(h, "nvmlInit_v2");
+  auto get = Sym<nvmlReturn_t (*)(unsigned, nvmlDevice_t*)>(h, "nvmlDeviceGetHandleByIndex_v2");
+  auto mem1 = Sym<nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_t*)>(h, "nvmlDeviceGetMemoryInfo");
+  auto mem2 = Sym<nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_v2_t*)>(h, "nvmlDeviceGetMemoryInfo_v2");
+  if (init() != NVML_SUCCESS) Die("nvmlInit_v2");
+  nvmlDevice_t dev = nullptr;
+  if (get(0, &dev) != NVML_SUCCESS) Die("nvmlDeviceGetHandleByIndex_v2");
+  nvmlMemory_t m1 = {};
+  nvmlMemory_v2_t m2 = {};
+  m2.version = nvmlMemory_v2;
+  if (mem1(dev, &m1) != NVML_SUCCESS) Die("nvmlDeviceGetMemoryInfo");
+  if (mem2(dev, &m2) != NVML_SUCCESS) Die("nvmlDeviceGetMemoryInfo_v2");
+  if (m1.total != m2.total || m1.used != m2.used) Die("NVML v1 and v2 disagree");
+  if (m1.free + m1.used > m1.total) Die("NVML free + used > total");
+  printf("total=%llu used=%llu free=%llu\n", m1.total, m1.used, m1.free);
+  return 0;
+}
+
+int AllocBench(int n, size_t bytes) {
+  Setup();
+  FN(cuMemAlloc_v2);
+  FN(cuMemFree_v2);
+  std::vector<int64_t> t;
+  t.reserve(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    CUdeviceptr p = 0;
+    int64_t t0 = NowNs();
+    CK(cuMemAlloc_v2(&p, bytes));
+    CK(cuMemFree_v2(p));
+    t.push_back(NowNs() - t0);
+  }
+  std::sort(t.begin(), t.end());
+  printf("%lld\n", static_cast<long long>(t[t.size() / 2]));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: client MODE [ARGS]\n");
+    return 2;
+  }
+  std::string mode = argv[1];
+  if (mode == "paths" && argc > 2) return Paths(argv[2]);
+  if (mode == "info") return InfoMode();
+  if (mode == "hold" && argc > 2) return Hold(strtoull(argv[2], nullptr, 10));
+  if (mode == "churn" && argc > 2) return Churn(static_cast<unsigned>(atoi(argv[2])));
+  if (mode == "init") return Init();
+  if (mode == "procaddress") return ProcAddress();
+  if (mode == "nvml") return Nvml();
+  if (mode == "allocbench" && argc > 3) return AllocBench(atoi(argv[2]), strtoull(argv[3], nullptr, 10));
+  fprintf(stderr, "client: unknown mode %s\n", mode.c_str());
+  return 2;
+}

@@ -1,0 +1,229 @@
+// The shims on the simulated driver: every allocation path counted and refused over the
+// limit, virtualised queries, cuGetProcAddress, limits shared by processes, SIGKILL chaos,
+// 64 processes starting at once, and bad environments.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gslice/ledger.h"
+#include "shim_env.h"
+
+namespace gslice::test {
+namespace {
+
+constexpr uint64_t kMiB = 1ull << 20;
+
+std::string Describe(const ChildResult& r) {
+  return "exit " + std::to_string(r.exit_code) + " signal " + std::to_string(r.signal) +
+         (r.timed_out ? " (timed out)" : "") + "\nstdout: " + r.out + "\nstderr: " + r.err;
+}
+
+uint64_t Field(const std::string& out, const std::string& key) {
+  size_t p = out.find(key + "=");
+  if (p == std::string::npos) return ~0ull;
+  return std::stoull(out.substr(p + key.size() + 1));
+}
+
+class AllocationPath : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(AllocationPath, CountedRefusedOverLimitAndReusableAfterFree) {
+  ShimEnv env(std::string("path-") + GetParam());
+  ChildResult r = env.Run({ClientPath(), "paths", GetParam()});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_NE(r.out.find(std::string(GetParam()) + " ok"), std::string::npos) << Describe(r);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shim, AllocationPath,
+                         ::testing::Values("linear", "pitch", "managed", "async", "pool", "vmm", "array", "array3d",
+                                           "mipmapped", "graph"));
+
+TEST(Shim, VirtualisedQueriesReportTheSlice) {
+  ShimEnv env("queries");
+  ChildResult r = env.Run({ClientPath(), "info"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(Field(r.out, "total"), 64 * kMiB) << r.out;
+  EXPECT_EQ(Field(r.out, "devtotal"), 64 * kMiB) << r.out;
+  EXPECT_EQ(Field(r.out, "free"), 64 * kMiB) << r.out;
+
+  // Another process of the slice holds 16 MiB: both CUDA and NVML see it.
+  int in = -1, out = -1;
+  int pid = env.Start({ClientPath(), "hold", std::to_string(16 * kMiB)}, &in, &out);
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(ReadLine(out), "ok");
+  r = env.Run({ClientPath(), "info"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(Field(r.out, "total"), 64 * kMiB);
+  EXPECT_EQ(Field(r.out, "free"), 48 * kMiB);
+  r = env.Run({ClientPath(), "nvml"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(Field(r.out, "total"), 64 * kMiB) << r.out;
+  EXPECT_EQ(Field(r.out, "used"), 16 * kMiB) << r.out;
+  EXPECT_EQ(Field(r.out, "free"), 48 * kMiB) << r.out;
+  close(in);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  close(out);
+  // Gone: its memory is back.
+  r = env.Run({ClientPath(), "info"});
+  EXPECT_EQ(Field(r.out, "free"), 64 * kMiB) << Describe(r);
+}
+
+TEST(Shim, NvmlWithoutCudaProcessesUsesTheEnvironment) {
+  ShimEnv env("nvml-env");
+  env.vars["GSLICE_MEMORY"] = "100MiB";
+  ChildResult r = env.Run({ClientPath(), "nvml"});
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_EQ(Field(r.out, "total"), 100 * kMiB) << r.out;
+  EXPECT_EQ(Field(r.out, "used"), 0u) << r.out;
+}
+
+TEST(Shim, GetProcAddressReturnsHooksForEveryVersionAndFlag) {
+  ShimEnv env("procaddress");
+  ChildResult r = env.Run({ClientPath(), "procaddress"});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_NE(r.out.find("procaddress ok"), std::string::npos) << Describe(r);
+}
+
+TEST(Shim, ProcessesOfASliceShareOneLimit) {
+  ShimEnv env("shared");
+  int in1, out1, in2, out2;
+  int p1 = env.Start({ClientPath(), "hold", std::to_string(40 * kMiB)}, &in1, &out1);
+  ASSERT_EQ(ReadLine(out1), "ok");
+  int p2 = env.Start({ClientPath(), "hold", std::to_string(40 * kMiB)}, &in2, &out2);
+  EXPECT_EQ(ReadLine(out2), "oom");  // 40 + 40 > 64 MiB
+  close(in2);
+  waitpid(p2, nullptr, 0);
+  // Another slice on the same GPU has its own limit.
+  env.vars["GSLICE_SLICE"] = "shared-other";
+  int p3 = env.Start({ClientPath(), "hold", std::to_string(40 * kMiB)}, &in2, &out2);
+  EXPECT_EQ(ReadLine(out2), "ok");
+  close(in2);
+  waitpid(p3, nullptr, 0);
+  close(in1);
+  waitpid(p1, nullptr, 0);
+  close(out1);
+  close(out2);
+}
+
+// Clients allocating and freeing on several paths are SIGKILLed at random moments
+// (mid-allocation included). Nothing hangs, and once they are gone no byte stays charged.
+TEST(Shim, ChaosKillsLeaveNothingBehind) {
+  ShimEnv env("chaos");
+  std::mt19937 rng(static_cast<unsigned>(getpid()));
+  constexpr int kRounds = 12;
+  constexpr int kClients = 4;
+  for (int round = 0; round < kRounds; ++round) {
+    std::vector<std::pair<int, std::pair<int, int>>> kids;
+    for (int c = 0; c < kClients; ++c) {
+      int in, out;
+      int pid = env.Start({ClientPath(), "churn", std::to_string(rng())}, &in, &out);
+      ASSERT_GT(pid, 0);
+      kids.push_back({pid, {in, out}});
+    }
+    for (auto& k : kids) ASSERT_EQ(ReadLine(k.second.second), "ready") << "client hung before starting";
+    for (auto& k : kids) {
+      timespec ts{0, static_cast<long>(rng() % 20'000'000)};
+      nanosleep(&ts, nullptr);
+      kill(k.first, SIGKILL);
+    }
+    for (auto& k : kids) {
+      int status = 0;
+      ASSERT_EQ(waitpid(k.first, &status, 0), k.first);
+      // Killed by us, not crashed and not exited early with an error.
+      EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "status " << status;
+      close(k.second.first);
+      close(k.second.second);
+    }
+  }
+  Ledger ledger;
+  ASSERT_EQ(ledger.Open(env.ledger_path().c_str()), LedgerError::kOk);
+  int slice = ledger.FindSlice("chaos");
+  ASSERT_GE(slice, 0);
+  int64_t used = 0;
+  for (int i = 0; i < 100; ++i) {  // within 1 s
+    ledger.MaybeReap(slice);
+    used = 0;
+    for (int g = 0; g < kLedgerMaxGpus; ++g) used += ledger.SliceUsage(slice, g);
+    if (used == 0) break;
+    usleep(10'000);
+  }
+  EXPECT_EQ(used, 0);
+  EXPECT_EQ(ledger.AliveCount(slice), 0);
+  // And the whole limit is usable again.
+  ChildResult r = env.Run({ClientPath(), "paths", "linear"});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+}
+
+TEST(Shim, SixtyFourProcessesInitialiseAtOnce) {
+  ShimEnv env("init64");
+  env.vars["GSLICE_MEMORY"] = "1GiB";
+  constexpr int kProcs = 64;
+  std::vector<std::pair<int, std::pair<int, int>>> kids;
+  for (int i = 0; i < kProcs; ++i) {
+    int in, out;
+    int pid = env.Start({ClientPath(), "init"}, &in, &out);
+    ASSERT_GT(pid, 0);
+    kids.push_back({pid, {in, out}});
+  }
+  int ok = 0;
+  for (auto& k : kids) {
+    std::string line = ReadLine(k.second.second, 50);
+    int status = 0;
+    waitpid(k.first, &status, 0);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && !line.empty()) ++ok;
+    close(k.second.first);
+    close(k.second.second);
+  }
+  EXPECT_EQ(ok, kProcs);
+  Ledger ledger;
+  ASSERT_EQ(ledger.Open(env.ledger_path().c_str()), LedgerError::kOk);
+  int slice = ledger.FindSlice("init64");
+  ASSERT_GE(slice, 0);
+  EXPECT_EQ(ledger.AliveCount(slice), 0);  // every process detached on exit
+}
+
+TEST(Shim, BadEnvironmentNeverCrashes) {
+  {
+    ShimEnv env("bad-memory");
+    env.vars["GSLICE_MEMORY"] = "lots";
+    ChildResult r = env.Run({ClientPath(), "info"});
+    EXPECT_EQ(r.exit_code, 0) << Describe(r);
+    EXPECT_EQ(Field(r.out, "total"), 1024 * kMiB) << r.out;  // no limit: the GPU's own
+    EXPECT_NE(r.err.find("GSLICE_MEMORY=lots"), std::string::npos) << r.err;
+  }
+  {
+    ShimEnv env("bad-ledger");
+    env.vars["GSLICE_LEDGER"] = "/nonexistent-dir/ledger";
+    ChildResult r = env.Run({ClientPath(), "paths", "linear"});  // limits still hold in-process
+    EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  }
+  {
+    ShimEnv env("bad-misc");
+    env.vars["GSLICE_LOG"] = "loud";
+    env.vars["GSLICE_CONTEXT_OVERHEAD"] = "much";
+    env.vars["GSLICE_SLICE"] = std::string(200, 'x');
+    ChildResult r = env.Run({ClientPath(), "info"});
+    EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  }
+  {
+    ShimEnv env("bad-driver");
+    env.vars["GSLICE_REAL_DRIVER"] = "/nonexistent/libcuda.so.1";
+    env.vars["LD_LIBRARY_PATH"] = "/nonexistent";
+    ChildResult r = env.Run({ClientPath(), "info"});
+    // No driver anywhere: the program gets an error code from cuInit, not a crash.
+    EXPECT_EQ(r.signal, 0) << Describe(r);
+    EXPECT_FALSE(r.timed_out);
+    EXPECT_NE(r.exit_code, 0) << Describe(r);
+    EXPECT_NE(r.err.find("GSLICE_REAL_DRIVER"), std::string::npos) << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace gslice::test
