@@ -21,6 +21,8 @@ inline constexpr std::string_view kResourceCompute = "gslice.io/gpu-compute"; //
 // Pod annotations (or labels, for class and policy) that users set.
 inline constexpr std::string_view kAnnotationClass = "gslice.io/class";    // guaranteed|opportunistic
 inline constexpr std::string_view kAnnotationPolicy = "gslice.io/policy";  // binpack|spread
+// Optional hard compute cap ("40%"): the slice never uses more, even on an idle GPU.
+inline constexpr std::string_view kAnnotationComputeCap = "gslice.io/compute-cap";
 
 // Pod annotations the extender writes at bind time and the device plugin consumes.
 inline constexpr std::string_view kAnnotationAssignment = "gslice.io/assignment";  // JSON

@@ -1,0 +1,156 @@
+// The gslice device plugin: kubelet's device plugin API v1beta1 over a unix socket.
+//
+// It advertises `slices_per_gpu` devices of resource gslice.io/gpu per GPU ("<uuid>::<n>");
+// a container asking for gslice.io/gpu: 2 gets two of them. Which GPUs and what limits a
+// container really gets was decided by the scheduler extender and written into its pod's
+// gslice.io/assignment annotation: Allocate (which kubelet calls with device IDs only) finds
+// the pod on this node that is waiting for exactly that many devices (bind-phase
+// "allocating", oldest bind first, the next container in spec order), and returns
+// CUDA_VISIBLE_DEVICES, the interposer (LD_PRELOAD and a read-only mount of its folder), the
+// node ledger mount and the slice's limits as environment variables.
+//
+// Life cycle: serve <plugin_dir>/<socket_name>, register with <plugin_dir>/kubelet.sock,
+// then poll: GPU health (ListAndWatch streams the new list on any change) and kubelet
+// restarts (our socket removed or kubelet.sock replaced: serve again, register again).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "api.grpc.pb.h"
+#include "gslice/k8s/gpu_source.h"
+#include "gslice/k8s/kube_client.h"
+#include "gslice/k8s/resources.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace gslice::k8s {
+
+struct DevicePluginConfig {
+  std::string resource_name = std::string(kResourceGpu);
+  std::string plugin_dir = "/var/lib/kubelet/device-plugins";
+  std::string socket_name = "gslice.sock";
+  std::string node_name;
+  int slices_per_gpu = 16;  // capped so that all slices of the node fit in the node ledger
+  std::string shim_host_dir = "/usr/lib/gslice";
+  std::string shim_container_dir = "/usr/lib/gslice";
+  std::string ledger_host_path = "/dev/shm/gslice-ledger";
+  std::string ledger_container_path = "/dev/shm/gslice-ledger";
+  std::string dev_root = "/dev";  // where /dev/nvidia* device nodes are looked for
+  std::chrono::milliseconds poll{1000};
+};
+
+// The container of a pending pod that an Allocate call is for.
+struct PendingContainer {
+  std::string namespace_name, pod_name, pod_uid;
+  size_t index = 0;  // among the pod's gslice containers
+  size_t total = 0;
+  SliceClass slice_class = SliceClass::kGuaranteed;
+  ContainerAssignment container;
+  std::string compute_cap;  // gslice.io/compute-cap, may be empty
+};
+
+// Picks from a PodList (JSON) the pod on `node` waiting for a container of `device_count`
+// GPUs: bind-phase allocating, oldest bind-time first; among equals, the one whose assigned
+// GPUs are `requested_uuids`. nullopt with *why when none is.
+std::optional<PendingContainer> FindPendingContainer(const nlohmann::json& pod_list,
+                                                     const std::string& node, size_t device_count,
+                                                     const std::set<std::string>& requested_uuids,
+                                                     std::string* why);
+
+// Fills the kubelet's answer for one container.
+void BuildContainerResponse(const DevicePluginConfig& config, const PendingContainer& pending,
+                            v1beta1::ContainerAllocateResponse* out);
+
+// "<uuid>::<n>" -> "<uuid>"; empty if malformed.
+std::string GpuOfDeviceId(const std::string& id);
+
+// The name of the ledger slice of a container: "<namespace>/<pod>/<container>", or
+// "k8s/<pod uid>/<container>" when that is too long for the ledger.
+std::string SliceNameFor(const PendingContainer& p);
+
+class DevicePluginService final : public v1beta1::DevicePlugin::Service {
+ public:
+  DevicePluginService(DevicePluginConfig config, const KubeClient* kube);
+
+  // Replaces the device list; wakes ListAndWatch streams when anything changed.
+  // Returns true when it changed.
+  bool SetGpus(const std::vector<GpuInfo>& gpus);
+  std::vector<GpuInfo> gpus() const;
+  int slices_per_gpu() const;
+  // Ends every ListAndWatch stream (before the server shuts down).
+  void Stop();
+
+  grpc::Status GetDevicePluginOptions(grpc::ServerContext*, const v1beta1::Empty*,
+                                      v1beta1::DevicePluginOptions* out) override;
+  grpc::Status ListAndWatch(grpc::ServerContext* ctx, const v1beta1::Empty*,
+                            grpc::ServerWriter<v1beta1::ListAndWatchResponse>* writer) override;
+  grpc::Status GetPreferredAllocation(grpc::ServerContext*, const v1beta1::PreferredAllocationRequest* req,
+                                      v1beta1::PreferredAllocationResponse* out) override;
+  grpc::Status Allocate(grpc::ServerContext*, const v1beta1::AllocateRequest* req,
+                        v1beta1::AllocateResponse* out) override;
+  grpc::Status PreStartContainer(grpc::ServerContext*, const v1beta1::PreStartContainerRequest* req,
+                                 v1beta1::PreStartContainerResponse*) override;
+
+ private:
+  v1beta1::ListAndWatchResponse DeviceList() const;  // REQUIRES: mu_ held
+  bool ListPendingPods(nlohmann::json* pods, std::string* error) const;
+
+  const DevicePluginConfig config_;
+  const KubeClient* kube_;
+  mutable std::mutex mu_;
+  std::condition_variable changed_;
+  std::vector<GpuInfo> gpus_;
+  int slices_per_gpu_ = 1;
+  uint64_t version_ = 0;
+  bool stopping_ = false;
+  std::mutex allocate_mu_;  // one Allocate at a time: each consumes a pending container
+};
+
+// Serves the plugin, registers it, and keeps it registered and its devices' health current.
+class DevicePluginRunner {
+ public:
+  DevicePluginRunner(DevicePluginConfig config, GpuSource* source, const KubeClient* kube);
+  ~DevicePluginRunner();
+
+  // First discovery, serve, register. False with *error if the GPUs cannot be read or the
+  // socket cannot be served; a kubelet that is not there yet is not an error (RunOnce
+  // registers once it appears).
+  bool Start(std::string* error);
+  // One poll: health, node annotation, kubelet restart. Called every config.poll by Run.
+  void RunOnce();
+  void Run(const std::atomic<bool>& stop);
+  void Stop();
+
+  int registrations() const { return registrations_; }
+  DevicePluginService* service() { return service_.get(); }
+
+ private:
+  bool Serve(std::string* error);
+  bool Register(std::string* error);
+  void PublishNode();
+
+  DevicePluginConfig config_;
+  GpuSource* source_;
+  const KubeClient* kube_;
+  std::unique_ptr<DevicePluginService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::atomic<int> registrations_{0};
+  bool registered_ = false;
+  std::string kubelet_id_;  // identity of the kubelet.sock we registered with
+  std::string socket_id_;   // identity of our socket when we served it
+  std::string published_;
+};
+
+}  // namespace gslice::k8s

@@ -1,0 +1,486 @@
+#include "gslice/k8s/device_plugin.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "gslice/ledger.h"
+#include "gslice/options.h"
+
+namespace gslice::k8s {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kHealthy = "Healthy";
+constexpr const char* kUnhealthy = "Unhealthy";
+constexpr const char* kApiVersion = "v1beta1";
+
+std::string Str(const json& obj, const char* key) {
+  if (!obj.is_object()) return {};
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+const json& Annotations(const json& pod) {
+  static const json kEmpty = json::object();
+  auto meta = pod.find("metadata");
+  if (meta == pod.end() || !meta->is_object()) return kEmpty;
+  auto ann = meta->find("annotations");
+  return ann != meta->end() && ann->is_object() ? *ann : kEmpty;
+}
+
+int64_t ToInt(const std::string& s, int64_t fallback) {
+  if (s.empty()) return fallback;
+  char* end = nullptr;
+  long long v = std::strtoll(s.c_str(), &end, 10);
+  return *end == '\0' ? v : fallback;
+}
+
+// A file's identity: inode and change time, so a socket removed and recreated (even on a
+// reused inode) reads as new. Empty when it does not exist.
+std::string FileIdentity(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return {};
+  return std::to_string(st.st_ino) + ":" + std::to_string(st.st_ctim.tv_sec) + "." +
+         std::to_string(st.st_ctim.tv_nsec);
+}
+
+std::string CsvOf(const ContainerAssignment& c) {
+  std::string out;
+  for (const auto& g : c.gpus) out += (out.empty() ? "" : ",") + g.uuid;
+  return out;
+}
+
+void Log(const std::string& msg) { std::fprintf(stderr, "gslice-device-plugin: %s\n", msg.c_str()); }
+
+}  // namespace
+
+std::string GpuOfDeviceId(const std::string& id) {
+  size_t sep = id.rfind("::");
+  if (sep == std::string::npos || sep == 0) return {};
+  return id.substr(0, sep);
+}
+
+std::string SliceNameFor(const PendingContainer& p) {
+  std::string name = p.namespace_name + "/" + p.pod_name + "/" + p.container.name;
+  if (name.size() < static_cast<size_t>(kLedgerNameSize)) return name;
+  name = "k8s/" + p.pod_uid + "/" + p.container.name;
+  return name.substr(0, kLedgerNameSize - 1);
+}
+
+std::optional<PendingContainer> FindPendingContainer(const json& pod_list, const std::string& node,
+                                                     size_t device_count,
+                                                     const std::set<std::string>& requested_uuids,
+                                                     std::string* why) {
+  std::optional<PendingContainer> best;
+  std::pair<int, int64_t> best_key{0, 0};  // (uuids differ, bind time): lower is better
+  int waiting = 0;
+  auto items = pod_list.find("items");
+  if (items != pod_list.end() && items->is_array()) {
+    for (const auto& pod : *items) {
+      const json& ann = Annotations(pod);
+      if (Str(ann, std::string(kAnnotationBindPhase).c_str()) != "allocating") continue;
+      auto spec = pod.find("spec");
+      if (spec == pod.end() || Str(*spec, "nodeName") != node) continue;
+      std::string phase = pod.contains("status") ? Str(pod["status"], "phase") : "";
+      if (phase == "Succeeded" || phase == "Failed") continue;
+      std::string err;
+      auto a = DecodeAssignment(Str(ann, std::string(kAnnotationAssignment).c_str()), &err);
+      if (!a || a->node != node) continue;
+      ++waiting;
+      int64_t index = ToInt(Str(ann, std::string(kAnnotationAllocated).c_str()), 0);
+      if (index < 0 || index >= static_cast<int64_t>(a->containers.size())) continue;
+      const ContainerAssignment& c = a->containers[static_cast<size_t>(index)];
+      if (c.gpus.size() != device_count) continue;
+      std::set<std::string> uuids;
+      for (const auto& g : c.gpus) uuids.insert(g.uuid);
+      std::pair<int, int64_t> key{uuids == requested_uuids ? 0 : 1,
+                                  ToInt(Str(ann, std::string(kAnnotationBindTime).c_str()), 0)};
+      if (best && !(key < best_key)) continue;
+      PendingContainer p;
+      const json& meta = pod["metadata"];
+      p.namespace_name = Str(meta, "namespace");
+      p.pod_name = Str(meta, "name");
+      p.pod_uid = Str(meta, "uid");
+      p.index = static_cast<size_t>(index);
+      p.total = a->containers.size();
+      p.slice_class = a->slice_class;
+      p.container = c;
+      p.compute_cap = Str(ann, std::string(kAnnotationComputeCap).c_str());
+      best = std::move(p);
+      best_key = key;
+    }
+  }
+  if (!best) {
+    *why = "no pod on node " + node + " is waiting for a container with " + std::to_string(device_count) +
+           " " + std::string(kResourceGpu) + " (" + std::to_string(waiting) +
+           " pods waiting): gslice pods must be scheduled by gslice-scheduler-extender "
+           "(schedulerName in the pod spec; see docs/kubernetes.md)";
+  }
+  return best;
+}
+
+void BuildContainerResponse(const DevicePluginConfig& config, const PendingContainer& p,
+                            v1beta1::ContainerAllocateResponse* out) {
+  auto& envs = *out->mutable_envs();
+  std::string uuids, memory;
+  bool same_memory = true;
+  for (const auto& g : p.container.gpus) {
+    if (!uuids.empty()) uuids += ",";
+    uuids += g.uuid;
+    if (!memory.empty()) memory += ",";
+    memory += std::to_string(g.memory_mib) + "MiB";
+    same_memory = same_memory && g.memory_mib == p.container.gpus.front().memory_mib;
+  }
+  if (same_memory && !p.container.gpus.empty())
+    memory = std::to_string(p.container.gpus.front().memory_mib) + "MiB";
+  envs["CUDA_VISIBLE_DEVICES"] = uuids;
+  envs["NVIDIA_VISIBLE_DEVICES"] = uuids;  // for the NVIDIA container runtime, when present
+  envs[OptionEnv(Option::Slice)] = SliceNameFor(p);
+  envs[OptionEnv(Option::Memory)] = memory;
+  envs[OptionEnv(Option::Class)] = std::string(ToString(p.slice_class));
+  envs[OptionEnv(Option::Ledger)] = config.ledger_container_path;
+  int share = p.container.gpus.empty() ? 0 : p.container.gpus.front().compute_percent;
+  if (share > 0) envs[OptionEnv(Option::Share)] = std::to_string(share) + "%";
+  if (!p.compute_cap.empty()) envs[OptionEnv(Option::Compute)] = p.compute_cap;
+  envs["LD_PRELOAD"] = config.shim_container_dir + "/libcuda.so.1 " + config.shim_container_dir +
+                       "/libnvidia-ml.so.1";
+
+  auto* shim = out->add_mounts();
+  shim->set_host_path(config.shim_host_dir);
+  shim->set_container_path(config.shim_container_dir);
+  shim->set_read_only(true);
+  auto* ledger = out->add_mounts();
+  ledger->set_host_path(config.ledger_host_path);
+  ledger->set_container_path(config.ledger_container_path);
+  ledger->set_read_only(false);
+
+  std::vector<std::string> nodes;
+  for (const auto& g : p.container.gpus) nodes.push_back("nvidia" + std::to_string(g.index));
+  for (const char* n : {"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"}) nodes.push_back(n);
+  for (const auto& n : nodes) {
+    std::string host = config.dev_root + "/" + n;
+    if (access(host.c_str(), F_OK) != 0) continue;
+    auto* d = out->add_devices();
+    d->set_host_path(host);
+    d->set_container_path("/dev/" + n);
+    d->set_permissions("rw");
+  }
+  (*out->mutable_annotations())["gslice.io/slice"] = SliceNameFor(p);
+}
+
+DevicePluginService::DevicePluginService(DevicePluginConfig config, const KubeClient* kube)
+    : config_(std::move(config)), kube_(kube) {}
+
+bool DevicePluginService::SetGpus(const std::vector<GpuInfo>& gpus) {
+  std::lock_guard<std::mutex> lock(mu_);
+  int n = std::max<int>(1, static_cast<int>(gpus.size()));
+  int spg = std::clamp(std::min(config_.slices_per_gpu, kLedgerMaxSlices / n), 1, 1024);
+  bool changed = spg != slices_per_gpu_ || gpus.size() != gpus_.size();
+  for (size_t i = 0; !changed && i < gpus.size(); ++i)
+    changed = gpus[i].uuid != gpus_[i].uuid || gpus[i].healthy != gpus_[i].healthy ||
+              gpus[i].memory_mib != gpus_[i].memory_mib;
+  if (!changed) return false;
+  gpus_ = gpus;
+  slices_per_gpu_ = spg;
+  ++version_;
+  changed_.notify_all();
+  return true;
+}
+
+std::vector<GpuInfo> DevicePluginService::gpus() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return gpus_;
+}
+
+int DevicePluginService::slices_per_gpu() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return slices_per_gpu_;
+}
+
+void DevicePluginService::Stop() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stopping_ = true;
+  changed_.notify_all();
+}
+
+v1beta1::ListAndWatchResponse DevicePluginService::DeviceList() const {
+  v1beta1::ListAndWatchResponse list;
+  for (const auto& g : gpus_) {
+    for (int r = 0; r < slices_per_gpu_; ++r) {
+      auto* d = list.add_devices();
+      d->set_id(g.uuid + "::" + std::to_string(r));
+      d->set_health(g.healthy ? kHealthy : kUnhealthy);
+    }
+  }
+  return list;
+}
+
+grpc::Status DevicePluginService::GetDevicePluginOptions(grpc::ServerContext*, const v1beta1::Empty*,
+                                                         v1beta1::DevicePluginOptions* out) {
+  out->set_pre_start_required(true);
+  out->set_get_preferred_allocation_available(true);
+  return grpc::Status::OK;
+}
+
+grpc::Status DevicePluginService::ListAndWatch(grpc::ServerContext* ctx, const v1beta1::Empty*,
+                                               grpc::ServerWriter<v1beta1::ListAndWatchResponse>* writer) {
+  std::unique_lock<std::mutex> lock(mu_);
+  bool first = true;
+  uint64_t sent = 0;
+  while (!stopping_ && !ctx->IsCancelled()) {
+    if (first || sent != version_) {
+      v1beta1::ListAndWatchResponse list = DeviceList();
+      sent = version_;
+      first = false;
+      lock.unlock();
+      bool ok = writer->Write(list);
+      lock.lock();
+      if (!ok) break;
+      continue;
+    }
+    changed_.wait_for(lock, std::chrono::milliseconds(200));
+  }
+  return grpc::Status::OK;
+}
+
+bool DevicePluginService::ListPendingPods(json* pods, std::string* error) const {
+  if (!kube_) {
+    *error = "no API server configured: cannot find the pod this allocation is for";
+    return false;
+  }
+  KubeResult r = kube_->ListPods("spec.nodeName=" + config_.node_name);
+  if (!r.ok()) {
+    *error = r.error;
+    return false;
+  }
+  *pods = std::move(r.body);
+  return true;
+}
+
+grpc::Status DevicePluginService::GetPreferredAllocation(grpc::ServerContext*,
+                                                         const v1beta1::PreferredAllocationRequest* req,
+                                                         v1beta1::PreferredAllocationResponse* out) {
+  json pods;
+  std::string err;
+  bool have_pods = ListPendingPods(&pods, &err);
+  for (const auto& creq : req->container_requests()) {
+    auto* resp = out->add_container_responses();
+    size_t want = static_cast<size_t>(std::max(0, creq.allocation_size()));
+    std::vector<std::string> chosen(creq.must_include_deviceids().begin(), creq.must_include_deviceids().end());
+    std::set<std::string> used_gpus;
+    for (const auto& id : chosen) used_gpus.insert(GpuOfDeviceId(id));
+    auto take = [&](const std::string& gpu) {  // one available device of `gpu`
+      for (const auto& id : creq.available_deviceids()) {
+        if (chosen.size() >= want) return;
+        if (GpuOfDeviceId(id) != gpu || std::find(chosen.begin(), chosen.end(), id) != chosen.end()) continue;
+        chosen.push_back(id);
+        used_gpus.insert(gpu);
+        return;
+      }
+    };
+    // The GPUs the extender assigned to the pod waiting for this many devices.
+    std::string why;
+    if (have_pods) {
+      if (auto p = FindPendingContainer(pods, config_.node_name, want, {}, &why))
+        for (const auto& g : p->container.gpus)
+          if (!used_gpus.count(g.uuid)) take(g.uuid);
+    }
+    // Otherwise distinct GPUs, then anything.
+    for (const auto& id : creq.available_deviceids())
+      if (!used_gpus.count(GpuOfDeviceId(id))) take(GpuOfDeviceId(id));
+    for (const auto& id : creq.available_deviceids()) {
+      if (chosen.size() >= want) break;
+      if (std::find(chosen.begin(), chosen.end(), id) == chosen.end()) chosen.push_back(id);
+    }
+    for (const auto& id : chosen) resp->add_deviceids(id);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status DevicePluginService::Allocate(grpc::ServerContext*, const v1beta1::AllocateRequest* req,
+                                           v1beta1::AllocateResponse* out) {
+  std::lock_guard<std::mutex> alloc_lock(allocate_mu_);
+  std::set<std::string> known;
+  for (const auto& g : gpus()) known.insert(g.uuid);
+  json pods;
+  std::string err;
+  if (!ListPendingPods(&pods, &err)) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "gslice: " + err);
+  for (const auto& creq : req->container_requests()) {
+    std::set<std::string> uuids;
+    for (const auto& id : creq.devices_ids()) {
+      std::string gpu = GpuOfDeviceId(id);
+      if (!known.count(gpu))
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "gslice: unknown device " + id);
+      uuids.insert(gpu);
+    }
+    std::string why;
+    auto pending = FindPendingContainer(pods, config_.node_name, static_cast<size_t>(creq.devices_ids_size()), uuids, &why);
+    if (!pending) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "gslice: " + why);
+    for (const auto& g : pending->container.gpus)
+      if (!known.count(g.uuid))
+        return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                            "gslice: assigned GPU " + g.uuid + " is not on this node");
+    BuildContainerResponse(config_, *pending, out->add_container_responses());
+    // Consume the container: on the API server (the truth across plugin restarts) and in
+    // the local copy (for the next container of this same request).
+    std::map<std::string, std::string> ann{{std::string(kAnnotationAllocated), std::to_string(pending->index + 1)}};
+    if (pending->index + 1 == pending->total) ann[std::string(kAnnotationBindPhase)] = "allocated";
+    KubeResult patched = kube_->PatchPodAnnotations(pending->namespace_name, pending->pod_name, ann);
+    if (!patched.ok()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "gslice: " + patched.error);
+    for (auto& pod : pods["items"]) {
+      if (Str(pod["metadata"], "uid") == pending->pod_uid && Str(pod["metadata"], "name") == pending->pod_name)
+        for (const auto& [k, v] : ann) pod["metadata"]["annotations"][k] = v;
+    }
+    Log("allocated " + SliceNameFor(*pending) + " on " + CsvOf(pending->container));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status DevicePluginService::PreStartContainer(grpc::ServerContext*,
+                                                    const v1beta1::PreStartContainerRequest* req,
+                                                    v1beta1::PreStartContainerResponse*) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& id : req->devices_ids()) {
+    std::string gpu = GpuOfDeviceId(id);
+    auto g = std::find_if(gpus_.begin(), gpus_.end(), [&](const GpuInfo& x) { return x.uuid == gpu; });
+    if (g == gpus_.end()) return grpc::Status(grpc::StatusCode::NOT_FOUND, "gslice: unknown device " + id);
+    if (!g->healthy) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "gslice: GPU " + gpu + " is unhealthy");
+  }
+  return grpc::Status::OK;
+}
+
+DevicePluginRunner::DevicePluginRunner(DevicePluginConfig config, GpuSource* source, const KubeClient* kube)
+    : config_(std::move(config)), source_(source), kube_(kube),
+      service_(std::make_unique<DevicePluginService>(config_, kube)) {}
+
+DevicePluginRunner::~DevicePluginRunner() { Stop(); }
+
+bool DevicePluginRunner::Start(std::string* error) {
+  std::vector<GpuInfo> gpus;
+  if (!source_->Discover(&gpus, error)) return false;
+  service_->SetGpus(gpus);
+  if (!Serve(error)) return false;
+  PublishNode();
+  RunOnce();  // registers when kubelet is there
+  return true;
+}
+
+bool DevicePluginRunner::Serve(std::string* error) {
+  if (server_) {
+    service_->Stop();
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    server_.reset();
+  }
+  // A fresh service per server: the old one's streams are over; carry the GPU list over.
+  auto fresh = std::make_unique<DevicePluginService>(config_, kube_);
+  fresh->SetGpus(service_->gpus());
+  service_ = std::move(fresh);
+  std::string path = config_.plugin_dir + "/" + config_.socket_name;
+  unlink(path.c_str());
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix://" + path, grpc::InsecureServerCredentials());
+  builder.RegisterService(service_.get());
+  server_ = builder.BuildAndStart();
+  if (!server_) {
+    *error = "cannot serve the device plugin on " + path;
+    return false;
+  }
+  socket_id_ = FileIdentity(path);
+  registered_ = false;
+  return true;
+}
+
+bool DevicePluginRunner::Register(std::string* error) {
+  auto channel = grpc::CreateChannel("unix://" + config_.plugin_dir + "/kubelet.sock",
+                                     grpc::InsecureChannelCredentials());
+  auto stub = v1beta1::Registration::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1beta1::RegisterRequest req;
+  req.set_version(kApiVersion);
+  req.set_endpoint(config_.socket_name);
+  req.set_resource_name(config_.resource_name);
+  req.mutable_options()->set_pre_start_required(true);
+  req.mutable_options()->set_get_preferred_allocation_available(true);
+  v1beta1::Empty resp;
+  grpc::Status st = stub->Register(&ctx, req, &resp);
+  if (!st.ok()) {
+    *error = "register with kubelet: " + st.error_message();
+    return false;
+  }
+  ++registrations_;
+  return true;
+}
+
+void DevicePluginRunner::PublishNode() {
+  if (!kube_ || config_.node_name.empty()) return;
+  std::string inv = EncodeGpuInventory(service_->gpus());
+  std::string spg = std::to_string(service_->slices_per_gpu());
+  if (inv + "|" + spg == published_) return;
+  KubeResult r = kube_->PatchNodeAnnotations(
+      config_.node_name, {{std::string(kAnnotationNodeGpus), inv}, {std::string(kAnnotationNodeSlicesPerGpu), spg}});
+  if (!r.ok()) {
+    Log("publishing the GPU inventory on node " + config_.node_name + ": " + r.error);
+    return;
+  }
+  published_ = inv + "|" + spg;
+}
+
+void DevicePluginRunner::RunOnce() {
+  std::vector<GpuInfo> gpus;
+  std::string err;
+  if (!source_->Discover(&gpus, &err)) {
+    Log("GPU discovery: " + err + "; marking all GPUs unhealthy");
+    gpus = service_->gpus();
+    for (auto& g : gpus) g.healthy = false;
+  }
+  if (service_->SetGpus(gpus)) Log("device list changed; streaming it to kubelet");
+  PublishNode();
+
+  std::string socket = config_.plugin_dir + "/" + config_.socket_name;
+  if (FileIdentity(socket) != socket_id_) {
+    Log("plugin socket " + socket + " is gone (kubelet restarted?): serving again");
+    if (!Serve(&err)) {
+      Log(err);
+      return;
+    }
+  }
+  std::string kubelet = FileIdentity(config_.plugin_dir + "/kubelet.sock");
+  if (kubelet.empty()) return;  // kubelet not (yet) there
+  if (registered_ && kubelet == kubelet_id_) return;
+  if (!Register(&err)) {
+    Log(err);
+    return;
+  }
+  Log("registered " + config_.resource_name + " with kubelet");
+  registered_ = true;
+  kubelet_id_ = kubelet;
+}
+
+void DevicePluginRunner::Run(const std::atomic<bool>& stop) {
+  while (!stop) {
+    auto until = std::chrono::steady_clock::now() + config_.poll;
+    while (!stop && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (!stop) RunOnce();
+  }
+}
+
+void DevicePluginRunner::Stop() {
+  if (!server_) return;
+  service_->Stop();
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  server_.reset();
+  unlink((config_.plugin_dir + "/" + config_.socket_name).c_str());
+}
+
+}  // namespace gslice::k8s

@@ -1,0 +1,129 @@
+// gslice-device-plugin: advertises gslice.io/gpu to the kubelet and sets up each container's
+// slice. Runs on every GPU node (see deploy/gslice-node.yaml and docs/kubernetes.md).
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "gslice/k8s/device_plugin.h"
+#include "gslice/ledger.h"
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: gslice-device-plugin [options]
+
+  --node-name NAME        this node (default: $NODE_NAME, set from the downward API)
+  --gpus SOURCE           nvml (default) or file:PATH (a JSON GPU list, for tests and demos)
+  --nvml-library PATH     NVML to load (default libnvidia-ml.so.1)
+  --plugin-dir DIR        kubelet's device plugin folder (default /var/lib/kubelet/device-plugins)
+  --slices-per-gpu N      gslice.io/gpu devices per GPU (default 16; capped so that every
+                          slice of the node fits in the node ledger)
+  --shim-dir DIR          the interposer on the host (default /usr/lib/gslice)
+  --shim-container-dir D  where containers see it (default /usr/lib/gslice)
+  --ledger PATH           node ledger on the host, created if missing (default /dev/shm/gslice-ledger)
+  --apiserver URL         API server (default: in-cluster service account)
+  --token-file PATH       bearer token for --apiserver
+  --ca-file PATH          CA bundle for an https --apiserver
+  --poll-ms N             health and kubelet-restart poll period (default 1000)
+)";
+
+std::atomic<bool> g_stop{false};
+void OnSignal(int) { g_stop = true; }
+
+int Fail(const std::string& msg) {
+  std::fprintf(stderr, "gslice-device-plugin: %s\n", msg.c_str());
+  return 2;
+}
+
+bool ReadFile(const std::string& path, std::string* out) {
+  std::ifstream in(path);
+  if (!in) return false;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  *out = ss.str();
+  while (!out->empty() && (out->back() == '\n' || out->back() == ' ')) out->pop_back();
+  return true;
+}
+
+bool ParseInt(const std::string& s, long lo, long hi, long* out) {
+  char* end = nullptr;
+  long v = std::strtol(s.c_str(), &end, 10);
+  if (s.empty() || *end != '\0' || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace gslice::k8s;
+  DevicePluginConfig config;
+  if (const char* n = std::getenv("NODE_NAME")) config.node_name = n;
+  std::string gpus = "nvml", nvml = "libnvidia-ml.so.1", apiserver, token_file, ca_file;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (i + 1 >= argc) return Fail(a + ": unknown option or missing value (see --help)");
+    std::string v = argv[++i];
+    long n = 0;
+    if (a == "--node-name") config.node_name = v;
+    else if (a == "--gpus") gpus = v;
+    else if (a == "--nvml-library") nvml = v;
+    else if (a == "--plugin-dir") config.plugin_dir = v;
+    else if (a == "--shim-dir") config.shim_host_dir = v;
+    else if (a == "--shim-container-dir") config.shim_container_dir = v;
+    else if (a == "--ledger") config.ledger_host_path = v;
+    else if (a == "--apiserver") apiserver = v;
+    else if (a == "--token-file") token_file = v;
+    else if (a == "--ca-file") ca_file = v;
+    else if (a == "--slices-per-gpu") {
+      if (!ParseInt(v, 1, 1024, &n)) return Fail("--slices-per-gpu " + v + ": expected 1..1024");
+      config.slices_per_gpu = static_cast<int>(n);
+    } else if (a == "--poll-ms") {
+      if (!ParseInt(v, 10, 600000, &n)) return Fail("--poll-ms " + v + ": expected 10..600000");
+      config.poll = std::chrono::milliseconds(n);
+    } else {
+      return Fail(a + ": unknown option (see --help)");
+    }
+  }
+  if (config.node_name.empty()) return Fail("no node name: pass --node-name or set NODE_NAME");
+  std::unique_ptr<GpuSource> source;
+  if (gpus == "nvml") source = MakeNvmlGpuSource(nvml);
+  else if (gpus.rfind("file:", 0) == 0 && gpus.size() > 5) source = MakeFileGpuSource(gpus.substr(5));
+  else return Fail("--gpus " + gpus + ": expected nvml or file:PATH");
+
+  KubeConfig kc;
+  std::string err;
+  if (apiserver.empty()) {
+    if (!KubeConfig::InCluster(&kc, &err)) return Fail(err);
+  } else {
+    kc.server = apiserver;
+  }
+  if (!token_file.empty() && !ReadFile(token_file, &kc.token)) return Fail("cannot read --token-file " + token_file);
+  if (!ca_file.empty()) kc.ca_file = ca_file;
+  KubeClient kube(kc);
+
+  // Containers bind-mount the ledger file: it must exist before the first Allocate.
+  {
+    gslice::Ledger ledger;
+    if (ledger.Open(config.ledger_host_path.c_str()) != gslice::LedgerError::kOk)
+      return Fail("cannot open or create the node ledger " + config.ledger_host_path);
+  }
+
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+  DevicePluginRunner runner(config, source.get(), &kube);
+  if (!runner.Start(&err)) return Fail(err);
+  std::fprintf(stderr, "gslice-device-plugin: node %s, %zu GPU(s), %d slices each, socket %s/%s\n",
+               config.node_name.c_str(), runner.service()->gpus().size(), runner.service()->slices_per_gpu(),
+               config.plugin_dir.c_str(), config.socket_name.c_str());
+  runner.Run(g_stop);
+  runner.Stop();
+  return 0;
+}

@@ -1,0 +1,359 @@
+#include "gslice/k8s/device_plugin.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "fake_apiserver.h"
+#include "fake_kubelet.h"
+#include "gslice/k8s/extender.h"
+
+extern char** environ;
+
+namespace gslice::k8s {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using testing::FakeApiServer;
+using testing::FakeKubelet;
+using namespace std::chrono_literals;
+
+constexpr const char* kGpu0 = "GPU-11111111-2222-3333-4444-000000000000";
+constexpr const char* kGpu1 = "GPU-11111111-2222-3333-4444-000000000001";
+
+void WriteInventory(const fs::path& file, bool gpu1_healthy) {
+  std::ofstream(file) << EncodeGpuInventory({{kGpu0, 0, 40960, "sim", true}, {kGpu1, 1, 40960, "sim", gpu1_healthy}});
+}
+
+// A node of two GPUs as the plugin sees it: plugin dir, inventory file, /dev, shim dir.
+class DevicePluginTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() /
+            ("gslice-dp-" + std::to_string(getpid()) + "-" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(root_);
+    for (const char* d : {"plugins", "dev", "shim"}) fs::create_directories(root_ / d);
+    for (const char* n : {"nvidia0", "nvidia1", "nvidiactl"}) std::ofstream(root_ / "dev" / n) << "";
+    WriteInventory(root_ / "gpus.json", true);
+    config_.plugin_dir = (root_ / "plugins").string();
+    config_.node_name = "node-a";
+    config_.dev_root = (root_ / "dev").string();
+    config_.shim_host_dir = (root_ / "shim").string();
+    config_.ledger_host_path = (root_ / "ledger").string();
+    config_.poll = 50ms;
+    api_.AddNode({{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", "node-a"}}}});
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  // Schedules a pod the way kube-scheduler would with the extender: filter, then bind.
+  void Schedule(const json& pod) {
+    api_.AddPod(pod);
+    Extender ext({}, &kube_);
+    std::string err;
+    ASSERT_TRUE(ext.Resync(&err)) << err;
+    json f = ext.Filter({{"Pod", pod}, {"NodeNames", {"node-a"}}});
+    ASSERT_EQ(f["NodeNames"].size(), 1u) << f;
+    json b = ext.Bind({{"PodName", pod["metadata"]["name"]}, {"PodNamespace", pod["metadata"]["namespace"]},
+                       {"PodUID", pod["metadata"]["uid"]}, {"Node", "node-a"}});
+    ASSERT_EQ(b["Error"], "") << b;
+  }
+
+  fs::path root_;
+  DevicePluginConfig config_;
+  FakeApiServer api_;
+  KubeClient kube_{api_.config()};
+};
+
+TEST_F(DevicePluginTest, FullSequenceHealthFlipAndKubeletRestart) {
+  auto kubelet = std::make_unique<FakeKubelet>(config_.plugin_dir);
+  auto source = MakeFileGpuSource((root_ / "gpus.json").string());
+  DevicePluginRunner runner(config_, source.get(), &kube_);
+  std::string err;
+  ASSERT_TRUE(runner.Start(&err)) << err;
+  std::atomic<bool> stop{false};
+  std::thread loop([&] { runner.Run(stop); });
+
+  // Register.
+  ASSERT_TRUE(kubelet->WaitForRegistrations(1, 10s));
+  v1beta1::RegisterRequest reg = kubelet->last_registration();
+  EXPECT_EQ(reg.version(), "v1beta1");
+  EXPECT_EQ(reg.resource_name(), "gslice.io/gpu");
+  EXPECT_EQ(reg.endpoint(), "gslice.sock");
+  EXPECT_TRUE(reg.options().pre_start_required());
+  EXPECT_TRUE(reg.options().get_preferred_allocation_available());
+
+  auto stub = kubelet->Dial();
+  {
+    grpc::ClientContext ctx;
+    v1beta1::DevicePluginOptions opts;
+    ASSERT_TRUE(stub->GetDevicePluginOptions(&ctx, v1beta1::Empty(), &opts).ok());
+    EXPECT_TRUE(opts.pre_start_required());
+  }
+
+  // Watch: 2 GPUs x 16 slices, all healthy.
+  kubelet->Watch();
+  ASSERT_TRUE(kubelet->WaitForList([](const auto& l) { return testing::CountHealth(l, "Healthy") == 32; }, 10s));
+
+  // The node's inventory is on the API server for the extender.
+  json node = api_.Node("node-a");
+  auto inv = DecodeGpuInventory(node["metadata"]["annotations"].value("gslice.io/gpus", ""), &err);
+  ASSERT_TRUE(inv) << err;
+  EXPECT_EQ(inv->size(), 2u);
+  EXPECT_EQ(node["metadata"]["annotations"]["gslice.io/slices-per-gpu"], "16");
+
+  // Put a slice on GPU 1 first so the next pod's binpack choice is GPU 1, not the first one.
+  Schedule(testing::MakePod("team", "filler", "u-filler", 1, 36864, 0));
+  json pod = testing::MakePod("team", "p1", "u-p1", 1, 4096, 25, "opportunistic");
+  pod["metadata"]["annotations"]["gslice.io/compute-cap"] = "40%";
+  Schedule(pod);
+  std::string filler_gpu, p1_gpu;
+  {
+    auto a = DecodeAssignment(api_.Pod("team", "filler")["metadata"]["annotations"]["gslice.io/assignment"].get<std::string>(), &err);
+    ASSERT_TRUE(a) << err;
+    filler_gpu = a->containers[0].gpus[0].uuid;
+    auto b = DecodeAssignment(api_.Pod("team", "p1")["metadata"]["annotations"]["gslice.io/assignment"].get<std::string>(), &err);
+    ASSERT_TRUE(b) << err;
+    p1_gpu = b->containers[0].gpus[0].uuid;
+    ASSERT_EQ(p1_gpu, filler_gpu) << "binpack puts 4 GiB next to the 36 GiB slice (exact fit)";
+  }
+
+  // Allocate the filler first (it was bound first), by the kubelet's own choice of device.
+  {
+    grpc::ClientContext ctx;
+    v1beta1::AllocateRequest req;
+    req.add_container_requests()->add_devices_ids(filler_gpu + "::3");
+    v1beta1::AllocateResponse resp;
+    ASSERT_TRUE(stub->Allocate(&ctx, req, &resp).ok());
+    EXPECT_EQ(resp.container_responses(0).envs().at("GSLICE_SLICE"), "team/filler/main");
+  }
+
+  // Preferred allocation steers the kubelet to the assigned GPU.
+  std::string device;
+  {
+    grpc::ClientContext ctx;
+    v1beta1::PreferredAllocationRequest req;
+    auto* c = req.add_container_requests();
+    for (const char* g : {kGpu0, kGpu1})
+      for (int r = 0; r < 16; ++r) c->add_available_deviceids(std::string(g) + "::" + std::to_string(r));
+    c->set_allocation_size(1);
+    v1beta1::PreferredAllocationResponse resp;
+    ASSERT_TRUE(stub->GetPreferredAllocation(&ctx, req, &resp).ok());
+    ASSERT_EQ(resp.container_responses_size(), 1);
+    ASSERT_EQ(resp.container_responses(0).deviceids_size(), 1);
+    device = resp.container_responses(0).deviceids(0);
+    EXPECT_EQ(GpuOfDeviceId(device), p1_gpu);
+  }
+
+  // Allocate: the interposer, the ledger and the limits.
+  {
+    grpc::ClientContext ctx;
+    v1beta1::AllocateRequest req;
+    req.add_container_requests()->add_devices_ids(device);
+    v1beta1::AllocateResponse resp;
+    grpc::Status st = stub->Allocate(&ctx, req, &resp);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    ASSERT_EQ(resp.container_responses_size(), 1);
+    const auto& c = resp.container_responses(0);
+    EXPECT_EQ(c.envs().at("CUDA_VISIBLE_DEVICES"), p1_gpu);
+    EXPECT_EQ(c.envs().at("GSLICE_SLICE"), "team/p1/main");
+    EXPECT_EQ(c.envs().at("GSLICE_MEMORY"), "4096MiB");
+    EXPECT_EQ(c.envs().at("GSLICE_SHARE"), "25%");
+    EXPECT_EQ(c.envs().at("GSLICE_COMPUTE"), "40%");
+    EXPECT_EQ(c.envs().at("GSLICE_CLASS"), "opportunistic");
+    EXPECT_EQ(c.envs().at("GSLICE_LEDGER"), "/dev/shm/gslice-ledger");
+    EXPECT_EQ(c.envs().at("LD_PRELOAD"), "/usr/lib/gslice/libcuda.so.1 /usr/lib/gslice/libnvidia-ml.so.1");
+    ASSERT_EQ(c.mounts_size(), 2);
+    EXPECT_EQ(c.mounts(0).host_path(), config_.shim_host_dir);
+    EXPECT_TRUE(c.mounts(0).read_only());
+    EXPECT_EQ(c.mounts(1).host_path(), config_.ledger_host_path);
+    EXPECT_FALSE(c.mounts(1).read_only());
+    std::string want_dev = std::string("/dev/nvidia") + (p1_gpu == kGpu0 ? "0" : "1");
+    ASSERT_EQ(c.devices_size(), 2);  // its GPU and nvidiactl (no uvm node in this /dev)
+    EXPECT_EQ(c.devices(0).container_path(), want_dev);
+    EXPECT_EQ(c.devices(1).container_path(), "/dev/nvidiactl");
+  }
+  json bound = api_.Pod("team", "p1");
+  EXPECT_EQ(bound["metadata"]["annotations"]["gslice.io/bind-phase"], "allocated");
+  EXPECT_EQ(bound["metadata"]["annotations"]["gslice.io/allocated-containers"], "1");
+
+  // Nothing is waiting any more: a second allocation is refused with a reason.
+  {
+    grpc::ClientContext ctx;
+    v1beta1::AllocateRequest req;
+    req.add_container_requests()->add_devices_ids(device);
+    v1beta1::AllocateResponse resp;
+    grpc::Status st = stub->Allocate(&ctx, req, &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_NE(st.error_message().find("gslice-scheduler-extender"), std::string::npos) << st.error_message();
+  }
+  // PreStartContainer.
+  {
+    grpc::ClientContext ctx;
+    v1beta1::PreStartContainerRequest req;
+    req.add_devices_ids(device);
+    v1beta1::PreStartContainerResponse resp;
+    EXPECT_TRUE(stub->PreStartContainer(&ctx, req, &resp).ok());
+    grpc::ClientContext ctx2;
+    req.add_devices_ids("GPU-nope::0");
+    EXPECT_EQ(stub->PreStartContainer(&ctx2, req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+
+  // Health flip: GPU 1 fails; the kubelet hears of it on the open stream.
+  WriteInventory(root_ / "gpus.json", false);
+  ASSERT_TRUE(kubelet->WaitForList([](const auto& l) {
+    return testing::CountHealth(l, "Unhealthy", kGpu1) == 16 && testing::CountHealth(l, "Healthy", kGpu0) == 16;
+  }, 10s));
+  {
+    grpc::ClientContext ctx;
+    v1beta1::PreStartContainerRequest req;
+    req.add_devices_ids(std::string(kGpu1) + "::0");
+    v1beta1::PreStartContainerResponse resp;
+    EXPECT_EQ(stub->PreStartContainer(&ctx, req, &resp).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  for (int i = 0; i < 200 && api_.Node("node-a")["metadata"]["annotations"]["gslice.io/gpus"].get<std::string>().find("false") == std::string::npos; ++i)
+    std::this_thread::sleep_for(20ms);
+  EXPECT_NE(api_.Node("node-a")["metadata"]["annotations"]["gslice.io/gpus"].get<std::string>().find("\"healthy\":false"), std::string::npos);
+
+  // Kubelet restart: it dies, its folder is wiped, a new kubelet.sock appears.
+  stub.reset();
+  kubelet->Shutdown();
+  kubelet.reset();
+  for (const auto& e : fs::directory_iterator(config_.plugin_dir)) fs::remove_all(e.path());
+  kubelet = std::make_unique<FakeKubelet>(config_.plugin_dir);
+  ASSERT_TRUE(kubelet->WaitForRegistrations(1, 10s)) << "the plugin did not register again";
+  EXPECT_TRUE(fs::exists(fs::path(config_.plugin_dir) / "gslice.sock"));
+  kubelet->Watch();
+  ASSERT_TRUE(kubelet->WaitForList([](const auto& l) { return testing::CountHealth(l, "Unhealthy", kGpu1) == 16; }, 10s));
+  // Health comes back.
+  WriteInventory(root_ / "gpus.json", true);
+  ASSERT_TRUE(kubelet->WaitForList([](const auto& l) { return testing::CountHealth(l, "Healthy") == 32; }, 10s));
+  EXPECT_GE(runner.registrations(), 2);
+
+  stop = true;
+  loop.join();
+  kubelet->Shutdown();
+  runner.Stop();
+}
+
+TEST_F(DevicePluginTest, MultiContainerPodsAllocateInSpecOrder) {
+  json pod = testing::MakePod("team", "two", "u-two", 1, 2048, 10);
+  json second = pod["spec"]["containers"][0];
+  second["name"] = "second";
+  second["resources"]["limits"]["gslice.io/gpu"] = "2";
+  pod["spec"]["containers"].push_back(second);
+  FakeKubelet kubelet(config_.plugin_dir);
+  auto source = MakeFileGpuSource((root_ / "gpus.json").string());
+  DevicePluginRunner runner(config_, source.get(), &kube_);
+  std::string err;
+  ASSERT_TRUE(runner.Start(&err)) << err;
+  ASSERT_TRUE(kubelet.WaitForRegistrations(1, 10s));
+  Schedule(pod);
+  auto stub = kubelet.Dial();
+  auto allocate = [&](std::vector<std::string> ids, v1beta1::AllocateResponse* resp) {
+    grpc::ClientContext ctx;
+    v1beta1::AllocateRequest req;
+    auto* c = req.add_container_requests();
+    for (const auto& id : ids) c->add_devices_ids(id);
+    return stub->Allocate(&ctx, req, resp);
+  };
+  v1beta1::AllocateResponse r1, r2;
+  // The kubelet asks for a 2-device container while the pod's first container needs 1:
+  // no match, refused.
+  EXPECT_FALSE(allocate({std::string(kGpu0) + "::0", std::string(kGpu1) + "::0"}, &r1).ok());
+  ASSERT_TRUE(allocate({std::string(kGpu0) + "::0"}, &r1).ok());
+  EXPECT_EQ(r1.container_responses(0).envs().at("GSLICE_SLICE"), "team/two/main");
+  EXPECT_EQ(api_.Pod("team", "two")["metadata"]["annotations"]["gslice.io/bind-phase"], "allocating");
+  grpc::Status st = allocate({std::string(kGpu0) + "::1", std::string(kGpu1) + "::1"}, &r2);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  const auto& envs = r2.container_responses(0).envs();
+  EXPECT_EQ(envs.at("GSLICE_SLICE"), "team/two/second");
+  EXPECT_EQ(envs.at("GSLICE_MEMORY"), "2048MiB");
+  EXPECT_EQ(envs.at("CUDA_VISIBLE_DEVICES").size(), std::string(kGpu0).size() * 2 + 1);
+  EXPECT_EQ(api_.Pod("team", "two")["metadata"]["annotations"]["gslice.io/bind-phase"], "allocated");
+  runner.Stop();
+}
+
+TEST(PendingPods, OldestBindFirstUnlessTheDevicesSayOtherwise) {
+  auto pod = [](const std::string& name, const std::string& gpu, int64_t t) {
+    Assignment a;
+    a.node = "n";
+    a.containers.push_back({"main", {{gpu, 0, 1024, 0}}});
+    return json{{"metadata", {{"name", name}, {"namespace", "ns"}, {"uid", name},
+                              {"annotations", {{"gslice.io/assignment", EncodeAssignment(a)},
+                                               {"gslice.io/bind-phase", "allocating"},
+                                               {"gslice.io/bind-time", std::to_string(t)}}}}},
+                {"spec", {{"nodeName", "n"}}}};
+  };
+  json list = {{"items", {pod("late", "GPU-a", 200), pod("early", "GPU-b", 100)}}};
+  std::string why;
+  auto p = FindPendingContainer(list, "n", 1, {}, &why);
+  ASSERT_TRUE(p) << why;
+  EXPECT_EQ(p->pod_name, "early");
+  p = FindPendingContainer(list, "n", 1, {"GPU-a"}, &why);
+  ASSERT_TRUE(p) << why;
+  EXPECT_EQ(p->pod_name, "late");
+  EXPECT_FALSE(FindPendingContainer(list, "other-node", 1, {}, &why));
+  EXPECT_FALSE(FindPendingContainer(list, "n", 2, {}, &why));
+  EXPECT_NE(why.find("2 gslice.io/gpu"), std::string::npos) << why;
+}
+
+TEST(SliceNames, FitTheLedger) {
+  PendingContainer p;
+  p.namespace_name = "ns";
+  p.pod_name = std::string(100, 'p');
+  p.pod_uid = "5f3c1f5e-8a2b-4c3d-9e4f-0123456789ab";
+  p.container.name = "main";
+  std::string name = SliceNameFor(p);
+  EXPECT_LT(name.size(), 64u);
+  EXPECT_EQ(name, "k8s/5f3c1f5e-8a2b-4c3d-9e4f-0123456789ab/main");
+  p.pod_name = "short";
+  EXPECT_EQ(SliceNameFor(p), "ns/short/main");
+}
+
+// The real binary: it starts, creates the ledger, registers with the kubelet, publishes the
+// node's GPUs, and exits cleanly on SIGTERM.
+TEST_F(DevicePluginTest, BinaryRegistersAndStopsOnSigterm) {
+  FakeKubelet kubelet(config_.plugin_dir);
+  std::vector<std::string> args = {GSLICE_DEVICE_PLUGIN_BIN, "--node-name", "node-a",
+                                   "--gpus", "file:" + (root_ / "gpus.json").string(),
+                                   "--plugin-dir", config_.plugin_dir, "--ledger", config_.ledger_host_path,
+                                   "--apiserver", api_.url(), "--poll-ms", "50"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
+  bool registered = kubelet.WaitForRegistrations(1, 20s);
+  EXPECT_TRUE(registered);
+  EXPECT_TRUE(fs::exists(config_.ledger_host_path));
+  for (int i = 0; i < 250 && !api_.Node("node-a")["metadata"]["annotations"].contains("gslice.io/gpus"); ++i)
+    std::this_thread::sleep_for(20ms);
+  EXPECT_TRUE(api_.Node("node-a")["metadata"]["annotations"].contains("gslice.io/gpus"));
+  kill(pid, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_FALSE(fs::exists(fs::path(config_.plugin_dir) / "gslice.sock"));
+}
+
+TEST(DevicePluginBinary, RefusesBadFlags) {
+  for (std::vector<std::string> args : {std::vector<std::string>{"--gpus", "magic", "--node-name", "n"},
+                                        std::vector<std::string>{"--slices-per-gpu", "0", "--node-name", "n"},
+                                        std::vector<std::string>{"--bogus", "1"}}) {
+    std::string cmd = std::string(GSLICE_DEVICE_PLUGIN_BIN);
+    for (const auto& a : args) cmd += " " + a;
+    cmd += " --apiserver http://127.0.0.1:1 2>/dev/null";
+    int rc = std::system(cmd.c_str());
+    EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 2) << cmd;
+  }
+}
+
+}  // namespace
+}  // namespace gslice::k8s
