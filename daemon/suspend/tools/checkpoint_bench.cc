@@ -203,9 +203,7 @@ int RunGslice(CheckpointDriver& d, const Args& a, std::vector<GpuPair>& pairs) {
     t.unlock_s = o.times.unlock_s;
   }
   auto st = mgr.Get(a.pid);
-  char held[32];
-  gslice::FormatSize(budget.held_bytes(), held, sizeof(held));
-  std::string extra = std::string("host_held=\"") + held + "\"";
+  std::string extra = "host_held_bytes=" + std::to_string(budget.held_bytes());
   PrintTimes(a, t, st ? gslice::suspend::StateName(st->state) : "gone", extra.c_str());
   return 0;
 }
