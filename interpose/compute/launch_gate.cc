@@ -123,7 +123,7 @@ LedgerComputeEntry* ClaimEntry(const uint8_t uuid[16], const ComputePolicy& p) {
       if (!e.state.compare_exchange_strong(s, PackState(EntryState::kClaiming, pid))) continue;
       memcpy(e.uuid, uuid, 16);
       e.slice_class.store(static_cast<uint32_t>(p.cls), kRlx);
-      e.share_permille.store(p.share_permille | (p.share_set ? 0x80000000u : 0u), kRlx);
+      e.share_permille.store(p.share_permille | (p.share_set ? 0x80000000u : 0u), kRlx);  // kShareSetBit
       e.active_until_ns.store(0, kRlx);
       e.inflight_until_ns.store(0, kRlx);
       e.vtime_ns.store(0, kRlx);
@@ -324,23 +324,44 @@ bool GuaranteedBusy(Device& d, int64_t now) {
   return false;
 }
 
-// Lowest virtual time among contending peers of our class; INT64_MAX when none. Sets
-// *inflight when one of them still has queued work.
-int64_t MinPeerVtime(Device& d, int64_t now, bool* inflight) {
-  *inflight = false;
-  if (g_gate->ledger == nullptr || !d.share_peer.load(kRlx)) return INT64_MAX;
-  int64_t best = INT64_MAX;
+constexpr uint32_t kShareSetBit = 0x80000000u;  // in LedgerComputeEntry::share_permille
+constexpr uint32_t kRunningBit = 0x40000000u;   // holds the share turn
+
+void SetRunning(Device& d, bool running) {
+  if (d.running == running) return;
+  d.running = running;
+  if (running) {
+    d.entry->share_permille.fetch_or(kRunningBit, kRlx);
+  } else {
+    d.entry->share_permille.fetch_and(~kRunningBit, kRlx);
+  }
+}
+
+struct Contenders {
+  int64_t min_vtime = INT64_MAX;  // lowest virtual time among them; INT64_MAX: none
+  bool inflight = false;          // one of them still has queued work
+  bool running = false;           // one of them holds the turn
+};
+
+// The other processes of our class contending for this GPU now: waiting at their gate
+// (active) or with work queued (inflight). Dead ones stop contending by themselves: their
+// times are only ever refreshed by their own threads.
+Contenders FindContenders(Device& d, int64_t now) {
+  Contenders c;
+  if (g_gate->ledger == nullptr || !d.share_peer.load(kRlx)) return c;
   const int n = d.peer_count.load(std::memory_order_acquire);
   LedgerComputeEntry* table = g_gate->ledger->header.compute;
   for (int i = 0; i < n; ++i) {
     LedgerComputeEntry& e = table[d.peers[i]];
     if (static_cast<ComputeClass>(e.slice_class.load(kRlx)) != g_gate->policy.cls) continue;
-    if (e.active_until_ns.load(kRlx) <= now) continue;
+    const bool queued = e.inflight_until_ns.load(kRlx) > now;
+    if (!queued && e.active_until_ns.load(kRlx) <= now) continue;
     const int64_t v = e.vtime_ns.load(kRlx);
-    if (v < best) best = v;
-    if (e.inflight_until_ns.load(kRlx) > now) *inflight = true;
+    if (v < c.min_vtime) c.min_vtime = v;
+    if (queued) c.inflight = true;
+    if ((e.share_permille.load(kRlx) & kRunningBit) != 0) c.running = true;
   }
-  return best;
+  return c;
 }
 
 // How long to wait before launching on d now; 0: go.
@@ -350,31 +371,30 @@ int64_t WaitBeforeLaunch(Device& d, int64_t now, int64_t first_try) {
   if (p.capped()) wait = GcraWaitNs(d.cap_tat.load(kRlx), now);
   if (p.cls == ComputeClass::kOpportunistic && GuaranteedBusy(d, now)) wait = wait > 100'000 ? wait : 100'000;
   if (wait > 0) return wait;
-  bool peer_inflight = false;
-  const int64_t min_other = MinPeerVtime(d, now, &peer_inflight);
+  const Contenders c = FindContenders(d, now);
   std::lock_guard<std::mutex> lock(d.turn_mu);
-  if (min_other == INT64_MAX) {
+  if (c.min_vtime == INT64_MAX) {
     d.was_active = false;
-    d.running = false;
+    SetRunning(d, false);
     return 0;
   }
   int64_t mine = d.entry->vtime_ns.load(kRlx);
   if (!d.was_active) {
     // Contention starts (for us): catch up to the others' virtual time.
-    const int64_t caught = VtimeOnActivation(mine, min_other);
+    const int64_t caught = VtimeOnActivation(mine, c.min_vtime);
     if (caught != mine) d.entry->vtime_ns.fetch_add(caught - mine, kRlx);
     mine = caught;
     d.was_active = true;
   }
-  if (!ShareTurn(mine, min_other, d.running)) {
-    d.running = false;
+  if (!ShareTurn(mine, c.min_vtime, d.running, c.running)) {
+    SetRunning(d, false);
     return 200'000;
   }
   if (!d.running) {
     // Taking the turn: let the previous runner's queued work drain first, so that measured
     // intervals are ours alone (bounded: a stalled peer cannot hold us).
-    if (peer_inflight && now - first_try < kDrainWaitMaxNs) return 50'000;
-    d.running = true;
+    if (c.inflight && now - first_try < kDrainWaitMaxNs) return 50'000;
+    SetRunning(d, true);
   }
   return 0;
 }
@@ -415,7 +435,10 @@ void* GateThread(void*) {
 }
 
 void InitOnce(void* (*resolve)(const char*)) {
-  static Gate gate;  // never destroyed: the gate thread runs until the process exits
+  // Never destroyed (a function-local static would be, at exit, under the running gate
+  // thread): allocated once and leaked on purpose.
+  static Gate* const gate_storage = new Gate;
+  Gate& gate = *gate_storage;
   g_gate = &gate;
   char error[256] = {};
   if (!ParseComputePolicy(OptionValue(Option::Compute), OptionValue(Option::Share), OptionValue(Option::Class),

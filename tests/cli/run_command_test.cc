@@ -40,7 +40,7 @@ TEST(GsliceRun, PerGpuLimitsFollowTheGpuList) {
   CliEnv env("cli-gpus");
   // GPU 1 only, with its own limit: the program sees one device of 80 MiB.
   ChildResult r = Gslice(env, {"run", "--sim", "--gpus", "1", "--memory", "80MiB", "--", ClientPath(), "info"});
-  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  ASSERT_EQ(r.exit_code, 0) << "signal " << r.signal << "\n" << r.out << r.err;
   EXPECT_NE(r.out.find("total=" + std::to_string(80ull << 20)), std::string::npos) << r.out;
   r = Gslice(env, {"run", "--sim", "--gpus", "0,1", "--memory", "70MiB,80MiB", "--", ClientPath(), "info"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
@@ -90,6 +90,23 @@ TEST(GsliceRun, ReportsMissingCommandsAndOptions) {
   r = Gslice(env, {"nosuchcommand"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("unknown command 'nosuchcommand'"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace gslice::test
+
+namespace gslice::test {
+namespace {
+
+// The README's quick start: the example program in a slice on the simulator, linked
+// against the driver stub (the loader's PLT path rather than dlopen).
+TEST(GsliceRun, ExampleProgramPassesInASlice) {
+  CliEnv env("cli-example");
+  ChildResult r = Gslice(env, {"run", "--sim", "--memory", "1GiB", "--", GSLICE_TEST_EXAMPLE});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("GPU 0: gslice simulated GPU, 1.00 GiB total"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("allocated 4 chunks of 256 MiB"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("all checks passed"), std::string::npos) << r.out;
 }
 
 }  // namespace
