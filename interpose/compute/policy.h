@@ -25,7 +25,7 @@ bool ParseComputePolicy(const char* cap, const char* share, const char* cls, Com
 
 // Tunables (ns). Chosen for the bounds in docs/compute.md.
 inline constexpr int64_t kCapToleranceNs = 10'000'000;    // GCRA burst: 10 ms of wall time
-inline constexpr int64_t kShareQuantumNs = 20'000'000;    // turn length, in virtual time
+inline constexpr int64_t kShareQuantumNs = 40'000'000;    // turn length, in virtual time
 inline constexpr int64_t kActiveHoldNs = 1'000'000;       // "wants the GPU" after a launch attempt
 inline constexpr int64_t kInflightHoldNs = 2'000'000;     // "has queued work" unless refreshed
 inline constexpr int64_t kCapDepthNs = 2'000'000;         // queued-ahead work of capped slices
@@ -60,10 +60,12 @@ inline int64_t VtimeIncrement(int64_t busy_ns, uint32_t share_permille) {
   return busy_ns * 1000 / (share_permille == 0 ? 1 : share_permille);
 }
 // True when a slice with virtual time mine may launch now, given the lowest virtual time
-// among the other contending slices of its class (min_other, INT64_MAX when none).
-inline bool ShareTurn(int64_t mine, int64_t min_other, bool running) {
-  if (mine <= min_other) return true;
-  return running && mine - min_other <= kShareQuantumNs;
+// among the other contending slices of its class (min_other, INT64_MAX when none) and
+// whether one of them holds the turn. The turn is exclusive: the runner keeps it until it
+// leads by kShareQuantumNs; then the slice furthest behind takes it.
+inline bool ShareTurn(int64_t mine, int64_t min_other, bool running, bool peer_running) {
+  if (running) return mine <= min_other || mine - min_other <= kShareQuantumNs;
+  return mine <= min_other && !peer_running;
 }
 // A slice that starts contending again catches up: it does not bank idle time.
 inline int64_t VtimeOnActivation(int64_t mine, int64_t min_other) {

@@ -92,7 +92,7 @@ TEST(ComputeShares, TurnsFollowTheShares) {
     for (int i = 0; i < 2; ++i) {
       S& me = s[i];
       const S& other = s[1 - i];
-      if (!ShareTurn(me.vtime, other.vtime, me.running)) {
+      if (!ShareTurn(me.vtime, other.vtime, me.running, other.running)) {
         me.running = false;
         continue;
       }
@@ -110,7 +110,11 @@ TEST(ComputeShares, ActivationCatchesUpButNeverGoesBack) {
   EXPECT_EQ(VtimeOnActivation(5, 100), 100);
   EXPECT_EQ(VtimeOnActivation(500, 100), 500);
   EXPECT_EQ(VtimeOnActivation(5, INT64_MAX), 5);
-  EXPECT_TRUE(ShareTurn(10, INT64_MAX, false));
+  EXPECT_TRUE(ShareTurn(10, INT64_MAX, false, false));
+  EXPECT_FALSE(ShareTurn(10, 20, false, true)) << "behind, but the other holds the turn";
+  EXPECT_TRUE(ShareTurn(10, 20, false, false));
+  EXPECT_TRUE(ShareTurn(20 + kShareQuantumNs, 20, true, false));
+  EXPECT_FALSE(ShareTurn(21 + kShareQuantumNs, 20, true, false));
 }
 
 TEST(ComputeDepth, BoundsQueuedWorkButAlwaysAllowsOne) {

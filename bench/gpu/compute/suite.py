@@ -40,7 +40,8 @@ MPS_OPPORTUNISTIC_PCT = 50  # MPS has no classes: the opportunistic job gets hal
 
 def gslice_prefix(*flags):
     build = os.environ.get("GSLICE_BUILD", os.path.join(HERE, "..", "..", "..", "build"))
-    return [os.path.join(build, "bin", "gslice"), "run", *flags, "--"]
+    # The memory limit is set well above what any job here uses: it is not what is measured.
+    return [os.path.join(build, "bin", "gslice"), "run", "--memory=60GiB", *flags, "--"]
 
 
 def throughput(workload, ident, prefix=(), env=None, warmup=3.0):

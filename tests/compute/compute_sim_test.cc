@@ -1,0 +1,250 @@
+// The launch gate on the simulated driver's device engine (one context's kernels at a time,
+// time-sliced between processes): caps, shares, the opportunistic class, reaction to load
+// changes and dead participants. Every assertion compares kernel counts of jobs measured
+// side by side (never absolute times), with tolerances for a loaded 2-core machine.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr int kKernelUs = 1000;
+
+double NowMs() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
+
+struct Result {
+  long kernels = -1;
+  std::vector<int> buckets;  // kernels completed per 50 ms
+  std::string raw;
+  // Kernels completed in [from_ms, to_ms) of the window.
+  long Between(double from_ms, double to_ms) const {
+    long n = 0;
+    for (size_t i = 0; i < buckets.size(); ++i) {
+      const double t = 50.0 * static_cast<double>(i);
+      if (t >= from_ms && t + 50.0 <= to_ms) n += buckets[i];
+    }
+    return n;
+  }
+};
+
+struct Worker {
+  pid_t pid = -1;
+  int out_fd = -1;
+};
+
+class ComputeSim : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    const std::string tag = std::to_string(getpid()) + "-" + name;
+    sim_state_ = "/dev/shm/gslice-test-" + tag;
+    ledger_ = "/dev/shm/gslice-test-ledger-" + tag;
+  }
+  void TearDown() override {
+    unlink(sim_state_.c_str());
+    unlink(ledger_.c_str());
+  }
+
+  // Starts a worker (direct: the gate linked in; otherwise plain, under the shim).
+  Worker Start(std::map<std::string, std::string> env, std::vector<std::string> args, bool direct = true) {
+    int fds[2];
+    EXPECT_EQ(pipe(fds), 0);
+    std::string bin = std::string(GSLICE_TEST_BIN_DIR) + (direct ? "/compute_worker_direct" : "/compute_worker");
+    env["LD_LIBRARY_PATH"] = GSLICE_TEST_SIM_DIR;
+    env["GSLICE_SIM_STATE"] = sim_state_;
+    env["GSLICE_LEDGER"] = ledger_;
+    env["GSLICE_SIM_DEVICES"] = "1";
+    if (!direct) {
+      env["LD_PRELOAD"] = std::string(GSLICE_TEST_SHIM_DIR) + "/libcuda.so.1";
+      env["GSLICE_REAL_DRIVER"] = std::string(GSLICE_TEST_SIM_DIR) + "/libcuda.so.1";
+    }
+    std::vector<std::string> envs;
+    for (char** e = environ; *e != nullptr; ++e) {
+      std::string kv = *e;
+      if (kv.rfind("GSLICE_", 0) == 0 || kv.rfind("LD_PRELOAD=", 0) == 0) continue;
+      envs.push_back(kv);
+    }
+    for (auto& [k, v] : env) envs.push_back(k + "=" + v);
+    args.insert(args.begin(), bin);
+    pid_t pid = fork();
+    if (pid == 0) {
+      dup2(fds[1], 1);
+      close(fds[0]);
+      close(fds[1]);
+      std::vector<char*> argv, envp;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      for (auto& e : envs) envp.push_back(e.data());
+      envp.push_back(nullptr);
+      execve(bin.c_str(), argv.data(), envp.data());
+      _exit(127);
+    }
+    close(fds[1]);
+    return Worker{pid, fds[0]};
+  }
+
+  Result Wait(const Worker& w) {
+    Result r;
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(w.out_fd, buf, sizeof buf)) > 0) r.raw.append(buf, static_cast<size_t>(n));
+    close(w.out_fd);
+    int status = 0;
+    waitpid(w.pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return r;
+    std::istringstream in(r.raw);
+    std::string field;
+    while (in >> field) {
+      if (field.rfind("kernels=", 0) == 0) r.kernels = std::stol(field.substr(8));
+      if (field.rfind("buckets=", 0) == 0) {
+        std::stringstream b(field.substr(8));
+        std::string item;
+        while (std::getline(b, item, ',')) r.buckets.push_back(std::stoi(item));
+      }
+    }
+    return r;
+  }
+
+  static std::vector<std::string> Job(double start_at, double seconds, std::vector<std::string> extra = {}) {
+    std::vector<std::string> a = {"--seconds", std::to_string(seconds), "--kernel-us", std::to_string(kKernelUs),
+                                  "--start-at", std::to_string(start_at)};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  }
+
+  // Runs jobs together over one window; returns their results in order.
+  std::vector<Result> RunTogether(const std::vector<std::map<std::string, std::string>>& envs, double seconds,
+                                  const std::vector<std::vector<std::string>>& extra = {}, bool direct = true) {
+    const double start_at = NowMs() + 800;  // time for every process to initialise
+    std::vector<Worker> ws;
+    for (size_t i = 0; i < envs.size(); ++i) {
+      ws.push_back(Start(envs[i], Job(start_at, seconds, i < extra.size() ? extra[i] : std::vector<std::string>{}), direct));
+    }
+    std::vector<Result> rs;
+    for (auto& w : ws) rs.push_back(Wait(w));
+    for (auto& r : rs) EXPECT_GE(r.kernels, 0) << "worker failed: " << r.raw;
+    return rs;
+  }
+
+  std::string sim_state_, ledger_;
+};
+
+TEST_F(ComputeSim, CapHoldsWhenAlone) {
+  const Result free = RunTogether({{}}, 2.5)[0];
+  const Result capped = RunTogether({{{"GSLICE_COMPUTE", "30%"}}}, 2.5)[0];
+  ASSERT_GT(free.kernels, 200) << free.raw;
+  const double share = static_cast<double>(capped.kernels) / static_cast<double>(free.kernels);
+  EXPECT_NEAR(share, 0.30, 0.08) << "capped " << capped.kernels << " vs free " << free.kernels;
+  // The cap holds in each half of the window, not only on average.
+  const double first = static_cast<double>(capped.Between(0, 1250)) / static_cast<double>(free.Between(0, 1250));
+  const double second = static_cast<double>(capped.Between(1250, 2500)) / static_cast<double>(free.Between(1250, 2500));
+  EXPECT_LT(first, 0.40);
+  EXPECT_LT(second, 0.40);
+}
+
+TEST_F(ComputeSim, SharesSplitTheDevice) {
+  const auto rs = RunTogether({{{"GSLICE_SHARE", "25%"}}, {{"GSLICE_SHARE", "75%"}}}, 3.0);
+  const double a = static_cast<double>(rs[0].kernels), b = static_cast<double>(rs[1].kernels);
+  ASSERT_GT(a + b, 200);
+  EXPECT_NEAR(a / (a + b), 0.25, 0.08) << a << " vs " << b;
+}
+
+TEST_F(ComputeSim, SharesAreWorkConserving) {
+  // The 25% job stops half-way: the 75% job then gets the whole device.
+  const auto rs = RunTogether({{{"GSLICE_SHARE", "25%"}}, {{"GSLICE_SHARE", "75%"}}}, 3.0,
+                              {{"--off-after", "1500"}, {}});
+  const double b_before = static_cast<double>(rs[1].Between(200, 1500));
+  const double b_after = static_cast<double>(rs[1].Between(1700, 3000));
+  EXPECT_GT(b_after, b_before * 1.15) << rs[1].raw;
+}
+
+TEST_F(ComputeSim, OpportunisticYieldsToGuaranteed) {
+  const Result solo = RunTogether({{}}, 2.0)[0];
+  const auto rs = RunTogether({{{"GSLICE_CLASS", "guaranteed"}}, {{"GSLICE_CLASS", "opportunistic"}}}, 2.0);
+  const double g = static_cast<double>(rs[0].kernels), o = static_cast<double>(rs[1].kernels);
+  EXPECT_GE(g, 0.85 * static_cast<double>(solo.kernels)) << "guaranteed " << g << " solo " << solo.kernels;
+  EXPECT_LE(o, 0.10 * g) << "opportunistic " << o << " guaranteed " << g;
+}
+
+TEST_F(ComputeSim, OpportunisticRegainsTheIdleDevice) {
+  // Guaranteed work stops at 1.5 s; the opportunistic job must take the device over at once.
+  const auto rs = RunTogether({{{"GSLICE_CLASS", "guaranteed"}}, {{"GSLICE_CLASS", "opportunistic"}}}, 3.0,
+                              {{"--off-after", "1500"}, {}});
+  const double g_rate = static_cast<double>(rs[0].Between(200, 1500)) / 1300.0;
+  const double o_during = static_cast<double>(rs[1].Between(200, 1500)) / 1300.0;
+  // From 100 ms after the stop (the reaction bound) to the end.
+  const double o_after = static_cast<double>(rs[1].Between(1600, 3000)) / 1400.0;
+  EXPECT_LE(o_during, 0.10 * g_rate) << rs[1].raw;
+  EXPECT_GE(o_after, 0.80 * g_rate) << "guaranteed " << rs[0].raw << "\nopportunistic " << rs[1].raw;
+}
+
+TEST_F(ComputeSim, GuaranteedTakesTheDeviceBackWhenItStarts) {
+  const auto rs = RunTogether({{{"GSLICE_CLASS", "guaranteed"}}, {{"GSLICE_CLASS", "opportunistic"}}}, 3.0,
+                              {{"--on-after", "1500"}, {}});
+  const double o_before = static_cast<double>(rs[1].Between(200, 1500)) / 1300.0;
+  const double g_after = static_cast<double>(rs[0].Between(1600, 3000)) / 1400.0;
+  const double o_after = static_cast<double>(rs[1].Between(1600, 3000)) / 1400.0;
+  EXPECT_GE(g_after, 0.80 * o_before) << rs[0].raw;
+  EXPECT_LE(o_after, 0.10 * g_after) << rs[1].raw;
+}
+
+TEST_F(ComputeSim, DeadGuaranteedNeverStallsOpportunistic) {
+  const double start_at = NowMs() + 800;
+  Worker g = Start({{"GSLICE_CLASS", "guaranteed"}}, Job(start_at, 3.0));
+  Worker o = Start({{"GSLICE_CLASS", "opportunistic"}}, Job(start_at, 3.0));
+  while (NowMs() < start_at + 1000) usleep(10000);
+  kill(g.pid, SIGKILL);  // mid-run, with kernels queued
+  Wait(g);
+  const Result r = Wait(o);
+  ASSERT_GE(r.kernels, 0) << r.raw;
+  const double during = static_cast<double>(r.Between(200, 1000));
+  const double after = static_cast<double>(r.Between(1500, 3000)) / 1500.0 * 800.0;  // per 800 ms
+  EXPECT_GT(after, 4.0 * (during + 10)) << r.raw;
+}
+
+TEST_F(ComputeSim, DeadSharePeerNeverStallsTheOther) {
+  const double start_at = NowMs() + 800;
+  Worker a = Start({{"GSLICE_SHARE", "50%"}}, Job(start_at, 3.0));
+  Worker b = Start({{"GSLICE_SHARE", "50%"}}, Job(start_at, 3.0));
+  while (NowMs() < start_at + 1000) usleep(10000);
+  kill(a.pid, SIGKILL);
+  Wait(a);
+  const Result r = Wait(b);
+  ASSERT_GE(r.kernels, 0) << r.raw;
+  const double before = static_cast<double>(r.Between(200, 1000)) / 800.0;
+  const double after = static_cast<double>(r.Between(1500, 3000)) / 1500.0;
+  EXPECT_GT(after, 1.4 * before) << r.raw;
+}
+
+}  // namespace
+
+namespace {
+
+// The same rules end to end: unmodified programs under the libcuda.so.1 shim.
+TEST_F(ComputeSim, ThroughTheShimCapAndClassesHold) {
+  const Result free = RunTogether({{}}, 2.0, {}, /*direct=*/false)[0];
+  const Result capped = RunTogether({{{"GSLICE_COMPUTE", "50%"}}}, 2.0, {}, /*direct=*/false)[0];
+  ASSERT_GT(free.kernels, 150) << free.raw;
+  EXPECT_NEAR(static_cast<double>(capped.kernels) / static_cast<double>(free.kernels), 0.50, 0.10)
+      << capped.kernels << " vs " << free.kernels;
+  const auto rs = RunTogether({{{"GSLICE_CLASS", "guaranteed"}}, {{"GSLICE_CLASS", "opportunistic"}}}, 2.0,
+                              {{"--off-after", "1000"}, {}}, /*direct=*/false);
+  const double g_rate = static_cast<double>(rs[0].Between(200, 1000)) / 800.0;
+  EXPECT_LE(static_cast<double>(rs[1].Between(200, 1000)) / 800.0, 0.10 * g_rate) << rs[1].raw;
+  EXPECT_GE(static_cast<double>(rs[1].Between(1100, 2000)) / 900.0, 0.80 * g_rate) << rs[1].raw;
+}
+
+}  // namespace

@@ -1,0 +1,125 @@
+// A GPU job for the compute tests: launches the sim's `busy` kernel back to back on one
+// stream and reports, per 50 ms bucket of wall time, how many kernels completed.
+//
+//   compute_worker --seconds S --kernel-us K [--batch B] [--start-at EPOCH_MS]
+//                  [--off-after MS]     stop launching after MS (then idle until the end)
+//                  [--on-after MS]      start launching only after MS
+//
+// Output (stdout, one line): "kernels=<n> busy_ns=<gate-measured> buckets=<c0>,<c1>,..."
+// Built twice: compute_worker_direct drives the launch gate itself (GSLICE_* policy from the
+// environment, no shim), compute_worker launches plainly (for runs under the shim).
+#include <cuda.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#ifdef GSLICE_WORKER_DIRECT_GATE
+#include "launch_gate.h"
+#endif
+
+namespace {
+
+double NowMs() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
+
+void Check(CUresult r, const char* what) {
+  if (r != CUDA_SUCCESS) {
+    const char* name = nullptr;
+    cuGetErrorName(r, &name);
+    fprintf(stderr, "compute_worker: %s failed: %s\n", what, name != nullptr ? name : "?");
+    exit(2);
+  }
+}
+
+#ifdef GSLICE_WORKER_DIRECT_GATE
+void* ResolveReal(const char* name) { return dlsym(RTLD_DEFAULT, name); }
+#endif
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  double seconds = 2, start_at = 0, off_after = -1, on_after = 0;
+  uint64_t kernel_us = 1000;
+  int batch = 4;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string a = argv[i];
+    double v = atof(argv[i + 1]);
+    if (a == "--seconds") seconds = v;
+    else if (a == "--kernel-us") kernel_us = static_cast<uint64_t>(v);
+    else if (a == "--batch") batch = static_cast<int>(v);
+    else if (a == "--start-at") start_at = v;
+    else if (a == "--off-after") off_after = v;
+    else if (a == "--on-after") on_after = v;
+    else {
+      fprintf(stderr, "compute_worker: unknown flag %s\n", a.c_str());
+      return 2;
+    }
+  }
+  Check(cuInit(0), "cuInit");
+#ifdef GSLICE_WORKER_DIRECT_GATE
+  if (!gslice::compute::InitLaunchGate(ResolveReal, nullptr)) {
+    fprintf(stderr, "compute_worker: the launch gate did not start\n");
+  }
+#endif
+  CUdevice dev;
+  Check(cuDeviceGet(&dev, 0), "cuDeviceGet");
+  CUcontext ctx;
+  Check(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+  Check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+  static const char kImage[] = "gslice-sim-module 1\nkernel gslice_busy busy\n";
+  CUmodule mod;
+  Check(cuModuleLoadData(&mod, kImage), "cuModuleLoadData");
+  CUfunction busy;
+  Check(cuModuleGetFunction(&busy, mod, "gslice_busy"), "cuModuleGetFunction");
+  CUstream stream;
+  Check(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+
+  if (start_at == 0) start_at = NowMs();
+  while (NowMs() < start_at) usleep(1000);
+  const double end = start_at + seconds * 1e3;
+  std::vector<int> buckets(static_cast<size_t>(seconds * 20) + 1, 0);
+  uint64_t kernels = 0;
+  void* params[] = {&kernel_us};
+  for (double now = NowMs(); now < end; now = NowMs()) {
+    const double t = now - start_at;
+    if (t < on_after || (off_after >= 0 && t >= off_after)) {
+      usleep(2000);
+      continue;
+    }
+    for (int k = 0; k < batch; ++k) {
+#ifdef GSLICE_WORKER_DIRECT_GATE
+      if (gslice::compute::LaunchGateActive()) gslice::compute::BeforeLaunch(stream, false);
+#endif
+      Check(cuLaunchKernel(busy, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr), "cuLaunchKernel");
+#ifdef GSLICE_WORKER_DIRECT_GATE
+      if (gslice::compute::LaunchGateActive()) gslice::compute::AfterLaunch(stream, false);
+#endif
+    }
+    Check(cuStreamSynchronize(stream), "cuStreamSynchronize");
+    const double done = NowMs();
+    if (done < end) {
+      kernels += static_cast<uint64_t>(batch);
+      buckets[static_cast<size_t>((done - start_at) / 50.0)] += batch;
+    }
+  }
+  uint64_t measured = 0;
+#ifdef GSLICE_WORKER_DIRECT_GATE
+  measured = gslice::compute::MeasuredBusyNs();
+#endif
+  printf("kernels=%llu busy_ns=%llu buckets=", static_cast<unsigned long long>(kernels),
+         static_cast<unsigned long long>(measured));
+  for (size_t i = 0; i < buckets.size(); ++i) printf(i == 0 ? "%d" : ",%d", buckets[i]);
+  printf("\n");
+  fflush(stdout);
+  cuStreamDestroy(stream);
+  return 0;
+}
