@@ -91,8 +91,7 @@ struct Device {
 struct Gate {
   DriverApi api;
   ComputePolicy policy;
-  LedgerLayout* ledger = nullptr;
-  Ledger mapping;
+  LedgerLayout* ledger = nullptr;  // mapped by InitOnce, never unmapped
   std::mutex devices_mu;
   Device devices[kMaxContexts];
   std::atomic<int> device_count{0};
@@ -435,10 +434,7 @@ void* GateThread(void*) {
 }
 
 void InitOnce(void* (*resolve)(const char*)) {
-  // Never destroyed (a function-local static would be, at exit, under the running gate
-  // thread): allocated once and leaked on purpose.
-  static Gate* const gate_storage = new Gate;
-  Gate& gate = *gate_storage;
+  static Gate gate;  // its ledger mapping is never unmapped: the gate thread runs until exit
   g_gate = &gate;
   char error[256] = {};
   if (!ParseComputePolicy(OptionValue(Option::Compute), OptionValue(Option::Share), OptionValue(Option::Class),
@@ -452,8 +448,10 @@ void InitOnce(void* (*resolve)(const char*)) {
     return;
   }
   const char* path = OptionValue(Option::Ledger);
-  if (gate.mapping.Open(path) == LedgerError::kOk) {
-    gate.ledger = gate.mapping.layout();
+  // Leaked on purpose: unmapping at exit would pull the ledger from under the gate thread.
+  static Ledger* const mapping = new Ledger;
+  if (mapping->Open(path) == LedgerError::kOk) {
+    gate.ledger = mapping->layout();
   } else {
     LogLine("compute: ledger %s cannot be opened; caps hold within this process, shares and classes do not", path);
   }

@@ -1,0 +1,60 @@
+// Kernel-launch cost through the driver as the program finds it (natively, or under the
+// gslice shim with LD_PRELOAD): N empty launches (gslice_busy with 0 us, one thread) queued
+// back to back, the whole batch timed on the host including the final synchronise.
+// Prints the median nanoseconds per launch over REPS batches.
+//
+//   gslice_interpose_launch_bench [N=20000] [REPS=9]
+#include <cuda.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "test_support.h"
+
+namespace {
+int64_t NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+bool Ok(CUresult r, const char* what) {
+  if (r == CUDA_SUCCESS) return true;
+  fprintf(stderr, "launch bench: %s failed (%d)\n", what, static_cast<int>(r));
+  return false;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int n = argc > 1 ? atoi(argv[1]) : 20000;
+  const int reps = argc > 2 ? atoi(argv[2]) : 9;
+  CUdevice dev;
+  CUcontext ctx;
+  if (!Ok(cuInit(0), "cuInit") || !Ok(cuDeviceGet(&dev, 0), "cuDeviceGet") ||
+      !Ok(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain") || !Ok(cuCtxSetCurrent(ctx), "cuCtxSetCurrent")) {
+    return 1;
+  }
+  CUmodule module;
+  CUfunction busy, fill;
+  if (!Ok(gslice::test::LoadTestKernels(&module, &busy, &fill), "LoadTestKernels")) return 1;
+  CUstream stream;
+  if (!Ok(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate")) return 1;
+  for (int i = 0; i < 1000; ++i)
+    if (!Ok(gslice::test::LaunchBusy(busy, 0, stream), "warm-up launch")) return 1;
+  if (!Ok(cuStreamSynchronize(stream), "cuStreamSynchronize")) return 1;
+  std::vector<double> per_launch;
+  for (int r = 0; r < reps; ++r) {
+    int64_t t0 = NowNs();
+    for (int i = 0; i < n; ++i) {
+      if (gslice::test::LaunchBusy(busy, 0, stream) != CUDA_SUCCESS) return 1;
+    }
+    if (!Ok(cuStreamSynchronize(stream), "cuStreamSynchronize")) return 1;
+    per_launch.push_back(static_cast<double>(NowNs() - t0) / n);
+  }
+  std::sort(per_launch.begin(), per_launch.end());
+  printf("%.1f\n", per_launch[per_launch.size() / 2]);
+  return 0;
+}
