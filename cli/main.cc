@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "commands.h"
+#include "daemon_commands.h"
 
 namespace gslice::cli {
 namespace {
@@ -16,6 +17,12 @@ struct Command {
 
 const Command kCommands[] = {
     {"run", kRunSummary, RunCommand},
+    {"ls", kLsSummary, LsCommand},
+    {"top", kTopSummary, TopCommand},
+    {"create", kCreateSummary, CreateCommand},
+    {"delete", kDeleteSummary, DeleteCommand},
+    {"suspend", kSuspendSummary, SuspendCommand},
+    {"resume", kResumeSummary, ResumeCommand},
 };
 
 void Usage(FILE* out) {

@@ -91,9 +91,9 @@ Status Admit(const Slice& candidate, const std::vector<GpuInfo>& gpus,
       return Status::BadRequest(GpuLabel(*gpu) + " has " + SizeText(gpu->memory_total) +
                                 ", asked " + SizeText(g.memory_limit));
     }
-    if (!(g.compute_share > 0) || g.compute_share > 1 + kShareEpsilon) {
+    if (!(g.compute_share >= 0) || g.compute_share > 1 + kShareEpsilon) {
       return Status::BadRequest(GpuLabel(*gpu) + ": compute share " + PercentText(g.compute_share) +
-                                " is outside 0% < share <= 100%");
+                                " is outside 0% to 100%");
     }
     if (!guaranteed) continue;
     const GpuCommitment& c = commitments[g.uuid];

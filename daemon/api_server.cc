@@ -206,7 +206,7 @@ Result<SliceRequest> ParseSliceRequest(const json& body) {
   }
   // Defaults every GPU entry may override: "memory" and "compute" at the top level.
   uint64_t memory = 0;
-  double compute = 1.0;
+  double compute = 0;
   if (auto it = body.find("memory"); it != body.end()) {
     if (Status s = ReadSize(*it, "memory", &memory); !s.ok()) return s;
   }

@@ -39,7 +39,7 @@ bool ParseSliceState(std::string_view text, SliceState* out);
 struct SliceGpu {
   std::string uuid;
   uint64_t memory_limit = 0;  // bytes
-  double compute_share = 0;   // 0..1 of the GPU's compute
+  double compute_share = 0;   // 0..1 of the GPU's compute; 0: no compute guarantee
 };
 
 struct Slice {

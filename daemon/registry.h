@@ -77,7 +77,7 @@ struct SliceRequest {
   struct Gpu {
     std::string ref;
     uint64_t memory = 0;
-    double compute = 1.0;
+    double compute = 0;  // 0: no compute guarantee, it shares what guaranteed work leaves
   };
   std::vector<Gpu> gpus;
   std::string origin = "api";

@@ -100,7 +100,9 @@ TEST(Admission, RefusesUnknownAndDuplicateGpusAndZeroLimits) {
                 .code(),
             400);
   EXPECT_EQ(Admit(MakeSlice("a", SliceClass::kGuaranteed, {{"GPU-a", 0, 0.1}}), TwoGpus(), {}, p).code(), 400);
-  EXPECT_EQ(Admit(MakeSlice("a", SliceClass::kGuaranteed, {{"GPU-a", GiB, 0}}), TwoGpus(), {}, p).code(), 400);
+  EXPECT_EQ(Admit(MakeSlice("a", SliceClass::kGuaranteed, {{"GPU-a", GiB, 1.5}}), TwoGpus(), {}, p).code(), 400);
+  EXPECT_TRUE(Admit(MakeSlice("a", SliceClass::kGuaranteed, {{"GPU-a", GiB, 0}}), TwoGpus(), {}, p).ok())
+      << "a memory-only slice guarantees no compute";
   EXPECT_EQ(Admit(MakeSlice("a", SliceClass::kGuaranteed, {}), TwoGpus(), {}, p).code(), 400);
 }
 

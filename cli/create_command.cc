@@ -1,0 +1,156 @@
+// gslice create: asks gsliced for a slice (admission control decides).
+#include <nlohmann/json.hpp>
+
+#include "daemon_commands.h"
+#include "gslice/units.h"
+
+namespace gslice::cli {
+
+const char kCreateSummary[] = "create a slice through gsliced (admission control decides)";
+
+namespace {
+
+constexpr const char kCreateHelp[] = R"(usage: gslice create [NAME] --gpus LIST --memory SIZE[,SIZE...] [options]
+
+Asks gsliced for a slice: memory (and optionally a compute share) on one or more GPUs,
+owned by a user and a project. gsliced admits it only if it fits: guaranteed memory and
+compute on a GPU never exceed the GPU, and a project's guaranteed work stays within its
+quota. Work over quota may run as --class opportunistic. Run programs in it with
+`gslice run --name NAME --gpus LIST --memory SIZE -- CMD` (the daemon's limits apply).
+
+  NAME                 the slice's name (a-z, 0-9, '-', '_', '.'); default USER-N
+  --gpus LIST          GPUs by index or UUID: 0 or 0,1 or GPU-8f3e...
+  --memory SIZE[,...]  memory per GPU: one size for all, or one per GPU (8GiB, 512MiB)
+  --compute PCT[,...]  guaranteed compute share per GPU (30%); default none: the slice
+                       shares what guaranteed work leaves
+  --class CLASS        guaranteed (default: reserved, never suspended) or opportunistic
+                       (not reserved; yields and may be suspended)
+  --project NAME       project to charge (default: gsliced's default project)
+  --user NAME          owner (default: $USER)
+  --json               print the created slice as JSON
+  --socket PATH        gsliced's socket (default $GSLICE_SOCKET or /run/gsliced/gsliced.sock)
+
+examples:
+  gslice create train --gpus 0 --memory 20GiB --compute 50%
+  gslice create --gpus 0,1 --memory 40GiB,10GiB --project vision
+  gslice create scratch --gpus 1 --memory 8GiB --class opportunistic
+)";
+
+std::vector<std::string> SplitComma(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (;;) {
+    size_t comma = s.find(',', start);
+    out.push_back(s.substr(start, comma - start));
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
+}
+
+}  // namespace
+
+int CreateCommand(int argc, char** argv) {
+  CommonFlags flags;
+  std::vector<std::string> rest;
+  if (!ParseCommonFlags("create", argc, argv, &flags, &rest)) return 2;
+  if (flags.help) {
+    std::fputs(kCreateHelp, stdout);
+    return 0;
+  }
+  std::string name, gpus, memory, compute, cls = "guaranteed", project, user = CurrentUserName();
+  for (size_t i = 0; i < rest.size(); ++i) {
+    const std::string& a = rest[i];
+    std::string* target = nullptr;
+    if (a == "--gpus") target = &gpus;
+    else if (a == "--memory") target = &memory;
+    else if (a == "--compute") target = &compute;
+    else if (a == "--class") target = &cls;
+    else if (a == "--project") target = &project;
+    else if (a == "--user") target = &user;
+    if (target != nullptr) {
+      if (i + 1 >= rest.size()) {
+        std::fprintf(stderr, "gslice create: %s needs a value; see gslice create --help\n", a.c_str());
+        return 2;
+      }
+      *target = rest[++i];
+    } else if (a.rfind("-", 0) == 0) {
+      std::fprintf(stderr, "gslice create: unknown option '%s'; see gslice create --help\n", a.c_str());
+      return 2;
+    } else if (name.empty()) {
+      name = a;
+    } else {
+      std::fprintf(stderr, "gslice create: one slice name at a time ('%s' and '%s')\n", name.c_str(), a.c_str());
+      return 2;
+    }
+  }
+  if (gpus.empty()) {
+    std::fprintf(stderr, "gslice create: --gpus is required, e.g. --gpus 0 (see `gslice ls` for the GPUs)\n");
+    return 2;
+  }
+  if (memory.empty()) {
+    std::fprintf(stderr, "gslice create: --memory is required, e.g. --memory 8GiB\n");
+    return 2;
+  }
+  if (cls != "guaranteed" && cls != "opportunistic") {
+    std::fprintf(stderr, "gslice create: --class %s: use guaranteed or opportunistic\n", cls.c_str());
+    return 2;
+  }
+  std::vector<std::string> gpu_list = SplitComma(gpus), memories = SplitComma(memory);
+  std::vector<std::string> computes = compute.empty() ? std::vector<std::string>{} : SplitComma(compute);
+  if (memories.size() != 1 && memories.size() != gpu_list.size()) {
+    std::fprintf(stderr, "gslice create: --memory has %zu sizes for %zu GPUs: give one, or one per GPU\n",
+                 memories.size(), gpu_list.size());
+    return 2;
+  }
+  if (computes.size() > 1 && computes.size() != gpu_list.size()) {
+    std::fprintf(stderr, "gslice create: --compute has %zu shares for %zu GPUs: give one, or one per GPU\n",
+                 computes.size(), gpu_list.size());
+    return 2;
+  }
+  nlohmann::json body;
+  if (!name.empty()) body["name"] = name;
+  body["user"] = user;
+  if (!project.empty()) body["project"] = project;
+  body["class"] = cls;
+  body["gpus"] = nlohmann::json::array();
+  for (size_t i = 0; i < gpu_list.size(); ++i) {
+    if (gpu_list[i].empty()) {
+      std::fprintf(stderr, "gslice create: --gpus %s has an empty entry\n", gpus.c_str());
+      return 2;
+    }
+    const std::string& m = memories.size() == 1 ? memories[0] : memories[i];
+    ParsedSize size = ParseSize(m);
+    if (!size.ok || size.bytes == 0) {
+      std::fprintf(stderr, "gslice create: --memory %s: %s; write e.g. 8GiB or 512MiB\n", m.c_str(),
+                   size.ok ? "must be more than 0" : size.error);
+      return 2;
+    }
+    nlohmann::json g = {{"gpu", gpu_list[i]}, {"memory", size.bytes}};
+    if (!computes.empty()) {
+      const std::string& c = computes.size() == 1 ? computes[0] : computes[i];
+      ParsedPercent pct = ParsePercent(c);
+      if (!pct.ok) {
+        std::fprintf(stderr, "gslice create: --compute %s: %s; write e.g. 30%%\n", c.c_str(), pct.error);
+        return 2;
+      }
+      g["compute"] = pct.fraction;
+    }
+    body["gpus"].push_back(g);
+  }
+  DaemonReply reply;
+  if (!CallDaemon("create", flags, "POST", "/v1/slices", body.dump(), &reply)) return 1;
+  if (flags.json) {
+    std::fputs(reply.body.c_str(), stdout);
+    return 0;
+  }
+  auto created = nlohmann::json::parse(reply.body, nullptr, false);
+  std::string created_name = created.is_object() ? created.value("name", name) : name;
+  std::printf("created slice %s (%s, user %s, project %s)\n", created_name.c_str(), cls.c_str(),
+              created.is_object() ? created.value("user", user).c_str() : user.c_str(),
+              created.is_object() ? created.value("project", project).c_str() : project.c_str());
+  std::printf("run programs in it: gslice run --name %s --gpus %s --memory %s -- CMD ARGS\n",
+              created_name.c_str(), gpus.c_str(), memory.c_str());
+  return 0;
+}
+
+}  // namespace gslice::cli

@@ -1,0 +1,101 @@
+// SuspendService: the running part of suspend/resume inside gsliced (or the standalone
+// gslice-suspend-agent). It joins the pieces:
+//   node ledger (which processes, which slice and class, how much device memory)
+//   + suspend board (the shims' activity, resume requests and preemption requests)
+//   -> SuspendController (idle reclaim, resume on demand, preemption, resume when free)
+//   -> SuspendManager (state machine, driver checkpoint calls, host-memory budget)
+//   -> gate words on the board (a suspended process's calls wait in its shim).
+// One thread runs Tick() every tick_ms, and at once when a shim rings the doorbell.
+// Restarting the service adopts processes where the driver has them (manager.h).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gslice/ledger.h"
+#include "gslice/suspend/controller.h"
+#include "gslice/suspend/manager.h"
+#include "gslice/suspend_board.h"
+
+namespace gslice::suspend {
+
+struct ServiceOptions {
+  std::string ledger_path = "/dev/shm/gslice-ledger";
+  std::string board_path = "/dev/shm/gslice-suspend";
+  std::string driver_library;  // "" = libcuda.so.1
+  std::string nvml_library;    // "" = libnvidia-ml.so.1
+  int tick_ms = 250;
+  HostMemoryOptions host;
+  ManagerOptions manager;
+  ControllerOptions controller;
+  // Idle timeout of a slice in seconds (0: never reclaimed). gsliced answers from its
+  // registry; the agent from its --idle flags.
+  std::function<int64_t(const std::string& slice)> idle_timeout_s;
+  // Device memory free on a GPU now; default: NVML (nvmlDeviceGetMemoryInfo by UUID).
+  std::function<uint64_t(const std::string& gpu_uuid)> free_bytes;
+  // Told about every state change (after the board's gate is updated).
+  std::function<void(const ProcessStatus&)> on_state;
+};
+
+class SuspendService {
+ public:
+  // Opens the ledger, the board and the driver. Null with *error set when one cannot be
+  // used ("cannot load libcuda.so.1 ...").
+  static std::unique_ptr<SuspendService> Create(ServiceOptions options, std::string* error);
+  // For tests: a given driver instead of dlopen.
+  static std::unique_ptr<SuspendService> CreateWithDriver(ServiceOptions options,
+                                                          std::unique_ptr<CheckpointDriver> driver,
+                                                          std::string* error);
+  ~SuspendService();
+
+  // Runs Tick() on a thread until Stop(). Marks the board as served (the shims' preemption
+  // requests need a live service).
+  void Start();
+  void Stop();
+  // One pass: adopt new processes, reap exited ones, idle reclaim, resume on demand and
+  // after preemption, answer preemption requests.
+  TickReport Tick();
+
+  // Manual control (gslice suspend/resume/move through gsliced). Processes are looked up in
+  // the ledger first, so a pid need not have been seen by a tick.
+  Outcome Suspend(int pid);
+  Outcome Resume(int pid);
+  Outcome Move(int pid, const GpuInfo& from, const GpuInfo& to);
+  std::vector<Outcome> SuspendPids(const std::vector<int>& pids);  // all or none
+  std::vector<Outcome> ResumePids(const std::vector<int>& pids);
+
+  SuspendManager& manager() { return *manager_; }
+  std::vector<ProcessStatus> Snapshot() const { return manager_->Snapshot(); }
+
+ private:
+  class BoardObserver;
+  SuspendService() = default;
+  bool Init(ServiceOptions options, std::unique_ptr<CheckpointDriver> driver, std::string* error);
+  std::vector<ProcessSample> Sample();
+  void AnswerMemoryRequests(int64_t now);
+  void TrackFromLedger(int pid);
+  uint64_t FreeBytes(const std::string& gpu);
+
+  ServiceOptions options_;
+  Ledger ledger_;
+  SuspendBoard board_;
+  std::unique_ptr<CheckpointDriver> driver_;
+  std::unique_ptr<HostMemoryBudget> budget_;
+  std::unique_ptr<BoardObserver> observer_;
+  std::unique_ptr<SuspendManager> manager_;
+  std::unique_ptr<SuspendController> controller_;
+  std::mutex tick_mu_;  // one Tick (and one manual request) at a time
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  // NVML, dlopened on first use.
+  void* nvml_ = nullptr;
+  bool nvml_tried_ = false;
+};
+
+}  // namespace gslice::suspend

@@ -1,0 +1,283 @@
+#include "gslice/suspend/service.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "gslice/nvml_subset.h"
+
+namespace gslice::suspend {
+
+namespace {
+
+std::string UuidText(const uint8_t b[16]) {
+  CUuuid u;
+  std::memcpy(u.bytes, b, 16);
+  return FormatGpuUuid(u);
+}
+
+// A process as the ledger has it.
+struct LedgerProcessInfo {
+  bool found = false;
+  ProcessInfo info;
+};
+
+LedgerProcessInfo FindInLedger(const Ledger& ledger, int pid) {
+  LedgerProcessInfo out;
+  LedgerLayout* l = ledger.layout();
+  if (l == nullptr) return out;
+  for (int i = 0; i < kLedgerMaxSlices; ++i) {
+    LedgerSlice& s = l->slices[i];
+    if (StateOf(s.state.load()) != EntryState::kReady) continue;
+    const uint32_t hw = s.slot_high_water.load();
+    for (uint32_t k = 0; k < hw && k < static_cast<uint32_t>(kLedgerMaxSlots); ++k) {
+      const uint64_t word = s.slots[k].state.load();
+      if (StateOf(word) != EntryState::kAlive || PidOf(word) != static_cast<uint32_t>(pid)) continue;
+      out.found = true;
+      out.info.pid = pid;
+      out.info.slice.assign(s.name, strnlen(s.name, sizeof s.name));
+      out.info.opportunistic = s.slice_class == static_cast<uint32_t>(SliceClass::kOpportunistic);
+      int64_t most = -1;
+      for (int g = 0; g < kLedgerMaxGpus; ++g) {
+        if (StateOf(s.gpus[g].state.load()) != EntryState::kReady) continue;
+        const int64_t used = s.used[g][k].load();
+        if (used > 0) out.info.device_bytes += static_cast<uint64_t>(used);
+        if (used > most) {
+          most = used;
+          out.info.gpu_uuid = UuidText(s.gpus[g].uuid);
+        }
+      }
+      return out;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+// Publishes each state to the process's gate: closed from the moment a suspend starts
+// (new calls wait in the shim instead of piling up on the driver's lock) until the process
+// runs again; then the waiters are woken.
+class SuspendService::BoardObserver : public StateObserver {
+ public:
+  BoardObserver(SuspendBoard* board, std::function<void(const ProcessStatus&)> on_state)
+      : board_(board), on_state_(std::move(on_state)) {}
+  void OnStateChanged(const ProcessStatus& s, State) override {
+    if (SuspendBoardEntry* e = board_->Find(static_cast<uint32_t>(s.info.pid))) {
+      if (s.state == State::kRunning || s.state == State::kFailed) {
+        // Failed: the driver reports an error; let calls reach it and fail there rather
+        // than hang at the gate.
+        e->resume_request.store(0, std::memory_order_release);
+        e->gate.store(kGateOpen, std::memory_order_release);
+        FutexWakeAll(&e->gate);
+      } else {
+        e->gate.store(kGateClosed, std::memory_order_release);
+      }
+    }
+    if (on_state_) on_state_(s);
+  }
+  void OnForgotten(int, const std::string&) override {}
+
+ private:
+  SuspendBoard* board_;
+  std::function<void(const ProcessStatus&)> on_state_;
+};
+
+std::unique_ptr<SuspendService> SuspendService::Create(ServiceOptions options, std::string* error) {
+  auto driver = DlopenCheckpointDriver::Open(options.driver_library.c_str(), error);
+  if (!driver) return nullptr;
+  return CreateWithDriver(std::move(options), std::move(driver), error);
+}
+
+std::unique_ptr<SuspendService> SuspendService::CreateWithDriver(
+    ServiceOptions options, std::unique_ptr<CheckpointDriver> driver, std::string* error) {
+  std::unique_ptr<SuspendService> s(new SuspendService());
+  if (!s->Init(std::move(options), std::move(driver), error)) return nullptr;
+  return s;
+}
+
+bool SuspendService::Init(ServiceOptions options, std::unique_ptr<CheckpointDriver> driver,
+                          std::string* error) {
+  options_ = std::move(options);
+  if (LedgerError e = ledger_.Open(options_.ledger_path.c_str()); e != LedgerError::kOk) {
+    *error = "cannot open the node ledger " + options_.ledger_path + ": " + LedgerErrorString(e);
+    return false;
+  }
+  if (!board_.Open(options_.board_path.c_str())) {
+    *error = "cannot open the suspend board " + options_.board_path + ": " + std::strerror(errno);
+    return false;
+  }
+  driver_ = std::move(driver);
+  budget_ = std::make_unique<HostMemoryBudget>(options_.host);
+  observer_ = std::make_unique<BoardObserver>(&board_, options_.on_state);
+  manager_ = std::make_unique<SuspendManager>(driver_.get(), budget_.get(), options_.manager,
+                                              observer_.get());
+  controller_ = std::make_unique<SuspendController>(manager_.get(), options_.controller);
+  return true;
+}
+
+SuspendService::~SuspendService() { Stop(); }
+
+void SuspendService::Start() {
+  board_.layout()->header.service_pid.store(static_cast<uint64_t>(getpid()), std::memory_order_release);
+  stop_.store(false);
+  thread_ = std::thread([this] {
+    while (!stop_.load()) {
+      const uint32_t bell = board_.layout()->header.doorbell.load(std::memory_order_acquire);
+      Tick();
+      if (stop_.load()) break;
+      FutexWait(&board_.layout()->header.doorbell, bell, options_.tick_ms);
+    }
+  });
+}
+
+void SuspendService::Stop() {
+  if (!thread_.joinable()) return;
+  stop_.store(true);
+  RingDoorbell(board_.layout());
+  thread_.join();
+  uint64_t me = static_cast<uint64_t>(getpid());
+  board_.layout()->header.service_pid.compare_exchange_strong(me, 0);
+}
+
+uint64_t SuspendService::FreeBytes(const std::string& gpu) {
+  if (options_.free_bytes) return options_.free_bytes(gpu);
+  if (!nvml_tried_) {
+    nvml_tried_ = true;
+    const char* lib = options_.nvml_library.empty() ? "libnvidia-ml.so.1" : options_.nvml_library.c_str();
+    nvml_ = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    if (nvml_ != nullptr) {
+      auto init = reinterpret_cast<nvmlReturn_t (*)()>(dlsym(nvml_, "nvmlInit_v2"));
+      if (init == nullptr || init() != NVML_SUCCESS) nvml_ = nullptr;
+    }
+  }
+  if (nvml_ == nullptr) return 0;
+  auto by_uuid = reinterpret_cast<nvmlReturn_t (*)(const char*, nvmlDevice_t*)>(
+      dlsym(nvml_, "nvmlDeviceGetHandleByUUID"));
+  auto mem = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_t*)>(
+      dlsym(nvml_, "nvmlDeviceGetMemoryInfo"));
+  nvmlDevice_t dev;
+  nvmlMemory_t m;
+  if (by_uuid == nullptr || mem == nullptr || by_uuid(gpu.c_str(), &dev) != NVML_SUCCESS ||
+      mem(dev, &m) != NVML_SUCCESS) {
+    return 0;
+  }
+  return m.free;
+}
+
+std::vector<ProcessSample> SuspendService::Sample() {
+  std::vector<ProcessSample> samples;
+  board_.Reap();
+  for (SuspendBoardEntry& e : board_.layout()->entries) {
+    const uint64_t owner = e.owner.load(std::memory_order_acquire);
+    if (owner == 0 || e.start_time.load(std::memory_order_acquire) == 0) continue;
+    const int pid = static_cast<int>(owner);
+    ProcessSample s;
+    LedgerProcessInfo lp = FindInLedger(ledger_, pid);
+    if (lp.found) {
+      s.info = lp.info;
+    } else {
+      s.info.pid = pid;  // shimmed without a slice: no limits, no class
+    }
+    s.activity = e.activity.load(std::memory_order_relaxed);
+    s.resume_requested = e.resume_request.load(std::memory_order_acquire) != 0;
+    if (options_.idle_timeout_s && !s.info.slice.empty()) {
+      s.idle_timeout_ns = options_.idle_timeout_s(s.info.slice) * 1'000'000'000LL;
+    }
+    samples.push_back(s);
+  }
+  return samples;
+}
+
+void SuspendService::AnswerMemoryRequests(int64_t now) {
+  for (SuspendBoardEntry& e : board_.layout()->entries) {
+    if (e.owner.load(std::memory_order_acquire) == 0) continue;
+    const uint64_t seq = e.mem_request_seq.load(std::memory_order_acquire);
+    if (seq == 0 || seq == e.mem_reply_seq.load(std::memory_order_acquire)) continue;
+    const uint64_t bytes = e.mem_request_bytes.load(std::memory_order_relaxed);
+    const std::string gpu = UuidText(e.mem_request_gpu);
+    // The shim asks after the driver refused: assume nothing is free, so what is freed
+    // covers the whole allocation.
+    PreemptResult r = controller_->Preempt(gpu, bytes, 0, now);
+    if (!r.ok) {
+      std::fprintf(stderr, "gslice suspend: pid %llu needs %llu bytes on %s: %s\n",
+                   static_cast<unsigned long long>(e.owner.load()),
+                   static_cast<unsigned long long>(bytes), gpu.c_str(), r.reason.c_str());
+    }
+    e.mem_reply.store(r.ok ? kMemReplyFreed : kMemReplyRefused, std::memory_order_release);
+    e.mem_reply_seq.store(seq, std::memory_order_release);
+    FutexWakeAll(&e.mem_reply);
+  }
+}
+
+TickReport SuspendService::Tick() {
+  std::lock_guard<std::mutex> lock(tick_mu_);
+  const int64_t now = MonotonicNs();
+  std::vector<ProcessSample> samples = Sample();
+  // First sight of a process (or of every process after a restart): ask the driver where
+  // it is, so a process left suspended by an earlier service is known as suspended.
+  for (const ProcessSample& s : samples) {
+    if (!manager_->Get(s.info.pid)) manager_->Adopt(s.info);
+  }
+  AnswerMemoryRequests(now);
+  return controller_->Tick(samples, [this](const std::string& g) { return FreeBytes(g); }, now);
+}
+
+void SuspendService::TrackFromLedger(int pid) {
+  if (manager_->Get(pid)) return;
+  LedgerProcessInfo lp = FindInLedger(ledger_, pid);
+  ProcessInfo info = lp.found ? lp.info : ProcessInfo{pid, "", "", 0, false};
+  manager_->Adopt(info);
+}
+
+Outcome SuspendService::Suspend(int pid) {
+  std::lock_guard<std::mutex> lock(tick_mu_);
+  TrackFromLedger(pid);
+  return manager_->Suspend(pid, Cause::kManual);
+}
+
+Outcome SuspendService::Resume(int pid) {
+  std::lock_guard<std::mutex> lock(tick_mu_);
+  TrackFromLedger(pid);
+  return manager_->Resume(pid);
+}
+
+Outcome SuspendService::Move(int pid, const GpuInfo& from, const GpuInfo& to) {
+  std::lock_guard<std::mutex> lock(tick_mu_);
+  TrackFromLedger(pid);
+  return controller_->Move(pid, from, to);
+}
+
+std::vector<Outcome> SuspendService::SuspendPids(const std::vector<int>& pids) {
+  std::lock_guard<std::mutex> lock(tick_mu_);
+  std::vector<Outcome> outs;
+  std::vector<int> done;
+  for (int pid : pids) {
+    TrackFromLedger(pid);
+    Outcome o = manager_->Suspend(pid, Cause::kManual);
+    outs.push_back(o);
+    if (o.ok) {
+      done.push_back(pid);
+    } else if (!o.exited) {
+      for (int back : done) outs.push_back(manager_->Resume(back));
+      break;
+    }
+  }
+  return outs;
+}
+
+std::vector<Outcome> SuspendService::ResumePids(const std::vector<int>& pids) {
+  std::lock_guard<std::mutex> lock(tick_mu_);
+  std::vector<Outcome> outs;
+  for (int pid : pids) {
+    TrackFromLedger(pid);
+    outs.push_back(manager_->Resume(pid));
+  }
+  return outs;
+}
+
+}  // namespace gslice::suspend

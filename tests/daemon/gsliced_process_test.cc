@@ -1,0 +1,286 @@
+// The real gsliced binary on the simulated driver: socket permissions, the TCP token,
+// hostile requests at the HTTP level, metrics through promtool, restart with a SIGTERM and
+// after a SIGKILL, a second daemon on the same socket, and config errors.
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "daemon_test_support.h"
+
+namespace gslice {
+namespace {
+
+using nlohmann::json;
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class GslicedProcess : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::UniquePath("gsliced", "/tmp");
+    ASSERT_EQ(mkdir(dir_.c_str(), 0700), 0);
+    socket_ = dir_ + "/api.sock";
+    port_ = FreePort();
+    token_ = "test-token-0123456789abcdef";
+    std::ofstream(dir_ + "/token") << token_ << "\n";
+    chmod((dir_ + "/token").c_str(), 0600);
+    std::ofstream(dir_ + "/gsliced.toml")
+        << "socket = \"" << socket_ << "\"\n"
+        << "database = \"" << dir_ << "/state/gsliced.db\"\n"
+        << "ledger = \"" << ledger_ << "\"\n"
+        << "nvml_library = \"" << GSLICE_SIM_NVML << "\"\n"
+        << "tcp = \"127.0.0.1:" << port_ << "\"\n"
+        << "token_file = \"" << dir_ << "/token\"\n"
+        << "sample_interval_ms = 200\n"
+        << "max_body_bytes = \"16KiB\"\n";
+    setenv("GSLICE_SIM_STATE", sim_state_.c_str(), 1);
+  }
+  void TearDown() override {
+    Stop(SIGTERM);
+    std::system(("rm -rf " + dir_).c_str());
+    unlink(ledger_.c_str());
+    unlink(sim_state_.c_str());
+  }
+
+  // Starts gsliced and waits until its socket answers.
+  void Start(std::vector<std::string> extra = {}) {
+    pid_ = fork();
+    if (pid_ == 0) {
+      std::string log = dir_ + "/gsliced.log";
+      freopen(log.c_str(), "a", stderr);
+      std::vector<std::string> args = {GSLICED, "--config", dir_ + "/gsliced.toml"};
+      args.insert(args.end(), extra.begin(), extra.end());
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    for (int i = 0; i < 200; ++i) {
+      auto r = Unix().Get("/healthz");
+      if (r && r->status == 200) return;
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        FAIL() << "gsliced exited: " << ReadAll(dir_ + "/gsliced.log");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    FAIL() << "gsliced did not answer: " << ReadAll(dir_ + "/gsliced.log");
+  }
+  int Stop(int sig) {
+    if (pid_ <= 0) return -1;
+    kill(pid_, sig);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return status;
+  }
+  httplib::Client Unix() {
+    httplib::Client c(socket_);
+    c.set_address_family(AF_UNIX);
+    c.set_read_timeout(10, 0);
+    return c;
+  }
+  httplib::Client Tcp() {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(10, 0);
+    return c;
+  }
+  std::string Slices() {
+    auto r = Unix().Get("/v1/slices");
+    EXPECT_TRUE(r && r->status == 200);
+    json j = json::parse(r ? r->body : "{}", nullptr, false);
+    for (json& s : j["slices"]) s.erase("processes");
+    return j.dump();
+  }
+
+  std::string dir_, socket_, token_;
+  std::string ledger_ = testing::UniquePath("ledger");
+  std::string sim_state_ = testing::UniquePath("sim");
+  int port_ = 0;
+  pid_t pid_ = -1;
+};
+
+TEST_F(GslicedProcess, SocketPermissionsDecideWhoMayCall) {
+  Start();
+  struct stat st {};
+  ASSERT_EQ(stat(socket_.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+  auto r = Unix().Get("/v1/gpus");
+  ASSERT_TRUE(r);
+  json gpus = json::parse(r->body);
+  ASSERT_EQ(gpus["gpus"].size(), 2u);  // the sim's default
+  EXPECT_EQ(gpus["gpus"][0]["memory_total_bytes"], 16 * testing::kGiB);
+  EXPECT_EQ(gpus["gpus"][0]["uuid"].get<std::string>().rfind("GPU-", 0), 0u);
+}
+
+TEST_F(GslicedProcess, TcpNeedsTheTokenExceptForTheDashboardFiles) {
+  Start();
+  auto page = Tcp().Get("/");
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 200);
+  EXPECT_NE(page->get_header_value("Content-Type").find("text/html"), std::string::npos);
+  auto none = Tcp().Get("/v1/slices");
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->status, 401);
+  EXPECT_NE(none->body.find("bearer token"), std::string::npos);
+  auto wrong = Tcp().Get("/v1/slices", {{"Authorization", "Bearer " + std::string(token_.size(), 'x')}});
+  EXPECT_EQ(wrong->status, 401);
+  auto metrics = Tcp().Get("/metrics");
+  EXPECT_EQ(metrics->status, 401);
+  auto create = Tcp().Post("/v1/slices", {{"Authorization", "Bearer nope"}},
+                           R"({"user":"u","gpus":["0"],"memory":"1GiB"})", "application/json");
+  EXPECT_EQ(create->status, 401);
+  EXPECT_EQ(Slices(), R"({"slices":[]})");
+  auto ok = Tcp().Get("/v1/slices", {{"Authorization", "Bearer " + token_}});
+  EXPECT_EQ(ok->status, 200);
+}
+
+TEST_F(GslicedProcess, HostileHttpGetsA4xxAndChangesNothing) {
+  Start();
+  auto created = Unix().Post("/v1/slices", R"({"name":"keep","user":"u","gpus":["0"],"memory":"1GiB"})",
+                             "application/json");
+  ASSERT_EQ(created->status, 201) << created->body;
+  const std::string before = Slices();
+  // A body over max_body_bytes.
+  std::string huge = R"({"name":"big","user":"u","gpus":["0"],"memory":"1GiB","pad":")" +
+                     std::string(1 << 20, 'x') + "\"}";
+  auto r = Unix().Post("/v1/slices", huge, "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 413);
+  EXPECT_NE(r->body.find("max_body_bytes"), std::string::npos) << r->body;
+  // Encoded traversal reaches the router decoded, and is refused there.
+  r = Unix().Get("/v1/slices/..%2F..%2Fetc%2Fpasswd");
+  ASSERT_TRUE(r);
+  EXPECT_GE(r->status, 400);
+  EXPECT_LT(r->status, 500);
+  r = Unix().Delete("/v1/slices/%2e%2e");
+  EXPECT_GE(r->status, 400);
+  EXPECT_LT(r->status, 500);
+  r = Unix().Put("/v1/slices/keep", "{}", "application/json");
+  EXPECT_EQ(r->status, 405);
+  EXPECT_EQ(r->get_header_value("Allow"), "GET, DELETE");
+  r = Unix().Post("/v1/slices", "\x01\x02garbage", "application/json");
+  EXPECT_EQ(r->status, 400);
+  // Raw bytes that are not HTTP at all.
+  {
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof a.sun_path, "%s", socket_.c_str());
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    const char junk[] = "\x16\x03\x01 not http at all\r\n\r\n";
+    ASSERT_GT(write(fd, junk, sizeof junk - 1), 0);
+    char buf[512] = {};
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n > 0) {
+      EXPECT_NE(std::string(buf).find(" 400 "), std::string::npos) << buf;
+    }
+  }
+  EXPECT_EQ(Slices(), before);
+  auto health = Unix().Get("/healthz");
+  EXPECT_EQ(health->status, 200);
+}
+
+TEST_F(GslicedProcess, MetricsPassPromtool) {
+  Start();
+  Unix().Post("/v1/slices", R"({"name":"a","user":"alice","project":"default","gpus":["0","1"],"memory":"2GiB","compute":"25%"})",
+              "application/json");
+  Unix().Post("/v1/slices", R"({"name":"b","user":"bob","class":"opportunistic","gpus":["1"],"memory":"20GiB"})",
+              "application/json");  // refused: more than the GPU
+  auto r = Unix().Get("/metrics");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  EXPECT_NE(r->get_header_value("Content-Type").find("text/plain; version=0.0.4"), std::string::npos);
+  std::string path = dir_ + "/metrics.txt";
+  std::ofstream(path) << r->body;
+  std::string out = dir_ + "/promtool.txt";
+  int rc = std::system(("promtool check metrics < " + path + " > " + out + " 2>&1").c_str());
+  EXPECT_EQ(rc, 0) << ReadAll(out) << "\n" << r->body;
+  EXPECT_EQ(ReadAll(out), "") << "promtool has remarks";
+  for (const char* want : {"gslice_slice_memory_limit_bytes{gpu=\"GPU-", "slice=\"a\",user=\"alice\",project=\"default\"",
+                           "gslice_gpu_memory_total_bytes{gpu=\"GPU-", "gslice_slice_compute_share_ratio{",
+                           "} 0.25\n", "gslice_admission_refusals_total 1\n", "gslice_api_requests_total{code=\"201\"} 1\n",
+                           "gslice_api_requests_total{code=\"400\"} 1\n"}) {
+    EXPECT_NE(r->body.find(want), std::string::npos) << want << "\n" << r->body;
+  }
+}
+
+TEST_F(GslicedProcess, RestartKeepsEverythingAndASecondDaemonIsRefused) {
+  Start();
+  Unix().Post("/v1/projects", R"({"name":"ml","memory_quota":"8GiB","priority":2})", "application/json");
+  auto c = Unix().Post("/v1/slices", R"({"name":"s1","user":"alice","project":"ml","gpus":["0"],"memory":"4GiB","compute":0.5})",
+                       "application/json");
+  ASSERT_EQ(c->status, 201) << c->body;
+  const std::string before = Slices();
+
+  // A second gsliced on the same socket refuses to start and leaves the first alone.
+  pid_t first = pid_;
+  pid_ = -1;
+  pid_t second = fork();
+  if (second == 0) {
+    freopen((dir_ + "/second.log").c_str(), "w", stderr);
+    execl(GSLICED, GSLICED, "--config", (dir_ + "/gsliced.toml").c_str(), "--set", "tcp=\"\"", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(second, &status, 0);
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+  EXPECT_NE(ReadAll(dir_ + "/second.log").find("another gsliced is serving"), std::string::npos)
+      << ReadAll(dir_ + "/second.log");
+  pid_ = first;
+  EXPECT_EQ(Slices(), before);
+
+  EXPECT_TRUE(WIFEXITED(Stop(SIGTERM)));
+  Start();
+  EXPECT_EQ(Slices(), before);
+  Stop(SIGKILL);  // a crash leaves the socket file behind; the next start replaces it
+  Start();
+  EXPECT_EQ(Slices(), before);
+  auto p = Unix().Get("/v1/projects/ml");
+  EXPECT_NE(p->body.find("\"priority\":2"), std::string::npos) << p->body;
+}
+
+TEST_F(GslicedProcess, BadConfigIsRefusedWithLineAndKey) {
+  std::ofstream(dir_ + "/gsliced.toml", std::ios::app) << "api_thread = 4\n";
+  std::string cmd = std::string(GSLICED) + " --config " + dir_ + "/gsliced.toml --check-config > " + dir_ +
+                    "/out.txt 2>&1";
+  int rc = std::system(cmd.c_str());
+  EXPECT_EQ(WEXITSTATUS(rc), 2);
+  std::string out = ReadAll(dir_ + "/out.txt");
+  EXPECT_NE(out.find("gsliced.toml:9: unknown key 'api_thread'"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace gslice
