@@ -26,7 +26,8 @@ namespace {
 constexpr uint64_t kMinLimit = 64ull << 20;
 
 const char kRunHelp[] =
-    "usage: gslice run [--gpus LIST] --memory SIZE[,SIZE...] [--name NAME] [--sim] [-v] -- CMD [ARGS...]\n"
+    "usage: gslice run [--gpus LIST] --memory SIZE[,SIZE...] [--compute N%] [--share N%]\n"
+    "                  [--class guaranteed|opportunistic] [--name NAME] [--sim] [-v] -- CMD [ARGS...]\n"
     "\n"
     "Runs CMD with a memory limit on each GPU it uses. CMD needs no changes: CUDA programs,\n"
     "PyTorch, JAX and nvidia-smi inside the slice see a GPU of SIZE, and allocating past it\n"
@@ -38,6 +39,12 @@ const char kRunHelp[] =
     "  --memory SIZES  memory limit per GPU: one size for all (\"20GiB\") or one per GPU of --gpus\n"
     "                  (\"40GiB,20GiB\"). Units B, KiB, MiB, GiB, TiB (binary); at least 64 MiB,\n"
     "                  at most the GPU's memory.\n"
+    "  --compute N%    hard compute cap: at most N% of each GPU's time, over any 1 s window, even\n"
+    "                  when the slice is alone on the GPU (measured GPU time; docs/compute.md).\n"
+    "  --share N%      guaranteed share under contention with slices of the same class; unused\n"
+    "                  time goes to the others (work-conserving). Default: equal shares.\n"
+    "  --class C       guaranteed (default; never waits for opportunistic work) or opportunistic\n"
+    "                  (runs only in the GPU time guaranteed work leaves idle).\n"
     "  --name NAME     slice name; processes started with the same name share one limit\n"
     "                  (default: run-<pid>, one slice per gslice run).\n"
     "  --sim           run on gslice's simulated driver (build/lib/sim) instead of a real GPU.\n"
@@ -48,7 +55,8 @@ const char kRunHelp[] =
     "  gslice run --memory 20GiB -- python train.py\n"
     "  gslice run --gpus 0,1 --memory 40GiB,20GiB -- python train.py\n"
     "  gslice run --sim --memory 2GiB -- gslice-example\n"
-    "  gslice run --memory 10GiB -- nvidia-smi       # shows a 10 GiB GPU\n";
+    "  gslice run --memory 10GiB -- nvidia-smi       # shows a 10 GiB GPU\n"
+    "  gslice run --memory 20GiB --compute 30% --class opportunistic -- python train.py\n";
 
 int Fail(const std::string& msg) {
   fprintf(stderr, "gslice run: %s\n", msg.c_str());
@@ -103,7 +111,7 @@ std::string GpuLine(const GpuInfo& g) {
 }  // namespace
 
 int RunCommand(int argc, char** argv) {
-  std::string gpus_arg, memory_arg, name;
+  std::string gpus_arg, memory_arg, name, compute_arg, share_arg, class_arg;
   bool sim = false, verbose = false, have_gpus = false;
   int i = 1;
   for (; i < argc; ++i) {
@@ -138,6 +146,12 @@ int RunCommand(int argc, char** argv) {
       have_gpus = true;
     } else if (a.rfind("--memory", 0) == 0) {
       if (!value("--memory", &memory_arg)) return Fail("--memory needs a value, e.g. --memory 20GiB");
+    } else if (a.rfind("--compute", 0) == 0) {
+      if (!value("--compute", &compute_arg)) return Fail("--compute needs a value, e.g. --compute 30%");
+    } else if (a.rfind("--share", 0) == 0) {
+      if (!value("--share", &share_arg)) return Fail("--share needs a value, e.g. --share 30%");
+    } else if (a.rfind("--class", 0) == 0) {
+      if (!value("--class", &class_arg)) return Fail("--class needs a value: guaranteed or opportunistic");
     } else if (a.rfind("--name", 0) == 0) {
       if (!value("--name", &name)) return Fail("--name needs a value");
     } else if (!a.empty() && a[0] == '-') {
@@ -148,6 +162,17 @@ int RunCommand(int argc, char** argv) {
   }
   if (i >= argc) return Fail("no command to run: gslice run --memory SIZE -- CMD [ARGS...] (see --help)");
   if (memory_arg.empty()) return Fail("--memory is required, e.g. --memory 20GiB (see --help)");
+  // Compute policy (read by the shim's launch gate, interpose/compute).
+  for (const auto& [flag, arg] : {std::pair<const char*, const std::string&>{"--compute", compute_arg},
+                                  std::pair<const char*, const std::string&>{"--share", share_arg}}) {
+    if (arg.empty()) continue;
+    ParsedPercent pct = ParsePercent(arg);
+    if (!pct.ok) return Fail(std::string(flag) + " " + arg + ": " + pct.error + " (e.g. " + flag + " 30%)");
+    if (pct.fraction < 0.01) return Fail(std::string(flag) + " " + arg + ": must be at least 1%");
+  }
+  if (!class_arg.empty() && class_arg != "guaranteed" && class_arg != "opportunistic") {
+    return Fail("--class " + class_arg + ": must be guaranteed or opportunistic");
+  }
   if (name.size() >= 64) return Fail("--name " + name + ": at most 63 characters");
 
   std::vector<uint64_t> limits;
@@ -244,6 +269,10 @@ int RunCommand(int argc, char** argv) {
   setenv("CUDA_VISIBLE_DEVICES", visible.c_str(), 1);
   setenv(GetOptionInfo(Option::Memory).env, memory.c_str(), 1);
   setenv(GetOptionInfo(Option::Slice).env, name.c_str(), 1);
+  // Always set (empty = none), so a policy inherited from the calling shell never leaks in.
+  setenv(GetOptionInfo(Option::Compute).env, compute_arg.c_str(), 1);
+  setenv(GetOptionInfo(Option::Share).env, share_arg.c_str(), 1);
+  setenv(GetOptionInfo(Option::Class).env, class_arg.empty() ? "guaranteed" : class_arg.c_str(), 1);
   setenv("LD_PRELOAD", preload.c_str(), 1);
   if (!loaded.empty() && loaded.find("/lib/gslice/") == std::string::npos) {
     setenv(GetOptionInfo(Option::RealDriver).env, loaded.c_str(), 1);
@@ -256,6 +285,8 @@ int RunCommand(int argc, char** argv) {
       fprintf(stderr, "  GPU %s: %s of %s\n", GpuLine(chosen[k]).c_str(),
               Human(limits.size() == 1 ? limits[0] : limits[k]).c_str(), Human(chosen[k].total).c_str());
     }
+    fprintf(stderr, "  compute: class %s, cap %s, share %s\n", class_arg.empty() ? "guaranteed" : class_arg.c_str(),
+            compute_arg.empty() ? "none" : compute_arg.c_str(), share_arg.empty() ? "equal" : share_arg.c_str());
   }
   fflush(nullptr);
   execvp(argv[i], argv + i);

@@ -58,19 +58,32 @@ class ComputeSim : public ::testing::Test {
     unlink(ledger_.c_str());
   }
 
+  // Under the sanitize preset the ASan runtime must be loaded before the shim.
+  static std::string AsanFirst() {
+    const std::string asan = GSLICE_TEST_ASAN_RUNTIME;
+    return asan.empty() ? "" : asan + " ";
+  }
+
   // Starts a worker (direct: the gate linked in; otherwise plain, under the shim).
   Worker Start(std::map<std::string, std::string> env, std::vector<std::string> args, bool direct = true) {
-    int fds[2];
-    EXPECT_EQ(pipe(fds), 0);
     std::string bin = std::string(GSLICE_TEST_BIN_DIR) + (direct ? "/compute_worker_direct" : "/compute_worker");
     env["LD_LIBRARY_PATH"] = GSLICE_TEST_SIM_DIR;
+    if (!direct) {
+      env["LD_PRELOAD"] = AsanFirst() + std::string(GSLICE_TEST_SHIM_DIR) + "/libcuda.so.1";
+      env["GSLICE_REAL_DRIVER"] = std::string(GSLICE_TEST_SIM_DIR) + "/libcuda.so.1";
+    }
+    return StartProgram(bin, env, args);
+  }
+
+  // Starts bin with args, the test's sim and ledger paths and env on top of a clean
+  // environment (no inherited GSLICE_* or LD_PRELOAD); stdout (and stderr) to a pipe.
+  Worker StartProgram(const std::string& bin, std::map<std::string, std::string> env, std::vector<std::string> args,
+                      bool stderr_too = false) {
+    int fds[2];
+    EXPECT_EQ(pipe(fds), 0);
     env["GSLICE_SIM_STATE"] = sim_state_;
     env["GSLICE_LEDGER"] = ledger_;
     env["GSLICE_SIM_DEVICES"] = "1";
-    if (!direct) {
-      env["LD_PRELOAD"] = std::string(GSLICE_TEST_SHIM_DIR) + "/libcuda.so.1";
-      env["GSLICE_REAL_DRIVER"] = std::string(GSLICE_TEST_SIM_DIR) + "/libcuda.so.1";
-    }
     std::vector<std::string> envs;
     for (char** e = environ; *e != nullptr; ++e) {
       std::string kv = *e;
@@ -82,6 +95,7 @@ class ComputeSim : public ::testing::Test {
     pid_t pid = fork();
     if (pid == 0) {
       dup2(fds[1], 1);
+      if (stderr_too) dup2(fds[1], 2);
       close(fds[0]);
       close(fds[1]);
       std::vector<char*> argv, envp;
@@ -245,6 +259,46 @@ TEST_F(ComputeSim, ThroughTheShimCapAndClassesHold) {
   const double g_rate = static_cast<double>(rs[0].Between(200, 1000)) / 800.0;
   EXPECT_LE(static_cast<double>(rs[1].Between(200, 1000)) / 800.0, 0.10 * g_rate) << rs[1].raw;
   EXPECT_GE(static_cast<double>(rs[1].Between(1100, 2000)) / 900.0, 0.80 * g_rate) << rs[1].raw;
+}
+
+}  // namespace
+
+namespace {
+
+// `gslice run --compute/--share/--class` sets the policy the shim's gate enforces.
+TEST_F(ComputeSim, GsliceRunFlagsReachTheGate) {
+  const std::string gslice = std::string(GSLICE_TEST_BIN_DIR) + "/gslice";
+  const std::string worker = std::string(GSLICE_TEST_BIN_DIR) + "/compute_worker";
+  std::map<std::string, std::string> env;
+  if (!AsanFirst().empty()) env["LD_PRELOAD"] = GSLICE_TEST_ASAN_RUNTIME;
+  auto run = [&](std::vector<std::string> flags, double seconds) {
+    std::vector<std::string> args = {"run", "--sim", "--memory", "1GiB"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    args.push_back("--");
+    args.push_back(worker);
+    for (auto& a : Job(NowMs() + 800, seconds)) args.push_back(a);
+    return Wait(StartProgram(gslice, env, args));
+  };
+  const Result free = run({}, 2.0);
+  const Result capped = run({"--compute", "40%"}, 2.0);
+  ASSERT_GT(free.kernels, 150) << free.raw;
+  EXPECT_NEAR(static_cast<double>(capped.kernels) / static_cast<double>(free.kernels), 0.40, 0.10)
+      << capped.kernels << " vs " << free.kernels;
+}
+
+TEST_F(ComputeSim, GsliceRunRejectsBadComputeFlags) {
+  const std::string gslice = std::string(GSLICE_TEST_BIN_DIR) + "/gslice";
+  for (std::vector<std::string> flags : {std::vector<std::string>{"--compute", "150%"},
+                                         std::vector<std::string>{"--share", "lots"},
+                                         std::vector<std::string>{"--class", "best-effort"}}) {
+    std::vector<std::string> args = {"run", "--sim", "--memory", "1GiB"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    args.insert(args.end(), {"--", "true"});
+    const Result r = Wait(StartProgram(gslice, {}, args, /*stderr_too=*/true));
+    EXPECT_EQ(r.kernels, -1);
+    EXPECT_NE(r.raw.find(flags[0]), std::string::npos) << r.raw;
+    EXPECT_NE(r.raw.find(flags[1]), std::string::npos) << r.raw;
+  }
 }
 
 }  // namespace
