@@ -7,33 +7,36 @@ namespace gslice::k8s {
 
 namespace {
 
-int64_t NeedMib(const ContainerRequest& c, const GpuUsage& g) {
-  return c.memory_mib > 0 ? c.memory_mib : g.info.memory_mib;  // 0: the whole GPU
+// The numbers of one GPU that placement works on (a cheap copy: no strings).
+struct Slot {
+  int64_t total = 0;
+  int64_t used = 0;
+  int guaranteed_compute = 0;
+  int slices = 0;
+  int index = 0;
+  bool healthy = true;
+  int64_t free_mib() const { return total - used; }
+};
+
+Slot SlotOf(const GpuUsage& g) {
+  return Slot{g.info.memory_mib, g.used_mib, g.guaranteed_compute, g.slices, g.info.index, g.info.healthy};
 }
 
-// Whether one more slice of `c` fits on `g`; *why says what is short.
-bool Fits(const ContainerRequest& c, SliceClass cls, const GpuUsage& g, int slices_per_gpu,
-          std::string* why) {
-  if (!g.info.healthy) {
-    *why = "unhealthy";
-    return false;
-  }
-  if (g.slices >= slices_per_gpu) {
-    *why = "no slice slot left";
-    return false;
-  }
-  if (NeedMib(c, g) > g.free_mib()) {
-    *why = "not enough free memory";
-    return false;
-  }
-  if (cls == SliceClass::kGuaranteed && g.guaranteed_compute + c.compute_percent > 100) {
-    *why = "not enough guaranteed compute";
-    return false;
-  }
-  return true;
+int64_t NeedMib(const ContainerRequest& c, const Slot& g) {
+  return c.memory_mib > 0 ? c.memory_mib : g.total;  // 0: the whole GPU
 }
 
-bool IsFragment(const GpuUsage& g, int slices_per_gpu, int64_t min_useful) {
+// Null when one more slice of `c` fits on `g`, else what is short.
+const char* WhyNotFits(const ContainerRequest& c, SliceClass cls, const Slot& g, int slices_per_gpu) {
+  if (!g.healthy) return "unhealthy";
+  if (g.slices >= slices_per_gpu) return "no slice slot left";
+  if (NeedMib(c, g) > g.free_mib()) return "not enough free memory";
+  if (cls == SliceClass::kGuaranteed && g.guaranteed_compute + c.compute_percent > 100)
+    return "not enough guaranteed compute";
+  return nullptr;
+}
+
+bool IsFragment(const Slot& g, int slices_per_gpu, int64_t min_useful) {
   int64_t free = g.free_mib();
   if (free <= 0) return false;
   return free < min_useful || g.slices >= slices_per_gpu;
@@ -104,11 +107,13 @@ std::optional<NodeFit> ClusterState::Fit(const PodRequest& pod, const std::strin
     *why = "node has no GPUs";
     return std::nullopt;
   }
-  std::vector<GpuUsage> scratch = n->gpus;  // small: a node has a handful of GPUs
+  std::vector<Slot> scratch;  // small: a node has a handful of GPUs
+  scratch.reserve(n->gpus.size());
+  for (const auto& g : n->gpus) scratch.push_back(SlotOf(g));
   const int64_t min_useful = config_.min_useful_mib;
   const int spg = n->slices_per_gpu;
   int fragments_before = 0;
-  for (const auto& g : scratch) fragments_before += IsFragment(g, spg, min_useful) && g.info.healthy;
+  for (const auto& g : scratch) fragments_before += IsFragment(g, spg, min_useful) && g.healthy;
   int exact_fits = 0;
 
   NodeFit fit;
@@ -123,11 +128,10 @@ std::optional<NodeFit> ClusterState::Fit(const PodRequest& pod, const std::strin
       // fit). Spread: avoid a fragment, then the emptiest GPU (fewest slices on a tie).
       std::optional<size_t> best;
       std::tuple<int, int64_t, int, int> best_key{};
-      std::string last_why = "no GPU";
+      const char* last_why = "no GPU";
       for (size_t i = 0; i < scratch.size(); ++i) {
         if (taken[i]) continue;
-        std::string w;
-        if (!Fits(c, pod.slice_class, scratch[i], spg, &w)) {
+        if (const char* w = WhyNotFits(c, pod.slice_class, scratch[i], spg)) {
           last_why = w;
           continue;
         }
@@ -136,8 +140,8 @@ std::optional<NodeFit> ClusterState::Fit(const PodRequest& pod, const std::strin
         bool frag = leftover > 0 && (leftover < min_useful || last_slot);
         std::tuple<int, int64_t, int, int> key =
             policy == Policy::kBinpack
-                ? std::make_tuple(frag ? 1 : 0, leftover, -scratch[i].slices, scratch[i].info.index)
-                : std::make_tuple(frag ? 1 : 0, -leftover, scratch[i].slices, scratch[i].info.index);
+                ? std::make_tuple(frag ? 1 : 0, leftover, -scratch[i].slices, scratch[i].index)
+                : std::make_tuple(frag ? 1 : 0, -leftover, scratch[i].slices, scratch[i].index);
         if (!best || key < best_key) {
           best = i;
           best_key = key;
@@ -147,14 +151,14 @@ std::optional<NodeFit> ClusterState::Fit(const PodRequest& pod, const std::strin
         *why = "container " + c.name + ": needs " + std::to_string(c.gpus) + " GPU(s) with " +
                (c.memory_mib ? std::to_string(c.memory_mib) + " MiB" : std::string("a whole GPU")) +
                (c.compute_percent ? " and " + std::to_string(c.compute_percent) + "% compute" : "") +
-               "; found " + std::to_string(k) + " (" + last_why + ")";
+               "; found " + std::to_string(k) + " (" + std::string(last_why) + ")";
         return std::nullopt;
       }
-      GpuUsage& g = scratch[*best];
+      Slot& g = scratch[*best];
       taken[*best] = true;
-      GpuGrant grant{g.info.uuid, g.info.index, NeedMib(c, g), c.compute_percent};
+      GpuGrant grant{n->gpus[*best].info.uuid, g.index, NeedMib(c, g), c.compute_percent};
       if (g.free_mib() == grant.memory_mib) ++exact_fits;
-      g.used_mib += grant.memory_mib;
+      g.used += grant.memory_mib;
       if (pod.slice_class == SliceClass::kGuaranteed) g.guaranteed_compute += c.compute_percent;
       g.slices += 1;
       ca.gpus.push_back(std::move(grant));
@@ -167,9 +171,9 @@ std::optional<NodeFit> ClusterState::Fit(const PodRequest& pod, const std::strin
   int64_t total = 0, used = 0;
   int fragments_after = 0;
   for (const auto& g : scratch) {
-    if (!g.info.healthy) continue;
-    total += g.info.memory_mib;
-    used += g.used_mib;
+    if (!g.healthy) continue;
+    total += g.total;
+    used += g.used;
     fragments_after += IsFragment(g, spg, min_useful);
   }
   double util = total ? static_cast<double>(used) / static_cast<double>(total) : 1.0;
@@ -193,22 +197,23 @@ bool ClusterState::Reserve(const std::string& key, const std::string& namespace_
       return false;
     }
     // Check the whole assignment against what is free now, counting grants on the same GPU.
-    std::vector<GpuUsage> scratch = n->gpus;
+    std::vector<Slot> scratch;
+    for (const auto& g : n->gpus) scratch.push_back(SlotOf(g));
     for (const auto& c : a.containers) {
       for (const auto& grant : c.gpus) {
-        auto g = std::find_if(scratch.begin(), scratch.end(),
-                              [&](const GpuUsage& u) { return u.info.uuid == grant.uuid; });
-        if (g == scratch.end()) {
+        size_t i = 0;
+        while (i < n->gpus.size() && n->gpus[i].info.uuid != grant.uuid) ++i;
+        if (i == n->gpus.size()) {
           *why = "GPU " + grant.uuid + " is not on node " + a.node;
           return false;
         }
+        Slot* g = &scratch[i];
         ContainerRequest probe{c.name, 1, grant.memory_mib, grant.compute_percent};
-        std::string w;
-        if (!Fits(probe, a.slice_class, *g, n->slices_per_gpu, &w)) {
+        if (const char* w = WhyNotFits(probe, a.slice_class, *g, n->slices_per_gpu)) {
           *why = "GPU " + grant.uuid + ": " + w;
           return false;
         }
-        g->used_mib += grant.memory_mib;
+        g->used += grant.memory_mib;
         if (a.slice_class == SliceClass::kGuaranteed) g->guaranteed_compute += grant.compute_percent;
         g->slices += 1;
       }
@@ -264,7 +269,7 @@ FragmentStats ClusterState::Fragmentation() const {
       s.total_mib += g.info.memory_mib;
       int64_t free = std::max<int64_t>(0, g.free_mib());
       s.free_mib += free;
-      if (IsFragment(g, n.slices_per_gpu, config_.min_useful_mib)) s.unusable_mib += free;
+      if (IsFragment(SlotOf(g), n.slices_per_gpu, config_.min_useful_mib)) s.unusable_mib += free;
     }
   }
   return s;
