@@ -695,6 +695,7 @@ GSLICE_SIM_EXPORT CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int* versi
 GSLICE_SIM_EXPORT CUresult cuCtxSynchronize(void) {
   REQUIRE_INIT(d);
   REQUIRE_CONTEXT(ctx);
+  ApiGate gate;
   SynchronizeContext(ctx);
   TrimPoolsToThreshold();
   return static_cast<CUresult>(ctx->sticky_error.load());
@@ -859,6 +860,7 @@ CUresult StreamSynchronize(CUstream h, bool pt) {
   std::shared_ptr<CUstream_st> s;
   CUresult r = ResolveStream(h, pt, &s);
   if (r != CUDA_SUCCESS) return r;
+  ApiGate gate;
   s->WaitFor(s->submitted());
   TrimPoolsToThreshold();
   return static_cast<CUresult>(s->ctx->sticky_error.load());
@@ -1008,6 +1010,7 @@ GSLICE_SIM_EXPORT CUresult cuEventSynchronize(CUevent e) {
   REQUIRE_INIT(d);
   auto ev = FindEvent(e);
   if (!ev) return CUDA_ERROR_INVALID_HANDLE;
+  ApiGate gate;
   std::shared_ptr<CUstream_st> s;
   uint64_t seq;
   {

@@ -235,6 +235,7 @@ GSLICE_SIM_EXPORT CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_byt
   if (free_bytes == nullptr || total_bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
   REQUIRE_INIT(d);
   REQUIRE_CONTEXT(ctx);
+  ApiGate gate;
   const uint64_t total = d->node->device(ctx->device).total_memory;
   const uint64_t used = d->node->Used(ctx->device);
   *total_bytes = total;

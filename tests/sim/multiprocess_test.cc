@@ -1,0 +1,96 @@
+// Several processes on one simulated node: shared capacity, reclaim after SIGKILL, and
+// time-slicing of the device between contexts of different processes.
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "sim_test.h"
+
+namespace gslice::test {
+namespace {
+
+using MultiProcessTest = SimTest;
+
+TEST_F(MultiProcessTest, ProcessesShareDeviceCapacity) {
+  const size_t before = FreeMemory();
+  Child holder({Worker(), "hold", "0", std::to_string(640 * kMiB), "0x1234"});
+  ASSERT_EQ(holder.ReadUntil("ready"), "ready " + std::to_string(holder.pid()));
+  EXPECT_EQ(FreeMemory(), before - 640 * kMiB);
+  CUdeviceptr p;
+  EXPECT_CU(CUDA_ERROR_OUT_OF_MEMORY, cuMemAlloc(&p, 512 * kMiB));
+  // A second process hits the same wall ...
+  Child second({Worker(), "hold", "0", std::to_string(512 * kMiB), "1"});
+  std::string out;
+  second.Wait(&out);
+  EXPECT_NE(out.find("CUDA_ERROR_OUT_OF_MEMORY"), std::string::npos) << out;
+  // ... while the other device is untouched.
+  Child other({Worker(), "hold", "1", std::to_string(512 * kMiB), "1"});
+  EXPECT_EQ(other.ReadUntil("ready"), "ready " + std::to_string(other.pid()));
+  holder.WriteLine("info");
+  std::string info = holder.ReadUntil("info");
+  EXPECT_EQ(info, "info CUDA_SUCCESS " + std::to_string(before - 640 * kMiB) + " " +
+                      std::to_string(1024 * kMiB));
+  holder.WriteLine("exit");
+  EXPECT_EQ(holder.Wait(), 0);
+  CHECK_CU(cuMemAlloc(&p, 512 * kMiB));
+  CHECK_CU(cuMemFree(p));
+}
+
+TEST_F(MultiProcessTest, KilledProcessMemoryIsReclaimed) {
+  const size_t before = FreeMemory();
+  Child victim({Worker(), "hold", "0", std::to_string(900 * kMiB), "5"});
+  ASSERT_EQ(victim.ReadUntil("ready"), "ready " + std::to_string(victim.pid()));
+  EXPECT_EQ(FreeMemory(), before - 900 * kMiB);
+  victim.Kill(SIGKILL);
+  EXPECT_EQ(victim.Wait(), 128 + SIGKILL);
+  EXPECT_EQ(FreeMemory(), before);
+  CUdeviceptr p;
+  CHECK_CU(cuMemAlloc(&p, 900 * kMiB));
+  CHECK_CU(cuMemFree(p));
+}
+
+TEST_F(MultiProcessTest, KilledProcessNeverBlocksTheDevice) {
+  // The victim runs a long kernel (holding the device) when it dies.
+  Child victim({Worker(), "hold", "0", std::to_string(4 * kMiB), "5"});
+  ASSERT_EQ(victim.ReadUntil("ready"), "ready " + std::to_string(victim.pid()));
+  victim.WriteLine("busy 5000000");
+  ASSERT_EQ(victim.ReadUntil("launched"), "launched CUDA_SUCCESS");
+  usleep(50000);
+  victim.Kill(SIGKILL);
+  victim.Wait();
+  CHECK_CU(LaunchBusy(busy_, 1000, nullptr));
+  CHECK_CU(cuCtxSynchronize());  // returns: the dead holder lost the device
+}
+
+uint64_t UnixMs() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000;
+}
+
+TEST_F(MultiProcessTest, DeviceTimeIsSlicedFairlyBetweenProcesses) {
+  const uint64_t kernel_us = 2000, duration_ms = 3000;
+  const std::string start = std::to_string(UnixMs() + 4000);  // time for both to start up
+  Child a({Worker(), "busy", std::to_string(kernel_us), std::to_string(duration_ms), start});
+  Child b({Worker(), "busy", std::to_string(kernel_us), std::to_string(duration_ms), start});
+  ASSERT_EQ(a.ReadUntil("ready"), "ready");
+  ASSERT_EQ(b.ReadUntil("ready"), "ready");
+  std::string da = a.ReadUntil("done", 30000), db = b.ReadUntil("done", 30000);
+  ASSERT_FALSE(da.empty());
+  ASSERT_FALSE(db.empty());
+  const double ka = std::strtod(da.c_str() + 13, nullptr), kb = std::strtod(db.c_str() + 13, nullptr);
+  const double share_a = ka / (ka + kb);
+  // Each got about half of the device ...
+  EXPECT_GT(share_a, 0.3) << da << " / " << db;
+  EXPECT_LT(share_a, 0.7) << da << " / " << db;
+  // ... and never both at once: their kernel time adds up to at most the window.
+  const double kernel_ms = (ka + kb) * static_cast<double>(kernel_us) / 1000.0;
+  EXPECT_LT(kernel_ms, static_cast<double>(duration_ms) * 1.1) << da << " / " << db;
+  EXPECT_EQ(a.Wait(), 0);
+  EXPECT_EQ(b.Wait(), 0);
+}
+
+}  // namespace
+}  // namespace gslice::test

@@ -1,0 +1,215 @@
+// Streams, events, ordering, priorities, the legacy default stream.
+#include <unistd.h>
+
+#include "sim_test.h"
+
+namespace gslice::test {
+namespace {
+
+using StreamTest = SimTest;
+
+uint32_t ReadWord(CUdeviceptr p) {
+  uint32_t v = 0;
+  EXPECT_EQ(cuMemcpyDtoH(&v, p, 4), CUDA_SUCCESS);
+  return v;
+}
+
+TEST_F(StreamTest, WorkRunsAsynchronouslyAndInOrder) {
+  CUdeviceptr p;
+  CHECK_CU(cuMemAlloc(&p, 4096));
+  CUstream s;
+  CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(LaunchFill(fill_, p, 1, 1, s));
+  CHECK_CU(LaunchBusy(busy_, 200000, s));
+  CHECK_CU(LaunchFill(fill_, p, 2, 1, s));
+  EXPECT_CU(CUDA_ERROR_NOT_READY, cuStreamQuery(s));  // the launch did not wait
+  CHECK_CU(cuStreamSynchronize(s));
+  EXPECT_CU(CUDA_SUCCESS, cuStreamQuery(s));
+  EXPECT_EQ(ReadWord(p), 2u);
+  CHECK_CU(cuStreamDestroy(s));
+  EXPECT_CU(CUDA_ERROR_INVALID_HANDLE, cuStreamQuery(s));
+  CHECK_CU(cuMemFree(p));
+}
+
+TEST_F(StreamTest, EventsOrderStreamsAndMeasureTime) {
+  CUdeviceptr p;
+  CHECK_CU(cuMemAlloc(&p, 4096));
+  CUstream a, b;
+  CHECK_CU(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
+  CUevent done_a;
+  CHECK_CU(cuEventCreate(&done_a, CU_EVENT_DISABLE_TIMING));
+  EXPECT_CU(CUDA_SUCCESS, cuEventQuery(done_a));  // never recorded: complete
+  CHECK_CU(LaunchBusy(busy_, 100000, a));
+  CHECK_CU(LaunchFill(fill_, p, 1, 1, a));
+  CHECK_CU(cuEventRecord(done_a, a));
+  CHECK_CU(cuStreamWaitEvent(b, done_a, 0));
+  CHECK_CU(LaunchFill(fill_, p, 2, 1, b));  // must land after a's fill
+  EXPECT_CU(CUDA_ERROR_NOT_READY, cuEventQuery(done_a));
+  CHECK_CU(cuStreamSynchronize(b));
+  EXPECT_CU(CUDA_SUCCESS, cuEventQuery(done_a));
+  EXPECT_EQ(ReadWord(p), 2u);
+
+  // Elapsed time between events around busy kernels of 10 ms and 80 ms.
+  CUevent e0, e1, e2;
+  CHECK_CU(cuEventCreate(&e0, 0));
+  CHECK_CU(cuEventCreate(&e1, 0));
+  CHECK_CU(cuEventCreate(&e2, 0));
+  float ms = 0;
+  EXPECT_CU(CUDA_ERROR_INVALID_HANDLE, cuEventElapsedTime(&ms, e0, e1));  // not recorded
+  CHECK_CU(cuEventRecord(e0, a));
+  CHECK_CU(LaunchBusy(busy_, 10000, a));
+  CHECK_CU(cuEventRecord(e1, a));
+  CHECK_CU(LaunchBusy(busy_, 80000, a));
+  CHECK_CU(cuEventRecord(e2, a));
+  EXPECT_CU(CUDA_ERROR_NOT_READY, cuEventElapsedTime(&ms, e0, e2));
+  CHECK_CU(cuEventSynchronize(e2));
+  float short_ms = 0, long_ms = 0;
+  CHECK_CU(cuEventElapsedTime(&short_ms, e0, e1));
+  CHECK_CU(cuEventElapsedTime(&long_ms, e1, e2));
+  EXPECT_GE(short_ms, 10.0f);
+  EXPECT_GE(long_ms, 80.0f);
+  EXPECT_GT(long_ms, short_ms);
+  EXPECT_CU(CUDA_ERROR_INVALID_HANDLE, cuEventElapsedTime(&ms, done_a, e1));  // no timing
+  for (CUevent e : {done_a, e0, e1, e2}) CHECK_CU(cuEventDestroy(e));
+  EXPECT_CU(CUDA_ERROR_INVALID_HANDLE, cuEventQuery(e0));
+  CHECK_CU(cuStreamDestroy(a));
+  CHECK_CU(cuStreamDestroy(b));
+  CHECK_CU(cuMemFree(p));
+}
+
+TEST_F(StreamTest, LegacyStreamWaitsForBlockingStreamsOnly) {
+  CUdeviceptr p;
+  CHECK_CU(cuMemAlloc(&p, 4096));
+  CUstream blocking, nonblocking;
+  CHECK_CU(cuStreamCreate(&blocking, 0));
+  CHECK_CU(cuStreamCreate(&nonblocking, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(LaunchBusy(busy_, 300000, nonblocking));
+  CHECK_CU(LaunchBusy(busy_, 50000, blocking));
+  CHECK_CU(LaunchFill(fill_, p, 1, 1, blocking));
+  CHECK_CU(LaunchFill(fill_, p, 2, 1, nullptr));  // the legacy stream: after blocking's work
+  CHECK_CU(cuStreamSynchronize(nullptr));
+  EXPECT_EQ(ReadWord(p), 2u);
+  EXPECT_CU(CUDA_SUCCESS, cuStreamQuery(blocking));
+  EXPECT_CU(CUDA_ERROR_NOT_READY, cuStreamQuery(nonblocking));
+  // ... and blocking streams wait for earlier legacy work.
+  CHECK_CU(LaunchBusy(busy_, 50000, CU_STREAM_LEGACY));
+  CHECK_CU(LaunchFill(fill_, p, 3, 1, CU_STREAM_LEGACY));
+  CHECK_CU(LaunchFill(fill_, p, 4, 1, blocking));
+  CHECK_CU(cuStreamSynchronize(blocking));
+  EXPECT_EQ(ReadWord(p), 4u);
+  CHECK_CU(cuCtxSynchronize());
+  EXPECT_CU(CUDA_SUCCESS, cuStreamQuery(nonblocking));
+  CHECK_CU(cuStreamDestroy(blocking));
+  CHECK_CU(cuStreamDestroy(nonblocking));
+  CHECK_CU(cuMemFree(p));
+}
+
+TEST_F(StreamTest, DestroyedStreamFinishesItsWork) {
+  CUdeviceptr p;
+  CHECK_CU(cuMemAlloc(&p, 4096));
+  CUstream s;
+  CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CHECK_CU(LaunchBusy(busy_, 50000, s));
+  CHECK_CU(LaunchFill(fill_, p, 9, 1, s));
+  CHECK_CU(cuStreamDestroy(s));
+  CHECK_CU(cuCtxSynchronize());
+  // The stream left the context's books at destroy; wait for its worker explicitly.
+  for (int i = 0; i < 200 && ReadWord(p) != 9u; ++i) usleep(5000);
+  EXPECT_EQ(ReadWord(p), 9u);
+  CHECK_CU(cuMemFree(p));
+}
+
+TEST_F(StreamTest, PriorityRangeAndClamping) {
+  int least = 1, greatest = 1;
+  CHECK_CU(cuCtxGetStreamPriorityRange(&least, &greatest));
+  EXPECT_EQ(least, 0);
+  EXPECT_EQ(greatest, -5);
+  CUstream s;
+  CHECK_CU(cuStreamCreateWithPriority(&s, 0, -100));
+  int p = 0;
+  CHECK_CU(cuStreamGetPriority(s, &p));
+  EXPECT_EQ(p, greatest);
+  CHECK_CU(cuStreamDestroy(s));
+  CHECK_CU(cuStreamCreateWithPriority(&s, 0, 7));
+  CHECK_CU(cuStreamGetPriority(s, &p));
+  EXPECT_EQ(p, least);
+  CHECK_CU(cuStreamDestroy(s));
+  EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cuStreamCreate(&s, 0x8));
+}
+
+TEST_F(StreamTest, HigherPriorityStreamGoesFirst) {
+  CUstream low, high;
+  CHECK_CU(cuStreamCreateWithPriority(&low, CU_STREAM_NON_BLOCKING, 0));
+  CHECK_CU(cuStreamCreateWithPriority(&high, CU_STREAM_NON_BLOCKING, -5));
+  for (int i = 0; i < 40; ++i) CHECK_CU(LaunchBusy(busy_, 5000, low));  // 200 ms backlog
+  usleep(10000);
+  CUevent done;
+  CHECK_CU(cuEventCreate(&done, CU_EVENT_DISABLE_TIMING));
+  CHECK_CU(LaunchBusy(busy_, 5000, high));
+  CHECK_CU(cuEventRecord(done, high));
+  CHECK_CU(cuEventSynchronize(done));
+  // The urgent kernel overtook the backlog, which is still running.
+  EXPECT_CU(CUDA_ERROR_NOT_READY, cuStreamQuery(low));
+  CHECK_CU(cuStreamSynchronize(low));
+  CHECK_CU(cuEventDestroy(done));
+  CHECK_CU(cuStreamDestroy(low));
+  CHECK_CU(cuStreamDestroy(high));
+}
+
+TEST_F(StreamTest, KernelLaunchValidation) {
+  CUdeviceptr p;
+  CHECK_CU(cuMemAlloc(&p, 4096));
+  uint64_t us = 1;
+  void* args[] = {&us};
+  EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cuLaunchKernel(busy_, 0, 1, 1, 1, 1, 1, 0, nullptr, args, nullptr));
+  EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cuLaunchKernel(busy_, 1, 1, 1, 2048, 1, 1, 0, nullptr, args, nullptr));
+  EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cuLaunchKernel(busy_, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr));
+  EXPECT_CU(CUDA_ERROR_INVALID_HANDLE,
+            cuLaunchKernel(reinterpret_cast<CUfunction>(&us), 1, 1, 1, 1, 1, 1, 0, nullptr, args, nullptr));
+  CUstream bogus = reinterpret_cast<CUstream>(&us);
+  EXPECT_CU(CUDA_ERROR_INVALID_HANDLE, cuLaunchKernel(busy_, 1, 1, 1, 1, 1, 1, 0, bogus, args, nullptr));
+  // Arguments through `extra`, and cuLaunchKernelEx.
+  struct {
+    CUdeviceptr dst;
+    uint32_t pattern;
+    uint32_t pad;
+    uint64_t count;
+  } packed{p, 0x600d, 0, 2};
+  size_t size = sizeof packed;
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &packed, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
+                   CU_LAUNCH_PARAM_END};
+  CHECK_CU(cuLaunchKernel(fill_, 1, 1, 1, 32, 1, 1, 0, nullptr, nullptr, extra));
+  CUlaunchConfig cfg{};
+  cfg.gridDimX = cfg.gridDimY = cfg.gridDimZ = 1;
+  cfg.blockDimX = 32;
+  cfg.blockDimY = cfg.blockDimZ = 1;
+  uint32_t pattern = 0xbeef;
+  uint64_t count = 1;
+  void* fargs[] = {&p, &pattern, &count};
+  CHECK_CU(cuLaunchKernelEx(&cfg, fill_, fargs, nullptr));
+  CHECK_CU(cuCtxSynchronize());
+  uint32_t got[2];
+  CHECK_CU(cuMemcpyDtoH(got, p, sizeof got));
+  EXPECT_EQ(got[0], 0xbeefu);
+  EXPECT_EQ(got[1], 0x600du);
+  CHECK_CU(cuMemFree(p));
+}
+
+TEST_F(StreamTest, ModuleImages) {
+  CUmodule m;
+  EXPECT_CU(CUDA_ERROR_INVALID_PTX, cuModuleLoadData(&m, ".version 8.0\n.target sm_90\n"));
+  EXPECT_CU(CUDA_ERROR_INVALID_IMAGE, cuModuleLoadData(&m, "gslice-sim-module 1\nkernel x warp\n"));
+  EXPECT_CU(CUDA_ERROR_INVALID_IMAGE, cuModuleLoadData(&m, "hello"));
+  EXPECT_CU(CUDA_ERROR_FILE_NOT_FOUND, cuModuleLoad(&m, "/nonexistent/gslice.mod"));
+  CHECK_CU(cuModuleLoadData(&m, SimTestImage()));
+  CUfunction f;
+  EXPECT_CU(CUDA_ERROR_NOT_FOUND, cuModuleGetFunction(&f, m, "nope"));
+  CHECK_CU(cuModuleGetFunction(&f, m, "gslice_busy"));
+  CHECK_CU(cuModuleUnload(m));
+  EXPECT_CU(CUDA_ERROR_INVALID_HANDLE, cuModuleGetFunction(&f, m, "gslice_busy"));
+  EXPECT_CU(CUDA_ERROR_INVALID_HANDLE, LaunchBusy(f, 1, nullptr));
+}
+
+}  // namespace
+}  // namespace gslice::test
