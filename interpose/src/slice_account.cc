@@ -45,6 +45,7 @@ bool SliceAccount::Init(bool attach) {
   } else {
     snprintf(slice_name_, sizeof slice_name_, "%s", name);
   }
+  const int64_t start_ns = MonotonicNs();
   const char* path = OptionValue(Option::Ledger);
   LedgerError e = ledger_.Open(path);
   if (e != LedgerError::kOk) {
@@ -64,7 +65,9 @@ bool SliceAccount::Init(bool attach) {
     }
     slice_ = handle_.slice;
     attached_ = true;
-    ledger_.Reap(slice_);
+    ledger_.MaybeReap(slice_);  // one process of the slice reaps per interval, not every attacher
+    Log(LogLevel::kInfo, "init: slice %s attached (slot %d) in %lld us", slice_name_, handle_.slot,
+        static_cast<long long>((MonotonicNs() - start_ns) / 1000));
   } else {
     slice_ = ledger_.FindSlice(slice_name_);
   }

@@ -44,10 +44,10 @@ def memory(limit_gib):
     got = len(held) * 256 / 1024
     check("oom_past_limit", oom and got <= limit / GiB, f"raised after {got:.2f} GiB" + (f": {msg}" if oom else ""))
     # Data written before the OOM is intact.
-    for i, t in enumerate(held[:4]):
-        t.fill_(i + 1)
+    for i in range(min(4, len(held))):
+        held[i].fill_(i + 1)
     torch.cuda.synchronize()
-    check("data_intact", all(int(t[-1].item()) == i + 1 for i, t in enumerate(held[:4])))
+    check("data_intact", all(int(held[i][-1].item()) == i + 1 for i in range(min(4, len(held)))))
     n = len(held)
     held.clear()
     torch.cuda.empty_cache()

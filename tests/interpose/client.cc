@@ -11,7 +11,8 @@
 //   client init           cuInit + context + one allocation; prints the microseconds it took
 //   client procaddress    cuGetProcAddress (both versions, every stream flag) returns hooks
 //   client nvml           prints "total=N used=N free=N" of NVML device 0 (v1 and v2 agree)
-//   client allocbench N BYTES   N cuMemAlloc+cuMemFree pairs; prints median ns per pair
+//   client allocbench N BYTES   N cuMemAlloc+cuMemFree pairs through the hooks and N through
+//                         the real driver, alternating; prints "hook=NS real=NS" (medians)
 #include <cuda.h>
 #include <dlfcn.h>
 #include <stdio.h>
@@ -470,21 +471,42 @@ int Nvml() {
   return 0;
 }
 
+// cuMemAlloc+cuMemFree pairs, alternating between the entry points the program sees (the
+// shim's hooks when it is preloaded) and the real driver's own (GSLICE_REAL_DRIVER, already
+// loaded by the shim), so both run under the same conditions in the same process: the
+// difference of the medians is what the shim adds. Prints "hook=NS real=NS".
 int AllocBench(int n, size_t bytes) {
   Setup();
   FN(cuMemAlloc_v2);
   FN(cuMemFree_v2);
-  std::vector<int64_t> t;
-  t.reserve(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) {
+  auto real_alloc = cuMemAlloc_v2;
+  auto real_free = cuMemFree_v2;
+  if (const char* path = getenv("GSLICE_REAL_DRIVER"); path != nullptr && path[0] != '\0') {
+    void* real = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    if (real == nullptr) Die("real driver not loaded (GSLICE_REAL_DRIVER)");
+    real_alloc = Sym<decltype(real_alloc)>(real, "cuMemAlloc_v2");
+    real_free = Sym<decltype(real_free)>(real, "cuMemFree_v2");
+  }
+  std::vector<int64_t> hooked, direct;
+  hooked.reserve(static_cast<size_t>(n));
+  direct.reserve(static_cast<size_t>(n));
+  for (int i = 0; i < 2 * n; ++i) {
+    const bool via_hook = (i % 2) == 0;
     CUdeviceptr p = 0;
     int64_t t0 = NowNs();
-    CK(cuMemAlloc_v2(&p, bytes));
-    CK(cuMemFree_v2(p));
-    t.push_back(NowNs() - t0);
+    if (via_hook) {
+      CK(cuMemAlloc_v2(&p, bytes));
+      CK(cuMemFree_v2(p));
+    } else {
+      CK(real_alloc(&p, bytes));
+      CK(real_free(p));
+    }
+    (via_hook ? hooked : direct).push_back(NowNs() - t0);
   }
-  std::sort(t.begin(), t.end());
-  printf("%lld\n", static_cast<long long>(t[t.size() / 2]));
+  std::sort(hooked.begin(), hooked.end());
+  std::sort(direct.begin(), direct.end());
+  printf("hook=%lld real=%lld\n", static_cast<long long>(hooked[hooked.size() / 2]),
+         static_cast<long long>(direct[direct.size() / 2]));
   return 0;
 }
 
