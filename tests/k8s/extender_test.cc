@@ -313,3 +313,44 @@ TEST(ExtenderConcurrency, ConcurrentSchedulingCycles) {
 
 }  // namespace
 }  // namespace gslice::k8s
+
+#include "gslice/k8s/pod_directory_loader.h"
+
+namespace gslice::k8s {
+namespace {
+
+TEST(PodDirectoryLoader, NamesProcessesOfThisNodesPods) {
+  FakeApiServer api;
+  const std::string uid = "5f3c1f5e-8a2b-4c3d-9e4f-0123456789ab";
+  const std::string cid = "3e5a9d0c1b2f4e6a8c7d9b0a1f2e3d4c5b6a7980a1b2c3d4e5f60718293a4b5c";
+  json pod = MakePod("team", "trainer-0", uid, 1, 4096, 0);
+  pod["spec"]["nodeName"] = "node-a";
+  pod["status"]["containerStatuses"] = {{{"name", "main"}, {"containerID", "containerd://" + cid}}};
+  api.AddPod(pod);
+  json elsewhere = MakePod("team", "other", "00000000-0000-0000-0000-000000000001", 1, 4096, 0);
+  elsewhere["spec"]["nodeName"] = "node-b";
+  api.AddPod(elsewhere);
+  KubeClient kube(api.config());
+  PodDirectory dir;
+  std::string err;
+  ASSERT_TRUE(LoadPodDirectory(kube, "node-a", &dir, &err)) << err;
+  EXPECT_EQ(dir.size(), 1u);
+  auto cg = ParsePodCgroup("0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod" +
+                           std::string("5f3c1f5e_8a2b_4c3d_9e4f_0123456789ab.slice/cri-containerd-") + cid + ".scope");
+  ASSERT_TRUE(cg);
+  auto name = dir.Lookup(*cg);
+  ASSERT_TRUE(name);
+  EXPECT_EQ(name->namespace_name, "team");
+  EXPECT_EQ(name->name, "trainer-0");
+  EXPECT_EQ(name->container, "main");
+  // An unreachable API server leaves the directory as it was.
+  KubeConfig bad;
+  bad.server = "http://127.0.0.1:1";
+  bad.timeout_seconds = 1;
+  EXPECT_FALSE(LoadPodDirectory(KubeClient(bad), "node-a", &dir, &err));
+  EXPECT_FALSE(err.empty());
+  EXPECT_EQ(dir.size(), 1u);
+}
+
+}  // namespace
+}  // namespace gslice::k8s
