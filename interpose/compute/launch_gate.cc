@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <mutex>
+#include <new>
 
 #include "gpu_meter.h"
 #include "gslice/ledger.h"
@@ -69,7 +70,9 @@ struct Device {
   LedgerComputeEntry local_entry{};      // used when the ledger has no room
   EventPool pool;
   std::mutex streams_mu;
-  StreamMeter streams[kMaxStreams];
+  // Allocated on first use (each holds a marker ring): a process pays for the streams it
+  // launches on, not for the table.
+  std::atomic<StreamMeter*> streams[kMaxStreams] = {};
   std::atomic<int> stream_count{0};
 
   std::atomic<int64_t> cap_tat{0};
@@ -197,7 +200,7 @@ void Charge(Device& d, int64_t busy, int64_t now) {
 uint64_t Outstanding(Device& d) {
   uint64_t n = 0;
   const int count = d.stream_count.load(std::memory_order_acquire);
-  for (int i = 0; i < count; ++i) n += d.streams[i].outstanding();
+  for (int i = 0; i < count; ++i) n += d.streams[i].load(std::memory_order_acquire)->outstanding();
   return n;
 }
 
@@ -209,9 +212,10 @@ void PollDevice(Device& d, int64_t now) {
   int64_t busy = 0;
   uint64_t launches = 0, outstanding = 0;
   for (int i = 0; i < count; ++i) {
-    busy += d.streams[i].Poll(g_gate->api, d.pool, now);
-    launches += d.streams[i].launches();
-    outstanding += d.streams[i].outstanding();
+    StreamMeter* m = d.streams[i].load(std::memory_order_acquire);
+    busy += m->Poll(g_gate->api, d.pool, now);
+    launches += m->launches();
+    outstanding += m->outstanding();
   }
   Charge(d, busy, now);
   const uint64_t done = launches - outstanding;
@@ -292,14 +296,17 @@ StreamMeter* FindStream(Device& d, CUstream stream, uint64_t thread_key) {
   const int n = d.stream_count.load(std::memory_order_acquire);
   StreamMeter* found = nullptr;
   for (int i = 0; i < n; ++i) {
-    if (d.streams[i].stream() == stream && d.streams[i].thread_key() == thread_key) {
-      found = &d.streams[i];
+    StreamMeter* m = d.streams[i].load(std::memory_order_acquire);
+    if (m->stream() == stream && m->thread_key() == thread_key) {
+      found = m;
       break;
     }
   }
   if (found == nullptr) {
     if (n == kMaxStreams) return nullptr;  // unmetered beyond this many streams
-    found = &d.streams[n];
+    found = new (std::nothrow) StreamMeter;
+    if (found == nullptr) return nullptr;
+    d.streams[n].store(found, std::memory_order_release);
     found->Reset(stream, thread_key, /*lazy_markers=*/stream != CU_STREAM_PER_THREAD);
     d.stream_count.store(n + 1, std::memory_order_release);
   }

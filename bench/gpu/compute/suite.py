@@ -15,7 +15,7 @@ bench/gpu/suites/compute.sh runs the three in order and owns the MPS daemon. The
              server p99 <= +10% of solo, training >= 0.5 of solo
   5 overhead one ResNet-50 training job under gslice with no limit >= 99% of native
 Environment: COMPUTE_CASES (e.g. "1,2"; default all), COMPUTE_WINDOW_S (measured seconds per
-configuration, default 8), GSLICE_BUILD (build folder holding bin/gslice).
+configuration, default 6), GSLICE_BUILD (build folder holding bin/gslice).
 """
 
 import argparse
@@ -31,7 +31,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = os.path.join(HERE, "job.py")
 PY = sys.executable
-WINDOW = float(os.environ.get("COMPUTE_WINDOW_S", "8"))
+WINDOW = float(os.environ.get("COMPUTE_WINDOW_S", "6"))
 CASES = {c.strip() for c in os.environ.get("COMPUTE_CASES", "1,2,3,4,5").split(",") if c.strip()}
 CAPS = [10, 30, 50, 70]
 SPLITS = [(30, 70), (10, 90)]
@@ -147,31 +147,31 @@ def phase_plain(state):
                 throughput("matmul", "a", gslice_prefix("--class=guaranteed", f"--share={a}%")),
                 throughput("matmul", "b", gslice_prefix("--class=guaranteed", f"--share={b}%"))]))
     if "3" in CASES or "4" in CASES or "5" in CASES:
-        record(state, "solo/resnet50", run_config("solo/resnet50", [throughput("resnet50", "g", warmup=5)]))
+        record(state, "solo/resnet50", run_config("solo/resnet50", [throughput("resnet50", "g", warmup=4)]))
     if "3" in CASES:
-        record(state, "solo/bert-train", run_config("solo/bert-train", [throughput("bert-train", "o", warmup=5)]))
+        record(state, "solo/bert-train", run_config("solo/bert-train", [throughput("bert-train", "o", warmup=4)]))
         record(state, "train/coexec", run_config("train/coexec", [
-            throughput("resnet50", "g", warmup=5), throughput("bert-train", "o", warmup=5)]))
+            throughput("resnet50", "g", warmup=4), throughput("bert-train", "o", warmup=4)]))
         record(state, "train/gslice", run_config("train/gslice", [
-            throughput("resnet50", "g", gslice_prefix("--class=guaranteed"), warmup=5),
-            throughput("bert-train", "o", gslice_prefix("--class=opportunistic"), warmup=5)]))
+            throughput("resnet50", "g", gslice_prefix("--class=guaranteed"), warmup=4),
+            throughput("bert-train", "o", gslice_prefix("--class=opportunistic"), warmup=4)]))
     if "4" in CASES:
         solo = run_config("solo/server", [server("s")], seconds=WINDOW + 4)
         record(state, "solo/server", solo)
         service_ms = solo.get("s", {}).get("service_ms")
         if service_ms:
             record(state, "latency/coexec", run_config("latency/coexec", [
-                server("s", service_ms), throughput("resnet50", "o", warmup=5)], seconds=WINDOW + 4))
+                server("s", service_ms), throughput("resnet50", "o", warmup=4)], seconds=WINDOW + 4))
             record(state, "latency/gslice", run_config("latency/gslice", [
                 server("s", service_ms, gslice_prefix("--class=guaranteed")),
-                throughput("resnet50", "o", gslice_prefix("--class=opportunistic"), warmup=5)],
+                throughput("resnet50", "o", gslice_prefix("--class=opportunistic"), warmup=4)],
                 seconds=WINDOW + 4))
     if "5" in CASES:
         for i in (1, 2):
             record(state, f"overhead/gslice/{i}", run_config(f"overhead/gslice/{i}", [
-                throughput("resnet50", "g", gslice_prefix(), warmup=5)]))
+                throughput("resnet50", "g", gslice_prefix(), warmup=4)]))
             record(state, f"overhead/native/{i}", run_config(f"overhead/native/{i}", [
-                throughput("resnet50", "g", warmup=5)]))
+                throughput("resnet50", "g", warmup=4)]))
 
 
 def phase_mps(state):
@@ -184,14 +184,14 @@ def phase_mps(state):
                 throughput("matmul", "a", env=mps_env(a)), throughput("matmul", "b", env=mps_env(b))]))
     if "3" in CASES:
         record(state, "train/mps", run_config("train/mps", [
-            throughput("resnet50", "g", env=mps_env(100), warmup=5),
-            throughput("bert-train", "o", env=mps_env(MPS_OPPORTUNISTIC_PCT), warmup=5)]))
+            throughput("resnet50", "g", env=mps_env(100), warmup=4),
+            throughput("bert-train", "o", env=mps_env(MPS_OPPORTUNISTIC_PCT), warmup=4)]))
     if "4" in CASES:
         service_ms = state.get("solo/server", {}).get("s", {}).get("service_ms")
         if service_ms:
             record(state, "latency/mps", run_config("latency/mps", [
                 server("s", service_ms, env=mps_env(100)),
-                throughput("resnet50", "o", env=mps_env(MPS_OPPORTUNISTIC_PCT), warmup=5)],
+                throughput("resnet50", "o", env=mps_env(MPS_OPPORTUNISTIC_PCT), warmup=4)],
                 seconds=WINDOW + 4))
 
 

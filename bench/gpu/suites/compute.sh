@@ -19,6 +19,28 @@ suite=bench/gpu/compute/suite.py
 $py -c 'import torch, torchvision; assert torch.cuda.is_available(); print("torch", torch.__version__, "torchvision", torchvision.__version__, torch.cuda.get_device_name(0))' || {
   echo "RESULT compute.setup FAIL python3 lacks torch/torchvision or sees no GPU"; exit 1; }
 [ -x "${GSLICE_BUILD:-build}/bin/gslice" ] || echo "compute: no ${GSLICE_BUILD:-build}/bin/gslice; gslice columns will fail"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1 | sed 's/^/RESULT compute.gpu INFO /'
+
+build="${GSLICE_BUILD:-$PWD/build}"
+export GSLICE_BUILD="$build"
+
+# Host cost of the meter's driver calls, and what the launch gate adds per launch:
+# natively, under the shim with no compute policy (the hot path), and gated.
+bench="$build/bin/gslice_compute_event_bench"
+if [ -x "$bench" ]; then
+  ev=$("$bench" events 2>&1 | grep cuEventRecord)
+  echo "RESULT compute.meter.events INFO $ev"
+  native=$("$bench" launch 2>&1 | grep -o 'empty-kernel launch [0-9]*' | grep -o '[0-9]*$')
+  shim=$("$build/bin/gslice" run --memory=60GiB -- "$bench" launch 2>&1 | grep -o 'empty-kernel launch [0-9]*' | grep -o '[0-9]*$')
+  gated=$("$build/bin/gslice" run --memory=60GiB --compute=99% -- "$bench" launch 2>&1 | grep -o 'empty-kernel launch [0-9]*' | grep -o '[0-9]*$')
+  if [ -n "$native" ] && [ -n "$shim" ] && [ -n "$gated" ]; then
+    st=$([ $((shim - native)) -lt 100 ] && echo PASS || echo FAIL)
+    echo "RESULT compute.launch.ungated $st +$((shim - native)) ns per launch under gslice with no compute limit (native $native ns, gslice $shim ns; target < 100)"
+    echo "RESULT compute.launch.gated INFO +$((gated - native)) ns per launch with a cap (gate, meter, markers: $gated ns)"
+  else
+    echo "RESULT compute.launch.ungated FAIL launch bench did not run (native='$native' gslice='$shim' gated='$gated')"
+  fi
+fi
 
 start=$SECONDS
 $py "$suite" plain --state "$state"
