@@ -9,6 +9,7 @@
 #include "launch_gate.h"
 #include "log.h"
 #include "policy.h"
+#include "resume_gate.h"
 #include "gslice/options.h"
 
 namespace gslice::shim {
@@ -57,6 +58,7 @@ int ClassPriority() {
 
 template <typename Launch>
 CUresult Gated(CUstream s, bool per_thread, Launch launch) {
+  ResumeGate();  // suspend/resume (resume_gate.h)
   if (!compute::LaunchGateActive()) return launch();
   compute::BeforeLaunch(s, per_thread);
   CUresult r = launch();

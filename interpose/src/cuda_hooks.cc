@@ -21,6 +21,7 @@
 #include "gslice/units.h"
 #include "log.h"
 #include "real_library.h"
+#include "resume_gate.h"
 #include "slice_account.h"
 
 #define GSLICE_EXPORT extern "C" __attribute__((visibility("hidden")))
@@ -307,11 +308,13 @@ GSLICE_EXPORT CUresult gslice_hook_cuCtxDestroy_v2(CUcontext ctx) {
 // --- linear memory ----------------------------------------------------------------------
 
 GSLICE_EXPORT CUresult gslice_hook_cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
+  ResumeGate();  // suspend/resume (resume_gate.h)
   if (!Active()) return REAL(cuMemAlloc_v2)(dptr, bytes);
   int gpu = CurrentGpu();
   const int64_t n = static_cast<int64_t>(bytes);
   if (!ChargeOrRefuse(gpu, n, "cuMemAlloc")) return CUDA_ERROR_OUT_OF_MEMORY;
   CUresult r = REAL(cuMemAlloc_v2)(dptr, bytes);
+  r = RetryAfterPreemption(r, bytes, [&] { return REAL(cuMemAlloc_v2)(dptr, bytes); });
   if (r != CUDA_SUCCESS) {
     g_account->Release(gpu, n);
     return r;
@@ -322,6 +325,7 @@ GSLICE_EXPORT CUresult gslice_hook_cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes
 
 GSLICE_EXPORT CUresult gslice_hook_cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height,
                                                       unsigned int element_size) {
+  ResumeGate();
   if (!Active()) return REAL(cuMemAllocPitch_v2)(dptr, pitch, width, height, element_size);
   int gpu = CurrentGpu();
   // Charge the row width rounded to the driver's pitch alignment first, then settle on the
@@ -378,6 +382,7 @@ bool Capturing(CUstream stream) {
 
 template <typename Call>
 CUresult CountedAsyncAlloc(CUdeviceptr* dptr, size_t bytes, CUstream stream, const char* what, Call call) {
+  ResumeGate();
   if (!Active()) return call();
   int gpu = CurrentGpu();
   const int64_t n = static_cast<int64_t>(bytes);
@@ -444,6 +449,7 @@ GSLICE_EXPORT CUresult gslice_hook_cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstrea
 
 GSLICE_EXPORT CUresult gslice_hook_cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
                                                const CUmemAllocationProp* prop, unsigned long long flags) {
+  ResumeGate();
   if (!Active() || prop == nullptr || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
     return REAL(cuMemCreate)(handle, size, prop, flags);
   }
@@ -451,6 +457,7 @@ GSLICE_EXPORT CUresult gslice_hook_cuMemCreate(CUmemGenericAllocationHandle* han
   const int64_t n = static_cast<int64_t>(size);
   if (!ChargeOrRefuse(gpu, n, "cuMemCreate")) return CUDA_ERROR_OUT_OF_MEMORY;
   CUresult r = REAL(cuMemCreate)(handle, size, prop, flags);
+  r = RetryAfterPreemption(r, size, [&] { return REAL(cuMemCreate)(handle, size, prop, flags); });
   if (r != CUDA_SUCCESS) {
     g_account->Release(gpu, n);
     return r;
@@ -576,6 +583,7 @@ GSLICE_EXPORT CUresult gslice_hook_cuGraphInstantiateWithParams_ptsz(CUgraphExec
 }
 
 GSLICE_EXPORT CUresult gslice_hook_cuGraphLaunch(CUgraphExec exec, CUstream stream) {
+  ResumeGate();
   const bool gated = compute::LaunchGateActive();  // compute slices (launch_gate.h)
   if (gated) compute::BeforeLaunch(stream, false);
   CUresult r = REAL(cuGraphLaunch)(exec, stream);
@@ -587,6 +595,7 @@ GSLICE_EXPORT CUresult gslice_hook_cuGraphLaunch(CUgraphExec exec, CUstream stre
 }
 
 GSLICE_EXPORT CUresult gslice_hook_cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream) {
+  ResumeGate();
   const bool gated = compute::LaunchGateActive();  // compute slices (launch_gate.h)
   if (gated) compute::BeforeLaunch(stream, true);
   CUresult r = REAL(cuGraphLaunch_ptsz)(exec, stream);

@@ -200,9 +200,11 @@ void SuspendService::AnswerMemoryRequests(int64_t now) {
     if (seq == 0 || seq == e.mem_reply_seq.load(std::memory_order_acquire)) continue;
     const uint64_t bytes = e.mem_request_bytes.load(std::memory_order_relaxed);
     const std::string gpu = UuidText(e.mem_request_gpu);
-    // The shim asks after the driver refused: assume nothing is free, so what is freed
-    // covers the whole allocation.
-    PreemptResult r = controller_->Preempt(gpu, bytes, 0, now);
+    // The shim asks after the driver refused, so what NVML reports free (less a margin for
+    // what the driver keeps back) is not enough; free the rest.
+    const uint64_t free_now = FreeBytes(gpu);
+    const uint64_t margin = options_.controller.resume_margin_bytes;
+    PreemptResult r = controller_->Preempt(gpu, bytes, free_now > margin ? free_now - margin : 0, now);
     if (!r.ok) {
       std::fprintf(stderr, "gslice suspend: pid %llu needs %llu bytes on %s: %s\n",
                    static_cast<unsigned long long>(e.owner.load()),

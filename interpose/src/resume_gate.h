@@ -1,0 +1,69 @@
+// The resume gate: the shim's side of suspend/resume (docs/suspend.md). Every hook that
+// does GPU work calls ResumeGate() before reaching the driver. While gsliced's suspend
+// service has the process suspended (or is suspending or resuming it), the call waits here
+// - it asks for a transparent resume when the suspension was for idleness, and simply
+// waits out a preemption or a manual suspend - and then proceeds: the program sees a
+// delay, never an error.
+//
+// Fast path: one relaxed store (activity, for idle detection) and one acquire load of the
+// gate word in this process's suspend-board entry. The entry is claimed lazily on the first
+// call; without a board (no /dev/shm, GSLICE_SUSPEND_BOARD unusable) the gate stays open.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "gslice/suspend_board.h"
+
+namespace gslice::shim {
+
+namespace gate_detail {
+extern std::atomic<SuspendBoardEntry*> g_entry;
+extern std::atomic<bool> g_disabled;
+SuspendBoardEntry* Init();
+void Wait(SuspendBoardEntry* e);
+}  // namespace gate_detail
+
+inline void ResumeGate() {
+  SuspendBoardEntry* e = gate_detail::g_entry.load(std::memory_order_acquire);
+  if (e == nullptr) {
+    if (gate_detail::g_disabled.load(std::memory_order_relaxed)) return;
+    e = gate_detail::Init();
+    if (e == nullptr) return;
+  }
+  // Only "has it moved since the last look" matters to the service, so a racy increment
+  // (lost updates between threads) is fine and costs no locked instruction.
+  e->activity.store(e->activity.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  if (e->gate.load(std::memory_order_acquire) != kGateOpen) gate_detail::Wait(e);
+}
+
+// A guaranteed process's allocation of `bytes` on the GPU with this UUID failed with
+// CUDA_ERROR_OUT_OF_MEMORY although its slice had room: asks the suspend service to
+// preempt opportunistic work there and waits for the answer (at most GSLICE's preemption
+// timeout). True: memory was freed, retry once. False: no service, refused, or timed out -
+// the caller returns CUDA_ERROR_OUT_OF_MEMORY as it would have.
+bool RequestPreemption(const uint8_t gpu_uuid[16], uint64_t bytes);
+
+// True when this process may ask for preemption (its class is guaranteed).
+bool MayRequestPreemption();
+
+}  // namespace gslice::shim
+
+#include <cuda.h>
+
+namespace gslice::shim {
+
+// For allocation hooks: when `first` is CUDA_ERROR_OUT_OF_MEMORY and this process may ask
+// for preemption, asks once for `bytes` on the current device and, if memory was freed,
+// returns alloc() (the retried call); otherwise returns `first`.
+template <typename Alloc>
+CUresult RetryAfterPreemption(CUresult first, uint64_t bytes, Alloc alloc) {
+  if (first != CUDA_ERROR_OUT_OF_MEMORY || !MayRequestPreemption()) return first;
+  CUdevice dev = -1;
+  CUuuid uuid;
+  if (cuCtxGetDevice(&dev) != CUDA_SUCCESS || cuDeviceGetUuid(&uuid, dev) != CUDA_SUCCESS) return first;
+  if (!RequestPreemption(reinterpret_cast<const uint8_t*>(uuid.bytes), bytes)) return first;
+  return alloc();
+}
+
+}  // namespace gslice::shim
