@@ -387,6 +387,7 @@ ApiResponse ApiRouter::Route(const ApiRequest& req) {
       json gpus = json::object(), slices = json::object();
       for (const GpuPoint& g : s.gpus) {
         gpus[g.uuid] = {{"memory_used_bytes", g.memory_used},
+                        {"slices_memory_used_bytes", g.slices_memory_used},
                         {"utilization", g.utilization < 0 ? json(nullptr) : json(g.utilization)}};
       }
       for (const SlicePoint& sp : s.slices) {

@@ -13,8 +13,9 @@ namespace gslice {
 
 struct GpuPoint {
   std::string uuid;
-  uint64_t memory_used = 0;
-  double utilization = -1;  // 0..1, -1 unknown
+  uint64_t memory_used = 0;         // whole device (NVML)
+  uint64_t slices_memory_used = 0;  // what slices' processes hold on it (ledger)
+  double utilization = -1;          // 0..1, -1 unknown
 };
 
 struct SlicePoint {

@@ -115,19 +115,24 @@ void Registry::Sample() {
   if (gpus.ok()) gpus_ = std::move(gpus.value());
   if (processes.ok()) {
     processes_ = std::move(processes.value());
-    // Compute used: GPU busy time gained since the last sample over the time between them.
+    // Compute used: GPU busy time gained since a snapshot at least a second old, over the
+    // time between (so fast sampling does not turn the meter's granularity into noise).
     std::map<std::pair<int, std::string>, uint64_t> busy;
-    compute_used_.clear();
     for (const ProcessUsage& p : processes_) {
-      if (p.busy_ns == 0) continue;
-      busy[{p.pid, p.gpu_uuid}] = p.busy_ns;
-      auto prev = last_busy_ns_.find({p.pid, p.gpu_uuid});
-      if (prev == last_busy_ns_.end() || last_sample_ms_ == 0 || prev->second > p.busy_ns) continue;
-      double dt_ns = static_cast<double>(now_ms - last_sample_ms_) * 1e6;
-      if (dt_ns > 0) compute_used_[p.slice] += static_cast<double>(p.busy_ns - prev->second) / dt_ns;
+      if (p.busy_ns != 0) busy[{p.pid, p.gpu_uuid}] = p.busy_ns;
     }
-    last_busy_ns_ = std::move(busy);
-    last_sample_ms_ = now_ms;
+    busy_history_.emplace_back(now_ms, std::move(busy));
+    while (busy_history_.size() > 2 && busy_history_[1].first <= now_ms - 1000) busy_history_.pop_front();
+    compute_used_.clear();
+    const auto& [base_ms, base] = busy_history_.front();
+    if (now_ms > base_ms) {
+      const double dt_ns = static_cast<double>(now_ms - base_ms) * 1e6;
+      for (const ProcessUsage& p : processes_) {
+        auto b = base.find({p.pid, p.gpu_uuid});
+        if (p.busy_ns == 0 || b == base.end() || b->second > p.busy_ns) continue;
+        compute_used_[p.slice] += static_cast<double>(p.busy_ns - b->second) / dt_ns;
+      }
+    }
   }
   if (ledger_slices.ok()) {
     throttled_.clear();
@@ -135,7 +140,13 @@ void Registry::Sample() {
   }
   HistorySample sample;
   sample.time_ms = now_ms;
-  for (const GpuInfo& g : gpus_) sample.gpus.push_back(GpuPoint{g.uuid, g.memory_used, g.utilization});
+  for (const GpuInfo& g : gpus_) {
+    GpuPoint p{g.uuid, g.memory_used, 0, g.utilization};
+    for (const ProcessUsage& u : processes_) {
+      if (u.gpu_uuid == g.uuid) p.slices_memory_used += u.memory_used;
+    }
+    sample.gpus.push_back(p);
+  }
   for (const Slice& s : slices_) {
     SlicePoint p;
     p.name = s.name;

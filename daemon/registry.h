@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -140,8 +141,8 @@ class Registry {
   std::vector<ProcessUsage> processes_;  // as of the last sample
   std::map<std::string, bool> throttled_;
   std::map<std::string, double> compute_used_;  // by slice, 0..1 per GPU summed
-  std::map<std::pair<int, std::string>, uint64_t> last_busy_ns_;  // by (pid, GPU)
-  int64_t last_sample_ms_ = 0;
+  // Busy time by (pid, GPU) at recent samples, oldest first, back to one a second old.
+  std::deque<std::pair<int64_t, std::map<std::pair<int, std::string>, uint64_t>>> busy_history_;
   History history_;
   RegistryCounters counters_;
 };

@@ -1,0 +1,318 @@
+// gslice dashboard: polls gsliced's API every second and draws GPUs, slices, processes
+// and projects, with charts of memory and compute over time (canvas, no library).
+'use strict';
+
+const POLL_MS = 1000;
+const WINDOW_MS = 10 * 60 * 1000;  // charts keep at most the last ten minutes
+const MIN_WINDOW_MS = 60 * 1000;    // and grow to it minute by minute from one
+const PALETTE = ['#5fb3f9', '#4cc38a', '#e7b54a', '#ef6b6b', '#b59cff', '#3fd0c9', '#f28fc0',
+                 '#a3d65c', '#f0a35e', '#8ea8ff'];
+
+const state = {
+  token: null,
+  history: [],       // [{time_ms, gpus: {uuid: {...}}, slices: {name: {...}}}]
+  lastSample: 0,
+  node: null,
+  colors: new Map(), // slice name -> color
+  gpuKey: '',
+};
+
+// ---- API -------------------------------------------------------------------------------
+
+function loadToken() {
+  const m = /(?:^|[#&])token=([^&]+)/.exec(location.hash);
+  if (m) {
+    sessionStorage.setItem('gslice-token', decodeURIComponent(m[1]));
+    history.replaceState(null, '', location.pathname);
+  }
+  state.token = sessionStorage.getItem('gslice-token');
+}
+
+async function api(path) {
+  const headers = {};
+  if (state.token) headers['Authorization'] = 'Bearer ' + state.token;
+  const res = await fetch(path, {headers, cache: 'no-store'});
+  if (res.status === 401) {
+    const err = new Error('token needed');
+    err.unauthorized = true;
+    throw err;
+  }
+  if (!res.ok) throw new Error(path + ': HTTP ' + res.status);
+  return res.json();
+}
+
+// ---- formatting ------------------------------------------------------------------------
+
+function fmtBytes(n) {
+  if (n === null || n === undefined) return '-';
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let i = 0;
+  let v = n;
+  while (v >= 1024 && i < units.length - 1) { v /= 1024; i++; }
+  const digits = v >= 100 || i === 0 || Number.isInteger(v) ? 0 : 1;
+  return v.toFixed(digits) + ' ' + units[i];
+}
+
+function fmtPct(r) {
+  if (r === null || r === undefined) return '-';
+  const p = r * 100;
+  return (Math.abs(p - Math.round(p)) < 0.05 ? p.toFixed(0) : p.toFixed(1)) + '%';
+}
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === 'class') e.className = v;
+    else if (k === 'text') e.textContent = v;
+    else e.setAttribute(k, v);
+  }
+  for (const c of children) e.append(c);
+  return e;
+}
+
+function colorOf(name) {
+  if (!state.colors.has(name)) state.colors.set(name, PALETTE[state.colors.size % PALETTE.length]);
+  return state.colors.get(name);
+}
+
+function bar(used, total, reserved) {
+  const b = el('div', {class: 'bar'});
+  const fill = el('div', {class: 'fill'});
+  fill.style.width = (total > 0 ? Math.min(100, 100 * used / total) : 0) + '%';
+  b.append(fill);
+  if (reserved !== undefined && total > 0) {
+    const r = el('div', {class: 'reserved'});
+    r.style.width = Math.min(100, 100 * reserved / total) + '%';
+    b.append(r);
+  }
+  return b;
+}
+
+// ---- charts ----------------------------------------------------------------------------
+
+// series: [{label, color, points: [[t, v]], fill}]; opts: {yMax, fmt, now}
+function drawChart(canvas, series, opts) {
+  const dpr = window.devicePixelRatio || 1;
+  const w = canvas.clientWidth, h = canvas.clientHeight;
+  if (canvas.width !== Math.round(w * dpr) || canvas.height !== Math.round(h * dpr)) {
+    canvas.width = Math.round(w * dpr);
+    canvas.height = Math.round(h * dpr);
+  }
+  const ctx = canvas.getContext('2d');
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  ctx.clearRect(0, 0, w, h);
+  const left = 64, right = 10, top = 8, bottom = 20;
+  const pw = w - left - right, ph = h - top - bottom;
+  const now = opts.now;
+  const span = state.history.length ? now - state.history[0].time_ms : 0;
+  const windowMs = Math.min(WINDOW_MS, Math.max(MIN_WINDOW_MS, Math.ceil(span / 60000) * 60000));
+  const t0 = now - windowMs;
+  let yMax = opts.yMax || 0;
+  for (const s of series) for (const [, v] of s.points) if (v > yMax) yMax = v;
+  if (!(yMax > 0)) yMax = 1;
+  const x = (t) => left + pw * (t - t0) / windowMs;
+  const y = (v) => top + ph * (1 - v / yMax);
+
+  ctx.font = '11px system-ui, sans-serif';
+  ctx.strokeStyle = '#263240';
+  ctx.fillStyle = '#7d8b99';
+  ctx.lineWidth = 1;
+  ctx.textAlign = 'right';
+  ctx.textBaseline = 'middle';
+  for (let i = 0; i <= 4; i++) {
+    const v = yMax * i / 4;
+    const yy = Math.round(y(v)) + 0.5;
+    ctx.beginPath(); ctx.moveTo(left, yy); ctx.lineTo(left + pw, yy); ctx.stroke();
+    ctx.fillText(opts.fmt(v), left - 6, yy);
+  }
+  ctx.textAlign = 'center';
+  ctx.textBaseline = 'top';
+  for (let i = 0; i <= 4; i++) {
+    const ago = windowMs * i / 4;
+    const label = i === 0 ? 'now' : ago >= 60000 ? '-' + +(ago / 60000).toFixed(1) + 'm' : '-' + ago / 1000 + 's';
+    ctx.fillText(label, Math.max(left + 12, Math.min(left + pw - 12, x(now - ago))), top + ph + 5);
+  }
+  for (const s of series) {
+    const pts = s.points.filter(([t]) => t >= t0);
+    if (pts.length === 0) continue;
+    ctx.strokeStyle = s.color;
+    ctx.lineWidth = 2;
+    ctx.beginPath();
+    pts.forEach(([t, v], i) => (i ? ctx.lineTo(x(t), y(v)) : ctx.moveTo(x(t), y(v))));
+    ctx.stroke();
+    if (s.fill) {
+      ctx.lineTo(x(pts[pts.length - 1][0]), y(0));
+      ctx.lineTo(x(pts[0][0]), y(0));
+      ctx.closePath();
+      ctx.globalAlpha = 0.15;
+      ctx.fillStyle = s.color;
+      ctx.fill();
+      ctx.globalAlpha = 1;
+    }
+  }
+}
+
+function legend(container, items) {
+  container.replaceChildren(...items.map(({label, color}) => {
+    const sw = el('span', {class: 'swatch'});
+    sw.style.background = color;
+    return el('span', {}, sw, label);
+  }));
+}
+
+// ---- rendering -------------------------------------------------------------------------
+
+function renderGpus(node) {
+  const box = document.getElementById('gpus');
+  const key = node.gpus.map((g) => g.uuid).join(',');
+  if (key !== state.gpuKey) {
+    state.gpuKey = key;
+    box.replaceChildren(...node.gpus.map((g) => {
+      const card = el('div', {class: 'card gpu', 'data-uuid': g.uuid});
+      card.append(
+          el('div', {class: 'gpu-head'},
+             el('span', {class: 'name', text: 'GPU ' + g.index + ' · ' + g.name}),
+             el('span', {class: 'uuid', text: g.uuid})),
+          el('div', {class: 'stats'}),
+          el('canvas', {class: 'chart', 'data-unit': 'bytes'}),
+          el('div', {class: 'legend'}));
+      return card;
+    }));
+  }
+  for (const g of node.gpus) {
+    const card = box.querySelector('[data-uuid="' + CSS.escape(g.uuid) + '"]');
+    const stats = card.querySelector('.stats');
+    stats.replaceChildren(
+        el('span', {}, 'memory ', el('b', {text: fmtBytes(g.memory_used_bytes) + ' / ' + fmtBytes(g.memory_total_bytes)})),
+        el('span', {}, 'guaranteed ', el('b', {text: fmtBytes(g.guaranteed_memory_bytes) + ', ' + fmtPct(g.guaranteed_compute)})),
+        el('span', {}, 'utilisation ', el('b', {text: fmtPct(g.utilization)})),
+        el('span', {}, 'slices ', el('b', {text: String(g.slices)})));
+    const memPoints = [], slicePoints = [], utilPoints = [];
+    for (const s of state.history) {
+      const p = s.gpus[g.uuid];
+      if (!p) continue;
+      memPoints.push([s.time_ms, p.memory_used_bytes]);
+      slicePoints.push([s.time_ms, p.slices_memory_used_bytes]);
+      if (p.utilization !== null) utilPoints.push([s.time_ms, p.utilization * g.memory_total_bytes]);
+    }
+    const series = [
+      {label: 'memory used (driver)', color: '#5fb3f9', points: memPoints, fill: true},
+      {label: 'held by slices', color: '#b59cff', points: slicePoints, fill: true},
+      {label: 'utilisation (0–100% of the axis)', color: '#4cc38a', points: utilPoints},
+    ];
+    drawChart(card.querySelector('canvas'), series,
+              {yMax: g.memory_total_bytes, fmt: fmtBytes, now: node.time_ms});
+    legend(card.querySelector('.legend'), series);
+  }
+}
+
+function renderSliceCharts(node) {
+  const names = node.slices.map((s) => s.name);
+  const mem = [], comp = [];
+  for (const name of names) {
+    const color = colorOf(name);
+    const m = [], c = [];
+    for (const s of state.history) {
+      const p = s.slices[name];
+      if (!p) continue;
+      m.push([s.time_ms, p.memory_used_bytes]);
+      if (p.compute_used !== null) c.push([s.time_ms, p.compute_used]);
+    }
+    mem.push({label: name, color, points: m});
+    comp.push({label: name, color, points: c});
+  }
+  const maxLimit = Math.max(0, ...node.slices.map((s) => s.memory_limit_bytes));
+  drawChart(document.getElementById('slice-memory-chart'), mem,
+            {yMax: maxLimit, fmt: fmtBytes, now: node.time_ms});
+  drawChart(document.getElementById('slice-compute-chart'), comp,
+            {yMax: 1, fmt: fmtPct, now: node.time_ms});
+  legend(document.getElementById('slice-memory-legend'), mem);
+  legend(document.getElementById('slice-compute-legend'), comp);
+}
+
+function renderTables(node) {
+  const gpuIndex = new Map(node.gpus.map((g) => [g.uuid, g.index]));
+  const body = document.querySelector('#slices tbody');
+  body.replaceChildren(...node.slices.map((s) => {
+    const share = s.gpus.map((g) => (g.compute_share > 0 ? fmtPct(g.compute_share) : '-')).join(', ');
+    const sw = el('span', {class: 'swatch'});
+    sw.style.background = colorOf(s.name);
+    const memCell = el('td', {class: 'wide'}, bar(s.memory_used_bytes, s.memory_limit_bytes),
+                       el('div', {class: 'bar-label', text: fmtBytes(s.memory_used_bytes) + ' / ' + fmtBytes(s.memory_limit_bytes)}));
+    const activity = s.activity || s.state;
+    const stateCell = el('td', {}, el('span', {class: 'badge ' + activity, text: activity}));
+    if (s.last_error) stateCell.title = s.last_error;
+    const row = el('tr', {'data-slice': s.name},
+        el('td', {}, el('b', {text: s.name})), el('td', {text: s.user}), el('td', {text: s.project}),
+        el('td', {class: 'class-' + s.class, text: s.class}), stateCell,
+        el('td', {text: s.gpus.map((g) => gpuIndex.has(g.uuid) ? gpuIndex.get(g.uuid) : g.uuid).join(', ')}),
+        memCell, el('td', {text: (s.compute_used === null ? '-' : fmtPct(s.compute_used)) + ' / ' + share}),
+        el('td', {text: String(s.processes.length)}));
+    return row;
+  }));
+  document.getElementById('no-slices').classList.toggle('hidden', node.slices.length > 0);
+  document.getElementById('slice-count').textContent = '(' + node.slices.length + ')';
+
+  const procs = [];
+  for (const s of node.slices) for (const p of s.processes) procs.push([p, s]);
+  document.querySelector('#processes tbody').replaceChildren(...procs.map(([p, s]) => el('tr', {},
+      el('td', {text: String(p.pid)}), el('td', {text: s.name}),
+      el('td', {text: gpuIndex.has(p.gpu) ? 'GPU ' + gpuIndex.get(p.gpu) : (p.gpu || '-')}),
+      el('td', {text: fmtBytes(p.memory_used_bytes)}))));
+  document.getElementById('no-processes').classList.toggle('hidden', procs.length > 0);
+
+  document.querySelector('#projects tbody').replaceChildren(...node.projects.map((p) => el('tr', {},
+      el('td', {}, el('b', {text: p.name})), el('td', {text: String(p.priority)}),
+      el('td', {text: fmtBytes(p.guaranteed_memory_bytes) + ' / ' + (p.memory_quota_bytes ? fmtBytes(p.memory_quota_bytes) : 'no quota')}),
+      el('td', {text: p.guaranteed_compute.toFixed(2) + ' / ' + (p.compute_quota ? p.compute_quota.toFixed(2) + ' GPUs' : 'no quota')}),
+      el('td', {text: String(p.slices)}))));
+  document.getElementById('ledger').textContent = node.ledger;
+}
+
+function setStatus(kind, text) {
+  const s = document.getElementById('status');
+  s.dataset.state = kind;
+  document.getElementById('status-text').textContent = text;
+}
+
+// ---- loop ------------------------------------------------------------------------------
+
+async function poll() {
+  try {
+    const [node, hist] = await Promise.all([api('/v1/node'), api('/v1/history?since=' + state.lastSample)]);
+    for (const s of hist.samples) {
+      if (s.time_ms > state.lastSample) {
+        state.history.push(s);
+        state.lastSample = s.time_ms;
+      }
+    }
+    const cutoff = node.time_ms - WINDOW_MS;
+    while (state.history.length && state.history[0].time_ms < cutoff) state.history.shift();
+    state.node = node;
+    document.getElementById('token-form').classList.add('hidden');
+    renderGpus(node);
+    renderSliceCharts(node);
+    renderTables(node);
+    setStatus('live', 'live · ' + new Date(node.time_ms).toLocaleTimeString());
+    document.body.dataset.updated = String(node.time_ms);
+  } catch (e) {
+    if (e.unauthorized) {
+      document.getElementById('token-form').classList.remove('hidden');
+      setStatus('down', 'token needed');
+    } else {
+      setStatus('down', 'gsliced not reachable (' + e.message + ')');
+    }
+  }
+  setTimeout(poll, POLL_MS);
+}
+
+document.addEventListener('DOMContentLoaded', () => {
+  loadToken();
+  document.getElementById('token-entry').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    state.token = document.getElementById('token-input').value.trim();
+    sessionStorage.setItem('gslice-token', state.token);  // the next poll uses it
+  });
+  window.addEventListener('resize', () => state.node && (renderGpus(state.node), renderSliceCharts(state.node)));
+  poll();
+});
