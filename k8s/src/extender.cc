@@ -279,7 +279,8 @@ json Extender::Bind(const json& args) {
       if (!quota.empty()) return {{"Error", "gslice: " + quota}};
       if (!state_.Reserve(key, ns, fit->assignment, false, &why))
         return {{"Error", "gslice: " + why}};
-      booked_at_[key] = std::chrono::steady_clock::now();
+      // In flight until the binding is written: no resync may drop it meanwhile.
+      booked_at_[key] = std::chrono::steady_clock::time_point::max();
       assignment = fit->assignment;
     }
     recent_pods_.erase(key);
@@ -303,6 +304,11 @@ json Extender::Bind(const json& args) {
   }
   KubeResult bound = kube_->BindPod(ns, name, uid, node);
   if (!bound.ok()) return undo(bound.error);
+  {
+    // A resync whose pod list was read before this moment may not show the binding yet.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = booked_at_.find(key); it != booked_at_.end()) it->second = std::chrono::steady_clock::now();
+  }
   return {{"Error", ""}};
 }
 

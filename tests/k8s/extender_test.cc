@@ -218,6 +218,31 @@ TEST(ExtenderApi, StateSurvivesARestartAndFollowsPodLifecycle) {
   EXPECT_EQ(second.reservation_count(), 0u);
 }
 
+// A resync that reads the pod list while a bind is between its annotation and its binding
+// must not drop the booking (the pod looks unbound in that list).
+TEST(ExtenderApi, ResyncKeepsBindsInFlight) {
+  FakeApiServer api;
+  api.AddNode(MakeNode("n1", 1, 10240));
+  api.AddPod(MakePod("ns", "p1", "u1", 1, 8192, 0));
+  KubeClient kube(api.config());
+  Extender ext({}, &kube);
+  std::string err;
+  ASSERT_TRUE(ext.Resync(&err)) << err;
+  api.DelayBindings(600);
+  std::thread bind([&] {
+    EXPECT_EQ(ext.Bind({{"PodName", "p1"}, {"PodNamespace", "ns"}, {"PodUID", "u1"}, {"Node", "n1"}})["Error"], "");
+  });
+  for (int i = 0; i < 200 && api.Pod("ns", "p1")["metadata"]["annotations"].count("gslice.io/assignment") == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(ext.Resync(&err)) << err;  // sees the annotation, not the binding
+  EXPECT_EQ(ext.reservation_count(), 1u);
+  json other = MakePod("ns", "p2", "u2", 1, 8192, 0);
+  EXPECT_EQ(ext.Filter({{"Pod", other}, {"NodeNames", {"n1"}}})["NodeNames"].size(), 0u);
+  bind.join();
+  ASSERT_TRUE(ext.Resync(&err)) << err;
+  EXPECT_EQ(ext.reservation_count(), 1u);
+}
+
 // Many binds at once for one node with room for four slices: exactly four win, and the API
 // server never books a GPU past its memory.
 TEST(ExtenderConcurrency, NoDoubleBookingOnOneNode) {

@@ -100,6 +100,7 @@ void FakeApiServer::Route() {
   });
   server_.Post(R"(/api/v1/namespaces/([^/]+)/pods/([^/]+)/binding)", [this](const httplib::Request& req, httplib::Response& res) {
     ++bindings_;
+    if (int ms = binding_delay_ms_) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     if (fail_bindings_ > 0) {
       --fail_bindings_;
       return Reply(res, 500, {{"message", "injected failure"}});

@@ -39,6 +39,8 @@ class FakeApiServer {
 
   // The next n binding requests fail with HTTP 500.
   void FailBindings(int n) { fail_bindings_ = n; }
+  // Each binding request waits this long before it takes effect.
+  void DelayBindings(int ms) { binding_delay_ms_ = ms; }
   int bindings() const { return bindings_; }
 
  private:
@@ -51,6 +53,7 @@ class FakeApiServer {
   int port_ = 0;
   std::atomic<int> fail_bindings_{0};
   std::atomic<int> bindings_{0};
+  std::atomic<int> binding_delay_ms_{0};
 };
 
 // A pod asking one container for gslice resources.

@@ -76,7 +76,8 @@ class Extender {
   const KubeClient* kube_;
   mutable std::mutex mu_;
   ClusterState state_;
-  // When each reservation was booked by a bind here (steady clock), for Resync's merge.
+  // When each bind here completed (steady clock; max() while its API calls are in flight),
+  // so that Resync keeps bookings its pod list may predate.
   std::map<std::string, std::chrono::steady_clock::time_point> booked_at_;
   // Pods seen by filter, by key, so bind need not fetch them again.
   std::map<std::string, PodRequest> recent_pods_;
