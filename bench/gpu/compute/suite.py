@@ -15,7 +15,8 @@ bench/gpu/suites/compute.sh runs the three in order and owns the MPS daemon. The
              server p99 <= +10% of solo, training >= 0.5 of solo
   5 overhead one ResNet-50 training job under gslice with no limit >= 99% of native
 Environment: COMPUTE_CASES (e.g. "1,2"; default all), COMPUTE_WINDOW_S (measured seconds per
-configuration, default 6), GSLICE_BUILD (build folder holding bin/gslice).
+configuration, default 5), COMPUTE_DEADLINE (epoch seconds after which configurations are
+skipped), GSLICE_BUILD (build folder holding bin/gslice).
 """
 
 import argparse
@@ -31,11 +32,14 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = os.path.join(HERE, "job.py")
 PY = sys.executable
-WINDOW = float(os.environ.get("COMPUTE_WINDOW_S", "6"))
+WINDOW = float(os.environ.get("COMPUTE_WINDOW_S", "5"))
 CASES = {c.strip() for c in os.environ.get("COMPUTE_CASES", "1,2,3,4,5").split(",") if c.strip()}
 CAPS = [10, 30, 50, 70]
 SPLITS = [(30, 70), (10, 90)]
 MPS_OPPORTUNISTIC_PCT = 50  # MPS has no classes: the opportunistic job gets half the SMs
+# Configurations that would start after this time (epoch seconds) are skipped, so that the
+# report is always written inside the device's time limit.
+DEADLINE = float(os.environ.get("COMPUTE_DEADLINE", "0")) or None
 
 
 def gslice_prefix(*flags):
@@ -44,7 +48,7 @@ def gslice_prefix(*flags):
     return [os.path.join(build, "bin", "gslice"), "run", "--memory=60GiB", *flags, "--"]
 
 
-def throughput(workload, ident, prefix=(), env=None, warmup=3.0):
+def throughput(workload, ident, prefix=(), env=None, warmup=2.0):
     return (ident, [*prefix, PY, JOB, "throughput", "--workload", workload, "--id", ident,
                     "--warmup", str(warmup)], env or {})
 
@@ -64,6 +68,9 @@ def run_config(name, procs, seconds=None):
     """Starts every process, waits until all are warm, opens one shared window, collects
     each process's result. Returns {ident: result} or {"error": text}."""
     seconds = seconds or WINDOW
+    if DEADLINE is not None and time.time() + seconds + 10 > DEADLINE:
+        print(f"config {name}: skipped (suite time budget spent)", flush=True)
+        return {"error": "skipped: suite time budget spent"}
     sync = tempfile.mkdtemp(prefix="gslice-compute-")
     children, logs = [], {}
     t_start = time.time()
@@ -147,31 +154,31 @@ def phase_plain(state):
                 throughput("matmul", "a", gslice_prefix("--class=guaranteed", f"--share={a}%")),
                 throughput("matmul", "b", gslice_prefix("--class=guaranteed", f"--share={b}%"))]))
     if "3" in CASES or "4" in CASES or "5" in CASES:
-        record(state, "solo/resnet50", run_config("solo/resnet50", [throughput("resnet50", "g", warmup=4)]))
+        record(state, "solo/resnet50", run_config("solo/resnet50", [throughput("resnet50", "g", warmup=3)]))
     if "3" in CASES:
-        record(state, "solo/bert-train", run_config("solo/bert-train", [throughput("bert-train", "o", warmup=4)]))
+        record(state, "solo/bert-train", run_config("solo/bert-train", [throughput("bert-train", "o", warmup=3)]))
         record(state, "train/coexec", run_config("train/coexec", [
-            throughput("resnet50", "g", warmup=4), throughput("bert-train", "o", warmup=4)]))
+            throughput("resnet50", "g", warmup=3), throughput("bert-train", "o", warmup=3)]))
         record(state, "train/gslice", run_config("train/gslice", [
-            throughput("resnet50", "g", gslice_prefix("--class=guaranteed"), warmup=4),
-            throughput("bert-train", "o", gslice_prefix("--class=opportunistic"), warmup=4)]))
+            throughput("resnet50", "g", gslice_prefix("--class=guaranteed"), warmup=3),
+            throughput("bert-train", "o", gslice_prefix("--class=opportunistic"), warmup=3)]))
     if "4" in CASES:
         solo = run_config("solo/server", [server("s")], seconds=WINDOW + 4)
         record(state, "solo/server", solo)
         service_ms = solo.get("s", {}).get("service_ms")
         if service_ms:
             record(state, "latency/coexec", run_config("latency/coexec", [
-                server("s", service_ms), throughput("resnet50", "o", warmup=4)], seconds=WINDOW + 4))
+                server("s", service_ms), throughput("resnet50", "o", warmup=3)], seconds=WINDOW + 4))
             record(state, "latency/gslice", run_config("latency/gslice", [
                 server("s", service_ms, gslice_prefix("--class=guaranteed")),
-                throughput("resnet50", "o", gslice_prefix("--class=opportunistic"), warmup=4)],
+                throughput("resnet50", "o", gslice_prefix("--class=opportunistic"), warmup=3)],
                 seconds=WINDOW + 4))
     if "5" in CASES:
         for i in (1, 2):
             record(state, f"overhead/gslice/{i}", run_config(f"overhead/gslice/{i}", [
-                throughput("resnet50", "g", gslice_prefix(), warmup=4)]))
+                throughput("resnet50", "g", gslice_prefix(), warmup=3)]))
             record(state, f"overhead/native/{i}", run_config(f"overhead/native/{i}", [
-                throughput("resnet50", "g", warmup=4)]))
+                throughput("resnet50", "g", warmup=3)]))
 
 
 def phase_mps(state):
@@ -184,14 +191,14 @@ def phase_mps(state):
                 throughput("matmul", "a", env=mps_env(a)), throughput("matmul", "b", env=mps_env(b))]))
     if "3" in CASES:
         record(state, "train/mps", run_config("train/mps", [
-            throughput("resnet50", "g", env=mps_env(100), warmup=4),
-            throughput("bert-train", "o", env=mps_env(MPS_OPPORTUNISTIC_PCT), warmup=4)]))
+            throughput("resnet50", "g", env=mps_env(100), warmup=3),
+            throughput("bert-train", "o", env=mps_env(MPS_OPPORTUNISTIC_PCT), warmup=3)]))
     if "4" in CASES:
         service_ms = state.get("solo/server", {}).get("s", {}).get("service_ms")
         if service_ms:
             record(state, "latency/mps", run_config("latency/mps", [
                 server("s", service_ms, env=mps_env(100)),
-                throughput("resnet50", "o", env=mps_env(MPS_OPPORTUNISTIC_PCT), warmup=4)],
+                throughput("resnet50", "o", env=mps_env(MPS_OPPORTUNISTIC_PCT), warmup=3)],
                 seconds=WINDOW + 4))
 
 
@@ -288,7 +295,7 @@ def report(state, md_path):
         nat = [x for x in nat if x]
         gsl = [x for x in gsl if x]
         ratio = None if not nat or not gsl else (sum(gsl) / len(gsl)) / (sum(nat) / len(nat))
-        rows.append(("5 overhead", "ResNet-50 training, no limit", "× native", fmt(nat and sum(nat) / len(nat), "{:.2f} it/s"),
+        rows.append(("5 overhead", "ResNet-50 training, no limit", "× native", fmt(sum(nat) / len(nat) if nat else None, "{:.2f} it/s"),
                      "-", "-", fmt(ratio, "{:.4f}"), "≥0.99", err(state, "overhead/gslice/1")))
         result("compute.overhead", ratio is not None and ratio >= 0.99,
                f"gslice/native {fmt(ratio, '{:.4f}')} (≥0.99); native runs {', '.join(f'{x:.2f}' for x in nat)} it/s, gslice {', '.join(f'{x:.2f}' for x in gsl)}")
