@@ -282,19 +282,19 @@ NodeLock::NodeLock(Node* node) : mutex_(&node->state_->lock) {
 
 NodeLock::~NodeLock() { pthread_mutex_unlock(mutex_); }
 
-Node* Node::Open(std::string* error) {
+bool Node::Open(Node* out, std::string* error) {
   std::string path = StatePath();
   int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) {
     *error = "cannot open simulator state " + path + ": " + std::strerror(errno);
-    return nullptr;
+    return false;
   }
   // flock only serialises initialisation; a creator that dies releases it with its fd.
   while (flock(fd, LOCK_EX) != 0) {
     if (errno != EINTR) {
       *error = "cannot lock simulator state " + path + ": " + std::strerror(errno);
       close(fd);
-      return nullptr;
+      return false;
     }
   }
   struct stat st;
@@ -308,14 +308,15 @@ Node* Node::Open(std::string* error) {
       *error = "cannot map simulator state " + path + ": " + std::strerror(errno);
       flock(fd, LOCK_UN);
       close(fd);
-      return nullptr;
+      return false;
     }
     auto* s = static_cast<NodeState*>(m);
     if (s->magic == kLayoutMagic && s->layout_version == kLayoutVersion &&
         s->ready.load(std::memory_order_acquire) == 1) {
       flock(fd, LOCK_UN);
       close(fd);
-      return new Node(s);
+      out->state_ = s;
+      return true;
     }
     if (s->ready.load() == 1 || static_cast<size_t>(st.st_size) != size) {
       *error = "simulator state " + path +
@@ -324,7 +325,7 @@ Node* Node::Open(std::string* error) {
       munmap(m, size);
       flock(fd, LOCK_UN);
       close(fd);
-      return nullptr;
+      return false;
     }
     munmap(m, size);  // a creator died half-way: initialise again
   }
@@ -332,27 +333,28 @@ Node* Node::Open(std::string* error) {
   if (!ReadConfigFromEnv(&config, error)) {
     flock(fd, LOCK_UN);
     close(fd);
-    return nullptr;
+    return false;
   }
   if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
     *error = "cannot size simulator state " + path + ": " + std::strerror(errno);
     flock(fd, LOCK_UN);
     close(fd);
-    return nullptr;
+    return false;
   }
   void* m = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (m == MAP_FAILED) {
     *error = "cannot map simulator state " + path + ": " + std::strerror(errno);
     flock(fd, LOCK_UN);
     close(fd);
-    return nullptr;
+    return false;
   }
   auto* s = static_cast<NodeState*>(m);
   InitState(s, config);
   s->ready.store(1, std::memory_order_release);
   flock(fd, LOCK_UN);
   close(fd);
-  return new Node(s);
+  out->state_ = s;
+      return true;
 }
 
 bool Node::SlotAlive(int i) {

@@ -141,10 +141,11 @@ static_assert(std::atomic<uint32_t>::is_always_lock_free);
 // One process's mapping of the node.
 class Node {
  public:
+  Node() = default;
   // Maps the state file, creating and initialising it from the environment when it does not
-  // exist (or when a creator died half-way). Returns nullptr with a message on failure.
+  // exist (or when a creator died half-way). Returns false with a message on failure.
   // The mapping lives as long as the process.
-  static Node* Open(std::string* error);
+  static bool Open(Node* out, std::string* error);
 
   NodeState& state() { return *state_; }
   uint32_t device_count() const { return state_->device_count; }
@@ -190,12 +191,11 @@ class Node {
 
  private:
   friend class NodeLock;
-  explicit Node(NodeState* state) : state_(state) {}
   bool SlotAlive(int i);
   int ReapLocked();
   uint64_t UsedLocked(uint32_t dev);
 
-  NodeState* state_;
+  NodeState* state_ = nullptr;
 };
 
 // Scoped holder of the node's robust mutex.

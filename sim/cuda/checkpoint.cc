@@ -189,14 +189,15 @@ CUresult Serve(Driver* d, ProcessSlot& slot, const MailboxRequest& req) {
 Node* RequesterNode() {
   if (Driver* d = GetDriver()) return d->node;
   static std::mutex mu;
-  static Node* node = nullptr;
+  static Node node;
+  static bool open = false;
   std::lock_guard<std::mutex> g(mu);
-  if (node == nullptr) {
+  if (!open) {
     std::string error;
-    node = Node::Open(&error);
-    if (node == nullptr) LogError("%s", error.c_str());
+    open = Node::Open(&node, &error);
+    if (!open) LogError("%s", error.c_str());
   }
-  return node;
+  return open ? &node : nullptr;
 }
 
 CUresult Request(int pid, const MailboxRequest& req) {

@@ -310,33 +310,29 @@ GSLICE_SIM_EXPORT CUresult cuInit(unsigned int flags) {
   if (g_driver != nullptr) return CUDA_SUCCESS;
   if (g_init_result != CUDA_ERROR_NOT_INITIALIZED) return g_init_result;  // failures stick
   std::string error;
-  Node* node = Node::Open(&error);
-  if (node == nullptr) {
+  auto d = std::make_unique<Driver>();
+  if (!Node::Open(d->node, &error)) {
     LogError("%s", error.c_str());
     g_init_result = CUDA_ERROR_OPERATING_SYSTEM;
     return g_init_result;
   }
-  int slot = node->ClaimSlot();
-  if (slot < 0) {
-    LogError("the simulated node has no free process slot (%u processes)", kMaxProcesses);
-    g_init_result = CUDA_ERROR_OPERATING_SYSTEM;
+  d->visible = VisibleDevices(d->node);
+  if (d->visible.empty()) {
+    g_init_result = CUDA_ERROR_NO_DEVICE;
     return g_init_result;
   }
-  auto* d = new Driver;
-  d->node = node;
-  d->slot = slot;
-  d->visible = VisibleDevices(node);
-  if (d->visible.empty()) {
-    delete d;
-    g_init_result = CUDA_ERROR_NO_DEVICE;
+  d->slot = d->node->ClaimSlot();
+  if (d->slot < 0) {
+    LogError("the simulated node has no free process slot (%u processes)", kMaxProcesses);
+    g_init_result = CUDA_ERROR_OPERATING_SYSTEM;
     return g_init_result;
   }
   d->primary.assign(d->visible.size(), nullptr);
   d->default_pool.assign(d->visible.size(), nullptr);
   d->current_pool.assign(d->visible.size(), nullptr);
-  g_driver = d;
+  g_driver = d.release();
   g_init_result = CUDA_SUCCESS;
-  StartCheckpointService(d);
+  StartCheckpointService(g_driver);
   return CUDA_SUCCESS;
 }
 
@@ -541,7 +537,7 @@ void DestroyContextResources(CUctx_st* ctx) {
   {
     std::lock_guard<std::mutex> g(d->mu);
     ctx->live.store(false);
-    d->contexts.erase(ctx);
+    if (d->contexts.erase(ctx) != 0 && !ctx->primary) d->retired_contexts.emplace_back(ctx);
     for (auto it = d->allocations.begin(); it != d->allocations.end();) {
       Allocation& a = it->second;
       if (a.ctx != ctx || a.kind == AllocKind::kVmmMapping) {

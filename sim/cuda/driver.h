@@ -195,7 +195,8 @@ struct VmmMapping {
 
 // The process's driver. Created by cuInit, never destroyed.
 struct Driver {
-  Node* node = nullptr;
+  Node node_storage;
+  Node* node = &node_storage;
   int slot = -1;
   std::vector<uint32_t> visible;  // ordinal -> physical device
 
@@ -214,6 +215,8 @@ struct Driver {
   std::map<uintptr_t, VmmMapping> vmm_mappings;
   uint32_t next_serial = 1;
   std::atomic<unsigned long long> next_stream_id{1};
+  // Destroyed contexts: kept, as stale handles may still be presented to us.
+  std::vector<std::unique_ptr<CUctx_st>> retired_contexts;
 
   // Checkpoint gate: API calls that change device state wait while the process is locked.
   std::mutex gate_m;

@@ -24,6 +24,7 @@ constexpr char kNvmlVersion[] = "13.580.0.0";
 constexpr int kCudaDriverVersion = 13000;
 
 std::mutex g_mu;
+Node g_node_storage;
 Node* g_node = nullptr;
 int g_init_count = 0;
 nvmlDevice_st g_handles[gslice::sim::kMaxDevices];
@@ -40,11 +41,11 @@ nvmlReturn_t Init(unsigned flags) {
   std::lock_guard<std::mutex> g(g_mu);
   if (g_node == nullptr) {
     std::string error;
-    g_node = Node::Open(&error);
-    if (g_node == nullptr) {
+    if (!Node::Open(&g_node_storage, &error)) {
       std::fprintf(stderr, "gslice sim: %s\n", error.c_str());
       return NVML_ERROR_DRIVER_NOT_LOADED;
     }
+    g_node = &g_node_storage;
     for (uint32_t i = 0; i < gslice::sim::kMaxDevices; ++i) g_handles[i].index = i;
   }
   ++g_init_count;
