@@ -5,7 +5,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <pthread.h>
+
 #include <cstdarg>
+#include <new>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -71,6 +74,17 @@ void SleepNs(uint64_t ns) {
   timespec ts{static_cast<time_t>(ns / 1'000'000'000ull), static_cast<long>(ns % 1'000'000'000ull)};
   while (nanosleep(&ts, &ts) != 0) {
   }
+}
+
+// A child of fork() starts with no driver: it may call cuInit and becomes a process of
+// its own on the node (the parent's streams, contexts and slot stay the parent's).
+void ForkPrepare() { g_init_mu.lock(); }
+void ForkParent() { g_init_mu.unlock(); }
+void ForkChild() {
+  new (&g_init_mu) std::mutex();
+  g_driver = nullptr;
+  g_init_result = CUDA_ERROR_NOT_INITIALIZED;
+  tls_stack.clear();
 }
 
 }  // namespace
@@ -332,6 +346,11 @@ GSLICE_SIM_EXPORT CUresult cuInit(unsigned int flags) {
   d->current_pool.assign(d->visible.size(), nullptr);
   g_driver = d.release();
   g_init_result = CUDA_SUCCESS;
+  static bool fork_handlers = false;
+  if (!fork_handlers) {
+    pthread_atfork(ForkPrepare, ForkParent, ForkChild);
+    fork_handlers = true;
+  }
   StartCheckpointService(g_driver);
   return CUDA_SUCCESS;
 }
@@ -756,6 +775,17 @@ GSLICE_SIM_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   return CUDA_SUCCESS;
 }
 
+// The pre-11.0 names; same behaviour in the sim.
+#undef cuDevicePrimaryCtxRelease
+#undef cuDevicePrimaryCtxReset
+#undef cuDevicePrimaryCtxSetFlags
+GSLICE_SIM_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
+  return cuDevicePrimaryCtxRelease_v2(dev);
+}
+GSLICE_SIM_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev) {
+  return cuDevicePrimaryCtxReset_v2(dev);
+}
+
 GSLICE_SIM_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags,
                                                       int* active) {
   if (flags == nullptr || active == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -779,6 +809,10 @@ GSLICE_SIM_EXPORT CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned 
   if (p == nullptr) p = NewContext(d, dev, 0, true);
   p->flags = flags;
   return CUDA_SUCCESS;
+}
+
+GSLICE_SIM_EXPORT CUresult cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags) {
+  return cuDevicePrimaryCtxSetFlags_v2(dev, flags);
 }
 
 // ---- streams ----

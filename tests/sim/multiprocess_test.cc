@@ -1,6 +1,7 @@
 // Several processes on one simulated node: shared capacity, reclaim after SIGKILL, and
 // time-slicing of the device between contexts of different processes.
 #include <signal.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -62,6 +63,41 @@ TEST_F(MultiProcessTest, KilledProcessNeverBlocksTheDevice) {
   victim.Wait();
   CHECK_CU(LaunchBusy(busy_, 1000, nullptr));
   CHECK_CU(cuCtxSynchronize());  // returns: the dead holder lost the device
+}
+
+TEST_F(MultiProcessTest, ForkedChildIsAProcessOfItsOwn) {
+  const size_t before = FreeMemory();
+  int to_parent[2], to_child[2];
+  ASSERT_EQ(pipe(to_parent), 0);
+  ASSERT_EQ(pipe(to_child), 0);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    // The child starts with no driver and initialises its own.
+    CUdevice dev;
+    CUcontext ctx;
+    CUdeviceptr p;
+    char status = 'x';
+    if (cuDeviceGet(&dev, 0) == CUDA_ERROR_NOT_INITIALIZED && cuInit(0) == CUDA_SUCCESS &&
+        cuDevicePrimaryCtxRetain(&ctx, 0) == CUDA_SUCCESS && cuCtxSetCurrent(ctx) == CUDA_SUCCESS &&
+        cuMemAlloc(&p, 64 * kMiB) == CUDA_SUCCESS) {
+      status = 'k';
+    }
+    if (write(to_parent[1], &status, 1) != 1) _exit(3);
+    char go;
+    if (read(to_child[0], &go, 1) != 1) _exit(4);
+    _exit(status == 'k' ? 0 : 2);
+  }
+  char status = 0;
+  ASSERT_EQ(read(to_parent[0], &status, 1), 1);
+  EXPECT_EQ(status, 'k');
+  EXPECT_EQ(FreeMemory(), before - 64 * kMiB);
+  ASSERT_EQ(write(to_child[1], "g", 1), 1);
+  int wstatus = 0;
+  ASSERT_EQ(waitpid(pid, &wstatus, 0), pid);
+  EXPECT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0);
+  EXPECT_EQ(FreeMemory(), before);  // reaped
+  for (int fd : {to_parent[0], to_parent[1], to_child[0], to_child[1]}) close(fd);
+  CHECK_CU(cuCtxSynchronize());  // the parent's driver is untouched
 }
 
 uint64_t UnixMs() {
