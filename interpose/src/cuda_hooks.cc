@@ -22,6 +22,7 @@
 #include "log.h"
 #include "real_library.h"
 #include "resume_gate.h"
+#include "resume_hooks.h"
 #include "slice_account.h"
 
 #define GSLICE_EXPORT extern "C" __attribute__((visibility("hidden")))
@@ -216,6 +217,7 @@ GSLICE_EXPORT CUresult gslice_hook_cuInit(unsigned int flags) {
   CUresult r = REAL(cuInit)(flags);
   if (r == CUDA_SUCCESS) (void)Active();
   if (r == CUDA_SUCCESS) StartLaunchGate(g_real, g_real_library.handle);  // compute slices
+  if (r == CUDA_SUCCESS) StartResumeHooks(g_real);  // suspend/resume (resume_hooks.h)
   return r;
 }
 

@@ -37,6 +37,17 @@ inline void ResumeGate() {
   if (e->gate.load(std::memory_order_acquire) != kGateOpen) gate_detail::Wait(e);
 }
 
+// The same without counting as activity (polling calls: event and stream queries).
+inline void ResumeGateQuiet() {
+  SuspendBoardEntry* e = gate_detail::g_entry.load(std::memory_order_acquire);
+  if (e == nullptr) {
+    if (gate_detail::g_disabled.load(std::memory_order_relaxed)) return;
+    e = gate_detail::Init();
+    if (e == nullptr) return;
+  }
+  if (e->gate.load(std::memory_order_acquire) != kGateOpen) gate_detail::Wait(e);
+}
+
 // A guaranteed process's allocation of `bytes` on the GPU with this UUID failed with
 // CUDA_ERROR_OUT_OF_MEMORY although its slice had room: asks the suspend service to
 // preempt opportunistic work there and waits for the answer (at most GSLICE's preemption

@@ -2,6 +2,7 @@
 // device memory with a known pattern and obeys commands on stdin, one per line:
 //   call          one hooked call (cuMemAlloc_v2 + cuMemFree_v2 of 4 KiB); prints
 //                 "called <seconds> <result>" - the seconds it took (the resume gate's delay)
+//   sync          cuCtxSynchronize; prints "synced <seconds> <result>"
 //   alloc BYTES   cuMemAlloc_v2; prints "alloc <result>" and keeps the memory
 //   free          frees what `alloc` took; prints "freed"
 //   verify        reads the held memory back; prints "verified ok" or "verified bad"
@@ -99,6 +100,10 @@ int main(int argc, char** argv) {
       CUresult r = cuMemAlloc_v2(&p, 4096);
       if (r == CUDA_SUCCESS) cuMemFree_v2(p);
       printf("called %.6f %s\n", Now() - t0, Name(r));
+    } else if (cmd == "sync") {
+      const double t0 = Now();
+      CUresult r = cuCtxSynchronize();
+      printf("synced %.6f %s\n", Now() - t0, Name(r));
     } else if (cmd.rfind("alloc ", 0) == 0) {
       CUdeviceptr p = 0;
       CUresult r = cuMemAlloc_v2(&p, strtoull(cmd.c_str() + 6, nullptr, 0));

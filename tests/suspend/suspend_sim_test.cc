@@ -221,6 +221,12 @@ TEST_F(SuspendSimTest, IdleProcessIsReclaimedAndResumedByItsNextCall) {
   EXPECT_EQ(st->resumes, 1u);
   EXPECT_EQ(service.manager().budget().held_bytes(), 0u);
   EXPECT_EQ(c.Ask("verify"), "verified ok");
+  // Idle again: reclaimed again, and this time a synchronisation is the call that wakes it.
+  ASSERT_TRUE(WaitState(service, c.pid(), State::kSuspended));
+  const std::string synced = c.Ask("sync");
+  EXPECT_EQ(synced.rfind("synced ", 0), 0u) << synced;
+  EXPECT_NE(synced.find("CUDA_SUCCESS"), std::string::npos) << synced;
+  EXPECT_EQ(service.manager().Get(c.pid())->resumes, 2u);
   EXPECT_EQ(c.Exit(), 0);
 }
 

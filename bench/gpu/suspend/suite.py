@@ -28,6 +28,7 @@ ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 OUT = os.environ.get("OUT", os.path.join(ROOT, "gpu-out"))
 BIN = os.environ.get("SUSPEND_BIN", os.path.join(os.environ.get("GSLICE_BUILD", os.path.join(ROOT, "build")), "bin"))
 BENCH = os.path.join(BIN, "gslice-checkpoint-bench")
+SHIM_DIR = os.environ.get("SUSPEND_SHIM_DIR", os.path.join(os.path.dirname(BIN), "lib", "gslice"))
 WORKER = [sys.executable, os.path.join(HERE, "worker.py")]
 GiB = 1 << 30
 results = {}
@@ -127,6 +128,12 @@ def gpu_apps():
     return apps
 
 
+def gpu_free_mib():
+    r = subprocess.run(["nvidia-smi", "--query-gpu=memory.free", "--format=csv,noheader,nounits"],
+                       capture_output=True, text=True)
+    return int(r.stdout.split()[0])
+
+
 def gpu_used_mib():
     r = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
                        capture_output=True, text=True)
@@ -180,7 +187,7 @@ def case_train(args):
 
 def cycle(pid, mode, size_gib):
     t = bench_tool("--pid", str(pid), "--mode", mode, "--action", "cycle", "--bytes", f"{size_gib}GiB")
-    return dict(suspend=float(t["lock_s"]) + float(t["checkpoint_s"]),
+    return dict(suspend=float(t["lock_s"]) + float(t["checkpoint_s"]), added=float(t.get("added_s", "0")),
                 resume=float(t["restore_s"]) + float(t["unlock_s"]),
                 **{k: float(v) for k, v in t.items() if k.endswith("_s")})
 
@@ -215,6 +222,12 @@ def case_bench(args):
                f"({row['suspend_ratio']:.3f}x); resume raw {row['resume_raw_s']:.3f} s gslice "
                f"{row['resume_gslice_s']:.3f} s ({row['resume_ratio']:.3f}x); data {verify.split()[1]}")
     results["bench"] = rows
+    added = [r2["added"] for r in rows for r2 in r["gslice"]]
+    if added:
+        cycles = [r2["suspend"] + r2["resume"] for r in rows for r2 in r["gslice"]]
+        result("suspend.bench.added", "PASS" if max(a / c for a, c in zip(added, cycles)) <= 0.10 else "FAIL",
+               f"time gslice's manager adds around the driver calls: max {max(added) * 1000:.3f} ms per "
+               f"suspend+resume cycle, at most {100 * max(a / c for a, c in zip(added, cycles)):.4f}% of the cycle")
     worst = max(max(r["suspend_ratio"], r["resume_ratio"]) for r in rows)
     total_raw = sum(r["suspend_raw_s"] + r["resume_raw_s"] for r in rows)
     total_gs = sum(r["suspend_gslice_s"] + r["resume_gslice_s"] for r in rows)

@@ -6,6 +6,8 @@
                                                        waits for FILE, verifies, prints VERIFY
   worker.py sleeper --gib G --go FILE                  like hold, then times its first CUDA call
                                                        after FILE appears (FIRST_CALL_S <s>)
+  worker.py alloc --gib G --go FILE                    allocates G GiB once (ALLOC ok|oom <s>),
+                                                       waits for FILE
 """
 import argparse
 import os
@@ -94,6 +96,19 @@ def sleeper(args):
     say("VERIFY", "ok" if again == checksum else f"bad {again} != {checksum}")
 
 
+def alloc(args):
+    torch.zeros(1, device="cuda")  # context first, so the timing below is the allocation
+    t0 = time.monotonic()
+    try:
+        t = torch.empty(int(args.gib * (1 << 30)), dtype=torch.uint8, device="cuda")
+        t.fill_(3)
+        torch.cuda.synchronize()
+        say("ALLOC", "ok", f"{time.monotonic() - t0:.3f}")
+    except torch.OutOfMemoryError:
+        say("ALLOC", "oom", f"{time.monotonic() - t0:.3f}")
+    wait_for(args.go)
+
+
 def main():
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -103,12 +118,12 @@ def main():
     t.add_argument("--ballast-gib", type=float, default=0)
     t.add_argument("--width", type=int, default=4096)
     t.add_argument("--batch", type=int, default=4096)
-    for name in ("hold", "sleeper"):
+    for name in ("hold", "sleeper", "alloc"):
         h = sub.add_parser(name)
         h.add_argument("--gib", type=float, required=True)
         h.add_argument("--go", required=True)
     args = p.parse_args()
-    {"train": train, "hold": hold, "sleeper": sleeper}[args.cmd](args)
+    {"train": train, "hold": hold, "sleeper": sleeper, "alloc": alloc}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,11 @@
 //
 //   gslice-suspend-agent [--idle SLICE=SECONDS]... [--ledger PATH] [--board PATH]
 //                        [--driver PATH] [--nvml PATH] [--tick-ms N] [--host-reserve SIZE]
-//                        [--max-host SIZE]
+//                        [--max-host SIZE] [--opportunistic SLICE]...
+//
+// --opportunistic creates the slice in the node ledger as opportunistic before its
+// processes start (gsliced does this for the slices it creates; without it, slices that
+// `gslice run` creates are guaranteed).
 //
 // Logs every state change on stdout ("STATE pid=... slice=... state=... cause=...
 // reason=..."), stops on SIGINT/SIGTERM (suspended processes stay suspended; a later
@@ -15,6 +19,9 @@
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <vector>
+
+#include "gslice/ledger.h"
 
 #include "gslice/options.h"
 #include "gslice/suspend/service.h"
@@ -26,7 +33,8 @@ int Usage(const char* why) {
   if (why) std::fprintf(stderr, "gslice-suspend-agent: %s\n", why);
   std::fprintf(stderr,
                "usage: gslice-suspend-agent [--idle SLICE=SECONDS]... [--ledger PATH] [--board PATH]\n"
-               "         [--driver PATH] [--nvml PATH] [--tick-ms N] [--host-reserve SIZE] [--max-host SIZE]\n");
+               "         [--driver PATH] [--nvml PATH] [--tick-ms N] [--host-reserve SIZE] [--max-host SIZE]\n"
+               "         [--opportunistic SLICE]...\n");
   return 2;
 }
 
@@ -38,6 +46,7 @@ int main(int argc, char** argv) {
   opt.ledger_path = gslice::OptionValue(gslice::Option::Ledger);
   opt.board_path = gslice::OptionValue(gslice::Option::SuspendBoard);
   std::map<std::string, int64_t> idle;
+  std::vector<std::string> opportunistic;
   for (int i = 1; i < argc; ++i) {
     std::string k = argv[i];
     if (k == "--help" || k == "-h") return Usage(nullptr), 0;
@@ -51,6 +60,8 @@ int main(int argc, char** argv) {
         return Usage(("--idle " + v + ": expected SLICE=SECONDS with SECONDS > 0").c_str());
       }
       idle[v.substr(0, eq)] = secs;
+    } else if (k == "--opportunistic") {
+      opportunistic.push_back(v);
     } else if (k == "--ledger") {
       opt.ledger_path = v;
     } else if (k == "--board") {
@@ -88,6 +99,21 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  if (!opportunistic.empty()) {
+    gslice::Ledger ledger;
+    if (gslice::LedgerError e = ledger.Open(opt.ledger_path.c_str()); e != gslice::LedgerError::kOk) {
+      std::fprintf(stderr, "gslice-suspend-agent: %s: %s\n", opt.ledger_path.c_str(), gslice::LedgerErrorString(e));
+      return 1;
+    }
+    for (const std::string& name : opportunistic) {
+      int index = -1;
+      if (ledger.FindOrCreateSlice(name.c_str(), gslice::SliceClass::kOpportunistic, 0, &index) !=
+          gslice::LedgerError::kOk) {
+        std::fprintf(stderr, "gslice-suspend-agent: cannot create slice %s in the ledger\n", name.c_str());
+        return 1;
+      }
+    }
+  }
   std::string error;
   auto service = SuspendService::Create(opt, &error);
   if (!service) {
