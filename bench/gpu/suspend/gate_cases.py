@@ -61,8 +61,12 @@ def run(args, suite):
     real = "/usr/local/nvidia/lib64/libcuda.so.1"
     if os.path.exists(real):
         base["GSLICE_REAL_DRIVER"] = real
+    extra = []
+    nvml = "/usr/local/nvidia/lib64/libnvidia-ml.so.1"
+    if os.path.exists(nvml):
+        extra = ["--nvml", nvml, "--driver", real]
     agent = Agent(suite, base, ["--idle", "notebook=3", "--opportunistic", "batch", "--tick-ms", "100",
-                                "--host-reserve", "8GiB"])
+                                "--host-reserve", "8GiB", *extra])
     out = suite.results.setdefault("gate", {})
     try:
         idle_case(args, suite, agent, base, out)
