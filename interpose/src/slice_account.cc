@@ -1,5 +1,6 @@
 #include "slice_account.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -11,6 +12,22 @@
 #include "log.h"
 
 namespace gslice::shim {
+namespace {
+SliceAccount* g_forking_account = nullptr;
+
+// A forked child is a new process holding a copy of the parent's slot handle: it must
+// neither charge into the parent's slot nor free it when it exits. It runs without limits
+// (CUDA itself does not support using the parent's contexts after fork).
+void ForgetSlotInChild() {
+  if (g_forking_account != nullptr) g_forking_account->OnForkChild();
+}
+}  // namespace
+
+void SliceAccount::OnForkChild() {
+  attached_ = false;
+  handle_ = SliceHandle{};
+  active_.store(false, std::memory_order_release);
+}
 
 bool SliceAccount::Init(bool attach) {
   const char* memory = OptionValue(Option::Memory);
@@ -65,6 +82,8 @@ bool SliceAccount::Init(bool attach) {
     }
     slice_ = handle_.slice;
     attached_ = true;
+    g_forking_account = this;
+    pthread_atfork(nullptr, nullptr, ForgetSlotInChild);
     ledger_.MaybeReap(slice_);  // one process of the slice reaps per interval, not every attacher
     Log(LogLevel::kInfo, "init: slice %s attached (slot %d) in %lld us", slice_name_, handle_.slot,
         static_cast<long long>((MonotonicNs() - start_ns) / 1000));
@@ -76,7 +95,7 @@ bool SliceAccount::Init(bool attach) {
 }
 
 void SliceAccount::Shutdown() {
-  if (!active() || shut_down_.exchange(true)) return;
+  if (!attached_ || shut_down_.exchange(true)) return;
   if (attached_) ledger_.Detach(handle_);
 }
 

@@ -22,6 +22,8 @@ class SliceAccount {
   bool Init(bool attach);
   // Frees the process slot (normal exit); later charges are ignored.
   void Shutdown();
+  // In a child after fork(): drop the parent's slot (never charged or freed by the child).
+  void OnForkChild();
   bool active() const { return active_.load(std::memory_order_acquire); }
 
   // Limit for a visible device ordinal, -1 when unlimited.

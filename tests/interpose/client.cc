@@ -10,6 +10,7 @@
 //   client churn SEED     allocates and frees at random until killed
 //   client init           cuInit + context + one allocation; prints the microseconds it took
 //   client procaddress    cuGetProcAddress (both versions, every stream flag) returns hooks
+//   client forkexit       a forked child's normal exit leaves the parent's usage alone
 //   client nvml           prints "total=N used=N free=N" of NVML device 0 (v1 and v2 agree)
 //   client allocbench N BYTES   N cuMemAlloc+cuMemFree pairs through the hooks and N through
 //                         the real driver, alternating; prints "hook=NS real=NS diff=NS" (medians)
@@ -19,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -513,6 +515,31 @@ int AllocBench(int n, size_t bytes) {
   return 0;
 }
 
+// A child forked after the parent allocated exits normally (running the shim's exit code):
+// the parent's usage must stay charged, since the child never owned it.
+int ForkExit() {
+  Setup();
+  FN(cuMemAlloc_v2);
+  FN(cuMemFree_v2);
+  CUdeviceptr p = 0;
+  CK(cuMemAlloc_v2(&p, 16ull << 20));
+  size_t before = 0, total = 0;
+  Info(&before, &total);
+  fflush(nullptr);
+  pid_t kid = fork();
+  if (kid == 0) exit(0);  // exit(), not _exit(): library destructors run
+  int status = 0;
+  waitpid(kid, &status, 0);
+  size_t after = 0;
+  Info(&after, &total);
+  if (after != before) Die("a forked child's exit changed the parent's usage", static_cast<long>(after) - static_cast<long>(before));
+  CUdeviceptr q = 0;
+  if (cuMemAlloc_v2(&q, total - (16ull << 20) + (1 << 20)) != CUDA_ERROR_OUT_OF_MEMORY) Die("limit lost after fork");
+  CK(cuMemFree_v2(p));
+  printf("forkexit ok\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -528,6 +555,7 @@ int main(int argc, char** argv) {
   if (mode == "init") return Init();
   if (mode == "procaddress") return ProcAddress();
   if (mode == "nvml") return Nvml();
+  if (mode == "forkexit") return ForkExit();
   if (mode == "allocbench" && argc > 3) return AllocBench(atoi(argv[2]), strtoull(argv[3], nullptr, 10));
   fprintf(stderr, "client: unknown mode %s\n", mode.c_str());
   return 2;

@@ -91,6 +91,13 @@ TEST(Shim, GetProcAddressReturnsHooksForEveryVersionAndFlag) {
   EXPECT_NE(r.out.find("procaddress ok"), std::string::npos) << Describe(r);
 }
 
+TEST(Shim, ForkedChildNeverReleasesTheParentsUsage) {
+  ShimEnv env("forkexit");
+  ChildResult r = env.Run({ClientPath(), "forkexit"});
+  EXPECT_EQ(r.exit_code, 0) << Describe(r);
+  EXPECT_NE(r.out.find("forkexit ok"), std::string::npos) << Describe(r);
+}
+
 TEST(Shim, ProcessesOfASliceShareOneLimit) {
   ShimEnv env("shared");
   int in1, out1, in2, out2;
