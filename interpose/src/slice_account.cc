@@ -38,7 +38,8 @@ bool SliceAccount::Init(bool attach) {
   bool any = false;
   while (n < kMaxDevices) {
     size_t comma = rest.find(',');
-    std::string_view item = rest.substr(0, comma);
+    // No substr: it may throw, and the shim links no exception machinery.
+    std::string_view item(rest.data(), comma == std::string_view::npos ? rest.size() : comma);
     ParsedSize p = ParseSize(item);
     if (!p.ok || p.bytes == 0 || p.bytes > static_cast<uint64_t>(INT64_MAX)) {
       Log(LogLevel::kError, "GSLICE_MEMORY=%s: entry %d '%.*s' is not a size (%s); that GPU is not limited", memory, n,
