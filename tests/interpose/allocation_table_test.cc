@@ -11,7 +11,7 @@ namespace gslice::shim {
 namespace {
 
 TEST(AllocationTable, MatchesAReferenceMapUnderRandomOperations) {
-  AllocationTable table;
+  static AllocationTable table;  // process-lifetime, as in the shim (it has no destructor)
   std::map<std::pair<uint64_t, int>, AllocRecord> ref;
   std::mt19937_64 rng(7);
   for (int i = 0; i < 200000; ++i) {
@@ -45,7 +45,7 @@ TEST(AllocationTable, MatchesAReferenceMapUnderRandomOperations) {
 }
 
 TEST(AllocationTable, KindsAreSeparateAndZeroIsNoKey) {
-  AllocationTable table;
+  static AllocationTable table;  // process-lifetime, as in the shim (it has no destructor)
   EXPECT_FALSE(table.Insert(0, AllocKind::kLinear, AllocRecord{1, 0}));
   ASSERT_TRUE(table.Insert(42, AllocKind::kLinear, AllocRecord{10, 0}));
   ASSERT_TRUE(table.Insert(42, AllocKind::kVmmHandle, AllocRecord{20, 1}));
