@@ -1070,3 +1070,31 @@ GSLICE_SIM_EXPORT CUresult cuEventElapsedTime_v2(float* ms, CUevent start, CUeve
 GSLICE_SIM_EXPORT CUresult cuEventElapsedTime(float* ms, CUevent start, CUevent end) {
   return cuEventElapsedTime_v2(ms, start, end);
 }
+
+// ---- capture status and host functions ----
+
+namespace {
+CUresult StreamIsCapturing(CUstream h, CUstreamCaptureStatus* status, bool pt) {
+  if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  REQUIRE_INIT(d);
+  std::shared_ptr<CUstream_st> s;
+  CUresult r = ResolveStream(h, pt, &s);
+  if (r != CUDA_SUCCESS) return r;
+  *status = CU_STREAM_CAPTURE_STATUS_NONE;  // the sim has no graphs: nothing is captured
+  return CUDA_SUCCESS;
+}
+
+CUresult LaunchHostFunc(CUstream h, CUhostFn fn, void* user_data, bool pt) {
+  if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  REQUIRE_INIT(d);
+  std::shared_ptr<CUstream_st> s;
+  CUresult r = ResolveStream(h, pt, &s);
+  if (r != CUDA_SUCCESS) return r;
+  ApiGate gate;
+  Enqueue(s, [fn, user_data] { fn(user_data); });
+  return CUDA_SUCCESS;
+}
+}  // namespace
+
+STREAM_ENTRY(cuStreamIsCapturing, _ptsz, (CUstream h, CUstreamCaptureStatus* st), [&](bool pt) { return StreamIsCapturing(h, st, pt); })
+STREAM_ENTRY(cuLaunchHostFunc, _ptsz, (CUstream h, CUhostFn fn, void* user_data), [&](bool pt) { return LaunchHostFunc(h, fn, user_data, pt); })

@@ -265,3 +265,32 @@ GSLICE_SIM_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, C
                                                  void** params, void** extra) {
   return LaunchEx(config, f, params, extra, true);
 }
+
+GSLICE_SIM_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy,
+                                                     unsigned gz, unsigned bx, unsigned by,
+                                                     unsigned bz, unsigned shmem, CUstream h,
+                                                     void** params) {
+  return Launch(f, gx, gy, gz, bx, by, bz, shmem, h, params, nullptr, false, nullptr);
+}
+
+GSLICE_SIM_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy,
+                                                          unsigned gz, unsigned bx, unsigned by,
+                                                          unsigned bz, unsigned shmem, CUstream h,
+                                                          void** params) {
+  return Launch(f, gx, gy, gz, bx, by, bz, shmem, h, params, nullptr, true, nullptr);
+}
+
+GSLICE_SIM_EXPORT CUresult cuFuncGetAttribute(int* pi, CUfunction_attribute attrib, CUfunction f) {
+  if (pi == nullptr || attrib < 0 || attrib >= CU_FUNC_ATTRIBUTE_MAX) return CUDA_ERROR_INVALID_VALUE;
+  REQUIRE_INIT(d);
+  if (f == nullptr || !FunctionLive(f)) return CUDA_ERROR_INVALID_HANDLE;
+  switch (attrib) {
+    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *pi = 1024; break;
+    case CU_FUNC_ATTRIBUTE_NUM_REGS: *pi = 16; break;
+    case CU_FUNC_ATTRIBUTE_PTX_VERSION:
+    case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *pi = 90; break;
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *pi = 49152; break;
+    default: *pi = 0; break;
+  }
+  return CUDA_SUCCESS;
+}

@@ -972,3 +972,39 @@ GSLICE_SIM_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray h) {
   }
   return DestroyArrayMemory(a->base);
 }
+
+// ---- pointer attributes ----
+
+GSLICE_SIM_EXPORT CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute,
+                                                 CUdeviceptr ptr) {
+  if (data == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  REQUIRE_INIT(d);
+  std::lock_guard<std::mutex> g(d->mu);
+  const Allocation* a = FindAllocationLocked(d, ptr, 0);
+  if (a == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const bool host = a->kind == AllocKind::kHost || a->kind == AllocKind::kHostRegistered;
+  int ordinal = 0;
+  for (size_t i = 0; i < d->visible.size(); ++i) {
+    if (d->visible[i] == a->device) ordinal = static_cast<int>(i);
+  }
+  switch (attribute) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT: *static_cast<CUcontext*>(data) = a->ctx; break;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+      *static_cast<unsigned*>(data) = host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+      break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *static_cast<CUdeviceptr*>(data) = ptr; break;
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+      if (!host && a->kind != AllocKind::kManaged) return CUDA_ERROR_INVALID_VALUE;
+      *static_cast<void**>(data) = reinterpret_cast<void*>(ptr);
+      break;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+      *static_cast<unsigned*>(data) = a->kind == AllocKind::kManaged ? 1 : 0;
+      break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *static_cast<int*>(data) = ordinal; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *static_cast<CUdeviceptr*>(data) = a->base; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *static_cast<size_t*>(data) = a->size; break;
+    case CU_POINTER_ATTRIBUTE_MAPPED: *static_cast<unsigned*>(data) = 1; break;
+    default: return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  return CUDA_SUCCESS;
+}

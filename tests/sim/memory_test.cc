@@ -298,6 +298,42 @@ TEST_F(MemoryTest, ArraysAreCharged) {
   EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cuArrayCreate(&a, &d));
 }
 
+TEST_F(MemoryTest, PointerAttributes) {
+  CUdeviceptr p, m;
+  CHECK_CU(cuMemAlloc(&p, 8192));
+  CHECK_CU(cuMemAllocManaged(&m, 8192, CU_MEM_ATTACH_GLOBAL));
+  void* h;
+  CHECK_CU(cuMemAllocHost(&h, 8192));
+  unsigned type = 0, managed = 9;
+  CUcontext c = nullptr;
+  CUdeviceptr start = 0;
+  size_t size = 0;
+  int ordinal = -1;
+  CHECK_CU(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p + 100));
+  EXPECT_EQ(type, static_cast<unsigned>(CU_MEMORYTYPE_DEVICE));
+  CHECK_CU(cuPointerGetAttribute(&c, CU_POINTER_ATTRIBUTE_CONTEXT, p));
+  EXPECT_EQ(c, ctx_);
+  CHECK_CU(cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, p + 100));
+  EXPECT_EQ(start, p);
+  CHECK_CU(cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, p + 100));
+  EXPECT_EQ(size, 8192u);
+  CHECK_CU(cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p));
+  EXPECT_EQ(ordinal, 0);
+  CHECK_CU(cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, m));
+  EXPECT_EQ(managed, 1u);
+  CHECK_CU(cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, p));
+  EXPECT_EQ(managed, 0u);
+  CHECK_CU(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, reinterpret_cast<CUdeviceptr>(h)));
+  EXPECT_EQ(type, static_cast<unsigned>(CU_MEMORYTYPE_HOST));
+  int stack_value = 0;
+  EXPECT_CU(CUDA_ERROR_INVALID_VALUE,
+            cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                  reinterpret_cast<CUdeviceptr>(&stack_value)));
+  CHECK_CU(cuMemFreeHost(h));
+  CHECK_CU(cuMemFree(m));
+  CHECK_CU(cuMemFree(p));
+}
+
 TEST_F(MemoryTest, DestroyingAContextFreesItsMemory) {
   const size_t before = FreeMemory();
   CUcontext c;

@@ -1,6 +1,8 @@
 // Streams, events, ordering, priorities, the legacy default stream.
 #include <unistd.h>
 
+#include <atomic>
+
 #include "sim_test.h"
 
 namespace gslice::test {
@@ -193,6 +195,37 @@ TEST_F(StreamTest, KernelLaunchValidation) {
   CHECK_CU(cuMemcpyDtoH(got, p, sizeof got));
   EXPECT_EQ(got[0], 0xbeefu);
   EXPECT_EQ(got[1], 0x600du);
+  CHECK_CU(cuMemFree(p));
+}
+
+TEST_F(StreamTest, HostFunctionsRunInStreamOrder) {
+  CUstream s;
+  CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  std::atomic<int> calls{0};
+  CHECK_CU(LaunchBusy(busy_, 100000, s));
+  CHECK_CU(cuLaunchHostFunc(s, [](void* p) { static_cast<std::atomic<int>*>(p)->fetch_add(1); }, &calls));
+  EXPECT_EQ(calls.load(), 0);  // still behind the kernel
+  CHECK_CU(cuStreamSynchronize(s));
+  EXPECT_EQ(calls.load(), 1);
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  CHECK_CU(cuStreamIsCapturing(s, &capture));
+  EXPECT_EQ(capture, CU_STREAM_CAPTURE_STATUS_NONE);
+  CHECK_CU(cuStreamDestroy(s));
+}
+
+TEST_F(StreamTest, CooperativeLaunchAndFunctionAttributes) {
+  CUdeviceptr p;
+  CHECK_CU(cuMemAlloc(&p, 4096));
+  uint32_t pattern = 0xc0;
+  uint64_t count = 4;
+  void* args[] = {&p, &pattern, &count};
+  CHECK_CU(cuLaunchCooperativeKernel(fill_, 2, 1, 1, 64, 1, 1, 0, nullptr, args));
+  CHECK_CU(cuCtxSynchronize());
+  EXPECT_EQ(ReadWord(p + 12), 0xc0u);
+  int v = 0;
+  CHECK_CU(cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, fill_));
+  EXPECT_EQ(v, 1024);
+  EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX, fill_));
   CHECK_CU(cuMemFree(p));
 }
 
