@@ -16,6 +16,7 @@
 #include "ledger_binding.h"
 #include "registry.h"
 #include "store.h"
+#include "gslice/suspend/daemon_suspender.h"
 
 namespace {
 
@@ -122,8 +123,17 @@ int main(int argc, char** argv) {
   options.default_project = config.default_project;
   options.history_samples =
       static_cast<size_t>(config.history_seconds * 1000 / config.sample_interval_ms) + 1;
+  // Suspend/resume, idle reclaim and preemption (daemon/suspend, docs/suspend.md).
+  std::string suspend_note;
+  auto suspender = MakeCheckpointSuspender({config.ledger, "", "", config.nvml_library}, &suspend_note);
+  if (!suspend_note.empty()) std::fprintf(stderr, "gsliced: %s\n", suspend_note.c_str());
+  Suspender* suspender_handle = suspender.get();
   Registry registry(options, std::move(store.value()), std::move(inventory.value()),
-                    std::move(ledger.value()), MakeUnavailableSuspender());
+                    std::move(ledger.value()), std::move(suspender));
+  SetIdleTimeouts(suspender_handle, [&registry](const std::string& slice) -> int64_t {
+    auto view = registry.GetSlice(slice);
+    return view.ok() ? view->slice.idle_timeout_s : 0;
+  });
   if (Status s = registry.Start(); !s.ok()) return Fail(s.message());
   registry.Sample();
 

@@ -57,12 +57,12 @@ def train(args):
 
 
 def fill(gib, seed):
-    n = int(gib * (1 << 30)) // 4
+    n = int(gib * (1 << 30)) // 8 * 2  # even: summed as int64 pairs (no widening copy)
     gen = torch.Generator(device="cuda")
     gen.manual_seed(seed)
     t = torch.randint(-(1 << 31), (1 << 31) - 1, (n,), dtype=torch.int32, device="cuda",
                       generator=gen)
-    return t, int(t.sum(dtype=torch.int64).item())
+    return t, int(t.view(torch.int64).sum().item())
 
 
 def wait_for(path):
@@ -75,7 +75,7 @@ def hold(args):
     torch.cuda.synchronize()
     say("READY", os.getpid(), "CHECKSUM", checksum)
     wait_for(args.go)
-    again = int(t.sum(dtype=torch.int64).item())
+    again = int(t.view(torch.int64).sum().item())
     say("VERIFY", "ok" if again == checksum else f"bad {again} != {checksum}")
 
 
@@ -87,10 +87,10 @@ def sleeper(args):
     # The first CUDA call after the idle period: with gslice, the shim's gate catches it and
     # waits for a transparent resume; the program sees only the delay.
     t0 = time.monotonic()
-    again = int(t.sum(dtype=torch.int64).item())
+    again = int(t.view(torch.int64).sum().item())
     first = time.monotonic() - t0
     t1 = time.monotonic()
-    int(t.sum(dtype=torch.int64).item())
+    int(t.view(torch.int64).sum().item())
     second = time.monotonic() - t1
     say("FIRST_CALL_S", f"{first:.6f}", "SECOND_CALL_S", f"{second:.6f}")
     say("VERIFY", "ok" if again == checksum else f"bad {again} != {checksum}")
