@@ -324,6 +324,21 @@ ApiResponse ApiRouter::Handle(const ApiRequest& request) {
   return r;
 }
 
+ApiResponse ApiRouter::Cached(const std::string& key, const std::function<ApiResponse()>& render) {
+  const uint64_t generation = registry_->generation();
+  {
+    std::lock_guard lock(cache_mu_);
+    auto it = cache_.find(key);
+    if (it != cache_.end() && it->second.first == generation) return it->second.second;
+  }
+  ApiResponse r = render();
+  if (r.status == 200) {
+    std::lock_guard lock(cache_mu_);
+    cache_[key] = {generation, r};
+  }
+  return r;
+}
+
 ApiResponse ApiRouter::Route(const ApiRequest& req) {
   const std::string& m = req.method;
   std::vector<std::string> p;
@@ -348,9 +363,13 @@ ApiResponse ApiRouter::Route(const ApiRequest& req) {
   }
   if (p.size() == 1 && p[0] == "metrics") {
     if (m != "GET") return MethodNotAllowed("GET");
-    ApiResponse r;
-    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-    r.body = RenderMetrics(registry_->Snapshot(), registry_->counters(), &counters_, start_time_);
+    ApiResponse r = Cached("/metrics", [&] {
+      ApiResponse page;
+      page.content_type = "text/plain; version=0.0.4; charset=utf-8";
+      page.body = RenderMetrics(registry_->Snapshot(), registry_->counters(), start_time_);
+      return page;
+    });
+    r.body += RenderApiMetrics(counters_.ByCode());
     return r;
   }
   if (p.empty() || p[0] != "v1") return Error(404, "no such path '" + req.path + "'; the API lives under /v1 (see docs/api.md)");
@@ -359,6 +378,7 @@ ApiResponse ApiRouter::Route(const ApiRequest& req) {
 
   if (collection == "node" && p.size() == 1) {
     if (m != "GET") return MethodNotAllowed("GET");
+    return Cached("/v1/node", [&] {
     NodeSnapshot snap = registry_->Snapshot();
     json gpus = json::array(), slices = json::array(), projects = json::array(), users = json::array();
     for (const GpuView& g : snap.gpus) gpus.push_back(ToJson(g));
@@ -367,12 +387,15 @@ ApiResponse ApiRouter::Route(const ApiRequest& req) {
     for (const User& u : snap.users) users.push_back(ToJson(u));
     return Json(200, json{{"time_ms", snap.time_ms}, {"ledger", snap.ledger}, {"gpus", gpus},
                           {"slices", slices}, {"projects", projects}, {"users", users}});
+    });
   }
   if (collection == "gpus" && p.size() == 1) {
     if (m != "GET") return MethodNotAllowed("GET");
-    json out = json::array();
-    for (const GpuView& g : registry_->Snapshot().gpus) out.push_back(ToJson(g));
-    return Json(200, json{{"gpus", out}});
+    return Cached("/v1/gpus", [&] {
+      json out = json::array();
+      for (const GpuView& g : registry_->Snapshot().gpus) out.push_back(ToJson(g));
+      return Json(200, json{{"gpus", out}});
+    });
   }
   if (collection == "history" && p.size() == 1) {
     if (m != "GET") return MethodNotAllowed("GET");
@@ -411,10 +434,12 @@ ApiResponse ApiRouter::Route(const ApiRequest& req) {
   if (collection == "slices") {
     if (p.size() == 1) {
       if (m == "GET") {
-        NodeSnapshot snap = registry_->Snapshot();
-        json out = json::array();
-        for (const SliceView& v : snap.slices) out.push_back(ToJson(v, snap.gpus));
-        return Json(200, json{{"slices", out}});
+        return Cached("/v1/slices", [&] {
+          NodeSnapshot snap = registry_->Snapshot();
+          json out = json::array();
+          for (const SliceView& v : snap.slices) out.push_back(ToJson(v, snap.gpus));
+          return Json(200, json{{"slices", out}});
+        });
       }
       if (m == "POST") {
         auto body = ParseBody(req.body);
@@ -527,6 +552,7 @@ std::unique_ptr<httplib::Server> ApiServer::MakeServer(bool over_tcp) {
   const size_t threads = static_cast<size_t>(config_.api_threads);
   server->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   server->set_payload_max_length(config_.max_body_bytes);
+  server->set_tcp_nodelay(true);  // small answers must not wait for delayed ACKs
   server->set_keep_alive_max_count(1000);
   server->set_keep_alive_timeout(2);
   server->set_read_timeout(5, 0);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -60,7 +61,11 @@ class ApiRouter {
 
  private:
   ApiResponse Route(const ApiRequest& request);
+  // Serves GET `key` from the cache while the registry's generation is unchanged.
+  ApiResponse Cached(const std::string& key, const std::function<ApiResponse()>& render);
   Registry* registry_;
+  std::mutex cache_mu_;
+  std::map<std::string, std::pair<uint64_t, ApiResponse>> cache_;
   std::string token_;
   double start_time_;
   ApiCounters counters_;

@@ -48,7 +48,8 @@ const Option kOptions[] = {
      &DaemonConfig::database},
     {"ledger", R"("")",
      "Node ledger (shared memory) the shims read limits from. Empty: $GSLICE_LEDGER,\n"
-     "else /dev/shm/gslice-ledger.",
+     "else /dev/shm/gslice-ledger. \"none\": keep slices in gsliced only (nothing enforces\n"
+     "them). The ledger holds at most 64 slices.",
      &DaemonConfig::ledger},
     {"nvml_library", R"("libnvidia-ml.so.1")",
      "NVML library gsliced dlopens to find the GPUs (a soname or a path).",

@@ -193,6 +193,7 @@ class SharedLedger final : public NodeLedger {
 }  // namespace
 
 Result<std::unique_ptr<NodeLedger>> OpenNodeLedger(const std::string& path) {
+  if (path == "none") return MakeMemoryLedger();
   auto ledger = std::make_unique<SharedLedger>(path);
   if (Status s = ledger->Open(); !s.ok()) return s;
   return std::unique_ptr<NodeLedger>(std::move(ledger));

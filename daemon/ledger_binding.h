@@ -1,5 +1,6 @@
-// Which NodeLedger gsliced uses: the node ledger in shared memory when this build has it,
-// else an in-process one (slices are registered but nothing enforces them).
+// Which NodeLedger gsliced uses: the node ledger in shared memory at `path`, or with
+// path "none" an in-process one (a registry only: slices are admitted and shown, nothing
+// enforces them; for control-plane tests and nodes without shims).
 #pragma once
 
 #include <memory>

@@ -2,7 +2,6 @@
 
 #include <charconv>
 
-#include "api_server.h"
 
 namespace gslice {
 namespace {
@@ -156,7 +155,7 @@ Labels SliceLabels(const Slice& s, const std::string& gpu) {
 }  // namespace
 
 std::string RenderMetrics(const NodeSnapshot& snap, const RegistryCounters& registry,
-                          const ApiCounters* api, double start_time_seconds) {
+                          double start_time_seconds) {
   Writer w;
   w.Header(kGpuInfo);
   for (const GpuView& g : snap.gpus) {
@@ -243,14 +242,23 @@ std::string RenderMetrics(const NodeSnapshot& snap, const RegistryCounters& regi
     w.Header(c.id);
     w.Sample(c.id, {}, double(c.value->load()));
   }
-  if (api != nullptr) {
-    w.Header(kApiRequests);
-    for (const auto& [code, count] : api->ByCode()) {
-      w.Sample(kApiRequests, {{"code", std::to_string(code)}}, double(count));
-    }
-  }
   w.Header(kStartTime);
   w.Sample(kStartTime, {}, start_time_seconds);
+  return w.Take();
+}
+
+std::vector<std::string> MetricNames() {
+  std::vector<std::string> out;
+  for (const MetricDef& m : kMetrics) out.push_back(m.name);
+  return out;
+}
+
+std::string RenderApiMetrics(const std::map<int, uint64_t>& requests_by_code) {
+  Writer w;
+  w.Header(kApiRequests);
+  for (const auto& [code, count] : requests_by_code) {
+    w.Sample(kApiRequests, {{"code", std::to_string(code)}}, double(count));
+  }
   return w.Take();
 }
 

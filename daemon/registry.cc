@@ -159,6 +159,7 @@ void Registry::Sample() {
   }
   history_.Add(std::move(sample));
   counters_.samples++;
+  generation_++;
 }
 
 NodeSnapshot Registry::Snapshot() {
@@ -289,6 +290,7 @@ Result<Slice> Registry::CreateSlice(const SliceRequest& request) {
   if (Status s = ResolveGpus(request, &slice); !s.ok()) return s;
   if (Status s = Admit(slice, gpus_, slices_, *project); !s.ok()) {
     counters_.admission_refusals++;
+    generation_++;
     return s;
   }
   if (Status s = store_->PutUser(User{slice.user, slice.created_at}); !s.ok()) return s;
@@ -304,6 +306,7 @@ Result<Slice> Registry::CreateSlice(const SliceRequest& request) {
                                                 slice.user + " in " + slice.project);
   slices_.push_back(slice);
   counters_.slices_created++;
+  generation_++;
   return slice;
 }
 
@@ -322,16 +325,19 @@ Status Registry::DeleteSlice(const std::string& name) {
   store_->RecordEvent(name, "delete", "");
   std::erase_if(slices_, [&](const Slice& s) { return s.name == name; });
   counters_.slices_deleted++;
+  generation_++;
   return Status::Ok();
 }
 
 Result<Slice> Registry::SuspendSlice(const std::string& name) {
   counters_.suspend_requests++;
+  generation_++;
   return Transition(name, true);
 }
 
 Result<Slice> Registry::ResumeSlice(const std::string& name) {
   counters_.resume_requests++;
+  generation_++;
   return Transition(name, false);
 }
 
@@ -356,6 +362,7 @@ Result<Slice> Registry::Transition(const std::string& name, bool suspend) {
     slice->state = during;
     store_->PutSlice(*slice);
     store_->RecordEvent(name, verb, "requested");
+    generation_++;
     copy = *slice;
     for (const ProcessUsage& p : processes_) {
       if (p.slice == name) pids.push_back(p.pid);
@@ -375,6 +382,7 @@ Result<Slice> Registry::Transition(const std::string& name, bool suspend) {
     slice->last_error = result.message();
   }
   store_->PutSlice(*slice);
+  generation_++;
   store_->RecordEvent(name, verb, result.ok() ? "done" : "refused: " + result.message());
   if (!result.ok()) return result;
   return *slice;
@@ -390,6 +398,7 @@ Result<Project> Registry::CreateProject(const Project& project) {
   p.created_at = static_cast<int64_t>(std::time(nullptr));
   if (Status s = store_->PutProject(p); !s.ok()) return s;
   projects_.push_back(p);
+  generation_++;
   return p;
 }
 
@@ -406,6 +415,7 @@ Result<Project> Registry::UpdateProject(const Project& project) {
   for (Project& q : projects_) {
     if (q.name == p.name) q = p;
   }
+  generation_++;
   return p;
 }
 
@@ -423,6 +433,7 @@ Status Registry::DeleteProject(const std::string& name) {
   }
   if (Status s = store_->DeleteProject(name); !s.ok()) return s;
   std::erase_if(projects_, [&](const Project& p) { return p.name == name; });
+  generation_++;
   return Status::Ok();
 }
 
@@ -435,6 +446,7 @@ Result<User> Registry::CreateUser(const std::string& name) {
   User u{name, static_cast<int64_t>(std::time(nullptr))};
   if (Status s = store_->PutUser(u); !s.ok()) return s;
   users_.push_back(u);
+  generation_++;
   return u;
 }
 

@@ -121,6 +121,10 @@ class Registry {
 
   const RegistryCounters& counters() const { return counters_; }
 
+  // Changes whenever anything a snapshot shows may have changed (a write, a sample), so
+  // callers may cache what they render from one.
+  uint64_t generation() const { return generation_.load(); }
+
  private:
   Status ResolveGpus(const SliceRequest& request, Slice* slice);  // REQUIRES: mu_ held
   const Project* FindProject(const std::string& name) const;      // REQUIRES: mu_ held
@@ -145,6 +149,7 @@ class Registry {
   std::deque<std::pair<int64_t, std::map<std::pair<int, std::string>, uint64_t>>> busy_history_;
   History history_;
   RegistryCounters counters_;
+  std::atomic<uint64_t> generation_{1};
 };
 
 }  // namespace gslice

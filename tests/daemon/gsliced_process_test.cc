@@ -284,3 +284,81 @@ TEST_F(GslicedProcess, BadConfigIsRefusedWithLineAndKey) {
 
 }  // namespace
 }  // namespace gslice
+
+namespace gslice {
+namespace {
+
+// Runs the gslice CLI against this test's gsliced; returns the exit status, fills out/err.
+int RunCli(const std::string& socket, const std::string& args, std::string* out, std::string* err = nullptr) {
+  static int n = 0;
+  std::string base = testing::UniquePath("cli-" + std::to_string(n++), "/tmp");
+  std::string cmd = "GSLICE_SOCKET=" + socket + " " + GSLICE_CLI + " " + args + " > " + base + ".out 2> " +
+                    base + ".err";
+  int rc = std::system(cmd.c_str());
+  *out = ReadAll(base + ".out");
+  if (err) *err = ReadAll(base + ".err");
+  unlink((base + ".out").c_str());
+  unlink((base + ".err").c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+TEST_F(GslicedProcess, CliCommandsWorkAgainstTheDaemon) {
+  std::string out, err;
+  // No daemon yet: the error says what to do.
+  EXPECT_EQ(RunCli(socket_, "ls", &out, &err), 1);
+  EXPECT_NE(err.find("gsliced is not running"), std::string::npos) << err;
+  EXPECT_NE(err.find("gslice run"), std::string::npos) << err;
+
+  Start();
+  ASSERT_EQ(RunCli(socket_, "create train --gpus 0 --memory 8GiB --compute 50% --user alice", &out, &err), 0) << err;
+  EXPECT_NE(out.find("created slice train"), std::string::npos) << out;
+  // Admission refusal reaches the person with what is free.
+  EXPECT_EQ(RunCli(socket_, "create big --gpus 0 --memory 10GiB --user bob", &out, &err), 1);
+  EXPECT_NE(err.find("8 GiB guaranteed memory free, asked 10 GiB"), std::string::npos) << err;
+  ASSERT_EQ(RunCli(socket_, "create scratch --gpus 0,1 --memory 10GiB,2GiB --class opportunistic --user bob", &out, &err), 0)
+      << err;
+
+  ASSERT_EQ(RunCli(socket_, "ls", &out, &err), 0) << err;
+  EXPECT_NE(out.find("train"), std::string::npos);
+  EXPECT_NE(out.find("opportunistic"), std::string::npos);
+  EXPECT_NE(out.find("0 B / 12 GiB"), std::string::npos) << out;
+
+  ASSERT_EQ(RunCli(socket_, "ls --json", &out, &err), 0) << err;
+  json node = json::parse(out, nullptr, false);
+  ASSERT_TRUE(node.is_object()) << out;
+  ASSERT_EQ(node["slices"].size(), 2u);
+  EXPECT_EQ(node["slices"][0]["user"], "alice");
+
+  ASSERT_EQ(RunCli(socket_, "top --once", &out, &err), 0) << err;
+  EXPECT_NE(out.find("gslice top"), std::string::npos);
+  EXPECT_NE(out.find("scratch"), std::string::npos);
+  EXPECT_EQ(RunCli(socket_, "top --json", &out, &err), 2);  // --json needs --once
+  EXPECT_NE(err.find("--once"), std::string::npos);
+
+  // Suspend is answered honestly; the slice keeps running.
+  EXPECT_EQ(RunCli(socket_, "suspend train", &out, &err), 1);
+  EXPECT_NE(err.find("keeps running"), std::string::npos) << err;
+
+  ASSERT_EQ(RunCli(socket_, "delete scratch --json", &out, &err), 0) << err;
+  EXPECT_EQ(out, "{\"deleted\":[\"scratch\"],\"failed\":[]}\n");
+  EXPECT_EQ(RunCli(socket_, "delete nope", &out, &err), 1);
+  EXPECT_NE(err.find("no slice named 'nope'"), std::string::npos) << err;
+
+  // Bad input never reaches the daemon.
+  EXPECT_EQ(RunCli(socket_, "create x --gpus 0 --memory lots", &out, &err), 2);
+  EXPECT_NE(err.find("--memory lots"), std::string::npos) << err;
+  EXPECT_EQ(RunCli(socket_, "create x --gpus 0,1 --memory 1GiB,2GiB,3GiB", &out, &err), 2);
+  EXPECT_EQ(RunCli(socket_, "create x --memory 1GiB", &out, &err), 2);
+  EXPECT_NE(err.find("--gpus is required"), std::string::npos) << err;
+  auto slices = json::parse(Unix().Get("/v1/slices")->body);
+  EXPECT_EQ(slices["slices"].size(), 1u);
+
+  // --help teaches: usage, options and examples.
+  for (const char* cmd : {"ls", "top", "create", "delete", "suspend", "resume"}) {
+    ASSERT_EQ(RunCli(socket_, std::string(cmd) + " --help", &out, &err), 0) << cmd;
+    EXPECT_EQ(out.rfind("usage: gslice " + std::string(cmd), 0), 0u) << out;
+  }
+}
+
+}  // namespace
+}  // namespace gslice
