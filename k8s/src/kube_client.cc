@@ -61,6 +61,7 @@ bool KubeConfig::InCluster(KubeConfig* out, std::string* error) {
     *error = "cannot read " + dir + "token: is a service account mounted?";
     return false;
   }
+  c.token_file = dir + "token";
   c.ca_file = dir + "ca.crt";
   *out = c;
   return true;
@@ -77,7 +78,12 @@ KubeResult KubeClient::Request(const std::string& method, const std::string& pat
   cli.set_connection_timeout(config_.timeout_seconds, 0);
   cli.set_read_timeout(config_.timeout_seconds, 0);
   cli.set_write_timeout(config_.timeout_seconds, 0);
-  if (!config_.token.empty()) cli.set_bearer_token_auth(config_.token);
+  std::string token = config_.token;
+  if (!config_.token_file.empty() && !ReadFile(config_.token_file, &token)) {
+    r.error = "cannot read the API token " + config_.token_file;
+    return r;
+  }
+  if (!token.empty()) cli.set_bearer_token_auth(token);
   if (!config_.ca_file.empty()) cli.set_ca_cert_path(config_.ca_file.c_str());
   httplib::Headers headers{{"Accept", "application/json"}};
   if (method != "GET" && method != "POST" && method != "PATCH") {

@@ -105,7 +105,10 @@ int main(int argc, char** argv) {
   } else {
     kc.server = apiserver;
   }
-  if (!token_file.empty() && !ReadFile(token_file, &kc.token)) return Fail("cannot read --token-file " + token_file);
+  if (!token_file.empty()) {
+    if (!ReadFile(token_file, &kc.token)) return Fail("cannot read --token-file " + token_file);
+    kc.token_file = token_file;
+  }
   if (!ca_file.empty()) kc.ca_file = ca_file;
   KubeClient kube(kc);
 

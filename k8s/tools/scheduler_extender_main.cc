@@ -115,7 +115,10 @@ int main(int argc, char** argv) {
   } else {
     config.server = apiserver;
   }
-  if (!token_file.empty() && !ReadFile(token_file, &config.token)) return Fail("cannot read --token-file " + token_file);
+  if (!token_file.empty()) {
+    if (!ReadFile(token_file, &config.token)) return Fail("cannot read --token-file " + token_file);
+    config.token_file = token_file;
+  }
   if (!ca_file.empty()) config.ca_file = ca_file;
   KubeClient kube(config);
   Extender extender(options, &kube);

@@ -339,10 +339,33 @@ TEST(ExtenderConcurrency, ConcurrentSchedulingCycles) {
 }  // namespace
 }  // namespace gslice::k8s
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
 #include "gslice/k8s/pod_directory_loader.h"
 
 namespace gslice::k8s {
 namespace {
+
+TEST(KubeClientAuth, RereadsTheTokenFileForEveryRequest) {
+  FakeApiServer api;
+  std::string path = ::testing::TempDir() + "gslice-token-" + std::to_string(getpid());
+  std::ofstream(path) << "first\n";
+  KubeConfig c = api.config();
+  c.token_file = path;
+  KubeClient kube(c);
+  ASSERT_TRUE(kube.ListNodes().ok());
+  EXPECT_EQ(api.last_authorization(), "Bearer first");
+  std::ofstream(path) << "rotated\n";
+  ASSERT_TRUE(kube.ListNodes().ok());
+  EXPECT_EQ(api.last_authorization(), "Bearer rotated");
+  std::remove(path.c_str());
+  KubeResult r = kube.ListNodes();
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.error.find("cannot read the API token"), std::string::npos) << r.error;
+}
 
 TEST(PodDirectoryLoader, NamesProcessesOfThisNodesPods) {
   FakeApiServer api;

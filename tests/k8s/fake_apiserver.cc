@@ -67,6 +67,11 @@ json FakeApiServer::Pods() const {
 }
 
 void FakeApiServer::Route() {
+  server_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response&) {
+    std::lock_guard<std::mutex> lock(mu_);
+    last_authorization_ = req.get_header_value("Authorization");
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
   server_.Get("/api/v1/pods", [this](const httplib::Request& req, httplib::Response& res) {
     std::string node;
     if (req.has_param("fieldSelector")) {

@@ -42,12 +42,17 @@ class FakeApiServer {
   // Each binding request waits this long before it takes effect.
   void DelayBindings(int ms) { binding_delay_ms_ = ms; }
   int bindings() const { return bindings_; }
+  std::string last_authorization() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_authorization_;
+  }
 
  private:
   void Route();
   mutable std::mutex mu_;
   std::map<std::string, nlohmann::json> pods_;  // "ns/name"
   std::map<std::string, nlohmann::json> nodes_;
+  std::string last_authorization_;
   httplib::Server server_;
   std::thread thread_;
   int port_ = 0;

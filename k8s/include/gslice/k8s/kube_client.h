@@ -13,7 +13,8 @@ namespace gslice::k8s {
 
 struct KubeConfig {
   std::string server;   // "https://10.0.0.1:443" or "http://127.0.0.1:8001"
-  std::string token;    // bearer token; empty: none
+  std::string token;       // bearer token; empty: none
+  std::string token_file;  // read before every request when set (service account tokens rotate)
   std::string ca_file;  // CA bundle for https; empty: system default
   int timeout_seconds = 10;
 
