@@ -52,7 +52,10 @@ uint64_t Fnv1a(const std::string& s, uint64_t seed) {
     h ^= c;
     h *= 1099511628211ull;
   }
-  return h;
+  // splitmix64's finaliser, so that neighbouring seeds give unrelated-looking UUIDs.
+  h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+  h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+  return h ^ (h >> 31);
 }
 
 std::string Trim(std::string s) {

@@ -119,6 +119,18 @@ TEST_F(NvmlTest, MemoryAndProcessesFollowTheDriver) {
   nvml.nvmlShutdown();
 }
 
+TEST_F(NvmlTest, StateToolShowsTheNode) {
+  Child child({Worker(), "hold", "1", std::to_string(96 * kMiB), "3"});
+  ASSERT_EQ(child.ReadUntil("ready"), "ready " + std::to_string(child.pid()));
+  Child tool({SiblingProgram("gslice-sim-state")});
+  std::string out;
+  ASSERT_EQ(tool.Wait(&out), 0) << out;
+  const size_t dev1 = out.find("device 1");
+  ASSERT_NE(dev1, std::string::npos) << out;
+  EXPECT_NE(out.find("pid " + std::to_string(child.pid()), dev1), std::string::npos) << out;
+  EXPECT_NE(out.find("96 MiB", dev1), std::string::npos) << out;
+}
+
 TEST_F(NvmlTest, UtilizationFollowsBusyKernels) {
   Nvml nvml;
   ASSERT_NE(nvml.lib, nullptr) << dlerror();
