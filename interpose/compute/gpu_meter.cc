@@ -130,7 +130,12 @@ void StreamMeter::AfterLaunch(const DriverApi& api, EventPool& pool, bool eager,
 
 int64_t StreamMeter::Poll(const DriverApi& api, EventPool& pool, int64_t now) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (idle_) return 0;
+  if (idle_) {
+    if (launches_.load(std::memory_order_relaxed) == marked_launches_) return 0;
+    // Launches counted without a start marker (publish-only): the period starts at the
+    // next marker; its first interval is not measured.
+    idle_ = false;
+  }
   int64_t busy = ConsumeLocked(api, pool);
   if (lazy_ && !idle_ && launches_.load(std::memory_order_relaxed) != marked_launches_ &&
       (tail_ == head_ || now - newest_marker_ns_ >= kLazyMarkerNs)) {

@@ -67,6 +67,9 @@ class StreamMeter {
   // Launching thread, before the launch: finds out whether the stream is idle (then records
   // a start marker). Returns busy ns newly measured while checking.
   int64_t BeforeLaunch(const DriverApi& api, EventPool& pool);
+  // Launching thread, publish-only (no measurement needed, no driver call): counts the
+  // launch; the poller's lazy markers tell when the stream has drained.
+  void CountLaunch() { launches_.fetch_add(1, std::memory_order_relaxed); }
   // Launching thread, after the launch; eager: record an end marker now.
   void AfterLaunch(const DriverApi& api, EventPool& pool, bool eager, int64_t now);
   // Poller (or a thread waiting for the queue to shrink): consumes completed markers and,

@@ -86,6 +86,22 @@ struct Device {
   int peers[kLedgerMaxComputeEntries] = {};
   std::atomic<bool> opportunistic_peer{false};
   std::atomic<bool> share_peer{false};
+  // Opportunistic rate controller (TGS-style): while guaranteed work on this GPU is busy,
+  // opportunistic work may use opp_rate_permille of the GPU's time (GCRA on opp_tat). The
+  // gate thread adapts the rate so guaranteed progress stays >= kGuaranteedFloor of what it
+  // is with opportunistic work paused (probed every kProbeEveryNs).
+  std::atomic<int64_t> opp_tat{0};
+  std::atomic<uint32_t> opp_rate_permille{0};
+  struct Controller {
+    int64_t next_ns = 0;
+    int64_t last_probe_ns = 0;
+    uint64_t last_progress = 0;
+    int64_t last_ns = 0;
+    double baseline = 0;  // guaranteed launches/s with opportunistic work paused
+    bool probing = false;
+    uint32_t saved_rate = 0;
+    bool busy_seen = false;
+  } ctl;
   bool running = false;     // holds the share turn (launching threads, under turn_mu)
   bool was_active = false;  // contended at the previous launch
   std::mutex turn_mu;
@@ -129,7 +145,7 @@ LedgerComputeEntry* ClaimEntry(const uint8_t uuid[16], const ComputePolicy& p) {
       e.active_until_ns.store(0, kRlx);
       e.inflight_until_ns.store(0, kRlx);
       e.vtime_ns.store(0, kRlx);
-      e.busy_ns.store(0, kRlx);
+      e.launches.store(0, kRlx);
       e.state.store(PackState(EntryState::kAlive, pid), std::memory_order_release);
       return &e;
     }
@@ -192,9 +208,10 @@ GateMode WantedMode() {
 void Charge(Device& d, int64_t busy, int64_t now) {
   if (busy <= 0) return;
   d.busy_total.fetch_add(busy, kRlx);
-  d.entry->busy_ns.fetch_add(static_cast<uint64_t>(busy), kRlx);
   d.entry->vtime_ns.fetch_add(VtimeIncrement(busy, g_gate->policy.share_permille), kRlx);
   if (g_gate->policy.capped()) GcraCharge(d.cap_tat, now, busy, g_gate->policy.cap_permille);
+  const uint32_t opp_rate = d.opp_rate_permille.load(kRlx);
+  if (opp_rate > 0) GcraCharge(d.opp_tat, now, busy, opp_rate);
 }
 
 uint64_t Outstanding(Device& d) {
@@ -330,6 +347,59 @@ bool GuaranteedBusy(Device& d, int64_t now) {
   return false;
 }
 
+// Launches issued by the guaranteed processes on this GPU (their progress).
+uint64_t GuaranteedProgress(Device& d) {
+  if (g_gate->ledger == nullptr) return 0;
+  uint64_t sum = 0;
+  const int n = d.peer_count.load(std::memory_order_acquire);
+  LedgerComputeEntry* table = g_gate->ledger->header.compute;
+  for (int i = 0; i < n; ++i) {
+    LedgerComputeEntry& e = table[d.peers[i]];
+    if (static_cast<ComputeClass>(e.slice_class.load(kRlx)) == ComputeClass::kGuaranteed) sum += e.launches.load(kRlx);
+  }
+  return sum;
+}
+
+// The opportunistic rate controller, run by the gate thread: additive increase while
+// guaranteed progress holds, multiplicative decrease when it drops, and a periodic probe
+// with opportunistic work paused to learn what "holds" means as the guaranteed job changes.
+void ControlOpportunisticRate(Device& d, int64_t now) {
+  Device::Controller& c = d.ctl;
+  if (GuaranteedBusy(d, now)) c.busy_seen = true;
+  if (now < c.next_ns) return;
+  const uint64_t progress = GuaranteedProgress(d);
+  const double dt = static_cast<double>(now - c.last_ns) / 1e9;
+  const double rate = c.last_ns == 0 || dt <= 0 ? 0 : static_cast<double>(progress - c.last_progress) / dt;
+  c.last_progress = progress;
+  c.last_ns = now;
+  c.next_ns = now + kControlPeriodNs;
+  uint32_t r = d.opp_rate_permille.load(kRlx);
+  if (!c.busy_seen) {
+    // No guaranteed work: nothing to protect (the gate lets opportunistic work run freely),
+    // and time used meanwhile is not held against the rate once guaranteed work returns.
+    c.probing = false;
+    c.baseline = 0;
+    d.opp_tat.store(0, kRlx);
+    return;
+  }
+  c.busy_seen = false;
+  if (c.probing) {
+    c.baseline = c.baseline == 0 ? rate : 0.5 * c.baseline + 0.5 * rate;
+    c.probing = false;
+    d.opp_rate_permille.store(c.saved_rate, kRlx);
+    return;
+  }
+  if (c.baseline == 0 || now - c.last_probe_ns >= kProbeEveryNs) {
+    c.probing = true;
+    c.last_probe_ns = now;
+    c.saved_rate = c.baseline == 0 ? 0 : r;
+    d.opp_rate_permille.store(0, kRlx);
+    return;
+  }
+  r = NextOpportunisticRate(r, rate, c.baseline);
+  d.opp_rate_permille.store(r, kRlx);
+}
+
 constexpr uint32_t kShareSetBit = 0x80000000u;  // in LedgerComputeEntry::share_permille
 constexpr uint32_t kRunningBit = 0x40000000u;   // holds the share turn
 
@@ -375,7 +445,12 @@ int64_t WaitBeforeLaunch(Device& d, int64_t now, int64_t first_try) {
   const ComputePolicy& p = g_gate->policy;
   int64_t wait = 0;
   if (p.capped()) wait = GcraWaitNs(d.cap_tat.load(kRlx), now);
-  if (p.cls == ComputeClass::kOpportunistic && GuaranteedBusy(d, now)) wait = wait > 100'000 ? wait : 100'000;
+  if (p.cls == ComputeClass::kOpportunistic && GuaranteedBusy(d, now)) {
+    // Guaranteed work is busy: only the controller's rate (0: none).
+    const uint32_t r = d.opp_rate_permille.load(kRlx);
+    const int64_t w = r == 0 ? 100'000 : GcraWaitNs(d.opp_tat.load(kRlx), now);
+    if (w > wait) wait = w;
+  }
   if (wait > 0) return wait;
   const Contenders c = FindContenders(d, now);
   std::lock_guard<std::mutex> lock(d.turn_mu);
@@ -430,6 +505,7 @@ void* GateThread(void*) {
       // Lazy markers are recorded on the app's streams from here: the context must be current.
       if (current != ctx && g_gate->api.ctx_set_current(ctx) == CUDA_SUCCESS) current = ctx;
       PollDevice(d, now);
+      if (g_gate->policy.cls == ComputeClass::kOpportunistic) ControlOpportunisticRate(d, now);
     }
     if (now - last_scan >= kPeerScanNs) {
       last_scan = now;
@@ -503,12 +579,28 @@ bool InitLaunchGate(void* (*resolve)(const char*), ComputeLogFn log) {
   return g_init_ok;
 }
 
+// A guaranteed process with no cap and no share contention only publishes that it is
+// busy: no waiting, no measurement, no driver call on the launch path.
+bool PublishOnly(const Device& d) {
+  const ComputePolicy& p = g_gate->policy;
+  return p.cls == ComputeClass::kGuaranteed && !p.capped() && !d.share_peer.load(kRlx);
+}
+
 void BeforeLaunch(CUstream stream, bool per_thread) {
   if (g_gate == nullptr) return;
   Device* d = CurrentDevice();
   if (d == nullptr) return;
   const bool own_thread_stream = per_thread && (stream == nullptr || stream == CU_STREAM_PER_THREAD);
   StreamMeter* m = FindStream(*d, own_thread_stream ? CU_STREAM_PER_THREAD : stream, own_thread_stream ? ThreadKey() : 0);
+  if (PublishOnly(*d) && !own_thread_stream) {
+    const int64_t now = NowNs();
+    d->entry->active_until_ns.store(now + kActiveHoldNs, kRlx);
+    d->entry->inflight_until_ns.store(now + kInflightHoldNs, kRlx);
+    d->entry->launches.fetch_add(1, kRlx);
+    if (m != nullptr) m->CountLaunch();
+    return;
+  }
+  d->entry->launches.fetch_add(1, kRlx);
   const int64_t first_try = NowNs();
   for (int64_t now = first_try;; now = NowNs()) {
     d->entry->active_until_ns.store(now + kActiveHoldNs, kRlx);
@@ -540,6 +632,7 @@ void AfterLaunch(CUstream stream, bool per_thread) {
   if (m == nullptr) return;
   // Eager markers where queued-ahead work is bounded, and on per-thread default streams
   // (only the owning thread can record on those).
+  if (PublishOnly(*d) && !own_thread_stream) return;
   m->AfterLaunch(g_gate->api, d->pool, DepthBounded(*d) || own_thread_stream, NowNs());
 }
 

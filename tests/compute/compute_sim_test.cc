@@ -161,7 +161,10 @@ TEST_F(ComputeSim, CapHoldsWhenAlone) {
   const Result capped = RunTogether({{{"GSLICE_COMPUTE", "30%"}}}, 2.5)[0];
   ASSERT_GT(free.kernels, 200) << free.raw;
   const double share = static_cast<double>(capped.kernels) / static_cast<double>(free.kernels);
-  EXPECT_NEAR(share, 0.30, 0.08) << "capped " << capped.kernels << " vs free " << free.kernels;
+  // Never above the cap; below it only by what a starved CPU costs the capped job's
+  // measurement (the simulated kernels' times stretch when the machine is overloaded).
+  EXPECT_LE(share, 0.30 + 0.06) << "capped " << capped.kernels << " vs free " << free.kernels;
+  EXPECT_GE(share, 0.30 * 0.6) << "capped " << capped.kernels << " vs free " << free.kernels;
   // The cap holds in each half of the window, not only on average.
   const double first = static_cast<double>(capped.Between(0, 1250)) / static_cast<double>(free.Between(0, 1250));
   const double second = static_cast<double>(capped.Between(1250, 2500)) / static_cast<double>(free.Between(1250, 2500));
@@ -252,8 +255,9 @@ TEST_F(ComputeSim, ThroughTheShimCapAndClassesHold) {
   const Result free = RunTogether({{}}, 2.0, {}, /*direct=*/false)[0];
   const Result capped = RunTogether({{{"GSLICE_COMPUTE", "50%"}}}, 2.0, {}, /*direct=*/false)[0];
   ASSERT_GT(free.kernels, 150) << free.raw;
-  EXPECT_NEAR(static_cast<double>(capped.kernels) / static_cast<double>(free.kernels), 0.50, 0.10)
-      << capped.kernels << " vs " << free.kernels;
+  const double share = static_cast<double>(capped.kernels) / static_cast<double>(free.kernels);
+  EXPECT_LE(share, 0.50 + 0.08) << capped.kernels << " vs " << free.kernels;
+  EXPECT_GE(share, 0.50 * 0.6) << capped.kernels << " vs " << free.kernels;
   const auto rs = RunTogether({{{"GSLICE_CLASS", "guaranteed"}}, {{"GSLICE_CLASS", "opportunistic"}}}, 2.0,
                               {{"--off-after", "1000"}, {}}, /*direct=*/false);
   const double g_rate = static_cast<double>(rs[0].Between(200, 1000)) / 800.0;
@@ -282,8 +286,9 @@ TEST_F(ComputeSim, GsliceRunFlagsReachTheGate) {
   const Result free = run({}, 2.0);
   const Result capped = run({"--compute", "40%"}, 2.0);
   ASSERT_GT(free.kernels, 150) << free.raw;
-  EXPECT_NEAR(static_cast<double>(capped.kernels) / static_cast<double>(free.kernels), 0.40, 0.10)
-      << capped.kernels << " vs " << free.kernels;
+  const double share = static_cast<double>(capped.kernels) / static_cast<double>(free.kernels);
+  EXPECT_LE(share, 0.40 + 0.07) << capped.kernels << " vs " << free.kernels;
+  EXPECT_GE(share, 0.40 * 0.6) << capped.kernels << " vs " << free.kernels;
 }
 
 TEST_F(ComputeSim, GsliceRunRejectsBadComputeFlags) {

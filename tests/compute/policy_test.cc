@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <climits>
 
 namespace gslice::compute {
@@ -122,6 +123,38 @@ TEST(ComputeDepth, BoundsQueuedWorkButAlwaysAllowsOne) {
   EXPECT_FALSE(DepthAllows(1, 50'000'000, kCapDepthNs));
   EXPECT_TRUE(DepthAllows(19, 100'000, kCapDepthNs));
   EXPECT_FALSE(DepthAllows(20, 100'000, kCapDepthNs));
+}
+
+}  // namespace
+}  // namespace gslice::compute
+
+namespace gslice::compute {
+namespace {
+
+TEST(ComputeController, AdditiveIncreaseWhileGuaranteedHoldsHalvesWhenItDrops) {
+  EXPECT_EQ(NextOpportunisticRate(0, 100.0, 100.0), kRateStepPermille);
+  EXPECT_EQ(NextOpportunisticRate(200, 98.0, 100.0), 200 + kRateStepPermille);
+  EXPECT_EQ(NextOpportunisticRate(200, 96.0, 100.0), 100u);
+  EXPECT_EQ(NextOpportunisticRate(15, 50.0, 100.0), 0u) << "small rates go to zero";
+  EXPECT_EQ(NextOpportunisticRate(990, 100.0, 100.0), 1000u);
+  // Against a guaranteed job that loses 1% of its progress per 10% of opportunistic share,
+  // the controller saws around the 30% the floor allows: guaranteed progress averages at
+  // the floor, and never falls more than one step below it.
+  uint32_t r = 0;
+  double sum = 0, worst = 100.0;
+  const int periods = 400;
+  for (int period = 0; period < periods; ++period) {
+    const double progress = 100.0 * (1.0 - 0.1 * r / 1000.0);
+    if (period >= 20) {
+      sum += progress;
+      worst = std::min(worst, progress);
+    }
+    r = NextOpportunisticRate(r, progress, 100.0);
+  }
+  EXPECT_GE(sum / (periods - 20), kGuaranteedFloor * 100.0 - 0.5);
+  EXPECT_GE(worst, kGuaranteedFloor * 100.0 - 0.1 * kRateStepPermille / 10.0 - 1e-9);
+  EXPECT_GE(r, 100u);
+  EXPECT_LE(r, 350u);
 }
 
 }  // namespace

@@ -20,6 +20,7 @@ import os
 import random
 import statistics
 import sys
+import threading
 import time
 
 import torch
@@ -53,8 +54,59 @@ def write_result(sync, ident, result):
     os.rename(tmp, os.path.join(sync, f"{ident}.json"))
 
 
+class GpuSampler:
+    """GPU 0 through NVML every 50 ms, averaged over the measured window: utilisation (the
+    share of time a kernel ran, as the driver samples it), SM clock (MHz), power (W), and
+    the share of samples in which the clock was held down by the power cap."""
+
+    POWER_CAP_REASON = 0x4  # nvmlClocksEventReasonSwPowerCap
+
+    def __init__(self):
+        self.samples = []
+        try:
+            import pynvml
+            pynvml.nvmlInit()
+            self.nvml = pynvml
+            self.handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        except Exception:  # NVML missing: no samples, the job still runs
+            self.nvml = None
+            return
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _reasons(self):
+        for name in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
+            fn = getattr(self.nvml, name, None)
+            if fn is not None:
+                try:
+                    return fn(self.handle)
+                except Exception:
+                    continue
+        return 0
+
+    def _run(self):
+        while True:
+            try:
+                util = self.nvml.nvmlDeviceGetUtilizationRates(self.handle).gpu
+                mhz = self.nvml.nvmlDeviceGetClockInfo(self.handle, self.nvml.NVML_CLOCK_SM)
+                watts = self.nvml.nvmlDeviceGetPowerUsage(self.handle) / 1000.0
+                capped = 1.0 if self._reasons() & self.POWER_CAP_REASON else 0.0
+                self.samples.append((time.time(), util, mhz, watts, capped))
+            except Exception:
+                return
+            time.sleep(0.05)
+
+    def summary(self, t0, t1):
+        inside = [x[1:] for x in self.samples if t0 <= x[0] <= t1]
+        if not inside:
+            return {}
+        cols = list(zip(*inside))
+        return {"util_pct": statistics.fmean(cols[0]), "sm_mhz": statistics.fmean(cols[1]),
+                "power_w": statistics.fmean(cols[2]), "power_capped": statistics.fmean(cols[3])}
+
+
 def run_throughput(args):
     step = workloads.build(args.workload)
+    sampler = GpuSampler()
     start = time.time()
     n = 0
     while n < 3 or time.time() - start < args.warmup:
@@ -82,8 +134,8 @@ def run_throughput(args):
         rate = 0.0
     else:
         rate = (len(done) - 1) / (done[-1] - done[0])
-    write_result(args.sync, args.id, {"workload": args.workload, "steps_per_s": rate,
-                                      "steps": len(done)})
+    write_result(args.sync, args.id, dict({"workload": args.workload, "steps_per_s": rate,
+                                           "steps": len(done)}, **sampler.summary(t0, end)))
 
 
 def serve(step, arrival, latencies):

@@ -169,6 +169,11 @@ def phase_plain(state):
         if service_ms:
             record(state, "latency/coexec", run_config("latency/coexec", [
                 server("s", service_ms), throughput("resnet50", "o", warmup=3)], seconds=WINDOW + 4))
+            # Diagnostic: the server under gslice, the training job plain (what the server's
+            # own gate costs, apart from what the class policy does).
+            record(state, "latency/gslice-server-only", run_config("latency/gslice-server-only", [
+                server("s", service_ms, gslice_prefix("--class=guaranteed")),
+                throughput("resnet50", "o", warmup=3)], seconds=WINDOW + 4))
             record(state, "latency/gslice", run_config("latency/gslice", [
                 server("s", service_ms, gslice_prefix("--class=guaranteed")),
                 throughput("resnet50", "o", gslice_prefix("--class=opportunistic"), warmup=3)],
@@ -211,6 +216,13 @@ def rate(state, key, ident):
     return r[ident].get("steps_per_s")
 
 
+def field(state, key, ident, name):
+    r = state.get(key)
+    if not r or "error" in r or ident not in r:
+        return None
+    return r[ident].get(name)
+
+
 def err(state, key):
     r = state.get(key)
     if r is None:
@@ -231,15 +243,30 @@ def report(state, md_path):
 
     if "1" in CASES:
         solo = rate(state, "cap/solo", "a")
+        solo_util = field(state, "cap/solo", "a", "util_pct")
+        rows.append(("1 cap", "solo", "GPU util (NVML) % / SM MHz / W / power-capped", "/".join(
+            fmt(field(state, "cap/solo", "a", k), "{:.0f}") for k in ("util_pct", "sm_mhz", "power_w")) +
+            " / " + fmt(field(state, "cap/solo", "a", "power_capped"), "{:.0%}"), "-", "-", "-", "", ""))
         for cap in CAPS:
             g = rate(state, f"cap/gslice/{cap}", "a")
             m = rate(state, f"cap/mps/{cap}", "a")
             gs = None if g is None or not solo else 100 * g / solo
             ms = None if m is None or not solo else 100 * m / solo
-            rows.append(("1 cap", f"cap {cap}%", "share of solo (%)", "100", "-", fmt(ms), fmt(gs),
+            # The share of GPU time, measured independently of gslice: NVML's utilisation
+            # (time a kernel ran) relative to the solo run's.
+            def tshare(key):
+                u = field(state, key, "a", "util_pct")
+                return None if u is None or not solo_util else 100 * u / solo_util
+            gt, mt = tshare(f"cap/gslice/{cap}"), tshare(f"cap/mps/{cap}")
+            rows.append(("1 cap", f"cap {cap}%", "GPU time share (NVML util vs solo, %)", "100", "-", fmt(mt), fmt(gt),
                          f"{cap}±2", err(state, f"cap/gslice/{cap}")))
-            ok = gs is not None and abs(gs - cap) <= 2
-            result(f"compute.cap.{cap}", ok, f"gslice {fmt(gs)}% (target {cap}±2), MPS {fmt(ms)}% {err(state, f'cap/gslice/{cap}')}")
+            rows.append(("1 cap", f"cap {cap}%", "throughput share (%) [SM MHz, power-capped]", "100", "-",
+                         f"{fmt(ms)} [{fmt(field(state, f'cap/mps/{cap}', 'a', 'sm_mhz'), '{:.0f}')}]",
+                         f"{fmt(gs)} [{fmt(field(state, f'cap/gslice/{cap}', 'a', 'sm_mhz'), '{:.0f}')}, "
+                         f"{fmt(field(state, f'cap/gslice/{cap}', 'a', 'power_capped'), '{:.0%}')}]", f"{cap}±2", ""))
+            ok = gt is not None and abs(gt - cap) <= 2
+            result(f"compute.cap.{cap}", ok, f"gslice GPU time {fmt(gt)}% (target {cap}±2), throughput {fmt(gs)}% of solo; "
+                                             f"MPS time {fmt(mt)}%, throughput {fmt(ms)}% {err(state, f'cap/gslice/{cap}')}")
     if "2" in CASES:
         ca, cb = rate(state, "split/coexec", "a"), rate(state, "split/coexec", "b")
         cx = None if ca is None or cb is None else 100 * ca / (ca + cb)
@@ -286,6 +313,12 @@ def report(state, md_path):
         if solo:
             rows.append(("4 latency", "server solo", "p50 / service / load", f"{solo['p50_ms']:.2f} ms",
                          f"service {solo['service_ms']:.2f} ms", f"{solo['rate_per_s']:.0f} req/s", f"{solo['requests']} requests", "", ""))
+        d = state.get("latency/gslice-server-only") or {}
+        if "error" not in d and "s" in d and sp99:
+            dt = rate(state, "latency/gslice-server-only", "o")
+            rows.append(("4 latency", "diagnostic: server in gslice, training plain", "p99 ms (× solo) / training × solo", "",
+                         f"{d['s']['p99_ms']:.2f} ({d['s']['p99_ms'] / sp99:.2f}×) / {fmt(None if dt is None or not so else dt / so, '{:.3f}')}",
+                         "", "", "", ""))
         r = rel["gslice"]
         result("compute.latency.p99", r is not None and r <= 1.10, f"gslice p99 {fmt(p99['gslice'], '{:.2f}')} ms = {fmt(r, '{:.3f}')}× solo {fmt(sp99, '{:.2f}')} ms (≤1.10); plain {fmt(rel['coexec'], '{:.2f}')}×, MPS {fmt(rel['mps'], '{:.2f}')}×")
         result("compute.latency.opportunistic", tr["gslice"] is not None and tr["gslice"] >= 0.5, f"gslice {fmt(tr['gslice'], '{:.3f}')}× solo (≥0.50); plain {fmt(tr['coexec'], '{:.3f}')}, MPS {fmt(tr['mps'], '{:.3f}')}")

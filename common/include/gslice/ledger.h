@@ -91,7 +91,8 @@ struct LedgerComputeEntry {
   std::atomic<int64_t> active_until_ns;    // wants the GPU until then (MonotonicNs)
   std::atomic<int64_t> inflight_until_ns;  // has work queued on the GPU until then
   std::atomic<int64_t> vtime_ns;           // measured busy time / share (share scheduler)
-  std::atomic<uint64_t> busy_ns;           // measured busy time, total
+  std::atomic<uint64_t> launches;          // launches issued: guaranteed progress, for the
+                                           // opportunistic rate controller
 };
 static_assert(sizeof(LedgerComputeEntry) == 64);
 
