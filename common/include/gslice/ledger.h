@@ -10,7 +10,8 @@
 //  - Usage lives only in per-process counters, never in a shared total, so a dead process
 //    leaves nothing to repair: reaping zeroes its counters and frees its slot.
 //  - The only lock (slice creation, rare) records its holder's pid and is stolen when the
-//    holder is dead or has held it for longer than kCreateLockStealNs.
+//    holder is dead or has held it for longer than kCreateLockStealNs. (Initialising the
+//    file uses its flock, which the kernel drops when the holder dies.)
 //  - State words pack (state, pid) into one 64-bit atomic so that a slot is never ALIVE
 //    without an owner pid.
 #pragma once
@@ -121,7 +122,7 @@ enum class LedgerError {
   kOk = 0,
   kOpenFailed,        // open/ftruncate/mmap failed (errno in detail)
   kIncompatible,      // wrong magic, version or size
-  kInitTimeout,       // the creator never finished (handled by re-creating; reported if that fails)
+  kInitTimeout,       // another process held the initialisation lock for too long
   kNoSliceEntry,      // all kLedgerMaxSlices entries are in use
   kNoGpuEntry,        // the slice already has kLedgerMaxGpus GPUs
   kNoProcessSlot,     // all kLedgerMaxSlots slots of the slice are in use
@@ -149,8 +150,9 @@ class Ledger {
   Ledger(Ledger&& o) noexcept;
   Ledger& operator=(Ledger&& o) noexcept;
 
-  // Maps the ledger at path, creating it (O_EXCL, mode 0666) when missing. A creator killed
-  // mid-initialisation is detected after init_timeout_ms and the file replaced atomically.
+  // Maps the ledger at path, creating it (mode 0666) when missing. Initialisation happens
+  // under the file's exclusive flock and is idempotent, so a creator killed half-way is
+  // finished by the next opener; init_timeout_ms bounds the wait for that lock.
   LedgerError Open(const char* path, int init_timeout_ms = 2000);
   // A private, process-local ledger (anonymous mapping): used when the node ledger cannot be
   // opened, so limits still hold within the process.
