@@ -294,3 +294,117 @@ GSLICE_SIM_EXPORT CUresult cuFuncGetAttribute(int* pi, CUfunction_attribute attr
   }
   return CUDA_SUCCESS;
 }
+
+// ---- libraries: context-independent modules; a CUkernel is the kernel's function ----
+
+namespace {
+
+std::set<CUmod_st*> g_libraries;
+
+CUresult LoadLibrary(CUlibrary* out, const void* image, unsigned num_jit, CUjit_option* jit,
+                     void** jit_values, unsigned num_lib, CUlibraryOption* lib_options,
+                     void** lib_values) {
+  if (out == nullptr || image == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if ((num_jit > 0 && (jit == nullptr || jit_values == nullptr)) ||
+      (num_lib > 0 && (lib_options == nullptr || lib_values == nullptr))) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  REQUIRE_INIT(d);
+  const char* text = static_cast<const char*>(image);
+  if (std::strncmp(text, kImageMagic, sizeof kImageMagic - 1) != 0) {
+    return ClassifyForeignImage(image);
+  }
+  auto mod = std::make_unique<CUmod_st>();
+  CUresult r = ParseImage(text, mod.get());
+  if (r != CUDA_SUCCESS) return r;
+  std::lock_guard<std::mutex> g(g_modules_mu);
+  for (auto& f : mod->functions) g_functions.insert(f.get());
+  g_libraries.insert(mod.get());
+  *out = reinterpret_cast<CUlibrary>(mod.get());
+  g_modules[mod.get()] = std::move(mod);
+  return CUDA_SUCCESS;
+}
+
+CUmod_st* FindLibraryLocked(CUlibrary lib) {
+  auto* m = reinterpret_cast<CUmod_st*>(lib);
+  return g_libraries.count(m) != 0 ? m : nullptr;
+}
+
+}  // namespace
+
+GSLICE_SIM_EXPORT CUresult cuLibraryLoadData(CUlibrary* library, const void* code,
+                                             CUjit_option* jit, void** jit_values,
+                                             unsigned int num_jit, CUlibraryOption* options,
+                                             void** option_values, unsigned int num_options) {
+  return LoadLibrary(library, code, num_jit, jit, jit_values, num_options, options, option_values);
+}
+
+GSLICE_SIM_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary* library, const char* path,
+                                                 CUjit_option* jit, void** jit_values,
+                                                 unsigned int num_jit, CUlibraryOption* options,
+                                                 void** option_values, unsigned int num_options) {
+  if (library == nullptr || path == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  REQUIRE_INIT(d);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return CUDA_ERROR_FILE_NOT_FOUND;
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (text.size() < 4) return CUDA_ERROR_INVALID_IMAGE;
+  return LoadLibrary(library, text.c_str(), num_jit, jit, jit_values, num_options, options,
+                     option_values);
+}
+
+GSLICE_SIM_EXPORT CUresult cuLibraryUnload(CUlibrary library) {
+  REQUIRE_INIT(d);
+  std::lock_guard<std::mutex> g(g_modules_mu);
+  CUmod_st* m = FindLibraryLocked(library);
+  if (m == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  for (auto& f : m->functions) g_functions.erase(f.get());
+  g_libraries.erase(m);
+  g_modules.erase(m);
+  return CUDA_SUCCESS;
+}
+
+GSLICE_SIM_EXPORT CUresult cuLibraryGetKernel(CUkernel* kernel, CUlibrary library, const char* name) {
+  if (kernel == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  REQUIRE_INIT(d);
+  std::lock_guard<std::mutex> g(g_modules_mu);
+  CUmod_st* m = FindLibraryLocked(library);
+  if (m == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  for (auto& f : m->functions) {
+    if (f->name == name) {
+      *kernel = reinterpret_cast<CUkernel>(f.get());
+      return CUDA_SUCCESS;
+    }
+  }
+  return CUDA_ERROR_NOT_FOUND;
+}
+
+GSLICE_SIM_EXPORT CUresult cuLibraryGetModule(CUmodule* module, CUlibrary library) {
+  if (module == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  REQUIRE_INIT(d);
+  REQUIRE_CONTEXT(ctx);
+  std::lock_guard<std::mutex> g(g_modules_mu);
+  CUmod_st* m = FindLibraryLocked(library);
+  if (m == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  *module = m;
+  return CUDA_SUCCESS;
+}
+
+GSLICE_SIM_EXPORT CUresult cuKernelGetFunction(CUfunction* function, CUkernel kernel) {
+  if (function == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  REQUIRE_INIT(d);
+  REQUIRE_CONTEXT(ctx);
+  auto* f = reinterpret_cast<CUfunction>(kernel);
+  if (!FunctionLive(f)) return CUDA_ERROR_INVALID_HANDLE;
+  *function = f;
+  return CUDA_SUCCESS;
+}
+
+GSLICE_SIM_EXPORT CUresult cuKernelGetName(const char** name, CUkernel kernel) {
+  if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  REQUIRE_INIT(d);
+  auto* f = reinterpret_cast<CUfunction>(kernel);
+  if (!FunctionLive(f)) return CUDA_ERROR_INVALID_HANDLE;
+  *name = f->name.c_str();
+  return CUDA_SUCCESS;
+}

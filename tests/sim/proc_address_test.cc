@@ -105,7 +105,7 @@ TEST_F(ProcAddressTest, EveryExportIsReachableThroughGetProcAddress) {
   pclose(nm);
   ASSERT_GT(exports.size(), 100u);
   const int versions[] = {2000, 2010, 2020, 3000, 3020, 4000, 4010, 5000, 5050, 6000, 6050, 7000,
-                          9000, 9020, 10000, 10020, 11000, 11020, 11030, 11040, 11060, 12000, 12050, 12080, 13000};
+                          9000, 9020, 10000, 10020, 11000, 11020, 11030, 11040, 11060, 12000, 12030, 12050, 12080, 13000};
   std::set<void*> reachable;
   for (const std::string& e : exports) {
     std::string base = e;

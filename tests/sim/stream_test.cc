@@ -229,6 +229,32 @@ TEST_F(StreamTest, CooperativeLaunchAndFunctionAttributes) {
   CHECK_CU(cuMemFree(p));
 }
 
+TEST_F(StreamTest, LibrariesAndKernels) {
+  CUlibrary lib;
+  EXPECT_CU(CUDA_ERROR_INVALID_PTX,
+            cuLibraryLoadData(&lib, ".version 8.0\n.target sm_90\n", nullptr, nullptr, 0, nullptr, nullptr, 0));
+  CHECK_CU(cuLibraryLoadData(&lib, SimTestImage(), nullptr, nullptr, 0, nullptr, nullptr, 0));
+  CUkernel k;
+  EXPECT_CU(CUDA_ERROR_NOT_FOUND, cuLibraryGetKernel(&k, lib, "nope"));
+  CHECK_CU(cuLibraryGetKernel(&k, lib, "gslice_fill"));
+  const char* name = nullptr;
+  CHECK_CU(cuKernelGetName(&name, k));
+  EXPECT_STREQ(name, "gslice_fill");
+  CUfunction f;
+  CHECK_CU(cuKernelGetFunction(&f, k));
+  CUdeviceptr p;
+  CHECK_CU(cuMemAlloc(&p, 4096));
+  CHECK_CU(LaunchFill(f, p, 0x1b, 1, nullptr));
+  // A CUkernel may be launched directly, as with the driver.
+  CHECK_CU(LaunchFill(reinterpret_cast<CUfunction>(k), p + 4, 0x2b, 1, nullptr));
+  CHECK_CU(cuCtxSynchronize());
+  EXPECT_EQ(ReadWord(p), 0x1bu);
+  EXPECT_EQ(ReadWord(p + 4), 0x2bu);
+  CHECK_CU(cuLibraryUnload(lib));
+  EXPECT_CU(CUDA_ERROR_INVALID_HANDLE, cuLibraryGetKernel(&k, lib, "gslice_fill"));
+  CHECK_CU(cuMemFree(p));
+}
+
 TEST_F(StreamTest, ModuleImages) {
   CUmodule m;
   EXPECT_CU(CUDA_ERROR_INVALID_PTX, cuModuleLoadData(&m, ".version 8.0\n.target sm_90\n"));
