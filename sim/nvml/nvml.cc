@@ -1,6 +1,5 @@
 // The simulated libnvidia-ml.so.1: NVML answers read from the simulated node. Like the
 // real NVML it lists every device of the node (CUDA_VISIBLE_DEVICES does not apply).
-#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -264,7 +263,7 @@ GSLICE_NVML_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t devic
   REQUIRE_HANDLE(node, device, index);
   if (utilization == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   double u = node->Utilization(static_cast<uint32_t>(index));
-  utilization->gpu = static_cast<unsigned>(std::lround(u * 100.0));
+  utilization->gpu = static_cast<unsigned>(u * 100.0 + 0.5);
   utilization->memory = 0;  // the sim does not model memory bandwidth
   return NVML_SUCCESS;
 }
