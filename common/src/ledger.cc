@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -65,35 +66,6 @@ LedgerError Validate(const LedgerLayout* l) {
 void* MapFd(int fd) {
   void* p = mmap(nullptr, sizeof(LedgerLayout), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   return p == MAP_FAILED ? nullptr : p;
-}
-
-// Creates a fully initialised ledger at a temporary name and renames it over path, so that
-// nobody ever maps a half-written file through path.
-LedgerError CreateByRename(const char* path) {
-  char tmp[4096];
-  int n = snprintf(tmp, sizeof tmp, "%s.init-%d", path, static_cast<int>(getpid()));
-  if (n <= 0 || static_cast<size_t>(n) >= sizeof tmp) return LedgerError::kBadArgument;
-  int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-  if (fd < 0) return LedgerError::kOpenFailed;
-  fchmod(fd, 0666);
-  if (ftruncate(fd, static_cast<off_t>(sizeof(LedgerLayout))) != 0) {
-    close(fd);
-    unlink(tmp);
-    return LedgerError::kOpenFailed;
-  }
-  void* p = MapFd(fd);
-  close(fd);
-  if (p == nullptr) {
-    unlink(tmp);
-    return LedgerError::kOpenFailed;
-  }
-  InitHeader(static_cast<LedgerLayout*>(p));
-  munmap(p, sizeof(LedgerLayout));
-  if (rename(tmp, path) != 0) {
-    unlink(tmp);
-    return LedgerError::kOpenFailed;
-  }
-  return LedgerError::kOk;
 }
 
 }  // namespace
@@ -199,63 +171,58 @@ LedgerError Ledger::OpenPrivate() {
 
 LedgerError Ledger::Open(const char* path, int init_timeout_ms) {
   if (path == nullptr || path[0] == '\0') return LedgerError::kBadArgument;
-  const int64_t deadline = MonotonicNs() + static_cast<int64_t>(init_timeout_ms) * 1'000'000;
-  bool recreated = false;
-  for (;;) {
-    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    bool creator = fd >= 0;
-    if (!creator) {
-      if (errno != EEXIST) return LedgerError::kOpenFailed;
-      fd = open(path, O_RDWR | O_CLOEXEC);
-      if (fd < 0) {
-        if (errno == ENOENT) continue;  // replaced between the two opens
-        return LedgerError::kOpenFailed;
-      }
-    } else {
-      fchmod(fd, 0666);  // other users' processes join the same ledger
-      if (ftruncate(fd, static_cast<off_t>(sizeof(LedgerLayout))) != 0) {
-        close(fd);
-        unlink(path);
-        return LedgerError::kOpenFailed;
-      }
-    }
-    // Wait (bounded) until the creator has sized the file.
-    struct stat st;
-    while (fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) < sizeof(LedgerLayout) &&
-           MonotonicNs() < deadline) {
-      SleepNs(1'000'000);
-    }
-    void* p = nullptr;
-    if (static_cast<size_t>(st.st_size) >= sizeof(LedgerLayout)) p = MapFd(fd);
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0) return LedgerError::kOpenFailed;
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
     close(fd);
-    if (p == nullptr && static_cast<size_t>(st.st_size) >= sizeof(LedgerLayout)) {
-      return LedgerError::kOpenFailed;
-    }
-    auto* l = static_cast<LedgerLayout*>(p);
-    if (creator) {
-      InitHeader(l);
-    } else if (l != nullptr) {
-      while (l->header.initialised.load(kAcq) == 0 && MonotonicNs() < deadline) SleepNs(1'000'000);
-    }
-    if (l != nullptr && l->header.initialised.load(kAcq) == 1) {
-      LedgerError v = Validate(l);
-      if (v != LedgerError::kOk) {
-        munmap(l, sizeof(LedgerLayout));
-        return v;
-      }
-      if (layout_ != nullptr) munmap(layout_, map_size_);
-      layout_ = l;
-      map_size_ = sizeof(LedgerLayout);
-      return LedgerError::kOk;
-    }
-    // The creator died before finishing (or never sized the file): replace the file
-    // atomically with a complete one, once.
-    if (l != nullptr) munmap(l, sizeof(LedgerLayout));
-    if (recreated) return LedgerError::kInitTimeout;
-    recreated = true;
-    LedgerError e = CreateByRename(path);
-    if (e != LedgerError::kOk) return e;
+    return LedgerError::kOpenFailed;
   }
+  auto* l = static_cast<size_t>(st.st_size) == sizeof(LedgerLayout) ? static_cast<LedgerLayout*>(MapFd(fd)) : nullptr;
+  if (l == nullptr || l->header.initialised.load(kAcq) != 1) {
+    // Not (yet) initialised: whoever holds the file's exclusive flock sizes and initialises
+    // it. The kernel drops the lock of a process killed half-way, and initialisation is
+    // idempotent (a zero-filled file plus the header), so the next holder simply finishes it.
+    const int64_t deadline = MonotonicNs() + static_cast<int64_t>(init_timeout_ms) * 1'000'000;
+    while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      if (MonotonicNs() > deadline) {
+        if (l != nullptr) munmap(l, sizeof(LedgerLayout));
+        close(fd);
+        return LedgerError::kInitTimeout;
+      }
+      SleepNs(200'000);
+    }
+    LedgerError e = LedgerError::kOk;
+    if (fstat(fd, &st) != 0) {
+      e = LedgerError::kOpenFailed;
+    } else if (st.st_size == 0) {
+      fchmod(fd, 0666);  // other users' processes join the same ledger
+      if (ftruncate(fd, static_cast<off_t>(sizeof(LedgerLayout))) != 0) e = LedgerError::kOpenFailed;
+    } else if (static_cast<size_t>(st.st_size) != sizeof(LedgerLayout)) {
+      e = LedgerError::kIncompatible;  // another layout's file: never touched
+    }
+    if (e == LedgerError::kOk && l == nullptr) {
+      l = static_cast<LedgerLayout*>(MapFd(fd));
+      if (l == nullptr) e = LedgerError::kOpenFailed;
+    }
+    if (e == LedgerError::kOk && l->header.initialised.load(kAcq) != 1) InitHeader(l);
+    flock(fd, LOCK_UN);
+    if (e != LedgerError::kOk) {
+      if (l != nullptr) munmap(l, sizeof(LedgerLayout));
+      close(fd);
+      return e;
+    }
+  }
+  close(fd);
+  LedgerError v = Validate(l);
+  if (v != LedgerError::kOk) {
+    munmap(l, sizeof(LedgerLayout));
+    return v;
+  }
+  if (layout_ != nullptr) munmap(layout_, map_size_);
+  layout_ = l;
+  map_size_ = sizeof(LedgerLayout);
+  return LedgerError::kOk;
 }
 
 bool Ledger::LockCreate() {
