@@ -23,7 +23,7 @@ command -v wrk >/dev/null || { echo "daemon_api.sh: wrk is missing (apt-get inst
 
 tag="gslice-bench-$$"
 dir="$(mktemp -d "/tmp/$tag-XXXX")"
-export GSLICE_SIM_STATE="/dev/shm/$tag-sim"
+export GSLICE_SIM_STATE="/dev/shm/$tag-sim" GSLICE_SUSPEND_BOARD="/dev/shm/$tag-suspend-board"
 pid=""
 cleanup() {
   [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true
@@ -87,7 +87,7 @@ start_daemon none
 create_slices 100
 echo "## Throughput (100 slices registered)"
 echo
-echo "| endpoint | requests/s | latency avg | latency p99 | non-2xx |"
+echo "| endpoint | requests/s | latency avg | latency p99 | errors (non-2xx, timeouts) |"
 echo "| --- | ---: | ---: | ---: | ---: |"
 cat > "$dir/report.lua" <<'LUA'
 done = function(summary, latency, requests)

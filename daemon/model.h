@@ -76,7 +76,8 @@ struct ProcessUsage {
   std::string slice;
   std::string gpu_uuid;
   uint64_t memory_used = 0;  // bytes
-  uint64_t busy_ns = 0;      // GPU time its launches have used, total (0 when not gated)
+  uint64_t busy_ns = 0;      // GPU time its launches have used (0 when not gated); may jump
+                             // forward when its gate catches up with others' virtual time
   bool active = false;       // wants the GPU now (its launch gate says so)
 };
 

@@ -1,5 +1,6 @@
 #include "registry.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -130,7 +131,9 @@ void Registry::Sample() {
       for (const ProcessUsage& p : processes_) {
         auto b = base.find({p.pid, p.gpu_uuid});
         if (p.busy_ns == 0 || b == base.end() || b->second > p.busy_ns) continue;
-        compute_used_[p.slice] += static_cast<double>(p.busy_ns - b->second) / dt_ns;
+        const double used = static_cast<double>(p.busy_ns - b->second) / dt_ns;
+        // More than the whole GPU is the gate catching up, not work: leave it out.
+        if (used <= 1.05) compute_used_[p.slice] += std::min(used, 1.0);
       }
     }
   }

@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
       std::memcpy(e.uuid, uuid, 16);
       e.slice_class.store(static_cast<uint32_t>(cls));
       e.share_permille.store(500);
-      e.busy_ns.store(0);
+      e.vtime_ns.store(0);
       e.state.store(PackState(EntryState::kAlive, pid));
       entry = &e;
       break;
@@ -83,7 +83,8 @@ int main(int argc, char** argv) {
     const int64_t want = static_cast<int64_t>(static_cast<double>(bytes) * ramp) & ~int64_t{(1 << 20) - 1};
     if (want > charged && ledger.Charge(h, gpu, want - charged) == ChargeResult::kOk) charged = want;
     if (entry != nullptr) {
-      entry->busy_ns.store(static_cast<uint64_t>(static_cast<double>(now - start) * busy));
+      // Virtual time, as the gate keeps it: busy time * 1000 / share.
+      entry->vtime_ns.store(static_cast<int64_t>(static_cast<double>(now - start) * busy * 1000 / 500));
       entry->active_until_ns.store(now + 500'000'000);
     }
     usleep(100'000);

@@ -37,6 +37,7 @@ const tag = `gslice-test-${process.pid}-web`;
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), `${tag}-`));
 const ledger = `/dev/shm/${tag}-ledger`;
 const simState = `/dev/shm/${tag}-sim`;
+const board = `/dev/shm/${tag}-suspend-board`;
 const children = [];
 
 function freePort() {
@@ -69,7 +70,7 @@ function cleanup() {
   for (const c of children) {
     try { c.kill('SIGTERM'); } catch (e) { /* gone */ }
   }
-  for (const f of [ledger, simState]) fs.rmSync(f, {force: true});
+  for (const f of [ledger, simState, board]) fs.rmSync(f, {force: true});
   fs.rmSync(dir, {recursive: true, force: true});
 }
 
@@ -87,7 +88,7 @@ async function main() {
     `token_file = "${dir}/token"`,
     'sample_interval_ms = 250',
   ].join('\n') + '\n');
-  const env = {...process.env, GSLICE_SIM_STATE: simState};
+  const env = {...process.env, GSLICE_SIM_STATE: simState, GSLICE_SUSPEND_BOARD: board};
   const log = fs.openSync(path.join(dir, 'gsliced.log'), 'a');
   const daemon = spawn(process.env.GSLICED, ['--config', path.join(dir, 'gsliced.toml')],
                        {env, stdio: ['ignore', log, log]});
