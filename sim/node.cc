@@ -529,8 +529,8 @@ void Node::AcquireDevice(uint32_t dev, uint64_t code) {
       }
       uint64_t now = MonotonicNs();
       if (d.holder != 0) {
-        // Holders release at every slice boundary when others wait; one that has not for
-        // a while is dead or stalled.
+        // Holders renew their lease at every slice boundary (KeepDevice); one that has not
+        // for a while is dead or stalled.
         uint64_t held = now - d.holder_since_ns;
         if (held > 20'000'000ull + 2ull * state_->timeslice_us * 1000ull) {
           int hs = CodeSlot(d.holder);
@@ -576,9 +576,12 @@ void Node::AcquireDevice(uint32_t dev, uint64_t code) {
   }
 }
 
-bool Node::HoldsDevice(uint32_t dev, uint64_t code) {
+bool Node::KeepDevice(uint32_t dev, uint64_t code) {
   NodeLock lock(this);
-  return state_->devices[dev].holder == code;
+  DeviceRecord& d = state_->devices[dev];
+  if (d.holder != code) return false;
+  d.holder_since_ns = MonotonicNs();
+  return true;
 }
 
 void Node::ReleaseDevice(uint32_t dev, uint64_t code) {

@@ -177,8 +177,9 @@ class Node {
   // device far past its slice while others waited, loses it.
   uint64_t MakeContextCode(int slot, uint32_t context_serial) const;
   void AcquireDevice(uint32_t dev, uint64_t code);
-  // True when the device still belongs to code (it may have been taken from a stalled holder).
-  bool HoldsDevice(uint32_t dev, uint64_t code);
+  // True when the device still belongs to code (it may have been taken from a stalled
+  // holder); renews the holder's lease. Holders call it at every slice boundary.
+  bool KeepDevice(uint32_t dev, uint64_t code);
   void ReleaseDevice(uint32_t dev, uint64_t code);
   bool OthersWaiting(uint32_t dev) const {
     return state_->devices[dev].waiter_count.load(std::memory_order_acquire) > 0;

@@ -289,7 +289,7 @@ void RunOnDevice(CUctx_st* ctx, int priority, uint64_t duration_ns,
     const uint32_t dev = ctx->device;
     bool held = ctx->holds_device;
     l.unlock();
-    if (held && !node->HoldsDevice(dev, code)) held = false;  // taken from us while stalled
+    if (held && !node->KeepDevice(dev, code)) held = false;  // taken from us while stalled
     if (!held) node->AcquireDevice(dev, code);
 
     const uint64_t start = MonotonicNs();

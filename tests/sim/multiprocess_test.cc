@@ -100,19 +100,14 @@ TEST_F(MultiProcessTest, ForkedChildIsAProcessOfItsOwn) {
   CHECK_CU(cuCtxSynchronize());  // the parent's driver is untouched
 }
 
-uint64_t UnixMs() {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000;
-}
-
 TEST_F(MultiProcessTest, DeviceTimeIsSlicedFairlyBetweenProcesses) {
   const uint64_t kernel_us = 2000, duration_ms = 3000;
-  const std::string start = std::to_string(UnixMs() + 4000);  // time for both to start up
-  Child a({Worker(), "busy", std::to_string(kernel_us), std::to_string(duration_ms), start});
-  Child b({Worker(), "busy", std::to_string(kernel_us), std::to_string(duration_ms), start});
+  Child a({Worker(), "busy", std::to_string(kernel_us), std::to_string(duration_ms)});
+  Child b({Worker(), "busy", std::to_string(kernel_us), std::to_string(duration_ms)});
   ASSERT_EQ(a.ReadUntil("ready"), "ready");
   ASSERT_EQ(b.ReadUntil("ready"), "ready");
+  a.WriteLine("go");
+  b.WriteLine("go");
   std::string da = a.ReadUntil("done", 30000), db = b.ReadUntil("done", 30000);
   ASSERT_FALSE(da.empty());
   ASSERT_FALSE(db.empty());

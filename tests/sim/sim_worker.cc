@@ -6,8 +6,8 @@
 //   sim_worker devices                      cuInit, then one line per visible device
 //   sim_worker hold <dev> <bytes> <pattern> allocate, fill, then serve commands:
 //        verify | info | uuid | alloc <bytes> | busy <us> | sync | exit
-//   sim_worker busy <kernel_us> <duration_ms> <start_unix_ms>
-//        from the start time on, run busy kernels back to back for duration_ms
+//   sim_worker busy <kernel_us> <duration_ms>
+//        after a line "go" on stdin, run busy kernels back to back for duration_ms
 #include <cuda.h>
 #include <time.h>
 #include <unistd.h>
@@ -146,13 +146,13 @@ int Hold(int ordinal, size_t bytes, uint32_t pattern) {
   return 0;
 }
 
-uint64_t UnixMs() {
+uint64_t NowMs() {
   timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
+  clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000;
 }
 
-int Busy(uint64_t kernel_us, uint64_t duration_ms, uint64_t start_ms) {
+int Busy(uint64_t kernel_us, uint64_t duration_ms) {
   OR_DIE(cuInit(0));
   CUdevice dev;
   OR_DIE(cuDeviceGet(&dev, 0));
@@ -163,11 +163,13 @@ int Busy(uint64_t kernel_us, uint64_t duration_ms, uint64_t start_ms) {
   CUfunction busy, fill;
   OR_DIE(gslice::test::LoadTestKernels(&mod, &busy, &fill));
   Say("ready");
-  while (UnixMs() < start_ms) usleep(1000);
+  std::string go;
+  if (!std::getline(std::cin, go) || go != "go") return 3;
+  const uint64_t start_ms = NowMs();
   uint64_t kernels = 0;
   // Two kernels in flight keep the device fed without running past the window by much.
   OR_DIE(gslice::test::LaunchBusy(busy, kernel_us, nullptr));
-  while (UnixMs() < start_ms + duration_ms) {
+  while (NowMs() < start_ms + duration_ms) {
     OR_DIE(gslice::test::LaunchBusy(busy, kernel_us, nullptr));
     CUevent e;
     OR_DIE(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
@@ -192,9 +194,8 @@ int main(int argc, char** argv) {
     return Hold(std::atoi(argv[2]), std::strtoull(argv[3], nullptr, 10),
                 static_cast<uint32_t>(std::strtoul(argv[4], nullptr, 0)));
   }
-  if (mode == "busy" && argc == 5) {
-    return Busy(std::strtoull(argv[2], nullptr, 10), std::strtoull(argv[3], nullptr, 10),
-                std::strtoull(argv[4], nullptr, 10));
+  if (mode == "busy" && argc == 4) {
+    return Busy(std::strtoull(argv[2], nullptr, 10), std::strtoull(argv[3], nullptr, 10));
   }
   std::fprintf(stderr, "usage: see the comment at the top of sim_worker.cc\n");
   return 64;
