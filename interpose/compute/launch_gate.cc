@@ -92,6 +92,9 @@ struct Device {
   // is with opportunistic work paused (probed every kProbeEveryNs).
   std::atomic<int64_t> opp_tat{0};
   std::atomic<uint32_t> opp_rate_permille{0};
+  // Set while the controller measures the baseline: opportunistic work then also stays
+  // out of the guaranteed job's short gaps, so the baseline is the job's speed alone.
+  std::atomic<bool> probe_pause{false};
   struct Controller {
     int64_t next_ns = 0;
     int64_t last_probe_ns = 0;
@@ -378,6 +381,7 @@ void ControlOpportunisticRate(Device& d, int64_t now) {
     // No guaranteed work: nothing to protect (the gate lets opportunistic work run freely),
     // and time used meanwhile is not held against the rate once guaranteed work returns.
     c.probing = false;
+    d.probe_pause.store(false, kRlx);
     c.baseline = 0;
     d.opp_tat.store(0, kRlx);
     return;
@@ -386,6 +390,7 @@ void ControlOpportunisticRate(Device& d, int64_t now) {
   if (c.probing) {
     c.baseline = c.baseline == 0 ? rate : 0.5 * c.baseline + 0.5 * rate;
     c.probing = false;
+    d.probe_pause.store(false, kRlx);
     d.opp_rate_permille.store(c.saved_rate, kRlx);
     return;
   }
@@ -394,6 +399,7 @@ void ControlOpportunisticRate(Device& d, int64_t now) {
     c.last_probe_ns = now;
     c.saved_rate = c.baseline == 0 ? 0 : r;
     d.opp_rate_permille.store(0, kRlx);
+    d.probe_pause.store(true, kRlx);
     return;
   }
   r = NextOpportunisticRate(r, rate, c.baseline);
@@ -445,7 +451,9 @@ int64_t WaitBeforeLaunch(Device& d, int64_t now, int64_t first_try) {
   const ComputePolicy& p = g_gate->policy;
   int64_t wait = 0;
   if (p.capped()) wait = GcraWaitNs(d.cap_tat.load(kRlx), now);
-  if (p.cls == ComputeClass::kOpportunistic && GuaranteedBusy(d, now)) {
+  if (p.cls == ComputeClass::kOpportunistic && d.probe_pause.load(kRlx) && GuaranteedBusy(d, now - kProbeGapNs)) {
+    wait = wait > 100'000 ? wait : 100'000;  // the controller is measuring guaranteed work alone
+  } else if (p.cls == ComputeClass::kOpportunistic && GuaranteedBusy(d, now)) {
     // Guaranteed work is busy: only the controller's rate (0: none).
     const uint32_t r = d.opp_rate_permille.load(kRlx);
     const int64_t w = r == 0 ? 100'000 : GcraWaitNs(d.opp_tat.load(kRlx), now);

@@ -73,12 +73,13 @@ inline int64_t VtimeOnActivation(int64_t mine, int64_t min_other) {
 }
 
 // Opportunistic rate controller (TGS-style AIMD on the guaranteed jobs' progress).
-inline constexpr int64_t kControlPeriodNs = 100'000'000;  // one decision per 100 ms
-inline constexpr int64_t kProbeEveryNs = 2'000'000'000;   // re-learn the baseline every 2 s
+inline constexpr int64_t kControlPeriodNs = 250'000'000;  // one decision per 250 ms
+inline constexpr int64_t kProbeEveryNs = 4'000'000'000;   // re-learn the baseline every 4 s
+inline constexpr int64_t kProbeGapNs = 20'000'000;        // during a probe, stay out of gaps this short
 inline constexpr double kGuaranteedFloor = 0.97;          // keep >= 97% of solo progress
-inline constexpr uint32_t kRateStepPermille = 50;         // additive increase per period
+inline constexpr uint32_t kRateStepPermille = 25;         // additive increase per period
 // The opportunistic share of GPU time allowed while guaranteed work is busy, next period:
-// +5% while guaranteed progress holds (>= kGuaranteedFloor of the baseline measured with
+// +2.5% while guaranteed progress holds (>= kGuaranteedFloor of the baseline measured with
 // opportunistic work paused), halved when it does not.
 inline uint32_t NextOpportunisticRate(uint32_t rate, double progress, double baseline) {
   if (baseline > 0 && progress < kGuaranteedFloor * baseline) return rate / 2 < 10 ? 0 : rate / 2;
