@@ -132,7 +132,7 @@ class SharedLedger final : public NodeLedger {
         if (p.pid == static_cast<int>(pid) && (p.gpu_uuid == gpu || p.gpu_uuid.empty())) {
           // The gate keeps virtual time = busy time * 1000 / share (policy.h VtimeIncrement);
           // busy time is what the dashboard and metrics show.
-          const uint64_t share = std::max<uint32_t>(e.share_permille.load(), 1);
+          const uint64_t share = std::max<uint32_t>(e.share_permille.load() & kComputeShareMask, 1);
           const int64_t vtime = e.vtime_ns.load();
           if (vtime > 0) p.busy_ns += static_cast<uint64_t>(vtime) * share / 1000;
           p.active = p.active || is_active;

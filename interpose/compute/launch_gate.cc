@@ -144,7 +144,7 @@ LedgerComputeEntry* ClaimEntry(const uint8_t uuid[16], const ComputePolicy& p) {
       if (!e.state.compare_exchange_strong(s, PackState(EntryState::kClaiming, pid))) continue;
       memcpy(e.uuid, uuid, 16);
       e.slice_class.store(static_cast<uint32_t>(p.cls), kRlx);
-      e.share_permille.store(p.share_permille | (p.share_set ? 0x80000000u : 0u), kRlx);  // kShareSetBit
+      e.share_permille.store(p.share_permille | (p.share_set ? kComputeShareSet : 0u), kRlx);
       e.active_until_ns.store(0, kRlx);
       e.inflight_until_ns.store(0, kRlx);
       e.vtime_ns.store(0, kRlx);
@@ -187,7 +187,7 @@ void ScanPeers(Device& d) {
     }
     const auto cls = static_cast<ComputeClass>(e.slice_class.load(kRlx));
     if (cls == ComputeClass::kOpportunistic) opp = true;
-    if (cls == g_gate->policy.cls && (mine_set || (e.share_permille.load(kRlx) & 0x80000000u) != 0)) share = true;
+    if (cls == g_gate->policy.cls && (mine_set || (e.share_permille.load(kRlx) & kComputeShareSet) != 0)) share = true;
     d.peers[n++] = i;
   }
   d.peer_count.store(n, std::memory_order_release);
@@ -406,8 +406,7 @@ void ControlOpportunisticRate(Device& d, int64_t now) {
   d.opp_rate_permille.store(r, kRlx);
 }
 
-constexpr uint32_t kShareSetBit = 0x80000000u;  // in LedgerComputeEntry::share_permille
-constexpr uint32_t kRunningBit = 0x40000000u;   // holds the share turn
+constexpr uint32_t kRunningBit = kComputeShareRunning;
 
 void SetRunning(Device& d, bool running) {
   if (d.running == running) return;

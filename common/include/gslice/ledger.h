@@ -88,7 +88,7 @@ struct LedgerComputeEntry {
   std::atomic<uint64_t> state;             // kFree / kClaiming|pid / kAlive|pid
   uint8_t uuid[16];                        // the GPU
   std::atomic<uint32_t> slice_class;       // SliceClass
-  std::atomic<uint32_t> share_permille;    // guaranteed share weight
+  std::atomic<uint32_t> share_permille;    // share weight (kComputeShareMask) and flags
   std::atomic<int64_t> active_until_ns;    // wants the GPU until then (MonotonicNs)
   std::atomic<int64_t> inflight_until_ns;  // has work queued on the GPU until then
   std::atomic<int64_t> vtime_ns;           // measured busy time / share (share scheduler)
@@ -96,6 +96,9 @@ struct LedgerComputeEntry {
                                            // opportunistic rate controller
 };
 static_assert(sizeof(LedgerComputeEntry) == 64);
+inline constexpr uint32_t kComputeShareMask = 0xffffu;        // share_permille: the weight, 1..1000
+inline constexpr uint32_t kComputeShareSet = 0x80000000u;      // the share was given explicitly
+inline constexpr uint32_t kComputeShareRunning = 0x40000000u;  // holds the share turn
 
 struct LedgerHeader {
   uint32_t magic;
