@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "daemon_commands.h"
+#include "move_command.h"
 
 namespace gslice::cli {
 namespace {
@@ -23,6 +24,7 @@ const Command kCommands[] = {
     {"delete", kDeleteSummary, DeleteCommand},
     {"suspend", kSuspendSummary, SuspendCommand},
     {"resume", kResumeSummary, ResumeCommand},
+    {"move", kMoveSummary, MoveCommand},
 };
 
 void Usage(FILE* out) {

@@ -82,6 +82,10 @@ SuspendBoardEntry* SuspendBoard::Claim(uint32_t pid, uint64_t start_time) {
     std::memset(e.mem_request_gpu, 0, sizeof(e.mem_request_gpu));
     e.mem_reply_seq.store(0, std::memory_order_relaxed);
     e.mem_reply.store(0, std::memory_order_relaxed);
+    std::memset(e.move_to_gpu, 0, sizeof(e.move_to_gpu));
+    e.move_seq.store(0, std::memory_order_relaxed);
+    e.move_reply_seq.store(0, std::memory_order_relaxed);
+    e.move_reply.store(0, std::memory_order_relaxed);
     e.start_time.store(start_time, std::memory_order_release);
     return &e;
   }

@@ -218,15 +218,16 @@ TEST_F(SuspendSimTest, IdleProcessIsReclaimedAndResumedByItsNextCall) {
   auto st = service.manager().Get(c.pid());
   ASSERT_TRUE(st.has_value());
   EXPECT_EQ(st->state, State::kRunning);
-  EXPECT_EQ(st->resumes, 1u);
+  EXPECT_GE(st->resumes, 1u);
   EXPECT_EQ(service.manager().budget().held_bytes(), 0u);
   EXPECT_EQ(c.Ask("verify"), "verified ok");
   // Idle again: reclaimed again, and this time a synchronisation is the call that wakes it.
   ASSERT_TRUE(WaitState(service, c.pid(), State::kSuspended));
+  const uint64_t resumes_before = service.manager().Get(c.pid())->resumes;
   const std::string synced = c.Ask("sync");
   EXPECT_EQ(synced.rfind("synced ", 0), 0u) << synced;
   EXPECT_NE(synced.find("CUDA_SUCCESS"), std::string::npos) << synced;
-  EXPECT_EQ(service.manager().Get(c.pid())->resumes, 2u);
+  EXPECT_EQ(service.manager().Get(c.pid())->resumes, resumes_before + 1);
   EXPECT_EQ(c.Exit(), 0);
 }
 
@@ -386,6 +387,35 @@ TEST_F(SuspendSimTest, MoveRestoresTheProcessOnTheOtherGpu) {
   EXPECT_EQ(nvml_->Info(0).free_bytes, before0.free_bytes);
   EXPECT_EQ(c.Ask("verify"), "verified ok");
   EXPECT_NE(c.Ask("call").find("CUDA_SUCCESS"), std::string::npos);
+}
+
+TEST_F(SuspendSimTest, GsliceMoveMovesARunningProcessThroughTheService) {
+  const ShimEnv& env = Env("job", "512MiB", false);
+  SuspendService& service = Service();
+  Client& c = Start(env, 120 * MiB, 0x3c3c);
+  ASSERT_TRUE(c.ready());
+  service.Start();
+  const GpuInfo before1 = nvml_->Info(1);
+  // A GPU that does not exist: refused, and the process stays (running) where it was.
+  test::ChildResult bad = env.Run({test::GsliceBinary(), "move", std::to_string(c.pid()), "--to",
+                                   "GPU-00000000-0000-0000-0000-0000000000ff"}, 60);
+  EXPECT_EQ(bad.exit_code, 1) << bad.out << bad.err;
+  EXPECT_NE(bad.err.find("refused"), std::string::npos) << bad.err;
+  EXPECT_EQ(service.manager().Get(c.pid())->state, State::kRunning);
+  // The other GPU: suspended, restored there, running again.
+  test::ChildResult ok = env.Run({test::GsliceBinary(), "move", std::to_string(c.pid()), "--to", before1.uuid}, 60);
+  EXPECT_EQ(ok.exit_code, 0) << ok.out << ok.err;
+  EXPECT_NE(ok.out.find("runs on " + before1.uuid), std::string::npos) << ok.out;
+  auto st = service.manager().Get(c.pid());
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->state, State::kRunning);
+  EXPECT_EQ(st->info.gpu_uuid, before1.uuid);
+  EXPECT_LE(nvml_->Info(1).free_bytes + 120 * MiB, before1.free_bytes);
+  EXPECT_EQ(c.Ask("verify"), "verified ok");
+  // Bad input is refused before anything is asked of the service.
+  test::ChildResult usage = env.Run({test::GsliceBinary(), "move", "notapid", "--to", "1"}, 30);
+  EXPECT_EQ(usage.exit_code, 2);
+  EXPECT_NE(usage.err.find("by pid"), std::string::npos) << usage.err;
 }
 
 }  // namespace

@@ -6,7 +6,8 @@
 // One entry per shimmed process, claimed by the shim with one CAS on `owner` and reusable
 // once that pid is dead (ProcessAlive). No locks: every field has one writer.
 //   shim writes:    activity (each gated call), resume_request, mem_request_*
-//   service writes: gate, mem_reply_*
+//   service writes: gate, mem_reply_*, move_reply_*
+//   gslice move:    move_to_gpu, move_seq
 // gate is also a futex word: the shim sleeps on it while closed; the service wakes it.
 // header.doorbell is a futex word the service sleeps on; the shim bumps and wakes it when
 // it sets resume_request or posts a memory request, so the service answers at once.
@@ -25,6 +26,10 @@ inline constexpr int kSuspendBoardEntries = 4096;
 inline constexpr uint32_t kGateOpen = 0;
 inline constexpr uint32_t kGateClosed = 1;  // suspending, suspended or resuming: calls wait
 
+// move_reply values.
+inline constexpr uint32_t kMoveReplyMoved = 1;    // restored on the target GPU
+inline constexpr uint32_t kMoveReplyRefused = 2;  // not moved (the service logs why); it runs where it was
+
 // mem_reply values.
 inline constexpr uint32_t kMemReplyFreed = 1;    // memory was freed: retry the allocation
 inline constexpr uint32_t kMemReplyRefused = 2;  // nothing can be freed: the allocation fails
@@ -41,7 +46,14 @@ struct SuspendBoardEntry {
   std::atomic<uint64_t> mem_reply_seq;      // service: = mem_request_seq when answered
   std::atomic<uint32_t> mem_reply;          // kMemReply* (futex word for the shim)
   uint32_t reserved0;
-  uint8_t reserved[48];
+  // `gslice move`: a request to restore the process on another GPU (written by the CLI,
+  // which takes a request slot by CAS on move_seq; answered by the service).
+  uint8_t move_to_gpu[16];                 // target GPU UUID
+  std::atomic<uint64_t> move_seq;          // CLI: ++ per request (after move_to_gpu)
+  std::atomic<uint64_t> move_reply_seq;    // service: = move_seq when answered
+  std::atomic<uint32_t> move_reply;        // kMoveReply* (futex word for the CLI)
+  uint32_t reserved1;
+  uint8_t reserved[8];
 };
 static_assert(sizeof(SuspendBoardEntry) == 128);
 

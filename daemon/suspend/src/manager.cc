@@ -50,8 +50,10 @@ void SuspendManager::Track(const ProcessInfo& info) {
   // A suspended process's usage reads low in the ledger while its memory is on the host;
   // keep the size it had when checkpointed.
   const uint64_t keep_bytes = s.state == State::kRunning ? info.device_bytes : s.info.device_bytes;
+  const std::string keep_gpu = s.info.gpu_uuid;
   s.info = info;
   s.info.device_bytes = keep_bytes;
+  if (s.moved) s.info.gpu_uuid = keep_gpu;
 }
 
 void SuspendManager::Forget(int pid) {
@@ -283,7 +285,10 @@ Outcome SuspendManager::Resume(int pid, std::span<const GpuPair> pairs,
         budget_->Release(it->second.host_bytes);
         it->second.host_bytes = 0;
         ++it->second.resumes;
-        if (!pairs.empty() && !new_gpu_uuid.empty()) it->second.info.gpu_uuid = new_gpu_uuid;
+        if (!pairs.empty() && !new_gpu_uuid.empty()) {
+          it->second.info.gpu_uuid = new_gpu_uuid;
+          it->second.moved = true;
+        }
       } else if (to == State::kFailed) {
         ++it->second.failures;
       }

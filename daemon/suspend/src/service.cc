@@ -144,8 +144,7 @@ void SuspendService::Stop() {
   board_.layout()->header.service_pid.compare_exchange_strong(me, 0);
 }
 
-uint64_t SuspendService::FreeBytes(const std::string& gpu) {
-  if (options_.free_bytes) return options_.free_bytes(gpu);
+void* SuspendService::Nvml() {
   if (!nvml_tried_) {
     nvml_tried_ = true;
     const char* lib = options_.nvml_library.empty() ? "libnvidia-ml.so.1" : options_.nvml_library.c_str();
@@ -155,18 +154,33 @@ uint64_t SuspendService::FreeBytes(const std::string& gpu) {
       if (init == nullptr || init() != NVML_SUCCESS) nvml_ = nullptr;
     }
   }
-  if (nvml_ == nullptr) return 0;
+  return nvml_;
+}
+
+bool SuspendService::DescribeGpu(const std::string& uuid, GpuInfo* out) {
+  void* nvml = Nvml();
+  if (nvml == nullptr) return false;
   auto by_uuid = reinterpret_cast<nvmlReturn_t (*)(const char*, nvmlDevice_t*)>(
-      dlsym(nvml_, "nvmlDeviceGetHandleByUUID"));
-  auto mem = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_t*)>(
-      dlsym(nvml_, "nvmlDeviceGetMemoryInfo"));
+      dlsym(nvml, "nvmlDeviceGetHandleByUUID"));
+  auto mem = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_t*)>(dlsym(nvml, "nvmlDeviceGetMemoryInfo"));
+  auto name = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, char*, unsigned)>(dlsym(nvml, "nvmlDeviceGetName"));
   nvmlDevice_t dev;
   nvmlMemory_t m;
-  if (by_uuid == nullptr || mem == nullptr || by_uuid(gpu.c_str(), &dev) != NVML_SUCCESS ||
-      mem(dev, &m) != NVML_SUCCESS) {
-    return 0;
+  char buf[96] = {};
+  if (by_uuid == nullptr || mem == nullptr || name == nullptr || by_uuid(uuid.c_str(), &dev) != NVML_SUCCESS ||
+      mem(dev, &m) != NVML_SUCCESS || name(dev, buf, sizeof buf) != NVML_SUCCESS) {
+    return false;
   }
-  return m.free;
+  out->uuid = uuid;
+  out->name = buf;
+  out->free_bytes = m.free;
+  return true;
+}
+
+uint64_t SuspendService::FreeBytes(const std::string& gpu) {
+  if (options_.free_bytes) return options_.free_bytes(gpu);
+  GpuInfo g;
+  return DescribeGpu(gpu, &g) ? g.free_bytes : 0;
 }
 
 std::vector<ProcessSample> SuspendService::Sample() {
@@ -216,6 +230,51 @@ void SuspendService::AnswerMemoryRequests(int64_t now) {
   }
 }
 
+// `gslice move PID --to GPU`: suspend the process if it runs, restore it on the target
+// through GPU pairs; if the move is refused, a process this request suspended is resumed
+// where it was, so a refused move changes nothing.
+void SuspendService::AnswerMoveRequests() {
+  for (SuspendBoardEntry& e : board_.layout()->entries) {
+    const uint64_t owner = e.owner.load(std::memory_order_acquire);
+    if (owner == 0) continue;
+    const uint64_t seq = e.move_seq.load(std::memory_order_acquire);
+    if (seq == 0 || seq == e.move_reply_seq.load(std::memory_order_acquire)) continue;
+    const int pid = static_cast<int>(owner);
+    const std::string to_uuid = UuidText(e.move_to_gpu);
+    TrackFromLedger(pid);
+    std::string why;
+    bool moved = false;
+    auto st = manager_->Get(pid);
+    GpuInfo from, to;
+    if (!st) {
+      why = "not a known GPU process";
+    } else if (st->info.gpu_uuid.empty() || !DescribeGpu(st->info.gpu_uuid, &from)) {
+      why = "cannot tell which GPU it uses (no ledger entry or NVML)";
+    } else if (!DescribeGpu(to_uuid, &to)) {
+      why = "no GPU " + to_uuid + " on this node";
+    } else {
+      const bool was_running = st->state == State::kRunning;
+      Outcome o;
+      if (was_running) o = manager_->Suspend(pid, Cause::kMove);
+      if (was_running && !o.ok) {
+        why = o.reason;
+      } else {
+        to.free_bytes = FreeBytes(to_uuid);
+        Outcome m = controller_->Move(pid, from, to);
+        moved = m.ok;
+        if (!moved) {
+          why = m.reason;
+          if (was_running) manager_->Resume(pid);
+        }
+      }
+    }
+    if (!moved) std::fprintf(stderr, "gslice suspend: move of pid %d refused: %s\n", pid, why.c_str());
+    e.move_reply.store(moved ? kMoveReplyMoved : kMoveReplyRefused, std::memory_order_release);
+    e.move_reply_seq.store(seq, std::memory_order_release);
+    FutexWakeAll(&e.move_reply);
+  }
+}
+
 TickReport SuspendService::Tick() {
   std::lock_guard<std::mutex> lock(tick_mu_);
   const int64_t now = MonotonicNs();
@@ -226,6 +285,7 @@ TickReport SuspendService::Tick() {
     if (!manager_->Get(s.info.pid)) manager_->Adopt(s.info);
   }
   AnswerMemoryRequests(now);
+  AnswerMoveRequests();
   return controller_->Tick(samples, [this](const std::string& g) { return FreeBytes(g); }, now);
 }
 

@@ -51,6 +51,9 @@ struct ProcessStatus {
   int64_t since_ns = 0;          // CLOCK_MONOTONIC time the state was entered
   StepTimes last;                // last suspend or resume
   uint64_t suspends = 0, resumes = 0, failures = 0;  // counters for metrics
+  // Set by a move: the ledger still charges the process under the GPU it started on, so
+  // later refreshes keep the GPU it was moved to.
+  bool moved = false;
 };
 
 struct Outcome {

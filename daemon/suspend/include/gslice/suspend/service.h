@@ -79,6 +79,10 @@ class SuspendService {
   bool Init(ServiceOptions options, std::unique_ptr<CheckpointDriver> driver, std::string* error);
   std::vector<ProcessSample> Sample();
   void AnswerMemoryRequests(int64_t now);
+  void AnswerMoveRequests();
+  // Name and free memory of a GPU from NVML; false when NVML does not know it.
+  bool DescribeGpu(const std::string& uuid, GpuInfo* out);
+  void* Nvml();
   void TrackFromLedger(int pid);
   uint64_t FreeBytes(const std::string& gpu);
 

@@ -1,0 +1,149 @@
+// gslice move PID --to GPU: asks the node's suspend service (inside gsliced, or
+// gslice-suspend-agent) through the suspend board to move a process to another GPU of the
+// same type. The service suspends the process if it runs, restores its memory on the
+// target with the driver's GPU pairs and lets it continue; the program sees a pause.
+#include "move_command.h"
+
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gpu_query.h"
+#include "gslice/ledger.h"
+#include "gslice/options.h"
+#include "gslice/suspend_board.h"
+
+namespace gslice::cli {
+
+const char kMoveSummary[] = "move a process to another GPU of the same type (suspend service)";
+
+namespace {
+
+constexpr const char kMoveHelp[] = R"(usage: gslice move PID --to GPU [--timeout SECONDS]
+
+Moves a running or suspended process to another GPU of the same type. The node's suspend
+service (gsliced, or gslice-suspend-agent) suspends the process if it runs, restores its GPU
+memory on GPU through the driver's checkpoint API and lets it continue there: the program
+sees a pause, not an error. The move is refused, and the process stays where it was, when
+GPU is of another type or lacks the room.
+
+  --to GPU          target GPU: a UUID (GPU-...) or a device index as nvidia-smi numbers it
+  --timeout SECONDS how long to wait for the service (default 600; moving 40 GiB takes minutes)
+
+The process must run under gslice (gslice run, or the shim preloaded). Example:
+  gslice move 4242 --to 1
+)";
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "gslice move: %s\n", message.c_str());
+  return 1;
+}
+
+bool ParseUuid(const std::string& text, uint8_t out[16]) {
+  std::string hex;
+  std::string t = text.rfind("GPU-", 0) == 0 ? text.substr(4) : text;
+  for (char c : t) {
+    if (c == '-') continue;
+    if (!std::isxdigit(static_cast<unsigned char>(c))) return false;
+    hex.push_back(c);
+  }
+  if (hex.size() != 32) return false;
+  for (size_t i = 0; i < 16; ++i) out[i] = static_cast<uint8_t>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  return true;
+}
+
+}  // namespace
+
+int MoveCommand(int argc, char** argv) {
+  std::string pid_text, to;
+  long timeout_s = 600;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::fputs(kMoveHelp, stdout);
+      return 0;
+    }
+    if (a == "--to" || a == "--timeout") {
+      if (i + 1 >= argc) return Fail(a + " needs a value (gslice move --help)"), 2;
+      std::string v = argv[++i];
+      if (a == "--to") {
+        to = v;
+      } else {
+        char* end = nullptr;
+        timeout_s = std::strtol(v.c_str(), &end, 10);
+        if (*end != '\0' || timeout_s <= 0) return Fail("--timeout " + v + ": a number of seconds > 0"), 2;
+      }
+    } else if (!a.empty() && a[0] != '-' && pid_text.empty()) {
+      pid_text = a;
+    } else {
+      return Fail("unexpected argument '" + a + "' (gslice move --help)"), 2;
+    }
+  }
+  char* end = nullptr;
+  const long pid = pid_text.empty() ? 0 : std::strtol(pid_text.c_str(), &end, 10);
+  if (pid <= 0 || *end != '\0') return Fail("name the process by pid, e.g. gslice move 4242 --to 1"), 2;
+  if (to.empty()) return Fail("say where: --to GPU (a UUID or an index)"), 2;
+
+  uint8_t target[16];
+  std::string target_text = to;
+  if (!ParseUuid(to, target)) {
+    // A device index: ask the driver which UUID it is.
+    char* iend = nullptr;
+    const long index = std::strtol(to.c_str(), &iend, 10);
+    if (*iend != '\0' || index < 0) return Fail("--to " + to + ": expected a GPU UUID (GPU-...) or an index"), 2;
+    const char* real = OptionValue(Option::RealDriver);
+    std::vector<GpuInfo> gpus;
+    std::string loaded, error;
+    if (!QueryGpus(real != nullptr && *real ? real : "libcuda.so.1", &gpus, &loaded, &error)) return Fail(error);
+    if (index >= static_cast<long>(gpus.size())) {
+      return Fail("--to " + to + ": this node has " + std::to_string(gpus.size()) + " GPU(s), numbered from 0");
+    }
+    target_text = gpus[static_cast<size_t>(index)].uuid;
+    if (!ParseUuid(target_text, target)) return Fail("the driver reported a malformed UUID " + target_text);
+  }
+
+  const char* path = OptionValue(Option::SuspendBoard);
+  SuspendBoard board;
+  if (!board.Open(path)) return Fail(std::string("cannot open the suspend board ") + path + ": " + std::strerror(errno));
+  SuspendBoardLayout* l = board.layout();
+  const uint64_t service = l->header.service_pid.load(std::memory_order_acquire);
+  if (service == 0 || !ProcessAlive(static_cast<uint32_t>(service), 0)) {
+    return Fail("no suspend service runs on this node: start gsliced (or gslice-suspend-agent)");
+  }
+  SuspendBoardEntry* e = board.Find(static_cast<uint32_t>(pid));
+  if (e == nullptr) {
+    return Fail("process " + pid_text + " is not under gslice (it has made no GPU call through the shim); "
+                "start it with gslice run");
+  }
+  uint64_t seq = e->move_seq.load(std::memory_order_acquire);
+  if (seq != e->move_reply_seq.load(std::memory_order_acquire)) {
+    return Fail("a move of process " + pid_text + " is already under way");
+  }
+  std::memcpy(e->move_to_gpu, target, 16);
+  if (!e->move_seq.compare_exchange_strong(seq, seq + 1, std::memory_order_acq_rel)) {
+    return Fail("a move of process " + pid_text + " is already under way");
+  }
+  ++seq;
+  RingDoorbell(l);
+  std::printf("moving process %ld to %s ...\n", pid, target_text.c_str());
+  std::fflush(stdout);
+  const int64_t deadline = MonotonicNs() + static_cast<int64_t>(timeout_s) * 1'000'000'000;
+  while (e->move_reply_seq.load(std::memory_order_acquire) != seq) {
+    if (MonotonicNs() > deadline) return Fail("no answer from the suspend service within " + std::to_string(timeout_s) + " s");
+    FutexWait(&e->move_reply, e->move_reply.load(std::memory_order_acquire), 200);
+  }
+  if (e->move_reply.load(std::memory_order_acquire) != kMoveReplyMoved) {
+    return Fail("refused: the process stays where it was (the service's log says why: a GPU of another "
+                "type, too little free memory, or a checkpoint that failed)");
+  }
+  std::printf("process %ld runs on %s\n", pid, target_text.c_str());
+  return 0;
+}
+
+}  // namespace gslice::cli
