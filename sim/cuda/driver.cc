@@ -17,8 +17,9 @@ namespace gslice::sim {
 namespace {
 
 std::mutex g_init_mu;
-Driver* g_driver = nullptr;
-CUresult g_init_result = CUDA_ERROR_NOT_INITIALIZED;
+// Written under g_init_mu, read without it on every entry point.
+std::atomic<Driver*> g_driver{nullptr};
+std::atomic<int> g_init_result{CUDA_ERROR_NOT_INITIALIZED};
 thread_local std::vector<CUctx_st*> tls_stack;
 
 std::string TrimSpaces(const std::string& s) {
@@ -98,15 +99,9 @@ void LogError(const char* fmt, ...) {
   std::fprintf(stderr, "gslice sim: %s\n", buf);
 }
 
-Driver* GetDriver() {
-  std::lock_guard<std::mutex> g(g_init_mu);
-  return g_driver;
-}
+Driver* GetDriver() { return g_driver.load(std::memory_order_acquire); }
 
-CUresult InitResult() {
-  std::lock_guard<std::mutex> g(g_init_mu);
-  return g_init_result;
-}
+CUresult InitResult() { return static_cast<CUresult>(g_init_result.load(std::memory_order_acquire)); }
 
 CUctx_st* CurrentContext() { return tls_stack.empty() ? nullptr : tls_stack.back(); }
 
@@ -321,37 +316,38 @@ void RunOnDevice(CUctx_st* ctx, int priority, uint64_t duration_ns,
 GSLICE_SIM_EXPORT CUresult cuInit(unsigned int flags) {
   if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> g(g_init_mu);
-  if (g_driver != nullptr) return CUDA_SUCCESS;
-  if (g_init_result != CUDA_ERROR_NOT_INITIALIZED) return g_init_result;  // failures stick
+  if (g_driver.load() != nullptr) return CUDA_SUCCESS;
+  if (g_init_result.load() != CUDA_ERROR_NOT_INITIALIZED) return InitResult();  // failures stick
   std::string error;
   auto d = std::make_unique<Driver>();
   if (!Node::Open(d->node, &error)) {
     LogError("%s", error.c_str());
     g_init_result = CUDA_ERROR_OPERATING_SYSTEM;
-    return g_init_result;
+    return InitResult();
   }
   d->visible = VisibleDevices(d->node);
   if (d->visible.empty()) {
     g_init_result = CUDA_ERROR_NO_DEVICE;
-    return g_init_result;
+    return InitResult();
   }
   d->slot = d->node->ClaimSlot();
   if (d->slot < 0) {
     LogError("the simulated node has no free process slot (%u processes)", kMaxProcesses);
     g_init_result = CUDA_ERROR_OPERATING_SYSTEM;
-    return g_init_result;
+    return InitResult();
   }
   d->primary.assign(d->visible.size(), nullptr);
   d->default_pool.assign(d->visible.size(), nullptr);
   d->current_pool.assign(d->visible.size(), nullptr);
-  g_driver = d.release();
+  Driver* driver = d.release();
+  g_driver.store(driver, std::memory_order_release);
   g_init_result = CUDA_SUCCESS;
   static bool fork_handlers = false;
   if (!fork_handlers) {
     pthread_atfork(ForkPrepare, ForkParent, ForkChild);
     fork_handlers = true;
   }
-  StartCheckpointService(g_driver);
+  StartCheckpointService(driver);
   return CUDA_SUCCESS;
 }
 
