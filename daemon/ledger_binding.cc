@@ -74,7 +74,7 @@ class SharedLedger final : public NodeLedger {
       for (int g = 0; g < kLedgerMaxGpus; ++g) {
         if (StateOf(s.gpus[g].state.load()) != EntryState::kReady) continue;
         int64_t limit = s.gpus[g].limit.load();
-        p.gpus.push_back(SliceGpu{UuidToText(s.gpus[g].uuid), limit < 0 ? 0 : static_cast<uint64_t>(limit), 1.0});
+        p.gpus.push_back(SliceGpu{UuidToText(s.gpus[g].uuid), limit < 0 ? 0 : static_cast<uint64_t>(limit), 0.0});
       }
       p.throttled = throttled_.count(p.name) != 0;
       out.push_back(std::move(p));

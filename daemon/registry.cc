@@ -72,7 +72,7 @@ Status Registry::Start() {
 
   auto in_ledger = ledger_->Slices();
   if (!in_ledger.ok()) return in_ledger.status();
-  int adopted = 0, republished = 0, imported = 0;
+  int adopted = 0, republished = 0;
   for (const Slice& s : slices_) {
     bool found = false;
     for (const PublishedSlice& l : in_ledger.value()) found = found || l.name == s.name;
@@ -83,8 +83,22 @@ Status Registry::Start() {
       ++republished;
     }
   }
-  for (const PublishedSlice& l : in_ledger.value()) {
-    if (FindSlice(l.name) != nullptr) continue;
+  auto imported_or = AdoptFromLedger(in_ledger.value());
+  if (!imported_or.ok()) return imported_or.status();
+  const int imported = imported_or.value();
+  counters_.slices_adopted += static_cast<uint64_t>(adopted);
+  Log("registry: " + std::to_string(gpus_.size()) + " GPU(s), " + std::to_string(slices_.size()) +
+      " slice(s): " + std::to_string(adopted) + " re-adopted from " + ledger_->Describe() + ", " +
+      std::to_string(republished) + " published again, " + std::to_string(imported) +
+      " adopted from the ledger");
+  return Status::Ok();
+}
+
+Result<int> Registry::AdoptFromLedger(const std::vector<PublishedSlice>& in_ledger) {
+  int imported = 0;
+  for (const PublishedSlice& l : in_ledger) {
+    if (FindSlice(l.name) != nullptr || withdrawn_.count(l.name) != 0) continue;
+    if (!ValidateName("slice", l.name).ok()) continue;  // not a name the API could serve
     Slice s;
     s.name = l.name;
     s.user = "unknown";
@@ -95,15 +109,12 @@ Status Registry::Start() {
     s.created_at = static_cast<int64_t>(std::time(nullptr));
     if (Status st = store_->PutSlice(s); !st.ok()) return st;
     store_->RecordEvent(s.name, "adopt", "found in " + ledger_->Describe());
+    Log("adopted slice " + s.name + " from " + ledger_->Describe());
     slices_.push_back(std::move(s));
+    counters_.slices_adopted++;
     ++imported;
   }
-  counters_.slices_adopted += static_cast<uint64_t>(adopted + imported);
-  Log("registry: " + std::to_string(gpus_.size()) + " GPU(s), " + std::to_string(slices_.size()) +
-      " slice(s): " + std::to_string(adopted) + " re-adopted from " + ledger_->Describe() + ", " +
-      std::to_string(republished) + " published again, " + std::to_string(imported) +
-      " adopted from the ledger");
-  return Status::Ok();
+  return imported;
 }
 
 void Registry::Sample() {
@@ -140,6 +151,8 @@ void Registry::Sample() {
   if (ledger_slices.ok()) {
     throttled_.clear();
     for (const PublishedSlice& l : ledger_slices.value()) throttled_[l.name] = l.throttled;
+    // Slices that `gslice run` started without registering show up here too.
+    AdoptFromLedger(ledger_slices.value());
   }
   HistorySample sample;
   sample.time_ms = now_ms;
@@ -308,6 +321,7 @@ Result<Slice> Registry::CreateSlice(const SliceRequest& request) {
   store_->RecordEvent(slice.name, "create", std::string(ToString(slice.slice_class)) + " for " +
                                                 slice.user + " in " + slice.project);
   slices_.push_back(slice);
+  withdrawn_.erase(slice.name);
   counters_.slices_created++;
   generation_++;
   return slice;
@@ -324,6 +338,7 @@ Status Registry::DeleteSlice(const std::string& name) {
                             ": wait until it is done, then delete it");
   }
   if (Status s = ledger_->Withdraw(name); !s.ok()) return s;
+  withdrawn_.insert(name);  // its processes may live on in the ledger: do not adopt it back
   if (Status s = store_->DeleteSlice(name); !s.ok()) return s;
   store_->RecordEvent(name, "delete", "");
   std::erase_if(slices_, [&](const Slice& s) { return s.name == name; });

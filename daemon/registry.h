@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -130,6 +131,8 @@ class Registry {
   const Project* FindProject(const std::string& name) const;      // REQUIRES: mu_ held
   Slice* FindSlice(const std::string& name);                      // REQUIRES: mu_ held
   Result<Slice> Transition(const std::string& name, bool suspend);
+  // Takes slices found only in the ledger into the registry. REQUIRES: mu_ held.
+  Result<int> AdoptFromLedger(const std::vector<PublishedSlice>& in_ledger);
 
   Options options_;
   std::unique_ptr<Store> store_;
@@ -144,6 +147,7 @@ class Registry {
   std::vector<User> users_;
   std::vector<ProcessUsage> processes_;  // as of the last sample
   std::map<std::string, bool> throttled_;
+  std::set<std::string> withdrawn_;  // deleted here while the ledger may still list them
   std::map<std::string, double> compute_used_;  // by slice, 0..1 per GPU summed
   // Busy time by (pid, GPU) at recent samples, oldest first, back to one a second old.
   std::deque<std::pair<int64_t, std::map<std::pair<int, std::string>, uint64_t>>> busy_history_;

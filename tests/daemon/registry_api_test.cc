@@ -263,6 +263,26 @@ TEST_F(RegistryApiTest, RestartKeepsSlicesAndReadoptsRunningWorkUntouched) {
   app.Detach(h2);
 }
 
+TEST_F(RegistryApiTest, AdoptsSlicesStartedWhileRunningButNotDeletedOnes) {
+  Node node(db_, ledger_);
+  node.CallJson("POST", "/v1/slices", R"({"name":"gone","user":"u","gpus":["0"],"memory":"1GiB"})", 201);
+  Ledger app;
+  ASSERT_EQ(app.Open(ledger_.c_str()), LedgerError::kOk);
+  const uint32_t pid = static_cast<uint32_t>(getpid());
+  SliceHandle in_gone, adhoc;
+  ASSERT_EQ(app.AttachByName("gone", SliceClass::kGuaranteed, 0, pid, ProcessStartTime(pid), &in_gone), LedgerError::kOk);
+  node.CallJson("DELETE", "/v1/slices/gone", "", 200);  // its process lives on
+  ASSERT_EQ(app.AttachByName("late", SliceClass::kOpportunistic, kSliceEphemeral, pid, ProcessStartTime(pid), &adhoc),
+            LedgerError::kOk);
+  node.registry->Sample();
+  json late = node.CallJson("GET", "/v1/slices/late");
+  EXPECT_EQ(late["origin"], "adopted");
+  EXPECT_EQ(late["processes"].size(), 1u);
+  node.CallJson("GET", "/v1/slices/gone", "", 404);
+  app.Detach(in_gone);
+  app.Detach(adhoc);
+}
+
 TEST_F(RegistryApiTest, SchemaIsVersionedAndANewerOneIsRefused) {
   {
     auto store = Store::Open(db_);
