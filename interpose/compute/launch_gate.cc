@@ -156,7 +156,19 @@ LedgerComputeEntry* ClaimEntry(const uint8_t uuid[16], const ComputePolicy& p) {
   return nullptr;
 }
 
+// Exit: the gate thread must make no more driver calls once exit handlers run (the driver's
+// own teardown may free the events and streams it would touch). ReleaseEntries, an atexit
+// handler registered after the driver loaded, runs before the driver's destructors: it
+// stops the thread and waits for a pass in progress to end (Dekker-style: the thread
+// raises g_in_pass before it looks at g_stop, exit raises g_stop before it looks at
+// g_in_pass; both seq_cst, so one of them always sees the other).
+std::atomic<bool> g_stop{false};
+std::atomic<bool> g_in_pass{false};
+
 void ReleaseEntries() {
+  g_stop.store(true, std::memory_order_seq_cst);
+  g_gate_mode.store(static_cast<int>(GateMode::kOff), kRlx);
+  for (int i = 0; i < 2000 && g_in_pass.load(std::memory_order_seq_cst); ++i) SleepNs(10'000);  // <= 20 ms
   if (g_gate == nullptr || g_gate->ledger == nullptr) return;
   const int n = g_gate->device_count.load(std::memory_order_acquire);
   for (int i = 0; i < n; ++i) {
@@ -501,6 +513,11 @@ void* GateThread(void*) {
   int64_t last_scan = 0;
   CUcontext current = nullptr;
   for (;;) {
+    g_in_pass.store(true, std::memory_order_seq_cst);
+    if (g_stop.load(std::memory_order_seq_cst)) {
+      g_in_pass.store(false, std::memory_order_seq_cst);
+      for (;;) SleepNs(1'000'000'000);  // the process is exiting: no more driver calls
+    }
     const int64_t now = NowNs();
     const int n = g_gate->device_count.load(std::memory_order_acquire);
     const bool gating = g_gate_mode.load(kRlx) == static_cast<int>(GateMode::kGate);
@@ -516,8 +533,9 @@ void* GateThread(void*) {
     }
     if (now - last_scan >= kPeerScanNs) {
       last_scan = now;
-      g_gate_mode.store(static_cast<int>(WantedMode()), kRlx);
+      if (!g_stop.load(std::memory_order_relaxed)) g_gate_mode.store(static_cast<int>(WantedMode()), kRlx);
     }
+    g_in_pass.store(false, std::memory_order_seq_cst);
     SleepNs(gating ? kPollGateNs : kPollWatchNs);
   }
   return nullptr;
