@@ -81,8 +81,17 @@ void SleepNs(uint64_t ns) {
 // its own on the node (the parent's streams, contexts and slot stay the parent's).
 void ForkPrepare() { g_init_mu.lock(); }
 void ForkParent() { g_init_mu.unlock(); }
+std::mutex g_user_streams_mu;
+std::map<CUstream_st*, std::shared_ptr<CUstream_st>> g_user_streams;
+std::mutex g_events_mu;
+std::map<CUevent_st*, std::shared_ptr<CUevent_st>> g_events;
+
 void ForkChild() {
   new (&g_init_mu) std::mutex();
+  new (&g_user_streams_mu) std::mutex();
+  new (&g_events_mu) std::mutex();
+  ResetKernelLocksAfterFork();
+  ResetMemoryLocksAfterFork();
   g_driver = nullptr;
   g_init_result = CUDA_ERROR_NOT_INITIALIZED;
   tls_stack.clear();
@@ -211,9 +220,6 @@ std::shared_ptr<CUstream_st> PerThreadStream(CUctx_st* ctx) {
   if (!s) s = NewStream(ctx, StreamKind::kPerThread, 0, 0);
   return s;
 }
-
-std::mutex g_user_streams_mu;
-std::map<CUstream_st*, std::shared_ptr<CUstream_st>> g_user_streams;
 
 }  // namespace
 
@@ -940,9 +946,7 @@ CUresult StreamGetId(CUstream h, unsigned long long* id, bool pt) {
   return CUDA_SUCCESS;
 }
 
-// Events: shared so that a record still queued keeps a destroyed event alive.
-std::mutex g_events_mu;
-std::map<CUevent_st*, std::shared_ptr<CUevent_st>> g_events;
+// Events (g_events): shared so that a record still queued keeps a destroyed event alive.
 
 std::shared_ptr<CUevent_st> FindEvent(CUevent e) {
   std::lock_guard<std::mutex> g(g_events_mu);

@@ -275,6 +275,11 @@ void TrimPoolsToThreshold();
 
 void LogError(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
+// In a child of fork(): the registries' locks may have been held by threads that do not
+// exist in the child; these give each file's locks back fresh.
+void ResetKernelLocksAfterFork();
+void ResetMemoryLocksAfterFork();
+
 }  // namespace gslice::sim
 
 // Entry-point preludes: the driver's checks, in the driver's order.

@@ -7,6 +7,7 @@
 //   busy (uint64_t microseconds)                     keeps the device busy that long
 //   fill (uint32_t* dst, uint32_t pattern, uint64_t count)  writes pattern count times
 #include <cstring>
+#include <new>
 #include <fstream>
 #include <sstream>
 
@@ -196,6 +197,8 @@ CUresult LaunchEx(const CUlaunchConfig* config, CUfunction f, void** params, voi
 }
 
 }  // namespace
+
+void gslice::sim::ResetKernelLocksAfterFork() { new (&g_modules_mu) std::mutex(); }
 
 GSLICE_SIM_EXPORT CUresult cuModuleLoadData(CUmodule* module, const void* image) {
   return LoadImage(module, image);

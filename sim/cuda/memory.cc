@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <new>
 
 #include "driver.h"
 
@@ -161,6 +162,8 @@ const Allocation* FindAllocationLocked(Driver* d, uintptr_t p, size_t n) {
   if (p < a.base || p - a.base > a.size || n > a.size - (p - a.base)) return nullptr;
   return &a;
 }
+
+void ResetMemoryLocksAfterFork() { new (&g_arrays_mu) std::mutex(); }
 
 bool DeviceRangeValid(uintptr_t p, size_t n) {
   Driver* d = GetDriver();
