@@ -588,7 +588,11 @@ std::unique_ptr<httplib::Server> ApiServer::MakeServer(bool over_tcp) {
     if (!res.body.empty()) return;
     std::string msg = res.status == 413 ? "request body larger than max_body_bytes (" +
                                               std::to_string(config_.max_body_bytes) + " bytes)"
-                                        : "request rejected (HTTP " + std::to_string(res.status) + ")";
+                                        : res.status == 400
+                                              ? "malformed HTTP request: bad request line or headers, "
+                                                "or a POST/PUT without Content-Length (send one, "
+                                                "even 0)"
+                                              : "request rejected (HTTP " + std::to_string(res.status) + ")";
     router_.counters().Count(res.status);
     res.set_content(json{{"error", msg}}.dump() + "\n", "application/json");
   });
