@@ -1,4 +1,5 @@
 // gslice create: asks gsliced for a slice (admission control decides).
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "daemon_commands.h"
@@ -25,6 +26,8 @@ quota. Work over quota may run as --class opportunistic. Run programs in it with
                        shares what guaranteed work leaves
   --class CLASS        guaranteed (default: reserved, never suspended) or opportunistic
                        (not reserved; yields and may be suspended)
+  --idle-timeout T     suspend the slice after T with no GPU work (30m, 2h, 600s; for
+                       notebooks); its next CUDA call resumes it. Default: never
   --project NAME       project to charge (default: gsliced's default project)
   --user NAME          owner (default: $USER)
   --json               print the created slice as JSON
@@ -34,6 +37,7 @@ examples:
   gslice create train --gpus 0 --memory 20GiB --compute 50%
   gslice create --gpus 0,1 --memory 40GiB,10GiB --project vision
   gslice create scratch --gpus 1 --memory 8GiB --class opportunistic
+  gslice create notebook --gpus 0 --memory 10GiB --idle-timeout 30m
 )";
 
 std::vector<std::string> SplitComma(const std::string& s) {
@@ -57,7 +61,7 @@ int CreateCommand(int argc, char** argv) {
     std::fputs(kCreateHelp, stdout);
     return 0;
   }
-  std::string name, gpus, memory, compute, cls = "guaranteed", project, user = CurrentUserName();
+  std::string name, gpus, memory, compute, cls = "guaranteed", project, idle, user = CurrentUserName();
   for (size_t i = 0; i < rest.size(); ++i) {
     const std::string& a = rest[i];
     std::string* target = nullptr;
@@ -67,6 +71,7 @@ int CreateCommand(int argc, char** argv) {
     else if (a == "--class") target = &cls;
     else if (a == "--project") target = &project;
     else if (a == "--user") target = &user;
+    else if (a == "--idle-timeout") target = &idle;
     if (target != nullptr) {
       if (i + 1 >= rest.size()) {
         std::fprintf(stderr, "gslice create: %s needs a value; see gslice create --help\n", a.c_str());
@@ -108,6 +113,17 @@ int CreateCommand(int argc, char** argv) {
     return 2;
   }
   nlohmann::json body;
+  if (!idle.empty()) {
+    char* end = nullptr;
+    double value = std::strtod(idle.c_str(), &end);
+    std::string unit = end;
+    double scale = unit.empty() || unit == "s" ? 1 : unit == "m" ? 60 : unit == "h" ? 3600 : 0;
+    if (end == idle.c_str() || scale == 0 || !(value > 0) || value * scale > 365.0 * 86400) {
+      std::fprintf(stderr, "gslice create: --idle-timeout %s: write e.g. 30m, 2h or 600s\n", idle.c_str());
+      return 2;
+    }
+    body["idle_timeout_s"] = static_cast<int64_t>(value * scale);
+  }
   if (!name.empty()) body["name"] = name;
   body["user"] = user;
   if (!project.empty()) body["project"] = project;

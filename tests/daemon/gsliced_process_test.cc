@@ -318,8 +318,12 @@ TEST_F(GslicedProcess, CliCommandsWorkAgainstTheDaemon) {
   // Admission refusal reaches the person with what is free.
   EXPECT_EQ(RunCli(socket_, "create big --gpus 0 --memory 10GiB --user bob", &out, &err), 1);
   EXPECT_NE(err.find("8 GiB guaranteed memory free, asked 10 GiB"), std::string::npos) << err;
-  ASSERT_EQ(RunCli(socket_, "create scratch --gpus 0,1 --memory 10GiB,2GiB --class opportunistic --user bob", &out, &err), 0)
+  ASSERT_EQ(RunCli(socket_, "create scratch --gpus 0,1 --memory 10GiB,2GiB --class opportunistic --user bob "
+                            "--idle-timeout 30m", &out, &err), 0)
       << err;
+  EXPECT_EQ(json::parse(Unix().Get("/v1/slices/scratch")->body)["idle_timeout_s"], 1800);
+  EXPECT_EQ(RunCli(socket_, "create x --gpus 0 --memory 1GiB --idle-timeout soon", &out, &err), 2);
+  EXPECT_NE(err.find("--idle-timeout soon"), std::string::npos) << err;
 
   ASSERT_EQ(RunCli(socket_, "ls", &out, &err), 0) << err;
   EXPECT_NE(out.find("train"), std::string::npos);
