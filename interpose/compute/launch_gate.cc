@@ -117,6 +117,9 @@ struct Gate {
   std::mutex devices_mu;
   Device devices[kMaxContexts];
   std::atomic<int> device_count{0};
+  CUdevice visible[kMaxContexts] = {};  // visible devices (set once by InitOnce)
+  int visible_count = 0;
+  bool visible_registered[kMaxContexts] = {};  // gate thread only
 };
 
 Gate* g_gate = nullptr;
@@ -509,6 +512,25 @@ int64_t DepthNs() {
 
 // ---- the gate thread ---------------------------------------------------------------
 
+// Gate thread: registers visible GPUs whose primary context has become active.
+void RegisterActiveDevices() {
+  for (int i = 0; i < g_gate->visible_count; ++i) {
+    if (g_gate->visible_registered[i]) continue;
+    unsigned int flags = 0;
+    int active = 0;
+    CUuuid uuid{};
+    const CUdevice dev = g_gate->visible[i];
+    if (g_gate->api.primary_ctx_get_state(dev, &flags, &active) != CUDA_SUCCESS || !active) continue;
+    if (g_gate->api.device_get_uuid(&uuid, dev) != CUDA_SUCCESS) continue;
+    std::lock_guard<std::mutex> lock(g_gate->devices_mu);
+    bool known = false;
+    const int n = g_gate->device_count.load(std::memory_order_acquire);
+    for (int k = 0; k < n && !known; ++k) known = memcmp(g_gate->devices[k].uuid, uuid.bytes, 16) == 0;
+    if (!known) AddDevice(reinterpret_cast<const uint8_t*>(uuid.bytes), nullptr);
+    g_gate->visible_registered[i] = true;
+  }
+}
+
 void* GateThread(void*) {
   int64_t last_scan = 0;
   CUcontext current = nullptr;
@@ -519,6 +541,7 @@ void* GateThread(void*) {
       for (;;) SleepNs(1'000'000'000);  // the process is exiting: no more driver calls
     }
     const int64_t now = NowNs();
+    if (now - last_scan >= kPeerScanNs) RegisterActiveDevices();
     const int n = g_gate->device_count.load(std::memory_order_acquire);
     const bool gating = g_gate_mode.load(kRlx) == static_cast<int>(GateMode::kGate);
     for (int i = 0; i < n; ++i) {
@@ -563,17 +586,14 @@ void InitOnce(void* (*resolve)(const char*)) {
   } else {
     LogLine("compute: ledger %s cannot be opened; caps hold within this process, shares and classes do not", path);
   }
-  // Register every visible GPU now, so that peers see this process before its first launch
-  // (a guaranteed process with no policy is otherwise never on the gated path).
+  // The visible GPUs. Each is registered in the ledger once this process uses it: at its
+  // first gated launch, or when the gate thread sees its primary context active (so that
+  // peers see a guaranteed process with no policy, which never takes the gated path,
+  // without a table entry for every GPU of the node).
   int count = 0;
   if (gate.api.device_get_count(&count) == CUDA_SUCCESS) {
-    std::lock_guard<std::mutex> lock(gate.devices_mu);
     for (int i = 0; i < count && i < kMaxContexts; ++i) {
-      CUdevice dev = 0;
-      CUuuid uuid{};
-      if (gate.api.device_get(&dev, i) == CUDA_SUCCESS && gate.api.device_get_uuid(&uuid, dev) == CUDA_SUCCESS) {
-        AddDevice(reinterpret_cast<const uint8_t*>(uuid.bytes), nullptr);
-      }
+      if (gate.api.device_get(&gate.visible[gate.visible_count], i) == CUDA_SUCCESS) ++gate.visible_count;
     }
   }
   pthread_t thread;
