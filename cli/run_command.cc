@@ -1,7 +1,11 @@
-// gslice run: runs a program inside a memory slice, with no daemon. It checks the request
-// against the GPUs the driver reports, then sets the environment the shims read
-// (CUDA_VISIBLE_DEVICES, LD_PRELOAD, GSLICE_*) and replaces itself with the program.
+// gslice run: runs a program inside a memory slice. It checks the request against the GPUs
+// the driver reports, then sets the environment the shims read (CUDA_VISIBLE_DEVICES,
+// LD_PRELOAD, GSLICE_*) and replaces itself with the program. No daemon is needed; when
+// gsliced runs, the slice first passes its admission control and shows in its registry
+// (gslice run then stays as the program's parent to remove the slice when it exits).
 #include <errno.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +17,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "daemon_client.h"
 #include "gpu_query.h"
 #include "gslice/options.h"
 #include "gslice/units.h"
@@ -106,6 +111,75 @@ bool IsNumber(const std::string& s) {
 
 std::string GpuLine(const GpuInfo& g) {
   return std::to_string(g.ordinal) + ": " + g.name + ", " + Human(g.total) + ", " + g.uuid;
+}
+
+enum class DaemonLink {
+  kNone,        // no gsliced: the shims enforce the slice alone
+  kJoined,      // gsliced already has a slice of this name (gslice create): join it
+  kRegistered,  // gsliced admitted the slice for this run
+};
+
+// Registers the slice with gsliced when one answers. Returns false, with the daemon's
+// reason in *error, when gsliced refuses it (admission, quota).
+bool LinkWithDaemon(const std::string& name, const std::vector<GpuInfo>& gpus, const std::vector<uint64_t>& limits,
+                    double compute, bool opportunistic, DaemonLink* link, std::string* error) {
+  *link = DaemonLink::kNone;
+  DaemonAddress address = DaemonAddressFromEnvironment();
+  if (address.tcp_host.empty() && access(address.socket.c_str(), F_OK) != 0) return true;
+  DaemonClient client(address);
+  DaemonReply existing = client.Call("GET", "/v1/slices/" + name, "", 2000);
+  if (!existing.connected) return true;
+  if (existing.ok()) {
+    *link = DaemonLink::kJoined;
+    return true;
+  }
+  SliceRegistration slice;
+  slice.name = name;
+  slice.opportunistic = opportunistic;
+  for (size_t k = 0; k < gpus.size(); ++k) {
+    slice.gpus.push_back({gpus[k].uuid, limits.size() == 1 ? limits[0] : limits[k], compute});
+  }
+  std::string message;
+  switch (RegisterSlice(slice, &message)) {
+    case RegisterResult::kNoDaemon:
+      return true;
+    case RegisterResult::kRefused:
+      *error = message;
+      return false;
+    case RegisterResult::kRegistered:
+      *link = DaemonLink::kRegistered;
+      return true;
+  }
+  return true;
+}
+
+pid_t g_child = 0;
+void ForwardSignal(int sig) {
+  if (g_child > 0) kill(g_child, sig);
+}
+
+// Runs the program as a child, forwarding termination signals, and removes the slice from
+// gsliced when it exits. Returns the program's exit status (128 + signal when killed).
+int RunAndUnregister(char** command, const std::string& name) {
+  pid_t child = fork();
+  if (child < 0) return Fail(std::string("fork: ") + strerror(errno));
+  if (child == 0) {
+    execvp(command[0], command);
+    fprintf(stderr, "gslice run: cannot run '%s': %s\n", command[0], strerror(errno));
+    _exit(127);
+  }
+  g_child = child;
+  struct sigaction forward = {};
+  forward.sa_handler = ForwardSignal;
+  sigemptyset(&forward.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) sigaction(sig, &forward, nullptr);
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  UnregisterSlice(name);
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
 }
 
 }  // namespace
@@ -288,7 +362,21 @@ int RunCommand(int argc, char** argv) {
     fprintf(stderr, "  compute: class %s, cap %s, share %s\n", class_arg.empty() ? "guaranteed" : class_arg.c_str(),
             compute_arg.empty() ? "none" : compute_arg.c_str(), share_arg.empty() ? "equal" : share_arg.c_str());
   }
+  double compute = 0;
+  if (!share_arg.empty()) compute = ParsePercent(share_arg).fraction;
+  else if (!compute_arg.empty()) compute = ParsePercent(compute_arg).fraction;
+  DaemonLink link = DaemonLink::kNone;
+  std::string refusal;
+  if (!LinkWithDaemon(name, chosen, limits, compute, class_arg == "opportunistic", &link, &refusal)) {
+    return Fail("gsliced refused slice " + name + ": " + refusal);
+  }
+  if (verbose && link == DaemonLink::kJoined) {
+    fprintf(stderr, "  joining gsliced's slice %s (its limits apply)\n", name.c_str());
+  } else if (verbose && link == DaemonLink::kRegistered) {
+    fprintf(stderr, "  registered with gsliced\n");
+  }
   fflush(nullptr);
+  if (link == DaemonLink::kRegistered) return RunAndUnregister(argv + i, name);
   execvp(argv[i], argv + i);
   fprintf(stderr, "gslice run: cannot run '%s': %s\n", argv[i], strerror(errno));
   return 127;

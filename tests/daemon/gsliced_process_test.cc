@@ -369,5 +369,52 @@ TEST_F(GslicedProcess, CliCommandsWorkAgainstTheDaemon) {
   }
 }
 
+// gslice run with gsliced running: the slice passes admission (a refusal stops the program
+// before it starts), shows in the registry while its program runs and leaves with it; a
+// name gsliced already knows (gslice create) is joined, not registered again.
+TEST_F(GslicedProcess, RunRegistersWithTheDaemonWhileItsProgramRuns) {
+  Start();
+  std::string out, err;
+  ASSERT_EQ(RunCli(socket_, "create train --gpus 0 --memory 8GiB --compute 50% --user alice", &out, &err), 0) << err;
+  // Under the sanitize preset the shims are instrumented: the ASan runtime goes first
+  // (gslice run keeps what is preloaded already in front of the shims).
+  if (!std::string(GSLICE_TEST_ASAN_RUNTIME).empty()) {
+    setenv("LD_PRELOAD", GSLICE_TEST_ASAN_RUNTIME, 1);
+    setenv("ASAN_OPTIONS", "detect_leaks=0", 1);
+  }
+  std::string cli = GSLICE_CLI;
+
+  EXPECT_EQ(RunCli(socket_, "run --sim --gpus 0 --memory 10GiB -- true", &out, &err), 2);
+  EXPECT_NE(err.find("gsliced refused slice"), std::string::npos) << err;
+  EXPECT_NE(err.find("8 GiB guaranteed memory free, asked 10 GiB"), std::string::npos) << err;
+
+  std::string inside = dir_ + "/inside.json";
+  ASSERT_EQ(RunCli(socket_, "run --sim --gpus 0 --memory 2GiB --name during-run -- sh -c '" + cli +
+                                " ls --json --socket " + socket_ + " > " + inside + "'",
+                   &out, &err),
+            0)
+      << err;
+  json during = json::parse(ReadAll(inside), nullptr, false);
+  ASSERT_TRUE(during.is_object()) << ReadAll(inside);
+  bool listed = false;
+  for (const json& s : during["slices"]) {
+    if (s["name"] == "during-run") {
+      listed = true;
+      EXPECT_EQ(s["memory_limit_bytes"], 2 * testing::kGiB);
+      EXPECT_EQ(s["origin"], "run");
+    }
+  }
+  EXPECT_TRUE(listed) << during.dump();
+  EXPECT_EQ(Unix().Get("/v1/slices/during-run")->status, 404);  // gone with its program
+
+  // Joining the created slice: admitted already, so no second reservation is asked for.
+  EXPECT_EQ(RunCli(socket_, "run --sim --gpus 0 --memory 8GiB --name train -- true", &out, &err), 0) << err;
+  EXPECT_EQ(Unix().Get("/v1/slices/train")->status, 200);
+  // The program's exit status comes through.
+  EXPECT_EQ(RunCli(socket_, "run --sim --gpus 0 --memory 1GiB --name exits-3 -- sh -c 'exit 3'", &out, &err), 3);
+  EXPECT_EQ(Unix().Get("/v1/slices/exits-3")->status, 404);
+  unsetenv("LD_PRELOAD");
+}
+
 }  // namespace
 }  // namespace gslice
