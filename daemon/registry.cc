@@ -206,8 +206,11 @@ NodeSnapshot Registry::Snapshot() {
     v.throttled = t != throttled_.end() && t->second;
     auto c = compute_used_.find(s.name);
     v.compute_used = c == compute_used_.end() ? -1 : c->second;
+    const std::string observed = s.state == SliceState::kRunning ? suspender_->ObservedState(s.name) : "";
     if (s.state != SliceState::kRunning) {
       v.activity = std::string(ToString(s.state));
+    } else if (!observed.empty()) {
+      v.activity = observed;  // idle reclaim or preemption (docs/suspend.md)
     } else if (v.throttled) {
       v.activity = "throttled";
     } else {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "model.h"
@@ -18,6 +19,9 @@ class Suspender {
   // Suspends every process in `pids` (all of the slice's); ok only when all are suspended.
   virtual Status Suspend(const Slice& slice, const std::vector<int>& pids) = 0;
   virtual Status Resume(const Slice& slice, const std::vector<int>& pids) = 0;
+  // What the mechanism did on its own (idle reclaim, memory preemption) to a running
+  // slice's processes: "suspending", "suspended", "resuming", "failed", or "" when they run.
+  virtual std::string ObservedState(const std::string& /*slice*/) { return ""; }
 };
 
 // The suspender of a gsliced built without the checkpoint mechanism: every request is

@@ -35,6 +35,11 @@ class CheckpointSuspender final : public Suspender {
     return Status::Ok();
   }
 
+  std::string ObservedState(const std::string& slice) override {
+    const suspend::State st = service_->manager().SliceState(slice);
+    return st == suspend::State::kRunning ? "" : suspend::StateName(st);
+  }
+
   void SetIdle(std::function<int64_t(const std::string&)> f) {
     std::lock_guard<std::mutex> lock(mu_);
     idle_ = std::move(f);
