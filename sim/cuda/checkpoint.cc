@@ -74,7 +74,7 @@ CUresult DoLock(Driver* d, ProcessSlot& slot, uint32_t timeout_ms) {
         d->locked = false;
       }
       d->gate_cv.notify_all();
-      return CUDA_ERROR_TIMEOUT;
+      return CUDA_ERROR_NOT_READY;  // what the driver answers when the lock times out
     }
     usleep(1000);
   }
@@ -204,10 +204,11 @@ CUresult Request(int pid, const MailboxRequest& req) {
   Node* node = RequesterNode();
   if (node == nullptr) return CUDA_ERROR_OPERATING_SYSTEM;
   int index = node->FindSlot(pid);
-  if (index < 0) return CUDA_ERROR_NOT_FOUND;
+  // The driver answers NOT_INITIALIZED for a pid that never initialised CUDA.
+  if (index < 0) return CUDA_ERROR_NOT_INITIALIZED;
   ProcessSlot& s = node->slot(index);
   const ProcessId target{s.pid, s.start_time};
-  if (s.service_tid.load() == 0) return CUDA_ERROR_NOT_FOUND;  // not initialised yet
+  if (s.service_tid.load() == 0) return CUDA_ERROR_NOT_INITIALIZED;  // not initialised yet
   // Take the mailbox; a requester that died holding it loses it.
   const int64_t me = getpid();
   for (;;) {
@@ -268,11 +269,12 @@ void StartCheckpointService(Driver* d) {
 }  // namespace gslice::sim
 
 GSLICE_SIM_EXPORT CUresult cuCheckpointProcessGetState(int pid, CUprocessState* state) {
-  if (state == nullptr || pid <= 0) return CUDA_ERROR_INVALID_VALUE;
+  if (state == nullptr || pid == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (pid < 0) return CUDA_ERROR_OPERATING_SYSTEM;  // as the driver: no such process
   Node* node = RequesterNode();
   if (node == nullptr) return CUDA_ERROR_OPERATING_SYSTEM;
   int index = node->FindSlot(pid);
-  if (index < 0) return CUDA_ERROR_NOT_FOUND;
+  if (index < 0) return CUDA_ERROR_NOT_INITIALIZED;
   *state = static_cast<CUprocessState>(node->slot(index).process_state.load());
   return CUDA_SUCCESS;
 }
@@ -288,7 +290,8 @@ GSLICE_SIM_EXPORT CUresult cuCheckpointProcessGetRestoreThreadId(int pid, int* t
 }
 
 GSLICE_SIM_EXPORT CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs* args) {
-  if (pid <= 0) return CUDA_ERROR_INVALID_VALUE;
+  if (pid == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (pid < 0) return CUDA_ERROR_OPERATING_SYSTEM;  // as the driver: no such process
   MailboxRequest req{};
   req.op = MailboxOp::kLock;
   if (args != nullptr) {

@@ -607,6 +607,15 @@ GSLICE_SIM_EXPORT CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, C
   return CreateContext(pctx, flags, dev);
 }
 
+// The first cuCtxCreate, which the driver still resolves for versions before 3.2; cuda.h maps
+// the name to the newest version, so the symbol is named through asm.
+GSLICE_SIM_EXPORT CUresult gslice_sim_cuCtxCreate_v1(CUcontext* pctx, unsigned int flags,
+                                                     CUdevice dev) __asm__("cuCtxCreate");
+GSLICE_SIM_EXPORT CUresult gslice_sim_cuCtxCreate_v1(CUcontext* pctx, unsigned int flags,
+                                                     CUdevice dev) {
+  return CreateContext(pctx, flags, dev);
+}
+
 GSLICE_SIM_EXPORT CUresult cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* params,
                                           int num_params, unsigned int flags, CUdevice dev) {
   if (num_params < 0 || (num_params > 0 && params == nullptr)) return CUDA_ERROR_INVALID_VALUE;

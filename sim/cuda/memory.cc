@@ -235,14 +235,14 @@ GSLICE_SIM_EXPORT CUresult cuMemFree_v2(CUdeviceptr ptr) {
 }
 
 GSLICE_SIM_EXPORT CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
-  if (free_bytes == nullptr || total_bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  // As the driver: either output may be null, and only the other is written.
   REQUIRE_INIT(d);
   REQUIRE_CONTEXT(ctx);
   ApiGate gate;
   const uint64_t total = d->node->device(ctx->device).total_memory;
   const uint64_t used = d->node->Used(ctx->device);
-  *total_bytes = total;
-  *free_bytes = used >= total ? 0 : total - used;
+  if (total_bytes != nullptr) *total_bytes = total;
+  if (free_bytes != nullptr) *free_bytes = used >= total ? 0 : total - used;
   return CUDA_SUCCESS;
 }
 

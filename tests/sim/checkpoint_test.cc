@@ -25,6 +25,16 @@ CUuuid DeviceUuid(int ordinal) {
   return u;
 }
 
+// The child's 300 MiB are charged: exactly on the sim; a real driver adds the child's context.
+void ExpectHeld(size_t before) {
+  const size_t free_now = SimTest::FreeMemory();
+  if (SimTest::OnSim()) {
+    EXPECT_EQ(free_now, before - 300 * kMiB);
+  } else {
+    EXPECT_LE(free_now, before - 300 * kMiB);
+  }
+}
+
 TEST_F(CheckpointTest, FullCycleMovesMemoryOutAndBack) {
   const size_t before = FreeMemory();
   Child child({Worker(), "hold", "0", std::to_string(300 * kMiB), "0xc0ffee"});
@@ -46,12 +56,16 @@ TEST_F(CheckpointTest, FullCycleMovesMemoryOutAndBack) {
   CHECK_CU(cuCheckpointProcessLock(pid, &lock));
   EXPECT_EQ(StateOf(pid), CU_PROCESS_STATE_LOCKED);
   EXPECT_CU(CUDA_ERROR_ILLEGAL_STATE, cuCheckpointProcessLock(pid, &lock));
-  EXPECT_EQ(FreeMemory(), before - 300 * kMiB);
+  ExpectHeld(before);
 
-  // A locked process's CUDA calls block until it is unlocked.
+  // A locked process's CUDA calls block until it is unlocked (on the sim every call; the
+  // driver lets a query such as cuMemGetInfo through).
   child.WriteLine("info");
   std::string line;
-  EXPECT_FALSE(child.ReadLine(&line, 300)) << line;
+  const bool answered = child.ReadLine(&line, 300);
+  if (OnSim()) {
+    EXPECT_FALSE(answered) << line;
+  }
 
   CHECK_CU(cuCheckpointProcessCheckpoint(pid, nullptr));
   EXPECT_EQ(StateOf(pid), CU_PROCESS_STATE_CHECKPOINTED);
@@ -70,12 +84,13 @@ TEST_F(CheckpointTest, FullCycleMovesMemoryOutAndBack) {
 
   CHECK_CU(cuCheckpointProcessRestore(pid, nullptr));
   EXPECT_EQ(StateOf(pid), CU_PROCESS_STATE_LOCKED);
-  EXPECT_EQ(FreeMemory(), before - 300 * kMiB);
+  ExpectHeld(before);
   CHECK_CU(cuCheckpointProcessUnlock(pid, nullptr));
   EXPECT_EQ(StateOf(pid), CU_PROCESS_STATE_RUNNING);
 
   // The blocked call completes, and the data survived.
-  EXPECT_EQ(child.ReadUntil("info").rfind("info CUDA_SUCCESS", 0), 0u);
+  if (!answered) line = child.ReadUntil("info");
+  EXPECT_EQ(line.rfind("info CUDA_SUCCESS", 0), 0u) << line;
   child.WriteLine("verify");
   EXPECT_EQ(child.ReadUntil("verified"), "verified ok");
   child.WriteLine("exit");
@@ -169,7 +184,7 @@ TEST_F(CheckpointTest, LockTimesOutWhileWorkIsInFlight) {
   ASSERT_EQ(child.ReadUntil("launched"), "launched CUDA_SUCCESS");
   CUcheckpointLockArgs lock{};
   lock.timeoutMs = 100;
-  EXPECT_CU(CUDA_ERROR_TIMEOUT, cuCheckpointProcessLock(pid, &lock));
+  EXPECT_CU(CUDA_ERROR_NOT_READY, cuCheckpointProcessLock(pid, &lock));  // as the driver
   EXPECT_EQ(StateOf(pid), CU_PROCESS_STATE_RUNNING);
   child.WriteLine("sync");
   EXPECT_EQ(child.ReadUntil("synced"), "synced CUDA_SUCCESS");  // not left blocked
@@ -181,17 +196,13 @@ TEST_F(CheckpointTest, LockTimesOutWhileWorkIsInFlight) {
 TEST_F(CheckpointTest, BadArgumentsAndUnknownProcesses) {
   CUprocessState s;
   EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cuCheckpointProcessGetState(getpid(), nullptr));
-  // A pid that is not a CUDA process of this node.
+  // A pid that never initialised CUDA, and one that is no process at all (the driver's answers).
   Child sleeper({"/bin/sleep", "30"});
-  EXPECT_CU(CUDA_ERROR_NOT_FOUND, cuCheckpointProcessGetState(sleeper.pid(), &s));
-  EXPECT_CU(CUDA_ERROR_NOT_FOUND, cuCheckpointProcessLock(sleeper.pid(), nullptr));
-  EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cuCheckpointProcessLock(-1, nullptr));
-  CUcheckpointLockArgs lock{};
-  lock.reserved0 = 1;
-  EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cuCheckpointProcessLock(getpid(), &lock));
-  CUcheckpointRestoreArgs restore{};
-  restore.gpuPairsCount = 1;
-  EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cuCheckpointProcessRestore(getpid(), &restore));
+  EXPECT_CU(CUDA_ERROR_NOT_INITIALIZED, cuCheckpointProcessGetState(sleeper.pid(), &s));
+  EXPECT_CU(CUDA_ERROR_NOT_INITIALIZED, cuCheckpointProcessLock(sleeper.pid(), nullptr));
+  EXPECT_CU(CUDA_ERROR_OPERATING_SYSTEM, cuCheckpointProcessLock(-1, nullptr));
+  // Locking or restoring the calling process itself is not defined by the driver (it crashes),
+  // so malformed arguments are not tried against this process here.
   // This process itself is a CUDA process of the node.
   EXPECT_EQ(StateOf(getpid()), CU_PROCESS_STATE_RUNNING);
 }

@@ -84,10 +84,18 @@ TEST_F(InitTest, AnotherProcessSeesTheSameDevices) {
   Child child({Worker(), "devices"});
   std::string out;
   ASSERT_EQ(child.Wait(&out), 0);
-  EXPECT_NE(out.find("count 2"), std::string::npos) << out;
-  EXPECT_NE(out.find("device 0 " + UuidOf(0) + " " + std::to_string(1024 * kMiB)), std::string::npos)
-      << out;
-  EXPECT_NE(out.find("device 1 " + UuidOf(1)), std::string::npos) << out;
+  const int count = DeviceCount();
+  EXPECT_NE(out.find("count " + std::to_string(count) + "\n"), std::string::npos) << out;
+  for (int i = 0; i < count; ++i) {
+    size_t total = 0;
+    CHECK_CU(cuDeviceTotalMem(&total, i));
+    EXPECT_NE(out.find("device " + std::to_string(i) + " " + UuidOf(i) + " " + std::to_string(total)),
+              std::string::npos)
+        << out;
+  }
+  if (OnSim()) {
+    EXPECT_EQ(count, 2);  // the sim's default node
+  }
 }
 
 TEST_F(InitTest, CudaVisibleDevicesSelectsAndOrders) {
@@ -151,6 +159,8 @@ TEST_F(InitTest, BadConfigurationIsReportedAndInitFails) {
 }
 
 TEST_F(InitTest, PrimaryContextRefcountAndState) {
+  // Device 1's primary context is not held by the fixture, unlike device 0's.
+  if (DeviceCount() < 2) GTEST_SKIP() << "needs a second device";
   unsigned flags = 99;
   int active = -1;
   CHECK_CU(cuDevicePrimaryCtxGetState(1, &flags, &active));
@@ -172,13 +182,14 @@ TEST_F(InitTest, PrimaryContextRefcountAndState) {
 }
 
 TEST_F(InitTest, ContextStack) {
+  const CUdevice other = DeviceCount() > 1 ? 1 : 0;
   CUcontext created = nullptr, cur = nullptr;
-  CHECK_CU(cuCtxCreate(&created, nullptr, 0, 1));
+  CHECK_CU(cuCtxCreate(&created, nullptr, 0, other));
   CHECK_CU(cuCtxGetCurrent(&cur));
   EXPECT_EQ(cur, created);
   CUdevice d = -1;
   CHECK_CU(cuCtxGetDevice(&d));
-  EXPECT_EQ(d, 1);
+  EXPECT_EQ(d, other);
   CUcontext popped = nullptr;
   CHECK_CU(cuCtxPopCurrent(&popped));
   EXPECT_EQ(popped, created);
@@ -188,8 +199,7 @@ TEST_F(InitTest, ContextStack) {
   CHECK_CU(cuCtxDestroy(created));
   CHECK_CU(cuCtxGetCurrent(&cur));
   EXPECT_EQ(cur, ctx_);
-  EXPECT_CU(CUDA_ERROR_INVALID_CONTEXT, cuCtxPushCurrent(created));
-  EXPECT_CU(CUDA_ERROR_INVALID_CONTEXT, cuCtxDestroy(created));
+  // (A destroyed context's handle is not used again: the driver leaves that undefined.)
   // With no context current, context calls fail as the driver's do.
   CHECK_CU(cuCtxPopCurrent(&popped));
   EXPECT_CU(CUDA_ERROR_INVALID_CONTEXT, cuCtxPopCurrent(&popped));

@@ -47,8 +47,9 @@ TEST_F(MemoryTest, InvalidArguments) {
   EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cuMemAlloc(nullptr, 16));
   EXPECT_CU(CUDA_SUCCESS, cuMemFree(0));
   EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cuMemFree(0x1234));
-  size_t f;
-  EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cuMemGetInfo(&f, nullptr));
+  size_t f = 0;
+  EXPECT_CU(CUDA_SUCCESS, cuMemGetInfo(&f, nullptr));  // as the driver: either output may be null
+  EXPECT_GT(f, 0u);
   CHECK_CU(cuMemAlloc(&p, 4096));
   CHECK_CU(cuMemFree(p));
   EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cuMemFree(p));  // double free
@@ -121,13 +122,16 @@ TEST_F(MemoryTest, PitchManagedAndHostMemory) {
   CHECK_CU(cuMemAllocPitch(&p, &pitch, 1000, 100, 4));
   EXPECT_GE(pitch, 1000u);
   EXPECT_EQ(pitch % 512, 0u);
-  EXPECT_EQ(FreeMemory(), before - ((pitch * 100 + 4095) / 4096 * 4096));
+  EXPECT_FREE(before - ((pitch * 100 + 4095) / 4096 * 4096), 2 * kMiB);
   CHECK_CU(cuMemFree(p));
   EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cuMemAllocPitch(&p, &pitch, 1000, 100, 3));
 
   CUdeviceptr m;
   CHECK_CU(cuMemAllocManaged(&m, 64 * kMiB, CU_MEM_ATTACH_GLOBAL));
-  EXPECT_EQ(FreeMemory(), before - 64 * kMiB);
+  // The sim charges managed memory when allocated; a real driver when first touched.
+  if (OnSim()) {
+    EXPECT_EQ(FreeMemory(), before - 64 * kMiB);
+  }
   reinterpret_cast<uint32_t*>(m)[10] = 42;  // host access to managed memory
   uint32_t v = 0;
   CHECK_CU(cuMemcpyDtoH(&v, m + 40, 4));
@@ -137,7 +141,9 @@ TEST_F(MemoryTest, PitchManagedAndHostMemory) {
 
   void* h = nullptr;
   CHECK_CU(cuMemAllocHost(&h, 32 * kMiB));
-  EXPECT_EQ(FreeMemory(), before);  // host memory is not device memory
+  if (OnSim()) {
+    EXPECT_EQ(FreeMemory(), before);  // host memory is not device memory
+  }
   CUdeviceptr hd;
   CHECK_CU(cuMemHostGetDevicePointer(&hd, h, 0));
   EXPECT_EQ(hd, reinterpret_cast<CUdeviceptr>(h));
@@ -185,15 +191,18 @@ TEST_F(MemoryTest, StreamOrderedAllocationAndPools) {
   CHECK_CU(cuMemFreeAsync(p, s));
   CHECK_CU(cuStreamSynchronize(s));
   CHECK_CU(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved));
-  EXPECT_EQ(reserved, 64 * kMiB);
-  EXPECT_EQ(FreeMemory(), before - 64 * kMiB);
+  EXPECT_GE(reserved, 64 * kMiB);
+  if (OnSim()) {
+    EXPECT_EQ(reserved, 64 * kMiB);
+  }
+  EXPECT_FREE(before - reserved, 32 * kMiB);  // a real pool reserves in chunks
   CUdeviceptr again;
   CHECK_CU(cuMemAllocAsync(&again, 64 * kMiB, s));
   EXPECT_EQ(again, p);  // reused
   CHECK_CU(cuMemFreeAsync(again, s));
   CHECK_CU(cuStreamSynchronize(s));
   CHECK_CU(cuMemPoolTrimTo(pool, 0));
-  EXPECT_EQ(FreeMemory(), before);
+  EXPECT_FREE(before, 2 * kMiB);
   threshold = 0;
   CHECK_CU(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold));
 
@@ -208,13 +217,16 @@ TEST_F(MemoryTest, StreamOrderedAllocationAndPools) {
   CHECK_CU(cuStreamSynchronize(s));
   CHECK_CU(cuMemPoolGetAttribute(mine, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used));
   EXPECT_EQ(used, 10 * kMiB);
-  EXPECT_EQ(FreeMemory(), before - 10 * kMiB);
+  cuuint64_t mine_reserved = 0;
+  CHECK_CU(cuMemPoolGetAttribute(mine, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &mine_reserved));
+  EXPECT_FREE(before - (OnSim() ? 10 * kMiB : mine_reserved), 32 * kMiB);
   CUdeviceptr too_big;
-  EXPECT_CU(CUDA_ERROR_OUT_OF_MEMORY, cuMemAllocFromPoolAsync(&too_big, 4096 * kMiB, mine, s));
+  EXPECT_CU(CUDA_ERROR_OUT_OF_MEMORY,
+            cuMemAllocFromPoolAsync(&too_big, TotalMemory() + 64 * kMiB, mine, s));
   CHECK_CU(cuMemFreeAsync(p, s));
   CHECK_CU(cuStreamSynchronize(s));
   CHECK_CU(cuMemPoolDestroy(mine));
-  EXPECT_EQ(FreeMemory(), before);
+  EXPECT_FREE(before, 2 * kMiB);
   EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cuMemPoolDestroy(pool));  // the default pool stays
   props.location.id = 9;
   EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cuMemPoolCreate(&mine, &props));
@@ -233,9 +245,10 @@ TEST_F(MemoryTest, VirtualMemoryManagement) {
 
   CUmemGenericAllocationHandle h;
   EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cuMemCreate(&h, gran + 1, &prop, 0));
-  EXPECT_CU(CUDA_ERROR_OUT_OF_MEMORY, cuMemCreate(&h, 2048 * kMiB, &prop, 0));
+  const size_t beyond = (TotalMemory() / gran + 1) * gran;  // more than the device has
+  EXPECT_CU(CUDA_ERROR_OUT_OF_MEMORY, cuMemCreate(&h, beyond, &prop, 0));
   CHECK_CU(cuMemCreate(&h, 2 * gran, &prop, 0));
-  EXPECT_EQ(FreeMemory(), before - 2 * gran);
+  EXPECT_FREE(before - 2 * gran, gran);
 
   CUdeviceptr va;
   CHECK_CU(cuMemAddressReserve(&va, 4 * gran, 0, 0, 0));
@@ -259,9 +272,9 @@ TEST_F(MemoryTest, VirtualMemoryManagement) {
 
   // Releasing the handle keeps the memory while mapped; unmapping frees it.
   CHECK_CU(cuMemRelease(h));
-  EXPECT_EQ(FreeMemory(), before - 2 * gran);
+  EXPECT_FREE(before - 2 * gran, gran);
   CHECK_CU(cuMemUnmap(va, 4 * gran));
-  EXPECT_EQ(FreeMemory(), before);
+  EXPECT_FREE(before, gran);
   EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cuMemcpyDtoH(&v, va, 4));  // no longer accessible
   CHECK_CU(cuMemAddressFree(va, 4 * gran));
   EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cuMemRelease(h));
@@ -276,7 +289,7 @@ TEST_F(MemoryTest, ArraysAreCharged) {
   d.NumChannels = 4;
   CUarray a;
   CHECK_CU(cuArrayCreate(&a, &d));
-  EXPECT_EQ(FreeMemory(), before - 16 * kMiB);
+  EXPECT_FREE(before - 16 * kMiB, 2 * kMiB);
   CUDA_ARRAY3D_DESCRIPTOR d3{};
   d3.Width = 256;
   d3.Height = 256;
@@ -285,15 +298,14 @@ TEST_F(MemoryTest, ArraysAreCharged) {
   d3.NumChannels = 1;
   CUarray a3;
   CHECK_CU(cuArray3DCreate(&a3, &d3));
-  EXPECT_EQ(FreeMemory(), before - 17 * kMiB);
+  EXPECT_FREE(before - 17 * kMiB, 2 * kMiB);
   CUmipmappedArray mm;
   CHECK_CU(cuMipmappedArrayCreate(&mm, &d3, 2));
   EXPECT_LT(FreeMemory(), before - 17 * kMiB);
   CHECK_CU(cuMipmappedArrayDestroy(mm));
   CHECK_CU(cuArrayDestroy(a3));
-  CHECK_CU(cuArrayDestroy(a));
-  EXPECT_EQ(FreeMemory(), before);
-  EXPECT_CU(CUDA_ERROR_INVALID_HANDLE, cuArrayDestroy(a));
+  CHECK_CU(cuArrayDestroy(a));  // (a destroyed array's handle is not used again: undefined)
+  EXPECT_FREE(before, 2 * kMiB);
   d.NumChannels = 3;
   EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cuArrayCreate(&a, &d));
 }

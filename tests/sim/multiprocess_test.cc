@@ -43,10 +43,14 @@ TEST_F(MultiProcessTest, KilledProcessMemoryIsReclaimed) {
   const size_t before = FreeMemory();
   Child victim({Worker(), "hold", "0", std::to_string(900 * kMiB), "5"});
   ASSERT_EQ(victim.ReadUntil("ready"), "ready " + std::to_string(victim.pid()));
-  EXPECT_EQ(FreeMemory(), before - 900 * kMiB);
+  if (OnSim()) {
+    EXPECT_EQ(FreeMemory(), before - 900 * kMiB);
+  } else {
+    EXPECT_LE(FreeMemory(), before - 900 * kMiB);  // a real driver adds the victim's context
+  }
   victim.Kill(SIGKILL);
   EXPECT_EQ(victim.Wait(), 128 + SIGKILL);
-  EXPECT_EQ(FreeMemory(), before);
+  EXPECT_FREE(before, 2 * kMiB);
   CUdeviceptr p;
   CHECK_CU(cuMemAlloc(&p, 900 * kMiB));
   CHECK_CU(cuMemFree(p));

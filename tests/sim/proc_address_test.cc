@@ -40,7 +40,12 @@ TEST_F(ProcAddressTest, ResolvesTheVersionedEntryPoints) {
   EXPECT_EQ(Resolve("cuCheckpointProcessLock", 12080, 0), Exported("cuCheckpointProcessLock"));
   CUresult r;
   CUdriverProcAddressQueryResult st;
-  EXPECT_EQ(Resolve("cuCtxCreate", 2000, 0, &r, &st), nullptr);
+  // Versions before 3.2 get the first cuCtxCreate, as from the driver.
+  EXPECT_NE(Resolve("cuCtxCreate", 2000, 0, &r, &st), nullptr);
+  EXPECT_CU(CUDA_SUCCESS, r);
+  EXPECT_EQ(st, CU_GET_PROC_ADDRESS_SUCCESS);
+  // An entry point newer than the version asked for is not handed out.
+  EXPECT_EQ(Resolve("cuCheckpointProcessLock", 12000, 0, &r, &st), nullptr);
   EXPECT_CU(CUDA_ERROR_NOT_FOUND, r);
   EXPECT_EQ(st, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
   EXPECT_EQ(Resolve("cuNoSuchFunction", 13000, 0, &r, &st), nullptr);

@@ -33,12 +33,35 @@ class SimTest : public ::testing::Test {
     cuDevicePrimaryCtxRelease(dev_);
   }
 
-  size_t FreeMemory() {
+
+ public:
+  static size_t FreeMemory() {
     size_t free_bytes = 0, total = 0;
     EXPECT_EQ(cuMemGetInfo(&free_bytes, &total), CUDA_SUCCESS);
     return free_bytes;
   }
 
+  static int DeviceCount() {
+    int n = 0;
+    EXPECT_EQ(cuDeviceGetCount(&n), CUDA_SUCCESS);
+    return n;
+  }
+
+  // True on the simulated driver, false on a real one (the parity run); exact capacity
+  // accounting is asserted only where it is the sim's by design.
+  static bool OnSim() {
+    char name[128] = {};
+    return cuDeviceGetName(name, sizeof name, 0) == CUDA_SUCCESS &&
+           std::string(name) == "gslice simulated GPU";
+  }
+
+  static size_t TotalMemory() {
+    size_t total = 0;
+    EXPECT_EQ(cuDeviceTotalMem(&total, 0), CUDA_SUCCESS);
+    return total;
+  }
+
+ protected:
   static std::string Worker() { return SiblingProgram("sim_worker"); }
 
   CUdevice dev_ = 0;
@@ -47,5 +70,20 @@ class SimTest : public ::testing::Test {
   CUfunction busy_ = nullptr;
   CUfunction fill_ = nullptr;
 };
+
+// Free device memory is `expected`: exactly on the sim, whose accounting the interposer's
+// tests rely on; within `slack` on a real driver, which rounds allocations up to its page
+// size and pools to their chunk size.
+#define EXPECT_FREE(expected, slack)                                                      \
+  do {                                                                                    \
+    const size_t expect_free_got_ = FreeMemory();                                         \
+    const size_t expect_free_want_ = (expected);                                          \
+    if (OnSim()) {                                                                        \
+      EXPECT_EQ(expect_free_got_, expect_free_want_);                                     \
+    } else {                                                                              \
+      EXPECT_NEAR(static_cast<double>(expect_free_got_), static_cast<double>(expect_free_want_), \
+                  static_cast<double>(slack));                                            \
+    }                                                                                     \
+  } while (0)
 
 }  // namespace gslice::test
