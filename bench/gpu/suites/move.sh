@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Move (issue 6) on a machine with two GPUs of one type: a driver-API program in a slice
+# Move (issue 6) on a machine with two GPUs of one type: a driver-API program in a one-GPU slice
 # holds device memory with a known pattern; the suspend service (gslice-suspend-agent)
 # moves it to the other GPU with `gslice move`; NVML must then show the process on the
 # target GPU, the data must read back intact and the program must keep working.
@@ -30,7 +30,7 @@ trap cleanup EXIT
 agent_pid=$!
 
 mkfifo "$tmp/in"
-"$build/bin/gslice" run --gpus 0,1 --memory 8GiB --name move-job -- \
+"$build/bin/gslice" run --gpus 0 --memory 8GiB --name move-job -- \
   "$build/bin/suspend_client" $((2 << 30)) 0x5a5a <"$tmp/in" >"$tmp/client.out" 2>"$out/move-client.err" &
 client_pid=$!
 exec 3>"$tmp/in"

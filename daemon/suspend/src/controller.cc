@@ -158,7 +158,11 @@ Outcome SuspendController::Move(int pid, const GpuInfo& from, const GpuInfo& to)
     out.reason = plan.reason + "; the process stays suspended";
     return out;
   }
-  const GpuPair pairs[] = {plan.pair};
+  // The driver wants the pairs to map every GPU it checkpointed: pass the swap (from -> to,
+  // to -> from), a permutation, so a process that also had the target GPU open keeps a
+  // GPU for each of its contexts.
+  const GpuPair swapped{plan.pair.to, plan.pair.from};
+  const GpuPair pairs[] = {plan.pair, swapped};
   return manager_->Resume(pid, pairs, to.uuid);
 }
 
