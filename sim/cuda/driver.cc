@@ -915,44 +915,32 @@ CUresult StreamQuery(CUstream h, bool pt) {
   return s->Done(s->submitted()) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
-CUresult StreamGetPriority(CUstream h, int* priority, bool pt) {
-  if (priority == nullptr) return CUDA_ERROR_INVALID_VALUE;
+// The stream getters: validate the output, resolve the stream, read one field.
+template <typename T, typename Read>
+CUresult StreamField(CUstream h, T* out, bool pt, Read read) {
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
   REQUIRE_INIT(d);
   std::shared_ptr<CUstream_st> s;
   CUresult r = ResolveStream(h, pt, &s);
   if (r != CUDA_SUCCESS) return r;
-  *priority = s->priority;
+  *out = read(*s);
   return CUDA_SUCCESS;
+}
+
+CUresult StreamGetPriority(CUstream h, int* priority, bool pt) {
+  return StreamField(h, priority, pt, [](const CUstream_st& s) { return s.priority; });
 }
 
 CUresult StreamGetFlags(CUstream h, unsigned* flags, bool pt) {
-  if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  REQUIRE_INIT(d);
-  std::shared_ptr<CUstream_st> s;
-  CUresult r = ResolveStream(h, pt, &s);
-  if (r != CUDA_SUCCESS) return r;
-  *flags = s->flags;
-  return CUDA_SUCCESS;
+  return StreamField(h, flags, pt, [](const CUstream_st& s) { return s.flags; });
 }
 
 CUresult StreamGetCtx(CUstream h, CUcontext* pctx, bool pt) {
-  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  REQUIRE_INIT(d);
-  std::shared_ptr<CUstream_st> s;
-  CUresult r = ResolveStream(h, pt, &s);
-  if (r != CUDA_SUCCESS) return r;
-  *pctx = s->ctx;
-  return CUDA_SUCCESS;
+  return StreamField(h, pctx, pt, [](const CUstream_st& s) { return s.ctx; });
 }
 
 CUresult StreamGetId(CUstream h, unsigned long long* id, bool pt) {
-  if (id == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  REQUIRE_INIT(d);
-  std::shared_ptr<CUstream_st> s;
-  CUresult r = ResolveStream(h, pt, &s);
-  if (r != CUDA_SUCCESS) return r;
-  *id = s->id;
-  return CUDA_SUCCESS;
+  return StreamField(h, id, pt, [](const CUstream_st& s) { return s.id; });
 }
 
 // Events (g_events): shared so that a record still queued keeps a destroyed event alive.
