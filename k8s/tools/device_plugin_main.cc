@@ -9,6 +9,7 @@
 #include <string>
 
 #include "gslice/k8s/device_plugin.h"
+#include "gslice/k8s/tool_flags.h"
 #include "gslice/ledger.h"
 
 namespace {
@@ -38,23 +39,8 @@ int Fail(const std::string& msg) {
   return 2;
 }
 
-bool ReadFile(const std::string& path, std::string* out) {
-  std::ifstream in(path);
-  if (!in) return false;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  *out = ss.str();
-  while (!out->empty() && (out->back() == '\n' || out->back() == ' ')) out->pop_back();
-  return true;
-}
-
-bool ParseInt(const std::string& s, long lo, long hi, long* out) {
-  char* end = nullptr;
-  long v = std::strtol(s.c_str(), &end, 10);
-  if (s.empty() || *end != '\0' || v < lo || v > hi) return false;
-  *out = v;
-  return true;
-}
+using gslice::k8s::ParseInt;
+using gslice::k8s::ReadFile;
 
 }  // namespace
 

@@ -11,6 +11,7 @@
 #include <httplib.h>
 
 #include "gslice/k8s/extender.h"
+#include "gslice/k8s/tool_flags.h"
 
 namespace {
 
@@ -36,23 +37,8 @@ void OnSignal(int) {
   if (g_server) g_server->stop();
 }
 
-bool ReadFile(const std::string& path, std::string* out) {
-  std::ifstream in(path);
-  if (!in) return false;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  *out = ss.str();
-  while (!out->empty() && (out->back() == '\n' || out->back() == ' ')) out->pop_back();
-  return true;
-}
-
-bool ParseInt(const std::string& s, long lo, long hi, long* out) {
-  char* end = nullptr;
-  long v = std::strtol(s.c_str(), &end, 10);
-  if (s.empty() || *end != '\0' || v < lo || v > hi) return false;
-  *out = v;
-  return true;
-}
+using gslice::k8s::ParseInt;
+using gslice::k8s::ReadFile;
 
 int Fail(const std::string& msg) {
   std::fprintf(stderr, "gslice-scheduler-extender: %s\n", msg.c_str());
