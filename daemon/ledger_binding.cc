@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "gslice/ledger.h"
+#include "gslice/pid_namespace.h"
 
 namespace gslice {
 namespace {
@@ -82,11 +83,17 @@ class SharedLedger final : public NodeLedger {
     return out;
   }
 
+  // Processes in containers record their container-local pid and their pid namespace; the
+  // pid reported is the one gsliced sees (PidResolver), 0 when the process is not visible
+  // from gsliced's namespace (its memory still counts). Rows and compute entries are matched
+  // by (namespace, pid), never by a bare pid: pid 1 exists in every container.
   Result<std::vector<ProcessUsage>> Processes() override {
     std::lock_guard lock(mu_);
     std::vector<ProcessUsage> out;
+    using Owner = std::pair<uint64_t, uint32_t>;  // (pid namespace, pid in it)
+    std::vector<Owner> owner_of_row;               // parallel to out
     LedgerLayout* l = ledger_.layout();
-    std::map<uint32_t, std::string> slice_of_pid;
+    std::map<Owner, std::string> slice_of_owner;
     for (int i = 0; i < kLedgerMaxSlices; ++i) {
       LedgerSlice& s = l->slices[i];
       if (StateOf(s.state.load()) != EntryState::kReady) continue;
@@ -95,23 +102,28 @@ class SharedLedger final : public NodeLedger {
       for (uint32_t k = 0; k < hw && k < static_cast<uint32_t>(kLedgerMaxSlots); ++k) {
         uint64_t word = s.slots[k].state.load();
         if (StateOf(word) != EntryState::kAlive) continue;
-        uint32_t pid = PidOf(word);
-        if (!ProcessAlive(pid, s.slots[k].start_time.load())) continue;
-        slice_of_pid[pid] = name;
+        if (!ledger_.SlotOwnerAlive(i, static_cast<int>(k))) continue;
+        const Owner owner{s.slots[k].pid_ns.load(), PidOf(word)};
+        const int pid = static_cast<int>(pids_.Resolve(owner.first, owner.second, s.slots[k].start_time.load()));
+        slice_of_owner[owner] = name;
         bool any = false;
         for (int g = 0; g < kLedgerMaxGpus; ++g) {
           if (StateOf(s.gpus[g].state.load()) != EntryState::kReady) continue;
           int64_t used = s.used[g][k].load();
           if (used <= 0 && any) continue;
           ProcessUsage p;
-          p.pid = static_cast<int>(pid);
+          p.pid = pid;
           p.slice = name;
           p.gpu_uuid = UuidToText(s.gpus[g].uuid);
           p.memory_used = used > 0 ? static_cast<uint64_t>(used) : 0;
           out.push_back(p);
+          owner_of_row.push_back(owner);
           any = true;
         }
-        if (!any) out.push_back(ProcessUsage{static_cast<int>(pid), name, "", 0, 0, false});
+        if (!any) {
+          out.push_back(ProcessUsage{pid, name, "", 0, 0, false});
+          owner_of_row.push_back(owner);
+        }
       }
     }
     // Compute: the launch gates' table, by pid and GPU.
@@ -122,14 +134,16 @@ class SharedLedger final : public NodeLedger {
       bool opportunistic;
     };
     std::vector<Active> active;
-    for (LedgerComputeEntry& e : l->header.compute) {
+    for (int i = 0; i < kLedgerMaxComputeEntries; ++i) {
+      LedgerComputeEntry& e = l->header.compute[i];
       uint64_t word = e.state.load();
-      if (StateOf(word) != EntryState::kAlive) continue;
-      uint32_t pid = PidOf(word);
+      if (StateOf(word) != EntryState::kAlive || !ledger_.ComputeOwnerAlive(i)) continue;
+      const Owner owner{e.pid_ns.load(), PidOf(word)};
       std::string gpu = UuidToText(e.uuid);
       bool is_active = e.active_until_ns.load() > now;
-      for (ProcessUsage& p : out) {
-        if (p.pid == static_cast<int>(pid) && (p.gpu_uuid == gpu || p.gpu_uuid.empty())) {
+      for (size_t r = 0; r < out.size(); ++r) {
+        ProcessUsage& p = out[r];
+        if (owner_of_row[r] == owner && (p.gpu_uuid == gpu || p.gpu_uuid.empty())) {
           // The gate keeps virtual time = busy time * 1000 / share (policy.h VtimeIncrement);
           // busy time is what the dashboard and metrics show.
           const uint64_t share = std::max<uint32_t>(e.share_permille.load() & kComputeShareMask, 1);
@@ -143,8 +157,8 @@ class SharedLedger final : public NodeLedger {
       if (!is_active) continue;
       bool opportunistic = e.slice_class.load() == static_cast<uint32_t>(SliceClass::kOpportunistic);
       if (!opportunistic) guaranteed_active[gpu] = true;
-      auto it = slice_of_pid.find(pid);
-      if (it != slice_of_pid.end()) active.push_back(Active{it->second, gpu, opportunistic});
+      auto it = slice_of_owner.find(owner);
+      if (it != slice_of_owner.end()) active.push_back(Active{it->second, gpu, opportunistic});
     }
     // Opportunistic work that wants a GPU while guaranteed work runs there is being held back.
     throttled_.clear();
@@ -192,6 +206,7 @@ class SharedLedger final : public NodeLedger {
   std::string path_;
   std::mutex mu_;
   Ledger ledger_;
+  PidResolver pids_;  // (namespace, pid) -> the pid gsliced sees
   std::map<std::string, bool> throttled_;
 };
 

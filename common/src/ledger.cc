@@ -14,6 +14,8 @@
 
 #include <new>
 
+#include "gslice/pid_namespace.h"
+
 namespace gslice {
 namespace {
 
@@ -95,29 +97,11 @@ namespace {
 bool ReadStat(uint32_t pid, char* state, uint64_t* start_time) {
   char path[64];
   snprintf(path, sizeof path, "/proc/%u/stat", pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  char buf[1024];
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0) return false;
-  buf[n] = '\0';
-  // The command name (field 2) may contain spaces and parentheses: parse after the last ')'.
-  char* p = strrchr(buf, ')');
-  if (p == nullptr || p[1] == '\0') return false;
-  p += 2;  // field 3: state
-  *state = *p;
-  // Fields 3..22: skip 19 spaces to reach field 22.
-  int field = 3;
-  while (*p != '\0' && field < 22) {
-    if (*p == ' ') ++field;
-    ++p;
-  }
-  uint64_t v = 0;
-  while (*p >= '0' && *p <= '9') v = v * 10 + static_cast<uint64_t>(*p++ - '0');
-  *start_time = v;
-  return true;
+  return ReadProcStat(path, state, start_time);
 }
+
+// A random claim tag for process slot words (bits 8..31), never 0.
+uint32_t ClaimTag() { return static_cast<uint32_t>(Jitter() % 0xffffffu) + 1; }
 }  // namespace
 
 uint64_t ProcessStartTime(uint32_t pid) {
@@ -139,30 +123,151 @@ bool ProcessAlive(uint32_t pid, uint64_t expected_start_time) {
   return true;
 }
 
-Ledger::~Ledger() {
+Ledger::~Ledger() { Close(); }
+
+void Ledger::Close() {
   if (layout_ != nullptr) munmap(layout_, map_size_);
+  if (fd_ >= 0) close(fd_);  // drops every lock byte this Ledger holds
+  if (probe_fd_ >= 0) close(probe_fd_);
+  layout_ = nullptr;
+  map_size_ = 0;
+  fd_ = probe_fd_ = -1;
 }
 
-Ledger::Ledger(Ledger&& o) noexcept : layout_(o.layout_), map_size_(o.map_size_) {
+Ledger::Ledger(Ledger&& o) noexcept
+    : layout_(o.layout_), map_size_(o.map_size_), fd_(o.fd_), probe_fd_(o.probe_fd_) {
   o.layout_ = nullptr;
   o.map_size_ = 0;
+  o.fd_ = o.probe_fd_ = -1;
 }
 
 Ledger& Ledger::operator=(Ledger&& o) noexcept {
   if (this != &o) {
-    if (layout_ != nullptr) munmap(layout_, map_size_);
+    Close();
     layout_ = o.layout_;
     map_size_ = o.map_size_;
+    fd_ = o.fd_;
+    probe_fd_ = o.probe_fd_;
     o.layout_ = nullptr;
     o.map_size_ = 0;
+    o.fd_ = o.probe_fd_ = -1;
   }
   return *this;
+}
+
+// ---- liveness lock bytes ---------------------------------------------------------------
+//
+// Open-file-description locks (F_OFD_*) belong to the open file, not to a process: the
+// kernel drops them when the last descriptor of it closes, which a killed process's exit
+// does, whatever pid namespace it lives in. They conflict between different open files even
+// within one process, so the probe descriptor (a second open of the same inode) sees the
+// locks of fd_ too. A forked child that keeps the descriptor keeps the locks (hence the
+// same-namespace pid check in OwnerAlive), until it exits or execs (O_CLOEXEC).
+
+bool Ledger::LockByte(int64_t offset) {
+  if (fd_ < 0) return true;
+  struct flock fl{};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = static_cast<off_t>(offset);
+  fl.l_len = 1;
+  return fcntl(fd_, F_OFD_SETLK, &fl) == 0;
+}
+
+void Ledger::UnlockByte(int64_t offset) {
+  if (fd_ < 0) return;
+  struct flock fl{};
+  fl.l_type = F_UNLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = static_cast<off_t>(offset);
+  fl.l_len = 1;
+  fcntl(fd_, F_OFD_SETLK, &fl);
+}
+
+bool Ledger::ByteLocked(int64_t offset) const {
+  if (probe_fd_ < 0) return true;
+  struct flock fl{};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = static_cast<off_t>(offset);
+  fl.l_len = 1;
+  if (fcntl(probe_fd_, F_OFD_GETLK, &fl) != 0) return true;  // cannot tell: assume alive
+  return fl.l_type != F_UNLCK;
+}
+
+bool Ledger::OwnerAlive(int64_t lock_byte, uint32_t pid, uint64_t pid_ns, uint64_t start_time,
+                        uint64_t self_ns) const {
+  if (pid == 0) return false;
+  if (fd_ < 0) return ProcessAlive(pid, start_time);  // private ledger: one process, pids
+  // In the owner's namespace the pid speaks too: it catches a dead owner whose lock a forked
+  // child still holds. Elsewhere the pid means nothing and the lock alone decides.
+  if (pid_ns != 0 && pid_ns == self_ns && !ProcessAlive(pid, start_time)) return false;
+  return ByteLocked(lock_byte);
+}
+
+bool Ledger::SlotOwnerAlive(int slice, int slot, uint64_t word, uint64_t self_ns) const {
+  const LedgerProcess& p = layout_->slices[slice].slots[slot];
+  const EntryState st = StateOf(word);
+  const uint32_t pid = PidOf(word);
+  const uint64_t ns = p.pid_ns.load(kSeq);
+  const int64_t byte = LedgerSlotLockByte(slice, slot);
+  switch (st) {
+    case EntryState::kAlive:
+      return OwnerAlive(byte, pid, ns, p.start_time.load(kSeq), self_ns);
+    case EntryState::kReaping:
+      return OwnerAlive(byte, pid, ns, 0, self_ns);
+    case EntryState::kClaiming: {
+      // The claimer takes the byte right after its CAS: until then, the claim's age decides.
+      if (fd_ < 0 || (ns != 0 && ns == self_ns)) {
+        if (!ProcessAlive(pid, 0)) return false;
+        if (fd_ < 0) return true;
+      }
+      if (ByteLocked(byte)) return true;
+      auto& claimed = const_cast<std::atomic<int64_t>&>(p.claimed_ns);
+      int64_t at = claimed.load(kSeq);
+      const int64_t now = MonotonicNs();
+      if (at == 0) {
+        claimed.compare_exchange_strong(at, now, kSeq);  // claimer died before stamping: start the clock
+        return true;
+      }
+      return now - at < kClaimGraceNs;
+    }
+    default:
+      return false;
+  }
+}
+
+bool Ledger::SlotOwnerAlive(int slice, int slot) const {
+  if (layout_ == nullptr || slice < 0 || slice >= kLedgerMaxSlices || slot < 0 || slot >= kLedgerMaxSlots) return false;
+  return SlotOwnerAlive(slice, slot, layout_->slices[slice].slots[slot].state.load(kSeq), SelfPidNamespace());
+}
+
+bool Ledger::AcquireComputeEntry(int entry) {
+  if (layout_ == nullptr || entry < 0 || entry >= kLedgerMaxComputeEntries) return false;
+  LedgerComputeEntry& e = layout_->header.compute[entry];
+  e.pid_ns.store(SelfPidNamespace(), kSeq);
+  e.start_time.store(ProcessStartTime(static_cast<uint32_t>(getpid())), kSeq);
+  return LockByte(LedgerComputeLockByte(entry));
+}
+
+void Ledger::ReleaseComputeEntry(int entry) {
+  if (layout_ == nullptr || entry < 0 || entry >= kLedgerMaxComputeEntries) return;
+  UnlockByte(LedgerComputeLockByte(entry));
+}
+
+bool Ledger::ComputeOwnerAlive(int entry) const {
+  if (layout_ == nullptr || entry < 0 || entry >= kLedgerMaxComputeEntries) return false;
+  const LedgerComputeEntry& e = layout_->header.compute[entry];
+  const uint64_t word = e.state.load(kSeq);
+  if (StateOf(word) != EntryState::kAlive) return false;
+  return OwnerAlive(LedgerComputeLockByte(entry), PidOf(word), e.pid_ns.load(kSeq), e.start_time.load(kSeq),
+                    SelfPidNamespace());
 }
 
 LedgerError Ledger::OpenPrivate() {
   void* p = mmap(nullptr, sizeof(LedgerLayout), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return LedgerError::kOpenFailed;
-  if (layout_ != nullptr) munmap(layout_, map_size_);
+  Close();
   layout_ = static_cast<LedgerLayout*>(p);
   map_size_ = sizeof(LedgerLayout);
   InitHeader(layout_);
@@ -213,44 +318,80 @@ LedgerError Ledger::Open(const char* path, int init_timeout_ms) {
       return e;
     }
   }
-  close(fd);
   LedgerError v = Validate(l);
+  // The probe: a second open file of the same inode, through which F_OFD_GETLK sees the
+  // locks of every other open file, this process's fd included.
+  int probe = -1;
+  if (v == LedgerError::kOk) {
+    probe = open(path, O_RDWR | O_CLOEXEC);
+    struct stat pst;
+    if (probe < 0 || fstat(probe, &pst) != 0 || pst.st_ino != st.st_ino || pst.st_dev != st.st_dev) {
+      v = LedgerError::kOpenFailed;
+    } else {
+      struct flock fl{};
+      fl.l_type = F_WRLCK;
+      fl.l_whence = SEEK_SET;
+      fl.l_start = static_cast<off_t>(kLedgerCreateLockByte);
+      fl.l_len = 1;
+      if (fcntl(probe, F_OFD_GETLK, &fl) != 0) v = LedgerError::kOpenFailed;  // no OFD locks here
+    }
+  }
   if (v != LedgerError::kOk) {
+    if (probe >= 0) close(probe);
     munmap(l, sizeof(LedgerLayout));
+    close(fd);
     return v;
   }
-  if (layout_ != nullptr) munmap(layout_, map_size_);
+  Close();
   layout_ = l;
   map_size_ = sizeof(LedgerLayout);
+  fd_ = fd;
+  probe_fd_ = probe;
   return LedgerError::kOk;
 }
 
-bool Ledger::LockCreate() {
+// The create lock: a pid-stamped word plus its lock byte. The holder wins the word's CAS,
+// stamps the time and its namespace, then takes the byte (best effort: a holder that stole
+// the word from a slow live holder finds the byte still held, which only makes others wait).
+bool Ledger::LockCreate(bool* byte_held) {
   LedgerHeader& h = layout_->header;
+  *byte_held = false;
   const uint64_t me = static_cast<uint64_t>(getpid());
+  const uint64_t self_ns = SelfPidNamespace();
   const int64_t give_up = MonotonicNs() + 4 * kCreateLockStealNs;
+  auto took = [&] {
+    h.create_lock_ns.store(MonotonicNs(), kRel);
+    h.create_lock_pid_ns.store(self_ns, kSeq);
+    *byte_held = LockByte(kLedgerCreateLockByte);
+    return true;
+  };
   for (int spin = 0;; ++spin) {
     uint64_t expected = 0;
-    if (h.create_lock.compare_exchange_strong(expected, me, kSeq)) {
-      h.create_lock_ns.store(MonotonicNs(), kRel);
-      return true;
-    }
+    if (h.create_lock.compare_exchange_strong(expected, me, kSeq)) return took();
     int64_t since = h.create_lock_ns.load(kAcq);
-    bool holder_dead = !ProcessAlive(static_cast<uint32_t>(expected), 0);
-    bool held_too_long = since != 0 && MonotonicNs() - since > kCreateLockStealNs;
-    if ((holder_dead || held_too_long) && h.create_lock.compare_exchange_strong(expected, me, kSeq)) {
-      h.create_lock_ns.store(MonotonicNs(), kRel);
-      return true;
+    const int64_t now = MonotonicNs();
+    const uint32_t holder = static_cast<uint32_t>(expected);
+    const uint64_t holder_ns = h.create_lock_pid_ns.load(kSeq);
+    bool holder_dead = false;
+    if (fd_ < 0 || (holder_ns != 0 && holder_ns == self_ns)) holder_dead = !ProcessAlive(holder, 0);
+    if (!holder_dead && fd_ >= 0 && !ByteLocked(kLedgerCreateLockByte)) {
+      // Not locked: a holder that has not taken the byte yet, or a dead one.
+      if (since == 0) h.create_lock_ns.compare_exchange_strong(since, now, kSeq);  // start its clock
+      else holder_dead = now - since > kClaimGraceNs;
     }
+    bool held_too_long = since != 0 && now - since > kCreateLockStealNs;
+    if ((holder_dead || held_too_long) && h.create_lock.compare_exchange_strong(expected, me, kSeq)) return took();
     if (MonotonicNs() > give_up) return false;
     if (spin < 50) sched_yield();
     else SleepNs(100'000 + static_cast<int64_t>(Jitter() % 100'000));
   }
 }
 
-void Ledger::UnlockCreate() {
+void Ledger::UnlockCreate(bool byte_held) {
   LedgerHeader& h = layout_->header;
   uint64_t me = static_cast<uint64_t>(getpid());
+  if (byte_held) UnlockByte(kLedgerCreateLockByte);
+  h.create_lock_pid_ns.store(0, kSeq);
   h.create_lock_ns.store(0, kRel);
   h.create_lock.compare_exchange_strong(me, 0, kSeq);
 }
@@ -291,7 +432,8 @@ LedgerError Ledger::FindOrCreateSlice(const char* name, SliceClass cls, uint32_t
     *slice = found;
     return LedgerError::kOk;
   }
-  bool locked = LockCreate();  // if it cannot be had, go on without (duplicates are harmless for private slices)
+  bool byte_held = false;
+  bool locked = LockCreate(&byte_held);  // if it cannot be had, go on without (duplicates are harmless for private slices)
   found = FindSlice(name);
   if (found < 0) {
     int free_entry = -1;
@@ -320,6 +462,8 @@ LedgerError Ledger::FindOrCreateSlice(const char* name, SliceClass cls, uint32_t
         for (auto& p : s.slots) {
           p.state.store(0, kRlx);
           p.start_time.store(0, kRlx);
+          p.pid_ns.store(0, kRlx);
+          p.claimed_ns.store(0, kRlx);
         }
         for (auto& row : s.used)
           for (auto& u : row) u.store(0, kRlx);
@@ -328,7 +472,7 @@ LedgerError Ledger::FindOrCreateSlice(const char* name, SliceClass cls, uint32_t
       }
     }
   }
-  if (locked) UnlockCreate();
+  if (locked) UnlockCreate(byte_held);
   if (found < 0) {
     found = FindSlice(name);
     if (found < 0) return LedgerError::kNoSliceEntry;
@@ -353,7 +497,8 @@ LedgerError Ledger::FindOrAddGpu(int slice, const uint8_t uuid[16], int64_t limi
     *gpu = g;
     return LedgerError::kOk;
   }
-  bool locked = LockCreate();
+  bool byte_held = false;
+  bool locked = LockCreate(&byte_held);
   g = FindGpu(slice, uuid);
   if (g < 0) {
     LedgerSlice& s = layout_->slices[slice];
@@ -369,7 +514,7 @@ LedgerError Ledger::FindOrAddGpu(int slice, const uint8_t uuid[16], int64_t limi
       }
     }
   }
-  if (locked) UnlockCreate();
+  if (locked) UnlockCreate(byte_held);
   if (g < 0) return LedgerError::kNoGpuEntry;
   *gpu = g;
   return LedgerError::kOk;
@@ -379,15 +524,40 @@ LedgerError Ledger::Attach(int slice, uint32_t pid, uint64_t start_time, SliceHa
   if (layout_ == nullptr || slice < 0 || slice >= kLedgerMaxSlices || pid == 0) return LedgerError::kBadArgument;
   LedgerSlice& s = layout_->slices[slice];
   const uint64_t generation = s.generation.load(kSeq);
+  const uint64_t self_ns = SelfPidNamespace();
   for (int attempt = 0; attempt < 2; ++attempt) {
     // Start the search at a pid-dependent slot so that 64 processes attaching at once mostly
     // hit different slots on their first CAS.
     for (int k = 0; k < kLedgerMaxSlots; ++k) {
       int i = static_cast<int>((pid + static_cast<uint32_t>(k)) % kLedgerMaxSlots);
+      LedgerProcess& p = s.slots[i];
       uint64_t expected = PackState(EntryState::kFree, 0);
-      if (StateOf(s.slots[i].state.load(kRlx)) != EntryState::kFree) continue;
-      if (!s.slots[i].state.compare_exchange_strong(expected, PackState(EntryState::kAlive, pid), kSeq)) continue;
-      s.slots[i].start_time.store(start_time, kSeq);
+      if (StateOf(p.state.load(kRlx)) != EntryState::kFree) continue;
+      // Claim (CAS), stamp, take the lock byte, then publish ALIVE: an ALIVE slot's byte is
+      // always held. Only the CAS winner touches the byte, so a claimer sharing our open file
+      // (another thread, a forked child) never has its lock dropped under it.
+      const uint32_t tag = ClaimTag();
+      const uint64_t claim = PackState(EntryState::kClaiming, pid, tag);
+      if (!p.state.compare_exchange_strong(expected, claim, kSeq)) continue;
+      p.claimed_ns.store(MonotonicNs(), kSeq);
+      p.pid_ns.store(self_ns, kSeq);
+      if (!LockByte(LedgerSlotLockByte(slice, i))) {
+        // Another open file still holds the byte: a forked child of a dead earlier owner.
+        // The slot was reaped by pid; the byte frees when that child exits or execs.
+        p.claimed_ns.store(0, kSeq);
+        expected = claim;
+        p.state.compare_exchange_strong(expected, PackState(EntryState::kFree, 0), kSeq);
+        continue;
+      }
+      p.start_time.store(start_time, kSeq);
+      const uint64_t alive = PackState(EntryState::kAlive, pid, tag);
+      expected = claim;
+      if (!p.state.compare_exchange_strong(expected, alive, kSeq)) {
+        // Reaped as a stale claim (we stalled past kClaimGraceNs before locking): the reaper
+        // frees it; our byte kept other files' claimers off it meanwhile.
+        UnlockByte(LedgerSlotLockByte(slice, i));
+        continue;
+      }
       uint32_t hw = s.slot_high_water.load(kSeq);
       while (hw < static_cast<uint32_t>(i + 1) &&
              !s.slot_high_water.compare_exchange_weak(hw, static_cast<uint32_t>(i + 1), kSeq)) {
@@ -395,6 +565,7 @@ LedgerError Ledger::Attach(int slice, uint32_t pid, uint64_t start_time, SliceHa
       out->slice = slice;
       out->slot = i;
       out->generation = generation;
+      out->word = alive;
       if (s.generation.load(kSeq) != generation || StateOf(s.state.load(kSeq)) != EntryState::kReady) {
         Detach(*out);  // the slice was recycled under us
         *out = SliceHandle{};
@@ -423,9 +594,16 @@ LedgerError Ledger::AttachByName(const char* name, SliceClass cls, uint32_t flag
 void Ledger::Detach(const SliceHandle& h) {
   if (layout_ == nullptr || !h.valid()) return;
   LedgerSlice& s = layout_->slices[h.slice];
+  LedgerProcess& p = s.slots[h.slot];
+  uint64_t word = p.state.load(kSeq);
+  if (h.word != 0 && word != h.word) return;  // reaped and taken by another owner: not ours to touch
   for (int g = 0; g < kLedgerMaxGpus; ++g) s.used[g][h.slot].store(0, kSeq);
-  s.slots[h.slot].start_time.store(0, kSeq);
-  s.slots[h.slot].state.store(PackState(EntryState::kFree, 0), kSeq);
+  p.start_time.store(0, kSeq);
+  // Unlock before freeing: once FREE, a claimer sharing our open file may take the byte, and a
+  // late unlock would drop its lock. A reaper that sees the unlocked slot first frees it
+  // itself (the CAS below then fails), which is the same outcome.
+  UnlockByte(LedgerSlotLockByte(h.slice, h.slot));
+  p.state.compare_exchange_strong(word, PackState(EntryState::kFree, 0), kSeq);
 }
 
 ChargeResult Ledger::Charge(const SliceHandle& h, int gpu, int64_t bytes) {
@@ -489,23 +667,35 @@ int Ledger::Reap(int slice) {
   if (layout_ == nullptr || slice < 0 || slice >= kLedgerMaxSlices) return 0;
   LedgerSlice& s = layout_->slices[slice];
   const uint32_t me = static_cast<uint32_t>(getpid());
+  const uint64_t self_ns = SelfPidNamespace();
   const uint32_t hw = s.slot_high_water.load(kSeq);
   int reaped = 0;
   for (uint32_t i = 0; i < hw && i < static_cast<uint32_t>(kLedgerMaxSlots); ++i) {
     LedgerProcess& p = s.slots[i];
     uint64_t word = p.state.load(kSeq);
     EntryState st = StateOf(word);
-    if (st == EntryState::kAlive) {
-      if (ProcessAlive(PidOf(word), p.start_time.load(kSeq))) continue;
-    } else if (st == EntryState::kReaping) {
-      if (PidOf(word) == me || ProcessAlive(PidOf(word), 0)) continue;  // a live reaper is on it
-    } else {
+    if (st != EntryState::kAlive && st != EntryState::kReaping && st != EntryState::kClaiming) continue;
+    if (st == EntryState::kReaping && PidOf(word) == me && p.pid_ns.load(kSeq) == self_ns) continue;  // ours, in progress
+    if (SlotOwnerAlive(slice, static_cast<int>(i), word, self_ns)) continue;
+    // Dead. Hold the byte while reaping (best effort: a forked child of the dead owner may
+    // still hold it; then it is that child's lock that keeps our REAPING alive to others).
+    const int64_t byte = LedgerSlotLockByte(slice, static_cast<int>(i));
+    const bool locked = LockByte(byte);
+    const uint64_t reaping = PackState(EntryState::kReaping, me, ClaimTag());
+    if (!p.state.compare_exchange_strong(word, reaping, kSeq)) {
+      // Someone else got there. Drop the byte unless the slot is now this process's own
+      // (a claimer sharing our open file, whose lock this is too).
+      if (locked && !(PidOf(word) == me && StateOf(word) != EntryState::kFree)) UnlockByte(byte);
       continue;
     }
-    if (!p.state.compare_exchange_strong(word, PackState(EntryState::kReaping, me), kSeq)) continue;
+    p.pid_ns.store(self_ns, kSeq);
     for (int g = 0; g < kLedgerMaxGpus; ++g) s.used[g][i].store(0, kSeq);
     p.start_time.store(0, kSeq);
-    p.state.store(PackState(EntryState::kFree, 0), kSeq);
+    p.claimed_ns.store(0, kSeq);
+    // Unlock before freeing (see Detach); a reaper that takes over in between redoes the same.
+    if (locked) UnlockByte(byte);
+    uint64_t mine = reaping;
+    p.state.compare_exchange_strong(mine, PackState(EntryState::kFree, 0), kSeq);
     ++reaped;
   }
   return reaped;
@@ -524,10 +714,11 @@ void Ledger::MaybeReap(int slice) {
 int Ledger::AliveCount(int slice) const {
   if (layout_ == nullptr || slice < 0 || slice >= kLedgerMaxSlices) return 0;
   const LedgerSlice& s = layout_->slices[slice];
+  const uint64_t self_ns = SelfPidNamespace();
   int n = 0;
-  for (const auto& p : s.slots) {
-    uint64_t word = p.state.load(kSeq);
-    if (StateOf(word) == EntryState::kAlive && ProcessAlive(PidOf(word), p.start_time.load(kSeq))) ++n;
+  for (int i = 0; i < kLedgerMaxSlots; ++i) {
+    uint64_t word = s.slots[i].state.load(kSeq);
+    if (StateOf(word) == EntryState::kAlive && SlotOwnerAlive(slice, i, word, self_ns)) ++n;
   }
   return n;
 }

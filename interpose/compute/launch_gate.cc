@@ -114,6 +114,7 @@ struct Gate {
   DriverApi api;
   ComputePolicy policy;
   LedgerLayout* ledger = nullptr;  // mapped by InitOnce, never unmapped
+  Ledger* mapping = nullptr;       // its owner: the entries' liveness lock bytes
   std::mutex devices_mu;
   Device devices[kMaxContexts];
   std::atomic<int> device_count{0};
@@ -138,13 +139,17 @@ LedgerComputeEntry* ClaimEntry(const uint8_t uuid[16], const ComputePolicy& p) {
       uint64_t s = e.state.load(std::memory_order_acquire);
       if (StateOf(s) != EntryState::kFree) {
         // Second pass: free entries whose owner died.
-        if (pass == 1 && StateOf(s) == EntryState::kAlive && !ProcessAlive(PidOf(s), 0)) {
+        if (pass == 1 && StateOf(s) == EntryState::kAlive && !g_gate->mapping->ComputeOwnerAlive(i)) {
           e.state.compare_exchange_strong(s, PackState(EntryState::kFree, 0));
           s = e.state.load(std::memory_order_acquire);
         }
         if (StateOf(s) != EntryState::kFree) continue;
       }
       if (!e.state.compare_exchange_strong(s, PackState(EntryState::kClaiming, pid))) continue;
+      if (!g_gate->mapping->AcquireComputeEntry(i)) {  // its lock byte is still held elsewhere
+        e.state.store(PackState(EntryState::kFree, 0), std::memory_order_release);
+        continue;
+      }
       memcpy(e.uuid, uuid, 16);
       e.slice_class.store(static_cast<uint32_t>(p.cls), kRlx);
       e.share_permille.store(p.share_permille | (p.share_set ? kComputeShareSet : 0u), kRlx);
@@ -179,6 +184,7 @@ void ReleaseEntries() {
     if (e != nullptr && e != &g_gate->devices[i].local_entry) {
       e->inflight_until_ns.store(0, kRlx);
       e->active_until_ns.store(0, kRlx);
+      g_gate->mapping->ReleaseComputeEntry(static_cast<int>(e - g_gate->ledger->header.compute));
       e->state.store(PackState(EntryState::kFree, 0), std::memory_order_release);
     }
   }
@@ -196,7 +202,7 @@ void ScanPeers(Device& d) {
     if (&e == d.entry) continue;
     uint64_t s = e.state.load(std::memory_order_acquire);
     if (StateOf(s) != EntryState::kAlive || memcmp(e.uuid, d.uuid, 16) != 0) continue;
-    if (!ProcessAlive(PidOf(s), 0)) {
+    if (!g_gate->mapping->ComputeOwnerAlive(i)) {
       e.state.compare_exchange_strong(s, PackState(EntryState::kFree, 0));
       continue;
     }
@@ -583,6 +589,7 @@ void InitOnce(void* (*resolve)(const char*)) {
   static Ledger* const mapping = new Ledger;
   if (mapping->Open(path) == LedgerError::kOk) {
     gate.ledger = mapping->layout();
+    gate.mapping = mapping;
   } else {
     LogLine("compute: ledger %s cannot be opened; caps hold within this process, shares and classes do not", path);
   }

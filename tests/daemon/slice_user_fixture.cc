@@ -62,9 +62,14 @@ int main(int argc, char** argv) {
   if (ledger.FindOrAddGpu(h.slice, uuid, -1, &gpu) != LedgerError::kOk) return 1;
   // A launch-gate entry for this process on the GPU.
   LedgerComputeEntry* entry = nullptr;
-  for (LedgerComputeEntry& e : ledger.layout()->header.compute) {
+  for (int i = 0; i < kLedgerMaxComputeEntries; ++i) {
+    LedgerComputeEntry& e = ledger.layout()->header.compute[i];
     uint64_t expected = PackState(EntryState::kFree, 0);
     if (e.state.compare_exchange_strong(expected, PackState(EntryState::kClaiming, pid))) {
+      if (!ledger.AcquireComputeEntry(i)) {
+        e.state.store(PackState(EntryState::kFree, 0));
+        continue;
+      }
       std::memcpy(e.uuid, uuid, 16);
       e.slice_class.store(static_cast<uint32_t>(cls));
       e.share_permille.store(500);
