@@ -89,7 +89,12 @@ json ToJson(const SliceView& v, const std::vector<GpuView>& gpus) {
   j["activity"] = v.activity;
   json procs = json::array();
   for (const ProcessUsage& p : v.processes) {
-    procs.push_back({{"pid", p.pid}, {"gpu", p.gpu_uuid}, {"memory_used_bytes", p.memory_used}});
+    procs.push_back({{"pid", p.pid},
+                     {"gpu", p.gpu_uuid},
+                     {"memory_used_bytes", p.memory_used},
+                     {"pod", p.pod},
+                     {"namespace", p.pod_namespace},
+                     {"container", p.container}});
   }
   j["processes"] = procs;
   return j;

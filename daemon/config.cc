@@ -78,6 +78,31 @@ const Option kOptions[] = {
     {"default_project", R"("default")",
      "Project of slices created without one; it always exists and has no quota.",
      &DaemonConfig::default_project},
+    {"kubernetes.node", R"("")",
+     "Kubernetes node gsliced runs on; empty: $NODE_NAME. With a node name, gsliced labels\n"
+     "its GPU processes (metrics, API) with their pod, namespace and container; without\n"
+     "one, it does not. See docs/kubernetes.md.",
+     &DaemonConfig::kubernetes_node},
+    {"kubernetes.apiserver", R"("")",
+     "API server URL; empty: in-cluster ($KUBERNETES_SERVICE_HOST/PORT and the pod's\n"
+     "service account token and CA).",
+     &DaemonConfig::kubernetes_apiserver},
+    {"kubernetes.token_file", R"("")",
+     "Bearer token for kubernetes.apiserver, read before each request.",
+     &DaemonConfig::kubernetes_token_file},
+    {"kubernetes.ca_file", R"("")", "CA bundle for an https kubernetes.apiserver.",
+     &DaemonConfig::kubernetes_ca_file},
+    {"kubernetes.proc_root", R"("/proc")",
+     "Where gsliced reads each process's cgroup (<proc_root>/<pid>/cgroup); it needs the\n"
+     "host's PID namespace to see other pods' processes.",
+     &DaemonConfig::kubernetes_proc_root},
+    {"kubernetes.refresh_seconds", "60",
+     "How often the node's pod list is read again while GPU processes run in pods.",
+     Integer{&DaemonConfig::kubernetes_refresh_seconds, 1, 86400}},
+    {"kubernetes.retry_seconds", "10",
+     "A process whose pod is not in the list reads it again, at most this often (also the\n"
+     "retry period while the API server does not answer).",
+     Integer{&DaemonConfig::kubernetes_retry_seconds, 1, 3600}},
 };
 
 std::string TypeName(const toml::value& v) {
@@ -140,6 +165,27 @@ std::string KnownKeys() {
   return out;
 }
 
+// Applies every key of `table` ("<prefix><key>"); a table that is no option's value is a
+// group of dotted keys ([kubernetes] node = ... is kubernetes.node).
+Status ApplyTable(const std::string& path, const std::string& prefix, const toml::value& table,
+                  DaemonConfig* config) {
+  for (const auto& [name, value] : table.as_table()) {
+    const std::string key = prefix + name;
+    std::string where = path + ":" + std::to_string(value.location().line()) + ": ";
+    const Option* opt = FindOption(key);
+    if (opt == nullptr && value.is_table()) {
+      if (Status s = ApplyTable(path, key + ".", value, config); !s.ok()) return s;
+      continue;
+    }
+    if (opt == nullptr) {
+      return Status::BadRequest(where + "unknown key '" + key + "'; known keys: " + KnownKeys());
+    }
+    Status s = ApplyValue(*opt, value, config);
+    if (!s.ok()) return Status::BadRequest(where + s.message());
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 DaemonConfig DefaultConfig() {
@@ -162,15 +208,7 @@ Result<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig config
     return Status::BadRequest(path + ": not valid TOML:\n" + e.what());
   }
   if (!doc.is_table()) return Status::BadRequest(path + ": expected a TOML table");
-  for (const auto& [key, value] : doc.as_table()) {
-    std::string where = path + ":" + std::to_string(value.location().line()) + ": ";
-    const Option* opt = FindOption(key);
-    if (opt == nullptr) {
-      return Status::BadRequest(where + "unknown key '" + key + "'; known keys: " + KnownKeys());
-    }
-    Status s = ApplyValue(*opt, value, &config);
-    if (!s.ok()) return Status::BadRequest(where + s.message());
-  }
+  if (Status s = ApplyTable(path, "", doc, &config); !s.ok()) return s;
   return config;
 }
 
@@ -221,6 +259,9 @@ Status ValidateConfig(const DaemonConfig& config) {
     }
   }
   if (config.database.empty()) return Status::BadRequest("database: must name a file");
+  if (config.kubernetes_proc_root.empty()) {
+    return Status::BadRequest("kubernetes.proc_root: must name a folder, e.g. \"/proc\"");
+  }
   return Status::Ok();
 }
 

@@ -25,12 +25,21 @@ struct DaemonConfig {
   int64_t api_threads = 96;
   uint64_t max_body_bytes = 65536;
   std::string default_project;
+  // Pod labels for GPU processes (daemon/pod_resolver.h); off without a node name.
+  std::string kubernetes_node;        // empty: $NODE_NAME
+  std::string kubernetes_apiserver;   // empty: in-cluster
+  std::string kubernetes_token_file;
+  std::string kubernetes_ca_file;
+  std::string kubernetes_proc_root;
+  int64_t kubernetes_refresh_seconds = 60;
+  int64_t kubernetes_retry_seconds = 10;
 };
 
 // The defaults, as the option table states them.
 DaemonConfig DefaultConfig();
 
-// Reads a TOML file over the defaults. Errors name the file, line and key, and what is
+// Reads a TOML file over the defaults. Keys with a dot ("kubernetes.node") may also be
+// written as a table ([kubernetes] node = ...). Errors name the file, line and key, and what is
 // expected ("gsliced.toml:3: sample_interval_ms: expected an integer from 100 to 60000").
 Result<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig base);
 

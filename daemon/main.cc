@@ -14,6 +14,7 @@
 #include "config.h"
 #include "gpu_inventory.h"
 #include "ledger_binding.h"
+#include "pod_resolver.h"
 #include "registry.h"
 #include "store.h"
 #include "gslice/suspend/daemon_suspender.h"
@@ -128,8 +129,12 @@ int main(int argc, char** argv) {
   auto suspender = MakeCheckpointSuspender({config.ledger, "", "", config.nvml_library}, &suspend_note);
   if (!suspend_note.empty()) std::fprintf(stderr, "gsliced: %s\n", suspend_note.c_str());
   Suspender* suspender_handle = suspender.get();
+  // Pod labels for GPU processes when on Kubernetes (docs/kubernetes.md, per-pod metrics).
+  std::string pods_note;
+  auto pods = MakePodResolver(config, &pods_note);
+  if (!pods_note.empty()) std::fprintf(stderr, "gsliced: %s\n", pods_note.c_str());
   Registry registry(options, std::move(store.value()), std::move(inventory.value()),
-                    std::move(ledger.value()), std::move(suspender));
+                    std::move(ledger.value()), std::move(suspender), std::move(pods));
   SetIdleTimeouts(suspender_handle, [&registry](const std::string& slice) -> int64_t {
     auto view = registry.GetSlice(slice);
     return view.ok() ? view->slice.idle_timeout_s : 0;

@@ -2,7 +2,6 @@
 
 #include <charconv>
 
-
 namespace gslice {
 namespace {
 
@@ -15,7 +14,7 @@ struct MetricDef {
 };
 
 // Every metric gsliced exports. Label sets: gpu = GPU UUID; slice, user, project, class,
-// pod, namespace for slices.
+// pod, namespace for slices; gpu, slice, pid, pod, namespace, container for processes.
 enum MetricId {
   kGpuInfo,
   kGpuMemoryTotal,
@@ -30,6 +29,7 @@ enum MetricId {
   kSliceProcesses,
   kSliceState,
   kSliceThrottled,
+  kProcessMemoryUsed,
   kProjectMemoryQuota,
   kProjectMemoryGuaranteed,
   kProjectComputeQuota,
@@ -65,6 +65,8 @@ constexpr MetricDef kMetrics[kMetricCount] = {
     {"gslice_slice_state", Kind::kGauge,
      "Lifecycle state of the slice: 1 for the current state, 0 for the others."},
     {"gslice_slice_throttled", Kind::kGauge, "1 while the compute gate holds the slice back."},
+    {"gslice_process_memory_used_bytes", Kind::kGauge,
+     "Memory a process of a slice uses on the GPU; pod, namespace and container when known."},
     {"gslice_project_memory_quota_bytes", Kind::kGauge,
      "Guaranteed memory quota of the project (0: unlimited)."},
     {"gslice_project_memory_guaranteed_bytes", Kind::kGauge,
@@ -212,6 +214,16 @@ std::string RenderMetrics(const NodeSnapshot& snap, const RegistryCounters& regi
   }
   w.Header(kSliceThrottled);
   for (const SliceView& v : snap.slices) w.Sample(kSliceThrottled, SliceLabels(v.slice, ""), v.throttled ? 1 : 0);
+  w.Header(kProcessMemoryUsed);
+  for (const SliceView& v : snap.slices) {
+    for (const ProcessUsage& p : v.processes) {
+      Labels l = {{"gpu", p.gpu_uuid}, {"slice", v.slice.name}, {"pid", std::to_string(p.pid)}};
+      if (!p.pod.empty()) l.emplace_back("pod", p.pod);
+      if (!p.pod_namespace.empty()) l.emplace_back("namespace", p.pod_namespace);
+      if (!p.container.empty()) l.emplace_back("container", p.container);
+      w.Sample(kProcessMemoryUsed, l, double(p.memory_used));
+    }
+  }
 
   struct ProjectGauge {
     MetricId id;

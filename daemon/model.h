@@ -79,6 +79,11 @@ struct ProcessUsage {
   uint64_t busy_ns = 0;      // GPU time its launches have used (0 when not gated); may jump
                              // forward when its gate catches up with others' virtual time
   bool active = false;       // wants the GPU now (its launch gate says so)
+  // The Kubernetes pod the process runs in, when gsliced can name it (PodResolver).
+  // Default member initializers let the ledger's readers leave them out.
+  std::string pod = {};
+  std::string pod_namespace = {};
+  std::string container = {};
 };
 
 // Names of slices, users and projects: 1-63 characters of [a-z0-9._-] starting with a letter

@@ -40,12 +40,13 @@ std::unique_ptr<Suspender> MakeUnavailableSuspender() {
 
 Registry::Registry(Options options, std::unique_ptr<Store> store,
                    std::unique_ptr<GpuInventory> gpus, std::unique_ptr<NodeLedger> ledger,
-                   std::unique_ptr<Suspender> suspender)
+                   std::unique_ptr<Suspender> suspender, std::unique_ptr<PodResolver> pods)
     : options_(std::move(options)),
       store_(std::move(store)),
       inventory_(std::move(gpus)),
       ledger_(std::move(ledger)),
       suspender_(std::move(suspender)),
+      pods_(std::move(pods)),
       history_(options_.history_samples) {}
 
 Status Registry::Start() {
@@ -117,11 +118,37 @@ Result<int> Registry::AdoptFromLedger(const std::vector<PublishedSlice>& in_ledg
   return imported;
 }
 
+void Registry::LabelSlicesWithPods() {
+  for (Slice& s : slices_) {
+    if (!s.pod.empty() || !s.pod_namespace.empty()) continue;  // known, or set through the API
+    std::set<std::pair<std::string, std::string>> pods;  // (namespace, pod)
+    bool unnamed = false;
+    for (const ProcessUsage& p : processes_) {
+      if (p.slice != s.name) continue;
+      if (p.pod.empty()) unnamed = true;
+      else pods.emplace(p.pod_namespace, p.pod);
+    }
+    // A slice shared by several pods, or by a pod and processes outside any, has no one pod.
+    if (pods.size() != 1 || unnamed) continue;
+    Slice labelled = s;
+    labelled.pod_namespace = pods.begin()->first;
+    labelled.pod = pods.begin()->second;
+    if (Status st = store_->PutSlice(labelled); !st.ok()) {
+      Log("slice " + s.name + ": cannot store its pod: " + st.message());
+      continue;
+    }
+    store_->RecordEvent(s.name, "pod", labelled.pod_namespace + "/" + labelled.pod);
+    Log("slice " + s.name + " belongs to pod " + labelled.pod_namespace + "/" + labelled.pod);
+    s = std::move(labelled);
+  }
+}
+
 void Registry::Sample() {
   // Ask NVML and the ledger without the lock: they may be slow, readers must not wait.
   auto gpus = inventory_->Scan();
   auto processes = ledger_->Processes();
   auto ledger_slices = ledger_->Slices();
+  if (processes.ok() && pods_ != nullptr) pods_->Label(&processes.value());
   const int64_t now_ms = NowMs();
   std::lock_guard lock(mu_);
   if (gpus.ok()) gpus_ = std::move(gpus.value());
@@ -154,6 +181,7 @@ void Registry::Sample() {
     // Slices that `gslice run` started without registering show up here too.
     AdoptFromLedger(ledger_slices.value());
   }
+  if (processes.ok()) LabelSlicesWithPods();
   HistorySample sample;
   sample.time_ms = now_ms;
   for (const GpuInfo& g : gpus_) {

@@ -19,6 +19,7 @@
 #include "history.h"
 #include "model.h"
 #include "node_ledger.h"
+#include "pod_resolver.h"
 #include "store.h"
 #include "suspender.h"
 
@@ -93,8 +94,10 @@ class Registry {
     std::string default_project = "default";
     size_t history_samples = 600;
   };
+  // `pods` (may be null: not on Kubernetes) names the pod of each sampled process.
   Registry(Options options, std::unique_ptr<Store> store, std::unique_ptr<GpuInventory> gpus,
-           std::unique_ptr<NodeLedger> ledger, std::unique_ptr<Suspender> suspender);
+           std::unique_ptr<NodeLedger> ledger, std::unique_ptr<Suspender> suspender,
+           std::unique_ptr<PodResolver> pods = nullptr);
 
   // Loads the store, scans GPUs, and reconciles with the ledger: slices in both are
   // re-adopted untouched, slices only in the store are published again, slices only in the
@@ -133,12 +136,16 @@ class Registry {
   Result<Slice> Transition(const std::string& name, bool suspend);
   // Takes slices found only in the ledger into the registry. REQUIRES: mu_ held.
   Result<int> AdoptFromLedger(const std::vector<PublishedSlice>& in_ledger);
+  // Gives slices without pod labels those of their processes, when they all run in one
+  // pod. REQUIRES: mu_ held.
+  void LabelSlicesWithPods();
 
   Options options_;
   std::unique_ptr<Store> store_;
   std::unique_ptr<GpuInventory> inventory_;
   std::unique_ptr<NodeLedger> ledger_;
   std::unique_ptr<Suspender> suspender_;
+  std::unique_ptr<PodResolver> pods_;
 
   std::mutex mu_;
   std::vector<GpuInfo> gpus_;

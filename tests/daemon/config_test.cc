@@ -46,6 +46,39 @@ TEST(Config, ReadsAFile) {
   unlink(path.c_str());
 }
 
+TEST(Config, KubernetesKeysAsATableDottedOrOverridden) {
+  DaemonConfig d = DefaultConfig();
+  EXPECT_EQ(d.kubernetes_node, "");
+  EXPECT_EQ(d.kubernetes_proc_root, "/proc");
+  EXPECT_EQ(d.kubernetes_retry_seconds, 10);
+  std::string path = WriteFile("k8s.toml",
+                               "socket = \"/tmp/x.sock\"\n[kubernetes]\nnode = \"node-a\"\n"
+                               "apiserver = \"http://127.0.0.1:8001\"\nretry_seconds = 2\n");
+  auto c = LoadConfigFile(path, DefaultConfig());
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->kubernetes_node, "node-a");
+  EXPECT_EQ(c->kubernetes_apiserver, "http://127.0.0.1:8001");
+  EXPECT_EQ(c->kubernetes_retry_seconds, 2);
+  EXPECT_EQ(c->kubernetes_proc_root, "/proc");
+  unlink(path.c_str());
+  path = WriteFile("k8s-dotted.toml", "kubernetes.proc_root = \"/host/proc\"\n");
+  c = LoadConfigFile(path, DefaultConfig());
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->kubernetes_proc_root, "/host/proc");
+  unlink(path.c_str());
+  path = WriteFile("k8s-bad.toml", "[kubernetes]\nnode = \"n\"\nnodes = \"n\"\n");
+  c = LoadConfigFile(path, DefaultConfig());
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find(":3: unknown key 'kubernetes.nodes'"), std::string::npos)
+      << c.status().message();
+  unlink(path.c_str());
+  ASSERT_TRUE(ApplyOverride("kubernetes.node=node-b", &d).ok());
+  EXPECT_EQ(d.kubernetes_node, "node-b");
+  EXPECT_FALSE(ApplyOverride("kubernetes.retry_seconds=0", &d).ok());
+  ASSERT_TRUE(ApplyOverride("kubernetes.proc_root=\"\"", &d).ok());
+  EXPECT_NE(ValidateConfig(d).message().find("kubernetes.proc_root"), std::string::npos);
+}
+
 TEST(Config, ErrorsNameTheLineAndTheKey) {
   struct Case {
     const char* text;
