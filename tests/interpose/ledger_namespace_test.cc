@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -67,6 +68,7 @@ bool WaitFor(const std::function<bool()>& done, int max_ms = 20000) {
 pid_t SpawnInNewPidNamespace(Report* r, const std::function<int()>& body) {
   pid_t mid = fork();
   if (mid != 0) return mid;
+  prctl(PR_SET_PDEATHSIG, SIGKILL);  // a failed test leaves nothing running (nor its namespace)
   // The intermediate: a new user namespace (so that this works unprivileged), pid namespace
   // (for its children) and mount namespace (for their /proc).
   if (unshare(CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS) != 0) {
@@ -101,7 +103,8 @@ pid_t SpawnInNewPidNamespace(Report* r, const std::function<int()>& body) {
 // Skips (with the reason) where the kernel refuses user namespaces; fails on other errors.
 #define WAIT_READY_OR_SKIP(r)                                                                     \
   do {                                                                                            \
-    ASSERT_TRUE(WaitFor([&] { return (r)->ready.load() != 0; })) << "namespaced process never reported"; \
+    ASSERT_TRUE(WaitFor([&] { return (r)->ready.load() < 0 || ((r)->ready.load() == 1 && (r)->host_pid.load() > 1); })) \
+        << "namespaced process never reported";                                                    \
     if ((r)->ready.load() == -1 && ((r)->setup_errno.load() == EPERM || (r)->setup_errno.load() == EINVAL ||  \
                                     (r)->setup_errno.load() == ENOSPC)) {                         \
       GTEST_SKIP() << "user/pid namespaces unavailable here: " << strerror((r)->setup_errno.load()); \
@@ -214,6 +217,7 @@ TEST(LedgerNamespaces, ForkedChildDoesNotKeepADeadParentAlive) {
   pid_t parent = fork();
   ASSERT_GE(parent, 0);
   if (parent == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     Ledger l;
     if (l.Open(f.path.c_str()) != LedgerError::kOk) _exit(2);
     const uint32_t me = static_cast<uint32_t>(getpid());
@@ -241,6 +245,7 @@ TEST(LedgerNamespaces, ForkedChildDoesNotKeepADeadParentAlive) {
   }
   ASSERT_TRUE(WaitFor([&] { return r->ready.load() == 1; }));
   const pid_t kid = r->child_pid.load();
+  ASSERT_GT(kid, 1);
   Ledger l;
   ASSERT_EQ(l.Open(f.path.c_str()), LedgerError::kOk);
   const int slice = l.FindSlice("forky");
@@ -329,6 +334,7 @@ TEST(LedgerNamespaces, ComputeEntryOfAnotherNamespace) {
   EXPECT_FALSE(l.ComputeOwnerAlive((i + 1) % kLedgerMaxComputeEntries));
   stale.state.store(0);
 
+  ASSERT_GT(r->host_pid.load(), 1);
   kill(r->host_pid.load(), SIGKILL);
   EXPECT_TRUE(WaitFor([&] { return !l.ComputeOwnerAlive(i); }));
   int status = 0;
@@ -372,6 +378,7 @@ TEST(LedgerNamespaces, CreateLockHeldInAnotherNamespace) {
   WAIT_READY_OR_SKIP(r);
   Ledger l;
   ASSERT_EQ(l.Open(f.path.c_str()), LedgerError::kOk);
+  ASSERT_GT(r->host_pid.load(), 1);
   kill(r->host_pid.load(), SIGKILL);
   int status = 0;
   ASSERT_EQ(waitpid(mid, &status, 0), mid);
