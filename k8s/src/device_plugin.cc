@@ -61,6 +61,26 @@ std::string CsvOf(const ContainerAssignment& c) {
 
 void Log(const std::string& msg) { std::fprintf(stderr, "gslice-device-plugin: %s\n", msg.c_str()); }
 
+// gsliced adopts ledger slices whose names pass its ValidateName: 1-63 characters of
+// [a-z0-9._-], the first a letter or digit.
+bool IsSliceName(const std::string& name) {
+  if (name.empty() || name.size() >= static_cast<size_t>(kLedgerNameSize)) return false;
+  for (char c : name) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return name[0] != '.' && name[0] != '_' && name[0] != '-';
+}
+
+// Namespaces and container names are DNS-1123 labels ([a-z0-9-]); pod names are DNS-1123
+// subdomains ([a-z0-9.-]): only they may hold dots.
+bool IsDnsName(const std::string& s, bool dots) {
+  if (s.empty()) return false;
+  for (char c : s)
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || (dots && c == '.'))) return false;
+  return true;
+}
+
 }  // namespace
 
 std::string GpuOfDeviceId(const std::string& id) {
@@ -70,10 +90,22 @@ std::string GpuOfDeviceId(const std::string& id) {
 }
 
 std::string SliceNameFor(const PendingContainer& p) {
-  std::string name = p.namespace_name + "/" + p.pod_name + "/" + p.container.name;
-  if (name.size() < static_cast<size_t>(kLedgerNameSize)) return name;
-  name = "k8s/" + p.pod_uid + "/" + p.container.name;
-  return name.substr(0, kLedgerNameSize - 1);
+  // Namespace and container hold no dot, so the first and last dots split the name back
+  // into its three parts even when the pod's name has dots.
+  std::string name = p.namespace_name + "." + p.pod_name + "." + p.container.name;
+  if (IsDnsName(p.namespace_name, false) && IsDnsName(p.pod_name, true) &&
+      IsDnsName(p.container.name, false) && IsSliceName(name))
+    return name;
+  // Too long (or not a Kubernetes name): the pod's UID and the container's index. '_' never
+  // occurs in a Kubernetes name, so this form cannot meet the one above.
+  std::string uid;
+  for (char c : p.pod_uid) {
+    char l = (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+    uid += ((l >= 'a' && l <= 'z') || (l >= '0' && l <= '9') || l == '-') ? l : '-';
+  }
+  const std::string suffix = "_" + std::to_string(p.index);
+  const size_t room = static_cast<size_t>(kLedgerNameSize) - 1 - 4 - suffix.size();
+  return "pod_" + uid.substr(0, room) + suffix;
 }
 
 std::optional<PendingContainer> FindPendingContainer(const json& pod_list, const std::string& node,

@@ -6,8 +6,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include "fake_apiserver.h"
@@ -131,7 +133,7 @@ TEST_F(DevicePluginTest, FullSequenceHealthFlipAndKubeletRestart) {
     req.add_container_requests()->add_devices_ids(filler_gpu + "::3");
     v1beta1::AllocateResponse resp;
     ASSERT_TRUE(stub->Allocate(&ctx, req, &resp).ok());
-    EXPECT_EQ(resp.container_responses(0).envs().at("GSLICE_SLICE"), "team/filler/main");
+    EXPECT_EQ(resp.container_responses(0).envs().at("GSLICE_SLICE"), "team.filler.main");
   }
 
   // Preferred allocation steers the kubelet to the assigned GPU.
@@ -162,7 +164,7 @@ TEST_F(DevicePluginTest, FullSequenceHealthFlipAndKubeletRestart) {
     ASSERT_EQ(resp.container_responses_size(), 1);
     const auto& c = resp.container_responses(0);
     EXPECT_EQ(c.envs().at("CUDA_VISIBLE_DEVICES"), p1_gpu);
-    EXPECT_EQ(c.envs().at("GSLICE_SLICE"), "team/p1/main");
+    EXPECT_EQ(c.envs().at("GSLICE_SLICE"), "team.p1.main");
     EXPECT_EQ(c.envs().at("GSLICE_MEMORY"), "4096MiB");
     EXPECT_EQ(c.envs().at("GSLICE_SHARE"), "25%");
     EXPECT_EQ(c.envs().at("GSLICE_COMPUTE"), "40%");
@@ -268,12 +270,12 @@ TEST_F(DevicePluginTest, MultiContainerPodsAllocateInSpecOrder) {
   // no match, refused.
   EXPECT_FALSE(allocate({std::string(kGpu0) + "::0", std::string(kGpu1) + "::0"}, &r1).ok());
   ASSERT_TRUE(allocate({std::string(kGpu0) + "::0"}, &r1).ok());
-  EXPECT_EQ(r1.container_responses(0).envs().at("GSLICE_SLICE"), "team/two/main");
+  EXPECT_EQ(r1.container_responses(0).envs().at("GSLICE_SLICE"), "team.two.main");
   EXPECT_EQ(api_.Pod("team", "two")["metadata"]["annotations"]["gslice.io/bind-phase"], "allocating");
   grpc::Status st = allocate({std::string(kGpu0) + "::1", std::string(kGpu1) + "::1"}, &r2);
   ASSERT_TRUE(st.ok()) << st.error_message();
   const auto& envs = r2.container_responses(0).envs();
-  EXPECT_EQ(envs.at("GSLICE_SLICE"), "team/two/second");
+  EXPECT_EQ(envs.at("GSLICE_SLICE"), "team.two.second");
   EXPECT_EQ(envs.at("GSLICE_MEMORY"), "2048MiB");
   EXPECT_EQ(envs.at("CUDA_VISIBLE_DEVICES").size(), std::string(kGpu0).size() * 2 + 1);
   EXPECT_EQ(api_.Pod("team", "two")["metadata"]["annotations"]["gslice.io/bind-phase"], "allocated");
@@ -304,17 +306,59 @@ TEST(PendingPods, OldestBindFirstUnlessTheDevicesSayOtherwise) {
   EXPECT_NE(why.find("2 gslice.io/gpu"), std::string::npos) << why;
 }
 
-TEST(SliceNames, FitTheLedger) {
+// gsliced adopts only names of 1-63 characters of [a-z0-9._-] starting with a letter or digit
+// (daemon/model.h ValidateName).
+bool AdoptableByGsliced(const std::string& name) {
+  if (name.empty() || name.size() > 63 || !std::isalnum(static_cast<unsigned char>(name[0]))) return false;
+  for (char c : name)
+    if (!(std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) ||
+          c == '.' || c == '_' || c == '-'))
+      return false;
+  return true;
+}
+
+TEST(SliceNames, AreAdoptableStableAndUnique) {
   PendingContainer p;
   p.namespace_name = "ns";
-  p.pod_name = std::string(100, 'p');
+  p.pod_name = "short";
   p.pod_uid = "5f3c1f5e-8a2b-4c3d-9e4f-0123456789ab";
   p.container.name = "main";
-  std::string name = SliceNameFor(p);
-  EXPECT_LT(name.size(), 64u);
-  EXPECT_EQ(name, "k8s/5f3c1f5e-8a2b-4c3d-9e4f-0123456789ab/main");
-  p.pod_name = "short";
-  EXPECT_EQ(SliceNameFor(p), "ns/short/main");
+  EXPECT_EQ(SliceNameFor(p), "ns.short.main");
+  EXPECT_EQ(SliceNameFor(p), SliceNameFor(p));
+  // Pod names may hold dots; namespaces and containers may not, so the name splits back.
+  p.pod_name = "web.v2";
+  EXPECT_EQ(SliceNameFor(p), "ns.web.v2.main");
+
+  // Past 63 characters: the pod UID and the container's index.
+  p.pod_name = std::string(100, 'p');
+  EXPECT_EQ(SliceNameFor(p), "pod_5f3c1f5e-8a2b-4c3d-9e4f-0123456789ab_0");
+  p.index = 1;
+  p.container.name = "sidecar";
+  EXPECT_EQ(SliceNameFor(p), "pod_5f3c1f5e-8a2b-4c3d-9e4f-0123456789ab_1");
+  // Exactly 63 fits, 64 does not.
+  p.index = 0;
+  p.container.name = "main";
+  p.pod_name = std::string(63 - 3 - 5, 'q');  // "ns." + pod + ".main"
+  EXPECT_EQ(SliceNameFor(p).size(), 63u);
+  EXPECT_EQ(SliceNameFor(p).rfind("ns.q", 0), 0u);
+  p.pod_name += "q";
+  EXPECT_EQ(SliceNameFor(p).rfind("pod_", 0), 0u);
+
+  // Every form is a name gsliced adopts, also for odd input from the API server.
+  std::set<std::string> seen;
+  for (const char* ns : {"default", "kube-system", "a"})
+    for (const char* pod : {"x", "job-0.worker", "Upper", "with_underscore", ""})
+      for (size_t i = 0; i < 2; ++i) {
+        const char* c = i == 0 ? "main" : "c2";
+        p.index = i;
+        p.namespace_name = ns;
+        p.pod_name = pod;
+        p.container.name = c;
+        p.pod_uid = std::string("UID:") + ns + pod;
+        std::string name = SliceNameFor(p);
+        EXPECT_TRUE(AdoptableByGsliced(name)) << name;
+        EXPECT_TRUE(seen.insert(name).second) << "two containers share " << name;
+      }
 }
 
 // The real binary: it starts, creates the ledger, registers with the kubelet, publishes the

@@ -76,8 +76,11 @@ void BuildContainerResponse(const DevicePluginConfig& config, const PendingConta
 // "<uuid>::<n>" -> "<uuid>"; empty if malformed.
 std::string GpuOfDeviceId(const std::string& id);
 
-// The name of the ledger slice of a container: "<namespace>/<pod>/<container>", or
-// "k8s/<pod uid>/<container>" when that is too long for the ledger.
+// The name of the ledger slice of a container, one gsliced adopts (1-63 characters of
+// [a-z0-9._-]): "<namespace>.<pod>.<container>", or "pod_<pod uid>_<container index>" when
+// that is longer than 63 characters. Stable for a container and unique on the node: the
+// first form splits back at its first and last dots (namespaces and container names have
+// none), the second holds a '_', which no Kubernetes name does.
 std::string SliceNameFor(const PendingContainer& p);
 
 class DevicePluginService final : public v1beta1::DevicePlugin::Service {
