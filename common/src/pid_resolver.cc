@@ -55,6 +55,7 @@ void PidResolver::Rescan() {
     char state = 0;
     uint64_t start = 0;
     if (!ReadProcStat((base + "/stat").c_str(), &state, &start)) continue;
+    if (state == 'Z' || state == 'X' || state == 'x') continue;  // dead, not yet waited for
     index_[{ns, inner}] = Seen{outer, start};
   }
   closedir(dir);

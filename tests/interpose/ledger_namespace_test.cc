@@ -200,7 +200,8 @@ TEST(LedgerNamespaces, OwnerInAnotherNamespaceIsAliveUntilKilled) {
   EXPECT_EQ(reaped, 1);
   EXPECT_EQ(l.SliceUsage(slice, g), 0);
   EXPECT_EQ(l.Charge(mine, g, 500), ChargeResult::kOk);
-  EXPECT_EQ(resolver.Resolve(container_ns, 1, 0), 0u);  // gone
+  // Gone (its lock is dropped early in exit; the process itself disappears a moment later).
+  EXPECT_TRUE(WaitFor([&] { return resolver.Resolve(container_ns, 1, 0) == 0; }));
   l.Detach(mine);
   int status = 0;
   ASSERT_EQ(waitpid(mid, &status, 0), mid);
@@ -406,14 +407,14 @@ class FakeProc {
     mkdir((root_ + "/self/ns").c_str(), 0755);
     Link(root_ + "/self/ns/pid", ns);
   }
-  void Process(uint32_t pid, uint64_t ns, const std::string& nspid, uint64_t start) {
+  void Process(uint32_t pid, uint64_t ns, const std::string& nspid, uint64_t start, char state = 'S') {
     const std::string dir = root_ + "/" + std::to_string(pid);
     mkdir(dir.c_str(), 0755);
     mkdir((dir + "/ns").c_str(), 0755);
     Link(dir + "/ns/pid", ns);
     Write(dir + "/status", "Name:\tx\nState:\tS (sleeping)\nTgid:\t" + std::to_string(pid) +
                                "\nNSpid:\t" + nspid + "\nNSpgid:\t" + nspid + "\n");
-    std::string stat = std::to_string(pid) + " (a (b) c) S";
+    std::string stat = std::to_string(pid) + " (a (b) c) " + state;
     for (int field = 4; field < 22; ++field) stat += " 0";
     stat += " " + std::to_string(start) + " 0 0\n";
     Write(dir + "/stat", stat);
@@ -449,6 +450,7 @@ TEST(PidResolver, MapsNamespacedPidsOnAFakeProc) {
   proc.Process(4242, 200, "4242\t7", 555);       // pid 7 of container namespace 200
   proc.Process(4243, 300, "4243\t7", 556);       // pid 7 of another container
   proc.Process(4244, 400, "4244\t12\t3", 558);   // nested twice: pid 3 of namespace 400
+  proc.Process(4245, 500, "4245\t9", 559, 'Z');  // dead, not yet waited for
   PidResolver r(proc.root(), 0);
   EXPECT_EQ(r.own_namespace(), 100u);
   EXPECT_EQ(r.Resolve(200, 7, 555), 4242u);
@@ -457,6 +459,7 @@ TEST(PidResolver, MapsNamespacedPidsOnAFakeProc) {
   EXPECT_EQ(r.Resolve(300, 7, 555), 0u);     // another process's start time
   EXPECT_EQ(r.Resolve(400, 3, 558), 4244u);  // the innermost pid names it
   EXPECT_EQ(r.Resolve(400, 12, 0), 0u);      // 12 is its pid in an intermediate namespace
+  EXPECT_EQ(r.Resolve(500, 9, 0), 0u);       // a zombie
   EXPECT_EQ(r.Resolve(999, 7, 0), 0u);       // nobody
   EXPECT_EQ(r.Resolve(0, 7, 0), 0u);         // unknown namespace
   EXPECT_EQ(r.Resolve(100, 50, 777), 50u);   // same namespace: the pid as is
