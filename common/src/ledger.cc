@@ -14,6 +14,7 @@
 
 #include <new>
 
+#include "gslice/owner_lock.h"
 #include "gslice/pid_namespace.h"
 
 namespace gslice {
@@ -29,15 +30,7 @@ void SleepNs(int64_t ns) {
   nanosleep(&ts, nullptr);
 }
 
-// A small per-thread xorshift for backoff jitter (no locks, no libc rand state).
-uint64_t Jitter() {
-  static thread_local uint64_t x = 0;
-  if (x == 0) x = static_cast<uint64_t>(MonotonicNs()) ^ (static_cast<uint64_t>(getpid()) << 20) ^ 0x9e3779b97f4a7c15ull;
-  x ^= x << 13;
-  x ^= x >> 7;
-  x ^= x << 17;
-  return x;
-}
+uint64_t Jitter() { return OwnerJitter(); }
 
 bool NameEquals(const char* stored, const char* name) {
   return strncmp(stored, name, kLedgerNameSize) == 0;
@@ -101,7 +94,7 @@ bool ReadStat(uint32_t pid, char* state, uint64_t* start_time) {
 }
 
 // A random claim tag for process slot words (bits 8..31), never 0.
-uint32_t ClaimTag() { return static_cast<uint32_t>(Jitter() % 0xffffffu) + 1; }
+uint32_t ClaimTag() { return OwnerClaimTag(); }
 }  // namespace
 
 uint64_t ProcessStartTime(uint32_t pid) {
@@ -164,45 +157,16 @@ Ledger& Ledger::operator=(Ledger&& o) noexcept {
 // locks of fd_ too. A forked child that keeps the descriptor keeps the locks (hence the
 // same-namespace pid check in OwnerAlive), until it exits or execs (O_CLOEXEC).
 
-bool Ledger::LockByte(int64_t offset) {
-  if (fd_ < 0) return true;
-  struct flock fl{};
-  fl.l_type = F_WRLCK;
-  fl.l_whence = SEEK_SET;
-  fl.l_start = static_cast<off_t>(offset);
-  fl.l_len = 1;
-  return fcntl(fd_, F_OFD_SETLK, &fl) == 0;
-}
+bool Ledger::LockByte(int64_t offset) { return LockOwnerByte(fd_, offset); }
 
-void Ledger::UnlockByte(int64_t offset) {
-  if (fd_ < 0) return;
-  struct flock fl{};
-  fl.l_type = F_UNLCK;
-  fl.l_whence = SEEK_SET;
-  fl.l_start = static_cast<off_t>(offset);
-  fl.l_len = 1;
-  fcntl(fd_, F_OFD_SETLK, &fl);
-}
+void Ledger::UnlockByte(int64_t offset) { UnlockOwnerByte(fd_, offset); }
 
-bool Ledger::ByteLocked(int64_t offset) const {
-  if (probe_fd_ < 0) return true;
-  struct flock fl{};
-  fl.l_type = F_WRLCK;
-  fl.l_whence = SEEK_SET;
-  fl.l_start = static_cast<off_t>(offset);
-  fl.l_len = 1;
-  if (fcntl(probe_fd_, F_OFD_GETLK, &fl) != 0) return true;  // cannot tell: assume alive
-  return fl.l_type != F_UNLCK;
-}
+bool Ledger::ByteLocked(int64_t offset) const { return OwnerByteLocked(probe_fd_, offset); }
 
 bool Ledger::OwnerAlive(int64_t lock_byte, uint32_t pid, uint64_t pid_ns, uint64_t start_time,
                         uint64_t self_ns) const {
-  if (pid == 0) return false;
-  if (fd_ < 0) return ProcessAlive(pid, start_time);  // private ledger: one process, pids
-  // In the owner's namespace the pid speaks too: it catches a dead owner whose lock a forked
-  // child still holds. Elsewhere the pid means nothing and the lock alone decides.
-  if (pid_ns != 0 && pid_ns == self_ns && !ProcessAlive(pid, start_time)) return false;
-  return ByteLocked(lock_byte);
+  if (fd_ < 0) return pid != 0 && ProcessAlive(pid, start_time);  // private ledger: one process, pids
+  return gslice::OwnerAlive(probe_fd_, lock_byte, pid, pid_ns, start_time, self_ns);
 }
 
 bool Ledger::SlotOwnerAlive(int slice, int slot, uint64_t word, uint64_t self_ns) const {
@@ -323,18 +287,8 @@ LedgerError Ledger::Open(const char* path, int init_timeout_ms) {
   // locks of every other open file, this process's fd included.
   int probe = -1;
   if (v == LedgerError::kOk) {
-    probe = open(path, O_RDWR | O_CLOEXEC);
-    struct stat pst;
-    if (probe < 0 || fstat(probe, &pst) != 0 || pst.st_ino != st.st_ino || pst.st_dev != st.st_dev) {
-      v = LedgerError::kOpenFailed;
-    } else {
-      struct flock fl{};
-      fl.l_type = F_WRLCK;
-      fl.l_whence = SEEK_SET;
-      fl.l_start = static_cast<off_t>(kLedgerCreateLockByte);
-      fl.l_len = 1;
-      if (fcntl(probe, F_OFD_GETLK, &fl) != 0) v = LedgerError::kOpenFailed;  // no OFD locks here
-    }
+    probe = OpenOwnerProbe(path, fd);
+    if (probe < 0) v = LedgerError::kOpenFailed;
   }
   if (v != LedgerError::kOk) {
     if (probe >= 0) close(probe);

@@ -78,12 +78,42 @@ inline constexpr int64_t kProbeEveryNs = 4'000'000'000;   // re-learn the baseli
 inline constexpr int64_t kProbeGapNs = 20'000'000;        // during a probe, stay out of gaps this short
 inline constexpr double kGuaranteedFloor = 0.97;          // keep >= 97% of solo progress
 inline constexpr uint32_t kRateStepPermille = 25;         // additive increase per period
-// The opportunistic share of GPU time allowed while guaranteed work is busy, next period:
-// +2.5% while guaranteed progress holds (>= kGuaranteedFloor of the baseline measured with
-// opportunistic work paused), halved when it does not.
-inline uint32_t NextOpportunisticRate(uint32_t rate, double progress, double baseline) {
-  if (baseline > 0 && progress < kGuaranteedFloor * baseline) return rate / 2 < 10 ? 0 : rate / 2;
-  return rate + kRateStepPermille > 1000 ? 1000 : rate + kRateStepPermille;
+inline constexpr int64_t kGapStepNs = 1'000'000;          // the gap level's unit and additive step
+inline constexpr int64_t kMaxGapNs = kProbeGapNs;         // the most conservative gap level
+
+// What the controller lets opportunistic work do next period. Two knobs, used one at a time:
+//  - rate_permille: the share of GPU time it may use while guaranteed work is busy;
+//  - gap_ns (only while the rate is 0): how long guaranteed work must have been idle before
+//    opportunistic work enters its gap. On a GPU that time-slices processes, work queued in
+//    a short gap delays the guaranteed job's next kernels, so even rate 0 can cost it speed;
+//    staying out of gaps shorter than gap_ns bounds that.
+struct OpportunisticLevel {
+  uint32_t rate_permille = 0;
+  int64_t gap_ns = 0;
+  bool operator==(const OpportunisticLevel&) const = default;
+};
+
+// One step of the controller. Guaranteed progress below kGuaranteedFloor of the baseline
+// (measured with opportunistic work paused): the rate halves; at rate 0 the gap doubles
+// (1, 2, 4 ... 20 ms). Progress holds: the gap shrinks by 1 ms; at gap 0 the rate grows by
+// 2.5% of GPU time. Backing off is multiplicative and advancing additive, so the guaranteed
+// job spends little time below the floor.
+inline OpportunisticLevel NextOpportunisticLevel(OpportunisticLevel cur, double progress, double baseline) {
+  const bool holds = !(baseline > 0 && progress < kGuaranteedFloor * baseline);
+  if (!holds) {
+    if (cur.rate_permille > 0) {
+      cur.rate_permille = cur.rate_permille / 2 < 10 ? 0 : cur.rate_permille / 2;
+    } else {
+      cur.gap_ns = cur.gap_ns < kGapStepNs ? kGapStepNs : (cur.gap_ns * 2 > kMaxGapNs ? kMaxGapNs : cur.gap_ns * 2);
+    }
+    return cur;
+  }
+  if (cur.gap_ns > 0) {
+    cur.gap_ns = cur.gap_ns > kGapStepNs ? cur.gap_ns - kGapStepNs : 0;
+  } else {
+    cur.rate_permille = cur.rate_permille + kRateStepPermille > 1000 ? 1000 : cur.rate_permille + kRateStepPermille;
+  }
+  return cur;
 }
 
 // Queued-ahead bound: launches may go on while the estimated queued work

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <vector>
 
 namespace gslice::compute {
 namespace {
@@ -132,29 +133,63 @@ namespace gslice::compute {
 namespace {
 
 TEST(ComputeController, AdditiveIncreaseWhileGuaranteedHoldsHalvesWhenItDrops) {
-  EXPECT_EQ(NextOpportunisticRate(0, 100.0, 100.0), kRateStepPermille);
-  EXPECT_EQ(NextOpportunisticRate(200, 98.0, 100.0), 200 + kRateStepPermille);
-  EXPECT_EQ(NextOpportunisticRate(200, 96.0, 100.0), 100u);
-  EXPECT_EQ(NextOpportunisticRate(15, 50.0, 100.0), 0u) << "small rates go to zero";
-  EXPECT_EQ(NextOpportunisticRate(990, 100.0, 100.0), 1000u);
+  using L = OpportunisticLevel;
+  EXPECT_EQ(NextOpportunisticLevel(L{0, 0}, 100.0, 100.0), (L{kRateStepPermille, 0}));
+  EXPECT_EQ(NextOpportunisticLevel(L{200, 0}, 98.0, 100.0), (L{200 + kRateStepPermille, 0}));
+  EXPECT_EQ(NextOpportunisticLevel(L{200, 0}, 96.0, 100.0), (L{100, 0}));
+  EXPECT_EQ(NextOpportunisticLevel(L{15, 0}, 50.0, 100.0), (L{0, 0})) << "small rates go to zero";
+  EXPECT_EQ(NextOpportunisticLevel(L{990, 0}, 100.0, 100.0), (L{1000, 0}));
+  EXPECT_EQ(NextOpportunisticLevel(L{500, 0}, 100.0, 0.0), (L{500 + kRateStepPermille, 0})) << "no baseline yet";
   // Against a guaranteed job that loses 1% of its progress per 10% of opportunistic share,
   // the controller saws around the 30% the floor allows: guaranteed progress averages at
   // the floor, and never falls more than one step below it.
-  uint32_t r = 0;
+  L l;
   double sum = 0, worst = 100.0;
   const int periods = 400;
   for (int period = 0; period < periods; ++period) {
-    const double progress = 100.0 * (1.0 - 0.1 * r / 1000.0);
+    const double progress = 100.0 * (1.0 - 0.1 * l.rate_permille / 1000.0);
     if (period >= 20) {
       sum += progress;
       worst = std::min(worst, progress);
     }
-    r = NextOpportunisticRate(r, progress, 100.0);
+    l = NextOpportunisticLevel(l, progress, 100.0);
+    EXPECT_EQ(l.gap_ns, 0) << "the rate alone holds this job";
   }
   EXPECT_GE(sum / (periods - 20), kGuaranteedFloor * 100.0 - 0.5);
   EXPECT_GE(worst, kGuaranteedFloor * 100.0 - 0.1 * kRateStepPermille / 10.0 - 1e-9);
-  EXPECT_GE(r, 100u);
-  EXPECT_LE(r, 350u);
+  EXPECT_GE(l.rate_permille, 100u);
+  EXPECT_LE(l.rate_permille, 350u);
+}
+
+TEST(ComputeController, AtRateZeroStaysOutOfShortGapsUntilGuaranteedWorkHolds) {
+  using L = OpportunisticLevel;
+  // Below the floor at rate 0: the gap level doubles from 1 ms up to kMaxGapNs.
+  L l{0, 0};
+  std::vector<int64_t> gaps;
+  for (int i = 0; i < 7; ++i) {
+    l = NextOpportunisticLevel(l, 90.0, 100.0);
+    gaps.push_back(l.gap_ns);
+    EXPECT_EQ(l.rate_permille, 0u);
+  }
+  EXPECT_EQ(gaps, (std::vector<int64_t>{1'000'000, 2'000'000, 4'000'000, 8'000'000, 16'000'000, kMaxGapNs, kMaxGapNs}));
+  // Holding again: the gap shrinks 1 ms per period before any rate is given back.
+  l = NextOpportunisticLevel(L{0, 3'000'000}, 99.0, 100.0);
+  EXPECT_EQ(l, (L{0, 2'000'000}));
+  l = NextOpportunisticLevel(L{0, 500'000}, 99.0, 100.0);
+  EXPECT_EQ(l, (L{0, 0}));
+  // A job that time-slicing slows by gaps: entering gaps shorter than 6 ms costs it 5%,
+  // longer ones 1%. The controller settles with a gap level that keeps it at the floor or
+  // within one step of it, and spends most periods at or above the floor.
+  auto progress_of = [](const L& x) { return x.rate_permille > 0 ? 90.0 : (x.gap_ns < 6'000'000 ? 95.0 : 99.0); };
+  l = L{};
+  int below = 0;
+  for (int period = 0; period < 400; ++period) {
+    const double p = progress_of(l);
+    if (period >= 40 && p < kGuaranteedFloor * 100.0) ++below;
+    l = NextOpportunisticLevel(l, p, 100.0);
+  }
+  EXPECT_LT(below, 360 / 3) << "below the floor in " << below << " of 360 periods";
+  EXPECT_EQ(l.rate_permille, 0u);
 }
 
 }  // namespace
