@@ -17,6 +17,7 @@
 #include "gpu_query.h"
 #include "gslice/ledger.h"
 #include "gslice/options.h"
+#include "gslice/pid_namespace.h"
 #include "gslice/suspend_board.h"
 
 namespace gslice::cli {
@@ -112,11 +113,14 @@ int MoveCommand(int argc, char** argv) {
   SuspendBoard board;
   if (!board.Open(path)) return Fail(std::string("cannot open the suspend board ") + path + ": " + std::strerror(errno));
   SuspendBoardLayout* l = board.layout();
-  const uint64_t service = l->header.service_pid.load(std::memory_order_acquire);
-  if (service == 0 || !ProcessAlive(static_cast<uint32_t>(service), 0)) {
+  if (!board.ServiceAlive()) {
     return Fail("no suspend service runs on this node: start gsliced (or gslice-suspend-agent)");
   }
-  SuspendBoardEntry* e = board.Find(static_cast<uint32_t>(pid));
+  // The board knows a process by its own pid in its own namespace (a container's process by
+  // its container-local pid): name the pid we were given that way.
+  PidIdentity who;
+  SuspendBoardEntry* e = IdentifyPid("/proc", static_cast<uint32_t>(pid), &who) ? board.Find(who.pid_ns, who.pid) : nullptr;
+  if (e != nullptr && e->start_time.load(std::memory_order_acquire) != who.start_time) e = nullptr;
   if (e == nullptr) {
     return Fail("process " + pid_text + " is not under gslice (it has made no GPU call through the shim); "
                 "start it with gslice run");

@@ -80,4 +80,24 @@ uint32_t PidResolver::Resolve(uint64_t pid_ns, uint32_t pid, uint64_t start_time
   return hit->second.outer_pid;
 }
 
+bool IdentifyPid(const std::string& proc_root, uint32_t pid, PidIdentity* out) {
+  if (pid == 0) return false;
+  const std::string base = proc_root + "/" + std::to_string(pid);
+  char state = 0;
+  uint64_t start = 0;
+  if (!ReadProcStat((base + "/stat").c_str(), &state, &start)) return false;
+  if (state == 'Z' || state == 'X' || state == 'x') return false;
+  const uint64_t ns = PidNamespaceAt((base + "/ns/pid").c_str());
+  if (ns == 0) return false;
+  uint32_t inner = 0;
+  if (!ReadInnermostPid((base + "/status").c_str(), &inner)) {
+    if (ns != PidNamespaceAt((proc_root + "/self/ns/pid").c_str())) return false;
+    inner = pid;  // no NSpid line (old kernel): only our own namespace's pids are known
+  }
+  out->pid_ns = ns;
+  out->pid = inner;
+  out->start_time = start;
+  return true;
+}
+
 }  // namespace gslice

@@ -74,8 +74,9 @@ bool RequestPreemption(const uint8_t gpu_uuid[16], uint64_t bytes) {
   SuspendBoardEntry* e = gate_detail::Init();
   if (e == nullptr || gate_detail::g_board == nullptr) return false;
   SuspendBoardLayout* board = gate_detail::g_board->layout();
-  const uint64_t service = board->header.service_pid.load(std::memory_order_acquire);
-  if (service == 0 || !ProcessAlive(static_cast<uint32_t>(service), 0)) return false;
+  // The service may live in another pid namespace (gsliced on the host, this process in a
+  // container): its lock byte on the board says whether it is alive.
+  if (!gate_detail::g_board->ServiceAlive()) return false;
   // One request at a time per process (allocations from several threads take turns).
   static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
   pthread_mutex_lock(&mu);
@@ -97,8 +98,7 @@ bool RequestPreemption(const uint8_t gpu_uuid[16], uint64_t bytes) {
       break;
     }
     FutexWait(&e->mem_reply, 0, 100);
-    const uint64_t now_service = board->header.service_pid.load(std::memory_order_acquire);
-    if (now_service == 0 || !ProcessAlive(static_cast<uint32_t>(now_service), 0)) break;
+    if (!gate_detail::g_board->ServiceAlive()) break;
   }
   pthread_mutex_unlock(&mu);
   Log(LogLevel::kInfo, "preemption %s", freed ? "freed memory: retrying the allocation" : "could not free memory");

@@ -53,6 +53,17 @@ class PidResolver {
   std::map<std::pair<uint64_t, uint32_t>, Seen> index_;  // (namespace, inner pid) -> seen
 };
 
+// Who a pid is, the other way round from PidResolver::Resolve: for pid as proc_root numbers
+// it, its pid namespace (ns/pid), its pid in that, innermost namespace (the last field of
+// NSpid; the pid as is when the line is missing and it shares proc_root's namespace) and its
+// start time. False when it is gone, a zombie, or cannot be read.
+struct PidIdentity {
+  uint64_t pid_ns = 0;
+  uint32_t pid = 0;
+  uint64_t start_time = 0;
+};
+bool IdentifyPid(const std::string& proc_root, uint32_t pid, PidIdentity* out);
+
 // Reads a /proc/<pid>/stat file: its state letter (field 3) and start time (field 22, clock
 // ticks since boot, the same in every pid namespace). False when it cannot be read.
 bool ReadProcStat(const char* stat_path, char* state, uint64_t* start_time);

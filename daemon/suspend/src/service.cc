@@ -26,19 +26,21 @@ struct LedgerProcessInfo {
   ProcessInfo info;
 };
 
-LedgerProcessInfo FindInLedger(const Ledger& ledger, int pid) {
+// The ledger slot of the process known as pid in pid namespace pid_ns (a container's process
+// by its container-local pid); info.pid becomes host_pid, the pid the service sees.
+LedgerProcessInfo FindInLedger(const Ledger& ledger, uint64_t pid_ns, uint32_t pid, int host_pid) {
   LedgerProcessInfo out;
   LedgerLayout* l = ledger.layout();
-  if (l == nullptr) return out;
+  if (l == nullptr || pid == 0) return out;
   for (int i = 0; i < kLedgerMaxSlices; ++i) {
     LedgerSlice& s = l->slices[i];
     if (StateOf(s.state.load()) != EntryState::kReady) continue;
     const uint32_t hw = s.slot_high_water.load();
     for (uint32_t k = 0; k < hw && k < static_cast<uint32_t>(kLedgerMaxSlots); ++k) {
       const uint64_t word = s.slots[k].state.load();
-      if (StateOf(word) != EntryState::kAlive || PidOf(word) != static_cast<uint32_t>(pid)) continue;
+      if (StateOf(word) != EntryState::kAlive || PidOf(word) != pid || s.slots[k].pid_ns.load() != pid_ns) continue;
       out.found = true;
-      out.info.pid = pid;
+      out.info.pid = host_pid;
       out.info.slice.assign(s.name, strnlen(s.name, sizeof s.name));
       out.info.opportunistic = s.slice_class == static_cast<uint32_t>(SliceClass::kOpportunistic);
       int64_t most = -1;
@@ -64,10 +66,10 @@ LedgerProcessInfo FindInLedger(const Ledger& ledger, int pid) {
 // runs again; then the waiters are woken.
 class SuspendService::BoardObserver : public StateObserver {
  public:
-  BoardObserver(SuspendBoard* board, std::function<void(const ProcessStatus&)> on_state)
-      : board_(board), on_state_(std::move(on_state)) {}
+  BoardObserver(SuspendService* service, std::function<void(const ProcessStatus&)> on_state)
+      : service_(service), on_state_(std::move(on_state)) {}
   void OnStateChanged(const ProcessStatus& s, State) override {
-    if (SuspendBoardEntry* e = board_->Find(static_cast<uint32_t>(s.info.pid))) {
+    if (SuspendBoardEntry* e = service_->EntryOf(s.info.pid)) {
       if (s.state == State::kRunning || s.state == State::kFailed) {
         // Failed: the driver reports an error; let calls reach it and fail there rather
         // than hang at the gate.
@@ -83,7 +85,7 @@ class SuspendService::BoardObserver : public StateObserver {
   void OnForgotten(int, const std::string&) override {}
 
  private:
-  SuspendBoard* board_;
+  SuspendService* service_;
   std::function<void(const ProcessStatus&)> on_state_;
 };
 
@@ -113,9 +115,18 @@ bool SuspendService::Init(ServiceOptions options, std::unique_ptr<CheckpointDriv
   }
   driver_ = std::move(driver);
   budget_ = std::make_unique<HostMemoryBudget>(options_.host);
-  observer_ = std::make_unique<BoardObserver>(&board_, options_.on_state);
+  resolver_ = std::make_unique<PidResolver>(options_.proc_root);
+  observer_ = std::make_unique<BoardObserver>(this, options_.on_state);
+  // Liveness as the proc mount that names the pids says (kill(pid, 0) for the real one).
+  std::function<bool(int)> is_alive;
+  if (options_.proc_root != "/proc") {
+    is_alive = [root = options_.proc_root](int pid) {
+      PidIdentity who;
+      return pid > 0 && IdentifyPid(root, static_cast<uint32_t>(pid), &who);
+    };
+  }
   manager_ = std::make_unique<SuspendManager>(driver_.get(), budget_.get(), options_.manager,
-                                              observer_.get());
+                                              observer_.get(), std::move(is_alive));
   controller_ = std::make_unique<SuspendController>(manager_.get(), options_.controller);
   return true;
 }
@@ -123,7 +134,7 @@ bool SuspendService::Init(ServiceOptions options, std::unique_ptr<CheckpointDriv
 SuspendService::~SuspendService() { Stop(); }
 
 void SuspendService::Start() {
-  board_.layout()->header.service_pid.store(static_cast<uint64_t>(getpid()), std::memory_order_release);
+  board_.SetService();
   stop_.store(false);
   thread_ = std::thread([this] {
     while (!stop_.load()) {
@@ -140,8 +151,7 @@ void SuspendService::Stop() {
   stop_.store(true);
   RingDoorbell(board_.layout());
   thread_.join();
-  uint64_t me = static_cast<uint64_t>(getpid());
-  board_.layout()->header.service_pid.compare_exchange_strong(me, 0);
+  board_.ClearService();
 }
 
 void* SuspendService::Nvml() {
@@ -183,15 +193,55 @@ uint64_t SuspendService::FreeBytes(const std::string& gpu) {
   return DescribeGpu(gpu, &g) ? g.free_bytes : 0;
 }
 
+int SuspendService::HostPid(const SuspendBoardEntry& e) {
+  const uint64_t word = e.owner.load(std::memory_order_acquire);
+  if (!BoardOwnerLive(word)) return 0;
+  const uint32_t host = resolver_->Resolve(e.pid_ns.load(std::memory_order_acquire), BoardOwnerPid(word),
+                                           e.start_time.load(std::memory_order_acquire));
+  if (host == 0) return 0;
+  std::lock_guard<std::mutex> lock(entries_mu_);
+  entry_of_[static_cast<int>(host)] = const_cast<SuspendBoardEntry*>(&e);
+  return static_cast<int>(host);
+}
+
+SuspendBoardEntry* SuspendService::EntryOf(int host_pid) {
+  {
+    std::lock_guard<std::mutex> lock(entries_mu_);
+    auto it = entry_of_.find(host_pid);
+    if (it != entry_of_.end()) {
+      // Still that process's entry? (Reaped and reclaimed entries are looked up afresh.)
+      PidIdentity who;
+      SuspendBoardEntry* e = it->second;
+      const uint64_t word = e->owner.load(std::memory_order_acquire);
+      if (BoardOwnerLive(word) && IdentifyPid(options_.proc_root, static_cast<uint32_t>(host_pid), &who) &&
+          who.pid == BoardOwnerPid(word) && who.pid_ns == e->pid_ns.load(std::memory_order_acquire)) {
+        return e;
+      }
+      entry_of_.erase(it);
+    }
+  }
+  PidIdentity who;
+  if (!IdentifyPid(options_.proc_root, static_cast<uint32_t>(host_pid), &who)) return nullptr;
+  SuspendBoardEntry* e = board_.Find(who.pid_ns, who.pid);
+  if (e == nullptr || e->start_time.load(std::memory_order_acquire) != who.start_time) return nullptr;
+  std::lock_guard<std::mutex> lock(entries_mu_);
+  entry_of_[host_pid] = e;
+  return e;
+}
+
 std::vector<ProcessSample> SuspendService::Sample() {
   std::vector<ProcessSample> samples;
   board_.Reap();
   for (SuspendBoardEntry& e : board_.layout()->entries) {
     const uint64_t owner = e.owner.load(std::memory_order_acquire);
-    if (owner == 0 || e.start_time.load(std::memory_order_acquire) == 0) continue;
-    const int pid = static_cast<int>(owner);
+    if (!BoardOwnerLive(owner)) continue;
+    // The driver's checkpoint calls name processes as we see them: a process in a container
+    // is known on the board by its container-local pid and mapped here. One we cannot see
+    // (another pid namespace that is not nested in ours) cannot be suspended.
+    const int pid = HostPid(e);
+    if (pid == 0) continue;
     ProcessSample s;
-    LedgerProcessInfo lp = FindInLedger(ledger_, pid);
+    LedgerProcessInfo lp = FindInLedger(ledger_, e.pid_ns.load(std::memory_order_acquire), BoardOwnerPid(owner), pid);
     if (lp.found) {
       s.info = lp.info;
     } else {
@@ -209,7 +259,7 @@ std::vector<ProcessSample> SuspendService::Sample() {
 
 void SuspendService::AnswerMemoryRequests(int64_t now) {
   for (SuspendBoardEntry& e : board_.layout()->entries) {
-    if (e.owner.load(std::memory_order_acquire) == 0) continue;
+    if (!BoardOwnerLive(e.owner.load(std::memory_order_acquire))) continue;
     const uint64_t seq = e.mem_request_seq.load(std::memory_order_acquire);
     if (seq == 0 || seq == e.mem_reply_seq.load(std::memory_order_acquire)) continue;
     const uint64_t bytes = e.mem_request_bytes.load(std::memory_order_relaxed);
@@ -220,8 +270,8 @@ void SuspendService::AnswerMemoryRequests(int64_t now) {
     const uint64_t margin = options_.controller.resume_margin_bytes;
     PreemptResult r = controller_->Preempt(gpu, bytes, free_now > margin ? free_now - margin : 0, now);
     if (!r.ok) {
-      std::fprintf(stderr, "gslice suspend: pid %llu needs %llu bytes on %s: %s\n",
-                   static_cast<unsigned long long>(e.owner.load()),
+      std::fprintf(stderr, "gslice suspend: pid %u needs %llu bytes on %s: %s\n",
+                   BoardOwnerPid(e.owner.load()),
                    static_cast<unsigned long long>(bytes), gpu.c_str(), r.reason.c_str());
     }
     e.mem_reply.store(r.ok ? kMemReplyFreed : kMemReplyRefused, std::memory_order_release);
@@ -236,17 +286,19 @@ void SuspendService::AnswerMemoryRequests(int64_t now) {
 void SuspendService::AnswerMoveRequests() {
   for (SuspendBoardEntry& e : board_.layout()->entries) {
     const uint64_t owner = e.owner.load(std::memory_order_acquire);
-    if (owner == 0) continue;
+    if (!BoardOwnerLive(owner)) continue;
     const uint64_t seq = e.move_seq.load(std::memory_order_acquire);
     if (seq == 0 || seq == e.move_reply_seq.load(std::memory_order_acquire)) continue;
-    const int pid = static_cast<int>(owner);
+    const int pid = HostPid(e);
     const std::string to_uuid = UuidText(e.move_to_gpu);
-    TrackFromLedger(pid);
+    if (pid != 0) TrackFromLedger(pid);
     std::string why;
     bool moved = false;
-    auto st = manager_->Get(pid);
+    auto st = pid != 0 ? manager_->Get(pid) : std::nullopt;
     GpuInfo from, to;
-    if (!st) {
+    if (pid == 0) {
+      why = "process " + std::to_string(BoardOwnerPid(owner)) + " of another pid namespace is not visible here";
+    } else if (!st) {
       why = "not a known GPU process";
     } else if (st->info.gpu_uuid.empty() || !DescribeGpu(st->info.gpu_uuid, &from)) {
       why = "cannot tell which GPU it uses (no ledger entry or NVML)";
@@ -291,7 +343,10 @@ TickReport SuspendService::Tick() {
 
 void SuspendService::TrackFromLedger(int pid) {
   if (manager_->Get(pid)) return;
-  LedgerProcessInfo lp = FindInLedger(ledger_, pid);
+  // pid is as we see it; the ledger knows the process by its own pid in its own namespace.
+  PidIdentity who;
+  LedgerProcessInfo lp;
+  if (IdentifyPid(options_.proc_root, static_cast<uint32_t>(pid), &who)) lp = FindInLedger(ledger_, who.pid_ns, who.pid, pid);
   ProcessInfo info = lp.found ? lp.info : ProcessInfo{pid, "", "", 0, false};
   manager_->Adopt(info);
 }

@@ -7,11 +7,15 @@
 //   -> gate words on the board (a suspended process's calls wait in its shim).
 // One thread runs Tick() every tick_ms, and at once when a shim rings the doorbell.
 // Restarting the service adopts processes where the driver has them (manager.h).
+// Processes in containers are on the board and in the ledger by (pid namespace, their own
+// pid); the service names them by the pid it sees (PidResolver), which is what the driver's
+// checkpoint calls, the CLI and the manager use.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -19,6 +23,7 @@
 #include <vector>
 
 #include "gslice/ledger.h"
+#include "gslice/pid_namespace.h"
 #include "gslice/suspend/controller.h"
 #include "gslice/suspend/manager.h"
 #include "gslice/suspend_board.h"
@@ -30,6 +35,9 @@ struct ServiceOptions {
   std::string board_path = "/dev/shm/gslice-suspend";
   std::string driver_library;  // "" = libcuda.so.1
   std::string nvml_library;    // "" = libnvidia-ml.so.1
+  // The proc mount that names processes as the driver's checkpoint calls want them (the
+  // service's own pid namespace; gsliced runs with hostPID). Tests pass a made-up one.
+  std::string proc_root = "/proc";
   int tick_ms = 250;
   HostMemoryOptions host;
   ManagerOptions manager;
@@ -84,11 +92,19 @@ class SuspendService {
   bool DescribeGpu(const std::string& uuid, GpuInfo* out);
   void* Nvml();
   void TrackFromLedger(int pid);
+  // The pid (as we see it) of a live board entry's owner, remembered for EntryOf; 0 when it
+  // is not visible from our pid namespace.
+  int HostPid(const SuspendBoardEntry& e);
+  // The board entry of the process we see as host_pid, or nullptr.
+  SuspendBoardEntry* EntryOf(int host_pid);
   uint64_t FreeBytes(const std::string& gpu);
 
   ServiceOptions options_;
   Ledger ledger_;
   SuspendBoard board_;
+  std::unique_ptr<PidResolver> resolver_;  // under tick_mu_
+  std::mutex entries_mu_;                   // entry_of_
+  std::map<int, SuspendBoardEntry*> entry_of_;  // pid as we see it -> its board entry
   std::unique_ptr<CheckpointDriver> driver_;
   std::unique_ptr<HostMemoryBudget> budget_;
   std::unique_ptr<BoardObserver> observer_;

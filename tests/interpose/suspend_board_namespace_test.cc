@@ -1,0 +1,177 @@
+// The suspend board across pid namespaces (containers): an entry owned from another namespace
+// is alive while its owner lives (though its pid means nothing here, or names another
+// process), is taken over once the owner is killed, and the service's presence is seen from
+// inside a container.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "gslice/ledger.h"
+#include "gslice/pid_namespace.h"
+#include "gslice/suspend_board.h"
+#include "pid_namespace_fixture.h"
+
+namespace gslice {
+namespace {
+
+struct BoardFile {
+  explicit BoardFile(const char* name) : path("/dev/shm/gslice-test-" + std::to_string(getpid()) + "-" + name) {
+    unlink(path.c_str());
+  }
+  ~BoardFile() { unlink(path.c_str()); }
+  std::string path;
+};
+
+// A container's first process (pid 1 there) that claims a board entry, reports its index and
+// stays until killed.
+pid_t SpawnClaimer(const std::string& path, Report* r) {
+  return SpawnInNewPidNamespace(r, [path, r] {
+    SuspendBoard board;
+    if (!board.Open(path.c_str())) return 3;
+    const uint32_t me = static_cast<uint32_t>(getpid());
+    SuspendBoardEntry* e = board.Claim(me, ProcessStartTime(me));
+    if (e == nullptr) return 4;
+    r->entry.store(board.IndexOf(*e));
+    r->ready.store(1);
+    for (;;) pause();
+  });
+}
+
+void KillAndWait(Report* r, pid_t mid) {
+  kill(r->host_pid.load(), SIGKILL);
+  int status = 0;
+  waitpid(mid, &status, 0);
+}
+
+TEST(SuspendBoardNamespaces, EntryOfAnotherNamespaceIsKeptWhileItLivesAndReusedAfterKill) {
+  BoardFile f("board-ns");
+  SuspendBoard board;
+  ASSERT_TRUE(board.Open(f.path.c_str())) << strerror(errno);
+  Report* a = NewReport();
+  ASSERT_NE(a, nullptr);
+  pid_t mid_a = SpawnClaimer(f.path, a);
+  ASSERT_GT(mid_a, 0);
+  WAIT_READY_OR_SKIP(a);
+  SuspendBoardEntry& ea = board.layout()->entries[a->entry.load()];
+  const uint64_t word_a = ea.owner.load();
+  const uint64_t ns_a = ea.pid_ns.load();
+  EXPECT_EQ(BoardOwnerPid(word_a), 1u);  // it knows itself as pid 1 of its namespace
+  EXPECT_NE(ns_a, SelfPidNamespace());
+  EXPECT_TRUE(ByteLockedInFile(f.path, SuspendBoardEntryLockByte(a->entry.load())));
+
+  // Pid 1 here is init, with another start time: by pid the owner would look dead.
+  EXPECT_TRUE(board.OwnerAlive(ea));
+  EXPECT_EQ(board.Reap(), 0);
+  EXPECT_EQ(ea.owner.load(), word_a);
+  EXPECT_EQ(board.Find(ns_a, 1), &ea);
+  EXPECT_EQ(board.Find(SelfPidNamespace(), 1), nullptr);  // our pid 1 is not that process
+
+  // Another container's pid 1 starts its search at the same entry: it must take another.
+  Report* b = NewReport();
+  ASSERT_NE(b, nullptr);
+  pid_t mid_b = SpawnClaimer(f.path, b);
+  ASSERT_GT(mid_b, 0);
+  WAIT_READY_OR_SKIP(b);
+  EXPECT_NE(b->entry.load(), a->entry.load());
+  EXPECT_EQ(ea.owner.load(), word_a);
+  KillAndWait(b, mid_b);
+
+  // Killed: the kernel dropped its lock byte, so it is dead to everyone.
+  KillAndWait(a, mid_a);
+  EXPECT_FALSE(ByteLockedInFile(f.path, SuspendBoardEntryLockByte(a->entry.load())));
+  EXPECT_FALSE(board.OwnerAlive(ea));
+  // A third container's pid 1 takes the dead entry over (no reap needed first).
+  Report* c = NewReport();
+  ASSERT_NE(c, nullptr);
+  pid_t mid_c = SpawnClaimer(f.path, c);
+  ASSERT_GT(mid_c, 0);
+  WAIT_READY_OR_SKIP(c);
+  EXPECT_EQ(c->entry.load(), a->entry.load());
+  EXPECT_NE(ea.owner.load(), word_a);  // a new claim tag
+  EXPECT_TRUE(board.OwnerAlive(ea));
+  KillAndWait(c, mid_c);
+  // And a reap frees it.
+  EXPECT_GE(board.Reap(), 1);
+  EXPECT_EQ(ea.owner.load(), 0u);
+}
+
+TEST(SuspendBoardNamespaces, ClaimInOurNamespaceIsJudgedByPidToo) {
+  BoardFile f("board-pid");
+  SuspendBoard board;
+  ASSERT_TRUE(board.Open(f.path.c_str())) << strerror(errno);
+  // A child that claims and exits: its lock goes with it and its pid is gone.
+  pid_t kid = fork();
+  if (kid == 0) {
+    SuspendBoard b;
+    const uint32_t me = static_cast<uint32_t>(getpid());
+    _exit(b.Open(f.path.c_str()) && b.Claim(me, ProcessStartTime(me)) != nullptr ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(kid, &status, 0), kid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  SuspendBoardEntry* e = nullptr;
+  for (auto& x : board.layout()->entries) {
+    if (BoardOwnerPid(x.owner.load()) == static_cast<uint32_t>(kid)) e = &x;
+  }
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(board.Find(SelfPidNamespace(), static_cast<uint32_t>(kid)), e);
+  EXPECT_FALSE(board.OwnerAlive(*e));
+  EXPECT_EQ(board.Reap(), 1);
+  EXPECT_EQ(e->owner.load(), 0u);
+  // Our own claim lives, and claiming again returns the same entry.
+  const uint32_t me = static_cast<uint32_t>(getpid());
+  SuspendBoardEntry* mine = board.Claim(me, ProcessStartTime(me));
+  ASSERT_NE(mine, nullptr);
+  EXPECT_TRUE(board.OwnerAlive(*mine));
+  EXPECT_EQ(board.Claim(me, ProcessStartTime(me)), mine);
+  EXPECT_EQ(board.Reap(), 0);
+}
+
+TEST(SuspendBoardNamespaces, ServiceInAnotherNamespaceIsSeenAlive) {
+  BoardFile f("board-service");
+  SuspendBoard board;
+  ASSERT_TRUE(board.Open(f.path.c_str())) << strerror(errno);
+  board.SetService();
+  EXPECT_TRUE(board.ServiceAlive());
+  Report* r = NewReport();
+  ASSERT_NE(r, nullptr);
+  // The container's view, polled: r->slot = 1 while it sees a live service, 0 once it does not.
+  const std::string path = f.path;
+  pid_t mid = SpawnInNewPidNamespace(r, [path, r] {
+    SuspendBoard b;
+    if (!b.Open(path.c_str())) return 3;
+    r->slot.store(b.ServiceAlive() ? 1 : 0);
+    r->ready.store(1);
+    for (;;) {
+      r->slot.store(b.ServiceAlive() ? 1 : 0);
+      usleep(1000);
+    }
+  });
+  ASSERT_GT(mid, 0);
+  WAIT_READY_OR_SKIP(r);
+  EXPECT_TRUE(WaitFor([&] { return r->slot.load() == 1; }));
+  board.ClearService();
+  EXPECT_FALSE(board.ServiceAlive());
+  EXPECT_TRUE(WaitFor([&] { return r->slot.load() == 0; }));
+  KillAndWait(r, mid);
+}
+
+// Files of the previous layout version are refused, not reinterpreted.
+TEST(SuspendBoard, RefusesAnotherVersion) {
+  BoardFile f("board-version");
+  {
+    SuspendBoard board;
+    ASSERT_TRUE(board.Open(f.path.c_str()));
+    board.layout()->header.version = 1;
+  }
+  SuspendBoard again;
+  errno = 0;
+  EXPECT_FALSE(again.Open(f.path.c_str()));
+  EXPECT_EQ(errno, EPROTO);
+}
+
+}  // namespace
+}  // namespace gslice
