@@ -180,6 +180,7 @@ void BuildContainerResponse(const DevicePluginConfig& config, const PendingConta
   envs[OptionEnv(Option::Memory)] = memory;
   envs[OptionEnv(Option::Class)] = std::string(ToString(p.slice_class));
   envs[OptionEnv(Option::Ledger)] = config.ledger_container_path;
+  envs[OptionEnv(Option::SuspendBoard)] = config.board_container_path;
   int share = p.container.gpus.empty() ? 0 : p.container.gpus.front().compute_percent;
   if (share > 0) envs[OptionEnv(Option::Share)] = std::to_string(share) + "%";
   if (!p.compute_cap.empty()) envs[OptionEnv(Option::Compute)] = p.compute_cap;
@@ -194,6 +195,10 @@ void BuildContainerResponse(const DevicePluginConfig& config, const PendingConta
   ledger->set_host_path(config.ledger_host_path);
   ledger->set_container_path(config.ledger_container_path);
   ledger->set_read_only(false);
+  auto* board = out->add_mounts();
+  board->set_host_path(config.board_host_path);
+  board->set_container_path(config.board_container_path);
+  board->set_read_only(false);
 
   std::vector<std::string> nodes;
   for (const auto& g : p.container.gpus) nodes.push_back("nvidia" + std::to_string(g.index));

@@ -1,9 +1,11 @@
 // gslice-device-plugin: advertises gslice.io/gpu to the kubelet and sets up each container's
 // slice. Runs on every GPU node (see deploy/gslice-node.yaml and docs/kubernetes.md).
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -11,6 +13,7 @@
 #include "gslice/k8s/device_plugin.h"
 #include "gslice/k8s/tool_flags.h"
 #include "gslice/ledger.h"
+#include "gslice/suspend_board.h"
 
 namespace {
 
@@ -25,6 +28,7 @@ constexpr const char* kUsage = R"(usage: gslice-device-plugin [options]
   --shim-dir DIR          the interposer on the host (default /usr/lib/gslice)
   --shim-container-dir D  where containers see it (default /usr/lib/gslice)
   --ledger PATH           node ledger on the host, created if missing (default /dev/shm/gslice-ledger)
+  --suspend-board PATH    suspend board on the host, created if missing (default /dev/shm/gslice-suspend)
   --apiserver URL         API server (default: in-cluster service account)
   --token-file PATH       bearer token for --apiserver
   --ca-file PATH          CA bundle for an https --apiserver
@@ -65,6 +69,7 @@ int main(int argc, char** argv) {
     else if (a == "--shim-dir") config.shim_host_dir = v;
     else if (a == "--shim-container-dir") config.shim_container_dir = v;
     else if (a == "--ledger") config.ledger_host_path = v;
+    else if (a == "--suspend-board") config.board_host_path = v;
     else if (a == "--apiserver") apiserver = v;
     else if (a == "--token-file") token_file = v;
     else if (a == "--ca-file") ca_file = v;
@@ -103,6 +108,9 @@ int main(int argc, char** argv) {
     gslice::Ledger ledger;
     if (ledger.Open(config.ledger_host_path.c_str()) != gslice::LedgerError::kOk)
       return Fail("cannot open or create the node ledger " + config.ledger_host_path);
+    gslice::SuspendBoard board;
+    if (!board.Open(config.board_host_path.c_str()))
+      return Fail("cannot open or create the suspend board " + config.board_host_path + ": " + std::strerror(errno));
   }
 
   std::signal(SIGTERM, OnSignal);

@@ -49,6 +49,7 @@ class DevicePluginTest : public ::testing::Test {
     config_.dev_root = (root_ / "dev").string();
     config_.shim_host_dir = (root_ / "shim").string();
     config_.ledger_host_path = (root_ / "ledger").string();
+    config_.board_host_path = (root_ / "suspend").string();
     config_.poll = 50ms;
     api_.AddNode({{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", "node-a"}}}});
   }
@@ -170,12 +171,16 @@ TEST_F(DevicePluginTest, FullSequenceHealthFlipAndKubeletRestart) {
     EXPECT_EQ(c.envs().at("GSLICE_COMPUTE"), "40%");
     EXPECT_EQ(c.envs().at("GSLICE_CLASS"), "opportunistic");
     EXPECT_EQ(c.envs().at("GSLICE_LEDGER"), "/dev/shm/gslice-ledger");
+    EXPECT_EQ(c.envs().at("GSLICE_SUSPEND_BOARD"), "/dev/shm/gslice-suspend");
     EXPECT_EQ(c.envs().at("LD_PRELOAD"), "/usr/lib/gslice/libcuda.so.1 /usr/lib/gslice/libnvidia-ml.so.1");
-    ASSERT_EQ(c.mounts_size(), 2);
+    ASSERT_EQ(c.mounts_size(), 3);
     EXPECT_EQ(c.mounts(0).host_path(), config_.shim_host_dir);
     EXPECT_TRUE(c.mounts(0).read_only());
     EXPECT_EQ(c.mounts(1).host_path(), config_.ledger_host_path);
     EXPECT_FALSE(c.mounts(1).read_only());
+    EXPECT_EQ(c.mounts(2).host_path(), config_.board_host_path);
+    EXPECT_EQ(c.mounts(2).container_path(), "/dev/shm/gslice-suspend");
+    EXPECT_FALSE(c.mounts(2).read_only());
     std::string want_dev = std::string("/dev/nvidia") + (p1_gpu == kGpu0 ? "0" : "1");
     ASSERT_EQ(c.devices_size(), 2);  // its GPU and nvidiactl (no uvm node in this /dev)
     EXPECT_EQ(c.devices(0).container_path(), want_dev);
@@ -368,6 +373,7 @@ TEST_F(DevicePluginTest, BinaryRegistersAndStopsOnSigterm) {
   std::vector<std::string> args = {GSLICE_DEVICE_PLUGIN_BIN, "--node-name", "node-a",
                                    "--gpus", "file:" + (root_ / "gpus.json").string(),
                                    "--plugin-dir", config_.plugin_dir, "--ledger", config_.ledger_host_path,
+                                   "--suspend-board", config_.board_host_path,
                                    "--apiserver", api_.url(), "--poll-ms", "50"};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -377,6 +383,7 @@ TEST_F(DevicePluginTest, BinaryRegistersAndStopsOnSigterm) {
   bool registered = kubelet.WaitForRegistrations(1, 20s);
   EXPECT_TRUE(registered);
   EXPECT_TRUE(fs::exists(config_.ledger_host_path));
+  EXPECT_TRUE(fs::exists(config_.board_host_path));
   for (int i = 0; i < 250 && !api_.Node("node-a")["metadata"]["annotations"].contains("gslice.io/gpus"); ++i)
     std::this_thread::sleep_for(20ms);
   EXPECT_TRUE(api_.Node("node-a")["metadata"]["annotations"].contains("gslice.io/gpus"));

@@ -57,6 +57,7 @@ TEST(KubernetesOnSim, AllocatedContainerRunsInsideItsSlice) {
   config.node_name = "node-a";
   config.shim_host_dir = config.shim_container_dir = GSLICE_TEST_SHIM_DIR;
   config.ledger_host_path = config.ledger_container_path = env.ledger_path();
+  config.board_host_path = config.board_container_path = (dir / "suspend-board").string();
   config.dev_root = (dir / "no-dev").string();
   testing::FakeKubelet kubelet(config.plugin_dir);
   DevicePluginRunner runner(config, source.get(), &kube);
@@ -138,6 +139,7 @@ TEST(KubernetesOnSim, GslicedLabelsTheAllocatedContainersProcessWithItsPod) {
   config.node_name = "node-a";
   config.shim_host_dir = config.shim_container_dir = GSLICE_TEST_SHIM_DIR;
   config.ledger_host_path = config.ledger_container_path = env.ledger_path();
+  config.board_host_path = config.board_container_path = (dir / "suspend-board").string();
   config.dev_root = (dir / "no-dev").string();
   testing::FakeKubelet kubelet(config.plugin_dir);
   DevicePluginRunner runner(config, source.get(), &kube);

@@ -47,6 +47,10 @@ struct DevicePluginConfig {
   std::string shim_container_dir = "/usr/lib/gslice";
   std::string ledger_host_path = "/dev/shm/gslice-ledger";
   std::string ledger_container_path = "/dev/shm/gslice-ledger";
+  // The suspend board (docs/suspend.md): mounted like the ledger, so gsliced's suspend
+  // service sees the containers' processes (by their pid namespaces) and they see it.
+  std::string board_host_path = "/dev/shm/gslice-suspend";
+  std::string board_container_path = "/dev/shm/gslice-suspend";
   std::string dev_root = "/dev";  // where /dev/nvidia* device nodes are looked for
   std::chrono::milliseconds poll{1000};
 };
