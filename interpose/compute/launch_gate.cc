@@ -28,13 +28,6 @@ constexpr int kMaxContexts = 16;
 constexpr int kMaxStreams = 256;
 constexpr int64_t kPollGateNs = 200'000;
 constexpr int64_t kPollWatchNs = 10'000'000;
-// A guaranteed process that only publishes (PublishOnly) is polled this seldom: the poll's
-// driver calls (markers recorded on the application's streams, event queries) contend with
-// the application's own launches for the driver's locks. Polled every kPollGateNs, a
-// launch-bound ResNet-50 training job lost 13% of its speed to an idle opportunistic peer
-// on an H100; at this period the calls are ~100 per second against tens of thousands of
-// launches, and the slice's measured GPU time stays correct (just coarser).
-constexpr int64_t kPollPublishOnlyNs = 10'000'000;
 constexpr int64_t kPeerScanNs = 10'000'000;
 
 int64_t NowNs() {
@@ -116,7 +109,6 @@ struct Device {
     int64_t saved_gap = 0;
     bool busy_seen = false;
   } ctl;
-  int64_t last_poll_ns = 0;  // gate thread only
   bool running = false;     // holds the share turn (launching threads, under turn_mu)
   bool was_active = false;  // contended at the previous launch
   std::mutex turn_mu;
@@ -579,8 +571,6 @@ void* GateThread(void*) {
       if (now - last_scan >= kPeerScanNs) ScanPeers(d);
       CUcontext ctx = d.ctx.load(std::memory_order_acquire);
       if (!gating || ctx == nullptr) continue;
-      if (PublishOnly(d) && now - d.last_poll_ns < kPollPublishOnlyNs) continue;
-      d.last_poll_ns = now;
       // Lazy markers are recorded on the app's streams from here: the context must be current.
       if (current != ctx && g_gate->api.ctx_set_current(ctx) == CUDA_SUCCESS) current = ctx;
       PollDevice(d, now);

@@ -42,6 +42,11 @@ MPS_OPPORTUNISTIC_PCT = 50  # MPS has no classes: the opportunistic job gets hal
 DEADLINE = float(os.environ.get("COMPUTE_DEADLINE", "0")) or None
 
 
+# An opportunistic process that creates its context, runs one kernel and then only waits.
+IDLE_PEER = ("import time, torch; x = torch.ones(1 << 20, device='cuda'); assert (x * 2).sum().item() == 2 << 20; "
+             "time.sleep(600)")
+
+
 def gslice_prefix(*flags):
     build = os.environ.get("GSLICE_BUILD", os.path.join(HERE, "..", "..", "..", "build"))
     # The memory limit is set well above what any job here uses: it is not what is measured.
@@ -162,6 +167,20 @@ def phase_plain(state):
         record(state, "train/gslice", run_config("train/gslice", [
             throughput("resnet50", "g", gslice_prefix("--class=guaranteed"), warmup=3),
             throughput("bert-train", "o", gslice_prefix("--class=opportunistic"), warmup=3)]))
+        # Diagnostics: what the guaranteed job loses to gslice itself, apart from what the
+        # opportunistic job's kernels take: alone in gslice, and next to an opportunistic
+        # process that holds a context but launches nothing.
+        record(state, "train/gslice-alone", run_config("train/gslice-alone", [
+            throughput("resnet50", "g", gslice_prefix("--class=guaranteed"), warmup=3)]))
+        idle = subprocess.Popen(gslice_prefix("--class=opportunistic") + [PY, "-c", IDLE_PEER],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            record(state, "train/gslice-idle-peer", run_config("train/gslice-idle-peer", [
+                throughput("resnet50", "g", gslice_prefix("--class=guaranteed"), warmup=3)]))
+        finally:
+            os.killpg(idle.pid, signal.SIGKILL)
+            idle.wait()
+        record(state, "solo/resnet50-after", run_config("solo/resnet50-after", [throughput("resnet50", "g", warmup=3)]))
     if "4" in CASES:
         solo = run_config("solo/server", [server("s")], seconds=WINDOW + 4)
         record(state, "solo/server", solo)
@@ -198,6 +217,11 @@ def phase_mps(state):
         record(state, "train/mps", run_config("train/mps", [
             throughput("resnet50", "g", env=mps_env(100), warmup=3),
             throughput("bert-train", "o", env=mps_env(MPS_OPPORTUNISTIC_PCT), warmup=3)]))
+        # gslice's classes with both processes MPS clients (spatial sharing): gslice run
+        # asks MPS for below-normal priority for opportunistic work.
+        record(state, "train/gslice-mps", run_config("train/gslice-mps", [
+            throughput("resnet50", "g", gslice_prefix("--class=guaranteed"), warmup=3),
+            throughput("bert-train", "o", gslice_prefix("--class=opportunistic"), warmup=3)]))
     if "4" in CASES:
         service_ms = state.get("solo/server", {}).get("s", {}).get("service_ms")
         if service_ms:
@@ -205,9 +229,19 @@ def phase_mps(state):
                 server("s", service_ms, env=mps_env(100)),
                 throughput("resnet50", "o", env=mps_env(MPS_OPPORTUNISTIC_PCT), warmup=3)],
                 seconds=WINDOW + 4))
+            record(state, "latency/gslice-mps", run_config("latency/gslice-mps", [
+                server("s", service_ms, gslice_prefix("--class=guaranteed")),
+                throughput("resnet50", "o", gslice_prefix("--class=opportunistic"), warmup=3)],
+                seconds=WINDOW + 4))
 
 
 # ---- report ---------------------------------------------------------------------------
+
+def solo_resnet(state):
+    """ResNet-50's solo speed: the mean of the runs before and after the pairs, when both ran."""
+    runs = [x for x in (rate(state, "solo/resnet50", "g"), rate(state, "solo/resnet50-after", "g")) if x]
+    return sum(runs) / len(runs) if runs else None
+
 
 def rate(state, key, ident):
     r = state.get(key)
@@ -281,24 +315,35 @@ def report(state, md_path):
             result(f"compute.split.{a}-{b}", ok, f"gslice {fmt(gx)}:{fmt(None if gx is None else 100 - gx)} (target {a}:{b} ±2), "
                                                  f"MPS {fmt(mx)}, plain {fmt(cx)}")
     if "3" in CASES:
-        sg, so = rate(state, "solo/resnet50", "g"), rate(state, "solo/bert-train", "o")
+        sg, so = solo_resnet(state), rate(state, "solo/bert-train", "o")
         vals = {}
-        for cfg in ("coexec", "mps", "gslice"):
+        for cfg in ("coexec", "mps", "gslice", "gslice-mps"):
             g, o = rate(state, f"train/{cfg}", "g"), rate(state, f"train/{cfg}", "o")
             vals[cfg] = (None if g is None or not sg else g / sg, None if o is None or not so else o / so)
         rows.append(("3 train", "guaranteed ResNet-50", "× solo", fmt(sg, "{:.2f} it/s"),
                      *(fmt(vals[c][0], "{:.3f}") for c in ("coexec", "mps", "gslice")), "≥0.97", err(state, "train/gslice")))
         rows.append(("3 train", "opportunistic BERT", "× solo", fmt(so, "{:.2f} it/s"),
                      *(fmt(vals[c][1], "{:.3f}") for c in ("coexec", "mps", "gslice")), "≥0.70", ""))
+        for key, label in (("train/gslice-alone", "diagnostic: guaranteed alone in gslice"),
+                           ("train/gslice-idle-peer", "diagnostic: guaranteed next to an idle opportunistic process"),
+                           ("solo/resnet50-after", "solo again, after the pairs (drift)")):
+            if key in state:
+                x = rate(state, key, "g")
+                rows.append(("3 train", label, "× solo", "", "", "", fmt(None if x is None or not sg else x / sg, "{:.3f}"), "", err(state, key)))
+        if "train/gslice-mps" in state:
+            gm, om = vals["gslice-mps"]
+            rows.append(("3 train", "gslice on MPS: guaranteed / opportunistic", "× solo", "", "", "",
+                         f"{fmt(gm, '{:.3f}')} / {fmt(om, '{:.3f}')}", "≥0.97 / ≥0.70", err(state, "train/gslice-mps")))
+            result("compute.train.on-mps", None, f"gslice classes on MPS: guaranteed {fmt(gm, '{:.3f}')}, opportunistic {fmt(om, '{:.3f}')} × solo")
         g, o = vals["gslice"]
         result("compute.train.guaranteed", g is not None and g >= 0.97, f"gslice {fmt(g, '{:.3f}')}× solo (≥0.97); plain {fmt(vals['coexec'][0], '{:.3f}')}, MPS {fmt(vals['mps'][0], '{:.3f}')}")
         result("compute.train.opportunistic", o is not None and o >= 0.70, f"gslice {fmt(o, '{:.3f}')}× solo (≥0.70); plain {fmt(vals['coexec'][1], '{:.3f}')}, MPS {fmt(vals['mps'][1], '{:.3f}')}")
     if "4" in CASES:
         solo = state.get("solo/server", {}).get("s")
-        so = rate(state, "solo/resnet50", "g")
+        so = solo_resnet(state)
         p99 = {}
         tr = {}
-        for cfg in ("coexec", "mps", "gslice"):
+        for cfg in ("coexec", "mps", "gslice", "gslice-mps"):
             r = state.get(f"latency/{cfg}") or {}
             p99[cfg] = r.get("s", {}).get("p99_ms") if "error" not in r else None
             t = rate(state, f"latency/{cfg}", "o")
@@ -310,6 +355,11 @@ def report(state, md_path):
                      "≤1.10×", err(state, "latency/gslice")))
         rows.append(("4 latency", "opportunistic ResNet-50", "× solo", fmt(so, "{:.2f} it/s"),
                      *(fmt(tr[c], "{:.3f}") for c in ("coexec", "mps", "gslice")), "≥0.50", ""))
+        if "latency/gslice-mps" in state:
+            rows.append(("4 latency", "gslice on MPS: server p99 / opportunistic", "× solo", "", "", "",
+                         f"{fmt(rel['gslice-mps'], '{:.2f}')}× / {fmt(tr['gslice-mps'], '{:.3f}')}", "≤1.10× / ≥0.50",
+                         err(state, "latency/gslice-mps")))
+            result("compute.latency.on-mps", None, f"gslice classes on MPS: server p99 {fmt(rel['gslice-mps'], '{:.2f}')}× solo, opportunistic {fmt(tr['gslice-mps'], '{:.3f}')} × solo")
         if solo:
             rows.append(("4 latency", "server solo", "p50 / service / load", f"{solo['p50_ms']:.2f} ms",
                          f"service {solo['service_ms']:.2f} ms", f"{solo['rate_per_s']:.0f} req/s", f"{solo['requests']} requests", "", ""))
