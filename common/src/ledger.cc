@@ -187,14 +187,7 @@ bool Ledger::SlotOwnerAlive(int slice, int slot, uint64_t word, uint64_t self_ns
         if (fd_ < 0) return true;
       }
       if (ByteLocked(byte)) return true;
-      auto& claimed = const_cast<std::atomic<int64_t>&>(p.claimed_ns);
-      int64_t at = claimed.load(kSeq);
-      const int64_t now = MonotonicNs();
-      if (at == 0) {
-        claimed.compare_exchange_strong(at, now, kSeq);  // claimer died before stamping: start the clock
-        return true;
-      }
-      return now - at < kClaimGraceNs;
+      return ClaimWithinGrace(const_cast<std::atomic<int64_t>&>(p.claimed_ns));
     }
     default:
       return false;

@@ -79,4 +79,14 @@ uint64_t OwnerJitter() {
 
 uint32_t OwnerClaimTag() { return static_cast<uint32_t>(OwnerJitter() % 0xffffffu) + 1; }
 
+bool ClaimWithinGrace(std::atomic<int64_t>& claimed_ns) {
+  int64_t at = claimed_ns.load(std::memory_order_seq_cst);
+  const int64_t now = MonotonicNs();
+  if (at == 0) {
+    claimed_ns.compare_exchange_strong(at, now, std::memory_order_seq_cst);
+    return true;
+  }
+  return now - at < kClaimGraceNs;
+}
+
 }  // namespace gslice

@@ -118,14 +118,7 @@ bool SuspendBoard::OwnerAlive(const SuspendBoardEntry& e) const {
   // decides.
   if (ns != 0 && ns == self_ns && !ProcessAlive(pid, 0)) return false;
   if (OwnerByteLocked(probe_fd_, byte)) return true;
-  auto& claimed = const_cast<std::atomic<int64_t>&>(e.claimed_ns);
-  int64_t at = claimed.load(kSeq);
-  const int64_t now = MonotonicNs();
-  if (at == 0) {
-    claimed.compare_exchange_strong(at, now, kSeq);  // claimer died before stamping: start the clock
-    return true;
-  }
-  return now - at < kClaimGraceNs;
+  return ClaimWithinGrace(const_cast<std::atomic<int64_t>&>(e.claimed_ns));
 }
 
 SuspendBoardEntry* SuspendBoard::Claim(uint32_t pid, uint64_t start_time) {

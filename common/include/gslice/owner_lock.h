@@ -11,6 +11,7 @@
 // lock a forked child still holds). docs/ledger.md ("Liveness") has the whole rule.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 namespace gslice {
@@ -32,6 +33,11 @@ int OpenOwnerProbe(const char* path, int fd);
 // decides); self_ns: the judge's (SelfPidNamespace()); start_time 0: not checked.
 bool OwnerAlive(int probe_fd, int64_t lock_byte, uint32_t pid, uint64_t pid_ns, uint64_t start_time,
                 uint64_t self_ns);
+
+// An entry being claimed whose lock byte is not held yet: alive while the claim is younger
+// than kClaimGraceNs (ledger.h). claimed_ns is the claim's MonotonicNs(); 0 means the claimer
+// died before stamping it, so the judge stamps it now and the grace starts from there.
+bool ClaimWithinGrace(std::atomic<int64_t>& claimed_ns);
 
 // A random claim tag, never 0, below 2^24: stored with an owner's pid so that a CAS on a word
 // read earlier fails once the entry went to another owner with the same pid (pid 1 is in
