@@ -401,6 +401,7 @@ LedgerError Ledger::FindOrCreateSlice(const char* name, SliceClass cls, uint32_t
         s.slot_high_water.store(0, kRlx);
         s.last_reap_ns.store(0, kRlx);
         memset(s.reserved, 0, sizeof s.reserved);
+        for (auto& t : s.cap_tat) t.store(0, kRlx);
         for (auto& g : s.gpus) {
           g.state.store(0, kRlx);
           memset(g.uuid, 0, sizeof g.uuid);

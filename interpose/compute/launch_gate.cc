@@ -76,6 +76,9 @@ struct Device {
   std::atomic<int> stream_count{0};
 
   std::atomic<int64_t> cap_tat{0};
+  // The cap's state: the slice's shared word for this GPU in the ledger once found (every
+  // process of the slice charges it, so the cap holds for the slice), else cap_tat.
+  std::atomic<std::atomic<int64_t>*> slice_cap_tat{nullptr};
   std::atomic<int64_t> busy_total{0};
   std::atomic<int64_t> mean_launch_ns{20'000};
   std::mutex poll_mu;
@@ -194,9 +197,23 @@ void ReleaseEntries() {
   }
 }
 
+// Finds the slice's shared cap word for d's GPU (gate thread, with the peer scan): the slice
+// and its GPU entry appear in the ledger once the memory side has attached and seen the GPU.
+void ResolveSliceCap(Device& d) {
+  if (!g_gate->policy.capped() || g_gate->mapping == nullptr || d.slice_cap_tat.load(kRlx) != nullptr) return;
+  const char* name = OptionValue(Option::Slice);
+  if (name == nullptr || name[0] == '\0') return;
+  const int slice = g_gate->mapping->FindSlice(name);
+  if (slice < 0) return;
+  const int gpu = g_gate->mapping->FindGpu(slice, d.uuid);
+  if (gpu < 0) return;
+  d.slice_cap_tat.store(&g_gate->ledger->slices[slice].cap_tat[gpu], std::memory_order_release);
+}
+
 // Refreshes d's peer list (alive entries on the same GPU, not ours) and frees dead ones.
 void ScanPeers(Device& d) {
   if (g_gate->ledger == nullptr) return;
+  ResolveSliceCap(d);
   LedgerComputeEntry* table = g_gate->ledger->header.compute;
   int n = 0;
   bool opp = false, share = false;
@@ -233,11 +250,16 @@ GateMode WantedMode() {
 
 // ---- measurement -------------------------------------------------------------------
 
+std::atomic<int64_t>& CapTat(Device& d) {
+  std::atomic<int64_t>* shared = d.slice_cap_tat.load(std::memory_order_acquire);
+  return shared != nullptr ? *shared : d.cap_tat;
+}
+
 void Charge(Device& d, int64_t busy, int64_t now) {
   if (busy <= 0) return;
   d.busy_total.fetch_add(busy, kRlx);
   d.entry->vtime_ns.fetch_add(VtimeIncrement(busy, g_gate->policy.share_permille), kRlx);
-  if (g_gate->policy.capped()) GcraCharge(d.cap_tat, now, busy, g_gate->policy.cap_permille);
+  if (g_gate->policy.capped()) GcraCharge(CapTat(d), now, busy, g_gate->policy.cap_permille);
   const uint32_t opp_rate = d.opp_rate_permille.load(kRlx);
   if (opp_rate > 0) GcraCharge(d.opp_tat, now, busy, opp_rate);
 }
@@ -478,7 +500,7 @@ Contenders FindContenders(Device& d, int64_t now) {
 int64_t WaitBeforeLaunch(Device& d, int64_t now, int64_t first_try) {
   const ComputePolicy& p = g_gate->policy;
   int64_t wait = 0;
-  if (p.capped()) wait = GcraWaitNs(d.cap_tat.load(kRlx), now);
+  if (p.capped()) wait = GcraWaitNs(CapTat(d).load(kRlx), now);
   if (p.cls == ComputeClass::kOpportunistic && d.probe_pause.load(kRlx) && GuaranteedBusy(d, now - kProbeGapNs)) {
     wait = wait > 100'000 ? wait : 100'000;  // the controller is measuring guaranteed work alone
   } else if (p.cls == ComputeClass::kOpportunistic && GuaranteedBusy(d, now - d.opp_gap_ns.load(kRlx))) {

@@ -266,6 +266,22 @@ TEST_F(ComputeSim, DeadSharePeerNeverStallsTheOther) {
 namespace {
 
 // The same rules end to end: unmodified programs under the libcuda.so.1 shim.
+// A cap is the slice's, not each process's: two processes of one slice capped at 30% get 30%
+// of the GPU between them (they charge one shared GCRA word in the ledger).
+TEST_F(ComputeSim, CapHoldsForTheSliceAcrossItsProcesses) {
+  const std::map<std::string, std::string> slice = {
+      {"GSLICE_COMPUTE", "30%"}, {"GSLICE_SLICE", "capped-pair"}, {"GSLICE_MEMORY", "1GiB"}};
+  const auto rs = RunTogether({OnGpu(0), OnGpu(1, slice), OnGpu(1, slice)}, 2.5, {}, /*direct=*/false);
+  const Result& free = rs[0];
+  ASSERT_GT(free.kernels, 200) << free.raw;
+  const double both = static_cast<double>(rs[1].kernels + rs[2].kernels);
+  const double share = both / static_cast<double>(free.kernels);
+  EXPECT_LE(share, 0.30 + 0.08) << rs[1].kernels << " + " << rs[2].kernels << " vs free " << free.kernels;
+  EXPECT_GE(share, 0.30 * 0.5) << rs[1].kernels << " + " << rs[2].kernels << " vs free " << free.kernels;
+  EXPECT_GT(rs[1].kernels, 0) << rs[1].raw;
+  EXPECT_GT(rs[2].kernels, 0) << rs[2].raw;
+}
+
 TEST_F(ComputeSim, ThroughTheShimCapAndClassesHold) {
   const auto pair = RunTogether({OnGpu(0), OnGpu(1, {{"GSLICE_COMPUTE", "50%"}})}, 2.0, {}, /*direct=*/false);
   const Result& free = pair[0];

@@ -90,7 +90,10 @@ struct LedgerSlice {
   std::atomic<uint32_t> slot_high_water;  // slots [0, high_water) may be in use
   uint32_t reserved0;
   std::atomic<int64_t> last_reap_ns;  // CLOCK_MONOTONIC of the last periodic reap pass
-  uint8_t reserved[192];               // compute policy, suspend state (later issues)
+  // The compute cap's GCRA state per slice GPU (interpose/compute: the theoretical arrival
+  // time, MonotonicNs), shared by the slice's processes so that a cap holds for the slice.
+  std::atomic<int64_t> cap_tat[kLedgerMaxGpus];
+  uint8_t reserved[192 - 8 * kLedgerMaxGpus];
   LedgerGpu gpus[kLedgerMaxGpus];
   LedgerProcess slots[kLedgerMaxSlots];
   // used[g][s]: bytes process slot s holds on slice GPU g. Laid out per GPU so that the
