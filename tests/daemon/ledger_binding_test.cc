@@ -3,23 +3,18 @@
 // counts, and its compute entry is matched to it by (namespace, pid), not by its
 // container-local pid (which names another process here).
 #include <gtest/gtest.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
-#include <sys/mount.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <atomic>
-#include <cerrno>
 #include <cstring>
-#include <functional>
 #include <string>
 
 #include "gslice/ledger.h"
 #include "gslice/pid_namespace.h"
 #include "ledger_binding.h"
+#include "pid_namespace_fixture.h"
 
 namespace gslice {
 namespace {
@@ -27,47 +22,21 @@ namespace {
 const uint8_t kUuid[16] = {0xa0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 constexpr const char* kUuidText = "GPU-a0010203-0405-0607-0809-0a0b0c0d0e0f";
 
-struct Report {
-  std::atomic<int> ready;  // 1 holding; < 0 failed (errno in setup_errno)
-  std::atomic<int> setup_errno;
-  std::atomic<int> host_pid;
-};
-
-bool WaitFor(const std::function<bool()>& done) {
-  for (int i = 0; i < 20000 && !done(); ++i) usleep(1000);
-  return done();
-}
-
 // The container: pid 1 of a new pid namespace with its own /proc, attached to slice "pod"
 // with `bytes` charged and a compute entry with virtual time on the GPU.
 pid_t SpawnContainerProcess(Report* r, const std::string& ledger, int64_t bytes) {
-  pid_t mid = fork();
-  if (mid != 0) return mid;
-  prctl(PR_SET_PDEATHSIG, SIGKILL);  // a failed test leaves nothing running (nor its namespace)
-  if (unshare(CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS) != 0) {
-    r->setup_errno.store(errno);
-    r->ready.store(-1);
-    _exit(77);
-  }
-  pid_t inner = fork();
-  if (inner == 0) {
-    if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
-        mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) {
-      r->setup_errno.store(errno);
-      r->ready.store(-3);
-      _exit(77);
-    }
+  return SpawnInNewPidNamespace(r, [&]() -> int {
     Ledger l;
-    if (l.Open(ledger.c_str()) != LedgerError::kOk) _exit(2);
+    if (l.Open(ledger.c_str()) != LedgerError::kOk) return 2;
     const uint32_t me = static_cast<uint32_t>(getpid());
     SliceHandle h;
-    if (l.AttachByName("pod", SliceClass::kGuaranteed, 0, me, ProcessStartTime(me), &h) != LedgerError::kOk) _exit(3);
+    if (l.AttachByName("pod", SliceClass::kGuaranteed, 0, me, ProcessStartTime(me), &h) != LedgerError::kOk) return 3;
     int g = -1;
-    if (l.FindOrAddGpu(h.slice, kUuid, -1, &g) != LedgerError::kOk) _exit(4);
+    if (l.FindOrAddGpu(h.slice, kUuid, -1, &g) != LedgerError::kOk) return 4;
     l.ForceCharge(h, g, bytes);
     LedgerComputeEntry& e = l.layout()->header.compute[0];
     uint64_t expected = 0;
-    if (!e.state.compare_exchange_strong(expected, PackState(EntryState::kClaiming, me)) || !l.AcquireComputeEntry(0)) _exit(5);
+    if (!e.state.compare_exchange_strong(expected, PackState(EntryState::kClaiming, me)) || !l.AcquireComputeEntry(0)) return 5;
     std::memcpy(e.uuid, kUuid, 16);
     e.share_permille.store(1000);
     e.vtime_ns.store(5'000'000);
@@ -75,13 +44,8 @@ pid_t SpawnContainerProcess(Report* r, const std::string& ledger, int64_t bytes)
     e.state.store(PackState(EntryState::kAlive, me));
     r->ready.store(1);
     pause();
-    _exit(0);
-  }
-  r->host_pid.store(static_cast<int>(inner));
-  int status = 0;
-  waitpid(inner, &status, 0);
-  if (r->ready.load() == 0) r->ready.store(-100 - (WIFEXITED(status) ? WEXITSTATUS(status) : 0));
-  _exit(0);
+    return 0;
+  });
 }
 
 TEST(LedgerBinding, ReportsContainerProcessesUnderTheirHostPid) {
@@ -91,18 +55,11 @@ TEST(LedgerBinding, ReportsContainerProcessesUnderTheirHostPid) {
     Ledger creator;
     ASSERT_EQ(creator.Open(path.c_str()), LedgerError::kOk);
   }
-  auto* r = static_cast<Report*>(mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
-  ASSERT_NE(r, MAP_FAILED);
-  new (r) Report{};
+  Report* r = NewReport();
+  ASSERT_NE(r, nullptr);
   pid_t mid = SpawnContainerProcess(r, path, int64_t{3} << 20);
   ASSERT_GT(mid, 0);
-  // host_pid is written by the intermediate process, possibly after the container is ready.
-  ASSERT_TRUE(WaitFor([&] { return r->ready.load() < 0 || (r->ready.load() == 1 && r->host_pid.load() > 1); }));
-  if (r->ready.load() == -1 && (r->setup_errno.load() == EPERM || r->setup_errno.load() == EINVAL)) {
-    unlink(path.c_str());
-    GTEST_SKIP() << "user/pid namespaces unavailable here: " << strerror(r->setup_errno.load());
-  }
-  ASSERT_EQ(r->ready.load(), 1) << strerror(r->setup_errno.load());
+  WAIT_READY_OR_SKIP(r);
   const int host_pid = r->host_pid.load();
   ASSERT_GT(host_pid, 1);  // never kill(0) or kill(1)
 
