@@ -30,6 +30,19 @@ using nlohmann::json;
 using namespace std::chrono_literals;
 constexpr uint64_t kMiB = 1 << 20;
 
+// The device plugin of node-a on the simulated node: its kubelet socket folder, the shim
+// from this build, the test's ledger, and a suspend board and device root under dir.
+DevicePluginConfig PluginConfig(const fs::path& plugin_dir, const fs::path& dir, const std::string& ledger) {
+  DevicePluginConfig config;
+  config.plugin_dir = plugin_dir.string();
+  config.node_name = "node-a";
+  config.shim_host_dir = config.shim_container_dir = GSLICE_TEST_SHIM_DIR;
+  config.ledger_host_path = config.ledger_container_path = ledger;
+  config.board_host_path = config.board_container_path = (dir / "suspend-board").string();
+  config.dev_root = (dir / "no-dev").string();
+  return config;
+}
+
 TEST(KubernetesOnSim, AllocatedContainerRunsInsideItsSlice) {
   gslice::test::ShimEnv env("k8s-e2e");
   env.vars["GSLICE_SIM_DEVICES"] = "2";
@@ -52,13 +65,7 @@ TEST(KubernetesOnSim, AllocatedContainerRunsInsideItsSlice) {
   testing::FakeApiServer api;
   api.AddNode({{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", "node-a"}}}});
   KubeClient kube(api.config());
-  DevicePluginConfig config;
-  config.plugin_dir = dir.string();
-  config.node_name = "node-a";
-  config.shim_host_dir = config.shim_container_dir = GSLICE_TEST_SHIM_DIR;
-  config.ledger_host_path = config.ledger_container_path = env.ledger_path();
-  config.board_host_path = config.board_container_path = (dir / "suspend-board").string();
-  config.dev_root = (dir / "no-dev").string();
+  DevicePluginConfig config = PluginConfig(dir, dir, env.ledger_path());
   testing::FakeKubelet kubelet(config.plugin_dir);
   DevicePluginRunner runner(config, source.get(), &kube);
   ASSERT_TRUE(runner.Start(&err)) << err;
@@ -133,14 +140,8 @@ TEST(KubernetesOnSim, GslicedLabelsTheAllocatedContainersProcessWithItsPod) {
   testing::FakeApiServer api;
   api.AddNode({{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", "node-a"}}}});
   KubeClient kube(api.config());
-  DevicePluginConfig config;
-  config.plugin_dir = (dir / "plugins").string();
-  fs::create_directories(config.plugin_dir);
-  config.node_name = "node-a";
-  config.shim_host_dir = config.shim_container_dir = GSLICE_TEST_SHIM_DIR;
-  config.ledger_host_path = config.ledger_container_path = env.ledger_path();
-  config.board_host_path = config.board_container_path = (dir / "suspend-board").string();
-  config.dev_root = (dir / "no-dev").string();
+  fs::create_directories(dir / "plugins");
+  DevicePluginConfig config = PluginConfig(dir / "plugins", dir, env.ledger_path());
   testing::FakeKubelet kubelet(config.plugin_dir);
   DevicePluginRunner runner(config, source.get(), &kube);
   ASSERT_TRUE(runner.Start(&err)) << err;
