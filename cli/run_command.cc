@@ -347,9 +347,6 @@ int RunCommand(int argc, char** argv) {
   setenv(GetOptionInfo(Option::Compute).env, compute_arg.c_str(), 1);
   setenv(GetOptionInfo(Option::Share).env, share_arg.c_str(), 1);
   setenv(GetOptionInfo(Option::Class).env, class_arg.empty() ? "guaranteed" : class_arg.c_str(), 1);
-  // Where the node runs MPS, opportunistic clients ask it for below-normal priority (the
-  // driver ignores the variable otherwise; a value the user set wins).
-  if (class_arg == "opportunistic") setenv("CUDA_MPS_CLIENT_PRIORITY", "1", 0);
   setenv("LD_PRELOAD", preload.c_str(), 1);
   if (!loaded.empty() && loaded.find("/lib/gslice/") == std::string::npos) {
     setenv(GetOptionInfo(Option::RealDriver).env, loaded.c_str(), 1);

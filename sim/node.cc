@@ -92,6 +92,7 @@ void InitState(NodeState* s, const Config& c) {
   pthread_mutexattr_destroy(&attr);
   s->device_count = c.device_count;
   s->timeslice_us = c.timeslice_us;
+  s->mps_interference_pct = c.mps_interference_pct;
   for (uint32_t i = 0; i < c.device_count; ++i) {
     DeviceRecord& d = s->devices[i];
     std::snprintf(d.name, sizeof d.name, "%s", c.name.c_str());
@@ -198,6 +199,15 @@ bool ReadConfigFromEnv(Config* c, std::string* error) {
       return false;
     }
     c->timeslice_us = static_cast<uint32_t>(v);
+  }
+  if (const char* t = Env("GSLICE_SIM_MPS")) {
+    if (!ParseUint(t, 1000, &v)) {
+      *error = std::string("GSLICE_SIM_MPS=") + t +
+               ": must be the percent by which each concurrently running process slows the others' kernels, "
+               "from 0 to 1000";
+      return false;
+    }
+    c->mps_interference_pct = static_cast<uint32_t>(v);
   }
   if (const char* t = Env("GSLICE_SIM_UUIDS")) {
     std::vector<std::string> parts = SplitComma(t);
@@ -607,6 +617,15 @@ void Node::AddBusy(int slot, uint32_t dev, uint64_t ns) {
     d.bucket_busy_ns[b].store(0);
   }
   d.bucket_busy_ns[b].fetch_add(ns);
+}
+
+uint32_t Node::MpsOthersRunning(int slot, uint32_t dev, uint64_t now) const {
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < kMaxProcesses; ++i) {
+    if (static_cast<int>(i) == slot) continue;
+    if (state_->slots[i].mps_running_until_ns[dev].load(std::memory_order_relaxed) > now) ++n;
+  }
+  return n;
 }
 
 double Node::Utilization(uint32_t dev) {

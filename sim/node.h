@@ -26,7 +26,8 @@ inline constexpr uint32_t kUtilBuckets = 10;
 inline constexpr uint64_t kUtilBucketNs = 100'000'000;  // 10 x 100 ms = the ~1 s window
 inline constexpr uint32_t kMaxGpuPairs = 16;
 inline constexpr uint64_t kLayoutMagic = 0x676c696365534d31ull;  // "gliceSM1"
-inline constexpr uint32_t kLayoutVersion = 3;
+inline constexpr uint32_t kLayoutVersion = 4;
+inline constexpr uint32_t kNoMps = 0xffffffffu;  // NodeState::mps_interference_pct: time-slicing
 
 // Node configuration, read from the environment by the process that creates the file.
 struct Config {
@@ -36,9 +37,14 @@ struct Config {
   std::string name = "gslice simulated GPU";
   uint8_t uuids[kMaxDevices][16] = {};
   uint32_t timeslice_us = 2000;
+  // GSLICE_SIM_MPS: the node behaves as if an MPS server ran on every device. Contexts of
+  // different processes then run kernels at the same time instead of taking turns, and
+  // each one running slows the others' kernels by this many percent (shared SMs, memory
+  // bandwidth and caches, modelled as one number). kNoMps: no MPS, time-slicing.
+  uint32_t mps_interference_pct = kNoMps;
 };
 
-// Reads GSLICE_SIM_DEVICES, _MEMORY, _SMS, _NAME, _UUIDS, _TIMESLICE_US. On bad input
+// Reads GSLICE_SIM_DEVICES, _MEMORY, _SMS, _NAME, _UUIDS, _TIMESLICE_US, _MPS. On bad input
 // returns false and a message naming the variable and what is wrong.
 bool ReadConfigFromEnv(Config* config, std::string* error);
 
@@ -113,6 +119,9 @@ struct ProcessSlot {
   std::atomic<uint64_t> used[kMaxDevices];      // device bytes charged (node lock for writes)
   std::atomic<uint32_t> contexts[kMaxDevices];  // contexts this process holds per device
   std::atomic<uint64_t> busy_ns[kMaxDevices];   // kernel time run per device
+  // Under MPS: until when this process runs a kernel chunk on each device (a time, so a
+  // process that dies mid-chunk stops counting by itself).
+  std::atomic<uint64_t> mps_running_until_ns[kMaxDevices];
 
   // Checkpoint mailbox, serviced by a thread of the owning process.
   std::atomic<uint32_t> process_state;  // Checkpoint
@@ -131,6 +140,7 @@ struct NodeState {
   pthread_mutex_t lock;
   uint32_t device_count;
   uint32_t timeslice_us;
+  uint32_t mps_interference_pct;  // Config::mps_interference_pct
   DeviceRecord devices[kMaxDevices];
   ProcessSlot slots[kMaxProcesses];
 };
@@ -185,10 +195,14 @@ class Node {
     return state_->devices[dev].waiter_count.load(std::memory_order_acquire) > 0;
   }
   void AddBusy(int slot, uint32_t dev, uint64_t ns);
+  // Under MPS: how many other processes run a kernel chunk on dev now.
+  uint32_t MpsOthersRunning(int slot, uint32_t dev, uint64_t now) const;
   // Busy fraction (0..1) of dev over the last ~1 s.
   double Utilization(uint32_t dev);
 
   uint32_t timeslice_us() const { return state_->timeslice_us; }
+  bool mps() const { return state_->mps_interference_pct != kNoMps; }
+  uint32_t mps_interference_pct() const { return state_->mps_interference_pct; }
 
  private:
   friend class NodeLock;

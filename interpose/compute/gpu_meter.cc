@@ -15,6 +15,7 @@ bool DriverApi::Bind(void* (*resolve)(const char*), const char** missing) {
       {"cuDeviceGetUuid_v2", "cuDeviceGetUuid", reinterpret_cast<void**>(&device_get_uuid)},
       {"cuDeviceGetCount", nullptr, reinterpret_cast<void**>(&device_get_count)},
       {"cuDeviceGet", nullptr, reinterpret_cast<void**>(&device_get)},
+      {"cuDeviceGetAttribute", nullptr, reinterpret_cast<void**>(&device_get_attribute)},
       {"cuDevicePrimaryCtxGetState", nullptr, reinterpret_cast<void**>(&primary_ctx_get_state)},
       {"cuEventCreate", nullptr, reinterpret_cast<void**>(&event_create)},
       {"cuEventDestroy_v2", "cuEventDestroy", reinterpret_cast<void**>(&event_destroy)},

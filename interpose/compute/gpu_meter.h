@@ -29,6 +29,7 @@ struct DriverApi {
   CUresult (*device_get_uuid)(CUuuid*, CUdevice) = nullptr;
   CUresult (*device_get_count)(int*) = nullptr;
   CUresult (*device_get)(CUdevice*, int) = nullptr;
+  CUresult (*device_get_attribute)(int*, CUdevice_attribute, CUdevice) = nullptr;
   CUresult (*primary_ctx_get_state)(CUdevice, unsigned int*, int*) = nullptr;
   CUresult (*event_create)(CUevent*, unsigned int) = nullptr;
   CUresult (*event_destroy)(CUevent) = nullptr;

@@ -66,6 +66,9 @@ void LogLine(const char* fmt, ...) {
 struct Device {
   std::atomic<CUcontext> ctx{nullptr};  // bound at the first gated launch in a context
   uint8_t uuid[16] = {};
+  // The GPU is shared through MPS (CU_DEVICE_ATTRIBUTE_MPS_ENABLED): processes' kernels run
+  // concurrently, not in turns (policy.h, kSpatialStartRatePermille).
+  bool spatial = false;
   LedgerComputeEntry* entry = nullptr;  // this process's entry in the ledger (or local)
   LedgerComputeEntry local_entry{};      // used when the ledger has no room
   EventPool pool;
@@ -108,8 +111,11 @@ struct Device {
     int64_t last_ns = 0;
     double baseline = 0;  // guaranteed launches/s with opportunistic work paused
     bool probing = false;
+    uint32_t probe_left = 0;  // periods of the probe still to measure
+    double probe_sum = 0;     // progress rates measured so far in this probe
     uint32_t saved_rate = 0;
     int64_t saved_gap = 0;
+    uint32_t below = 0;  // OpportunisticLevel::below
     bool busy_seen = false;
   } ctl;
   bool running = false;     // holds the share turn (launching threads, under turn_mu)
@@ -261,7 +267,7 @@ void Charge(Device& d, int64_t busy, int64_t now) {
   d.entry->vtime_ns.fetch_add(VtimeIncrement(busy, g_gate->policy.share_permille), kRlx);
   if (g_gate->policy.capped()) GcraCharge(CapTat(d), now, busy, g_gate->policy.cap_permille);
   const uint32_t opp_rate = d.opp_rate_permille.load(kRlx);
-  if (opp_rate > 0) GcraCharge(d.opp_tat, now, busy, opp_rate);
+  if (opp_rate > 0 && opp_rate < 1000) GcraCharge(d.opp_tat, now, busy, opp_rate);  // 1000: no limit
 }
 
 uint64_t Outstanding(Device& d) {
@@ -301,11 +307,16 @@ void PollDevice(Device& d, int64_t now) {
 // ---- devices and streams -----------------------------------------------------------
 
 // Adds a device record (devices_mu held). nullptr when the table is full.
-Device* AddDevice(const uint8_t uuid[16], CUcontext ctx) {
+Device* AddDevice(const uint8_t uuid[16], CUdevice dev, CUcontext ctx) {
   const int n = g_gate->device_count.load(std::memory_order_acquire);
   if (n == kMaxContexts) return nullptr;
   Device& d = g_gate->devices[n];
   memcpy(d.uuid, uuid, 16);
+  int mps = 0;
+  d.spatial = g_gate->api.device_get_attribute(&mps, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, dev) == CUDA_SUCCESS && mps != 0;
+  if (d.spatial && g_gate->policy.cls == ComputeClass::kOpportunistic) {
+    LogLine("compute: the GPU is shared through MPS; opportunistic work runs beside guaranteed work at low priority");
+  }
   d.ctx.store(ctx, std::memory_order_release);
   d.entry = ClaimEntry(d.uuid, g_gate->policy);
   if (d.entry == nullptr) {
@@ -346,7 +357,7 @@ Device* CurrentDevice() {
         found = &d;
       }
     }
-    if (found == nullptr) found = AddDevice(reinterpret_cast<const uint8_t*>(uuid.bytes), ctx);
+    if (found == nullptr) found = AddDevice(reinterpret_cast<const uint8_t*>(uuid.bytes), dev, ctx);
     if (found == nullptr) return nullptr;
   }
   cached_ctx = ctx;
@@ -430,29 +441,45 @@ void ControlOpportunisticRate(Device& d, int64_t now) {
     c.probing = false;
     d.probe_pause.store(false, kRlx);
     c.baseline = 0;
+    c.below = 0;
     d.opp_tat.store(0, kRlx);
     d.opp_gap_ns.store(0, kRlx);
     return;
   }
   c.busy_seen = false;
+  const ControllerTuning& tuning = d.spatial ? kSpatialTuning : kTimeSlicedTuning;
   if (c.probing) {
-    c.baseline = c.baseline == 0 ? rate : 0.5 * c.baseline + 0.5 * rate;
+    c.probe_sum += rate;
+    if (--c.probe_left > 0) return;
+    const double measured = c.probe_sum / tuning.probe_periods;
+    c.baseline = c.baseline == 0 ? measured : (1 - tuning.probe_weight) * c.baseline + tuning.probe_weight * measured;
     c.probing = false;
     d.probe_pause.store(false, kRlx);
     d.opp_rate_permille.store(c.saved_rate, kRlx);
     d.opp_gap_ns.store(c.saved_gap, kRlx);
     return;
   }
-  if (c.baseline == 0 || now - c.last_probe_ns >= kProbeEveryNs) {
+  if (c.baseline == 0 || now - c.last_probe_ns >= tuning.probe_every_ns) {
     c.probing = true;
+    c.probe_left = tuning.probe_periods;
+    c.probe_sum = 0;
+    c.below = 0;
     c.last_probe_ns = now;
-    c.saved_rate = c.baseline == 0 ? 0 : r;
+    // The first probe: afterwards, time-sliced opportunistic work starts from nothing and
+    // earns its rate; spatially shared work starts free and gives up what it must.
+    c.saved_rate = c.baseline != 0 ? r : d.spatial ? kSpatialStartRatePermille : 0;
     c.saved_gap = c.baseline == 0 ? 0 : d.opp_gap_ns.load(kRlx);
     d.opp_rate_permille.store(0, kRlx);
     d.probe_pause.store(true, kRlx);
     return;
   }
-  const OpportunisticLevel next = NextOpportunisticLevel({r, d.opp_gap_ns.load(kRlx)}, rate, c.baseline);
+  const OpportunisticLevel next = NextOpportunisticLevel({r, d.opp_gap_ns.load(kRlx), c.below}, rate, c.baseline,
+                                                         tuning);
+  c.below = next.below;
+  if (next.rate_permille < r && tuning.reprobe_after_cut_ns > 0) {
+    const int64_t soon = now + tuning.reprobe_after_cut_ns - tuning.probe_every_ns;
+    if (soon > c.last_probe_ns) c.last_probe_ns = soon;
+  }
   d.opp_gap_ns.store(next.gap_ns, kRlx);
   d.opp_rate_permille.store(next.rate_permille, kRlx);
 }
@@ -507,7 +534,7 @@ int64_t WaitBeforeLaunch(Device& d, int64_t now, int64_t first_try) {
     // Guaranteed work is busy (or idle for less than the gap level): only the controller's
     // rate (0: none).
     const uint32_t r = d.opp_rate_permille.load(kRlx);
-    const int64_t w = r == 0 ? 100'000 : GcraWaitNs(d.opp_tat.load(kRlx), now);
+    const int64_t w = r == 0 ? 100'000 : r >= 1000 ? 0 : GcraWaitNs(d.opp_tat.load(kRlx), now);
     if (w > wait) wait = w;
   }
   if (wait > 0) return wait;
@@ -543,8 +570,8 @@ bool DepthBounded(Device& d) {
   return g_gate->policy.capped() || g_gate->policy.cls == ComputeClass::kOpportunistic || d.running;
 }
 
-int64_t DepthNs() {
-  return g_gate->policy.cls == ComputeClass::kOpportunistic ? kOpportunisticDepthNs : kCapDepthNs;
+int64_t DepthNs(const Device& d) {
+  return g_gate->policy.cls == ComputeClass::kOpportunistic && !d.spatial ? kOpportunisticDepthNs : kCapDepthNs;
 }
 
 // A guaranteed process with no cap and no share contention only publishes that it is
@@ -570,7 +597,7 @@ void RegisterActiveDevices() {
     bool known = false;
     const int n = g_gate->device_count.load(std::memory_order_acquire);
     for (int k = 0; k < n && !known; ++k) known = memcmp(g_gate->devices[k].uuid, uuid.bytes, 16) == 0;
-    if (!known) AddDevice(reinterpret_cast<const uint8_t*>(uuid.bytes), nullptr);
+    if (!known) AddDevice(reinterpret_cast<const uint8_t*>(uuid.bytes), dev, nullptr);
     g_gate->visible_registered[i] = true;
   }
 }
@@ -692,9 +719,9 @@ void BeforeLaunch(CUstream stream, bool per_thread) {
       SleepNs(wait < 1'000'000 ? wait : 1'000'000);
       continue;
     }
-    if (DepthBounded(*d) && !DepthAllows(Outstanding(*d), d->mean_launch_ns.load(kRlx), DepthNs())) {
+    if (DepthBounded(*d) && !DepthAllows(Outstanding(*d), d->mean_launch_ns.load(kRlx), DepthNs(*d))) {
       PollDevice(*d, now);
-      if (!DepthAllows(Outstanding(*d), d->mean_launch_ns.load(kRlx), DepthNs())) SleepNs(20'000);
+      if (!DepthAllows(Outstanding(*d), d->mean_launch_ns.load(kRlx), DepthNs(*d))) SleepNs(20'000);
       continue;
     }
     break;

@@ -1,6 +1,7 @@
 #include "launch_hooks.h"
 
 #include <dlfcn.h>
+#include <stdlib.h>
 
 #include <atomic>
 #include <cstdint>
@@ -67,6 +68,13 @@ CUresult Gated(CUstream s, bool per_thread, Launch launch) {
 }
 
 }  // namespace
+
+void AskMpsForClassPriority() {
+  compute::ComputePolicy policy;
+  char error[128];
+  if (!compute::ParseComputePolicy(nullptr, nullptr, OptionValue(Option::Class), &policy, error, sizeof error)) return;
+  if (policy.cls == compute::ComputeClass::kOpportunistic) setenv("CUDA_MPS_CLIENT_PRIORITY", "1", /*overwrite=*/0);
+}
 
 void StartLaunchGate(void* const* real, void* real_handle) {
   g_real_handle = real_handle;

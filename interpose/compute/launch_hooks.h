@@ -12,6 +12,12 @@ namespace gslice::shim {
 // hooks forward to the real driver through the same table.
 void StartLaunchGate(void* const* real, void* real_handle);
 
+// Called by the shim's constructor, before the application can create a context: where the
+// node runs MPS, an opportunistic process asks it for below-normal client priority
+// (CUDA_MPS_CLIENT_PRIORITY=1, read by the driver when it connects to the MPS server, and
+// ignored without MPS). A value the user set is kept.
+void AskMpsForClassPriority();
+
 }  // namespace gslice::shim
 
 #define GSLICE_COMPUTE_HOOK extern "C" __attribute__((visibility("hidden")))

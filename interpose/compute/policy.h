@@ -80,9 +80,18 @@ inline constexpr double kGuaranteedFloor = 0.97;          // keep >= 97% of solo
 inline constexpr uint32_t kRateStepPermille = 25;         // additive increase per period
 inline constexpr int64_t kGapStepNs = 1'000'000;          // the gap level's unit and additive step
 inline constexpr int64_t kMaxGapNs = kProbeGapNs;         // the most conservative gap level
+// Where processes share the GPU through MPS (spatial sharing), their kernels run at the same
+// time on different SMs instead of taking turns, so opportunistic work next to busy
+// guaranteed work costs it only what the shared SMs, memory and caches cost, not a
+// context switch and a time slice. There the controller starts opportunistic work at the
+// full rate and backs off (multiplicatively) only as far as the guaranteed jobs' progress
+// needs; and queued opportunistic work does not hold guaranteed kernels back, so it may
+// keep as much queued as capped work does.
+inline constexpr uint32_t kSpatialStartRatePermille = 1000;
 
 // What the controller lets opportunistic work do next period. Two knobs, used one at a time:
-//  - rate_permille: the share of GPU time it may use while guaranteed work is busy;
+//  - rate_permille: the share of GPU time it may use while guaranteed work is busy
+//    (1000: no limit);
 //  - gap_ns (only while the rate is 0): how long guaranteed work must have been idle before
 //    opportunistic work enters its gap. On a GPU that time-slices processes, work queued in
 //    a short gap delays the guaranteed job's next kernels, so even rate 0 can cost it speed;
@@ -90,28 +99,73 @@ inline constexpr int64_t kMaxGapNs = kProbeGapNs;         // the most conservati
 struct OpportunisticLevel {
   uint32_t rate_permille = 0;
   int64_t gap_ns = 0;
+  uint32_t below = 0;  // consecutive periods below the floor not yet acted on
   bool operator==(const OpportunisticLevel&) const = default;
 };
 
+// How eagerly the controller moves. Time-sliced: every period below the floor costs the
+// guaranteed job a context switch per opportunistic kernel, so one such period is enough
+// to back off, and the rate grows slowly. Spatial (MPS): too much opportunistic work costs
+// the guaranteed job only a few percent, a single 250 ms period is within the noise of
+// its progress, and the work it gives up is large, so the controller backs off after two
+// periods below the floor in a row and grows the rate faster (5 points and a quarter of the
+// rate per period: back from a cut to 5% within two seconds).
+// Spatial sharing also backs off in proportion: the guaranteed job's loss grows about
+// linearly with the opportunistic rate, so from a loss L at rate r the rate that costs it
+// (1 - kGuaranteedFloor) is about r * (1 - kGuaranteedFloor) / L; the controller goes there in
+// one step, cutting to no less than a quarter (a noisy period must not throw away most of
+// the rate) and no more than 70%; starting free, two cuts reach 6%.
+// Its baseline (the guaranteed job's progress with opportunistic work paused) is what every
+// decision compares with, so there it is measured over two periods instead of one (every
+// 6 s, and 1 s after every cut), and each probe replaces the last one's value.
+struct ControllerTuning {
+  uint32_t step_permille;  // additive increase per period ...
+  uint32_t grow_quarter;   // ... plus a quarter of the rate (1) or not (0)
+  uint32_t confirm;        // periods below the floor in a row before backing off
+  bool proportional;       // back off in proportion to the loss (else: halve)
+  uint32_t probe_periods;  // length of a baseline probe
+  int64_t probe_every_ns;  // one probe per this long
+  // After a cut, probe again this soon (0: at the usual time): when the whole machine slowed
+  // down (the guaranteed job's own speed drifts), the cut was not the opportunistic work's
+  // doing, and the fresh baseline lets the rate grow back.
+  int64_t reprobe_after_cut_ns;
+  double probe_weight;  // weight of a new probe in the baseline (1: it replaces the old one)
+};
+inline constexpr ControllerTuning kTimeSlicedTuning{kRateStepPermille, 0, 1, false, 1, kProbeEveryNs, 0, 0.5};
+inline constexpr ControllerTuning kSpatialTuning{2 * kRateStepPermille, 1, 2, true, 2, 6'000'000'000, 1'000'000'000, 1.0};
+
 // One step of the controller. Guaranteed progress below kGuaranteedFloor of the baseline
-// (measured with opportunistic work paused): the rate halves; at rate 0 the gap doubles
-// (1, 2, 4 ... 20 ms). Progress holds: the gap shrinks by 1 ms; at gap 0 the rate grows by
-// 2.5% of GPU time. Backing off is multiplicative and advancing additive, so the guaranteed
-// job spends little time below the floor.
-inline OpportunisticLevel NextOpportunisticLevel(OpportunisticLevel cur, double progress, double baseline) {
+// (measured with opportunistic work paused) for tuning.confirm periods: the rate halves (or
+// is cut in proportion to the loss, tuning.proportional); at
+// rate 0 the gap doubles (1, 2, 4 ... 20 ms). Progress holds: the gap shrinks by 1 ms; at
+// gap 0 the rate grows by tuning.step_permille. Backing off is multiplicative and advancing
+// additive, so the guaranteed job spends little time below the floor.
+inline OpportunisticLevel NextOpportunisticLevel(OpportunisticLevel cur, double progress, double baseline,
+                                                 const ControllerTuning& tuning = kTimeSlicedTuning) {
   const bool holds = !(baseline > 0 && progress < kGuaranteedFloor * baseline);
   if (!holds) {
+    if (++cur.below < tuning.confirm) return cur;
+    cur.below = 0;
     if (cur.rate_permille > 0) {
-      cur.rate_permille = cur.rate_permille / 2 < 10 ? 0 : cur.rate_permille / 2;
+      uint32_t next = cur.rate_permille / 2;
+      if (tuning.proportional) {
+        const double loss = 1.0 - progress / baseline;  // > 1 - kGuaranteedFloor here
+        double factor = (1.0 - kGuaranteedFloor) / loss;
+        factor = factor > 0.7 ? 0.7 : factor < 0.25 ? 0.25 : factor;
+        next = static_cast<uint32_t>(cur.rate_permille * factor);
+      }
+      cur.rate_permille = next < 10 ? 0 : next;
     } else {
       cur.gap_ns = cur.gap_ns < kGapStepNs ? kGapStepNs : (cur.gap_ns * 2 > kMaxGapNs ? kMaxGapNs : cur.gap_ns * 2);
     }
     return cur;
   }
+  cur.below = 0;
   if (cur.gap_ns > 0) {
     cur.gap_ns = cur.gap_ns > kGapStepNs ? cur.gap_ns - kGapStepNs : 0;
   } else {
-    cur.rate_permille = cur.rate_permille + kRateStepPermille > 1000 ? 1000 : cur.rate_permille + kRateStepPermille;
+    const uint32_t step = tuning.step_permille + (tuning.grow_quarter != 0 ? cur.rate_permille / 4 : 0);
+    cur.rate_permille = cur.rate_permille + step > 1000 ? 1000 : cur.rate_permille + step;
   }
   return cur;
 }

@@ -633,6 +633,7 @@ static_assert(sizeof(kHookEntries) / sizeof(kHookEntries[0]) == ex::kHookCount);
 
 __attribute__((constructor)) void GsliceCudaShimInit() {
   InitLog();
+  AskMpsForClassPriority();  // compute slices (launch_hooks.h)
   LoadRealLibrary("libcuda.so.1", OptionValue(Option::RealDriver), "GSLICE_REAL_DRIVER",
                   reinterpret_cast<const void*>(&GsliceCudaShimInit), &g_real_library);
   FillSlots(g_real_library.handle, ex::kNames, ex::kCount, gslice_cuda_slots, g_real,

@@ -271,10 +271,53 @@ void SynchronizeContext(CUctx_st* ctx) {
   for (auto& [s, seq] : targets) s->WaitFor(seq);
 }
 
+namespace {
+
+// Under MPS (GSLICE_SIM_MPS): the context runs its kernel without taking the device from
+// other processes; each other process running at the same time stretches every chunk by
+// the node's interference percent. Streams of one context still run one at a time.
+void RunConcurrently(CUctx_st* ctx, int priority, uint64_t duration_ns, const std::function<void()>& body) {
+  Driver* d = GetDriver();
+  Node* node = d->node;
+  constexpr uint64_t kChunkNs = 500'000;
+  std::unique_lock<std::mutex> l(ctx->engine_m);
+  const std::pair<int, uint64_t> key{priority, ctx->engine_ticket++};
+  ctx->engine_waiting.insert(key);
+  ctx->engine_cv.wait(l, [&] { return !ctx->engine_busy && *ctx->engine_waiting.begin() == key; });
+  ctx->engine_waiting.erase(key);
+  ctx->engine_busy = true;
+  l.unlock();
+  const uint32_t dev = ctx->device;
+  std::atomic<uint64_t>& running = node->slot(d->slot).mps_running_until_ns[dev];
+  uint64_t remaining = duration_ns;
+  do {
+    const uint64_t start = MonotonicNs();
+    const uint64_t chunk = remaining < kChunkNs ? remaining : kChunkNs;
+    const uint64_t others = node->MpsOthersRunning(d->slot, dev, start);
+    const uint64_t stretched = chunk * (100 + node->mps_interference_pct() * others) / 100;
+    running.store(start + stretched, std::memory_order_relaxed);
+    if (stretched > 0) SleepNs(stretched);
+    remaining -= chunk;
+    node->AddBusy(d->slot, dev, MonotonicNs() - start);
+  } while (remaining > 0);
+  running.store(0, std::memory_order_relaxed);
+  if (body) body();
+  l.lock();
+  ctx->engine_busy = false;
+  l.unlock();
+  ctx->engine_cv.notify_all();
+}
+
+}  // namespace
+
 void RunOnDevice(CUctx_st* ctx, int priority, uint64_t duration_ns,
                  const std::function<void()>& body) {
   Driver* d = GetDriver();
   Node* node = d->node;
+  if (node->mps()) {
+    RunConcurrently(ctx, priority, duration_ns, body);
+    return;
+  }
   const uint64_t code = node->MakeContextCode(d->slot, ctx->serial);
   const uint64_t slice = static_cast<uint64_t>(node->timeslice_us()) * 1000;
   uint64_t remaining = duration_ns;
@@ -469,6 +512,7 @@ GSLICE_SIM_EXPORT CUresult cuDeviceGetAttribute(int* pi, CUdevice_attribute attr
       v = 1;
       break;
     case CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES: v = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR; break;
+    case CU_DEVICE_ATTRIBUTE_MPS_ENABLED: v = d->node->mps() ? 1 : 0; break;
     default: v = 0; break;
   }
   *pi = v;

@@ -208,6 +208,47 @@ TEST_F(ComputeSim, OpportunisticYieldsToGuaranteed) {
   EXPECT_LE(o, 0.10 * g) << "opportunistic " << o << " guaranteed " << g;
 }
 
+// On a GPU shared through MPS (GSLICE_SIM_MPS: kernels of different processes run at once,
+// each one running slowing the others' kernels by a set percentage), opportunistic work runs
+// beside busy guaranteed work, where on a time-sliced GPU it gets next to nothing
+// (OpportunisticYieldsToGuaranteed), and the controller holds it back as far as the
+// guaranteed job's progress needs.
+TEST_F(ComputeSim, OnMpsOpportunisticRunsBesideGuaranteed) {
+  auto run = [this](const char* interference) {
+    unlink(sim_state_.c_str());  // a fresh simulated node with this setting
+    auto mps = [interference](int gpu, std::map<std::string, std::string> env) {
+      env["GSLICE_SIM_MPS"] = interference;
+      return OnGpu(gpu, std::move(env));
+    };
+    // 2 ms kernels: the simulated kernels' timing jitter on a loaded machine is absolute,
+    // so longer ones keep the guaranteed job's progress, which the controller reads, steady.
+    const std::vector<std::string> longer = {"--kernel-us", "2000"};
+    return RunTogether({mps(1, {}), mps(0, {{"GSLICE_CLASS", "guaranteed"}}),
+                        mps(0, {{"GSLICE_CLASS", "opportunistic"}})}, 6.0, {longer, longer, longer});
+  };
+  // From 2.5 s on: the controller has measured its baseline and settled.
+  auto late = [](const Result& r) { return static_cast<double>(r.Between(2500, 6000)); };
+  // No interference (kernels of both fit side by side). After its first baseline probe
+  // (which ends within 750 ms) the controller lets opportunistic work run free, and it
+  // cannot cut before two more periods (500 ms) have gone by: in between, opportunistic
+  // work runs at nearly its solo speed beside the busy guaranteed job, which a time-sliced
+  // GPU would not allow at all. Later the guaranteed job's noise may cost it cuts, but it
+  // keeps running.
+  auto rs = run("0");
+  ASSERT_GT(late(rs[0]), 300) << rs[0].raw;
+  EXPECT_GE(late(rs[1]), 0.92 * late(rs[0])) << "guaranteed " << rs[1].raw << "\nsolo " << rs[0].raw;
+  EXPECT_GE(static_cast<double>(rs[2].Between(750, 1250)), 0.6 * static_cast<double>(rs[0].Between(750, 1250)))
+      << "opportunistic " << rs[2].raw << "\nsolo " << rs[0].raw;
+  EXPECT_GT(late(rs[2]), 0) << "opportunistic " << rs[2].raw;
+  // Heavy interference (running both at once halves the guaranteed job's speed): the
+  // controller backs off until the guaranteed job is near its solo speed again.
+  rs = run("100");
+  ASSERT_GT(late(rs[0]), 300) << rs[0].raw;
+  // (At the full rate it would run at about half its speed.)
+  EXPECT_GE(late(rs[1]), 0.80 * late(rs[0])) << "guaranteed " << rs[1].raw << "\nsolo " << rs[0].raw
+                                              << "\nopportunistic " << rs[2].raw;
+}
+
 TEST_F(ComputeSim, OpportunisticRegainsTheIdleDevice) {
   // Guaranteed work stops at 1.5 s; the opportunistic job must take the device over at once.
   const auto rs = RunTogether({{{"GSLICE_CLASS", "guaranteed"}}, {{"GSLICE_CLASS", "opportunistic"}}}, 3.0,
@@ -299,6 +340,18 @@ TEST_F(ComputeSim, ThroughTheShimCapAndClassesHold) {
   const double g_rate = static_cast<double>(rs[0].Between(200, 1000)) / 800.0;
   EXPECT_LE(static_cast<double>(rs[1].Between(200, 1000)) / 800.0, 0.15 * g_rate) << rs[1].raw;
   EXPECT_GE(static_cast<double>(rs[1].Between(1100, 2000)) / 900.0, 0.70 * g_rate) << rs[1].raw;
+}
+
+// The shim asks MPS for below-normal priority for opportunistic processes (the variable is
+// read when the driver connects to an MPS server); a value the user set is kept.
+TEST_F(ComputeSim, ShimAsksMpsForLowPriorityForOpportunisticWork) {
+  const auto rs = RunTogether({{{"GSLICE_CLASS", "opportunistic"}},
+                               {{"GSLICE_CLASS", "guaranteed"}},
+                               {{"GSLICE_CLASS", "opportunistic"}, {"CUDA_MPS_CLIENT_PRIORITY", "0"}}},
+                              0.3, {}, /*direct=*/false);
+  EXPECT_NE(rs[0].raw.find("mps_client_priority=1 "), std::string::npos) << rs[0].raw;
+  EXPECT_NE(rs[1].raw.find("mps_client_priority=- "), std::string::npos) << rs[1].raw;
+  EXPECT_NE(rs[2].raw.find("mps_client_priority=0 "), std::string::npos) << rs[2].raw;
 }
 
 }  // namespace

@@ -5,7 +5,8 @@
 //                  [--off-after MS]     stop launching after MS (then idle until the end)
 //                  [--on-after MS]      start launching only after MS
 //
-// Output (stdout, one line): "kernels=<n> busy_ns=<gate-measured> buckets=<c0>,<c1>,..."
+// Output (stdout, one line):
+//   "kernels=<n> busy_ns=<gate-measured> mps_client_priority=<CUDA_MPS_CLIENT_PRIORITY or -> buckets=<c0>,..."
 // Built twice: compute_worker_direct drives the launch gate itself (GSLICE_* policy from the
 // environment, no shim), compute_worker launches plainly (for runs under the shim).
 #include <cuda.h>
@@ -115,8 +116,10 @@ int main(int argc, char** argv) {
 #ifdef GSLICE_WORKER_DIRECT_GATE
   measured = gslice::compute::MeasuredBusyNs();
 #endif
-  printf("kernels=%llu busy_ns=%llu buckets=", static_cast<unsigned long long>(kernels),
-         static_cast<unsigned long long>(measured));
+  // What MPS would be told about this client's priority (set for opportunistic work by the shim).
+  const char* mps_priority = getenv("CUDA_MPS_CLIENT_PRIORITY");
+  printf("kernels=%llu busy_ns=%llu mps_client_priority=%s buckets=", static_cast<unsigned long long>(kernels),
+         static_cast<unsigned long long>(measured), mps_priority != nullptr ? mps_priority : "-");
   for (size_t i = 0; i < buckets.size(); ++i) printf(i == 0 ? "%d" : ",%d", buckets[i]);
   printf("\n");
   fflush(stdout);

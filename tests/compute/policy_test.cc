@@ -161,6 +161,46 @@ TEST(ComputeController, AdditiveIncreaseWhileGuaranteedHoldsHalvesWhenItDrops) {
   EXPECT_LE(l.rate_permille, 350u);
 }
 
+TEST(ComputeController, SpatialTuningBacksOffOnlyOnAShortfallThatLasts) {
+  using L = OpportunisticLevel;
+  // One period below the floor is noted, not acted on; a second in a row halves the rate.
+  L l = NextOpportunisticLevel(L{800, 0}, 90.0, 100.0, kSpatialTuning);
+  EXPECT_EQ(l, (L{800, 0, 1}));
+  // The cut is in proportion to the loss: 10% lost where 3% is allowed, to 3/10 of the rate.
+  EXPECT_EQ(NextOpportunisticLevel(l, 90.0, 100.0, kSpatialTuning), (L{240, 0, 0}));
+  // ... never less than to 70% (a loss just past the floor), never more than to a quarter.
+  EXPECT_EQ(NextOpportunisticLevel(L{800, 0, 1}, 96.5, 100.0, kSpatialTuning), (L{560, 0, 0}));
+  EXPECT_EQ(NextOpportunisticLevel(L{1000, 0, 1}, 20.0, 100.0, kSpatialTuning), (L{250, 0, 0}));
+  // A period that holds in between starts the count again, and grows the rate.
+  EXPECT_EQ(NextOpportunisticLevel(l, 99.0, 100.0, kSpatialTuning), (L{1000, 0, 0}));
+  EXPECT_EQ(NextOpportunisticLevel(L{200, 0, 1}, 99.0, 100.0, kSpatialTuning),
+            (L{200 + kSpatialTuning.step_permille + 50, 0, 0}));
+  // Against a job that loses 1% per 10% of opportunistic rate, with +-2% noise on every
+  // period (a short window's spread on a real GPU): starting free, the controller comes
+  // down within a few periods and keeps the job's mean progress at the floor.
+  uint64_t seed = 12345;
+  auto noise = [&seed] {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    return (static_cast<double>(seed >> 11) / 9007199254740992.0 * 2.0 - 1.0) * 2.0;
+  };
+  l = L{kSpatialStartRatePermille, 0};
+  double sum = 0, rate_sum = 0;
+  const int periods = 400;
+  for (int period = 0; period < periods; ++period) {
+    const double progress = 100.0 * (1.0 - 0.1 * l.rate_permille / 1000.0);
+    if (period >= 20) {
+      sum += progress;
+      rate_sum += l.rate_permille;
+    }
+    l = NextOpportunisticLevel(l, progress + noise(), 100.0, kSpatialTuning);
+  }
+  // Confirming a shortfall over two periods lets the rate run up to two periods past the
+  // floor, so the mean sits up to a point below it.
+  EXPECT_GE(sum / (periods - 20), kGuaranteedFloor * 100.0 - 1.0);
+  EXPECT_GE(rate_sum / (periods - 20), 100.0) << "noise alone must not hold the rate near zero";
+  EXPECT_LE(rate_sum / (periods - 20), 400.0);
+}
+
 TEST(ComputeController, AtRateZeroStaysOutOfShortGapsUntilGuaranteedWorkHolds) {
   using L = OpportunisticLevel;
   // Below the floor at rate 0: the gap level doubles from 1 ms up to kMaxGapNs.

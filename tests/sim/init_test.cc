@@ -138,7 +138,7 @@ TEST_F(InitTest, ConfigurationComesFromTheEnvironmentOfTheFirstProcess) {
   EXPECT_NE(out.find("count 3"), std::string::npos) << out;
   EXPECT_NE(out.find("device 1 GPU-00000000-0000-0000-0000-000000000002 2147483648"),
             std::string::npos) << out;
-  EXPECT_NE(out.find("device 2 GPU-abcdef01-2345-6789-abcd-ef0123456789 536870912"),
+  EXPECT_NE(out.find("device 2 GPU-abcdef01-2345-6789-abcd-ef0123456789 536870912 mps 0"),
             std::string::npos) << out;
   // A later process with other settings joins the existing node.
   Child later({Worker(), "devices"}, {"GSLICE_SIM_STATE=" + state, "GSLICE_SIM_DEVICES=1"});
@@ -146,6 +146,24 @@ TEST_F(InitTest, ConfigurationComesFromTheEnvironmentOfTheFirstProcess) {
   ASSERT_EQ(later.Wait(&out2), 0);
   EXPECT_NE(out2.find("count 3"), std::string::npos) << out2;
   unlink(state.c_str());
+}
+
+TEST_F(InitTest, MpsIsANodeSetting) {
+  const std::string state = UniqueSimStatePath("mps");
+  Child child({Worker(), "devices"}, {"GSLICE_SIM_STATE=" + state, "GSLICE_SIM_DEVICES=2", "GSLICE_SIM_MPS=25"});
+  std::string out;
+  ASSERT_EQ(child.Wait(&out), 0);
+  EXPECT_NE(out.find("device 0 GPU-"), std::string::npos) << out;
+  EXPECT_EQ(out.find("mps 0"), std::string::npos) << out;
+  EXPECT_NE(out.find("mps 1"), std::string::npos) << out;
+  unlink(state.c_str());
+  const std::string bad = UniqueSimStatePath("badmps");
+  Child refused({Worker(), "devices"}, {"GSLICE_SIM_STATE=" + bad, "GSLICE_SIM_MPS=some"});
+  std::string out2;
+  ASSERT_EQ(refused.Wait(&out2), 0);
+  EXPECT_NE(out2.find("GSLICE_SIM_MPS=some"), std::string::npos) << out2;
+  EXPECT_EQ(out2.find("init CUDA_SUCCESS"), std::string::npos) << out2;
+  unlink(bad.c_str());
 }
 
 TEST_F(InitTest, BadConfigurationIsReportedAndInitFails) {

@@ -75,7 +75,10 @@ int Devices() {
     OR_DIE(cuDeviceGetUuid(&uuid, dev));
     size_t total = 0;
     OR_DIE(cuDeviceTotalMem(&total, dev));
-    Say("device " + std::to_string(i) + " " + UuidText(uuid) + " " + std::to_string(total));
+    int mps = -1;
+    OR_DIE(cuDeviceGetAttribute(&mps, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, dev));
+    Say("device " + std::to_string(i) + " " + UuidText(uuid) + " " + std::to_string(total) + " mps " +
+        std::to_string(mps));
   }
   return 0;
 }
