@@ -363,6 +363,11 @@ def report(state, md_path):
         if solo:
             rows.append(("4 latency", "server solo", "p50 / service / load", f"{solo['p50_ms']:.2f} ms",
                          f"service {solo['service_ms']:.2f} ms", f"{solo['rate_per_s']:.0f} req/s", f"{solo['requests']} requests", "", ""))
+        def load(key):
+            r = state.get(key) or {}
+            return None if "error" in r else r.get("s", {}).get("offered_load")
+        rows.append(("4 latency", "server's offered load (rate × service time in the window)", "", fmt(load("solo/server"), "{:.2f}"),
+                     *(fmt(load(f"latency/{c}"), "{:.2f}") for c in ("coexec", "mps", "gslice")), "", ""))
         d = state.get("latency/gslice-server-only") or {}
         if "error" not in d and "s" in d and sp99:
             dt = rate(state, "latency/gslice-server-only", "o")

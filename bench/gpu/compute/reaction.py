@@ -1,0 +1,219 @@
+"""Reaction of the opportunistic controller, and a cap held by a slice across two processes,
+on a real GPU (issue 4's "Reaction" and "caps within one slice").
+
+  reaction.py run [--gslice PATH] [--json FILE]
+  reaction.py worker ...        (one GPU process; started by `run`)
+
+Reaction: an opportunistic process runs steps of eight 2048^3 bf16 matrix products back to
+back (a fraction of a millisecond of GPU time; each step synchronised and its completion
+time recorded) under
+`gslice run --class opportunistic` for 11 s. A guaranteed process doing the same work under
+`gslice run --class guaranteed` is busy from 2 to 5 s and from 7 to 10 s and idle otherwise.
+Each process's speed alone in gslice is measured first, over 3 s.
+  - regain: after the guaranteed process's last step before an idle period, the time until
+    the opportunistic process's speed, over 20 ms, is at least 90% of its speed alone
+    (target: within 100 ms);
+  - settle: after the guaranteed process starts again, the time after which every 250 ms
+    window of its busy period runs at >= 97% of its speed alone (target: within 1 s).
+
+Slice cap: two processes started with `gslice run --name capslice --compute 30%` (one
+slice) run the 8192^3 products together for 6 s; the GPU's NVML utilisation over the window
+is the slice's time share (target 30 +- 2), and one process alone under the same cap is
+measured next to it.
+
+Every step's result is checked against the first step's (the same inputs give the same
+output), so a gate that corrupted work would fail the run.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PY = sys.executable
+
+
+def worker(args):
+    import torch
+    torch.manual_seed(0)
+    n = args.size
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty_like(a)
+    torch.mm(a, b, out=c)
+    torch.cuda.synchronize()
+    reference = c.float().sum().item()
+    busy = [tuple(map(float, span.split(":"))) for span in args.busy.split(",")] if args.busy else [(0, args.seconds)]
+    while time.time() < args.t0:
+        time.sleep(0.001)
+    times = []
+    end = args.t0 + args.seconds
+    checked = 0
+    while True:
+        now = time.time()
+        if now >= end:
+            break
+        t = now - args.t0
+        if not any(s <= t < e for s, e in busy):
+            time.sleep(0.0005)
+            continue
+        for _ in range(args.repeat):
+            torch.mm(a, b, out=c)
+        torch.cuda.synchronize()
+        times.append(time.time() - args.t0)
+        if len(times) % 256 == 0:  # the work is still right
+            got = c.float().sum().item()
+            if abs(got - reference) > 1e-3 * max(1.0, abs(reference)):
+                print(f"worker {args.id}: result {got} != {reference}", file=sys.stderr)
+                sys.exit(3)
+            checked += 1
+    with open(args.out, "w") as f:
+        json.dump({"times": times, "checked": checked}, f)
+
+
+def nvml_util_sampler(stop_at, out):
+    import pynvml
+    pynvml.nvmlInit()
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    while time.time() < stop_at:
+        out.append((time.time(), pynvml.nvmlDeviceGetUtilizationRates(h).gpu))
+        time.sleep(0.05)
+
+
+def start(prefix, ident, t0, seconds, sync, size, repeat, busy=""):
+    out = os.path.join(sync, f"{ident}.json")
+    argv = [*prefix, PY, os.path.abspath(__file__), "worker", "--id", ident, "--t0", str(t0), "--seconds",
+            str(seconds), "--out", out, "--size", str(size), "--repeat", str(repeat)]
+    if busy:
+        argv += ["--busy", busy]
+    log = open(os.path.join(sync, f"{ident}.log"), "w")
+    return ident, subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT), out
+
+
+def finish(procs, sync):
+    results = {}
+    for ident, p, out in procs:
+        p.wait(timeout=120)
+        with open(os.path.join(sync, f"{ident}.log")) as f:
+            text = f.read()
+        if p.returncode != 0 or not os.path.exists(out):
+            raise SystemExit(f"{ident} failed ({p.returncode}): {text[-800:]}")
+        print(f"--- {ident} log ---\n{text[-600:]}".rstrip())
+        with open(out) as f:
+            results[ident] = json.load(f)
+    return results
+
+
+def rate(times, t_from, t_to):
+    return sum(1 for t in times if t_from <= t < t_to) / (t_to - t_from)
+
+
+def run(args):
+    gs = args.gslice
+    g_prefix = [gs, "run", "--memory=8GiB", "--class=guaranteed", "--"]
+    o_prefix = [gs, "run", "--memory=8GiB", "--class=opportunistic", "--"]
+    report = {}
+    with tempfile.TemporaryDirectory(prefix="gslice-reaction-") as sync:
+        size, repeat = 2048, 8
+        # Speeds alone (in gslice, so that only the peer differs).
+        t0 = time.time() + 10
+        solo = finish([start(o_prefix, "o-alone", t0, 3, sync, size, repeat)], sync)
+        o_alone = rate(solo["o-alone"]["times"], 0.5, 3)
+        t0 = time.time() + 10
+        solo = finish([start(g_prefix, "g-alone", t0, 3, sync, size, repeat)], sync)
+        g_alone = rate(solo["g-alone"]["times"], 0.5, 3)
+        report["alone_steps_per_s"] = {"opportunistic": o_alone, "guaranteed": g_alone}
+        # The pair.
+        t0 = time.time() + 10
+        busy = [(2.0, 5.0), (7.0, 10.0)]
+        pair = finish([start(o_prefix, "o", t0, 11, sync, size, repeat),
+                       start(g_prefix, "g", t0, 11, sync, size, repeat, ",".join(f"{s}:{e}" for s, e in busy))], sync)
+        o_times, g_times = pair["o"]["times"], pair["g"]["times"]
+        regains, settles = [], []
+        for s, e in busy:
+            # Regain: from the guaranteed job's last step of this busy period.
+            last = max(t for t in g_times if t < e + 0.5)
+            regain = None
+            t = last
+            while t < last + 1.0:
+                if rate(o_times, t, t + 0.02) >= 0.9 * o_alone:
+                    regain = t - last
+                    break
+                t += 0.001
+            regains.append(regain)
+            # Settle: the first time after which every 250 ms window of the busy period holds.
+            first = min(t for t in g_times if t >= s)
+            windows = []
+            t = first
+            while t + 0.25 <= e:
+                windows.append((t, rate(g_times, t, t + 0.25) >= 0.97 * g_alone))
+                t += 0.05
+            settle = None
+            for i, (t, _) in enumerate(windows):
+                if all(ok for _, ok in windows[i:]):
+                    settle = t - first
+                    break
+            settles.append(settle)
+        report["regain_s"] = regains
+        report["settle_s"] = settles
+        report["guaranteed_busy_speed_x_alone"] = [rate(g_times, s + 1.0, e) / g_alone for s, e in busy]
+        report["opportunistic_idle_speed_x_alone"] = [rate(o_times, 5.2, 6.8) / o_alone]
+        report["opportunistic_busy_speed_x_alone"] = [rate(o_times, s + 1.0, e) / o_alone for s, e in busy]
+
+        # A slice's cap across two processes; one process alone under the same cap.
+        cap_prefix = [gs, "run", "--memory=16GiB", "--name=capslice", "--compute=30%", "--"]
+        for label, count in (("one process", 1), ("two processes", 2)):
+            t0 = time.time() + 10
+            samples = []
+            procs = [start(cap_prefix, f"cap{count}-{i}", t0, 6, sync, 8192, 8) for i in range(count)]
+            import threading
+            th = threading.Thread(target=nvml_util_sampler, args=(t0 + 6, samples))
+            th.start()
+            res = finish(procs, sync)
+            th.join()
+            inside = [u for t, u in samples if t0 + 1 <= t <= t0 + 6]
+            report[f"cap30_util_pct/{label}"] = sum(inside) / len(inside) if inside else None
+            report[f"cap30_steps/{label}"] = [len(r["times"]) for r in res.values()]
+    print(json.dumps(report, indent=1))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+    ok = lambda x, bound: x is not None and x <= bound
+    for i, r in enumerate(report["regain_s"]):
+        print(f"RESULT compute.reaction.regain.{i + 1} {'PASS' if ok(r, 0.1) else 'FAIL'} "
+              f"opportunistic at >=90% of its speed alone {'n/a' if r is None else f'{r * 1e3:.1f} ms'} after guaranteed work went idle (target <= 100 ms)")
+    for i, st in enumerate(report["settle_s"]):
+        print(f"RESULT compute.reaction.settle.{i + 1} {'PASS' if ok(st, 1.0) else 'FAIL'} "
+              f"guaranteed at >=97% of its speed alone in every 250 ms window from {'n/a' if st is None else f'{st * 1e3:.0f} ms'} after it started (target <= 1 s); "
+              f"busy-period speed {report['guaranteed_busy_speed_x_alone'][i]:.3f}x alone, opportunistic meanwhile {report['opportunistic_busy_speed_x_alone'][i]:.3f}x")
+    for label in ("one process", "two processes"):
+        u = report[f"cap30_util_pct/{label}"]
+        print(f"RESULT compute.slice_cap.{label.replace(' ', '_')} {'PASS' if u is not None and abs(u - 30) <= 2 else 'FAIL'} "
+              f"NVML utilisation {'n/a' if u is None else f'{u:.1f}%'} for a 30% slice cap, {label} (steps {report[f'cap30_steps/{label}']})")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("mode", choices=["run", "worker"])
+    p.add_argument("--gslice", default=os.path.join(os.environ.get("GSLICE_BUILD", "build"), "bin", "gslice"))
+    p.add_argument("--json")
+    p.add_argument("--id")
+    p.add_argument("--t0", type=float)
+    p.add_argument("--seconds", type=float)
+    p.add_argument("--out")
+    p.add_argument("--size", type=int, default=2048)
+    p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--busy", default="")
+    args = p.parse_args()
+    if args.mode == "worker":
+        worker(args)
+    else:
+        run(args)
+
+
+if __name__ == "__main__":
+    main()
