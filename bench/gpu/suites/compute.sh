@@ -5,7 +5,8 @@
 #
 # Owns the MPS control daemon of its MPS phase: started with its own pipe and log folders
 # under a temp dir, and always stopped (trap) so none is left running.
-# Environment: COMPUTE_CASES, COMPUTE_WINDOW_S (see bench/gpu/compute/suite.py).
+# Environment: COMPUTE_CASES (1-5: bench/gpu/compute/suite.py; 6: reaction and a slice cap
+# across two processes, bench/gpu/compute/reaction.py), COMPUTE_WINDOW_S.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 OUT="${OUT:-$PWD/gpu-out}"
@@ -48,6 +49,13 @@ start=$SECONDS
 export COMPUTE_DEADLINE=$(( $(date +%s) + ${COMPUTE_BUDGET_S:-500} ))
 $py "$suite" plain --state "$state"
 echo "plain phase: $((SECONDS - start)) s"
+
+# Reaction (regaining an idle GPU, settling) and a slice's cap across two processes.
+if [[ ",${COMPUTE_CASES:-1,2,3,4,5,6}," == *",6,"* ]]; then
+  $py bench/gpu/compute/reaction.py run --gslice "$build/bin/gslice" --json "$OUT/reaction.json" > "$OUT/reaction.log" 2>&1 ||
+    echo "RESULT compute.reaction FAIL reaction.py exited $? (see reaction.log)"
+  grep '^RESULT' "$OUT/reaction.log"
+fi
 
 mps_dir=$(mktemp -d /tmp/gslice-mps-XXXXXX)
 stop_mps() {
