@@ -67,7 +67,7 @@ struct Device {
   std::atomic<CUcontext> ctx{nullptr};  // bound at the first gated launch in a context
   uint8_t uuid[16] = {};
   // The GPU is shared through MPS (CU_DEVICE_ATTRIBUTE_MPS_ENABLED): processes' kernels run
-  // concurrently, not in turns (policy.h, kSpatialStartRatePermille).
+  // concurrently, not in turns (policy.h, kSpatialTuning).
   bool spatial = false;
   LedgerComputeEntry* entry = nullptr;  // this process's entry in the ledger (or local)
   LedgerComputeEntry local_entry{};      // used when the ledger has no room
@@ -465,9 +465,7 @@ void ControlOpportunisticRate(Device& d, int64_t now) {
     c.probe_sum = 0;
     c.below = 0;
     c.last_probe_ns = now;
-    // The first probe: afterwards, time-sliced opportunistic work starts from nothing and
-    // earns its rate; spatially shared work starts free and gives up what it must.
-    c.saved_rate = c.baseline != 0 ? r : d.spatial ? kSpatialStartRatePermille : 0;
+    c.saved_rate = c.baseline != 0 ? r : tuning.start_permille;
     c.saved_gap = c.baseline == 0 ? 0 : d.opp_gap_ns.load(kRlx);
     d.opp_rate_permille.store(0, kRlx);
     d.probe_pause.store(true, kRlx);

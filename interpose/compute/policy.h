@@ -84,10 +84,9 @@ inline constexpr int64_t kMaxGapNs = kProbeGapNs;         // the most conservati
 // time on different SMs instead of taking turns, so opportunistic work next to busy
 // guaranteed work costs it only what the shared SMs, memory and caches cost, not a
 // context switch and a time slice. There the controller starts opportunistic work at the
-// full rate and backs off (multiplicatively) only as far as the guaranteed jobs' progress
-// needs; and queued opportunistic work does not hold guaranteed kernels back, so it may
-// keep as much queued as capped work does.
-inline constexpr uint32_t kSpatialStartRatePermille = 1000;
+// full rate and backs off only as far as the guaranteed jobs' progress needs
+// (kSpatialTuning); and queued opportunistic work does not hold guaranteed kernels back, so
+// it may keep as much queued as capped work does.
 
 // What the controller lets opportunistic work do next period. Two knobs, used one at a time:
 //  - rate_permille: the share of GPU time it may use while guaranteed work is busy
@@ -104,10 +103,11 @@ struct OpportunisticLevel {
 };
 
 // How eagerly the controller moves. Time-sliced: every period below the floor costs the
-// guaranteed job a context switch per opportunistic kernel, so one such period is enough
-// to back off, and the rate grows slowly. Spatial (MPS): too much opportunistic work costs
-// the guaranteed job only a few percent, a single 250 ms period is within the noise of
-// its progress, and the work it gives up is large, so the controller backs off after two
+// guaranteed job a context switch per opportunistic kernel, so opportunistic work starts
+// with no rate, one such period is enough to back off, and the rate grows slowly. Spatial
+// (MPS): it starts free; too much opportunistic work costs the guaranteed job only a few
+// percent, a single 250 ms period is within the noise of its progress, and the work it
+// gives up is large, so the controller backs off after two
 // periods below the floor in a row and grows the rate faster (5 points and a quarter of the
 // rate per period: back from a cut to 5% within two seconds).
 // Spatial sharing also backs off in proportion: the guaranteed job's loss grows about
@@ -119,8 +119,9 @@ struct OpportunisticLevel {
 // decision compares with, so there it is measured over two periods instead of one (every
 // 6 s, and 1 s after every cut), and each probe replaces the last one's value.
 struct ControllerTuning {
-  uint32_t step_permille;  // additive increase per period ...
-  uint32_t grow_quarter;   // ... plus a quarter of the rate (1) or not (0)
+  uint32_t start_permille;  // the rate after the first baseline probe
+  uint32_t step_permille;   // additive increase per period ...
+  bool grow_quarter;        // ... plus a quarter of the rate
   uint32_t confirm;        // periods below the floor in a row before backing off
   bool proportional;       // back off in proportion to the loss (else: halve)
   uint32_t probe_periods;  // length of a baseline probe
@@ -131,8 +132,8 @@ struct ControllerTuning {
   int64_t reprobe_after_cut_ns;
   double probe_weight;  // weight of a new probe in the baseline (1: it replaces the old one)
 };
-inline constexpr ControllerTuning kTimeSlicedTuning{kRateStepPermille, 0, 1, false, 1, kProbeEveryNs, 0, 0.5};
-inline constexpr ControllerTuning kSpatialTuning{2 * kRateStepPermille, 1, 2, true, 2, 6'000'000'000, 1'000'000'000, 1.0};
+inline constexpr ControllerTuning kTimeSlicedTuning{0, kRateStepPermille, false, 1, false, 1, kProbeEveryNs, 0, 0.5};
+inline constexpr ControllerTuning kSpatialTuning{1000, 2 * kRateStepPermille, true, 2, true, 2, 6'000'000'000, 1'000'000'000, 1.0};
 
 // One step of the controller. Guaranteed progress below kGuaranteedFloor of the baseline
 // (measured with opportunistic work paused) for tuning.confirm periods: the rate halves (or
@@ -164,7 +165,7 @@ inline OpportunisticLevel NextOpportunisticLevel(OpportunisticLevel cur, double 
   if (cur.gap_ns > 0) {
     cur.gap_ns = cur.gap_ns > kGapStepNs ? cur.gap_ns - kGapStepNs : 0;
   } else {
-    const uint32_t step = tuning.step_permille + (tuning.grow_quarter != 0 ? cur.rate_permille / 4 : 0);
+    const uint32_t step = tuning.step_permille + (tuning.grow_quarter ? cur.rate_permille / 4 : 0);
     cur.rate_permille = cur.rate_permille + step > 1000 ? 1000 : cur.rate_permille + step;
   }
   return cur;

@@ -273,6 +273,16 @@ void SynchronizeContext(CUctx_st* ctx) {
 
 namespace {
 
+// Waits (engine_m held through l) until this kernel is the context's next: highest priority
+// first, then arrival order; then marks the engine busy.
+void TakeEngine(CUctx_st* ctx, int priority, std::unique_lock<std::mutex>& l) {
+  const std::pair<int, uint64_t> key{priority, ctx->engine_ticket++};
+  ctx->engine_waiting.insert(key);
+  ctx->engine_cv.wait(l, [&] { return !ctx->engine_busy && *ctx->engine_waiting.begin() == key; });
+  ctx->engine_waiting.erase(key);
+  ctx->engine_busy = true;
+}
+
 // Under MPS (GSLICE_SIM_MPS): the context runs its kernel without taking the device from
 // other processes; each other process running at the same time stretches every chunk by
 // the node's interference percent. Streams of one context still run one at a time.
@@ -281,11 +291,7 @@ void RunConcurrently(CUctx_st* ctx, int priority, uint64_t duration_ns, const st
   Node* node = d->node;
   constexpr uint64_t kChunkNs = 500'000;
   std::unique_lock<std::mutex> l(ctx->engine_m);
-  const std::pair<int, uint64_t> key{priority, ctx->engine_ticket++};
-  ctx->engine_waiting.insert(key);
-  ctx->engine_cv.wait(l, [&] { return !ctx->engine_busy && *ctx->engine_waiting.begin() == key; });
-  ctx->engine_waiting.erase(key);
-  ctx->engine_busy = true;
+  TakeEngine(ctx, priority, l);
   l.unlock();
   const uint32_t dev = ctx->device;
   std::atomic<uint64_t>& running = node->slot(d->slot).mps_running_until_ns[dev];
@@ -325,11 +331,7 @@ void RunOnDevice(CUctx_st* ctx, int priority, uint64_t duration_ns,
   while (first || remaining > 0) {
     first = false;
     std::unique_lock<std::mutex> l(ctx->engine_m);
-    const std::pair<int, uint64_t> key{priority, ctx->engine_ticket++};
-    ctx->engine_waiting.insert(key);
-    ctx->engine_cv.wait(l, [&] { return !ctx->engine_busy && *ctx->engine_waiting.begin() == key; });
-    ctx->engine_waiting.erase(key);
-    ctx->engine_busy = true;
+    TakeEngine(ctx, priority, l);
     const uint32_t dev = ctx->device;
     bool held = ctx->holds_device;
     l.unlock();

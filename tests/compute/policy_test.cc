@@ -183,7 +183,7 @@ TEST(ComputeController, SpatialTuningBacksOffOnlyOnAShortfallThatLasts) {
     seed = seed * 6364136223846793005ull + 1442695040888963407ull;
     return (static_cast<double>(seed >> 11) / 9007199254740992.0 * 2.0 - 1.0) * 2.0;
   };
-  l = L{kSpatialStartRatePermille, 0};
+  l = L{kSpatialTuning.start_permille, 0};
   double sum = 0, rate_sum = 0;
   const int periods = 400;
   for (int period = 0; period < periods; ++period) {

@@ -31,6 +31,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -170,7 +171,6 @@ def run(args):
             t0 = time.time() + 10
             samples = []
             procs = [start(cap_prefix, f"cap{count}-{i}", t0, 6, sync, 8192, 8) for i in range(count)]
-            import threading
             th = threading.Thread(target=nvml_util_sampler, args=(t0 + 6, samples))
             th.start()
             res = finish(procs, sync)
