@@ -120,6 +120,7 @@ struct Device {
   } ctl;
   bool running = false;     // holds the share turn (launching threads, under turn_mu)
   bool was_active = false;  // contended at the previous launch
+  int64_t take_since = 0;   // the turn is ours since then, once the last runner drains
   std::mutex turn_mu;
 };
 
@@ -170,6 +171,7 @@ LedgerComputeEntry* ClaimEntry(const uint8_t uuid[16], const ComputePolicy& p) {
       e.inflight_until_ns.store(0, kRlx);
       e.vtime_ns.store(0, kRlx);
       e.launches.store(0, kRlx);
+      g_gate->ledger->header.compute_cap_slice[i].store(0, kRlx);
       e.state.store(PackState(EntryState::kAlive, pid), std::memory_order_release);
       return &e;
     }
@@ -203,8 +205,19 @@ void ReleaseEntries() {
   }
 }
 
+// d's index in the ledger's compute table; -1 when it has a local entry.
+int EntryIndex(const Device& d) {
+  if (g_gate->ledger == nullptr || d.entry == &d.local_entry) return -1;
+  return static_cast<int>(d.entry - g_gate->ledger->header.compute);
+}
+
+// 1 + the slice whose cap compute entry i charges; 0: none.
+uint32_t CapSliceOf(int i) { return i < 0 ? 0 : g_gate->ledger->header.compute_cap_slice[i].load(kRlx); }
+
 // Finds the slice's shared cap word for d's GPU (gate thread, with the peer scan): the slice
 // and its GPU entry appear in the ledger once the memory side has attached and seen the GPU.
+// The entry then names the slice, so that the slice's other processes on this GPU take
+// exclusive turns with it (ScanPeers).
 void ResolveSliceCap(Device& d) {
   if (!g_gate->policy.capped() || g_gate->mapping == nullptr || d.slice_cap_tat.load(kRlx) != nullptr) return;
   const char* name = OptionValue(Option::Slice);
@@ -214,9 +227,16 @@ void ResolveSliceCap(Device& d) {
   const int gpu = g_gate->mapping->FindGpu(slice, d.uuid);
   if (gpu < 0) return;
   d.slice_cap_tat.store(&g_gate->ledger->slices[slice].cap_tat[gpu], std::memory_order_release);
+  const int mine = EntryIndex(d);
+  if (mine >= 0) g_gate->ledger->header.compute_cap_slice[mine].store(static_cast<uint32_t>(slice) + 1, kRlx);
 }
 
 // Refreshes d's peer list (alive entries on the same GPU, not ours) and frees dead ones.
+// Peers of our class take exclusive turns with us (share_peer) when either side gave a
+// share explicitly, or when both belong to one capped slice: on a GPU that time-slices
+// processes, each one's measured intervals would otherwise include the other's time, and the
+// slice would be charged for it twice. Whether we take turns is published
+// (kComputeTakesTurns), so that peers that do not are not waited for.
 void ScanPeers(Device& d) {
   if (g_gate->ledger == nullptr) return;
   ResolveSliceCap(d);
@@ -224,6 +244,7 @@ void ScanPeers(Device& d) {
   int n = 0;
   bool opp = false, share = false;
   const bool mine_set = g_gate->policy.share_set;
+  const uint32_t my_slice = CapSliceOf(EntryIndex(d));
   for (int i = 0; i < kLedgerMaxComputeEntries; ++i) {
     LedgerComputeEntry& e = table[i];
     if (&e == d.entry) continue;
@@ -236,11 +257,15 @@ void ScanPeers(Device& d) {
     const auto cls = static_cast<ComputeClass>(e.slice_class.load(kRlx));
     if (cls == ComputeClass::kOpportunistic) opp = true;
     if (cls == g_gate->policy.cls && (mine_set || (e.share_permille.load(kRlx) & kComputeShareSet) != 0)) share = true;
+    if (my_slice != 0 && CapSliceOf(i) == my_slice) share = true;
     d.peers[n++] = i;
   }
   d.peer_count.store(n, std::memory_order_release);
   d.opportunistic_peer.store(opp, kRlx);
   d.share_peer.store(share, kRlx);
+  const bool published = (d.entry->share_permille.load(kRlx) & kComputeTakesTurns) != 0;
+  if (share && !published) d.entry->share_permille.fetch_or(kComputeTakesTurns, kRlx);
+  if (!share && published) d.entry->share_permille.fetch_and(~kComputeTakesTurns, kRlx);
 }
 
 GateMode WantedMode() {
@@ -500,9 +525,9 @@ struct Contenders {
   bool running = false;           // one of them holds the turn
 };
 
-// The other processes of our class contending for this GPU now: waiting at their gate
-// (active) or with work queued (inflight). Dead ones stop contending by themselves: their
-// times are only ever refreshed by their own threads.
+// The other processes of our class that take turns and contend for this GPU now: waiting at
+// their gate (active) or with work queued (inflight). Dead ones stop contending by
+// themselves: their times are only ever refreshed by their own threads.
 Contenders FindContenders(Device& d, int64_t now) {
   Contenders c;
   if (g_gate->ledger == nullptr || !d.share_peer.load(kRlx)) return c;
@@ -511,6 +536,7 @@ Contenders FindContenders(Device& d, int64_t now) {
   for (int i = 0; i < n; ++i) {
     LedgerComputeEntry& e = table[d.peers[i]];
     if (static_cast<ComputeClass>(e.slice_class.load(kRlx)) != g_gate->policy.cls) continue;
+    if ((e.share_permille.load(kRlx) & kComputeTakesTurns) == 0) continue;
     const bool queued = e.inflight_until_ns.load(kRlx) > now;
     if (!queued && e.active_until_ns.load(kRlx) <= now) continue;
     const int64_t v = e.vtime_ns.load(kRlx);
@@ -522,7 +548,7 @@ Contenders FindContenders(Device& d, int64_t now) {
 }
 
 // How long to wait before launching on d now; 0: go.
-int64_t WaitBeforeLaunch(Device& d, int64_t now, int64_t first_try) {
+int64_t WaitBeforeLaunch(Device& d, int64_t now) {
   const ComputePolicy& p = g_gate->policy;
   int64_t wait = 0;
   if (p.capped()) wait = GcraWaitNs(CapTat(d).load(kRlx), now);
@@ -540,6 +566,7 @@ int64_t WaitBeforeLaunch(Device& d, int64_t now, int64_t first_try) {
   std::lock_guard<std::mutex> lock(d.turn_mu);
   if (c.min_vtime == INT64_MAX) {
     d.was_active = false;
+    d.take_since = 0;
     SetRunning(d, false);
     return 0;
   }
@@ -552,13 +579,17 @@ int64_t WaitBeforeLaunch(Device& d, int64_t now, int64_t first_try) {
     d.was_active = true;
   }
   if (!ShareTurn(mine, c.min_vtime, d.running, c.running)) {
+    d.take_since = 0;
     SetRunning(d, false);
     return 200'000;
   }
   if (!d.running) {
     // Taking the turn: let the previous runner's queued work drain first, so that measured
-    // intervals are ours alone (bounded: a stalled peer cannot hold us).
-    if (c.inflight && now - first_try < kDrainWaitMaxNs) return 50'000;
+    // intervals are ours alone (bounded from the moment the turn became ours: a stalled
+    // peer cannot hold us).
+    if (d.take_since == 0) d.take_since = now;
+    if (c.inflight && now - d.take_since < kDrainWaitMaxNs) return 50'000;
+    d.take_since = 0;
     SetRunning(d, true);
   }
   return 0;
@@ -709,12 +740,15 @@ void BeforeLaunch(CUstream stream, bool per_thread) {
     return;
   }
   d->entry->launches.fetch_add(1, kRlx);
-  const int64_t first_try = NowNs();
-  for (int64_t now = first_try;; now = NowNs()) {
+  for (int64_t now = NowNs();; now = NowNs()) {
     d->entry->active_until_ns.store(now + kActiveHoldNs, kRlx);
-    const int64_t wait = WaitBeforeLaunch(*d, now, first_try);
+    const int64_t wait = WaitBeforeLaunch(*d, now);
     if (wait > 0) {
-      SleepNs(wait < 1'000'000 ? wait : 1'000'000);
+      // Still contending while asleep (a late wake-up must not read as "stopped contending":
+      // peers taking turns would hand the turn back and forth).
+      const int64_t nap = wait < 1'000'000 ? wait : 1'000'000;
+      d->entry->active_until_ns.store(now + nap + kActiveHoldNs, kRlx);
+      SleepNs(nap);
       continue;
     }
     if (DepthBounded(*d) && !DepthAllows(Outstanding(*d), d->mean_launch_ns.load(kRlx), DepthNs(*d))) {

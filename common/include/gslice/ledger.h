@@ -123,6 +123,7 @@ static_assert(sizeof(LedgerComputeEntry) == 80);
 inline constexpr uint32_t kComputeShareMask = 0xffffu;        // share_permille: the weight, 1..1000
 inline constexpr uint32_t kComputeShareSet = 0x80000000u;      // the share was given explicitly
 inline constexpr uint32_t kComputeShareRunning = 0x40000000u;  // holds the share turn
+inline constexpr uint32_t kComputeTakesTurns = 0x20000000u;    // takes exclusive turns with peers
 
 struct LedgerHeader {
   uint32_t magic;
@@ -134,7 +135,11 @@ struct LedgerHeader {
   std::atomic<int64_t> create_lock_ns; // CLOCK_MONOTONIC when taken
   std::atomic<uint64_t> create_lock_pid_ns;  // the holder's pid namespace
   LedgerComputeEntry compute[kLedgerMaxComputeEntries];
-  uint8_t reserved[4096 - 56 - sizeof(LedgerComputeEntry) * kLedgerMaxComputeEntries];
+  // compute_cap_slice[e]: 1 + the index of the slice whose cap compute entry e charges
+  // (LedgerSlice::cap_tat), 0 for none. Written by the entry's owner; processes of one capped
+  // slice take exclusive turns on a GPU (docs/compute.md).
+  std::atomic<uint32_t> compute_cap_slice[kLedgerMaxComputeEntries];
+  uint8_t reserved[4096 - 56 - (sizeof(LedgerComputeEntry) + 4) * kLedgerMaxComputeEntries];
 };
 static_assert(sizeof(LedgerHeader) == 4096);
 
