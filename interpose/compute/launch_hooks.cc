@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 
 #include "cuda_exports.h"
 #include "launch_gate.h"
@@ -39,23 +40,175 @@ constexpr int kLeavePriority = INT32_MIN;
 constexpr int kUndecided = INT32_MAX;
 std::atomic<int> g_class_priority{kUndecided};
 
+// Whether the legacy default stream's work goes to a class stream (below): the class has a
+// priority and it is not the default stream's own (0, the device's least).
+std::atomic<bool> g_map_legacy{false};
+
 int ClassPriority() {
-  int p = g_class_priority.load(std::memory_order_relaxed);
+  int p = g_class_priority.load(std::memory_order_acquire);
   if (p != kUndecided) return p;
   compute::ComputePolicy policy;
   char error[128];
   int chosen = kLeavePriority;
+  int least = 0, greatest = 0;
   if (compute::ParseComputePolicy(nullptr, nullptr, OptionValue(Option::Class), &policy, error, sizeof error) &&
       OptionIsSet(Option::Class)) {
-    int least = 0, greatest = 0;
     auto range = Real<CUresult (*)(int*, int*)>(ex::kSlot_cuCtxGetStreamPriorityRange);
-    if (range != nullptr && range(&least, &greatest) == CUDA_SUCCESS) {
-      chosen = policy.cls == compute::ComputeClass::kOpportunistic ? least : greatest;
-    }
+    if (range == nullptr || range(&least, &greatest) != CUDA_SUCCESS) return kLeavePriority;  // ask again later
+    chosen = policy.cls == compute::ComputeClass::kOpportunistic ? least : greatest;
   }
-  g_class_priority.store(chosen, std::memory_order_relaxed);
+  g_map_legacy.store(chosen != kLeavePriority && chosen != 0 && chosen != least, std::memory_order_relaxed);
+  g_class_priority.store(chosen, std::memory_order_release);
   return chosen;
 }
+
+bool MapsLegacy() {
+  if (g_class_priority.load(std::memory_order_acquire) == kUndecided) ClassPriority();
+  return g_map_legacy.load(std::memory_order_relaxed);
+}
+
+// ---- the default stream at the class's priority ---------------------------------------
+//
+// The legacy default stream has priority 0, the least a GPU offers, and the driver lets no
+// one change it; frameworks (PyTorch among them) run most of their work there. For a class
+// with a greater priority (guaranteed), work the application puts on the legacy stream of a
+// context goes to a *class stream* instead: one blocking stream per context, created at the
+// class's priority. A blocking stream keeps the legacy stream's ordering both ways (every
+// legacy-stream operation waits for the blocking streams' earlier work, and they wait for
+// its), so copies, memsets, waits and host callbacks left on the legacy stream stay in
+// order with the kernels moved off it. What a blocking stream does not have is the legacy
+// stream's ordering with the application's *other* blocking streams and with per-thread
+// default streams: the first time a context shows either (a blocking stream created, a
+// per-thread default stream used), the class stream is drained and the context's legacy
+// work stays where the application put it from then on.
+struct ClassStream {
+  CUcontext ctx = nullptr;
+  CUdevice dev = -1;
+  CUstream stream = nullptr;  // nullptr: this context's legacy work is not moved
+};
+constexpr int kMaxClassStreams = 32;
+std::mutex g_class_mu;
+ClassStream g_class_streams[kMaxClassStreams];
+int g_class_count = 0;
+// Bumped whenever an entry stops mapping or goes away: threads' cached lookups expire.
+std::atomic<uint64_t> g_class_generation{1};
+
+CUcontext CurrentContext() {
+  auto get = Real<CUresult (*)(CUcontext*)>(ex::kSlot_cuCtxGetCurrent);
+  CUcontext ctx = nullptr;
+  if (get == nullptr || get(&ctx) != CUDA_SUCCESS) return nullptr;
+  return ctx;
+}
+
+bool IsLegacy(CUstream s, bool per_thread) { return s == CU_STREAM_LEGACY || (s == nullptr && !per_thread); }
+bool IsPerThread(CUstream s, bool per_thread) { return s == CU_STREAM_PER_THREAD || (s == nullptr && per_thread); }
+
+// ctx's entry (g_class_mu held); creates it, with a class stream when create is set.
+ClassStream* ClassEntry(CUcontext ctx, bool create) {
+  for (int i = 0; i < g_class_count; ++i) {
+    if (g_class_streams[i].ctx == ctx) return &g_class_streams[i];
+  }
+  if (g_class_count == kMaxClassStreams) return nullptr;
+  ClassStream& e = g_class_streams[g_class_count++];
+  e = ClassStream{ctx, -1, nullptr};
+  auto get_device = Real<CUresult (*)(CUdevice*)>(ex::kSlot_cuCtxGetDevice);
+  if (get_device != nullptr) get_device(&e.dev);
+  auto with_priority = Real<CUresult (*)(CUstream*, unsigned, int)>(ex::kSlot_cuStreamCreateWithPriority);
+  if (create && with_priority != nullptr && with_priority(&e.stream, CU_STREAM_DEFAULT, ClassPriority()) != CUDA_SUCCESS) {
+    e.stream = nullptr;
+    Log(LogLevel::kWarn, "compute: cannot create a stream at the class's priority; default-stream work keeps its own");
+  }
+  return &e;
+}
+
+// Each thread remembers its last context's answer until the generation moves.
+struct ClassCache {
+  CUcontext ctx = nullptr;
+  CUstream stream = nullptr;
+  uint64_t generation = 0;
+};
+thread_local ClassCache t_class_cache;
+
+// The class stream behind ctx's legacy stream (created at the first call), or nullptr.
+CUstream ClassStreamOf(CUcontext ctx) {
+  ClassCache& c = t_class_cache;
+  const uint64_t generation = g_class_generation.load(std::memory_order_acquire);
+  if (ctx == c.ctx && generation == c.generation) return c.stream;
+  std::lock_guard<std::mutex> lock(g_class_mu);
+  ClassStream* e = ClassEntry(ctx, /*create=*/true);
+  c = ClassCache{ctx, e != nullptr ? e->stream : nullptr, generation};
+  return c.stream;
+}
+
+// ctx's legacy work stays on the legacy stream from now on; what went to its class stream so
+// far is finished first, so nothing the application orders after this point can overtake it.
+void StopMovingLegacyWork(CUcontext ctx) {
+  ClassCache& c = t_class_cache;
+  if (ctx == c.ctx && c.stream == nullptr && g_class_generation.load(std::memory_order_acquire) == c.generation) return;
+  std::lock_guard<std::mutex> lock(g_class_mu);
+  ClassStream* e = ClassEntry(ctx, /*create=*/false);
+  if (e != nullptr && e->stream != nullptr) {
+    // Relaxed capture mode: a capture under way in this thread must not be invalidated by a
+    // wait on a stream it does not involve. The stream itself is kept (another thread may be
+    // launching on it right now); it is idle from here on.
+    auto exchange = Real<CUresult (*)(CUstreamCaptureMode*)>(ex::kSlot_cuThreadExchangeStreamCaptureMode);
+    auto sync = Real<CUresult (*)(CUstream)>(ex::kSlot_cuStreamSynchronize);
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    const bool exchanged = exchange != nullptr && exchange(&mode) == CUDA_SUCCESS;
+    if (sync != nullptr) sync(e->stream);
+    if (exchanged) exchange(&mode);
+    e->stream = nullptr;
+    g_class_generation.fetch_add(1, std::memory_order_acq_rel);
+  }
+  if (e != nullptr) c = ClassCache{ctx, nullptr, g_class_generation.load(std::memory_order_acquire)};
+}
+
+}  // namespace
+
+CUstream ClassStreamFor(CUstream s, bool per_thread) {
+  if (!MapsLegacy()) return s;
+  if (IsPerThread(s, per_thread)) {
+    NoteStreamUse(s, per_thread);
+    return s;
+  }
+  if (!IsLegacy(s, per_thread)) return s;
+  CUcontext ctx = CurrentContext();
+  CUstream mine = ctx != nullptr ? ClassStreamOf(ctx) : nullptr;
+  return mine != nullptr ? mine : s;
+}
+
+CUstream ClassStreamBehind(CUstream s, bool per_thread) {
+  if (!IsLegacy(s, per_thread) || !MapsLegacy()) return nullptr;
+  CUcontext ctx = CurrentContext();
+  return ctx != nullptr ? ClassStreamOf(ctx) : nullptr;
+}
+
+void NoteBlockingStream() {
+  if (!MapsLegacy()) return;
+  CUcontext ctx = CurrentContext();
+  if (ctx != nullptr) StopMovingLegacyWork(ctx);
+}
+
+void NoteStreamUse(CUstream s, bool per_thread) {
+  if (!IsPerThread(s, per_thread) || !MapsLegacy()) return;
+  CUcontext ctx = CurrentContext();
+  if (ctx != nullptr) StopMovingLegacyWork(ctx);
+}
+
+void ForgetClassStreams(CUcontext ctx, CUdevice dev) {
+  std::lock_guard<std::mutex> lock(g_class_mu);
+  int kept = 0;
+  for (int i = 0; i < g_class_count; ++i) {
+    const ClassStream& e = g_class_streams[i];
+    if (e.ctx == ctx || (ctx == nullptr && e.dev == dev)) continue;
+    g_class_streams[kept++] = e;
+  }
+  if (kept == g_class_count) return;
+  g_class_count = kept;
+  g_class_generation.fetch_add(1, std::memory_order_acq_rel);
+}
+
+namespace {
 
 template <typename Launch>
 CUresult Gated(CUstream s, bool per_thread, Launch launch) {
@@ -65,6 +218,18 @@ CUresult Gated(CUstream s, bool per_thread, Launch launch) {
   CUresult r = launch();
   compute::AfterLaunch(s, per_thread);
   return r;
+}
+
+// cuLaunchKernelEx: the launch goes through a copy of the caller's config when its stream
+// moves to the class stream.
+template <typename Launch>
+CUresult LaunchEx(const CUlaunchConfig* config, bool per_thread, Launch launch) {
+  if (config == nullptr) return Gated(nullptr, per_thread, [&] { return launch(config); });
+  const CUstream s = ClassStreamFor(config->hStream, per_thread);
+  if (s == config->hStream) return Gated(s, per_thread, [&] { return launch(config); });
+  CUlaunchConfig moved = *config;
+  moved.hStream = s;
+  return Gated(s, per_thread, [&] { return launch(&moved); });
 }
 
 }  // namespace
@@ -95,6 +260,7 @@ GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuLaunchKernel(CUfunction f, unsigned g
                                                         void** params, void** extra) {
   auto real = REAL_FN(cuLaunchKernel);
   FORWARD_OR_UNINIT(real);
+  s = gslice::shim::ClassStreamFor(s, false);
   return gslice::shim::Gated(s, false, [&] { return real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra); });
 }
 
@@ -103,6 +269,7 @@ GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuLaunchKernel_ptsz(CUfunction f, unsig
                                                              CUstream s, void** params, void** extra) {
   auto real = REAL_FN(cuLaunchKernel_ptsz);
   FORWARD_OR_UNINIT(real);
+  s = gslice::shim::ClassStreamFor(s, true);
   return gslice::shim::Gated(s, true, [&] { return real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra); });
 }
 
@@ -110,16 +277,14 @@ GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuLaunchKernelEx(const CUlaunchConfig* 
                                                           void** extra) {
   auto real = REAL_FN(cuLaunchKernelEx);
   FORWARD_OR_UNINIT(real);
-  CUstream s = config != nullptr ? config->hStream : nullptr;
-  return gslice::shim::Gated(s, false, [&] { return real(config, f, params, extra); });
+  return gslice::shim::LaunchEx(config, false, [&](const CUlaunchConfig* c) { return real(c, f, params, extra); });
 }
 
 GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f,
                                                                void** params, void** extra) {
   auto real = REAL_FN(cuLaunchKernelEx_ptsz);
   FORWARD_OR_UNINIT(real);
-  CUstream s = config != nullptr ? config->hStream : nullptr;
-  return gslice::shim::Gated(s, true, [&] { return real(config, f, params, extra); });
+  return gslice::shim::LaunchEx(config, true, [&](const CUlaunchConfig* c) { return real(c, f, params, extra); });
 }
 
 GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
@@ -127,6 +292,7 @@ GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuLaunchCooperativeKernel(CUfunction f,
                                                                    unsigned shmem, CUstream s, void** params) {
   auto real = REAL_FN(cuLaunchCooperativeKernel);
   FORWARD_OR_UNINIT(real);
+  s = gslice::shim::ClassStreamFor(s, false);
   return gslice::shim::Gated(s, false, [&] { return real(f, gx, gy, gz, bx, by, bz, shmem, s, params); });
 }
 
@@ -136,23 +302,30 @@ GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuLaunchCooperativeKernel_ptsz(CUfuncti
                                                                         void** params) {
   auto real = REAL_FN(cuLaunchCooperativeKernel_ptsz);
   FORWARD_OR_UNINIT(real);
+  s = gslice::shim::ClassStreamFor(s, true);
   return gslice::shim::Gated(s, true, [&] { return real(f, gx, gy, gz, bx, by, bz, shmem, s, params); });
 }
 
 // Streams the application creates get its class's priority (GSLICE_CLASS given): within
 // the process, and across processes where the GPU honours priorities (MPS).
+// A blocking stream of the application's own ends the moving of its context's legacy work
+// (see ClassStream above).
 GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuStreamCreate(CUstream* s, unsigned flags) {
   auto real = REAL_FN(cuStreamCreate);
   FORWARD_OR_UNINIT(real);
   const int priority = gslice::shim::ClassPriority();
   auto with_priority = REAL_FN(cuStreamCreateWithPriority);
-  if (priority == gslice::shim::kLeavePriority || with_priority == nullptr) return real(s, flags);
-  return with_priority(s, flags, priority);
+  CUresult r = priority == gslice::shim::kLeavePriority || with_priority == nullptr ? real(s, flags)
+                                                                                     : with_priority(s, flags, priority);
+  if (r == CUDA_SUCCESS && (flags & CU_STREAM_NON_BLOCKING) == 0) gslice::shim::NoteBlockingStream();
+  return r;
 }
 
 GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuStreamCreateWithPriority(CUstream* s, unsigned flags, int priority) {
   auto real = REAL_FN(cuStreamCreateWithPriority);
   FORWARD_OR_UNINIT(real);
   const int cls = gslice::shim::ClassPriority();
-  return real(s, flags, cls == gslice::shim::kLeavePriority ? priority : cls);
+  CUresult r = real(s, flags, cls == gslice::shim::kLeavePriority ? priority : cls);
+  if (r == CUDA_SUCCESS && (flags & CU_STREAM_NON_BLOCKING) == 0) gslice::shim::NoteBlockingStream();
+  return r;
 }

@@ -18,6 +18,24 @@ void StartLaunchGate(void* const* real, void* real_handle);
 // ignored without MPS). A value the user set is kept.
 void AskMpsForClassPriority();
 
+// The default stream at the class's priority (launch_hooks.cc, docs/compute.md): for a
+// guaranteed process, work put on a context's legacy default stream goes to a blocking stream
+// of that context created at the class's priority, until the context shows a blocking stream
+// or a per-thread default stream of the application's own.
+// per_thread: the caller is a _ptsz/_ptds variant (where nullptr names the per-thread stream).
+// The stream a launch, graph launch or event record on s goes to.
+CUstream ClassStreamFor(CUstream s, bool per_thread);
+// For synchronising on or querying s: the class stream behind it (its legacy stream's moved
+// work), or nullptr.
+CUstream ClassStreamBehind(CUstream s, bool per_thread);
+// A call on s: a per-thread default stream in use ends the moving in the current context.
+void NoteStreamUse(CUstream s, bool per_thread);
+// The application created a blocking stream in the current context.
+void NoteBlockingStream();
+// A context is destroyed (ctx), or a device's primary context reset or released (ctx
+// nullptr, dev): its class stream is forgotten.
+void ForgetClassStreams(CUcontext ctx, CUdevice dev);
+
 }  // namespace gslice::shim
 
 #define GSLICE_COMPUTE_HOOK extern "C" __attribute__((visibility("hidden")))

@@ -267,6 +267,14 @@ GSLICE_EXPORT CUresult gslice_hook_cuDevicePrimaryCtxRetain(CUcontext* pctx, CUd
 
 GSLICE_EXPORT CUresult gslice_hook_cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   CUresult r = REAL(cuDevicePrimaryCtxRelease_v2)(dev);
+  if (r == CUDA_SUCCESS) {
+    unsigned flags = 0;
+    int active = 1;
+    auto get_state = reinterpret_cast<CUresult (*)(CUdevice, unsigned*, int*)>(g_real[ex::kSlot_cuDevicePrimaryCtxGetState]);
+    if (get_state(dev, &flags, &active) == CUDA_SUCCESS && !active) {
+      ForgetClassStreams(nullptr, dev);  // launch_hooks.h
+    }
+  }
   if (r == CUDA_SUCCESS && Active() && dev >= 0 && dev < kMaxDevices) {
     int refs = g_primary_refs[dev].load();
     while (refs > 0 && !g_primary_refs[dev].compare_exchange_weak(refs, refs - 1)) {
@@ -277,6 +285,7 @@ GSLICE_EXPORT CUresult gslice_hook_cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
 }
 
 GSLICE_EXPORT CUresult gslice_hook_cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+  ForgetClassStreams(nullptr, dev);  // launch_hooks.h
   CUresult r = REAL(cuDevicePrimaryCtxReset_v2)(dev);
   if (r == CUDA_SUCCESS && Active() && dev >= 0 && dev < kMaxDevices) {
     if (g_primary_refs[dev].exchange(0) > 0) g_account->Release(GpuOfDevice(dev), g_context_overhead);
@@ -296,6 +305,7 @@ GSLICE_EXPORT CUresult gslice_hook_cuCtxCreate_v4(CUcontext* pctx, CUctxCreatePa
 }
 
 GSLICE_EXPORT CUresult gslice_hook_cuCtxDestroy_v2(CUcontext ctx) {
+  ForgetClassStreams(ctx, -1);  // launch_hooks.h
   if (!Active()) return REAL(cuCtxDestroy_v2)(ctx);
   AllocRecord rec;
   bool known = Forget(reinterpret_cast<uint64_t>(ctx), AllocKind::kContext, &rec);
@@ -586,6 +596,7 @@ GSLICE_EXPORT CUresult gslice_hook_cuGraphInstantiateWithParams_ptsz(CUgraphExec
 
 GSLICE_EXPORT CUresult gslice_hook_cuGraphLaunch(CUgraphExec exec, CUstream stream) {
   ResumeGate();
+  stream = ClassStreamFor(stream, false);  // the default stream at the class's priority
   const bool gated = compute::LaunchGateActive();  // compute slices (launch_gate.h)
   if (gated) compute::BeforeLaunch(stream, false);
   CUresult r = REAL(cuGraphLaunch)(exec, stream);
@@ -598,6 +609,7 @@ GSLICE_EXPORT CUresult gslice_hook_cuGraphLaunch(CUgraphExec exec, CUstream stre
 
 GSLICE_EXPORT CUresult gslice_hook_cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream) {
   ResumeGate();
+  stream = ClassStreamFor(stream, true);
   const bool gated = compute::LaunchGateActive();  // compute slices (launch_gate.h)
   if (gated) compute::BeforeLaunch(stream, true);
   CUresult r = REAL(cuGraphLaunch_ptsz)(exec, stream);

@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "cuda_exports.h"
+#include "launch_hooks.h"
 #include "resume_gate.h"
 
 namespace gslice::shim {
@@ -36,12 +37,24 @@ namespace ex = gslice::cuda_exports;
   else gslice::shim::ResumeGateQuiet();                                      \
   return fn(__VA_ARGS__);
 
+// Synchronising on the legacy stream waits for the class stream too (launch_hooks.h).
+#define SYNC_BODY(sym, per_thread, s)                                                \
+  auto fn = Real<decltype(&gslice_hook_##sym)>(ex::kSlot_##sym);                     \
+  if (fn == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                              \
+  gslice::shim::ResumeGate();                                                        \
+  gslice::shim::NoteStreamUse(s, per_thread);                                        \
+  if (CUstream moved = gslice::shim::ClassStreamBehind(s, per_thread); moved != nullptr) { \
+    CUresult r = fn(moved);                                                          \
+    if (r != CUDA_SUCCESS) return r;                                                 \
+  }                                                                                  \
+  return fn(s);
+
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamSynchronize(CUstream s) {
-  GATED_BODY(cuStreamSynchronize, true, s)
+  SYNC_BODY(cuStreamSynchronize, false, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamSynchronize_ptsz(CUstream s) {
-  GATED_BODY(cuStreamSynchronize_ptsz, true, s)
+  SYNC_BODY(cuStreamSynchronize_ptsz, true, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuCtxSynchronize(void) {
@@ -56,11 +69,16 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuEventSynchronize(CUevent e) {
   GATED_BODY(cuEventSynchronize, true, e)
 }
 
+// Event records, synchronisation and queries on the legacy default stream also cover the
+// work moved off it to the class stream (launch_hooks.h, ClassStreamFor); a per-thread
+// default stream in use ends that moving (NoteStreamUse).
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuEventRecord(CUevent e, CUstream s) {
+  s = gslice::shim::ClassStreamFor(s, false);
   GATED_BODY(cuEventRecord, true, e, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuEventRecord_ptsz(CUevent e, CUstream s) {
+  s = gslice::shim::ClassStreamFor(s, true);
   GATED_BODY(cuEventRecord_ptsz, true, e, s)
 }
 
@@ -68,12 +86,23 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuEventQuery(CUevent e) {
   GATED_BODY(cuEventQuery, false, e)
 }
 
+#define QUERY_BODY(sym, per_thread, s)                                               \
+  auto fn = Real<decltype(&gslice_hook_##sym)>(ex::kSlot_##sym);                     \
+  if (fn == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                              \
+  gslice::shim::ResumeGateQuiet();                                                   \
+  gslice::shim::NoteStreamUse(s, per_thread);                                        \
+  if (CUstream moved = gslice::shim::ClassStreamBehind(s, per_thread); moved != nullptr) { \
+    CUresult r = fn(moved);                                                          \
+    if (r != CUDA_SUCCESS) return r;                                                 \
+  }                                                                                  \
+  return fn(s);
+
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamQuery(CUstream s) {
-  GATED_BODY(cuStreamQuery, false, s)
+  QUERY_BODY(cuStreamQuery, false, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamQuery_ptsz(CUstream s) {
-  GATED_BODY(cuStreamQuery_ptsz, false, s)
+  QUERY_BODY(cuStreamQuery_ptsz, true, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags) {
@@ -81,6 +110,7 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamWaitEvent(CUstream s, CUevent e,
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamWaitEvent_ptsz(CUstream s, CUevent e, unsigned flags) {
+  gslice::shim::NoteStreamUse(s, true);
   GATED_BODY(cuStreamWaitEvent_ptsz, true, s, e, flags)
 }
 
@@ -89,6 +119,7 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamIsCapturing(CUstream s, CUstream
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamIsCapturing_ptsz(CUstream s, CUstreamCaptureStatus* status) {
+  gslice::shim::NoteStreamUse(s, true);
   GATED_BODY(cuStreamIsCapturing_ptsz, true, s, status)
 }
 
@@ -97,6 +128,7 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpy(CUdeviceptr dst, CUdeviceptr sr
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  gslice::shim::NoteStreamUse(CU_STREAM_PER_THREAD, true);
   GATED_BODY(cuMemcpy_ptds, true, dst, src, n)
 }
 
@@ -105,6 +137,7 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyAsync(CUdeviceptr dst, CUdevicep
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+  gslice::shim::NoteStreamUse(s, true);
   GATED_BODY(cuMemcpyAsync_ptsz, true, dst, src, n, s)
 }
 
@@ -113,6 +146,7 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoH_v2(void* dst, CUdeviceptr s
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoH_v2_ptds(void* dst, CUdeviceptr src, size_t n) {
+  gslice::shim::NoteStreamUse(CU_STREAM_PER_THREAD, true);
   GATED_BODY(cuMemcpyDtoH_v2_ptds, true, dst, src, n)
 }
 
@@ -121,6 +155,7 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyHtoD_v2(CUdeviceptr dst, const v
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void* src, size_t n) {
+  gslice::shim::NoteStreamUse(CU_STREAM_PER_THREAD, true);
   GATED_BODY(cuMemcpyHtoD_v2_ptds, true, dst, src, n)
 }
 
@@ -129,6 +164,7 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoHAsync_v2(void* dst, CUdevice
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoHAsync_v2_ptsz(void* dst, CUdeviceptr src, size_t n, CUstream s) {
+  gslice::shim::NoteStreamUse(s, true);
   GATED_BODY(cuMemcpyDtoHAsync_v2_ptsz, true, dst, src, n, s)
 }
 
@@ -137,6 +173,7 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyHtoDAsync_v2(CUdeviceptr dst, co
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void* src, size_t n, CUstream s) {
+  gslice::shim::NoteStreamUse(s, true);
   GATED_BODY(cuMemcpyHtoDAsync_v2_ptsz, true, dst, src, n, s)
 }
 
@@ -145,6 +182,7 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CU
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+  gslice::shim::NoteStreamUse(s, true);
   GATED_BODY(cuMemcpyDtoDAsync_v2_ptsz, true, dst, src, n, s)
 }
 
@@ -153,6 +191,7 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemsetD8Async(CUdeviceptr dst, unsigne
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemsetD8Async_ptsz(CUdeviceptr dst, unsigned char v, size_t n, CUstream s) {
+  gslice::shim::NoteStreamUse(s, true);
   GATED_BODY(cuMemsetD8Async_ptsz, true, dst, v, n, s)
 }
 
@@ -161,5 +200,6 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemsetD32Async(CUdeviceptr dst, unsign
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemsetD32Async_ptsz(CUdeviceptr dst, unsigned v, size_t n, CUstream s) {
+  gslice::shim::NoteStreamUse(s, true);
   GATED_BODY(cuMemsetD32Async_ptsz, true, dst, v, n, s)
 }

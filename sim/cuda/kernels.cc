@@ -6,6 +6,8 @@
 // Blank lines and lines starting with '#' are ignored. Behaviours and their parameters:
 //   busy (uint64_t microseconds)                     keeps the device busy that long
 //   fill (uint32_t* dst, uint32_t pattern, uint64_t count)  writes pattern count times
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <fstream>
@@ -157,6 +159,14 @@ CUresult Launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx
   ApiGate gate;
   CUctx_st* target = s->ctx;
   const int priority = priority_override != nullptr ? *priority_override : s->priority;
+  static const bool trace = [] {
+    const char* v = getenv("GSLICE_SIM_TRACE_LAUNCHES");
+    return v != nullptr && strcmp(v, "1") == 0;
+  }();
+  if (trace) {
+    const char* kind = s->kind == StreamKind::kLegacy ? "legacy" : s->kind == StreamKind::kPerThread ? "per-thread" : "user";
+    fprintf(stderr, "gslice sim: launch %s stream=%s priority=%d\n", f->name.c_str(), kind, priority);
+  }
   const auto behaviour = f->behaviour;
   Enqueue(s, [target, priority, behaviour, args] {
     if (target->sticky_error.load() != CUDA_SUCCESS) return;  // a faulted context runs nothing

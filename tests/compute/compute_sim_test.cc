@@ -352,6 +352,45 @@ TEST_F(ComputeSim, ThroughTheShimCapAndClassesHold) {
   EXPECT_GE(static_cast<double>(rs[1].Between(1100, 2000)) / 900.0, 0.70 * g_rate) << rs[1].raw;
 }
 
+// Work on the legacy default stream runs at the class's stream priority: a guaranteed
+// process's legacy-stream kernels go to a blocking stream at the device's greatest priority,
+// in order with the copies, memsets and event records left on the legacy stream, until the
+// process creates a blocking stream of its own (then they stay on the legacy stream, still in
+// order). Without a class, and for opportunistic work (whose least priority the legacy stream
+// already has), nothing moves. The simulated driver traces each launch's stream and priority.
+TEST_F(ComputeSim, DefaultStreamWorkRunsAtTheClassPriority) {
+  const std::string check = std::string(GSLICE_TEST_BIN_DIR) + "/gslice_default_stream_check";
+  auto run = [&](const char* cls) {
+    std::map<std::string, std::string> env = {{"GSLICE_SIM_TRACE_LAUNCHES", "1"},
+                                              {"LD_LIBRARY_PATH", GSLICE_TEST_SIM_DIR},
+                                              {"LD_PRELOAD", AsanFirst() + GSLICE_TEST_SHIM_DIR "/libcuda.so.1"},
+                                              {"GSLICE_REAL_DRIVER", GSLICE_TEST_SIM_DIR "/libcuda.so.1"}};
+    if (cls[0] != '\0') env["GSLICE_CLASS"] = cls;
+    Worker w = StartProgram(check, env, {"order"}, /*stderr_too=*/true);
+    return Wait(w).raw;
+  };
+  auto count = [](const std::string& out, const std::string& what) {
+    size_t n = 0;
+    for (size_t p = out.find(what); p != std::string::npos; p = out.find(what, p + 1)) ++n;
+    return n;
+  };
+  const std::string guaranteed = run("guaranteed");
+  ASSERT_NE(guaranteed.find("order ok"), std::string::npos) << guaranteed;
+  // 41 fills and 61 busy kernels before the blocking stream, all moved; the blocking stream's
+  // own two kernels have the class's priority too; the one legacy kernel after it stays.
+  EXPECT_EQ(count(guaranteed, "stream=user priority=-5"), 102u + 2u) << guaranteed;
+  EXPECT_EQ(count(guaranteed, "launch gslice_fill stream=legacy priority=0"), 1u) << guaranteed;
+  EXPECT_EQ(count(guaranteed, "stream=legacy"), 1u) << guaranteed;
+  const std::string unset = run("");
+  ASSERT_NE(unset.find("order ok"), std::string::npos) << unset;
+  EXPECT_EQ(count(unset, "stream=legacy priority=0"), 103u) << unset;
+  EXPECT_EQ(count(unset, "priority=-5"), 0u) << unset;
+  const std::string opportunistic = run("opportunistic");
+  ASSERT_NE(opportunistic.find("order ok"), std::string::npos) << opportunistic;
+  EXPECT_EQ(count(opportunistic, "stream=legacy priority=0"), 103u) << opportunistic;
+  EXPECT_EQ(count(opportunistic, "priority=-5"), 0u) << opportunistic;
+}
+
 // The shim asks MPS for below-normal priority for opportunistic processes (the variable is
 // read when the driver connects to an MPS server); a value the user set is kept.
 TEST_F(ComputeSim, ShimAsksMpsForLowPriorityForOpportunisticWork) {

@@ -6,7 +6,8 @@
 # Owns the MPS control daemon of its MPS phase: started with its own pipe and log folders
 # under a temp dir, and always stopped (trap) so none is left running.
 # Environment: COMPUTE_CASES (1-5: bench/gpu/compute/suite.py; 6: reaction and a slice cap
-# across two processes, bench/gpu/compute/reaction.py), COMPUTE_WINDOW_S.
+# across two processes, bench/gpu/compute/reaction.py; 7: the default stream at the class's
+# priority, gslice_default_stream_check and PyTorch), COMPUTE_WINDOW_S.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 OUT="${OUT:-$PWD/gpu-out}"
@@ -51,10 +52,58 @@ $py "$suite" plain --state "$state"
 echo "plain phase: $((SECONDS - start)) s"
 
 # Reaction (regaining an idle GPU, settling) and a slice's cap across two processes.
-if [[ ",${COMPUTE_CASES:-1,2,3,4,5,6}," == *",6,"* ]]; then
+if [[ ",${COMPUTE_CASES:-1,2,3,4,5,6,7}," == *",6,"* ]]; then
   $py bench/gpu/compute/reaction.py run --gslice "$build/bin/gslice" --json "$OUT/reaction.json" > "$OUT/reaction.log" 2>&1 ||
     echo "RESULT compute.reaction FAIL reaction.py exited $? (see reaction.log)"
   grep '^RESULT' "$OUT/reaction.log"
+fi
+
+# The default stream at the class's priority (launch_hooks.h): legacy-stream work of a
+# guaranteed process stays in order (driver-API checks, and a PyTorch training run that must
+# match the same run without gslice bit for bit), and runs ahead of a low-priority flood.
+if [[ ",${COMPUTE_CASES:-1,2,3,4,5,6,7}," == *",7,"* ]]; then
+  chk="$build/bin/gslice_default_stream_check"
+  real=""
+  for p in /usr/local/nvidia/lib64/libcuda.so.1 /usr/lib/x86_64-linux-gnu/libcuda.so.1 /usr/lib64/libcuda.so.1; do
+    [ -e "$p" ] && { real="$p"; break; }
+  done
+  ok=1
+  for cls in guaranteed opportunistic; do
+    if ! "$build/bin/gslice" run --memory=8GiB --class="$cls" -- "$chk" order >> "$OUT/default_stream.log" 2>&1; then ok=0; fi
+  done
+  "$chk" order >> "$OUT/default_stream.log" 2>&1 || ok=0
+  [ $ok = 1 ] && echo "RESULT compute.default_stream.order PASS legacy-stream kernels, copies, memsets, events and a later blocking stream stay in order (guaranteed, opportunistic, native)" ||
+    echo "RESULT compute.default_stream.order FAIL see default_stream.log"
+  train='import hashlib, torch
+torch.manual_seed(0); torch.use_deterministic_algorithms(True)
+m = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.GELU(), torch.nn.Linear(4096, 1024)).cuda()
+opt = torch.optim.SGD(m.parameters(), lr=1e-3)
+x = torch.randn(256, 1024, device="cuda"); y = torch.randn(256, 1024, device="cuda")
+for _ in range(200):
+    opt.zero_grad(); loss = ((m(x) - y) ** 2).mean(); loss.backward(); opt.step()
+h = hashlib.sha256(b"".join(p.detach().cpu().numpy().tobytes() for p in m.parameters())).hexdigest()[:16]
+print("TRAIN", f"{loss.item():.9e}", h)'
+  n=$(CUBLAS_WORKSPACE_CONFIG=:4096:8 $py -c "$train" 2>>"$OUT/default_stream.log" | grep '^TRAIN')
+  g=$(CUBLAS_WORKSPACE_CONFIG=:4096:8 "$build/bin/gslice" run --memory=8GiB --class=guaranteed -- $py -c "$train" 2>>"$OUT/default_stream.log" | grep '^TRAIN')
+  echo "train native: $n / guaranteed: $g" >> "$OUT/default_stream.log"
+  [ -n "$n" ] && [ "$n" = "$g" ] && echo "RESULT compute.default_stream.torch PASS 200 PyTorch steps on the default stream: loss and parameters identical to the native run ($n)" ||
+    echo "RESULT compute.default_stream.torch FAIL native '$n' vs guaranteed '$g'"
+  lat_n=() lat_g=() fl_n=() fl_g=()
+  for i in 1 2 3; do
+    o=$("$chk" latency 2000 16 2>>"$OUT/default_stream.log"); echo "native: $o" >> "$OUT/default_stream.log"
+    lat_n+=("$(echo "$o" | sed -n 's/.*latency_us=\([0-9]*\).*/\1/p')"); fl_n+=("$(echo "$o" | sed -n 's/.*flood_us=\([0-9]*\).*/\1/p')")
+    o=$(GSLICE_REAL_DRIVER="$real" "$build/bin/gslice" run --memory=8GiB --class=guaranteed -- "$chk" latency 2000 16 2>>"$OUT/default_stream.log")
+    echo "guaranteed: $o" >> "$OUT/default_stream.log"
+    lat_g+=("$(echo "$o" | sed -n 's/.*latency_us=\([0-9]*\).*/\1/p')"); fl_g+=("$(echo "$o" | sed -n 's/.*flood_us=\([0-9]*\).*/\1/p')")
+  done
+  med() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print (NR ? a[int((NR+1)/2)] : "")}'; }
+  ln=$(med "${lat_n[@]}"); fn=$(med "${fl_n[@]}"); lg=$(med "${lat_g[@]}"); fg=$(med "${fl_g[@]}")
+  if [ -n "$lg" ] && [ -n "$fg" ] && [ -n "$ln" ]; then
+    st=$(awk -v l="$lg" -v f="$fg" 'BEGIN {print (l <= 0.25 * f) ? "PASS" : "FAIL"}')
+    echo "RESULT compute.default_stream.priority $st a tiny legacy-stream kernel behind 16 x 2 ms full-GPU kernels on 4 least-priority streams: done after $lg us of $fg us under --class guaranteed, $ln us of $fn us natively (medians of 3)"
+  else
+    echo "RESULT compute.default_stream.priority FAIL latency runs failed (see default_stream.log)"
+  fi
 fi
 
 mps_dir=$(mktemp -d /tmp/gslice-mps-XXXXXX)
