@@ -6,6 +6,8 @@
 //   gslice_compute_event_bench launch [N=20000] [REPS=7]   empty-kernel launches (PTX, JIT),
 //       N queued back to back then synchronised: median ns per launch (run it natively and
 //       under the shim to see what the launch gate adds)
+//   gslice_compute_event_bench launch-legacy [N] [REPS]    the same on the legacy default
+//       stream (which a guaranteed process's hooks move to its class stream)
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,13 +47,13 @@ double MedianNs(int n, int reps, F body) {
 const char kEmptyPtx[] =
     ".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry gslice_empty()\n{\n  ret;\n}\n";
 
-int LaunchCost(int n, int reps) {
+int LaunchCost(int n, int reps, bool legacy) {
   CUmodule mod;
   Check(cuModuleLoadData(&mod, kEmptyPtx), "cuModuleLoadData");
   CUfunction f;
   Check(cuModuleGetFunction(&f, mod, "gslice_empty"), "cuModuleGetFunction");
-  CUstream s;
-  Check(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  CUstream s = nullptr;
+  if (!legacy) Check(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
   for (int i = 0; i < 1000; ++i) Check(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, s, nullptr, nullptr), "cuLaunchKernel");
   Check(cuStreamSynchronize(s), "cuStreamSynchronize");
   std::vector<double> per;
@@ -62,13 +64,15 @@ int LaunchCost(int n, int reps) {
     per.push_back(static_cast<double>(NowNs() - t0) / n);
   }
   std::sort(per.begin(), per.end());
-  printf("empty-kernel launch %.0f ns (median of %d batches of %d)\n", per[per.size() / 2], reps, n);
+  printf("empty-kernel launch %.0f ns (median of %d batches of %d%s)\n", per[per.size() / 2], reps, n,
+         legacy ? ", legacy default stream" : "");
   return 0;
 }
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool launch = argc > 1 && std::string(argv[1]) == "launch";
+  const bool legacy = argc > 1 && std::string(argv[1]) == "launch-legacy";
+  const bool launch = legacy || (argc > 1 && std::string(argv[1]) == "launch");
   const int n = argc > 2 ? atoi(argv[2]) : 20000;
   const int reps = argc > 3 ? atoi(argv[3]) : 7;
   Check(cuInit(0), "cuInit");
@@ -77,7 +81,7 @@ int main(int argc, char** argv) {
   CUcontext ctx;
   Check(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
   Check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
-  if (launch) return LaunchCost(n, reps);
+  if (launch) return LaunchCost(n, reps, legacy);
   CUstream s;
   Check(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
   std::vector<CUevent> ev(static_cast<size_t>(n));
