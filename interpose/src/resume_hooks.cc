@@ -37,11 +37,13 @@ namespace ex = gslice::cuda_exports;
   else gslice::shim::ResumeGateQuiet();                                      \
   return fn(__VA_ARGS__);
 
-// Synchronising on the legacy stream waits for the class stream too (launch_hooks.h).
-#define SYNC_BODY(sym, per_thread, s)                                                \
+// Synchronising on or querying the legacy stream covers the class stream too
+// (launch_hooks.h): the class stream first, then the stream named. counts: as GATED_BODY.
+#define BEHIND_BODY(sym, per_thread, counts, s)                                      \
   auto fn = Real<decltype(&gslice_hook_##sym)>(ex::kSlot_##sym);                     \
   if (fn == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                              \
-  gslice::shim::ResumeGate();                                                        \
+  if (counts) gslice::shim::ResumeGate();                                            \
+  else gslice::shim::ResumeGateQuiet();                                              \
   gslice::shim::NoteStreamUse(s, per_thread);                                        \
   if (CUstream moved = gslice::shim::ClassStreamBehind(s, per_thread); moved != nullptr) { \
     CUresult r = fn(moved);                                                          \
@@ -50,11 +52,11 @@ namespace ex = gslice::cuda_exports;
   return fn(s);
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamSynchronize(CUstream s) {
-  SYNC_BODY(cuStreamSynchronize, false, s)
+  BEHIND_BODY(cuStreamSynchronize, false, true, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamSynchronize_ptsz(CUstream s) {
-  SYNC_BODY(cuStreamSynchronize_ptsz, true, s)
+  BEHIND_BODY(cuStreamSynchronize_ptsz, true, true, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuCtxSynchronize(void) {
@@ -86,23 +88,12 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuEventQuery(CUevent e) {
   GATED_BODY(cuEventQuery, false, e)
 }
 
-#define QUERY_BODY(sym, per_thread, s)                                               \
-  auto fn = Real<decltype(&gslice_hook_##sym)>(ex::kSlot_##sym);                     \
-  if (fn == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                              \
-  gslice::shim::ResumeGateQuiet();                                                   \
-  gslice::shim::NoteStreamUse(s, per_thread);                                        \
-  if (CUstream moved = gslice::shim::ClassStreamBehind(s, per_thread); moved != nullptr) { \
-    CUresult r = fn(moved);                                                          \
-    if (r != CUDA_SUCCESS) return r;                                                 \
-  }                                                                                  \
-  return fn(s);
-
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamQuery(CUstream s) {
-  QUERY_BODY(cuStreamQuery, false, s)
+  BEHIND_BODY(cuStreamQuery, false, false, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamQuery_ptsz(CUstream s) {
-  QUERY_BODY(cuStreamQuery_ptsz, true, s)
+  BEHIND_BODY(cuStreamQuery_ptsz, true, false, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags) {
