@@ -117,6 +117,9 @@ ClassStream* ClassEntry(CUcontext ctx, bool create) {
   if (create && with_priority != nullptr && with_priority(&e.stream, CU_STREAM_DEFAULT, ClassPriority()) != CUDA_SUCCESS) {
     e.stream = nullptr;
     Log(LogLevel::kWarn, "compute: cannot create a stream at the class's priority; default-stream work keeps its own");
+  } else if (e.stream != nullptr) {
+    Log(LogLevel::kInfo, "compute: default-stream work of context %p runs at stream priority %d", static_cast<void*>(ctx),
+        ClassPriority());
   }
   return &e;
 }
@@ -159,6 +162,8 @@ void StopMovingLegacyWork(CUcontext ctx) {
     if (exchanged) exchange(&mode);
     e->stream = nullptr;
     g_class_generation.fetch_add(1, std::memory_order_acq_rel);
+    Log(LogLevel::kInfo, "compute: context %p has a blocking or per-thread default stream of its own; its "
+        "default-stream work stays there from now on", static_cast<void*>(ctx));
   }
   if (e != nullptr) c = ClassCache{ctx, nullptr, g_class_generation.load(std::memory_order_acquire)};
 }
