@@ -244,8 +244,9 @@ TEST_F(ComputeSim, OnMpsOpportunisticRunsBesideGuaranteed) {
   // controller backs off until the guaranteed job is near its solo speed again.
   rs = run("100");
   ASSERT_GT(late(rs[0]), 300) << rs[0].raw;
-  // (At the full rate it would run at about half its speed.)
-  EXPECT_GE(late(rs[1]), 0.80 * late(rs[0])) << "guaranteed " << rs[1].raw << "\nsolo " << rs[0].raw
+  // (At the full rate it would run at about half its speed. The margin allows for a 2-core
+  // machine running other tests at once: 0.74 was seen there once.)
+  EXPECT_GE(late(rs[1]), 0.70 * late(rs[0])) << "guaranteed " << rs[1].raw << "\nsolo " << rs[0].raw
                                               << "\nopportunistic " << rs[2].raw;
 }
 
