@@ -171,15 +171,9 @@ void StopMovingLegacyWork(CUcontext ctx) {
 }  // namespace
 
 CUstream ClassStreamFor(CUstream s, bool per_thread) {
-  if (!MapsLegacy()) return s;
-  if (IsPerThread(s, per_thread)) {
-    NoteStreamUse(s, per_thread);
-    return s;
-  }
-  if (!IsLegacy(s, per_thread)) return s;
-  CUcontext ctx = CurrentContext();
-  CUstream mine = ctx != nullptr ? ClassStreamOf(ctx) : nullptr;
-  return mine != nullptr ? mine : s;
+  NoteStreamUse(s, per_thread);
+  CUstream moved = ClassStreamBehind(s, per_thread);
+  return moved != nullptr ? moved : s;
 }
 
 CUstream ClassStreamBehind(CUstream s, bool per_thread) {
@@ -195,9 +189,7 @@ void NoteBlockingStream() {
 }
 
 void NoteStreamUse(CUstream s, bool per_thread) {
-  if (!IsPerThread(s, per_thread) || !MapsLegacy()) return;
-  CUcontext ctx = CurrentContext();
-  if (ctx != nullptr) StopMovingLegacyWork(ctx);
+  if (IsPerThread(s, per_thread)) NoteBlockingStream();  // a per-thread stream orders like one
 }
 
 void ForgetClassStreams(CUcontext ctx, CUdevice dev) {

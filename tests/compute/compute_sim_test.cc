@@ -64,13 +64,21 @@ class ComputeSim : public ::testing::Test {
     return asan.empty() ? "" : asan + " ";
   }
 
+  // env plus what a plain program needs to run under the shim on the simulated driver.
+  static std::map<std::string, std::string> UnderShim(std::map<std::string, std::string> env) {
+    env["LD_LIBRARY_PATH"] = GSLICE_TEST_SIM_DIR;
+    env["LD_PRELOAD"] = AsanFirst() + std::string(GSLICE_TEST_SHIM_DIR) + "/libcuda.so.1";
+    env["GSLICE_REAL_DRIVER"] = std::string(GSLICE_TEST_SIM_DIR) + "/libcuda.so.1";
+    return env;
+  }
+
   // Starts a worker (direct: the gate linked in; otherwise plain, under the shim).
   Worker Start(std::map<std::string, std::string> env, std::vector<std::string> args, bool direct = true) {
     std::string bin = std::string(GSLICE_TEST_BIN_DIR) + (direct ? "/compute_worker_direct" : "/compute_worker");
-    env["LD_LIBRARY_PATH"] = GSLICE_TEST_SIM_DIR;
-    if (!direct) {
-      env["LD_PRELOAD"] = AsanFirst() + std::string(GSLICE_TEST_SHIM_DIR) + "/libcuda.so.1";
-      env["GSLICE_REAL_DRIVER"] = std::string(GSLICE_TEST_SIM_DIR) + "/libcuda.so.1";
+    if (direct) {
+      env["LD_LIBRARY_PATH"] = GSLICE_TEST_SIM_DIR;
+    } else {
+      env = UnderShim(std::move(env));
     }
     return StartProgram(bin, env, args);
   }
@@ -362,10 +370,7 @@ TEST_F(ComputeSim, ThroughTheShimCapAndClassesHold) {
 TEST_F(ComputeSim, DefaultStreamWorkRunsAtTheClassPriority) {
   const std::string check = std::string(GSLICE_TEST_BIN_DIR) + "/gslice_default_stream_check";
   auto run = [&](const char* cls) {
-    std::map<std::string, std::string> env = {{"GSLICE_SIM_TRACE_LAUNCHES", "1"},
-                                              {"LD_LIBRARY_PATH", GSLICE_TEST_SIM_DIR},
-                                              {"LD_PRELOAD", AsanFirst() + GSLICE_TEST_SHIM_DIR "/libcuda.so.1"},
-                                              {"GSLICE_REAL_DRIVER", GSLICE_TEST_SIM_DIR "/libcuda.so.1"}};
+    std::map<std::string, std::string> env = UnderShim({{"GSLICE_SIM_TRACE_LAUNCHES", "1"}});
     if (cls[0] != '\0') env["GSLICE_CLASS"] = cls;
     Worker w = StartProgram(check, env, {"order"}, /*stderr_too=*/true);
     return Wait(w).raw;
