@@ -124,9 +124,11 @@ int64_t StreamMeter::BeforeLaunch(const DriverApi& api, EventPool& pool) {
   return busy;
 }
 
-void StreamMeter::AfterLaunch(const DriverApi& api, EventPool& pool, bool eager, int64_t now) {
+void StreamMeter::AfterLaunch(const DriverApi& api, EventPool& pool, bool eager, int64_t now, int64_t spacing_ns) {
   if (!eager) return;
   std::lock_guard<std::mutex> lock(mu_);
+  // A start marker leaves newest_marker_ns_ at 0, so a busy period's first launch is marked.
+  if (spacing_ns > 0 && lazy_ && now - newest_marker_ns_ < spacing_ns) return;
   RecordLocked(api, pool, /*start=*/false, now);
 }
 

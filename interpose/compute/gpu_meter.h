@@ -72,8 +72,10 @@ class StreamMeter {
   // Launching thread, publish-only (no measurement needed, no driver call): counts the
   // launch; the poller's lazy markers tell when the stream has drained.
   void CountLaunch() { launches_.fetch_add(1, std::memory_order_relaxed); }
-  // Launching thread, after the launch; eager: record an end marker now.
-  void AfterLaunch(const DriverApi& api, EventPool& pool, bool eager, int64_t now);
+  // Launching thread, after the launch; eager: record an end marker now, unless spacing_ns
+  // is set and the newest end marker is younger than that (a stream with lazy markers
+  // only: the poller marks a launch left uncovered).
+  void AfterLaunch(const DriverApi& api, EventPool& pool, bool eager, int64_t now, int64_t spacing_ns = 0);
   // Poller (or a thread waiting for the queue to shrink): consumes completed markers and,
   // when launches are not covered by a marker, records one (lazy). Returns busy ns.
   int64_t Poll(const DriverApi& api, EventPool& pool, int64_t now);

@@ -773,9 +773,15 @@ void AfterLaunch(CUstream stream, bool per_thread) {
   StreamMeter* m = FindStream(*d, own_thread_stream ? CU_STREAM_PER_THREAD : stream, own_thread_stream ? ThreadKey() : 0);
   if (m == nullptr) return;
   // Eager markers where queued-ahead work is bounded, and on per-thread default streams
-  // (only the owning thread can record on those).
+  // (only the owning thread can record on those). Opportunistic work with no cap and no
+  // share peer marks at most every kOpportunisticMarkerNs: its time only feeds the
+  // controller's budget and its queue bound, and a marker per launch cost a launch-bound
+  // job a fifth of its speed.
   if (PublishOnly(*d) && !own_thread_stream) return;
-  m->AfterLaunch(g_gate->api, d->pool, DepthBounded(*d) || own_thread_stream, NowNs());
+  const ComputePolicy& p = g_gate->policy;
+  const bool spaced = p.cls == ComputeClass::kOpportunistic && !p.capped() && !d->share_peer.load(kRlx);
+  const int64_t spacing = spaced ? kOpportunisticMarkerNs : 0;
+  m->AfterLaunch(g_gate->api, d->pool, DepthBounded(*d) || own_thread_stream, NowNs(), spacing);
 }
 
 uint64_t MeasuredBusyNs() {

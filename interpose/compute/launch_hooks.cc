@@ -145,7 +145,8 @@ CUstream ClassStreamOf(CUcontext ctx) {
 
 // ctx's legacy work stays on the legacy stream from now on; what went to its class stream so
 // far is finished first, so nothing the application orders after this point can overtake it.
-void StopMovingLegacyWork(CUcontext ctx) {
+// what, call: what the context showed and in which call, for the log.
+void StopMovingLegacyWork(CUcontext ctx, const char* what, const char* call) {
   ClassCache& c = t_class_cache;
   if (ctx == c.ctx && c.stream == nullptr && g_class_generation.load(std::memory_order_acquire) == c.generation) return;
   std::lock_guard<std::mutex> lock(g_class_mu);
@@ -162,16 +163,16 @@ void StopMovingLegacyWork(CUcontext ctx) {
     if (exchanged) exchange(&mode);
     e->stream = nullptr;
     g_class_generation.fetch_add(1, std::memory_order_acq_rel);
-    Log(LogLevel::kInfo, "compute: context %p has a blocking or per-thread default stream of its own; its "
-        "default-stream work stays there from now on", static_cast<void*>(ctx));
+    Log(LogLevel::kInfo, "compute: context %p showed %s (%s); its default-stream work stays there from now on",
+        static_cast<void*>(ctx), what, call);
   }
   if (e != nullptr) c = ClassCache{ctx, nullptr, g_class_generation.load(std::memory_order_acquire)};
 }
 
 }  // namespace
 
-CUstream ClassStreamFor(CUstream s, bool per_thread) {
-  NoteStreamUse(s, per_thread);
+CUstream ClassStreamFor(CUstream s, bool per_thread, const char* call) {
+  NoteStreamUse(s, per_thread, call);
   CUstream moved = ClassStreamBehind(s, per_thread);
   return moved != nullptr ? moved : s;
 }
@@ -182,14 +183,21 @@ CUstream ClassStreamBehind(CUstream s, bool per_thread) {
   return ctx != nullptr ? ClassStreamOf(ctx) : nullptr;
 }
 
-void NoteBlockingStream() {
+namespace {
+
+void EndMoving(const char* what, const char* call) {
   if (!MapsLegacy()) return;
   CUcontext ctx = CurrentContext();
-  if (ctx != nullptr) StopMovingLegacyWork(ctx);
+  if (ctx != nullptr) StopMovingLegacyWork(ctx, what, call);
 }
 
-void NoteStreamUse(CUstream s, bool per_thread) {
-  if (IsPerThread(s, per_thread)) NoteBlockingStream();  // a per-thread stream orders like one
+}  // namespace
+
+void NoteBlockingStream(const char* call) { EndMoving("a blocking stream", call); }
+
+void NoteStreamUse(CUstream s, bool per_thread, const char* call) {
+  // A per-thread stream orders like a blocking one.
+  if (IsPerThread(s, per_thread)) EndMoving("a per-thread default stream", call);
 }
 
 void ForgetClassStreams(CUcontext ctx, CUdevice dev) {
@@ -222,7 +230,8 @@ CUresult Gated(CUstream s, bool per_thread, Launch launch) {
 template <typename Launch>
 CUresult LaunchEx(const CUlaunchConfig* config, bool per_thread, Launch launch) {
   if (config == nullptr) return Gated(nullptr, per_thread, [&] { return launch(config); });
-  const CUstream s = ClassStreamFor(config->hStream, per_thread);
+  const char* call = per_thread ? "cuLaunchKernelEx_ptsz" : "cuLaunchKernelEx";
+  const CUstream s = ClassStreamFor(config->hStream, per_thread, call);
   if (s == config->hStream) return Gated(s, per_thread, [&] { return launch(config); });
   CUlaunchConfig moved = *config;
   moved.hStream = s;
@@ -257,7 +266,7 @@ GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuLaunchKernel(CUfunction f, unsigned g
                                                         void** params, void** extra) {
   auto real = REAL_FN(cuLaunchKernel);
   FORWARD_OR_UNINIT(real);
-  s = gslice::shim::ClassStreamFor(s, false);
+  s = gslice::shim::ClassStreamFor(s, false, "cuLaunchKernel");
   return gslice::shim::Gated(s, false, [&] { return real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra); });
 }
 
@@ -266,7 +275,7 @@ GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuLaunchKernel_ptsz(CUfunction f, unsig
                                                              CUstream s, void** params, void** extra) {
   auto real = REAL_FN(cuLaunchKernel_ptsz);
   FORWARD_OR_UNINIT(real);
-  s = gslice::shim::ClassStreamFor(s, true);
+  s = gslice::shim::ClassStreamFor(s, true, "cuLaunchKernel_ptsz");
   return gslice::shim::Gated(s, true, [&] { return real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra); });
 }
 
@@ -289,7 +298,7 @@ GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuLaunchCooperativeKernel(CUfunction f,
                                                                    unsigned shmem, CUstream s, void** params) {
   auto real = REAL_FN(cuLaunchCooperativeKernel);
   FORWARD_OR_UNINIT(real);
-  s = gslice::shim::ClassStreamFor(s, false);
+  s = gslice::shim::ClassStreamFor(s, false, "cuLaunchCooperativeKernel");
   return gslice::shim::Gated(s, false, [&] { return real(f, gx, gy, gz, bx, by, bz, shmem, s, params); });
 }
 
@@ -299,7 +308,7 @@ GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuLaunchCooperativeKernel_ptsz(CUfuncti
                                                                         void** params) {
   auto real = REAL_FN(cuLaunchCooperativeKernel_ptsz);
   FORWARD_OR_UNINIT(real);
-  s = gslice::shim::ClassStreamFor(s, true);
+  s = gslice::shim::ClassStreamFor(s, true, "cuLaunchCooperativeKernel_ptsz");
   return gslice::shim::Gated(s, true, [&] { return real(f, gx, gy, gz, bx, by, bz, shmem, s, params); });
 }
 
@@ -314,7 +323,9 @@ GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuStreamCreate(CUstream* s, unsigned fl
   auto with_priority = REAL_FN(cuStreamCreateWithPriority);
   CUresult r = priority == gslice::shim::kLeavePriority || with_priority == nullptr ? real(s, flags)
                                                                                      : with_priority(s, flags, priority);
-  if (r == CUDA_SUCCESS && (flags & CU_STREAM_NON_BLOCKING) == 0) gslice::shim::NoteBlockingStream();
+  if (r == CUDA_SUCCESS && (flags & CU_STREAM_NON_BLOCKING) == 0) {
+    gslice::shim::NoteBlockingStream("cuStreamCreate");
+  }
   return r;
 }
 
@@ -323,6 +334,8 @@ GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuStreamCreateWithPriority(CUstream* s,
   FORWARD_OR_UNINIT(real);
   const int cls = gslice::shim::ClassPriority();
   CUresult r = real(s, flags, cls == gslice::shim::kLeavePriority ? priority : cls);
-  if (r == CUDA_SUCCESS && (flags & CU_STREAM_NON_BLOCKING) == 0) gslice::shim::NoteBlockingStream();
+  if (r == CUDA_SUCCESS && (flags & CU_STREAM_NON_BLOCKING) == 0) {
+    gslice::shim::NoteBlockingStream("cuStreamCreateWithPriority");
+  }
   return r;
 }

@@ -23,15 +23,16 @@ void AskMpsForClassPriority();
 // of that context created at the class's priority, until the context shows a blocking stream
 // or a per-thread default stream of the application's own.
 // per_thread: the caller is a _ptsz/_ptds variant (where nullptr names the per-thread stream).
-// The stream a launch, graph launch or event record on s goes to.
-CUstream ClassStreamFor(CUstream s, bool per_thread);
+// call: the hooked call's name, for the log. The stream a launch, graph launch or event
+// record on s goes to.
+CUstream ClassStreamFor(CUstream s, bool per_thread, const char* call);
 // For synchronising on or querying s: the class stream behind it (its legacy stream's moved
 // work), or nullptr.
 CUstream ClassStreamBehind(CUstream s, bool per_thread);
 // A call on s: a per-thread default stream in use ends the moving in the current context.
-void NoteStreamUse(CUstream s, bool per_thread);
-// The application created a blocking stream in the current context.
-void NoteBlockingStream();
+void NoteStreamUse(CUstream s, bool per_thread, const char* call);
+// The application created a blocking stream in the current context, in call.
+void NoteBlockingStream(const char* call);
 // A context is destroyed (ctx), or a device's primary context reset or released (ctx
 // nullptr, dev): its class stream is forgotten.
 void ForgetClassStreams(CUcontext ctx, CUdevice dev);

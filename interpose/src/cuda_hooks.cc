@@ -596,7 +596,7 @@ GSLICE_EXPORT CUresult gslice_hook_cuGraphInstantiateWithParams_ptsz(CUgraphExec
 
 GSLICE_EXPORT CUresult gslice_hook_cuGraphLaunch(CUgraphExec exec, CUstream stream) {
   ResumeGate();
-  stream = ClassStreamFor(stream, false);  // the default stream at the class's priority
+  stream = ClassStreamFor(stream, false, "cuGraphLaunch");  // the default stream at the class's priority
   const bool gated = compute::LaunchGateActive();  // compute slices (launch_gate.h)
   if (gated) compute::BeforeLaunch(stream, false);
   CUresult r = REAL(cuGraphLaunch)(exec, stream);
@@ -609,7 +609,7 @@ GSLICE_EXPORT CUresult gslice_hook_cuGraphLaunch(CUgraphExec exec, CUstream stre
 
 GSLICE_EXPORT CUresult gslice_hook_cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream) {
   ResumeGate();
-  stream = ClassStreamFor(stream, true);
+  stream = ClassStreamFor(stream, true, "cuGraphLaunch_ptsz");
   const bool gated = compute::LaunchGateActive();  // compute slices (launch_gate.h)
   if (gated) compute::BeforeLaunch(stream, true);
   CUresult r = REAL(cuGraphLaunch_ptsz)(exec, stream);

@@ -44,7 +44,7 @@ namespace ex = gslice::cuda_exports;
   if (fn == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                              \
   if (counts) gslice::shim::ResumeGate();                                            \
   else gslice::shim::ResumeGateQuiet();                                              \
-  gslice::shim::NoteStreamUse(s, per_thread);                                        \
+  gslice::shim::NoteStreamUse(s, per_thread, #sym);                                  \
   if (CUstream moved = gslice::shim::ClassStreamBehind(s, per_thread); moved != nullptr) { \
     CUresult r = fn(moved);                                                          \
     if (r != CUDA_SUCCESS) return r;                                                 \
@@ -75,12 +75,12 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuEventSynchronize(CUevent e) {
 // work moved off it to the class stream (launch_hooks.h, ClassStreamFor); a per-thread
 // default stream in use ends that moving (NoteStreamUse).
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuEventRecord(CUevent e, CUstream s) {
-  s = gslice::shim::ClassStreamFor(s, false);
+  s = gslice::shim::ClassStreamFor(s, false, "cuEventRecord");
   GATED_BODY(cuEventRecord, true, e, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuEventRecord_ptsz(CUevent e, CUstream s) {
-  s = gslice::shim::ClassStreamFor(s, true);
+  s = gslice::shim::ClassStreamFor(s, true, "cuEventRecord_ptsz");
   GATED_BODY(cuEventRecord_ptsz, true, e, s)
 }
 
@@ -101,7 +101,7 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamWaitEvent(CUstream s, CUevent e,
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamWaitEvent_ptsz(CUstream s, CUevent e, unsigned flags) {
-  gslice::shim::NoteStreamUse(s, true);
+  gslice::shim::NoteStreamUse(s, true, "cuStreamWaitEvent_ptsz");
   GATED_BODY(cuStreamWaitEvent_ptsz, true, s, e, flags)
 }
 
@@ -110,7 +110,7 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamIsCapturing(CUstream s, CUstream
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamIsCapturing_ptsz(CUstream s, CUstreamCaptureStatus* status) {
-  gslice::shim::NoteStreamUse(s, true);
+  gslice::shim::NoteStreamUse(s, true, "cuStreamIsCapturing_ptsz");
   GATED_BODY(cuStreamIsCapturing_ptsz, true, s, status)
 }
 
@@ -119,7 +119,7 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpy(CUdeviceptr dst, CUdeviceptr sr
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n) {
-  gslice::shim::NoteStreamUse(CU_STREAM_PER_THREAD, true);
+  gslice::shim::NoteStreamUse(CU_STREAM_PER_THREAD, true, "cuMemcpy_ptds");
   GATED_BODY(cuMemcpy_ptds, true, dst, src, n)
 }
 
@@ -128,7 +128,7 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyAsync(CUdeviceptr dst, CUdevicep
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
-  gslice::shim::NoteStreamUse(s, true);
+  gslice::shim::NoteStreamUse(s, true, "cuMemcpyAsync_ptsz");
   GATED_BODY(cuMemcpyAsync_ptsz, true, dst, src, n, s)
 }
 
@@ -137,7 +137,7 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoH_v2(void* dst, CUdeviceptr s
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoH_v2_ptds(void* dst, CUdeviceptr src, size_t n) {
-  gslice::shim::NoteStreamUse(CU_STREAM_PER_THREAD, true);
+  gslice::shim::NoteStreamUse(CU_STREAM_PER_THREAD, true, "cuMemcpyDtoH_v2_ptds");
   GATED_BODY(cuMemcpyDtoH_v2_ptds, true, dst, src, n)
 }
 
@@ -146,7 +146,7 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyHtoD_v2(CUdeviceptr dst, const v
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void* src, size_t n) {
-  gslice::shim::NoteStreamUse(CU_STREAM_PER_THREAD, true);
+  gslice::shim::NoteStreamUse(CU_STREAM_PER_THREAD, true, "cuMemcpyHtoD_v2_ptds");
   GATED_BODY(cuMemcpyHtoD_v2_ptds, true, dst, src, n)
 }
 
@@ -155,7 +155,7 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoHAsync_v2(void* dst, CUdevice
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoHAsync_v2_ptsz(void* dst, CUdeviceptr src, size_t n, CUstream s) {
-  gslice::shim::NoteStreamUse(s, true);
+  gslice::shim::NoteStreamUse(s, true, "cuMemcpyDtoHAsync_v2_ptsz");
   GATED_BODY(cuMemcpyDtoHAsync_v2_ptsz, true, dst, src, n, s)
 }
 
@@ -164,7 +164,7 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyHtoDAsync_v2(CUdeviceptr dst, co
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void* src, size_t n, CUstream s) {
-  gslice::shim::NoteStreamUse(s, true);
+  gslice::shim::NoteStreamUse(s, true, "cuMemcpyHtoDAsync_v2_ptsz");
   GATED_BODY(cuMemcpyHtoDAsync_v2_ptsz, true, dst, src, n, s)
 }
 
@@ -173,7 +173,7 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CU
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
-  gslice::shim::NoteStreamUse(s, true);
+  gslice::shim::NoteStreamUse(s, true, "cuMemcpyDtoDAsync_v2_ptsz");
   GATED_BODY(cuMemcpyDtoDAsync_v2_ptsz, true, dst, src, n, s)
 }
 
@@ -182,7 +182,7 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemsetD8Async(CUdeviceptr dst, unsigne
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemsetD8Async_ptsz(CUdeviceptr dst, unsigned char v, size_t n, CUstream s) {
-  gslice::shim::NoteStreamUse(s, true);
+  gslice::shim::NoteStreamUse(s, true, "cuMemsetD8Async_ptsz");
   GATED_BODY(cuMemsetD8Async_ptsz, true, dst, v, n, s)
 }
 
@@ -191,6 +191,6 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemsetD32Async(CUdeviceptr dst, unsign
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemsetD32Async_ptsz(CUdeviceptr dst, unsigned v, size_t n, CUstream s) {
-  gslice::shim::NoteStreamUse(s, true);
+  gslice::shim::NoteStreamUse(s, true, "cuMemsetD32Async_ptsz");
   GATED_BODY(cuMemsetD32Async_ptsz, true, dst, v, n, s)
 }

@@ -5,6 +5,13 @@ writes SYNC/<id>.ready, keeps working (so contention during everyone's warm-up i
 as in the window) until SYNC/go names the window (t0, seconds), works through it and one
 more second, and writes SYNC/<id>.json.
 
+Interleaved windows: SYNC/go may instead name phases ([start, end, [ids that run]], back to
+back). A process works only in the phases that name it and sleeps through the others (its
+context stays), and reports when each step ended (throughput) or when each request arrived
+and what it took (server); suite.py splits them by phase. Alone and together then come from
+the same processes minutes apart at most, so a host that drifts by 5-10% between separate
+runs does not decide a 3% target.
+
   job.py throughput --workload resnet50 --sync DIR --id a
   job.py server --sync DIR --id srv [--service-ms 4.1] [--load 0.5]
 
@@ -36,8 +43,37 @@ def wait_for_go(sync):
     if not os.path.exists(path):
         return None
     with open(path) as f:
-        go = json.load(f)
-    return go["t0"], go["seconds"]
+        return json.load(f)
+
+
+class Schedule:
+    """When this process works: one window (t0, t0 + seconds), or the phases that name it."""
+
+    def __init__(self, go, ident):
+        if "phases" in go:
+            self.runs = [(a, b) for a, b, ids in go["phases"] if ident in ids]
+            self.t0, self.end = go["phases"][0][0], go["phases"][-1][1]
+        else:
+            self.t0, self.end = go["t0"], go["t0"] + go["seconds"]
+            self.runs = [(self.t0, self.end)]
+        self.phased = "phases" in go
+
+    def next_run(self, now):
+        """now if this process works at now, else when it next does (None: never again)."""
+        for a, b in self.runs:
+            if now < b:
+                return max(a, now)
+        return None
+
+    def sleep_until_run(self):
+        """Sleeps while this process is paused; False once the schedule has ended."""
+        now = time.time()
+        t = self.next_run(now)
+        if t is None:
+            return False
+        if t > now:
+            time.sleep(t - now)
+        return True
 
 
 def mark_ready(sync, ident, info):
@@ -119,23 +155,27 @@ def run_throughput(args):
         step()
         torch.cuda.synchronize()
         go = wait_for_go(args.sync)
-    t0, seconds = go
-    end = t0 + seconds
+    sched = Schedule(go, args.id)
+    t0, end = sched.t0, sched.end
     done = []
     while True:
+        if sched.phased and not sched.sleep_until_run():
+            break
         step()
         torch.cuda.synchronize()
         now = time.time()
         if t0 <= now <= end:
             done.append(now)
-        if now > end + TAIL_S:
+        if not sched.phased and now > end + TAIL_S:
             break
     if len(done) < 2:
         rate = 0.0
     else:
         rate = (len(done) - 1) / (done[-1] - done[0])
-    write_result(args.sync, args.id, dict({"workload": args.workload, "steps_per_s": rate,
-                                           "steps": len(done)}, **sampler.summary(t0, end)))
+    result = {"workload": args.workload, "steps_per_s": rate, "steps": len(done)}
+    if sched.phased:
+        result["step_ends"] = done
+    write_result(args.sync, args.id, dict(result, **sampler.summary(t0, end)))
 
 
 def serve(step, arrival, latencies, services=None):
@@ -182,39 +222,53 @@ def run_server(args):
         arrival = max(arrival, time.time() - 0.05) + warm_rng.expovariate(rate)
         serve(step, arrival, None)
         go = wait_for_go(args.sync)
-    t0, seconds = go
+    sched = Schedule(go, args.id)
+    t0 = sched.t0
     rng = random.Random(2)
     while True:
         arrival = max(arrival, time.time() - 0.05) + warm_rng.expovariate(rate)
         if arrival >= t0:
             break
         serve(step, arrival, None)
-    latencies, services = [], []
-    arrival = t0
-    while True:
-        arrival += rng.expovariate(rate)
-        if arrival > t0 + seconds:
-            break
-        serve(step, arrival, latencies, services)
-    latencies.sort()
-
-    def pct(p):
-        return latencies[min(len(latencies) - 1, int(p / 100.0 * len(latencies)))] * 1e3
-
-    write_result(args.sync, args.id, {
-        "workload": "bert-infer-server", "service_ms": service_ms, "rate_per_s": rate,
-        "requests": len(latencies), "p50_ms": pct(50), "p99_ms": pct(99),
-        "mean_ms": statistics.fmean(latencies) * 1e3,
-        # What requests took once started, in the window: the load actually offered is
-        # rate x this (above 1 the queue grows without bound and p99 measures the queue).
-        "service_in_window_ms": statistics.median(services) * 1e3,
-        "offered_load": rate * statistics.fmean(services)})
+    latencies, services, arrivals = [], [], []
+    for a, b in sched.runs:
+        arrival = a
+        while True:
+            arrival += rng.expovariate(rate)
+            if arrival > b:
+                break
+            serve(step, arrival, latencies, services)
+            arrivals.append(arrival)
+    result = {"workload": "bert-infer-server", "service_ms": service_ms, "rate_per_s": rate}
+    if sched.phased:
+        result["requests_at"] = [[t, lat, svc] for t, lat, svc in zip(arrivals, latencies, services)]
+    result.update(latency_summary(latencies, services, rate))
+    write_result(args.sync, args.id, result)
+    if sched.phased:
+        return
     # Keep the arrival process going briefly so a partner's window ends under the same load.
     end = time.time() + TAIL_S
     arrival = time.time()
     while time.time() < end:
         arrival += rng.expovariate(rate)
         serve(step, arrival, None)
+
+
+def latency_summary(latencies, services, rate):
+    """p50/p99/mean of request latencies (s, completion minus arrival) in ms, and the load
+    actually offered: rate x the mean service time (above 1 the queue grows without bound
+    and p99 measures the queue)."""
+    if not latencies:
+        return {"requests": 0}
+    ordered = sorted(latencies)
+
+    def pct(p):
+        return ordered[min(len(ordered) - 1, int(p / 100.0 * len(ordered)))] * 1e3
+
+    return {"requests": len(ordered), "p50_ms": pct(50), "p99_ms": pct(99),
+            "mean_ms": statistics.fmean(ordered) * 1e3,
+            "service_in_window_ms": statistics.median(services) * 1e3,
+            "offered_load": rate * statistics.fmean(services)}
 
 
 def main():

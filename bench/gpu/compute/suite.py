@@ -40,11 +40,17 @@ MPS_OPPORTUNISTIC_PCT = 50  # MPS has no classes: the opportunistic job gets hal
 # Configurations that would start after this time (epoch seconds) are skipped, so that the
 # report is always written inside the device's time limit.
 DEADLINE = float(os.environ.get("COMPUTE_DEADLINE", "0")) or None
-
-
-# An opportunistic process that creates its context, runs one kernel and then only waits.
-IDLE_PEER = ("import time, torch; x = torch.ones(1 << 20, device='cuda'); assert (x * 2).sum().item() == 2 << 20; "
-             "time.sleep(600)")
+# Interleaved configurations (cases 3 and 4): phases of PHASE_S seconds, the pattern repeated
+# ROUNDS times; the first SETTLE_S seconds of each phase are not measured (the controller's
+# settling time that issue 4 allows).
+PHASE_S = float(os.environ.get("COMPUTE_PHASE_S", "4"))
+ROUNDS = int(os.environ.get("COMPUTE_ROUNDS", "3"))
+SETTLE_S = float(os.environ.get("COMPUTE_SETTLE_S", "1"))
+# Case 3 and 4's phases: the guaranteed job alone (its partner paused, context kept), both,
+# the opportunistic job alone, both. Every transition the controller meets happens once a
+# round: opportunistic work starting beside busy guaranteed work, guaranteed work stopping,
+# guaranteed work starting beside busy opportunistic work, opportunistic work stopping.
+TOGETHER = [["g"], ["g", "o"], ["o"], ["g", "o"]]
 
 
 def gslice_prefix(*flags):
@@ -69,10 +75,20 @@ def mps_env(pct):
     return {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(pct)}
 
 
-def run_config(name, procs, seconds=None):
-    """Starts every process, waits until all are warm, opens one shared window, collects
-    each process's result. Returns {ident: result} or {"error": text}."""
+def interleaved(pattern, rounds=None):
+    """Phases for run_config: `pattern` (a list of id lists, e.g. [["g"], ["g", "o"], ["o"]])
+    repeated ROUNDS times, PHASE_S seconds each, back to back."""
+    return [list(ids) for _ in range(rounds or ROUNDS) for ids in pattern]
+
+
+def run_config(name, procs, seconds=None, phases=None):
+    """Starts every process, waits until all are warm, opens one shared window (or, with
+    `phases` from interleaved(), a run of phases in which only the named processes work),
+    collects each process's result. Returns {ident: result} or {"error": text}; a phased
+    result also carries "phases": [[start, end, ids], ...]."""
     seconds = seconds or WINDOW
+    if phases is not None:
+        seconds = len(phases) * PHASE_S
     if DEADLINE is not None and time.time() + seconds + 10 > DEADLINE:
         print(f"config {name}: skipped (suite time budget spent)", flush=True)
         return {"error": "skipped: suite time budget spent"}
@@ -101,8 +117,11 @@ def run_config(name, procs, seconds=None):
             with open(os.path.join(sync, f"{ident}.ready")) as f:
                 ready[ident] = json.load(f)
         t0 = time.time() + 0.5
+        go = {"t0": t0, "seconds": seconds}
+        if phases is not None:
+            go = {"phases": [[t0 + i * PHASE_S, t0 + (i + 1) * PHASE_S, ids] for i, ids in enumerate(phases)]}
         with open(os.path.join(sync, ".go"), "w") as f:
-            json.dump({"t0": t0, "seconds": seconds}, f)
+            json.dump(go, f)
         os.rename(os.path.join(sync, ".go"), os.path.join(sync, "go"))
         deadline = t0 + seconds + 60
         results = {}
@@ -116,6 +135,8 @@ def run_config(name, procs, seconds=None):
                 return {"error": f"{ident} exited {p.returncode}: " + tail(os.path.join(sync, f"{ident}.log"))}
             with open(path) as f:
                 results[ident] = dict(json.load(f), **{"ready": ready[ident]})
+        if phases is not None:
+            results["phases"] = go["phases"]
         return results
     finally:
         for _, p in children:
@@ -143,7 +164,10 @@ def tail(path, n=600):
 
 def record(state, key, value):
     state[key] = value
-    print(f"{key}: {json.dumps(value)}", flush=True)
+    # Printed without the per-step and per-request times (they stay in the state file).
+    brief = {k: ({f: x for f, x in v.items() if f not in ("step_ends", "requests_at")} if isinstance(v, dict) else v)
+             for k, v in value.items() if k != "phases"}
+    print(f"{key}: {json.dumps(brief)}", flush=True)
 
 
 def phase_plain(state):
@@ -158,45 +182,31 @@ def phase_plain(state):
             record(state, f"split/gslice/{a}-{b}", run_config(f"split/gslice/{a}-{b}", [
                 throughput("matmul", "a", gslice_prefix("--class=guaranteed", f"--share={a}%")),
                 throughput("matmul", "b", gslice_prefix("--class=guaranteed", f"--share={b}%"))]))
-    if "3" in CASES or "4" in CASES or "5" in CASES:
+    if "5" in CASES:
         record(state, "solo/resnet50", run_config("solo/resnet50", [throughput("resnet50", "g", warmup=3)]))
     if "3" in CASES:
-        record(state, "solo/bert-train", run_config("solo/bert-train", [throughput("bert-train", "o", warmup=3)]))
+        # Interleaved (TOGETHER): each job's speed together is compared with its own speed
+        # alone in the same run. The alone phases under gslice double as the diagnostics
+        # "guaranteed alone in gslice" and "next to an idle opportunistic process".
         record(state, "train/coexec", run_config("train/coexec", [
-            throughput("resnet50", "g", warmup=3), throughput("bert-train", "o", warmup=3)]))
+            throughput("resnet50", "g", warmup=3), throughput("bert-train", "o", warmup=3)], phases=interleaved(TOGETHER)))
         record(state, "train/gslice", run_config("train/gslice", [
             throughput("resnet50", "g", gslice_prefix("--class=guaranteed"), warmup=3),
-            throughput("bert-train", "o", gslice_prefix("--class=opportunistic"), warmup=3)]))
-        # Diagnostics: what the guaranteed job loses to gslice itself, apart from what the
-        # opportunistic job's kernels take: alone in gslice, and next to an opportunistic
-        # process that holds a context but launches nothing.
-        record(state, "train/gslice-alone", run_config("train/gslice-alone", [
-            throughput("resnet50", "g", gslice_prefix("--class=guaranteed"), warmup=3)]))
-        idle = subprocess.Popen(gslice_prefix("--class=opportunistic") + [PY, "-c", IDLE_PEER],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            record(state, "train/gslice-idle-peer", run_config("train/gslice-idle-peer", [
-                throughput("resnet50", "g", gslice_prefix("--class=guaranteed"), warmup=3)]))
-        finally:
-            os.killpg(idle.pid, signal.SIGKILL)
-            idle.wait()
-        record(state, "solo/resnet50-after", run_config("solo/resnet50-after", [throughput("resnet50", "g", warmup=3)]))
+            throughput("bert-train", "o", gslice_prefix("--class=opportunistic"), warmup=3)], phases=interleaved(TOGETHER)))
     if "4" in CASES:
-        solo = run_config("solo/server", [server("s")], seconds=WINDOW + 4)
+        # The server's load is set from its service time alone (job.py measures it).
+        solo = run_config("solo/server", [server("s")])
         record(state, "solo/server", solo)
         service_ms = solo.get("s", {}).get("service_ms")
         if service_ms:
-            record(state, "latency/coexec", run_config("latency/coexec", [
-                server("s", service_ms), throughput("resnet50", "o", warmup=3)], seconds=WINDOW + 4))
-            # Diagnostic: the server under gslice, the training job plain (what the server's
-            # own gate costs, apart from what the class policy does).
-            record(state, "latency/gslice-server-only", run_config("latency/gslice-server-only", [
-                server("s", service_ms, gslice_prefix("--class=guaranteed")),
-                throughput("resnet50", "o", warmup=3)], seconds=WINDOW + 4))
-            record(state, "latency/gslice", run_config("latency/gslice", [
-                server("s", service_ms, gslice_prefix("--class=guaranteed")),
-                throughput("resnet50", "o", gslice_prefix("--class=opportunistic"), warmup=3)],
-                seconds=WINDOW + 4))
+            for cfg, sp, op in (("coexec", (), ()),
+                                ("gslice", gslice_prefix("--class=guaranteed"), gslice_prefix("--class=opportunistic")),
+                                # Diagnostic: the server under gslice, the training job plain
+                                # (what the server's own gate costs, apart from the policy).
+                                ("gslice-server-only", gslice_prefix("--class=guaranteed"), ())):
+                record(state, f"latency/{cfg}", run_config(f"latency/{cfg}", [
+                    server("g", service_ms, sp), throughput("resnet50", "o", op, warmup=3)],
+                    phases=interleaved(TOGETHER)))
     if "5" in CASES:
         for i in (1, 2):
             record(state, f"overhead/gslice/{i}", run_config(f"overhead/gslice/{i}", [
@@ -216,31 +226,68 @@ def phase_mps(state):
     if "3" in CASES:
         record(state, "train/mps", run_config("train/mps", [
             throughput("resnet50", "g", env=mps_env(100), warmup=3),
-            throughput("bert-train", "o", env=mps_env(MPS_OPPORTUNISTIC_PCT), warmup=3)]))
+            throughput("bert-train", "o", env=mps_env(MPS_OPPORTUNISTIC_PCT), warmup=3)], phases=interleaved(TOGETHER)))
         # gslice's classes with both processes MPS clients (spatial sharing): gslice run
         # asks MPS for below-normal priority for opportunistic work.
         record(state, "train/gslice-mps", run_config("train/gslice-mps", [
             throughput("resnet50", "g", gslice_prefix("--class=guaranteed"), warmup=3),
-            throughput("bert-train", "o", gslice_prefix("--class=opportunistic"), warmup=3)]))
+            throughput("bert-train", "o", gslice_prefix("--class=opportunistic"), warmup=3)], phases=interleaved(TOGETHER)))
     if "4" in CASES:
         service_ms = state.get("solo/server", {}).get("s", {}).get("service_ms")
         if service_ms:
             record(state, "latency/mps", run_config("latency/mps", [
-                server("s", service_ms, env=mps_env(100)),
-                throughput("resnet50", "o", env=mps_env(MPS_OPPORTUNISTIC_PCT), warmup=3)],
-                seconds=WINDOW + 4))
+                server("g", service_ms, env=mps_env(100)),
+                throughput("resnet50", "o", env=mps_env(MPS_OPPORTUNISTIC_PCT), warmup=3)], phases=interleaved(TOGETHER)))
             record(state, "latency/gslice-mps", run_config("latency/gslice-mps", [
-                server("s", service_ms, gslice_prefix("--class=guaranteed")),
+                server("g", service_ms, gslice_prefix("--class=guaranteed")),
                 throughput("resnet50", "o", gslice_prefix("--class=opportunistic"), warmup=3)],
-                seconds=WINDOW + 4))
+                phases=interleaved(TOGETHER)))
 
 
 # ---- report ---------------------------------------------------------------------------
 
-def solo_resnet(state):
-    """ResNet-50's solo speed: the mean of the runs before and after the pairs, when both ran."""
-    runs = [x for x in (rate(state, "solo/resnet50", "g"), rate(state, "solo/resnet50-after", "g")) if x]
-    return sum(runs) / len(runs) if runs else None
+def phase_steps(state, key, ident, ids):
+    """ident's steps per second over the phases in which exactly `ids` worked (interleaved
+    configurations), each phase measured from SETTLE_S after its start: steps between the
+    first and last that ended inside, summed over the phases."""
+    r = state.get(key)
+    if not r or "error" in r or ident not in r or "phases" not in r:
+        return None
+    ends = r[ident].get("step_ends") or []
+    steps, seconds = 0, 0.0
+    for a, b, who in r["phases"]:
+        if sorted(who) != sorted(ids):
+            continue
+        inside = [t for t in ends if a + SETTLE_S <= t <= b]
+        if len(inside) >= 2:
+            steps += len(inside) - 1
+            seconds += inside[-1] - inside[0]
+    return steps / seconds if seconds > 0 else None
+
+
+def phase_latency(state, key, ident, ids):
+    """The server's p50/p99 (ms), request count and offered load over requests that arrived
+    in the phases in which exactly `ids` worked, from SETTLE_S after each phase's start."""
+    r = state.get(key)
+    if not r or "error" in r or ident not in r or "phases" not in r:
+        return None
+    reqs = r[ident].get("requests_at") or []
+    lat, svc = [], []
+    for a, b, who in r["phases"]:
+        if sorted(who) == sorted(ids):
+            for t, latency, service in reqs:
+                if a + SETTLE_S <= t <= b:
+                    lat.append(latency)
+                    svc.append(service)
+    if not lat:
+        return None
+    lat.sort()
+
+    def pct(p):
+        return lat[min(len(lat) - 1, int(p / 100.0 * len(lat)))] * 1e3
+
+    return {"p50_ms": pct(50), "p99_ms": pct(99), "requests": len(lat),
+            "offered_load": r[ident]["rate_per_s"] * sum(svc) / len(svc)}
 
 
 def rate(state, key, ident):
@@ -314,69 +361,71 @@ def report(state, md_path):
             ok = gx is not None and abs(gx - a) <= 2
             result(f"compute.split.{a}-{b}", ok, f"gslice {fmt(gx)}:{fmt(None if gx is None else 100 - gx)} (target {a}:{b} ±2), "
                                                  f"MPS {fmt(mx)}, plain {fmt(cx)}")
+    def ratio(x, y):
+        return None if x is None or not y else x / y
+
+    configs = ("coexec", "mps", "gslice")  # the table's columns after solo
     if "3" in CASES:
-        sg, so = solo_resnet(state), rate(state, "solo/bert-train", "o")
-        vals = {}
-        for cfg in ("coexec", "mps", "gslice", "gslice-mps"):
-            g, o = rate(state, f"train/{cfg}", "g"), rate(state, f"train/{cfg}", "o")
-            vals[cfg] = (None if g is None or not sg else g / sg, None if o is None or not so else o / so)
-        rows.append(("3 train", "guaranteed ResNet-50", "× solo", fmt(sg, "{:.2f} it/s"),
-                     *(fmt(vals[c][0], "{:.3f}") for c in ("coexec", "mps", "gslice")), "≥0.97", err(state, "train/gslice")))
-        rows.append(("3 train", "opportunistic BERT", "× solo", fmt(so, "{:.2f} it/s"),
-                     *(fmt(vals[c][1], "{:.3f}") for c in ("coexec", "mps", "gslice")), "≥0.70", ""))
-        for key, label in (("train/gslice-alone", "diagnostic: guaranteed alone in gslice"),
-                           ("train/gslice-idle-peer", "diagnostic: guaranteed next to an idle opportunistic process"),
-                           ("solo/resnet50-after", "solo again, after the pairs (drift)")):
-            if key in state:
-                x = rate(state, key, "g")
-                rows.append(("3 train", label, "× solo", "", "", "", fmt(None if x is None or not sg else x / sg, "{:.3f}"), "", err(state, key)))
+        # Interleaved: together / alone for the same process in the same run (phase_steps).
+        alone, both = {}, {}
+        for cfg in configs + ("gslice-mps",):
+            key = f"train/{cfg}"
+            alone[cfg] = {j: phase_steps(state, key, j, [j]) for j in ("g", "o")}
+            both[cfg] = {j: ratio(phase_steps(state, key, j, ["g", "o"]), alone[cfg][j]) for j in ("g", "o")}
+        native = alone["coexec"]
+        for j, label, target in (("g", "guaranteed ResNet-50", "≥0.97"), ("o", "opportunistic BERT", "≥0.70")):
+            rows.append(("3 train", label, "together × alone (same run)", fmt(native[j], "{:.2f} it/s"),
+                         *(fmt(both[c][j], "{:.3f}") for c in configs), target, err(state, "train/gslice")))
+        for j, label in (("g", "guaranteed alone"), ("o", "opportunistic alone")):
+            rows.append(("3 train", f"{label} (partner paused)", "it/s (× plain's alone)", fmt(native[j], "{:.2f}"),
+                         *(f"{fmt(alone[c][j], '{:.2f}')} ({fmt(ratio(alone[c][j], native[j]), '{:.3f}')})" for c in configs),
+                         "", "MPS: opportunistic at its thread share"))
+        gm, om = both["gslice-mps"]["g"], both["gslice-mps"]["o"]
         if "train/gslice-mps" in state:
-            gm, om = vals["gslice-mps"]
-            rows.append(("3 train", "gslice on MPS: guaranteed / opportunistic", "× solo", "", "", "",
+            rows.append(("3 train", "gslice on MPS: guaranteed / opportunistic", "together × alone", "", "", "",
                          f"{fmt(gm, '{:.3f}')} / {fmt(om, '{:.3f}')}", "≥0.97 / ≥0.70", err(state, "train/gslice-mps")))
-            result("compute.train.on-mps", None, f"gslice classes on MPS: guaranteed {fmt(gm, '{:.3f}')}, opportunistic {fmt(om, '{:.3f}')} × solo")
-        g, o = vals["gslice"]
-        result("compute.train.guaranteed", g is not None and g >= 0.97, f"gslice {fmt(g, '{:.3f}')}× solo (≥0.97); plain {fmt(vals['coexec'][0], '{:.3f}')}, MPS {fmt(vals['mps'][0], '{:.3f}')}")
-        result("compute.train.opportunistic", o is not None and o >= 0.70, f"gslice {fmt(o, '{:.3f}')}× solo (≥0.70); plain {fmt(vals['coexec'][1], '{:.3f}')}, MPS {fmt(vals['mps'][1], '{:.3f}')}")
+            result("compute.train.on-mps", None, f"gslice classes on MPS: guaranteed {fmt(gm, '{:.3f}')}, opportunistic {fmt(om, '{:.3f}')} × alone")
+        g, o = both["gslice"]["g"], both["gslice"]["o"]
+        result("compute.train.guaranteed", g is not None and g >= 0.97, f"gslice {fmt(g, '{:.3f}')}× alone (≥0.97); plain {fmt(both['coexec']['g'], '{:.3f}')}, MPS {fmt(both['mps']['g'], '{:.3f}')}")
+        result("compute.train.opportunistic", o is not None and o >= 0.70, f"gslice {fmt(o, '{:.3f}')}× alone (≥0.70); plain {fmt(both['coexec']['o'], '{:.3f}')}, MPS {fmt(both['mps']['o'], '{:.3f}')}")
     if "4" in CASES:
-        solo = state.get("solo/server", {}).get("s")
-        so = solo_resnet(state)
-        p99 = {}
-        tr = {}
-        for cfg in ("coexec", "mps", "gslice", "gslice-mps"):
-            r = state.get(f"latency/{cfg}") or {}
-            p99[cfg] = r.get("s", {}).get("p99_ms") if "error" not in r else None
-            t = rate(state, f"latency/{cfg}", "o")
-            tr[cfg] = None if t is None or not so else t / so
-        sp99 = solo["p99_ms"] if solo else None
-        rel = {c: (None if p99[c] is None or not sp99 else p99[c] / sp99) for c in p99}
-        rows.append(("4 latency", "guaranteed server p99", "ms (× solo)", fmt(sp99, "{:.2f} ms"),
-                     *(f"{fmt(p99[c], '{:.2f}')} ({fmt(rel[c], '{:.2f}')}×)" for c in ("coexec", "mps", "gslice")),
-                     "≤1.10×", err(state, "latency/gslice")))
-        rows.append(("4 latency", "opportunistic ResNet-50", "× solo", fmt(so, "{:.2f} it/s"),
-                     *(fmt(tr[c], "{:.3f}") for c in ("coexec", "mps", "gslice")), "≥0.50", ""))
+        lat, tr, tr_alone = {}, {}, {}
+        for cfg in configs + ("gslice-mps", "gslice-server-only"):
+            key = f"latency/{cfg}"
+            lat[cfg] = (phase_latency(state, key, "g", ["g"]), phase_latency(state, key, "g", ["g", "o"]))
+            tr_alone[cfg] = phase_steps(state, key, "o", ["o"])
+            tr[cfg] = ratio(phase_steps(state, key, "o", ["g", "o"]), tr_alone[cfg])
+
+        def p99(cfg, which):
+            x = lat[cfg][which]
+            return None if x is None else x["p99_ms"]
+
+        rel = {c: ratio(p99(c, 1), p99(c, 0)) for c in lat}
+        rows.append(("4 latency", "guaranteed server p99 together (× alone, same run)", "ms", fmt(p99("coexec", 0), "{:.2f} ms alone"),
+                     *(f"{fmt(p99(c, 1), '{:.2f}')} ({fmt(rel[c], '{:.2f}')}×)" for c in configs), "≤1.10×", err(state, "latency/gslice")))
+        rows.append(("4 latency", "server p99 alone (partner paused)", "ms", fmt(p99("coexec", 0), "{:.2f}"),
+                     *(fmt(p99(c, 0), "{:.2f}") for c in configs), "", ""))
+        rows.append(("4 latency", "opportunistic ResNet-50", "together × alone (same run)", fmt(tr_alone["coexec"], "{:.2f} it/s"),
+                     *(fmt(tr[c], "{:.3f}") for c in configs), "≥0.50", ""))
+        rows.append(("4 latency", "server requests measured alone / together; offered load together", "", "",
+                     *(" / ".join(fmt(None if x is None else x["requests"], "{:d}") for x in lat[c]) + "; " +
+                       fmt(None if lat[c][1] is None else lat[c][1]["offered_load"], "{:.2f}") for c in configs), "", ""))
         if "latency/gslice-mps" in state:
-            rows.append(("4 latency", "gslice on MPS: server p99 / opportunistic", "× solo", "", "", "",
+            rows.append(("4 latency", "gslice on MPS: server p99 / opportunistic", "× alone", "", "", "",
                          f"{fmt(rel['gslice-mps'], '{:.2f}')}× / {fmt(tr['gslice-mps'], '{:.3f}')}", "≤1.10× / ≥0.50",
                          err(state, "latency/gslice-mps")))
-            result("compute.latency.on-mps", None, f"gslice classes on MPS: server p99 {fmt(rel['gslice-mps'], '{:.2f}')}× solo, opportunistic {fmt(tr['gslice-mps'], '{:.3f}')} × solo")
+            result("compute.latency.on-mps", None, f"gslice classes on MPS: server p99 {fmt(rel['gslice-mps'], '{:.2f}')}× alone, opportunistic {fmt(tr['gslice-mps'], '{:.3f}')} × alone")
+        if "latency/gslice-server-only" in state:
+            rows.append(("4 latency", "diagnostic: server in gslice, training plain", "p99 × alone / training × alone", "",
+                         f"{fmt(rel['gslice-server-only'], '{:.2f}')}× / {fmt(tr['gslice-server-only'], '{:.3f}')}", "", "", "",
+                         err(state, "latency/gslice-server-only")))
+        solo = state.get("solo/server", {}).get("s")
         if solo:
-            rows.append(("4 latency", "server solo", "p50 / service / load", f"{solo['p50_ms']:.2f} ms",
-                         f"service {solo['service_ms']:.2f} ms", f"{solo['rate_per_s']:.0f} req/s", f"{solo['requests']} requests", "", ""))
-        def load(key):
-            r = state.get(key) or {}
-            return None if "error" in r else r.get("s", {}).get("offered_load")
-        rows.append(("4 latency", "server's offered load (rate × service time in the window)", "", fmt(load("solo/server"), "{:.2f}"),
-                     *(fmt(load(f"latency/{c}"), "{:.2f}") for c in ("coexec", "mps", "gslice")), "", ""))
-        d = state.get("latency/gslice-server-only") or {}
-        if "error" not in d and "s" in d and sp99:
-            dt = rate(state, "latency/gslice-server-only", "o")
-            rows.append(("4 latency", "diagnostic: server in gslice, training plain", "p99 ms (× solo) / training × solo", "",
-                         f"{d['s']['p99_ms']:.2f} ({d['s']['p99_ms'] / sp99:.2f}×) / {fmt(None if dt is None or not so else dt / so, '{:.3f}')}",
-                         "", "", "", ""))
+            rows.append(("4 latency", "server calibration (solo)", "service / rate", f"{solo['service_ms']:.2f} ms",
+                         f"{solo['rate_per_s']:.0f} req/s", "", "", "", ""))
         r = rel["gslice"]
-        result("compute.latency.p99", r is not None and r <= 1.10, f"gslice p99 {fmt(p99['gslice'], '{:.2f}')} ms = {fmt(r, '{:.3f}')}× solo {fmt(sp99, '{:.2f}')} ms (≤1.10); plain {fmt(rel['coexec'], '{:.2f}')}×, MPS {fmt(rel['mps'], '{:.2f}')}×")
-        result("compute.latency.opportunistic", tr["gslice"] is not None and tr["gslice"] >= 0.5, f"gslice {fmt(tr['gslice'], '{:.3f}')}× solo (≥0.50); plain {fmt(tr['coexec'], '{:.3f}')}, MPS {fmt(tr['mps'], '{:.3f}')}")
+        result("compute.latency.p99", r is not None and r <= 1.10, f"gslice p99 {fmt(p99('gslice', 1), '{:.2f}')} ms = {fmt(r, '{:.3f}')}× alone {fmt(p99('gslice', 0), '{:.2f}')} ms (≤1.10); plain {fmt(rel['coexec'], '{:.2f}')}×, MPS {fmt(rel['mps'], '{:.2f}')}×")
+        result("compute.latency.opportunistic", tr["gslice"] is not None and tr["gslice"] >= 0.5, f"gslice {fmt(tr['gslice'], '{:.3f}')}× alone (≥0.50); plain {fmt(tr['coexec'], '{:.3f}')}, MPS {fmt(tr['mps'], '{:.3f}')}")
     if "5" in CASES:
         nat = [rate(state, f"overhead/native/{i}", "g") for i in (1, 2)] + [rate(state, "solo/resnet50", "g")]
         gsl = [rate(state, f"overhead/gslice/{i}", "g") for i in (1, 2)]
