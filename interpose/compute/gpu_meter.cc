@@ -106,12 +106,14 @@ int64_t StreamMeter::ConsumeLocked(const DriverApi& api, EventPool& pool) {
   return busy;
 }
 
-int64_t StreamMeter::BeforeLaunch(const DriverApi& api, EventPool& pool) {
+int64_t StreamMeter::BeforeLaunch(const DriverApi& api, EventPool& pool, int64_t now, int64_t spacing_ns) {
   std::lock_guard<std::mutex> lock(mu_);
   int64_t busy = 0;
   // Once per marker: the first launch after the newest marker checks whether the stream
   // has drained, so an idle gap is never counted as busy.
-  if (!idle_ && launches_.load(std::memory_order_relaxed) == marked_launches_) busy = ConsumeLocked(api, pool);
+  if (!idle_ && launches_.load(std::memory_order_relaxed) == marked_launches_ && !SpacedLocked(now, spacing_ns)) {
+    busy = ConsumeLocked(api, pool);
+  }
   if (idle_) {
     // If the start marker cannot be recorded (ring full, driver error), the period starts
     // at the first end marker instead: at most one interval is not counted.
@@ -128,7 +130,7 @@ void StreamMeter::AfterLaunch(const DriverApi& api, EventPool& pool, bool eager,
   if (!eager) return;
   std::lock_guard<std::mutex> lock(mu_);
   // A start marker leaves newest_marker_ns_ at 0, so a busy period's first launch is marked.
-  if (spacing_ns > 0 && lazy_ && now - newest_marker_ns_ < spacing_ns) return;
+  if (SpacedLocked(now, spacing_ns)) return;
   RecordLocked(api, pool, /*start=*/false, now);
 }
 

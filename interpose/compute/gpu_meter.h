@@ -67,14 +67,17 @@ class StreamMeter {
   uint64_t thread_key() const { return thread_key_; }
 
   // Launching thread, before the launch: finds out whether the stream is idle (then records
-  // a start marker). Returns busy ns newly measured while checking.
-  int64_t BeforeLaunch(const DriverApi& api, EventPool& pool);
+  // a start marker). Returns busy ns newly measured while checking. spacing_ns (streams with
+  // lazy markers only): markers are at least that far apart (AfterLaunch), and the launch
+  // checks for a drained stream only when the newest marker is older; the poller finds
+  // drains in between.
+  int64_t BeforeLaunch(const DriverApi& api, EventPool& pool, int64_t now, int64_t spacing_ns = 0);
   // Launching thread, publish-only (no measurement needed, no driver call): counts the
   // launch; the poller's lazy markers tell when the stream has drained.
   void CountLaunch() { launches_.fetch_add(1, std::memory_order_relaxed); }
-  // Launching thread, after the launch; eager: record an end marker now, unless spacing_ns
-  // is set and the newest end marker is younger than that (a stream with lazy markers
-  // only: the poller marks a launch left uncovered).
+  // Launching thread, after the launch; eager: record an end marker now, unless the newest
+  // end marker is younger than spacing_ns (as in BeforeLaunch; the poller marks a launch
+  // left uncovered).
   void AfterLaunch(const DriverApi& api, EventPool& pool, bool eager, int64_t now, int64_t spacing_ns = 0);
   // Poller (or a thread waiting for the queue to shrink): consumes completed markers and,
   // when launches are not covered by a marker, records one (lazy). Returns busy ns.
@@ -92,6 +95,9 @@ class StreamMeter {
     bool start;
   };
   int64_t ConsumeLocked(const DriverApi& api, EventPool& pool);
+  bool SpacedLocked(int64_t now, int64_t spacing_ns) const {
+    return spacing_ns > 0 && lazy_ && now - newest_marker_ns_ < spacing_ns;
+  }
   bool RecordLocked(const DriverApi& api, EventPool& pool, bool start, int64_t now);
 
   std::mutex mu_;

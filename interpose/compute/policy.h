@@ -31,6 +31,7 @@ inline constexpr int64_t kInflightHoldNs = 2'000'000;     // "has queued work" u
 inline constexpr int64_t kCapDepthNs = 2'000'000;         // queued-ahead work of capped slices
 inline constexpr int64_t kOpportunisticDepthNs = 500'000; // ... of opportunistic slices
 inline constexpr int64_t kOpportunisticMarkerNs = 100'000; // their eager markers' spacing (no cap)
+inline constexpr int64_t kOpportunisticDeepAfterNs = 50'000'000; // ... queue deeper once guaranteed work idled this long
 inline constexpr int64_t kDrainWaitMaxNs = 5'000'000;     // longest wait for a peer to drain
 
 // GCRA (the generic cell rate algorithm) on GPU time: a token bucket held as one number,

@@ -35,10 +35,12 @@ if [ -x "$bench" ]; then
   native=$("$bench" launch 2>&1 | grep -o 'empty-kernel launch [0-9]*' | grep -o '[0-9]*$')
   shim=$("$build/bin/gslice" run --memory=60GiB -- "$bench" launch 2>&1 | grep -o 'empty-kernel launch [0-9]*' | grep -o '[0-9]*$')
   gated=$("$build/bin/gslice" run --memory=60GiB --compute=99% -- "$bench" launch 2>&1 | grep -o 'empty-kernel launch [0-9]*' | grep -o '[0-9]*$')
+  opp=$("$build/bin/gslice" run --memory=60GiB --class=opportunistic -- "$bench" launch 2>&1 | grep -o 'empty-kernel launch [0-9]*' | grep -o '[0-9]*$')
   if [ -n "$native" ] && [ -n "$shim" ] && [ -n "$gated" ]; then
     st=$([ $((shim - native)) -lt 100 ] && echo PASS || echo FAIL)
     echo "RESULT compute.launch.ungated $st +$((shim - native)) ns per launch under gslice with no compute limit (native $native ns, gslice $shim ns; target < 100)"
     echo "RESULT compute.launch.gated INFO +$((gated - native)) ns per launch with a cap (gate, meter, markers: $gated ns)"
+    [ -n "$opp" ] && echo "RESULT compute.launch.opportunistic INFO +$((opp - native)) ns per launch, opportunistic with the GPU to itself (spaced markers: $opp ns)"
   else
     echo "RESULT compute.launch.ungated FAIL launch bench did not run (native='$native' gslice='$shim' gated='$gated')"
   fi
