@@ -17,8 +17,8 @@ runs does not decide a 3% target.
 
 Throughput is measured between the first and last step completed inside the window
 (steps / seconds, no partial-step error). Server latency is completion time minus
-arrival time, queueing included; arrivals in the window come from a fixed seed, so every
-configuration sees the same arrival pattern.
+arrival time, queueing included; arrivals in the window (in each phase, when phased) come
+from a fixed seed, so every configuration and phase sees the same arrival pattern.
 """
 
 import argparse
@@ -232,6 +232,10 @@ def run_server(args):
         serve(step, arrival, None)
     latencies, services, arrivals = [], [], []
     for a, b in sched.runs:
+        # Every phase gets the same arrival pattern (the same seed from its start), so alone
+        # and together phases compare like for like.
+        if sched.phased:
+            rng = random.Random(2)
         arrival = a
         while True:
             arrival += rng.expovariate(rate)
