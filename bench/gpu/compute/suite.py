@@ -10,13 +10,19 @@ bench/gpu/suites/compute.sh runs the three in order and owns the MPS daemon. The
   1 cap      one compute-bound job alone, capped at 10/30/50/70%: achieved share +-2 points
   2 split    two identical jobs at guaranteed shares 30/70 and 10/90: ratio +-2 points
   3 train    guaranteed ResNet-50 training + opportunistic BERT training:
-             guaranteed >= 0.97 of solo, opportunistic >= 0.70 of solo
+             guaranteed >= 0.97 of alone, opportunistic >= 0.70 of alone
   4 latency  guaranteed BERT inference server at ~50% load + opportunistic ResNet-50 training:
-             server p99 <= +10% of solo, training >= 0.5 of solo
+             server p99 <= +10% of alone, training >= 0.5 of alone
   5 overhead one ResNet-50 training job under gslice with no limit >= 99% of native
+Cases 3 and 4 run interleaved: both processes of a configuration work through phases
+(guaranteed alone, both, opportunistic alone, both; the partner of a lone job is paused with
+its context kept), and each job's speed together is compared with its own speed alone in the
+same run, so a host whose speed drifts between runs does not decide the result.
 Environment: COMPUTE_CASES (e.g. "1,2"; default all), COMPUTE_WINDOW_S (measured seconds per
-configuration, default 5), COMPUTE_DEADLINE (epoch seconds after which configurations are
-skipped), GSLICE_BUILD (build folder holding bin/gslice).
+configuration, default 5), COMPUTE_PHASE_S (seconds per interleaved phase, default 4),
+COMPUTE_ROUNDS (rounds of the four phases, default 3), COMPUTE_SETTLE_S (seconds at the start
+of each phase not measured, default 1), COMPUTE_DEADLINE (epoch seconds after which
+configurations are skipped), GSLICE_BUILD (build folder holding bin/gslice).
 """
 
 import argparse
