@@ -1,7 +1,9 @@
 #include "launch_hooks.h"
 
 #include <dlfcn.h>
+#include <execinfo.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdint>
@@ -165,6 +167,11 @@ void StopMovingLegacyWork(CUcontext ctx, const char* what, const char* call) {
     g_class_generation.fetch_add(1, std::memory_order_acq_rel);
     Log(LogLevel::kInfo, "compute: context %p showed %s (%s); its default-stream work stays there from now on",
         static_cast<void*>(ctx), what, call);
+    if (LogEnabled(LogLevel::kDebug)) {
+      // Which library made the call: the stack, one frame a line (libc's own writer).
+      void* frames[24];
+      backtrace_symbols_fd(frames, backtrace(frames, 24), STDERR_FILENO);
+    }
   }
   if (e != nullptr) c = ClassCache{ctx, nullptr, g_class_generation.load(std::memory_order_acquire)};
 }
