@@ -140,16 +140,41 @@ class GpuSampler:
                 "power_w": statistics.fmean(cols[2]), "power_capped": statistics.fmean(cols[3])}
 
 
+class Readiness:
+    """Writes SYNC/<id>.ready once: when warm, or after READY_LIMIT_S even if not (an
+    opportunistic job next to a busy guaranteed one may be held at its gate for good, and
+    then its partner's window must still open; its first phase alone finishes its warm-up)."""
+
+    READY_LIMIT_S = 60.0
+
+    def __init__(self, sync, ident):
+        self.sync, self.ident = sync, ident
+        self.lock = threading.Lock()
+        self.done = False
+        self.timer = threading.Timer(self.READY_LIMIT_S, self.mark, kwargs={"warm": False})
+        self.timer.daemon = True
+        self.timer.start()
+
+    def mark(self, warm=True):
+        with self.lock:
+            if self.done:
+                return
+            self.done = True
+            self.timer.cancel()
+            mark_ready(self.sync, self.ident, {"pid": os.getpid(), "warm": warm})
+
+
 def run_throughput(args):
     step = workloads.build(args.workload)
     sampler = GpuSampler()
+    ready = Readiness(args.sync, args.id)
     start = time.time()
     n = 0
     while n < 3 or time.time() - start < args.warmup:
         step()
         torch.cuda.synchronize()
         n += 1
-    mark_ready(args.sync, args.id, {"pid": os.getpid()})
+    ready.mark()
     go = None
     while go is None:
         step()
