@@ -147,10 +147,13 @@ CUstream ClassStreamOf(CUcontext ctx) {
 
 // ctx's legacy work stays on the legacy stream from now on; what went to its class stream so
 // far is finished first, so nothing the application orders after this point can overtake it.
-// what, call: what the context showed and in which call, for the log.
-void StopMovingLegacyWork(CUcontext ctx, const char* what, const char* call) {
+// True when it stopped the moving just now (false: already stopped, or never moved).
+bool StopMovingLegacyWork(CUcontext ctx) {
   ClassCache& c = t_class_cache;
-  if (ctx == c.ctx && c.stream == nullptr && g_class_generation.load(std::memory_order_acquire) == c.generation) return;
+  if (ctx == c.ctx && c.stream == nullptr && g_class_generation.load(std::memory_order_acquire) == c.generation) {
+    return false;
+  }
+  bool stopped = false;
   std::lock_guard<std::mutex> lock(g_class_mu);
   ClassStream* e = ClassEntry(ctx, /*create=*/false);
   if (e != nullptr && e->stream != nullptr) {
@@ -165,15 +168,10 @@ void StopMovingLegacyWork(CUcontext ctx, const char* what, const char* call) {
     if (exchanged) exchange(&mode);
     e->stream = nullptr;
     g_class_generation.fetch_add(1, std::memory_order_acq_rel);
-    Log(LogLevel::kInfo, "compute: context %p showed %s (%s); its default-stream work stays there from now on",
-        static_cast<void*>(ctx), what, call);
-    if (LogEnabled(LogLevel::kDebug)) {
-      // Which library made the call: the stack, one frame a line (libc's own writer).
-      void* frames[24];
-      backtrace_symbols_fd(frames, backtrace(frames, 24), STDERR_FILENO);
-    }
+    stopped = true;
   }
   if (e != nullptr) c = ClassCache{ctx, nullptr, g_class_generation.load(std::memory_order_acquire)};
+  return stopped;
 }
 
 }  // namespace
@@ -192,10 +190,19 @@ CUstream ClassStreamBehind(CUstream s, bool per_thread) {
 
 namespace {
 
+// what, call: what the context showed and in which call, for the log.
 void EndMoving(const char* what, const char* call) {
   if (!MapsLegacy()) return;
   CUcontext ctx = CurrentContext();
-  if (ctx != nullptr) StopMovingLegacyWork(ctx, what, call);
+  if (ctx == nullptr || !StopMovingLegacyWork(ctx)) return;
+  Log(LogLevel::kInfo, "compute: context %p showed %s (%s); its default-stream work stays there from now on",
+      static_cast<void*>(ctx), what, call);
+  if (LogEnabled(LogLevel::kDebug)) {
+    // Which library made the call: the stack, one frame a line (libc's own writer; called
+    // with no lock of ours held, as it may load libgcc_s the first time).
+    void* frames[24];
+    backtrace_symbols_fd(frames, backtrace(frames, 24), STDERR_FILENO);
+  }
 }
 
 }  // namespace
