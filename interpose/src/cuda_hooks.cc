@@ -270,8 +270,9 @@ GSLICE_EXPORT CUresult gslice_hook_cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   if (r == CUDA_SUCCESS) {
     unsigned flags = 0;
     int active = 1;
-    auto get_state = reinterpret_cast<CUresult (*)(CUdevice, unsigned*, int*)>(g_real[ex::kSlot_cuDevicePrimaryCtxGetState]);
-    if (get_state(dev, &flags, &active) == CUDA_SUCCESS && !active) {
+    using GetState = CUresult (*)(CUdevice, unsigned*, int*);
+    auto get_state = reinterpret_cast<GetState>(g_real[ex::kSlot_cuDevicePrimaryCtxGetState]);
+    if (get_state != nullptr && get_state(dev, &flags, &active) == CUDA_SUCCESS && !active) {
       ForgetClassStreams(nullptr, dev);  // launch_hooks.h
     }
   }

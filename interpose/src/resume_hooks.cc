@@ -37,6 +37,13 @@ namespace ex = gslice::cuda_exports;
   else gslice::shim::ResumeGateQuiet();                                      \
   return fn(__VA_ARGS__);
 
+// The _ptsz/_ptds variants: a per-thread default stream in use ends the moving of the
+// context's legacy-stream work (launch_hooks.h, NoteStreamUse); s: the stream the call
+// names (CU_STREAM_PER_THREAD for the synchronous _ptds copies).
+#define PER_THREAD_BODY(sym, s, ...)                                         \
+  gslice::shim::NoteStreamUse(s, true, #sym);                                \
+  GATED_BODY(sym, true, __VA_ARGS__)
+
 // Synchronising on or querying the legacy stream covers the class stream too
 // (launch_hooks.h): the class stream first, then the stream named. counts: as GATED_BODY.
 #define BEHIND_BODY(sym, per_thread, counts, s)                                      \
@@ -101,8 +108,7 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamWaitEvent(CUstream s, CUevent e,
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamWaitEvent_ptsz(CUstream s, CUevent e, unsigned flags) {
-  gslice::shim::NoteStreamUse(s, true, "cuStreamWaitEvent_ptsz");
-  GATED_BODY(cuStreamWaitEvent_ptsz, true, s, e, flags)
+  PER_THREAD_BODY(cuStreamWaitEvent_ptsz, s, s, e, flags)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus* status) {
@@ -110,8 +116,7 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamIsCapturing(CUstream s, CUstream
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamIsCapturing_ptsz(CUstream s, CUstreamCaptureStatus* status) {
-  gslice::shim::NoteStreamUse(s, true, "cuStreamIsCapturing_ptsz");
-  GATED_BODY(cuStreamIsCapturing_ptsz, true, s, status)
+  PER_THREAD_BODY(cuStreamIsCapturing_ptsz, s, s, status)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) {
@@ -119,8 +124,7 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpy(CUdeviceptr dst, CUdeviceptr sr
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n) {
-  gslice::shim::NoteStreamUse(CU_STREAM_PER_THREAD, true, "cuMemcpy_ptds");
-  GATED_BODY(cuMemcpy_ptds, true, dst, src, n)
+  PER_THREAD_BODY(cuMemcpy_ptds, CU_STREAM_PER_THREAD, dst, src, n)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
@@ -128,8 +132,7 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyAsync(CUdeviceptr dst, CUdevicep
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
-  gslice::shim::NoteStreamUse(s, true, "cuMemcpyAsync_ptsz");
-  GATED_BODY(cuMemcpyAsync_ptsz, true, dst, src, n, s)
+  PER_THREAD_BODY(cuMemcpyAsync_ptsz, s, dst, src, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) {
@@ -137,8 +140,7 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoH_v2(void* dst, CUdeviceptr s
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoH_v2_ptds(void* dst, CUdeviceptr src, size_t n) {
-  gslice::shim::NoteStreamUse(CU_STREAM_PER_THREAD, true, "cuMemcpyDtoH_v2_ptds");
-  GATED_BODY(cuMemcpyDtoH_v2_ptds, true, dst, src, n)
+  PER_THREAD_BODY(cuMemcpyDtoH_v2_ptds, CU_STREAM_PER_THREAD, dst, src, n)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) {
@@ -146,8 +148,7 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyHtoD_v2(CUdeviceptr dst, const v
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void* src, size_t n) {
-  gslice::shim::NoteStreamUse(CU_STREAM_PER_THREAD, true, "cuMemcpyHtoD_v2_ptds");
-  GATED_BODY(cuMemcpyHtoD_v2_ptds, true, dst, src, n)
+  PER_THREAD_BODY(cuMemcpyHtoD_v2_ptds, CU_STREAM_PER_THREAD, dst, src, n)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, CUstream s) {
@@ -155,8 +156,7 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoHAsync_v2(void* dst, CUdevice
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoHAsync_v2_ptsz(void* dst, CUdeviceptr src, size_t n, CUstream s) {
-  gslice::shim::NoteStreamUse(s, true, "cuMemcpyDtoHAsync_v2_ptsz");
-  GATED_BODY(cuMemcpyDtoHAsync_v2_ptsz, true, dst, src, n, s)
+  PER_THREAD_BODY(cuMemcpyDtoHAsync_v2_ptsz, s, dst, src, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, CUstream s) {
@@ -164,8 +164,7 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyHtoDAsync_v2(CUdeviceptr dst, co
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void* src, size_t n, CUstream s) {
-  gslice::shim::NoteStreamUse(s, true, "cuMemcpyHtoDAsync_v2_ptsz");
-  GATED_BODY(cuMemcpyHtoDAsync_v2_ptsz, true, dst, src, n, s)
+  PER_THREAD_BODY(cuMemcpyHtoDAsync_v2_ptsz, s, dst, src, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
@@ -173,8 +172,7 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CU
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
-  gslice::shim::NoteStreamUse(s, true, "cuMemcpyDtoDAsync_v2_ptsz");
-  GATED_BODY(cuMemcpyDtoDAsync_v2_ptsz, true, dst, src, n, s)
+  PER_THREAD_BODY(cuMemcpyDtoDAsync_v2_ptsz, s, dst, src, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstream s) {
@@ -182,8 +180,7 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemsetD8Async(CUdeviceptr dst, unsigne
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemsetD8Async_ptsz(CUdeviceptr dst, unsigned char v, size_t n, CUstream s) {
-  gslice::shim::NoteStreamUse(s, true, "cuMemsetD8Async_ptsz");
-  GATED_BODY(cuMemsetD8Async_ptsz, true, dst, v, n, s)
+  PER_THREAD_BODY(cuMemsetD8Async_ptsz, s, dst, v, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemsetD32Async(CUdeviceptr dst, unsigned v, size_t n, CUstream s) {
@@ -191,6 +188,5 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemsetD32Async(CUdeviceptr dst, unsign
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemsetD32Async_ptsz(CUdeviceptr dst, unsigned v, size_t n, CUstream s) {
-  gslice::shim::NoteStreamUse(s, true, "cuMemsetD32Async_ptsz");
-  GATED_BODY(cuMemsetD32Async_ptsz, true, dst, v, n, s)
+  PER_THREAD_BODY(cuMemsetD32Async_ptsz, s, dst, v, n, s)
 }
