@@ -7,7 +7,7 @@
 //       N queued back to back then synchronised: median ns per launch (run it natively and
 //       under the shim to see what the launch gate adds)
 //   gslice_compute_event_bench launch-legacy [N] [REPS]    the same on the legacy default
-//       stream (which a guaranteed process's hooks move to its class stream)
+//       stream (which a guaranteed process runs at the class's priority)
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -56,6 +56,22 @@ void EventPool::Put(CUevent e) {
   // context current and this may be any thread. Bounded by the ring sizes, so unreachable.
 }
 
+void EventPool::Forget() {
+  std::lock_guard<std::mutex> lock(mu_);
+  count_ = 0;
+}
+
+void StreamMeter::Forget() {
+  std::lock_guard<std::mutex> lock(mu_);
+  head_ = tail_ = 0;
+  last_done_ = nullptr;
+  idle_ = true;
+  newest_marker_ns_ = 0;
+  const uint64_t n = launches_.load(std::memory_order_relaxed);
+  done_launches_.store(n, std::memory_order_relaxed);
+  marked_launches_ = n;
+}
+
 void StreamMeter::Reset(CUstream stream, uint64_t thread_key, bool lazy_markers) {
   std::lock_guard<std::mutex> lock(mu_);
   stream_ = stream;

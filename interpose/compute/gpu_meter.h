@@ -50,6 +50,8 @@ class EventPool {
  public:
   CUevent Get(const DriverApi& api);  // nullptr on driver error
   void Put(CUevent e);
+  // The context is going away and its events with it: drops them, unused.
+  void Forget();
 
  private:
   std::mutex mu_;
@@ -63,6 +65,9 @@ class StreamMeter {
   // per-thread default streams are told apart by owner thread, and only that thread can
   // record on them, so they get no lazy markers).
   void Reset(CUstream stream, uint64_t thread_key, bool lazy_markers);
+  // The stream's context is going away, and its markers' events with it: drops them unused
+  // and starts afresh (idle, every launch so far counted as done).
+  void Forget();
   CUstream stream() const { return stream_; }
   uint64_t thread_key() const { return thread_key_; }
 

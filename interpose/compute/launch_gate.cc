@@ -187,6 +187,11 @@ LedgerComputeEntry* ClaimEntry(const uint8_t uuid[16], const ComputePolicy& p) {
 // g_in_pass; both seq_cst, so one of them always sees the other).
 std::atomic<bool> g_stop{false};
 std::atomic<bool> g_in_pass{false};
+std::atomic<uint64_t> g_passes{0};  // gate-thread passes ended
+// Bumped when a context is forgotten (ForgetContext): threads' cached context lookups, and
+// the gate thread's idea of its current context, expire (a later context may reuse the
+// handle).
+std::atomic<uint64_t> g_context_epoch{0};
 
 void ReleaseEntries() {
   g_stop.store(true, std::memory_order_seq_cst);
@@ -360,7 +365,9 @@ Device* CurrentDevice() {
   if (g_gate->api.ctx_get_current(&ctx) != CUDA_SUCCESS || ctx == nullptr) return nullptr;
   static thread_local CUcontext cached_ctx = nullptr;
   static thread_local Device* cached = nullptr;
-  if (ctx == cached_ctx && cached != nullptr) return cached;
+  static thread_local uint64_t cached_epoch = 0;
+  const uint64_t epoch = g_context_epoch.load(std::memory_order_acquire);
+  if (ctx == cached_ctx && cached != nullptr && epoch == cached_epoch) return cached;
   Device* found = nullptr;
   int n = g_gate->device_count.load(std::memory_order_acquire);
   for (int i = 0; i < n && found == nullptr; ++i) {
@@ -387,6 +394,7 @@ Device* CurrentDevice() {
   }
   cached_ctx = ctx;
   cached = found;
+  cached_epoch = epoch;
   return found;
 }
 
@@ -649,11 +657,16 @@ void RegisterActiveDevices() {
 void* GateThread(void*) {
   int64_t last_scan = 0;
   CUcontext current = nullptr;
+  uint64_t epoch = 0;
   for (;;) {
     g_in_pass.store(true, std::memory_order_seq_cst);
     if (g_stop.load(std::memory_order_seq_cst)) {
       g_in_pass.store(false, std::memory_order_seq_cst);
       for (;;) SleepNs(1'000'000'000);  // the process is exiting: no more driver calls
+    }
+    if (const uint64_t e = g_context_epoch.load(std::memory_order_acquire); e != epoch) {
+      epoch = e;
+      current = nullptr;  // it may be gone, and a new context may have its handle
     }
     const int64_t now = NowNs();
     if (now - last_scan >= kPeerScanNs) RegisterActiveDevices();
@@ -662,7 +675,7 @@ void* GateThread(void*) {
     for (int i = 0; i < n; ++i) {
       Device& d = g_gate->devices[i];
       if (now - last_scan >= kPeerScanNs) ScanPeers(d);
-      CUcontext ctx = d.ctx.load(std::memory_order_acquire);
+      CUcontext ctx = d.ctx.load(std::memory_order_seq_cst);  // seq_cst: ForgetContext's handshake
       if (!gating || ctx == nullptr) continue;
       // Lazy markers are recorded on the app's streams from here: the context must be current.
       if (current != ctx && g_gate->api.ctx_set_current(ctx) == CUDA_SUCCESS) current = ctx;
@@ -673,6 +686,7 @@ void* GateThread(void*) {
       last_scan = now;
       if (!g_stop.load(std::memory_order_relaxed)) g_gate_mode.store(static_cast<int>(WantedMode()), kRlx);
     }
+    g_passes.fetch_add(1, std::memory_order_seq_cst);
     g_in_pass.store(false, std::memory_order_seq_cst);
     SleepNs(gating ? kPollGateNs : kPollWatchNs);
   }
@@ -792,6 +806,39 @@ void AfterLaunch(CUstream stream, bool per_thread) {
   // (only the owning thread can record on those).
   if (PublishOnly(*d) && !own_thread_stream) return;
   m->AfterLaunch(g_gate->api, d->pool, DepthBounded(*d) || own_thread_stream, NowNs(), MarkerSpacing(*d));
+}
+
+void ForgetContext(CUcontext ctx) {
+  if (g_gate == nullptr || ctx == nullptr) return;
+  Device* gone[kMaxContexts];
+  int count = 0;
+  {
+    std::lock_guard<std::mutex> lock(g_gate->devices_mu);
+    const int n = g_gate->device_count.load(std::memory_order_acquire);
+    for (int i = 0; i < n; ++i) {
+      Device& d = g_gate->devices[i];
+      if (d.ctx.load(std::memory_order_acquire) != ctx) continue;
+      d.ctx.store(nullptr, std::memory_order_seq_cst);  // the next launch in a context binds it again
+      gone[count++] = &d;
+    }
+  }
+  if (count == 0) return;
+  g_context_epoch.fetch_add(1, std::memory_order_acq_rel);
+  // A pass that read the context before it was unbound may still be polling it (seq_cst
+  // like exit's handshake: the pass raises g_in_pass before it reads the binding).
+  const uint64_t pass = g_passes.load(std::memory_order_seq_cst);
+  for (int i = 0; i < 2000 && g_in_pass.load(std::memory_order_seq_cst) &&
+                  g_passes.load(std::memory_order_seq_cst) == pass;
+       ++i) {
+    SleepNs(10'000);
+  }
+  for (int k = 0; k < count; ++k) {
+    Device& d = *gone[k];
+    std::lock_guard<std::mutex> lock(d.poll_mu);  // and out of any launching thread's poll
+    const int n = d.stream_count.load(std::memory_order_acquire);
+    for (int i = 0; i < n; ++i) d.streams[i].load(std::memory_order_acquire)->Forget();
+    d.pool.Forget();
+  }
 }
 
 uint64_t MeasuredBusyNs() {

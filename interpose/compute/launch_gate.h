@@ -47,6 +47,12 @@ bool InitLaunchGate(void* (*resolve)(const char* name), ComputeLogFn log);
 void BeforeLaunch(CUstream stream, bool per_thread);
 void AfterLaunch(CUstream stream, bool per_thread);
 
+// ctx is about to be destroyed, or reset as a primary context (its events and streams go
+// with it): the gate drops its markers, events and stream meters of ctx unused, after
+// waiting for a pass of the gate thread under way (at most 20 ms), so the driver never sees
+// them again. Call before the driver's call.
+void ForgetContext(CUcontext ctx);
+
 // GPU time this process was measured to use on the current context's device, ns (tests,
 // statistics). Includes time completed by now; call after synchronising for a final value.
 uint64_t MeasuredBusyNs();

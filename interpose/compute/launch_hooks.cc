@@ -1,13 +1,10 @@
 #include "launch_hooks.h"
 
 #include <dlfcn.h>
-#include <execinfo.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <cstdint>
-#include <mutex>
 
 #include "cuda_exports.h"
 #include "launch_gate.h"
@@ -42,9 +39,9 @@ constexpr int kLeavePriority = INT32_MIN;
 constexpr int kUndecided = INT32_MAX;
 std::atomic<int> g_class_priority{kUndecided};
 
-// Whether the legacy default stream's work goes to a class stream (below): the class has a
-// priority and it is not the default stream's own (0, the device's least).
-std::atomic<bool> g_map_legacy{false};
+// Whether the default streams get the class's priority (below): the class has one and it is
+// not the default streams' own (0, the device's least).
+std::atomic<bool> g_raise_defaults{false};
 
 int ClassPriority() {
   int p = g_class_priority.load(std::memory_order_acquire);
@@ -59,41 +56,40 @@ int ClassPriority() {
     if (range == nullptr || range(&least, &greatest) != CUDA_SUCCESS) return kLeavePriority;  // ask again later
     chosen = policy.cls == compute::ComputeClass::kOpportunistic ? least : greatest;
   }
-  g_map_legacy.store(chosen != kLeavePriority && chosen != 0 && chosen != least, std::memory_order_relaxed);
+  g_raise_defaults.store(chosen != kLeavePriority && chosen != 0 && chosen != least, std::memory_order_relaxed);
   g_class_priority.store(chosen, std::memory_order_release);
   return chosen;
 }
 
-bool MapsLegacy() {
+bool RaisesDefaultStreams() {
   if (g_class_priority.load(std::memory_order_acquire) == kUndecided) ClassPriority();
-  return g_map_legacy.load(std::memory_order_relaxed);
+  return g_raise_defaults.load(std::memory_order_relaxed);
 }
 
-// ---- the default stream at the class's priority ---------------------------------------
+// ---- the default streams at the class's priority --------------------------------------
 //
-// The legacy default stream has priority 0, the least a GPU offers, and the driver lets no
-// one change it; frameworks (PyTorch among them) run most of their work there. For a class
-// with a greater priority (guaranteed), work the application puts on the legacy stream of a
-// context goes to a *class stream* instead: one blocking stream per context, created at the
-// class's priority. A blocking stream keeps the legacy stream's ordering both ways (every
-// legacy-stream operation waits for the blocking streams' earlier work, and they wait for
-// its), so copies, memsets, waits and host callbacks left on the legacy stream stay in
-// order with the kernels moved off it. What a blocking stream does not have is the legacy
-// stream's ordering with the application's *other* blocking streams and with per-thread
-// default streams: the first time a context shows either (a blocking stream created, a
-// per-thread default stream used), the class stream is drained and the context's legacy
-// work stays where the application put it from then on.
-struct ClassStream {
+// A context's legacy default stream, and each thread's per-thread default stream, start at
+// priority 0, the least a GPU offers, and frameworks (PyTorch among them) run most of their
+// work there. For a class with a greater priority (guaranteed), the shim gives them the
+// class's priority (cuStreamSetAttribute, CU_STREAM_ATTRIBUTE_PRIORITY) before the first
+// kernel or graph launch on them: the legacy stream once per context, a per-thread stream
+// once per thread and context. Work stays on the stream the application put it on, so every
+// ordering the application relies on holds as written. Each thread remembers the streams it
+// raised in its current context until a context goes away (the generation moves): a
+// context made later may reuse the handle, and a reset primary context starts over at 0.
+std::atomic<uint64_t> g_context_generation{1};
+
+struct RaisedStreams {
   CUcontext ctx = nullptr;
-  CUdevice dev = -1;
-  CUstream stream = nullptr;  // nullptr: this context's legacy work is not moved
+  uint64_t generation = 0;
+  bool legacy = false;
+  bool per_thread = false;
 };
-constexpr int kMaxClassStreams = 32;
-std::mutex g_class_mu;
-ClassStream g_class_streams[kMaxClassStreams];
-int g_class_count = 0;
-// Bumped whenever an entry stops mapping or goes away: threads' cached lookups expire.
-std::atomic<uint64_t> g_class_generation{1};
+thread_local RaisedStreams t_raised;
+
+// The last context whose raise was logged, and whether a failure was: one line each.
+std::atomic<CUcontext> g_logged_ctx{nullptr};
+std::atomic<bool> g_logged_failure{false};
 
 CUcontext CurrentContext() {
   auto get = Real<CUresult (*)(CUcontext*)>(ex::kSlot_cuCtxGetCurrent);
@@ -105,127 +101,38 @@ CUcontext CurrentContext() {
 bool IsLegacy(CUstream s, bool per_thread) { return s == CU_STREAM_LEGACY || (s == nullptr && !per_thread); }
 bool IsPerThread(CUstream s, bool per_thread) { return s == CU_STREAM_PER_THREAD || (s == nullptr && per_thread); }
 
-// ctx's entry (g_class_mu held); creates it, with a class stream when create is set.
-ClassStream* ClassEntry(CUcontext ctx, bool create) {
-  for (int i = 0; i < g_class_count; ++i) {
-    if (g_class_streams[i].ctx == ctx) return &g_class_streams[i];
-  }
-  if (g_class_count == kMaxClassStreams) return nullptr;
-  ClassStream& e = g_class_streams[g_class_count++];
-  e = ClassStream{ctx, -1, nullptr};
-  auto get_device = Real<CUresult (*)(CUdevice*)>(ex::kSlot_cuCtxGetDevice);
-  if (get_device != nullptr) get_device(&e.dev);
-  auto with_priority = Real<CUresult (*)(CUstream*, unsigned, int)>(ex::kSlot_cuStreamCreateWithPriority);
-  if (create && with_priority != nullptr && with_priority(&e.stream, CU_STREAM_DEFAULT, ClassPriority()) != CUDA_SUCCESS) {
-    e.stream = nullptr;
-    Log(LogLevel::kWarn, "compute: cannot create a stream at the class's priority; default-stream work keeps its own");
-  } else if (e.stream != nullptr) {
-    Log(LogLevel::kInfo, "compute: default-stream work of context %p runs at stream priority %d", static_cast<void*>(ctx),
-        ClassPriority());
-  }
-  return &e;
-}
-
-// Each thread remembers its last context's answer until the generation moves.
-struct ClassCache {
-  CUcontext ctx = nullptr;
-  CUstream stream = nullptr;
-  uint64_t generation = 0;
-};
-thread_local ClassCache t_class_cache;
-
-// The class stream behind ctx's legacy stream (created at the first call), or nullptr.
-CUstream ClassStreamOf(CUcontext ctx) {
-  ClassCache& c = t_class_cache;
-  const uint64_t generation = g_class_generation.load(std::memory_order_acquire);
-  if (ctx == c.ctx && generation == c.generation) return c.stream;
-  std::lock_guard<std::mutex> lock(g_class_mu);
-  ClassStream* e = ClassEntry(ctx, /*create=*/true);
-  c = ClassCache{ctx, e != nullptr ? e->stream : nullptr, generation};
-  return c.stream;
-}
-
-// ctx's legacy work stays on the legacy stream from now on; what went to its class stream so
-// far is finished first, so nothing the application orders after this point can overtake it.
-// True when it stopped the moving just now (false: already stopped, or never moved).
-bool StopMovingLegacyWork(CUcontext ctx) {
-  ClassCache& c = t_class_cache;
-  if (ctx == c.ctx && c.stream == nullptr && g_class_generation.load(std::memory_order_acquire) == c.generation) {
-    return false;
-  }
-  bool stopped = false;
-  std::lock_guard<std::mutex> lock(g_class_mu);
-  ClassStream* e = ClassEntry(ctx, /*create=*/false);
-  if (e != nullptr && e->stream != nullptr) {
-    // Relaxed capture mode: a capture under way in this thread must not be invalidated by a
-    // wait on a stream it does not involve. The stream itself is kept (another thread may be
-    // launching on it right now); it is idle from here on.
-    auto exchange = Real<CUresult (*)(CUstreamCaptureMode*)>(ex::kSlot_cuThreadExchangeStreamCaptureMode);
-    auto sync = Real<CUresult (*)(CUstream)>(ex::kSlot_cuStreamSynchronize);
-    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-    const bool exchanged = exchange != nullptr && exchange(&mode) == CUDA_SUCCESS;
-    if (sync != nullptr) sync(e->stream);
-    if (exchanged) exchange(&mode);
-    e->stream = nullptr;
-    g_class_generation.fetch_add(1, std::memory_order_acq_rel);
-    stopped = true;
-  }
-  if (e != nullptr) c = ClassCache{ctx, nullptr, g_class_generation.load(std::memory_order_acquire)};
-  return stopped;
-}
-
 }  // namespace
 
-CUstream ClassStreamFor(CUstream s, bool per_thread, const char* call) {
-  NoteStreamUse(s, per_thread, call);
-  CUstream moved = ClassStreamBehind(s, per_thread);
-  return moved != nullptr ? moved : s;
-}
-
-CUstream ClassStreamBehind(CUstream s, bool per_thread) {
-  if (!IsLegacy(s, per_thread) || !MapsLegacy()) return nullptr;
+void RaiseDefaultStream(CUstream s, bool per_thread) {
+  if (!RaisesDefaultStreams()) return;
+  const bool legacy = IsLegacy(s, per_thread);
+  if (!legacy && !IsPerThread(s, per_thread)) return;
+  RaisedStreams& r = t_raised;
+  const uint64_t generation = g_context_generation.load(std::memory_order_acquire);
   CUcontext ctx = CurrentContext();
-  return ctx != nullptr ? ClassStreamOf(ctx) : nullptr;
-}
-
-namespace {
-
-// what, call: what the context showed and in which call, for the log.
-void EndMoving(const char* what, const char* call) {
-  if (!MapsLegacy()) return;
-  CUcontext ctx = CurrentContext();
-  if (ctx == nullptr || !StopMovingLegacyWork(ctx)) return;
-  Log(LogLevel::kInfo, "compute: context %p showed %s (%s); its default-stream work stays there from now on",
-      static_cast<void*>(ctx), what, call);
-  if (LogEnabled(LogLevel::kDebug)) {
-    // Which library made the call: the stack, one frame a line (libc's own writer; called
-    // with no lock of ours held, as it may load libgcc_s the first time).
-    void* frames[24];
-    backtrace_symbols_fd(frames, backtrace(frames, 24), STDERR_FILENO);
+  if (ctx == nullptr) return;  // the launch fails on its own
+  if (ctx != r.ctx || generation != r.generation) r = RaisedStreams{ctx, generation, false, false};
+  bool& done = legacy ? r.legacy : r.per_thread;
+  if (done) return;
+  done = true;  // one try: a driver that refuses is not asked again on every launch
+  auto set = Real<CUresult (*)(CUstream, CUstreamAttrID, const CUstreamAttrValue*)>(ex::kSlot_cuStreamSetAttribute);
+  CUstreamAttrValue value{};
+  value.priority = ClassPriority();
+  const CUresult rc = set == nullptr ? CUDA_ERROR_NOT_SUPPORTED
+                                     : set(legacy ? CU_STREAM_LEGACY : CU_STREAM_PER_THREAD,
+                                           CU_STREAM_ATTRIBUTE_PRIORITY, &value);
+  if (rc != CUDA_SUCCESS) {
+    if (!g_logged_failure.exchange(true)) {
+      Log(LogLevel::kWarn, "compute: the driver refused the default stream's priority (error %d); its work keeps priority 0",
+          static_cast<int>(rc));
+    }
+  } else if (legacy && g_logged_ctx.exchange(ctx) != ctx) {
+    Log(LogLevel::kInfo, "compute: the default streams of context %p run at stream priority %d",
+        static_cast<void*>(ctx), value.priority);
   }
 }
 
-}  // namespace
-
-void NoteBlockingStream(const char* call) { EndMoving("a blocking stream", call); }
-
-void NoteStreamUse(CUstream s, bool per_thread, const char* call) {
-  // A per-thread stream orders like a blocking one.
-  if (IsPerThread(s, per_thread)) EndMoving("a per-thread default stream", call);
-}
-
-void ForgetClassStreams(CUcontext ctx, CUdevice dev) {
-  std::lock_guard<std::mutex> lock(g_class_mu);
-  int kept = 0;
-  for (int i = 0; i < g_class_count; ++i) {
-    const ClassStream& e = g_class_streams[i];
-    if (e.ctx == ctx || (ctx == nullptr && e.dev == dev)) continue;
-    g_class_streams[kept++] = e;
-  }
-  if (kept == g_class_count) return;
-  g_class_count = kept;
-  g_class_generation.fetch_add(1, std::memory_order_acq_rel);
-}
+void ForgetDefaultStreams() { g_context_generation.fetch_add(1, std::memory_order_acq_rel); }
 
 namespace {
 
@@ -239,17 +146,11 @@ CUresult Gated(CUstream s, bool per_thread, Launch launch) {
   return r;
 }
 
-// cuLaunchKernelEx: the launch goes through a copy of the caller's config when its stream
-// moves to the class stream.
 template <typename Launch>
 CUresult LaunchEx(const CUlaunchConfig* config, bool per_thread, Launch launch) {
-  if (config == nullptr) return Gated(nullptr, per_thread, [&] { return launch(config); });
-  const char* call = per_thread ? "cuLaunchKernelEx_ptsz" : "cuLaunchKernelEx";
-  const CUstream s = ClassStreamFor(config->hStream, per_thread, call);
-  if (s == config->hStream) return Gated(s, per_thread, [&] { return launch(config); });
-  CUlaunchConfig moved = *config;
-  moved.hStream = s;
-  return Gated(s, per_thread, [&] { return launch(&moved); });
+  const CUstream s = config != nullptr ? config->hStream : nullptr;
+  if (config != nullptr) RaiseDefaultStream(s, per_thread);
+  return Gated(s, per_thread, [&] { return launch(config); });
 }
 
 }  // namespace
@@ -280,7 +181,7 @@ GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuLaunchKernel(CUfunction f, unsigned g
                                                         void** params, void** extra) {
   auto real = REAL_FN(cuLaunchKernel);
   FORWARD_OR_UNINIT(real);
-  s = gslice::shim::ClassStreamFor(s, false, "cuLaunchKernel");
+  gslice::shim::RaiseDefaultStream(s, false);
   return gslice::shim::Gated(s, false, [&] { return real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra); });
 }
 
@@ -289,7 +190,7 @@ GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuLaunchKernel_ptsz(CUfunction f, unsig
                                                              CUstream s, void** params, void** extra) {
   auto real = REAL_FN(cuLaunchKernel_ptsz);
   FORWARD_OR_UNINIT(real);
-  s = gslice::shim::ClassStreamFor(s, true, "cuLaunchKernel_ptsz");
+  gslice::shim::RaiseDefaultStream(s, true);
   return gslice::shim::Gated(s, true, [&] { return real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra); });
 }
 
@@ -312,7 +213,7 @@ GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuLaunchCooperativeKernel(CUfunction f,
                                                                    unsigned shmem, CUstream s, void** params) {
   auto real = REAL_FN(cuLaunchCooperativeKernel);
   FORWARD_OR_UNINIT(real);
-  s = gslice::shim::ClassStreamFor(s, false, "cuLaunchCooperativeKernel");
+  gslice::shim::RaiseDefaultStream(s, false);
   return gslice::shim::Gated(s, false, [&] { return real(f, gx, gy, gz, bx, by, bz, shmem, s, params); });
 }
 
@@ -322,34 +223,24 @@ GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuLaunchCooperativeKernel_ptsz(CUfuncti
                                                                         void** params) {
   auto real = REAL_FN(cuLaunchCooperativeKernel_ptsz);
   FORWARD_OR_UNINIT(real);
-  s = gslice::shim::ClassStreamFor(s, true, "cuLaunchCooperativeKernel_ptsz");
+  gslice::shim::RaiseDefaultStream(s, true);
   return gslice::shim::Gated(s, true, [&] { return real(f, gx, gy, gz, bx, by, bz, shmem, s, params); });
 }
 
 // Streams the application creates get its class's priority (GSLICE_CLASS given): within
 // the process, and across processes where the GPU honours priorities (MPS).
-// A blocking stream of the application's own ends the moving of its context's legacy work
-// (see ClassStream above).
 GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuStreamCreate(CUstream* s, unsigned flags) {
   auto real = REAL_FN(cuStreamCreate);
   FORWARD_OR_UNINIT(real);
   const int priority = gslice::shim::ClassPriority();
   auto with_priority = REAL_FN(cuStreamCreateWithPriority);
-  CUresult r = priority == gslice::shim::kLeavePriority || with_priority == nullptr ? real(s, flags)
-                                                                                     : with_priority(s, flags, priority);
-  if (r == CUDA_SUCCESS && (flags & CU_STREAM_NON_BLOCKING) == 0) {
-    gslice::shim::NoteBlockingStream("cuStreamCreate");
-  }
-  return r;
+  return priority == gslice::shim::kLeavePriority || with_priority == nullptr ? real(s, flags)
+                                                                               : with_priority(s, flags, priority);
 }
 
 GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuStreamCreateWithPriority(CUstream* s, unsigned flags, int priority) {
   auto real = REAL_FN(cuStreamCreateWithPriority);
   FORWARD_OR_UNINIT(real);
   const int cls = gslice::shim::ClassPriority();
-  CUresult r = real(s, flags, cls == gslice::shim::kLeavePriority ? priority : cls);
-  if (r == CUDA_SUCCESS && (flags & CU_STREAM_NON_BLOCKING) == 0) {
-    gslice::shim::NoteBlockingStream("cuStreamCreateWithPriority");
-  }
-  return r;
+  return real(s, flags, cls == gslice::shim::kLeavePriority ? priority : cls);
 }

@@ -18,24 +18,15 @@ void StartLaunchGate(void* const* real, void* real_handle);
 // ignored without MPS). A value the user set is kept.
 void AskMpsForClassPriority();
 
-// The default stream at the class's priority (launch_hooks.cc, docs/compute.md): for a
-// guaranteed process, work put on a context's legacy default stream goes to a blocking stream
-// of that context created at the class's priority, until the context shows a blocking stream
-// or a per-thread default stream of the application's own.
-// per_thread: the caller is a _ptsz/_ptds variant (where nullptr names the per-thread stream).
-// call: the hooked call's name, for the log. The stream a launch, graph launch or event
-// record on s goes to.
-CUstream ClassStreamFor(CUstream s, bool per_thread, const char* call);
-// For synchronising on or querying s: the class stream behind it (its legacy stream's moved
-// work), or nullptr.
-CUstream ClassStreamBehind(CUstream s, bool per_thread);
-// A call on s: a per-thread default stream in use ends the moving in the current context.
-void NoteStreamUse(CUstream s, bool per_thread, const char* call);
-// The application created a blocking stream in the current context, in call.
-void NoteBlockingStream(const char* call);
-// A context is destroyed (ctx), or a device's primary context reset or released (ctx
-// nullptr, dev): its class stream is forgotten.
-void ForgetClassStreams(CUcontext ctx, CUdevice dev);
+// The default streams at the class's priority (launch_hooks.cc, docs/compute.md): before a
+// guaranteed process's first kernel or graph launch on a context's legacy default stream, or
+// on a thread's per-thread default stream, that stream gets the class's priority. s: the
+// launch's stream; per_thread: the caller is a _ptsz variant (where nullptr names the
+// per-thread stream).
+void RaiseDefaultStream(CUstream s, bool per_thread);
+// A context is destroyed, or a primary context reset or released: the default streams are
+// raised again at their next launch.
+void ForgetDefaultStreams();
 
 }  // namespace gslice::shim
 

@@ -44,6 +44,9 @@ pthread_once_t g_attach_once = PTHREAD_ONCE_INIT;
 // graph memory charged.
 std::atomic<int> g_gpu_of_device[kMaxDevices];
 std::atomic<int> g_primary_refs[kMaxDevices];
+// Each device's primary context and its retains through the shim, whatever the limits.
+std::atomic<CUcontext> g_primary_ctx[kMaxDevices];
+std::atomic<int> g_primary_retains[kMaxDevices];
 std::atomic<int64_t> g_graph_charged[kMaxDevices];
 std::atomic<bool> g_graph_memory_seen{false};
 int64_t g_context_overhead = 0;
@@ -257,8 +260,22 @@ GSLICE_EXPORT CUresult gslice_hook_cuDeviceTotalMem_v2(size_t* bytes, CUdevice d
 
 // --- contexts ---------------------------------------------------------------------------
 
+namespace {
+
+// The launch gate forgets a device's primary context before its last release or a reset
+// ends it (launch_gate.h).
+void ForgetPrimaryContext(CUdevice dev) {
+  if (dev >= 0 && dev < kMaxDevices) compute::ForgetContext(g_primary_ctx[dev].load());
+}
+
+}  // namespace
+
 GSLICE_EXPORT CUresult gslice_hook_cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   CUresult r = REAL(cuDevicePrimaryCtxRetain)(pctx, dev);
+  if (r == CUDA_SUCCESS && pctx != nullptr && dev >= 0 && dev < kMaxDevices) {
+    g_primary_ctx[dev].store(*pctx);
+    g_primary_retains[dev].fetch_add(1);
+  }
   if (r == CUDA_SUCCESS && Active() && dev >= 0 && dev < kMaxDevices) {
     if (g_primary_refs[dev].fetch_add(1) == 0) g_account->ForceCharge(GpuOfDevice(dev), g_context_overhead);
   }
@@ -266,16 +283,15 @@ GSLICE_EXPORT CUresult gslice_hook_cuDevicePrimaryCtxRetain(CUcontext* pctx, CUd
 }
 
 GSLICE_EXPORT CUresult gslice_hook_cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+  const bool last = dev >= 0 && dev < kMaxDevices && g_primary_retains[dev].load() == 1;
+  if (last) ForgetPrimaryContext(dev);
   CUresult r = REAL(cuDevicePrimaryCtxRelease_v2)(dev);
-  if (r == CUDA_SUCCESS) {
-    unsigned flags = 0;
-    int active = 1;
-    using GetState = CUresult (*)(CUdevice, unsigned*, int*);
-    auto get_state = reinterpret_cast<GetState>(g_real[ex::kSlot_cuDevicePrimaryCtxGetState]);
-    if (get_state != nullptr && get_state(dev, &flags, &active) == CUDA_SUCCESS && !active) {
-      ForgetClassStreams(nullptr, dev);  // launch_hooks.h
+  if (r == CUDA_SUCCESS && dev >= 0 && dev < kMaxDevices) {
+    int n = g_primary_retains[dev].load();
+    while (n > 0 && !g_primary_retains[dev].compare_exchange_weak(n, n - 1)) {
     }
   }
+  if (r == CUDA_SUCCESS) ForgetDefaultStreams();  // launch_hooks.h: the last release ends the context
   if (r == CUDA_SUCCESS && Active() && dev >= 0 && dev < kMaxDevices) {
     int refs = g_primary_refs[dev].load();
     while (refs > 0 && !g_primary_refs[dev].compare_exchange_weak(refs, refs - 1)) {
@@ -286,8 +302,10 @@ GSLICE_EXPORT CUresult gslice_hook_cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
 }
 
 GSLICE_EXPORT CUresult gslice_hook_cuDevicePrimaryCtxReset_v2(CUdevice dev) {
-  ForgetClassStreams(nullptr, dev);  // launch_hooks.h
+  ForgetPrimaryContext(dev);
   CUresult r = REAL(cuDevicePrimaryCtxReset_v2)(dev);
+  if (r == CUDA_SUCCESS && dev >= 0 && dev < kMaxDevices) g_primary_retains[dev].store(0);
+  ForgetDefaultStreams();  // launch_hooks.h: the new primary context starts at priority 0
   if (r == CUDA_SUCCESS && Active() && dev >= 0 && dev < kMaxDevices) {
     if (g_primary_refs[dev].exchange(0) > 0) g_account->Release(GpuOfDevice(dev), g_context_overhead);
   }
@@ -306,11 +324,16 @@ GSLICE_EXPORT CUresult gslice_hook_cuCtxCreate_v4(CUcontext* pctx, CUctxCreatePa
 }
 
 GSLICE_EXPORT CUresult gslice_hook_cuCtxDestroy_v2(CUcontext ctx) {
-  ForgetClassStreams(ctx, -1);  // launch_hooks.h
-  if (!Active()) return REAL(cuCtxDestroy_v2)(ctx);
+  compute::ForgetContext(ctx);  // launch_gate.h: before its events go
+  if (!Active()) {
+    CUresult r = REAL(cuCtxDestroy_v2)(ctx);
+    ForgetDefaultStreams();  // launch_hooks.h: a later context may reuse the handle
+    return r;
+  }
   AllocRecord rec;
   bool known = Forget(reinterpret_cast<uint64_t>(ctx), AllocKind::kContext, &rec);
   CUresult r = REAL(cuCtxDestroy_v2)(ctx);
+  ForgetDefaultStreams();
   if (known) {
     if (r == CUDA_SUCCESS) ReleaseRecord(rec);
     else Record(reinterpret_cast<uint64_t>(ctx), AllocKind::kContext, rec.gpu, rec.bytes);
@@ -597,7 +620,7 @@ GSLICE_EXPORT CUresult gslice_hook_cuGraphInstantiateWithParams_ptsz(CUgraphExec
 
 GSLICE_EXPORT CUresult gslice_hook_cuGraphLaunch(CUgraphExec exec, CUstream stream) {
   ResumeGate();
-  stream = ClassStreamFor(stream, false, "cuGraphLaunch");  // the default stream at the class's priority
+  RaiseDefaultStream(stream, false);  // the default streams at the class's priority
   const bool gated = compute::LaunchGateActive();  // compute slices (launch_gate.h)
   if (gated) compute::BeforeLaunch(stream, false);
   CUresult r = REAL(cuGraphLaunch)(exec, stream);
@@ -610,7 +633,7 @@ GSLICE_EXPORT CUresult gslice_hook_cuGraphLaunch(CUgraphExec exec, CUstream stre
 
 GSLICE_EXPORT CUresult gslice_hook_cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream) {
   ResumeGate();
-  stream = ClassStreamFor(stream, true, "cuGraphLaunch_ptsz");
+  RaiseDefaultStream(stream, true);
   const bool gated = compute::LaunchGateActive();  // compute slices (launch_gate.h)
   if (gated) compute::BeforeLaunch(stream, true);
   CUresult r = REAL(cuGraphLaunch_ptsz)(exec, stream);

@@ -3,7 +3,6 @@
 #include <atomic>
 
 #include "cuda_exports.h"
-#include "launch_hooks.h"
 #include "resume_gate.h"
 
 namespace gslice::shim {
@@ -37,33 +36,12 @@ namespace ex = gslice::cuda_exports;
   else gslice::shim::ResumeGateQuiet();                                      \
   return fn(__VA_ARGS__);
 
-// The _ptsz/_ptds variants: a per-thread default stream in use ends the moving of the
-// context's legacy-stream work (launch_hooks.h, NoteStreamUse); s: the stream the call
-// names (CU_STREAM_PER_THREAD for the synchronous _ptds copies).
-#define PER_THREAD_BODY(sym, s, ...)                                         \
-  gslice::shim::NoteStreamUse(s, true, #sym);                                \
-  GATED_BODY(sym, true, __VA_ARGS__)
-
-// Synchronising on or querying the legacy stream covers the class stream too
-// (launch_hooks.h): the class stream first, then the stream named. counts: as GATED_BODY.
-#define BEHIND_BODY(sym, per_thread, counts, s)                                      \
-  auto fn = Real<decltype(&gslice_hook_##sym)>(ex::kSlot_##sym);                     \
-  if (fn == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                              \
-  if (counts) gslice::shim::ResumeGate();                                            \
-  else gslice::shim::ResumeGateQuiet();                                              \
-  gslice::shim::NoteStreamUse(s, per_thread, #sym);                                  \
-  if (CUstream moved = gslice::shim::ClassStreamBehind(s, per_thread); moved != nullptr) { \
-    CUresult r = fn(moved);                                                          \
-    if (r != CUDA_SUCCESS) return r;                                                 \
-  }                                                                                  \
-  return fn(s);
-
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamSynchronize(CUstream s) {
-  BEHIND_BODY(cuStreamSynchronize, false, true, s)
+  GATED_BODY(cuStreamSynchronize, true, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamSynchronize_ptsz(CUstream s) {
-  BEHIND_BODY(cuStreamSynchronize_ptsz, true, true, s)
+  GATED_BODY(cuStreamSynchronize_ptsz, true, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuCtxSynchronize(void) {
@@ -78,16 +56,11 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuEventSynchronize(CUevent e) {
   GATED_BODY(cuEventSynchronize, true, e)
 }
 
-// Event records, synchronisation and queries on the legacy default stream also cover the
-// work moved off it to the class stream (launch_hooks.h, ClassStreamFor); a per-thread
-// default stream in use ends that moving (NoteStreamUse).
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuEventRecord(CUevent e, CUstream s) {
-  s = gslice::shim::ClassStreamFor(s, false, "cuEventRecord");
   GATED_BODY(cuEventRecord, true, e, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuEventRecord_ptsz(CUevent e, CUstream s) {
-  s = gslice::shim::ClassStreamFor(s, true, "cuEventRecord_ptsz");
   GATED_BODY(cuEventRecord_ptsz, true, e, s)
 }
 
@@ -96,11 +69,11 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuEventQuery(CUevent e) {
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamQuery(CUstream s) {
-  BEHIND_BODY(cuStreamQuery, false, false, s)
+  GATED_BODY(cuStreamQuery, false, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamQuery_ptsz(CUstream s) {
-  BEHIND_BODY(cuStreamQuery_ptsz, true, false, s)
+  GATED_BODY(cuStreamQuery_ptsz, false, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags) {
@@ -108,7 +81,7 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamWaitEvent(CUstream s, CUevent e,
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamWaitEvent_ptsz(CUstream s, CUevent e, unsigned flags) {
-  PER_THREAD_BODY(cuStreamWaitEvent_ptsz, s, s, e, flags)
+  GATED_BODY(cuStreamWaitEvent_ptsz, true, s, e, flags)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus* status) {
@@ -116,7 +89,7 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamIsCapturing(CUstream s, CUstream
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamIsCapturing_ptsz(CUstream s, CUstreamCaptureStatus* status) {
-  PER_THREAD_BODY(cuStreamIsCapturing_ptsz, s, s, status)
+  GATED_BODY(cuStreamIsCapturing_ptsz, true, s, status)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) {
@@ -124,7 +97,7 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpy(CUdeviceptr dst, CUdeviceptr sr
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n) {
-  PER_THREAD_BODY(cuMemcpy_ptds, CU_STREAM_PER_THREAD, dst, src, n)
+  GATED_BODY(cuMemcpy_ptds, true, dst, src, n)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
@@ -132,7 +105,7 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyAsync(CUdeviceptr dst, CUdevicep
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
-  PER_THREAD_BODY(cuMemcpyAsync_ptsz, s, dst, src, n, s)
+  GATED_BODY(cuMemcpyAsync_ptsz, true, dst, src, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) {
@@ -140,7 +113,7 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoH_v2(void* dst, CUdeviceptr s
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoH_v2_ptds(void* dst, CUdeviceptr src, size_t n) {
-  PER_THREAD_BODY(cuMemcpyDtoH_v2_ptds, CU_STREAM_PER_THREAD, dst, src, n)
+  GATED_BODY(cuMemcpyDtoH_v2_ptds, true, dst, src, n)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) {
@@ -148,7 +121,7 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyHtoD_v2(CUdeviceptr dst, const v
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void* src, size_t n) {
-  PER_THREAD_BODY(cuMemcpyHtoD_v2_ptds, CU_STREAM_PER_THREAD, dst, src, n)
+  GATED_BODY(cuMemcpyHtoD_v2_ptds, true, dst, src, n)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, CUstream s) {
@@ -156,7 +129,7 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoHAsync_v2(void* dst, CUdevice
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoHAsync_v2_ptsz(void* dst, CUdeviceptr src, size_t n, CUstream s) {
-  PER_THREAD_BODY(cuMemcpyDtoHAsync_v2_ptsz, s, dst, src, n, s)
+  GATED_BODY(cuMemcpyDtoHAsync_v2_ptsz, true, dst, src, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, CUstream s) {
@@ -164,7 +137,7 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyHtoDAsync_v2(CUdeviceptr dst, co
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void* src, size_t n, CUstream s) {
-  PER_THREAD_BODY(cuMemcpyHtoDAsync_v2_ptsz, s, dst, src, n, s)
+  GATED_BODY(cuMemcpyHtoDAsync_v2_ptsz, true, dst, src, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
@@ -172,7 +145,7 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CU
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
-  PER_THREAD_BODY(cuMemcpyDtoDAsync_v2_ptsz, s, dst, src, n, s)
+  GATED_BODY(cuMemcpyDtoDAsync_v2_ptsz, true, dst, src, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstream s) {
@@ -180,7 +153,7 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemsetD8Async(CUdeviceptr dst, unsigne
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemsetD8Async_ptsz(CUdeviceptr dst, unsigned char v, size_t n, CUstream s) {
-  PER_THREAD_BODY(cuMemsetD8Async_ptsz, s, dst, v, n, s)
+  GATED_BODY(cuMemsetD8Async_ptsz, true, dst, v, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemsetD32Async(CUdeviceptr dst, unsigned v, size_t n, CUstream s) {
@@ -188,5 +161,5 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemsetD32Async(CUdeviceptr dst, unsign
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemsetD32Async_ptsz(CUdeviceptr dst, unsigned v, size_t n, CUstream s) {
-  PER_THREAD_BODY(cuMemsetD32Async_ptsz, s, dst, v, n, s)
+  GATED_BODY(cuMemsetD32Async_ptsz, true, dst, v, n, s)
 }

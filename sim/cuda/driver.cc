@@ -7,6 +7,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <cstdarg>
 #include <new>
 #include <cstdio>
@@ -85,6 +86,17 @@ std::mutex g_user_streams_mu;
 std::map<CUstream_st*, std::shared_ptr<CUstream_st>> g_user_streams;
 std::mutex g_events_mu;
 std::map<CUevent_st*, std::shared_ptr<CUevent_st>> g_events;
+// Events that went with their context (as on a GPU). Kept, so that their addresses are not
+// reused and a later use is told apart from a bad handle: the real driver may crash or
+// corrupt its heap there, so the sim says so on stderr (tests look for the line).
+std::map<CUevent_st*, std::shared_ptr<CUevent_st>> g_dead_events;
+
+// g_events_mu held: reports e if it went with its context.
+bool ReportDeadEventLocked(CUevent e) {
+  if (g_dead_events.count(e) == 0) return false;
+  fprintf(stderr, "gslice sim: event %p used after its context was destroyed\n", static_cast<void*>(e));
+  return true;
+}
 
 void ForkChild() {
   new (&g_init_mu) std::mutex();
@@ -600,6 +612,17 @@ void DestroyContextResources(CUctx_st* ctx) {
       it = it->second->ctx == ctx ? g_user_streams.erase(it) : std::next(it);
     }
   }
+  {
+    std::lock_guard<std::mutex> g(g_events_mu);
+    for (auto it = g_events.begin(); it != g_events.end();) {
+      if (it->second->ctx != ctx) {
+        ++it;
+        continue;
+      }
+      g_dead_events.insert(*it);
+      it = g_events.erase(it);
+    }
+  }
   std::vector<std::pair<uint32_t, size_t>> uncharge;
   {
     std::lock_guard<std::mutex> g(d->mu);
@@ -974,7 +997,26 @@ CUresult StreamField(CUstream h, T* out, bool pt, Read read) {
 }
 
 CUresult StreamGetPriority(CUstream h, int* priority, bool pt) {
-  return StreamField(h, priority, pt, [](const CUstream_st& s) { return s.priority; });
+  return StreamField(h, priority, pt, [](const CUstream_st& s) { return s.priority.load(); });
+}
+
+// Stream attributes: the priority alone (the device's range, clamped as at creation, also
+// for the default streams); the others are not simulated.
+CUresult StreamSetAttribute(CUstream h, CUstreamAttrID attr, const CUstreamAttrValue* value, bool pt) {
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  REQUIRE_INIT(d);
+  if (attr != CU_STREAM_ATTRIBUTE_PRIORITY) return CUDA_ERROR_NOT_SUPPORTED;
+  std::shared_ptr<CUstream_st> s;
+  CUresult r = ResolveStream(h, pt, &s);
+  if (r != CUDA_SUCCESS) return r;
+  s->priority.store(std::clamp(value->priority, kGreatestStreamPriority, kLeastStreamPriority));
+  return CUDA_SUCCESS;
+}
+
+CUresult StreamGetAttribute(CUstream h, CUstreamAttrID attr, CUstreamAttrValue* value, bool pt) {
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (attr != CU_STREAM_ATTRIBUTE_PRIORITY) return CUDA_ERROR_NOT_SUPPORTED;
+  return StreamGetPriority(h, &value->priority, pt);
 }
 
 CUresult StreamGetFlags(CUstream h, unsigned* flags, bool pt) {
@@ -994,7 +1036,9 @@ CUresult StreamGetId(CUstream h, unsigned long long* id, bool pt) {
 std::shared_ptr<CUevent_st> FindEvent(CUevent e) {
   std::lock_guard<std::mutex> g(g_events_mu);
   auto it = g_events.find(e);
-  return it == g_events.end() ? nullptr : it->second;
+  if (it != g_events.end()) return it->second;
+  ReportDeadEventLocked(e);
+  return nullptr;
 }
 
 CUresult StreamWaitEvent(CUstream h, CUevent e, unsigned flags, bool pt) {
@@ -1038,6 +1082,10 @@ CUresult EventRecord(CUevent e, CUstream h, bool pt) {
 STREAM_ENTRY(cuStreamSynchronize, _ptsz, (CUstream h), [&](bool pt) { return StreamSynchronize(h, pt); })
 STREAM_ENTRY(cuStreamQuery, _ptsz, (CUstream h), [&](bool pt) { return StreamQuery(h, pt); })
 STREAM_ENTRY(cuStreamGetPriority, _ptsz, (CUstream h, int* p), [&](bool pt) { return StreamGetPriority(h, p, pt); })
+STREAM_ENTRY(cuStreamSetAttribute, _ptsz, (CUstream h, CUstreamAttrID a, const CUstreamAttrValue* v),
+             [&](bool pt) { return StreamSetAttribute(h, a, v, pt); })
+STREAM_ENTRY(cuStreamGetAttribute, _ptsz, (CUstream h, CUstreamAttrID a, CUstreamAttrValue* v),
+             [&](bool pt) { return StreamGetAttribute(h, a, v, pt); })
 STREAM_ENTRY(cuStreamGetFlags, _ptsz, (CUstream h, unsigned int* f), [&](bool pt) { return StreamGetFlags(h, f, pt); })
 STREAM_ENTRY(cuStreamGetCtx, _ptsz, (CUstream h, CUcontext* c), [&](bool pt) { return StreamGetCtx(h, c, pt); })
 STREAM_ENTRY(cuStreamGetId, _ptsz, (CUstream h, unsigned long long* id), [&](bool pt) { return StreamGetId(h, id, pt); })
@@ -1066,7 +1114,10 @@ GSLICE_SIM_EXPORT CUresult cuEventCreate(CUevent* ph, unsigned int flags) {
 GSLICE_SIM_EXPORT CUresult cuEventDestroy_v2(CUevent e) {
   REQUIRE_INIT(d);
   std::lock_guard<std::mutex> g(g_events_mu);
-  if (g_events.erase(e) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  if (g_events.erase(e) == 0) {
+    ReportDeadEventLocked(e);
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
   return CUDA_SUCCESS;
 }
 

@@ -75,7 +75,7 @@ enum class StreamKind { kLegacy, kPerThread, kUser };
 
 struct CUstream_st : std::enable_shared_from_this<CUstream_st> {
   CUctx_st* ctx = nullptr;
-  int priority = 0;
+  std::atomic<int> priority{0};  // set by cuStreamSetAttribute while kernels are launched
   unsigned flags = 0;
   gslice::sim::StreamKind kind = gslice::sim::StreamKind::kUser;
   unsigned long long id = 0;

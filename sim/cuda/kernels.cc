@@ -158,7 +158,7 @@ CUresult Launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx
   }
   ApiGate gate;
   CUctx_st* target = s->ctx;
-  const int priority = priority_override != nullptr ? *priority_override : s->priority;
+  const int priority = priority_override != nullptr ? *priority_override : s->priority.load();
   static const bool trace = [] {
     const char* v = getenv("GSLICE_SIM_TRACE_LAUNCHES");
     return v != nullptr && strcmp(v, "1") == 0;

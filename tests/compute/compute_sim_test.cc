@@ -362,19 +362,23 @@ TEST_F(ComputeSim, ThroughTheShimCapAndClassesHold) {
   EXPECT_GE(static_cast<double>(rs[1].Between(1100, 2000)) / 900.0, 0.70 * g_rate) << rs[1].raw;
 }
 
-// Work on the legacy default stream runs at the class's stream priority: a guaranteed
-// process's legacy-stream kernels go to a blocking stream at the device's greatest priority,
-// in order with the copies, memsets and event records left on the legacy stream, until the
-// process creates a blocking stream of its own (then they stay on the legacy stream, still in
-// order). Without a class, and for opportunistic work (whose least priority the legacy stream
-// already has), nothing moves. The simulated driver traces each launch's stream and priority.
+// Work on the default streams runs at the class's stream priority: a guaranteed process's
+// legacy-stream and per-thread-stream kernels run at the device's greatest priority, on the
+// streams the application put them on (so in order with the copies, memsets, event records,
+// blocking streams and per-thread streams around them). Without a class, and for
+// opportunistic work (whose least priority the default streams already have), nothing
+// changes. The simulated driver traces each launch's stream and priority.
 TEST_F(ComputeSim, DefaultStreamWorkRunsAtTheClassPriority) {
   const std::string check = std::string(GSLICE_TEST_BIN_DIR) + "/gslice_default_stream_check";
-  auto run = [&](const char* cls) {
+  auto run = [&](const char* cls, const char* cap = "") {
     std::map<std::string, std::string> env = UnderShim({{"GSLICE_SIM_TRACE_LAUNCHES", "1"}});
     if (cls[0] != '\0') env["GSLICE_CLASS"] = cls;
+    if (cap[0] != '\0') env["GSLICE_COMPUTE"] = cap;
     Worker w = StartProgram(check, env, {"order"}, /*stderr_too=*/true);
-    return Wait(w).raw;
+    const std::string out = Wait(w).raw;
+    // The gate's markers of a destroyed or reset context are never used again.
+    EXPECT_EQ(out.find("after its context was destroyed"), std::string::npos) << cls << " " << cap << "\n" << out;
+    return out;
   };
   auto count = [](const std::string& out, const std::string& what) {
     size_t n = 0;
@@ -383,19 +387,23 @@ TEST_F(ComputeSim, DefaultStreamWorkRunsAtTheClassPriority) {
   };
   const std::string guaranteed = run("guaranteed");
   ASSERT_NE(guaranteed.find("order ok"), std::string::npos) << guaranteed;
-  // 41 fills and 61 busy kernels before the blocking stream, all moved; the blocking stream's
-  // own two kernels have the class's priority too; the one legacy kernel after it stays.
-  EXPECT_EQ(count(guaranteed, "stream=user priority=-5"), 102u + 2u) << guaranteed;
-  EXPECT_EQ(count(guaranteed, "launch gslice_fill stream=legacy priority=0"), 1u) << guaranteed;
-  EXPECT_EQ(count(guaranteed, "stream=legacy"), 1u) << guaranteed;
-  const std::string unset = run("");
-  ASSERT_NE(unset.find("order ok"), std::string::npos) << unset;
-  EXPECT_EQ(count(unset, "stream=legacy priority=0"), 103u) << unset;
-  EXPECT_EQ(count(unset, "priority=-5"), 0u) << unset;
-  const std::string opportunistic = run("opportunistic");
-  ASSERT_NE(opportunistic.find("order ok"), std::string::npos) << opportunistic;
-  EXPECT_EQ(count(opportunistic, "stream=legacy priority=0"), 103u) << opportunistic;
-  EXPECT_EQ(count(opportunistic, "priority=-5"), 0u) << opportunistic;
+  // 42 fills and 61 busy kernels on the legacy stream, the blocking stream's two, the
+  // per-thread stream's two, one on each of two later contexts' legacy streams, one before
+  // and one after the primary context's reset: all at the greatest priority, none moved.
+  EXPECT_EQ(count(guaranteed, "stream=legacy priority=-5"), 107u) << guaranteed;
+  EXPECT_EQ(count(guaranteed, "stream=user priority=-5"), 2u) << guaranteed;
+  EXPECT_EQ(count(guaranteed, "stream=per-thread priority=-5"), 2u) << guaranteed;
+  EXPECT_EQ(count(guaranteed, "priority=0"), 0u) << guaranteed;
+  const std::string capped = run("", "50%");
+  ASSERT_NE(capped.find("order ok"), std::string::npos) << capped;
+  for (const char* cls : {"", "opportunistic"}) {
+    const std::string out = run(cls);
+    ASSERT_NE(out.find("order ok"), std::string::npos) << out;
+    EXPECT_EQ(count(out, "stream=legacy priority=0"), 107u) << out;
+    EXPECT_EQ(count(out, "stream=user priority=0"), 2u) << out;
+    EXPECT_EQ(count(out, "stream=per-thread priority=0"), 2u) << out;
+    EXPECT_EQ(count(out, "priority=-5"), 0u) << out;
+  }
 }
 
 // The shim asks MPS for below-normal priority for opportunistic processes (the variable is

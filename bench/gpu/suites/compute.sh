@@ -60,9 +60,10 @@ if [[ ",${COMPUTE_CASES:-1,2,3,4,5,6,7}," == *",6,"* ]]; then
   grep '^RESULT' "$OUT/reaction.log"
 fi
 
-# The default stream at the class's priority (launch_hooks.h): legacy-stream work of a
-# guaranteed process stays in order (driver-API checks, and a PyTorch training run that must
-# match the same run without gslice bit for bit), and runs ahead of a low-priority flood.
+# The default streams at the class's priority (launch_hooks.h): a guaranteed process's
+# default-stream work stays in order (driver-API checks, and a PyTorch training run that must
+# match the same run without gslice bit for bit, its legacy stream still at the class's
+# priority at the end), and runs ahead of a low-priority flood.
 if [[ ",${COMPUTE_CASES:-1,2,3,4,5,6,7}," == *",7,"* ]]; then
   chk="$build/bin/gslice_default_stream_check"
   real=""
@@ -84,12 +85,19 @@ x = torch.randn(256, 1024, device="cuda"); y = torch.randn(256, 1024, device="cu
 for _ in range(200):
     opt.zero_grad(); loss = ((m(x) - y) ** 2).mean(); loss.backward(); opt.step()
 h = hashlib.sha256(b"".join(p.detach().cpu().numpy().tobytes() for p in m.parameters())).hexdigest()[:16]
-print("TRAIN", f"{loss.item():.9e}", h)'
-  n=$(CUBLAS_WORKSPACE_CONFIG=:4096:8 $py -c "$train" 2>>"$OUT/default_stream.log" | grep '^TRAIN')
-  g=$(CUBLAS_WORKSPACE_CONFIG=:4096:8 "$build/bin/gslice" run --memory=8GiB --class=guaranteed -- $py -c "$train" 2>>"$OUT/default_stream.log" | grep '^TRAIN')
-  echo "train native: $n / guaranteed: $g" >> "$OUT/default_stream.log"
-  [ -n "$n" ] && [ "$n" = "$g" ] && echo "RESULT compute.default_stream.torch PASS 200 PyTorch steps on the default stream: loss and parameters identical to the native run ($n)" ||
-    echo "RESULT compute.default_stream.torch FAIL native '$n' vs guaranteed '$g'"
+print("TRAIN", f"{loss.item():.9e}", h)
+import ctypes
+p = ctypes.c_int(99)
+rc = ctypes.CDLL("libcuda.so.1").cuStreamGetPriority(ctypes.c_void_p(1), ctypes.byref(p))  # CU_STREAM_LEGACY
+print("PRIORITY", rc, p.value)'
+  no=$(CUBLAS_WORKSPACE_CONFIG=:4096:8 $py -c "$train" 2>>"$OUT/default_stream.log")
+  go=$(CUBLAS_WORKSPACE_CONFIG=:4096:8 GSLICE_LOG=info "$build/bin/gslice" run --memory=8GiB --class=guaranteed -- $py -c "$train" 2>>"$OUT/default_stream.log")
+  n=$(echo "$no" | grep '^TRAIN'); g=$(echo "$go" | grep '^TRAIN')
+  np=$(echo "$no" | grep '^PRIORITY'); gp=$(echo "$go" | grep '^PRIORITY')
+  echo "train native: $n $np / guaranteed: $g $gp" >> "$OUT/default_stream.log"
+  [ -n "$n" ] && [ "$n" = "$g" ] && [ "$np" = "PRIORITY 0 0" ] && [ "$gp" = "PRIORITY 0 -5" ] &&
+    echo "RESULT compute.default_stream.torch PASS 200 PyTorch steps on the default stream: loss and parameters identical to the native run ($n); legacy stream priority after them -5 under --class guaranteed, 0 natively" ||
+    echo "RESULT compute.default_stream.torch FAIL native '$n' '$np' vs guaranteed '$g' '$gp' (want PRIORITY 0 0 / PRIORITY 0 -5)"
   lat_n=() lat_g=() fl_n=() fl_g=()
   for i in 1 2 3; do
     o=$("$chk" latency 2000 16 2>>"$OUT/default_stream.log"); echo "native: $o" >> "$OUT/default_stream.log"
@@ -106,7 +114,33 @@ print("TRAIN", f"{loss.item():.9e}", h)'
   else
     echo "RESULT compute.default_stream.priority FAIL latency runs failed (see default_stream.log)"
   fi
+  # The per-thread default stream, once each way.
+  on=$("$chk" latency 2000 16 per-thread 2>>"$OUT/default_stream.log")
+  og=$(GSLICE_REAL_DRIVER="$real" "$build/bin/gslice" run --memory=8GiB --class=guaranteed -- "$chk" latency 2000 16 per-thread 2>>"$OUT/default_stream.log")
+  echo "per-thread native: $on / guaranteed: $og" >> "$OUT/default_stream.log"
+  lg=$(echo "$og" | sed -n 's/.*latency_us=\([0-9]*\).*/\1/p'); fg=$(echo "$og" | sed -n 's/.*flood_us=\([0-9]*\).*/\1/p')
+  ln=$(echo "$on" | sed -n 's/.*latency_us=\([0-9]*\).*/\1/p'); fn=$(echo "$on" | sed -n 's/.*flood_us=\([0-9]*\).*/\1/p')
+  if [ -n "$lg" ] && [ -n "$fg" ] && [ -n "$ln" ]; then
+    st=$(awk -v l="$lg" -v f="$fg" 'BEGIN {print (l <= 0.25 * f) ? "PASS" : "FAIL"}')
+    echo "RESULT compute.default_stream.per_thread $st the same on the per-thread default stream: $lg us of $fg us under --class guaranteed, $ln us of $fn us natively"
+  else
+    echo "RESULT compute.default_stream.per_thread FAIL latency runs failed (see default_stream.log)"
+  fi
 fi
+
+# Priority between processes: a tiny legacy-stream kernel every 5 ms in one process beside a
+# flood of least-priority full-GPU kernels in another (gslice_default_stream_check flood/tiny).
+# label, then the flood's command prefix and the tiny kernel's (each may be empty).
+cross_priority() {
+  local label=$1 flood=$2 tiny=$3 o
+  ( $flood "$build/bin/gslice_default_stream_check" flood 3 >>"$OUT/default_stream.log" 2>&1 ) &
+  sleep 0.05
+  o=$($tiny "$build/bin/gslice_default_stream_check" tiny 200 2>>"$OUT/default_stream.log")
+  wait
+  echo "RESULT compute.priority.$label INFO ${o:-failed (see default_stream.log)}"
+}
+cases7() { [[ ",${COMPUTE_CASES:-1,2,3,4,5,6,7}," == *",7,"* ]]; }
+cases7 && cross_priority time_sliced "" ""
 
 mps_dir=$(mktemp -d /tmp/gslice-mps-XXXXXX)
 stop_mps() {
@@ -125,8 +159,16 @@ mkdir -p "$mps_dir/pipe" "$mps_dir/log"
 if command -v nvidia-cuda-mps-control >/dev/null &&
    CUDA_MPS_PIPE_DIRECTORY="$mps_dir/pipe" CUDA_MPS_LOG_DIRECTORY="$mps_dir/log" nvidia-cuda-mps-control -d; then
   sleep 1
-  CUDA_MPS_PIPE_DIRECTORY="$mps_dir/pipe" CUDA_MPS_LOG_DIRECTORY="$mps_dir/log" \
-    $py "$suite" mps --state "$state"
+  export CUDA_MPS_PIPE_DIRECTORY="$mps_dir/pipe" CUDA_MPS_LOG_DIRECTORY="$mps_dir/log"
+  $py "$suite" mps --state "$state"
+  if cases7; then
+    g="$build/bin/gslice run --memory=8GiB"
+    cross_priority mps_both_normal "" ""
+    cross_priority mps_flood_client_priority_1 "env CUDA_MPS_CLIENT_PRIORITY=1" ""
+    cross_priority mps_flood_opportunistic "$g --class=opportunistic --" ""
+    cross_priority mps_tiny_guaranteed "" "$g --class=guaranteed --"
+  fi
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 else
   echo "compute: the MPS control daemon did not start; MPS columns are n/a"
 fi
