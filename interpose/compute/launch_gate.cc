@@ -47,6 +47,7 @@ uint64_t ThreadKey() {
 }
 
 ComputeLogFn g_log = nullptr;
+ComputeLogFn g_trace = nullptr;  // the controller's decisions (InitLaunchGate)
 
 void LogLine(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 void LogLine(const char* fmt, ...) {
@@ -115,7 +116,9 @@ struct Device {
     double probe_sum = 0;     // progress rates measured so far in this probe
     uint32_t saved_rate = 0;
     int64_t saved_gap = 0;
-    uint32_t below = 0;  // OpportunisticLevel::below
+    uint32_t below = 0;  // OpportunisticLevel::below, held, hold
+    uint32_t held = 0;
+    uint32_t hold = 0;
     bool busy_seen = false;
   } ctl;
   bool running = false;     // holds the share turn (launching threads, under turn_mu)
@@ -475,6 +478,8 @@ void ControlOpportunisticRate(Device& d, int64_t now) {
     d.probe_pause.store(false, kRlx);
     c.baseline = 0;
     c.below = 0;
+    c.held = 0;
+    c.hold = 0;
     d.opp_tat.store(0, kRlx);
     d.opp_gap_ns.store(0, kRlx);
     return;
@@ -486,6 +491,12 @@ void ControlOpportunisticRate(Device& d, int64_t now) {
     if (--c.probe_left > 0) return;
     const double measured = c.probe_sum / tuning.probe_periods;
     c.baseline = c.baseline == 0 ? measured : (1 - tuning.probe_weight) * c.baseline + tuning.probe_weight * measured;
+    if (g_trace != nullptr) {
+      char line[128];
+      snprintf(line, sizeof line, "compute: controller: probe measured %.0f/s, baseline %.0f/s; back to rate %u permille, gap %lld us",
+               measured, c.baseline, c.saved_rate, static_cast<long long>(c.saved_gap / 1000));
+      g_trace(line);
+    }
     c.probing = false;
     d.probe_pause.store(false, kRlx);
     d.opp_rate_permille.store(c.saved_rate, kRlx);
@@ -499,20 +510,33 @@ void ControlOpportunisticRate(Device& d, int64_t now) {
     c.below = 0;
     c.last_probe_ns = now;
     c.saved_rate = c.baseline != 0 ? r : tuning.start_permille;
-    c.saved_gap = c.baseline == 0 ? 0 : d.opp_gap_ns.load(kRlx);
+    c.saved_gap = c.baseline == 0 ? tuning.start_gap_ns : d.opp_gap_ns.load(kRlx);
+    if (c.baseline == 0) c.hold = tuning.hold_periods;
     d.opp_rate_permille.store(0, kRlx);
     d.probe_pause.store(true, kRlx);
     return;
   }
-  const OpportunisticLevel next = NextOpportunisticLevel({r, d.opp_gap_ns.load(kRlx), c.below}, rate, c.baseline,
-                                                         tuning);
+  // A period in which the guaranteed work went idle says nothing of its speed.
+  if (!GuaranteedBusy(d, now)) return;
+  const OpportunisticLevel next =
+      NextOpportunisticLevel({r, d.opp_gap_ns.load(kRlx), c.below, c.held, c.hold}, rate, c.baseline, tuning);
   c.below = next.below;
+  c.held = next.held;
+  c.hold = next.hold;
   if (next.rate_permille < r && tuning.reprobe_after_cut_ns > 0) {
     const int64_t soon = now + tuning.reprobe_after_cut_ns - tuning.probe_every_ns;
     if (soon > c.last_probe_ns) c.last_probe_ns = soon;
   }
   d.opp_gap_ns.store(next.gap_ns, kRlx);
   d.opp_rate_permille.store(next.rate_permille, kRlx);
+  if (g_trace != nullptr) {
+    char line[192];
+    snprintf(line, sizeof line,
+             "compute: controller: guaranteed %.0f/s of baseline %.0f/s (%.3f); rate %u permille, gap %lld us, next step after %u periods",
+             rate, c.baseline, c.baseline > 0 ? rate / c.baseline : 0.0, next.rate_permille,
+             static_cast<long long>(next.gap_ns / 1000), next.hold < 1 ? 1 : next.hold);
+    g_trace(line);
+  }
 }
 
 constexpr uint32_t kRunningBit = kComputeShareRunning;
@@ -748,8 +772,9 @@ void InitOnce(void* (*resolve)(const char*)) {
 
 }  // namespace
 
-bool InitLaunchGate(void* (*resolve)(const char*), ComputeLogFn log) {
+bool InitLaunchGate(void* (*resolve)(const char*), ComputeLogFn log, ComputeLogFn trace) {
   if (log != nullptr) g_log = log;
+  if (trace != nullptr) g_trace = trace;
   std::call_once(g_init_once, InitOnce, resolve);
   return g_init_ok;
 }

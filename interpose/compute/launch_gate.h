@@ -38,9 +38,11 @@ using ComputeLogFn = void (*)(const char* line);
 
 // Reads GSLICE_COMPUTE, GSLICE_SHARE, GSLICE_CLASS and GSLICE_LEDGER, maps the ledger and
 // starts the gate's thread. resolve returns the REAL driver's symbol for a name. log
-// receives one line per event (nullptr: stderr). Idempotent and thread-safe. Bad policy
-// values are logged and the process runs ungated; returns whether the gate runs.
-bool InitLaunchGate(void* (*resolve)(const char* name), ComputeLogFn log);
+// receives one line per event (nullptr: stderr); trace, where given, one line per decision
+// of the opportunistic controller (every 250 ms while guaranteed work is busy). Idempotent
+// and thread-safe. Bad policy values are logged and the process runs ungated; returns
+// whether the gate runs.
+bool InitLaunchGate(void* (*resolve)(const char* name), ComputeLogFn log, ComputeLogFn trace = nullptr);
 
 // Around a launch on stream (per_thread: the _ptsz variant, where stream 0 means the
 // calling thread's default stream). BeforeLaunch may wait; neither ever fails the launch.

@@ -32,6 +32,7 @@ F Real(int slot) {
 void* ResolveReal(const char* name) { return dlsym(g_real_handle, name); }
 
 void LogCompute(const char* line) { Log(LogLevel::kWarn, "%s", line); }
+void TraceCompute(const char* line) { Log(LogLevel::kDebug, "%s", line); }
 
 // Stream priority of the compute class: guaranteed work at the greatest priority the
 // device offers, opportunistic at the least. kLeavePriority: keep the caller's.
@@ -165,7 +166,7 @@ void AskMpsForClassPriority() {
 void StartLaunchGate(void* const* real, void* real_handle) {
   g_real_handle = real_handle;
   g_real.store(real, std::memory_order_release);
-  compute::InitLaunchGate(ResolveReal, LogCompute);
+  compute::InitLaunchGate(ResolveReal, LogCompute, LogEnabled(LogLevel::kDebug) ? TraceCompute : nullptr);
 }
 
 }  // namespace gslice::shim

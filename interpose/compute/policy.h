@@ -101,6 +101,8 @@ struct OpportunisticLevel {
   uint32_t rate_permille = 0;
   int64_t gap_ns = 0;
   uint32_t below = 0;  // consecutive periods below the floor not yet acted on
+  uint32_t held = 0;   // consecutive periods that held, not yet acted on
+  uint32_t hold = 0;   // periods that must hold before the next step towards more sharing (0: 1)
   bool operator==(const OpportunisticLevel&) const = default;
 };
 
@@ -120,6 +122,13 @@ struct OpportunisticLevel {
 // Its baseline (the guaranteed job's progress with opportunistic work paused) is what every
 // decision compares with, so there it is measured over two periods instead of one (every
 // 6 s, and 1 s after every cut), and each probe replaces the last one's value.
+// Time-sliced, a saturating guaranteed job gives opportunistic work almost nothing at any
+// level (an H100 trace: a rate of 1-4% and gap 0 gave it 0.6% of its speed) while each
+// level tried costs the guaranteed job a period below the floor. So there a busy period
+// starts from the safe end (rate 0, gap 4 ms: only idle stretches that long are entered),
+// moves one step towards more sharing only after the guaranteed job has held for a second,
+// and every shortfall doubles that wait (up to 4 s): the controller settles where the job
+// holds instead of sawing around the floor.
 struct ControllerTuning {
   uint32_t start_permille;  // the rate after the first baseline probe
   uint32_t step_permille;   // additive increase per period ...
@@ -133,22 +142,35 @@ struct ControllerTuning {
   // doing, and the fresh baseline lets the rate grow back.
   int64_t reprobe_after_cut_ns;
   double probe_weight;  // weight of a new probe in the baseline (1: it replaces the old one)
+  int64_t start_gap_ns;   // the gap after the first baseline probe
+  uint32_t hold_periods;  // periods that must hold before a step towards more sharing ...
+  bool backoff;           // ... doubled by every shortfall (up to kMaxHoldPeriods)
 };
-inline constexpr ControllerTuning kTimeSlicedTuning{0, kRateStepPermille, false, 1, false, 1, kProbeEveryNs, 0, 0.5};
-inline constexpr ControllerTuning kSpatialTuning{1000, 2 * kRateStepPermille, true, 2, true, 2, 6'000'000'000, 1'000'000'000, 1.0};
+inline constexpr uint32_t kMaxHoldPeriods = static_cast<uint32_t>(kProbeEveryNs / kControlPeriodNs);
+inline constexpr ControllerTuning kTimeSlicedTuning{0,   kRateStepPermille, false, 1, false, 1, kProbeEveryNs, 0, 0.5,
+                                                    4 * kGapStepNs, 4, true};
+inline constexpr ControllerTuning kSpatialTuning{1000, 2 * kRateStepPermille, true, 2, true, 2, 6'000'000'000, 1'000'000'000, 1.0,
+                                                 0, 1, false};
 
 // One step of the controller. Guaranteed progress below kGuaranteedFloor of the baseline
 // (measured with opportunistic work paused) for tuning.confirm periods: the rate halves (or
 // is cut in proportion to the loss, tuning.proportional); at
-// rate 0 the gap doubles (1, 2, 4 ... 20 ms). Progress holds: the gap shrinks by 1 ms; at
-// gap 0 the rate grows by tuning.step_permille. Backing off is multiplicative and advancing
-// additive, so the guaranteed job spends little time below the floor.
+// rate 0 the gap doubles (1, 2, 4 ... 20 ms); with tuning.backoff the wait before the next
+// step towards more sharing doubles. Progress holds (for cur.hold periods in a row): the gap
+// shrinks by 1 ms; at gap 0 the rate grows by tuning.step_permille. Backing off is
+// multiplicative and advancing additive, so the guaranteed job spends little time below the
+// floor.
 inline OpportunisticLevel NextOpportunisticLevel(OpportunisticLevel cur, double progress, double baseline,
                                                  const ControllerTuning& tuning = kTimeSlicedTuning) {
   const bool holds = !(baseline > 0 && progress < kGuaranteedFloor * baseline);
   if (!holds) {
+    cur.held = 0;
     if (++cur.below < tuning.confirm) return cur;
     cur.below = 0;
+    if (tuning.backoff) {
+      const uint32_t wait = cur.hold < 1 ? 1 : cur.hold;
+      cur.hold = wait * 2 > kMaxHoldPeriods ? kMaxHoldPeriods : wait * 2;
+    }
     if (cur.rate_permille > 0) {
       uint32_t next = cur.rate_permille / 2;
       if (tuning.proportional) {
@@ -164,6 +186,8 @@ inline OpportunisticLevel NextOpportunisticLevel(OpportunisticLevel cur, double 
     return cur;
   }
   cur.below = 0;
+  if (++cur.held < cur.hold) return cur;
+  cur.held = 0;
   if (cur.gap_ns > 0) {
     cur.gap_ns = cur.gap_ns > kGapStepNs ? cur.gap_ns - kGapStepNs : 0;
   } else {

@@ -132,14 +132,22 @@ TEST(ComputeDepth, BoundsQueuedWorkButAlwaysAllowsOne) {
 namespace gslice::compute {
 namespace {
 
+// The time-sliced controller's steps without its waits (each step taken at once).
+constexpr ControllerTuning kNoWait = [] {
+  ControllerTuning t = kTimeSlicedTuning;
+  t.hold_periods = 0;
+  t.backoff = false;
+  return t;
+}();
+
 TEST(ComputeController, AdditiveIncreaseWhileGuaranteedHoldsHalvesWhenItDrops) {
   using L = OpportunisticLevel;
-  EXPECT_EQ(NextOpportunisticLevel(L{0, 0}, 100.0, 100.0), (L{kRateStepPermille, 0}));
-  EXPECT_EQ(NextOpportunisticLevel(L{200, 0}, 98.0, 100.0), (L{200 + kRateStepPermille, 0}));
-  EXPECT_EQ(NextOpportunisticLevel(L{200, 0}, 96.0, 100.0), (L{100, 0}));
-  EXPECT_EQ(NextOpportunisticLevel(L{15, 0}, 50.0, 100.0), (L{0, 0})) << "small rates go to zero";
-  EXPECT_EQ(NextOpportunisticLevel(L{990, 0}, 100.0, 100.0), (L{1000, 0}));
-  EXPECT_EQ(NextOpportunisticLevel(L{500, 0}, 100.0, 0.0), (L{500 + kRateStepPermille, 0})) << "no baseline yet";
+  EXPECT_EQ(NextOpportunisticLevel(L{0, 0}, 100.0, 100.0, kNoWait), (L{kRateStepPermille, 0}));
+  EXPECT_EQ(NextOpportunisticLevel(L{200, 0}, 98.0, 100.0, kNoWait), (L{200 + kRateStepPermille, 0}));
+  EXPECT_EQ(NextOpportunisticLevel(L{200, 0}, 96.0, 100.0, kNoWait), (L{100, 0}));
+  EXPECT_EQ(NextOpportunisticLevel(L{15, 0}, 50.0, 100.0, kNoWait), (L{0, 0})) << "small rates go to zero";
+  EXPECT_EQ(NextOpportunisticLevel(L{990, 0}, 100.0, 100.0, kNoWait), (L{1000, 0}));
+  EXPECT_EQ(NextOpportunisticLevel(L{500, 0}, 100.0, 0.0, kNoWait), (L{500 + kRateStepPermille, 0})) << "no baseline yet";
   // Against a guaranteed job that loses 1% of its progress per 10% of opportunistic share,
   // the controller saws around the 30% the floor allows: guaranteed progress averages at
   // the floor, and never falls more than one step below it.
@@ -152,7 +160,7 @@ TEST(ComputeController, AdditiveIncreaseWhileGuaranteedHoldsHalvesWhenItDrops) {
       sum += progress;
       worst = std::min(worst, progress);
     }
-    l = NextOpportunisticLevel(l, progress, 100.0);
+    l = NextOpportunisticLevel(l, progress, 100.0, kNoWait);
     EXPECT_EQ(l.gap_ns, 0) << "the rate alone holds this job";
   }
   EXPECT_GE(sum / (periods - 20), kGuaranteedFloor * 100.0 - 0.5);
@@ -207,15 +215,15 @@ TEST(ComputeController, AtRateZeroStaysOutOfShortGapsUntilGuaranteedWorkHolds) {
   L l{0, 0};
   std::vector<int64_t> gaps;
   for (int i = 0; i < 7; ++i) {
-    l = NextOpportunisticLevel(l, 90.0, 100.0);
+    l = NextOpportunisticLevel(l, 90.0, 100.0, kNoWait);
     gaps.push_back(l.gap_ns);
     EXPECT_EQ(l.rate_permille, 0u);
   }
   EXPECT_EQ(gaps, (std::vector<int64_t>{1'000'000, 2'000'000, 4'000'000, 8'000'000, 16'000'000, kMaxGapNs, kMaxGapNs}));
   // Holding again: the gap shrinks 1 ms per period before any rate is given back.
-  l = NextOpportunisticLevel(L{0, 3'000'000}, 99.0, 100.0);
+  l = NextOpportunisticLevel(L{0, 3'000'000}, 99.0, 100.0, kNoWait);
   EXPECT_EQ(l, (L{0, 2'000'000}));
-  l = NextOpportunisticLevel(L{0, 500'000}, 99.0, 100.0);
+  l = NextOpportunisticLevel(L{0, 500'000}, 99.0, 100.0, kNoWait);
   EXPECT_EQ(l, (L{0, 0}));
   // A job that time-slicing slows by gaps: entering gaps shorter than 6 ms costs it 5%,
   // longer ones 1%. The controller settles with a gap level that keeps it at the floor or
@@ -226,10 +234,41 @@ TEST(ComputeController, AtRateZeroStaysOutOfShortGapsUntilGuaranteedWorkHolds) {
   for (int period = 0; period < 400; ++period) {
     const double p = progress_of(l);
     if (period >= 40 && p < kGuaranteedFloor * 100.0) ++below;
-    l = NextOpportunisticLevel(l, p, 100.0);
+    l = NextOpportunisticLevel(l, p, 100.0, kNoWait);
   }
   EXPECT_LT(below, 360 / 3) << "below the floor in " << below << " of 360 periods";
   EXPECT_EQ(l.rate_permille, 0u);
+}
+
+// Time-sliced, a busy period starts at gap 4 ms and steps towards more sharing only after
+// the job held for hold_periods; each shortfall doubles that wait, up to kMaxHoldPeriods.
+// Against a job that entering gaps under 1 ms costs 5% (the H100 trace's case), the first
+// shortfall comes after four steps of a second each, and then ever more rarely.
+TEST(ComputeController, TimeSlicedWaitsLongerAfterEveryShortfall) {
+  using L = OpportunisticLevel;
+  L l{kTimeSlicedTuning.start_permille, kTimeSlicedTuning.start_gap_ns, 0, 0, kTimeSlicedTuning.hold_periods};
+  std::vector<int> shortfalls;
+  for (int period = 0; period < 400; ++period) {
+    const double p = l.rate_permille > 0 || l.gap_ns < 1'000'000 ? 95.0 : 100.0;
+    if (p < kGuaranteedFloor * 100.0) shortfalls.push_back(period);
+    l = NextOpportunisticLevel(l, p, 100.0);
+    EXPECT_LE(l.hold, kMaxHoldPeriods);
+  }
+  ASSERT_GE(shortfalls.size(), 3u);
+  EXPECT_EQ(shortfalls[0], 16) << "four steps of 1 ms, each after 4 periods that held";
+  EXPECT_EQ(shortfalls[1] - shortfalls[0], 9) << "then the wait doubles to 8 periods";
+  EXPECT_EQ(shortfalls[2] - shortfalls[1], 17) << "and to the most, 16";
+  EXPECT_LE(shortfalls.size(), 3u + (400u - 43u) / 17u + 1u) << "one shortfall per 17 periods from then on";
+  EXPECT_EQ(l.rate_permille, 0u);
+  // Without waits the same job would fall short every other period.
+  l = L{};
+  int no_wait = 0;
+  for (int period = 0; period < 400; ++period) {
+    const double p = l.rate_permille > 0 || l.gap_ns < 1'000'000 ? 95.0 : 100.0;
+    if (p < kGuaranteedFloor * 100.0) ++no_wait;
+    l = NextOpportunisticLevel(l, p, 100.0, kNoWait);
+  }
+  EXPECT_GE(no_wait, 150);
 }
 
 }  // namespace
