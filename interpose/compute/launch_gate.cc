@@ -20,6 +20,7 @@
 namespace gslice::compute {
 
 std::atomic<int> g_gate_mode{0};
+std::atomic<uint64_t> g_context_epoch{0};
 
 namespace {
 
@@ -191,10 +192,6 @@ LedgerComputeEntry* ClaimEntry(const uint8_t uuid[16], const ComputePolicy& p) {
 std::atomic<bool> g_stop{false};
 std::atomic<bool> g_in_pass{false};
 std::atomic<uint64_t> g_passes{0};  // gate-thread passes ended
-// Bumped when a context is forgotten (ForgetContext): threads' cached context lookups, and
-// the gate thread's idea of its current context, expire (a later context may reuse the
-// handle).
-std::atomic<uint64_t> g_context_epoch{0};
 
 void ReleaseEntries() {
   g_stop.store(true, std::memory_order_seq_cst);
@@ -369,7 +366,7 @@ Device* CurrentDevice() {
   static thread_local CUcontext cached_ctx = nullptr;
   static thread_local Device* cached = nullptr;
   static thread_local uint64_t cached_epoch = 0;
-  const uint64_t epoch = g_context_epoch.load(std::memory_order_acquire);
+  const uint64_t epoch = ContextEpoch();
   if (ctx == cached_ctx && cached != nullptr && epoch == cached_epoch) return cached;
   Device* found = nullptr;
   int n = g_gate->device_count.load(std::memory_order_acquire);
@@ -688,7 +685,7 @@ void* GateThread(void*) {
       g_in_pass.store(false, std::memory_order_seq_cst);
       for (;;) SleepNs(1'000'000'000);  // the process is exiting: no more driver calls
     }
-    if (const uint64_t e = g_context_epoch.load(std::memory_order_acquire); e != epoch) {
+    if (const uint64_t e = ContextEpoch(); e != epoch) {
       epoch = e;
       current = nullptr;  // it may be gone, and a new context may have its handle
     }
@@ -813,9 +810,9 @@ void BeforeLaunch(CUstream stream, bool per_thread) {
     break;
   }
   if (m == nullptr) return;
-  int64_t now = NowNs();
-  const int64_t busy = m->BeforeLaunch(g_gate->api, d->pool, now, MarkerSpacing(*d));
-  now = NowNs();
+  const int64_t spacing = MarkerSpacing(*d);  // the meter reads the clock only for spacing
+  const int64_t busy = m->BeforeLaunch(g_gate->api, d->pool, spacing > 0 ? NowNs() : 0, spacing);
+  const int64_t now = NowNs();
   Charge(*d, busy, now);
   d->entry->inflight_until_ns.store(now + kInflightHoldNs, kRlx);
 }
@@ -834,7 +831,9 @@ void AfterLaunch(CUstream stream, bool per_thread) {
 }
 
 void ForgetContext(CUcontext ctx) {
-  if (g_gate == nullptr || ctx == nullptr) return;
+  if (ctx == nullptr) return;
+  g_context_epoch.fetch_add(1, std::memory_order_acq_rel);
+  if (g_gate == nullptr) return;
   Device* gone[kMaxContexts];
   int count = 0;
   {
@@ -848,7 +847,6 @@ void ForgetContext(CUcontext ctx) {
     }
   }
   if (count == 0) return;
-  g_context_epoch.fetch_add(1, std::memory_order_acq_rel);
   // A pass that read the context before it was unbound may still be polling it (seq_cst
   // like exit's handshake: the pass raises g_in_pass before it reads the binding).
   const uint64_t pass = g_passes.load(std::memory_order_seq_cst);

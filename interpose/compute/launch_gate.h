@@ -49,11 +49,18 @@ bool InitLaunchGate(void* (*resolve)(const char* name), ComputeLogFn log, Comput
 void BeforeLaunch(CUstream stream, bool per_thread);
 void AfterLaunch(CUstream stream, bool per_thread);
 
-// ctx is about to be destroyed, or reset as a primary context (its events and streams go
-// with it): the gate drops its markers, events and stream meters of ctx unused, after
-// waiting for a pass of the gate thread under way (at most 20 ms), so the driver never sees
-// them again. Call before the driver's call.
+// ctx is about to be destroyed, or reset or released for the last time as a primary
+// context (its events and streams go with it): the gate drops its markers, events and
+// stream meters of ctx unused, after waiting for a pass of the gate thread under way (at
+// most 20 ms), so the driver never sees them again, and ContextEpoch() moves. Call before
+// the driver's call.
 void ForgetContext(CUcontext ctx);
+
+// Moves whenever a context is forgotten: what a thread cached about its context (gate
+// records here, raised default streams in the shim) expires, since a later context may
+// reuse the handle.
+extern std::atomic<uint64_t> g_context_epoch;
+inline uint64_t ContextEpoch() { return g_context_epoch.load(std::memory_order_acquire); }
 
 // GPU time this process was measured to use on the current context's device, ns (tests,
 // statistics). Includes time completed by now; call after synchronising for a final value.

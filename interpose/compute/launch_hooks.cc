@@ -76,13 +76,11 @@ bool RaisesDefaultStreams() {
 // kernel or graph launch on them: the legacy stream once per context, a per-thread stream
 // once per thread and context. Work stays on the stream the application put it on, so every
 // ordering the application relies on holds as written. Each thread remembers the streams it
-// raised in its current context until a context goes away (the generation moves): a
-// context made later may reuse the handle, and a reset primary context starts over at 0.
-std::atomic<uint64_t> g_context_generation{1};
-
+// raised in its current context until a context goes away (compute::ContextEpoch() moves):
+// a context made later may reuse the handle, and a reset primary context starts over at 0.
 struct RaisedStreams {
   CUcontext ctx = nullptr;
-  uint64_t generation = 0;
+  uint64_t epoch = ~uint64_t{0};
   bool legacy = false;
   bool per_thread = false;
 };
@@ -109,10 +107,10 @@ void RaiseDefaultStream(CUstream s, bool per_thread) {
   const bool legacy = IsLegacy(s, per_thread);
   if (!legacy && !IsPerThread(s, per_thread)) return;
   RaisedStreams& r = t_raised;
-  const uint64_t generation = g_context_generation.load(std::memory_order_acquire);
+  const uint64_t epoch = compute::ContextEpoch();
   CUcontext ctx = CurrentContext();
   if (ctx == nullptr) return;  // the launch fails on its own
-  if (ctx != r.ctx || generation != r.generation) r = RaisedStreams{ctx, generation, false, false};
+  if (ctx != r.ctx || epoch != r.epoch) r = RaisedStreams{ctx, epoch, false, false};
   bool& done = legacy ? r.legacy : r.per_thread;
   if (done) return;
   done = true;  // one try: a driver that refuses is not asked again on every launch
@@ -132,8 +130,6 @@ void RaiseDefaultStream(CUstream s, bool per_thread) {
         static_cast<void*>(ctx), value.priority);
   }
 }
-
-void ForgetDefaultStreams() { g_context_generation.fetch_add(1, std::memory_order_acq_rel); }
 
 namespace {
 

@@ -22,11 +22,8 @@ void AskMpsForClassPriority();
 // guaranteed process's first kernel or graph launch on a context's legacy default stream, or
 // on a thread's per-thread default stream, that stream gets the class's priority. s: the
 // launch's stream; per_thread: the caller is a _ptsz variant (where nullptr names the
-// per-thread stream).
+// per-thread stream). A context that goes away (compute::ForgetContext) is raised afresh.
 void RaiseDefaultStream(CUstream s, bool per_thread);
-// A context is destroyed, or a primary context reset or released: the default streams are
-// raised again at their next launch.
-void ForgetDefaultStreams();
 
 }  // namespace gslice::shim
 

@@ -40,13 +40,11 @@ SliceAccount* g_account = nullptr;  // set once by the constructor, never destro
 AllocationTable g_allocs;
 pthread_once_t g_attach_once = PTHREAD_ONCE_INIT;
 
-// Per visible device: slice GPU index + 1 (0: not resolved yet), primary context refs,
-// graph memory charged.
+// Per visible device: slice GPU index + 1 (0: not resolved yet), primary context and its
+// retains through the shim (counted whatever the limits), graph memory charged.
 std::atomic<int> g_gpu_of_device[kMaxDevices];
-std::atomic<int> g_primary_refs[kMaxDevices];
-// Each device's primary context and its retains through the shim, whatever the limits.
 std::atomic<CUcontext> g_primary_ctx[kMaxDevices];
-std::atomic<int> g_primary_retains[kMaxDevices];
+std::atomic<int> g_primary_refs[kMaxDevices];
 std::atomic<int64_t> g_graph_charged[kMaxDevices];
 std::atomic<bool> g_graph_memory_seen{false};
 int64_t g_context_overhead = 0;
@@ -260,54 +258,36 @@ GSLICE_EXPORT CUresult gslice_hook_cuDeviceTotalMem_v2(size_t* bytes, CUdevice d
 
 // --- contexts ---------------------------------------------------------------------------
 
-namespace {
-
-// The launch gate forgets a device's primary context before its last release or a reset
-// ends it (launch_gate.h).
-void ForgetPrimaryContext(CUdevice dev) {
-  if (dev >= 0 && dev < kMaxDevices) compute::ForgetContext(g_primary_ctx[dev].load());
-}
-
-}  // namespace
-
+// The launch gate forgets a primary context before its last release or a reset ends it
+// (launch_gate.h); the slice is charged its context while any retain holds.
 GSLICE_EXPORT CUresult gslice_hook_cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   CUresult r = REAL(cuDevicePrimaryCtxRetain)(pctx, dev);
-  if (r == CUDA_SUCCESS && pctx != nullptr && dev >= 0 && dev < kMaxDevices) {
-    g_primary_ctx[dev].store(*pctx);
-    g_primary_retains[dev].fetch_add(1);
-  }
-  if (r == CUDA_SUCCESS && Active() && dev >= 0 && dev < kMaxDevices) {
-    if (g_primary_refs[dev].fetch_add(1) == 0) g_account->ForceCharge(GpuOfDevice(dev), g_context_overhead);
+  if (r == CUDA_SUCCESS && dev >= 0 && dev < kMaxDevices) {
+    if (pctx != nullptr) g_primary_ctx[dev].store(*pctx);
+    if (g_primary_refs[dev].fetch_add(1) == 0 && Active()) g_account->ForceCharge(GpuOfDevice(dev), g_context_overhead);
   }
   return r;
 }
 
 GSLICE_EXPORT CUresult gslice_hook_cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
-  const bool last = dev >= 0 && dev < kMaxDevices && g_primary_retains[dev].load() == 1;
-  if (last) ForgetPrimaryContext(dev);
+  const bool known = dev >= 0 && dev < kMaxDevices;
+  if (known && g_primary_refs[dev].load() == 1) compute::ForgetContext(g_primary_ctx[dev].load());
   CUresult r = REAL(cuDevicePrimaryCtxRelease_v2)(dev);
-  if (r == CUDA_SUCCESS && dev >= 0 && dev < kMaxDevices) {
-    int n = g_primary_retains[dev].load();
-    while (n > 0 && !g_primary_retains[dev].compare_exchange_weak(n, n - 1)) {
-    }
-  }
-  if (r == CUDA_SUCCESS) ForgetDefaultStreams();  // launch_hooks.h: the last release ends the context
-  if (r == CUDA_SUCCESS && Active() && dev >= 0 && dev < kMaxDevices) {
+  if (r == CUDA_SUCCESS && known) {
     int refs = g_primary_refs[dev].load();
     while (refs > 0 && !g_primary_refs[dev].compare_exchange_weak(refs, refs - 1)) {
     }
-    if (refs == 1) g_account->Release(GpuOfDevice(dev), g_context_overhead);
+    if (refs == 1 && Active()) g_account->Release(GpuOfDevice(dev), g_context_overhead);
   }
   return r;
 }
 
 GSLICE_EXPORT CUresult gslice_hook_cuDevicePrimaryCtxReset_v2(CUdevice dev) {
-  ForgetPrimaryContext(dev);
+  const bool known = dev >= 0 && dev < kMaxDevices;
+  if (known) compute::ForgetContext(g_primary_ctx[dev].load());
   CUresult r = REAL(cuDevicePrimaryCtxReset_v2)(dev);
-  if (r == CUDA_SUCCESS && dev >= 0 && dev < kMaxDevices) g_primary_retains[dev].store(0);
-  ForgetDefaultStreams();  // launch_hooks.h: the new primary context starts at priority 0
-  if (r == CUDA_SUCCESS && Active() && dev >= 0 && dev < kMaxDevices) {
-    if (g_primary_refs[dev].exchange(0) > 0) g_account->Release(GpuOfDevice(dev), g_context_overhead);
+  if (r == CUDA_SUCCESS && known && g_primary_refs[dev].exchange(0) > 0 && Active()) {
+    g_account->Release(GpuOfDevice(dev), g_context_overhead);
   }
   return r;
 }
@@ -325,15 +305,10 @@ GSLICE_EXPORT CUresult gslice_hook_cuCtxCreate_v4(CUcontext* pctx, CUctxCreatePa
 
 GSLICE_EXPORT CUresult gslice_hook_cuCtxDestroy_v2(CUcontext ctx) {
   compute::ForgetContext(ctx);  // launch_gate.h: before its events go
-  if (!Active()) {
-    CUresult r = REAL(cuCtxDestroy_v2)(ctx);
-    ForgetDefaultStreams();  // launch_hooks.h: a later context may reuse the handle
-    return r;
-  }
+  if (!Active()) return REAL(cuCtxDestroy_v2)(ctx);
   AllocRecord rec;
   bool known = Forget(reinterpret_cast<uint64_t>(ctx), AllocKind::kContext, &rec);
   CUresult r = REAL(cuCtxDestroy_v2)(ctx);
-  ForgetDefaultStreams();
   if (known) {
     if (r == CUDA_SUCCESS) ReleaseRecord(rec);
     else Record(reinterpret_cast<uint64_t>(ctx), AllocKind::kContext, rec.gpu, rec.bytes);
