@@ -96,8 +96,9 @@ struct Device {
   std::atomic<bool> share_peer{false};
   // Opportunistic rate controller (TGS-style): while guaranteed work on this GPU is busy,
   // opportunistic work may use opp_rate_permille of the GPU's time (GCRA on opp_tat). The
-  // gate thread adapts the rate so guaranteed progress stays >= kGuaranteedFloor of what it
-  // is with opportunistic work paused (probed every kProbeEveryNs).
+  // gate thread adapts the rate so each guaranteed job's speed while busy stays
+  // >= kGuaranteedFloor of what it is with opportunistic work paused (probed every
+  // kProbeEveryNs).
   std::atomic<int64_t> opp_tat{0};
   std::atomic<uint32_t> opp_rate_permille{0};
   // While the rate is 0: opportunistic work enters only gaps after guaranteed work has
@@ -109,18 +110,26 @@ struct Device {
   struct Controller {
     int64_t next_ns = 0;
     int64_t last_probe_ns = 0;
-    uint64_t last_progress = 0;
-    int64_t last_ns = 0;
-    double baseline = 0;  // guaranteed launches/s with opportunistic work paused
+    int64_t last_sample_ns = 0;
+    bool have_baseline = false;  // a probe has ended since guaranteed work became busy
     bool probing = false;
     uint32_t probe_left = 0;  // periods of the probe still to measure
-    double probe_sum = 0;     // progress rates measured so far in this probe
     uint32_t saved_rate = 0;
     int64_t saved_gap = 0;
     uint32_t below = 0;  // OpportunisticLevel::below, held, hold
     uint32_t held = 0;
     uint32_t hold = 0;
     bool busy_seen = false;
+    // One guaranteed peer, by its index in the ledger's compute table (policy.h,
+    // GuaranteedSpeed).
+    struct Job {
+      uint64_t owner = 0;          // the entry's state word this record belongs to
+      uint64_t last_launches = 0;  // its launch count at the last period's end
+      int64_t busy_ns = 0;         // time with work queued this period, sampled every pass
+      uint64_t probe_launches = 0; // launches and busy time over the probe under way
+      int64_t probe_busy_ns = 0;
+      double base_per_ns = 0;      // launches per busy ns, opportunistic work paused (0: unknown)
+    } jobs[kLedgerMaxComputeEntries];
   } ctl;
   bool running = false;     // holds the share turn (launching threads, under turn_mu)
   bool was_active = false;  // contended at the previous launch
@@ -441,39 +450,104 @@ bool GuaranteedBusy(Device& d, int64_t now) {
   return false;
 }
 
-// Launches issued by the guaranteed processes on this GPU (their progress).
-uint64_t GuaranteedProgress(Device& d) {
-  if (g_gate->ledger == nullptr) return 0;
-  uint64_t sum = 0;
+// The guaranteed peers of d, for the controller: calls f(index, entry) for each.
+template <typename F>
+void ForEachGuaranteed(Device& d, F f) {
+  if (g_gate->ledger == nullptr) return;
   const int n = d.peer_count.load(std::memory_order_acquire);
   LedgerComputeEntry* table = g_gate->ledger->header.compute;
-  for (int i = 0; i < n; ++i) {
-    LedgerComputeEntry& e = table[d.peers[i]];
-    if (static_cast<ComputeClass>(e.slice_class.load(kRlx)) == ComputeClass::kGuaranteed) sum += e.launches.load(kRlx);
+  for (int k = 0; k < n; ++k) {
+    const int i = d.peers[k];
+    if (static_cast<ComputeClass>(table[i].slice_class.load(kRlx)) == ComputeClass::kGuaranteed) f(i, table[i]);
   }
-  return sum;
 }
 
-// The opportunistic rate controller, run by the gate thread: additive increase while
-// guaranteed progress holds, multiplicative decrease when it drops, and a periodic probe
-// with opportunistic work paused to learn what "holds" means as the guaranteed job changes.
+// Every gate-thread pass: the time since the last pass counts as busy for each guaranteed
+// peer with work queued. A pass late by more than kMaxSampleNs counts only that much (the
+// state in between is unknown). Returns GuaranteedBusy(d, now).
+constexpr int64_t kMaxSampleNs = 5'000'000;
+bool SampleGuaranteed(Device& d, int64_t now) {
+  Device::Controller& c = d.ctl;
+  int64_t dt = c.last_sample_ns == 0 ? 0 : now - c.last_sample_ns;
+  if (dt > kMaxSampleNs) dt = kMaxSampleNs;
+  c.last_sample_ns = now;
+  bool busy = false;
+  ForEachGuaranteed(d, [&](int i, LedgerComputeEntry& e) {
+    Device::Controller::Job& j = c.jobs[i];
+    const uint64_t owner = e.state.load(kRlx);
+    if (j.owner != owner) {  // a new process in this entry: a fresh record
+      j = {};
+      j.owner = owner;
+      j.last_launches = e.launches.load(kRlx);
+    }
+    const bool queued = e.inflight_until_ns.load(kRlx) > now;
+    if (queued) j.busy_ns += dt;
+    busy |= queued || e.active_until_ns.load(kRlx) > now;
+  });
+  return busy;
+}
+
+// Ends a control period: each guaranteed peer's launches and busy time in it, into out.
+int CloseGuaranteedPeriod(Device& d, GuaranteedPeriod* out) {
+  Device::Controller& c = d.ctl;
+  int n = 0;
+  ForEachGuaranteed(d, [&](int i, LedgerComputeEntry& e) {
+    Device::Controller::Job& j = c.jobs[i];
+    if (j.owner != e.state.load(kRlx)) return;  // not sampled yet
+    const uint64_t now_launches = e.launches.load(kRlx);
+    const uint64_t launches = now_launches >= j.last_launches ? now_launches - j.last_launches : now_launches;
+    j.last_launches = now_launches;
+    out[n++] = {launches, j.busy_ns, j.base_per_ns};
+    if (c.probing) {
+      j.probe_launches += launches;
+      j.probe_busy_ns += j.busy_ns;
+    }
+    j.busy_ns = 0;
+  });
+  return n;
+}
+
+// Ends a probe: each guaranteed peer busy long enough during it gets its speed alone as its
+// baseline (blended with the last one by tuning.probe_weight). Returns how many did.
+int EndProbe(Device& d, const ControllerTuning& tuning) {
+  int measured = 0;
+  for (Device::Controller::Job& j : d.ctl.jobs) {
+    if (j.probe_busy_ns >= kMinJudgedBusyNs) {
+      const double speed = static_cast<double>(j.probe_launches) / static_cast<double>(j.probe_busy_ns);
+      j.base_per_ns = j.base_per_ns == 0 ? speed : (1 - tuning.probe_weight) * j.base_per_ns + tuning.probe_weight * speed;
+      ++measured;
+    }
+    j.probe_launches = 0;
+    j.probe_busy_ns = 0;
+  }
+  return measured;
+}
+
+int64_t BusyNs(const GuaranteedPeriod* jobs, int n) {
+  int64_t busy = 0;
+  for (int i = 0; i < n; ++i) busy += jobs[i].busy_ns;
+  return busy;
+}
+
+// The opportunistic rate controller, run by the gate thread every pass: additive increase
+// while the guaranteed jobs keep their speed, multiplicative decrease when it drops, and a
+// periodic probe with opportunistic work paused to learn each job's speed alone as it
+// changes (policy.h: GuaranteedSpeed, NextOpportunisticLevel).
 void ControlOpportunisticRate(Device& d, int64_t now) {
   Device::Controller& c = d.ctl;
-  if (GuaranteedBusy(d, now)) c.busy_seen = true;
+  if (SampleGuaranteed(d, now)) c.busy_seen = true;
   if (now < c.next_ns) return;
-  const uint64_t progress = GuaranteedProgress(d);
-  const double dt = static_cast<double>(now - c.last_ns) / 1e9;
-  const double rate = c.last_ns == 0 || dt <= 0 ? 0 : static_cast<double>(progress - c.last_progress) / dt;
-  c.last_progress = progress;
-  c.last_ns = now;
   c.next_ns = now + kControlPeriodNs;
+  GuaranteedPeriod jobs[kLedgerMaxComputeEntries];
+  const int n = CloseGuaranteedPeriod(d, jobs);
   uint32_t r = d.opp_rate_permille.load(kRlx);
   if (!c.busy_seen) {
     // No guaranteed work: nothing to protect (the gate lets opportunistic work run freely),
     // and time used meanwhile is not held against the rate once guaranteed work returns.
     c.probing = false;
     d.probe_pause.store(false, kRlx);
-    c.baseline = 0;
+    c.have_baseline = false;
+    for (Device::Controller::Job& j : c.jobs) j.base_per_ns = 0;
     c.below = 0;
     c.held = 0;
     c.hold = 0;
@@ -484,39 +558,47 @@ void ControlOpportunisticRate(Device& d, int64_t now) {
   c.busy_seen = false;
   const ControllerTuning& tuning = d.spatial ? kSpatialTuning : kTimeSlicedTuning;
   if (c.probing) {
-    c.probe_sum += rate;
     if (--c.probe_left > 0) return;
-    const double measured = c.probe_sum / tuning.probe_periods;
-    c.baseline = c.baseline == 0 ? measured : (1 - tuning.probe_weight) * c.baseline + tuning.probe_weight * measured;
+    const int measured = EndProbe(d, tuning);
     if (g_trace != nullptr) {
-      char line[128];
-      snprintf(line, sizeof line, "compute: controller: probe measured %.0f/s, baseline %.0f/s; back to rate %u permille, gap %lld us",
-               measured, c.baseline, c.saved_rate, static_cast<long long>(c.saved_gap / 1000));
+      char line[160];
+      snprintf(line, sizeof line, "compute: controller: probe measured %d guaranteed job(s) alone; back to rate %u permille, gap %lld us",
+               measured, c.saved_rate, static_cast<long long>(c.saved_gap / 1000));
       g_trace(line);
     }
+    c.have_baseline = true;
     c.probing = false;
     d.probe_pause.store(false, kRlx);
     d.opp_rate_permille.store(c.saved_rate, kRlx);
     d.opp_gap_ns.store(c.saved_gap, kRlx);
     return;
   }
-  if (c.baseline == 0 || now - c.last_probe_ns >= tuning.probe_every_ns) {
+  // A job busy enough to judge but with no speed alone yet (it started, or was too idle at
+  // the last probe) is measured soon, not at the next regular probe.
+  bool unknown = false;
+  for (int i = 0; i < n; ++i) unknown |= jobs[i].base_per_ns == 0 && jobs[i].busy_ns >= kMinJudgedBusyNs;
+  if (!c.have_baseline || now - c.last_probe_ns >= tuning.probe_every_ns ||
+      (unknown && now - c.last_probe_ns >= kUnknownJobProbeNs)) {
     c.probing = true;
     c.probe_left = tuning.probe_periods;
-    c.probe_sum = 0;
+    for (Device::Controller::Job& j : c.jobs) {
+      j.probe_launches = 0;
+      j.probe_busy_ns = 0;
+    }
     c.below = 0;
     c.last_probe_ns = now;
-    c.saved_rate = c.baseline != 0 ? r : tuning.start_permille;
-    c.saved_gap = c.baseline == 0 ? tuning.start_gap_ns : d.opp_gap_ns.load(kRlx);
-    if (c.baseline == 0) c.hold = tuning.hold_periods;
+    c.saved_rate = c.have_baseline ? r : tuning.start_permille;
+    c.saved_gap = c.have_baseline ? d.opp_gap_ns.load(kRlx) : tuning.start_gap_ns;
+    if (!c.have_baseline) c.hold = tuning.hold_periods;
     d.opp_rate_permille.store(0, kRlx);
     d.probe_pause.store(true, kRlx);
     return;
   }
-  // A period in which the guaranteed work went idle says nothing of its speed.
-  if (!GuaranteedBusy(d, now)) return;
+  // Too little busy time in the period says nothing of the jobs' speed.
+  const double speed = GuaranteedSpeed(jobs, n);
+  if (speed < 0) return;
   const OpportunisticLevel next =
-      NextOpportunisticLevel({r, d.opp_gap_ns.load(kRlx), c.below, c.held, c.hold}, rate, c.baseline, tuning);
+      NextOpportunisticLevel({r, d.opp_gap_ns.load(kRlx), c.below, c.held, c.hold}, speed, 1.0, tuning);
   c.below = next.below;
   c.held = next.held;
   c.hold = next.hold;
@@ -529,9 +611,8 @@ void ControlOpportunisticRate(Device& d, int64_t now) {
   if (g_trace != nullptr) {
     char line[192];
     snprintf(line, sizeof line,
-             "compute: controller: guaranteed %.0f/s of baseline %.0f/s (%.3f); rate %u permille, gap %lld us, next step after %u periods",
-             rate, c.baseline, c.baseline > 0 ? rate / c.baseline : 0.0, next.rate_permille,
-             static_cast<long long>(next.gap_ns / 1000), next.hold < 1 ? 1 : next.hold);
+             "compute: controller: guaranteed at %.3f of its speed alone (busy %lld ms); rate %u permille, gap %lld us, next step after %u periods",
+             speed, static_cast<long long>(BusyNs(jobs, n) / 1'000'000), next.rate_permille, static_cast<long long>(next.gap_ns / 1000), next.hold < 1 ? 1 : next.hold);
     g_trace(line);
   }
 }

@@ -74,11 +74,12 @@ inline int64_t VtimeOnActivation(int64_t mine, int64_t min_other) {
   return (min_other != INT64_MAX && mine < min_other) ? min_other : mine;
 }
 
-// Opportunistic rate controller (TGS-style AIMD on the guaranteed jobs' progress).
+// Opportunistic rate controller (TGS-style AIMD on the guaranteed jobs' speed while busy, GuaranteedSpeed).
 inline constexpr int64_t kControlPeriodNs = 250'000'000;  // one decision per 250 ms
 inline constexpr int64_t kProbeEveryNs = 4'000'000'000;   // re-learn the baseline every 4 s
 inline constexpr int64_t kProbeGapNs = 20'000'000;        // during a probe, stay out of gaps this short
-inline constexpr double kGuaranteedFloor = 0.97;          // keep >= 97% of solo progress
+inline constexpr int64_t kUnknownJobProbeNs = 1'000'000'000; // a busy job with no baseline is probed this soon
+inline constexpr double kGuaranteedFloor = 0.97;          // keep >= 97% of solo speed
 inline constexpr uint32_t kRateStepPermille = 25;         // additive increase per period
 inline constexpr int64_t kGapStepNs = 1'000'000;          // the gap level's unit and additive step
 inline constexpr int64_t kMaxGapNs = kProbeGapNs;         // the most conservative gap level
@@ -195,6 +196,33 @@ inline OpportunisticLevel NextOpportunisticLevel(OpportunisticLevel cur, double 
     cur.rate_permille = cur.rate_permille + step > 1000 ? 1000 : cur.rate_permille + step;
   }
   return cur;
+}
+
+// The guaranteed jobs' speed in one control period, against their baselines. A job's speed
+// is its launches per second of time it had work queued on the GPU ("busy"), not per second
+// of wall time: a request-driven server launches at the rate requests arrive, so its launch
+// rate follows the arrivals, while its launches per busy second follow only how fast the GPU
+// serves it. Opportunistic work that takes the GPU from it (a time slice, or SMs and memory
+// bandwidth under MPS) stretches its busy time, which is what is judged; a job that keeps
+// the GPU busy all the time is judged by its launch rate, as before.
+struct GuaranteedPeriod {
+  uint64_t launches = 0;     // launches issued in the period
+  int64_t busy_ns = 0;       // time with work queued in the period
+  double base_per_ns = 0;    // launches per busy ns with opportunistic work paused (0: unknown)
+};
+inline constexpr int64_t kMinJudgedBusyNs = 20'000'000;  // less busy time says nothing of speed
+// The time the period's launches would have taken at each job's baseline speed, over the time
+// they took: 1 = as fast as alone. Jobs without a baseline are left out. Returns -1 when the
+// jobs judged were busy for less than kMinJudgedBusyNs in all.
+inline double GuaranteedSpeed(const GuaranteedPeriod* jobs, int n) {
+  double expected_ns = 0;
+  int64_t busy_ns = 0;
+  for (int i = 0; i < n; ++i) {
+    if (jobs[i].base_per_ns <= 0 || jobs[i].busy_ns <= 0) continue;
+    expected_ns += static_cast<double>(jobs[i].launches) / jobs[i].base_per_ns;
+    busy_ns += jobs[i].busy_ns;
+  }
+  return busy_ns < kMinJudgedBusyNs ? -1 : expected_ns / static_cast<double>(busy_ns);
 }
 
 // Queued-ahead bound: launches may go on while the estimated queued work

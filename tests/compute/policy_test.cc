@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <random>
 #include <vector>
 
 namespace gslice::compute {
@@ -269,6 +270,61 @@ TEST(ComputeController, TimeSlicedWaitsLongerAfterEveryShortfall) {
     l = NextOpportunisticLevel(l, p, 100.0, kNoWait);
   }
   EXPECT_GE(no_wait, 150);
+}
+
+TEST(ComputeController, JudgesSpeedWhileBusyNotLaunchRate) {
+  // Two jobs: one at 10 launches per busy ms, one at 1. Their time at baseline speed over
+  // the time they took.
+  GuaranteedPeriod jobs[3] = {{1000, 100'000'000, 1e-5}, {50, 50'000'000, 1e-6}, {7, 30'000'000, 0}};
+  EXPECT_DOUBLE_EQ(GuaranteedSpeed(jobs, 3), 1.0) << "the job with no baseline is left out";
+  jobs[0].busy_ns = 125'000'000;  // the first job needed 25% longer for its launches
+  EXPECT_DOUBLE_EQ(GuaranteedSpeed(jobs, 3), 150e6 / 175e6);
+  GuaranteedPeriod idle[1] = {{10, kMinJudgedBusyNs - 1, 1e-5}};
+  EXPECT_LT(GuaranteedSpeed(idle, 1), 0) << "too little busy time to judge";
+  idle[0].busy_ns = kMinJudgedBusyNs;
+  EXPECT_DOUBLE_EQ(GuaranteedSpeed(idle, 1), 10 / (1e-5 * kMinJudgedBusyNs));
+}
+
+TEST(ComputeController, ARequestDrivenServerIsJudgedByItsSpeedNotItsArrivals) {
+  // A server at about half load: Poisson arrivals, 14 requests a period on average, each
+  // 120 launches and 8.6 ms of GPU time. Opportunistic work in its gaps costs it 1% (below
+  // the floor's 3%): only a real slowdown should make the controller back off.
+  constexpr double kRequestNs = 8.6e6, kLaunches = 120;
+  const auto run = [&](bool by_speed, double cost, int* shortfalls, int64_t* max_gap) {
+    std::mt19937 rng(7);
+    std::poisson_distribution<int> arrivals(14.0);
+    OpportunisticLevel l{kTimeSlicedTuning.start_permille, kTimeSlicedTuning.start_gap_ns, 0, 0,
+                         kTimeSlicedTuning.hold_periods};
+    *shortfalls = 0;
+    *max_gap = 0;
+    for (int period = 0; period < 400; ++period) {
+      const bool sharing = l.rate_permille > 0 || l.gap_ns < 4'000'000;
+      const int requests = arrivals(rng);
+      GuaranteedPeriod p{static_cast<uint64_t>(requests * kLaunches),
+                         static_cast<int64_t>(requests * kRequestNs * (sharing ? 1 + cost : 1.0)), kLaunches / kRequestNs};
+      // The launch-rate judgement compares launches with the mean period's.
+      const double progress = by_speed ? GuaranteedSpeed(&p, 1) : static_cast<double>(p.launches) / (14.0 * kLaunches);
+      if (progress < 0) continue;
+      if (progress < kGuaranteedFloor) ++*shortfalls;
+      l = NextOpportunisticLevel(l, progress, 1.0);
+      *max_gap = std::max(*max_gap, l.gap_ns);
+    }
+    return l;
+  };
+  int shortfalls = 0;
+  int64_t max_gap = 0;
+  OpportunisticLevel l = run(true, 0.01, &shortfalls, &max_gap);
+  EXPECT_EQ(shortfalls, 0);
+  EXPECT_EQ(l.gap_ns, 0);
+  EXPECT_GT(l.rate_permille, 0u) << "it shares more and more while the server keeps its speed";
+  l = run(false, 0.01, &shortfalls, &max_gap);
+  EXPECT_GE(shortfalls, 40) << "judged by launches, the arrivals' noise reads as shortfalls";
+  EXPECT_EQ(max_gap, kMaxGapNs);
+  // A real slowdown (10% while sharing) is still seen.
+  l = run(true, 0.10, &shortfalls, &max_gap);
+  EXPECT_GE(shortfalls, 3);
+  EXPECT_EQ(l.rate_permille, 0u);
+  EXPECT_GT(l.gap_ns, 0);
 }
 
 }  // namespace

@@ -22,7 +22,10 @@ Environment: COMPUTE_CASES (e.g. "1,2"; default all), COMPUTE_WINDOW_S (measured
 configuration, default 5), COMPUTE_PHASE_S (seconds per interleaved phase, default 4),
 COMPUTE_ROUNDS (rounds of the four phases, default 3), COMPUTE_SETTLE_S (seconds at the start
 of each phase not measured, default 1), COMPUTE_DEADLINE (epoch seconds after which
-configurations are skipped), GSLICE_BUILD (build folder holding bin/gslice).
+configurations are skipped), COMPUTE_LOGS (a folder to keep every process's whole log in),
+COMPUTE_MPS_OPP_THREADS (e.g. "50,25": cases 3 and 4 also run
+gslice on MPS with the opportunistic process limited to that CUDA_MPS_ACTIVE_THREAD_PERCENTAGE),
+GSLICE_BUILD (build folder holding bin/gslice).
 """
 
 import argparse
@@ -43,9 +46,14 @@ CASES = {c.strip() for c in os.environ.get("COMPUTE_CASES", "1,2,3,4,5").split("
 CAPS = [10, 30, 50, 70]
 SPLITS = [(30, 70), (10, 90)]
 MPS_OPPORTUNISTIC_PCT = 50  # MPS has no classes: the opportunistic job gets half the SMs
+# gslice on MPS, further configurations: the opportunistic process also limited to this
+# CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (e.g. "50,25"; default none).
+GSLICE_MPS_OPP_THREADS = [int(x) for x in os.environ.get("COMPUTE_MPS_OPP_THREADS", "").split(",") if x.strip()]
 # Configurations that would start after this time (epoch seconds) are skipped, so that the
 # report is always written inside the device's time limit.
 DEADLINE = float(os.environ.get("COMPUTE_DEADLINE", "0")) or None
+# Each configuration's process logs are kept in this folder when set (COMPUTE_LOGS).
+LOGS = os.environ.get("COMPUTE_LOGS")
 # Interleaved configurations (cases 3 and 4): phases of PHASE_S seconds, the pattern repeated
 # ROUNDS times; the first SETTLE_S seconds of each phase are not measured (the controller's
 # settling time that issue 4 allows).
@@ -156,6 +164,8 @@ def run_config(name, procs, seconds=None, phases=None):
             log.close()
         for ident in logs:
             print(f"--- {name}/{ident} log ---\n" + tail(os.path.join(sync, f"{ident}.log"), 1500))
+            if LOGS:
+                shutil.copy(os.path.join(sync, f"{ident}.log"), os.path.join(LOGS, f"{name.replace('/', '_')}_{ident}.log"))
         print(f"config {name}: {time.time() - t_start:.1f}s wall", flush=True)
         shutil.rmtree(sync, ignore_errors=True)
 
@@ -238,6 +248,11 @@ def phase_mps(state):
         record(state, "train/gslice-mps", run_config("train/gslice-mps", [
             throughput("resnet50", "g", gslice_prefix("--class=guaranteed"), warmup=3),
             throughput("bert-train", "o", gslice_prefix("--class=opportunistic"), warmup=3)], phases=interleaved(TOGETHER)))
+        for pct in GSLICE_MPS_OPP_THREADS:
+            record(state, f"train/gslice-mps-t{pct}", run_config(f"train/gslice-mps-t{pct}", [
+                throughput("resnet50", "g", gslice_prefix("--class=guaranteed"), warmup=3),
+                throughput("bert-train", "o", gslice_prefix("--class=opportunistic"), env=mps_env(pct), warmup=3)],
+                phases=interleaved(TOGETHER)))
     if "4" in CASES:
         service_ms = state.get("solo/server", {}).get("s", {}).get("service_ms")
         if service_ms:
@@ -248,6 +263,11 @@ def phase_mps(state):
                 server("g", service_ms, gslice_prefix("--class=guaranteed")),
                 throughput("resnet50", "o", gslice_prefix("--class=opportunistic"), warmup=3)],
                 phases=interleaved(TOGETHER)))
+            for pct in GSLICE_MPS_OPP_THREADS:
+                record(state, f"latency/gslice-mps-t{pct}", run_config(f"latency/gslice-mps-t{pct}", [
+                    server("g", service_ms, gslice_prefix("--class=guaranteed")),
+                    throughput("resnet50", "o", gslice_prefix("--class=opportunistic"), env=mps_env(pct), warmup=3)],
+                    phases=interleaved(TOGETHER)))
 
 
 # ---- report ---------------------------------------------------------------------------
@@ -374,7 +394,8 @@ def report(state, md_path):
     if "3" in CASES:
         # Interleaved: together / alone for the same process in the same run (phase_steps).
         alone, both = {}, {}
-        for cfg in configs + ("gslice-mps",):
+        variants = tuple(f"gslice-mps-t{p}" for p in GSLICE_MPS_OPP_THREADS)
+        for cfg in configs + ("gslice-mps",) + variants:
             key = f"train/{cfg}"
             alone[cfg] = {j: phase_steps(state, key, j, [j]) for j in ("g", "o")}
             both[cfg] = {j: ratio(phase_steps(state, key, j, ["g", "o"]), alone[cfg][j]) for j in ("g", "o")}
@@ -391,12 +412,20 @@ def report(state, md_path):
             rows.append(("3 train", "gslice on MPS: guaranteed / opportunistic", "together × alone", "", "", "",
                          f"{fmt(gm, '{:.3f}')} / {fmt(om, '{:.3f}')}", "≥0.97 / ≥0.70", err(state, "train/gslice-mps")))
             result("compute.train.on-mps", None, f"gslice classes on MPS: guaranteed {fmt(gm, '{:.3f}')}, opportunistic {fmt(om, '{:.3f}')} × alone")
+        for p, cfg in zip(GSLICE_MPS_OPP_THREADS, variants):
+            if f"train/{cfg}" not in state:
+                continue
+            gm, om = both[cfg]["g"], both[cfg]["o"]
+            rows.append(("3 train", f"gslice on MPS, opportunistic at {p}% threads: guaranteed / opportunistic", "together × alone",
+                         "", "", "", f"{fmt(gm, '{:.3f}')} / {fmt(om, '{:.3f}')}", "≥0.97 / ≥0.70", err(state, f"train/{cfg}")))
+            result(f"compute.train.on-mps-t{p}", None, f"gslice classes on MPS, opportunistic at {p}% threads: guaranteed {fmt(gm, '{:.3f}')}, opportunistic {fmt(om, '{:.3f}')} × alone")
         g, o = both["gslice"]["g"], both["gslice"]["o"]
         result("compute.train.guaranteed", g is not None and g >= 0.97, f"gslice {fmt(g, '{:.3f}')}× alone (≥0.97); plain {fmt(both['coexec']['g'], '{:.3f}')}, MPS {fmt(both['mps']['g'], '{:.3f}')}")
         result("compute.train.opportunistic", o is not None and o >= 0.70, f"gslice {fmt(o, '{:.3f}')}× alone (≥0.70); plain {fmt(both['coexec']['o'], '{:.3f}')}, MPS {fmt(both['mps']['o'], '{:.3f}')}")
     if "4" in CASES:
         lat, tr, tr_alone = {}, {}, {}
-        for cfg in configs + ("gslice-mps", "gslice-server-only"):
+        variants = tuple(f"gslice-mps-t{p}" for p in GSLICE_MPS_OPP_THREADS)
+        for cfg in configs + ("gslice-mps", "gslice-server-only") + variants:
             key = f"latency/{cfg}"
             lat[cfg] = (phase_latency(state, key, "g", ["g"]), phase_latency(state, key, "g", ["g", "o"]))
             tr_alone[cfg] = phase_steps(state, key, "o", ["o"])
@@ -421,6 +450,12 @@ def report(state, md_path):
                          f"{fmt(rel['gslice-mps'], '{:.2f}')}× / {fmt(tr['gslice-mps'], '{:.3f}')}", "≤1.10× / ≥0.50",
                          err(state, "latency/gslice-mps")))
             result("compute.latency.on-mps", None, f"gslice classes on MPS: server p99 {fmt(rel['gslice-mps'], '{:.2f}')}× alone, opportunistic {fmt(tr['gslice-mps'], '{:.3f}')} × alone")
+        for p, cfg in zip(GSLICE_MPS_OPP_THREADS, variants):
+            if f"latency/{cfg}" not in state:
+                continue
+            rows.append(("4 latency", f"gslice on MPS, opportunistic at {p}% threads: server p99 / opportunistic", "× alone", "", "", "",
+                         f"{fmt(rel[cfg], '{:.2f}')}× / {fmt(tr[cfg], '{:.3f}')}", "≤1.10× / ≥0.50", err(state, f"latency/{cfg}")))
+            result(f"compute.latency.on-mps-t{p}", None, f"gslice classes on MPS, opportunistic at {p}% threads: server p99 {fmt(rel[cfg], '{:.2f}')}× alone, opportunistic {fmt(tr[cfg], '{:.3f}')} × alone")
         if "latency/gslice-server-only" in state:
             rows.append(("4 latency", "diagnostic: server in gslice, training plain", "p99 × alone / training × alone", "",
                          f"{fmt(rel['gslice-server-only'], '{:.2f}')}× / {fmt(tr['gslice-server-only'], '{:.3f}')}", "", "", "",

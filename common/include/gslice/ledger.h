@@ -116,7 +116,8 @@ struct LedgerComputeEntry {
   std::atomic<int64_t> active_until_ns;    // wants the GPU until then (MonotonicNs)
   std::atomic<int64_t> inflight_until_ns;  // has work queued on the GPU until then
   std::atomic<int64_t> vtime_ns;           // measured busy time / share (share scheduler)
-  std::atomic<uint64_t> launches;          // launches issued: guaranteed progress, for the
+  std::atomic<uint64_t> launches;          // launches issued: with inflight_until_ns, a
+                                           // guaranteed job's speed while busy, for the
                                            // opportunistic rate controller
 };
 static_assert(sizeof(LedgerComputeEntry) == 80);
