@@ -93,6 +93,7 @@ struct Device {
   std::atomic<int> peer_count{0};
   int peers[kLedgerMaxComputeEntries] = {};
   std::atomic<bool> opportunistic_peer{false};
+  std::atomic<int> opportunistic_peers{0};  // how many (the controller's OverlapSpeed)
   std::atomic<bool> share_peer{false};
   // Opportunistic rate controller (TGS-style): while guaranteed work on this GPU is busy,
   // opportunistic work may use opp_rate_permille of the GPU's time (GCRA on opp_tat). The
@@ -111,7 +112,9 @@ struct Device {
     int64_t next_ns = 0;
     int64_t last_probe_ns = 0;
     int64_t last_sample_ns = 0;
-    bool have_baseline = false;  // a probe has ended since guaranteed work became busy
+    // The controller has set its starting level since guaranteed work became busy: after
+    // the first probe, or at once where the judgement needs no baseline (by_overlap).
+    bool started = false;
     bool probing = false;
     uint32_t probe_left = 0;  // periods of the probe still to measure
     uint32_t saved_rate = 0;
@@ -129,6 +132,7 @@ struct Device {
       uint64_t probe_launches = 0; // launches and busy time over the probe under way
       int64_t probe_busy_ns = 0;
       double base_per_ns = 0;      // launches per busy ns, opportunistic work paused (0: unknown)
+      int64_t overlap_ns = 0;      // busy time this period in which this process had work queued
     } jobs[kLedgerMaxComputeEntries];
   } ctl;
   bool running = false;     // holds the share turn (launching threads, under turn_mu)
@@ -256,7 +260,8 @@ void ScanPeers(Device& d) {
   ResolveSliceCap(d);
   LedgerComputeEntry* table = g_gate->ledger->header.compute;
   int n = 0;
-  bool opp = false, share = false;
+  bool share = false;
+  int opp = 0;
   const bool mine_set = g_gate->policy.share_set;
   const uint32_t my_slice = CapSliceOf(EntryIndex(d));
   for (int i = 0; i < kLedgerMaxComputeEntries; ++i) {
@@ -269,13 +274,14 @@ void ScanPeers(Device& d) {
       continue;
     }
     const auto cls = static_cast<ComputeClass>(e.slice_class.load(kRlx));
-    if (cls == ComputeClass::kOpportunistic) opp = true;
+    if (cls == ComputeClass::kOpportunistic) ++opp;
     if (cls == g_gate->policy.cls && (mine_set || (e.share_permille.load(kRlx) & kComputeShareSet) != 0)) share = true;
     if (my_slice != 0 && CapSliceOf(i) == my_slice) share = true;
     d.peers[n++] = i;
   }
   d.peer_count.store(n, std::memory_order_release);
-  d.opportunistic_peer.store(opp, kRlx);
+  d.opportunistic_peer.store(opp > 0, kRlx);
+  d.opportunistic_peers.store(opp, kRlx);
   d.share_peer.store(share, kRlx);
   const bool published = (d.entry->share_permille.load(kRlx) & kComputeTakesTurns) != 0;
   if (share && !published) d.entry->share_permille.fetch_or(kComputeTakesTurns, kRlx);
@@ -463,8 +469,9 @@ void ForEachGuaranteed(Device& d, F f) {
 }
 
 // Every gate-thread pass: the time since the last pass counts as busy for each guaranteed
-// peer with work queued. A pass late by more than kMaxSampleNs counts only that much (the
-// state in between is unknown). Returns GuaranteedBusy(d, now).
+// peer with work queued, and as overlap where this process had work queued too. A pass late
+// by more than kMaxSampleNs counts only that much (the state in between is unknown).
+// Returns GuaranteedBusy(d, now).
 constexpr int64_t kMaxSampleNs = 5'000'000;
 bool SampleGuaranteed(Device& d, int64_t now) {
   Device::Controller& c = d.ctl;
@@ -472,6 +479,7 @@ bool SampleGuaranteed(Device& d, int64_t now) {
   if (dt > kMaxSampleNs) dt = kMaxSampleNs;
   c.last_sample_ns = now;
   bool busy = false;
+  const bool mine = Outstanding(d) > 0;
   ForEachGuaranteed(d, [&](int i, LedgerComputeEntry& e) {
     Device::Controller::Job& j = c.jobs[i];
     const uint64_t owner = e.state.load(kRlx);
@@ -482,6 +490,7 @@ bool SampleGuaranteed(Device& d, int64_t now) {
     }
     const bool queued = e.inflight_until_ns.load(kRlx) > now;
     if (queued) j.busy_ns += dt;
+    if (queued && mine) j.overlap_ns += dt;
     busy |= queued || e.active_until_ns.load(kRlx) > now;
   });
   return busy;
@@ -497,12 +506,13 @@ int CloseGuaranteedPeriod(Device& d, GuaranteedPeriod* out) {
     const uint64_t now_launches = e.launches.load(kRlx);
     const uint64_t launches = now_launches >= j.last_launches ? now_launches - j.last_launches : now_launches;
     j.last_launches = now_launches;
-    out[n++] = {launches, j.busy_ns, j.base_per_ns};
+    out[n++] = {launches, j.busy_ns, j.base_per_ns, j.overlap_ns};
     if (c.probing) {
       j.probe_launches += launches;
       j.probe_busy_ns += j.busy_ns;
     }
     j.busy_ns = 0;
+    j.overlap_ns = 0;
   });
   return n;
 }
@@ -529,6 +539,12 @@ int64_t BusyNs(const GuaranteedPeriod* jobs, int n) {
   return busy;
 }
 
+int64_t OverlapNs(const GuaranteedPeriod* jobs, int n) {
+  int64_t overlap = 0;
+  for (int i = 0; i < n; ++i) overlap += jobs[i].overlap_ns;
+  return overlap;
+}
+
 // The opportunistic rate controller, run by the gate thread every pass: additive increase
 // while the guaranteed jobs keep their speed, multiplicative decrease when it drops, and a
 // periodic probe with opportunistic work paused to learn each job's speed alone as it
@@ -546,7 +562,7 @@ void ControlOpportunisticRate(Device& d, int64_t now) {
     // and time used meanwhile is not held against the rate once guaranteed work returns.
     c.probing = false;
     d.probe_pause.store(false, kRlx);
-    c.have_baseline = false;
+    c.started = false;
     for (Device::Controller::Job& j : c.jobs) j.base_per_ns = 0;
     c.below = 0;
     c.held = 0;
@@ -557,6 +573,21 @@ void ControlOpportunisticRate(Device& d, int64_t now) {
   }
   c.busy_seen = false;
   const ControllerTuning& tuning = d.spatial ? kSpatialTuning : kTimeSlicedTuning;
+  if (tuning.by_overlap && !c.started) {
+    c.started = true;
+    c.below = 0;
+    c.held = 0;
+    c.hold = tuning.hold_periods;
+    d.opp_rate_permille.store(tuning.start_permille, kRlx);
+    d.opp_gap_ns.store(tuning.start_gap_ns, kRlx);
+    if (g_trace != nullptr) {
+      char line[128];
+      snprintf(line, sizeof line, "compute: controller: guaranteed work busy; rate %u permille, gap %lld us",
+               tuning.start_permille, static_cast<long long>(tuning.start_gap_ns / 1000));
+      g_trace(line);
+    }
+    return;
+  }
   if (c.probing) {
     if (--c.probe_left > 0) return;
     const int measured = EndProbe(d, tuning);
@@ -566,7 +597,7 @@ void ControlOpportunisticRate(Device& d, int64_t now) {
                measured, c.saved_rate, static_cast<long long>(c.saved_gap / 1000));
       g_trace(line);
     }
-    c.have_baseline = true;
+    c.started = true;
     c.probing = false;
     d.probe_pause.store(false, kRlx);
     d.opp_rate_permille.store(c.saved_rate, kRlx);
@@ -577,8 +608,8 @@ void ControlOpportunisticRate(Device& d, int64_t now) {
   // the last probe) is measured soon, not at the next regular probe.
   bool unknown = false;
   for (int i = 0; i < n; ++i) unknown |= jobs[i].base_per_ns == 0 && jobs[i].busy_ns >= kMinJudgedBusyNs;
-  if (!c.have_baseline || now - c.last_probe_ns >= tuning.probe_every_ns ||
-      (unknown && now - c.last_probe_ns >= kUnknownJobProbeNs)) {
+  if (!tuning.by_overlap && (!c.started || now - c.last_probe_ns >= tuning.probe_every_ns ||
+                             (unknown && now - c.last_probe_ns >= kUnknownJobProbeNs))) {
     c.probing = true;
     c.probe_left = tuning.probe_periods;
     for (Device::Controller::Job& j : c.jobs) {
@@ -587,15 +618,15 @@ void ControlOpportunisticRate(Device& d, int64_t now) {
     }
     c.below = 0;
     c.last_probe_ns = now;
-    c.saved_rate = c.have_baseline ? r : tuning.start_permille;
-    c.saved_gap = c.have_baseline ? d.opp_gap_ns.load(kRlx) : tuning.start_gap_ns;
-    if (!c.have_baseline) c.hold = tuning.hold_periods;
+    c.saved_rate = c.started ? r : tuning.start_permille;
+    c.saved_gap = c.started ? d.opp_gap_ns.load(kRlx) : tuning.start_gap_ns;
+    if (!c.started) c.hold = tuning.hold_periods;
     d.opp_rate_permille.store(0, kRlx);
     d.probe_pause.store(true, kRlx);
     return;
   }
   // Too little busy time in the period says nothing of the jobs' speed.
-  const double speed = GuaranteedSpeed(jobs, n);
+  const double speed = tuning.by_overlap ? OverlapSpeed(jobs, n, d.opportunistic_peers.load(kRlx)) : GuaranteedSpeed(jobs, n);
   if (speed < 0) return;
   const OpportunisticLevel next =
       NextOpportunisticLevel({r, d.opp_gap_ns.load(kRlx), c.below, c.held, c.hold}, speed, 1.0, tuning);
@@ -609,10 +640,10 @@ void ControlOpportunisticRate(Device& d, int64_t now) {
   d.opp_gap_ns.store(next.gap_ns, kRlx);
   d.opp_rate_permille.store(next.rate_permille, kRlx);
   if (g_trace != nullptr) {
-    char line[192];
+    char line[512];
     snprintf(line, sizeof line,
-             "compute: controller: guaranteed at %.3f of its speed alone (busy %lld ms); rate %u permille, gap %lld us, next step after %u periods",
-             speed, static_cast<long long>(BusyNs(jobs, n) / 1'000'000), next.rate_permille, static_cast<long long>(next.gap_ns / 1000), next.hold < 1 ? 1 : next.hold);
+             "compute: controller: guaranteed speed %.3f (busy %lld ms, overlap %lld us); rate %u permille, gap %lld us, next step after %u periods",
+             speed, static_cast<long long>(BusyNs(jobs, n) / 1'000'000), static_cast<long long>(OverlapNs(jobs, n) / 1000), next.rate_permille, static_cast<long long>(next.gap_ns / 1000), next.hold < 1 ? 1 : next.hold);
     g_trace(line);
   }
 }

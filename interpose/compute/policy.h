@@ -131,7 +131,7 @@ struct OpportunisticLevel {
 // and every shortfall doubles that wait (up to 4 s): the controller settles where the job
 // holds instead of sawing around the floor.
 struct ControllerTuning {
-  uint32_t start_permille;  // the rate after the first baseline probe
+  uint32_t start_permille;  // the rate once guaranteed work is busy (after the first probe where there is one)
   uint32_t step_permille;   // additive increase per period ...
   bool grow_quarter;        // ... plus a quarter of the rate
   uint32_t confirm;        // periods below the floor in a row before backing off
@@ -143,15 +143,18 @@ struct ControllerTuning {
   // doing, and the fresh baseline lets the rate grow back.
   int64_t reprobe_after_cut_ns;
   double probe_weight;  // weight of a new probe in the baseline (1: it replaces the old one)
-  int64_t start_gap_ns;   // the gap after the first baseline probe
+  int64_t start_gap_ns;   // the gap then
   uint32_t hold_periods;  // periods that must hold before a step towards more sharing ...
   bool backoff;           // ... doubled by every shortfall (up to kMaxHoldPeriods)
+  // Judge the guaranteed jobs by OverlapSpeed (no baseline, no probes: the probe fields are
+  // unused; time-sliced GPUs), else by GuaranteedSpeed against probed baselines.
+  bool by_overlap;
 };
 inline constexpr uint32_t kMaxHoldPeriods = static_cast<uint32_t>(kProbeEveryNs / kControlPeriodNs);
 inline constexpr ControllerTuning kTimeSlicedTuning{0,   kRateStepPermille, false, 1, false, 1, kProbeEveryNs, 0, 0.5,
-                                                    4 * kGapStepNs, 4, true};
+                                                    4 * kGapStepNs, 4, true, true};
 inline constexpr ControllerTuning kSpatialTuning{1000, 2 * kRateStepPermille, true, 2, true, 2, 6'000'000'000, 1'000'000'000, 1.0,
-                                                 0, 1, false};
+                                                 0, 1, false, false};
 
 // One step of the controller. Guaranteed progress below kGuaranteedFloor of the baseline
 // (measured with opportunistic work paused) for tuning.confirm periods: the rate halves (or
@@ -209,6 +212,7 @@ struct GuaranteedPeriod {
   uint64_t launches = 0;     // launches issued in the period
   int64_t busy_ns = 0;       // time with work queued in the period
   double base_per_ns = 0;    // launches per busy ns with opportunistic work paused (0: unknown)
+  int64_t overlap_ns = 0;    // ... of which this opportunistic process had work queued too
 };
 inline constexpr int64_t kMinJudgedBusyNs = 20'000'000;  // less busy time says nothing of speed
 // The time the period's launches would have taken at each job's baseline speed, over the time
@@ -223,6 +227,24 @@ inline double GuaranteedSpeed(const GuaranteedPeriod* jobs, int n) {
     busy_ns += jobs[i].busy_ns;
   }
   return busy_ns < kMinJudgedBusyNs ? -1 : expected_ns / static_cast<double>(busy_ns);
+}
+
+// On a GPU that time-slices processes, the guaranteed jobs can lose time to opportunistic
+// work only while both have work queued: then the GPU runs one context at a time, and each
+// such moment is at most a moment the guaranteed job waited. So 1 - overlap / busy bounds
+// their speed from below, whatever their own speed does; the jobs' own noise (a host that
+// runs them faster or slower from one second to the next) does not enter, and no baseline
+// is needed. Each opportunistic process sees only its own overlap; the others on the GPU
+// (opportunistic_peers) are assumed to overlap as much. -1 as GuaranteedSpeed.
+inline double OverlapSpeed(const GuaranteedPeriod* jobs, int n, int opportunistic_peers) {
+  int64_t busy_ns = 0, overlap_ns = 0;
+  for (int i = 0; i < n; ++i) {
+    busy_ns += jobs[i].busy_ns;
+    overlap_ns += jobs[i].overlap_ns;
+  }
+  if (busy_ns < kMinJudgedBusyNs) return -1;
+  const double lost = static_cast<double>(overlap_ns) * (1 + opportunistic_peers) / static_cast<double>(busy_ns);
+  return lost >= 1 ? 0 : 1 - lost;
 }
 
 // Queued-ahead bound: launches may go on while the estimated queued work

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <random>
 #include <vector>
 
@@ -325,6 +326,56 @@ TEST(ComputeController, ARequestDrivenServerIsJudgedByItsSpeedNotItsArrivals) {
   EXPECT_GE(shortfalls, 3);
   EXPECT_EQ(l.rate_permille, 0u);
   EXPECT_GT(l.gap_ns, 0);
+}
+
+TEST(ComputeController, OverlapBoundsTheLossWithoutABaseline) {
+  GuaranteedPeriod jobs[2] = {{500, 150'000'000, 0, 3'000'000}, {20, 50'000'000, 0, 1'000'000}};
+  EXPECT_DOUBLE_EQ(OverlapSpeed(jobs, 2, 0), 1 - 4e6 / 200e6);
+  EXPECT_DOUBLE_EQ(OverlapSpeed(jobs, 2, 1), 1 - 8e6 / 200e6) << "another opportunistic process counts as much";
+  jobs[0].overlap_ns = 200'000'000;
+  EXPECT_DOUBLE_EQ(OverlapSpeed(jobs, 2, 0), 0);
+  GuaranteedPeriod idle[1] = {{10, kMinJudgedBusyNs - 1, 0, 0}};
+  EXPECT_LT(OverlapSpeed(idle, 1, 0), 0) << "too little busy time to judge";
+}
+
+TEST(ComputeController, OnATimeSlicedGpuTheJobsOwnNoiseDoesNotMoveTheController) {
+  // A guaranteed job whose own speed moves by up to 20% from one period to the next (a busy
+  // host), beside opportunistic work whose cost is the time both had work queued: 8% of the
+  // job's busy time with gap 0, falling as the gap grows (fewer of its idle stretches are
+  // entered), plus the rate. The overlap sees only that cost; the speed against a baseline
+  // sees the noise as well.
+  const auto overlap_at = [](const OpportunisticLevel& l) {
+    return 0.08 * std::exp(-static_cast<double>(l.gap_ns) / 10e6) + l.rate_permille / 1000.0;
+  };
+  const auto run = [&](bool by_overlap, int* shortfalls, double* mean_gap_ms) {
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<double> noise(0.8, 1.2);
+    OpportunisticLevel l{kTimeSlicedTuning.start_permille, kTimeSlicedTuning.start_gap_ns, 0, 0,
+                         kTimeSlicedTuning.hold_periods};
+    *shortfalls = 0;
+    double gap_sum = 0;
+    for (int period = 0; period < 400; ++period) {
+      const double busy = 200e6;
+      GuaranteedPeriod p{0, static_cast<int64_t>(busy), 0, static_cast<int64_t>(busy * overlap_at(l))};
+      const double speed = by_overlap ? OverlapSpeed(&p, 1, 0) : (1 - overlap_at(l)) * noise(rng);
+      if (speed < kGuaranteedFloor) ++*shortfalls;
+      l = NextOpportunisticLevel(l, speed, 1.0);
+      gap_sum += static_cast<double>(l.gap_ns) / 1e6;
+    }
+    *mean_gap_ms = gap_sum / 400;
+    return l;
+  };
+  int shortfalls = 0;
+  double overlap_gap = 0, noisy_gap = 0;
+  OpportunisticLevel l = run(true, &shortfalls, &overlap_gap);
+  // It settles where the cost holds (gap >= 10 ms: 8% x e^-1 < 3%), testing the next step
+  // down now and then, each test waiting longer.
+  EXPECT_LE(shortfalls, 3 + 400 / 17) << "at most one shortfall per longest wait once settled";
+  EXPECT_GE(l.gap_ns, 9'000'000);
+  EXPECT_LE(overlap_gap, 16.0);
+  run(false, &shortfalls, &noisy_gap);
+  EXPECT_GE(shortfalls, 100) << "the noise alone falls below the floor in a good share of periods";
+  EXPECT_GT(noisy_gap, overlap_gap + 2.0) << "and keeps the controller further out of the gaps";
 }
 
 }  // namespace
