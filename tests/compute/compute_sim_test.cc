@@ -4,6 +4,7 @@
 // side by side (never absolute times), with tolerances for a loaded 2-core machine.
 #include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -287,6 +288,42 @@ TEST_F(ComputeSim, GuaranteedTakesTheDeviceBackWhenItStarts) {
   const double o_after = static_cast<double>(rs[1].Between(1600, 3000)) / 1400.0;
   EXPECT_GE(g_after, 0.70 * o_before) << rs[0].raw;
   EXPECT_LE(o_after, 0.10 * g_after) << rs[1].raw;
+}
+
+// On a time-sliced GPU the controller judges by the overlap: the time in which guaranteed
+// work was queued while the opportunistic process had work queued too. Here guaranteed work
+// starts after the opportunistic job has had the device to itself (so it keeps 2 ms queued):
+// the first judged periods see that overlap, and no period can overlap for longer than the
+// guaranteed work was busy. GSLICE_LOG=debug prints every decision.
+TEST_F(ComputeSim, TimeSlicedControllerMeasuresTheOverlap) {
+  const double start_at = NowMs() + 800;
+  Worker g = Start({{"GSLICE_CLASS", "guaranteed"}}, Job(start_at, 3.0, {"--on-after", "1000"}), /*direct=*/false);
+  Worker o = StartProgram(std::string(GSLICE_TEST_BIN_DIR) + "/compute_worker",
+                          UnderShim({{"GSLICE_CLASS", "opportunistic"}, {"GSLICE_LOG", "debug"}}), Job(start_at, 3.0),
+                          /*stderr_too=*/true);
+  const Result rg = Wait(g);
+  const Result ro = Wait(o);
+  ASSERT_GT(rg.kernels, 0) << rg.raw;
+  ASSERT_GT(ro.kernels, 0) << ro.raw;
+  EXPECT_NE(ro.raw.find("controller: guaranteed work busy"), std::string::npos) << ro.raw;
+  int judged = 0;
+  int64_t overlap_total = 0;
+  std::istringstream lines(ro.raw);
+  for (std::string line; std::getline(lines, line);) {
+    long long busy_ms = 0, overlap_us = 0;
+    const size_t at = line.find("guaranteed speed");
+    if (at == std::string::npos) continue;
+    double speed = 0;
+    ASSERT_EQ(sscanf(line.c_str() + at, "guaranteed speed %lf (busy %lld ms, overlap %lld us)", &speed, &busy_ms, &overlap_us), 3)
+        << line;
+    ++judged;
+    overlap_total += overlap_us;
+    EXPECT_LE(overlap_us, busy_ms * 1000 + 1000) << line;
+    EXPECT_NEAR(speed, busy_ms > 0 ? 1.0 - static_cast<double>(overlap_us) / (1000.0 * static_cast<double>(busy_ms)) : 1.0, 0.02)
+        << line;
+  }
+  EXPECT_GE(judged, 3) << ro.raw;
+  EXPECT_GT(overlap_total, 0) << "the guaranteed job started beside queued opportunistic work\n" << ro.raw;
 }
 
 TEST_F(ComputeSim, DeadGuaranteedNeverStallsOpportunistic) {
