@@ -123,8 +123,8 @@ struct Device {
     uint32_t held = 0;
     uint32_t hold = 0;
     bool busy_seen = false;
-    // One guaranteed peer, by its index in the ledger's compute table (policy.h,
-    // GuaranteedSpeed).
+    // One guaranteed peer, by its index in the ledger's compute table (policy.h:
+    // OverlapSpeed, GuaranteedSpeed).
     struct Job {
       uint64_t owner = 0;          // the entry's state word this record belongs to
       uint64_t last_launches = 0;  // its launch count at the last period's end

@@ -74,7 +74,8 @@ inline int64_t VtimeOnActivation(int64_t mine, int64_t min_other) {
   return (min_other != INT64_MAX && mine < min_other) ? min_other : mine;
 }
 
-// Opportunistic rate controller (TGS-style AIMD on the guaranteed jobs' speed while busy, GuaranteedSpeed).
+// Opportunistic rate controller (TGS-style AIMD on the guaranteed jobs' speed: OverlapSpeed on a
+// time-sliced GPU, GuaranteedSpeed on MPS).
 inline constexpr int64_t kControlPeriodNs = 250'000'000;  // one decision per 250 ms
 inline constexpr int64_t kProbeEveryNs = 4'000'000'000;   // re-learn the baseline every 4 s
 inline constexpr int64_t kProbeGapNs = 20'000'000;        // during a probe, stay out of gaps this short
@@ -207,7 +208,8 @@ inline OpportunisticLevel NextOpportunisticLevel(OpportunisticLevel cur, double 
 // rate follows the arrivals, while its launches per busy second follow only how fast the GPU
 // serves it. Opportunistic work that takes the GPU from it (a time slice, or SMs and memory
 // bandwidth under MPS) stretches its busy time, which is what is judged; a job that keeps
-// the GPU busy all the time is judged by its launch rate, as before.
+// the GPU busy all the time is judged by its launch rate, as before. Used where processes
+// share the GPU through MPS; a time-sliced GPU is judged by OverlapSpeed (below).
 struct GuaranteedPeriod {
   uint64_t launches = 0;     // launches issued in the period
   int64_t busy_ns = 0;       // time with work queued in the period
