@@ -92,8 +92,7 @@ struct Device {
   // Peers: other alive entries on this GPU, refreshed by the gate thread.
   std::atomic<int> peer_count{0};
   int peers[kLedgerMaxComputeEntries] = {};
-  std::atomic<bool> opportunistic_peer{false};
-  std::atomic<int> opportunistic_peers{0};  // how many (the controller's OverlapSpeed)
+  std::atomic<int> opportunistic_peers{0};  // how many (the gate's mode, OverlapSpeed)
   std::atomic<bool> share_peer{false};
   // Opportunistic rate controller (TGS-style): while guaranteed work on this GPU is busy,
   // opportunistic work may use opp_rate_permille of the GPU's time (GCRA on opp_tat). The
@@ -280,7 +279,6 @@ void ScanPeers(Device& d) {
     d.peers[n++] = i;
   }
   d.peer_count.store(n, std::memory_order_release);
-  d.opportunistic_peer.store(opp > 0, kRlx);
   d.opportunistic_peers.store(opp, kRlx);
   d.share_peer.store(share, kRlx);
   const bool published = (d.entry->share_permille.load(kRlx) & kComputeTakesTurns) != 0;
@@ -294,7 +292,7 @@ GateMode WantedMode() {
   const int n = g_gate->device_count.load(std::memory_order_acquire);
   for (int i = 0; i < n; ++i) {
     const Device& d = g_gate->devices[i];
-    if (d.opportunistic_peer.load(kRlx) || d.share_peer.load(kRlx)) return GateMode::kGate;
+    if (d.opportunistic_peers.load(kRlx) > 0 || d.share_peer.load(kRlx)) return GateMode::kGate;
   }
   return GateMode::kWatch;
 }
@@ -469,7 +467,8 @@ void ForEachGuaranteed(Device& d, F f) {
 }
 
 // Every gate-thread pass: the time since the last pass counts as busy for each guaranteed
-// peer with work queued, and as overlap where this process had work queued too. A pass late
+// peer with work queued, and as overlap where this process had work queued too (both read
+// as inflight_until_ns, which PollDevice has just published for this process). A pass late
 // by more than kMaxSampleNs counts only that much (the state in between is unknown).
 // Returns GuaranteedBusy(d, now).
 constexpr int64_t kMaxSampleNs = 5'000'000;
@@ -479,7 +478,7 @@ bool SampleGuaranteed(Device& d, int64_t now) {
   if (dt > kMaxSampleNs) dt = kMaxSampleNs;
   c.last_sample_ns = now;
   bool busy = false;
-  const bool mine = Outstanding(d) > 0;
+  const bool mine = d.entry->inflight_until_ns.load(kRlx) > now;
   ForEachGuaranteed(d, [&](int i, LedgerComputeEntry& e) {
     Device::Controller::Job& j = c.jobs[i];
     const uint64_t owner = e.state.load(kRlx);
@@ -531,18 +530,6 @@ int EndProbe(Device& d, const ControllerTuning& tuning) {
     j.probe_busy_ns = 0;
   }
   return measured;
-}
-
-int64_t BusyNs(const GuaranteedPeriod* jobs, int n) {
-  int64_t busy = 0;
-  for (int i = 0; i < n; ++i) busy += jobs[i].busy_ns;
-  return busy;
-}
-
-int64_t OverlapNs(const GuaranteedPeriod* jobs, int n) {
-  int64_t overlap = 0;
-  for (int i = 0; i < n; ++i) overlap += jobs[i].overlap_ns;
-  return overlap;
 }
 
 // The opportunistic rate controller, run by the gate thread every pass: additive increase
@@ -640,10 +627,11 @@ void ControlOpportunisticRate(Device& d, int64_t now) {
   d.opp_gap_ns.store(next.gap_ns, kRlx);
   d.opp_rate_permille.store(next.rate_permille, kRlx);
   if (g_trace != nullptr) {
+    const GuaranteedPeriod total = PeriodTotal(jobs, n);
     char line[512];
     snprintf(line, sizeof line,
              "compute: controller: guaranteed speed %.3f (busy %lld ms, overlap %lld us); rate %u permille, gap %lld us, next step after %u periods",
-             speed, static_cast<long long>(BusyNs(jobs, n) / 1'000'000), static_cast<long long>(OverlapNs(jobs, n) / 1000), next.rate_permille, static_cast<long long>(next.gap_ns / 1000), next.hold < 1 ? 1 : next.hold);
+             speed, static_cast<long long>(total.busy_ns / 1'000'000), static_cast<long long>(total.overlap_ns / 1000), next.rate_permille, static_cast<long long>(next.gap_ns / 1000), next.hold < 1 ? 1 : next.hold);
     g_trace(line);
   }
 }

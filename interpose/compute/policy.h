@@ -238,14 +238,18 @@ inline double GuaranteedSpeed(const GuaranteedPeriod* jobs, int n) {
 // runs them faster or slower from one second to the next) does not enter, and no baseline
 // is needed. Each opportunistic process sees only its own overlap; the others on the GPU
 // (opportunistic_peers) are assumed to overlap as much. -1 as GuaranteedSpeed.
-inline double OverlapSpeed(const GuaranteedPeriod* jobs, int n, int opportunistic_peers) {
-  int64_t busy_ns = 0, overlap_ns = 0;
+inline GuaranteedPeriod PeriodTotal(const GuaranteedPeriod* jobs, int n) {  // busy and overlap summed
+  GuaranteedPeriod t;
   for (int i = 0; i < n; ++i) {
-    busy_ns += jobs[i].busy_ns;
-    overlap_ns += jobs[i].overlap_ns;
+    t.busy_ns += jobs[i].busy_ns;
+    t.overlap_ns += jobs[i].overlap_ns;
   }
-  if (busy_ns < kMinJudgedBusyNs) return -1;
-  const double lost = static_cast<double>(overlap_ns) * (1 + opportunistic_peers) / static_cast<double>(busy_ns);
+  return t;
+}
+inline double OverlapSpeed(const GuaranteedPeriod* jobs, int n, int opportunistic_peers) {
+  const GuaranteedPeriod t = PeriodTotal(jobs, n);
+  if (t.busy_ns < kMinJudgedBusyNs) return -1;
+  const double lost = static_cast<double>(t.overlap_ns) * (1 + opportunistic_peers) / static_cast<double>(t.busy_ns);
   return lost >= 1 ? 0 : 1 - lost;
 }
 
