@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -40,6 +41,16 @@ int64_t NowNs() {
 void SleepNs(int64_t ns) {
   timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
   nanosleep(&ts, nullptr);
+}
+
+// SleepNs with the calling thread's timer slack at 1 us for the wait, restored after: Linux's
+// default slack (50 us) would stretch a 20 us wait more than threefold.
+void SleepPreciseNs(int64_t ns) {
+  const int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+  const bool lower = slack > 1000;
+  if (lower) prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+  SleepNs(ns);
+  if (lower) prctl(PR_SET_TIMERSLACK, static_cast<unsigned long>(slack), 0, 0, 0);
 }
 
 uint64_t ThreadKey() {
@@ -107,6 +118,9 @@ struct Device {
   // Set while the controller measures the baseline: opportunistic work then also stays
   // out of the guaranteed job's short gaps, so the baseline is the job's speed alone.
   std::atomic<bool> probe_pause{false};
+  // Opportunistic work on a time-sliced GPU near guaranteed work (DepthNs): its queue is
+  // kept short and every launch is marked. Written by the launching threads when it changes.
+  std::atomic<bool> opp_near{false};
   struct Controller {
     int64_t next_ns = 0;
     int64_t last_probe_ns = 0;
@@ -729,21 +743,28 @@ bool DepthBounded(Device& d) {
 }
 
 // Opportunistic work on a time-sliced GPU keeps its queue short while guaranteed work is
-// busy or was within kOpportunisticDeepAfterNs, so that guaranteed work waits little when it
-// comes (back); with the GPU to itself for longer, it queues as deep as capped work does: a
-// launch-bound job alone ran at 0.85 of its speed with the short queue on an H100.
+// busy or was within kOpportunisticDeepAfterNs ("near"), so that guaranteed work waits little
+// when it comes (back): what is queued then is what the next request of a server waits for.
+// With the GPU to itself for longer, it queues as deep as capped work does: a launch-bound
+// job alone ran at 0.85 of its speed with a 0.5 ms queue on an H100.
 int64_t DepthNs(Device& d, int64_t now) {
   if (g_gate->policy.cls != ComputeClass::kOpportunistic || d.spatial) return kCapDepthNs;
-  return GuaranteedBusy(d, now - kOpportunisticDeepAfterNs) ? kOpportunisticDepthNs : kCapDepthNs;
+  const bool near = GuaranteedBusy(d, now - kOpportunisticDeepAfterNs);
+  if (d.opp_near.load(kRlx) != near) d.opp_near.store(near, kRlx);
+  return near ? kOpportunisticDepthNs : kCapDepthNs;
 }
 
 // Opportunistic work with no cap and no share peer marks its streams (and checks them for
 // a drain) at most every kOpportunisticMarkerNs: its time only feeds the controller's
 // budget and its queue bound. With a marker and a drain check per launch, a launch-bound
 // job whose stream drains between launches paid two event records and a query per launch.
+// Near guaranteed work (DepthNs) it marks every launch: the short queue is then bounded by
+// launches, not by 100 us stretches of them, and the controller's overlap ends when the last
+// queued kernel does, not at the next marker.
 int64_t MarkerSpacing(const Device& d) {
   const ComputePolicy& p = g_gate->policy;
-  const bool spaced = p.cls == ComputeClass::kOpportunistic && !p.capped() && !d.share_peer.load(kRlx);
+  const bool spaced = p.cls == ComputeClass::kOpportunistic && !p.capped() && !d.share_peer.load(kRlx) &&
+                      !d.opp_near.load(kRlx);
   return spaced ? kOpportunisticMarkerNs : 0;
 }
 
@@ -902,10 +923,14 @@ void BeforeLaunch(CUstream stream, bool per_thread) {
       SleepNs(nap);
       continue;
     }
-    if (DepthBounded(*d) && !DepthAllows(Outstanding(*d), d->mean_launch_ns.load(kRlx), DepthNs(*d, now))) {
-      PollDevice(*d, now);
-      if (!DepthAllows(Outstanding(*d), d->mean_launch_ns.load(kRlx), DepthNs(*d, now))) SleepNs(20'000);
-      continue;
+    if (DepthBounded(*d)) {
+      const int64_t depth = DepthNs(*d, now);
+      if (!DepthAllows(Outstanding(*d), d->mean_launch_ns.load(kRlx), depth)) {
+        PollDevice(*d, now);
+        // A short queue drains in about the time a coarse sleep takes: wait precisely.
+        if (!DepthAllows(Outstanding(*d), d->mean_launch_ns.load(kRlx), depth)) SleepPreciseNs(20'000);
+        continue;
+      }
     }
     break;
   }
