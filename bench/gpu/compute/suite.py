@@ -25,6 +25,9 @@ of each phase not measured, default 1), COMPUTE_DEADLINE (epoch seconds after wh
 configurations are skipped), COMPUTE_LOGS (a folder to keep every process's whole log in),
 COMPUTE_MPS_OPP_THREADS (e.g. "50,25": cases 3 and 4 also run
 gslice on MPS with the opportunistic process limited to that CUDA_MPS_ACTIVE_THREAD_PERCENTAGE),
+COMPUTE_COMPARE_BUILD (a second build folder: cases 3 and 4 also run gslice's time-sliced
+configuration with it, "gslice-compare", to compare two versions of the shim side by side),
+COMPUTE_SKIP (configurations not to run, by the name after the case, e.g. "coexec,mps"),
 GSLICE_BUILD (build folder holding bin/gslice).
 """
 
@@ -49,6 +52,10 @@ MPS_OPPORTUNISTIC_PCT = 50  # MPS has no classes: the opportunistic job gets hal
 # gslice on MPS, further configurations: the opportunistic process also limited to this
 # CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (e.g. "50,25"; default none).
 GSLICE_MPS_OPP_THREADS = [int(x) for x in os.environ.get("COMPUTE_MPS_OPP_THREADS", "").split(",") if x.strip()]
+# A second build whose gslice cases 3 and 4 also run time-sliced ("gslice-compare").
+COMPARE_BUILD = os.environ.get("COMPUTE_COMPARE_BUILD") or None
+# Configurations not run (the part of a configuration's name after its case).
+SKIP = {c.strip() for c in os.environ.get("COMPUTE_SKIP", "").split(",") if c.strip()}
 # Configurations that would start after this time (epoch seconds) are skipped, so that the
 # report is always written inside the device's time limit.
 DEADLINE = float(os.environ.get("COMPUTE_DEADLINE", "0")) or None
@@ -67,8 +74,8 @@ SETTLE_S = float(os.environ.get("COMPUTE_SETTLE_S", "1"))
 TOGETHER = [["g"], ["g", "o"], ["o"], ["g", "o"]]
 
 
-def gslice_prefix(*flags):
-    build = os.environ.get("GSLICE_BUILD", os.path.join(HERE, "..", "..", "..", "build"))
+def gslice_prefix(*flags, build=None):
+    build = build or os.environ.get("GSLICE_BUILD", os.path.join(HERE, "..", "..", "..", "build"))
     # The memory limit is set well above what any job here uses: it is not what is measured.
     return [os.path.join(build, "bin", "gslice"), "run", "--memory=60GiB", *flags, "--"]
 
@@ -103,6 +110,9 @@ def run_config(name, procs, seconds=None, phases=None):
     seconds = seconds or WINDOW
     if phases is not None:
         seconds = len(phases) * PHASE_S
+    if name.split("/", 1)[-1] in SKIP:
+        print(f"config {name}: skipped (COMPUTE_SKIP)", flush=True)
+        return {"error": "skipped: COMPUTE_SKIP"}
     if DEADLINE is not None and time.time() + seconds + 10 > DEADLINE:
         print(f"config {name}: skipped (suite time budget spent)", flush=True)
         return {"error": "skipped: suite time budget spent"}
@@ -209,14 +219,22 @@ def phase_plain(state):
         record(state, "train/gslice", run_config("train/gslice", [
             throughput("resnet50", "g", gslice_prefix("--class=guaranteed"), warmup=3),
             throughput("bert-train", "o", gslice_prefix("--class=opportunistic"), warmup=3)], phases=interleaved(TOGETHER)))
+        if COMPARE_BUILD:
+            record(state, "train/gslice-compare", run_config("train/gslice-compare", [
+                throughput("resnet50", "g", gslice_prefix("--class=guaranteed", build=COMPARE_BUILD), warmup=3),
+                throughput("bert-train", "o", gslice_prefix("--class=opportunistic", build=COMPARE_BUILD), warmup=3)],
+                phases=interleaved(TOGETHER)))
     if "4" in CASES:
         # The server's load is set from its service time alone (job.py measures it).
         solo = run_config("solo/server", [server("s")])
         record(state, "solo/server", solo)
         service_ms = solo.get("s", {}).get("service_ms")
         if service_ms:
+            compare = (("gslice-compare", gslice_prefix("--class=guaranteed", build=COMPARE_BUILD),
+                        gslice_prefix("--class=opportunistic", build=COMPARE_BUILD)),) if COMPARE_BUILD else ()
             for cfg, sp, op in (("coexec", (), ()),
                                 ("gslice", gslice_prefix("--class=guaranteed"), gslice_prefix("--class=opportunistic")),
+                                *compare,
                                 # Diagnostic: the server under gslice, the training job plain
                                 # (what the server's own gate costs, apart from the policy).
                                 ("gslice-server-only", gslice_prefix("--class=guaranteed"), ())):
@@ -407,6 +425,12 @@ def report(state, md_path):
             rows.append(("3 train", f"{label} (partner paused)", "it/s (× plain's alone)", fmt(native[j], "{:.2f}"),
                          *(f"{fmt(alone[c][j], '{:.2f}')} ({fmt(ratio(alone[c][j], native[j]), '{:.3f}')})" for c in configs),
                          "", "MPS: opportunistic at its thread share"))
+        if "train/gslice-compare" in state:
+            gc, oc = (ratio(phase_steps(state, "train/gslice-compare", j, ["g", "o"]),
+                            phase_steps(state, "train/gslice-compare", j, [j])) for j in ("g", "o"))
+            rows.append(("3 train", f"gslice, compare build ({COMPARE_BUILD}): guaranteed / opportunistic", "together × alone",
+                         "", "", "", f"{fmt(gc, '{:.3f}')} / {fmt(oc, '{:.3f}')}", "≥0.97 / ≥0.70", err(state, "train/gslice-compare")))
+            result("compute.train.compare", None, f"compare build: guaranteed {fmt(gc, '{:.3f}')}, opportunistic {fmt(oc, '{:.3f}')} × alone")
         gm, om = both["gslice-mps"]["g"], both["gslice-mps"]["o"]
         if "train/gslice-mps" in state:
             rows.append(("3 train", "gslice on MPS: guaranteed / opportunistic", "together × alone", "", "", "",
@@ -425,7 +449,7 @@ def report(state, md_path):
     if "4" in CASES:
         lat, tr, tr_alone = {}, {}, {}
         variants = tuple(f"gslice-mps-t{p}" for p in GSLICE_MPS_OPP_THREADS)
-        for cfg in configs + ("gslice-mps", "gslice-server-only") + variants:
+        for cfg in configs + ("gslice-mps", "gslice-server-only", "gslice-compare") + variants:
             key = f"latency/{cfg}"
             lat[cfg] = (phase_latency(state, key, "g", ["g"]), phase_latency(state, key, "g", ["g", "o"]))
             tr_alone[cfg] = phase_steps(state, key, "o", ["o"])
@@ -456,6 +480,12 @@ def report(state, md_path):
             rows.append(("4 latency", f"gslice on MPS, opportunistic at {p}% threads: server p99 / opportunistic", "× alone", "", "", "",
                          f"{fmt(rel[cfg], '{:.2f}')}× / {fmt(tr[cfg], '{:.3f}')}", "≤1.10× / ≥0.50", err(state, f"latency/{cfg}")))
             result(f"compute.latency.on-mps-t{p}", None, f"gslice classes on MPS, opportunistic at {p}% threads: server p99 {fmt(rel[cfg], '{:.2f}')}× alone, opportunistic {fmt(tr[cfg], '{:.3f}')} × alone")
+        if "latency/gslice-compare" in state:
+            rows.append(("4 latency", f"gslice, compare build ({COMPARE_BUILD}): server p99 / opportunistic", "× alone", "", "", "",
+                         f"{fmt(rel['gslice-compare'], '{:.2f}')}× / {fmt(tr['gslice-compare'], '{:.3f}')}", "≤1.10× / ≥0.50",
+                         err(state, "latency/gslice-compare")))
+            result("compute.latency.compare", None, f"compare build: server p99 {fmt(p99('gslice-compare', 1), '{:.2f}')} ms = "
+                                                    f"{fmt(rel['gslice-compare'], '{:.3f}')}× alone, opportunistic {fmt(tr['gslice-compare'], '{:.3f}')} × alone")
         if "latency/gslice-server-only" in state:
             rows.append(("4 latency", "diagnostic: server in gslice, training plain", "p99 × alone / training × alone", "",
                          f"{fmt(rel['gslice-server-only'], '{:.2f}')}× / {fmt(tr['gslice-server-only'], '{:.3f}')}", "", "", "",
