@@ -43,8 +43,8 @@ void SleepNs(int64_t ns) {
   nanosleep(&ts, nullptr);
 }
 
-// SleepNs with the calling thread's timer slack at 1 us for the wait, restored after: Linux's
-// default slack (50 us) would stretch a 20 us wait more than threefold.
+// SleepNs with the calling thread's timer slack at 1 us for the wait, restored after: with
+// Linux's default slack (50 us) a 20 us wait may last up to 70 us.
 void SleepPreciseNs(int64_t ns) {
   const int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
   const bool lower = slack > 1000;
