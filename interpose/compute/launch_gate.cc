@@ -742,6 +742,20 @@ bool DepthBounded(Device& d) {
   return g_gate->policy.capped() || g_gate->policy.cls == ComputeClass::kOpportunistic || d.running;
 }
 
+// Debug trace of DepthNs's changes: the queue bound, and until when each guaranteed peer
+// last said it had work queued and wanted the GPU (ms from now; 0 = never or cleared).
+void TraceNear(Device& d, bool near, int64_t now) {
+  const auto from_now = [now](int64_t t) { return t == 0 ? 0.0 : static_cast<double>(t - now) / 1e6; };
+  char line[256];
+  int n = snprintf(line, sizeof line, "compute: opportunistic queue %s", near ? "short (guaranteed work near)" : "deep");
+  ForEachGuaranteed(d, [&](int i, LedgerComputeEntry& e) {
+    if (n < 0 || n >= static_cast<int>(sizeof line)) return;
+    n += snprintf(line + n, sizeof line - n, "; entry %d inflight until %+.1f ms, active until %+.1f ms", i,
+                  from_now(e.inflight_until_ns.load(kRlx)), from_now(e.active_until_ns.load(kRlx)));
+  });
+  g_trace(line);
+}
+
 // Opportunistic work on a time-sliced GPU keeps its queue short while guaranteed work is
 // busy or was within kOpportunisticDeepAfterNs ("near"), so that guaranteed work waits little
 // when it comes (back): what is queued then is what the next request of a server waits for.
@@ -750,7 +764,10 @@ bool DepthBounded(Device& d) {
 int64_t DepthNs(Device& d, int64_t now) {
   if (g_gate->policy.cls != ComputeClass::kOpportunistic || d.spatial) return kCapDepthNs;
   const bool near = GuaranteedBusy(d, now - kOpportunisticDeepAfterNs);
-  if (d.opp_near.load(kRlx) != near) d.opp_near.store(near, kRlx);
+  if (d.opp_near.load(kRlx) != near) {
+    d.opp_near.store(near, kRlx);
+    if (g_trace != nullptr) TraceNear(d, near, now);
+  }
   return near ? kOpportunisticDepthNs : kCapDepthNs;
 }
 

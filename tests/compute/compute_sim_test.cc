@@ -306,6 +306,8 @@ TEST_F(ComputeSim, TimeSlicedControllerMeasuresTheOverlap) {
   ASSERT_GT(rg.kernels, 0) << rg.raw;
   ASSERT_GT(ro.kernels, 0) << ro.raw;
   EXPECT_NE(ro.raw.find("controller: guaranteed work busy"), std::string::npos) << ro.raw;
+  // Its queue goes short when guaranteed work comes, and the trace names the peer's times.
+  EXPECT_NE(ro.raw.find("compute: opportunistic queue short (guaranteed work near); entry "), std::string::npos) << ro.raw;
   int judged = 0;
   int64_t overlap_total = 0;
   std::istringstream lines(ro.raw);
