@@ -28,6 +28,7 @@ gslice on MPS with the opportunistic process limited to that CUDA_MPS_ACTIVE_THR
 COMPUTE_COMPARE_BUILD (a second build folder: cases 3 and 4 also run gslice's time-sliced
 configuration with it, "gslice-compare", to compare two versions of the shim side by side),
 COMPUTE_SKIP (configurations not to run, by the name after the case, e.g. "coexec,mps"),
+COMPUTE_SERVER_LOAD (case 4's offered load, default 0.5),
 GSLICE_BUILD (build folder holding bin/gslice).
 """
 
@@ -54,6 +55,8 @@ MPS_OPPORTUNISTIC_PCT = 50  # MPS has no classes: the opportunistic job gets hal
 GSLICE_MPS_OPP_THREADS = [int(x) for x in os.environ.get("COMPUTE_MPS_OPP_THREADS", "").split(",") if x.strip()]
 # A second build whose gslice cases 3 and 4 also run time-sliced ("gslice-compare").
 COMPARE_BUILD = os.environ.get("COMPUTE_COMPARE_BUILD") or None
+# Case 4's offered load: request rate x the server's calibrated service time.
+SERVER_LOAD = float(os.environ.get("COMPUTE_SERVER_LOAD", "0.5"))
 # Configurations not run (the part of a configuration's name after its case).
 SKIP = {c.strip() for c in os.environ.get("COMPUTE_SKIP", "").split(",") if c.strip()}
 # Configurations that would start after this time (epoch seconds) are skipped, so that the
@@ -88,7 +91,7 @@ def throughput(workload, ident, prefix=(), env=None, warmup=2.0):
 def server(ident, service_ms=None, prefix=(), env=None):
     argv = [*prefix, PY, JOB, "server", "--id", ident, "--warmup", "3"]
     if service_ms is not None:
-        argv += ["--service-ms", f"{service_ms:.4f}"]
+        argv += ["--service-ms", f"{service_ms:.4f}", "--load", str(SERVER_LOAD)]
     return (ident, argv, env or {})
 
 

@@ -1,0 +1,100 @@
+"""One training job alone: its speed under gslice's classes against native, with no other
+process on the GPU or beside an idle guaranteed process (one that served a few requests
+and then sleeps, its context kept). Each configuration runs ROUNDS times, interleaved, so the
+host's drift spreads over all of them.
+
+  python3 alone.py [--workload resnet50] [--seconds 8] [--rounds 2] [--gslice PATH] [--logs DIR]
+  python3 alone.py job --workload W --seconds S      (one measured run; prints ALONE it/s)
+  python3 alone.py idle --seconds S                  (the idle guaranteed process)
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def job(workload, seconds):
+    sys.path.insert(0, HERE)
+    import torch
+    import workloads
+    step = workloads.build(workload)
+    end = time.time() + 3
+    while time.time() < end:
+        step()
+        torch.cuda.synchronize()
+    n, t0 = 0, time.time()
+    while time.time() - t0 < seconds:
+        step()
+        n += 1
+    torch.cuda.synchronize()
+    print(f"ALONE {n / (time.time() - t0):.3f}", flush=True)
+
+
+def idle(seconds):
+    sys.path.insert(0, HERE)
+    import torch
+    import workloads
+    step = workloads.build("bert-infer")
+    for _ in range(20):
+        step()
+        torch.cuda.synchronize()
+    print("IDLE ready", flush=True)
+    time.sleep(seconds)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("role", nargs="?", default="run", choices=["run", "job", "idle"])
+    p.add_argument("--workload", default="resnet50")
+    p.add_argument("--seconds", type=float, default=8)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--gslice", default=os.path.join(HERE, "..", "..", "..", "build", "bin", "gslice"))
+    p.add_argument("--logs")
+    args = p.parse_args()
+    if args.role == "job":
+        return job(args.workload, args.seconds)
+    if args.role == "idle":
+        return idle(args.seconds)
+    g = [args.gslice, "run", "--memory=60GiB"]
+    me = [sys.executable, __file__]
+    configs = {
+        "native": ([], False),
+        "gslice, no class": (g + ["--"], False),
+        "opportunistic": (g + ["--class=opportunistic", "--"], False),
+        "opportunistic beside an idle guaranteed process": (g + ["--class=opportunistic", "--"], True),
+    }
+    speeds = {c: [] for c in configs}
+    for r in range(args.rounds):
+        for name, (prefix, with_idle) in configs.items():
+            peer = None
+            if with_idle:
+                peer = subprocess.Popen(g[:2] + ["--memory=8GiB", "--class=guaranteed", "--"] + me + ["idle", "--seconds", "120"],
+                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                if "IDLE ready" not in peer.stdout.readline():
+                    print(f"ALONE error: the idle guaranteed process did not start")
+                    peer.kill()
+                    return 1
+                time.sleep(1)
+            log = f"{args.logs}/alone-{r}-{len(speeds[name])}-{name.replace(' ', '_').replace(',', '')}.log" if args.logs else os.devnull
+            with open(log, "w") as f:
+                out = subprocess.run(prefix + me + ["job", "--workload", args.workload, "--seconds", str(args.seconds)],
+                                     stdout=subprocess.PIPE, stderr=f, text=True).stdout
+            if peer is not None:
+                peer.kill()
+                peer.wait()
+            line = [l for l in out.splitlines() if l.startswith("ALONE ")]
+            speeds[name].append(float(line[0].split()[1]) if line else float("nan"))
+            print(f"round {r} {name}: {speeds[name][-1]:.2f} it/s", flush=True)
+    base = statistics.fmean(speeds["native"])
+    for name, v in speeds.items():
+        print(f"ALONE {args.workload} {name}: {statistics.fmean(v):.2f} it/s ({statistics.fmean(v) / base:.3f} x native; runs {', '.join(f'{x:.2f}' for x in v)})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
