@@ -265,6 +265,24 @@ TEST_F(ComputeSim, OnMpsOpportunisticRunsBesideGuaranteed) {
                                               << "\nopportunistic " << rs[2].raw;
 }
 
+// An opportunistic process with no guaranteed process on its GPU has nothing to yield to: its
+// launches go straight through, unmeasured (the gate's measured time stays 0). Beside a
+// guaranteed process, even an idle one, they are measured and bounded again.
+TEST_F(ComputeSim, OpportunisticAloneLaunchesStraightThrough) {
+  const auto busy_ns = [](const Result& r) {
+    const size_t at = r.raw.find("busy_ns=");
+    return at == std::string::npos ? -1LL : std::stoll(r.raw.substr(at + 8));
+  };
+  const auto alone = RunTogether({{{"GSLICE_CLASS", "opportunistic"}}}, 1.0);
+  ASSERT_GT(alone[0].kernels, 0) << alone[0].raw;
+  EXPECT_EQ(busy_ns(alone[0]), 0) << alone[0].raw;
+  // The guaranteed job launches only in its last 100 ms: for the first 0.9 s it is there and idle.
+  const auto beside = RunTogether({{{"GSLICE_CLASS", "guaranteed"}}, {{"GSLICE_CLASS", "opportunistic"}}}, 1.0,
+                                  {{"--on-after", "900"}, {}});
+  ASSERT_GT(beside[1].kernels, 0) << beside[1].raw;
+  EXPECT_GT(busy_ns(beside[1]), 0) << beside[1].raw;
+}
+
 TEST_F(ComputeSim, OpportunisticRegainsTheIdleDevice) {
   // Guaranteed work stops at 1.5 s; the opportunistic job must take the device over at once.
   const auto rs = RunTogether({{{"GSLICE_CLASS", "guaranteed"}}, {{"GSLICE_CLASS", "opportunistic"}}}, 3.0,
