@@ -40,7 +40,7 @@ if [ -x "$bench" ]; then
     st=$([ $((shim - native)) -lt 100 ] && echo PASS || echo FAIL)
     echo "RESULT compute.launch.ungated $st +$((shim - native)) ns per launch under gslice with no compute limit (native $native ns, gslice $shim ns; target < 100)"
     echo "RESULT compute.launch.gated INFO +$((gated - native)) ns per launch with a cap (gate, meter, markers: $gated ns)"
-    [ -n "$opp" ] && echo "RESULT compute.launch.opportunistic INFO +$((opp - native)) ns per launch, opportunistic with the GPU to itself (spaced markers: $opp ns)"
+    [ -n "$opp" ] && echo "RESULT compute.launch.opportunistic INFO +$((opp - native)) ns per launch, opportunistic with no guaranteed process on the GPU (straight through: $opp ns)"
   else
     echo "RESULT compute.launch.ungated FAIL launch bench did not run (native='$native' gslice='$shim' gated='$gated')"
   fi
