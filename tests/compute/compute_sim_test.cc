@@ -308,6 +308,26 @@ TEST_F(ComputeSim, GuaranteedTakesTheDeviceBackWhenItStarts) {
   EXPECT_LE(o_after, 0.10 * g_after) << rs[1].raw;
 }
 
+// The same when the guaranteed process itself starts late: until then the opportunistic job
+// has nothing to yield to and launches straight through; once the guaranteed process's
+// context is up it is seen, and the opportunistic job yields as before.
+TEST_F(ComputeSim, GuaranteedProcessStartingLateTakesTheDevice) {
+  const double start_at = NowMs() + 800;
+  Worker o = Start({{"GSLICE_CLASS", "opportunistic"}}, Job(start_at, 3.0));
+  while (NowMs() < start_at + 700) usleep(10000);
+  // Started 0.7 s into the opportunistic job's window; it launches from 1.5 s on.
+  Worker g = Start({{"GSLICE_CLASS", "guaranteed"}}, Job(start_at + 1500, 1.5));
+  const Result ro = Wait(o);
+  const Result rg = Wait(g);
+  ASSERT_GT(ro.kernels, 0) << ro.raw;
+  ASSERT_GT(rg.kernels, 0) << rg.raw;
+  const double o_before = static_cast<double>(ro.Between(200, 1500)) / 1300.0;
+  const double g_after = static_cast<double>(rg.Between(100, 1500)) / 1400.0;  // rg's window starts at 1.5 s
+  const double o_after = static_cast<double>(ro.Between(1600, 3000)) / 1400.0;
+  EXPECT_GE(g_after, 0.70 * o_before) << "guaranteed " << rg.raw << "\nopportunistic " << ro.raw;
+  EXPECT_LE(o_after, 0.10 * g_after) << "guaranteed " << rg.raw << "\nopportunistic " << ro.raw;
+}
+
 // On a time-sliced GPU the controller judges by the overlap: the time in which guaranteed
 // work was queued while the opportunistic process had work queued too. Here guaranteed work
 // starts after the opportunistic job has had the device to itself (so it keeps 2 ms queued):
