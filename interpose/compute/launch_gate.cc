@@ -775,6 +775,12 @@ int64_t DepthNs(Device& d, int64_t now) {
   return near ? kOpportunisticDepthNs : kCapDepthNs;
 }
 
+// Opportunistic work with no cap and no share peer: only guaranteed peers constrain it.
+bool OpportunisticOnly(const Device& d) {
+  const ComputePolicy& p = g_gate->policy;
+  return p.cls == ComputeClass::kOpportunistic && !p.capped() && !d.share_peer.load(kRlx);
+}
+
 // Opportunistic work with no cap and no share peer marks its streams (and checks them for
 // a drain) at most every kOpportunisticMarkerNs: its time only feeds the controller's
 // budget and its queue bound. With a marker and a drain check per launch, a launch-bound
@@ -783,10 +789,7 @@ int64_t DepthNs(Device& d, int64_t now) {
 // launches, not by 100 us stretches of them, and the controller's overlap ends when the last
 // queued kernel does, not at the next marker.
 int64_t MarkerSpacing(const Device& d) {
-  const ComputePolicy& p = g_gate->policy;
-  const bool spaced = p.cls == ComputeClass::kOpportunistic && !p.capped() && !d.share_peer.load(kRlx) &&
-                      !d.opp_near.load(kRlx);
-  return spaced ? kOpportunisticMarkerNs : 0;
+  return OpportunisticOnly(d) && !d.opp_near.load(kRlx) ? kOpportunisticMarkerNs : 0;
 }
 
 // An opportunistic process with no cap and no share peer, on a GPU where no guaranteed
@@ -795,11 +798,7 @@ int64_t MarkerSpacing(const Device& d) {
 // alone ran at 0.81-0.85 of native through the gated path (queue bound, markers) and at
 // 0.99 straight through. A guaranteed process that starts is seen within one peer scan
 // (10 ms), long before its first kernel; only then is the queue bounded.
-bool NothingToYieldTo(const Device& d) {
-  const ComputePolicy& p = g_gate->policy;
-  return p.cls == ComputeClass::kOpportunistic && !p.capped() && !d.share_peer.load(kRlx) &&
-         d.guaranteed_peers.load(kRlx) == 0;
-}
+bool NothingToYieldTo(const Device& d) { return OpportunisticOnly(d) && d.guaranteed_peers.load(kRlx) == 0; }
 
 // A guaranteed process with no cap and no share contention only publishes that it is
 // busy: no waiting, no measurement, no driver call on the launch path.
@@ -960,16 +959,11 @@ void BeforeLaunch(CUstream stream, bool per_thread) {
       const int64_t depth = DepthNs(*d, now);
       if (!DepthAllows(Outstanding(*d), d->mean_launch_ns.load(kRlx), depth)) {
         PollDevice(*d, now);
+        // A short queue (opportunistic work near guaranteed work) drains in about the time a
+        // coarse sleep takes (up to 70 us with Linux's default timer slack): wait precisely
+        // there. A 2 ms queue does not, and the coarse sleep wakes the thread less often.
         if (!DepthAllows(Outstanding(*d), d->mean_launch_ns.load(kRlx), depth)) {
-          // A short queue (opportunistic work near guaranteed work) drains in about the time
-          // a coarse sleep takes: wait precisely there. Elsewhere the coarse sleep (up to
-          // 70 us with Linux's default timer slack) wakes the thread less often, and a 2 ms
-          // queue does not drain in it.
-          if (depth < kCapDepthNs) {
-            SleepPreciseNs(20'000);
-          } else {
-            SleepNs(20'000);
-          }
+          (depth < kCapDepthNs ? SleepPreciseNs : SleepNs)(20'000);
         }
         continue;
       }

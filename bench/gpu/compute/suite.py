@@ -55,6 +55,8 @@ MPS_OPPORTUNISTIC_PCT = 50  # MPS has no classes: the opportunistic job gets hal
 GSLICE_MPS_OPP_THREADS = [int(x) for x in os.environ.get("COMPUTE_MPS_OPP_THREADS", "").split(",") if x.strip()]
 # A second build whose gslice cases 3 and 4 also run time-sliced ("gslice-compare").
 COMPARE_BUILD = os.environ.get("COMPUTE_COMPARE_BUILD") or None
+# Cases 3 and 4's time-sliced gslice configurations: name and build (None: GSLICE_BUILD).
+GSLICE_BUILDS = [("gslice", None)] + ([("gslice-compare", COMPARE_BUILD)] if COMPARE_BUILD else [])
 # Case 4's offered load: request rate x the server's calibrated service time.
 SERVER_LOAD = float(os.environ.get("COMPUTE_SERVER_LOAD", "0.5"))
 # Configurations not run (the part of a configuration's name after its case).
@@ -219,13 +221,10 @@ def phase_plain(state):
         # "guaranteed alone in gslice" and "next to an idle opportunistic process".
         record(state, "train/coexec", run_config("train/coexec", [
             throughput("resnet50", "g", warmup=3), throughput("bert-train", "o", warmup=3)], phases=interleaved(TOGETHER)))
-        record(state, "train/gslice", run_config("train/gslice", [
-            throughput("resnet50", "g", gslice_prefix("--class=guaranteed"), warmup=3),
-            throughput("bert-train", "o", gslice_prefix("--class=opportunistic"), warmup=3)], phases=interleaved(TOGETHER)))
-        if COMPARE_BUILD:
-            record(state, "train/gslice-compare", run_config("train/gslice-compare", [
-                throughput("resnet50", "g", gslice_prefix("--class=guaranteed", build=COMPARE_BUILD), warmup=3),
-                throughput("bert-train", "o", gslice_prefix("--class=opportunistic", build=COMPARE_BUILD), warmup=3)],
+        for cfg, build in GSLICE_BUILDS:
+            record(state, f"train/{cfg}", run_config(f"train/{cfg}", [
+                throughput("resnet50", "g", gslice_prefix("--class=guaranteed", build=build), warmup=3),
+                throughput("bert-train", "o", gslice_prefix("--class=opportunistic", build=build), warmup=3)],
                 phases=interleaved(TOGETHER)))
     if "4" in CASES:
         # The server's load is set from its service time alone (job.py measures it).
@@ -233,11 +232,10 @@ def phase_plain(state):
         record(state, "solo/server", solo)
         service_ms = solo.get("s", {}).get("service_ms")
         if service_ms:
-            compare = (("gslice-compare", gslice_prefix("--class=guaranteed", build=COMPARE_BUILD),
-                        gslice_prefix("--class=opportunistic", build=COMPARE_BUILD)),) if COMPARE_BUILD else ()
+            gslice = tuple((cfg, gslice_prefix("--class=guaranteed", build=build),
+                            gslice_prefix("--class=opportunistic", build=build)) for cfg, build in GSLICE_BUILDS)
             for cfg, sp, op in (("coexec", (), ()),
-                                ("gslice", gslice_prefix("--class=guaranteed"), gslice_prefix("--class=opportunistic")),
-                                *compare,
+                                *gslice,
                                 # Diagnostic: the server under gslice, the training job plain
                                 # (what the server's own gate costs, apart from the policy).
                                 ("gslice-server-only", gslice_prefix("--class=guaranteed"), ())):
@@ -416,7 +414,7 @@ def report(state, md_path):
         # Interleaved: together / alone for the same process in the same run (phase_steps).
         alone, both = {}, {}
         variants = tuple(f"gslice-mps-t{p}" for p in GSLICE_MPS_OPP_THREADS)
-        for cfg in configs + ("gslice-mps",) + variants:
+        for cfg in configs + ("gslice-mps", "gslice-compare") + variants:
             key = f"train/{cfg}"
             alone[cfg] = {j: phase_steps(state, key, j, [j]) for j in ("g", "o")}
             both[cfg] = {j: ratio(phase_steps(state, key, j, ["g", "o"]), alone[cfg][j]) for j in ("g", "o")}
@@ -429,8 +427,7 @@ def report(state, md_path):
                          *(f"{fmt(alone[c][j], '{:.2f}')} ({fmt(ratio(alone[c][j], native[j]), '{:.3f}')})" for c in configs),
                          "", "MPS: opportunistic at its thread share"))
         if "train/gslice-compare" in state:
-            gc, oc = (ratio(phase_steps(state, "train/gslice-compare", j, ["g", "o"]),
-                            phase_steps(state, "train/gslice-compare", j, [j])) for j in ("g", "o"))
+            gc, oc = both["gslice-compare"]["g"], both["gslice-compare"]["o"]
             rows.append(("3 train", f"gslice, compare build ({COMPARE_BUILD}): guaranteed / opportunistic", "together × alone",
                          "", "", "", f"{fmt(gc, '{:.3f}')} / {fmt(oc, '{:.3f}')}", "≥0.97 / ≥0.70", err(state, "train/gslice-compare")))
             result("compute.train.compare", None, f"compare build: guaranteed {fmt(gc, '{:.3f}')}, opportunistic {fmt(oc, '{:.3f}')} × alone")
