@@ -75,7 +75,9 @@ void LogLine(const char* fmt, ...) {
   }
 }
 
-// One context (one GPU) of this process.
+}  // namespace
+
+// One context (one GPU) of this process (declared in launch_gate.h for LaunchTicket).
 struct Device {
   std::atomic<CUcontext> ctx{nullptr};  // bound at the first gated launch in a context
   uint8_t uuid[16] = {};
@@ -154,6 +156,8 @@ struct Device {
   int64_t take_since = 0;   // the turn is ours since then, once the last runner drains
   std::mutex turn_mu;
 };
+
+namespace {
 
 struct Gate {
   DriverApi api;
@@ -929,10 +933,10 @@ bool InitLaunchGate(void* (*resolve)(const char*), ComputeLogFn log, ComputeLogF
   return g_init_ok;
 }
 
-void BeforeLaunch(CUstream stream, bool per_thread) {
-  if (g_gate == nullptr) return;
+LaunchTicket BeforeLaunch(CUstream stream, bool per_thread) {
+  if (g_gate == nullptr) return {};
   Device* d = CurrentDevice();
-  if (d == nullptr || NothingToYieldTo(*d)) return;
+  if (d == nullptr || NothingToYieldTo(*d)) return {};
   const bool own_thread_stream = per_thread && (stream == nullptr || stream == CU_STREAM_PER_THREAD);
   StreamMeter* m = FindStream(*d, own_thread_stream ? CU_STREAM_PER_THREAD : stream, own_thread_stream ? ThreadKey() : 0);
   if (PublishOnly(*d) && !own_thread_stream) {
@@ -941,7 +945,7 @@ void BeforeLaunch(CUstream stream, bool per_thread) {
     d->entry->inflight_until_ns.store(now + kInflightHoldNs, kRlx);
     d->entry->launches.fetch_add(1, kRlx);
     if (m != nullptr) m->CountLaunch();
-    return;
+    return {};  // the marker is left to the gate thread
   }
   d->entry->launches.fetch_add(1, kRlx);
   for (int64_t now = NowNs();; now = NowNs()) {
@@ -970,25 +974,21 @@ void BeforeLaunch(CUstream stream, bool per_thread) {
     }
     break;
   }
-  if (m == nullptr) return;
+  if (m == nullptr) return {};
   const int64_t spacing = MarkerSpacing(*d);  // the meter reads the clock only for spacing
   const int64_t busy = m->BeforeLaunch(g_gate->api, d->pool, spacing > 0 ? NowNs() : 0, spacing);
   const int64_t now = NowNs();
   Charge(*d, busy, now);
   d->entry->inflight_until_ns.store(now + kInflightHoldNs, kRlx);
-}
-
-void AfterLaunch(CUstream stream, bool per_thread) {
-  if (g_gate == nullptr) return;
-  Device* d = CurrentDevice();
-  if (d == nullptr || NothingToYieldTo(*d)) return;
-  const bool own_thread_stream = per_thread && (stream == nullptr || stream == CU_STREAM_PER_THREAD);
-  StreamMeter* m = FindStream(*d, own_thread_stream ? CU_STREAM_PER_THREAD : stream, own_thread_stream ? ThreadKey() : 0);
-  if (m == nullptr) return;
   // Eager markers where queued-ahead work is bounded, and on per-thread default streams
   // (only the owning thread can record on those).
-  if (PublishOnly(*d) && !own_thread_stream) return;
-  m->AfterLaunch(g_gate->api, d->pool, DepthBounded(*d) || own_thread_stream, NowNs(), MarkerSpacing(*d));
+  return {d, m, DepthBounded(*d) || own_thread_stream};
+}
+
+void AfterLaunch(const LaunchTicket& ticket) {
+  if (ticket.meter == nullptr) return;
+  Device& d = *ticket.device;
+  ticket.meter->AfterLaunch(g_gate->api, d.pool, ticket.eager, NowNs(), MarkerSpacing(d));
 }
 
 void ForgetContext(CUcontext ctx) {

@@ -6,9 +6,9 @@
 // Use from the shim's launch hooks:
 //
 //   if (gslice::compute::LaunchGateActive()) {
-//     gslice::compute::BeforeLaunch(stream, per_thread);   // may wait
+//     const auto ticket = gslice::compute::BeforeLaunch(stream, per_thread);   // may wait
 //     CUresult r = real_launch(...);
-//     gslice::compute::AfterLaunch(stream, per_thread);
+//     gslice::compute::AfterLaunch(ticket);
 //     return r;
 //   }
 //   return real_launch(...);
@@ -32,6 +32,9 @@ enum class GateMode : int {
 
 extern std::atomic<int> g_gate_mode;
 
+struct Device;
+class StreamMeter;
+
 inline bool LaunchGateActive() { return g_gate_mode.load(std::memory_order_relaxed) == static_cast<int>(GateMode::kGate); }
 
 using ComputeLogFn = void (*)(const char* line);
@@ -44,10 +47,21 @@ using ComputeLogFn = void (*)(const char* line);
 // whether the gate runs.
 bool InitLaunchGate(void* (*resolve)(const char* name), ComputeLogFn log, ComputeLogFn trace = nullptr);
 
+// What BeforeLaunch found for the AfterLaunch of the same launch: the context, the stream's
+// meter and whether a marker follows the launch. The launch runs on the calling thread in the
+// context BeforeLaunch looked up, so AfterLaunch looks up neither again. Empty (nothing to do
+// after the launch) where BeforeLaunch let the launch pass unmetered.
+struct LaunchTicket {
+  Device* device = nullptr;
+  StreamMeter* meter = nullptr;
+  bool eager = false;  // the marker goes right after the launch (see AfterLaunch)
+};
+
 // Around a launch on stream (per_thread: the _ptsz variant, where stream 0 means the
 // calling thread's default stream). BeforeLaunch may wait; neither ever fails the launch.
-void BeforeLaunch(CUstream stream, bool per_thread);
-void AfterLaunch(CUstream stream, bool per_thread);
+// REQUIRES: AfterLaunch on the thread that called BeforeLaunch, with its ticket.
+LaunchTicket BeforeLaunch(CUstream stream, bool per_thread);
+void AfterLaunch(const LaunchTicket& ticket);
 
 // ctx is about to be destroyed, or reset or released for the last time as a primary
 // context (its events and streams go with it): the gate drops its markers, events and

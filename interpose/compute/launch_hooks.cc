@@ -137,9 +137,9 @@ template <typename Launch>
 CUresult Gated(CUstream s, bool per_thread, Launch launch) {
   ResumeGate();  // suspend/resume (resume_gate.h)
   if (!compute::LaunchGateActive()) return launch();
-  compute::BeforeLaunch(s, per_thread);
+  const compute::LaunchTicket ticket = compute::BeforeLaunch(s, per_thread);
   CUresult r = launch();
-  compute::AfterLaunch(s, per_thread);
+  compute::AfterLaunch(ticket);
   return r;
 }
 

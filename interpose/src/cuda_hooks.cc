@@ -597,9 +597,9 @@ GSLICE_EXPORT CUresult gslice_hook_cuGraphLaunch(CUgraphExec exec, CUstream stre
   ResumeGate();
   RaiseDefaultStream(stream, false);  // the default streams at the class's priority
   const bool gated = compute::LaunchGateActive();  // compute slices (launch_gate.h)
-  if (gated) compute::BeforeLaunch(stream, false);
+  const compute::LaunchTicket ticket = gated ? compute::BeforeLaunch(stream, false) : compute::LaunchTicket{};
   CUresult r = REAL(cuGraphLaunch)(exec, stream);
-  if (gated) compute::AfterLaunch(stream, false);
+  compute::AfterLaunch(ticket);
   if (r == CUDA_SUCCESS && g_graph_memory_seen.load(std::memory_order_relaxed) && Active()) {
     SyncGraphMemory(CurrentDevice());
   }
@@ -610,9 +610,9 @@ GSLICE_EXPORT CUresult gslice_hook_cuGraphLaunch_ptsz(CUgraphExec exec, CUstream
   ResumeGate();
   RaiseDefaultStream(stream, true);
   const bool gated = compute::LaunchGateActive();  // compute slices (launch_gate.h)
-  if (gated) compute::BeforeLaunch(stream, true);
+  const compute::LaunchTicket ticket = gated ? compute::BeforeLaunch(stream, true) : compute::LaunchTicket{};
   CUresult r = REAL(cuGraphLaunch_ptsz)(exec, stream);
-  if (gated) compute::AfterLaunch(stream, true);
+  compute::AfterLaunch(ticket);
   if (r == CUDA_SUCCESS && g_graph_memory_seen.load(std::memory_order_relaxed) && Active()) {
     SyncGraphMemory(CurrentDevice());
   }

@@ -98,11 +98,12 @@ int main(int argc, char** argv) {
     }
     for (int k = 0; k < batch; ++k) {
 #ifdef GSLICE_WORKER_DIRECT_GATE
-      if (gslice::compute::LaunchGateActive()) gslice::compute::BeforeLaunch(stream, false);
+      gslice::compute::LaunchTicket ticket;
+      if (gslice::compute::LaunchGateActive()) ticket = gslice::compute::BeforeLaunch(stream, false);
 #endif
       Check(cuLaunchKernel(busy, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr), "cuLaunchKernel");
 #ifdef GSLICE_WORKER_DIRECT_GATE
-      if (gslice::compute::LaunchGateActive()) gslice::compute::AfterLaunch(stream, false);
+      gslice::compute::AfterLaunch(ticket);
 #endif
     }
     Check(cuStreamSynchronize(stream), "cuStreamSynchronize");
