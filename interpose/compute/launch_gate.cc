@@ -635,7 +635,8 @@ void ControlOpportunisticRate(Device& d, int64_t now) {
     return;
   }
   // Too little busy time in the period says nothing of the jobs' speed.
-  const double speed = tuning.by_overlap ? OverlapSpeed(jobs, n, d.opportunistic_peers.load(kRlx)) : GuaranteedSpeed(jobs, n);
+  const int peers = d.opportunistic_peers.load(kRlx);
+  const double speed = tuning.by_overlap ? OverlapSpeed(jobs, n, peers) : SpatialSpeed(jobs, n, peers);
   if (speed < 0) return;
   const OpportunisticLevel next =
       NextOpportunisticLevel({r, d.opp_gap_ns.load(kRlx), c.below, c.held, c.hold}, speed, 1.0, tuning);

@@ -338,6 +338,62 @@ TEST(ComputeController, OverlapBoundsTheLossWithoutABaseline) {
   EXPECT_LT(OverlapSpeed(idle, 1, 0), 0) << "too little busy time to judge";
 }
 
+TEST(ComputeController, OnMpsAReadingTheOverlapCannotExplainIsNoise) {
+  // 1000 launches in 200 ms of busy time against a baseline of 1000 per 160 ms: 0.8.
+  constexpr double kBase = 1000 / 160e6;
+  GuaranteedPeriod job{1000, 200'000'000, kBase, 0};
+  EXPECT_DOUBLE_EQ(GuaranteedSpeed(&job, 1), 0.8);
+  EXPECT_DOUBLE_EQ(SpatialSpeed(&job, 1, 0), 1.0) << "no opportunistic work queued: it cost nothing";
+  job.overlap_ns = 20'000'000;
+  EXPECT_DOUBLE_EQ(SpatialSpeed(&job, 1, 0), 0.9) << "queued for 10% of the busy time: at most 10% lost";
+  EXPECT_DOUBLE_EQ(SpatialSpeed(&job, 1, 1), 0.8) << "another opportunistic process counts as much";
+  job.overlap_ns = 150'000'000;
+  EXPECT_DOUBLE_EQ(SpatialSpeed(&job, 1, 0), 0.8) << "the overlap explains the loss: the reading stands";
+  job.overlap_ns = 400'000'000;
+  EXPECT_DOUBLE_EQ(SpatialSpeed(&job, 1, 0), 0.8);
+  // Jobs without a baseline are left out of both, as in GuaranteedSpeed.
+  GuaranteedPeriod two[2] = {{1000, 200'000'000, kBase, 0}, {50, 100'000'000, 0, 100'000'000}};
+  EXPECT_DOUBLE_EQ(SpatialSpeed(two, 2, 0), 1.0);
+  two[0].base_per_ns = 0;
+  EXPECT_LT(SpatialSpeed(two, 2, 0), 0) << "no job with a baseline: nothing to judge";
+}
+
+TEST(ComputeController, OnMpsTheJobsOwnNoiseDoesNotDriveTheRateToZero) {
+  // A guaranteed job under MPS whose measured speed moves between 0.7 and 1.1 of its baseline
+  // on its own (a server's requests cluster differently in each period, and the probe that set
+  // the baseline caught a fast one), beside opportunistic work that truly costs it 2% at the
+  // full rate. The work is queued beside the job's for a share of its busy time that follows
+  // the rate (all of it at the full rate).
+  const auto run = [](bool bounded, double* mean_rate, int64_t* max_gap) {
+    std::mt19937 rng(9);
+    std::uniform_real_distribution<double> noise(0.7, 1.1);
+    OpportunisticLevel l{kSpatialTuning.start_permille, kSpatialTuning.start_gap_ns, 0, 0, kSpatialTuning.hold_periods};
+    double sum = 0;
+    *max_gap = 0;
+    for (int period = 0; period < 400; ++period) {
+      const double share = l.rate_permille / 1000.0;
+      const double busy = 200e6;
+      const double measured = (1 - 0.02 * share) * noise(rng);
+      GuaranteedPeriod p{static_cast<uint64_t>(measured * busy / 1e5), static_cast<int64_t>(busy), 1e-5,
+                         static_cast<int64_t>(busy * share)};
+      const double speed = bounded ? SpatialSpeed(&p, 1, 0) : GuaranteedSpeed(&p, 1);
+      l = NextOpportunisticLevel(l, speed, 1.0, kSpatialTuning);
+      sum += l.rate_permille;
+      *max_gap = std::max(*max_gap, l.gap_ns);
+    }
+    *mean_rate = sum / 400;
+    return l;
+  };
+  double bounded = 0, measured_only = 0;
+  int64_t bounded_gap = 0, measured_gap = 0;
+  run(true, &bounded, &bounded_gap);
+  run(false, &measured_only, &measured_gap);
+  EXPECT_GE(bounded, 100.0) << "it keeps the rate the overlap shows to be harmless";
+  EXPECT_EQ(bounded_gap, 0) << "and never stays out of the job's gaps";
+  EXPECT_LT(measured_only, bounded / 2) << "judged by the reading alone, the noise cuts the rate towards 0";
+  EXPECT_GT(measured_gap, 0) << "and then keeps it out of the job's gaps";
+}
+
 TEST(ComputeController, OnATimeSlicedGpuTheJobsOwnNoiseDoesNotMoveTheController) {
   // A guaranteed job whose own speed moves by up to 20% from one period to the next (a busy
   // host), beside opportunistic work whose cost is the time both had work queued: 8% of the
