@@ -26,7 +26,8 @@ configurations are skipped), COMPUTE_LOGS (a folder to keep every process's whol
 COMPUTE_MPS_OPP_THREADS (e.g. "50,25": cases 3 and 4 also run
 gslice on MPS with the opportunistic process limited to that CUDA_MPS_ACTIVE_THREAD_PERCENTAGE),
 COMPUTE_COMPARE_BUILD (a second build folder: cases 3 and 4 also run gslice's time-sliced
-configuration with it, "gslice-compare", to compare two versions of the shim side by side),
+configuration with it, "gslice-compare", and its MPS one, "gslice-mps-compare", to compare two
+versions of the shim side by side),
 COMPUTE_SKIP (configurations not to run, by the name after the case, e.g. "coexec,mps"),
 COMPUTE_SERVER_LOAD (case 4's offered load, default 0.5),
 GSLICE_BUILD (build folder holding bin/gslice).
@@ -57,6 +58,11 @@ GSLICE_MPS_OPP_THREADS = [int(x) for x in os.environ.get("COMPUTE_MPS_OPP_THREAD
 COMPARE_BUILD = os.environ.get("COMPUTE_COMPARE_BUILD") or None
 # Cases 3 and 4's time-sliced gslice configurations: name and build (None: GSLICE_BUILD).
 GSLICE_BUILDS = [("gslice", None)] + ([("gslice-compare", COMPARE_BUILD)] if COMPARE_BUILD else [])
+# Cases 3 and 4's further gslice-on-MPS configurations: name, the row's label, the build (None:
+# GSLICE_BUILD) and the opportunistic process's extra environment.
+MPS_VARIANTS = [(f"gslice-mps-t{p}", f"gslice on MPS, opportunistic at {p}% threads", None,
+                 {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(p)}) for p in GSLICE_MPS_OPP_THREADS] + (
+    [("gslice-mps-compare", f"gslice on MPS, compare build ({COMPARE_BUILD})", COMPARE_BUILD, {})] if COMPARE_BUILD else [])
 # Case 4's offered load: request rate x the server's calibrated service time.
 SERVER_LOAD = float(os.environ.get("COMPUTE_SERVER_LOAD", "0.5"))
 # Configurations not run (the part of a configuration's name after its case).
@@ -267,10 +273,10 @@ def phase_mps(state):
         record(state, "train/gslice-mps", run_config("train/gslice-mps", [
             throughput("resnet50", "g", gslice_prefix("--class=guaranteed"), warmup=3),
             throughput("bert-train", "o", gslice_prefix("--class=opportunistic"), warmup=3)], phases=interleaved(TOGETHER)))
-        for pct in GSLICE_MPS_OPP_THREADS:
-            record(state, f"train/gslice-mps-t{pct}", run_config(f"train/gslice-mps-t{pct}", [
-                throughput("resnet50", "g", gslice_prefix("--class=guaranteed"), warmup=3),
-                throughput("bert-train", "o", gslice_prefix("--class=opportunistic"), env=mps_env(pct), warmup=3)],
+        for cfg, _, build, env in MPS_VARIANTS:
+            record(state, f"train/{cfg}", run_config(f"train/{cfg}", [
+                throughput("resnet50", "g", gslice_prefix("--class=guaranteed", build=build), warmup=3),
+                throughput("bert-train", "o", gslice_prefix("--class=opportunistic", build=build), env=env, warmup=3)],
                 phases=interleaved(TOGETHER)))
     if "4" in CASES:
         service_ms = state.get("solo/server", {}).get("s", {}).get("service_ms")
@@ -282,10 +288,10 @@ def phase_mps(state):
                 server("g", service_ms, gslice_prefix("--class=guaranteed")),
                 throughput("resnet50", "o", gslice_prefix("--class=opportunistic"), warmup=3)],
                 phases=interleaved(TOGETHER)))
-            for pct in GSLICE_MPS_OPP_THREADS:
-                record(state, f"latency/gslice-mps-t{pct}", run_config(f"latency/gslice-mps-t{pct}", [
-                    server("g", service_ms, gslice_prefix("--class=guaranteed")),
-                    throughput("resnet50", "o", gslice_prefix("--class=opportunistic"), env=mps_env(pct), warmup=3)],
+            for cfg, _, build, env in MPS_VARIANTS:
+                record(state, f"latency/{cfg}", run_config(f"latency/{cfg}", [
+                    server("g", service_ms, gslice_prefix("--class=guaranteed", build=build)),
+                    throughput("resnet50", "o", gslice_prefix("--class=opportunistic", build=build), env=env, warmup=3)],
                     phases=interleaved(TOGETHER)))
 
 
@@ -413,7 +419,7 @@ def report(state, md_path):
     if "3" in CASES:
         # Interleaved: together / alone for the same process in the same run (phase_steps).
         alone, both = {}, {}
-        variants = tuple(f"gslice-mps-t{p}" for p in GSLICE_MPS_OPP_THREADS)
+        variants = tuple(cfg for cfg, *_ in MPS_VARIANTS)
         for cfg in configs + ("gslice-mps", "gslice-compare") + variants:
             key = f"train/{cfg}"
             alone[cfg] = {j: phase_steps(state, key, j, [j]) for j in ("g", "o")}
@@ -436,19 +442,19 @@ def report(state, md_path):
             rows.append(("3 train", "gslice on MPS: guaranteed / opportunistic", "together × alone", "", "", "",
                          f"{fmt(gm, '{:.3f}')} / {fmt(om, '{:.3f}')}", "≥0.97 / ≥0.70", err(state, "train/gslice-mps")))
             result("compute.train.on-mps", None, f"gslice classes on MPS: guaranteed {fmt(gm, '{:.3f}')}, opportunistic {fmt(om, '{:.3f}')} × alone")
-        for p, cfg in zip(GSLICE_MPS_OPP_THREADS, variants):
+        for cfg, label, *_ in MPS_VARIANTS:
             if f"train/{cfg}" not in state:
                 continue
             gm, om = both[cfg]["g"], both[cfg]["o"]
-            rows.append(("3 train", f"gslice on MPS, opportunistic at {p}% threads: guaranteed / opportunistic", "together × alone",
+            rows.append(("3 train", f"{label}: guaranteed / opportunistic", "together × alone",
                          "", "", "", f"{fmt(gm, '{:.3f}')} / {fmt(om, '{:.3f}')}", "≥0.97 / ≥0.70", err(state, f"train/{cfg}")))
-            result(f"compute.train.on-mps-t{p}", None, f"gslice classes on MPS, opportunistic at {p}% threads: guaranteed {fmt(gm, '{:.3f}')}, opportunistic {fmt(om, '{:.3f}')} × alone")
+            result(f"compute.train.on-{cfg[len('gslice-'):]}", None, f"{label}: guaranteed {fmt(gm, '{:.3f}')}, opportunistic {fmt(om, '{:.3f}')} × alone")
         g, o = both["gslice"]["g"], both["gslice"]["o"]
         result("compute.train.guaranteed", g is not None and g >= 0.97, f"gslice {fmt(g, '{:.3f}')}× alone (≥0.97); plain {fmt(both['coexec']['g'], '{:.3f}')}, MPS {fmt(both['mps']['g'], '{:.3f}')}")
         result("compute.train.opportunistic", o is not None and o >= 0.70, f"gslice {fmt(o, '{:.3f}')}× alone (≥0.70); plain {fmt(both['coexec']['o'], '{:.3f}')}, MPS {fmt(both['mps']['o'], '{:.3f}')}")
     if "4" in CASES:
         lat, tr, tr_alone = {}, {}, {}
-        variants = tuple(f"gslice-mps-t{p}" for p in GSLICE_MPS_OPP_THREADS)
+        variants = tuple(cfg for cfg, *_ in MPS_VARIANTS)
         for cfg in configs + ("gslice-mps", "gslice-server-only", "gslice-compare") + variants:
             key = f"latency/{cfg}"
             lat[cfg] = (phase_latency(state, key, "g", ["g"]), phase_latency(state, key, "g", ["g", "o"]))
@@ -474,12 +480,12 @@ def report(state, md_path):
                          f"{fmt(rel['gslice-mps'], '{:.2f}')}× / {fmt(tr['gslice-mps'], '{:.3f}')}", "≤1.10× / ≥0.50",
                          err(state, "latency/gslice-mps")))
             result("compute.latency.on-mps", None, f"gslice classes on MPS: server p99 {fmt(rel['gslice-mps'], '{:.2f}')}× alone, opportunistic {fmt(tr['gslice-mps'], '{:.3f}')} × alone")
-        for p, cfg in zip(GSLICE_MPS_OPP_THREADS, variants):
+        for cfg, label, *_ in MPS_VARIANTS:
             if f"latency/{cfg}" not in state:
                 continue
-            rows.append(("4 latency", f"gslice on MPS, opportunistic at {p}% threads: server p99 / opportunistic", "× alone", "", "", "",
+            rows.append(("4 latency", f"{label}: server p99 / opportunistic", "× alone", "", "", "",
                          f"{fmt(rel[cfg], '{:.2f}')}× / {fmt(tr[cfg], '{:.3f}')}", "≤1.10× / ≥0.50", err(state, f"latency/{cfg}")))
-            result(f"compute.latency.on-mps-t{p}", None, f"gslice classes on MPS, opportunistic at {p}% threads: server p99 {fmt(rel[cfg], '{:.2f}')}× alone, opportunistic {fmt(tr[cfg], '{:.3f}')} × alone")
+            result(f"compute.latency.on-{cfg[len('gslice-'):]}", None, f"{label}: server p99 {fmt(rel[cfg], '{:.2f}')}× alone, opportunistic {fmt(tr[cfg], '{:.3f}')} × alone")
         if "latency/gslice-compare" in state:
             rows.append(("4 latency", f"gslice, compare build ({COMPARE_BUILD}): server p99 / opportunistic", "× alone", "", "", "",
                          f"{fmt(rel['gslice-compare'], '{:.2f}')}× / {fmt(tr['gslice-compare'], '{:.3f}')}", "≤1.10× / ≥0.50",
