@@ -3,10 +3,15 @@
 // back to back, the whole batch timed on the host including the final synchronise.
 // Prints the median nanoseconds per launch over REPS batches.
 //
-//   gslice_interpose_launch_bench [N=20000] [REPS=9]
+// "host" times only the launch calls, in bursts of 256 that each start on an empty stream
+// (synchronised, untimed, between bursts): the host's cost per launch call, which the
+// back-to-back batch hides once the launch queue is full and the GPU sets the pace.
+//
+//   gslice_interpose_launch_bench [N=20000] [REPS=9] [host]
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include <algorithm>
@@ -31,6 +36,8 @@ bool Ok(CUresult r, const char* what) {
 int main(int argc, char** argv) {
   const int n = argc > 1 ? atoi(argv[1]) : 20000;
   const int reps = argc > 2 ? atoi(argv[2]) : 9;
+  const bool host_only = argc > 3 && strcmp(argv[3], "host") == 0;
+  constexpr int kBurst = 256;  // well inside the launch queue: no call waits for the GPU
   CUdevice dev;
   CUcontext ctx;
   if (!Ok(cuInit(0), "cuInit") || !Ok(cuDeviceGet(&dev, 0), "cuDeviceGet") ||
@@ -46,7 +53,19 @@ int main(int argc, char** argv) {
     if (!Ok(gslice::test::LaunchBusy(busy, 0, stream), "warm-up launch")) return 1;
   if (!Ok(cuStreamSynchronize(stream), "cuStreamSynchronize")) return 1;
   std::vector<double> per_launch;
-  for (int r = 0; r < reps; ++r) {
+  for (int r = 0; r < reps && host_only; ++r) {
+    int64_t launching = 0;
+    for (int done = 0; done < n; done += kBurst) {
+      const int64_t t0 = NowNs();
+      for (int i = 0; i < kBurst; ++i) {
+        if (gslice::test::LaunchBusy(busy, 0, stream) != CUDA_SUCCESS) return 1;
+      }
+      launching += NowNs() - t0;
+      if (!Ok(cuStreamSynchronize(stream), "cuStreamSynchronize")) return 1;
+    }
+    per_launch.push_back(static_cast<double>(launching) / ((n + kBurst - 1) / kBurst * kBurst));
+  }
+  for (int r = 0; r < reps && !host_only; ++r) {
     int64_t t0 = NowNs();
     for (int i = 0; i < n; ++i) {
       if (gslice::test::LaunchBusy(busy, 0, stream) != CUDA_SUCCESS) return 1;

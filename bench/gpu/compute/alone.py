@@ -1,9 +1,11 @@
 """One training job alone: its speed under gslice's classes against native, with no other
 process on the GPU or beside an idle guaranteed process (one that served a few requests
 and then sleeps, its context kept). Each configuration runs ROUNDS times, interleaved, so the
-host's drift spreads over all of them.
+host's drift spreads over all of them; every other round runs them in reverse order, so no
+configuration always follows the same one.
 
   python3 alone.py [--workload resnet50] [--seconds 8] [--rounds 2] [--gslice PATH] [--logs DIR]
+                   [--configs native,no-class,opportunistic,opportunistic-beside-idle]
   python3 alone.py job --workload W --seconds S      (one measured run; prints ALONE it/s)
   python3 alone.py idle --seconds S                  (the idle guaranteed process)
 """
@@ -55,6 +57,8 @@ def main():
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--gslice", default=os.path.join(HERE, "..", "..", "..", "build", "bin", "gslice"))
     p.add_argument("--logs")
+    p.add_argument("--configs", default="native,no-class,opportunistic,opportunistic-beside-idle",
+                   help="which configurations to run, in this order (native is always run: the others are against it)")
     args = p.parse_args()
     if args.role == "job":
         return job(args.workload, args.seconds)
@@ -62,15 +66,23 @@ def main():
         return idle(args.seconds)
     g = [args.gslice, "run", "--memory=60GiB"]
     me = [sys.executable, __file__]
-    configs = {
-        "native": ([], False),
-        "gslice, no class": (g + ["--"], False),
-        "opportunistic": (g + ["--class=opportunistic", "--"], False),
-        "opportunistic beside an idle guaranteed process": (g + ["--class=opportunistic", "--"], True),
+    known = {
+        "native": ("native", [], False),
+        "no-class": ("gslice, no class", g + ["--"], False),
+        "opportunistic": ("opportunistic", g + ["--class=opportunistic", "--"], False),
+        "opportunistic-beside-idle": ("opportunistic beside an idle guaranteed process", g + ["--class=opportunistic", "--"], True),
     }
+    chosen = [c.strip() for c in args.configs.split(",") if c.strip()]
+    unknown = [c for c in chosen if c not in known]
+    if unknown:
+        p.error(f"--configs: unknown {', '.join(unknown)} (known: {', '.join(known)})")
+    if "native" not in chosen:
+        chosen.insert(0, "native")
+    configs = {known[c][0]: known[c][1:] for c in chosen}
     speeds = {c: [] for c in configs}
     for r in range(args.rounds):
-        for name, (prefix, with_idle) in configs.items():
+        order = list(configs.items()) if r % 2 == 0 else list(reversed(configs.items()))
+        for name, (prefix, with_idle) in order:
             peer = None
             if with_idle:
                 peer = subprocess.Popen(g[:2] + ["--memory=8GiB", "--class=guaranteed", "--"] + me + ["idle", "--seconds", "120"],
