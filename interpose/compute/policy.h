@@ -239,19 +239,25 @@ inline double GuaranteedSpeed(const GuaranteedPeriod* jobs, int n) {
 // runs them faster or slower from one second to the next) does not enter, and no baseline
 // is needed. Each opportunistic process sees only its own overlap; the others on the GPU
 // (opportunistic_peers) are assumed to overlap as much. -1 as GuaranteedSpeed.
-inline GuaranteedPeriod PeriodTotal(const GuaranteedPeriod* jobs, int n) {  // busy and overlap summed
+// Busy and overlap summed over the jobs (with_baseline: only those GuaranteedSpeed judges).
+inline GuaranteedPeriod PeriodTotal(const GuaranteedPeriod* jobs, int n, bool with_baseline = false) {
   GuaranteedPeriod t;
   for (int i = 0; i < n; ++i) {
+    if (with_baseline && (jobs[i].base_per_ns <= 0 || jobs[i].busy_ns <= 0)) continue;
     t.busy_ns += jobs[i].busy_ns;
     t.overlap_ns += jobs[i].overlap_ns;
   }
   return t;
 }
+// 1 - overlap / busy of a total (busy > 0), each other opportunistic process counted as
+// overlapping as much.
+inline double OverlapBound(const GuaranteedPeriod& total, int opportunistic_peers) {
+  const double lost = static_cast<double>(total.overlap_ns) * (1 + opportunistic_peers) / static_cast<double>(total.busy_ns);
+  return lost >= 1 ? 0 : 1 - lost;
+}
 inline double OverlapSpeed(const GuaranteedPeriod* jobs, int n, int opportunistic_peers) {
   const GuaranteedPeriod t = PeriodTotal(jobs, n);
-  if (t.busy_ns < kMinJudgedBusyNs) return -1;
-  const double lost = static_cast<double>(t.overlap_ns) * (1 + opportunistic_peers) / static_cast<double>(t.busy_ns);
-  return lost >= 1 ? 0 : 1 - lost;
+  return t.busy_ns < kMinJudgedBusyNs ? -1 : OverlapBound(t, opportunistic_peers);
 }
 
 // Where processes share the GPU through MPS: GuaranteedSpeed, but never below what the overlap
@@ -259,20 +265,13 @@ inline double OverlapSpeed(const GuaranteedPeriod* jobs, int n, int opportunisti
 // job's (the same argument as OverlapSpeed: its kernels cannot take SMs, memory bandwidth or
 // caches from the job while it has none), so 1 - overlap / busy bounds the job's speed from
 // below here too. The measured speed is noisy: a server's launches per busy second move with
-// how its requests cluster (on an H100 a period read 0.71-1.66 of the baseline with no
-// opportunistic work queued at all), and such a reading must not cut the rate. Jobs as in
+// how its requests cluster (on an H100 a server's periods read 0.68-1.42 of its baseline with
+// no opportunistic work queued at all), and such a reading must not cut the rate. Jobs as in
 // GuaranteedSpeed (those with a baseline); -1 as GuaranteedSpeed.
 inline double SpatialSpeed(const GuaranteedPeriod* jobs, int n, int opportunistic_peers) {
   const double measured = GuaranteedSpeed(jobs, n);
   if (measured < 0) return -1;
-  int64_t busy_ns = 0, overlap_ns = 0;
-  for (int i = 0; i < n; ++i) {
-    if (jobs[i].base_per_ns <= 0 || jobs[i].busy_ns <= 0) continue;
-    busy_ns += jobs[i].busy_ns;
-    overlap_ns += jobs[i].overlap_ns;
-  }
-  const double lost = static_cast<double>(overlap_ns) * (1 + opportunistic_peers) / static_cast<double>(busy_ns);
-  const double bound = lost >= 1 ? 0 : 1 - lost;
+  const double bound = OverlapBound(PeriodTotal(jobs, n, /*with_baseline=*/true), opportunistic_peers);
   return bound > measured ? bound : measured;
 }
 
