@@ -983,13 +983,12 @@ LaunchTicket BeforeLaunch(CUstream stream, bool per_thread) {
   d->entry->inflight_until_ns.store(now + kInflightHoldNs, kRlx);
   // Eager markers where queued-ahead work is bounded, and on per-thread default streams
   // (only the owning thread can record on those).
-  return {d, m, DepthBounded(*d) || own_thread_stream};
+  return {d, m, DepthBounded(*d) || own_thread_stream, spacing};
 }
 
 void AfterLaunch(const LaunchTicket& ticket) {
   if (ticket.meter == nullptr) return;
-  Device& d = *ticket.device;
-  ticket.meter->AfterLaunch(g_gate->api, d.pool, ticket.eager, NowNs(), MarkerSpacing(d));
+  ticket.meter->AfterLaunch(g_gate->api, ticket.device->pool, ticket.eager, NowNs(), ticket.marker_spacing_ns);
 }
 
 void ForgetContext(CUcontext ctx) {

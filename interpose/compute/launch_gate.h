@@ -48,13 +48,14 @@ using ComputeLogFn = void (*)(const char* line);
 bool InitLaunchGate(void* (*resolve)(const char* name), ComputeLogFn log, ComputeLogFn trace = nullptr);
 
 // What BeforeLaunch found for the AfterLaunch of the same launch: the context, the stream's
-// meter and whether a marker follows the launch. The launch runs on the calling thread in the
-// context BeforeLaunch looked up, so AfterLaunch looks up neither again. Empty (nothing to do
-// after the launch) where BeforeLaunch let the launch pass unmetered.
+// meter and how the launch is marked. The launch runs on the calling thread in the context
+// BeforeLaunch looked up, so AfterLaunch looks up and decides none of it again. Empty
+// (nothing to do after the launch) where BeforeLaunch let the launch pass unmetered.
 struct LaunchTicket {
   Device* device = nullptr;
   StreamMeter* meter = nullptr;
-  bool eager = false;  // the marker goes right after the launch (see AfterLaunch)
+  bool eager = false;               // the marker goes right after the launch (see AfterLaunch)
+  int64_t marker_spacing_ns = 0;    // the meter's marker spacing for this launch (0: every launch)
 };
 
 // Around a launch on stream (per_thread: the _ptsz variant, where stream 0 means the

@@ -216,6 +216,7 @@ struct GuaranteedPeriod {
   int64_t busy_ns = 0;       // time with work queued in the period
   double base_per_ns = 0;    // launches per busy ns with opportunistic work paused (0: unknown)
   int64_t overlap_ns = 0;    // ... of which this opportunistic process had work queued too
+  bool judged() const { return base_per_ns > 0 && busy_ns > 0; }  // by GuaranteedSpeed
 };
 inline constexpr int64_t kMinJudgedBusyNs = 20'000'000;  // less busy time says nothing of speed
 // The time the period's launches would have taken at each job's baseline speed, over the time
@@ -225,25 +226,18 @@ inline double GuaranteedSpeed(const GuaranteedPeriod* jobs, int n) {
   double expected_ns = 0;
   int64_t busy_ns = 0;
   for (int i = 0; i < n; ++i) {
-    if (jobs[i].base_per_ns <= 0 || jobs[i].busy_ns <= 0) continue;
+    if (!jobs[i].judged()) continue;
     expected_ns += static_cast<double>(jobs[i].launches) / jobs[i].base_per_ns;
     busy_ns += jobs[i].busy_ns;
   }
   return busy_ns < kMinJudgedBusyNs ? -1 : expected_ns / static_cast<double>(busy_ns);
 }
 
-// On a GPU that time-slices processes, the guaranteed jobs can lose time to opportunistic
-// work only while both have work queued: then the GPU runs one context at a time, and each
-// such moment is at most a moment the guaranteed job waited. So 1 - overlap / busy bounds
-// their speed from below, whatever their own speed does; the jobs' own noise (a host that
-// runs them faster or slower from one second to the next) does not enter, and no baseline
-// is needed. Each opportunistic process sees only its own overlap; the others on the GPU
-// (opportunistic_peers) are assumed to overlap as much. -1 as GuaranteedSpeed.
-// Busy and overlap summed over the jobs (with_baseline: only those GuaranteedSpeed judges).
-inline GuaranteedPeriod PeriodTotal(const GuaranteedPeriod* jobs, int n, bool with_baseline = false) {
+// Busy and overlap summed over the jobs (judged_only: only those GuaranteedSpeed judges).
+inline GuaranteedPeriod PeriodTotal(const GuaranteedPeriod* jobs, int n, bool judged_only = false) {
   GuaranteedPeriod t;
   for (int i = 0; i < n; ++i) {
-    if (with_baseline && (jobs[i].base_per_ns <= 0 || jobs[i].busy_ns <= 0)) continue;
+    if (judged_only && !jobs[i].judged()) continue;
     t.busy_ns += jobs[i].busy_ns;
     t.overlap_ns += jobs[i].overlap_ns;
   }
@@ -255,6 +249,13 @@ inline double OverlapBound(const GuaranteedPeriod& total, int opportunistic_peer
   const double lost = static_cast<double>(total.overlap_ns) * (1 + opportunistic_peers) / static_cast<double>(total.busy_ns);
   return lost >= 1 ? 0 : 1 - lost;
 }
+// On a GPU that time-slices processes, the guaranteed jobs can lose time to opportunistic
+// work only while both have work queued: then the GPU runs one context at a time, and each
+// such moment is at most a moment the guaranteed job waited. So 1 - overlap / busy bounds
+// their speed from below, whatever their own speed does; the jobs' own noise (a host that
+// runs them faster or slower from one second to the next) does not enter, and no baseline
+// is needed. Each opportunistic process sees only its own overlap; the others on the GPU
+// (opportunistic_peers) are assumed to overlap as much. -1 as GuaranteedSpeed.
 inline double OverlapSpeed(const GuaranteedPeriod* jobs, int n, int opportunistic_peers) {
   const GuaranteedPeriod t = PeriodTotal(jobs, n);
   return t.busy_ns < kMinJudgedBusyNs ? -1 : OverlapBound(t, opportunistic_peers);
@@ -271,7 +272,7 @@ inline double OverlapSpeed(const GuaranteedPeriod* jobs, int n, int opportunisti
 inline double SpatialSpeed(const GuaranteedPeriod* jobs, int n, int opportunistic_peers) {
   const double measured = GuaranteedSpeed(jobs, n);
   if (measured < 0) return -1;
-  const double bound = OverlapBound(PeriodTotal(jobs, n, /*with_baseline=*/true), opportunistic_peers);
+  const double bound = OverlapBound(PeriodTotal(jobs, n, /*judged_only=*/true), opportunistic_peers);
   return bound > measured ? bound : measured;
 }
 
