@@ -63,6 +63,11 @@ GSLICE_BUILDS = [("gslice", None)] + ([("gslice-compare", COMPARE_BUILD)] if COM
 MPS_VARIANTS = [(f"gslice-mps-t{p}", f"gslice on MPS, opportunistic at {p}% threads", None,
                  {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(p)}) for p in GSLICE_MPS_OPP_THREADS] + (
     [("gslice-mps-compare", f"gslice on MPS, compare build ({COMPARE_BUILD})", COMPARE_BUILD, {})] if COMPARE_BUILD else [])
+# Cases 3 and 4's report rows for gslice configurations beyond the table's gslice column:
+# name, the row's label and the RESULT line's key.
+EXTRA_GSLICE = [("gslice-mps", "gslice on MPS", "on-mps")] + (
+    [("gslice-compare", f"gslice, compare build ({COMPARE_BUILD})", "compare")] if COMPARE_BUILD else []) + [
+    (cfg, label, "on-" + cfg[len("gslice-"):]) for cfg, label, *_ in MPS_VARIANTS]
 # Case 4's offered load: request rate x the server's calibrated service time.
 SERVER_LOAD = float(os.environ.get("COMPUTE_SERVER_LOAD", "0.5"))
 # Configurations not run (the part of a configuration's name after its case).
@@ -419,8 +424,7 @@ def report(state, md_path):
     if "3" in CASES:
         # Interleaved: together / alone for the same process in the same run (phase_steps).
         alone, both = {}, {}
-        variants = tuple(cfg for cfg, *_ in MPS_VARIANTS)
-        for cfg in configs + ("gslice-mps", "gslice-compare") + variants:
+        for cfg in configs + tuple(cfg for cfg, *_ in EXTRA_GSLICE):
             key = f"train/{cfg}"
             alone[cfg] = {j: phase_steps(state, key, j, [j]) for j in ("g", "o")}
             both[cfg] = {j: ratio(phase_steps(state, key, j, ["g", "o"]), alone[cfg][j]) for j in ("g", "o")}
@@ -432,30 +436,19 @@ def report(state, md_path):
             rows.append(("3 train", f"{label} (partner paused)", "it/s (× plain's alone)", fmt(native[j], "{:.2f}"),
                          *(f"{fmt(alone[c][j], '{:.2f}')} ({fmt(ratio(alone[c][j], native[j]), '{:.3f}')})" for c in configs),
                          "", "MPS: opportunistic at its thread share"))
-        if "train/gslice-compare" in state:
-            gc, oc = both["gslice-compare"]["g"], both["gslice-compare"]["o"]
-            rows.append(("3 train", f"gslice, compare build ({COMPARE_BUILD}): guaranteed / opportunistic", "together × alone",
-                         "", "", "", f"{fmt(gc, '{:.3f}')} / {fmt(oc, '{:.3f}')}", "≥0.97 / ≥0.70", err(state, "train/gslice-compare")))
-            result("compute.train.compare", None, f"compare build: guaranteed {fmt(gc, '{:.3f}')}, opportunistic {fmt(oc, '{:.3f}')} × alone")
-        gm, om = both["gslice-mps"]["g"], both["gslice-mps"]["o"]
-        if "train/gslice-mps" in state:
-            rows.append(("3 train", "gslice on MPS: guaranteed / opportunistic", "together × alone", "", "", "",
-                         f"{fmt(gm, '{:.3f}')} / {fmt(om, '{:.3f}')}", "≥0.97 / ≥0.70", err(state, "train/gslice-mps")))
-            result("compute.train.on-mps", None, f"gslice classes on MPS: guaranteed {fmt(gm, '{:.3f}')}, opportunistic {fmt(om, '{:.3f}')} × alone")
-        for cfg, label, *_ in MPS_VARIANTS:
+        for cfg, label, key in EXTRA_GSLICE:
             if f"train/{cfg}" not in state:
                 continue
             gm, om = both[cfg]["g"], both[cfg]["o"]
             rows.append(("3 train", f"{label}: guaranteed / opportunistic", "together × alone",
                          "", "", "", f"{fmt(gm, '{:.3f}')} / {fmt(om, '{:.3f}')}", "≥0.97 / ≥0.70", err(state, f"train/{cfg}")))
-            result(f"compute.train.on-{cfg[len('gslice-'):]}", None, f"{label}: guaranteed {fmt(gm, '{:.3f}')}, opportunistic {fmt(om, '{:.3f}')} × alone")
+            result(f"compute.train.{key}", None, f"{label}: guaranteed {fmt(gm, '{:.3f}')}, opportunistic {fmt(om, '{:.3f}')} × alone")
         g, o = both["gslice"]["g"], both["gslice"]["o"]
         result("compute.train.guaranteed", g is not None and g >= 0.97, f"gslice {fmt(g, '{:.3f}')}× alone (≥0.97); plain {fmt(both['coexec']['g'], '{:.3f}')}, MPS {fmt(both['mps']['g'], '{:.3f}')}")
         result("compute.train.opportunistic", o is not None and o >= 0.70, f"gslice {fmt(o, '{:.3f}')}× alone (≥0.70); plain {fmt(both['coexec']['o'], '{:.3f}')}, MPS {fmt(both['mps']['o'], '{:.3f}')}")
     if "4" in CASES:
         lat, tr, tr_alone = {}, {}, {}
-        variants = tuple(cfg for cfg, *_ in MPS_VARIANTS)
-        for cfg in configs + ("gslice-mps", "gslice-server-only", "gslice-compare") + variants:
+        for cfg in configs + ("gslice-server-only",) + tuple(cfg for cfg, *_ in EXTRA_GSLICE):
             key = f"latency/{cfg}"
             lat[cfg] = (phase_latency(state, key, "g", ["g"]), phase_latency(state, key, "g", ["g", "o"]))
             tr_alone[cfg] = phase_steps(state, key, "o", ["o"])
@@ -475,23 +468,13 @@ def report(state, md_path):
         rows.append(("4 latency", "server requests measured alone / together; offered load together", "", "",
                      *(" / ".join(fmt(None if x is None else x["requests"], "{:d}") for x in lat[c]) + "; " +
                        fmt(None if lat[c][1] is None else lat[c][1]["offered_load"], "{:.2f}") for c in configs), "", ""))
-        if "latency/gslice-mps" in state:
-            rows.append(("4 latency", "gslice on MPS: server p99 / opportunistic", "× alone", "", "", "",
-                         f"{fmt(rel['gslice-mps'], '{:.2f}')}× / {fmt(tr['gslice-mps'], '{:.3f}')}", "≤1.10× / ≥0.50",
-                         err(state, "latency/gslice-mps")))
-            result("compute.latency.on-mps", None, f"gslice classes on MPS: server p99 {fmt(rel['gslice-mps'], '{:.2f}')}× alone, opportunistic {fmt(tr['gslice-mps'], '{:.3f}')} × alone")
-        for cfg, label, *_ in MPS_VARIANTS:
+        for cfg, label, key in EXTRA_GSLICE:
             if f"latency/{cfg}" not in state:
                 continue
             rows.append(("4 latency", f"{label}: server p99 / opportunistic", "× alone", "", "", "",
                          f"{fmt(rel[cfg], '{:.2f}')}× / {fmt(tr[cfg], '{:.3f}')}", "≤1.10× / ≥0.50", err(state, f"latency/{cfg}")))
-            result(f"compute.latency.on-{cfg[len('gslice-'):]}", None, f"{label}: server p99 {fmt(rel[cfg], '{:.2f}')}× alone, opportunistic {fmt(tr[cfg], '{:.3f}')} × alone")
-        if "latency/gslice-compare" in state:
-            rows.append(("4 latency", f"gslice, compare build ({COMPARE_BUILD}): server p99 / opportunistic", "× alone", "", "", "",
-                         f"{fmt(rel['gslice-compare'], '{:.2f}')}× / {fmt(tr['gslice-compare'], '{:.3f}')}", "≤1.10× / ≥0.50",
-                         err(state, "latency/gslice-compare")))
-            result("compute.latency.compare", None, f"compare build: server p99 {fmt(p99('gslice-compare', 1), '{:.2f}')} ms = "
-                                                    f"{fmt(rel['gslice-compare'], '{:.3f}')}× alone, opportunistic {fmt(tr['gslice-compare'], '{:.3f}')} × alone")
+            result(f"compute.latency.{key}", None, f"{label}: server p99 {fmt(p99(cfg, 1), '{:.2f}')} ms = {fmt(rel[cfg], '{:.2f}')}× alone, "
+                                                   f"opportunistic {fmt(tr[cfg], '{:.3f}')} × alone")
         if "latency/gslice-server-only" in state:
             rows.append(("4 latency", "diagnostic: server in gslice, training plain", "p99 × alone / training × alone", "",
                          f"{fmt(rel['gslice-server-only'], '{:.2f}')}× / {fmt(tr['gslice-server-only'], '{:.3f}')}", "", "", "",
