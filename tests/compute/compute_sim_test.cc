@@ -199,12 +199,18 @@ TEST_F(ComputeSim, SharesSplitTheDevice) {
 }
 
 TEST_F(ComputeSim, SharesAreWorkConserving) {
-  // The 25% job stops half-way: the 75% job then gets the whole device.
-  const auto rs = RunTogether({{{"GSLICE_SHARE", "25%"}}, {{"GSLICE_SHARE", "75%"}}}, 3.0,
-                              {{"--off-after", "1500"}, {}});
-  const double b_before = static_cast<double>(rs[1].Between(200, 1500));
-  const double b_after = static_cast<double>(rs[1].Between(1700, 3000));
-  EXPECT_GT(b_after, b_before * 1.10) << rs[1].raw;
+  // The 25% job stops half-way: the 75% job then gets the whole device. Each window's count
+  // is taken relative to a free witness job's on the second simulated GPU, which sees the
+  // same load on the machine.
+  const auto rs = RunTogether({OnGpu(0, {{"GSLICE_SHARE", "25%"}}), OnGpu(0, {{"GSLICE_SHARE", "75%"}}), OnGpu(1)},
+                              3.0, {{"--off-after", "1500"}, {}, {}});
+  const double w_before = static_cast<double>(rs[2].Between(200, 1500));
+  const double w_after = static_cast<double>(rs[2].Between(1700, 3000));
+  ASSERT_GT(w_before, 100) << rs[2].raw;
+  ASSERT_GT(w_after, 100) << rs[2].raw;
+  const double b_before = static_cast<double>(rs[1].Between(200, 1500)) / w_before;
+  const double b_after = static_cast<double>(rs[1].Between(1700, 3000)) / w_after;
+  EXPECT_GT(b_after, b_before * 1.10) << rs[1].raw << "\nwitness " << rs[2].raw;
 }
 
 TEST_F(ComputeSim, OpportunisticYieldsToGuaranteed) {
