@@ -6,8 +6,10 @@
 // "host" times only the launch calls, in bursts of 256 that each start on an empty stream
 // (synchronised, untimed, between bursts): the host's cost per launch call, which the
 // back-to-back batch hides once the launch queue is full and the GPU sets the pace.
+// "legacy" launches on the context's legacy default stream (where PyTorch puts its work)
+// instead of a stream of the bench's own.
 //
-//   gslice_interpose_launch_bench [N=20000] [REPS=9] [host]
+//   gslice_interpose_launch_bench [N=20000] [REPS=9] [host|batch] [own|legacy]
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +39,15 @@ int main(int argc, char** argv) {
   const int n = argc > 1 ? atoi(argv[1]) : 20000;
   const int reps = argc > 2 ? atoi(argv[2]) : 9;
   const bool host_only = argc > 3 && strcmp(argv[3], "host") == 0;
+  if (argc > 3 && !host_only && strcmp(argv[3], "batch") != 0) {
+    fprintf(stderr, "launch bench: mode %s: expected host or batch\n", argv[3]);
+    return 2;
+  }
+  const bool legacy = argc > 4 && strcmp(argv[4], "legacy") == 0;
+  if (argc > 4 && !legacy && strcmp(argv[4], "own") != 0) {
+    fprintf(stderr, "launch bench: stream %s: expected own or legacy\n", argv[4]);
+    return 2;
+  }
   constexpr int kBurst = 256;  // well inside the launch queue: no call waits for the GPU
   CUdevice dev;
   CUcontext ctx;
@@ -48,7 +59,11 @@ int main(int argc, char** argv) {
   CUfunction busy, fill;
   if (!Ok(gslice::test::LoadTestKernels(&module, &busy, &fill), "LoadTestKernels")) return 1;
   CUstream stream;
-  if (!Ok(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate")) return 1;
+  if (legacy) {
+    stream = CU_STREAM_LEGACY;
+  } else if (!Ok(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate")) {
+    return 1;
+  }
   for (int i = 0; i < 1000; ++i)
     if (!Ok(gslice::test::LaunchBusy(busy, 0, stream), "warm-up launch")) return 1;
   if (!Ok(cuStreamSynchronize(stream), "cuStreamSynchronize")) return 1;

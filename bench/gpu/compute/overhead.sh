@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Where a process with no limit loses speed under gslice (issue 4, case 5), layer by layer,
 # in one call on the GPU machine:
-#   1. the host's cost per launch call (gslice_interpose_launch_bench, host mode): native,
-#      the shims preloaded with no class, and with GSLICE_CLASS=guaranteed (what gslice run
-#      sets when no class is given: the default streams are raised to the class's priority);
+#   1. the host's cost per launch call (gslice_interpose_launch_bench, host mode, on the
+#      legacy default stream as PyTorch launches): native, the shims preloaded with no class,
+#      and with GSLICE_CLASS=guaranteed (what gslice run sets when no class is given: the
+#      default streams are raised to the class's priority);
 #   2. GPU activities per ResNet-50 training step (alone.py count), to turn 1 into a share of
 #      a step;
 #   3. ResNet-50 alone (alone.py), interleaved rounds: native, native with its default stream
@@ -24,7 +25,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,te
 { nproc; grep -m1 "model name" /proc/cpuinfo; } >>"$log"
 
 bench() {  # env... -> median ns per launch call
-  env "$@" "$B/bin/gslice_interpose_launch_bench" 20000 9 host 2>>"$OUT/logs/launch_bench.err" | tail -1
+  env "$@" "$B/bin/gslice_interpose_launch_bench" 20000 9 host legacy 2>>"$OUT/logs/launch_bench.err" | tail -1
 }
 declare -a lb_native lb_shim lb_guaranteed
 for r in $(seq "${OVERHEAD_LB_ROUNDS:-5}"); do
