@@ -31,7 +31,10 @@ struct Result {
   long kernels = -1;
   std::vector<int> buckets;  // kernels completed per 50 ms
   std::string raw;
-  // Kernels completed in [from_ms, to_ms) of the window.
+  // Kernels completed in [from_ms, to_ms) of the window, and per ms.
+  double Rate(double from_ms, double to_ms) const {
+    return static_cast<double>(Between(from_ms, to_ms)) / (to_ms - from_ms);
+  }
   long Between(double from_ms, double to_ms) const {
     long n = 0;
     for (size_t i = 0; i < buckets.size(); ++i) {
@@ -204,12 +207,11 @@ TEST_F(ComputeSim, SharesAreWorkConserving) {
   // same load on the machine.
   const auto rs = RunTogether({OnGpu(0, {{"GSLICE_SHARE", "25%"}}), OnGpu(0, {{"GSLICE_SHARE", "75%"}}), OnGpu(1)},
                               3.0, {{"--off-after", "1500"}, {}, {}});
-  const double w_before = static_cast<double>(rs[2].Between(200, 1500));
-  const double w_after = static_cast<double>(rs[2].Between(1700, 3000));
-  ASSERT_GT(w_before, 100) << rs[2].raw;
-  ASSERT_GT(w_after, 100) << rs[2].raw;
-  const double b_before = static_cast<double>(rs[1].Between(200, 1500)) / w_before;
-  const double b_after = static_cast<double>(rs[1].Between(1700, 3000)) / w_after;
+  const double w_before = rs[2].Rate(200, 1500), w_after = rs[2].Rate(1700, 3000);
+  ASSERT_GT(w_before, 0.1) << rs[2].raw;
+  ASSERT_GT(w_after, 0.1) << rs[2].raw;
+  const double b_before = rs[1].Rate(200, 1500) / w_before;
+  const double b_after = rs[1].Rate(1700, 3000) / w_after;
   EXPECT_GT(b_after, b_before * 1.10) << rs[1].raw << "\nwitness " << rs[2].raw;
 }
 
@@ -298,11 +300,11 @@ TEST_F(ComputeSim, OpportunisticRegainsTheIdleDevice) {
   const auto rs = RunTogether({OnGpu(0, {{"GSLICE_CLASS", "guaranteed"}}), OnGpu(0, {{"GSLICE_CLASS", "opportunistic"}}),
                                OnGpu(1)},
                               3.0, {{"--off-after", "1500"}, {}, {}});
-  const double g_rate = static_cast<double>(rs[0].Between(200, 1500)) / 1300.0;
-  const double o_during = static_cast<double>(rs[1].Between(200, 1500)) / 1300.0;
+  const double g_rate = rs[0].Rate(200, 1500);
+  const double o_during = rs[1].Rate(200, 1500);
   // From 100 ms after the stop (the reaction bound) to the end.
-  const double o_after = static_cast<double>(rs[1].Between(1600, 3000)) / 1400.0;
-  const double witness_after = static_cast<double>(rs[2].Between(1600, 3000)) / 1400.0;
+  const double o_after = rs[1].Rate(1600, 3000);
+  const double witness_after = rs[2].Rate(1600, 3000);
   ASSERT_GT(witness_after, 0.1) << rs[2].raw;
   // While guaranteed work runs, the rate controller may let a little opportunistic work in
   // (OpportunisticYieldsToGuaranteed pins the guaranteed job's speed); here only that it
@@ -315,9 +317,9 @@ TEST_F(ComputeSim, GuaranteedTakesTheDeviceBackWhenItStarts) {
   const auto rs = RunTogether({OnGpu(0, {{"GSLICE_CLASS", "guaranteed"}}), OnGpu(0, {{"GSLICE_CLASS", "opportunistic"}}),
                                OnGpu(1)},
                               3.0, {{"--on-after", "1500"}, {}, {}});
-  const double g_after = static_cast<double>(rs[0].Between(1600, 3000)) / 1400.0;
-  const double o_after = static_cast<double>(rs[1].Between(1600, 3000)) / 1400.0;
-  const double witness_after = static_cast<double>(rs[2].Between(1600, 3000)) / 1400.0;
+  const double g_after = rs[0].Rate(1600, 3000);
+  const double o_after = rs[1].Rate(1600, 3000);
+  const double witness_after = rs[2].Rate(1600, 3000);
   ASSERT_GT(witness_after, 0.1) << rs[2].raw;
   EXPECT_GE(g_after, 0.70 * witness_after) << "guaranteed " << rs[0].raw << "\nwitness " << rs[2].raw;
   EXPECT_LE(o_after, 0.10 * g_after) << rs[1].raw;
@@ -338,9 +340,9 @@ TEST_F(ComputeSim, GuaranteedProcessStartingLateTakesTheDevice) {
   const Result rg = Wait(g);
   ASSERT_GT(ro.kernels, 0) << ro.raw;
   ASSERT_GT(rg.kernels, 0) << rg.raw;
-  const double g_after = static_cast<double>(rg.Between(100, 1500)) / 1400.0;  // rg's window starts at 1.5 s
-  const double o_after = static_cast<double>(ro.Between(1600, 3000)) / 1400.0;
-  const double witness_after = static_cast<double>(rw.Between(1600, 3000)) / 1400.0;
+  const double g_after = rg.Rate(100, 1500);  // rg's window starts at 1.5 s
+  const double o_after = ro.Rate(1600, 3000);
+  const double witness_after = rw.Rate(1600, 3000);
   ASSERT_GT(witness_after, 0.1) << rw.raw;
   EXPECT_GE(g_after, 0.70 * witness_after) << "guaranteed " << rg.raw << "\nwitness " << rw.raw;
   EXPECT_LE(o_after, 0.10 * g_after) << "guaranteed " << rg.raw << "\nopportunistic " << ro.raw;
@@ -394,7 +396,7 @@ TEST_F(ComputeSim, DeadGuaranteedNeverStallsOpportunistic) {
   const Result r = Wait(o);
   ASSERT_GE(r.kernels, 0) << r.raw;
   const double during = static_cast<double>(r.Between(200, 1000));
-  const double after = static_cast<double>(r.Between(1500, 3000)) / 1500.0 * 800.0;  // per 800 ms
+  const double after = r.Rate(1500, 3000) * 800.0;  // per 800 ms
   EXPECT_GT(after, 4.0 * (during + 10)) << r.raw;
 }
 
@@ -409,12 +411,11 @@ TEST_F(ComputeSim, DeadSharePeerNeverStallsTheOther) {
   const Result r = Wait(b);
   const Result w = Wait(witness);
   ASSERT_GE(r.kernels, 0) << r.raw;
-  const double w_before = static_cast<double>(w.Between(200, 1000));
-  const double w_after = static_cast<double>(w.Between(1500, 3000));
-  ASSERT_GT(w_before, 50) << w.raw;
-  ASSERT_GT(w_after, 100) << w.raw;
-  const double before = static_cast<double>(r.Between(200, 1000)) / w_before;
-  const double after = static_cast<double>(r.Between(1500, 3000)) / w_after;
+  const double w_before = w.Rate(200, 1000), w_after = w.Rate(1500, 3000);
+  ASSERT_GT(w_before, 0.1) << w.raw;
+  ASSERT_GT(w_after, 0.1) << w.raw;
+  const double before = r.Rate(200, 1000) / w_before;
+  const double after = r.Rate(1500, 3000) / w_after;
   EXPECT_GT(after, 1.4 * before) << r.raw << "\nwitness " << w.raw;
 }
 
@@ -469,11 +470,11 @@ TEST_F(ComputeSim, ThroughTheShimCapAndClassesHold) {
   // the guaranteed job's earlier rate, its 50 ms counts moving between 12 and 32 with the
   // other tests' load). The regain is judged against a free witness job on the second
   // simulated GPU over the same window.
-  const double g_rate = static_cast<double>(rs[0].Between(200, 1000)) / 800.0;
-  const double witness_after = static_cast<double>(rs[2].Between(1100, 2000)) / 900.0;
+  const double g_rate = rs[0].Rate(200, 1000);
+  const double witness_after = rs[2].Rate(1100, 2000);
   ASSERT_GT(witness_after, 0.1) << rs[2].raw;
-  EXPECT_LE(static_cast<double>(rs[1].Between(200, 1000)) / 800.0, 0.15 * g_rate) << rs[1].raw;
-  EXPECT_GE(static_cast<double>(rs[1].Between(1100, 2000)) / 900.0, 0.50 * witness_after)
+  EXPECT_LE(rs[1].Rate(200, 1000), 0.15 * g_rate) << rs[1].raw;
+  EXPECT_GE(rs[1].Rate(1100, 2000), 0.50 * witness_after)
       << "opportunistic " << rs[1].raw << "\nwitness " << rs[2].raw;
 }
 
