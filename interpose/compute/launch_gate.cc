@@ -122,7 +122,8 @@ struct Device {
   // out of the guaranteed job's short gaps, so the baseline is the job's speed alone.
   std::atomic<bool> probe_pause{false};
   // Opportunistic work on a time-sliced GPU near guaranteed work (DepthNs): its queue is
-  // kept short and every launch is marked. Written by the launching threads when it changes.
+  // kept short and every launch is marked. Written by the launching threads and the gate
+  // thread's passes when it changes.
   std::atomic<bool> opp_near{false};
   struct Controller {
     int64_t next_ns = 0;
@@ -769,13 +770,13 @@ void TraceNear(Device& d, bool near, int64_t now) {
 // busy or was within kOpportunisticDeepAfterNs ("near"), so that guaranteed work waits little
 // when it comes (back): what is queued then is what the next request of a server waits for.
 // With the GPU to itself for longer, it queues as deep as capped work does: a launch-bound
-// job alone ran at 0.85 of its speed with a 0.5 ms queue on an H100.
+// job alone ran at 0.85 of its speed with a 0.5 ms queue on an H100. Launches and every gate
+// thread pass update it, so it is current also while the controller holds launches back.
 int64_t DepthNs(Device& d, int64_t now) {
   if (g_gate->policy.cls != ComputeClass::kOpportunistic || d.spatial) return kCapDepthNs;
   const bool near = GuaranteedBusy(d, now - kOpportunisticDeepAfterNs);
-  if (d.opp_near.load(kRlx) != near) {
-    d.opp_near.store(near, kRlx);
-    if (g_trace != nullptr) TraceNear(d, near, now);
+  if (d.opp_near.load(kRlx) != near && d.opp_near.exchange(near, kRlx) != near && g_trace != nullptr) {
+    TraceNear(d, near, now);
   }
   return near ? kOpportunisticDepthNs : kCapDepthNs;
 }
@@ -859,7 +860,10 @@ void* GateThread(void*) {
       // Lazy markers are recorded on the app's streams from here: the context must be current.
       if (current != ctx && g_gate->api.ctx_set_current(ctx) == CUDA_SUCCESS) current = ctx;
       PollDevice(d, now);
-      if (g_gate->policy.cls == ComputeClass::kOpportunistic) ControlOpportunisticRate(d, now);
+      if (g_gate->policy.cls == ComputeClass::kOpportunistic) {
+        ControlOpportunisticRate(d, now);
+        DepthNs(d, now);
+      }
     }
     if (now - last_scan >= kPeerScanNs) {
       last_scan = now;
