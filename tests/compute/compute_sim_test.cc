@@ -350,12 +350,17 @@ TEST_F(ComputeSim, GuaranteedProcessStartingLateTakesTheDevice) {
 
 // On a time-sliced GPU the controller judges by the overlap: the time in which guaranteed
 // work was queued while the opportunistic process had work queued too. Here guaranteed work
-// starts after the opportunistic job has had the device to itself (so it keeps 2 ms queued):
-// the first judged periods see that overlap, and no period can overlap for longer than the
-// guaranteed work was busy. GSLICE_LOG=debug prints every decision.
+// starts after the opportunistic job has had the device to itself, then works in pulses
+// (30 ms on, 20 ms off): the opportunistic job runs in the idle stretches, and guaranteed
+// work coming back finds its work queued. The judged periods see that overlap, and no period
+// can overlap for longer than the guaranteed work was busy. (The overlap at the start alone
+// falls into the period in which the controller starts, which it does not judge, or into
+// the next one, by the phase of its 250 ms periods: not something to test on.)
+// GSLICE_LOG=debug prints every decision.
 TEST_F(ComputeSim, TimeSlicedControllerMeasuresTheOverlap) {
   const double start_at = NowMs() + 800;
-  Worker g = Start({{"GSLICE_CLASS", "guaranteed"}}, Job(start_at, 3.0, {"--on-after", "1000"}), /*direct=*/false);
+  Worker g = Start({{"GSLICE_CLASS", "guaranteed"}},
+                   Job(start_at, 3.0, {"--on-after", "1000", "--pulse-on", "30", "--pulse-off", "20"}), /*direct=*/false);
   Worker o = StartProgram(std::string(GSLICE_TEST_BIN_DIR) + "/compute_worker",
                           UnderShim({{"GSLICE_CLASS", "opportunistic"}, {"GSLICE_LOG", "debug"}}), Job(start_at, 3.0),
                           /*stderr_too=*/true);
@@ -383,7 +388,7 @@ TEST_F(ComputeSim, TimeSlicedControllerMeasuresTheOverlap) {
         << line;
   }
   EXPECT_GE(judged, 3) << ro.raw;
-  EXPECT_GT(overlap_total, 0) << "the guaranteed job started beside queued opportunistic work\n" << ro.raw;
+  EXPECT_GT(overlap_total, 0) << "guaranteed work came back to queued opportunistic work\n" << ro.raw;
 }
 
 TEST_F(ComputeSim, DeadGuaranteedNeverStallsOpportunistic) {

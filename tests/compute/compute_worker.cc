@@ -4,6 +4,8 @@
 //   compute_worker --seconds S --kernel-us K [--batch B] [--start-at EPOCH_MS]
 //                  [--off-after MS]     stop launching after MS (then idle until the end)
 //                  [--on-after MS]      start launching only after MS
+//                  [--pulse-on MS --pulse-off MS]
+//                                       from then on, launch for MS, idle for MS, in turn
 //
 // Output (stdout, one line):
 //   "kernels=<n> busy_ns=<gate-measured> mps_client_priority=<CUDA_MPS_CLIENT_PRIORITY or -> buckets=<c0>,..."
@@ -11,6 +13,7 @@
 // environment, no shim), compute_worker launches plainly (for runs under the shim).
 #include <cuda.h>
 #include <dlfcn.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,7 +51,7 @@ void* ResolveReal(const char* name) { return dlsym(RTLD_DEFAULT, name); }
 }  // namespace
 
 int main(int argc, char** argv) {
-  double seconds = 2, start_at = 0, off_after = -1, on_after = 0;
+  double seconds = 2, start_at = 0, off_after = -1, on_after = 0, pulse_on = 0, pulse_off = 0;
   uint64_t kernel_us = 1000;
   int batch = 4;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -60,6 +63,8 @@ int main(int argc, char** argv) {
     else if (a == "--start-at") start_at = v;
     else if (a == "--off-after") off_after = v;
     else if (a == "--on-after") on_after = v;
+    else if (a == "--pulse-on") pulse_on = v;
+    else if (a == "--pulse-off") pulse_off = v;
     else {
       fprintf(stderr, "compute_worker: unknown flag %s\n", a.c_str());
       return 2;
@@ -94,6 +99,10 @@ int main(int argc, char** argv) {
     const double t = now - start_at;
     if (t < on_after || (off_after >= 0 && t >= off_after)) {
       usleep(2000);
+      continue;
+    }
+    if (pulse_on > 0 && pulse_off > 0 && fmod(t - on_after, pulse_on + pulse_off) >= pulse_on) {
+      usleep(500);
       continue;
     }
     for (int k = 0; k < batch; ++k) {
