@@ -77,7 +77,9 @@ TEST(SuspendBoardNamespaces, EntryOfAnotherNamespaceIsKeptWhileItLivesAndReusedA
   WAIT_READY_OR_SKIP(b);
   EXPECT_NE(b->entry.load(), a->entry.load());
   EXPECT_EQ(ea.owner.load(), word_a);
-  KillAndWait(b, mid_b);
+  // b lives on until the end: had it died, the kernel could give the next container's pid
+  // namespace b's freed namespace number, and that container's pid 1 would rightly take b's
+  // dead entry as its own earlier one instead of a's.
 
   // Killed: the kernel dropped its lock byte, so it is dead to everyone.
   KillAndWait(a, mid_a);
@@ -93,9 +95,11 @@ TEST(SuspendBoardNamespaces, EntryOfAnotherNamespaceIsKeptWhileItLivesAndReusedA
   EXPECT_NE(ea.owner.load(), word_a);  // a new claim tag
   EXPECT_TRUE(board.OwnerAlive(ea));
   KillAndWait(c, mid_c);
-  // And a reap frees it.
-  EXPECT_GE(board.Reap(), 1);
+  KillAndWait(b, mid_b);
+  // And a reap frees them.
+  EXPECT_GE(board.Reap(), 2);
   EXPECT_EQ(ea.owner.load(), 0u);
+  EXPECT_EQ(board.layout()->entries[b->entry.load()].owner.load(), 0u);
 }
 
 TEST(SuspendBoardNamespaces, ClaimInOurNamespaceIsJudgedByPidToo) {
