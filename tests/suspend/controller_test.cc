@@ -123,6 +123,24 @@ TEST_F(ControllerTest, PreemptionSuspendsFewestBytesAndResumesWhenFree) {
   EXPECT_EQ(StateOf(3), State::kRunning);
 }
 
+// The quiet period runs from when the requester is told its memory is free (HoldResumes),
+// not from the preemption's start: a checkpoint longer than the period must not let the
+// process resume under the requester's allocation before that allocation is made.
+TEST_F(ControllerTest, PreemptedProcessWaitsOutTheQuietPeriodFromTheReply) {
+  Add(1, 4 * GiB, true);
+  Add(2, 30 * GiB, false);
+  Tick(0);
+  ASSERT_TRUE(ctl_.Preempt(kGpu, 4 * GiB, 0, kSec).ok);
+  EXPECT_EQ(StateOf(1), State::kSuspended);
+  ctl_.HoldResumes(kGpu, 6 * kSec);  // its checkpoint took 5 s
+  ctl_.HoldResumes(kGpu, 2 * kSec);  // an earlier time never shortens the period
+  gpu_free_ = 20 * GiB;              // the requester has not allocated yet
+  Tick(6 * kSec + kSec / 2);         // 5.5 s after the preemption, 0.5 s after the reply
+  EXPECT_EQ(StateOf(1), State::kSuspended);
+  Tick(7 * kSec);
+  EXPECT_EQ(StateOf(1), State::kRunning);
+}
+
 TEST_F(ControllerTest, PreemptionThatCannotFreeEnoughSaysWhy) {
   Add(1, 2 * GiB, true);
   Add(2, 30 * GiB, false);

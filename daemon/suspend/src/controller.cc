@@ -139,6 +139,11 @@ PreemptResult SuspendController::Preempt(const std::string& gpu_uuid, uint64_t n
   return res;
 }
 
+void SuspendController::HoldResumes(const std::string& gpu_uuid, int64_t now_ns) {
+  int64_t& last = last_preemption_ns_[gpu_uuid];
+  if (now_ns > last) last = now_ns;
+}
+
 Outcome SuspendController::Move(int pid, const GpuInfo& from, const GpuInfo& to) {
   Outcome out;
   out.pid = pid;

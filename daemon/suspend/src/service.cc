@@ -269,6 +269,9 @@ void SuspendService::AnswerMemoryRequests(int64_t now) {
     const uint64_t free_now = FreeBytes(gpu);
     const uint64_t margin = options_.controller.resume_margin_bytes;
     PreemptResult r = controller_->Preempt(gpu, bytes, free_now > margin ? free_now - margin : 0, now);
+    // The suspends just done may have taken longer than the quiet period: it starts now,
+    // as the requester is told to retry, so its victims do not resume under its allocation.
+    if (!r.outcomes.empty()) controller_->HoldResumes(gpu, MonotonicNs());
     if (!r.ok) {
       std::fprintf(stderr, "gslice suspend: pid %u needs %llu bytes on %s: %s\n",
                    BoardOwnerPid(e.owner.load()),

@@ -80,6 +80,12 @@ class SuspendController {
   PreemptResult Preempt(const std::string& gpu_uuid, uint64_t need_bytes, uint64_t free_now,
                         int64_t now_ns);
 
+  // Starts the quiet period of `gpu_uuid` again at now_ns (never earlier than it stands):
+  // called when the process that asked for memory is told it is free. The period then covers
+  // that process's retry of its allocation, not the checkpoints before it, which can take
+  // longer than the period itself (seconds for a large process).
+  void HoldResumes(const std::string& gpu_uuid, int64_t now_ns);
+
   // Restores suspended process `pid` onto `to` (same product as `from`, enough room).
   Outcome Move(int pid, const GpuInfo& from, const GpuInfo& to);
 
