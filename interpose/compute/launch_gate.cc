@@ -862,7 +862,7 @@ void* GateThread(void*) {
       PollDevice(d, now);
       if (g_gate->policy.cls == ComputeClass::kOpportunistic) {
         ControlOpportunisticRate(d, now);
-        DepthNs(d, now);
+        DepthNs(d, now);  // for its update of opp_near while launches are held back
       }
     }
     if (now - last_scan >= kPeerScanNs) {

@@ -50,6 +50,14 @@ struct Worker {
   int out_fd = -1;
 };
 
+// Simulated GPUs (two unless said): a capped job alone on one and a free job alone on the
+// other, at the same time, so that both see the same load on the machine.
+std::map<std::string, std::string> OnGpu(int gpu, std::map<std::string, std::string> env = {}, int gpus = 2) {
+  env["GSLICE_SIM_DEVICES"] = std::to_string(gpus);
+  env["CUDA_VISIBLE_DEVICES"] = std::to_string(gpu);
+  return env;
+}
+
 class ComputeSim : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -166,16 +174,15 @@ class ComputeSim : public ::testing::Test {
     return rs;
   }
 
+  // A guaranteed and an opportunistic job on the first simulated GPU, and a free witness job
+  // on the second over the same window (the machine's load); guaranteed_args go to the first.
+  std::vector<Result> ClassPairAndWitness(double seconds, std::vector<std::string> guaranteed_args, bool direct = true) {
+    return RunTogether({OnGpu(0, {{"GSLICE_CLASS", "guaranteed"}}), OnGpu(0, {{"GSLICE_CLASS", "opportunistic"}}), OnGpu(1)},
+                       seconds, {std::move(guaranteed_args), {}, {}}, direct);
+  }
+
   std::string sim_state_, ledger_;
 };
-
-// Simulated GPUs (two unless said): a capped job alone on one and a free job alone on the
-// other, at the same time, so that both see the same load on the machine.
-std::map<std::string, std::string> OnGpu(int gpu, std::map<std::string, std::string> env = {}, int gpus = 2) {
-  env["GSLICE_SIM_DEVICES"] = std::to_string(gpus);
-  env["CUDA_VISIBLE_DEVICES"] = std::to_string(gpu);
-  return env;
-}
 
 TEST_F(ComputeSim, CapHoldsWhenAlone) {
   const auto rs = RunTogether({OnGpu(0), OnGpu(1, {{"GSLICE_COMPUTE", "30%"}})}, 2.5);
@@ -297,9 +304,7 @@ TEST_F(ComputeSim, OpportunisticAloneLaunchesStraightThrough) {
 // next, which a comparison with an earlier window would read as the change's effect).
 TEST_F(ComputeSim, OpportunisticRegainsTheIdleDevice) {
   // Guaranteed work stops at 1.5 s; the opportunistic job must take the device over at once.
-  const auto rs = RunTogether({OnGpu(0, {{"GSLICE_CLASS", "guaranteed"}}), OnGpu(0, {{"GSLICE_CLASS", "opportunistic"}}),
-                               OnGpu(1)},
-                              3.0, {{"--off-after", "1500"}, {}, {}});
+  const auto rs = ClassPairAndWitness(3.0, {"--off-after", "1500"});
   const double g_rate = rs[0].Rate(200, 1500);
   const double o_during = rs[1].Rate(200, 1500);
   // From 100 ms after the stop (the reaction bound) to the end.
@@ -314,9 +319,7 @@ TEST_F(ComputeSim, OpportunisticRegainsTheIdleDevice) {
 }
 
 TEST_F(ComputeSim, GuaranteedTakesTheDeviceBackWhenItStarts) {
-  const auto rs = RunTogether({OnGpu(0, {{"GSLICE_CLASS", "guaranteed"}}), OnGpu(0, {{"GSLICE_CLASS", "opportunistic"}}),
-                               OnGpu(1)},
-                              3.0, {{"--on-after", "1500"}, {}, {}});
+  const auto rs = ClassPairAndWitness(3.0, {"--on-after", "1500"});
   const double g_after = rs[0].Rate(1600, 3000);
   const double o_after = rs[1].Rate(1600, 3000);
   const double witness_after = rs[2].Rate(1600, 3000);
@@ -464,9 +467,7 @@ TEST_F(ComputeSim, ThroughTheShimCapAndClassesHold) {
   const double share = static_cast<double>(capped.kernels) / static_cast<double>(free.kernels);
   EXPECT_LE(share, 0.50 + 0.08) << capped.kernels << " vs " << free.kernels;
   EXPECT_GE(share, 0.50 * 0.5) << capped.kernels << " vs " << free.kernels;
-  const auto rs = RunTogether({OnGpu(0, {{"GSLICE_CLASS", "guaranteed"}}), OnGpu(0, {{"GSLICE_CLASS", "opportunistic"}}),
-                               OnGpu(1)},
-                              2.0, {{"--off-after", "1000"}, {}, {}}, /*direct=*/false);
+  const auto rs = ClassPairAndWitness(2.0, {"--off-after", "1000"}, /*direct=*/false);
   // That the classes reach the gate through the shim: the opportunistic job mostly yields,
   // then takes the device over. The precise yield and regain figures are the direct tests'
   // (OpportunisticYieldsToGuaranteed, OpportunisticRegainsTheIdleDevice); the margins here
