@@ -52,13 +52,18 @@ def raise_default_stream():
     print(f"default stream raised to priority {greatest.value}", file=sys.stderr, flush=True)
 
 
-def job(workload, seconds):
+def build(workload):
+    """The workload's training (or inference) step, from workloads.py."""
     sys.path.insert(0, HERE)
-    import torch
     import workloads
+    return workloads.build(workload)
+
+
+def job(workload, seconds):
+    import torch
     if os.environ.get("ALONE_RAISE_DEFAULT_STREAM") == "1":
         raise_default_stream()
-    step = workloads.build(workload)
+    step = build(workload)
     end = time.time() + 3
     while time.time() < end:
         step()
@@ -72,10 +77,8 @@ def job(workload, seconds):
 
 
 def count(workload):
-    sys.path.insert(0, HERE)
     import torch
-    import workloads
-    step = workloads.build(workload)
+    step = build(workload)
     for _ in range(5):
         step()
     torch.cuda.synchronize()
@@ -89,10 +92,8 @@ def count(workload):
 
 
 def idle(seconds):
-    sys.path.insert(0, HERE)
     import torch
-    import workloads
-    step = workloads.build("bert-infer")
+    step = build("bert-infer")
     for _ in range(20):
         step()
         torch.cuda.synchronize()
