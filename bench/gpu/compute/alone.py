@@ -12,15 +12,13 @@ configuration always follows the same one.
 
 Configurations:
   native                     the job as it is
-  native-raised              native, its default stream raised to the device's greatest
-                             priority (as the shim does for a guaranteed process), by the job
-  preload                    the shims preloaded, no gslice run: no class, no memory limit
-  preload-guaranteed         the same with GSLICE_CLASS=guaranteed
   no-class                   gslice run --memory=60GiB (no --class: guaranteed)
   opportunistic              gslice run --memory=60GiB --class=opportunistic
   opportunistic-beside-idle  the same beside an idle guaranteed process
 The summary gives each configuration's mean speed over native's, and the median of its
-per-round ratios (each against native in the same round).
+per-round ratios (each against native in the same round). Separate runs of a few seconds move
+with the host by several percent; the compute suite's case 5 (suite.py) measures gslice with no
+limit, and the layers it is made of, against native in turns seconds apart.
 """
 
 import argparse
@@ -33,25 +31,6 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def raise_default_stream():
-    """Gives the legacy default stream the device's greatest priority, through the driver."""
-    import ctypes
-    import torch
-    torch.cuda.init()
-    torch.zeros(1, device="cuda")  # the primary context is current from here
-    cuda = ctypes.CDLL("libcuda.so.1")
-    least, greatest = ctypes.c_int(), ctypes.c_int()
-    rc = cuda.cuCtxGetStreamPriorityRange(ctypes.byref(least), ctypes.byref(greatest))
-    if rc != 0:
-        raise SystemExit(f"cuCtxGetStreamPriorityRange failed ({rc})")
-    value = (ctypes.c_char * 64)()  # CUstreamAttrValue; priority is its first int
-    ctypes.c_int.from_buffer(value).value = greatest.value
-    rc = cuda.cuStreamSetAttribute(ctypes.c_void_p(1), 8, ctypes.byref(value))  # CU_STREAM_LEGACY, PRIORITY
-    if rc != 0:
-        raise SystemExit(f"cuStreamSetAttribute(CU_STREAM_LEGACY, PRIORITY) failed ({rc})")
-    print(f"default stream raised to priority {greatest.value}", file=sys.stderr, flush=True)
-
-
 def build(workload):
     """The workload's training (or inference) step, from workloads.py."""
     sys.path.insert(0, HERE)
@@ -61,8 +40,6 @@ def build(workload):
 
 def job(workload, seconds):
     import torch
-    if os.environ.get("ALONE_RAISE_DEFAULT_STREAM") == "1":
-        raise_default_stream()
     step = build(workload)
     end = time.time() + 3
     while time.time() < end:
@@ -120,13 +97,8 @@ def main():
         return count(args.workload)
     g = [args.gslice, "run", "--memory=60GiB"]
     me = [sys.executable, __file__]
-    shims = os.path.join(os.path.dirname(os.path.abspath(args.gslice)), "..", "lib", "gslice")
-    preload = ["env", "-u", "GSLICE_CLASS", f"LD_PRELOAD={shims}/libcuda.so.1 {shims}/libnvidia-ml.so.1"]
     known = {
         "native": ("native", [], False),
-        "native-raised": ("native, default stream raised", ["env", "ALONE_RAISE_DEFAULT_STREAM=1"], False),
-        "preload": ("shims preloaded, no class", preload, False),
-        "preload-guaranteed": ("shims preloaded, guaranteed", preload + ["GSLICE_CLASS=guaranteed"], False),
         "no-class": ("gslice, no class", g + ["--"], False),
         "opportunistic": ("opportunistic", g + ["--class=opportunistic", "--"], False),
         "opportunistic-beside-idle": ("opportunistic beside an idle guaranteed process", g + ["--class=opportunistic", "--"], True),

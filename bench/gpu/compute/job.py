@@ -12,7 +12,7 @@ and what it took (server); suite.py splits them by phase. Alone and together the
 the same processes minutes apart at most, so a host that drifts by 5-10% between separate
 runs does not decide a 3% target.
 
-  job.py throughput --workload resnet50 --sync DIR --id a
+  job.py throughput --workload resnet50 --sync DIR --id a [--raise-default-stream]
   job.py server --sync DIR --id srv [--service-ms 4.1] [--load 0.5]
 
 Throughput is measured between the first and last step completed inside the window
@@ -164,7 +164,31 @@ class Readiness:
             mark_ready(self.sync, self.ident, {"pid": os.getpid(), "warm": warm})
 
 
+def raise_default_stream():
+    """Gives the legacy default stream the device's greatest priority through the driver, as
+    the shim does for a guaranteed process (case 5 measures this layer without any shim)."""
+    import ctypes
+    torch.zeros(1, device="cuda")  # the primary context is current from here
+    cuda = ctypes.CDLL("libcuda.so.1")
+    least, greatest = ctypes.c_int(), ctypes.c_int()
+    rc = cuda.cuCtxGetStreamPriorityRange(ctypes.byref(least), ctypes.byref(greatest))
+    if rc != 0:
+        raise SystemExit(f"job.py: cuCtxGetStreamPriorityRange failed ({rc})")
+    value = (ctypes.c_char * 64)()  # CUstreamAttrValue; priority is its first int
+    ctypes.c_int.from_buffer(value).value = greatest.value
+    rc = cuda.cuStreamSetAttribute(ctypes.c_void_p(1), 8, ctypes.byref(value))  # CU_STREAM_LEGACY, PRIORITY
+    if rc != 0:
+        raise SystemExit(f"job.py: cuStreamSetAttribute(CU_STREAM_LEGACY, PRIORITY) failed ({rc})")
+    got = ctypes.c_int(99)
+    rc = cuda.cuStreamGetPriority(ctypes.c_void_p(1), ctypes.byref(got))
+    if rc != 0 or got.value != greatest.value:
+        raise SystemExit(f"job.py: the legacy stream's priority reads {got.value} (rc {rc}), not {greatest.value}")
+    print(f"default stream raised to priority {greatest.value}", flush=True)
+
+
 def run_throughput(args):
+    if args.raise_default_stream:
+        raise_default_stream()
     step = workloads.build(args.workload)
     sampler = GpuSampler()
     ready = Readiness(args.sync, args.id)
@@ -309,6 +333,8 @@ def main():
     p.add_argument("--warmup", type=float, default=3.0)
     p.add_argument("--service-ms", type=float, default=None)
     p.add_argument("--load", type=float, default=0.5)
+    p.add_argument("--raise-default-stream", action="store_true",
+                   help="throughput: run at the device's greatest priority on the legacy stream (no shim needed)")
     args = p.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("job.py: torch sees no CUDA device")

@@ -7,12 +7,12 @@
 #      default streams are raised to the class's priority);
 #   2. GPU activities per ResNet-50 training step (alone.py count), to turn 1 into a share of
 #      a step;
-#   3. ResNet-50 alone (alone.py), interleaved rounds: native, native with its default stream
-#      raised by the job itself (no shim), the shims preloaded with no class, with
-#      GSLICE_CLASS=guaranteed, and gslice run with no class.
+#   3. ResNet-50 alone, the compute suite's case 5 (suite.py): native, gslice run with no
+#      limit, the shims preloaded with no class, with GSLICE_CLASS=guaranteed, and native with
+#      its legacy stream raised by the job itself (no shim), taking turns on the GPU.
 # Full output under $OUT; the last lines are the table.
 #   GSLICE_BUILD=$PWD/.carry/build bash bench/gpu/compute/overhead.sh
-# Knobs: OVERHEAD_LB_ROUNDS (5), OVERHEAD_ROUNDS (5), OVERHEAD_SECONDS (5).
+# Knobs: OVERHEAD_LB_ROUNDS (5); COMPUTE_OVERHEAD_ROUNDS, COMPUTE_OVERHEAD_PHASE_S (suite.py).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 OUT="${OUT:-$PWD/gpu-out}"
@@ -36,9 +36,9 @@ for r in $(seq "${OVERHEAD_LB_ROUNDS:-5}"); do
   lb_native+=("$n"); lb_shim+=("$s"); lb_guaranteed+=("$g")
 done
 python3 bench/gpu/compute/alone.py count --workload resnet50 2>"$OUT/logs/count.err" | tee -a "$log"
-timeout 480 python3 bench/gpu/compute/alone.py --gslice "$B/bin/gslice" --logs "$OUT/logs" \
-  --configs native,native-raised,preload,preload-guaranteed,no-class \
-  --rounds "${OVERHEAD_ROUNDS:-5}" --seconds "${OVERHEAD_SECONDS:-5}" 2>&1 | tee -a "$log"
+export GSLICE_BUILD="$B" COMPUTE_CASES=5 COMPUTE_LOGS="$OUT/logs" PYTHONUNBUFFERED=1
+timeout 480 python3 bench/gpu/compute/suite.py plain --state "$OUT/overhead.json" >>"$log" 2>&1
+python3 bench/gpu/compute/suite.py report --state "$OUT/overhead.json" --md "$OUT/overhead.md" 2>&1 | tee -a "$log"
 nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv >>"$log" 2>&1
 
 echo
@@ -56,6 +56,6 @@ print(f"shim, guaranteed - native              {pairs(cols[0], cols[2])}")
 text = open(sys.argv[4]).read()
 for m in re.finditer(r"^COUNT .*$", text, re.M):
     print(m.group(0))
-for m in re.finditer(r"^ALONE resnet50 (.*)$", text, re.M):
+for m in re.finditer(r"^RESULT compute\.overhead\S* \S+ (.*)$", text, re.M):
     print(m.group(1))
 PY
