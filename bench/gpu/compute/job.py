@@ -190,7 +190,7 @@ def run_throughput(args):
     if args.raise_default_stream:
         raise_default_stream()
     step = workloads.build(args.workload)
-    sampler = GpuSampler()
+    sampler = GpuSampler() if args.gpu_sampler else None
     ready = Readiness(args.sync, args.id)
     start = time.time()
     n = 0
@@ -224,7 +224,7 @@ def run_throughput(args):
     result = {"workload": args.workload, "steps_per_s": rate, "steps": len(done)}
     if sched.phased:
         result["step_ends"] = done
-    write_result(args.sync, args.id, dict(result, **sampler.summary(t0, end)))
+    write_result(args.sync, args.id, dict(result, **(sampler.summary(t0, end) if sampler else {})))
 
 
 def serve(step, arrival, latencies, services=None):
@@ -333,6 +333,8 @@ def main():
     p.add_argument("--warmup", type=float, default=3.0)
     p.add_argument("--service-ms", type=float, default=None)
     p.add_argument("--load", type=float, default=0.5)
+    p.add_argument("--no-gpu-sampler", dest="gpu_sampler", action="store_false",
+                   help="throughput: no NVML sampling thread (utilisation, clock, power are not reported)")
     p.add_argument("--raise-default-stream", action="store_true",
                    help="throughput: run at the device's greatest priority on the legacy stream (no shim needed)")
     args = p.parse_args()

@@ -31,8 +31,11 @@ configuration with it, "gslice-compare", and its MPS one, "gslice-mps-compare", 
 versions of the shim side by side),
 COMPUTE_SKIP (configurations not to run, by the name after the case, e.g. "coexec,mps"),
 COMPUTE_SERVER_LOAD (case 4's offered load, default 0.5),
-COMPUTE_OVERHEAD_ROUNDS and COMPUTE_OVERHEAD_PHASE_S (case 5's rounds of turns, default 10, and
-seconds per turn, default 3),
+COMPUTE_OVERHEAD_ROUNDS and COMPUTE_OVERHEAD_PHASE_S (case 5's rounds of turns, default 20, and
+seconds per turn, default 3), COMPUTE_OVERHEAD_LAYERS=1 (case 5 also runs the layers between
+native and gslice run),
+COMPUTE_MPS_OPP_NORMAL=1 (cases 3 and 4 also run gslice on MPS with the opportunistic process
+at MPS's normal client priority, "gslice-mps-normal"),
 GSLICE_BUILD (build folder holding bin/gslice).
 """
 
@@ -66,7 +69,9 @@ GSLICE_BUILDS = [("gslice", None)] + ([("gslice-compare", COMPARE_BUILD)] if COM
 # GSLICE_BUILD) and the opportunistic process's extra environment.
 MPS_VARIANTS = [(f"gslice-mps-t{p}", f"gslice on MPS, opportunistic at {p}% threads", None,
                  {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(p)}) for p in GSLICE_MPS_OPP_THREADS] + (
-    [("gslice-mps-compare", f"gslice on MPS, compare build ({COMPARE_BUILD})", COMPARE_BUILD, {})] if COMPARE_BUILD else [])
+    [("gslice-mps-compare", f"gslice on MPS, compare build ({COMPARE_BUILD})", COMPARE_BUILD, {})] if COMPARE_BUILD else []) + (
+    [("gslice-mps-normal", "gslice on MPS, opportunistic at normal client priority", None, {"CUDA_MPS_CLIENT_PRIORITY": "0"})]
+    if os.environ.get("COMPUTE_MPS_OPP_NORMAL") == "1" else [])
 # Cases 3 and 4's report rows for gslice configurations beyond the table's gslice column:
 # name, the row's label and the RESULT line's key.
 EXTRA_GSLICE = [("gslice-mps", "gslice on MPS", "on-mps")] + (
@@ -100,9 +105,9 @@ def gslice_prefix(*flags, build=None):
     return [os.path.join(build, "bin", "gslice"), "run", "--memory=60GiB", *flags, "--"]
 
 
-def throughput(workload, ident, prefix=(), env=None, warmup=2.0):
+def throughput(workload, ident, prefix=(), env=None, warmup=2.0, sampler=True):
     return (ident, [*prefix, PY, JOB, "throughput", "--workload", workload, "--id", ident,
-                    "--warmup", str(warmup)], env or {})
+                    "--warmup", str(warmup), *([] if sampler else ["--no-gpu-sampler"])], env or {})
 
 
 def server(ident, service_ms=None, prefix=(), env=None):
@@ -128,15 +133,19 @@ def interleaved(pattern, rounds=None, rotate=False):
 # (the others paused, their contexts idle), OVERHEAD_PHASE_S seconds each, the order rotating
 # every round. A configuration's figure is the median over rounds of its speed over native's
 # in the same round, seconds apart: the hosts' drift between separate runs (native read 36-43
-# it/s between 8 s runs on one H100 host) drops out. Besides gslice run with no limit (what
-# case 5 asks), the layers it is made of: the shims preloaded with no class, with
-# GSLICE_CLASS=guaranteed (gslice run's default class, which raises the default streams'
-# priority), and the native job with its legacy stream raised by itself, no shim at all.
-OVERHEAD_ROUNDS = int(os.environ.get("COMPUTE_OVERHEAD_ROUNDS", "10"))
+# it/s between 8 s runs on one H100 host) drops out. Within seconds such a host still moves
+# a host-bound job by 5-8% from one turn to the next, so the report also gives the ratio of
+# mean step times over all turns. With COMPUTE_OVERHEAD_LAYERS=1 the layers gslice run is
+# made of run too: the shims preloaded with no class, with GSLICE_CLASS=guaranteed (gslice
+# run's default class, which raises the default streams' priority), and the native job with
+# its legacy stream raised by itself, no shim at all. No process samples NVML (nothing of it
+# is reported here, and its thread takes the job's GIL every 50 ms).
+OVERHEAD_ROUNDS = int(os.environ.get("COMPUTE_OVERHEAD_ROUNDS", "20"))
 OVERHEAD_PHASE_S = float(os.environ.get("COMPUTE_OVERHEAD_PHASE_S", "3"))
 # id, the row's label (gslice_prefix / preload_prefix are filled in by overhead_procs).
-OVERHEAD_CONFIGS = [("n", "native"), ("g", "gslice run, no limit"), ("p", "shims preloaded, no class"),
-                    ("q", "shims preloaded, GSLICE_CLASS=guaranteed"), ("r", "native, legacy stream raised by the job")]
+OVERHEAD_CONFIGS = [("n", "native"), ("g", "gslice run, no limit")] + (
+    [("p", "shims preloaded, no class"), ("q", "shims preloaded, GSLICE_CLASS=guaranteed"),
+     ("r", "native, legacy stream raised by the job")] if os.environ.get("COMPUTE_OVERHEAD_LAYERS") == "1" else [])
 
 
 def preload_prefix(*assignments, build=None):
@@ -151,7 +160,7 @@ def overhead_procs():
                 "q": preload_prefix("GSLICE_CLASS=guaranteed"), "r": []}
     procs = []
     for ident, _ in OVERHEAD_CONFIGS:
-        ident, argv, env = throughput("resnet50", ident, prefixes[ident], warmup=3)
+        ident, argv, env = throughput("resnet50", ident, prefixes[ident], warmup=3, sampler=False)
         procs.append((ident, argv + (["--raise-default-stream"] if ident == "r" else []), env))
     return procs
 
@@ -372,6 +381,22 @@ def turn_rates(state, key, ident):
     return rates
 
 
+def turn_step_mean(state, key, ident):
+    """ident's mean step time (s) over all the phases in which it worked alone, each measured
+    from SETTLE_S after the phase's start."""
+    r = state.get(key)
+    if not r or "error" in r or ident not in r or "phases" not in r:
+        return None
+    ends = r[ident].get("step_ends") or []
+    steps, seconds = 0, 0.0
+    for a, b, who in r["phases"]:
+        inside = [t for t in ends if a + SETTLE_S <= t <= b] if who == [ident] else []
+        if len(inside) >= 2:
+            steps += len(inside) - 1
+            seconds += inside[-1] - inside[0]
+    return seconds / steps if steps else None
+
+
 def round_ratios(state, key, ident, base):
     """ident's speed over base's, round by round (the k-th turn of each is in round k)."""
     return [x / y for x, y in zip(turn_rates(state, key, ident), turn_rates(state, key, base)) if x and y]
@@ -560,7 +585,10 @@ def report(state, md_path):
             rows.append(("5 overhead", f"ResNet-50 training: {label}", "× native (median of rounds)",
                          fmt(statistics.median(native) if native else None, "{:.2f} it/s"), "-", "-",
                          f"{fmt(med, '{:.4f}')} ({spread})", "≥0.99" if ident == "g" else "", err(state, "overhead")))
+            mean_n, mean_x = turn_step_mean(state, "overhead", "n"), turn_step_mean(state, "overhead", ident)
+            by_mean = None if not mean_n or not mean_x else mean_n / mean_x
             detail = (f"{label}: {fmt(med, '{:.4f}')} × native, median of per-round ratios ({spread}; "
+                      f"by mean step time over all turns {fmt(by_mean, '{:.4f}')}; "
                       f"native {fmt(statistics.median(native) if native else None, '{:.2f}')} it/s, per round "
                       f"{', '.join(f'{x:.3f}' for x in rr)})")
             if ident == "g":
