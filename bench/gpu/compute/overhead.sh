@@ -12,7 +12,7 @@
 #      its legacy stream raised by the job itself (no shim), taking turns on the GPU.
 # Full output under $OUT; the last lines are the table.
 #   GSLICE_BUILD=$PWD/.carry/build bash bench/gpu/compute/overhead.sh
-# Knobs: OVERHEAD_LB_ROUNDS (5); COMPUTE_OVERHEAD_ROUNDS, COMPUTE_OVERHEAD_PHASE_S (suite.py).
+# Knobs: OVERHEAD_LB_ROUNDS (5); COMPUTE_OVERHEAD_ROUNDS (10 here), COMPUTE_OVERHEAD_PHASE_S (suite.py).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 OUT="${OUT:-$PWD/gpu-out}"
@@ -36,7 +36,7 @@ for r in $(seq "${OVERHEAD_LB_ROUNDS:-5}"); do
   lb_native+=("$n"); lb_shim+=("$s"); lb_guaranteed+=("$g")
 done
 python3 bench/gpu/compute/alone.py count --workload resnet50 2>"$OUT/logs/count.err" | tee -a "$log"
-export GSLICE_BUILD="$B" COMPUTE_CASES=5 COMPUTE_LOGS="$OUT/logs" PYTHONUNBUFFERED=1
+export GSLICE_BUILD="$B" COMPUTE_CASES=5 COMPUTE_OVERHEAD_LAYERS=1 COMPUTE_OVERHEAD_ROUNDS="${COMPUTE_OVERHEAD_ROUNDS:-10}" COMPUTE_LOGS="$OUT/logs" PYTHONUNBUFFERED=1
 timeout 480 python3 bench/gpu/compute/suite.py plain --state "$OUT/overhead.json" >>"$log" 2>&1
 python3 bench/gpu/compute/suite.py report --state "$OUT/overhead.json" --md "$OUT/overhead.md" 2>&1 | tee -a "$log"
 nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu --format=csv >>"$log" 2>&1
