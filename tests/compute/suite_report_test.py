@@ -65,7 +65,7 @@ class TurnsTest(unittest.TestCase):
         self.assertEqual(len(ratios), 10)
         for r in ratios:
             self.assertAlmostEqual(r, 0.020 / 0.0204, delta=0.002)
-        by_mean = suite.turn_step_mean(state, "overhead", "n") / suite.turn_step_mean(state, "overhead", "g")
+        by_mean = suite.phase_steps(state, "overhead", "g", ["g"]) / suite.phase_steps(state, "overhead", "n", ["n"])
         self.assertAlmostEqual(by_mean, 0.020 / 0.0204, delta=0.002)
         q = suite.quartiles(ratios)
         self.assertLessEqual(q[0], q[1])

@@ -346,55 +346,37 @@ def phase_mps(state):
 
 # ---- report ---------------------------------------------------------------------------
 
-def phase_steps(state, key, ident, ids):
-    """ident's steps per second over the phases in which exactly `ids` worked (interleaved
-    configurations), each phase measured from SETTLE_S after its start: steps between the
-    first and last that ended inside, summed over the phases."""
+def phase_counts(state, key, ident):
+    """For each phase of an interleaved configuration, in order: (the ids that worked, ident's
+    steps between the first and last that ended inside it, the seconds between them), each
+    phase measured from SETTLE_S after its start ((ids, 0, 0.0) where fewer than two ended).
+    None when the configuration has no such result."""
     r = state.get(key)
     if not r or "error" in r or ident not in r or "phases" not in r:
         return None
     ends = r[ident].get("step_ends") or []
-    steps, seconds = 0, 0.0
+    counts = []
     for a, b, who in r["phases"]:
-        if sorted(who) != sorted(ids):
-            continue
         inside = [t for t in ends if a + SETTLE_S <= t <= b]
-        if len(inside) >= 2:
-            steps += len(inside) - 1
-            seconds += inside[-1] - inside[0]
-    return steps / seconds if seconds > 0 else None
+        counts.append((who, len(inside) - 1, inside[-1] - inside[0]) if len(inside) >= 2 else (who, 0, 0.0))
+    return counts
+
+
+def phase_steps(state, key, ident, ids):
+    """ident's steps per second over the phases in which exactly `ids` worked (interleaved
+    configurations), summed over the phases (phase_counts)."""
+    counts = phase_counts(state, key, ident)
+    if counts is None:
+        return None
+    mine = [(n, sec) for who, n, sec in counts if sorted(who) == sorted(ids)]
+    seconds = sum(sec for _, sec in mine)
+    return sum(n for n, _ in mine) / seconds if seconds > 0 else None
 
 
 def turn_rates(state, key, ident):
-    """ident's steps per second in each phase in which it worked alone, in phase order, each
-    measured from SETTLE_S after the phase's start (None where fewer than two steps ended)."""
-    r = state.get(key)
-    if not r or "error" in r or ident not in r or "phases" not in r:
-        return []
-    ends = r[ident].get("step_ends") or []
-    rates = []
-    for a, b, who in r["phases"]:
-        if who != [ident]:
-            continue
-        inside = [t for t in ends if a + SETTLE_S <= t <= b]
-        rates.append((len(inside) - 1) / (inside[-1] - inside[0]) if len(inside) >= 2 else None)
-    return rates
-
-
-def turn_step_mean(state, key, ident):
-    """ident's mean step time (s) over all the phases in which it worked alone, each measured
-    from SETTLE_S after the phase's start."""
-    r = state.get(key)
-    if not r or "error" in r or ident not in r or "phases" not in r:
-        return None
-    ends = r[ident].get("step_ends") or []
-    steps, seconds = 0, 0.0
-    for a, b, who in r["phases"]:
-        inside = [t for t in ends if a + SETTLE_S <= t <= b] if who == [ident] else []
-        if len(inside) >= 2:
-            steps += len(inside) - 1
-            seconds += inside[-1] - inside[0]
-    return seconds / steps if steps else None
+    """ident's steps per second in each phase in which it worked alone, in phase order (None
+    where fewer than two steps ended)."""
+    return [n / sec if n else None for who, n, sec in phase_counts(state, key, ident) or [] if who == [ident]]
 
 
 def round_ratios(state, key, ident, base):
@@ -585,8 +567,9 @@ def report(state, md_path):
             rows.append(("5 overhead", f"ResNet-50 training: {label}", "× native (median of rounds)",
                          fmt(statistics.median(native) if native else None, "{:.2f} it/s"), "-", "-",
                          f"{fmt(med, '{:.4f}')} ({spread})", "≥0.99" if ident == "g" else "", err(state, "overhead")))
-            mean_n, mean_x = turn_step_mean(state, "overhead", "n"), turn_step_mean(state, "overhead", ident)
-            by_mean = None if not mean_n or not mean_x else mean_n / mean_x
+            # Steps over seconds in all its turns: the ratio of mean step times.
+            rate_n, rate_x = phase_steps(state, "overhead", "n", ["n"]), phase_steps(state, "overhead", ident, [ident])
+            by_mean = None if not rate_n or not rate_x else rate_x / rate_n
             detail = (f"{label}: {fmt(med, '{:.4f}')} × native, median of per-round ratios ({spread}; "
                       f"by mean step time over all turns {fmt(by_mean, '{:.4f}')}; "
                       f"native {fmt(statistics.median(native) if native else None, '{:.2f}')} it/s, per round "
