@@ -125,6 +125,16 @@ def rate(times, t_from, t_to):
     return sum(1 for t in times if t_from <= t < t_to) / (t_to - t_from)
 
 
+def windows(times, t_from, t_to):
+    """(start, rate) of the 250 ms windows inside [t_from, t_to], one every 50 ms."""
+    out = []
+    t = t_from
+    while t + 0.25 <= t_to:
+        out.append((t, rate(times, t, t + 0.25)))
+        t += 0.05
+    return out
+
+
 def run(args):
     gs = args.gslice
     g_prefix = [gs, "run", "--memory=8GiB", "--class=guaranteed", "--"]
@@ -158,25 +168,16 @@ def run(args):
             regains.append(regain)
             # Settle: the first time after which every 250 ms window of the busy period holds.
             first = min(t for t in g_times if t >= s)
-            windows = []
-            t = first
-            while t + 0.25 <= e:
-                windows.append((t, rate(g_times, t, t + 0.25) >= 0.97 * g_alone))
-                t += 0.05
+            busy_windows = windows(g_times, first, e)
             settle = None
-            for i, (t, _) in enumerate(windows):
-                if all(ok for _, ok in windows[i:]):
+            for i, (t, _) in enumerate(busy_windows):
+                if all(w >= 0.97 * g_alone for _, w in busy_windows[i:]):
                     settle = t - first
                     break
             settles.append(settle)
-            report["settle_windows_x_alone"].append(
-                [round(rate(g_times, t, t + 0.25) / g_alone, 3) for t, _ in windows[::5]])
+            report["settle_windows_x_alone"].append([round(w / g_alone, 3) for _, w in busy_windows[::5]])
         # The same 250 ms windows of the guaranteed job alone, against its mean there.
-        alone_windows = []
-        t = alone[0] + 0.5
-        while t + 0.25 <= alone[1]:
-            alone_windows.append(rate(g_times, t, t + 0.25) / g_alone)
-            t += 0.05
+        alone_windows = [w / g_alone for _, w in windows(g_times, alone[0] + 0.5, alone[1])]
         report["guaranteed_alone_windows_x_alone"] = [round(w, 3) for w in alone_windows[::5]]
         report["guaranteed_alone_windows_below_0.97"] = [sum(1 for w in alone_windows if w < 0.97), len(alone_windows)]
         report["regain_s"] = regains

@@ -99,15 +99,21 @@ SETTLE_S = float(os.environ.get("COMPUTE_SETTLE_S", "1"))
 TOGETHER = [["g"], ["g", "o"], ["o"], ["g", "o"]]
 
 
+def build_dir(build=None):
+    """The gslice build a configuration uses: `build`, else GSLICE_BUILD, else the checkout's build/."""
+    return build or os.environ.get("GSLICE_BUILD", os.path.join(HERE, "..", "..", "..", "build"))
+
+
 def gslice_prefix(*flags, build=None):
-    build = build or os.environ.get("GSLICE_BUILD", os.path.join(HERE, "..", "..", "..", "build"))
+    build = build_dir(build)
     # The memory limit is set well above what any job here uses: it is not what is measured.
     return [os.path.join(build, "bin", "gslice"), "run", "--memory=60GiB", *flags, "--"]
 
 
-def throughput(workload, ident, prefix=(), env=None, warmup=2.0, sampler=True):
+def throughput(workload, ident, prefix=(), env=None, warmup=2.0, args=()):
+    """args: further job.py throughput flags."""
     return (ident, [*prefix, PY, JOB, "throughput", "--workload", workload, "--id", ident,
-                    "--warmup", str(warmup), *([] if sampler else ["--no-gpu-sampler"])], env or {})
+                    "--warmup", str(warmup), *args], env or {})
 
 
 def server(ident, service_ms=None, prefix=(), env=None):
@@ -142,27 +148,23 @@ def interleaved(pattern, rounds=None, rotate=False):
 # is reported here, and its thread takes the job's GIL every 50 ms).
 OVERHEAD_ROUNDS = int(os.environ.get("COMPUTE_OVERHEAD_ROUNDS", "20"))
 OVERHEAD_PHASE_S = float(os.environ.get("COMPUTE_OVERHEAD_PHASE_S", "3"))
-# id, the row's label (gslice_prefix / preload_prefix are filled in by overhead_procs).
+# id and the row's label; overhead_procs says how each one runs.
 OVERHEAD_CONFIGS = [("n", "native"), ("g", "gslice run, no limit")] + (
     [("p", "shims preloaded, no class"), ("q", "shims preloaded, GSLICE_CLASS=guaranteed"),
      ("r", "native, legacy stream raised by the job")] if os.environ.get("COMPUTE_OVERHEAD_LAYERS") == "1" else [])
 
 
-def preload_prefix(*assignments, build=None):
+def preload_prefix(*assignments):
     """The shims preloaded by hand, no gslice run (no memory limit); GSLICE_CLASS unset unless given."""
-    build = build or os.environ.get("GSLICE_BUILD", os.path.join(HERE, "..", "..", "..", "build"))
-    shims = os.path.join(build, "lib", "gslice")
+    shims = os.path.join(build_dir(), "lib", "gslice")
     return ["env", "-u", "GSLICE_CLASS", f"LD_PRELOAD={shims}/libcuda.so.1 {shims}/libnvidia-ml.so.1", *assignments]
 
 
 def overhead_procs():
-    prefixes = {"n": [], "g": gslice_prefix(), "p": preload_prefix(),
-                "q": preload_prefix("GSLICE_CLASS=guaranteed"), "r": []}
-    procs = []
-    for ident, _ in OVERHEAD_CONFIGS:
-        ident, argv, env = throughput("resnet50", ident, prefixes[ident], warmup=3, sampler=False)
-        procs.append((ident, argv + (["--raise-default-stream"] if ident == "r" else []), env))
-    return procs
+    how = {"n": ([], []), "g": (gslice_prefix(), []), "p": (preload_prefix(), []),
+           "q": (preload_prefix("GSLICE_CLASS=guaranteed"), []), "r": ([], ["--raise-default-stream"])}
+    return [throughput("resnet50", ident, how[ident][0], warmup=3, args=["--no-gpu-sampler", *how[ident][1]])
+            for ident, _ in OVERHEAD_CONFIGS]
 
 
 def run_config(name, procs, seconds=None, phases=None, phase_s=None):
@@ -559,20 +561,21 @@ def report(state, md_path):
         result("compute.latency.opportunistic", tr["gslice"] is not None and tr["gslice"] >= 0.5, f"gslice {fmt(tr['gslice'], '{:.3f}')}× alone (≥0.50); plain {fmt(tr['coexec'], '{:.3f}')}, MPS {fmt(tr['mps'], '{:.3f}')}")
     if "5" in CASES:
         native = [x for x in turn_rates(state, "overhead", "n") if x]
+        native_median = statistics.median(native) if native else None
         for ident, label in OVERHEAD_CONFIGS[1:]:
             rr = round_ratios(state, "overhead", ident, "n")
             q = quartiles(rr)
             med = None if q is None else q[1]
             spread = "n/a" if q is None else f"quartiles {q[0]:.3f}-{q[2]:.3f} of {len(rr)} rounds"
             rows.append(("5 overhead", f"ResNet-50 training: {label}", "× native (median of rounds)",
-                         fmt(statistics.median(native) if native else None, "{:.2f} it/s"), "-", "-",
+                         fmt(native_median, "{:.2f} it/s"), "-", "-",
                          f"{fmt(med, '{:.4f}')} ({spread})", "≥0.99" if ident == "g" else "", err(state, "overhead")))
             # Steps over seconds in all its turns: the ratio of mean step times.
             rate_n, rate_x = phase_steps(state, "overhead", "n", ["n"]), phase_steps(state, "overhead", ident, [ident])
             by_mean = None if not rate_n or not rate_x else rate_x / rate_n
             detail = (f"{label}: {fmt(med, '{:.4f}')} × native, median of per-round ratios ({spread}; "
                       f"by mean step time over all turns {fmt(by_mean, '{:.4f}')}; "
-                      f"native {fmt(statistics.median(native) if native else None, '{:.2f}')} it/s, per round "
+                      f"native {fmt(native_median, '{:.2f}')} it/s, per round "
                       f"{', '.join(f'{x:.3f}' for x in rr)})")
             if ident == "g":
                 result("compute.overhead", med is not None and med >= 0.99, detail)
