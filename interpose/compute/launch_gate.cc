@@ -75,6 +75,18 @@ void LogLine(const char* fmt, ...) {
   }
 }
 
+// A line of the controller's trace (nothing unless tracing).
+void TraceLine(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+void TraceLine(const char* fmt, ...) {
+  if (g_trace == nullptr) return;
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  g_trace(buf);
+}
+
 }  // namespace
 
 // One context (one GPU) of this process (declared in launch_gate.h for LaunchTicket).
@@ -136,10 +148,16 @@ struct Device {
     uint32_t probe_left = 0;  // periods of the probe still to measure
     uint32_t saved_rate = 0;
     int64_t saved_gap = 0;
-    uint32_t below = 0;  // OpportunisticLevel::below, held, hold
-    uint32_t held = 0;
+    uint32_t held = 0;  // OpportunisticLevel::held, hold
     uint32_t hold = 0;
     bool busy_seen = false;
+    // MPS (policy.h, LossEstimate): the loss per exposure from paired probes; the periods of
+    // the pair after the probe under way still to pool; the newest periods kept for the next
+    // pair and for a cut between probes (recent_count of them, the next in recent_slot).
+    LossEstimate loss;
+    uint32_t pair_left = 0;
+    uint32_t recent_count = 0;
+    uint32_t recent_slot = 0;
     // One guaranteed peer, by its index in the ledger's compute table (policy.h:
     // OverlapSpeed, GuaranteedSpeed).
     struct Job {
@@ -150,6 +168,10 @@ struct Device {
       int64_t probe_busy_ns = 0;
       double base_per_ns = 0;      // launches per busy ns, opportunistic work paused (0: unknown)
       int64_t overlap_ns = 0;      // busy time this period in which this process had work queued
+      // MPS: the newest periods (launches, busy, overlap) and the pair's sum over the periods
+      // around the probe.
+      GuaranteedPeriod recent[kPairPeriods];
+      GuaranteedPeriod pair;
     } jobs[kLedgerMaxComputeEntries];
   } ctl;
   bool running = false;     // holds the share turn (launching threads, under turn_mu)
@@ -518,7 +540,9 @@ bool SampleGuaranteed(Device& d, int64_t now) {
   return busy;
 }
 
-// Ends a control period: each guaranteed peer's launches and busy time in it, into out.
+// Ends a control period: each guaranteed peer's launches and busy time in it, into out. Outside
+// a probe the period also goes into the peer's newest periods and, while a pair is being
+// pooled after a probe, into the pair.
 int CloseGuaranteedPeriod(Device& d, GuaranteedPeriod* out) {
   Device::Controller& c = d.ctl;
   int n = 0;
@@ -532,21 +556,33 @@ int CloseGuaranteedPeriod(Device& d, GuaranteedPeriod* out) {
     if (c.probing) {
       j.probe_launches += launches;
       j.probe_busy_ns += j.busy_ns;
+    } else {
+      j.recent[c.recent_slot] = {launches, j.busy_ns, 0, j.overlap_ns};
+      if (c.pair_left > 0) {
+        j.pair.launches += launches;
+        j.pair.busy_ns += j.busy_ns;
+        j.pair.overlap_ns += j.overlap_ns;
+      }
     }
     j.busy_ns = 0;
     j.overlap_ns = 0;
   });
+  if (!c.probing) {
+    c.recent_slot = (c.recent_slot + 1) % kPairPeriods;
+    if (c.recent_count < kPairPeriods) ++c.recent_count;
+  }
   return n;
 }
 
 // Ends a probe: each guaranteed peer busy long enough during it gets its speed alone as its
-// baseline (blended with the last one by tuning.probe_weight). Returns how many did.
-int EndProbe(Device& d, const ControllerTuning& tuning) {
+// baseline. Returns how many did; *first: one of them had none before.
+int EndProbe(Device& d, bool* first) {
   int measured = 0;
+  *first = false;
   for (Device::Controller::Job& j : d.ctl.jobs) {
     if (j.probe_busy_ns >= kMinJudgedBusyNs) {
-      const double speed = static_cast<double>(j.probe_launches) / static_cast<double>(j.probe_busy_ns);
-      j.base_per_ns = j.base_per_ns == 0 ? speed : (1 - tuning.probe_weight) * j.base_per_ns + tuning.probe_weight * speed;
+      *first |= j.base_per_ns == 0;
+      j.base_per_ns = static_cast<double>(j.probe_launches) / static_cast<double>(j.probe_busy_ns);
       ++measured;
     }
     j.probe_launches = 0;
@@ -555,10 +591,67 @@ int EndProbe(Device& d, const ControllerTuning& tuning) {
   return measured;
 }
 
-// The opportunistic rate controller, run by the gate thread every pass: additive increase
-// while the guaranteed jobs keep their speed, multiplicative decrease when it drops, and a
-// periodic probe with opportunistic work paused to learn each job's speed alone as it
-// changes (policy.h: GuaranteedSpeed, NextOpportunisticLevel).
+// The guaranteed peers' pooled periods against their current baselines, into out: the pair
+// (pair) or the newest recent_count periods. Returns how many.
+int PooledPeriods(Device& d, bool pair, GuaranteedPeriod* out) {
+  Device::Controller& c = d.ctl;
+  int n = 0;
+  ForEachGuaranteed(d, [&](int i, LedgerComputeEntry& e) {
+    Device::Controller::Job& j = c.jobs[i];
+    if (j.owner != e.state.load(kRlx)) return;
+    GuaranteedPeriod p = pair ? j.pair : GuaranteedPeriod{};
+    if (!pair) {
+      for (uint32_t k = 1; k <= c.recent_count; ++k) {  // the newest first
+        const GuaranteedPeriod& q = j.recent[(c.recent_slot + kPairPeriods - k) % kPairPeriods];
+        p.launches += q.launches;
+        p.busy_ns += q.busy_ns;
+        p.overlap_ns += q.overlap_ns;
+      }
+    }
+    p.base_per_ns = j.base_per_ns;
+    out[n++] = p;
+  });
+  return n;
+}
+
+// MPS: a pair is complete; its sample goes into the estimate, which sets the rate
+// (policy.h, LossEstimate).
+void EndPair(Device& d, uint32_t rate, int peers) {
+  Device::Controller& c = d.ctl;
+  GuaranteedPeriod jobs[kLedgerMaxComputeEntries];
+  const int n = PooledPeriods(d, /*pair=*/true, jobs);
+  const double speed = SpatialSpeed(jobs, n, peers);
+  const double exposure = Exposure(PeriodTotal(jobs, n, /*judged_only=*/true), peers);
+  const bool sampled = speed >= 0 && c.loss.Add(1 - speed, exposure);
+  const uint32_t next = NextSpatialRate(rate, c.loss, sampled, peers);
+  d.opp_rate_permille.store(next, kRlx);
+  c.recent_count = 0;  // periods at the old rate say nothing of the new one
+  TraceLine("compute: controller: pair: guaranteed speed %.3f at exposure %.2f (%s); loss per exposure %.3f over %d; rate %u permille",
+        speed, exposure, sampled ? "sampled" : "not sampled", c.loss.PerExposure(), c.loss.count(), next);
+}
+
+// MPS, between probes: only a loss the noise cannot explain cuts the rate, and brings the
+// next probe forward so that its pair measures the new cost.
+void CheckSpatialCut(Device& d, int64_t now, uint32_t rate, int peers, const ControllerTuning& tuning) {
+  Device::Controller& c = d.ctl;
+  if (c.recent_count < kPairPeriods) return;
+  GuaranteedPeriod jobs[kLedgerMaxComputeEntries];
+  const int n = PooledPeriods(d, /*pair=*/false, jobs);
+  const double speed = SpatialSpeed(jobs, n, peers);
+  if (speed < 0 || speed >= kSpatialCutBelow) return;
+  const uint32_t next = SpatialCut(rate);
+  d.opp_rate_permille.store(next, kRlx);
+  c.recent_count = 0;
+  const int64_t soon = now + tuning.reprobe_after_cut_ns - tuning.probe_every_ns;
+  if (soon > c.last_probe_ns) c.last_probe_ns = soon;
+  TraceLine("compute: controller: cut: guaranteed speed %.3f over %u periods; rate %u permille", speed, kPairPeriods, next);
+}
+
+// The opportunistic rate controller, run by the gate thread every pass. Time-sliced: additive
+// increase while the guaranteed jobs' overlap bound holds, multiplicative decrease when it
+// does not (NextOpportunisticLevel). MPS: a periodic probe with opportunistic work paused
+// learns each job's speed alone as it changes, and the periods around it tell what the
+// opportunistic work costs (LossEstimate, NextSpatialRate, SpatialCut).
 void ControlOpportunisticRate(Device& d, int64_t now) {
   Device::Controller& c = d.ctl;
   if (SampleGuaranteed(d, now)) c.busy_seen = true;
@@ -574,90 +667,94 @@ void ControlOpportunisticRate(Device& d, int64_t now) {
     d.probe_pause.store(false, kRlx);
     c.started = false;
     for (Device::Controller::Job& j : c.jobs) j.base_per_ns = 0;
-    c.below = 0;
     c.held = 0;
     c.hold = 0;
+    c.loss.Clear();
+    c.pair_left = 0;
+    c.recent_count = 0;
     d.opp_tat.store(0, kRlx);
     d.opp_gap_ns.store(0, kRlx);
     return;
   }
   c.busy_seen = false;
   const ControllerTuning& tuning = d.spatial ? kSpatialTuning : kTimeSlicedTuning;
+  const int peers = d.opportunistic_peers.load(kRlx);
   if (tuning.by_overlap && !c.started) {
     c.started = true;
-    c.below = 0;
     c.held = 0;
     c.hold = tuning.hold_periods;
     d.opp_rate_permille.store(tuning.start_permille, kRlx);
     d.opp_gap_ns.store(tuning.start_gap_ns, kRlx);
-    if (g_trace != nullptr) {
-      char line[128];
-      snprintf(line, sizeof line, "compute: controller: guaranteed work busy; rate %u permille, gap %lld us",
-               tuning.start_permille, static_cast<long long>(tuning.start_gap_ns / 1000));
-      g_trace(line);
-    }
+    TraceLine("compute: controller: guaranteed work busy; rate %u permille, gap %lld us", tuning.start_permille,
+          static_cast<long long>(tuning.start_gap_ns / 1000));
     return;
   }
   if (c.probing) {
     if (--c.probe_left > 0) return;
-    const int measured = EndProbe(d, tuning);
-    if (g_trace != nullptr) {
-      char line[160];
-      snprintf(line, sizeof line, "compute: controller: probe measured %d guaranteed job(s) alone; back to rate %u permille, gap %lld us",
-               measured, c.saved_rate, static_cast<long long>(c.saved_gap / 1000));
-      g_trace(line);
-    }
+    bool first = false;
+    const int measured = EndProbe(d, &first);
+    // A job measured for the first time may be hurt more or less than those the samples
+    // came from: the estimate starts again.
+    if (first) c.loss.Clear();
+    TraceLine("compute: controller: probe measured %d guaranteed job(s) alone; back to rate %u permille, gap %lld us",
+          measured, c.saved_rate, static_cast<long long>(c.saved_gap / 1000));
     c.started = true;
     c.probing = false;
+    c.pair_left = kPairPeriods;
     d.probe_pause.store(false, kRlx);
     d.opp_rate_permille.store(c.saved_rate, kRlx);
     d.opp_gap_ns.store(c.saved_gap, kRlx);
+    return;
+  }
+  if (c.pair_left > 0) {  // pooling the pair's second half: no other decision meanwhile
+    if (--c.pair_left == 0) EndPair(d, r, peers);
     return;
   }
   // A job busy enough to judge but with no speed alone yet (it started, or was too idle at
   // the last probe) is measured soon, not at the next regular probe.
   bool unknown = false;
   for (int i = 0; i < n; ++i) unknown |= jobs[i].base_per_ns == 0 && jobs[i].busy_ns >= kMinJudgedBusyNs;
-  if (!tuning.by_overlap && (!c.started || now - c.last_probe_ns >= tuning.probe_every_ns ||
-                             (unknown && now - c.last_probe_ns >= kUnknownJobProbeNs))) {
+  if (!tuning.by_overlap &&
+      (!c.started || now - c.last_probe_ns >= tuning.probe_every_ns || (unknown && now - c.last_probe_ns >= kUnknownJobProbeNs))) {
+    // The pair's first half: the newest periods, at the rate the probe returns to.
+    GuaranteedPeriod before[kLedgerMaxComputeEntries];
+    PooledPeriods(d, /*pair=*/false, before);
+    int k = 0;
+    ForEachGuaranteed(d, [&](int i, LedgerComputeEntry& e) {
+      Device::Controller::Job& j = c.jobs[i];
+      if (j.owner == e.state.load(kRlx)) j.pair = c.started ? before[k++] : GuaranteedPeriod{};
+    });
     c.probing = true;
     c.probe_left = tuning.probe_periods;
     for (Device::Controller::Job& j : c.jobs) {
       j.probe_launches = 0;
       j.probe_busy_ns = 0;
     }
-    c.below = 0;
     c.last_probe_ns = now;
     c.saved_rate = c.started ? r : tuning.start_permille;
     c.saved_gap = c.started ? d.opp_gap_ns.load(kRlx) : tuning.start_gap_ns;
-    if (!c.started) c.hold = tuning.hold_periods;
     d.opp_rate_permille.store(0, kRlx);
     d.probe_pause.store(true, kRlx);
     return;
   }
   // Too little busy time in the period says nothing of the jobs' speed.
-  const int peers = d.opportunistic_peers.load(kRlx);
   const double speed = tuning.by_overlap ? OverlapSpeed(jobs, n, peers) : SpatialSpeed(jobs, n, peers);
   if (speed < 0) return;
-  const OpportunisticLevel next =
-      NextOpportunisticLevel({r, d.opp_gap_ns.load(kRlx), c.below, c.held, c.hold}, speed, 1.0, tuning);
-  c.below = next.below;
+  const GuaranteedPeriod total = PeriodTotal(jobs, n);
+  if (!tuning.by_overlap) {
+    TraceLine("compute: controller: guaranteed speed %.3f (busy %lld ms, overlap %lld us); rate %u permille",
+          speed, static_cast<long long>(total.busy_ns / 1'000'000), static_cast<long long>(total.overlap_ns / 1000), r);
+    CheckSpatialCut(d, now, r, peers, tuning);
+    return;
+  }
+  const OpportunisticLevel next = NextOpportunisticLevel({r, d.opp_gap_ns.load(kRlx), c.held, c.hold}, speed, 1.0, tuning);
   c.held = next.held;
   c.hold = next.hold;
-  if (next.rate_permille < r && tuning.reprobe_after_cut_ns > 0) {
-    const int64_t soon = now + tuning.reprobe_after_cut_ns - tuning.probe_every_ns;
-    if (soon > c.last_probe_ns) c.last_probe_ns = soon;
-  }
   d.opp_gap_ns.store(next.gap_ns, kRlx);
   d.opp_rate_permille.store(next.rate_permille, kRlx);
-  if (g_trace != nullptr) {
-    const GuaranteedPeriod total = PeriodTotal(jobs, n);
-    char line[512];
-    snprintf(line, sizeof line,
-             "compute: controller: guaranteed speed %.3f (busy %lld ms, overlap %lld us); rate %u permille, gap %lld us, next step after %u periods",
-             speed, static_cast<long long>(total.busy_ns / 1'000'000), static_cast<long long>(total.overlap_ns / 1000), next.rate_permille, static_cast<long long>(next.gap_ns / 1000), next.hold < 1 ? 1 : next.hold);
-    g_trace(line);
-  }
+  TraceLine("compute: controller: guaranteed speed %.3f (busy %lld ms, overlap %lld us); rate %u permille, gap %lld us, next step after %u periods",
+        speed, static_cast<long long>(total.busy_ns / 1'000'000), static_cast<long long>(total.overlap_ns / 1000),
+        next.rate_permille, static_cast<long long>(next.gap_ns / 1000), next.hold < 1 ? 1 : next.hold);
 }
 
 constexpr uint32_t kRunningBit = kComputeShareRunning;

@@ -88,8 +88,8 @@ inline constexpr int64_t kMaxGapNs = kProbeGapNs;         // the most conservati
 // time on different SMs instead of taking turns, so opportunistic work next to busy
 // guaranteed work costs it only what the shared SMs, memory and caches cost, not a
 // context switch and a time slice. There the controller starts opportunistic work at the
-// full rate and backs off only as far as the guaranteed jobs' progress needs
-// (kSpatialTuning); and queued opportunistic work does not hold guaranteed kernels back, so
+// full rate and learns what it costs the guaranteed jobs from paired probes (below:
+// LossEstimate); and queued opportunistic work does not hold guaranteed kernels back, so
 // it may keep as much queued as capped work does.
 
 // What the controller lets opportunistic work do next period. Two knobs, used one at a time:
@@ -102,103 +102,72 @@ inline constexpr int64_t kMaxGapNs = kProbeGapNs;         // the most conservati
 struct OpportunisticLevel {
   uint32_t rate_permille = 0;
   int64_t gap_ns = 0;
-  uint32_t below = 0;  // consecutive periods below the floor not yet acted on
   uint32_t held = 0;   // consecutive periods that held, not yet acted on
   uint32_t hold = 0;   // periods that must hold before the next step towards more sharing (0: 1)
   bool operator==(const OpportunisticLevel&) const = default;
 };
 
-// How eagerly the controller moves. Time-sliced: every period below the floor costs the
-// guaranteed job a context switch per opportunistic kernel, so opportunistic work starts
-// with no rate, one such period is enough to back off, and the rate grows slowly. Spatial
-// (MPS): it starts free; too much opportunistic work costs the guaranteed job only a few
-// percent, a single 250 ms period is within the noise of its progress, and the work it
-// gives up is large, so the controller backs off after two
-// periods below the floor in a row and grows the rate faster (5 points and a quarter of the
-// rate per period: back from a cut to 5% within two seconds).
-// Spatial sharing also backs off in proportion: the guaranteed job's loss grows about
-// linearly with the opportunistic rate, so from a loss L at rate r the rate that costs it
-// (1 - kGuaranteedFloor) is about r * (1 - kGuaranteedFloor) / L; the controller goes there in
-// one step, cutting to no less than a quarter (a noisy period must not throw away most of
-// the rate) and no more than 70%; starting free, two cuts reach 6%.
-// Its baseline (the guaranteed job's progress with opportunistic work paused) is what every
-// decision compares with, so there it is measured over two periods instead of one (every
-// 6 s, and 1 s after every cut), and each probe replaces the last one's value.
-// Time-sliced, a saturating guaranteed job gives opportunistic work almost nothing at any
-// level (an H100 trace: a rate of 1-4% and gap 0 gave it 0.6% of its speed) while each
-// level tried costs the guaranteed job a period below the floor. So there a busy period
-// starts from the safe end (rate 0, gap 4 ms: only idle stretches that long are entered),
-// moves one step towards more sharing only after the guaranteed job has held for a second,
-// and every shortfall doubles that wait (up to 4 s): the controller settles where the job
-// holds instead of sawing around the floor.
+// How the controller moves. Time-sliced (NextOpportunisticLevel, judged by OverlapSpeed): every
+// period below the floor costs the guaranteed job a context switch per opportunistic kernel,
+// so opportunistic work starts with no rate, one such period is enough to back off, and the
+// rate grows slowly. A saturating guaranteed job gives opportunistic work almost nothing at
+// any level (an H100 trace: a rate of 1-4% and gap 0 gave it 0.6% of its speed) while each
+// level tried costs the guaranteed job a period below the floor. So a busy period starts
+// from the safe end (rate 0, gap 4 ms: only idle stretches that long are entered), moves one
+// step towards more sharing only after the guaranteed job has held for a second, and every
+// shortfall doubles that wait (up to 4 s): the controller settles where the job holds
+// instead of sawing around the floor.
+// Spatial (MPS, NextSpatialRate): it starts free and sets the rate from the cost it has
+// measured in paired probes, cutting between probes only on a large loss (SpatialCut).
 struct ControllerTuning {
   uint32_t start_permille;  // the rate once guaranteed work is busy (after the first probe where there is one)
-  uint32_t step_permille;   // additive increase per period ...
-  bool grow_quarter;        // ... plus a quarter of the rate
-  uint32_t confirm;        // periods below the floor in a row before backing off
-  bool proportional;       // back off in proportion to the loss (else: halve)
-  uint32_t probe_periods;  // length of a baseline probe
-  int64_t probe_every_ns;  // one probe per this long
-  // After a cut, probe again this soon (0: at the usual time): when the whole machine slowed
-  // down (the guaranteed job's own speed drifts), the cut was not the opportunistic work's
-  // doing, and the fresh baseline lets the rate grow back.
+  uint32_t step_permille;   // additive increase per step
+  uint32_t probe_periods;   // length of a baseline probe (spatial)
+  int64_t probe_every_ns;   // one probe per this long (spatial)
+  // After a cut, probe again this soon (0: at the usual time; spatial): the probe's pair
+  // tells whether the loss that caused the cut was the opportunistic work's doing.
   int64_t reprobe_after_cut_ns;
-  double probe_weight;  // weight of a new probe in the baseline (1: it replaces the old one)
-  int64_t start_gap_ns;   // the gap then
+  int64_t start_gap_ns;   // the gap at the start (time-sliced)
   uint32_t hold_periods;  // periods that must hold before a step towards more sharing ...
   bool backoff;           // ... doubled by every shortfall (up to kMaxHoldPeriods)
   // Judge the guaranteed jobs by OverlapSpeed (no baseline, no probes: the probe fields are
-  // unused; time-sliced GPUs), else by SpatialSpeed (GuaranteedSpeed against probed
-  // baselines, never below the overlap's bound).
+  // unused; time-sliced GPUs), else by SpatialSpeed against probed baselines, in pairs.
   bool by_overlap;
 };
 inline constexpr uint32_t kMaxHoldPeriods = static_cast<uint32_t>(kProbeEveryNs / kControlPeriodNs);
-inline constexpr ControllerTuning kTimeSlicedTuning{0,   kRateStepPermille, false, 1, false, 1, kProbeEveryNs, 0, 0.5,
-                                                    4 * kGapStepNs, 4, true, true};
-inline constexpr ControllerTuning kSpatialTuning{1000, 2 * kRateStepPermille, true, 2, true, 2, 6'000'000'000, 1'000'000'000, 1.0,
-                                                 0, 1, false, false};
+inline constexpr ControllerTuning kTimeSlicedTuning{0, kRateStepPermille, 1, kProbeEveryNs, 0, 4 * kGapStepNs, 4, true, true};
+inline constexpr ControllerTuning kSpatialTuning{1000, 2 * kRateStepPermille, 2, 6'000'000'000, 1'000'000'000, 0, 1, false,
+                                                 false};
 
-// One step of the controller. Guaranteed progress below kGuaranteedFloor of the baseline
-// (measured with opportunistic work paused) for tuning.confirm periods: the rate halves (or
-// is cut in proportion to the loss, tuning.proportional); at
-// rate 0 the gap doubles (1, 2, 4 ... 20 ms); with tuning.backoff the wait before the next
-// step towards more sharing doubles. Progress holds (for cur.hold periods in a row): the gap
-// shrinks by 1 ms; at gap 0 the rate grows by tuning.step_permille. Backing off is
-// multiplicative and advancing additive, so the guaranteed job spends little time below the
-// floor.
+// One step of the time-sliced controller. Guaranteed progress below kGuaranteedFloor of the
+// baseline: the rate halves; at rate 0 the gap doubles (1, 2, 4 ... 20 ms); with
+// tuning.backoff the wait before the next step towards more sharing doubles. Progress holds
+// (for cur.hold periods in a row): the gap shrinks by 1 ms; at gap 0 the rate grows by
+// tuning.step_permille. Backing off is multiplicative and advancing additive, so the
+// guaranteed job spends little time below the floor.
 inline OpportunisticLevel NextOpportunisticLevel(OpportunisticLevel cur, double progress, double baseline,
                                                  const ControllerTuning& tuning = kTimeSlicedTuning) {
   const bool holds = !(baseline > 0 && progress < kGuaranteedFloor * baseline);
   if (!holds) {
     cur.held = 0;
-    if (++cur.below < tuning.confirm) return cur;
-    cur.below = 0;
     if (tuning.backoff) {
       const uint32_t wait = cur.hold < 1 ? 1 : cur.hold;
       cur.hold = wait * 2 > kMaxHoldPeriods ? kMaxHoldPeriods : wait * 2;
     }
     if (cur.rate_permille > 0) {
-      uint32_t next = cur.rate_permille / 2;
-      if (tuning.proportional) {
-        const double loss = 1.0 - progress / baseline;  // > 1 - kGuaranteedFloor here
-        double factor = (1.0 - kGuaranteedFloor) / loss;
-        factor = factor > 0.7 ? 0.7 : factor < 0.25 ? 0.25 : factor;
-        next = static_cast<uint32_t>(cur.rate_permille * factor);
-      }
+      const uint32_t next = cur.rate_permille / 2;
       cur.rate_permille = next < 10 ? 0 : next;
     } else {
       cur.gap_ns = cur.gap_ns < kGapStepNs ? kGapStepNs : (cur.gap_ns * 2 > kMaxGapNs ? kMaxGapNs : cur.gap_ns * 2);
     }
     return cur;
   }
-  cur.below = 0;
   if (++cur.held < cur.hold) return cur;
   cur.held = 0;
   if (cur.gap_ns > 0) {
     cur.gap_ns = cur.gap_ns > kGapStepNs ? cur.gap_ns - kGapStepNs : 0;
   } else {
-    const uint32_t step = tuning.step_permille + (tuning.grow_quarter ? cur.rate_permille / 4 : 0);
-    cur.rate_permille = cur.rate_permille + step > 1000 ? 1000 : cur.rate_permille + step;
+    cur.rate_permille = cur.rate_permille + tuning.step_permille > 1000 ? 1000 : cur.rate_permille + tuning.step_permille;
   }
   return cur;
 }
@@ -274,6 +243,103 @@ inline double SpatialSpeed(const GuaranteedPeriod* jobs, int n, int opportunisti
   if (measured < 0) return -1;
   const double bound = OverlapBound(PeriodTotal(jobs, n, /*judged_only=*/true), opportunistic_peers);
   return bound > measured ? bound : measured;
+}
+
+// ---- MPS: what opportunistic work costs, from paired probes -------------------------------
+//
+// On MPS the guaranteed jobs' speed is read against a baseline measured with opportunistic
+// work paused, and on a real host that reading moves more than the floor allows on its own:
+// on an H100 a ResNet-50 training job's 250 ms readings ranged 0.87-1.31 of its baseline
+// with a mean of 1.006, and the same job alone drifted by 5-8% from one 2 s stretch to the
+// next. A controller that reacts to single readings (it used to cut after two periods below
+// the floor, in proportion to the loss, and grow the rate back between cuts) spends much of
+// the time cut for noise, and where opportunistic work truly costs a few percent it saws
+// around the floor instead of settling below it.
+//
+// So the controller estimates the cost instead. Every probe (opportunistic work paused for
+// kSpatialTuning.probe_periods) is paired with the kPairPeriods periods before it and after
+// it, all at one rate: the guaranteed jobs' pooled speed in those periods against the
+// probe's baseline is one sample of the loss, 1 - SpatialSpeed, at one exposure, the share
+// of their busy time in which opportunistic work was queued beside theirs. Periods seconds
+// apart share most of the host's drift, so the pair cancels it where a baseline 6 s old did
+// not. The loss grows about linearly with the exposure, so the samples' least-squares slope
+// through 0 (the loss per unit exposure, l) over the last kLossSamples probes sets the
+// rate: the exposure that costs (1 - kGuaranteedFloor), (1 - kGuaranteedFloor) / l, shared
+// with the other opportunistic processes. Between probes only a loss the noise cannot explain
+// (a pooled speed under kSpatialCutBelow over kPairPeriods periods: a guaranteed job started,
+// or the opportunistic job changed what it runs) cuts the rate at once, in proportion, and
+// brings the next probe forward.
+inline constexpr uint32_t kPairPeriods = 2;       // periods pooled on each side of a probe
+inline constexpr int kLossSamples = 8;            // probes the estimate remembers (48 s at one per 6 s)
+inline constexpr double kMinExposure = 0.1;       // a sample with less exposure tells nothing
+inline constexpr double kSpatialCutBelow = 0.80;  // a pooled speed below this cuts at once
+
+// The share of the judged jobs' busy time in which this process had work queued beside
+// theirs, each other opportunistic process counted as much, at most 1 (1 - OverlapBound).
+inline double Exposure(const GuaranteedPeriod& total, int opportunistic_peers) {
+  return total.busy_ns <= 0 ? 0 : 1 - OverlapBound(total, opportunistic_peers);
+}
+
+// Loss per unit exposure from paired probes (least squares through 0 over the newest
+// kLossSamples samples of enough exposure).
+class LossEstimate {
+ public:
+  // One pair's sample; false (and nothing kept) below kMinExposure.
+  bool Add(double loss, double exposure) {
+    if (!(exposure >= kMinExposure)) return false;
+    samples_[next_] = {loss, exposure > 1 ? 1 : exposure};
+    next_ = (next_ + 1) % kLossSamples;
+    if (count_ < kLossSamples) ++count_;
+    return true;
+  }
+  int count() const { return count_; }
+  // l >= 0 (a guaranteed job that ran faster beside opportunistic work lost nothing); -1 with
+  // no sample.
+  double PerExposure() const {
+    if (count_ == 0) return -1;
+    double num = 0, den = 0;
+    for (int i = 0; i < count_; ++i) {
+      num += samples_[i].loss * samples_[i].exposure;
+      den += samples_[i].exposure * samples_[i].exposure;
+    }
+    return num > 0 ? num / den : 0;
+  }
+  void Clear() { count_ = next_ = 0; }
+
+ private:
+  struct Sample {
+    double loss, exposure;
+  };
+  Sample samples_[kLossSamples] = {};
+  int count_ = 0, next_ = 0;
+};
+
+// The rate whose exposure costs the guaranteed jobs (1 - kGuaranteedFloor) at loss per
+// exposure l (< 0: nothing known, no limit); the other opportunistic processes take as much.
+inline uint32_t RateForLoss(double per_exposure, int opportunistic_peers) {
+  if (per_exposure <= 1 - kGuaranteedFloor) return 1000;
+  const double exposure = (1 - kGuaranteedFloor) / per_exposure / (1 + opportunistic_peers);
+  return static_cast<uint32_t>(exposure * 1000);
+}
+
+// The rate after a pair: the estimate's, but where this pair's exposure was too small to
+// sample (the rate was cut low, or the opportunistic job had little to run) it only grows
+// towards it, by tuning.step_permille and a quarter of the rate, so the next pair can tell.
+inline uint32_t NextSpatialRate(uint32_t rate_permille, const LossEstimate& estimate, bool sampled,
+                                int opportunistic_peers, const ControllerTuning& tuning = kSpatialTuning) {
+  const uint32_t target = RateForLoss(estimate.PerExposure(), opportunistic_peers);
+  if (sampled || target <= rate_permille) return target;
+  const uint32_t grown = rate_permille + tuning.step_permille + rate_permille / 4;
+  return grown < target ? grown : target;
+}
+
+// A cut between probes, from a pooled speed below kSpatialCutBelow: the loss grows about
+// linearly with the rate, so a loss of 20% or more at rate r puts the rate that costs
+// (1 - kGuaranteedFloor) at 0.15 r or less; the cut goes to a quarter (one reading must not
+// throw the whole rate away), and the probe it brings forward measures the rest.
+inline uint32_t SpatialCut(uint32_t rate_permille) {
+  const uint32_t next = rate_permille / 4;
+  return next < 10 ? 0 : next;
 }
 
 // Queued-ahead bound: launches may go on while the estimated queued work
