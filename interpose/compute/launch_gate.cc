@@ -663,13 +663,15 @@ void ControlOpportunisticRate(Device& d, int64_t now) {
   if (!c.busy_seen) {
     // No guaranteed work: nothing to protect (the gate lets opportunistic work run freely),
     // and time used meanwhile is not held against the rate once guaranteed work returns.
+    // When it does, a probe measures the jobs' speed alone first; what the opportunistic
+    // work costs them (MPS) is kept: a job that paused (an evaluation, a checkpoint, a
+    // server between requests) is hurt as before, and a job seen for the first time clears
+    // it (EndProbe).
     c.probing = false;
     d.probe_pause.store(false, kRlx);
     c.started = false;
-    for (Device::Controller::Job& j : c.jobs) j.base_per_ns = 0;
     c.held = 0;
     c.hold = 0;
-    c.loss.Clear();
     c.pair_left = 0;
     c.recent_count = 0;
     d.opp_tat.store(0, kRlx);
