@@ -591,23 +591,20 @@ int EndProbe(Device& d, bool* first) {
   return measured;
 }
 
-// The guaranteed peers' pooled periods against their current baselines, into out: the pair
-// (pair) or the newest recent_count periods. Returns how many.
-int PooledPeriods(Device& d, bool pair, GuaranteedPeriod* out) {
+// A guaranteed peer's k-th newest period (1: the newest; k <= recent_count).
+const GuaranteedPeriod& NewestPeriod(const Device::Controller& c, const Device::Controller::Job& j, uint32_t k) {
+  return j.recent[(c.recent_slot + kPairPeriods - k) % kPairPeriods];
+}
+
+// The guaranteed peers' periods against their current baselines, into out: the pair pooled
+// (pair), else the k-th newest period (1: the newest; k <= recent_count). Returns how many.
+int PeerPeriods(Device& d, bool pair, uint32_t k, GuaranteedPeriod* out) {
   Device::Controller& c = d.ctl;
   int n = 0;
   ForEachGuaranteed(d, [&](int i, LedgerComputeEntry& e) {
     Device::Controller::Job& j = c.jobs[i];
     if (j.owner != e.state.load(kRlx)) return;
-    GuaranteedPeriod p = pair ? j.pair : GuaranteedPeriod{};
-    if (!pair) {
-      for (uint32_t k = 1; k <= c.recent_count; ++k) {  // the newest first
-        const GuaranteedPeriod& q = j.recent[(c.recent_slot + kPairPeriods - k) % kPairPeriods];
-        p.launches += q.launches;
-        p.busy_ns += q.busy_ns;
-        p.overlap_ns += q.overlap_ns;
-      }
-    }
+    GuaranteedPeriod p = pair ? j.pair : NewestPeriod(c, j, k);
     p.base_per_ns = j.base_per_ns;
     out[n++] = p;
   });
@@ -619,7 +616,7 @@ int PooledPeriods(Device& d, bool pair, GuaranteedPeriod* out) {
 void EndPair(Device& d, uint32_t rate, int peers) {
   Device::Controller& c = d.ctl;
   GuaranteedPeriod jobs[kLedgerMaxComputeEntries];
-  const int n = PooledPeriods(d, /*pair=*/true, jobs);
+  const int n = PeerPeriods(d, /*pair=*/true, 0, jobs);
   const double speed = SpatialSpeed(jobs, n, peers);
   const double exposure = Exposure(PeriodTotal(jobs, n, /*judged_only=*/true), peers);
   const bool sampled = speed >= 0 && c.loss.Add(1 - speed, exposure);
@@ -631,20 +628,26 @@ void EndPair(Device& d, uint32_t rate, int peers) {
 }
 
 // MPS, between probes: only a loss the noise cannot explain cuts the rate, and brings the
-// next probe forward so that its pair measures the new cost.
+// next probe forward so that its pair measures the new cost. That is kPairPeriods periods in
+// a row, each below kSpatialCutBelow: a host's stall slows the guaranteed job as much, but
+// seldom for half a second.
 void CheckSpatialCut(Device& d, int64_t now, uint32_t rate, int peers, const ControllerTuning& tuning) {
   Device::Controller& c = d.ctl;
   if (c.recent_count < kPairPeriods) return;
-  GuaranteedPeriod jobs[kLedgerMaxComputeEntries];
-  const int n = PooledPeriods(d, /*pair=*/false, jobs);
-  const double speed = SpatialSpeed(jobs, n, peers);
-  if (speed < 0 || speed >= kSpatialCutBelow) return;
+  double fastest = 0;
+  for (uint32_t k = 1; k <= kPairPeriods; ++k) {
+    GuaranteedPeriod jobs[kLedgerMaxComputeEntries];
+    const double speed = SpatialSpeed(jobs, PeerPeriods(d, /*pair=*/false, k, jobs), peers);
+    if (speed < 0) return;
+    fastest = speed > fastest ? speed : fastest;
+  }
+  if (fastest >= kSpatialCutBelow) return;
   const uint32_t next = SpatialCut(rate);
   d.opp_rate_permille.store(next, kRlx);
   c.recent_count = 0;
   const int64_t soon = now + tuning.reprobe_after_cut_ns - tuning.probe_every_ns;
   if (soon > c.last_probe_ns) c.last_probe_ns = soon;
-  TraceLine("compute: controller: cut: guaranteed speed %.3f over %u periods; rate %u permille", speed, kPairPeriods, next);
+  TraceLine("compute: controller: cut: guaranteed speed at most %.3f in %u periods; rate %u permille", fastest, kPairPeriods, next);
 }
 
 // The opportunistic rate controller, run by the gate thread every pass. Time-sliced: additive
@@ -719,12 +722,16 @@ void ControlOpportunisticRate(Device& d, int64_t now) {
   if (!tuning.by_overlap &&
       (!c.started || now - c.last_probe_ns >= tuning.probe_every_ns || (unknown && now - c.last_probe_ns >= kUnknownJobProbeNs))) {
     // The pair's first half: the newest periods, at the rate the probe returns to.
-    GuaranteedPeriod before[kLedgerMaxComputeEntries];
-    PooledPeriods(d, /*pair=*/false, before);
-    int k = 0;
     ForEachGuaranteed(d, [&](int i, LedgerComputeEntry& e) {
       Device::Controller::Job& j = c.jobs[i];
-      if (j.owner == e.state.load(kRlx)) j.pair = c.started ? before[k++] : GuaranteedPeriod{};
+      if (j.owner != e.state.load(kRlx)) return;
+      j.pair = {};
+      for (uint32_t k = 1; c.started && k <= c.recent_count; ++k) {
+        const GuaranteedPeriod& q = NewestPeriod(c, j, k);
+        j.pair.launches += q.launches;
+        j.pair.busy_ns += q.busy_ns;
+        j.pair.overlap_ns += q.overlap_ns;
+      }
     });
     c.probing = true;
     c.probe_left = tuning.probe_periods;
