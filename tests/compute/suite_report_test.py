@@ -90,5 +90,48 @@ class TurnsTest(unittest.TestCase):
         self.assertEqual(suite.round_ratios({}, "overhead", "g", "n"), [])
 
 
+def together_state(suite, speeds, phase_s=4.0):
+    """A case-3 configuration in TOGETHER phases: speeds[k] = (g's, o's steps per second) in
+    phase k (0: no step)."""
+    pattern = suite.interleaved(suite.TOGETHER, rounds=len(speeds) // len(suite.TOGETHER))
+    state = {"phases": [[100 + k * phase_s, 100 + (k + 1) * phase_s, ids] for k, ids in enumerate(pattern)]}
+    for j, ident in enumerate(("g", "o")):
+        ends = []
+        for (a, b, _), speed in zip(state["phases"], speeds):
+            if speed[j]:
+                ends += [a + suite.SETTLE_S + 0.01 + i / speed[j] for i in range(int((b - a - suite.SETTLE_S - 0.02) * speed[j]) + 1)]
+        state[ident] = {"step_ends": ends}
+    return state
+
+
+class HeldBackTest(unittest.TestCase):
+    def test_only_together_phases_with_the_partner_held_back_count_against_the_alone_phase_before(self):
+        suite = load_suite(cases="3")
+        # g alone, together, o alone, together; twice. o alone at 20/s. Held back (<= 15%: 3/s)
+        # in phases 1 and 5 (g 34 after 40: 0.85, and 36 after 30: 1.2); at full speed beside
+        # g in phases 3 and 7, which do not count.
+        speeds = [(40, 0), (34, 2), (0, 20), (30, 18), (30, 0), (36, 0), (0, 20), (25, 19)]
+        state = {"train/gslice-mps": together_state(suite, speeds)}
+        ratios = suite.held_back_ratios(state, "train/gslice-mps")
+        self.assertEqual(len(ratios), 2, ratios)
+        self.assertAlmostEqual(ratios[0], 34 / 40, places=2)
+        self.assertAlmostEqual(ratios[1], 36 / 30, places=2)
+        # A partner just over the line (4/s of 20) does not count.
+        speeds[1] = (34, 4)
+        self.assertEqual(len(suite.held_back_ratios({"train/gslice-mps": together_state(suite, speeds)}, "train/gslice-mps")), 1)
+        self.assertIsNone(suite.held_back_ratios({}, "train/gslice-mps"))
+
+    def test_the_report_gives_the_median_as_an_info_line(self):
+        suite = load_suite(cases="3")
+        speeds = [(40, 0), (34, 2), (0, 20), (30, 18)] * 2
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            suite.report({"train/gslice-mps": together_state(suite, speeds)}, None)
+        line = [l for l in out.getvalue().splitlines() if l.startswith("RESULT compute.train.held_back.gslice-mps ")]
+        self.assertEqual(len(line), 1, out.getvalue())
+        self.assertIn(" INFO ", line[0])
+        self.assertIn("median 0.850 over 2 phases", line[0])
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -386,6 +386,32 @@ def round_ratios(state, key, ident, base):
     return [x / y for x, y in zip(turn_rates(state, key, ident), turn_rates(state, key, base)) if x and y]
 
 
+# Case 3's held-back diagnostic: the together phases in which the opportunistic job did at
+# most HELD_BACK of its speed alone (held back at its gate). There its GPU work can have cost
+# the guaranteed job little more than that share; a larger loss against the guaranteed job's
+# alone phase just before comes from something else (the host between phases, or the partner
+# process being live at all), which no opportunistic rate can take back. The selection leans
+# towards the host's slow moments: controllers cut the rate when they read the guaranteed job
+# slow, whatever the cause.
+HELD_BACK = 0.15
+
+
+def held_back_ratios(state, key, g="g", o="o"):
+    """g's speed in each together phase in which o did at most HELD_BACK of its speed alone,
+    over g's speed in its most recent alone phase before it, in phase order (None when the
+    configuration has no such result)."""
+    gc, oc, o_alone = phase_counts(state, key, g), phase_counts(state, key, o), phase_steps(state, key, o, [o])
+    if gc is None or oc is None or not o_alone:
+        return None
+    ratios, last_alone = [], None
+    for (who, n, sec), (_, m, o_sec) in zip(gc, oc):
+        if sorted(who) == [g]:
+            last_alone = n / sec if n else None
+        elif sorted(who) == sorted([g, o]) and last_alone and n and (m / o_sec if m else 0.0) <= HELD_BACK * o_alone:
+            ratios.append(n / sec / last_alone)
+    return ratios
+
+
 def quartiles(xs):
     """(lower quartile, median, upper quartile) of xs, or None for fewer than two values."""
     if len(xs) < 2:
@@ -516,6 +542,15 @@ def report(state, md_path):
             rows.append(("3 train", f"{label}: guaranteed / opportunistic", "together × alone",
                          "", "", "", f"{fmt(gm, '{:.3f}')} / {fmt(om, '{:.3f}')}", "≥0.97 / ≥0.70", err(state, f"train/{cfg}")))
             result(f"compute.train.{key}", None, f"{label}: guaranteed {fmt(gm, '{:.3f}')}, opportunistic {fmt(om, '{:.3f}')} × alone")
+        for cfg in configs + tuple(cfg for cfg, *_ in EXTRA_GSLICE):
+            held = held_back_ratios(state, f"train/{cfg}")
+            if not held:
+                continue
+            detail = f"median {fmt(statistics.median(held), '{:.3f}')} over {len(held)} phase{'s' if len(held) != 1 else ''} ({fmt(min(held), '{:.2f}')}–{fmt(max(held), '{:.2f}')})"
+            rows.append(("3 train", f"{cfg}: guaranteed beside a held-back partner (≤{HELD_BACK:.0%} of its speed alone)",
+                         "× its alone phase before", "", "", "", detail, "", "not the partner's GPU work"))
+            result(f"compute.train.held_back.{cfg}", None, f"guaranteed beside the opportunistic job held to ≤{HELD_BACK:.0%} "
+                                                         f"of its speed alone, × its alone phase before: {detail}")
         g, o = both["gslice"]["g"], both["gslice"]["o"]
         result("compute.train.guaranteed", g is not None and g >= 0.97, f"gslice {fmt(g, '{:.3f}')}× alone (≥0.97); plain {fmt(both['coexec']['g'], '{:.3f}')}, MPS {fmt(both['mps']['g'], '{:.3f}')}")
         result("compute.train.opportunistic", o is not None and o >= 0.70, f"gslice {fmt(o, '{:.3f}')}× alone (≥0.70); plain {fmt(both['coexec']['o'], '{:.3f}')}, MPS {fmt(both['mps']['o'], '{:.3f}')}")
