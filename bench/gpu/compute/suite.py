@@ -35,7 +35,8 @@ COMPUTE_OVERHEAD_ROUNDS and COMPUTE_OVERHEAD_PHASE_S (case 5's rounds of turns, 
 seconds per turn, default 3), COMPUTE_OVERHEAD_LAYERS=1 (case 5 also runs the layers between
 native and gslice run),
 COMPUTE_MPS_OPP_NORMAL=1 (cases 3 and 4 also run gslice on MPS with the opportunistic process
-at MPS's normal client priority, "gslice-mps-normal"),
+at MPS's normal client priority, "gslice-mps-normal"), COMPUTE_MPS_HELD=1 (the same with the
+opportunistic process held to a 1% cap, "gslice-mps-held"),
 GSLICE_BUILD (build folder holding bin/gslice).
 """
 
@@ -66,12 +67,18 @@ COMPARE_BUILD = os.environ.get("COMPUTE_COMPARE_BUILD") or None
 # Cases 3 and 4's time-sliced gslice configurations: name and build (None: GSLICE_BUILD).
 GSLICE_BUILDS = [("gslice", None)] + ([("gslice-compare", COMPARE_BUILD)] if COMPARE_BUILD else [])
 # Cases 3 and 4's further gslice-on-MPS configurations: name, the row's label, the build (None:
-# GSLICE_BUILD) and the opportunistic process's extra environment.
+# GSLICE_BUILD), the opportunistic process's extra environment and its extra gslice run flags.
+# COMPUTE_MPS_HELD=1 adds a partner held to 1% of the GPU by a cap: live, launching, gated,
+# its GPU work too small to matter, so what the guaranteed job loses beside it against its
+# alone phases (the partner paused) is the cost of such a partner being there at all
+# (held_back_ratios, below).
 MPS_VARIANTS = [(f"gslice-mps-t{p}", f"gslice on MPS, opportunistic at {p}% threads", None,
-                 {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(p)}) for p in GSLICE_MPS_OPP_THREADS] + (
-    [("gslice-mps-compare", f"gslice on MPS, compare build ({COMPARE_BUILD})", COMPARE_BUILD, {})] if COMPARE_BUILD else []) + (
-    [("gslice-mps-normal", "gslice on MPS, opportunistic at normal client priority", None, {"CUDA_MPS_CLIENT_PRIORITY": "0"})]
-    if os.environ.get("COMPUTE_MPS_OPP_NORMAL") == "1" else [])
+                 {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(p)}, ()) for p in GSLICE_MPS_OPP_THREADS] + (
+    [("gslice-mps-compare", f"gslice on MPS, compare build ({COMPARE_BUILD})", COMPARE_BUILD, {}, ())] if COMPARE_BUILD else []) + (
+    [("gslice-mps-normal", "gslice on MPS, opportunistic at normal client priority", None, {"CUDA_MPS_CLIENT_PRIORITY": "0"}, ())]
+    if os.environ.get("COMPUTE_MPS_OPP_NORMAL") == "1" else []) + (
+    [("gslice-mps-held", "gslice on MPS, opportunistic held to a 1% cap", None, {}, ("--compute=1%",))]
+    if os.environ.get("COMPUTE_MPS_HELD") == "1" else [])
 # Cases 3 and 4's report rows for gslice configurations beyond the table's gslice column:
 # name, the row's label and the RESULT line's key.
 EXTRA_GSLICE = [("gslice-mps", "gslice on MPS", "on-mps")] + (
@@ -324,10 +331,10 @@ def phase_mps(state):
         record(state, "train/gslice-mps", run_config("train/gslice-mps", [
             throughput("resnet50", "g", gslice_prefix("--class=guaranteed"), warmup=3),
             throughput("bert-train", "o", gslice_prefix("--class=opportunistic"), warmup=3)], phases=interleaved(TOGETHER)))
-        for cfg, _, build, env in MPS_VARIANTS:
+        for cfg, _, build, env, flags in MPS_VARIANTS:
             record(state, f"train/{cfg}", run_config(f"train/{cfg}", [
                 throughput("resnet50", "g", gslice_prefix("--class=guaranteed", build=build), warmup=3),
-                throughput("bert-train", "o", gslice_prefix("--class=opportunistic", build=build), env=env, warmup=3)],
+                throughput("bert-train", "o", gslice_prefix("--class=opportunistic", *flags, build=build), env=env, warmup=3)],
                 phases=interleaved(TOGETHER)))
     if "4" in CASES:
         service_ms = state.get("solo/server", {}).get("s", {}).get("service_ms")
@@ -339,10 +346,10 @@ def phase_mps(state):
                 server("g", service_ms, gslice_prefix("--class=guaranteed")),
                 throughput("resnet50", "o", gslice_prefix("--class=opportunistic"), warmup=3)],
                 phases=interleaved(TOGETHER)))
-            for cfg, _, build, env in MPS_VARIANTS:
+            for cfg, _, build, env, flags in MPS_VARIANTS:
                 record(state, f"latency/{cfg}", run_config(f"latency/{cfg}", [
                     server("g", service_ms, gslice_prefix("--class=guaranteed", build=build)),
-                    throughput("resnet50", "o", gslice_prefix("--class=opportunistic", build=build), env=env, warmup=3)],
+                    throughput("resnet50", "o", gslice_prefix("--class=opportunistic", *flags, build=build), env=env, warmup=3)],
                     phases=interleaved(TOGETHER)))
 
 
