@@ -527,10 +527,11 @@ def report(state, md_path):
         return None if x is None or not y else x / y
 
     configs = ("coexec", "mps", "gslice")  # the table's columns after solo
+    extra = tuple(cfg for cfg, *_ in EXTRA_GSLICE)  # cases 3 and 4's further gslice configurations
     if "3" in CASES:
         # Interleaved: together / alone for the same process in the same run (phase_steps).
         alone, both = {}, {}
-        for cfg in configs + tuple(cfg for cfg, *_ in EXTRA_GSLICE):
+        for cfg in configs + extra:
             key = f"train/{cfg}"
             alone[cfg] = {j: phase_steps(state, key, j, [j]) for j in ("g", "o")}
             both[cfg] = {j: ratio(phase_steps(state, key, j, ["g", "o"]), alone[cfg][j]) for j in ("g", "o")}
@@ -549,7 +550,7 @@ def report(state, md_path):
             rows.append(("3 train", f"{label}: guaranteed / opportunistic", "together × alone",
                          "", "", "", f"{fmt(gm, '{:.3f}')} / {fmt(om, '{:.3f}')}", "≥0.97 / ≥0.70", err(state, f"train/{cfg}")))
             result(f"compute.train.{key}", None, f"{label}: guaranteed {fmt(gm, '{:.3f}')}, opportunistic {fmt(om, '{:.3f}')} × alone")
-        for cfg in configs + tuple(cfg for cfg, *_ in EXTRA_GSLICE):
+        for cfg in configs + extra:
             held = held_back_ratios(state, f"train/{cfg}")
             if not held:
                 continue
@@ -563,7 +564,7 @@ def report(state, md_path):
         result("compute.train.opportunistic", o is not None and o >= 0.70, f"gslice {fmt(o, '{:.3f}')}× alone (≥0.70); plain {fmt(both['coexec']['o'], '{:.3f}')}, MPS {fmt(both['mps']['o'], '{:.3f}')}")
     if "4" in CASES:
         lat, tr, tr_alone = {}, {}, {}
-        for cfg in configs + ("gslice-server-only",) + tuple(cfg for cfg, *_ in EXTRA_GSLICE):
+        for cfg in configs + ("gslice-server-only",) + extra:
             key = f"latency/{cfg}"
             lat[cfg] = (phase_latency(state, key, "g", ["g"]), phase_latency(state, key, "g", ["g", "o"]))
             tr_alone[cfg] = phase_steps(state, key, "o", ["o"])
