@@ -558,11 +558,7 @@ int CloseGuaranteedPeriod(Device& d, GuaranteedPeriod* out) {
       j.probe_busy_ns += j.busy_ns;
     } else {
       j.recent[c.recent_slot] = {launches, j.busy_ns, 0, j.overlap_ns};
-      if (c.pair_left > 0) {
-        j.pair.launches += launches;
-        j.pair.busy_ns += j.busy_ns;
-        j.pair.overlap_ns += j.overlap_ns;
-      }
+      if (c.pair_left > 0) AddPeriod(&j.pair, j.recent[c.recent_slot]);
     }
     j.busy_ns = 0;
     j.overlap_ns = 0;
@@ -726,12 +722,7 @@ void ControlOpportunisticRate(Device& d, int64_t now) {
       Device::Controller::Job& j = c.jobs[i];
       if (j.owner != e.state.load(kRlx)) return;
       j.pair = {};
-      for (uint32_t k = 1; c.started && k <= c.recent_count; ++k) {
-        const GuaranteedPeriod& q = NewestPeriod(c, j, k);
-        j.pair.launches += q.launches;
-        j.pair.busy_ns += q.busy_ns;
-        j.pair.overlap_ns += q.overlap_ns;
-      }
+      for (uint32_t k = 1; c.started && k <= c.recent_count; ++k) AddPeriod(&j.pair, NewestPeriod(c, j, k));
     });
     c.probing = true;
     c.probe_left = tuning.probe_periods;

@@ -203,13 +203,18 @@ inline double GuaranteedSpeed(const GuaranteedPeriod* jobs, int n) {
   return busy_ns < kMinJudgedBusyNs ? -1 : expected_ns / static_cast<double>(busy_ns);
 }
 
-// Busy and overlap summed over the jobs (judged_only: only those GuaranteedSpeed judges).
+// Adds p's launches, busy and overlap time to *sum (its baseline is left as it is).
+inline void AddPeriod(GuaranteedPeriod* sum, const GuaranteedPeriod& p) {
+  sum->launches += p.launches;
+  sum->busy_ns += p.busy_ns;
+  sum->overlap_ns += p.overlap_ns;
+}
+
+// The jobs' periods summed (judged_only: only those GuaranteedSpeed judges).
 inline GuaranteedPeriod PeriodTotal(const GuaranteedPeriod* jobs, int n, bool judged_only = false) {
   GuaranteedPeriod t;
   for (int i = 0; i < n; ++i) {
-    if (judged_only && !jobs[i].judged()) continue;
-    t.busy_ns += jobs[i].busy_ns;
-    t.overlap_ns += jobs[i].overlap_ns;
+    if (!judged_only || jobs[i].judged()) AddPeriod(&t, jobs[i]);
   }
   return t;
 }
@@ -266,14 +271,14 @@ inline double SpatialSpeed(const GuaranteedPeriod* jobs, int n, int opportunisti
 // not. The loss grows about linearly with the exposure, so the loss per unit exposure, l
 // (the median over the last kLossSamples probes), sets the rate: the exposure that costs
 // (1 - kGuaranteedFloor), (1 - kGuaranteedFloor) / l, shared with the other opportunistic
-// processes. Between probes only a loss the noise cannot explain (a pooled speed under
-// kSpatialCutBelow over kPairPeriods periods: a guaranteed job started, or the opportunistic
-// job changed what it runs) cuts the rate at once, to a quarter, and brings the next probe
-// forward.
+// processes. Between probes only a loss the noise cannot explain (kPairPeriods periods in a
+// row, each with a speed under kSpatialCutBelow: a guaranteed job started, or the
+// opportunistic job changed what it runs) cuts the rate at once, to a quarter, and brings the
+// next probe forward.
 inline constexpr uint32_t kPairPeriods = 2;       // periods pooled on each side of a probe
 inline constexpr int kLossSamples = 8;            // probes the estimate remembers (48 s at one per 6 s)
 inline constexpr double kMinExposure = 0.1;       // a sample with less exposure tells nothing
-inline constexpr double kSpatialCutBelow = 0.80;  // a pooled speed below this cuts at once
+inline constexpr double kSpatialCutBelow = 0.80;  // kPairPeriods periods each below this cut at once
 
 // The share of the judged jobs' busy time in which this process had work queued beside
 // theirs, each other opportunistic process counted as much, at most 1 (1 - OverlapBound).
@@ -336,7 +341,7 @@ inline uint32_t NextSpatialRate(uint32_t rate_permille, const LossEstimate& esti
   return grown < target ? grown : target;
 }
 
-// A cut between probes, from a pooled speed below kSpatialCutBelow: the loss grows about
+// A cut between probes, from speeds below kSpatialCutBelow: the loss grows about
 // linearly with the rate, so a loss of 20% or more at rate r puts the rate that costs
 // (1 - kGuaranteedFloor) at 0.15 r or less; the cut goes to a quarter (one reading must not
 // throw the whole rate away), and the probe it brings forward measures the rest.
