@@ -7,7 +7,9 @@ on a real GPU (issue 4's "Reaction" and "caps within one slice").
 Reaction: an opportunistic process runs steps of eight 2048^3 bf16 matrix products back to
 back (a fraction of a millisecond of GPU time; each step synchronised and its completion
 time recorded) under `gslice run --class opportunistic`, from 0 to 11.5 s. A guaranteed
-process doing the same work under `gslice run --class guaranteed` is busy from 2 to 5 s and
+process under `gslice run --class guaranteed`, its steps four 4096^3 products (about a
+millisecond of GPU time, so that the host's share of a step, which moves with the host, is
+small and a 250 ms window of it can tell 3%), is busy from 2 to 5 s and
 from 7 to 10 s beside it, and from 12 to 15.5 s alone (the opportunistic process idle, its
 context kept). Both processes live through the whole run, and each one's speed alone is
 measured in the same run: the opportunistic one from 0.5 to 1.9 s, the guaranteed one from
@@ -16,11 +18,14 @@ settling is judged by, so a reference taken in another run would decide the resu
   - regain: after the guaranteed process's last step before an idle period, the time until
     the opportunistic process's speed, over 20 ms, is at least 90% of its speed alone
     (target: within 100 ms);
-  - settle: after the guaranteed process starts again, the time after which every 250 ms
-    window of its busy period runs at >= 97% of its speed alone (target: within 1 s). The
-    report keeps every window's speed (x alone) for the busy periods, and the same windows
-    of the guaranteed process alone (12.5-15.5 s) against its own mean: how often the job
-    alone falls below 97% says how much of a settle miss its own noise can explain.
+  - settle: after the guaranteed process starts again, the time after which every 1 s
+    window of its busy period (sliding by 50 ms) runs at >= 97% of its speed alone (target:
+    within 1 s). The time after which every 250 ms window does is reported too, with every
+    window's speed (x alone), but not judged: on H100 hosts the job alone, with nothing
+    else on the GPU, had 4-16 of 55 such windows below 97% of its own mean. The report
+    gives the same windows of the guaranteed process alone (12.5-15.5 s), 250 ms and 1 s,
+    against its own mean: how often the job alone falls below 97% says how much of a
+    settle miss its own noise can explain.
 
 Slice cap: two processes started with `gslice run --name capslice --compute 30%` (one
 slice) run the 8192^3 products together for 6 s; the GPU's NVML utilisation over the window
@@ -125,14 +130,22 @@ def rate(times, t_from, t_to):
     return sum(1 for t in times if t_from <= t < t_to) / (t_to - t_from)
 
 
-def windows(times, t_from, t_to):
-    """(start, rate) of the 250 ms windows inside [t_from, t_to], one every 50 ms."""
+def windows(times, t_from, t_to, length=0.25):
+    """(start, rate) of the windows of `length` seconds inside [t_from, t_to], one every 50 ms."""
     out = []
     t = t_from
-    while t + 0.25 <= t_to:
-        out.append((t, rate(times, t, t + 0.25)))
+    while t + length <= t_to + 1e-9:
+        out.append((t, rate(times, t, t + length)))
         t += 0.05
     return out
+
+
+def settled_from(busy_windows, floor):
+    """The start of the first window after which every window holds `floor` (None: never)."""
+    for i, (t, _) in enumerate(busy_windows):
+        if all(w >= floor for _, w in busy_windows[i:]):
+            return t
+    return None
 
 
 def run(args):
@@ -142,19 +155,20 @@ def run(args):
     report = {}
     with tempfile.TemporaryDirectory(prefix="gslice-reaction-") as sync:
         size, repeat = 2048, 8
+        g_size, g_repeat = 4096, 4
         # The pair, with each one's speed alone in the same run.
         t0 = time.time() + 10
         busy = [(2.0, 5.0), (7.0, 10.0)]
         alone = (12.0, 15.5)
         pair = finish([start(o_prefix, "o", t0, alone[1], sync, size, repeat, "0:11.5"),
-                       start(g_prefix, "g", t0, alone[1], sync, size, repeat,
+                       start(g_prefix, "g", t0, alone[1], sync, g_size, g_repeat,
                              ",".join(f"{s}:{e}" for s, e in busy + [alone]))], sync)
         o_times, g_times = pair["o"]["times"], pair["g"]["times"]
         o_alone = rate(o_times, 0.5, 1.9)
         g_alone = rate(g_times, alone[0] + 0.5, alone[1])
         report["alone_steps_per_s"] = {"opportunistic": o_alone, "guaranteed": g_alone}
         report["settle_windows_x_alone"] = []
-        regains, settles = [], []
+        regains, settles, settles_1s = [], [], []
         for s, e in busy:
             # Regain: from the guaranteed job's last step of this busy period.
             last = max(t for t in g_times if t < e + 0.5)
@@ -166,22 +180,24 @@ def run(args):
                     break
                 t += 0.001
             regains.append(regain)
-            # Settle: the first time after which every 250 ms window of the busy period holds.
+            # Settle: the first time after which every 1 s window of the busy period holds
+            # (judged), and every 250 ms window (reported: the job alone misses that too).
             first = min(t for t in g_times if t >= s)
             busy_windows = windows(g_times, first, e)
-            settle = None
-            for i, (t, _) in enumerate(busy_windows):
-                if all(w >= 0.97 * g_alone for _, w in busy_windows[i:]):
-                    settle = t - first
-                    break
-            settles.append(settle)
+            settle = settled_from(busy_windows, 0.97 * g_alone)
+            settles.append(None if settle is None else settle - first)
+            settle = settled_from(windows(g_times, first, e, 1.0), 0.97 * g_alone)
+            settles_1s.append(None if settle is None else settle - first)
             report["settle_windows_x_alone"].append([round(w / g_alone, 3) for _, w in busy_windows[::5]])
         # The same 250 ms windows of the guaranteed job alone, against its mean there.
         alone_windows = [w / g_alone for _, w in windows(g_times, alone[0] + 0.5, alone[1])]
         report["guaranteed_alone_windows_x_alone"] = [round(w, 3) for w in alone_windows[::5]]
         report["guaranteed_alone_windows_below_0.97"] = [sum(1 for w in alone_windows if w < 0.97), len(alone_windows)]
+        alone_1s = [w / g_alone for _, w in windows(g_times, alone[0] + 0.5, alone[1], 1.0)]
+        report["guaranteed_alone_1s_windows_below_0.97"] = [sum(1 for w in alone_1s if w < 0.97), len(alone_1s)]
         report["regain_s"] = regains
         report["settle_s"] = settles
+        report["settle_1s_windows_s"] = settles_1s
         report["guaranteed_busy_speed_x_alone"] = [rate(g_times, s + 1.0, e) / g_alone for s, e in busy]
         report["opportunistic_idle_speed_x_alone"] = [rate(o_times, 5.2, 6.8) / o_alone, rate(o_times, 10.2, 11.5) / o_alone]
         report["opportunistic_busy_speed_x_alone"] = [rate(o_times, s + 1.0, e) / o_alone for s, e in busy]
@@ -207,14 +223,17 @@ def run(args):
     for i, r in enumerate(report["regain_s"]):
         print(f"RESULT compute.reaction.regain.{i + 1} {'PASS' if ok(r, 0.1) else 'FAIL'} "
               f"opportunistic at >=90% of its speed alone {'n/a' if r is None else f'{r * 1e3:.1f} ms'} after guaranteed work went idle (target <= 100 ms)")
-    for i, st in enumerate(report["settle_s"]):
-        print(f"RESULT compute.reaction.settle.{i + 1} {'PASS' if ok(st, 1.0) else 'FAIL'} "
-              f"guaranteed at >=97% of its speed alone in every 250 ms window from {'n/a' if st is None else f'{st * 1e3:.0f} ms'} after it started (target <= 1 s); "
+    ms = lambda x: "never" if x is None else f"{x * 1e3:.0f} ms"
+    for i, (st, st1) in enumerate(zip(report["settle_s"], report["settle_1s_windows_s"])):
+        print(f"RESULT compute.reaction.settle.{i + 1} {'PASS' if ok(st1, 1.0) else 'FAIL'} "
+              f"guaranteed at >=97% of its speed alone in every 1 s window from {ms(st1)} after it started (target <= 1 s), "
+              f"in every 250 ms window from {ms(st)}; "
               f"busy-period speed {report['guaranteed_busy_speed_x_alone'][i]:.3f}x alone, opportunistic meanwhile {report['opportunistic_busy_speed_x_alone'][i]:.3f}x; "
               f"250 ms windows every 250 ms: {' '.join(f'{w:.2f}' for w in report['settle_windows_x_alone'][i])}")
     below, total = report["guaranteed_alone_windows_below_0.97"]
-    print(f"RESULT compute.reaction.alone_noise INFO the guaranteed job alone: {below} of {total} sliding 250 ms windows below "
-          f"0.97 of its own mean; every 250 ms: {' '.join(f'{w:.2f}' for w in report['guaranteed_alone_windows_x_alone'])}")
+    below1, total1 = report["guaranteed_alone_1s_windows_below_0.97"]
+    print(f"RESULT compute.reaction.alone_noise INFO the guaranteed job alone: {below} of {total} sliding 250 ms windows and "
+          f"{below1} of {total1} sliding 1 s windows below 0.97 of its own mean; every 250 ms: {' '.join(f'{w:.2f}' for w in report['guaranteed_alone_windows_x_alone'])}")
     for label in ("one process", "two processes"):
         u = report[f"cap30_util_pct/{label}"]
         print(f"RESULT compute.slice_cap.{label.replace(' ', '_')} {'PASS' if u is not None and abs(u - 30) <= 2 else 'FAIL'} "
