@@ -153,8 +153,10 @@ struct Device {
     bool busy_seen = false;
     // MPS (policy.h, LossEstimate): the loss per exposure from paired probes; the periods of
     // the pair after the probe under way still to pool; the newest periods kept for the next
-    // pair and for a cut between probes (recent_count of them, the next in recent_slot).
+    // pair and for a cut between probes (recent_count of them, the next in recent_slot);
+    // whether the last probe's pair gave the estimate its newest sample.
     LossEstimate loss;
+    bool pair_sampled = false;
     uint32_t pair_left = 0;
     uint32_t recent_count = 0;
     uint32_t recent_slot = 0;
@@ -608,14 +610,27 @@ int PeerPeriods(Device& d, bool pair, uint32_t k, GuaranteedPeriod* out) {
 }
 
 // MPS: a pair is complete; its sample goes into the estimate, which sets the rate
-// (policy.h, LossEstimate).
-void EndPair(Device& d, uint32_t rate, int peers) {
+// (policy.h, LossEstimate). A pair that says the probe's baselines are wrong
+// (PairSaysBaselineStale) is dropped, and the next period probes again.
+void EndPair(Device& d, int64_t now, uint32_t rate, int peers, const ControllerTuning& tuning) {
   Device::Controller& c = d.ctl;
   GuaranteedPeriod jobs[kLedgerMaxComputeEntries];
   const int n = PeerPeriods(d, /*pair=*/true, 0, jobs);
   const double speed = SpatialSpeed(jobs, n, peers);
   const double exposure = Exposure(PeriodTotal(jobs, n, /*judged_only=*/true), peers);
+  if (PairSaysBaselineStale(speed)) {
+    // Until the next pair, no more than what the estimate allows (the full rate if empty).
+    const uint32_t held = RateForLoss(c.loss.PerExposure(), peers);
+    if (held < rate) d.opp_rate_permille.store(held, kRlx);
+    c.pair_sampled = false;
+    c.recent_count = 0;
+    c.last_probe_ns = now - tuning.probe_every_ns;
+    TraceLine("compute: controller: pair: guaranteed speed %.3f at exposure %.2f: the probe's baseline is stale; "
+              "probing again; rate %u permille", speed, exposure, held < rate ? held : rate);
+    return;
+  }
   const bool sampled = speed >= 0 && c.loss.Add(1 - speed, exposure);
+  c.pair_sampled = sampled;
   const uint32_t next = NextSpatialRate(rate, c.loss, sampled, peers);
   d.opp_rate_permille.store(next, kRlx);
   c.recent_count = 0;  // periods at the old rate say nothing of the new one
@@ -626,16 +641,32 @@ void EndPair(Device& d, uint32_t rate, int peers) {
 // MPS, between probes: only a loss the noise cannot explain cuts the rate, and brings the
 // next probe forward so that its pair measures the new cost. That is kPairPeriods periods in
 // a row, each below kSpatialCutBelow: a host's stall slows the guaranteed job as much, but
-// seldom for half a second.
+// seldom for half a second. kPairPeriods periods in a row each above kStaleBaselineAbove say
+// the last probe's baseline is wrong: its pair's sample is dropped and the next period
+// probes again.
 void CheckSpatialCut(Device& d, int64_t now, uint32_t rate, int peers, const ControllerTuning& tuning) {
   Device::Controller& c = d.ctl;
   if (c.recent_count < kPairPeriods) return;
-  double fastest = 0;
+  double fastest = 0, slowest = 0;
   for (uint32_t k = 1; k <= kPairPeriods; ++k) {
     GuaranteedPeriod jobs[kLedgerMaxComputeEntries];
     const double speed = SpatialSpeed(jobs, PeerPeriods(d, /*pair=*/false, k, jobs), peers);
     if (speed < 0) return;
     fastest = speed > fastest ? speed : fastest;
+    slowest = k == 1 || speed < slowest ? speed : slowest;
+  }
+  if (PairSaysBaselineStale(slowest)) {
+    if (c.pair_sampled) c.loss.DropNewest();
+    const uint32_t held = RateForLoss(c.loss.PerExposure(), peers);
+    if (held < rate) rate = held;
+    d.opp_rate_permille.store(rate, kRlx);
+    c.pair_sampled = false;
+    c.recent_count = 0;
+    c.last_probe_ns = now - tuning.probe_every_ns;
+    TraceLine("compute: controller: guaranteed speed at least %.3f in %u periods: the probe's baseline is stale; "
+              "probing again; loss per exposure %.3f over %d; rate %u permille",
+              slowest, kPairPeriods, c.loss.PerExposure(), c.loss.count(), rate);
+    return;
   }
   if (fastest >= kSpatialCutBelow) return;
   const uint32_t next = SpatialCut(rate);
@@ -708,7 +739,7 @@ void ControlOpportunisticRate(Device& d, int64_t now) {
     return;
   }
   if (c.pair_left > 0) {  // pooling the pair's second half: no other decision meanwhile
-    if (--c.pair_left == 0) EndPair(d, r, peers);
+    if (--c.pair_left == 0) EndPair(d, now, r, peers, tuning);
     return;
   }
   // A job busy enough to judge but with no speed alone yet (it started, or was too idle at
@@ -731,7 +762,9 @@ void ControlOpportunisticRate(Device& d, int64_t now) {
       j.probe_busy_ns = 0;
     }
     c.last_probe_ns = now;
-    c.saved_rate = c.started ? r : tuning.start_permille;
+    // After a pause of the guaranteed work, the rate the kept estimate allows, if lower.
+    const uint32_t estimated = RateForLoss(c.loss.PerExposure(), peers);
+    c.saved_rate = c.started ? r : (estimated < tuning.start_permille ? estimated : tuning.start_permille);
     c.saved_gap = c.started ? d.opp_gap_ns.load(kRlx) : tuning.start_gap_ns;
     d.opp_rate_permille.store(0, kRlx);
     d.probe_pause.store(true, kRlx);

@@ -279,6 +279,19 @@ inline constexpr uint32_t kPairPeriods = 2;       // periods pooled on each side
 inline constexpr int kLossSamples = 8;            // probes the estimate remembers (48 s at one per 6 s)
 inline constexpr double kMinExposure = 0.1;       // a sample with less exposure tells nothing
 inline constexpr double kSpatialCutBelow = 0.80;  // kPairPeriods periods each below this cut at once
+// A pair that reads the guaranteed jobs this much faster than their probe is no sample of
+// the loss: the probe caught them in a slow moment (a warm-up, a stall), and the baseline is
+// what is wrong. On H100s the first probe of a run, taken as the job warmed up, made its
+// pair read 2.6-3.5x, and that sample of no loss held the rate at the full 1000 permille
+// while the estimate had few others; ordinary pairs read 0.85-1.13. Such a pair is dropped
+// and the jobs are probed again at once (PairSaysBaselineStale). So are kPairPeriods periods
+// in a row between probes, each above it (the pair may have read less, pooled with a period
+// before the probe), and with them the sample of the probe's pair. A probe that a stall
+// caught in one of its two periods makes the pair read up to about 1.4x: such pairs stay
+// samples, since dropping only the high side of the noise would bias the estimate upwards.
+inline constexpr double kStaleBaselineAbove = 1.5;
+
+inline bool PairSaysBaselineStale(double pair_speed) { return pair_speed > kStaleBaselineAbove; }
 
 // The share of the judged jobs' busy time in which this process had work queued beside
 // theirs, each other opportunistic process counted as much, at most 1 (1 - OverlapBound).
@@ -307,12 +320,21 @@ class LossEstimate {
   double PerExposure() const {
     if (count_ == 0) return -1;
     double ratios[kLossSamples];
-    for (int i = 0; i < count_; ++i) ratios[i] = samples_[i].loss / samples_[i].exposure;
+    for (int i = 0; i < count_; ++i) {  // the newest count_ samples, ending before next_
+      const Sample& x = samples_[(next_ + kLossSamples - count_ + i) % kLossSamples];
+      ratios[i] = x.loss / x.exposure;
+    }
     std::sort(ratios, ratios + count_);
     const double median = count_ % 2 == 1 ? ratios[count_ / 2] : (ratios[count_ / 2 - 1] + ratios[count_ / 2]) / 2;
     return median > 0 ? median : 0;
   }
   void Clear() { count_ = next_ = 0; }
+  // Forgets the newest sample (its probe's baseline turned out wrong).
+  void DropNewest() {
+    if (count_ == 0) return;
+    next_ = (next_ + kLossSamples - 1) % kLossSamples;
+    --count_;
+  }
 
  private:
   struct Sample {
