@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <mutex>
 #include <new>
 
@@ -609,9 +610,22 @@ int PeerPeriods(Device& d, bool pair, uint32_t k, GuaranteedPeriod* out) {
   return n;
 }
 
+// MPS: the last probe's baselines are stale (PairSaysBaselineStale): the next period probes
+// again, and until its pair the rate is at most what the estimate allows (the full rate if
+// it is empty). Returns that rate.
+uint32_t ProbeAgain(Device& d, int64_t now, uint32_t rate, int peers, const ControllerTuning& tuning) {
+  Device::Controller& c = d.ctl;
+  rate = std::min(rate, RateForLoss(c.loss.PerExposure(), peers));
+  d.opp_rate_permille.store(rate, kRlx);
+  c.pair_sampled = false;
+  c.recent_count = 0;
+  c.last_probe_ns = now - tuning.probe_every_ns;
+  return rate;
+}
+
 // MPS: a pair is complete; its sample goes into the estimate, which sets the rate
-// (policy.h, LossEstimate). A pair that says the probe's baselines are wrong
-// (PairSaysBaselineStale) is dropped, and the next period probes again.
+// (policy.h, LossEstimate). A pair that says the probe's baselines are wrong is dropped
+// (ProbeAgain).
 void EndPair(Device& d, int64_t now, uint32_t rate, int peers, const ControllerTuning& tuning) {
   Device::Controller& c = d.ctl;
   GuaranteedPeriod jobs[kLedgerMaxComputeEntries];
@@ -619,14 +633,9 @@ void EndPair(Device& d, int64_t now, uint32_t rate, int peers, const ControllerT
   const double speed = SpatialSpeed(jobs, n, peers);
   const double exposure = Exposure(PeriodTotal(jobs, n, /*judged_only=*/true), peers);
   if (PairSaysBaselineStale(speed)) {
-    // Until the next pair, no more than what the estimate allows (the full rate if empty).
-    const uint32_t held = RateForLoss(c.loss.PerExposure(), peers);
-    if (held < rate) d.opp_rate_permille.store(held, kRlx);
-    c.pair_sampled = false;
-    c.recent_count = 0;
-    c.last_probe_ns = now - tuning.probe_every_ns;
+    const uint32_t held = ProbeAgain(d, now, rate, peers, tuning);
     TraceLine("compute: controller: pair: guaranteed speed %.3f at exposure %.2f: the probe's baseline is stale; "
-              "probing again; rate %u permille", speed, exposure, held < rate ? held : rate);
+              "probing again; rate %u permille", speed, exposure, held);
     return;
   }
   const bool sampled = speed >= 0 && c.loss.Add(1 - speed, exposure);
@@ -657,15 +666,10 @@ void CheckSpatialCut(Device& d, int64_t now, uint32_t rate, int peers, const Con
   }
   if (PairSaysBaselineStale(slowest)) {
     if (c.pair_sampled) c.loss.DropNewest();
-    const uint32_t held = RateForLoss(c.loss.PerExposure(), peers);
-    if (held < rate) rate = held;
-    d.opp_rate_permille.store(rate, kRlx);
-    c.pair_sampled = false;
-    c.recent_count = 0;
-    c.last_probe_ns = now - tuning.probe_every_ns;
+    const uint32_t held = ProbeAgain(d, now, rate, peers, tuning);
     TraceLine("compute: controller: guaranteed speed at least %.3f in %u periods: the probe's baseline is stale; "
               "probing again; loss per exposure %.3f over %d; rate %u permille",
-              slowest, kPairPeriods, c.loss.PerExposure(), c.loss.count(), rate);
+              slowest, kPairPeriods, c.loss.PerExposure(), c.loss.count(), held);
     return;
   }
   if (fastest >= kSpatialCutBelow) return;
@@ -763,8 +767,7 @@ void ControlOpportunisticRate(Device& d, int64_t now) {
     }
     c.last_probe_ns = now;
     // After a pause of the guaranteed work, the rate the kept estimate allows, if lower.
-    const uint32_t estimated = RateForLoss(c.loss.PerExposure(), peers);
-    c.saved_rate = c.started ? r : (estimated < tuning.start_permille ? estimated : tuning.start_permille);
+    c.saved_rate = c.started ? r : std::min(tuning.start_permille, RateForLoss(c.loss.PerExposure(), peers));
     c.saved_gap = c.started ? d.opp_gap_ns.load(kRlx) : tuning.start_gap_ns;
     d.opp_rate_permille.store(0, kRlx);
     d.probe_pause.store(true, kRlx);
