@@ -9,7 +9,7 @@ back (a fraction of a millisecond of GPU time; each step synchronised and its co
 time recorded) under `gslice run --class opportunistic`, from 0 to 11.5 s. A guaranteed
 process under `gslice run --class guaranteed`, its steps four 4096^3 products (about a
 millisecond of GPU time, so that the host's share of a step, which moves with the host, is
-small and a 250 ms window of it can tell 3%), is busy from 2 to 5 s and
+small), is busy from 2 to 5 s and
 from 7 to 10 s beside it, and from 12 to 15.5 s alone (the opportunistic process idle, its
 context kept). Both processes live through the whole run, and each one's speed alone is
 measured in the same run: the opportunistic one from 0.5 to 1.9 s, the guaranteed one from
