@@ -624,7 +624,7 @@ uint32_t ProbeAgain(Device& d, int64_t now, uint32_t rate, int peers, const Cont
 }
 
 // MPS: a pair is complete; its sample goes into the estimate, which sets the rate
-// (policy.h, LossEstimate). A pair that says the probe's baselines are wrong is dropped
+// (policy.h, LossEstimate; a pair under kMinExposure goes into its pool). A pair that says the probe's baselines are wrong is dropped
 // (ProbeAgain).
 void EndPair(Device& d, int64_t now, uint32_t rate, int peers, const ControllerTuning& tuning) {
   Device::Controller& c = d.ctl;
@@ -643,8 +643,8 @@ void EndPair(Device& d, int64_t now, uint32_t rate, int peers, const ControllerT
   const uint32_t next = NextSpatialRate(rate, c.loss, sampled, peers);
   d.opp_rate_permille.store(next, kRlx);
   c.recent_count = 0;  // periods at the old rate say nothing of the new one
-  TraceLine("compute: controller: pair: guaranteed speed %.3f at exposure %.2f (%s); loss per exposure %.3f over %d; rate %u permille",
-        speed, exposure, sampled ? "sampled" : "not sampled", c.loss.PerExposure(), c.loss.count(), next);
+  TraceLine("compute: controller: pair: guaranteed speed %.3f at exposure %.2f (%s, %d pooled); loss per exposure %.3f over %d; rate %u permille",
+        speed, exposure, sampled ? "sampled" : "not sampled", c.loss.pooled(), c.loss.PerExposure(), c.loss.count(), next);
 }
 
 // MPS, between probes: only a loss the noise cannot explain cuts the rate, and brings the

@@ -306,17 +306,39 @@ inline double Exposure(const GuaranteedPeriod& total, int opportunistic_peers) {
 // least-squares slope: a probe that caught the guaranteed job in a slow moment makes the
 // pair read it several times faster than its baseline (an H100 trace: 3.5x), and one such
 // sample held a slope at 0 for the next seven probes.
+//
+// Pairs with some exposure, but less than kMinExposure, are pooled until together they tell
+// as much as one pair at kMinExposure, and then are one sample at their mean. A pair's loss
+// carries the host's noise whatever its exposure, so n pairs of mean exposure x tell the
+// loss per exposure as well as one pair at x sqrt(n): n >= (kMinExposure / x)^2. Without
+// the pool, an estimate that held the rate too low for any pair to reach kMinExposure could
+// never change: on an H200 a first sample of 0.58 per exposure (the server read 0.82 at
+// exposure 0.31) set 51 permille, and the pairs after it, at exposures of 0.03-0.07, went
+// unsampled for the rest of the run.
+inline constexpr double kMinPooledExposure = 0.01;  // less: the opportunistic work was idle
 class LossEstimate {
  public:
-  // One pair's sample; false (and nothing kept) below kMinExposure.
+  // One pair's sample; false (and nothing kept) below kMinExposure, unless the pair
+  // completes a pool (then true: the pool is the sample).
   bool Add(double loss, double exposure) {
-    if (!(exposure >= kMinExposure)) return false;
-    samples_[next_] = {loss, exposure > 1 ? 1 : exposure};
-    next_ = (next_ + 1) % kLossSamples;
-    if (count_ < kLossSamples) ++count_;
+    if (exposure >= kMinExposure) {
+      pool_loss_ = pool_exposure_ = 0;  // older and at another rate: the sample supersedes it
+      pool_n_ = 0;
+      Push(loss, exposure > 1 ? 1 : exposure);
+      return true;
+    }
+    if (!(exposure >= kMinPooledExposure)) return false;
+    pool_loss_ += loss;
+    pool_exposure_ += exposure;
+    ++pool_n_;
+    if (pool_exposure_ * pool_exposure_ < kMinExposure * kMinExposure * pool_n_) return false;
+    Push(pool_loss_ / pool_n_, pool_exposure_ / pool_n_);
+    pool_loss_ = pool_exposure_ = 0;
+    pool_n_ = 0;
     return true;
   }
   int count() const { return count_; }
+  int pooled() const { return pool_n_; }  // pairs in the pool (under kMinExposure) so far
   // l >= 0 (a guaranteed job that ran faster beside opportunistic work lost nothing); -1 with
   // no sample.
   double PerExposure() const {
@@ -330,7 +352,10 @@ class LossEstimate {
     const double median = count_ % 2 == 1 ? ratios[count_ / 2] : (ratios[count_ / 2 - 1] + ratios[count_ / 2]) / 2;
     return median > 0 ? median : 0;
   }
-  void Clear() { count_ = next_ = 0; }
+  void Clear() {
+    count_ = next_ = pool_n_ = 0;
+    pool_loss_ = pool_exposure_ = 0;
+  }
   // Forgets the newest sample (its probe's baseline turned out wrong).
   void DropNewest() {
     if (count_ == 0) return;
@@ -342,8 +367,16 @@ class LossEstimate {
   struct Sample {
     double loss, exposure;
   };
+  void Push(double loss, double exposure) {
+    samples_[next_] = {loss, exposure};
+    next_ = (next_ + 1) % kLossSamples;
+    if (count_ < kLossSamples) ++count_;
+  }
   Sample samples_[kLossSamples] = {};
   int count_ = 0, next_ = 0;
+  // Pairs below kMinExposure so far: their losses, their exposures, how many.
+  double pool_loss_ = 0, pool_exposure_ = 0;
+  int pool_n_ = 0;
 };
 
 // The rate whose exposure costs the guaranteed jobs (1 - kGuaranteedFloor) at loss per

@@ -241,26 +241,35 @@ TEST(ComputeController, OnMpsTheCostIsTheMedianLossPerExposure) {
 // The guaranteed job's speed drifts with the host (a log-normal AR(1) with 5% spread whose
 // correlation halves in about 1.2 s) and carries 6% of white noise per period, and one
 // period in twenty it stalls to 0.4 of its speed (in a probe, its pair then reads it 2.5x
-// faster); opportunistic work at exposure x costs it l x. warm_up: the job starts with the
-// controller, and until the first probe ends (its warm-up) it reads 0.3 of its speed. drop_stale: a
-// pair, or kPairPeriods periods in a row between probes, that read the job faster than
-// kStaleBaselineAbove make the job probed again at once, the pair's sample dropped, as the
-// gate does. Returns the job's mean true speed (1 - l x; probes at 1) and the
-// mean rate over `periods`.
+// faster); opportunistic work at exposure x costs it l x. Returns the job's mean true speed
+// (1 - l x; probes at 1) and the mean rate over `periods`.
 struct MpsModel {
   double speed = 0, rate = 0;
+  double late_rate = 0;  // the mean rate over the second half of the periods
 };
-MpsModel RunMpsModel(double l, unsigned seed, int periods = 2400, bool warm_up = false, bool drop_stale = true) {
+struct MpsHost {
+  // The job starts with the controller, and until the first probe ends (its warm-up) it
+  // reads 0.3 of its speed.
+  bool warm_up = false;
+  // The kPairPeriods periods after the first probe read 0.3 of the job's speed (a moment of
+  // the host), so the first pair samples a cost many times the true one.
+  bool slow_first_pair = false;
+  // A pair, or kPairPeriods periods in a row between probes, that read the job faster than
+  // kStaleBaselineAbove make the job probed again at once, the pair's sample dropped, as the
+  // gate does.
+  bool drop_stale = true;
+};
+MpsModel RunMpsModel(double l, unsigned seed, int periods = 2400, MpsHost h = {}) {
   std::mt19937 rng(seed);
   std::normal_distribution<double> drift(0, 0.05 * std::sqrt(1 - 0.87 * 0.87)), white(0, 0.06);
   std::uniform_int_distribution<int> stalls(0, 19);
   const int every = static_cast<int>(kSpatialTuning.probe_every_ns / kControlPeriodNs);
   const int soon = static_cast<int>(kSpatialTuning.reprobe_after_cut_ns / kControlPeriodNs);
-  double host = 0, base = 0, before = 0, after = 0, true_sum = 0, rate_sum = 0;
+  double host = 0, base = 0, before = 0, after = 0, true_sum = 0, rate_sum = 0, late_sum = 0;
   uint32_t rate = kSpatialTuning.start_permille;
   LossEstimate estimate;
   std::vector<double> recent;
-  int since = every, probe_left = 0, pair_left = 0, n_before = 0;
+  int since = every, probe_left = 0, pair_left = 0, n_before = 0, pairs = 0;
   bool pair_sampled = false;
   for (int period = 0; period < periods; ++period) {
     host = 0.87 * host + drift(rng);
@@ -268,12 +277,13 @@ MpsModel RunMpsModel(double l, unsigned seed, int periods = 2400, bool warm_up =
     const double x = probing ? 0 : rate / 1000.0;
     const double truth = 1 - l * x;
     // One period in twenty the job stalls (a host hiccup): it reads 0.4 of its speed.
-    const double stall = warm_up && period <= static_cast<int>(kSpatialTuning.probe_periods) ? 0.3
-                         : stalls(rng) == 0                                                   ? 0.4
-                                                                                              : 1.0;
+    const bool slow = (h.warm_up && period <= static_cast<int>(kSpatialTuning.probe_periods)) ||
+                      (h.slow_first_pair && pairs == 0 && pair_left > 0);
+    const double stall = slow ? 0.3 : stalls(rng) == 0 ? 0.4 : 1.0;
     const double reading = std::exp(host) * truth * (1 + white(rng)) * stall;
     true_sum += truth;
     rate_sum += x;
+    if (period >= periods / 2) late_sum += x;
 
 
     ++since;
@@ -290,7 +300,8 @@ MpsModel RunMpsModel(double l, unsigned seed, int periods = 2400, bool warm_up =
         const double speed = (before + after) / (n_before + kPairPeriods) / base;
         recent.clear();
         pair_sampled = false;
-        if (drop_stale && PairSaysBaselineStale(speed)) {
+        ++pairs;
+        if (h.drop_stale && PairSaysBaselineStale(speed)) {
           since = every;
           continue;
         }
@@ -312,21 +323,21 @@ MpsModel RunMpsModel(double l, unsigned seed, int periods = 2400, bool warm_up =
       rate = SpatialCut(rate);
       recent.clear();
       since = std::max(since, every - soon);
-    } else if (drop_stale && recent.size() == kPairPeriods && PairSaysBaselineStale(std::min(recent[0], recent[1]) / base)) {
+    } else if (h.drop_stale && recent.size() == kPairPeriods && PairSaysBaselineStale(std::min(recent[0], recent[1]) / base)) {
       if (pair_sampled) estimate.DropNewest();
       pair_sampled = false;
       recent.clear();
       since = every;
     }
   }
-  return {true_sum / periods, rate_sum / periods};
+  return {true_sum / periods, rate_sum / periods, late_sum / (periods - periods / 2)};
 }
 
 TEST(ComputeController, OnMpsPairedProbesTellTheCostFromTheHostsDrift) {
   // Averaged over eight hosts. Harmless work keeps most of its rate (the probes take 8%); work
   // that costs the job up to 30% at the full rate is held where the job keeps its floor, give
   // or take the estimate's spread.
-  for (double l : {0.0, 0.02, 0.05, 0.10, 0.30}) {
+  for (double l : {0.0, 0.02, 0.05, 0.10, 0.30, 0.60}) {
     double speed = 0, rate = 0;
     for (unsigned seed = 1; seed <= 8; ++seed) {
       const MpsModel m = RunMpsModel(l, seed);
@@ -341,6 +352,48 @@ TEST(ComputeController, OnMpsPairedProbesTellTheCostFromTheHostsDrift) {
       EXPECT_GE(rate, 0.5 * (1 - kGuaranteedFloor) / l) << "nor hold it far below what the floor allows";
     }
   }
+}
+
+// One pair that a moment of the host made read the job at a fraction of its speed samples a
+// cost many times the true one, and the rate it sets is too low for later pairs to reach
+// kMinExposure. Kept as the estimate's only sample, it would hold the rate there for good
+// (about 65 permille here). Pooled, the later pairs outvote it, slowly, because each pooled
+// sample waits for enough pairs: over the second half of twenty minutes, the rate comes
+// within a fifth of the same hosts' without that pair, and the job keeps its floor.
+TEST(ComputeController, OnMpsOneBadFirstSampleDoesNotHoldTheRateDown) {
+  const int twenty_minutes = static_cast<int>(1'200'000'000'000 / kControlPeriodNs);
+  for (double l : {0.0, 0.05}) {
+    double clean_late = 0, slow_late = 0, slow_speed = 0;
+    for (unsigned seed = 1; seed <= 8; ++seed) {
+      clean_late += RunMpsModel(l, seed, twenty_minutes).late_rate / 8;
+      const MpsModel m = RunMpsModel(l, seed, twenty_minutes, {.slow_first_pair = true});
+      slow_late += m.late_rate / 8;
+      slow_speed += m.speed / 8;
+    }
+    SCOPED_TRACE(testing::Message() << "loss at the full rate " << l << ": the second half's rate " << clean_late
+                                    << " with no slow pair, " << slow_late << " with one; speed " << slow_speed);
+    EXPECT_GE(slow_late, 0.8 * clean_late);
+    EXPECT_GE(slow_speed, kGuaranteedFloor - 0.006);
+  }
+  // The pool: pairs under kMinExposure make one sample once n of them at mean exposure x
+  // have n x^2 >= kMinExposure^2; idle opportunistic work (no exposure) adds nothing.
+  LossEstimate e;
+  EXPECT_TRUE(e.Add(0.2, 1.0));
+  EXPECT_FALSE(e.Add(0.01, 0.05));
+  EXPECT_FALSE(e.Add(0.5, 0.0)) << "idle opportunistic work";
+  EXPECT_FALSE(e.Add(0.0, 0.05));
+  EXPECT_FALSE(e.Add(0.01, 0.05));
+  EXPECT_EQ(e.count(), 1);
+  EXPECT_TRUE(e.Add(0.0, 0.05)) << "four pairs at 0.05 tell as much as one at 0.1";
+  EXPECT_EQ(e.count(), 2);
+  EXPECT_DOUBLE_EQ(e.PerExposure(), (0.2 + 0.1) / 2) << "the pool's 0.005 loss at 0.05 exposure, and the first";
+  EXPECT_FALSE(e.Add(0.01, 0.05));
+  EXPECT_TRUE(e.Add(0.3, 1.0)) << "a pair of enough exposure supersedes the pool";
+  for (int i = 0; i < 3; ++i) EXPECT_FALSE(e.Add(0.01, 0.05)) << "the pool starts again: " << i;
+  EXPECT_EQ(e.pooled(), 3);
+  EXPECT_EQ(e.count(), 3);
+  e.Clear();
+  EXPECT_EQ(e.pooled(), 0);
 }
 
 // The first probe of a run catches the guaranteed job warming up (on H100s its pair then read
@@ -361,8 +414,8 @@ TEST(ComputeController, OnMpsAProbeOfAWarmingUpJobIsProbedAgain) {
     double clean = 0, dropped = 0, kept = 0;
     for (unsigned seed = 1; seed <= 8; ++seed) {
       clean += RunMpsModel(l, seed, minute).speed / 8;
-      dropped += RunMpsModel(l, seed, minute, /*warm_up=*/true).speed / 8;
-      kept += RunMpsModel(l, seed, minute, /*warm_up=*/true, /*drop_stale=*/false).speed / 8;
+      dropped += RunMpsModel(l, seed, minute, {.warm_up = true}).speed / 8;
+      kept += RunMpsModel(l, seed, minute, {.warm_up = true, .drop_stale = false}).speed / 8;
     }
     SCOPED_TRACE(testing::Message() << "loss at the full rate " << l << ": the first minute's speed " << clean
                                     << " with no warm-up; with one, " << dropped << " (stale pair dropped), " << kept
