@@ -624,8 +624,8 @@ uint32_t ProbeAgain(Device& d, int64_t now, uint32_t rate, int peers, const Cont
 }
 
 // MPS: a pair is complete; its sample goes into the estimate, which sets the rate
-// (policy.h, LossEstimate; a pair under kMinExposure goes into its pool). A pair that says the probe's baselines are wrong is dropped
-// (ProbeAgain).
+// (policy.h, LossEstimate; a pair under kMinExposure goes into its pool). A pair that says
+// the probe's baselines are wrong is dropped (ProbeAgain).
 void EndPair(Device& d, int64_t now, uint32_t rate, int peers, const ControllerTuning& tuning) {
   Device::Controller& c = d.ctl;
   GuaranteedPeriod jobs[kLedgerMaxComputeEntries];

@@ -322,8 +322,7 @@ class LossEstimate {
   // completes a pool (then true: the pool is the sample).
   bool Add(double loss, double exposure) {
     if (exposure >= kMinExposure) {
-      pool_loss_ = pool_exposure_ = 0;  // older and at another rate: the sample supersedes it
-      pool_n_ = 0;
+      ClearPool();  // older and at another rate: the sample supersedes it
       Push(loss, exposure > 1 ? 1 : exposure);
       return true;
     }
@@ -333,8 +332,7 @@ class LossEstimate {
     ++pool_n_;
     if (pool_exposure_ * pool_exposure_ < kMinExposure * kMinExposure * pool_n_) return false;
     Push(pool_loss_ / pool_n_, pool_exposure_ / pool_n_);
-    pool_loss_ = pool_exposure_ = 0;
-    pool_n_ = 0;
+    ClearPool();
     return true;
   }
   int count() const { return count_; }
@@ -353,8 +351,8 @@ class LossEstimate {
     return median > 0 ? median : 0;
   }
   void Clear() {
-    count_ = next_ = pool_n_ = 0;
-    pool_loss_ = pool_exposure_ = 0;
+    count_ = next_ = 0;
+    ClearPool();
   }
   // Forgets the newest sample (its probe's baseline turned out wrong).
   void DropNewest() {
@@ -371,6 +369,10 @@ class LossEstimate {
     samples_[next_] = {loss, exposure};
     next_ = (next_ + 1) % kLossSamples;
     if (count_ < kLossSamples) ++count_;
+  }
+  void ClearPool() {
+    pool_loss_ = pool_exposure_ = 0;
+    pool_n_ = 0;
   }
   Sample samples_[kLossSamples] = {};
   int count_ = 0, next_ = 0;
