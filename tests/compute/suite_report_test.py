@@ -8,17 +8,21 @@ times, and the RESULT line's verdict. No GPU and no torch: suite.py imports neit
 import contextlib
 import importlib.util
 import io
+import json
 import os
 import sys
+import tempfile
+import textwrap
 import unittest
 
 SUITE = sys.argv.pop(1) if len(sys.argv) > 1 else os.path.join(
     os.path.dirname(__file__), "..", "..", "bench", "gpu", "compute", "suite.py")
 
 
-def load_suite(cases="5", layers=False):
+def load_suite(cases="5", layers=False, learn_s=0):
     os.environ["COMPUTE_CASES"] = cases
     os.environ["COMPUTE_OVERHEAD_LAYERS"] = "1" if layers else "0"
+    os.environ["COMPUTE_LEARN_S"] = str(learn_s)
     spec = importlib.util.spec_from_file_location("suite", SUITE)
     suite = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(suite)
@@ -131,6 +135,64 @@ class HeldBackTest(unittest.TestCase):
         self.assertEqual(len(line), 1, out.getvalue())
         self.assertIn(" INFO ", line[0])
         self.assertIn("median 0.850 over 2 phases", line[0])
+
+
+# A stand-in for job.py: says it is ready, waits for the go file, and reports the schedule it
+# was given and the times it was told to work in.
+FAKE_JOB = textwrap.dedent("""
+    import json, os, sys, time
+    ident, sync = sys.argv[1], sys.argv[sys.argv.index("--sync") + 1]
+    open(os.path.join(sync, ident + ".ready"), "w").write(json.dumps({"pid": os.getpid()}))
+    while not os.path.exists(os.path.join(sync, "go")):
+        time.sleep(0.01)
+    go = json.load(open(os.path.join(sync, "go")))
+    mine = [[a, b] for a, b, ids in go["phases"] if ident in ids]
+    json.dump({"go": go, "mine": mine}, open(os.path.join(sync, ident + ".json"), "w"))
+""")
+
+
+class LearnTest(unittest.TestCase):
+    def run_fake(self, suite, name, phases):
+        with tempfile.TemporaryDirectory() as d:
+            job = os.path.join(d, "job.py")
+            with open(job, "w") as f:
+                f.write(FAKE_JOB)
+            procs = [(i, [sys.executable, job, i], {}) for i in ("g", "o")]
+            with contextlib.redirect_stdout(io.StringIO()):
+                return suite.run_config(name, procs, phases=phases, phase_s=0.5)
+
+    def test_both_work_together_unmeasured_before_the_phases_of_cases_3_and_4(self):
+        suite = load_suite(cases="3", learn_s=2)
+        phases = suite.interleaved(suite.TOGETHER, rounds=1)
+        r = self.run_fake(suite, "train/gslice-mps", phases)
+        self.assertNotIn("error", r, r)
+        go = r["g"]["go"]["phases"]
+        self.assertEqual(len(go), 1 + len(phases))
+        start, end, ids = go[0]
+        self.assertEqual(sorted(ids), ["g", "o"])  # both work in it
+        self.assertAlmostEqual(end - start, 2.0, places=6)
+        self.assertEqual(r["learn"], [start, end])
+        # The measured phases are the ones asked for, after it, and nothing else.
+        self.assertEqual(r["phases"], go[1:])
+        self.assertEqual([p[2] for p in r["phases"]], phases)
+        self.assertAlmostEqual(r["phases"][0][0], end, places=6)
+        self.assertAlmostEqual(r["phases"][-1][1] - r["phases"][0][0], 0.5 * len(phases), places=6)
+        # The partner works in it too: o's first stretch of work is the learning phase.
+        self.assertEqual(r["o"]["mine"][0], [start, end])
+        # So the report's phase arithmetic never sees it.
+        self.assertEqual(len(suite.phase_counts(dict({"train/gslice-mps": dict(r, g=dict(r["g"], step_ends=[]))}),
+                                                "train/gslice-mps", "g")), len(phases))
+
+    def test_other_cases_and_no_setting_get_no_learning_phase(self):
+        suite = load_suite(cases="5", learn_s=2)
+        r = self.run_fake(suite, "overhead", [["g"], ["o"]])
+        self.assertNotIn("learn", r)
+        self.assertEqual([p[2] for p in r["phases"]], [["g"], ["o"]])
+        self.assertEqual(r["g"]["go"]["phases"], r["phases"])
+        suite = load_suite(cases="3")
+        r = self.run_fake(suite, "train/gslice-mps", [["g"], ["g", "o"]])
+        self.assertNotIn("learn", r)
+        self.assertEqual(r["g"]["go"]["phases"], r["phases"])
 
 
 if __name__ == "__main__":

@@ -22,7 +22,8 @@ same run, so a host whose speed drifts between runs does not decide the result.
 Environment: COMPUTE_CASES (e.g. "1,2"; default all), COMPUTE_WINDOW_S (measured seconds per
 configuration, default 5), COMPUTE_PHASE_S (seconds per interleaved phase, default 4),
 COMPUTE_ROUNDS (rounds of the four phases, default 3), COMPUTE_SETTLE_S (seconds at the start
-of each phase not measured, default 1), COMPUTE_DEADLINE (epoch seconds after which
+of each phase not measured, default 1), COMPUTE_LEARN_S (seconds both processes of a case 3 or 4
+configuration work together, unmeasured, before its phases; default 0), COMPUTE_DEADLINE (epoch seconds after which
 configurations are skipped), COMPUTE_LOGS (a folder to keep every process's whole log in),
 COMPUTE_MPS_OPP_THREADS (e.g. "50,25": cases 3 and 4 also run
 gslice on MPS with the opportunistic process limited to that CUDA_MPS_ACTIVE_THREAD_PERCENTAGE),
@@ -97,6 +98,13 @@ LOGS = os.environ.get("COMPUTE_LOGS")
 # ROUNDS times; the first SETTLE_S seconds of each phase are not measured (the controller's
 # settling time that issue 4 allows).
 PHASE_S = float(os.environ.get("COMPUTE_PHASE_S", "4"))
+# Cases 3 and 4: seconds in which both processes work together before the phases, not measured.
+# gslice's opportunistic controller learns what its work costs the guaranteed job from pairs
+# of probes about 3 s apart, and in the phases only every other pair falls in a together
+# phase, so a run of a few rounds measures mostly its first minute beside a new partner. Jobs
+# that share a GPU for hours see the learned rate; this lets the phases measure that. Every
+# configuration of the two cases gets it, gslice's or not, so they stay alike.
+LEARN_S = float(os.environ.get("COMPUTE_LEARN_S", "0"))
 ROUNDS = int(os.environ.get("COMPUTE_ROUNDS", "3"))
 SETTLE_S = float(os.environ.get("COMPUTE_SETTLE_S", "1"))
 # Case 3 and 4's phases: the guaranteed job alone (its partner paused, context kept), both,
@@ -178,11 +186,13 @@ def run_config(name, procs, seconds=None, phases=None, phase_s=None):
     """Starts every process, waits until all are warm, opens one shared window (or, with
     `phases` from interleaved(), a run of phases of phase_s seconds (PHASE_S) in which only
     the named processes work), collects each process's result. Returns {ident: result} or
-    {"error": text}; a phased result also carries "phases": [[start, end, ids], ...]."""
+    {"error": text}; a phased result also carries "phases": [[start, end, ids], ...], the
+    measured ones, and, for cases 3 and 4 with LEARN_S, "learn": [start, end] before them."""
     seconds = seconds or WINDOW
     phase_s = phase_s or PHASE_S
+    learn_s = LEARN_S if phases is not None and name.split("/", 1)[0] in ("train", "latency") else 0
     if phases is not None:
-        seconds = len(phases) * phase_s
+        seconds = learn_s + len(phases) * phase_s
     if name.split("/", 1)[-1] in SKIP:
         print(f"config {name}: skipped (COMPUTE_SKIP)", flush=True)
         return {"error": "skipped: COMPUTE_SKIP"}
@@ -216,7 +226,10 @@ def run_config(name, procs, seconds=None, phases=None, phase_s=None):
         t0 = time.time() + 0.5
         go = {"t0": t0, "seconds": seconds}
         if phases is not None:
-            go = {"phases": [[t0 + i * phase_s, t0 + (i + 1) * phase_s, ids] for i, ids in enumerate(phases)]}
+            first = t0 + learn_s
+            go = {"phases": [[first + i * phase_s, first + (i + 1) * phase_s, ids] for i, ids in enumerate(phases)]}
+            if learn_s > 0:
+                go["phases"].insert(0, [t0, first, [ident for ident, _, _ in procs]])
         with open(os.path.join(sync, ".go"), "w") as f:
             json.dump(go, f)
         os.rename(os.path.join(sync, ".go"), os.path.join(sync, "go"))
@@ -233,7 +246,9 @@ def run_config(name, procs, seconds=None, phases=None, phase_s=None):
             with open(path) as f:
                 results[ident] = dict(json.load(f), **{"ready": ready[ident]})
         if phases is not None:
-            results["phases"] = go["phases"]
+            results["phases"] = go["phases"][1:] if learn_s > 0 else go["phases"]
+            if learn_s > 0:
+                results["learn"] = go["phases"][0][:2]
         return results
     finally:
         for _, p in children:
@@ -483,6 +498,10 @@ def report(state, md_path):
     def result(name, ok, detail):
         status = "INFO" if ok is None else ("PASS" if ok else "FAIL")
         results.append(f"RESULT {name} {status} {detail}")
+
+    if LEARN_S > 0 and CASES & {"3", "4"}:
+        result("compute.learn", None, f"cases 3 and 4: both processes of each configuration worked together "
+                                      f"{LEARN_S:g} s, not measured, before its phases (COMPUTE_LEARN_S)")
 
     if "1" in CASES:
         solo = rate(state, "cap/solo", "a")
