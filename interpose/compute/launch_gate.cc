@@ -615,7 +615,7 @@ int PeerPeriods(Device& d, bool pair, uint32_t k, GuaranteedPeriod* out) {
 // it is empty). Returns that rate.
 uint32_t ProbeAgain(Device& d, int64_t now, uint32_t rate, int peers, const ControllerTuning& tuning) {
   Device::Controller& c = d.ctl;
-  rate = std::min(rate, RateForLoss(c.loss.PerExposure(), peers));
+  rate = std::min(rate, EstimateRate(c.loss, peers));
   d.opp_rate_permille.store(rate, kRlx);
   c.pair_sampled = false;
   c.recent_count = 0;
@@ -767,7 +767,7 @@ void ControlOpportunisticRate(Device& d, int64_t now) {
     }
     c.last_probe_ns = now;
     // After a pause of the guaranteed work, the rate the kept estimate allows, if lower.
-    c.saved_rate = c.started ? r : std::min(tuning.start_permille, RateForLoss(c.loss.PerExposure(), peers));
+    c.saved_rate = c.started ? r : std::min(tuning.start_permille, EstimateRate(c.loss, peers));
     c.saved_gap = c.started ? d.opp_gap_ns.load(kRlx) : tuning.start_gap_ns;
     d.opp_rate_permille.store(0, kRlx);
     d.probe_pause.store(true, kRlx);

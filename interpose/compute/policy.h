@@ -389,12 +389,35 @@ inline uint32_t RateForLoss(double per_exposure, int opportunistic_peers) {
   return static_cast<uint32_t>(exposure * 1000);
 }
 
+// While the estimate has fewer than kTrustedSamples samples, its median is one pair's
+// reading, or the mean of two, and a pair that a moment of the host read slow sets a rate at
+// which the next pairs barely tell anything: at exposure x the host's noise of a few percent
+// reads as that much over x per exposure, so they go to the pool and take minutes to outvote
+// it. On an H200 a first sample of 0.70 per exposure (the server read 0.89 at exposure 0.16)
+// set 42 permille; ten pairs at exposures of 0.02-0.07, reading 0.95-1.06, made one pooled
+// sample in 30 s, and a minute later the rate was still 82 permille. So until then the rate
+// is at least kExplorePermille, shared with the other opportunistic processes: the next
+// pairs are samples of their own at about a quarter's exposure, where the same noise reads
+// a fifth as much. What it costs work that truly is expensive is two more pairs' time at
+// that rate, once per guaranteed job met.
+inline constexpr int kTrustedSamples = 3;
+inline constexpr uint32_t kExplorePermille = 200;
+
+// The rate the estimate allows (RateForLoss), at least kExplorePermille while it has
+// samples but fewer than kTrustedSamples.
+inline uint32_t EstimateRate(const LossEstimate& estimate, int opportunistic_peers) {
+  const uint32_t rate = RateForLoss(estimate.PerExposure(), opportunistic_peers);
+  if (estimate.count() == 0 || estimate.count() >= kTrustedSamples) return rate;
+  const uint32_t explore = kExplorePermille / static_cast<uint32_t>(1 + opportunistic_peers);
+  return rate > explore ? rate : explore;
+}
+
 // The rate after a pair: the estimate's, but where this pair's exposure was too small to
 // sample (the rate was cut low, or the opportunistic job had little to run) it only grows
 // towards it, by tuning.step_permille and a quarter of the rate, so the next pair can tell.
 inline uint32_t NextSpatialRate(uint32_t rate_permille, const LossEstimate& estimate, bool sampled,
                                 int opportunistic_peers, const ControllerTuning& tuning = kSpatialTuning) {
-  const uint32_t target = RateForLoss(estimate.PerExposure(), opportunistic_peers);
+  const uint32_t target = EstimateRate(estimate, opportunistic_peers);
   if (sampled || target <= rate_permille) return target;
   const uint32_t grown = rate_permille + tuning.step_permille + rate_permille / 4;
   return grown < target ? grown : target;
