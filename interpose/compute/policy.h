@@ -397,9 +397,9 @@ inline uint32_t RateForLoss(double per_exposure, int opportunistic_peers) {
 // set 42 permille; ten pairs at exposures of 0.02-0.07, reading 0.95-1.06, made one pooled
 // sample in 30 s, and a minute later the rate was still 82 permille. So until then the rate
 // is at least kExplorePermille, shared with the other opportunistic processes: the next
-// pairs are samples of their own at about a quarter's exposure, where the same noise reads
-// a fifth as much. What it costs work that truly is expensive is two more pairs' time at
-// that rate, once per guaranteed job met.
+// pairs are samples of their own at an exposure of about 0.2, where the same noise reads a
+// third to a tenth as much. What it costs work that truly is expensive is two more pairs'
+// time at that rate, once per guaranteed job met.
 inline constexpr int kTrustedSamples = 3;
 inline constexpr uint32_t kExplorePermille = 200;
 

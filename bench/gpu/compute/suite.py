@@ -227,9 +227,9 @@ def run_config(name, procs, seconds=None, phases=None, phase_s=None):
         go = {"t0": t0, "seconds": seconds}
         if phases is not None:
             first = t0 + learn_s
-            go = {"phases": [[first + i * phase_s, first + (i + 1) * phase_s, ids] for i, ids in enumerate(phases)]}
-            if learn_s > 0:
-                go["phases"].insert(0, [t0, first, [ident for ident, _, _ in procs]])
+            measured = [[first + i * phase_s, first + (i + 1) * phase_s, ids] for i, ids in enumerate(phases)]
+            learn = [t0, first] if learn_s > 0 else None
+            go = {"phases": ([learn + [[ident for ident, _, _ in procs]]] if learn else []) + measured}
         with open(os.path.join(sync, ".go"), "w") as f:
             json.dump(go, f)
         os.rename(os.path.join(sync, ".go"), os.path.join(sync, "go"))
@@ -246,9 +246,9 @@ def run_config(name, procs, seconds=None, phases=None, phase_s=None):
             with open(path) as f:
                 results[ident] = dict(json.load(f), **{"ready": ready[ident]})
         if phases is not None:
-            results["phases"] = go["phases"][1:] if learn_s > 0 else go["phases"]
-            if learn_s > 0:
-                results["learn"] = go["phases"][0][:2]
+            results["phases"] = measured
+            if learn:
+                results["learn"] = learn
         return results
     finally:
         for _, p in children:
