@@ -257,58 +257,160 @@ GSLICE_EXPORT CUresult gslice_hook_cuDeviceTotalMem_v2(size_t* bytes, CUdevice d
 }
 
 // --- contexts ---------------------------------------------------------------------------
+//
+// A context costs device memory (GSLICE_CONTEXT_OVERHEAD each). It is charged with the limit
+// check BEFORE the driver creates it, so a context that does not fit is refused with
+// CUDA_ERROR_OUT_OF_MEMORY and no mix of processes and threads pushes the slice past its
+// limit; a failed creation gives the charge back. The primary context is one per process and
+// device, shared by the process's threads: it is charged once, while any retain through the
+// shim holds it.
+
+namespace {
+// Serialises the primary contexts' 0 -> 1 and 1 -> 0 retain transitions with their driver
+// calls, so that racing first retains charge once and a refused charge retains nothing.
+// Retain, release and reset are rare (per thread or per framework start), never a hot path.
+pthread_mutex_t g_primary_mu = PTHREAD_MUTEX_INITIALIZER;
+
+// Charges one context on dev; false (nothing charged) when it does not fit. *gpu: where.
+bool ChargeContext(CUdevice dev, const char* what, int* gpu) {
+  *gpu = -1;
+  if (!Active() || g_context_overhead <= 0) return true;
+  *gpu = GpuOfDevice(dev);
+  return ChargeOrRefuse(*gpu, g_context_overhead, what);
+}
+
+void ReleaseContext(int gpu) {
+  if (gpu >= 0 && g_context_overhead > 0) g_account->Release(gpu, g_context_overhead);
+}
+
+// Creates a context through create() with its charge taken first; records it for cuCtxDestroy.
+template <typename Create>
+CUresult CountedCtxCreate(CUcontext* pctx, CUdevice dev, const char* what, Create create) {
+  int gpu = -1;
+  if (!ChargeContext(dev, what, &gpu)) return CUDA_ERROR_OUT_OF_MEMORY;
+  CUresult r = create();
+  if (r != CUDA_SUCCESS || pctx == nullptr) {
+    if (r != CUDA_SUCCESS) ReleaseContext(gpu);
+    return r;
+  }
+  if (gpu >= 0) Record(reinterpret_cast<uint64_t>(*pctx), AllocKind::kContext, gpu, g_context_overhead);
+  return r;
+}
+
+template <typename Destroy>
+CUresult CountedCtxDestroy(CUcontext ctx, Destroy destroy) {
+  compute::ForgetContext(ctx);  // launch_gate.h: before its events go
+  if (!Active()) return destroy();
+  AllocRecord rec;
+  bool known = Forget(reinterpret_cast<uint64_t>(ctx), AllocKind::kContext, &rec);
+  CUresult r = destroy();
+  if (known) {
+    if (r == CUDA_SUCCESS) ReleaseRecord(rec);
+    else Record(reinterpret_cast<uint64_t>(ctx), AllocKind::kContext, rec.gpu, rec.bytes);
+  }
+  return r;
+}
+}  // namespace
 
 // The launch gate forgets a primary context before its last release or a reset ends it
-// (launch_gate.h); the slice is charged its context while any retain holds.
+// (launch_gate.h).
 GSLICE_EXPORT CUresult gslice_hook_cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
-  CUresult r = REAL(cuDevicePrimaryCtxRetain)(pctx, dev);
-  if (r == CUDA_SUCCESS && dev >= 0 && dev < kMaxDevices) {
-    if (pctx != nullptr) g_primary_ctx[dev].store(*pctx);
-    if (g_primary_refs[dev].fetch_add(1) == 0 && Active()) g_account->ForceCharge(GpuOfDevice(dev), g_context_overhead);
+  if (dev < 0 || dev >= kMaxDevices) return REAL(cuDevicePrimaryCtxRetain)(pctx, dev);
+  pthread_mutex_lock(&g_primary_mu);
+  const bool first = g_primary_refs[dev].load() == 0;
+  int gpu = -1;
+  CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+  if (!first || ChargeContext(dev, "primary context", &gpu)) {
+    r = REAL(cuDevicePrimaryCtxRetain)(pctx, dev);
+    if (r == CUDA_SUCCESS) {
+      if (pctx != nullptr) g_primary_ctx[dev].store(*pctx);
+      g_primary_refs[dev].fetch_add(1);
+    } else if (first) {
+      ReleaseContext(gpu);
+    }
   }
+  pthread_mutex_unlock(&g_primary_mu);
   return r;
 }
 
 GSLICE_EXPORT CUresult gslice_hook_cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
-  const bool known = dev >= 0 && dev < kMaxDevices;
-  if (known && g_primary_refs[dev].load() == 1) compute::ForgetContext(g_primary_ctx[dev].load());
+  if (dev < 0 || dev >= kMaxDevices) return REAL(cuDevicePrimaryCtxRelease_v2)(dev);
+  pthread_mutex_lock(&g_primary_mu);
+  if (g_primary_refs[dev].load() == 1) compute::ForgetContext(g_primary_ctx[dev].load());
   CUresult r = REAL(cuDevicePrimaryCtxRelease_v2)(dev);
-  if (r == CUDA_SUCCESS && known) {
-    int refs = g_primary_refs[dev].load();
-    while (refs > 0 && !g_primary_refs[dev].compare_exchange_weak(refs, refs - 1)) {
-    }
-    if (refs == 1 && Active()) g_account->Release(GpuOfDevice(dev), g_context_overhead);
+  if (r == CUDA_SUCCESS && g_primary_refs[dev].load() > 0 && g_primary_refs[dev].fetch_sub(1) == 1 && Active() &&
+      g_context_overhead > 0) {
+    ReleaseContext(GpuOfDevice(dev));
   }
+  pthread_mutex_unlock(&g_primary_mu);
   return r;
 }
 
 GSLICE_EXPORT CUresult gslice_hook_cuDevicePrimaryCtxReset_v2(CUdevice dev) {
-  const bool known = dev >= 0 && dev < kMaxDevices;
-  if (known) compute::ForgetContext(g_primary_ctx[dev].load());
+  if (dev < 0 || dev >= kMaxDevices) return REAL(cuDevicePrimaryCtxReset_v2)(dev);
+  pthread_mutex_lock(&g_primary_mu);
+  compute::ForgetContext(g_primary_ctx[dev].load());
   CUresult r = REAL(cuDevicePrimaryCtxReset_v2)(dev);
-  if (r == CUDA_SUCCESS && known && g_primary_refs[dev].exchange(0) > 0 && Active()) {
-    g_account->Release(GpuOfDevice(dev), g_context_overhead);
+  if (r == CUDA_SUCCESS && g_primary_refs[dev].exchange(0) > 0 && Active() && g_context_overhead > 0) {
+    ReleaseContext(GpuOfDevice(dev));
   }
+  pthread_mutex_unlock(&g_primary_mu);
   return r;
+}
+
+// Every cuCtxCreate the driver exports (cuda.h maps the name to the newest; programs built
+// against older headers reach the older ones).
+GSLICE_EXPORT CUresult gslice_hook_cuCtxCreate(CUcontext* pctx, unsigned int flags, CUdevice dev) {
+  using Fn = CUresult (*)(CUcontext*, unsigned int, CUdevice);
+  return CountedCtxCreate(pctx, dev, "cuCtxCreate",
+                          [&] { return reinterpret_cast<Fn>(g_real[ex::kSlot_cuCtxCreate])(pctx, flags, dev); });
+}
+
+GSLICE_EXPORT CUresult gslice_hook_cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) {
+  return CountedCtxCreate(pctx, dev, "cuCtxCreate", [&] { return REAL(cuCtxCreate_v2)(pctx, flags, dev); });
+}
+
+GSLICE_EXPORT CUresult gslice_hook_cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* params, int nparams,
+                                                  unsigned int flags, CUdevice dev) {
+  return CountedCtxCreate(pctx, dev, "cuCtxCreate",
+                          [&] { return REAL(cuCtxCreate_v3)(pctx, params, nparams, flags, dev); });
 }
 
 GSLICE_EXPORT CUresult gslice_hook_cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params, unsigned int flags,
                                                   CUdevice dev) {
-  CUresult r = REAL(cuCtxCreate_v4)(pctx, params, flags, dev);
-  if (r == CUDA_SUCCESS && Active() && pctx != nullptr) {
-    int gpu = GpuOfDevice(dev);
-    g_account->ForceCharge(gpu, g_context_overhead);
+  return CountedCtxCreate(pctx, dev, "cuCtxCreate", [&] { return REAL(cuCtxCreate_v4)(pctx, params, flags, dev); });
+}
+
+GSLICE_EXPORT CUresult gslice_hook_cuCtxDestroy(CUcontext ctx) {
+  using Fn = CUresult (*)(CUcontext);
+  return CountedCtxDestroy(ctx, [&] { return reinterpret_cast<Fn>(g_real[ex::kSlot_cuCtxDestroy])(ctx); });
+}
+
+GSLICE_EXPORT CUresult gslice_hook_cuCtxDestroy_v2(CUcontext ctx) {
+  return CountedCtxDestroy(ctx, [&] { return REAL(cuCtxDestroy_v2)(ctx); });
+}
+
+// Green contexts are contexts too (cuCtxFromGreenCtx converts one without creating another).
+GSLICE_EXPORT CUresult gslice_hook_cuGreenCtxCreate(CUgreenCtx* pctx, CUdevResourceDesc desc, CUdevice dev,
+                                                    unsigned int flags) {
+  int gpu = -1;
+  if (!ChargeContext(dev, "cuGreenCtxCreate", &gpu)) return CUDA_ERROR_OUT_OF_MEMORY;
+  CUresult r = REAL(cuGreenCtxCreate)(pctx, desc, dev, flags);
+  if (r != CUDA_SUCCESS) {
+    ReleaseContext(gpu);
+    return r;
+  }
+  if (gpu >= 0 && pctx != nullptr) {
     Record(reinterpret_cast<uint64_t>(*pctx), AllocKind::kContext, gpu, g_context_overhead);
   }
   return r;
 }
 
-GSLICE_EXPORT CUresult gslice_hook_cuCtxDestroy_v2(CUcontext ctx) {
-  compute::ForgetContext(ctx);  // launch_gate.h: before its events go
-  if (!Active()) return REAL(cuCtxDestroy_v2)(ctx);
+GSLICE_EXPORT CUresult gslice_hook_cuGreenCtxDestroy(CUgreenCtx ctx) {
+  if (!Active()) return REAL(cuGreenCtxDestroy)(ctx);
   AllocRecord rec;
   bool known = Forget(reinterpret_cast<uint64_t>(ctx), AllocKind::kContext, &rec);
-  CUresult r = REAL(cuCtxDestroy_v2)(ctx);
+  CUresult r = REAL(cuGreenCtxDestroy)(ctx);
   if (known) {
     if (r == CUDA_SUCCESS) ReleaseRecord(rec);
     else Record(reinterpret_cast<uint64_t>(ctx), AllocKind::kContext, rec.gpu, rec.bytes);

@@ -441,7 +441,8 @@ namespace {
 TEST_F(ComputeSim, CapHoldsForTheSliceAcrossItsProcesses) {
   auto slice = [](const char* name) {
     return std::map<std::string, std::string>{
-        {"GSLICE_COMPUTE", "30%"}, {"GSLICE_SLICE", name}, {"GSLICE_MEMORY", "1GiB"}};
+        // Room for both processes' contexts (GSLICE_CONTEXT_OVERHEAD, 600 MiB each by default).
+        {"GSLICE_COMPUTE", "30%"}, {"GSLICE_SLICE", name}, {"GSLICE_MEMORY", "2GiB"}};
   };
   const auto rs = RunTogether({OnGpu(0, {}, 3), OnGpu(1, slice("capped-one"), 3), OnGpu(2, slice("capped-pair"), 3),
                                OnGpu(2, slice("capped-pair"), 3)},

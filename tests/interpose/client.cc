@@ -12,6 +12,10 @@
 //   client procaddress    cuGetProcAddress (both versions, every stream flag) returns hooks
 //   client forkexit       a forked child's normal exit leaves the parent's usage alone
 //   client nvml           prints "total=N used=N free=N" of NVML device 0 (v1 and v2 agree)
+//   client contexts THREADS  retains the primary context, then THREADS threads at once each
+//                         create a context (cuCtxCreate, _v2, _v3, _v4 in turn); prints
+//                         "contexts primary=ok|oom ok=N oom=M", holds them until stdin
+//                         closes, destroys them and prints "contexts done"
 //   client allocbench N BYTES   N cuMemAlloc+cuMemFree pairs through the hooks and N through
 //                         the real driver, alternating; prints "hook=NS real=NS diff=NS" (medians)
 #include <cuda.h>
@@ -23,7 +27,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <pthread.h>
+
 #include <algorithm>
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -540,6 +547,69 @@ int ForkExit() {
   return 0;
 }
 
+// Contexts over the limit are refused with CUDA_ERROR_OUT_OF_MEMORY before the driver creates
+// them, and the program carries on: any other result is a failure.
+int Contexts(int threads) {
+  g_cuda = dlopen("libcuda.so.1", RTLD_NOW);
+  if (g_cuda == nullptr) Die("dlopen libcuda.so.1");
+  FN(cuInit);
+  FN(cuDeviceGet);
+  FN(cuDevicePrimaryCtxRetain);
+  FN(cuDevicePrimaryCtxRelease_v2);
+  FN(cuCtxDestroy_v2);
+  CK(cuInit(0));
+  CK(cuDeviceGet(&g_dev, 0));
+  const CUresult primary = cuDevicePrimaryCtxRetain(&g_ctx, g_dev);
+  if (primary != CUDA_SUCCESS && primary != CUDA_ERROR_OUT_OF_MEMORY) Die("cuDevicePrimaryCtxRetain", primary);
+  using Create = CUresult (*)(CUcontext*, unsigned, CUdevice);
+  static Create create_v1 = Sym<Create>(g_cuda, "cuCtxCreate");
+  static Create create_v2 = Sym<Create>(g_cuda, "cuCtxCreate_v2");
+  static auto create_v3 =
+      Sym<CUresult (*)(CUcontext*, CUexecAffinityParam*, int, unsigned, CUdevice)>(g_cuda, "cuCtxCreate_v3");
+  static auto create_v4 = Sym<CUresult (*)(CUcontext*, CUctxCreateParams*, unsigned, CUdevice)>(g_cuda, "cuCtxCreate_v4");
+  struct Slot {
+    int which;
+    CUcontext ctx;
+    CUresult r;
+  };
+  std::vector<Slot> slots(threads);
+  static pthread_barrier_t start;
+  pthread_barrier_init(&start, nullptr, static_cast<unsigned>(threads));
+  std::vector<pthread_t> tids(threads);
+  for (int i = 0; i < threads; ++i) {
+    slots[i] = Slot{i % 4, nullptr, CUDA_ERROR_UNKNOWN};
+    pthread_create(&tids[i], nullptr, [](void* arg) -> void* {
+      Slot* s = static_cast<Slot*>(arg);
+      pthread_barrier_wait(&start);
+      switch (s->which) {
+        case 0: s->r = create_v1(&s->ctx, 0, g_dev); break;
+        case 1: s->r = create_v2(&s->ctx, 0, g_dev); break;
+        case 2: s->r = create_v3(&s->ctx, nullptr, 0, 0, g_dev); break;
+        default: s->r = create_v4(&s->ctx, nullptr, 0, g_dev); break;
+      }
+      return nullptr;
+    }, &slots[i]);
+  }
+  int ok = 0, oom = 0;
+  for (int i = 0; i < threads; ++i) {
+    pthread_join(tids[i], nullptr);
+    if (slots[i].r == CUDA_SUCCESS) ++ok;
+    else if (slots[i].r == CUDA_ERROR_OUT_OF_MEMORY) ++oom;
+    else Die("cuCtxCreate: neither a context nor CUDA_ERROR_OUT_OF_MEMORY", slots[i].r);
+  }
+  printf("contexts primary=%s ok=%d oom=%d\n", primary == CUDA_SUCCESS ? "ok" : "oom", ok, oom);
+  fflush(stdout);
+  char buf[64];
+  while (fgets(buf, sizeof buf, stdin) != nullptr) {
+  }
+  for (const Slot& s : slots) {
+    if (s.r == CUDA_SUCCESS) CK(cuCtxDestroy_v2(s.ctx));
+  }
+  if (primary == CUDA_SUCCESS) CK(cuDevicePrimaryCtxRelease_v2(g_dev));
+  printf("contexts done\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -556,6 +626,7 @@ int main(int argc, char** argv) {
   if (mode == "procaddress") return ProcAddress();
   if (mode == "nvml") return Nvml();
   if (mode == "forkexit") return ForkExit();
+  if (mode == "contexts" && argc > 2) return Contexts(atoi(argv[2]));
   if (mode == "allocbench" && argc > 3) return AllocBench(atoi(argv[2]), strtoull(argv[3], nullptr, 10));
   fprintf(stderr, "client: unknown mode %s\n", mode.c_str());
   return 2;

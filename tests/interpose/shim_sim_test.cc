@@ -119,6 +119,52 @@ TEST(Shim, ProcessesOfASliceShareOneLimit) {
   close(out2);
 }
 
+// 4 processes x 16 threads create contexts at once (plus each process's primary context) in a
+// slice that holds 16 of them. Each context is charged before the driver creates it, so the
+// slice never holds more than its limit: the contexts past it are refused with
+// CUDA_ERROR_OUT_OF_MEMORY and the programs carry on.
+TEST(Shim, ContextsPastTheLimitAreRefusedAcrossProcessesAndThreads) {
+  ShimEnv env("contexts");
+  env.vars["GSLICE_CONTEXT_OVERHEAD"] = "4MiB";  // the 64 MiB slice holds 16 contexts
+  constexpr int kProcesses = 4, kThreads = 16;
+  struct Kid {
+    int pid, in, out;
+  };
+  std::vector<Kid> kids;
+  for (int i = 0; i < kProcesses; ++i) {
+    Kid k{};
+    k.pid = env.Start({ClientPath(), "contexts", std::to_string(kThreads)}, &k.in, &k.out);
+    ASSERT_GT(k.pid, 0);
+    kids.push_back(k);
+  }
+  int created = 0, refused = 0;
+  for (const Kid& k : kids) {
+    const std::string line = ReadLine(k.out, 60);
+    ASSERT_EQ(line.rfind("contexts ", 0), 0u) << "client " << k.pid << ": '" << line << "'";
+    created += (line.find("primary=ok") != std::string::npos ? 1 : 0) + static_cast<int>(Field(line, "ok"));
+    refused += (line.find("primary=oom") != std::string::npos ? 1 : 0) + static_cast<int>(Field(line, "oom"));
+  }
+  EXPECT_EQ(created + refused, kProcesses * (kThreads + 1));
+  EXPECT_LE(created, 16);
+  EXPECT_GT(refused, 0);
+  // What the ledger holds for the slice while every process holds its contexts.
+  Ledger ledger;
+  ASSERT_EQ(ledger.Open(env.ledger_path().c_str()), LedgerError::kOk);
+  const int slice = ledger.FindSlice("contexts");
+  ASSERT_GE(slice, 0);
+  EXPECT_LE(ledger.SliceUsage(slice, 0), static_cast<int64_t>(64 * kMiB));
+  EXPECT_EQ(ledger.SliceUsage(slice, 0), static_cast<int64_t>(created) * static_cast<int64_t>(4 * kMiB));
+  for (const Kid& k : kids) {
+    close(k.in);
+    EXPECT_EQ(ReadLine(k.out, 60), "contexts done");
+    int status = 0;
+    waitpid(k.pid, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "client " << k.pid << " status " << status;
+    close(k.out);
+  }
+  EXPECT_EQ(ledger.SliceUsage(slice, 0), 0);
+}
+
 // Clients allocating and freeing on several paths are SIGKILLed at random moments
 // (mid-allocation included). Nothing hangs, and once they are gone no byte stays charged.
 TEST(Shim, ChaosKillsLeaveNothingBehind) {
@@ -214,7 +260,8 @@ TEST(Shim, BadEnvironmentNeverCrashes) {
   {
     ShimEnv env("bad-misc");
     env.vars["GSLICE_LOG"] = "loud";
-    env.vars["GSLICE_CONTEXT_OVERHEAD"] = "much";
+    env.vars["GSLICE_CONTEXT_OVERHEAD"] = "much";  // the default then: 600 MiB, which must fit
+    env.vars["GSLICE_MEMORY"] = "1GiB";
     env.vars["GSLICE_SLICE"] = std::string(200, 'x');
     ChildResult r = env.Run({ClientPath(), "info"});
     EXPECT_EQ(r.exit_code, 0) << Describe(r);
