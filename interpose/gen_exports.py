@@ -1,16 +1,34 @@
 #!/usr/bin/env python3
 """Generates a shim's exported entry points from the real library's export list.
 
-Every exported function becomes a two-instruction trampoline, `jmp *slot(%rip)`, through a
-slot table that the shim fills at load time: with the real library's function (dlsym), with a
-gslice hook for the symbols named in the hooks file, or with a function returning
-`--unsupported` when the real library lacks the symbol (never NULL). No signature is needed,
-so forwarding costs one indirect jump and nothing is written by hand.
+Every exported function becomes a trampoline, `jmp *slot(%rip)`, through a slot table that the
+shim fills at load time: with the real library's function (dlsym), with a gslice hook for the
+symbols named in the hooks file, or with a function returning `--unsupported` when the real
+library lacks the symbol (never NULL). No signature is needed, so forwarding costs one
+indirect jump and nothing is written by hand.
+
+With --ungated (the libcuda shim), every trampoline except those the ungated file names first
+passes the resume gate (interpose/src/resume_gate.h):
+
+    movq  gslice_<p>_gate_word(%rip), %r11   # the gate word's address
+    cmpl  $0, (%r11)                         # kGateOpen: one relaxed load
+    jne   1f
+    jmp   *slot(%rip)
+  1: movl $slot_index, %r11d
+    jmp   gslice_<p>_gate_slow               # saves the argument registers, waits, jumps on
+
+%r11 is the one register the SysV ABI leaves free at a call (not an argument, not preserved,
+not %rax, which variadic calls use). The slow path saves every argument register (integer and
+vector), calls gslice_<p>_gate_wait(slot) and jumps through the slot with the arguments intact,
+so it needs no signature either. --spare N adds N gated trampolines (hidden, named
+gslice_<p>_spare_<i>, slots after the exported ones) that the shim hands out through
+cuGetProcAddress for driver functions it does not export.
 
 Inputs: the export list (symbols from `nm -D --defined-only` of a stub or library, plus text
-files with one name a line), the hooks .def file (GSLICE_HOOK(symbol) lines).
-Outputs: an assembly file with the trampolines and the slot table, and a C++ header with the
-names and slot indices.
+files with one name a line), the hooks .def file (GSLICE_HOOK(symbol) lines), optionally the
+ungated .def file (GSLICE_UNGATED(symbol) lines).
+Outputs: an assembly file with the trampolines, the slot table and the table of entry
+addresses, and a C++ header with the names, slot indices and which ones are gated.
 """
 import argparse
 import re
@@ -40,14 +58,14 @@ def read_list(path):
     return names
 
 
-def read_hooks(path):
-    hooks = []
+def read_def(path, macro):
+    names = []
     with open(path) as f:
         for line in f:
-            m = re.match(r"^\s*GSLICE_HOOK\(\s*(\w+)\s*\)", line)
+            m = re.match(r"^\s*" + macro + r"\(\s*(\w+)\s*\)", line)
             if m:
-                hooks.append(m.group(1))
-    return hooks
+                names.append(m.group(1))
+    return names
 
 
 def main():
@@ -58,6 +76,8 @@ def main():
     ap.add_argument("--hooks", required=True)
     ap.add_argument("--prefix", required=True, help="identifier prefix: cuda or nvml")
     ap.add_argument("--unsupported", type=int, required=True, help="return value of missing symbols")
+    ap.add_argument("--ungated", help="GSLICE_UNGATED(symbol) lines: every other export passes the resume gate")
+    ap.add_argument("--spare", type=int, default=0, help="gated trampolines for unexported functions")
     ap.add_argument("--out-asm", required=True)
     ap.add_argument("--out-header", required=True)
     a = ap.parse_args()
@@ -67,7 +87,7 @@ def main():
         names += read_nm(a.nm, a.stub)
     for path in a.list:
         names += read_list(path)
-    hooks = read_hooks(a.hooks)
+    hooks = read_def(a.hooks, "GSLICE_HOOK")
     names = sorted(set(names) | set(hooks))
     for n in names:
         if not IDENT.match(n):
@@ -77,6 +97,15 @@ def main():
         sys.exit(f"gen_exports: hooks not exported: {missing_hooks}")
     if len(set(hooks)) != len(hooks):
         sys.exit("gen_exports: a hook is listed twice")
+    gated = a.ungated is not None
+    ungated = read_def(a.ungated, "GSLICE_UNGATED") if gated else []
+    if len(set(ungated)) != len(ungated):
+        sys.exit("gen_exports: a symbol is listed twice as ungated")
+    stale = [u for u in ungated if u not in names]
+    if stale:
+        sys.exit(f"gen_exports: ungated symbols not exported: {stale}")
+    if a.spare and not gated:
+        sys.exit("gen_exports: --spare needs --ungated (spare trampolines are gated)")
 
     p = a.prefix
     slots = f"gslice_{p}_slots"
@@ -93,15 +122,61 @@ def main():
         "\tret",
         f"\t.size {unsupported}, .-{unsupported}",
     ]
-    for i, n in enumerate(names):
+    gate_word = f"gslice_{p}_gate_word"
+    gate_slow = f"gslice_{p}_gate_slow"
+    gate_wait = f"gslice_{p}_gate_wait"
+    entries = f"gslice_{p}_entries"
+    spares = [f"gslice_{p}_spare_{j}" for j in range(a.spare)]
+    total = len(names) + len(spares)
+    if gated:
+        # The slow path: %r11 holds the slot index. 8 pushes and 136 bytes keep %rsp 16-byte
+        # aligned at the call (it is 8 off at entry, after the caller's return address).
+        # Call frame information, so that debuggers and profilers unwind a thread waiting at
+        # the gate into the program's caller (the trampoline jumped here: the return address
+        # on the stack is the caller's).
+        saved = ["%rdi", "%rsi", "%rdx", "%rcx", "%r8", "%r9", "%rax", "%r11"]
         asm += [
+            f"\t.globl {gate_slow}",
+            f"\t.hidden {gate_slow}",
+            f"\t.type {gate_slow},@function",
             "\t.p2align 4",
-            f"\t.globl {n}",
-            f"\t.type {n},@function",
-            f"{n}:",
-            f"\tjmp *{slots}+{8 * i}(%rip)",
-            f"\t.size {n}, .-{n}",
+            f"{gate_slow}:",
+            "\t.cfi_startproc",
         ]
+        for r in saved:
+            asm += [f"\tpushq {r}", "\t.cfi_adjust_cfa_offset 8"]
+        asm += ["\tsubq $136, %rsp", "\t.cfi_adjust_cfa_offset 136"]
+        asm += [f"\tmovdqu %xmm{k}, {16 * k}(%rsp)" for k in range(8)]
+        asm += ["\tmovl %r11d, %edi", f"\tcall {gate_wait}"]
+        asm += [f"\tmovdqu {16 * k}(%rsp), %xmm{k}" for k in range(8)]
+        asm += ["\taddq $136, %rsp", "\t.cfi_adjust_cfa_offset -136"]
+        for r in reversed(saved):
+            asm += [f"\tpopq {r}", "\t.cfi_adjust_cfa_offset -8"]
+        asm += [
+            f"\tleaq {slots}(%rip), %r10",
+            "\tjmp *(%r10,%r11,8)",
+            "\t.cfi_endproc",
+            f"\t.size {gate_slow}, .-{gate_slow}",
+        ]
+    ungated_set = set(ungated)
+    for i, n in enumerate(names + spares):
+        spare = i >= len(names)
+        asm += ["\t.p2align 4", f"\t.globl {n}"]
+        if spare:
+            asm += [f"\t.hidden {n}"]
+        asm += [f"\t.type {n},@function", f"{n}:"]
+        if gated and n not in ungated_set:
+            asm += [
+                f"\tmovq {gate_word}(%rip), %r11",
+                "\tcmpl $0, (%r11)",
+                "\tjne 1f",
+                f"\tjmp *{slots}+{8 * i}(%rip)",
+                f"1:\tmovl ${i}, %r11d",
+                f"\tjmp {gate_slow}",
+            ]
+        else:
+            asm += [f"\tjmp *{slots}+{8 * i}(%rip)"]
+        asm += [f"\t.size {n}, .-{n}"]
     asm += [
         "\t.data",
         "\t.p2align 6",
@@ -110,8 +185,19 @@ def main():
         f"\t.type {slots},@object",
         f"{slots}:",
     ]
-    asm += [f"\t.quad {unsupported}"] * len(names)
-    asm += [f"\t.size {slots}, {8 * len(names)}", ""]
+    asm += [f"\t.quad {unsupported}"] * total
+    asm += [f"\t.size {slots}, {8 * total}"]
+    # Every trampoline's address by slot (what cuGetProcAddress hands out).
+    asm += [
+        "\t.section .data.rel.ro,\"aw\"",
+        "\t.p2align 3",
+        f"\t.globl {entries}",
+        f"\t.hidden {entries}",
+        f"\t.type {entries},@object",
+        f"{entries}:",
+    ]
+    asm += [f"\t.quad {n}" for n in names + spares]
+    asm += [f"\t.size {entries}, {8 * total}", ""]
 
     hdr = [
         f"// Generated by interpose/gen_exports.py from the export list and {a.hooks.split('/')[-1]}. Do not edit.",
@@ -127,10 +213,19 @@ def main():
     hdr += [f'    "{n}",' for n in names]
     hdr += ["};", "", "enum Slot : int {"]
     hdr += [f"  kSlot_{n} = {i}," for i, n in enumerate(names)]
-    hdr += ["};", "", f"inline constexpr int kHookCount = {len(hooks)};", "", "}  // namespace", "",
+    hdr += ["};", "", f"inline constexpr int kHookCount = {len(hooks)};",
+            f"inline constexpr int kSpareCount = {len(spares)};  // slots kCount .. kCount + kSpareCount - 1",
+            f"inline constexpr bool kGateGenerated = {'true' if gated else 'false'};",
+            "",
+            "// Whether each exported trampoline passes the resume gate (false: named in the ungated list).",
+            "inline constexpr bool kGated[kCount] = {"]
+    hdr += [f"    {'true' if gated and n not in ungated_set else 'false'},  // {n}" for n in names]
+    hdr += ["};", "", "}  // namespace", "",
             'extern "C" {',
-            f"// The slot table behind the trampolines (interpose/gen_exports.py).",
-            f"extern void* {slots}[gslice::{p}_exports::kCount];",
+            f"// The slot table behind the trampolines (interpose/gen_exports.py), spares included.",
+            f"extern void* {slots}[gslice::{p}_exports::kCount + gslice::{p}_exports::kSpareCount];",
+            f"// Each trampoline's own address, by slot.",
+            f"extern void* const {entries}[gslice::{p}_exports::kCount + gslice::{p}_exports::kSpareCount];",
             f"int {unsupported}(void);",
             "}", ""]
 

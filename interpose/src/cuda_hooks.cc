@@ -1,8 +1,9 @@
 // The libcuda.so.1 shim: load-time setup and every hook listed in interpose/hooks.def.
 //
 // Every exported driver function is a generated trampoline through gslice_cuda_slots
-// (interpose/gen_exports.py); the constructor below fills the slots from the real driver and
-// points the hooked ones here. A hook counts device memory against the slice (SliceAccount)
+// (interpose/gen_exports.py) that first passes the resume gate (resume_gate.h; the exceptions
+// are in interpose/ungated.def); the constructor below fills the slots from the real driver
+// and points the hooked ones here. A hook counts device memory against the slice (SliceAccount)
 // and calls the real function through g_real. Hooks never throw and never abort: on any
 // trouble they forward to the real driver unchanged.
 #include <cuda.h>
@@ -161,39 +162,118 @@ int64_t ArrayBytes(size_t w, size_t h, size_t d, unsigned channels, CUarray_form
          static_cast<int64_t>(channels == 0 ? 1 : channels) * FormatBytes(f);
 }
 
-// Maps the real driver's address of a hooked function to its hook (cuGetProcAddress).
+// cuGetProcAddress hands out the shim's own trampolines, never a real driver address: each
+// passes the resume gate (resume_gate.h) and, for hooked names, reaches the hook. The driver's
+// answer is mapped back by address: g_proc_map holds every exported slot the real driver
+// fills, sorted by its real address (hooked slots first among equal addresses). Built by the
+// constructor, read-only afterwards.
 struct ProcMapping {
   void* real;
-  void* hook;
-  const char* name;
+  int slot;
 };
-ProcMapping g_proc_map[ex::kHookCount];
+ProcMapping g_proc_map[ex::kCount];
 int g_proc_map_count = 0;
 
-void* MapProc(const char* symbol, void* p, cuuint64_t flags) {
-  if (p == nullptr) return p;
-  for (int i = 0; i < g_proc_map_count; ++i) {
-    if (g_proc_map[i].real == p) return g_proc_map[i].hook;
+// Driver functions the shim does not export (found by cuGetProcAddress only) get one of the
+// spare gated trampolines, once per address. Rare and never on a hot path: a mutex is fine.
+pthread_mutex_t g_spare_mu = PTHREAD_MUTEX_INITIALIZER;
+std::atomic<int> g_spares_used{0};
+
+bool IsHookSlot(int slot) { return gslice_cuda_slots[slot] != g_real[slot]; }
+
+void BuildProcMap() {
+  for (int i = 0; i < ex::kCount; ++i) {
+    if (g_real[i] != reinterpret_cast<void*>(&gslice_cuda_unsupported)) g_proc_map[g_proc_map_count++] = {g_real[i], i};
   }
-  // Not a known address: if the driver handed out an internal alias of a hooked function,
-  // fall back to the hook of the same base name (newest version; _ptsz when per-thread).
-  if (symbol == nullptr) return p;
+  // Insertion sort by address (hooked first among equals): ~700 entries, once at load.
+  for (int i = 1; i < g_proc_map_count; ++i) {
+    ProcMapping m = g_proc_map[i];
+    int j = i - 1;
+    auto before = [&](const ProcMapping& a, const ProcMapping& b) {
+      return a.real != b.real ? a.real < b.real : (IsHookSlot(a.slot) && !IsHookSlot(b.slot));
+    };
+    while (j >= 0 && before(m, g_proc_map[j])) {
+      g_proc_map[j + 1] = g_proc_map[j];
+      --j;
+    }
+    g_proc_map[j + 1] = m;
+  }
+}
+
+int SlotOfReal(void* p) {
+  int lo = 0, hi = g_proc_map_count;
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (g_proc_map[mid].real < p) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < g_proc_map_count && g_proc_map[lo].real == p ? g_proc_map[lo].slot : -1;
+}
+
+// The hook for an internal alias of a hooked function: the same base name (newest version;
+// _ptsz when per-thread). -1 when symbol names no hooked function.
+int HookSlotByName(const char* symbol, cuuint64_t flags) {
   const bool ptds = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
   size_t len = strlen(symbol);
-  void* best = nullptr;
-  for (int i = 0; i < g_proc_map_count; ++i) {
-    const char* name = g_proc_map[i].name;
+  int best = -1;
+  for (int slot = 0; slot < ex::kCount; ++slot) {
+    if (!IsHookSlot(slot)) continue;
+    const char* name = ex::kNames[slot];
     if (strncmp(name, symbol, len) != 0) continue;
     const char* suffix = name + len;
     bool is_ptsz = strstr(suffix, "_ptsz") != nullptr || strstr(suffix, "_ptds") != nullptr;
     bool versioned = suffix[0] == '_' && suffix[1] == 'v';
     if (suffix[0] != '\0' && !is_ptsz && !versioned) continue;
     if (is_ptsz != ptds) continue;
-    best = g_proc_map[i].hook;  // names are sorted: later entries are newer versions
+    best = slot;  // names are sorted: later entries are newer versions
   }
-  if (best != nullptr) {
-    Log(LogLevel::kDebug, "cuGetProcAddress(%s): unknown real address, using the hook by name", symbol);
-    return best;
+  return best;
+}
+
+void* SpareTrampoline(void* p) {
+  pthread_mutex_lock(&g_spare_mu);
+  const int used = g_spares_used.load(std::memory_order_relaxed);
+  void* out = nullptr;
+  for (int j = 0; j < used && out == nullptr; ++j) {
+    if (gslice_cuda_slots[ex::kCount + j] == p) out = gslice_cuda_entries[ex::kCount + j];
+  }
+  if (out == nullptr && used < ex::kSpareCount) {
+    __atomic_store_n(&gslice_cuda_slots[ex::kCount + used], p, __ATOMIC_RELEASE);
+    g_spares_used.store(used + 1, std::memory_order_relaxed);
+    out = gslice_cuda_entries[ex::kCount + used];
+  }
+  pthread_mutex_unlock(&g_spare_mu);
+  return out;
+}
+
+// Whether p is one of the shim's own trampolines (a driver that resolves its own exported
+// names through the dynamic linker, as the simulator does, hands those out). The entries are
+// emitted in order into one section, so the table is sorted by address.
+bool IsOwnEntry(void* p) {
+  int lo = 0, hi = ex::kCount + ex::kSpareCount;
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (gslice_cuda_entries[mid] < p) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < ex::kCount + ex::kSpareCount && gslice_cuda_entries[lo] == p;
+}
+
+void* MapProc(const char* symbol, void* p, cuuint64_t flags) {
+  if (p == nullptr || IsOwnEntry(p)) return p;
+  int slot = SlotOfReal(p);
+  if (slot < 0 && symbol != nullptr) {
+    slot = HookSlotByName(symbol, flags);
+    if (slot >= 0) Log(LogLevel::kDebug, "cuGetProcAddress(%s): unknown real address, using the hook by name", symbol);
+  }
+  if (slot >= 0) return gslice_cuda_entries[slot];
+  // Not exported by the shim at all: a spare gated trampoline forwards it.
+  void* spare = SpareTrampoline(p);
+  if (spare != nullptr) return spare;
+  static std::atomic<bool> warned{false};
+  if (!warned.exchange(true)) {
+    Log(LogLevel::kWarn, "cuGetProcAddress(%s): no spare trampoline left; this function bypasses the resume gate",
+        symbol != nullptr ? symbol : "?");
   }
   return p;
 }
@@ -751,13 +831,8 @@ __attribute__((constructor)) void GsliceCudaShimInit() {
                   reinterpret_cast<const void*>(&GsliceCudaShimInit), &g_real_library);
   FillSlots(g_real_library.handle, ex::kNames, ex::kCount, gslice_cuda_slots, g_real,
             reinterpret_cast<void*>(&gslice_cuda_unsupported));
-  for (const HookEntry& h : kHookEntries) {
-    void* real = g_real[h.slot];
-    if (real != reinterpret_cast<void*>(&gslice_cuda_unsupported)) {
-      g_proc_map[g_proc_map_count++] = ProcMapping{real, h.hook, ex::kNames[h.slot]};
-    }
-    __atomic_store_n(&gslice_cuda_slots[h.slot], h.hook, __ATOMIC_RELEASE);
-  }
+  for (const HookEntry& h : kHookEntries) __atomic_store_n(&gslice_cuda_slots[h.slot], h.hook, __ATOMIC_RELEASE);
+  BuildProcMap();
   const char* overhead = OptionValue(Option::ContextOverhead);
   ParsedSize p = ParseSize(overhead);
   if (p.ok) {

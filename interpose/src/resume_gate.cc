@@ -43,9 +43,15 @@ void InitOnce() {
 
 }  // namespace
 
+// Where gslice_cuda_gate_word points before the first gated call, and without a board.
+constinit std::atomic<uint32_t> g_unclaimed_word{kGateClosed};
+constinit std::atomic<uint32_t> g_open_word{kGateOpen};
+
 SuspendBoardEntry* Init() {
   pthread_once(&g_once, InitOnce);
-  return g_entry.load(std::memory_order_acquire);
+  SuspendBoardEntry* e = g_entry.load(std::memory_order_acquire);
+  gslice_cuda_gate_word.store(e != nullptr ? &e->gate : &g_open_word, std::memory_order_release);
+  return e;
 }
 
 void Wait(SuspendBoardEntry* e) {
@@ -106,3 +112,16 @@ bool RequestPreemption(const uint8_t gpu_uuid[16], uint64_t bytes) {
 }
 
 }  // namespace gslice::shim
+
+static_assert(gslice::kGateOpen == 0, "gen_exports.py's trampolines compare the gate word with 0");
+static_assert(sizeof(std::atomic<const std::atomic<uint32_t>*>) == sizeof(void*));
+
+std::atomic<const std::atomic<uint32_t>*> gslice_cuda_gate_word{&gslice::shim::gate_detail::g_unclaimed_word};
+
+// The trampolines' slow path: the first gated call claims the entry; later ones come here only
+// while the gate is closed. No argument is needed but the slot, kept for debugging.
+void gslice_cuda_gate_wait(int /*slot*/) {
+  using namespace gslice::shim::gate_detail;
+  gslice::SuspendBoardEntry* e = Init();
+  if (e != nullptr && e->gate.load(std::memory_order_acquire) != gslice::kGateOpen) Wait(e);
+}

@@ -1,13 +1,19 @@
-// The resume gate: the shim's side of suspend/resume (docs/suspend.md). Every hook that
-// does GPU work calls ResumeGate() before reaching the driver. While gsliced's suspend
-// service has the process suspended (or is suspending or resuming it), the call waits here
-// - it asks for a transparent resume when the suspension was for idleness, and simply
-// waits out a preemption or a manual suspend - and then proceeds: the program sees a
+// The resume gate: the shim's side of suspend/resume (docs/suspend.md). While gsliced's
+// suspend service has the process suspended (or is suspending or resuming it), a driver call
+// waits here - it asks for a transparent resume when the suspension was for idleness, and
+// simply waits out a preemption or a manual suspend - and then proceeds: the program sees a
 // delay, never an error.
 //
-// Fast path: one relaxed store (activity, for idle detection) and one acquire load of the
-// gate word in this process's suspend-board entry. The entry is claimed lazily on the first
-// call; without a board (no /dev/shm, GSLICE_SUSPEND_BOARD unusable) the gate stays open.
+// Two ways in, one gate word (the `gate` of this process's suspend-board entry):
+//  - Every exported libcuda function passes it in its trampoline (interpose/gen_exports.py),
+//    hooked or not, and so does every function cuGetProcAddress hands out, except the few
+//    that interpose/ungated.def names and reasons for. Fast path: one load of
+//    gslice_cuda_gate_word and one relaxed load of the word it points to; a word that is not
+//    open sends the call to gslice_cuda_gate_wait (below), which claims the entry or waits.
+//  - Hooks that do GPU work also call ResumeGate(): one relaxed store (activity, for idle
+//    detection) and one acquire load of the gate word. Polling hooks call ResumeGateQuiet().
+// The entry is claimed lazily on the first gated call; without a board (no /dev/shm,
+// GSLICE_SUSPEND_BOARD unusable) the gate stays open.
 #pragma once
 
 #include <atomic>
@@ -20,9 +26,22 @@ namespace gslice::shim {
 namespace gate_detail {
 extern std::atomic<SuspendBoardEntry*> g_entry;
 extern std::atomic<bool> g_disabled;
+// Claims this process's entry once (nullptr: no board, or it is full) and points
+// gslice_cuda_gate_word at its gate (at a word that is always open when there is none).
 SuspendBoardEntry* Init();
 void Wait(SuspendBoardEntry* e);
 }  // namespace gate_detail
+
+}  // namespace gslice::shim
+
+// The trampolines' side (gen_exports.py emits the code that uses them). gslice_cuda_gate_word
+// points at a word that is kGateOpen (0) while calls may pass: until the first gated call at a
+// closed one, so that call claims the entry on the slow path. gslice_cuda_gate_wait runs on
+// the slow path with the caller's arguments saved; it returns once the call may proceed.
+extern "C" __attribute__((visibility("hidden"))) std::atomic<const std::atomic<uint32_t>*> gslice_cuda_gate_word;
+extern "C" __attribute__((visibility("hidden"))) void gslice_cuda_gate_wait(int slot);
+
+namespace gslice::shim {
 
 inline void ResumeGate() {
   SuspendBoardEntry* e = gate_detail::g_entry.load(std::memory_order_acquire);

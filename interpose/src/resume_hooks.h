@@ -1,9 +1,10 @@
-// Hooks that exist only to pass the resume gate (resume_gate.h): the calls through which a
-// program makes GPU progress or waits for it - synchronisation, copies, memsets, event
-// record/wait, capture queries - besides the launches and allocations that other hooks
-// already gate. A suspended process's thread therefore waits in the shim (and asks for a
-// transparent resume) instead of blocking inside the driver's checkpoint lock, where
-// nothing would notice it. Listed in interpose/hooks.def; each forwards unchanged.
+// Hooks that exist for suspend/resume (resume_gate.h): the calls through which a program makes
+// GPU progress or waits for it - synchronisation, copies, memsets, event record/wait, capture
+// queries - besides the launches and allocations that other hooks already cover. Every export
+// already waits at the gate in its trampoline; these also count as activity, so that a
+// process that only copies or synchronises is not taken for idle (queries do not count:
+// polling is not use), and check the gate again after counting. Listed in
+// interpose/hooks.def; each forwards unchanged.
 #pragma once
 
 #include <cuda.h>

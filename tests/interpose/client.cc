@@ -16,6 +16,10 @@
 //                         create a context (cuCtxCreate, _v2, _v3, _v4 in turn); prints
 //                         "contexts primary=ok|oom ok=N oom=M", holds them until stdin
 //                         closes, destroys them and prints "contexts done"
+//   client gatecheck NAMES UNGATED   every function NAMES lists (the shim's exports, one a
+//                         line) and every pointer cuGetProcAddress hands out for them passes
+//                         the resume gate, except exactly the functions the UNGATED .def
+//                         file names; prints "gatecheck ok ..."
 //   client allocbench N BYTES   N cuMemAlloc+cuMemFree pairs through the hooks and N through
 //                         the real driver, alternating; prints "hook=NS real=NS diff=NS" (medians)
 #include <cuda.h>
@@ -28,6 +32,7 @@
 #include <unistd.h>
 
 #include <pthread.h>
+#include <string.h>
 
 #include <algorithm>
 #include <atomic>
@@ -610,6 +615,117 @@ int Contexts(int threads) {
   return 0;
 }
 
+// The code at an entry point, as interpose/gen_exports.py emits it: a gated trampoline starts
+// with `movq gate_word(%rip), %r11; cmpl $0, (%r11)`; an ungated one is `jmp *slot(%rip)`.
+struct EntryCode {
+  bool gated = false;
+  bool plain = false;
+  const void* gate_word = nullptr;  // where a gated one reads the gate word's address
+};
+
+EntryCode Classify(const void* fn) {
+  const auto* b = static_cast<const unsigned char*>(fn);
+  EntryCode c;
+  if (b[0] == 0x4c && b[1] == 0x8b && b[2] == 0x1d && b[7] == 0x41 && b[8] == 0x83 && b[9] == 0x3b && b[10] == 0x00) {
+    int32_t rel;
+    memcpy(&rel, b + 3, sizeof rel);
+    c.gated = true;
+    c.gate_word = b + 7 + rel;
+  } else if (b[0] == 0xff && b[1] == 0x25) {
+    c.plain = true;
+  }
+  return c;
+}
+
+std::vector<std::string> ReadNames(const char* path, const char* macro) {
+  std::vector<std::string> out;
+  FILE* f = fopen(path, "r");
+  if (f == nullptr) Die("cannot open a name list");
+  char line[512];
+  while (fgets(line, sizeof line, f) != nullptr) {
+    std::string l(line, strcspn(line, "\r\n"));
+    if (macro == nullptr) {
+      if (!l.empty()) out.push_back(l);
+      continue;
+    }
+    const std::string open = std::string(macro) + "(";
+    size_t p = l.find_first_not_of(" \t");
+    if (p == std::string::npos || l.compare(p, open.size(), open) != 0) continue;
+    size_t close = l.find(')', p);
+    out.push_back(l.substr(p + open.size(), close - p - open.size()));
+  }
+  fclose(f);
+  return out;
+}
+
+// The name cuGetProcAddress is asked for: the export without its version and stream suffixes.
+std::string BaseName(std::string n) {
+  for (const char* sfx : {"_ptsz", "_ptds"}) {
+    size_t len = strlen(sfx);
+    if (n.size() > len && n.compare(n.size() - len, len, sfx) == 0) n.resize(n.size() - len);
+  }
+  size_t v = n.rfind("_v");
+  if (v != std::string::npos && v + 2 < n.size() && n.find_first_not_of("0123456789", v + 2) == std::string::npos) {
+    n.resize(v);
+  }
+  return n;
+}
+
+int GateCheck(const char* names_path, const char* ungated_path) {
+  Setup();
+  const std::vector<std::string> names = ReadNames(names_path, nullptr);
+  const std::vector<std::string> ungated = ReadNames(ungated_path, "GSLICE_UNGATED");
+  auto is_ungated = [&](const std::string& n) { return std::find(ungated.begin(), ungated.end(), n) != ungated.end(); };
+  if (names.size() < 100 || ungated.empty()) Die("too few names", static_cast<long>(names.size()));
+  const void* gate_word = nullptr;
+  int gated = 0, failures = 0;
+  auto same_word = [&](const EntryCode& c) {
+    if (gate_word == nullptr) gate_word = c.gate_word;
+    return c.gate_word == gate_word;
+  };
+  for (const std::string& n : names) {
+    void* fn = dlsym(g_cuda, n.c_str());
+    if (fn == nullptr) Die("an export is missing");
+    EntryCode c = Classify(fn);
+    const bool want_gated = !is_ungated(n);
+    if (want_gated ? !(c.gated && same_word(c)) : !c.plain) {
+      fprintf(stderr, "client: %s: %s\n", n.c_str(), want_gated ? "does not pass the resume gate" : "ungated.def names it but it is gated");
+      ++failures;
+    }
+    gated += c.gated ? 1 : 0;
+  }
+  for (const std::string& u : ungated) {
+    if (std::find(names.begin(), names.end(), u) == names.end()) {
+      fprintf(stderr, "client: ungated.def names %s, which the shim does not export\n", u.c_str());
+      ++failures;
+    }
+  }
+  // Every pointer cuGetProcAddress hands out is a gated trampoline (or an ungated export).
+  FN(cuGetProcAddress_v2);
+  int handed = 0;
+  for (const std::string& n : names) {
+    const std::string base = BaseName(n);
+    for (cuuint64_t flags : {CU_GET_PROC_ADDRESS_DEFAULT, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM}) {
+      void* p = nullptr;
+      if (cuGetProcAddress_v2(base.c_str(), &p, 13000, flags, nullptr) != CUDA_SUCCESS || p == nullptr) continue;
+      ++handed;
+      EntryCode c = Classify(p);
+      Dl_info info{};
+      const bool named_ungated = c.plain && dladdr(p, &info) != 0 && info.dli_sname != nullptr &&
+                                 dlsym(g_cuda, info.dli_sname) == p && is_ungated(info.dli_sname);
+      if (!(c.gated && same_word(c)) && !named_ungated) {
+        fprintf(stderr, "client: cuGetProcAddress(%s, flags %llu) hands out a function that skips the resume gate\n",
+                base.c_str(), static_cast<unsigned long long>(flags));
+        ++failures;
+      }
+    }
+  }
+  if (failures > 0) Die("entry points skip the resume gate", failures);
+  if (handed == 0) Die("cuGetProcAddress handed out nothing");
+  printf("gatecheck ok exports=%zu gated=%d ungated=%zu procaddress=%d\n", names.size(), gated, ungated.size(), handed);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -627,6 +743,7 @@ int main(int argc, char** argv) {
   if (mode == "nvml") return Nvml();
   if (mode == "forkexit") return ForkExit();
   if (mode == "contexts" && argc > 2) return Contexts(atoi(argv[2]));
+  if (mode == "gatecheck" && argc > 3) return GateCheck(argv[2], argv[3]);
   if (mode == "allocbench" && argc > 3) return AllocBench(atoi(argv[2]), strtoull(argv[3], nullptr, 10));
   fprintf(stderr, "client: unknown mode %s\n", mode.c_str());
   return 2;

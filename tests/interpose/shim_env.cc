@@ -53,6 +53,8 @@ ShimEnv::ShimEnv(const std::string& name) {
   vars["GSLICE_REAL_NVML"] = std::string(GSLICE_TEST_SIM_DIR) + "/libnvidia-ml.so.1";
   vars["GSLICE_SIM_STATE"] = base + "-sim";
   vars["GSLICE_LEDGER"] = base + "-ledger";
+  // Every shimmed process claims a suspend-board entry at its first driver call.
+  vars["GSLICE_SUSPEND_BOARD"] = base + "-board";
   vars["GSLICE_SLICE"] = name;
   vars["GSLICE_MEMORY"] = "64MiB";
   vars["GSLICE_CONTEXT_OVERHEAD"] = "0";
@@ -64,6 +66,9 @@ ShimEnv::ShimEnv(const std::string& name) {
 ShimEnv::~ShimEnv() {
   unlink(vars["GSLICE_SIM_STATE"].c_str());
   unlink(vars["GSLICE_LEDGER"].c_str());
+  // Only the board this environment named (a test may point it at a shared one).
+  const std::string& board = vars["GSLICE_SUSPEND_BOARD"];
+  if (board.rfind("/dev/shm/gslice-test-" + std::to_string(getpid()) + "-", 0) == 0) unlink(board.c_str());
 }
 
 int ShimEnv::Start(const std::vector<std::string>& argv, int* in_fd, int* out_fd) const {

@@ -5,6 +5,11 @@
 //   sync          cuCtxSynchronize; prints "synced <seconds> <result>"
 //   alloc BYTES   cuMemAlloc_v2; prints "alloc <result>" and keeps the memory
 //   free          frees what `alloc` took; prints "freed"
+//   freeone       cuMemFree_v2 of the last `alloc`; prints "freedone <seconds> <result>"
+//   hostalloc     cuMemHostAlloc + cuMemFreeHost of 4 KiB (generated trampolines, no hooks);
+//                 prints "hostalloc <seconds> <result>"
+//   pa-freeone, pa-hostalloc   the same through pointers cuGetProcAddress handed out at start
+//                 (the reply starts with the command's own word, "freedone" / "hostalloc")
 //   verify        reads the held memory back; prints "verified ok" or "verified bad"
 //   exit          frees everything and exits 0
 // Started as: suspend_client BYTES PATTERN; prints "ready <pid>" once the memory is held.
@@ -77,7 +82,19 @@ int main(int argc, char** argv) {
   FN(cuMemsetD32_v2);
   FN(cuMemcpyDtoH_v2);
   FN(cuCtxSynchronize);
+  FN(cuMemHostAlloc);
+  FN(cuMemFreeHost);
+  FN(cuGetProcAddress_v2);
   Check(cuInit(0), "cuInit");
+  // Entry points as cudart finds them, looked up while the process runs.
+  void* pa_free = nullptr;
+  void* pa_host_alloc = nullptr;
+  void* pa_free_host = nullptr;
+  Check(cuGetProcAddress_v2("cuMemFree", &pa_free, 13000, CU_GET_PROC_ADDRESS_DEFAULT, nullptr), "cuGetProcAddress");
+  Check(cuGetProcAddress_v2("cuMemHostAlloc", &pa_host_alloc, 13000, CU_GET_PROC_ADDRESS_DEFAULT, nullptr),
+        "cuGetProcAddress");
+  Check(cuGetProcAddress_v2("cuMemFreeHost", &pa_free_host, 13000, CU_GET_PROC_ADDRESS_DEFAULT, nullptr),
+        "cuGetProcAddress");
   CUdevice dev;
   CUcontext ctx;
   Check(cuDeviceGet(&dev, 0), "cuDeviceGet");
@@ -113,6 +130,24 @@ int main(int argc, char** argv) {
       for (CUdeviceptr p : extra) cuMemFree_v2(p);
       extra.clear();
       printf("freed\n");
+    } else if (cmd == "freeone" || cmd == "pa-freeone") {
+      auto free_fn = cmd == "freeone" ? cuMemFree_v2 : reinterpret_cast<decltype(cuMemFree_v2)>(pa_free);
+      const double t0 = Now();
+      CUresult r = CUDA_ERROR_INVALID_VALUE;  // nothing allocated to free
+      if (!extra.empty()) {
+        r = free_fn(extra.back());
+        extra.pop_back();
+      }
+      printf("freedone %.6f %s\n", Now() - t0, Name(r));
+    } else if (cmd == "hostalloc" || cmd == "pa-hostalloc") {
+      const bool pa = cmd == "pa-hostalloc";
+      auto alloc_fn = pa ? reinterpret_cast<decltype(cuMemHostAlloc)>(pa_host_alloc) : cuMemHostAlloc;
+      auto free_fn = pa ? reinterpret_cast<decltype(cuMemFreeHost)>(pa_free_host) : cuMemFreeHost;
+      const double t0 = Now();
+      void* p = nullptr;
+      CUresult r = alloc_fn(&p, 4096, 0);
+      if (r == CUDA_SUCCESS) r = free_fn(p);
+      printf("hostalloc %.6f %s\n", Now() - t0, Name(r));
     } else if (cmd == "verify") {
       std::vector<unsigned> host(bytes / 4);
       CUresult r = cuMemcpyDtoH_v2(host.data(), held, bytes);

@@ -231,6 +231,36 @@ TEST_F(SuspendSimTest, IdleProcessIsReclaimedAndResumedByItsNextCall) {
   EXPECT_EQ(c.Exit(), 0);
 }
 
+// A suspended process's next call resumes it whatever the entry point: a hooked call that
+// does no GPU work (cuMemFree), functions the shim only forwards (cuMemHostAlloc, a generated
+// trampoline), and both as cuGetProcAddress handed them out. Without the gate such a call
+// blocks in the driver's checkpoint lock until something else resumes the process: each
+// reply is bounded by a timeout.
+TEST_F(SuspendSimTest, EveryEntryPointOfAnIdleSuspendedProcessResumesIt) {
+  const ShimEnv& env = Env("notebook", "512MiB", false);
+  SuspendService& service = Service({{"notebook", 1}});
+  Client& c = Start(env, 16 * MiB, 0x5eed);
+  ASSERT_TRUE(c.ready());
+  ASSERT_EQ(c.Ask("alloc 4096"), "alloc CUDA_SUCCESS");
+  ASSERT_EQ(c.Ask("alloc 4096"), "alloc CUDA_SUCCESS");
+  service.Start();
+  const std::pair<const char*, const char*> calls[] = {
+      {"freeone", "freedone "}, {"hostalloc", "hostalloc "}, {"pa-freeone", "freedone "}, {"pa-hostalloc", "hostalloc "}};
+  for (const auto& [cmd, reply_word] : calls) {
+    ASSERT_TRUE(WaitState(service, c.pid(), State::kSuspended)) << cmd;
+    const uint64_t resumes_before = service.manager().Get(c.pid())->resumes;
+    const std::string reply = c.Ask(cmd, 15);
+    ASSERT_EQ(reply.rfind(reply_word, 0), 0u) << cmd << " did not return: '" << reply << "'";
+    EXPECT_NE(reply.find("CUDA_SUCCESS"), std::string::npos) << cmd << ": " << reply;
+    auto st = service.manager().Get(c.pid());
+    ASSERT_TRUE(st.has_value());
+    EXPECT_EQ(st->state, State::kRunning) << cmd;
+    EXPECT_EQ(st->resumes, resumes_before + 1) << cmd;
+  }
+  EXPECT_EQ(c.Ask("verify"), "verified ok");
+  EXPECT_EQ(c.Exit(), 0);
+}
+
 TEST_F(SuspendSimTest, PreemptionSuspendsOpportunisticWorkAndResumesItLater) {
   const ShimEnv& opp_env = Env("batch", "1GiB", true);
   const ShimEnv& gua_env = Env("serving", "1GiB", false);
