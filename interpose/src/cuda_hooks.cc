@@ -267,9 +267,13 @@ void* MapProc(const char* symbol, void* p, cuuint64_t flags) {
     if (slot >= 0) Log(LogLevel::kDebug, "cuGetProcAddress(%s): unknown real address, using the hook by name", symbol);
   }
   if (slot >= 0) return gslice_cuda_entries[slot];
-  // Not exported by the shim at all: a spare gated trampoline forwards it.
+  // An address the export table does not know: a spare gated trampoline forwards it.
   void* spare = SpareTrampoline(p);
-  if (spare != nullptr) return spare;
+  if (spare != nullptr) {
+    Log(LogLevel::kDebug, "cuGetProcAddress(%s): unknown real address, forwarded through a spare trampoline",
+        symbol != nullptr ? symbol : "?");
+    return spare;
+  }
   static std::atomic<bool> warned{false};
   if (!warned.exchange(true)) {
     Log(LogLevel::kWarn, "cuGetProcAddress(%s): no spare trampoline left; this function bypasses the resume gate",
