@@ -178,10 +178,14 @@ int g_proc_map_count = 0;
 // spare gated trampolines, once per address. Rare and never on a hot path: a mutex is fine.
 pthread_mutex_t g_spare_mu = PTHREAD_MUTEX_INITIALIZER;
 std::atomic<int> g_spares_used{0};
+bool g_entries_sorted = true;  // gslice_cuda_entries ascend (set once by BuildProcMap)
 
 bool IsHookSlot(int slot) { return gslice_cuda_slots[slot] != g_real[slot]; }
 
 void BuildProcMap() {
+  for (int i = 1; i < ex::kCount + ex::kSpareCount; ++i) {
+    if (gslice_cuda_entries[i - 1] >= gslice_cuda_entries[i]) g_entries_sorted = false;
+  }
   for (int i = 0; i < ex::kCount; ++i) {
     if (g_real[i] != reinterpret_cast<void*>(&gslice_cuda_unsupported)) g_proc_map[g_proc_map_count++] = {g_real[i], i};
   }
@@ -247,9 +251,15 @@ void* SpareTrampoline(void* p) {
 }
 
 // Whether p is one of the shim's own trampolines (a driver that resolves its own exported
-// names through the dynamic linker, as the simulator does, hands those out). The entries are
-// emitted in order into one section, so the table is sorted by address.
+// names through the dynamic linker hands those out). The entries are emitted in order into
+// one section, so the table is sorted by address (g_entries_sorted: BuildProcMap checked).
 bool IsOwnEntry(void* p) {
+  if (!g_entries_sorted) {
+    for (int i = 0; i < ex::kCount + ex::kSpareCount; ++i) {
+      if (gslice_cuda_entries[i] == p) return true;
+    }
+    return false;
+  }
   int lo = 0, hi = ex::kCount + ex::kSpareCount;
   while (lo < hi) {
     int mid = (lo + hi) / 2;
