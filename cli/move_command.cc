@@ -1,9 +1,10 @@
 // gslice move PID --to GPU: asks the node's suspend service (inside gsliced, or
 // gslice-suspend-agent) through the suspend board to move a process to another GPU of the
-// same type. The service suspends the process if it runs, restores its memory on the
+// same type. The request fields are root's (suspend_board.h): an operator's action. The service suspends the process if it runs, restores its memory on the
 // target with the driver's GPU pairs and lets it continue; the program sees a pause.
 #include "move_command.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -11,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,7 +39,8 @@ GPU is of another type or lacks the room.
   --to GPU          target GPU: a UUID (GPU-...) or a device index as nvidia-smi numbers it
   --timeout SECONDS how long to wait for the service (default 600; moving 40 GiB takes minutes)
 
-The process must run under gslice (gslice run, or the shim preloaded). Example:
+The process must run under gslice (gslice run, or the shim preloaded). Moving is an
+operator's action: run it as root (the owner of the suspend board). Example:
   gslice move 4242 --to 1
 )";
 
@@ -109,40 +112,67 @@ int MoveCommand(int argc, char** argv) {
     if (!ParseUuid(target_text, target)) return Fail("the driver reported a malformed UUID " + target_text);
   }
 
+  // The request goes into the board's gates, which only root (the board's owner) may write:
+  // moving a process to another GPU is an operator's action.
   const char* path = OptionValue(Option::SuspendBoard);
-  SuspendBoard board;
-  if (!board.Open(path)) return Fail(std::string("cannot open the suspend board ") + path + ": " + std::strerror(errno));
-  SuspendBoardLayout* l = board.layout();
+  SuspendServiceBoard board;
+  std::string error;
+  if (!board.Open(path, false, &error)) {
+    if (errno == EACCES || errno == EPERM) {
+      return Fail("moving a process is an operator's action: run gslice move as root (" + error + ")");
+    }
+    return Fail(std::string("cannot open the suspend board ") + path + ": " + error);
+  }
+  struct stat board_st;
+  if (stat(path, &board_st) == 0 && board_st.st_uid != geteuid()) {
+    return Fail("moving a process is an operator's action: run gslice move as root (the owner of the suspend board)");
+  }
   if (!board.ServiceAlive()) {
     return Fail("no suspend service runs on this node: start gsliced (or gslice-suspend-agent)");
   }
   // The board knows a process by its own pid in its own namespace (a container's process by
-  // its container-local pid): name the pid we were given that way.
+  // its container-local pid): name the pid we were given that way, and take the entry that
+  // process's own shim wrote (one that maps the entry's partition writable).
   PidIdentity who;
-  SuspendBoardEntry* e = IdentifyPid("/proc", static_cast<uint32_t>(pid), &who) ? board.Find(who.pid_ns, who.pid) : nullptr;
-  if (e != nullptr && e->start_time.load(std::memory_order_acquire) != who.start_time) e = nullptr;
-  if (e == nullptr) {
+  if (!IdentifyPid("/proc", static_cast<uint32_t>(pid), &who)) {
+    return Fail("no process " + pid_text + " on this node");
+  }
+  std::optional<SuspendServiceBoard::Ref> found;
+  for (const SuspendServiceBoard::Ref& r : board.LiveEntries()) {
+    const SuspendShimEntry& e = board.Entry(r);
+    const auto& part = board.partitions()[r.part];
+    if (BoardOwnerPid(r.owner) == who.pid && e.pid_ns.load(std::memory_order_relaxed) == who.pid_ns &&
+        e.start_time.load(std::memory_order_relaxed) == who.start_time &&
+        ProcessMapsFileWritable("/proc", static_cast<int>(pid), part.dev, part.ino)) {
+      found = r;
+      break;
+    }
+  }
+  if (!found) {
     return Fail("process " + pid_text + " is not under gslice (it has made no GPU call through the shim); "
                 "start it with gslice run");
   }
-  uint64_t seq = e->move_seq.load(std::memory_order_acquire);
-  if (seq != e->move_reply_seq.load(std::memory_order_acquire)) {
+  SuspendGateEntry* g = board.Gate(*found);
+  if (g == nullptr) return Fail("the suspend service has not taken up process " + pid_text + " yet: try again in a second");
+  uint64_t seq = g->move_seq.load(std::memory_order_acquire);
+  if (seq != g->move_reply_seq.load(std::memory_order_acquire)) {
     return Fail("a move of process " + pid_text + " is already under way");
   }
-  std::memcpy(e->move_to_gpu, target, 16);
-  if (!e->move_seq.compare_exchange_strong(seq, seq + 1, std::memory_order_acq_rel)) {
+  g->move_owner.store(found->owner, std::memory_order_release);
+  std::memcpy(g->move_to_gpu, target, 16);
+  if (!g->move_seq.compare_exchange_strong(seq, seq + 1, std::memory_order_acq_rel)) {
     return Fail("a move of process " + pid_text + " is already under way");
   }
   ++seq;
-  RingDoorbell(l);
+  FutexWakeAll(&board.header()->wake);
   std::printf("moving process %ld to %s ...\n", pid, target_text.c_str());
   std::fflush(stdout);
   const int64_t deadline = MonotonicNs() + static_cast<int64_t>(timeout_s) * 1'000'000'000;
-  while (e->move_reply_seq.load(std::memory_order_acquire) != seq) {
+  while (g->move_reply_seq.load(std::memory_order_acquire) != seq) {
     if (MonotonicNs() > deadline) return Fail("no answer from the suspend service within " + std::to_string(timeout_s) + " s");
-    FutexWait(&e->move_reply, e->move_reply.load(std::memory_order_acquire), 200);
+    FutexWait(&g->move_reply, g->move_reply.load(std::memory_order_acquire), 200);
   }
-  if (e->move_reply.load(std::memory_order_acquire) != kMoveReplyMoved) {
+  if (g->move_reply.load(std::memory_order_acquire) != kMoveReplyMoved) {
     return Fail("refused: the process stays where it was (the service's log says why: a GPU of another "
                 "type, too little free memory, or a checkpoint that failed)");
   }

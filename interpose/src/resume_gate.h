@@ -4,16 +4,20 @@
 // simply waits out a preemption or a manual suspend - and then proceeds: the program sees a
 // delay, never an error.
 //
-// Two ways in, one gate word (the `gate` of this process's suspend-board entry):
+// Two ways in, one gate word (gslice_cuda_gate_word points at it; the service alone writes it,
+// and the shim maps it read-only):
 //  - Every exported libcuda function passes it in its trampoline (interpose/gen_exports.py),
 //    hooked or not, and so does every function cuGetProcAddress hands out, except the few
 //    that interpose/ungated.def names and reasons for. Fast path: one load of
 //    gslice_cuda_gate_word and one relaxed load of the word it points to; a word that is not
 //    open sends the call to gslice_cuda_gate_wait (below), which claims the entry or waits.
 //  - Hooks that do GPU work also call ResumeGate(): one relaxed store (activity, for idle
-//    detection) and one acquire load of the gate word. Polling hooks call ResumeGateQuiet().
-// The entry is claimed lazily on the first gated call; without a board (no /dev/shm,
-// GSLICE_SUSPEND_BOARD unusable) the gate stays open.
+//    detection in this process's partition of the suspend board) and one acquire load of the
+//    gate word. Polling hooks call ResumeGateQuiet().
+// The entry is claimed lazily on the first gated call; without a board (none made on this
+// node, GSLICE_SUSPEND_BOARD unusable or untrusted) the word is always open. Until the service
+// has made this partition's gates, the gate word is the board's attach word: open, or closed
+// while the service wants such processes to look for their gates.
 #pragma once
 
 #include <atomic>
@@ -24,12 +28,13 @@
 namespace gslice::shim {
 
 namespace gate_detail {
-extern std::atomic<SuspendBoardEntry*> g_entry;
+extern std::atomic<SuspendShimEntry*> g_entry;
 extern std::atomic<bool> g_disabled;
 // Claims this process's entry once (nullptr: no board, or it is full) and points
-// gslice_cuda_gate_word at its gate (at a word that is always open when there is none).
-SuspendBoardEntry* Init();
-void Wait(SuspendBoardEntry* e);
+// gslice_cuda_gate_word at its gate (at a word that is always open when there is none);
+// the word is set before the entry is published.
+SuspendShimEntry* Init();
+void Wait(SuspendShimEntry* e);
 }  // namespace gate_detail
 
 }  // namespace gslice::shim
@@ -44,7 +49,7 @@ extern "C" __attribute__((visibility("hidden"))) void gslice_cuda_gate_wait(int 
 namespace gslice::shim {
 
 inline void ResumeGate() {
-  SuspendBoardEntry* e = gate_detail::g_entry.load(std::memory_order_acquire);
+  SuspendShimEntry* e = gate_detail::g_entry.load(std::memory_order_acquire);
   if (e == nullptr) {
     if (gate_detail::g_disabled.load(std::memory_order_relaxed)) return;
     e = gate_detail::Init();
@@ -53,18 +58,22 @@ inline void ResumeGate() {
   // Only "has it moved since the last look" matters to the service, so a racy increment
   // (lost updates between threads) is fine and costs no locked instruction.
   e->activity.store(e->activity.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-  if (e->gate.load(std::memory_order_acquire) != kGateOpen) gate_detail::Wait(e);
+  if (gslice_cuda_gate_word.load(std::memory_order_acquire)->load(std::memory_order_acquire) != kGateOpen) {
+    gate_detail::Wait(e);
+  }
 }
 
 // The same without counting as activity (polling calls: event and stream queries).
 inline void ResumeGateQuiet() {
-  SuspendBoardEntry* e = gate_detail::g_entry.load(std::memory_order_acquire);
+  SuspendShimEntry* e = gate_detail::g_entry.load(std::memory_order_acquire);
   if (e == nullptr) {
     if (gate_detail::g_disabled.load(std::memory_order_relaxed)) return;
     e = gate_detail::Init();
     if (e == nullptr) return;
   }
-  if (e->gate.load(std::memory_order_acquire) != kGateOpen) gate_detail::Wait(e);
+  if (gslice_cuda_gate_word.load(std::memory_order_acquire)->load(std::memory_order_acquire) != kGateOpen) {
+    gate_detail::Wait(e);
+  }
 }
 
 // A guaranteed process's allocation of `bytes` on the GPU with this UUID failed with

@@ -7,11 +7,13 @@
 #include <cstdio>
 #include <map>
 #include <thread>
+#include <tuple>
 
 #include <grpcpp/grpcpp.h>
 
 #include "gslice/ledger.h"
 #include "gslice/options.h"
+#include "gslice/suspend_board.h"
 
 namespace gslice::k8s {
 
@@ -108,6 +110,8 @@ std::string SliceNameFor(const PendingContainer& p) {
   return "pod_" + uid.substr(0, room) + suffix;
 }
 
+std::string SuspendPartitionFor(const PendingContainer& p) { return "k8s-" + SliceNameFor(p); }
+
 std::optional<PendingContainer> FindPendingContainer(const json& pod_list, const std::string& node,
                                                      size_t device_count,
                                                      const std::set<std::string>& requested_uuids,
@@ -181,6 +185,7 @@ void BuildContainerResponse(const DevicePluginConfig& config, const PendingConta
   envs[OptionEnv(Option::Class)] = std::string(ToString(p.slice_class));
   envs[OptionEnv(Option::Ledger)] = config.ledger_container_path;
   envs[OptionEnv(Option::SuspendBoard)] = config.board_container_path;
+  envs[OptionEnv(Option::SuspendPartition)] = SuspendPartitionFor(p);
   int share = p.container.gpus.empty() ? 0 : p.container.gpus.front().compute_percent;
   if (share > 0) envs[OptionEnv(Option::Share)] = std::to_string(share) + "%";
   if (!p.compute_cap.empty()) envs[OptionEnv(Option::Compute)] = p.compute_cap;
@@ -195,10 +200,17 @@ void BuildContainerResponse(const DevicePluginConfig& config, const PendingConta
   ledger->set_host_path(config.ledger_host_path);
   ledger->set_container_path(config.ledger_container_path);
   ledger->set_read_only(false);
-  auto* board = out->add_mounts();
-  board->set_host_path(config.board_host_path);
-  board->set_container_path(config.board_container_path);
-  board->set_read_only(false);
+  // The suspend board (suspend_board.h): the service's header and the container's own gates
+  // read-only, its own partition writable; nothing of other containers.
+  const std::string part = SuspendPartitionFor(p);
+  for (auto [host, container, read_only] :
+       {std::tuple<std::string, std::string, bool>{"/service", "/service", true},
+        {"/pods/" + part, "/shim/" + part, false}, {"/gates/" + part, "/gates/" + part, true}}) {
+    auto* board = out->add_mounts();
+    board->set_host_path(config.board_host_path + host);
+    board->set_container_path(config.board_container_path + container);
+    board->set_read_only(read_only);
+  }
 
   std::vector<std::string> nodes;
   for (const auto& g : p.container.gpus) nodes.push_back("nvidia" + std::to_string(g.index));
@@ -366,6 +378,9 @@ grpc::Status DevicePluginService::Allocate(grpc::ServerContext*, const v1beta1::
       if (!known.count(g.uuid))
         return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                             "gslice: assigned GPU " + g.uuid + " is not on this node");
+    std::string board_error;
+    if (!CreatePodPartition(config_.board_host_path.c_str(), SuspendPartitionFor(*pending).c_str(), &board_error))
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "gslice: suspend board: " + board_error);
     BuildContainerResponse(config_, *pending, out->add_container_responses());
     // Consume the container: on the API server (the truth across plugin restarts) and in
     // the local copy (for the next container of this same request).

@@ -28,7 +28,7 @@ constexpr const char* kUsage = R"(usage: gslice-device-plugin [options]
   --shim-dir DIR          the interposer on the host (default /usr/lib/gslice)
   --shim-container-dir D  where containers see it (default /usr/lib/gslice)
   --ledger PATH           node ledger on the host, created if missing (default /dev/shm/gslice-ledger)
-  --suspend-board PATH    suspend board on the host, created if missing (default /dev/shm/gslice-suspend)
+  --suspend-board PATH    suspend board (a directory) on the host, created if missing (default /dev/shm/gslice-suspend)
   --apiserver URL         API server (default: in-cluster service account)
   --token-file PATH       bearer token for --apiserver
   --ca-file PATH          CA bundle for an https --apiserver
@@ -108,9 +108,9 @@ int main(int argc, char** argv) {
     gslice::Ledger ledger;
     if (ledger.Open(config.ledger_host_path.c_str()) != gslice::LedgerError::kOk)
       return Fail("cannot open or create the node ledger " + config.ledger_host_path);
-    gslice::SuspendBoard board;
-    if (!board.Open(config.board_host_path.c_str()))
-      return Fail("cannot open or create the suspend board " + config.board_host_path + ": " + std::strerror(errno));
+    std::string board_error;
+    if (!gslice::CreateSuspendBoard(config.board_host_path.c_str(), &board_error))
+      return Fail("cannot open or create the suspend board " + config.board_host_path + ": " + board_error);
   }
 
   std::signal(SIGTERM, OnSignal);

@@ -1,7 +1,7 @@
 // The suspend board across pid namespaces (containers): an entry owned from another namespace
 // is alive while its owner lives (though its pid means nothing here, or names another
 // process), is taken over once the owner is killed, and the service's presence is seen from
-// inside a container.
+// inside a container. Each test makes its board (a directory) and removes it.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -13,26 +13,40 @@
 #include "gslice/pid_namespace.h"
 #include "gslice/suspend_board.h"
 #include "pid_namespace_fixture.h"
+#include "scoped_path.h"
 
 namespace gslice {
 namespace {
 
+// A board made for the test (as gsliced makes it) and removed afterwards, also on failure.
 struct BoardFile {
-  explicit BoardFile(const char* name) : path("/dev/shm/gslice-test-" + std::to_string(getpid()) + "-" + name) {
-    unlink(path.c_str());
+  explicit BoardFile(const char* name) : dir(name), path(dir.path()) {
+    std::string error;
+    made = CreateSuspendBoard(path.c_str(), &error);
+    EXPECT_TRUE(made) << error;
   }
-  ~BoardFile() { unlink(path.c_str()); }
+  // This process's partition file (uid-<euid>).
+  std::string Partition() const { return path + "/shim/" + DefaultPartitionName(); }
+  test::ScopedPath dir;
   std::string path;
+  bool made = false;
 };
+
+// The test's partition, named explicitly: in the namespaced children (a new user namespace
+// without a uid map) the effective uid reads as the overflow uid.
+bool OpenShim(SuspendShimBoard& b, const std::string& path, const std::string& partition = DefaultPartitionName()) {
+  std::string error;
+  return b.Open(path.c_str(), partition.c_str(), &error);
+}
 
 // A container's first process (pid 1 there) that claims a board entry, reports its index and
 // stays until killed.
 pid_t SpawnClaimer(const std::string& path, Report* r) {
-  return SpawnInNewPidNamespace(r, [path, r] {
-    SuspendBoard board;
-    if (!board.Open(path.c_str())) return 3;
+  return SpawnInNewPidNamespace(r, [path, r, partition = DefaultPartitionName()] {
+    SuspendShimBoard board;
+    if (!OpenShim(board, path, partition)) return 3;
     const uint32_t me = static_cast<uint32_t>(getpid());
-    SuspendBoardEntry* e = board.Claim(me, ProcessStartTime(me));
+    SuspendShimEntry* e = board.Claim(me, ProcessStartTime(me));
     if (e == nullptr) return 4;
     r->entry.store(board.IndexOf(*e));
     r->ready.store(1);
@@ -48,19 +62,19 @@ void KillAndWait(Report* r, pid_t mid) {
 
 TEST(SuspendBoardNamespaces, EntryOfAnotherNamespaceIsKeptWhileItLivesAndReusedAfterKill) {
   BoardFile f("board-ns");
-  SuspendBoard board;
-  ASSERT_TRUE(board.Open(f.path.c_str())) << strerror(errno);
+  SuspendShimBoard board;
+  ASSERT_TRUE(OpenShim(board, f.path)) << strerror(errno);
   Report* a = NewReport();
   ASSERT_NE(a, nullptr);
   pid_t mid_a = SpawnClaimer(f.path, a);
   ASSERT_GT(mid_a, 0);
   WAIT_READY_OR_SKIP(a);
-  SuspendBoardEntry& ea = board.layout()->entries[a->entry.load()];
+  SuspendShimEntry& ea = board.partition()->entries[a->entry.load()];
   const uint64_t word_a = ea.owner.load();
   const uint64_t ns_a = ea.pid_ns.load();
   EXPECT_EQ(BoardOwnerPid(word_a), 1u);  // it knows itself as pid 1 of its namespace
   EXPECT_NE(ns_a, SelfPidNamespace());
-  EXPECT_TRUE(ByteLockedInFile(f.path, SuspendBoardEntryLockByte(a->entry.load())));
+  EXPECT_TRUE(ByteLockedInFile(f.Partition(), SuspendEntryLockByte(a->entry.load())));
 
   // Pid 1 here is init, with another start time: by pid the owner would look dead.
   EXPECT_TRUE(board.OwnerAlive(ea));
@@ -83,7 +97,7 @@ TEST(SuspendBoardNamespaces, EntryOfAnotherNamespaceIsKeptWhileItLivesAndReusedA
 
   // Killed: the kernel dropped its lock byte, so it is dead to everyone.
   KillAndWait(a, mid_a);
-  EXPECT_FALSE(ByteLockedInFile(f.path, SuspendBoardEntryLockByte(a->entry.load())));
+  EXPECT_FALSE(ByteLockedInFile(f.Partition(), SuspendEntryLockByte(a->entry.load())));
   EXPECT_FALSE(board.OwnerAlive(ea));
   // A third container's pid 1 takes the dead entry over (no reap needed first).
   Report* c = NewReport();
@@ -99,25 +113,25 @@ TEST(SuspendBoardNamespaces, EntryOfAnotherNamespaceIsKeptWhileItLivesAndReusedA
   // And a reap frees them.
   EXPECT_GE(board.Reap(), 2);
   EXPECT_EQ(ea.owner.load(), 0u);
-  EXPECT_EQ(board.layout()->entries[b->entry.load()].owner.load(), 0u);
+  EXPECT_EQ(board.partition()->entries[b->entry.load()].owner.load(), 0u);
 }
 
 TEST(SuspendBoardNamespaces, ClaimInOurNamespaceIsJudgedByPidToo) {
   BoardFile f("board-pid");
-  SuspendBoard board;
-  ASSERT_TRUE(board.Open(f.path.c_str())) << strerror(errno);
+  SuspendShimBoard board;
+  ASSERT_TRUE(OpenShim(board, f.path)) << strerror(errno);
   // A child that claims and exits: its lock goes with it and its pid is gone.
   pid_t kid = fork();
   if (kid == 0) {
-    SuspendBoard b;
+    SuspendShimBoard b;
     const uint32_t me = static_cast<uint32_t>(getpid());
-    _exit(b.Open(f.path.c_str()) && b.Claim(me, ProcessStartTime(me)) != nullptr ? 0 : 1);
+    _exit(OpenShim(b, f.path) && b.Claim(me, ProcessStartTime(me)) != nullptr ? 0 : 1);
   }
   int status = 0;
   ASSERT_EQ(waitpid(kid, &status, 0), kid);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  SuspendBoardEntry* e = nullptr;
-  for (auto& x : board.layout()->entries) {
+  SuspendShimEntry* e = nullptr;
+  for (auto& x : board.partition()->entries) {
     if (BoardOwnerPid(x.owner.load()) == static_cast<uint32_t>(kid)) e = &x;
   }
   ASSERT_NE(e, nullptr);
@@ -127,7 +141,7 @@ TEST(SuspendBoardNamespaces, ClaimInOurNamespaceIsJudgedByPidToo) {
   EXPECT_EQ(e->owner.load(), 0u);
   // Our own claim lives, and claiming again returns the same entry.
   const uint32_t me = static_cast<uint32_t>(getpid());
-  SuspendBoardEntry* mine = board.Claim(me, ProcessStartTime(me));
+  SuspendShimEntry* mine = board.Claim(me, ProcessStartTime(me));
   ASSERT_NE(mine, nullptr);
   EXPECT_TRUE(board.OwnerAlive(*mine));
   EXPECT_EQ(board.Claim(me, ProcessStartTime(me)), mine);
@@ -136,17 +150,18 @@ TEST(SuspendBoardNamespaces, ClaimInOurNamespaceIsJudgedByPidToo) {
 
 TEST(SuspendBoardNamespaces, ServiceInAnotherNamespaceIsSeenAlive) {
   BoardFile f("board-service");
-  SuspendBoard board;
-  ASSERT_TRUE(board.Open(f.path.c_str())) << strerror(errno);
+  SuspendServiceBoard board;
+  std::string error;
+  ASSERT_TRUE(board.Open(f.path.c_str(), true, &error)) << error;
   board.SetService();
   EXPECT_TRUE(board.ServiceAlive());
   Report* r = NewReport();
   ASSERT_NE(r, nullptr);
   // The container's view, polled: r->slot = 1 while it sees a live service, 0 once it does not.
   const std::string path = f.path;
-  pid_t mid = SpawnInNewPidNamespace(r, [path, r] {
-    SuspendBoard b;
-    if (!b.Open(path.c_str())) return 3;
+  pid_t mid = SpawnInNewPidNamespace(r, [path, r, partition = DefaultPartitionName()] {
+    SuspendShimBoard b;
+    if (!OpenShim(b, path, partition)) return 3;
     r->slot.store(b.ServiceAlive() ? 1 : 0);
     r->ready.store(1);
     for (;;) {
@@ -163,18 +178,33 @@ TEST(SuspendBoardNamespaces, ServiceInAnotherNamespaceIsSeenAlive) {
   KillAndWait(r, mid);
 }
 
-// Files of the previous layout version are refused, not reinterpreted.
+// Files of another layout version are refused, not reinterpreted; so is the one-file board
+// of version 2.
 TEST(SuspendBoard, RefusesAnotherVersion) {
   BoardFile f("board-version");
   {
-    SuspendBoard board;
-    ASSERT_TRUE(board.Open(f.path.c_str()));
-    board.layout()->header.version = 1;
+    SuspendShimBoard board;
+    ASSERT_TRUE(OpenShim(board, f.path));
+    board.partition()->header.version = 2;
   }
-  SuspendBoard again;
+  SuspendShimBoard again;
+  std::string error;
   errno = 0;
-  EXPECT_FALSE(again.Open(f.path.c_str()));
+  EXPECT_FALSE(again.Open(f.path.c_str(), nullptr, &error));
   EXPECT_EQ(errno, EPROTO);
+  EXPECT_NE(error.find("version 2"), std::string::npos) << error;
+
+  test::ScopedPath old("board-v2");
+  FILE* file = fopen(old.c_str(), "w");
+  ASSERT_NE(file, nullptr);
+  fclose(file);
+  SuspendShimBoard v2;
+  EXPECT_FALSE(v2.Open(old.c_str(), nullptr, &error));
+  EXPECT_EQ(errno, ENOTDIR);
+  EXPECT_NE(error.find("older gslice"), std::string::npos) << error;
+  SuspendServiceBoard service;
+  EXPECT_FALSE(service.Open(old.c_str(), true, &error));
+  EXPECT_NE(error.find("older gslice"), std::string::npos) << error;
 }
 
 }  // namespace

@@ -5,7 +5,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <string>
 
 #include "fake_driver.h"
@@ -14,6 +18,7 @@
 #include "gslice/suspend/service.h"
 #include "gslice/suspend_board.h"
 #include "pid_namespace_fixture.h"
+#include "scoped_path.h"
 
 namespace gslice::suspend {
 namespace {
@@ -28,9 +33,9 @@ std::string ShmPath(const char* name) {
 
 // A board entry that looks claimed by pid `pid` of namespace `ns`: the test's own claim
 // (so the test holds its lock byte, as the container's process would), rewritten.
-SuspendBoardEntry* FakeContainerEntry(SuspendBoard& board, uint64_t ns, uint32_t pid, uint64_t start) {
+SuspendShimEntry* FakeContainerEntry(SuspendShimBoard& board, uint64_t ns, uint32_t pid, uint64_t start) {
   const uint32_t me = static_cast<uint32_t>(getpid());
-  SuspendBoardEntry* e = board.Claim(me, ProcessStartTime(me));
+  SuspendShimEntry* e = board.Claim(me, ProcessStartTime(me));
   if (e == nullptr) return nullptr;
   e->pid_ns.store(ns);
   e->start_time.store(start);
@@ -38,11 +43,24 @@ SuspendBoardEntry* FakeContainerEntry(SuspendBoard& board, uint64_t ns, uint32_t
   return e;
 }
 
+// The made-up process maps the partition file writable, as its shim would.
+void MapsPartition(const FakeProc& proc, uint32_t host_pid, const std::string& partition) {
+  struct stat st;
+  ASSERT_EQ(stat(partition.c_str(), &st), 0) << partition;
+  FILE* f = fopen((proc.root() + "/" + std::to_string(host_pid) + "/maps").c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  fprintf(f, "7f0000000000-7f0000081000 rw-s 00000000 %02x:%02x %llu %s\n", major(st.st_dev), minor(st.st_dev),
+          static_cast<unsigned long long>(st.st_ino), partition.c_str());
+  fclose(f);
+}
+
 TEST(SuspendServiceNamespaces, FindsAContainerProcessByTheHostPid) {
   const std::string ledger_path = ShmPath("svc-ns-ledger");
-  const std::string board_path = ShmPath("svc-ns-board");
+  test::ScopedPath board_dir("svc-ns-board");
+  const std::string board_path = board_dir.path();
   unlink(ledger_path.c_str());
-  unlink(board_path.c_str());
+  std::string board_error;
+  ASSERT_TRUE(CreateSuspendBoard(board_path.c_str(), &board_error)) << board_error;
   FakeProc proc;
   proc.Self(100);
   proc.Process(4242, 200, "4242\t7", 555);  // pid 7 of container namespace 200
@@ -63,13 +81,16 @@ TEST(SuspendServiceNamespaces, FindsAContainerProcessByTheHostPid) {
   slot.start_time.store(555);
   slot.state.store(PackState(EntryState::kAlive, 7, 9));
 
-  SuspendBoard board;
-  ASSERT_TRUE(board.Open(board_path.c_str()));
-  SuspendBoardEntry* e200 = FakeContainerEntry(board, 200, 7, 555);
-  SuspendBoardEntry* e300 = FakeContainerEntry(board, 300, 7, 556);
+  SuspendShimBoard board;
+  ASSERT_TRUE(board.Open(board_path.c_str(), nullptr, &board_error)) << board_error;
+  SuspendShimEntry* e200 = FakeContainerEntry(board, 200, 7, 555);
+  SuspendShimEntry* e300 = FakeContainerEntry(board, 300, 7, 556);
   ASSERT_NE(e200, nullptr);
   ASSERT_NE(e300, nullptr);
   ASSERT_NE(e200, e300);
+  const std::string partition = board_path + "/shim/" + board.partition_name();
+  MapsPartition(proc, 4242, partition);
+  MapsPartition(proc, 4243, partition);
 
   auto driver = std::make_unique<FakeDriver>();
   FakeDriver* d = driver.get();
@@ -86,6 +107,8 @@ TEST(SuspendServiceNamespaces, FindsAContainerProcessByTheHostPid) {
   ASSERT_NE(service, nullptr) << error;
 
   service->Tick();
+  ASSERT_TRUE(board.Attach());  // the service made the partition's gates
+  auto gate = [&](const SuspendShimEntry* e) { return board.GateOf(*e)->gate.load(); };
   auto snap = service->Snapshot();
   auto find = [&](int pid) {
     return std::find_if(snap.begin(), snap.end(), [pid](const ProcessStatus& s) { return s.info.pid == pid; });
@@ -103,27 +126,27 @@ TEST(SuspendServiceNamespaces, FindsAContainerProcessByTheHostPid) {
   EXPECT_TRUE(s.ok) << s.reason;
   EXPECT_EQ(d->states[4242], CU_PROCESS_STATE_CHECKPOINTED);
   EXPECT_EQ(d->states[4243], CU_PROCESS_STATE_RUNNING);
-  EXPECT_EQ(e200->gate.load(), kGateClosed);
-  EXPECT_EQ(e300->gate.load(), kGateOpen);
+  EXPECT_EQ(gate(e200), kGateClosed);
+  EXPECT_EQ(gate(e300), kGateOpen);
   Outcome r = service->Resume(4242);
   EXPECT_TRUE(r.ok) << r.reason;
   EXPECT_EQ(d->states[4242], CU_PROCESS_STATE_RUNNING);
-  EXPECT_EQ(e200->gate.load(), kGateOpen);
+  EXPECT_EQ(gate(e200), kGateOpen);
 
   // A host pid the service has not sampled yet is found through /proc (NSpid, ns/pid).
   proc.Process(4244, 200, "4244\t8", 557);
   d->states[4244] = CU_PROCESS_STATE_RUNNING;
-  SuspendBoardEntry* e8 = FakeContainerEntry(board, 200, 8, 557);
+  SuspendShimEntry* e8 = FakeContainerEntry(board, 200, 8, 557);
   ASSERT_NE(e8, nullptr);
+  MapsPartition(proc, 4244, partition);
   Outcome s8 = service->Suspend(4244);
   EXPECT_TRUE(s8.ok) << s8.reason;
-  EXPECT_EQ(e8->gate.load(), kGateClosed);
-  EXPECT_EQ(e200->gate.load(), kGateOpen);
+  EXPECT_EQ(gate(e8), kGateClosed);
+  EXPECT_EQ(gate(e200), kGateOpen);
   service->Resume(4244);
 
   service.reset();
   unlink(ledger_path.c_str());
-  unlink(board_path.c_str());
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "gslice/ledger.h"
 #include "gslice/nvml_subset.h"
 #include "gslice/suspend/service.h"
+#include "scoped_path.h"
 #include "shim_env.h"
 
 namespace gslice::suspend {
@@ -30,6 +31,14 @@ using test::ShimEnv;
 constexpr uint64_t MiB = 1ULL << 20;
 
 std::string ProcessBase() { return "/dev/shm/gslice-test-" + std::to_string(getpid()) + "-suspend"; }
+
+// The simulated node's file, removed when the test program ends (also after a failure).
+class SimStateFile : public ::testing::Environment {
+ public:
+  void TearDown() override { unlink((ProcessBase() + "-sim").c_str()); }
+};
+[[maybe_unused]] const ::testing::Environment* const kSimStateFile =
+    ::testing::AddGlobalTestEnvironment(new SimStateFile);
 
 // One simulated node per test process, shared by this process (the service's driver and
 // NVML) and every child.
@@ -117,9 +126,12 @@ class SuspendSimTest : public ::testing::Test {
     UseProcessSimState();
     tag_ = ::testing::UnitTest::GetInstance()->current_test_info()->name();
     ledger_path_ = ProcessBase() + "-" + tag_ + "-ledger";
-    board_path_ = ProcessBase() + "-" + tag_ + "-board";
+    // The board as gsliced (or the device plugin) makes it at boot, before any process runs.
+    board_ = std::make_unique<test::ScopedPath>("suspend-" + tag_ + "-board");
+    board_path_ = board_->path();
     unlink(ledger_path_.c_str());
-    unlink(board_path_.c_str());
+    std::string error;
+    ASSERT_TRUE(CreateSuspendBoard(board_path_.c_str(), &error)) << error;
     ASSERT_EQ(ledger_.Open(ledger_path_.c_str()), LedgerError::kOk);
     nvml_ = std::make_unique<Nvml>();  // after the sim state is chosen
   }
@@ -133,7 +145,7 @@ class SuspendSimTest : public ::testing::Test {
     }
     envs_.clear();
     unlink(ledger_path_.c_str());
-    unlink(board_path_.c_str());
+    board_.reset();
   }
 
   const ShimEnv& Env(const std::string& slice, const std::string& memory, bool opportunistic) {
@@ -192,6 +204,7 @@ class SuspendSimTest : public ::testing::Test {
   }
 
   std::string tag_, ledger_path_, board_path_;
+  std::unique_ptr<test::ScopedPath> board_;
   Ledger ledger_;
   std::unique_ptr<Nvml> nvml_;
   std::vector<std::unique_ptr<ShimEnv>> envs_;

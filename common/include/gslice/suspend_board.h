@@ -1,33 +1,62 @@
-// The suspend board: a node-wide shared-memory table (GSLICE_SUSPEND_BOARD, default
-// /dev/shm/gslice-suspend) through which the shim's resume gate and gsliced's suspend
-// service talk about one process each. This header is the ONE definition of its layout
-// (docs/suspend.md explains the protocol).
+// The suspend board: shared memory through which the shim's resume gate and gsliced's suspend
+// service talk about one process each. This header is the ONE definition of its layout and of
+// who may write what (docs/suspend.md explains the protocol).
 //
-// One entry per shimmed process, claimed by the shim (CAS on `owner`, then the entry's lock
-// byte) and reusable once its owner is dead. Owners are judged as in the node ledger, so that
-// processes in containers (their own pid namespaces) work: the owner holds an
-// open-file-description lock on the entry's byte in the board FILE (past the mapped layout)
-// while it lives, and the entry records the owner's pid namespace next to its pid and start
-// time (gslice/owner_lock.h has the rule). The pid is the owner's own, container-local one;
-// the service maps (pid_ns, pid, start_time) to the pid it sees with PidResolver.
-// No other locks: every field has one writer.
-//   shim writes:    activity (each gated call), resume_request, mem_request_*
-//   service writes: gate, mem_reply_*, move_reply_*
-//   gslice move:    move_to_gpu, move_seq
-// gate is also a futex word: the shim sleeps on it while closed; the service wakes it.
-// header.doorbell is a futex word the service sleeps on; the shim bumps and wakes it when
-// it sets resume_request or posts a memory request, so the service answers at once.
+// The board is a directory (GSLICE_SUSPEND_BOARD, default /dev/shm/gslice-suspend). The OS
+// enforces who writes what through the owners and modes of its files:
+//
+//   D/                   root 0755   made by gsliced, the suspend agent or the device plugin
+//   D/service            root 0644   SuspendServiceHeader: which service runs, its heartbeat
+//   D/gates/             root 0755
+//   D/gates/P            root 0644   SuspendGatesLayout: the service's side of partition P
+//   D/shim/              root 1777   (sticky) partitions of host processes
+//   D/shim/uid-N[.X]     uid N 0600  SuspendPartitionLayout: the shim's side of uid N's processes
+//   D/pods/              root 0700   partitions of containers, made by the device plugin
+//   D/pods/k8s-S         root 0666   the container of slice S; reached only through its bind mount
+//
+// A partition's entry i and its gates file's entry i describe one process. The shim claims
+// entries in its own partition only (a host user's processes share one partition per uid: the
+// OS cannot keep two processes of one user apart - either may ptrace the other - so nothing
+// finer would hold; a container gets its own whatever uid it runs as). It maps the gates file
+// and D/service read-only: futexes work on read-only shared mappings (FUTEX_WAIT and FUTEX_WAKE
+// only read the word). The service never maps a partition (its owner could truncate it under
+// a SIGBUS): it reads entries with pread, and acts on an entry only after checking that the
+// process it names maps that partition writable (/proc/PID/maps), so an entry naming somebody
+// else's process is ignored.
+//
+// Trust: the board directory must be owned by root or by the caller and writable by nobody
+// else; D/service, D/gates/* and the folders must belong to the board's owner; a partition to
+// the caller or the board's owner. Every name is opened relative to the board's directory
+// descriptor with O_NOFOLLOW, created with O_EXCL, and checked with fstat before use.
+//
+// Writers (one per field; a process killed at any point blocks nobody):
+//   shim (partition):   owner, start_time, pid_ns, claimed_ns, activity, resume_request,
+//                       attached, mem_request_*, header.doorbell, header.high_water
+//   service (gates):    owner, gate, mem_reply*, move_reply*
+//   gslice move (gates, root only): move_owner, move_to_gpu, move_seq
+//   service (D/service): service_pid, service_pid_ns, heartbeat_ns, attach, wake
 #pragma once
+
+#include <sys/types.h>
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
 
 namespace gslice {
 
-inline constexpr uint32_t kSuspendBoardMagic = 0x42535347;  // "GSSB"
-inline constexpr uint32_t kSuspendBoardVersion = 2;  // 2: owners' pid namespaces, lock bytes,
-                                                    //    claim tags
-inline constexpr int kSuspendBoardEntries = 4096;
+inline constexpr uint32_t kSuspendServiceMagic = 0x53535347;    // "GSSS"
+inline constexpr uint32_t kSuspendPartitionMagic = 0x50535347;  // "GSSP"
+inline constexpr uint32_t kSuspendGatesMagic = 0x47535347;      // "GSSG"
+// 3: a directory of per-owner files (2 was one file, mode 0666, that everyone wrote).
+inline constexpr uint32_t kSuspendBoardVersion = 3;
+inline constexpr int kSuspendPartitionEntries = 4096;  // per partition
+inline constexpr size_t kSuspendPartitionNameMax = 96;
+// Partitions of one uid the service serves (a second name only exists when the first was
+// taken by somebody else: see SuspendShimBoard::Open).
+inline constexpr int kSuspendPartitionsPerUid = 4;
 
 // gate values.
 inline constexpr uint32_t kGateOpen = 0;
@@ -41,10 +70,13 @@ inline constexpr uint32_t kMoveReplyRefused = 2;  // not moved (the service logs
 inline constexpr uint32_t kMemReplyFreed = 1;    // memory was freed: retry the allocation
 inline constexpr uint32_t kMemReplyRefused = 2;  // nothing can be freed: the allocation fails
 
+// A service whose heartbeat is older than this is gone (killed: a clean stop clears the pid).
+inline constexpr int64_t kSuspendServiceStaleNs = 5'000'000'000;
+
 // The owner word: the owner's pid (in its own namespace) in bits 0..31, a random claim tag
 // in bits 32..55 (a CAS on a word read earlier fails once the entry went to another owner
 // with the same pid: pid 1 is in every container), and kBoardOwnerClaiming while the claimer
-// fills the entry in. 0: free.
+// fills the entry in. 0: free. The tag also tells the service that an entry changed owner.
 inline constexpr uint64_t kBoardOwnerClaiming = uint64_t{1} << 56;
 inline constexpr uint64_t BoardOwnerWord(uint32_t pid, uint32_t tag) {
   return static_cast<uint64_t>(pid) | (static_cast<uint64_t>(tag & 0xffffffu) << 32);
@@ -52,96 +84,272 @@ inline constexpr uint64_t BoardOwnerWord(uint32_t pid, uint32_t tag) {
 inline constexpr uint32_t BoardOwnerPid(uint64_t word) { return static_cast<uint32_t>(word); }
 inline constexpr bool BoardOwnerLive(uint64_t word) { return word != 0 && (word & kBoardOwnerClaiming) == 0; }
 
-struct SuspendBoardEntry {
-  std::atomic<uint64_t> owner;       // 0 free, else BoardOwnerWord (claimed by the shim)
-  std::atomic<uint64_t> start_time;  // the owner's /proc start time (pid reuse)
-  std::atomic<uint64_t> pid_ns;      // inode of the owner's /proc/self/ns/pid (0: unknown)
-  std::atomic<int64_t> claimed_ns;   // CLOCK_MONOTONIC of the claim (see kClaimGraceNs)
-  std::atomic<uint32_t> gate;        // kGateOpen / kGateClosed (futex word)
-  std::atomic<uint32_t> resume_request;  // 1: a call of the owner waits at the gate
-  std::atomic<uint32_t> mem_reply;       // kMemReply* (futex word for the shim)
-  std::atomic<uint32_t> move_reply;      // kMoveReply* (futex word for the CLI)
-  std::atomic<uint64_t> activity;        // gated calls passed (only "has it moved" matters)
-  std::atomic<uint64_t> mem_request_seq;    // shim: ++ per request
-  std::atomic<uint64_t> mem_request_bytes;  // bytes the failed allocation needed
-  uint8_t mem_request_gpu[16];              // GPU UUID of the failed allocation
-  std::atomic<uint64_t> mem_reply_seq;      // service: = mem_request_seq when answered
-  // `gslice move`: a request to restore the process on another GPU (written by the CLI,
-  // which takes a request slot by CAS on move_seq; answered by the service).
-  uint8_t move_to_gpu[16];                 // target GPU UUID
-  std::atomic<uint64_t> move_seq;          // CLI: ++ per request (after move_to_gpu)
-  std::atomic<uint64_t> move_reply_seq;    // service: = move_seq when answered
-};
-static_assert(sizeof(SuspendBoardEntry) == 128);
-
-struct SuspendBoardHeader {
-  uint32_t magic;
+// D/service.
+struct SuspendServiceHeader {
+  uint32_t magic;  // kSuspendServiceMagic
   uint32_t version;
   uint64_t size;
   std::atomic<uint32_t> initialised;
-  std::atomic<uint32_t> doorbell;         // futex word: bumped by shims wanting attention
-  std::atomic<uint64_t> service_pid;      // the suspend service running now (0: none), in
-  std::atomic<uint64_t> service_pid_ns;   // this pid namespace; it holds the service lock byte
+  // Futex word the service sleeps on between ticks. Shims wake it (FUTEX_WAKE on their
+  // read-only mapping) after bumping their partition's doorbell; only the service changes it.
+  std::atomic<uint32_t> wake;
+  // kGateOpen, or kGateClosed while some live process has not yet found its gates file: the
+  // gate of such a process points here, so its next call looks for the file (attach).
+  std::atomic<uint32_t> attach;
+  uint32_t reserved0;
+  std::atomic<uint64_t> service_pid;     // the suspend service running now (0: none), in
+  std::atomic<uint64_t> service_pid_ns;  // this pid namespace
+  std::atomic<int64_t> heartbeat_ns;     // its CLOCK_MONOTONIC, renewed every second
+  uint8_t reserved[4096 - 56];
+};
+static_assert(sizeof(SuspendServiceHeader) == 4096);
+
+// One process, the shim's side (a partition).
+struct SuspendShimEntry {
+  std::atomic<uint64_t> owner;       // 0 free, else BoardOwnerWord (claimed by the shim)
+  std::atomic<uint64_t> start_time;  // the owner's /proc start time (pid reuse)
+  std::atomic<uint64_t> pid_ns;      // inode of the owner's /proc/self/ns/pid (0: unknown)
+  std::atomic<int64_t> claimed_ns;   // CLOCK_MONOTONIC of the claim (kClaimGraceNs)
+  std::atomic<uint64_t> activity;    // gated calls passed (only "has it moved" matters)
+  std::atomic<uint32_t> resume_request;  // 1: a call of the owner waits at the closed gate
+  std::atomic<uint32_t> attached;        // 1: the owner reads its gate in the gates file
+  // A guaranteed allocation that failed: seq is bumped after bytes and gpu are written, and
+  // stays until the service answered (seq precedes them so that a reader copying in address
+  // order sees a new seq only with the fields written before it).
+  std::atomic<uint64_t> mem_request_seq;
+  std::atomic<uint64_t> mem_request_bytes;
+  uint8_t mem_request_gpu[16];
+  uint8_t reserved[48];
+};
+static_assert(sizeof(SuspendShimEntry) == 128);
+
+struct SuspendPartitionHeader {
+  uint32_t magic;  // kSuspendPartitionMagic
+  uint32_t version;
+  uint64_t size;
+  std::atomic<uint32_t> initialised;
+  std::atomic<uint32_t> doorbell;    // bumped by a shim that wants the service's attention
+  std::atomic<uint32_t> high_water;  // 1 + the highest entry index ever claimed
+  uint8_t reserved[4096 - 28];
+};
+static_assert(sizeof(SuspendPartitionHeader) == 4096);
+
+struct SuspendPartitionLayout {
+  SuspendPartitionHeader header;
+  SuspendShimEntry entries[kSuspendPartitionEntries];
+};
+
+// One process, the service's side (a gates file; entry i pairs with the partition's entry i).
+// Every field speaks to the owner word in `owner`: the service resets them and sets `owner`
+// when it first sees an entry's new owner, and a shim ignores them while `owner` is not its
+// own (a gate its entry's previous owner left closed does not stop it).
+struct SuspendGateEntry {
+  std::atomic<uint64_t> owner;          // service
+  std::atomic<uint32_t> gate;           // service: kGateOpen / kGateClosed (futex word)
+  std::atomic<uint32_t> mem_reply;      // service: kMemReply* (futex word for the shim)
+  std::atomic<uint64_t> mem_reply_seq;  // service: = mem_request_seq when answered
+  // `gslice move` (root): restore the process on another GPU.
+  std::atomic<uint64_t> move_owner;     // the owner word the request is for
+  std::atomic<uint64_t> move_seq;       // ++ per request (after move_owner and move_to_gpu)
+  uint8_t move_to_gpu[16];              // target GPU UUID
+  std::atomic<uint64_t> move_reply_seq;  // service: = move_seq when answered
+  std::atomic<uint32_t> move_reply;      // service: kMoveReply* (futex word for the CLI)
+  uint32_t reserved0;
+  uint8_t reserved[56];
+};
+static_assert(sizeof(SuspendGateEntry) == 128);
+
+struct SuspendGatesHeader {
+  uint32_t magic;  // kSuspendGatesMagic
+  uint32_t version;
+  uint64_t size;
+  std::atomic<uint32_t> initialised;
+  uint32_t reserved0;
+  // The partition file these gates pair with (a partition removed and made again under the
+  // same name gets new gates; a shim attaches only to gates of its own partition).
+  uint64_t partition_dev;
+  uint64_t partition_ino;
   uint8_t reserved[4096 - 40];
 };
-static_assert(sizeof(SuspendBoardHeader) == 4096);
+static_assert(sizeof(SuspendGatesHeader) == 4096);
 
-struct SuspendBoardLayout {
-  SuspendBoardHeader header;
-  SuspendBoardEntry entries[kSuspendBoardEntries];
+struct SuspendGatesLayout {
+  SuspendGatesHeader header;
+  SuspendGateEntry entries[kSuspendPartitionEntries];
 };
 
-// The liveness lock bytes: file offsets past the mapped layout (fcntl locks need no data
-// there). One for the service, one per entry.
-inline constexpr int64_t kSuspendBoardLockBase = static_cast<int64_t>(sizeof(SuspendBoardLayout));
-inline constexpr int64_t kSuspendBoardServiceLockByte = kSuspendBoardLockBase;
-inline constexpr int64_t SuspendBoardEntryLockByte(int entry) { return kSuspendBoardLockBase + 64 + entry; }
+// The liveness lock bytes of a partition's entries: file offsets past the mapped layout
+// (fcntl locks need no data there). Only processes that may write the partition can lock.
+inline constexpr int64_t kSuspendPartitionLockBase = static_cast<int64_t>(sizeof(SuspendPartitionLayout));
+inline constexpr int64_t SuspendEntryLockByte(int entry) { return kSuspendPartitionLockBase + 64 + entry; }
 
-// The mapping, shared by the shim and the service. Move-only.
-class SuspendBoard {
+// Is name usable as a partition's file name ([A-Za-z0-9._-], not starting with '.', short)?
+bool ValidPartitionName(const char* name);
+// The partition of this process when none is given: "uid-<effective uid>".
+std::string DefaultPartitionName();
+
+// Makes the board at path, or checks the one there: the directory, its folders and
+// D/service, owned by the caller (root in production), with the modes above. A path that is
+// a symbolic link, a file (the one-file board of version 2), owned by somebody else or
+// writable by others is refused with *error saying what to do. Idempotent.
+bool CreateSuspendBoard(const char* path, std::string* error);
+
+// Root (the device plugin): makes the partition of a container, D/pods/NAME (mode 0666; only
+// the container reaches it, through its bind mount) and its gates D/gates/NAME, so both exist
+// before the container starts. NAME must not start with "uid-". Idempotent.
+bool CreatePodPartition(const char* board, const char* name, std::string* error);
+
+// Is `pid` (as proc_root numbers it) mapping the file (dev, ino) shared and writable? The
+// service's proof that a partition entry naming pid was written by that process.
+bool ProcessMapsFileWritable(const std::string& proc_root, int pid, uint64_t dev, uint64_t ino);
+
+// The shim's view: its partition (read-write), its gates (read-only, once the service made
+// them) and D/service (read-only). Move-only in spirit: not copyable.
+class SuspendShimBoard {
  public:
-  SuspendBoard() = default;
-  ~SuspendBoard();
-  SuspendBoard(const SuspendBoard&) = delete;
-  SuspendBoard& operator=(const SuspendBoard&) = delete;
+  SuspendShimBoard() = default;
+  ~SuspendShimBoard();
+  SuspendShimBoard(const SuspendShimBoard&) = delete;
+  SuspendShimBoard& operator=(const SuspendShimBoard&) = delete;
 
-  // Maps the board at path, creating it (mode 0666) when missing. False on error (errno).
-  bool Open(const char* path);
-  bool is_open() const { return layout_ != nullptr; }
-  SuspendBoardLayout* layout() const { return layout_; }
+  // Opens the board at path and this process's partition in it: `partition` (a container's,
+  // from GSLICE_SUSPEND_PARTITION), or nullptr/"" for uid-<euid>, made when missing. When that
+  // name is taken by a file the caller may not trust (another owner, a symbolic link), a
+  // private uid-<euid>.<pid>-<tag> is made instead. Never creates the board itself. False
+  // with *error (and errno) when the board is missing, untrusted or of another version.
+  bool Open(const char* path, const char* partition, std::string* error);
+  bool is_open() const { return part_ != nullptr; }
+  const char* partition_name() const { return name_; }
+  SuspendPartitionLayout* partition() const { return part_; }
+  const SuspendGatesLayout* gates() const { return gates_; }
+  const SuspendServiceHeader* service() const { return service_; }
 
   // Claims an entry for the caller (pid, start_time: the caller's own, in its namespace): the
   // one it already owns, else a free one or one whose owner is dead. CAS, then the entry's
-  // lock byte, reset, publish. Resets the entry's fields. nullptr when the board is full.
-  SuspendBoardEntry* Claim(uint32_t pid, uint64_t start_time);
+  // lock byte, reset, publish. nullptr when the partition is full.
+  SuspendShimEntry* Claim(uint32_t pid, uint64_t start_time);
   // The live entry of pid in pid namespace pid_ns, or nullptr.
-  SuspendBoardEntry* Find(uint64_t pid_ns, uint32_t pid) const;
-  // Is the entry's owner alive (by its lock byte and, in our namespace, its pid)? A claim
-  // whose byte is not held yet counts as live for kClaimGraceNs. Free: false.
-  bool OwnerAlive(const SuspendBoardEntry& e) const;
+  SuspendShimEntry* Find(uint64_t pid_ns, uint32_t pid) const;
+  // Is the entry's owner alive (lock byte and, in our namespace, its pid)? Free: false.
+  bool OwnerAlive(const SuspendShimEntry& e) const;
   // Frees entries whose owner is dead; returns how many.
   int Reap();
-  int IndexOf(const SuspendBoardEntry& e) const { return static_cast<int>(&e - layout_->entries); }
+  int IndexOf(const SuspendShimEntry& e) const { return static_cast<int>(&e - part_->entries); }
 
-  // The suspend service: marks the board as served by this process (its pid, namespace and
-  // the service lock byte), and unmarks it. ServiceAlive: is a live service there?
-  void SetService();
-  void ClearService();
+  // Maps the gates file when the service has made it (true once mapped).
+  bool Attach();
+  bool attached() const { return gates_ != nullptr; }
+  // The word a gated call of entry e loads: its gate once attached, else D/service's attach word.
+  const std::atomic<uint32_t>* GateWord(const SuspendShimEntry& e) const;
+  // The gates entry paired with e, or nullptr before Attach.
+  const SuspendGateEntry* GateOf(const SuspendShimEntry& e) const;
+
+  // Is a suspend service serving the board (its pid set, its heartbeat fresh)?
   bool ServiceAlive() const;
+  // Bumps the partition's doorbell and wakes the service.
+  void RingDoorbell();
 
  private:
   void Close();
-  SuspendBoardLayout* layout_ = nullptr;
-  int fd_ = -1;        // holds this process's lock bytes (open file description locks)
-  int probe_fd_ = -1;  // a second open file: F_OFD_GETLK through it sees fd_'s locks too
-  bool service_byte_held_ = false;
+  SuspendPartitionLayout* part_ = nullptr;
+  const SuspendGatesLayout* gates_ = nullptr;
+  const SuspendServiceHeader* service_ = nullptr;
+  int dir_fd_ = -1;
+  int part_fd_ = -1;   // holds this process's lock bytes (open file description locks)
+  int probe_fd_ = -1;  // a second open file: F_OFD_GETLK through it sees part_fd_'s locks too
+  uint64_t part_dev_ = 0, part_ino_ = 0;
+  uid_t board_owner_ = 0;
+  char name_[kSuspendPartitionNameMax + 1] = {};
 };
 
-// Futex helpers on shared (non-private) words.
+bool ServiceHeaderAlive(const SuspendServiceHeader* h);
+
+// The service's view (and `gslice move`'s, as root): every partition, read with pread, and
+// their gates, mapped read-write.
+class SuspendServiceBoard {
+ public:
+  struct Partition {
+    std::string name;
+    bool pod = false;        // in pods/ (else shim/)
+    int fd = -1;             // read-only: pread and lock probes
+    uint64_t dev = 0, ino = 0;
+    uid_t uid = 0;           // the file's owner
+    SuspendGatesLayout* gates = nullptr;
+    // Copies of entries [0, count) (count: the owner's high_water) as of the last Refresh.
+    std::unique_ptr<SuspendShimEntry[]> entries;
+    int count = 0;
+    uint32_t doorbell = 0;
+  };
+  // An entry: (partition, index) and the owner word it had when read.
+  struct Ref {
+    int part = -1;
+    int index = -1;
+    uint64_t owner = 0;
+  };
+
+  SuspendServiceBoard() = default;
+  ~SuspendServiceBoard();
+  SuspendServiceBoard(const SuspendServiceBoard&) = delete;
+  SuspendServiceBoard& operator=(const SuspendServiceBoard&) = delete;
+
+  // The service: makes the board when missing (CreateSuspendBoard) and makes gates files for
+  // new partitions. `gslice move` (manage = false): opens what is there, makes nothing.
+  bool Open(const char* path, bool manage, std::string* error);
+  bool is_open() const { return service_ != nullptr; }
+  SuspendServiceHeader* header() const { return service_; }
+
+  // Looks for new partitions (when a folder changed, at most every 100 ms unless forced),
+  // makes or maps their gates, and reads every partition's entries.
+  void Refresh(bool force_scan = false);
+  std::vector<Partition>& partitions() { return parts_; }
+  const SuspendShimEntry& Entry(const Ref& r) const { return parts_[r.part].entries[r.index]; }
+  SuspendGateEntry* Gate(const Ref& r) const;
+  // Is the entry's owner (as last read) alive?
+  bool Alive(const Ref& r) const;
+  // Live entries as last read.
+  std::vector<Ref> LiveEntries() const;
+  // Rereads one entry (a pending memory request: its fields again, after its seq).
+  bool Reread(const Ref& r, SuspendShimEntry* out) const;
+  // The sum of the partitions' doorbells, read now.
+  uint64_t Doorbells() const;
+
+  // Makes the gates entry speak to r.owner (resetting it if it spoke to an earlier owner).
+  void Own(const Ref& r);
+  // Closes or opens r's gate (after Own) and wakes its waiters.
+  void SetGate(const Ref& r, bool closed);
+  // Keeps D/service's attach word closed while a live entry of a partition with gates has
+  // not attached.
+  void UpdateAttach();
+
+  // Marks the board as served by this process, renews the heartbeat, and unmarks it.
+  void SetService();
+  void Heartbeat();
+  void ClearService();
+  bool ServiceAlive() const { return ServiceHeaderAlive(service_); }
+  // Wakes a service sleeping in WaitForWork (Stop).
+  void WakeService();
+  // Sleeps until a shim rings or timeout_ms passes.
+  void WaitForWork(uint32_t seen_wake, int timeout_ms);
+
+ private:
+  void Close();
+  void Scan(int dir_fd, bool pod);
+  bool AddPartition(int dir_fd, const char* name, bool pod);
+  SuspendGatesLayout* MapGates(const Partition& p);
+  void ReadPartition(Partition& p);
+
+  SuspendServiceHeader* service_ = nullptr;
+  int dir_fd_ = -1, shim_fd_ = -1, pods_fd_ = -1, gates_fd_ = -1;
+  uid_t owner_ = 0;
+  bool manage_ = false;
+  int64_t last_scan_ns_ = 0;
+  int64_t shim_mtime_ns_ = -1, pods_mtime_ns_ = -1;
+  std::vector<Partition> parts_;
+};
+
+// Futex helpers on shared (non-private) words; the word may be mapped read-only.
 // Waits while *word == expected, at most timeout_ms (<0: no limit). Spurious returns allowed.
-void FutexWait(std::atomic<uint32_t>* word, uint32_t expected, int timeout_ms);
-void FutexWakeAll(std::atomic<uint32_t>* word);
-// Bumps the doorbell and wakes the service.
-void RingDoorbell(SuspendBoardLayout* board);
+void FutexWait(const std::atomic<uint32_t>* word, uint32_t expected, int timeout_ms);
+void FutexWakeAll(const std::atomic<uint32_t>* word);
 
 }  // namespace gslice

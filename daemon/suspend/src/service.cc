@@ -3,10 +3,12 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "gslice/nvml_subset.h"
 
@@ -69,16 +71,11 @@ class SuspendService::BoardObserver : public StateObserver {
   BoardObserver(SuspendService* service, std::function<void(const ProcessStatus&)> on_state)
       : service_(service), on_state_(std::move(on_state)) {}
   void OnStateChanged(const ProcessStatus& s, State) override {
-    if (SuspendBoardEntry* e = service_->EntryOf(s.info.pid)) {
-      if (s.state == State::kRunning || s.state == State::kFailed) {
-        // Failed: the driver reports an error; let calls reach it and fail there rather
-        // than hang at the gate.
-        e->resume_request.store(0, std::memory_order_release);
-        e->gate.store(kGateOpen, std::memory_order_release);
-        FutexWakeAll(&e->gate);
-      } else {
-        e->gate.store(kGateClosed, std::memory_order_release);
-      }
+    if (auto ref = service_->EntryOf(s.info.pid)) {
+      // Failed: the driver reports an error; let calls reach it and fail there rather than
+      // hang at the gate.
+      const bool closed = s.state != State::kRunning && s.state != State::kFailed;
+      service_->board_.SetGate(*ref, closed);
     }
     if (on_state_) on_state_(s);
   }
@@ -109,8 +106,9 @@ bool SuspendService::Init(ServiceOptions options, std::unique_ptr<CheckpointDriv
     *error = "cannot open the node ledger " + options_.ledger_path + ": " + LedgerErrorString(e);
     return false;
   }
-  if (!board_.Open(options_.board_path.c_str())) {
-    *error = "cannot open the suspend board " + options_.board_path + ": " + std::strerror(errno);
+  std::string board_error;
+  if (!board_.Open(options_.board_path.c_str(), true, &board_error)) {
+    *error = "cannot open the suspend board " + options_.board_path + ": " + board_error;
     return false;
   }
   driver_ = std::move(driver);
@@ -136,21 +134,44 @@ SuspendService::~SuspendService() { Stop(); }
 void SuspendService::Start() {
   board_.SetService();
   stop_.store(false);
-  thread_ = std::thread([this] {
+  // The heartbeat tells shims and `gslice move` that a service is there; ticks can take a
+  // minute (a checkpoint of tens of GiB), so it has its own thread.
+  heartbeat_ = std::thread([this] {
+    std::unique_lock<std::mutex> lock(heartbeat_mu_);
     while (!stop_.load()) {
-      const uint32_t bell = board_.layout()->header.doorbell.load(std::memory_order_acquire);
+      board_.Heartbeat();
+      heartbeat_cv_.wait_for(lock, std::chrono::milliseconds(1000), [this] { return stop_.load(); });
+    }
+  });
+  thread_ = std::thread([this] {
+    int64_t last_tick = 0;
+    while (!stop_.load()) {
+      const uint32_t wake = board_.header()->wake.load(std::memory_order_acquire);
+      const uint64_t bells = board_.Doorbells();
+      // Shims ringing without pause (a hostile one can) get at most one tick per 5 ms.
+      const int64_t since = MonotonicNs() - last_tick;
+      if (since < 5'000'000) std::this_thread::sleep_for(std::chrono::nanoseconds(5'000'000 - since));
+      last_tick = MonotonicNs();
       Tick();
       if (stop_.load()) break;
-      FutexWait(&board_.layout()->header.doorbell, bell, options_.tick_ms);
+      // A shim that rang during the tick: its wake-up may have come before we sleep (shims
+      // cannot change the word we sleep on), so look at the doorbells themselves.
+      if (board_.Doorbells() != bells) continue;
+      board_.WaitForWork(wake, options_.tick_ms);
     }
   });
 }
 
 void SuspendService::Stop() {
   if (!thread_.joinable()) return;
-  stop_.store(true);
-  RingDoorbell(board_.layout());
+  {
+    std::lock_guard<std::mutex> lock(heartbeat_mu_);
+    stop_.store(true);
+  }
+  heartbeat_cv_.notify_all();
+  board_.WakeService();
   thread_.join();
+  if (heartbeat_.joinable()) heartbeat_.join();
   board_.ClearService();
 }
 
@@ -193,93 +214,132 @@ uint64_t SuspendService::FreeBytes(const std::string& gpu) {
   return DescribeGpu(gpu, &g) ? g.free_bytes : 0;
 }
 
-int SuspendService::HostPid(const SuspendBoardEntry& e) {
-  const uint64_t word = e.owner.load(std::memory_order_acquire);
-  if (!BoardOwnerLive(word)) return 0;
-  const uint32_t host = resolver_->Resolve(e.pid_ns.load(std::memory_order_acquire), BoardOwnerPid(word),
-                                           e.start_time.load(std::memory_order_acquire));
-  if (host == 0) return 0;
-  std::lock_guard<std::mutex> lock(entries_mu_);
-  entry_of_[static_cast<int>(host)] = const_cast<SuspendBoardEntry*>(&e);
-  return static_cast<int>(host);
+int SuspendService::Verified(const SuspendServiceBoard::Ref& r, int known_host_pid) {
+  const auto key = std::make_tuple(r.part, r.index, r.owner);
+  const int64_t now = MonotonicNs();
+  if (auto it = verified_.find(key); it != verified_.end() && (it->second.first != 0 || now < it->second.second)) {
+    return it->second.first;
+  }
+  const SuspendShimEntry& e = board_.Entry(r);
+  const uint32_t host = known_host_pid > 0 ? static_cast<uint32_t>(known_host_pid)
+                                           : resolver_->Resolve(e.pid_ns.load(std::memory_order_relaxed),
+                                                                BoardOwnerPid(r.owner),
+                                                                e.start_time.load(std::memory_order_relaxed));
+  if (host == 0) return 0;  // not visible (yet): asked again next time
+  const auto& part = board_.partitions()[r.part];
+  // The entry is the partition owner's word; only a process that maps the partition
+  // writable (its own shim) makes it speak for that process.
+  const bool ok = host != 0 && ProcessMapsFileWritable(options_.proc_root, static_cast<int>(host), part.dev, part.ino);
+  if (!ok) {
+    std::fprintf(stderr, "gslice suspend: ignoring entry %d of partition %s: it names pid %u, which does not map it\n",
+                 r.index, part.name.c_str(), host);
+  }
+  if (verified_.size() > 100'000) verified_.clear();
+  // Refusals are looked at again after a while (not every tick: a partition can name 4096
+  // processes).
+  verified_[key] = {ok ? static_cast<int>(host) : 0, now + 10'000'000'000LL};
+  return ok ? static_cast<int>(host) : 0;
 }
 
-SuspendBoardEntry* SuspendService::EntryOf(int host_pid) {
+std::optional<SuspendServiceBoard::Ref> SuspendService::EntryOf(int host_pid) {
   {
     std::lock_guard<std::mutex> lock(entries_mu_);
     auto it = entry_of_.find(host_pid);
     if (it != entry_of_.end()) {
-      // Still that process's entry? (Reaped and reclaimed entries are looked up afresh.)
-      PidIdentity who;
-      SuspendBoardEntry* e = it->second;
-      const uint64_t word = e->owner.load(std::memory_order_acquire);
-      if (BoardOwnerLive(word) && IdentifyPid(options_.proc_root, static_cast<uint32_t>(host_pid), &who) &&
-          who.pid == BoardOwnerPid(word) && who.pid_ns == e->pid_ns.load(std::memory_order_acquire)) {
-        return e;
-      }
+      if (board_.Alive(it->second)) return it->second;
       entry_of_.erase(it);
     }
   }
   PidIdentity who;
-  if (!IdentifyPid(options_.proc_root, static_cast<uint32_t>(host_pid), &who)) return nullptr;
-  SuspendBoardEntry* e = board_.Find(who.pid_ns, who.pid);
-  if (e == nullptr || e->start_time.load(std::memory_order_acquire) != who.start_time) return nullptr;
-  std::lock_guard<std::mutex> lock(entries_mu_);
-  entry_of_[host_pid] = e;
-  return e;
+  if (!IdentifyPid(options_.proc_root, static_cast<uint32_t>(host_pid), &who)) return std::nullopt;
+  board_.Refresh();
+  for (const SuspendServiceBoard::Ref& r : board_.LiveEntries()) {
+    const SuspendShimEntry& e = board_.Entry(r);
+    if (BoardOwnerPid(r.owner) != who.pid || e.pid_ns.load(std::memory_order_relaxed) != who.pid_ns ||
+        e.start_time.load(std::memory_order_relaxed) != who.start_time || Verified(r, host_pid) != host_pid) {
+      continue;
+    }
+    board_.Own(r);
+    std::lock_guard<std::mutex> lock(entries_mu_);
+    entry_of_[host_pid] = r;
+    return r;
+  }
+  return std::nullopt;
 }
 
 std::vector<ProcessSample> SuspendService::Sample() {
   std::vector<ProcessSample> samples;
-  board_.Reap();
-  for (SuspendBoardEntry& e : board_.layout()->entries) {
-    const uint64_t owner = e.owner.load(std::memory_order_acquire);
-    if (!BoardOwnerLive(owner)) continue;
+  std::set<int> seen;
+  board_.Refresh();
+  for (const SuspendServiceBoard::Ref& r : board_.LiveEntries()) {
     // The driver's checkpoint calls name processes as we see them: a process in a container
     // is known on the board by its container-local pid and mapped here. One we cannot see
     // (another pid namespace that is not nested in ours) cannot be suspended.
-    const int pid = HostPid(e);
-    if (pid == 0) continue;
+    const int pid = Verified(r);
+    if (pid == 0 || !seen.insert(pid).second) continue;
+    board_.Own(r);
+    {
+      std::lock_guard<std::mutex> lock(entries_mu_);
+      entry_of_[pid] = r;
+    }
+    const SuspendShimEntry& e = board_.Entry(r);
     ProcessSample s;
-    LedgerProcessInfo lp = FindInLedger(ledger_, e.pid_ns.load(std::memory_order_acquire), BoardOwnerPid(owner), pid);
+    LedgerProcessInfo lp = FindInLedger(ledger_, e.pid_ns.load(std::memory_order_relaxed), BoardOwnerPid(r.owner), pid);
     if (lp.found) {
       s.info = lp.info;
     } else {
       s.info.pid = pid;  // shimmed without a slice: no limits, no class
     }
     s.activity = e.activity.load(std::memory_order_relaxed);
-    s.resume_requested = e.resume_request.load(std::memory_order_acquire) != 0;
+    s.resume_requested = e.resume_request.load(std::memory_order_relaxed) != 0;
     if (options_.idle_timeout_s && !s.info.slice.empty()) {
       s.idle_timeout_ns = options_.idle_timeout_s(s.info.slice) * 1'000'000'000LL;
     }
     samples.push_back(s);
   }
+  board_.UpdateAttach();
   return samples;
 }
 
 void SuspendService::AnswerMemoryRequests(int64_t now) {
-  for (SuspendBoardEntry& e : board_.layout()->entries) {
-    if (!BoardOwnerLive(e.owner.load(std::memory_order_acquire))) continue;
-    const uint64_t seq = e.mem_request_seq.load(std::memory_order_acquire);
-    if (seq == 0 || seq == e.mem_reply_seq.load(std::memory_order_acquire)) continue;
-    const uint64_t bytes = e.mem_request_bytes.load(std::memory_order_relaxed);
-    const std::string gpu = UuidText(e.mem_request_gpu);
-    // The shim asks after the driver refused, so what NVML reports free (less a margin for
-    // what the driver keeps back) is not enough; free the rest.
-    const uint64_t free_now = FreeBytes(gpu);
-    const uint64_t margin = options_.controller.resume_margin_bytes;
-    PreemptResult r = controller_->Preempt(gpu, bytes, free_now > margin ? free_now - margin : 0, now);
-    // The suspends just done may have taken longer than the quiet period: it starts now,
-    // as the requester is told to retry, so its victims do not resume under its allocation.
-    if (!r.outcomes.empty()) controller_->HoldResumes(gpu, MonotonicNs());
-    if (!r.ok) {
-      std::fprintf(stderr, "gslice suspend: pid %u needs %llu bytes on %s: %s\n",
-                   BoardOwnerPid(e.owner.load()),
-                   static_cast<unsigned long long>(bytes), gpu.c_str(), r.reason.c_str());
+  for (const SuspendServiceBoard::Ref& r : board_.LiveEntries()) {
+    SuspendGateEntry* g = board_.Gate(r);
+    const SuspendShimEntry& snap = board_.Entry(r);
+    const uint64_t seq = snap.mem_request_seq.load(std::memory_order_relaxed);
+    if (g == nullptr || seq == 0) continue;
+    if (g->owner.load(std::memory_order_acquire) == r.owner && g->mem_reply_seq.load(std::memory_order_acquire) == seq) {
+      continue;
     }
-    e.mem_reply.store(r.ok ? kMemReplyFreed : kMemReplyRefused, std::memory_order_release);
-    e.mem_reply_seq.store(seq, std::memory_order_release);
-    FutexWakeAll(&e.mem_reply);
+    const int pid = Verified(r);
+    if (pid == 0) continue;
+    board_.Own(r);
+    // The request's fields again, read after its seq (the snapshot's copy may have been
+    // taken while the shim wrote them).
+    SuspendShimEntry fresh;
+    if (!board_.Reread(r, &fresh) || fresh.mem_request_seq.load(std::memory_order_relaxed) != seq) continue;
+    const uint64_t bytes = fresh.mem_request_bytes.load(std::memory_order_relaxed);
+    const std::string gpu = UuidText(fresh.mem_request_gpu);
+    PreemptResult res;
+    LedgerProcessInfo lp = FindInLedger(ledger_, snap.pid_ns.load(std::memory_order_relaxed), BoardOwnerPid(r.owner), pid);
+    if (lp.found && lp.info.opportunistic) {
+      res.reason = "an opportunistic slice does not preempt";
+    } else {
+      // The shim asks after the driver refused, so what NVML reports free (less a margin for
+      // what the driver keeps back) is not enough; free the rest.
+      const uint64_t free_now = FreeBytes(gpu);
+      const uint64_t margin = options_.controller.resume_margin_bytes;
+      res = controller_->Preempt(gpu, bytes, free_now > margin ? free_now - margin : 0, now);
+      // The suspends just done may have taken longer than the quiet period: it starts now,
+      // as the requester is told to retry, so its victims do not resume under its allocation.
+      if (!res.outcomes.empty()) controller_->HoldResumes(gpu, MonotonicNs());
+    }
+    if (!res.ok) {
+      std::fprintf(stderr, "gslice suspend: pid %d needs %llu bytes on %s: %s\n", pid,
+                   static_cast<unsigned long long>(bytes), gpu.c_str(), res.reason.c_str());
+    }
+    g->mem_reply.store(res.ok ? kMemReplyFreed : kMemReplyRefused, std::memory_order_release);
+    g->mem_reply_seq.store(seq, std::memory_order_release);
+    FutexWakeAll(&g->mem_reply);
   }
 }
 
@@ -287,20 +347,25 @@ void SuspendService::AnswerMemoryRequests(int64_t now) {
 // through GPU pairs; if the move is refused, a process this request suspended is resumed
 // where it was, so a refused move changes nothing.
 void SuspendService::AnswerMoveRequests() {
-  for (SuspendBoardEntry& e : board_.layout()->entries) {
-    const uint64_t owner = e.owner.load(std::memory_order_acquire);
-    if (!BoardOwnerLive(owner)) continue;
-    const uint64_t seq = e.move_seq.load(std::memory_order_acquire);
-    if (seq == 0 || seq == e.move_reply_seq.load(std::memory_order_acquire)) continue;
-    const int pid = HostPid(e);
-    const std::string to_uuid = UuidText(e.move_to_gpu);
+  for (const SuspendServiceBoard::Ref& r : board_.LiveEntries()) {
+    SuspendGateEntry* g = board_.Gate(r);
+    if (g == nullptr) continue;
+    const uint64_t seq = g->move_seq.load(std::memory_order_acquire);
+    if (seq == 0 || seq == g->move_reply_seq.load(std::memory_order_acquire)) continue;
+    const bool for_this_owner = g->move_owner.load(std::memory_order_acquire) == r.owner;
+    uint8_t target[16];
+    std::memcpy(target, g->move_to_gpu, 16);
+    const int pid = for_this_owner ? Verified(r) : 0;
+    const std::string to_uuid = UuidText(target);
     if (pid != 0) TrackFromLedger(pid);
     std::string why;
     bool moved = false;
     auto st = pid != 0 ? manager_->Get(pid) : std::nullopt;
     GpuInfo from, to;
-    if (pid == 0) {
-      why = "process " + std::to_string(BoardOwnerPid(owner)) + " of another pid namespace is not visible here";
+    if (!for_this_owner) {
+      why = "the request was for an earlier process of that board entry";
+    } else if (pid == 0) {
+      why = "process " + std::to_string(BoardOwnerPid(r.owner)) + " of another pid namespace is not visible here";
     } else if (!st) {
       why = "not a known GPU process";
     } else if (st->info.gpu_uuid.empty() || !DescribeGpu(st->info.gpu_uuid, &from)) {
@@ -324,9 +389,9 @@ void SuspendService::AnswerMoveRequests() {
       }
     }
     if (!moved) std::fprintf(stderr, "gslice suspend: move of pid %d refused: %s\n", pid, why.c_str());
-    e.move_reply.store(moved ? kMoveReplyMoved : kMoveReplyRefused, std::memory_order_release);
-    e.move_reply_seq.store(seq, std::memory_order_release);
-    FutexWakeAll(&e.move_reply);
+    g->move_reply.store(moved ? kMoveReplyMoved : kMoveReplyRefused, std::memory_order_release);
+    g->move_reply_seq.store(seq, std::memory_order_release);
+    FutexWakeAll(&g->move_reply);
   }
 }
 

@@ -47,8 +47,9 @@ struct DevicePluginConfig {
   std::string shim_container_dir = "/usr/lib/gslice";
   std::string ledger_host_path = "/dev/shm/gslice-ledger";
   std::string ledger_container_path = "/dev/shm/gslice-ledger";
-  // The suspend board (docs/suspend.md): mounted like the ledger, so gsliced's suspend
-  // service sees the containers' processes (by their pid namespaces) and they see it.
+  // The suspend board directory (docs/suspend.md): a container gets its service header and
+  // its own gates read-only and its own partition writable, so gsliced's suspend service sees
+  // the container's processes (by their pid namespaces) and they see it.
   std::string board_host_path = "/dev/shm/gslice-suspend";
   std::string board_container_path = "/dev/shm/gslice-suspend";
   std::string dev_root = "/dev";  // where /dev/nvidia* device nodes are looked for
@@ -86,6 +87,9 @@ std::string GpuOfDeviceId(const std::string& id);
 // first form splits back at its first and last dots (namespaces and container names have
 // none), the second holds a '_', which no Kubernetes name does.
 std::string SliceNameFor(const PendingContainer& p);
+// The container's partition of the suspend board: "k8s-" + its slice name (host file
+// <board>/pods/<it>, seen in the container as <board>/shim/<it>).
+std::string SuspendPartitionFor(const PendingContainer& p);
 
 class DevicePluginService final : public v1beta1::DevicePlugin::Service {
  public:

@@ -13,13 +13,16 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "gslice/ledger.h"
@@ -32,7 +35,7 @@ namespace gslice::suspend {
 
 struct ServiceOptions {
   std::string ledger_path = "/dev/shm/gslice-ledger";
-  std::string board_path = "/dev/shm/gslice-suspend";
+  std::string board_path = "/dev/shm/gslice-suspend";  // a directory (suspend_board.h), made if missing
   std::string driver_library;  // "" = libcuda.so.1
   std::string nvml_library;    // "" = libnvidia-ml.so.1
   // The proc mount that names processes as the driver's checkpoint calls want them (the
@@ -92,19 +95,23 @@ class SuspendService {
   bool DescribeGpu(const std::string& uuid, GpuInfo* out);
   void* Nvml();
   void TrackFromLedger(int pid);
-  // The pid (as we see it) of a live board entry's owner, remembered for EntryOf; 0 when it
-  // is not visible from our pid namespace.
-  int HostPid(const SuspendBoardEntry& e);
-  // The board entry of the process we see as host_pid, or nullptr.
-  SuspendBoardEntry* EntryOf(int host_pid);
+  // The pid (as we see it) of a live board entry's owner, once that process is seen to map
+  // the entry's partition writable (so the entry is its own); 0 when it is not visible from
+  // our pid namespace or the entry names somebody else's process.
+  // known_host_pid: the pid as we see it when the caller knows it already.
+  int Verified(const SuspendServiceBoard::Ref& r, int known_host_pid = 0);
+  // The board entry of the process we see as host_pid.
+  std::optional<SuspendServiceBoard::Ref> EntryOf(int host_pid);
   uint64_t FreeBytes(const std::string& gpu);
 
   ServiceOptions options_;
   Ledger ledger_;
-  SuspendBoard board_;
+  SuspendServiceBoard board_;               // under tick_mu_
   std::unique_ptr<PidResolver> resolver_;  // under tick_mu_
   std::mutex entries_mu_;                   // entry_of_
-  std::map<int, SuspendBoardEntry*> entry_of_;  // pid as we see it -> its board entry
+  std::map<int, SuspendServiceBoard::Ref> entry_of_;  // pid as we see it -> its board entry
+  // (partition, index, owner word) -> (pid as we see it or 0 when refused, when to look again)
+  std::map<std::tuple<int, int, uint64_t>, std::pair<int, int64_t>> verified_;  // under tick_mu_
   std::unique_ptr<CheckpointDriver> driver_;
   std::unique_ptr<HostMemoryBudget> budget_;
   std::unique_ptr<BoardObserver> observer_;
@@ -112,6 +119,9 @@ class SuspendService {
   std::unique_ptr<SuspendController> controller_;
   std::mutex tick_mu_;  // one Tick (and one manual request) at a time
   std::thread thread_;
+  std::thread heartbeat_;
+  std::mutex heartbeat_mu_;
+  std::condition_variable heartbeat_cv_;
   std::atomic<bool> stop_{false};
   // NVML, dlopened on first use.
   void* nvml_ = nullptr;
