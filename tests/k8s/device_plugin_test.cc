@@ -173,14 +173,26 @@ TEST_F(DevicePluginTest, FullSequenceHealthFlipAndKubeletRestart) {
     EXPECT_EQ(c.envs().at("GSLICE_LEDGER"), "/dev/shm/gslice-ledger");
     EXPECT_EQ(c.envs().at("GSLICE_SUSPEND_BOARD"), "/dev/shm/gslice-suspend");
     EXPECT_EQ(c.envs().at("LD_PRELOAD"), "/usr/lib/gslice/libcuda.so.1 /usr/lib/gslice/libnvidia-ml.so.1");
-    ASSERT_EQ(c.mounts_size(), 3);
+    EXPECT_EQ(c.envs().at("GSLICE_SUSPEND_PARTITION"), "k8s-team.p1.main");
+    ASSERT_EQ(c.mounts_size(), 5);
     EXPECT_EQ(c.mounts(0).host_path(), config_.shim_host_dir);
     EXPECT_TRUE(c.mounts(0).read_only());
     EXPECT_EQ(c.mounts(1).host_path(), config_.ledger_host_path);
     EXPECT_FALSE(c.mounts(1).read_only());
-    EXPECT_EQ(c.mounts(2).host_path(), config_.board_host_path);
-    EXPECT_EQ(c.mounts(2).container_path(), "/dev/shm/gslice-suspend");
-    EXPECT_FALSE(c.mounts(2).read_only());
+    // The suspend board: the service's header and the container's gates read-only, its own
+    // partition writable, nothing of anyone else; the files exist before the container starts.
+    const std::string board = config_.board_host_path;
+    EXPECT_EQ(c.mounts(2).host_path(), board + "/service");
+    EXPECT_EQ(c.mounts(2).container_path(), "/dev/shm/gslice-suspend/service");
+    EXPECT_TRUE(c.mounts(2).read_only());
+    EXPECT_EQ(c.mounts(3).host_path(), board + "/pods/k8s-team.p1.main");
+    EXPECT_EQ(c.mounts(3).container_path(), "/dev/shm/gslice-suspend/shim/k8s-team.p1.main");
+    EXPECT_FALSE(c.mounts(3).read_only());
+    EXPECT_EQ(c.mounts(4).host_path(), board + "/gates/k8s-team.p1.main");
+    EXPECT_EQ(c.mounts(4).container_path(), "/dev/shm/gslice-suspend/gates/k8s-team.p1.main");
+    EXPECT_TRUE(c.mounts(4).read_only());
+    for (int m = 2; m <= 4; ++m) EXPECT_TRUE(fs::is_regular_file(c.mounts(m).host_path())) << c.mounts(m).host_path();
+    EXPECT_EQ(fs::status(board + "/pods").permissions(), fs::perms::owner_all);
     std::string want_dev = std::string("/dev/nvidia") + (p1_gpu == kGpu0 ? "0" : "1");
     ASSERT_EQ(c.devices_size(), 2);  // its GPU and nvidiactl (no uvm node in this /dev)
     EXPECT_EQ(c.devices(0).container_path(), want_dev);
@@ -383,7 +395,7 @@ TEST_F(DevicePluginTest, BinaryRegistersAndStopsOnSigterm) {
   bool registered = kubelet.WaitForRegistrations(1, 20s);
   EXPECT_TRUE(registered);
   EXPECT_TRUE(fs::exists(config_.ledger_host_path));
-  EXPECT_TRUE(fs::exists(config_.board_host_path));
+  EXPECT_TRUE(fs::is_regular_file(config_.board_host_path + "/service"));  // the board: a directory
   for (int i = 0; i < 250 && !api_.Node("node-a")["metadata"]["annotations"].contains("gslice.io/gpus"); ++i)
     std::this_thread::sleep_for(20ms);
   EXPECT_TRUE(api_.Node("node-a")["metadata"]["annotations"].contains("gslice.io/gpus"));
