@@ -36,8 +36,9 @@ void InitOnce() {
   const char* partition = OptionValue(Option::SuspendPartition);
   std::string error;
   if (path == nullptr || *path == '\0' || !g_board->Open(path, partition, &error)) {
-    // No board is the normal case without gsliced; an untrusted one is worth a warning.
-    const bool missing = errno == ENOENT;
+    // No board is the normal case without gsliced (ENOTDIR: an older gslice's one-file board,
+    // whose service cannot serve us either); an untrusted one is worth a warning.
+    const bool missing = errno == ENOENT || errno == ENOTDIR;
     Log(missing ? LogLevel::kDebug : LogLevel::kWarn, "resume gate off: %s", error.c_str());
     gslice_cuda_gate_word.store(&g_open_word, std::memory_order_release);
     g_disabled.store(true, std::memory_order_relaxed);
