@@ -3,6 +3,7 @@ idle reclaim of a sleeping PyTorch process with transparent resume on its next c
 that call's latency), and memory preemption of an opportunistic process for a guaranteed
 allocation, resumed once the memory is free again."""
 import os
+import shutil
 import subprocess
 import tempfile
 import time
@@ -73,11 +74,11 @@ def run(args, suite):
         preemption_case(args, suite, agent, base, out)
     finally:
         agent.stop()
-        for k in ("GSLICE_LEDGER", "GSLICE_SUSPEND_BOARD"):
-            try:
-                os.unlink(base[k])
-            except OSError:
-                pass
+        try:
+            os.unlink(base["GSLICE_LEDGER"])
+        except OSError:
+            pass
+        shutil.rmtree(base["GSLICE_SUSPEND_BOARD"], ignore_errors=True)  # the board is a directory
 
 
 def idle_case(args, suite, agent, base, out):
