@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -69,7 +70,8 @@ class GslicedProcess : public ::testing::Test {
     std::system(("rm -rf " + dir_).c_str());
     unlink(ledger_.c_str());
     unlink(sim_state_.c_str());
-    unlink(board_.c_str());
+    std::error_code ec;
+    std::filesystem::remove_all(board_, ec);  // the suspend board gsliced made: a directory
   }
 
   // Starts gsliced and waits until its socket answers.

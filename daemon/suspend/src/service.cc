@@ -252,17 +252,20 @@ std::optional<SuspendServiceBoard::Ref> SuspendService::EntryOf(int host_pid) {
   }
   PidIdentity who;
   if (!IdentifyPid(options_.proc_root, static_cast<uint32_t>(host_pid), &who)) return std::nullopt;
-  board_.Refresh();
-  for (const SuspendServiceBoard::Ref& r : board_.LiveEntries()) {
-    const SuspendShimEntry& e = board_.Entry(r);
-    if (BoardOwnerPid(r.owner) != who.pid || e.pid_ns.load(std::memory_order_relaxed) != who.pid_ns ||
-        e.start_time.load(std::memory_order_relaxed) != who.start_time || Verified(r, host_pid) != host_pid) {
-      continue;
+  // A second look rescans the folders at once (a partition made in the last 100 ms).
+  for (bool force : {false, true}) {
+    board_.Refresh(force);
+    for (const SuspendServiceBoard::Ref& r : board_.LiveEntries()) {
+      const SuspendShimEntry& e = board_.Entry(r);
+      if (BoardOwnerPid(r.owner) != who.pid || e.pid_ns.load(std::memory_order_relaxed) != who.pid_ns ||
+          e.start_time.load(std::memory_order_relaxed) != who.start_time || Verified(r, host_pid) != host_pid) {
+        continue;
+      }
+      board_.Own(r);
+      std::lock_guard<std::mutex> lock(entries_mu_);
+      entry_of_[host_pid] = r;
+      return r;
     }
-    board_.Own(r);
-    std::lock_guard<std::mutex> lock(entries_mu_);
-    entry_of_[host_pid] = r;
-    return r;
   }
   return std::nullopt;
 }
