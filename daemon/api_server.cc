@@ -187,7 +187,7 @@ Result<json> ParseBody(const std::string& body) {
 
 Result<SliceRequest> ParseSliceRequest(const json& body) {
   if (Status s = CheckFields(body, {"name", "user", "project", "class", "gpus", "memory", "compute",
-                                    "origin", "pod", "namespace", "idle_timeout_s"});
+                                    "origin", "pod", "namespace", "idle_timeout_s", "holder"});
       !s.ok()) {
     return s;
   }
@@ -208,6 +208,23 @@ Result<SliceRequest> ParseSliceRequest(const json& body) {
       return Status::BadRequest("idle_timeout_s: expected a whole number of seconds >= 0");
     }
     r.idle_timeout_s = it->get<int64_t>();
+  }
+  // Who holds a registration of origin "run" (registry.h, SliceRequest::holder).
+  if (auto it = body.find("holder"); it != body.end()) {
+    if (!it->is_object()) return Status::BadRequest("holder: expected {\"pid\": N, \"pid_ns\": N, \"start_time\": N}");
+    if (Status s = CheckFields(*it, {"pid", "pid_ns", "start_time"}); !s.ok()) return s;
+    auto pid = it->find("pid");
+    if (pid == it->end() || !pid->is_number_unsigned() || pid->get<uint64_t>() == 0 ||
+        pid->get<uint64_t>() > UINT32_MAX) {
+      return Status::BadRequest("holder.pid: expected a process id");
+    }
+    r.holder.pid = static_cast<uint32_t>(pid->get<uint64_t>());
+    for (auto [field, out] : {std::pair{"pid_ns", &r.holder.pid_ns}, {"start_time", &r.holder.start_time}}) {
+      if (auto f = it->find(field); f != it->end()) {
+        if (!f->is_number_unsigned()) return Status::BadRequest(std::string("holder.") + field + ": expected a number");
+        *out = f->get<uint64_t>();
+      }
+    }
   }
   // Defaults every GPU entry may override: "memory" and "compute" at the top level.
   uint64_t memory = 0;

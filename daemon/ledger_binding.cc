@@ -67,7 +67,8 @@ class SharedLedger final : public NodeLedger {
     for (int i = 0; i < kLedgerMaxSlices; ++i) {
       LedgerSlice& s = l->slices[i];
       if (StateOf(s.state.load()) != EntryState::kReady) continue;
-      // A withdrawn (or `gslice run`-made) ephemeral slice with nobody left is free space.
+      if (s.name[0] == kSetAsideMark) continue;  // a deleted slice's: never listed again
+      // An expired (or `gslice run`-made) ephemeral slice with nobody left is free space.
       if ((s.flags & kSliceEphemeral) != 0 && ledger_.AliveCount(i) == 0) continue;
       PublishedSlice p;
       p.name.assign(s.name, strnlen(s.name, sizeof s.name));
@@ -170,6 +171,79 @@ class SharedLedger final : public NodeLedger {
 
   Status Publish(const Slice& slice) override {
     std::lock_guard lock(mu_);
+    return PublishLocked(slice);
+  }
+
+  Status PublishNew(const Slice& slice) override {
+    std::lock_guard lock(mu_);
+    const int index = ledger_.FindSlice(slice.name.c_str());
+    if (index >= 0) {
+      if (ledger_.AliveCount(index) > 0) {
+        return Status::Conflict("slice '" + slice.name + "' is in use in the node ledger by processes gsliced " +
+                                "has not adopted yet (a `gslice run` without the daemon): pick another name, " +
+                                "or wait a moment and use theirs");
+      }
+      SetAside(index);  // expired, or left by processes that are gone
+    }
+    return PublishLocked(slice);
+  }
+
+  Status SetClass(const std::string& name, SliceClass slice_class) override {
+    std::lock_guard lock(mu_);
+    const int index = ledger_.FindSlice(name.c_str());
+    if (index < 0) return Status::Unavailable("slice " + name + " is no longer in the node ledger " + path_);
+    ledger_.layout()->slices[index].slice_class = static_cast<uint32_t>(slice_class);
+    return Status::Ok();
+  }
+
+  Status Withdraw(const std::string& name, Withdrawal how) override {
+    std::lock_guard lock(mu_);
+    const int index = ledger_.FindSlice(name.c_str());
+    if (index < 0) return Status::Ok();
+    LedgerSlice& s = ledger_.layout()->slices[index];
+    withdrawn_[name] = Undo{index, s.generation.load(), s.name[0], s.flags};
+    // Processes still attached keep their limits until they exit; then the entry is free.
+    if (how == Withdrawal::kDeleted) {
+      SetAside(index);
+    } else {
+      s.flags |= kSliceEphemeral;
+    }
+    return Status::Ok();
+  }
+
+  Status Restore(const std::string& name) override {
+    std::lock_guard lock(mu_);
+    auto it = withdrawn_.find(name);
+    if (it == withdrawn_.end()) return Status::Ok();
+    const Undo undo = it->second;
+    withdrawn_.erase(it);
+    LedgerSlice& s = ledger_.layout()->slices[undo.index];
+    if (StateOf(s.state.load()) != EntryState::kReady || s.generation.load() != undo.generation) {
+      return Status::Ok();  // recycled meanwhile: nobody used it
+    }
+    if (s.name[0] == kSetAsideMark && ledger_.FindSlice(name.c_str()) >= 0) {
+      return Status::Unavailable("node ledger " + path_ + ": slice " + name +
+                                 " was started again meanwhile; its old entry stays withdrawn");
+    }
+    s.name[0] = undo.first_char;
+    s.flags = undo.flags;
+    return Status::Ok();
+  }
+
+ private:
+  // A name no slice can have (ValidateName): an entry renamed so is found by no one, listed
+  // by no one, and freed (ephemeral) once its last process is gone. Its processes hold it
+  // by index, so they run on with their limits.
+  static constexpr char kSetAsideMark = '~';
+  // REQUIRES: mu_ held.
+  void SetAside(int index) {
+    LedgerSlice& s = ledger_.layout()->slices[index];
+    s.flags |= kSliceEphemeral;
+    s.name[0] = kSetAsideMark;  // one byte: a reader sees the old name or the new one
+  }
+
+  // REQUIRES: mu_ held.
+  Status PublishLocked(const Slice& slice) {
     int index = -1;
     LedgerError e = ledger_.FindOrCreateSlice(slice.name.c_str(), slice.slice_class, 0, &index);
     if (e != LedgerError::kOk) {
@@ -179,6 +253,7 @@ class SharedLedger final : public NodeLedger {
     LedgerSlice& s = ledger_.layout()->slices[index];
     s.slice_class = static_cast<uint32_t>(slice.slice_class);
     s.flags &= ~kSliceEphemeral;  // the daemon owns it now
+    withdrawn_.erase(slice.name);
     for (const SliceGpu& g : slice.gpus) {
       uint8_t uuid[16];
       if (!UuidToBytes(g.uuid, uuid)) return Status::Internal("GPU UUID '" + g.uuid + "' is malformed");
@@ -193,18 +268,16 @@ class SharedLedger final : public NodeLedger {
     return Status::Ok();
   }
 
-  Status Withdraw(const std::string& name) override {
-    std::lock_guard lock(mu_);
-    int index = ledger_.FindSlice(name.c_str());
-    if (index < 0) return Status::Ok();
-    // Processes still attached keep their limits until they exit; then the entry is free.
-    ledger_.layout()->slices[index].flags |= kSliceEphemeral;
-    return Status::Ok();
-  }
+  struct Undo {
+    int index;
+    uint64_t generation;
+    char first_char;
+    uint32_t flags;
+  };
 
- private:
   std::string path_;
   std::mutex mu_;
+  std::map<std::string, Undo> withdrawn_;  // for Restore
   Ledger ledger_;
   PidResolver pids_;  // (namespace, pid) -> the pid gsliced sees
   std::map<std::string, bool> throttled_;

@@ -1,3 +1,4 @@
+#include <map>
 #include <mutex>
 
 #include "node_ledger.h"
@@ -25,15 +26,42 @@ class MemoryLedger final : public NodeLedger {
     slices_.push_back(ls);
     return Status::Ok();
   }
-  Status Withdraw(const std::string& name) override {
+  Status PublishNew(const Slice& slice) override {
     std::lock_guard lock(mu_);
+    std::erase_if(slices_, [&](const PublishedSlice& s) { return s.name == slice.name; });
+    slices_.push_back(PublishedSlice{slice.name, slice.slice_class, slice.gpus, false});
+    return Status::Ok();
+  }
+  Status SetClass(const std::string& name, SliceClass slice_class) override {
+    std::lock_guard lock(mu_);
+    for (PublishedSlice& s : slices_) {
+      if (s.name == name) s.slice_class = slice_class;
+    }
+    return Status::Ok();
+  }
+  Status Withdraw(const std::string& name, Withdrawal) override {
+    std::lock_guard lock(mu_);
+    for (const PublishedSlice& s : slices_) {
+      if (s.name == name) withdrawn_[name] = s;
+    }
     std::erase_if(slices_, [&](const PublishedSlice& s) { return s.name == name; });
+    return Status::Ok();
+  }
+  Status Restore(const std::string& name) override {
+    std::lock_guard lock(mu_);
+    auto it = withdrawn_.find(name);
+    if (it == withdrawn_.end()) return Status::Ok();
+    bool reused = false;
+    for (const PublishedSlice& s : slices_) reused = reused || s.name == name;
+    if (!reused) slices_.push_back(it->second);
+    withdrawn_.erase(it);
     return Status::Ok();
   }
 
  private:
   std::mutex mu_;
   std::vector<PublishedSlice> slices_;
+  std::map<std::string, PublishedSlice> withdrawn_;  // for Restore
 };
 
 }  // namespace

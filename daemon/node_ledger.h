@@ -29,10 +29,32 @@ class NodeLedger {
   virtual Result<std::vector<PublishedSlice>> Slices() = 0;
   // Live processes with the slice and GPU they use.
   virtual Result<std::vector<ProcessUsage>> Processes() = 0;
-  // Creates the slice or updates its limits in place. Idempotent.
+  // Creates the slice or updates its class and limits in place. Idempotent: publishing
+  // again (after a restart) never resets usage.
   virtual Status Publish(const Slice& slice) = 0;
-  // Removes the slice; processes still attached keep running and lose their limit.
-  virtual Status Withdraw(const std::string& name) = 0;
+  // Publishes a slice the registry has just created, in an entry of its own: nothing of an
+  // earlier slice of that name carries over (GPUs, limits, usage, processes). An entry of
+  // that name that was withdrawn, or that no live process uses, is set aside first (its
+  // processes, if any, keep their limits until they exit). Conflict when live processes use
+  // an entry of that name that the registry never took (a `gslice run` slice not adopted yet).
+  virtual Status PublishNew(const Slice& slice) = 0;
+  // Sets the slice's class in the ledger and nothing else (limits and usage stay).
+  virtual Status SetClass(const std::string& name, SliceClass slice_class) = 0;
+
+  enum class Withdrawal {
+    // Deleted: the entry is never listed by Slices() again, so no restart adopts it back.
+    // Processes still attached keep their limits until they exit; processes that start
+    // later under the name make a new entry, which gsliced admits like any slice it finds.
+    kDeleted,
+    // Expired (no process left): the entry is freed once nobody uses it; if processes of it
+    // show up after all, Slices() lists it again.
+    kExpired,
+  };
+  // Stops publishing the slice. Succeeds when there is no such entry.
+  virtual Status Withdraw(const std::string& name, Withdrawal how) = 0;
+  // Undoes this process's last Withdraw of `name` (when a database change it belonged to
+  // failed), if the entry was not reused meanwhile. Succeeds when there is nothing to undo.
+  virtual Status Restore(const std::string& name) = 0;
 };
 
 // A ledger held in this process only: for tests, and for nodes where no shared ledger is

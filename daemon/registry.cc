@@ -71,6 +71,11 @@ Status Registry::Start() {
   if (!users.ok()) return users.status();
   users_ = std::move(users.value());
 
+  auto processes = ledger_->Processes();
+  if (!processes.ok()) return processes.status();
+  processes_ = std::move(processes.value());
+  // Programs that ended while gsliced was down leave their registrations behind.
+  const int expired = ExpireRegistrations(processes_);
   auto in_ledger = ledger_->Slices();
   if (!in_ledger.ok()) return in_ledger.status();
   int adopted = 0, republished = 0;
@@ -84,22 +89,88 @@ Status Registry::Start() {
       ++republished;
     }
   }
-  auto imported_or = AdoptFromLedger(in_ledger.value());
-  if (!imported_or.ok()) return imported_or.status();
-  const int imported = imported_or.value();
+  const int imported = AdoptFromLedger(in_ledger.value());
   counters_.slices_adopted += static_cast<uint64_t>(adopted);
   Log("registry: " + std::to_string(gpus_.size()) + " GPU(s), " + std::to_string(slices_.size()) +
       " slice(s): " + std::to_string(adopted) + " re-adopted from " + ledger_->Describe() + ", " +
       std::to_string(republished) + " published again, " + std::to_string(imported) +
-      " adopted from the ledger");
+      " adopted from the ledger, " + std::to_string(expired) + " expired");
   return Status::Ok();
 }
 
-Result<int> Registry::AdoptFromLedger(const std::vector<PublishedSlice>& in_ledger) {
+std::string Registry::AdmitFound(Slice* s, const std::vector<Slice>& others) const {
+  const Project* project = FindProject(s->project);
+  Status admitted = project != nullptr ? Status::Ok() : Status::NotFound("no project " + s->project);
+  for (const SliceGpu& g : s->gpus) {
+    if (admitted.ok() && g.memory_limit == 0) admitted = Status::BadRequest("GPU " + g.uuid + ": no memory limit");
+  }
+  if (admitted.ok() && !s->gpus.empty()) admitted = Admit(*s, gpus_, others, *project);
+  if (admitted.ok()) {
+    s->last_error.clear();
+    return "admitted as " + std::string(ToString(s->slice_class)) + (s->gpus.empty() ? " (no GPU in use yet)" : "");
+  }
+  // Its processes already run, so what does not fit is not refused but taken as work that
+  // reserves nothing.
+  const bool was_guaranteed = s->slice_class == SliceClass::kGuaranteed;
+  s->slice_class = SliceClass::kOpportunistic;
+  Status fits = admitted.code() == 409 ? Admit(*s, gpus_, others, *project) : admitted;
+  if (was_guaranteed && fits.ok()) {
+    s->last_error.clear();
+    return "does not fit as guaranteed (" + admitted.message() + "): adopted as opportunistic";
+  }
+  // Reserves nothing, but its limits are not what admission allows: say so wherever the
+  // slice is shown.
+  s->last_error = "over-committed: " + (was_guaranteed ? fits : admitted).message() +
+                  "; adopted as opportunistic without admission";
+  return s->last_error;
+}
+
+Status Registry::StoreFound(const Slice& s, SliceClass ledger_class, const std::string& event,
+                            const std::string& detail) {
+  Store::Transaction tx = store_->Begin();
+  Status st = tx.status();
+  if (st.ok()) st = store_->PutSlice(s);
+  if (st.ok()) st = store_->RecordEvent(s.name, event, detail);
+  const bool reclassed = st.ok() && s.slice_class != ledger_class;
+  if (reclassed) st = ledger_->SetClass(s.name, s.slice_class);
+  if (st.ok()) {
+    st = tx.Commit();
+    if (!st.ok() && reclassed) ledger_->SetClass(s.name, ledger_class);
+  }
+  return st;
+}
+
+int Registry::AdoptFromLedger(const std::vector<PublishedSlice>& in_ledger) {
   int imported = 0;
   for (const PublishedSlice& l : in_ledger) {
-    if (FindSlice(l.name) != nullptr || withdrawn_.count(l.name) != 0) continue;
     if (!ValidateName("slice", l.name).ok()) continue;  // not a name the API could serve
+    if (Slice* known = FindSlice(l.name); known != nullptr) {
+      // An adopted slice's processes may take more GPUs after adoption: those pass
+      // admission too.
+      if (known->origin != "adopted") continue;
+      std::set<std::string> had;
+      for (const SliceGpu& g : known->gpus) had.insert(g.uuid);
+      std::string added;
+      for (const SliceGpu& g : l.gpus) {
+        if (had.count(g.uuid) == 0) added += (added.empty() ? "" : ", ") + g.uuid;
+      }
+      if (added.empty()) continue;
+      Slice s = *known;
+      s.gpus = l.gpus;
+      std::vector<Slice> others;
+      for (const Slice& o : slices_) {
+        if (o.name != s.name) others.push_back(o);
+      }
+      const std::string detail = "now uses " + added + "; " + AdmitFound(&s, others);
+      if (Status st = StoreFound(s, l.slice_class, "adopt", detail); !st.ok()) {
+        Log("slice " + s.name + ": cannot take its new GPUs: " + st.message());
+        continue;
+      }
+      Log("adopted slice " + s.name + " " + detail);
+      *known = std::move(s);
+      generation_++;
+      continue;
+    }
     Slice s;
     s.name = l.name;
     s.user = "unknown";
@@ -108,14 +179,66 @@ Result<int> Registry::AdoptFromLedger(const std::vector<PublishedSlice>& in_ledg
     s.gpus = l.gpus;
     s.origin = "adopted";
     s.created_at = static_cast<int64_t>(std::time(nullptr));
-    if (Status st = store_->PutSlice(s); !st.ok()) return st;
-    store_->RecordEvent(s.name, "adopt", "found in " + ledger_->Describe());
-    Log("adopted slice " + s.name + " from " + ledger_->Describe());
+    // Admitted like a create.
+    const std::string detail = "found in " + ledger_->Describe() + "; " + AdmitFound(&s, slices_);
+    if (Status st = StoreFound(s, l.slice_class, "adopt", detail); !st.ok()) {
+      Log("cannot adopt slice " + s.name + " from " + ledger_->Describe() + ": " + st.message());
+      continue;  // the next sample tries again
+    }
+    Log("adopted slice " + s.name + ": " + detail);
     slices_.push_back(std::move(s));
     counters_.slices_adopted++;
+    generation_++;
     ++imported;
   }
   return imported;
+}
+
+int Registry::ExpireRegistrations(const std::vector<ProcessUsage>& processes) {
+  const int64_t now = static_cast<int64_t>(std::time(nullptr));
+  std::set<std::string> running;
+  for (const ProcessUsage& p : processes) running.insert(p.slice);
+  std::vector<std::pair<std::string, std::string>> gone;  // (slice, why)
+  for (const Slice& s : slices_) {
+    if (s.origin != "run" && s.origin != "adopted") continue;  // kept until deleted
+    if (s.state != SliceState::kRunning || running.count(s.name) != 0) continue;
+    auto holder = holders_.find(s.name);
+    if (holder != holders_.end()) {
+      const PidIdentity& h = holder->second;
+      if (holder_pids_.Resolve(h.pid_ns, h.pid, h.start_time) != 0) continue;  // gslice run still waits
+      gone.emplace_back(s.name, "its program ended (gslice run, pid " + std::to_string(h.pid) +
+                                    ", is gone and no process of it is left)");
+    } else if (now - s.created_at >= options_.registration_grace_s) {
+      gone.emplace_back(s.name, "no process of it is left");
+    }
+  }
+  int expired = 0;
+  for (const auto& [name, why] : gone) {
+    if (Status st = RemoveSlice(name, NodeLedger::Withdrawal::kExpired, "expire", why); !st.ok()) {
+      Log("slice " + name + ": cannot expire it: " + st.message());
+      continue;
+    }
+    Log("slice " + name + " expired: " + why);
+    ++expired;
+  }
+  return expired;
+}
+
+Status Registry::RemoveSlice(const std::string& name, NodeLedger::Withdrawal how, const std::string& event,
+                             const std::string& detail) {
+  Store::Transaction tx = store_->Begin();
+  if (!tx.status().ok()) return tx.status();
+  if (Status s = store_->DeleteSlice(name); !s.ok()) return s;
+  if (Status s = store_->RecordEvent(name, event, detail); !s.ok()) return s;
+  if (Status s = ledger_->Withdraw(name, how); !s.ok()) return s;
+  if (Status s = tx.Commit(); !s.ok()) {
+    if (Status undo = ledger_->Restore(name); !undo.ok()) Log("slice " + name + ": " + undo.message());
+    return s;
+  }
+  std::erase_if(slices_, [&](const Slice& s) { return s.name == name; });
+  holders_.erase(name);
+  generation_++;
+  return Status::Ok();
 }
 
 void Registry::LabelSlicesWithPods() {
@@ -181,6 +304,7 @@ void Registry::Sample() {
     // Slices that `gslice run` started without registering show up here too.
     AdoptFromLedger(ledger_slices.value());
   }
+  if (processes.ok()) ExpireRegistrations(processes_);
   if (processes.ok()) LabelSlicesWithPods();
   HistorySample sample;
   sample.time_ms = now_ms;
@@ -340,19 +464,31 @@ Result<Slice> Registry::CreateSlice(const SliceRequest& request) {
     generation_++;
     return s;
   }
-  if (Status s = store_->PutUser(User{slice.user, slice.created_at}); !s.ok()) return s;
+  // The database first, in one transaction; the ledger inside it, so that a failed
+  // statement leaves the ledger untouched and a failed commit withdraws what was published.
+  {
+    Store::Transaction tx = store_->Begin();
+    if (!tx.status().ok()) return tx.status();
+    if (Status s = store_->PutUser(User{slice.user, slice.created_at}); !s.ok()) return s;
+    if (Status s = store_->PutSlice(slice); !s.ok()) return s;
+    if (Status s = store_->RecordEvent(slice.name, "create", std::string(ToString(slice.slice_class)) + " for " +
+                                                                 slice.user + " in " + slice.project);
+        !s.ok()) {
+      return s;
+    }
+    if (Status s = ledger_->PublishNew(slice); !s.ok()) return s;
+    if (Status s = tx.Commit(); !s.ok()) {
+      if (Status undo = ledger_->Withdraw(slice.name, NodeLedger::Withdrawal::kDeleted); !undo.ok()) {
+        Log("slice " + slice.name + ": cannot withdraw it after a failed commit: " + undo.message());
+      }
+      return s;
+    }
+  }
   bool known_user = false;
   for (const User& u : users_) known_user = known_user || u.name == slice.user;
   if (!known_user) users_.push_back(User{slice.user, slice.created_at});
-  if (Status s = store_->PutSlice(slice); !s.ok()) return s;
-  if (Status s = ledger_->Publish(slice); !s.ok()) {
-    store_->DeleteSlice(slice.name);
-    return s;
-  }
-  store_->RecordEvent(slice.name, "create", std::string(ToString(slice.slice_class)) + " for " +
-                                                slice.user + " in " + slice.project);
   slices_.push_back(slice);
-  withdrawn_.erase(slice.name);
+  if (request.holder.pid != 0) holders_[slice.name] = request.holder;
   counters_.slices_created++;
   generation_++;
   return slice;
@@ -368,13 +504,14 @@ Status Registry::DeleteSlice(const std::string& name) {
     return Status::Conflict("slice '" + name + "' is " + std::string(ToString(slice->state)) +
                             ": wait until it is done, then delete it");
   }
-  if (Status s = ledger_->Withdraw(name); !s.ok()) return s;
-  withdrawn_.insert(name);  // its processes may live on in the ledger: do not adopt it back
-  if (Status s = store_->DeleteSlice(name); !s.ok()) return s;
-  store_->RecordEvent(name, "delete", "");
-  std::erase_if(slices_, [&](const Slice& s) { return s.name == name; });
+  // Its processes, if any, run on under their limits until they exit; the slice is gone
+  // from the registry and, withdrawn from the ledger, never adopted back.
+  int running = 0;
+  for (const ProcessUsage& p : processes_) running += p.slice == name ? 1 : 0;
+  std::string detail;
+  if (running > 0) detail = std::to_string(running) + " process(es) run on under its limits until they exit";
+  if (Status s = RemoveSlice(name, NodeLedger::Withdrawal::kDeleted, "delete", detail); !s.ok()) return s;
   counters_.slices_deleted++;
-  generation_++;
   return Status::Ok();
 }
 

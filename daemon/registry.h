@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "gpu_inventory.h"
+#include "gslice/pid_namespace.h"
 #include "history.h"
 #include "model.h"
 #include "node_ledger.h"
@@ -86,6 +87,10 @@ struct SliceRequest {
   std::string origin = "api";
   std::string pod, pod_namespace;
   int64_t idle_timeout_s = 0;
+  // The process that holds a registration of origin "run" (`gslice run`, which stays the
+  // program's parent), pid 0 when not given. While it lives the registration does not
+  // expire, even before the program's processes show in the ledger.
+  PidIdentity holder;
 };
 
 class Registry {
@@ -93,18 +98,24 @@ class Registry {
   struct Options {
     std::string default_project = "default";
     size_t history_samples = 600;
+    // A registration of origin "run" or "adopted" expires when no process of it is left in
+    // the ledger and its holder is gone, or unknown (after a restart) and the registration is
+    // older than this: time for a program to reach the driver after `gslice run` registered it.
+    int64_t registration_grace_s = 30;
   };
   // `pods` (may be null: not on Kubernetes) names the pod of each sampled process.
   Registry(Options options, std::unique_ptr<Store> store, std::unique_ptr<GpuInventory> gpus,
            std::unique_ptr<NodeLedger> ledger, std::unique_ptr<Suspender> suspender,
            std::unique_ptr<PodResolver> pods = nullptr);
 
-  // Loads the store, scans GPUs, and reconciles with the ledger: slices in both are
-  // re-adopted untouched, slices only in the store are published again, slices only in the
-  // ledger (started by `gslice run` with no daemon) are adopted into the store.
+  // Loads the store, scans GPUs, and reconciles with the ledger: registrations whose
+  // processes are gone expire (ExpireRegistrations), slices in both are re-adopted
+  // untouched, slices only in the store are published again, and slices only in the ledger
+  // (started by `gslice run` with no daemon) are adopted through admission (AdoptFromLedger).
   Status Start();
 
-  // Samples GPUs and the ledger into the history; the sampler thread calls it.
+  // Samples GPUs and the ledger into the history, adopts slices new in the ledger and
+  // expires registrations whose processes are gone; the sampler thread calls it.
   void Sample();
 
   NodeSnapshot Snapshot();
@@ -134,8 +145,30 @@ class Registry {
   const Project* FindProject(const std::string& name) const;      // REQUIRES: mu_ held
   Slice* FindSlice(const std::string& name);                      // REQUIRES: mu_ held
   Result<Slice> Transition(const std::string& name, bool suspend);
-  // Takes slices found only in the ledger into the registry. REQUIRES: mu_ held.
-  Result<int> AdoptFromLedger(const std::vector<PublishedSlice>& in_ledger);
+  // Takes slices found only in the ledger into the registry, each admitted like a create
+  // (and GPUs an adopted slice takes later, likewise):
+  // one that does not fit as guaranteed is adopted as opportunistic (its ledger class
+  // changed too), so guaranteed commitments never exceed a GPU; one that does not fit even
+  // so (a limit above the GPU, an unknown GPU) is adopted as opportunistic and flagged in
+  // last_error. Each adoption is an "adopt" event saying which and why. Returns how many
+  // were adopted. REQUIRES: mu_ held.
+  int AdoptFromLedger(const std::vector<PublishedSlice>& in_ledger);
+  // Admits a slice found in the ledger against `others` as AdoptFromLedger says, changing
+  // its class and last_error as needed; returns what happened, for the event log.
+  // REQUIRES: mu_ held.
+  std::string AdmitFound(Slice* s, const std::vector<Slice>& others) const;
+  // Stores a slice found in the ledger, with an event, and sets its class in the ledger when
+  // it differs from `ledger_class`: all or nothing. REQUIRES: mu_ held.
+  Status StoreFound(const Slice& s, SliceClass ledger_class, const std::string& event, const std::string& detail);
+  // Removes registrations of origin "run" or "adopted" whose processes are gone (see
+  // Options::registration_grace_s), each with an "expire" event. `processes`: the ledger's
+  // live processes. Returns how many expired. REQUIRES: mu_ held.
+  int ExpireRegistrations(const std::vector<ProcessUsage>& processes);
+  // Removes `name` from the store and withdraws it from the ledger, in that order and all or
+  // nothing: the ledger is changed only inside the database transaction and put back when
+  // the commit fails. REQUIRES: mu_ held.
+  Status RemoveSlice(const std::string& name, NodeLedger::Withdrawal how, const std::string& event,
+                     const std::string& detail);
   // Gives slices without pod labels those of their processes, when they all run in one
   // pod. REQUIRES: mu_ held.
   void LabelSlicesWithPods();
@@ -154,7 +187,8 @@ class Registry {
   std::vector<User> users_;
   std::vector<ProcessUsage> processes_;  // as of the last sample
   std::map<std::string, bool> throttled_;
-  std::set<std::string> withdrawn_;  // deleted here while the ledger may still list them
+  std::map<std::string, PidIdentity> holders_;  // by slice; see SliceRequest::holder
+  PidResolver holder_pids_;                      // REQUIRES: mu_ held
   std::map<std::string, double> compute_used_;  // by slice, 0..1 per GPU summed
   // Busy time by (pid, GPU) at recent samples, oldest first, back to one a second old.
   std::deque<std::pair<int64_t, std::map<std::pair<int, std::string>, uint64_t>>> busy_history_;

@@ -4,6 +4,7 @@
 
 #include <ctime>
 #include <filesystem>
+#include <utility>
 
 namespace gslice {
 namespace {
@@ -204,11 +205,38 @@ Result<std::vector<Slice>> Store::LoadSlices() {
   return out;
 }
 
+Store::Transaction::Transaction(Transaction&& other) noexcept
+    : store_(other.store_), begun_(std::move(other.begun_)) {
+  other.store_ = nullptr;
+}
+
+Store::Transaction::~Transaction() {
+  if (store_ != nullptr && begun_.ok()) store_->Exec("ROLLBACK");
+}
+
+Status Store::Transaction::Commit() {
+  if (!begun_.ok()) return begun_;
+  if (store_ == nullptr) return Status::Internal("database: transaction already ended");
+  Store* store = std::exchange(store_, nullptr);
+  if (Status s = store->Exec("COMMIT"); !s.ok()) {
+    store->Exec("ROLLBACK");  // a failed COMMIT may leave the transaction open
+    return Status::Internal("database: commit: " + s.message());
+  }
+  return Status::Ok();
+}
+
+Store::Transaction Store::Begin() {
+  Status s = Exec("BEGIN IMMEDIATE");
+  if (!s.ok()) s = Status::Internal("database: begin: " + s.message());
+  return Transaction(this, std::move(s));
+}
+
 Status Store::PutSlice(const Slice& s) {
-  if (Status st = Exec("BEGIN IMMEDIATE"); !st.ok()) return st;
+  // A savepoint, not BEGIN: it nests inside a Transaction and is one on its own.
+  if (Status st = Exec("SAVEPOINT put_slice"); !st.ok()) return st;
   auto fail = [&](const std::string& what) {
     Status st = DbError(db_, what);
-    Exec("ROLLBACK");
+    Exec("ROLLBACK TO put_slice; RELEASE put_slice");
     return st;
   };
   {
@@ -244,7 +272,8 @@ Status Store::PutSlice(const Slice& s) {
     ins.Bind(4, g.compute_share);
     if (!ins.prepared() || ins.Step() != SQLITE_DONE) return fail("save slice GPU");
   }
-  return Exec("COMMIT");
+  if (Status st = Exec("RELEASE put_slice"); !st.ok()) return fail("save slice");
+  return Status::Ok();
 }
 
 Status Store::DeleteSlice(const std::string& name) {

@@ -29,6 +29,28 @@ class Store {
   static int CurrentSchemaVersion();
   int schema_version() const { return schema_version_; }
 
+  // Groups changes: every Store call made while a Transaction is open lands with its
+  // Commit() or not at all (destroying it uncommitted rolls back). One at a time; the calls
+  // below are atomic on their own, inside a transaction or not. The registry opens one
+  // around each change that also touches the node ledger, so that the ledger is changed
+  // only once the database change is known to work (and undone when Commit() fails).
+  class Transaction {
+   public:
+    Transaction(Transaction&& other) noexcept;
+    Transaction& operator=(Transaction&&) = delete;
+    ~Transaction();
+    // Whether BEGIN worked; calls made when it did not are not grouped.
+    const Status& status() const { return begun_; }
+    Status Commit();
+
+   private:
+    friend class Store;
+    Transaction(Store* store, Status begun) : store_(store), begun_(std::move(begun)) {}
+    Store* store_;  // null once committed, rolled back or moved from
+    Status begun_;
+  };
+  Transaction Begin();
+
   Result<std::vector<Slice>> LoadSlices();
   Status PutSlice(const Slice& slice);  // insert or replace, GPUs included
   Status DeleteSlice(const std::string& name);

@@ -89,11 +89,20 @@ class ScriptedLedger final : public NodeLedger {
     state_->slices.push_back({slice.name, slice.slice_class, slice.gpus, false});
     return Status::Ok();
   }
-  Status Withdraw(const std::string& name) override {
+  Status PublishNew(const Slice& slice) override { return Publish(slice); }
+  Status SetClass(const std::string& name, SliceClass slice_class) override {
+    std::lock_guard lock(state_->mu);
+    for (PublishedSlice& s : state_->slices) {
+      if (s.name == name) s.slice_class = slice_class;
+    }
+    return Status::Ok();
+  }
+  Status Withdraw(const std::string& name, Withdrawal) override {
     std::lock_guard lock(state_->mu);
     std::erase_if(state_->slices, [&](const PublishedSlice& s) { return s.name == name; });
     return Status::Ok();
   }
+  Status Restore(const std::string&) override { return Status::Ok(); }
 
  private:
   std::shared_ptr<State> state_;

@@ -2,13 +2,17 @@
 // node ledger in shared memory: admission, quotas, hostile requests, restart persistence
 // and re-adoption.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "api_server.h"
 #include "daemon_test_support.h"
 #include "gslice/ledger.h"
+#include "gslice/pid_namespace.h"
 #include "ledger_binding.h"
 #include "registry.h"
 #include "store.h"
@@ -322,6 +326,269 @@ TEST_F(RegistryApiTest, MigratesAVersionOneDatabase) {
   EXPECT_EQ(slices.value()[0].user, "bob");
   EXPECT_EQ(slices.value()[0].idle_timeout_s, 0);
   EXPECT_EQ(slices.value()[0].gpus[0].memory_limit, 1024u);
+}
+
+}  // namespace
+}  // namespace gslice
+
+namespace gslice {
+namespace {
+
+// Admission cannot be skipped and the database and the ledger never disagree: adoption,
+// delete, name reuse, expiry and failing database writes.
+class ConsistencyTest : public RegistryApiTest {
+ protected:
+  // A shimmed process of a slice gsliced did not create (`gslice run` without a daemon):
+  // attached to `name` with `limit` bytes (<0 unlimited) on test GPU `gpu`.
+  SliceHandle RunWithoutDaemon(Ledger* app, const std::string& name, int gpu, int64_t limit) {
+    const uint32_t pid = static_cast<uint32_t>(getpid());
+    SliceHandle h;
+    EXPECT_EQ(app->AttachByName(name.c_str(), SliceClass::kGuaranteed, kSliceEphemeral, pid, ProcessStartTime(pid), &h),
+              LedgerError::kOk);
+    int g = -1;
+    EXPECT_EQ(app->FindOrAddGpu(h.slice, Uuid(gpu), limit, &g), LedgerError::kOk);
+    return h;
+  }
+  static const uint8_t* Uuid(int gpu) {
+    static uint8_t uuids[2][16] = {{0x7e, 0x57, 0, 0, 0, 0, 0x40, 0, 0x80, 0, 0, 0, 0, 0, 0, 0},
+                                   {0x7e, 0x57, 0, 0, 0, 0, 0x40, 0, 0x80, 0, 0, 0, 0, 0, 0, 1}};
+    return uuids[gpu];
+  }
+  // The slices the ledger lists, as gsliced reads them after a restart.
+  std::vector<PublishedSlice> Published() {
+    auto l = OpenNodeLedger(ledger_);
+    EXPECT_TRUE(l.ok());
+    auto slices = l.value()->Slices();
+    EXPECT_TRUE(slices.ok());
+    return slices.value();
+  }
+  const PublishedSlice* Find(const std::vector<PublishedSlice>& slices, const std::string& name) {
+    for (const PublishedSlice& s : slices) {
+      if (s.name == name) return &s;
+    }
+    return nullptr;
+  }
+  std::string EventsOf(Node& node, const std::string& slice) {
+    std::string out;
+    const json events = node.CallJson("GET", "/v1/events");
+    for (const json& e : events["events"]) {
+      if (e["slice"] == slice) out += e["kind"].get<std::string>() + ": " + e["detail"].get<std::string>() + "\n";
+    }
+    return out;
+  }
+  // Node::State with slices in name order (a restart lists slices made in one second by name).
+  std::string SortedState(Node& node) {
+    json state = json::parse(node.State());
+    std::sort(state["slices"].begin(), state["slices"].end(),
+              [](const json& a, const json& b) { return a["name"] < b["name"]; });
+    return state.dump();
+  }
+  // Makes the statements `when` names fail (a trigger), as a full disk or a broken database
+  // would.
+  void FailDatabase(const std::string& when) {
+    std::string cmd = "sqlite3 " + db_ + " \"CREATE TRIGGER gslice_test_fault " + when +
+                      " BEGIN SELECT RAISE(FAIL, 'injected fault'); END;\"";
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+  }
+  void HealDatabase() { ASSERT_EQ(std::system(("sqlite3 " + db_ + " 'DROP TRIGGER gslice_test_fault'").c_str()), 0); }
+};
+
+TEST_F(ConsistencyTest, AdoptionNeverPushesAGpuPastItsCapacity) {
+  Node node(db_, ledger_);
+  node.CallJson("POST", "/v1/slices", R"({"name":"a","user":"u","gpus":["0"],"memory":"10GiB"})", 201);
+  Ledger app;
+  ASSERT_EQ(app.Open(ledger_.c_str()), LedgerError::kOk);
+  SliceHandle big = RunWithoutDaemon(&app, "big", 0, static_cast<int64_t>(13 * kGiB));    // 6 GiB free
+  SliceHandle small = RunWithoutDaemon(&app, "small", 0, static_cast<int64_t>(4 * kGiB));  // fits
+  SliceHandle wild = RunWithoutDaemon(&app, "wild", 0, -1);                                 // no limit at all
+  node.registry->Sample();
+
+  json gpus = node.CallJson("GET", "/v1/gpus");
+  EXPECT_EQ(gpus["gpus"][0]["guaranteed_memory_bytes"], 14 * kGiB);
+  EXPECT_LE(gpus["gpus"][0]["guaranteed_memory_bytes"].get<uint64_t>(), 16 * kGiB);
+  EXPECT_EQ(gpus["gpus"][0]["slices"], 4);
+  json b = node.CallJson("GET", "/v1/slices/big");
+  EXPECT_EQ(b["class"], "opportunistic");
+  EXPECT_EQ(b["origin"], "adopted");
+  EXPECT_NE(EventsOf(node, "big").find("6 GiB guaranteed memory free, asked 13 GiB"), std::string::npos)
+      << EventsOf(node, "big");
+  EXPECT_NE(EventsOf(node, "big").find("adopted as opportunistic"), std::string::npos);
+  EXPECT_EQ(node.CallJson("GET", "/v1/slices/small")["class"], "guaranteed");
+  EXPECT_NE(EventsOf(node, "small").find("admitted as guaranteed"), std::string::npos) << EventsOf(node, "small");
+  json w = node.CallJson("GET", "/v1/slices/wild");
+  EXPECT_EQ(w["class"], "opportunistic");
+  EXPECT_NE(w["last_error"].get<std::string>().find("over-committed"), std::string::npos) << w;
+  EXPECT_NE(EventsOf(node, "wild").find("over-committed"), std::string::npos) << EventsOf(node, "wild");
+  // A GPU an adopted slice takes later passes admission too.
+  node.CallJson("POST", "/v1/slices", R"({"name":"b","user":"u","gpus":["1"],"memory":"10GiB"})", 201);
+  int added = -1;
+  ASSERT_EQ(app.FindOrAddGpu(small.slice, Uuid(1), static_cast<int64_t>(8 * kGiB), &added), LedgerError::kOk);
+  node.registry->Sample();
+  json s = node.CallJson("GET", "/v1/slices/small");
+  EXPECT_EQ(s["class"], "opportunistic");
+  EXPECT_EQ(s["gpus"].size(), 2u);
+  gpus = node.CallJson("GET", "/v1/gpus");
+  EXPECT_EQ(gpus["gpus"][0]["guaranteed_memory_bytes"], 10 * kGiB);
+  EXPECT_EQ(gpus["gpus"][1]["guaranteed_memory_bytes"], 10 * kGiB);
+  EXPECT_NE(EventsOf(node, "small").find("now uses " + testing::TestGpus()[1].uuid), std::string::npos)
+      << EventsOf(node, "small");
+  // The ledger says so too, and a restart changes nothing.
+  auto published = Published();
+  ASSERT_NE(Find(published, "big"), nullptr);
+  EXPECT_EQ(Find(published, "big")->slice_class, SliceClass::kOpportunistic);
+  const std::string before = SortedState(node);
+  node.registry.reset();
+  Node again(db_, ledger_);
+  EXPECT_EQ(SortedState(again), before);
+  app.Detach(big);
+  app.Detach(small);
+  app.Detach(wild);
+}
+
+TEST_F(ConsistencyTest, ADeletedSliceStaysGoneAfterARestart) {
+  Ledger app;
+  ASSERT_EQ(app.Open(ledger_.c_str()), LedgerError::kOk);
+  SliceHandle h;
+  {
+    Node node(db_, ledger_);
+    node.CallJson("POST", "/v1/slices", R"({"name":"gone","user":"u","gpus":["0"],"memory":"4GiB"})", 201);
+    const uint32_t pid = static_cast<uint32_t>(getpid());
+    ASSERT_EQ(app.AttachByName("gone", SliceClass::kGuaranteed, 0, pid, ProcessStartTime(pid), &h), LedgerError::kOk);
+    node.registry->Sample();
+    node.CallJson("DELETE", "/v1/slices/gone", "", 200);
+    EXPECT_NE(EventsOf(node, "gone").find("1 process(es) run on"), std::string::npos) << EventsOf(node, "gone");
+  }
+  // Its process runs on, under its limit.
+  int gpu = app.FindGpu(h.slice, Uuid(0));
+  ASSERT_GE(gpu, 0);
+  EXPECT_EQ(app.Charge(h, gpu, static_cast<int64_t>(3 * kGiB)), ChargeResult::kOk);
+  EXPECT_EQ(app.Charge(h, gpu, static_cast<int64_t>(2 * kGiB)), ChargeResult::kOverLimit);
+  // gsliced restarts: the slice does not come back.
+  Node node(db_, ledger_);
+  node.CallJson("GET", "/v1/slices/gone", "", 404);
+  node.registry->Sample();
+  node.CallJson("GET", "/v1/slices/gone", "", 404);
+  EXPECT_EQ(node.CallJson("GET", "/v1/gpus")["gpus"][0]["guaranteed_memory_bytes"], 0);
+  app.Detach(h);
+}
+
+TEST_F(ConsistencyTest, AReusedNameStartsClean) {
+  Node node(db_, ledger_);
+  node.CallJson("POST", "/v1/slices", R"({"name":"reuse","user":"u","gpus":["0"],"memory":"4GiB"})", 201);
+  Ledger app;
+  ASSERT_EQ(app.Open(ledger_.c_str()), LedgerError::kOk);
+  const uint32_t pid = static_cast<uint32_t>(getpid());
+  SliceHandle old_process;
+  ASSERT_EQ(app.AttachByName("reuse", SliceClass::kGuaranteed, 0, pid, ProcessStartTime(pid), &old_process),
+            LedgerError::kOk);
+  ASSERT_EQ(app.Charge(old_process, app.FindGpu(old_process.slice, Uuid(0)), static_cast<int64_t>(kGiB)),
+            ChargeResult::kOk);
+  node.CallJson("DELETE", "/v1/slices/reuse", "", 200);
+  // The same name on the other GPU, with another limit, while the old process still runs.
+  node.CallJson("POST", "/v1/slices", R"({"name":"reuse","user":"v","gpus":["1"],"memory":"2GiB"})", 201);
+  int index = app.FindSlice("reuse");
+  ASSERT_GE(index, 0);
+  EXPECT_NE(index, old_process.slice);
+  EXPECT_LT(app.FindGpu(index, Uuid(0)), 0) << "the old GPU's entry carried over";
+  int gpu1 = app.FindGpu(index, Uuid(1));
+  ASSERT_GE(gpu1, 0);
+  EXPECT_EQ(app.Limit(index, gpu1), static_cast<int64_t>(2 * kGiB));
+  EXPECT_EQ(app.AliveCount(index), 0);
+  auto published = Published();
+  ASSERT_NE(Find(published, "reuse"), nullptr);
+  ASSERT_EQ(Find(published, "reuse")->gpus.size(), 1u);
+  EXPECT_EQ(Find(published, "reuse")->gpus[0].uuid, testing::TestGpus()[1].uuid);
+  node.registry->Sample();
+  json slice = node.CallJson("GET", "/v1/slices/reuse");
+  EXPECT_EQ(slice["user"], "v");
+  EXPECT_EQ(slice["processes"].size(), 0u) << slice;
+  EXPECT_EQ(slice["memory_used_bytes"], 0);
+  app.Detach(old_process);
+
+  // Reused again once nobody runs in it: still a clean entry.
+  node.CallJson("DELETE", "/v1/slices/reuse", "", 200);
+  node.CallJson("POST", "/v1/slices", R"({"name":"reuse","user":"w","gpus":["0"],"memory":"1GiB"})", 201);
+  index = app.FindSlice("reuse");
+  ASSERT_GE(index, 0);
+  EXPECT_LT(app.FindGpu(index, Uuid(1)), 0);
+  EXPECT_EQ(app.Limit(index, app.FindGpu(index, Uuid(0))), static_cast<int64_t>(kGiB));
+}
+
+TEST_F(ConsistencyTest, RunRegistrationsExpireWhenTheirProgramIsGone) {
+  // gslice run registered a slice, and its program ended while gsliced was down (the
+  // registration is older than the time a program has to reach the driver).
+  {
+    Node node(db_, ledger_);
+    node.CallJson("POST", "/v1/slices", R"({"name":"run-1","user":"u","origin":"run","gpus":["0"],"memory":"8GiB"})",
+                  201);
+    node.CallJson("POST", "/v1/slices", R"({"name":"kept","user":"u","gpus":["0"],"memory":"1GiB"})", 201);
+  }
+  ASSERT_EQ(std::system(("sqlite3 " + db_ + " 'UPDATE slices SET created_at = created_at - 3600'").c_str()), 0);
+  Node node(db_, ledger_);
+  node.CallJson("GET", "/v1/slices/run-1", "", 404);
+  node.CallJson("GET", "/v1/slices/kept", "", 200);  // made through the API: kept until deleted
+  EXPECT_EQ(node.CallJson("GET", "/v1/gpus")["gpus"][0]["guaranteed_memory_bytes"], kGiB);
+  EXPECT_NE(EventsOf(node, "run-1").find("expire: no process of it is left"), std::string::npos)
+      << EventsOf(node, "run-1");
+  EXPECT_EQ(Find(Published(), "run-1"), nullptr);
+
+  // While gsliced runs: a registration expires when the gslice run holding it is gone
+  // (killed before it could unregister), not while it lives.
+  pid_t holder = fork();
+  if (holder == 0) {
+    pause();
+    _exit(0);
+  }
+  const PidIdentity self{SelfPidNamespace(), static_cast<uint32_t>(getpid()), ProcessStartTime(static_cast<uint32_t>(getpid()))};
+  auto body = [](const std::string& name, uint64_t ns, uint32_t pid, uint64_t start) {
+    return json{{"name", name}, {"user", "u"}, {"origin", "run"}, {"gpus", json::array({"1"})}, {"memory", "1GiB"},
+                {"holder", {{"pid", pid}, {"pid_ns", ns}, {"start_time", start}}}}.dump();
+  };
+  node.CallJson("POST", "/v1/slices", body("run-2", self.pid_ns, static_cast<uint32_t>(holder),
+                                           ProcessStartTime(static_cast<uint32_t>(holder))), 201);
+  node.CallJson("POST", "/v1/slices", body("run-3", self.pid_ns, self.pid, self.start_time), 201);
+  node.registry->Sample();
+  node.CallJson("GET", "/v1/slices/run-2", "", 200);
+  kill(holder, SIGKILL);
+  waitpid(holder, nullptr, 0);
+  node.registry->Sample();
+  node.CallJson("GET", "/v1/slices/run-2", "", 404);
+  EXPECT_NE(EventsOf(node, "run-2").find("its program ended"), std::string::npos) << EventsOf(node, "run-2");
+  node.CallJson("GET", "/v1/slices/run-3", "", 200);  // its holder (this test) lives
+}
+
+TEST_F(ConsistencyTest, AFailedDatabaseWriteChangesNothing) {
+  Node node(db_, ledger_);
+  node.CallJson("POST", "/v1/slices", R"({"name":"keep","user":"u","gpus":["0"],"memory":"4GiB"})", 201);
+  const std::string before = node.State();
+  FailDatabase("BEFORE DELETE ON slices");
+  ApiResponse r = node.Call("DELETE", "/v1/slices/keep");
+  EXPECT_EQ(r.status, 500) << r.body;
+  EXPECT_NE(r.body.find("injected fault"), std::string::npos) << r.body;
+  EXPECT_EQ(node.State(), before);
+  ASSERT_NE(Find(Published(), "keep"), nullptr) << "the ledger entry was withdrawn";
+  HealDatabase();
+
+  // A create whose event cannot be written publishes nothing.
+  FailDatabase("BEFORE INSERT ON events");
+  r = node.Call("POST", "/v1/slices", R"({"name":"half","user":"u","gpus":["0"],"memory":"1GiB"})");
+  EXPECT_EQ(r.status, 500) << r.body;
+  EXPECT_EQ(Find(Published(), "half"), nullptr);
+  Ledger app;
+  ASSERT_EQ(app.Open(ledger_.c_str()), LedgerError::kOk);
+  EXPECT_LT(app.FindSlice("half"), 0);
+  // Nor does a delete whose event cannot be written withdraw anything.
+  r = node.Call("DELETE", "/v1/slices/keep");
+  EXPECT_EQ(r.status, 500) << r.body;
+  HealDatabase();
+  EXPECT_EQ(node.State(), before);
+  ASSERT_NE(Find(Published(), "keep"), nullptr);
+  // And a restart finds what the API showed.
+  node.registry.reset();
+  Node again(db_, ledger_);
+  EXPECT_EQ(again.State(), before);
+  again.CallJson("DELETE", "/v1/slices/keep", "", 200);
+  EXPECT_EQ(Find(Published(), "keep"), nullptr);
 }
 
 }  // namespace
