@@ -4,14 +4,19 @@
 #include <poll.h>
 #include <pwd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
+
+#include "gslice/ledger.h"
+#include "gslice/pid_namespace.h"
 
 namespace gslice::cli {
 namespace {
@@ -37,7 +42,7 @@ bool WaitFd(int fd, short events, Clock::time_point deadline) {
 }
 
 // Connects (non-blocking, bounded by the deadline); -1 with `error` set on failure.
-int Connect(const DaemonAddress& a, Clock::time_point deadline, std::string* error) {
+int Connect(const DaemonAddress& a, Clock::time_point deadline, std::string* error, NoAnswer* no_answer) {
   int fd = -1;
   int rc = -1;
   if (a.tcp_host.empty()) {
@@ -48,12 +53,22 @@ int Connect(const DaemonAddress& a, Clock::time_point deadline, std::string* err
       return -1;
     }
     std::memcpy(addr.sun_path, a.socket.c_str(), a.socket.size() + 1);
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) {
       *error = std::strerror(errno);
       return -1;
     }
-    rc = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    // A unix socket whose listen backlog is full answers EAGAIN (blocking, connect would
+    // wait without bound): try again until the deadline.
+    for (;;) {
+      rc = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+      if (rc == 0 || (errno != EAGAIN && errno != EINTR)) break;
+      if (RemainingMs(deadline) == 0) {
+        errno = ETIMEDOUT;
+        break;
+      }
+      poll(nullptr, 0, std::min(20, RemainingMs(deadline)));
+    }
   } else {
     addrinfo hints{};
     hints.ai_socktype = SOCK_STREAM;
@@ -81,11 +96,19 @@ int Connect(const DaemonAddress& a, Clock::time_point deadline, std::string* err
     freeaddrinfo(res);
   }
   if (fd < 0 || rc != 0) {
-    *error = std::strerror(errno);
+    const int err = errno;
+    *error = err == ETIMEDOUT ? "its socket accepts no connection (listen backlog full)" : std::strerror(err);
+    if (no_answer != nullptr) {
+      *no_answer = err == ENOENT                        ? NoAnswer::kNoSocket
+                   : err == ECONNREFUSED                ? NoAnswer::kNotListening
+                   : err == EACCES || err == EPERM      ? NoAnswer::kDenied
+                   : err == ETIMEDOUT                   ? NoAnswer::kTimeout
+                                                        : NoAnswer::kBroken;
+    }
     if (fd >= 0) close(fd);
     return -1;
   }
-  return fd;
+  return fd;  // non-blocking: the exchange waits with poll
 }
 
 // Parses "HTTP/1.1 200 OK\r\n...\r\n\r\nbody" (the server closes the connection, so the body
@@ -139,7 +162,7 @@ DaemonReply DaemonClient::Call(const std::string& method, const std::string& pat
   DaemonReply reply;
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   std::string error;
-  int fd = Connect(address_, deadline, &error);
+  int fd = Connect(address_, deadline, &error, &reply.no_answer);
   if (fd < 0) {
     reply.message = "cannot connect to gsliced at " + address_.Describe() + ": " + error;
     return reply;
@@ -162,9 +185,11 @@ DaemonReply DaemonClient::Call(const std::string& method, const std::string& pat
   }
   std::string raw;
   char buf[65536];
+  bool timed_out = false;
   while (raw.size() < kMaxReply) {
     if (!WaitFd(fd, POLLIN, deadline)) {
       error = "no answer within " + std::to_string(timeout_ms) + " ms";
+      timed_out = true;
       break;
     }
     ssize_t n = recv(fd, buf, sizeof buf, 0);
@@ -174,11 +199,13 @@ DaemonReply DaemonClient::Call(const std::string& method, const std::string& pat
   }
   close(fd);
   if (!ParseReply(raw, &reply)) {
+    reply.no_answer = timed_out ? NoAnswer::kTimeout : NoAnswer::kBroken;
     reply.message = "gsliced at " + address_.Describe() + " gave no valid answer" +
                     (error.empty() ? "" : " (" + error + ")");
     return reply;
   }
   reply.connected = true;
+  reply.no_answer = NoAnswer::kNone;
   if (reply.status >= 400) {
     auto j = nlohmann::json::parse(reply.body, nullptr, false);
     if (j.is_object() && j.contains("error") && j["error"].is_string()) {
@@ -201,7 +228,17 @@ std::string NoDaemonHint(const DaemonReply& reply, const DaemonAddress& address)
   }
   return "gsliced is not running (" + why +
          "): start it with `gsliced --config /etc/gslice/gsliced.toml` (or `systemctl start "
-         "gsliced`), point GSLICE_SOCKET at its socket, or use `gslice run` without a daemon";
+         "gsliced`), point GSLICE_SOCKET at its socket, or use `gslice run --no-daemon` without a daemon";
+}
+
+std::string DaemonConfiguredBecause(const DaemonAddress& address) {
+  if (const char* tcp = std::getenv("GSLICE_DAEMON"); tcp != nullptr && *tcp) return "GSLICE_DAEMON is set";
+  if (const char* sock = std::getenv("GSLICE_SOCKET"); sock != nullptr && *sock) return "GSLICE_SOCKET is set";
+  struct stat st;
+  if (!address.socket.empty() && lstat(address.socket.c_str(), &st) == 0) return address.socket + " exists";
+  if (lstat(kDefaultSocket, &st) == 0) return std::string(kDefaultSocket) + " exists";
+  if (lstat(kDaemonConfigFile, &st) == 0) return std::string(kDaemonConfigFile) + " exists";
+  return "";
 }
 
 std::string CurrentUserName() {
@@ -211,7 +248,8 @@ std::string CurrentUserName() {
   return "uid" + std::to_string(getuid());
 }
 
-RegisterResult RegisterSlice(const SliceRegistration& slice, std::string* message, int timeout_ms) {
+RegisterResult RegisterSlice(const SliceRegistration& slice, std::string* message, DaemonReply* reply,
+                             int timeout_ms) {
   nlohmann::json body;
   if (!slice.name.empty()) body["name"] = slice.name;
   body["user"] = slice.user.empty() ? CurrentUserName() : slice.user;
@@ -223,11 +261,14 @@ RegisterResult RegisterSlice(const SliceRegistration& slice, std::string* messag
     gpus.push_back({{"gpu", g.gpu}, {"memory", g.memory_bytes}, {"compute", g.compute}});
   }
   body["gpus"] = gpus;
+  const uint32_t self = static_cast<uint32_t>(getpid());
+  body["holder"] = {{"pid", self}, {"pid_ns", SelfPidNamespace()}, {"start_time", ProcessStartTime(self)}};
   DaemonClient client(DaemonAddressFromEnvironment());
   DaemonReply r = client.Call("POST", "/v1/slices", body.dump(), timeout_ms);
+  if (reply) *reply = r;
   if (!r.connected) {
     if (message) *message = r.message;
-    return RegisterResult::kNoDaemon;
+    return RegisterResult::kNoAnswer;
   }
   if (!r.ok()) {
     if (message) *message = r.message;
@@ -240,7 +281,8 @@ RegisterResult RegisterSlice(const SliceRegistration& slice, std::string* messag
 
 bool UnregisterSlice(const std::string& name, int timeout_ms) {
   DaemonClient client(DaemonAddressFromEnvironment());
-  return client.Call("DELETE", "/v1/slices/" + name, "", timeout_ms).ok();
+  DaemonReply r = client.Call("DELETE", "/v1/slices/" + name, "", timeout_ms);
+  return r.ok() || (r.connected && r.status == 404);  // 404: deleted or expired already
 }
 
 }  // namespace gslice::cli

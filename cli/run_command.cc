@@ -1,8 +1,10 @@
 // gslice run: runs a program inside a memory slice. It checks the request against the GPUs
 // the driver reports, then sets the environment the shims read (CUDA_VISIBLE_DEVICES,
-// LD_PRELOAD, GSLICE_*) and replaces itself with the program. No daemon is needed; when
-// gsliced runs, the slice first passes its admission control and shows in its registry
-// (gslice run then stays as the program's parent to remove the slice when it exits).
+// LD_PRELOAD, GSLICE_*) and replaces itself with the program. No daemon is needed; on a node
+// set up for gsliced (DaemonConfiguredBecause), the slice first passes its admission control
+// and shows in its registry (gslice run then stays as the program's parent to remove the
+// slice when it exits), and a gsliced that does not answer stops the run: admission is
+// never skipped silently. --no-daemon runs without one where none answers.
 #include <errno.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -32,7 +34,8 @@ constexpr uint64_t kMinLimit = 64ull << 20;
 
 const char kRunHelp[] =
     "usage: gslice run [--gpus LIST] --memory SIZE[,SIZE...] [--compute N%] [--share N%]\n"
-    "                  [--class guaranteed|opportunistic] [--name NAME] [--sim] [-v] -- CMD [ARGS...]\n"
+    "                  [--class guaranteed|opportunistic] [--name NAME] [--no-daemon] [--sim] [-v]\n"
+    "                  -- CMD [ARGS...]\n"
     "\n"
     "Runs CMD with a memory limit on each GPU it uses. CMD needs no changes: CUDA programs,\n"
     "PyTorch, JAX and nvidia-smi inside the slice see a GPU of SIZE, and allocating past it\n"
@@ -52,6 +55,12 @@ const char kRunHelp[] =
     "                  (runs only in the GPU time guaranteed work leaves idle).\n"
     "  --name NAME     slice name; processes started with the same name share one limit\n"
     "                  (default: run-<pid>, one slice per gslice run).\n"
+    "  --no-daemon     run without gsliced's admission where gsliced is set up but stopped (a\n"
+    "                  gsliced started later adopts the slice, as opportunistic if it does not\n"
+    "                  fit). Refused while gsliced answers. Without it, a node set up for gsliced\n"
+    "                  (GSLICE_SOCKET or GSLICE_DAEMON set, /run/gsliced/gsliced.sock or\n"
+    "                  /etc/gslice/gsliced.toml there) registers the slice with gsliced, and a\n"
+    "                  gsliced that does not answer stops the run.\n"
     "  --sim           run on gslice's simulated driver (build/lib/sim) instead of a real GPU.\n"
     "  -v, --verbose   print the slice before running CMD.\n"
     "  -h, --help      this text.\n"
@@ -119,16 +128,57 @@ enum class DaemonLink {
   kRegistered,  // gsliced admitted the slice for this run
 };
 
-// Registers the slice with gsliced when one answers. Returns false, with the daemon's
-// reason in *error, when gsliced refuses it (admission, quota).
+// What to do when a gsliced this node is set up for does not answer.
+std::string NotAnswering(const std::string& configured, const DaemonReply& reply) {
+  std::string why;
+  switch (reply.no_answer) {
+    case NoAnswer::kNoSocket:
+      why = "no socket there: gsliced is not running";
+      break;
+    case NoAnswer::kNotListening:
+      why = "nothing listens on its socket: gsliced is stopped or crashed";
+      break;
+    case NoAnswer::kDenied:
+      why = "its socket does not let you in (ask for the group that owns it)";
+      break;
+    case NoAnswer::kTimeout:
+      why = "it does not answer in time: it hangs or its socket is held busy";
+      break;
+    case NoAnswer::kNone:
+    case NoAnswer::kBroken:
+      why = "it gave no valid answer";
+      break;
+  }
+  return "gsliced is set up on this node (" + configured + ") but does not answer: " + why + " (" +
+         reply.message + ").\n  The slice needs its admission, so nothing was run. Start gsliced (`systemctl start " +
+         "gsliced`), point GSLICE_SOCKET at the socket it serves, or run without admission with `gslice run " +
+         "--no-daemon ...` (a gsliced started later adopts the slice, as opportunistic if it does not fit).";
+}
+
+// Registers the slice with gsliced where this node is set up for one (DaemonConfiguredBecause).
+// Returns false, with the reason in *error, when gsliced refuses it (admission, quota) or
+// does not answer, or when --no-daemon is asked for while gsliced answers.
 bool LinkWithDaemon(const std::string& name, const std::vector<GpuInfo>& gpus, const std::vector<uint64_t>& limits,
-                    double compute, bool opportunistic, DaemonLink* link, std::string* error) {
+                    double compute, bool opportunistic, bool no_daemon, DaemonLink* link, std::string* error) {
   *link = DaemonLink::kNone;
   DaemonAddress address = DaemonAddressFromEnvironment();
-  if (address.tcp_host.empty() && access(address.socket.c_str(), F_OK) != 0) return true;
+  const std::string configured = DaemonConfiguredBecause(address);
+  if (configured.empty()) return true;  // no daemon here: the shims enforce the slice alone
   DaemonClient client(address);
-  DaemonReply existing = client.Call("GET", "/v1/slices/" + name, "", 2000);
-  if (!existing.connected) return true;
+  if (no_daemon) {
+    // Where gsliced answers, running past it would only skip its admission for a moment.
+    if (client.Call("GET", "/healthz", "", 1000).connected) {
+      *error = "--no-daemon: gsliced answers at " + address.Describe() +
+               "; slices here go through its admission: drop --no-daemon";
+      return false;
+    }
+    return true;
+  }
+  DaemonReply existing = client.Call("GET", "/v1/slices/" + name, "", 5000);
+  if (!existing.connected) {
+    *error = NotAnswering(configured, existing);
+    return false;
+  }
   if (existing.ok()) {
     *link = DaemonLink::kJoined;
     return true;
@@ -140,11 +190,13 @@ bool LinkWithDaemon(const std::string& name, const std::vector<GpuInfo>& gpus, c
     slice.gpus.push_back({gpus[k].uuid, limits.size() == 1 ? limits[0] : limits[k], compute});
   }
   std::string message;
-  switch (RegisterSlice(slice, &message)) {
-    case RegisterResult::kNoDaemon:
-      return true;
+  DaemonReply reply;
+  switch (RegisterSlice(slice, &message, &reply)) {
+    case RegisterResult::kNoAnswer:
+      *error = NotAnswering(configured, reply);
+      return false;
     case RegisterResult::kRefused:
-      *error = message;
+      *error = "gsliced refused slice " + name + ": " + message;
       return false;
     case RegisterResult::kRegistered:
       *link = DaemonLink::kRegistered;
@@ -176,7 +228,10 @@ int RunAndUnregister(char** command, const std::string& name) {
   int status = 0;
   while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
-  UnregisterSlice(name);
+  if (!UnregisterSlice(name)) {
+    fprintf(stderr, "gslice run: could not remove slice %s from gsliced; it expires by itself once its processes are gone\n",
+            name.c_str());
+  }
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return 1;
@@ -186,7 +241,7 @@ int RunAndUnregister(char** command, const std::string& name) {
 
 int RunCommand(int argc, char** argv) {
   std::string gpus_arg, memory_arg, name, compute_arg, share_arg, class_arg;
-  bool sim = false, verbose = false, have_gpus = false;
+  bool sim = false, verbose = false, have_gpus = false, no_daemon = false;
   int i = 1;
   for (; i < argc; ++i) {
     std::string a = argv[i];
@@ -213,6 +268,8 @@ int RunCommand(int argc, char** argv) {
     }
     if (a == "--sim") {
       sim = true;
+    } else if (a == "--no-daemon") {
+      no_daemon = true;
     } else if (a == "-v" || a == "--verbose") {
       verbose = true;
     } else if (a.rfind("--gpus", 0) == 0) {
@@ -367,8 +424,8 @@ int RunCommand(int argc, char** argv) {
   else if (!compute_arg.empty()) compute = ParsePercent(compute_arg).fraction;
   DaemonLink link = DaemonLink::kNone;
   std::string refusal;
-  if (!LinkWithDaemon(name, chosen, limits, compute, class_arg == "opportunistic", &link, &refusal)) {
-    return Fail("gsliced refused slice " + name + ": " + refusal);
+  if (!LinkWithDaemon(name, chosen, limits, compute, class_arg == "opportunistic", no_daemon, &link, &refusal)) {
+    return Fail(refusal);
   }
   if (verbose && link == DaemonLink::kJoined) {
     fprintf(stderr, "  joining gsliced's slice %s (its limits apply)\n", name.c_str());

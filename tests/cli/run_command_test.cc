@@ -113,3 +113,103 @@ TEST(GsliceRun, ExampleProgramPassesInASlice) {
 
 }  // namespace
 }  // namespace gslice::test
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+namespace gslice::test {
+namespace {
+
+// A node set up for gsliced whose gsliced does not answer: gslice run refuses, and the
+// program never runs (admission is never skipped silently). --no-daemon runs it.
+class GsliceRunWithoutAnswer : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    if (fd_ >= 0) close(fd_);
+    unlink(socket_.c_str());
+    unlink(marker_.c_str());
+  }
+  // A unix socket at socket_: listening (and never accepting) or, closed, a stale file.
+  void MakeSocket(bool listening) {
+    fd_ = socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof a.sun_path, "%s", socket_.c_str());
+    ASSERT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    if (listening) {
+      ASSERT_EQ(listen(fd_, 16), 0);
+    } else {
+      close(fd_);
+      fd_ = -1;
+    }
+  }
+  bool Ran() const {
+    struct stat st;
+    return stat(marker_.c_str(), &st) == 0;
+  }
+  ChildResult RunTouch(CliEnv& env, std::vector<std::string> flags = {}) {
+    std::vector<std::string> args = {"run", "--sim", "--memory", "96MiB"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    for (const char* a : {"--", "/bin/sh", "-c"}) args.push_back(a);
+    args.push_back("touch " + marker_);
+    return Gslice(env, args);
+  }
+  std::string base_ = "/tmp/gslice-test-" + std::to_string(getpid()) + "-" +
+                      ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  std::string socket_ = base_ + ".sock";
+  std::string marker_ = base_ + ".ran";
+  int fd_ = -1;
+};
+
+TEST_F(GsliceRunWithoutAnswer, AStoppedDaemonStopsTheRun) {
+  CliEnv env("cli-stopped");
+  MakeSocket(false);  // what a crashed gsliced leaves: the socket file, nobody listening
+  env.vars["GSLICE_SOCKET"] = socket_;
+  ChildResult r = RunTouch(env);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_FALSE(Ran()) << "the program ran without admission";
+  EXPECT_NE(r.err.find("gsliced is set up on this node (GSLICE_SOCKET is set) but does not answer"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("stopped or crashed"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("gslice run --no-daemon"), std::string::npos) << r.err;
+  // No socket at all where GSLICE_SOCKET points: the same.
+  unlink(socket_.c_str());
+  r = RunTouch(env);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_FALSE(Ran());
+  EXPECT_NE(r.err.find("gsliced is not running"), std::string::npos) << r.err;
+}
+
+TEST_F(GsliceRunWithoutAnswer, ADaemonThatNeverAnswersStopsTheRun) {
+  CliEnv env("cli-busy");
+  MakeSocket(true);  // accepts connections into its backlog, never answers
+  env.vars["GSLICE_SOCKET"] = socket_;
+  ChildResult r = RunTouch(env);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_FALSE(Ran()) << "the program ran without admission";
+  EXPECT_NE(r.err.find("does not answer in time"), std::string::npos) << r.err;
+}
+
+TEST_F(GsliceRunWithoutAnswer, NoDaemonRunsWithoutIt) {
+  CliEnv env("cli-nodaemon");
+  MakeSocket(false);
+  env.vars["GSLICE_SOCKET"] = socket_;
+  ChildResult r = RunTouch(env, {"--no-daemon"});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(Ran());
+  // Where nothing says gsliced belongs here, gslice run needs no flag.
+  struct stat st;
+  if (stat("/run/gsliced/gsliced.sock", &st) == 0 || stat("/etc/gslice/gsliced.toml", &st) == 0) {
+    GTEST_SKIP() << "this machine is set up for gsliced";
+  }
+  unlink(marker_.c_str());
+  env.vars.erase("GSLICE_SOCKET");
+  r = RunTouch(env);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(Ran());
+}
+
+}  // namespace
+}  // namespace gslice::test

@@ -418,5 +418,28 @@ TEST_F(GslicedProcess, RunRegistersWithTheDaemonWhileItsProgramRuns) {
   unsetenv("LD_PRELOAD");
 }
 
+// gslice run never skips an admission it could have: --no-daemon is refused while gsliced
+// answers, and a stopped gsliced stops the run unless --no-daemon is given.
+TEST_F(GslicedProcess, RunWithoutTheDaemonOnlyWhenAskedAndNoneAnswers) {
+  Start();
+  if (!std::string(GSLICE_TEST_ASAN_RUNTIME).empty()) {
+    setenv("LD_PRELOAD", GSLICE_TEST_ASAN_RUNTIME, 1);
+    setenv("ASAN_OPTIONS", "detect_leaks=0", 1);
+  }
+  std::string out, err;
+  EXPECT_EQ(RunCli(socket_, "run --sim --gpus 0 --memory 1GiB --no-daemon -- true", &out, &err), 2);
+  EXPECT_NE(err.find("gsliced answers at unix:" + socket_ + "; slices here go through its admission"),
+            std::string::npos)
+      << err;
+  Stop(SIGKILL);  // a crash: the socket file stays, nobody listens
+  const std::string marker = dir_ + "/ran";
+  EXPECT_EQ(RunCli(socket_, "run --sim --gpus 0 --memory 1GiB -- touch " + marker, &out, &err), 2);
+  EXPECT_NE(access(marker.c_str(), F_OK), 0) << "the program ran without admission";
+  EXPECT_NE(err.find("does not answer"), std::string::npos) << err;
+  EXPECT_EQ(RunCli(socket_, "run --sim --gpus 0 --memory 1GiB --no-daemon -- touch " + marker, &out, &err), 0) << err;
+  EXPECT_EQ(access(marker.c_str(), F_OK), 0);
+  unsetenv("LD_PRELOAD");
+}
+
 }  // namespace
 }  // namespace gslice
