@@ -16,12 +16,12 @@
 #include <nlohmann/json.hpp>
 
 #include "gslice/ledger.h"
+#include "gslice/options.h"
 #include "gslice/pid_namespace.h"
 
 namespace gslice::cli {
 namespace {
 
-constexpr const char* kDefaultSocket = "/run/gsliced/gsliced.sock";
 constexpr size_t kMaxReply = 64u << 20;
 
 using Clock = std::chrono::steady_clock;
@@ -140,20 +140,19 @@ std::string DaemonAddress::Describe() const {
 
 DaemonAddress DaemonAddressFromEnvironment(const std::string& socket_flag) {
   DaemonAddress a;
-  const char* tcp = std::getenv("GSLICE_DAEMON");
-  if (socket_flag.empty() && tcp != nullptr && *tcp) {
+  const char* tcp = OptionValue(Option::Daemon);
+  if (socket_flag.empty() && *tcp) {
     std::string t = tcp;
     if (t.rfind("http://", 0) == 0) t = t.substr(7);
     while (!t.empty() && t.back() == '/') t.pop_back();
     auto colon = t.rfind(':');
     a.tcp_host = colon == std::string::npos ? t : t.substr(0, colon);
     a.tcp_port = colon == std::string::npos ? 80 : std::atoi(t.c_str() + colon + 1);
-    const char* token = std::getenv("GSLICE_TOKEN");
-    a.token = token ? token : "";
+    a.token = OptionValue(Option::Token);
     return a;
   }
-  const char* env = std::getenv("GSLICE_SOCKET");
-  a.socket = !socket_flag.empty() ? socket_flag : (env && *env ? env : kDefaultSocket);
+  const char* env = OptionValue(Option::Socket);
+  a.socket = !socket_flag.empty() ? socket_flag : (*env ? env : GetOptionInfo(Option::Socket).default_value);
   return a;
 }
 
@@ -232,11 +231,13 @@ std::string NoDaemonHint(const DaemonReply& reply, const DaemonAddress& address)
 }
 
 std::string DaemonConfiguredBecause(const DaemonAddress& address) {
-  if (const char* tcp = std::getenv("GSLICE_DAEMON"); tcp != nullptr && *tcp) return "GSLICE_DAEMON is set";
-  if (const char* sock = std::getenv("GSLICE_SOCKET"); sock != nullptr && *sock) return "GSLICE_SOCKET is set";
+  for (Option o : {Option::Daemon, Option::Socket}) {
+    if (OptionIsSet(o) && *OptionValue(o)) return std::string(OptionEnv(o)) + " is set";
+  }
   struct stat st;
   if (!address.socket.empty() && lstat(address.socket.c_str(), &st) == 0) return address.socket + " exists";
-  if (lstat(kDefaultSocket, &st) == 0) return std::string(kDefaultSocket) + " exists";
+  const char* default_socket = GetOptionInfo(Option::Socket).default_value;
+  if (lstat(default_socket, &st) == 0) return std::string(default_socket) + " exists";
   if (lstat(kDaemonConfigFile, &st) == 0) return std::string(kDaemonConfigFile) + " exists";
   return "";
 }
