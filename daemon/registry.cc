@@ -203,10 +203,16 @@ int Registry::ExpireRegistrations(const std::vector<ProcessUsage>& processes) {
     if (s.origin != "run" && s.origin != "adopted") continue;  // kept until deleted
     if (s.state != SliceState::kRunning || running.count(s.name) != 0) continue;
     auto holder = holders_.find(s.name);
+    // A holder in gsliced's own pid namespace is known to be gone when it is not found; one in
+    // another may merely be invisible from here, so only the grace period ends its registration.
+    const bool holder_here = holder != holders_.end() && holder->second.pid_ns != 0 &&
+                             holder->second.pid_ns == holder_pids_.own_namespace();
     if (holder != holders_.end()) {
       const PidIdentity& h = holder->second;
       if (holder_pids_.Resolve(h.pid_ns, h.pid, h.start_time) != 0) continue;  // gslice run still waits
-      gone.emplace_back(s.name, "its program ended (gslice run, pid " + std::to_string(h.pid) +
+    }
+    if (holder_here) {
+      gone.emplace_back(s.name, "its program ended (gslice run, pid " + std::to_string(holder->second.pid) +
                                     ", is gone and no process of it is left)");
     } else if (now - s.created_at >= options_.registration_grace_s) {
       gone.emplace_back(s.name, "no process of it is left");

@@ -383,14 +383,17 @@ class ConsistencyTest : public RegistryApiTest {
               [](const json& a, const json& b) { return a["name"] < b["name"]; });
     return state.dump();
   }
+  // Runs SQL on the database from outside, as another process would (sqlite3 CLI).
+  void Sql(const std::string& sql) {
+    std::string cmd = "sqlite3 " + db_ + " \"" + sql + "\"";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << sql;
+  }
   // Makes the statements `when` names fail (a trigger), as a full disk or a broken database
   // would.
   void FailDatabase(const std::string& when) {
-    std::string cmd = "sqlite3 " + db_ + " \"CREATE TRIGGER gslice_test_fault " + when +
-                      " BEGIN SELECT RAISE(FAIL, 'injected fault'); END;\"";
-    ASSERT_EQ(std::system(cmd.c_str()), 0);
+    Sql("CREATE TRIGGER gslice_test_fault " + when + " BEGIN SELECT RAISE(FAIL, 'injected fault'); END;");
   }
-  void HealDatabase() { ASSERT_EQ(std::system(("sqlite3 " + db_ + " 'DROP TRIGGER gslice_test_fault'").c_str()), 0); }
+  void HealDatabase() { Sql("DROP TRIGGER gslice_test_fault"); }
 };
 
 TEST_F(ConsistencyTest, AdoptionNeverPushesAGpuPastItsCapacity) {
@@ -583,6 +586,23 @@ TEST_F(ConsistencyTest, AFailedDatabaseWriteChangesNothing) {
   HealDatabase();
   EXPECT_EQ(node.State(), before);
   ASSERT_NE(Find(Published(), "keep"), nullptr);
+  // A commit that fails (a deferred constraint, checked only at COMMIT) after the ledger was
+  // changed: the change is undone.
+  Sql("CREATE TABLE gslice_test_refs (slice TEXT REFERENCES slices(name) DEFERRABLE INITIALLY DEFERRED); "
+      "CREATE TRIGGER gslice_test_fault AFTER DELETE ON slices BEGIN "
+      "INSERT INTO gslice_test_refs VALUES (OLD.name); END;");
+  r = node.Call("DELETE", "/v1/slices/keep");
+  EXPECT_EQ(r.status, 500) << r.body;
+  EXPECT_NE(r.body.find("commit"), std::string::npos) << r.body;
+  EXPECT_EQ(node.State(), before);
+  ASSERT_NE(Find(Published(), "keep"), nullptr) << "a failed commit left the entry withdrawn";
+  Sql("DROP TRIGGER gslice_test_fault; CREATE TRIGGER gslice_test_fault AFTER INSERT ON slices BEGIN "
+      "INSERT INTO gslice_test_refs VALUES ('nobody'); END;");
+  r = node.Call("POST", "/v1/slices", R"({"name":"half","user":"u","gpus":["0"],"memory":"1GiB"})");
+  EXPECT_EQ(r.status, 500) << r.body;
+  EXPECT_EQ(Find(Published(), "half"), nullptr) << "a failed commit left the entry published";
+  Sql("DROP TRIGGER gslice_test_fault; DROP TABLE gslice_test_refs;");
+  EXPECT_EQ(node.State(), before);
   // And a restart finds what the API showed.
   node.registry.reset();
   Node again(db_, ledger_);
