@@ -2,6 +2,7 @@
 // hostile requests at the HTTP level, metrics through promtool, restart with a SIGTERM and
 // after a SIGKILL, a second daemon on the same socket, and config errors.
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <httplib.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -440,6 +441,66 @@ TEST_F(GslicedProcess, RunWithoutTheDaemonOnlyWhenAskedAndNoneAnswers) {
   EXPECT_EQ(access(marker.c_str(), F_OK), 0);
   unsetenv("LD_PRELOAD");
 }
+
+#ifdef GSLICE_TEST_CLIENT
+// The reported failure, end to end: while gsliced was down, `gslice run --no-daemon` started a
+// 13 GiB guaranteed slice on a 16 GiB GPU that had 10 GiB guaranteed already. The restarted
+// gsliced adopts it through admission, as opportunistic, and says so.
+TEST_F(GslicedProcess, ARestartAdoptsUnadmittedWorkWithoutOvercommitting) {
+  Start();
+  ASSERT_EQ(Unix().Post("/v1/slices", R"({"name":"a","user":"u","gpus":["0"],"memory":"10GiB"})", "application/json")
+                ->status,
+            201);
+  Stop(SIGKILL);
+  if (!std::string(GSLICE_TEST_ASAN_RUNTIME).empty()) {
+    setenv("LD_PRELOAD", GSLICE_TEST_ASAN_RUNTIME, 1);
+    setenv("ASAN_OPTIONS", "detect_leaks=0", 1);
+  }
+  int in[2], out[2];
+  // Close-on-exec: gsliced, started below, must not hold the program's stdin open.
+  ASSERT_EQ(pipe2(in, O_CLOEXEC), 0);
+  ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
+  pid_t run = fork();
+  if (run == 0) {
+    dup2(in[0], 0);
+    dup2(out[1], 1);
+    close(in[1]);
+    close(out[0]);
+    setenv("GSLICE_SOCKET", socket_.c_str(), 1);
+    setenv("GSLICE_LEDGER", ledger_.c_str(), 1);
+    execl(GSLICE_CLI, GSLICE_CLI, "run", "--sim", "--no-daemon", "--gpus", "0", "--memory", "13GiB", "--name", "late",
+          "--", GSLICE_TEST_CLIENT, "hold", "1048576", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(in[0]);
+  close(out[1]);
+  unsetenv("LD_PRELOAD");
+  char line[16] = {};
+  ASSERT_GT(read(out[0], line, sizeof line - 1), 0);  // the program allocated: it runs in the slice
+  EXPECT_EQ(std::string(line), "ok\n");
+  Start();
+  json late, gpus;
+  for (int i = 0; i < 100; ++i) {
+    auto r = Unix().Get("/v1/slices/late");
+    if (r && r->status == 200) {
+      late = json::parse(r->body);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(late["class"], "opportunistic") << late.dump();
+  EXPECT_EQ(late["origin"], "adopted");
+  gpus = json::parse(Unix().Get("/v1/gpus")->body);
+  EXPECT_EQ(gpus["gpus"][0]["guaranteed_memory_bytes"], 10 * testing::kGiB) << gpus.dump();
+  std::string events = Unix().Get("/v1/events")->body;
+  EXPECT_NE(events.find("6 GiB guaranteed memory free, asked 13 GiB"), std::string::npos) << events;
+  close(in[1]);  // the program ends
+  close(out[0]);
+  int status = 0;
+  waitpid(run, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+#endif
 
 }  // namespace
 }  // namespace gslice
