@@ -5,6 +5,9 @@
 #include <map>
 #include <mutex>
 
+#include <pwd.h>
+#include <unistd.h>
+
 #include "gslice/ledger.h"
 #include "gslice/pid_namespace.h"
 
@@ -35,6 +38,16 @@ bool UuidToBytes(const std::string& text, uint8_t out[16]) {
   return true;
 }
 
+// The uid that owns a slice's usage file: its user's, when the user is an account here. -1:
+// unknown (the slice keeps the owner it has; a new slice belongs to root).
+int64_t UidOfUser(const std::string& user) {
+  if (user.empty()) return -1;
+  struct passwd pw, *found = nullptr;
+  char buf[4096];
+  if (getpwnam_r(user.c_str(), &pw, buf, sizeof buf, &found) != 0 || found == nullptr) return -1;
+  return static_cast<int64_t>(found->pw_uid);
+}
+
 std::string UuidToText(const uint8_t b[16]) {
   static const char* digits = "0123456789abcdef";
   std::string out = "GPU-";
@@ -52,8 +65,13 @@ class SharedLedger final : public NodeLedger {
   Status Open() {
     LedgerError e = ledger_.Open(path_.c_str());
     if (e != LedgerError::kOk) {
-      return Status::Unavailable("node ledger " + path_ + ": " + LedgerErrorString(e) +
+      return Status::Unavailable("node ledger " + path_ + ": " + LedgerErrorString(e) + ": " + ledger_.detail() +
                                  " (set `ledger` in the config, or GSLICE_LEDGER)");
+    }
+    if (!ledger_.writable()) {
+      return Status::Unavailable("node ledger " + path_ +
+                                 ": gsliced must own the ledger directory it publishes limits in (run it as root, or "
+                                 "point `ledger` at a directory of its own)");
     }
     return Status::Ok();
   }
@@ -63,13 +81,16 @@ class SharedLedger final : public NodeLedger {
   Result<std::vector<PublishedSlice>> Slices() override {
     std::lock_guard lock(mu_);
     std::vector<PublishedSlice> out;
-    LedgerLayout* l = ledger_.layout();
+    const LedgerLimits* l = ledger_.limits();
     for (int i = 0; i < kLedgerMaxSlices; ++i) {
-      LedgerSlice& s = l->slices[i];
+      const LedgerSlice& s = l->slices[i];
       if (StateOf(s.state.load()) != EntryState::kReady) continue;
-      if (s.name[0] == kSetAsideMark) continue;  // a deleted slice's: never listed again
-      // An expired (or `gslice run`-made) ephemeral slice with nobody left is free space.
-      if ((s.flags & kSliceEphemeral) != 0 && ledger_.AliveCount(i) == 0) continue;
+      // The ledger's own (kLedgerUnslicedName) and deleted slices' entries: never registry slices.
+      if (s.name[0] == '-' || (s.flags & kSliceSetAside) != 0) continue;
+      // A withdrawn (or `gslice run`-made) ephemeral slice with nobody left is free space.
+      if ((s.flags & kSliceEphemeral) != 0 && (ledger_.MapUsage(i) != LedgerError::kOk || ledger_.AliveCount(i) == 0)) {
+        continue;
+      }
       PublishedSlice p;
       p.name.assign(s.name, strnlen(s.name, sizeof s.name));
       p.slice_class = static_cast<SliceClass>(s.slice_class);
@@ -93,24 +114,26 @@ class SharedLedger final : public NodeLedger {
     std::vector<ProcessUsage> out;
     using Owner = std::pair<uint64_t, uint32_t>;  // (pid namespace, pid in it)
     std::vector<Owner> owner_of_row;               // parallel to out
-    LedgerLayout* l = ledger_.layout();
+    const LedgerLimits* l = ledger_.limits();
     std::map<Owner, std::string> slice_of_owner;
     for (int i = 0; i < kLedgerMaxSlices; ++i) {
-      LedgerSlice& s = l->slices[i];
+      const LedgerSlice& s = l->slices[i];
       if (StateOf(s.state.load()) != EntryState::kReady) continue;
+      if (ledger_.MapUsage(i) != LedgerError::kOk) continue;
+      const LedgerUsage& u = *ledger_.usage(i);
       std::string name(s.name, strnlen(s.name, sizeof s.name));
-      uint32_t hw = s.slot_high_water.load();
+      uint32_t hw = u.head.slot_high_water.load();
       for (uint32_t k = 0; k < hw && k < static_cast<uint32_t>(kLedgerMaxSlots); ++k) {
-        uint64_t word = s.slots[k].state.load();
+        uint64_t word = u.slots[k].state.load();
         if (StateOf(word) != EntryState::kAlive) continue;
         if (!ledger_.SlotOwnerAlive(i, static_cast<int>(k))) continue;
-        const Owner owner{s.slots[k].pid_ns.load(), PidOf(word)};
-        const int pid = static_cast<int>(pids_.Resolve(owner.first, owner.second, s.slots[k].start_time.load()));
+        const Owner owner{u.slots[k].pid_ns.load(), PidOf(word)};
+        const int pid = static_cast<int>(pids_.Resolve(owner.first, owner.second, u.slots[k].start_time.load()));
         slice_of_owner[owner] = name;
         bool any = false;
         for (int g = 0; g < kLedgerMaxGpus; ++g) {
           if (StateOf(s.gpus[g].state.load()) != EntryState::kReady) continue;
-          int64_t used = s.used[g][k].load();
+          int64_t used = u.used[g][k].load();
           if (used <= 0 && any) continue;
           ProcessUsage p;
           p.pid = pid;
@@ -136,7 +159,9 @@ class SharedLedger final : public NodeLedger {
     };
     std::vector<Active> active;
     for (int i = 0; i < kLedgerMaxComputeEntries; ++i) {
-      LedgerComputeEntry& e = l->header.compute[i];
+      const LedgerComputeEntry* entry = ledger_.ComputeEntry(i);  // mapped above (its slice's usage)
+      if (entry == nullptr) continue;
+      const LedgerComputeEntry& e = *entry;
       uint64_t word = e.state.load();
       if (StateOf(word) != EntryState::kAlive || !ledger_.ComputeOwnerAlive(i)) continue;
       const Owner owner{e.pid_ns.load(), PidOf(word)};
@@ -178,12 +203,13 @@ class SharedLedger final : public NodeLedger {
     std::lock_guard lock(mu_);
     const int index = ledger_.FindSlice(slice.name.c_str());
     if (index >= 0) {
-      if (ledger_.AliveCount(index) > 0) {
+      if (ledger_.MapUsage(index) == LedgerError::kOk && ledger_.AliveCount(index) > 0) {
         return Status::Conflict("slice '" + slice.name + "' is in use in the node ledger by processes gsliced " +
                                 "has not adopted yet (a `gslice run` without the daemon): pick another name, " +
                                 "or wait a moment and use theirs");
       }
-      SetAside(index);  // expired, or left by processes that are gone
+      // Expired, or left by processes that are gone.
+      if (Status st = SetAside(index); !st.ok()) return st;
     }
     return PublishLocked(slice);
   }
@@ -192,23 +218,22 @@ class SharedLedger final : public NodeLedger {
     std::lock_guard lock(mu_);
     const int index = ledger_.FindSlice(name.c_str());
     if (index < 0) return Status::Unavailable("slice " + name + " is no longer in the node ledger " + path_);
-    ledger_.layout()->slices[index].slice_class = static_cast<uint32_t>(slice_class);
-    return Status::Ok();
+    const LedgerSlice& s = ledger_.limits()->slices[index];
+    return Update(name, index, slice_class, s.flags);
   }
 
   Status Withdraw(const std::string& name, Withdrawal how) override {
     std::lock_guard lock(mu_);
     const int index = ledger_.FindSlice(name.c_str());
     if (index < 0) return Status::Ok();
-    LedgerSlice& s = ledger_.layout()->slices[index];
-    withdrawn_[name] = Undo{index, s.generation.load(), s.name[0], s.flags};
+    const LedgerSlice& s = ledger_.limits()->slices[index];
+    const uint32_t flags = s.flags;
     // Processes still attached keep their limits until they exit; then the entry is free.
-    if (how == Withdrawal::kDeleted) {
-      SetAside(index);
-    } else {
-      s.flags |= kSliceEphemeral;
-    }
-    return Status::Ok();
+    Status st = how == Withdrawal::kDeleted ? SetAside(index)
+                                            : Update(name, index, static_cast<SliceClass>(s.slice_class),
+                                                     flags | kSliceEphemeral);
+    if (st.ok()) withdrawn_[name] = Undo{index, s.generation.load(), flags};
+    return st;
   }
 
   Status Restore(const std::string& name) override {
@@ -217,42 +242,53 @@ class SharedLedger final : public NodeLedger {
     if (it == withdrawn_.end()) return Status::Ok();
     const Undo undo = it->second;
     withdrawn_.erase(it);
-    LedgerSlice& s = ledger_.layout()->slices[undo.index];
+    const LedgerSlice& s = ledger_.limits()->slices[undo.index];
     if (StateOf(s.state.load()) != EntryState::kReady || s.generation.load() != undo.generation) {
       return Status::Ok();  // recycled meanwhile: nobody used it
     }
-    if (s.name[0] == kSetAsideMark && ledger_.FindSlice(name.c_str()) >= 0) {
+    if ((s.flags & kSliceSetAside) != 0 && ledger_.FindSlice(name.c_str()) >= 0) {
       return Status::Unavailable("node ledger " + path_ + ": slice " + name +
                                  " was started again meanwhile; its old entry stays withdrawn");
     }
-    s.name[0] = undo.first_char;
-    s.flags = undo.flags;
-    return Status::Ok();
+    return Update(name, undo.index, static_cast<SliceClass>(s.slice_class), undo.flags);
   }
 
  private:
-  // A name no slice can have (ValidateName): an entry renamed so is found by no one, listed
-  // by no one, and freed (ephemeral) once its last process is gone. Its processes hold it
-  // by index, so they run on with their limits.
-  static constexpr char kSetAsideMark = '~';
-  // REQUIRES: mu_ held.
-  void SetAside(int index) {
-    LedgerSlice& s = ledger_.layout()->slices[index];
-    s.flags |= kSliceEphemeral;
-    s.name[0] = kSetAsideMark;  // one byte: a reader sees the old name or the new one
+  // REQUIRES: mu_ held. Marks the entry kSliceSetAside (ledger.h): found and listed by no one,
+  // freed (ephemeral) once its last process is gone. Its processes hold it by index, so they
+  // run on with their limits.
+  Status SetAside(int index) {
+    const LedgerSlice& s = ledger_.limits()->slices[index];
+    return Update(s.name, index, static_cast<SliceClass>(s.slice_class), s.flags | kSliceEphemeral | kSliceSetAside);
+  }
+
+  // REQUIRES: mu_ held. The writer's update of an entry's class and flags (owner kept).
+  Status Update(const std::string& name, int index, SliceClass cls, uint32_t flags) {
+    const LedgerSlice& s = ledger_.limits()->slices[index];
+    if (LedgerError e = ledger_.UpdateSlice(index, cls, flags, s.owner_uid); e != LedgerError::kOk) {
+      return Status::Unavailable("node ledger " + path_ + ": slice " + name + ": " + LedgerErrorString(e) + ": " +
+                                 ledger_.detail());
+    }
+    return Status::Ok();
   }
 
   // REQUIRES: mu_ held.
   Status PublishLocked(const Slice& slice) {
     int index = -1;
-    LedgerError e = ledger_.FindOrCreateSlice(slice.name.c_str(), slice.slice_class, 0, &index);
+    const int64_t uid = UidOfUser(slice.user);
+    LedgerError e = ledger_.FindOrCreateSlice(slice.name.c_str(), slice.slice_class, 0, &index,
+                                              uid >= 0 ? static_cast<uint32_t>(uid) : 0u);
     if (e != LedgerError::kOk) {
       return Status::Unavailable("node ledger " + path_ + ": cannot hold slice " + slice.name + ": " +
-                                 LedgerErrorString(e));
+                                 LedgerErrorString(e) + ": " + ledger_.detail());
     }
-    LedgerSlice& s = ledger_.layout()->slices[index];
-    s.slice_class = static_cast<uint32_t>(slice.slice_class);
-    s.flags &= ~kSliceEphemeral;  // the daemon owns it now
+    const LedgerSlice& s = ledger_.limits()->slices[index];
+    // The daemon owns it now (never recycled); its usage stays as it is.
+    e = ledger_.UpdateSlice(index, slice.slice_class, s.flags & ~kSliceEphemeral,
+                            uid >= 0 ? static_cast<uint32_t>(uid) : s.owner_uid);
+    if (e != LedgerError::kOk) {
+      return Status::Unavailable("node ledger: slice " + slice.name + ": " + LedgerErrorString(e) + ": " + ledger_.detail());
+    }
     withdrawn_.erase(slice.name);
     for (const SliceGpu& g : slice.gpus) {
       uint8_t uuid[16];
@@ -271,7 +307,6 @@ class SharedLedger final : public NodeLedger {
   struct Undo {
     int index;
     uint64_t generation;
-    char first_char;
     uint32_t flags;
   };
 

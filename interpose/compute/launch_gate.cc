@@ -29,6 +29,8 @@ namespace {
 constexpr auto kRlx = std::memory_order_relaxed;
 constexpr int kMaxContexts = 16;
 constexpr int kMaxStreams = 256;
+// Peers on one GPU a gate follows (compute entries of any slice on the same GPU).
+constexpr int kMaxPeers = 48;
 constexpr int64_t kPollGateNs = 200'000;
 constexpr int64_t kPollWatchNs = 10'000'000;
 constexpr int64_t kPeerScanNs = 10'000'000;
@@ -117,7 +119,7 @@ struct Device {
 
   // Peers: other alive entries on this GPU, refreshed by the gate thread.
   std::atomic<int> peer_count{0};
-  int peers[kLedgerMaxComputeEntries] = {};
+  int peers[kMaxPeers] = {};  // node-wide compute entry indices (ComputeWindow)
   std::atomic<int> opportunistic_peers{0};  // how many (the gate's mode, OverlapSpeed)
   std::atomic<int> guaranteed_peers{0};     // how many (NothingToYieldTo)
   std::atomic<bool> share_peer{false};
@@ -164,6 +166,7 @@ struct Device {
     // One guaranteed peer, by its index in the ledger's compute table (policy.h:
     // OverlapSpeed, GuaranteedSpeed).
     struct Job {
+      int index = -1;              // the peer's compute entry (ComputeWindow index); -1: unused
       uint64_t owner = 0;          // the entry's state word this record belongs to
       uint64_t last_launches = 0;  // its launch count at the last period's end
       int64_t busy_ns = 0;         // time with work queued this period, sampled every pass
@@ -175,7 +178,7 @@ struct Device {
       // around the probe.
       GuaranteedPeriod recent[kPairPeriods];
       GuaranteedPeriod pair;
-    } jobs[kLedgerMaxComputeEntries];
+    } jobs[kMaxPeers];
   } ctl;
   bool running = false;     // holds the share turn (launching threads, under turn_mu)
   bool was_active = false;  // contended at the previous launch
@@ -188,8 +191,10 @@ namespace {
 struct Gate {
   DriverApi api;
   ComputePolicy policy;
-  LedgerLayout* ledger = nullptr;  // mapped by InitOnce, never unmapped
-  Ledger* mapping = nullptr;       // its owner: the entries' liveness lock bytes
+  // Every slice's compute entries as one table (mapped by InitOnce, never unmapped): this
+  // process's slice's page writable, the others' read-only. nullptr: no ledger.
+  ComputeWindow* window = nullptr;
+  Ledger* mapping = nullptr;  // this process's slice: the entries' liveness lock bytes
   std::mutex devices_mu;
   Device devices[kMaxContexts];
   std::atomic<int> device_count{0};
@@ -205,16 +210,17 @@ bool g_init_ok = false;
 // ---- ledger compute table -----------------------------------------------------------
 
 LedgerComputeEntry* ClaimEntry(const uint8_t uuid[16], const ComputePolicy& p) {
-  if (g_gate->ledger == nullptr) return nullptr;
+  ComputeWindow* w = g_gate->window;
+  if (w == nullptr || w->own_slice() < 0) return nullptr;
   const uint32_t pid = static_cast<uint32_t>(getpid());
-  LedgerComputeEntry* table = g_gate->ledger->header.compute;
+  const int first = w->own_slice() * kLedgerSliceComputeEntries;
   for (int pass = 0; pass < 2; ++pass) {
-    for (int i = 0; i < kLedgerMaxComputeEntries; ++i) {
-      LedgerComputeEntry& e = table[i];
+    for (int i = first; i < first + kLedgerSliceComputeEntries; ++i) {
+      LedgerComputeEntry& e = w->entry(i);
       uint64_t s = e.state.load(std::memory_order_acquire);
       if (StateOf(s) != EntryState::kFree) {
         // Second pass: free entries whose owner died.
-        if (pass == 1 && StateOf(s) == EntryState::kAlive && !g_gate->mapping->ComputeOwnerAlive(i)) {
+        if (pass == 1 && StateOf(s) == EntryState::kAlive && !w->OwnerAlive(i)) {
           e.state.compare_exchange_strong(s, PackState(EntryState::kFree, 0));
           s = e.state.load(std::memory_order_acquire);
         }
@@ -232,7 +238,7 @@ LedgerComputeEntry* ClaimEntry(const uint8_t uuid[16], const ComputePolicy& p) {
       e.inflight_until_ns.store(0, kRlx);
       e.vtime_ns.store(0, kRlx);
       e.launches.store(0, kRlx);
-      g_gate->ledger->header.compute_cap_slice[i].store(0, kRlx);
+      e.cap_slice.store(0, kRlx);
       e.state.store(PackState(EntryState::kAlive, pid), std::memory_order_release);
       return &e;
     }
@@ -254,14 +260,14 @@ void ReleaseEntries() {
   g_stop.store(true, std::memory_order_seq_cst);
   g_gate_mode.store(static_cast<int>(GateMode::kOff), kRlx);
   for (int i = 0; i < 2000 && g_in_pass.load(std::memory_order_seq_cst); ++i) SleepNs(10'000);  // <= 20 ms
-  if (g_gate == nullptr || g_gate->ledger == nullptr) return;
+  if (g_gate == nullptr || g_gate->window == nullptr) return;
   const int n = g_gate->device_count.load(std::memory_order_acquire);
   for (int i = 0; i < n; ++i) {
     LedgerComputeEntry* e = g_gate->devices[i].entry;
     if (e != nullptr && e != &g_gate->devices[i].local_entry) {
       e->inflight_until_ns.store(0, kRlx);
       e->active_until_ns.store(0, kRlx);
-      g_gate->mapping->ReleaseComputeEntry(static_cast<int>(e - g_gate->ledger->header.compute));
+      g_gate->mapping->ReleaseComputeEntry(g_gate->window->index_of(e));
       e->state.store(PackState(EntryState::kFree, 0), std::memory_order_release);
     }
   }
@@ -269,28 +275,28 @@ void ReleaseEntries() {
 
 // d's index in the ledger's compute table; -1 when it has a local entry.
 int EntryIndex(const Device& d) {
-  if (g_gate->ledger == nullptr || d.entry == &d.local_entry) return -1;
-  return static_cast<int>(d.entry - g_gate->ledger->header.compute);
+  if (g_gate->window == nullptr || d.entry == &d.local_entry) return -1;
+  return g_gate->window->index_of(d.entry);
 }
 
 // 1 + the slice whose cap compute entry i charges; 0: none.
-uint32_t CapSliceOf(int i) { return i < 0 ? 0 : g_gate->ledger->header.compute_cap_slice[i].load(kRlx); }
+uint32_t CapSliceOf(int i) { return i < 0 ? 0 : g_gate->window->entry(i).cap_slice.load(kRlx); }
 
 // Finds the slice's shared cap word for d's GPU (gate thread, with the peer scan): the slice
 // and its GPU entry appear in the ledger once the memory side has attached and seen the GPU.
 // The entry then names the slice, so that the slice's other processes on this GPU take
 // exclusive turns with it (ScanPeers).
 void ResolveSliceCap(Device& d) {
-  if (!g_gate->policy.capped() || g_gate->mapping == nullptr || d.slice_cap_tat.load(kRlx) != nullptr) return;
+  if (!g_gate->policy.capped() || g_gate->window == nullptr || d.slice_cap_tat.load(kRlx) != nullptr) return;
   const char* name = OptionValue(Option::Slice);
   if (name == nullptr || name[0] == '\0') return;
-  const int slice = g_gate->mapping->FindSlice(name);
+  const int slice = g_gate->window->own_slice();
   if (slice < 0) return;
   const int gpu = g_gate->mapping->FindGpu(slice, d.uuid);
   if (gpu < 0) return;
-  d.slice_cap_tat.store(&g_gate->ledger->slices[slice].cap_tat[gpu], std::memory_order_release);
+  d.slice_cap_tat.store(&g_gate->window->own_head()->cap_tat[gpu], std::memory_order_release);
   const int mine = EntryIndex(d);
-  if (mine >= 0) g_gate->ledger->header.compute_cap_slice[mine].store(static_cast<uint32_t>(slice) + 1, kRlx);
+  if (mine >= 0) d.entry->cap_slice.store(static_cast<uint32_t>(slice) + 1, kRlx);
 }
 
 // Refreshes d's peer list (alive entries on the same GPU, not ours) and frees dead ones.
@@ -300,22 +306,25 @@ void ResolveSliceCap(Device& d) {
 // slice would be charged for it twice. Whether we take turns is published
 // (kComputeTakesTurns), so that peers that do not are not waited for.
 void ScanPeers(Device& d) {
-  if (g_gate->ledger == nullptr) return;
+  if (g_gate->window == nullptr) return;
+  g_gate->window->Refresh();  // system calls only when a slice came, went or was recycled
   ResolveSliceCap(d);
-  LedgerComputeEntry* table = g_gate->ledger->header.compute;
+  ComputeWindow& w = *g_gate->window;
   int n = 0;
   bool share = false;
   int opp = 0;
   int guaranteed = 0;
   const bool mine_set = g_gate->policy.share_set;
   const uint32_t my_slice = CapSliceOf(EntryIndex(d));
-  for (int i = 0; i < kLedgerMaxComputeEntries; ++i) {
-    LedgerComputeEntry& e = table[i];
+  for (int i = 0; i < kLedgerMaxComputeEntries && n < kMaxPeers; ++i) {
+    LedgerComputeEntry& e = w.entry(i);
     if (&e == d.entry) continue;
     uint64_t s = e.state.load(std::memory_order_acquire);
     if (StateOf(s) != EntryState::kAlive || memcmp(e.uuid, d.uuid, 16) != 0) continue;
-    if (!g_gate->mapping->ComputeOwnerAlive(i)) {
-      e.state.compare_exchange_strong(s, PackState(EntryState::kFree, 0));
+    if (!w.OwnerAlive(i)) {
+      // Only our own slice's entries are ours to free; another slice's dead entry is freed by
+      // that slice (or gsliced) and meanwhile only expires.
+      if (w.writable(i)) e.state.compare_exchange_strong(s, PackState(EntryState::kFree, 0));
       continue;
     }
     const auto cls = static_cast<ComputeClass>(e.slice_class.load(kRlx));
@@ -411,7 +420,7 @@ Device* AddDevice(const uint8_t uuid[16], CUdevice dev, CUcontext ctx) {
   d.ctx.store(ctx, std::memory_order_release);
   d.entry = ClaimEntry(d.uuid, g_gate->policy);
   if (d.entry == nullptr) {
-    if (g_gate->ledger != nullptr) {
+    if (g_gate->window != nullptr) {
       LogLine("compute: the ledger's compute table is full; this process's cap holds, but other slices do not see it");
     }
     d.entry = &d.local_entry;
@@ -491,11 +500,10 @@ StreamMeter* FindStream(Device& d, CUstream stream, uint64_t thread_key) {
 // ---- decisions ---------------------------------------------------------------------
 
 bool GuaranteedBusy(Device& d, int64_t now) {
-  if (g_gate->ledger == nullptr) return false;
+  if (g_gate->window == nullptr) return false;
   const int n = d.peer_count.load(std::memory_order_acquire);
-  LedgerComputeEntry* table = g_gate->ledger->header.compute;
   for (int i = 0; i < n; ++i) {
-    LedgerComputeEntry& e = table[d.peers[i]];
+    LedgerComputeEntry& e = g_gate->window->entry(d.peers[i]);
     if (static_cast<ComputeClass>(e.slice_class.load(kRlx)) != ComputeClass::kGuaranteed) continue;
     if (e.inflight_until_ns.load(kRlx) > now || e.active_until_ns.load(kRlx) > now) return true;
   }
@@ -505,13 +513,34 @@ bool GuaranteedBusy(Device& d, int64_t now) {
 // The guaranteed peers of d, for the controller: calls f(index, entry) for each.
 template <typename F>
 void ForEachGuaranteed(Device& d, F f) {
-  if (g_gate->ledger == nullptr) return;
+  if (g_gate->window == nullptr) return;
   const int n = d.peer_count.load(std::memory_order_acquire);
-  LedgerComputeEntry* table = g_gate->ledger->header.compute;
   for (int k = 0; k < n; ++k) {
     const int i = d.peers[k];
-    if (static_cast<ComputeClass>(table[i].slice_class.load(kRlx)) == ComputeClass::kGuaranteed) f(i, table[i]);
+    LedgerComputeEntry& e = g_gate->window->entry(i);
+    if (static_cast<ComputeClass>(e.slice_class.load(kRlx)) == ComputeClass::kGuaranteed) f(i, e);
   }
+}
+
+// The controller's record of the peer in compute entry i (gate thread): found by index, else
+// a record no current peer uses, reset (its owner word no longer matches, so callers treat it
+// as a new process).
+Device::Controller::Job& JobOf(Device& d, int i) {
+  Device::Controller& c = d.ctl;
+  for (Device::Controller::Job& j : c.jobs) {
+    if (j.index == i) return j;
+  }
+  const int n = d.peer_count.load(std::memory_order_acquire);
+  for (Device::Controller::Job& j : c.jobs) {
+    bool in_use = false;
+    for (int k = 0; k < n && j.index >= 0 && !in_use; ++k) in_use = d.peers[k] == j.index;
+    if (!in_use) {
+      j = {};
+      j.index = i;
+      return j;
+    }
+  }
+  return c.jobs[0];  // unreachable: there are as many records as peers
 }
 
 // Every gate-thread pass: the time since the last pass counts as busy for each guaranteed
@@ -528,10 +557,11 @@ bool SampleGuaranteed(Device& d, int64_t now) {
   bool busy = false;
   const bool mine = d.entry->inflight_until_ns.load(kRlx) > now;
   ForEachGuaranteed(d, [&](int i, LedgerComputeEntry& e) {
-    Device::Controller::Job& j = c.jobs[i];
+    Device::Controller::Job& j = JobOf(d, i);
     const uint64_t owner = e.state.load(kRlx);
     if (j.owner != owner) {  // a new process in this entry: a fresh record
       j = {};
+      j.index = i;
       j.owner = owner;
       j.last_launches = e.launches.load(kRlx);
     }
@@ -550,7 +580,7 @@ int CloseGuaranteedPeriod(Device& d, GuaranteedPeriod* out) {
   Device::Controller& c = d.ctl;
   int n = 0;
   ForEachGuaranteed(d, [&](int i, LedgerComputeEntry& e) {
-    Device::Controller::Job& j = c.jobs[i];
+    Device::Controller::Job& j = JobOf(d, i);
     if (j.owner != e.state.load(kRlx)) return;  // not sampled yet
     const uint64_t now_launches = e.launches.load(kRlx);
     const uint64_t launches = now_launches >= j.last_launches ? now_launches - j.last_launches : now_launches;
@@ -601,7 +631,7 @@ int PeerPeriods(Device& d, bool pair, uint32_t k, GuaranteedPeriod* out) {
   Device::Controller& c = d.ctl;
   int n = 0;
   ForEachGuaranteed(d, [&](int i, LedgerComputeEntry& e) {
-    Device::Controller::Job& j = c.jobs[i];
+    Device::Controller::Job& j = JobOf(d, i);
     if (j.owner != e.state.load(kRlx)) return;
     GuaranteedPeriod p = pair ? j.pair : NewestPeriod(c, j, k);
     p.base_per_ns = j.base_per_ns;
@@ -628,7 +658,7 @@ uint32_t ProbeAgain(Device& d, int64_t now, uint32_t rate, int peers, const Cont
 // the probe's baselines are wrong is dropped (ProbeAgain).
 void EndPair(Device& d, int64_t now, uint32_t rate, int peers, const ControllerTuning& tuning) {
   Device::Controller& c = d.ctl;
-  GuaranteedPeriod jobs[kLedgerMaxComputeEntries];
+  GuaranteedPeriod jobs[kMaxPeers];
   const int n = PeerPeriods(d, /*pair=*/true, 0, jobs);
   const double speed = SpatialSpeed(jobs, n, peers);
   const double exposure = Exposure(PeriodTotal(jobs, n, /*judged_only=*/true), peers);
@@ -658,7 +688,7 @@ void CheckSpatialCut(Device& d, int64_t now, uint32_t rate, int peers, const Con
   if (c.recent_count < kPairPeriods) return;
   double fastest = 0, slowest = 0;
   for (uint32_t k = 1; k <= kPairPeriods; ++k) {
-    GuaranteedPeriod jobs[kLedgerMaxComputeEntries];
+    GuaranteedPeriod jobs[kMaxPeers];
     const double speed = SpatialSpeed(jobs, PeerPeriods(d, /*pair=*/false, k, jobs), peers);
     if (speed < 0) return;
     fastest = speed > fastest ? speed : fastest;
@@ -691,7 +721,7 @@ void ControlOpportunisticRate(Device& d, int64_t now) {
   if (SampleGuaranteed(d, now)) c.busy_seen = true;
   if (now < c.next_ns) return;
   c.next_ns = now + kControlPeriodNs;
-  GuaranteedPeriod jobs[kLedgerMaxComputeEntries];
+  GuaranteedPeriod jobs[kMaxPeers];
   const int n = CloseGuaranteedPeriod(d, jobs);
   uint32_t r = d.opp_rate_permille.load(kRlx);
   if (!c.busy_seen) {
@@ -754,7 +784,7 @@ void ControlOpportunisticRate(Device& d, int64_t now) {
       (!c.started || now - c.last_probe_ns >= tuning.probe_every_ns || (unknown && now - c.last_probe_ns >= kUnknownJobProbeNs))) {
     // The pair's first half: the newest periods, at the rate the probe returns to.
     ForEachGuaranteed(d, [&](int i, LedgerComputeEntry& e) {
-      Device::Controller::Job& j = c.jobs[i];
+      Device::Controller::Job& j = JobOf(d, i);
       if (j.owner != e.state.load(kRlx)) return;
       j.pair = {};
       for (uint32_t k = 1; c.started && k <= c.recent_count; ++k) AddPeriod(&j.pair, NewestPeriod(c, j, k));
@@ -816,11 +846,10 @@ struct Contenders {
 // themselves: their times are only ever refreshed by their own threads.
 Contenders FindContenders(Device& d, int64_t now) {
   Contenders c;
-  if (g_gate->ledger == nullptr || !d.share_peer.load(kRlx)) return c;
+  if (g_gate->window == nullptr || !d.share_peer.load(kRlx)) return c;
   const int n = d.peer_count.load(std::memory_order_acquire);
-  LedgerComputeEntry* table = g_gate->ledger->header.compute;
   for (int i = 0; i < n; ++i) {
-    LedgerComputeEntry& e = table[d.peers[i]];
+    LedgerComputeEntry& e = g_gate->window->entry(d.peers[i]);
     if (static_cast<ComputeClass>(e.slice_class.load(kRlx)) != g_gate->policy.cls) continue;
     if ((e.share_permille.load(kRlx) & kComputeTakesTurns) == 0) continue;
     const bool queued = e.inflight_until_ns.load(kRlx) > now;
@@ -1025,12 +1054,25 @@ void InitOnce(void* (*resolve)(const char*)) {
   }
   const char* path = OptionValue(Option::Ledger);
   // Leaked on purpose: unmapping at exit would pull the ledger from under the gate thread.
+  // The entries live in this process's slice's usage file (a process outside any slice uses
+  // the ledger's shared "unsliced" slice); the window shows every slice's entries.
   static Ledger* const mapping = new Ledger;
-  if (mapping->Open(path) == LedgerError::kOk) {
-    gate.ledger = mapping->layout();
+  static ComputeWindow* const window = new ComputeWindow;
+  const char* slice_name = OptionValue(Option::Slice);
+  // A name the shim cannot use either (too long) leaves the process outside any slice.
+  const bool sliced = slice_name[0] != '\0' && strlen(slice_name) < static_cast<size_t>(kLedgerNameSize);
+  const uint32_t flags = sliced && strcmp(OptionValue(Option::EphemeralSlice), "0") != 0 ? kSliceEphemeral : 0u;
+  char note[640] = {};
+  int slice = -1;
+  if (OpenSliceLedger(mapping, path, OptionValue(Option::LedgerUsage), sliced ? slice_name : kLedgerUnslicedName,
+                      SliceClass::kGuaranteed, flags, /*create_slice=*/true, &slice, note, sizeof note) == LedgerError::kOk &&
+      window->Init(mapping, slice)) {
+    gate.window = window;
     gate.mapping = mapping;
+    window->Refresh();
+    if (note[0] != '\0') TraceLine("compute: %s", note);
   } else {
-    LogLine("compute: ledger %s cannot be opened; caps hold within this process, shares and classes do not", path);
+    LogLine("compute: ledger %s: %s; caps hold within this process, shares and classes do not", path, note);
   }
   // The visible GPUs. Each is registered in the ledger once this process uses it: at its
   // first gated launch, or when the gate thread sees its primary context active (so that

@@ -65,17 +65,19 @@ bool SliceAccount::Init(bool attach) {
   }
   const int64_t start_ns = MonotonicNs();
   const char* path = OptionValue(Option::Ledger);
-  LedgerError e = ledger_.Open(path);
-  if (e != LedgerError::kOk) {
-    Log(LogLevel::kWarn, "ledger %s: %s; limits hold within this process only", path, LedgerErrorString(e));
-    if (ledger_.OpenPrivate() != LedgerError::kOk) return false;
-  }
   uint32_t flags = strcmp(OptionValue(Option::EphemeralSlice), "0") == 0 ? 0u : kSliceEphemeral;
+  char note[640] = {};
+  int found = -1;
+  LedgerError e = OpenSliceLedger(&ledger_, path, OptionValue(Option::LedgerUsage), slice_name_, SliceClass::kGuaranteed,
+                                  flags, /*create_slice=*/attach, &found, note, sizeof note);
+  slice_ = found;
+  if (e == LedgerError::kOk && note[0] != '\0') Log(LogLevel::kInfo, "slice %s: %s", slice_name_, note);
   if (attach) {
     const uint32_t pid = static_cast<uint32_t>(getpid());
-    e = ledger_.AttachByName(slice_name_, SliceClass::kGuaranteed, flags, pid, ProcessStartTime(pid), &handle_);
+    if (e == LedgerError::kOk) e = ledger_.Attach(slice_, pid, ProcessStartTime(pid), &handle_);
     if (e != LedgerError::kOk) {
-      Log(LogLevel::kWarn, "slice %s: %s; limits hold within this process only", slice_name_, LedgerErrorString(e));
+      Log(LogLevel::kWarn, "slice %s: %s (%s); limits hold within this process only", slice_name_, LedgerErrorString(e),
+          note[0] != '\0' ? note : ledger_.detail());
       if (ledger_.OpenPrivate() != LedgerError::kOk ||
           ledger_.AttachByName(slice_name_, SliceClass::kGuaranteed, flags, pid, 0, &handle_) != LedgerError::kOk) {
         return false;
@@ -88,8 +90,8 @@ bool SliceAccount::Init(bool attach) {
     ledger_.MaybeReap(slice_);  // one process of the slice reaps per interval, not every attacher
     Log(LogLevel::kInfo, "init: slice %s attached (slot %d) in %lld us", slice_name_, handle_.slot,
         static_cast<long long>((MonotonicNs() - start_ns) / 1000));
-  } else {
-    slice_ = ledger_.FindSlice(slice_name_);
+  } else if (e != LedgerError::kOk) {
+    slice_ = -1;
   }
   active_.store(true, std::memory_order_release);
   return true;
@@ -110,9 +112,12 @@ int SliceAccount::GpuForUuid(const uint8_t uuid[16], int ordinal) {
   if (!active() || slice_ < 0) return -1;
   int gpu = -1;
   int64_t limit = LimitForOrdinal(ordinal);
+  // The slice's limits are its writer's (gsliced, the device plugin, or this user for a
+  // daemon-less slice): a GPU they do not list is added only where this process is the writer.
   LedgerError e = ledger_.FindOrAddGpu(slice_, uuid, limit, &gpu);
   if (e != LedgerError::kOk) {
-    Log(LogLevel::kError, "slice %s: %s; device %d is not limited", slice_name_, LedgerErrorString(e), ordinal);
+    Log(LogLevel::kError, "slice %s: %s (%s); device %d is not limited", slice_name_, LedgerErrorString(e),
+        ledger_.detail(), ordinal);
     return -1;
   }
   int64_t stored = ledger_.Limit(slice_, gpu);
@@ -125,7 +130,19 @@ int SliceAccount::GpuForUuid(const uint8_t uuid[16], int ordinal) {
 
 int SliceAccount::FindGpu(const uint8_t uuid[16]) {
   if (!active()) return -1;
-  if (slice_ < 0) slice_ = ledger_.FindSlice(slice_name_);
+  if (slice_ < 0 && !attached_) {
+    // A reader (NVML) that started before the slice existed: look again (not a hot path).
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&mu);
+    if (slice_ < 0) {
+      int s = -1;
+      if (OpenSliceLedger(&ledger_, OptionValue(Option::Ledger), OptionValue(Option::LedgerUsage), slice_name_,
+                          SliceClass::kGuaranteed, 0, /*create_slice=*/false, &s, nullptr, 0) == LedgerError::kOk) {
+        slice_ = s;
+      }
+    }
+    pthread_mutex_unlock(&mu);
+  }
   return slice_ < 0 ? -1 : ledger_.FindGpu(slice_, uuid);
 }
 

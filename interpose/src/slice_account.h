@@ -46,7 +46,7 @@ class SliceAccount {
   std::atomic<bool> shut_down_{false};
   Ledger ledger_;
   SliceHandle handle_;
-  int slice_ = -1;
+  std::atomic<int> slice_{-1};  // set at Init, or later by a reader that found it (FindGpu)
   int limit_count_ = 0;
   int64_t limits_[kMaxDevices] = {};
   char slice_name_[kLedgerNameSize] = {};

@@ -112,6 +112,28 @@ std::string SliceNameFor(const PendingContainer& p) {
 
 std::string SuspendPartitionFor(const PendingContainer& p) { return "k8s-" + SliceNameFor(p); }
 
+namespace {
+// securityContext.runAsUser of the named container, else of the pod; -1 when neither says.
+int64_t RunAsUser(const json& spec, const std::string& container) {
+  auto uid_in = [](const json& obj) -> int64_t {
+    auto sc = obj.find("securityContext");
+    if (sc == obj.end() || !sc->is_object()) return -1;
+    auto u = sc->find("runAsUser");
+    if (u == sc->end() || !u->is_number_integer()) return -1;
+    const int64_t v = u->get<int64_t>();
+    return v >= 0 && v < 0xffffffffLL ? v : -1;
+  };
+  if (auto cs = spec.find("containers"); cs != spec.end() && cs->is_array()) {
+    for (const auto& c : *cs) {
+      if (c.is_object() && Str(c, "name") == container) {
+        if (int64_t u = uid_in(c); u >= 0) return u;
+      }
+    }
+  }
+  return uid_in(spec);
+}
+}  // namespace
+
 std::optional<PendingContainer> FindPendingContainer(const json& pod_list, const std::string& node,
                                                      size_t device_count,
                                                      const std::set<std::string>& requested_uuids,
@@ -151,6 +173,7 @@ std::optional<PendingContainer> FindPendingContainer(const json& pod_list, const
       p.slice_class = a->slice_class;
       p.container = c;
       p.compute_cap = Str(ann, std::string(kAnnotationComputeCap).c_str());
+      p.run_as_user = RunAsUser(*spec, c.name);
       best = std::move(p);
       best_key = key;
     }
@@ -164,8 +187,46 @@ std::optional<PendingContainer> FindPendingContainer(const json& pod_list, const
   return best;
 }
 
+std::string PrepareContainerSlice(const DevicePluginConfig& config, const PendingContainer& p, std::string* why) {
+  Ledger ledger;
+  if (LedgerError e = ledger.Open(config.ledger_host_path.c_str()); e != LedgerError::kOk) {
+    *why = "node ledger " + config.ledger_host_path + ": " + LedgerErrorString(e) + ": " + ledger.detail();
+    return "";
+  }
+  const std::string name = SliceNameFor(p);
+  const uint32_t owner = p.run_as_user >= 0 ? static_cast<uint32_t>(p.run_as_user) : 0u;
+  const gslice::SliceClass cls =
+      p.slice_class == SliceClass::kOpportunistic ? gslice::SliceClass::kOpportunistic : gslice::SliceClass::kGuaranteed;
+  int slice = -1;
+  // Ephemeral: the entry is free again once the pod's processes are gone (gsliced adopts it
+  // meanwhile).
+  LedgerError e = ledger.FindOrCreateSlice(name.c_str(), cls, kSliceEphemeral, &slice, owner);
+  if (e == LedgerError::kOk) {
+    const LedgerSlice& s = ledger.limits()->slices[slice];
+    e = ledger.UpdateSlice(slice, cls, s.flags, owner);
+  }
+  for (const auto& g : p.container.gpus) {
+    if (e != LedgerError::kOk) break;
+    uint8_t uuid[16];
+    if (!ParseGpuUuid(g.uuid.c_str(), uuid)) {
+      *why = "GPU UUID " + g.uuid + " is malformed";
+      return "";
+    }
+    int gpu = -1;
+    const int64_t limit = g.memory_mib * 1024 * 1024;
+    e = ledger.FindOrAddGpu(slice, uuid, limit, &gpu);
+    if (e == LedgerError::kOk && ledger.Limit(slice, gpu) != limit) ledger.SetLimit(slice, gpu, limit);
+  }
+  if (e != LedgerError::kOk) {
+    *why = "node ledger " + config.ledger_host_path + ": slice " + name + ": " + LedgerErrorString(e) + ": " +
+           ledger.detail();
+    return "";
+  }
+  return config.ledger_host_path + "/slice-" + std::to_string(slice);
+}
+
 void BuildContainerResponse(const DevicePluginConfig& config, const PendingContainer& p,
-                            v1beta1::ContainerAllocateResponse* out) {
+                            const std::string& usage_host_path, v1beta1::ContainerAllocateResponse* out) {
   auto& envs = *out->mutable_envs();
   std::string uuids, memory;
   bool same_memory = true;
@@ -184,6 +245,7 @@ void BuildContainerResponse(const DevicePluginConfig& config, const PendingConta
   envs[OptionEnv(Option::Memory)] = memory;
   envs[OptionEnv(Option::Class)] = std::string(ToString(p.slice_class));
   envs[OptionEnv(Option::Ledger)] = config.ledger_container_path;
+  envs[OptionEnv(Option::LedgerUsage)] = config.usage_container_path;
   envs[OptionEnv(Option::SuspendBoard)] = config.board_container_path;
   envs[OptionEnv(Option::SuspendPartition)] = SuspendPartitionFor(p);
   int share = p.container.gpus.empty() ? 0 : p.container.gpus.front().compute_percent;
@@ -196,10 +258,17 @@ void BuildContainerResponse(const DevicePluginConfig& config, const PendingConta
   shim->set_host_path(config.shim_host_dir);
   shim->set_container_path(config.shim_container_dir);
   shim->set_read_only(true);
+  // The node's ledger read-only (every slice's limits, the compute entries the gates share),
+  // and the container's own usage file read-write at a path of its own: a read-only bind
+  // mount refuses writes whatever the files' modes, so no other slice's state is writable.
   auto* ledger = out->add_mounts();
   ledger->set_host_path(config.ledger_host_path);
   ledger->set_container_path(config.ledger_container_path);
-  ledger->set_read_only(false);
+  ledger->set_read_only(true);
+  auto* usage = out->add_mounts();
+  usage->set_host_path(usage_host_path);
+  usage->set_container_path(config.usage_container_path);
+  usage->set_read_only(false);
   // The suspend board (suspend_board.h): the service's header and the container's own gates
   // read-only, its own partition writable; nothing of other containers.
   const std::string part = SuspendPartitionFor(p);
@@ -381,7 +450,9 @@ grpc::Status DevicePluginService::Allocate(grpc::ServerContext*, const v1beta1::
     std::string board_error;
     if (!CreatePodPartition(config_.board_host_path.c_str(), SuspendPartitionFor(*pending).c_str(), &board_error))
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "gslice: suspend board: " + board_error);
-    BuildContainerResponse(config_, *pending, out->add_container_responses());
+    std::string usage = PrepareContainerSlice(config_, *pending, &why);
+    if (usage.empty()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "gslice: " + why);
+    BuildContainerResponse(config_, *pending, usage, out->add_container_responses());
     // Consume the container: on the API server (the truth across plugin restarts) and in
     // the local copy (for the next container of this same request).
     std::map<std::string, std::string> ann{{std::string(kAnnotationAllocated), std::to_string(pending->index + 1)}};

@@ -27,7 +27,7 @@ constexpr const char* kUsage = R"(usage: gslice-device-plugin [options]
                           slice of the node fits in the node ledger)
   --shim-dir DIR          the interposer on the host (default /usr/lib/gslice)
   --shim-container-dir D  where containers see it (default /usr/lib/gslice)
-  --ledger PATH           node ledger on the host, created if missing (default /dev/shm/gslice-ledger)
+  --ledger PATH           node ledger directory on the host, created if missing (default /dev/shm/gslice)
   --suspend-board PATH    suspend board (a directory) on the host, created if missing (default /dev/shm/gslice-suspend)
   --apiserver URL         API server (default: in-cluster service account)
   --token-file PATH       bearer token for --apiserver
@@ -103,11 +103,14 @@ int main(int argc, char** argv) {
   if (!ca_file.empty()) kc.ca_file = ca_file;
   KubeClient kube(kc);
 
-  // Containers bind-mount the ledger file: it must exist before the first Allocate.
+  // Containers bind-mount the ledger directory: it must exist before the first Allocate, and
+  // the plugin (root) writes the containers' slices into it.
   {
     gslice::Ledger ledger;
-    if (ledger.Open(config.ledger_host_path.c_str()) != gslice::LedgerError::kOk)
-      return Fail("cannot open or create the node ledger " + config.ledger_host_path);
+    if (gslice::LedgerError e = ledger.Open(config.ledger_host_path.c_str()); e != gslice::LedgerError::kOk)
+      return Fail("cannot open or create the node ledger " + config.ledger_host_path + ": " + ledger.detail());
+    if (!ledger.writable())
+      return Fail("the node ledger " + config.ledger_host_path + " is not this plugin's to write (run it as root)");
     std::string board_error;
     if (!gslice::CreateSuspendBoard(config.board_host_path.c_str(), &board_error))
       return Fail("cannot open or create the suspend board " + config.board_host_path + ": " + board_error);

@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <algorithm>
 #include <map>
 #include <sstream>
@@ -68,7 +69,7 @@ class ComputeSim : public ::testing::Test {
   }
   void TearDown() override {
     unlink(sim_state_.c_str());
-    unlink(ledger_.c_str());
+    std::filesystem::remove_all(ledger_);
   }
 
   // Under the sanitize preset the ASan runtime must be loaded before the shim.

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -69,7 +70,7 @@ class GslicedProcess : public ::testing::Test {
   void TearDown() override {
     Stop(SIGTERM);
     std::system(("rm -rf " + dir_).c_str());
-    unlink(ledger_.c_str());
+    std::filesystem::remove_all(ledger_);
     unlink(sim_state_.c_str());
     std::error_code ec;
     std::filesystem::remove_all(board_, ec);  // the suspend board gsliced made: a directory

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <string>
 
 #include "gslice/ledger.h"
@@ -34,9 +35,10 @@ pid_t SpawnContainerProcess(Report* r, const std::string& ledger, int64_t bytes)
     int g = -1;
     if (l.FindOrAddGpu(h.slice, kUuid, -1, &g) != LedgerError::kOk) return 4;
     l.ForceCharge(h, g, bytes);
-    LedgerComputeEntry& e = l.layout()->header.compute[0];
+    const int entry = h.slice * kLedgerSliceComputeEntries;  // the slice's first compute entry
+    LedgerComputeEntry& e = *l.ComputeEntry(entry);
     uint64_t expected = 0;
-    if (!e.state.compare_exchange_strong(expected, PackState(EntryState::kClaiming, me)) || !l.AcquireComputeEntry(0)) return 5;
+    if (!e.state.compare_exchange_strong(expected, PackState(EntryState::kClaiming, me)) || !l.AcquireComputeEntry(entry)) return 5;
     std::memcpy(e.uuid, kUuid, 16);
     e.share_permille.store(1000);
     e.vtime_ns.store(5'000'000);
@@ -50,7 +52,7 @@ pid_t SpawnContainerProcess(Report* r, const std::string& ledger, int64_t bytes)
 
 TEST(LedgerBinding, ReportsContainerProcessesUnderTheirHostPid) {
   const std::string path = "/dev/shm/gslice-test-" + std::to_string(getpid()) + "-binding-ns";
-  unlink(path.c_str());
+  std::filesystem::remove_all(path);
   {
     Ledger creator;
     ASSERT_EQ(creator.Open(path.c_str()), LedgerError::kOk);
@@ -103,7 +105,7 @@ TEST(LedgerBinding, ReportsContainerProcessesUnderTheirHostPid) {
   int status = 0;
   waitpid(mid, &status, 0);
   munmap(r, 4096);
-  unlink(path.c_str());
+  std::filesystem::remove_all(path);
 }
 
 }  // namespace

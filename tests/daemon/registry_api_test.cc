@@ -16,6 +16,7 @@
 #include "ledger_binding.h"
 #include "registry.h"
 #include "store.h"
+#include <filesystem>
 
 namespace gslice {
 namespace {
@@ -71,7 +72,7 @@ class RegistryApiTest : public ::testing::Test {
     unlink(db_.c_str());
     unlink((db_ + "-wal").c_str());
     unlink((db_ + "-shm").c_str());
-    unlink(ledger_.c_str());
+    std::filesystem::remove_all(ledger_);
   }
   std::string db_ = testing::UniquePath("registry.db", "/tmp");
   std::string ledger_ = testing::UniquePath("ledger");

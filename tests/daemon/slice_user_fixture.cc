@@ -62,8 +62,8 @@ int main(int argc, char** argv) {
   if (ledger.FindOrAddGpu(h.slice, uuid, -1, &gpu) != LedgerError::kOk) return 1;
   // A launch-gate entry for this process on the GPU.
   LedgerComputeEntry* entry = nullptr;
-  for (int i = 0; i < kLedgerMaxComputeEntries; ++i) {
-    LedgerComputeEntry& e = ledger.layout()->header.compute[i];
+  for (int i = h.slice * kLedgerSliceComputeEntries; i < (h.slice + 1) * kLedgerSliceComputeEntries; ++i) {
+    LedgerComputeEntry& e = *ledger.ComputeEntry(i);
     uint64_t expected = PackState(EntryState::kFree, 0);
     if (e.state.compare_exchange_strong(expected, PackState(EntryState::kClaiming, pid))) {
       if (!ledger.AcquireComputeEntry(i)) {

@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <string>
 
@@ -28,12 +29,14 @@ namespace {
 
 const uint8_t kUuid[16] = {9, 9, 9, 9, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
 
+// A ledger directory of the test's own, removed with everything in it (also on failure).
 struct LedgerFile {
   explicit LedgerFile(const char* name)
       : path("/dev/shm/gslice-test-" + std::to_string(getpid()) + "-" + name) {
-    unlink(path.c_str());
+    std::filesystem::remove_all(path);
   }
-  ~LedgerFile() { unlink(path.c_str()); }
+  ~LedgerFile() { std::filesystem::remove_all(path); }
+  std::string usage(int slice) const { return path + "/slice-" + std::to_string(slice); }
   std::string path;
 };
 
@@ -73,10 +76,11 @@ TEST(LedgerNamespaces, OwnerInAnotherNamespaceIsAliveUntilKilled) {
   ASSERT_EQ(l.Open(f.path.c_str()), LedgerError::kOk);
   const int slice = l.FindSlice("pod");
   ASSERT_GE(slice, 0);
+  ASSERT_EQ(l.MapUsage(slice), LedgerError::kOk);
   const int g = l.FindGpu(slice, kUuid);
   ASSERT_GE(g, 0);
   const int slot = r->slot.load();
-  LedgerProcess& p = l.layout()->slices[slice].slots[slot];
+  LedgerProcess& p = l.usage(slice)->slots[slot];
   const uint64_t word = p.state.load();
   ASSERT_EQ(StateOf(word), EntryState::kAlive);
   EXPECT_EQ(PidOf(word), 1u);
@@ -138,10 +142,11 @@ TEST(LedgerNamespaces, ForkedChildDoesNotKeepADeadParentAlive) {
     if (l.FindOrAddGpu(h.slice, kUuid, -1, &g) != LedgerError::kOk) _exit(4);
     l.ForceCharge(h, g, 300);
     // A compute entry, claimed the way the launch gate claims one.
-    LedgerComputeEntry& e = l.layout()->header.compute[5];
+    const int entry = h.slice * kLedgerSliceComputeEntries + 5;
+    LedgerComputeEntry& e = *l.ComputeEntry(entry);
     uint64_t expected = 0;
     if (!e.state.compare_exchange_strong(expected, PackState(EntryState::kClaiming, me))) _exit(5);
-    if (!l.AcquireComputeEntry(5)) _exit(6);
+    if (!l.AcquireComputeEntry(entry)) _exit(6);
     e.state.store(PackState(EntryState::kAlive, me));
     pid_t kid = fork();
     if (kid == 0) {
@@ -161,18 +166,20 @@ TEST(LedgerNamespaces, ForkedChildDoesNotKeepADeadParentAlive) {
   ASSERT_EQ(l.Open(f.path.c_str()), LedgerError::kOk);
   const int slice = l.FindSlice("forky");
   ASSERT_GE(slice, 0);
+  ASSERT_EQ(l.MapUsage(slice), LedgerError::kOk);
+  const int entry = slice * kLedgerSliceComputeEntries + 5;
   const int g = l.FindGpu(slice, kUuid);
   const int slot = r->slot.load();
   EXPECT_TRUE(l.SlotOwnerAlive(slice, slot));
-  EXPECT_TRUE(l.ComputeOwnerAlive(5));
+  EXPECT_TRUE(l.ComputeOwnerAlive(entry));
   EXPECT_EQ(l.Reap(slice), 0);
 
   kill(parent, SIGKILL);
   ASSERT_EQ(waitpid(parent, nullptr, 0), parent);
   // The child still holds the parent's bytes: the lock alone would call the parent alive.
-  EXPECT_TRUE(ByteLockedInFile(f.path, LedgerSlotLockByte(slice, slot)));
-  EXPECT_TRUE(ByteLockedInFile(f.path, LedgerComputeLockByte(5)));
-  EXPECT_FALSE(l.ComputeOwnerAlive(5));
+  EXPECT_TRUE(ByteLockedInFile(f.usage(slice), LedgerSlotLockByte(slot)));
+  EXPECT_TRUE(ByteLockedInFile(f.usage(slice), LedgerComputeLockByte(5)));
+  EXPECT_FALSE(l.ComputeOwnerAlive(entry));
   EXPECT_FALSE(l.SlotOwnerAlive(slice, slot));
   EXPECT_EQ(l.Reap(slice), 1);
   EXPECT_EQ(l.SliceUsage(slice, g), 0);
@@ -187,7 +194,7 @@ TEST(LedgerNamespaces, ForkedChildDoesNotKeepADeadParentAlive) {
   EXPECT_EQ(l.Attach(slice, me, ProcessStartTime(me), &one_more), LedgerError::kNoProcessSlot);
   kill(kid, SIGKILL);
   // Orphaned: its new parent waits for it. Once it is gone, the slot is usable again.
-  ASSERT_TRUE(WaitFor([&] { return !ByteLockedInFile(f.path, LedgerSlotLockByte(slice, slot)); }));
+  ASSERT_TRUE(WaitFor([&] { return !ByteLockedInFile(f.usage(slice), LedgerSlotLockByte(slot)); }));
   ASSERT_EQ(l.Attach(slice, me, ProcessStartTime(me), &one_more), LedgerError::kOk);
   EXPECT_EQ(one_more.slot, slot);
   for (auto& h : hs) l.Detach(h);
@@ -211,8 +218,10 @@ TEST(LedgerNamespaces, ComputeEntryOfAnotherNamespace) {
     Ledger l;
     if (l.Open(path.c_str()) != LedgerError::kOk) return 2;
     const uint32_t me = static_cast<uint32_t>(getpid());
-    for (int i = 0; i < kLedgerMaxComputeEntries; ++i) {
-      LedgerComputeEntry& e = l.layout()->header.compute[i];
+    int slice = -1;
+    if (l.FindOrCreateSlice("computes", SliceClass::kGuaranteed, 0, &slice) != LedgerError::kOk) return 5;
+    for (int i = slice * kLedgerSliceComputeEntries; i < (slice + 1) * kLedgerSliceComputeEntries; ++i) {
+      LedgerComputeEntry& e = *l.ComputeEntry(i);
       uint64_t expected = 0;
       if (!e.state.compare_exchange_strong(expected, PackState(EntryState::kClaiming, me))) continue;
       if (!l.AcquireComputeEntry(i)) return 3;
@@ -230,7 +239,8 @@ TEST(LedgerNamespaces, ComputeEntryOfAnotherNamespace) {
   Ledger l;
   ASSERT_EQ(l.Open(f.path.c_str()), LedgerError::kOk);
   const int i = r->entry.load();
-  LedgerComputeEntry& e = l.layout()->header.compute[i];
+  ASSERT_EQ(l.MapUsage(ComputeSliceOf(i)), LedgerError::kOk);
+  LedgerComputeEntry& e = *l.ComputeEntry(i);
   EXPECT_EQ(PidOf(e.state.load()), 1u);
   EXPECT_NE(e.pid_ns.load(), SelfPidNamespace());
   EXPECT_NE(e.start_time.load(), 0u);
@@ -239,10 +249,11 @@ TEST(LedgerNamespaces, ComputeEntryOfAnotherNamespace) {
   EXPECT_EQ(resolver.Resolve(e.pid_ns.load(), 1, e.start_time.load()), static_cast<uint32_t>(r->host_pid.load()));
   // An entry published without its lock byte (an owner that never took it) is dead to
   // everyone outside its namespace.
-  LedgerComputeEntry& stale = l.layout()->header.compute[(i + 1) % kLedgerMaxComputeEntries];
+  const int next = ComputeSliceOf(i) * kLedgerSliceComputeEntries + (ComputeEntryOf(i) + 1) % kLedgerSliceComputeEntries;
+  LedgerComputeEntry& stale = *l.ComputeEntry(next);
   stale.pid_ns.store(e.pid_ns.load());
   stale.state.store(PackState(EntryState::kAlive, 1));
-  EXPECT_FALSE(l.ComputeOwnerAlive((i + 1) % kLedgerMaxComputeEntries));
+  EXPECT_FALSE(l.ComputeOwnerAlive(next));
   stale.state.store(0);
 
   ASSERT_GT(r->host_pid.load(), 1);
@@ -250,55 +261,6 @@ TEST(LedgerNamespaces, ComputeEntryOfAnotherNamespace) {
   EXPECT_TRUE(WaitFor([&] { return !l.ComputeOwnerAlive(i); }));
   int status = 0;
   ASSERT_EQ(waitpid(mid, &status, 0), mid);
-  munmap(r, 4096);
-}
-
-// The create lock of a holder in another namespace: waited for while it lives, taken once it
-// is dead (the lock byte, not its pid, says so).
-TEST(LedgerNamespaces, CreateLockHeldInAnotherNamespace) {
-  LedgerFile f("ns-create");
-  {
-    Ledger creator;
-    ASSERT_EQ(creator.Open(f.path.c_str()), LedgerError::kOk);
-  }
-  Report* r = NewReport();
-  ASSERT_NE(r, nullptr);
-  const std::string path = f.path;
-  pid_t mid = SpawnInNewPidNamespace(r, [r, path] {
-    Ledger l;
-    if (l.Open(path.c_str()) != LedgerError::kOk) return 2;
-    // Creating a slice takes and drops the lock; hold it by stalling inside: take it the way
-    // LockCreate does (word, stamp, namespace, byte) and keep it.
-    LedgerHeader& h = l.layout()->header;
-    uint64_t expected = 0;
-    if (!h.create_lock.compare_exchange_strong(expected, static_cast<uint64_t>(getpid()))) return 3;
-    h.create_lock_ns.store(MonotonicNs());
-    h.create_lock_pid_ns.store(SelfPidNamespace());
-    int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
-    struct flock fl{};
-    fl.l_type = F_WRLCK;
-    fl.l_whence = SEEK_SET;
-    fl.l_start = static_cast<off_t>(kLedgerCreateLockByte);
-    fl.l_len = 1;
-    if (fd < 0 || fcntl(fd, F_OFD_SETLK, &fl) != 0) return 4;
-    r->ready.store(1);
-    pause();
-    return 0;
-  });
-  ASSERT_GT(mid, 0);
-  WAIT_READY_OR_SKIP(r);
-  Ledger l;
-  ASSERT_EQ(l.Open(f.path.c_str()), LedgerError::kOk);
-  ASSERT_GT(r->host_pid.load(), 1);
-  kill(r->host_pid.load(), SIGKILL);
-  int status = 0;
-  ASSERT_EQ(waitpid(mid, &status, 0), mid);
-  // Its pid (1) is alive here: only the dropped lock byte can tell that the holder is gone.
-  ASSERT_EQ(l.layout()->header.create_lock.load(), 1u);
-  ASSERT_TRUE(ProcessAlive(1, 0));
-  int slice = -1;
-  EXPECT_EQ(l.FindOrCreateSlice("after-container-holder", SliceClass::kGuaranteed, 0, &slice), LedgerError::kOk);
-  EXPECT_EQ(l.layout()->header.create_lock.load(), 0u);
   munmap(r, 4096);
 }
 

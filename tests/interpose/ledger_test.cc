@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,11 +24,23 @@ std::string TempLedgerPath(const char* name) {
   return "/dev/shm/gslice-test-" + std::to_string(getpid()) + "-" + name;
 }
 
+// A ledger directory of the test's own, removed with everything in it (also on failure).
 struct LedgerFile {
-  explicit LedgerFile(const char* name) : path(TempLedgerPath(name)) { unlink(path.c_str()); }
-  ~LedgerFile() { unlink(path.c_str()); }
+  explicit LedgerFile(const char* name) : path(TempLedgerPath(name)) { Remove(); }
+  ~LedgerFile() { Remove(); }
+  void Remove() const { std::filesystem::remove_all(path); }
+  std::string limits() const { return path + "/limits"; }
   std::string path;
 };
+
+// The limits file mapped writable, as only its owner could: to model a broken or foreign file.
+LedgerLimits* MapLimitsForTest(const std::string& file) {
+  int fd = open(file.c_str(), O_RDWR);
+  if (fd < 0) return nullptr;
+  void* p = mmap(nullptr, sizeof(LedgerLimits), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  return p == MAP_FAILED ? nullptr : static_cast<LedgerLimits*>(p);
+}
 
 const uint8_t kUuidA[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
 const uint8_t kUuidB[16] = {16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1};
@@ -36,9 +49,15 @@ TEST(Ledger, CreatesAndValidatesLayout) {
   LedgerFile f("layout");
   Ledger l;
   ASSERT_EQ(l.Open(f.path.c_str()), LedgerError::kOk);
-  EXPECT_EQ(l.layout()->header.magic, kLedgerMagic);
-  EXPECT_EQ(l.layout()->header.version, kLedgerVersion);
-  EXPECT_EQ(l.layout()->header.size, sizeof(LedgerLayout));
+  EXPECT_TRUE(l.writable());  // the directory is ours
+  EXPECT_EQ(l.limits()->header.magic, kLedgerMagic);
+  EXPECT_EQ(l.limits()->header.version, kLedgerVersion);
+  EXPECT_EQ(l.limits()->header.size, sizeof(LedgerLimits));
+  struct stat st;
+  ASSERT_EQ(stat(f.path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0755u);
+  ASSERT_EQ(stat(f.limits().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0644u);
   // A second mapping sees the same ledger.
   Ledger l2;
   ASSERT_EQ(l2.Open(f.path.c_str()), LedgerError::kOk);
@@ -46,6 +65,11 @@ TEST(Ledger, CreatesAndValidatesLayout) {
   ASSERT_EQ(l.FindOrCreateSlice("train", SliceClass::kGuaranteed, 0, &s1), LedgerError::kOk);
   ASSERT_EQ(l2.FindOrCreateSlice("train", SliceClass::kGuaranteed, 0, &s2), LedgerError::kOk);
   EXPECT_EQ(s1, s2);
+  // Its usage file: created for this generation, 0644, owned by the slice's owner.
+  ASSERT_EQ(stat((f.path + "/slice-" + std::to_string(s1)).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0644u);
+  EXPECT_EQ(st.st_uid, geteuid());
+  EXPECT_EQ(l.limits()->slices[s1].owner_uid, geteuid());
 }
 
 TEST(Ledger, RefusesIncompatibleFile) {
@@ -53,53 +77,74 @@ TEST(Ledger, RefusesIncompatibleFile) {
   {
     Ledger l;
     ASSERT_EQ(l.Open(f.path.c_str()), LedgerError::kOk);
-    l.layout()->header.version = kLedgerVersion + 1;
   }
+  LedgerLimits* raw = MapLimitsForTest(f.limits());
+  ASSERT_NE(raw, nullptr);
+  raw->header.version = kLedgerVersion + 1;
+  munmap(raw, sizeof(LedgerLimits));
   Ledger l;
   EXPECT_EQ(l.Open(f.path.c_str()), LedgerError::kIncompatible);
+  EXPECT_NE(std::string(l.detail()).find("layout version"), std::string::npos) << l.detail();
+}
+
+TEST(Ledger, RefusesALedgerFileOfAnOlderVersion) {
+  LedgerFile f("oldfile");
+  int fd = open(f.path.c_str(), O_RDWR | O_CREAT | O_EXCL, 0666);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  Ledger l;
+  EXPECT_EQ(l.Open(f.path.c_str()), LedgerError::kIncompatible);
+  EXPECT_NE(std::string(l.detail()).find("version 3 or older"), std::string::npos) << l.detail();
+  unlink(f.path.c_str());
 }
 
 TEST(Ledger, RecoversFromCreatorKilledMidInit) {
   LedgerFile f("halfinit");
+  ASSERT_EQ(mkdir(f.path.c_str(), 0755), 0);
   // A creator that made the file and died before sizing it.
-  int fd = open(f.path.c_str(), O_RDWR | O_CREAT | O_EXCL, 0666);
+  int fd = open(f.limits().c_str(), O_RDWR | O_CREAT | O_EXCL, 0644);
   ASSERT_GE(fd, 0);
   close(fd);
   {
     Ledger l;
     ASSERT_EQ(l.Open(f.path.c_str(), 200), LedgerError::kOk);
-    EXPECT_EQ(l.layout()->header.initialised.load(), 1u);
+    EXPECT_EQ(l.limits()->header.initialised.load(), 1u);
   }
   // One that sized it and died before writing the header.
-  ASSERT_EQ(truncate(f.path.c_str(), 0), 0);
-  ASSERT_EQ(truncate(f.path.c_str(), static_cast<off_t>(sizeof(LedgerLayout))), 0);
+  ASSERT_EQ(truncate(f.limits().c_str(), 0), 0);
+  ASSERT_EQ(truncate(f.limits().c_str(), static_cast<off_t>(sizeof(LedgerLimits))), 0);
   Ledger l;
   ASSERT_EQ(l.Open(f.path.c_str(), 200), LedgerError::kOk);
-  EXPECT_EQ(l.layout()->header.magic, kLedgerMagic);
+  EXPECT_EQ(l.limits()->header.magic, kLedgerMagic);
 }
 
 TEST(Ledger, WaitsForALiveInitialiserAndGivesUpBounded) {
   LedgerFile f("locked");
-  int fd = open(f.path.c_str(), O_RDWR | O_CREAT, 0666);
+  ASSERT_EQ(mkdir(f.path.c_str(), 0755), 0);
+  int lfd = open((f.path + "/lock").c_str(), O_RDWR | O_CREAT, 0600);
+  ASSERT_GE(lfd, 0);
+  int fd = open(f.limits().c_str(), O_RDWR | O_CREAT, 0644);
   ASSERT_GE(fd, 0);
-  ASSERT_EQ(flock(fd, LOCK_EX), 0);  // an initialiser that never finishes
+  close(fd);
+  ASSERT_EQ(flock(lfd, LOCK_EX), 0);  // an initialiser that never finishes
   Ledger l;
   EXPECT_EQ(l.Open(f.path.c_str(), 100), LedgerError::kInitTimeout);
-  flock(fd, LOCK_UN);
-  close(fd);
+  flock(lfd, LOCK_UN);
+  close(lfd);
   EXPECT_EQ(l.Open(f.path.c_str(), 100), LedgerError::kOk);
 }
 
 TEST(Ledger, LeavesAFileOfAnotherSizeAlone) {
   LedgerFile f("othersize");
-  int fd = open(f.path.c_str(), O_RDWR | O_CREAT, 0666);
+  ASSERT_EQ(mkdir(f.path.c_str(), 0755), 0);
+  int fd = open(f.limits().c_str(), O_RDWR | O_CREAT, 0644);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(ftruncate(fd, 4096), 0);
   close(fd);
   Ledger l;
   EXPECT_EQ(l.Open(f.path.c_str(), 100), LedgerError::kIncompatible);
   struct stat st;
-  ASSERT_EQ(stat(f.path.c_str(), &st), 0);
+  ASSERT_EQ(stat(f.limits().c_str(), &st), 0);
   EXPECT_EQ(st.st_size, 4096);
 }
 
@@ -213,6 +258,7 @@ TEST(Ledger, ProcessesShareOneLimit) {
   ASSERT_EQ(l.Open(f.path.c_str()), LedgerError::kOk);
   int slice = l.FindSlice("shared");
   ASSERT_GE(slice, 0);
+  ASSERT_EQ(l.MapUsage(slice), LedgerError::kOk);
   int g = l.FindGpu(slice, kUuidA);
   ASSERT_GE(g, 0);
   EXPECT_EQ(l.SliceUsage(slice, g), kLimit);
@@ -268,19 +314,6 @@ TEST(Ledger, RefusalReapsDeadHolderFirst) {
   EXPECT_EQ(l.SliceUsage(slice, g), 500);
 }
 
-TEST(Ledger, CreateLockIsStolenFromDeadHolder) {
-  Ledger l;
-  ASSERT_EQ(l.OpenPrivate(), LedgerError::kOk);
-  pid_t kid = fork();
-  if (kid == 0) _exit(0);
-  waitpid(kid, nullptr, 0);
-  l.layout()->header.create_lock.store(static_cast<uint64_t>(kid));
-  l.layout()->header.create_lock_ns.store(MonotonicNs());
-  int slice = -1;
-  EXPECT_EQ(l.FindOrCreateSlice("after-dead-lock", SliceClass::kGuaranteed, 0, &slice), LedgerError::kOk);
-  EXPECT_EQ(l.layout()->header.create_lock.load(), 0u);
-}
-
 TEST(Ledger, EphemeralSlicesAreRecycled) {
   Ledger l;
   ASSERT_EQ(l.OpenPrivate(), LedgerError::kOk);
@@ -329,8 +362,9 @@ TEST(Ledger, ManyProcessesAttachAtOnce) {
   ASSERT_GE(slice, 0);
   // Exactly one slice and one GPU entry, 64 distinct slots.
   int named = 0;
-  for (auto& s : l.layout()->slices) named += (StateOf(s.state.load()) == EntryState::kReady && std::string(s.name) == "crowd");
+  for (auto& s : l.limits()->slices) named += (StateOf(s.state.load()) == EntryState::kReady && std::string(s.name) == "crowd");
   EXPECT_EQ(named, 1);
+  ASSERT_EQ(l.MapUsage(slice), LedgerError::kOk);
   int g = l.FindGpu(slice, kUuidA);
   EXPECT_EQ(l.SliceUsage(slice, g), kProcs);
   EXPECT_EQ(l.Reap(slice), kProcs);

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <filesystem>
 
 extern char** environ;
 
@@ -65,10 +66,12 @@ ShimEnv::ShimEnv(const std::string& name) {
 
 ShimEnv::~ShimEnv() {
   unlink(vars["GSLICE_SIM_STATE"].c_str());
-  unlink(vars["GSLICE_LEDGER"].c_str());
+  std::filesystem::remove_all(vars["GSLICE_LEDGER"]);
+  // Where a process that may not use the ledger falls back to (its user's own).
+  std::filesystem::remove_all(vars["GSLICE_LEDGER"] + "-u" + std::to_string(geteuid()));
   // Only the board this environment named (a test may point it at a shared one).
   const std::string& board = vars["GSLICE_SUSPEND_BOARD"];
-  if (board.rfind("/dev/shm/gslice-test-" + std::to_string(getpid()) + "-", 0) == 0) unlink(board.c_str());
+  if (board.rfind("/dev/shm/gslice-test-" + std::to_string(getpid()) + "-", 0) == 0) std::filesystem::remove_all(board);
 }
 
 int ShimEnv::Start(const std::vector<std::string>& argv, int* in_fd, int* out_fd) const {

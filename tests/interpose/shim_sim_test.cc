@@ -214,6 +214,7 @@ TEST(Shim, ChaosKillsLeaveNothingBehind) {
   ASSERT_EQ(ledger.Open(env.ledger_path().c_str()), LedgerError::kOk);
   int slice = ledger.FindSlice("chaos");
   ASSERT_GE(slice, 0);
+  ASSERT_EQ(ledger.MapUsage(slice), LedgerError::kOk);
   int64_t used = 0;
   for (int i = 0; i < 100; ++i) {  // within 1 s
     ledger.MaybeReap(slice);
@@ -254,6 +255,7 @@ TEST(Shim, SixtyFourProcessesInitialiseAtOnce) {
   ASSERT_EQ(ledger.Open(env.ledger_path().c_str()), LedgerError::kOk);
   int slice = ledger.FindSlice("init64");
   ASSERT_GE(slice, 0);
+  ASSERT_EQ(ledger.MapUsage(slice), LedgerError::kOk);
   EXPECT_EQ(ledger.AliveCount(slice), 0);  // every process detached on exit
 }
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include "fake_apiserver.h"
 #include "fake_kubelet.h"
 #include "gslice/k8s/extender.h"
+#include "gslice/ledger.h"
 
 extern char** environ;
 
@@ -170,28 +172,46 @@ TEST_F(DevicePluginTest, FullSequenceHealthFlipAndKubeletRestart) {
     EXPECT_EQ(c.envs().at("GSLICE_SHARE"), "25%");
     EXPECT_EQ(c.envs().at("GSLICE_COMPUTE"), "40%");
     EXPECT_EQ(c.envs().at("GSLICE_CLASS"), "opportunistic");
-    EXPECT_EQ(c.envs().at("GSLICE_LEDGER"), "/dev/shm/gslice-ledger");
+    EXPECT_EQ(c.envs().at("GSLICE_LEDGER"), "/dev/shm/gslice");
+    EXPECT_EQ(c.envs().at("GSLICE_LEDGER_USAGE"), "/dev/shm/gslice-usage");
     EXPECT_EQ(c.envs().at("GSLICE_SUSPEND_BOARD"), "/dev/shm/gslice-suspend");
     EXPECT_EQ(c.envs().at("LD_PRELOAD"), "/usr/lib/gslice/libcuda.so.1 /usr/lib/gslice/libnvidia-ml.so.1");
     EXPECT_EQ(c.envs().at("GSLICE_SUSPEND_PARTITION"), "k8s-team.p1.main");
-    ASSERT_EQ(c.mounts_size(), 5);
+    ASSERT_EQ(c.mounts_size(), 6);
     EXPECT_EQ(c.mounts(0).host_path(), config_.shim_host_dir);
     EXPECT_TRUE(c.mounts(0).read_only());
+    // The node's ledger read-only; only the container's own slice usage file is writable.
     EXPECT_EQ(c.mounts(1).host_path(), config_.ledger_host_path);
-    EXPECT_FALSE(c.mounts(1).read_only());
+    EXPECT_TRUE(c.mounts(1).read_only());
+    Ledger ledger;
+    ASSERT_EQ(ledger.Open(config_.ledger_host_path.c_str()), LedgerError::kOk);
+    const int slice = ledger.FindSlice("team.p1.main");
+    ASSERT_GE(slice, 0);
+    EXPECT_EQ(c.mounts(2).host_path(), config_.ledger_host_path + "/slice-" + std::to_string(slice));
+    EXPECT_EQ(c.mounts(2).container_path(), "/dev/shm/gslice-usage");
+    EXPECT_FALSE(c.mounts(2).read_only());
+    uint8_t uuid[16];
+    ASSERT_TRUE(ParseGpuUuid(p1_gpu.c_str(), uuid));
+    const int gpu = ledger.FindGpu(slice, uuid);
+    ASSERT_GE(gpu, 0);
+    EXPECT_EQ(ledger.Limit(slice, gpu), int64_t{4096} << 20);  // its limit, written by the plugin
+    struct stat usage_st;
+    ASSERT_EQ(stat(c.mounts(2).host_path().c_str(), &usage_st), 0);
+    EXPECT_EQ(usage_st.st_uid, 0u);  // the pod spec names no runAsUser: root's
+    EXPECT_EQ(usage_st.st_mode & 0777, 0644u);
     // The suspend board: the service's header and the container's gates read-only, its own
     // partition writable, nothing of anyone else; the files exist before the container starts.
     const std::string board = config_.board_host_path;
-    EXPECT_EQ(c.mounts(2).host_path(), board + "/service");
-    EXPECT_EQ(c.mounts(2).container_path(), "/dev/shm/gslice-suspend/service");
-    EXPECT_TRUE(c.mounts(2).read_only());
-    EXPECT_EQ(c.mounts(3).host_path(), board + "/pods/k8s-team.p1.main");
-    EXPECT_EQ(c.mounts(3).container_path(), "/dev/shm/gslice-suspend/shim/k8s-team.p1.main");
-    EXPECT_FALSE(c.mounts(3).read_only());
-    EXPECT_EQ(c.mounts(4).host_path(), board + "/gates/k8s-team.p1.main");
-    EXPECT_EQ(c.mounts(4).container_path(), "/dev/shm/gslice-suspend/gates/k8s-team.p1.main");
-    EXPECT_TRUE(c.mounts(4).read_only());
-    for (int m = 2; m <= 4; ++m) EXPECT_TRUE(fs::is_regular_file(c.mounts(m).host_path())) << c.mounts(m).host_path();
+    EXPECT_EQ(c.mounts(3).host_path(), board + "/service");
+    EXPECT_EQ(c.mounts(3).container_path(), "/dev/shm/gslice-suspend/service");
+    EXPECT_TRUE(c.mounts(3).read_only());
+    EXPECT_EQ(c.mounts(4).host_path(), board + "/pods/k8s-team.p1.main");
+    EXPECT_EQ(c.mounts(4).container_path(), "/dev/shm/gslice-suspend/shim/k8s-team.p1.main");
+    EXPECT_FALSE(c.mounts(4).read_only());
+    EXPECT_EQ(c.mounts(5).host_path(), board + "/gates/k8s-team.p1.main");
+    EXPECT_EQ(c.mounts(5).container_path(), "/dev/shm/gslice-suspend/gates/k8s-team.p1.main");
+    EXPECT_TRUE(c.mounts(5).read_only());
+    for (int m = 3; m <= 5; ++m) EXPECT_TRUE(fs::is_regular_file(c.mounts(m).host_path())) << c.mounts(m).host_path();
     EXPECT_EQ(fs::status(board + "/pods").permissions(), fs::perms::owner_all);
     std::string want_dev = std::string("/dev/nvidia") + (p1_gpu == kGpu0 ? "0" : "1");
     ASSERT_EQ(c.devices_size(), 2);  // its GPU and nvidiactl (no uvm node in this /dev)
@@ -321,6 +341,50 @@ TEST(PendingPods, OldestBindFirstUnlessTheDevicesSayOtherwise) {
   EXPECT_FALSE(FindPendingContainer(list, "other-node", 1, {}, &why));
   EXPECT_FALSE(FindPendingContainer(list, "n", 2, {}, &why));
   EXPECT_NE(why.find("2 gslice.io/gpu"), std::string::npos) << why;
+}
+
+// A container's slice: written by the plugin into the node ledger, its usage file owned by the
+// uid the pod runs as (runAsUser of the container, else of the pod), so that a non-root
+// container can charge into its own slice and nothing else.
+TEST(ContainerSlices, UsageBelongsToTheUidThePodRunsAs) {
+  Assignment a;
+  a.node = "n";
+  a.containers.push_back({"main", {{"GPU-a0010203-0405-0607-0809-0a0b0c0d0e0f", 0, 1024, 0}}});
+  json pod{{"metadata", {{"name", "u"}, {"namespace", "ns"}, {"uid", "u"},
+                         {"annotations", {{"gslice.io/assignment", EncodeAssignment(a)},
+                                          {"gslice.io/bind-phase", "allocating"}}}}},
+           {"spec", {{"nodeName", "n"},
+                     {"securityContext", {{"runAsUser", 1000}}},
+                     {"containers", {{{"name", "main"}, {"securityContext", {{"runAsUser", 65534}}}}}}}}};
+  std::string why;
+  auto p = FindPendingContainer(json{{"items", {pod}}}, "n", 1, {}, &why);
+  ASSERT_TRUE(p) << why;
+  EXPECT_EQ(p->run_as_user, 65534);  // the container's, over the pod's
+  pod["spec"]["containers"][0].erase("securityContext");
+  EXPECT_EQ(FindPendingContainer(json{{"items", {pod}}}, "n", 1, {}, &why)->run_as_user, 1000);
+
+  DevicePluginConfig config;
+  config.ledger_host_path = (fs::temp_directory_path() / ("gslice-plugin-ledger-" + std::to_string(getpid()))).string();
+  fs::remove_all(config.ledger_host_path);
+  const std::string usage = PrepareContainerSlice(config, *p, &why);
+  ASSERT_FALSE(usage.empty()) << why;
+  struct stat st;
+  ASSERT_EQ(stat(usage.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 65534u);
+  EXPECT_EQ(st.st_mode & 0777, 0644u);
+  ASSERT_EQ(stat((config.ledger_host_path + "/limits").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);  // the limits stay the plugin's (root's)
+  EXPECT_EQ(st.st_mode & 0777, 0644u);
+  v1beta1::ContainerAllocateResponse resp;
+  BuildContainerResponse(config, *p, usage, &resp);
+  int writable = 0;
+  for (const auto& m : resp.mounts()) {
+    if (m.read_only()) continue;
+    ++writable;
+    EXPECT_TRUE(m.host_path() == usage || m.host_path() == config.board_host_path) << m.host_path();
+  }
+  EXPECT_EQ(writable, 2);  // its own usage file and the suspend board, nothing of the ledger else
+  fs::remove_all(config.ledger_host_path);
 }
 
 // gsliced adopts only names of 1-63 characters of [a-z0-9._-] starting with a letter or digit

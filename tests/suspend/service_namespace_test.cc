@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
+#include <filesystem>
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -58,7 +59,7 @@ TEST(SuspendServiceNamespaces, FindsAContainerProcessByTheHostPid) {
   const std::string ledger_path = ShmPath("svc-ns-ledger");
   test::ScopedPath board_dir("svc-ns-board");
   const std::string board_path = board_dir.path();
-  unlink(ledger_path.c_str());
+  std::filesystem::remove_all(ledger_path);
   std::string board_error;
   ASSERT_TRUE(CreateSuspendBoard(board_path.c_str(), &board_error)) << board_error;
   FakeProc proc;
@@ -76,7 +77,7 @@ TEST(SuspendServiceNamespaces, FindsAContainerProcessByTheHostPid) {
   const uint32_t me = static_cast<uint32_t>(getpid());
   ASSERT_EQ(ledger.Attach(slice, me, ProcessStartTime(me), &h), LedgerError::kOk);
   ledger.ForceCharge(h, gpu, 1 << 20);
-  LedgerProcess& slot = ledger.layout()->slices[slice].slots[h.slot];
+  LedgerProcess& slot = ledger.usage(slice)->slots[h.slot];
   slot.pid_ns.store(200);
   slot.start_time.store(555);
   slot.state.store(PackState(EntryState::kAlive, 7, 9));
@@ -146,7 +147,7 @@ TEST(SuspendServiceNamespaces, FindsAContainerProcessByTheHostPid) {
   service->Resume(4244);
 
   service.reset();
-  unlink(ledger_path.c_str());
+  std::filesystem::remove_all(ledger_path);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -129,7 +130,7 @@ class SuspendSimTest : public ::testing::Test {
     // The board as gsliced (or the device plugin) makes it at boot, before any process runs.
     board_ = std::make_unique<test::ScopedPath>("suspend-" + tag_ + "-board");
     board_path_ = board_->path();
-    unlink(ledger_path_.c_str());
+    std::filesystem::remove_all(ledger_path_);
     std::string error;
     ASSERT_TRUE(CreateSuspendBoard(board_path_.c_str(), &error)) << error;
     ASSERT_EQ(ledger_.Open(ledger_path_.c_str()), LedgerError::kOk);
@@ -144,7 +145,7 @@ class SuspendSimTest : public ::testing::Test {
       e->vars["GSLICE_LEDGER"] = ProcessBase() + "-none";
     }
     envs_.clear();
-    unlink(ledger_path_.c_str());
+    std::filesystem::remove_all(ledger_path_);
     board_.reset();
   }
 

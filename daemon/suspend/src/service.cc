@@ -30,17 +30,19 @@ struct LedgerProcessInfo {
 
 // The ledger slot of the process known as pid in pid namespace pid_ns (a container's process
 // by its container-local pid); info.pid becomes host_pid, the pid the service sees.
-LedgerProcessInfo FindInLedger(const Ledger& ledger, uint64_t pid_ns, uint32_t pid, int host_pid) {
+LedgerProcessInfo FindInLedger(Ledger& ledger, uint64_t pid_ns, uint32_t pid, int host_pid) {
   LedgerProcessInfo out;
-  LedgerLayout* l = ledger.layout();
+  const LedgerLimits* l = ledger.limits();
   if (l == nullptr || pid == 0) return out;
   for (int i = 0; i < kLedgerMaxSlices; ++i) {
-    LedgerSlice& s = l->slices[i];
+    const LedgerSlice& s = l->slices[i];
     if (StateOf(s.state.load()) != EntryState::kReady) continue;
-    const uint32_t hw = s.slot_high_water.load();
+    if (ledger.MapUsage(i) != LedgerError::kOk) continue;
+    const LedgerUsage& u = *ledger.usage(i);
+    const uint32_t hw = u.head.slot_high_water.load();
     for (uint32_t k = 0; k < hw && k < static_cast<uint32_t>(kLedgerMaxSlots); ++k) {
-      const uint64_t word = s.slots[k].state.load();
-      if (StateOf(word) != EntryState::kAlive || PidOf(word) != pid || s.slots[k].pid_ns.load() != pid_ns) continue;
+      const uint64_t word = u.slots[k].state.load();
+      if (StateOf(word) != EntryState::kAlive || PidOf(word) != pid || u.slots[k].pid_ns.load() != pid_ns) continue;
       out.found = true;
       out.info.pid = host_pid;
       out.info.slice.assign(s.name, strnlen(s.name, sizeof s.name));
@@ -48,7 +50,7 @@ LedgerProcessInfo FindInLedger(const Ledger& ledger, uint64_t pid_ns, uint32_t p
       int64_t most = -1;
       for (int g = 0; g < kLedgerMaxGpus; ++g) {
         if (StateOf(s.gpus[g].state.load()) != EntryState::kReady) continue;
-        const int64_t used = s.used[g][k].load();
+        const int64_t used = u.used[g][k].load();
         if (used > 0) out.info.device_bytes += static_cast<uint64_t>(used);
         if (used > most) {
           most = used;
@@ -103,7 +105,8 @@ bool SuspendService::Init(ServiceOptions options, std::unique_ptr<CheckpointDriv
                           std::string* error) {
   options_ = std::move(options);
   if (LedgerError e = ledger_.Open(options_.ledger_path.c_str()); e != LedgerError::kOk) {
-    *error = "cannot open the node ledger " + options_.ledger_path + ": " + LedgerErrorString(e);
+    *error = "cannot open the node ledger " + options_.ledger_path + ": " + LedgerErrorString(e) + " (" +
+             ledger_.detail() + ")";
     return false;
   }
   std::string board_error;

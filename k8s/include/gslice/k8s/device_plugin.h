@@ -45,8 +45,11 @@ struct DevicePluginConfig {
   int slices_per_gpu = 16;  // capped so that all slices of the node fit in the node ledger
   std::string shim_host_dir = "/usr/lib/gslice";
   std::string shim_container_dir = "/usr/lib/gslice";
-  std::string ledger_host_path = "/dev/shm/gslice-ledger";
-  std::string ledger_container_path = "/dev/shm/gslice-ledger";
+  // The node ledger directory (docs/ledger.md), mounted read-only into every container, and
+  // where each container's own slice usage file (writable) is mounted.
+  std::string ledger_host_path = "/dev/shm/gslice";
+  std::string ledger_container_path = "/dev/shm/gslice";
+  std::string usage_container_path = "/dev/shm/gslice-usage";
   // The suspend board directory (docs/suspend.md): a container gets its service header and
   // its own gates read-only and its own partition writable, so gsliced's suspend service sees
   // the container's processes (by their pid namespaces) and they see it.
@@ -64,6 +67,9 @@ struct PendingContainer {
   SliceClass slice_class = SliceClass::kGuaranteed;
   ContainerAssignment container;
   std::string compute_cap;  // gslice.io/compute-cap, may be empty
+  // The uid the container runs as (securityContext.runAsUser of the container, else of the
+  // pod); -1 when the pod spec does not say (the image's USER is not visible here).
+  int64_t run_as_user = -1;
 };
 
 // Picks from a PodList (JSON) the pod on `node` waiting for a container of `device_count`
@@ -74,9 +80,16 @@ std::optional<PendingContainer> FindPendingContainer(const nlohmann::json& pod_l
                                                      const std::set<std::string>& requested_uuids,
                                                      std::string* why);
 
-// Fills the kubelet's answer for one container.
+// Creates (or finds) the container's slice in the node ledger with its GPUs' limits, its
+// usage file owned by the uid the container runs as (root when the pod spec does not say).
+// Returns the usage file's host path; "" with *why on failure.
+std::string PrepareContainerSlice(const DevicePluginConfig& config, const PendingContainer& pending,
+                                  std::string* why);
+
+// Fills the kubelet's answer for one container: the ledger directory read-only, and its own
+// usage file (usage_host_path) read-write; nothing of another slice's is writable there.
 void BuildContainerResponse(const DevicePluginConfig& config, const PendingContainer& pending,
-                            v1beta1::ContainerAllocateResponse* out);
+                            const std::string& usage_host_path, v1beta1::ContainerAllocateResponse* out);
 
 // "<uuid>::<n>" -> "<uuid>"; empty if malformed.
 std::string GpuOfDeviceId(const std::string& id);

@@ -34,7 +34,7 @@
 namespace gslice::suspend {
 
 struct ServiceOptions {
-  std::string ledger_path = "/dev/shm/gslice-ledger";
+  std::string ledger_path = "/dev/shm/gslice";
   std::string board_path = "/dev/shm/gslice-suspend";  // a directory (suspend_board.h), made if missing
   std::string driver_library;  // "" = libcuda.so.1
   std::string nvml_library;    // "" = libnvidia-ml.so.1
