@@ -21,6 +21,7 @@
 #include "commands.h"
 #include "daemon_client.h"
 #include "gpu_query.h"
+#include "gslice/ledger.h"
 #include "gslice/options.h"
 #include "gslice/units.h"
 
@@ -206,6 +207,35 @@ bool LinkWithDaemon(const std::string& name, const std::vector<GpuInfo>& gpus, c
 }
 
 pid_t g_child = 0;
+// A slice with no daemon is written by gslice run itself, as its writer: in the node ledger
+// when this user owns it (root), else in the user's own ledger (<ledger>-u<uid>), which its
+// processes then use. Returns that ledger's path; "" with *why when neither can hold it (the
+// shims then keep the limits per process).
+std::string PublishDaemonlessSlice(const std::string& name, const std::vector<GpuInfo>& chosen,
+                                   const std::vector<uint64_t>& limits, bool opportunistic, std::string* why) {
+  Ledger ledger;
+  int slice = -1;
+  char note[640] = {};
+  const SliceClass cls = opportunistic ? SliceClass::kOpportunistic : SliceClass::kGuaranteed;
+  LedgerError e = OpenSliceLedger(&ledger, OptionValue(Option::Ledger), "", name.c_str(), cls, kSliceEphemeral,
+                                  /*create_slice=*/true, &slice, note, sizeof note);
+  if (e != LedgerError::kOk) {
+    *why = note;
+    return "";
+  }
+  for (size_t k = 0; k < chosen.size(); ++k) {
+    uint8_t uuid[16];
+    if (!ParseGpuUuid(chosen[k].uuid.c_str(), uuid)) continue;  // the shim keys it by what the driver says
+    const int64_t limit = static_cast<int64_t>(limits.size() == 1 ? limits[0] : limits[k]);
+    int gpu = -1;
+    if (ledger.FindOrAddGpu(slice, uuid, limit, &gpu) == LedgerError::kOk && ledger.writable() &&
+        ledger.Limit(slice, gpu) != limit) {
+      ledger.SetLimit(slice, gpu, limit);
+    }
+  }
+  return ledger.path();
+}
+
 void ForwardSignal(int sig) {
   if (g_child > 0) kill(g_child, sig);
 }
@@ -426,6 +456,16 @@ int RunCommand(int argc, char** argv) {
   std::string refusal;
   if (!LinkWithDaemon(name, chosen, limits, compute, class_arg == "opportunistic", no_daemon, &link, &refusal)) {
     return Fail(refusal);
+  }
+  if (link == DaemonLink::kNone) {
+    std::string why;
+    const std::string ledger = PublishDaemonlessSlice(name, chosen, limits, class_arg == "opportunistic", &why);
+    if (!ledger.empty()) {
+      setenv(GetOptionInfo(Option::Ledger).env, ledger.c_str(), 1);
+      if (verbose) fprintf(stderr, "  ledger %s (no gsliced)\n", ledger.c_str());
+    } else {
+      fprintf(stderr, "gslice run: %s; the limits hold per process\n", why.c_str());
+    }
   }
   if (verbose && link == DaemonLink::kJoined) {
     fprintf(stderr, "  joining gsliced's slice %s (its limits apply)\n", name.c_str());
