@@ -239,6 +239,23 @@ TEST_F(ComputeSim, OpportunisticYieldsToGuaranteed) {
 // beside busy guaranteed work, where on a time-sliced GPU it gets next to nothing
 // (OpportunisticYieldsToGuaranteed), and the controller holds it back as far as the
 // guaranteed job's progress needs.
+// Processes of different slices keep their compute entries in their own slices' usage files;
+// each gate maps the others' read-only (docs/ledger.md), so classes and shares still hold
+// between slices.
+TEST_F(ComputeSim, GatesOfDifferentSlicesSeeEachOther) {
+  const auto all = RunTogether({OnGpu(1), OnGpu(0, {{"GSLICE_CLASS", "guaranteed"}, {"GSLICE_SLICE", "team-a"}}),
+                                OnGpu(0, {{"GSLICE_CLASS", "opportunistic"}, {"GSLICE_SLICE", "team-b"}})}, 2.0);
+  const Result& solo = all[0];
+  const double g = static_cast<double>(all[1].kernels), o = static_cast<double>(all[2].kernels);
+  EXPECT_GE(g, 0.85 * static_cast<double>(solo.kernels)) << "guaranteed " << g << " solo " << solo.kernels;
+  EXPECT_LE(o, 0.10 * g) << "opportunistic " << o << " guaranteed " << g;
+  const auto rs = RunTogether({{{"GSLICE_SHARE", "25%"}, {"GSLICE_SLICE", "team-a"}},
+                               {{"GSLICE_SHARE", "75%"}, {"GSLICE_SLICE", "team-b"}}}, 3.0);
+  const double a = static_cast<double>(rs[0].kernels), b = static_cast<double>(rs[1].kernels);
+  ASSERT_GT(a + b, 200);
+  EXPECT_NEAR(a / (a + b), 0.25, 0.08) << a << " vs " << b;
+}
+
 TEST_F(ComputeSim, OnMpsOpportunisticRunsBesideGuaranteed) {
   auto run = [this](const char* interference) {
     unlink(sim_state_.c_str());  // a fresh simulated node with this setting
