@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -32,7 +33,7 @@ int main(int argc, char** argv) {
   const int procs = argc > 1 ? atoi(argv[1]) : 8;
   const int pairs = argc > 2 ? atoi(argv[2]) : 200000;
   const std::string path = "/dev/shm/gslice-ledger-bench-" + std::to_string(getpid());
-  unlink(path.c_str());
+  std::filesystem::remove_all(path);
   auto* results = static_cast<double*>(mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
   const uint8_t uuid[16] = {0x47, 0x53};
   std::vector<pid_t> kids;
@@ -75,7 +76,7 @@ int main(int argc, char** argv) {
     waitpid(k, &st, 0);
     failed += !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
   }
-  unlink(path.c_str());
+  std::filesystem::remove_all(path);
   if (failed) {
     fprintf(stderr, "ledger bench: %d processes failed\n", failed);
     return 1;

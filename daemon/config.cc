@@ -47,9 +47,9 @@ const Option kOptions[] = {
      "SQLite database of slices, users and projects; its folder is created if missing.",
      &DaemonConfig::database},
     {"ledger", R"("")",
-     "Node ledger (shared memory) the shims read limits from. Empty: $GSLICE_LEDGER,\n"
-     "else /dev/shm/gslice-ledger. \"none\": keep slices in gsliced only (nothing enforces\n"
-     "them). The ledger holds at most 64 slices.",
+     "Node ledger directory (shared memory) the shims read limits from; gsliced must own\n"
+     "it (docs/ledger.md). Empty: $GSLICE_LEDGER, else /dev/shm/gslice. \"none\": keep\n"
+     "slices in gsliced only (nothing enforces them). The ledger holds at most 64 slices.",
      &DaemonConfig::ledger},
     {"nvml_library", R"("libnvidia-ml.so.1")",
      "NVML library gsliced dlopens to find the GPUs (a soname or a path).",

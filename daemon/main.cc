@@ -13,6 +13,7 @@
 #include "api_server.h"
 #include "config.h"
 #include "gpu_inventory.h"
+#include "gslice/options.h"
 #include "ledger_binding.h"
 #include "pod_resolver.h"
 #include "registry.h"
@@ -97,7 +98,7 @@ int main(int argc, char** argv) {
   }
   if (config.ledger.empty()) {
     const char* env = std::getenv("GSLICE_LEDGER");
-    config.ledger = env && *env ? env : "/dev/shm/gslice-ledger";
+    config.ledger = env && *env ? env : GetOptionInfo(Option::Ledger).default_value;
   }
   if (check_only) {
     std::printf("gsliced: configuration is valid\n");
