@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -105,6 +106,53 @@ TEST(LedgerBinding, ReportsContainerProcessesUnderTheirHostPid) {
   int status = 0;
   waitpid(mid, &status, 0);
   munmap(r, 4096);
+  std::filesystem::remove_all(path);
+}
+
+// gsliced restarting re-reads the ledger and publishes its slices again: limits and owner are
+// rewritten in place, the usage of running processes is never touched (same usage file), and
+// the usage file belongs to the slice's user, who alone (with root) may charge into it.
+TEST(LedgerBinding, RepublishingAfterARestartKeepsUsage) {
+  const std::string path = "/dev/shm/gslice-test-" + std::to_string(getpid()) + "-binding-restart";
+  std::filesystem::remove_all(path);
+  Slice slice;
+  slice.name = "team-a";
+  slice.user = "nobody";
+  slice.gpus.push_back(SliceGpu{kUuidText, uint64_t{4} << 30, 0});
+  {
+    auto opened = OpenNodeLedger(path);
+    ASSERT_TRUE(opened.ok()) << opened.status().message();
+    ASSERT_TRUE((*opened)->Publish(slice).ok());
+  }
+  Ledger proc;  // a process of the slice (root may write any usage file)
+  ASSERT_EQ(proc.Open(path.c_str()), LedgerError::kOk);
+  const uint32_t me = static_cast<uint32_t>(getpid());
+  SliceHandle h;
+  ASSERT_EQ(proc.AttachByName("team-a", SliceClass::kGuaranteed, 0, me, ProcessStartTime(me), &h), LedgerError::kOk);
+  const int gpu = proc.FindGpu(h.slice, kUuid);
+  ASSERT_GE(gpu, 0);
+  ASSERT_EQ(proc.Charge(h, gpu, 3 << 20), ChargeResult::kOk);
+  const std::string usage = path + "/slice-" + std::to_string(h.slice);
+  struct stat before;
+  ASSERT_EQ(stat(usage.c_str(), &before), 0);
+  EXPECT_EQ(before.st_uid, 65534u);  // nobody's
+  {
+    auto opened = OpenNodeLedger(path);  // the restarted daemon
+    ASSERT_TRUE(opened.ok()) << opened.status().message();
+    auto slices = (*opened)->Slices();
+    ASSERT_TRUE(slices.ok());
+    ASSERT_EQ(slices->size(), 1u);
+    EXPECT_EQ((*slices)[0].name, "team-a");
+    slice.gpus[0].memory_limit = uint64_t{6} << 30;
+    ASSERT_TRUE((*opened)->Publish(slice).ok());
+  }
+  struct stat after;
+  ASSERT_EQ(stat(usage.c_str(), &after), 0);
+  EXPECT_EQ(after.st_ino, before.st_ino);  // the same file: nothing recreated
+  EXPECT_EQ(after.st_uid, 65534u);
+  EXPECT_EQ(proc.SliceUsage(h.slice, gpu), 3 << 20);
+  EXPECT_EQ(proc.Limit(h.slice, gpu), int64_t{6} << 30);
+  proc.Detach(h);
   std::filesystem::remove_all(path);
 }
 
