@@ -314,7 +314,9 @@ LedgerError Ledger::Open(const char* path, int init_timeout_ms, bool create) {
   }
   struct stat dst;
   fstat(dfd, &dst);
-  const bool writer = dst.st_uid == geteuid();
+  // The writer owns the directory and may write it: a read-only mount of the node's ledger
+  // (a pod's, even one running as root) makes a reader.
+  const bool writer = dst.st_uid == geteuid() && faccessat(dfd, ".", W_OK, AT_EACCESS) == 0;
   int lock_fd = -1, fd = -1;
   LedgerLimits* rw = nullptr;
   const LedgerLimits* ro = nullptr;

@@ -7,7 +7,9 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -208,6 +210,60 @@ TEST(LedgerSecurity, APlantedSymlinkOrDirectoryIsRefused) {
   PerUserLedgerPath(squat.path.c_str(), own, sizeof own);
   EXPECT_STREQ(l.path(), own);
   EXPECT_NE(std::string(note).find("owned by another user"), std::string::npos) << note;
+}
+
+// A pod as the device plugin sets it up: the ledger directory bind-mounted read-only, the
+// container's own usage file read-write at GSLICE_LEDGER_USAGE. A process there (root, as in
+// most containers) charges into its own slice and can write nothing else of the ledger.
+TEST(LedgerSecurity, APodWritesOnlyItsOwnUsage) {
+  SKIP_UNLESS_ROOT();
+  TestDir dir("sec-pod");
+  TestDir ro("sec-pod-ro");
+  TestDir usage_mount("sec-pod-usage");
+  NodeLedger node(dir.path);
+  ASSERT_EQ(node.ledger.UpdateSlice(node.own, SliceClass::kGuaranteed, 0, 0), LedgerError::kOk);  // a root container's
+  const std::string own_usage = dir.path + "/slice-" + std::to_string(node.own);
+  const std::string victim_usage = "/slice-" + std::to_string(node.victim);
+  ASSERT_EQ(mkdir(ro.path.c_str(), 0755), 0);
+  ASSERT_EQ(close(open(usage_mount.path.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600)), 0);
+  const int own_gpu = node.own_gpu;
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (unshare(CLONE_NEWNS) != 0 || mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        mount(dir.path.c_str(), ro.path.c_str(), nullptr, MS_BIND, nullptr) != 0 ||
+        mount(nullptr, ro.path.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY, nullptr) != 0 ||
+        mount(own_usage.c_str(), usage_mount.path.c_str(), nullptr, MS_BIND, nullptr) != 0) {
+      _exit(77);
+    }
+    Ledger l;
+    int slice = -1;
+    char note[640] = {};
+    if (OpenSliceLedger(&l, ro.path.c_str(), usage_mount.path.c_str(), "tenant", SliceClass::kGuaranteed, 0, true,
+                        &slice, note, sizeof note) != LedgerError::kOk) {
+      _exit(1);
+    }
+    if (std::string(l.path()) != ro.path || l.writable() || !l.usage_writable(slice)) _exit(2);
+    SliceHandle h;
+    const uint32_t me = static_cast<uint32_t>(getpid());
+    if (l.Attach(slice, me, ProcessStartTime(me), &h) != LedgerError::kOk) _exit(3);
+    if (l.Charge(h, own_gpu, kOwnLimit) != ChargeResult::kOk) _exit(4);
+    if (l.Charge(h, own_gpu, 1) != ChargeResult::kOverLimit) _exit(5);
+    int s = -1;
+    if (l.FindOrCreateSlice("squat", SliceClass::kGuaranteed, 0, &s) != LedgerError::kNotPermitted) _exit(6);
+    if (open((ro.path + "/limits").c_str(), O_RDWR) >= 0) _exit(7);
+    if (open((ro.path + victim_usage).c_str(), O_RDWR) >= 0) _exit(8);
+    if (open((ro.path + "/planted").c_str(), O_RDWR | O_CREAT, 0644) >= 0) _exit(9);
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 77) GTEST_SKIP() << "no mount namespace here";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  // The charge landed in the node's usage file; the victim's limit is as set.
+  ASSERT_EQ(node.ledger.MapUsage(node.own), LedgerError::kOk);
+  EXPECT_EQ(node.ledger.Limit(node.victim, node.victim_gpu), kVictimLimit);
+  EXPECT_FALSE(std::filesystem::exists(dir.path + "/planted"));
 }
 
 TEST(LedgerSecurity, WithoutTheDaemonEachUserHasALedgerOfItsOwn) {
