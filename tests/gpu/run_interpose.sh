@@ -32,7 +32,7 @@ for p in /usr/local/nvidia/lib64/libcuda.so.1 /usr/lib/x86_64-linux-gnu/libcuda.
   [ -e "$p" ] && { REAL="$p"; break; }
 done
 export LD_LIBRARY_PATH="$(dirname "${REAL:-/usr/local/nvidia/lib64/x}")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-trap 'rm -f "$GSLICE_LEDGER"' EXIT
+trap 'rm -rf "$GSLICE_LEDGER" "$GSLICE_LEDGER-u$(id -u)"' EXIT
 
 result() {
   echo "RESULT $1 $2 ${3:-}"

@@ -74,10 +74,7 @@ def run(args, suite):
         preemption_case(args, suite, agent, base, out)
     finally:
         agent.stop()
-        try:
-            os.unlink(base["GSLICE_LEDGER"])
-        except OSError:
-            pass
+        shutil.rmtree(base["GSLICE_LEDGER"], ignore_errors=True)  # the ledger is a directory
         shutil.rmtree(base["GSLICE_SUSPEND_BOARD"], ignore_errors=True)  # the board is a directory
 
 
