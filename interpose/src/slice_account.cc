@@ -71,7 +71,11 @@ bool SliceAccount::Init(bool attach) {
   LedgerError e = OpenSliceLedger(&ledger_, path, OptionValue(Option::LedgerUsage), slice_name_, SliceClass::kGuaranteed,
                                   flags, /*create_slice=*/attach, &found, note, sizeof note);
   slice_ = found;
-  if (e == LedgerError::kOk && note[0] != '\0') Log(LogLevel::kInfo, "slice %s: %s", slice_name_, note);
+  // A refused node ledger (a symlink, another user's) is worth a warning; a missing one (no
+  // gsliced) is the daemon-less case.
+  if (e == LedgerError::kOk && note[0] != '\0') {
+    Log(strstr(note, "refused") != nullptr ? LogLevel::kWarn : LogLevel::kInfo, "slice %s: %s", slice_name_, note);
+  }
   if (attach) {
     const uint32_t pid = static_cast<uint32_t>(getpid());
     if (e == LedgerError::kOk) e = ledger_.Attach(slice_, pid, ProcessStartTime(pid), &handle_);
