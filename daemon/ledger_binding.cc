@@ -122,6 +122,8 @@ class SharedLedger final : public NodeLedger {
       if (ledger_.MapUsage(i) != LedgerError::kOk) continue;
       const LedgerUsage& u = *ledger_.usage(i);
       std::string name(s.name, strnlen(s.name, sizeof s.name));
+      // A deleted slice's processes run on, but under a name no registry slice has (ValidateName).
+      if ((s.flags & kSliceSetAside) != 0) name.insert(0, "~");
       uint32_t hw = u.head.slot_high_water.load();
       for (uint32_t k = 0; k < hw && k < static_cast<uint32_t>(kLedgerMaxSlots); ++k) {
         uint64_t word = u.slots[k].state.load();

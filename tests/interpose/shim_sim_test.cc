@@ -167,6 +167,7 @@ TEST(Shim, ContextsPastTheLimitAreRefusedAcrossProcessesAndThreads) {
   ASSERT_EQ(ledger.Open(env.ledger_path().c_str()), LedgerError::kOk);
   const int slice = ledger.FindSlice("contexts");
   ASSERT_GE(slice, 0);
+  ASSERT_EQ(ledger.MapUsage(slice), LedgerError::kOk);
   EXPECT_LE(ledger.SliceUsage(slice, 0), static_cast<int64_t>(64 * kMiB));
   EXPECT_EQ(ledger.SliceUsage(slice, 0), static_cast<int64_t>(created) * static_cast<int64_t>(4 * kMiB));
   for (const Kid& k : kids) {

@@ -70,7 +70,7 @@ function cleanup() {
   for (const c of children) {
     try { c.kill('SIGTERM'); } catch (e) { /* gone */ }
   }
-  for (const f of [ledger, simState, board]) fs.rmSync(f, {force: true});
+  for (const f of [ledger, simState, board]) fs.rmSync(f, {recursive: true, force: true});
   fs.rmSync(dir, {recursive: true, force: true});
 }
 
