@@ -317,6 +317,10 @@ void ScanPeers(Device& d) {
   const bool mine_set = g_gate->policy.share_set;
   const uint32_t my_slice = CapSliceOf(EntryIndex(d));
   for (int i = 0; i < kLedgerMaxComputeEntries && n < kMaxPeers; ++i) {
+    if (!w.mapped(ComputeSliceOf(i))) {
+      i += kLedgerSliceComputeEntries - 1 - ComputeEntryOf(i);  // the next slice's first entry
+      continue;
+    }
     LedgerComputeEntry& e = w.entry(i);
     if (&e == d.entry) continue;
     uint64_t s = e.state.load(std::memory_order_acquire);

@@ -431,6 +431,9 @@ class ComputeWindow {
   bool writable(int index) const { return own_slice_ >= 0 && ComputeSliceOf(index) == own_slice_; }
   LedgerUsageHead* own_head() const { return own_slice_ >= 0 ? &pages_[own_slice_] : nullptr; }
   int own_slice() const { return own_slice_; }
+  // Whether slice's compute page is mapped (an unmapped slice's entries are all FREE):
+  // scanners skip such slices whole instead of loading each of their entries.
+  bool mapped(int slice) const { return mapped_[slice]; }
   // Liveness of an ALIVE entry's owner (as Ledger::ComputeOwnerAlive), any slice.
   bool OwnerAlive(int index) const;
 
