@@ -42,9 +42,16 @@ struct SliceGpu {
   double compute_share = 0;   // 0..1 of the GPU's compute; 0: no compute guarantee
 };
 
+// The largest uid a slice's owner may have (uid_t is 32 bits; (uid_t)-1 means "none").
+inline constexpr int64_t kMaxUid = 0xfffffffe;
+
 struct Slice {
   std::string name;  // identity; see ValidateName
-  std::string user;
+  std::string user;  // the owner's name
+  // The owner's uid, as the kernel named the caller that created the slice; -1 when not
+  // known (created over TCP with the token, adopted from the ledger, or stored before
+  // owners were recorded): then only the user name and admins decide who may change it.
+  int64_t owner_uid = -1;
   std::string project;
   SliceClass slice_class = SliceClass::kGuaranteed;
   SliceState state = SliceState::kRunning;

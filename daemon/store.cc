@@ -56,6 +56,11 @@ constexpr const char* kMigrations[] = {
     ALTER TABLE slices ADD COLUMN idle_timeout_s INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE slices ADD COLUMN last_error TEXT NOT NULL DEFAULT '';
     )sql",
+    // 2 -> 3: who owns a slice: the caller's uid as the kernel told gsliced (-1: not known,
+    // e.g. slices created before owners were recorded, by a token caller, or adopted).
+    R"sql(
+    ALTER TABLE slices ADD COLUMN owner_uid INTEGER NOT NULL DEFAULT -1;
+    )sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -172,7 +177,7 @@ Result<std::vector<Slice>> Store::LoadSlices() {
   std::vector<Slice> out;
   Stmt q(db_,
          "SELECT name, user, project, class, state, origin, created_at, pod, pod_namespace, "
-         "idle_timeout_s, last_error FROM slices ORDER BY created_at, name");
+         "idle_timeout_s, last_error, owner_uid FROM slices ORDER BY created_at, name");
   if (!q.prepared()) return DbError(db_, "load slices");
   while (q.Step() == SQLITE_ROW) {
     Slice s;
@@ -187,6 +192,8 @@ Result<std::vector<Slice>> Store::LoadSlices() {
     s.pod_namespace = q.Text(8);
     s.idle_timeout_s = q.Int(9);
     s.last_error = q.Text(10);
+    s.owner_uid = q.Int(11);
+    if (s.owner_uid < -1 || s.owner_uid > kMaxUid) s.owner_uid = -1;  // not a uid: unknown
     out.push_back(std::move(s));
   }
   Stmt g(db_,
@@ -247,8 +254,8 @@ Status Store::PutSlice(const Slice& s) {
   {
     Stmt ins(db_,
              "INSERT OR REPLACE INTO slices (name, user, project, class, state, origin, created_at, "
-             "pod, pod_namespace, idle_timeout_s, last_error) "
-             "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)");
+             "pod, pod_namespace, idle_timeout_s, last_error, owner_uid) "
+             "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)");
     ins.Bind(1, s.name);
     ins.Bind(2, s.user);
     ins.Bind(3, s.project);
@@ -260,6 +267,7 @@ Status Store::PutSlice(const Slice& s) {
     ins.Bind(9, s.pod_namespace);
     ins.Bind(10, s.idle_timeout_s);
     ins.Bind(11, s.last_error);
+    ins.Bind(12, s.owner_uid);
     if (!ins.prepared() || ins.Step() != SQLITE_DONE) return fail("save slice");
   }
   for (const SliceGpu& g : s.gpus) {
