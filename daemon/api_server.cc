@@ -1,15 +1,27 @@
 #include "api_server.h"
 
+#include <arpa/inet.h>
 #include <grp.h>
-#include <httplib.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <pwd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
 
 #include "admission.h"
 #include "gslice/units.h"
@@ -56,6 +68,7 @@ json ToJson(const Slice& s) {
   }
   return json{{"name", s.name},
               {"user", s.user},
+              {"owner_uid", s.owner_uid < 0 ? json(nullptr) : json(s.owner_uid)},
               {"project", s.project},
               {"class", ToString(s.slice_class)},
               {"state", ToString(s.state)},
@@ -118,8 +131,19 @@ json ToJson(const ProjectView& v) {
 
 json ToJson(const User& u) { return json{{"name", u.name}, {"created_at", u.created_at}}; }
 
-// Reads a size given as a byte count or a string ("8GiB").
+// The largest size any field takes: 1 EiB, well inside SQLite's signed 64-bit integers.
+constexpr uint64_t kMaxSize = 1ull << 60;
+// The longest idle timeout: 366 days, far from where seconds overflow as nanoseconds.
+constexpr int64_t kMaxIdleTimeoutS = 366 * 86400;
+
+// Reads a size given as a byte count or a string ("8GiB"), at most kMaxSize.
 Status ReadSize(const json& v, const std::string& field, uint64_t* out) {
+  if (v.is_number_integer() && !v.is_number_unsigned()) {
+    return Status::BadRequest(field + ": " + v.dump() + " is negative; expected a byte count or a size like \"8GiB\"");
+  }
+  if (v.is_number_float()) {
+    return Status::BadRequest(field + ": " + v.dump() + " is not a whole number of bytes; write e.g. \"8GiB\"");
+  }
   if (v.is_number_unsigned()) {
     *out = v.get<uint64_t>();
   } else if (v.is_string()) {
@@ -131,6 +155,10 @@ Status ReadSize(const json& v, const std::string& field, uint64_t* out) {
     *out = p.bytes;
   } else {
     return Status::BadRequest(field + ": expected a byte count or a size like \"8GiB\"");
+  }
+  if (*out > kMaxSize) {
+    return Status::BadRequest(field + ": " + std::to_string(*out) + " bytes is out of range (at most " +
+                              std::to_string(kMaxSize) + ", 1 EiB)");
   }
   return Status::Ok();
 }
@@ -196,7 +224,6 @@ Result<SliceRequest> ParseSliceRequest(const json& body) {
                             {"origin", &r.origin}, {"pod", &r.pod}, {"namespace", &r.pod_namespace}}) {
     if (Status s = ReadString(body, field, out); !s.ok()) return s;
   }
-  if (r.user.empty()) return Status::BadRequest("user: every slice belongs to a user; give one");
   if (r.origin != "api" && r.origin != "run") return Status::BadRequest("origin: expected \"api\" or \"run\"");
   std::string cls = "guaranteed";
   if (Status s = ReadString(body, "class", &cls); !s.ok()) return s;
@@ -204,8 +231,15 @@ Result<SliceRequest> ParseSliceRequest(const json& body) {
     return Status::BadRequest("class: '" + cls + "' is neither guaranteed nor opportunistic");
   }
   if (auto it = body.find("idle_timeout_s"); it != body.end()) {
-    if (!it->is_number_integer() || it->get<int64_t>() < 0) {
-      return Status::BadRequest("idle_timeout_s: expected a whole number of seconds >= 0");
+    // A number past int64 arrives unsigned; one past kMaxIdleTimeoutS is refused, not wrapped.
+    if (!it->is_number_integer() || (!it->is_number_unsigned() && it->get<int64_t>() < 0)) {
+      return Status::BadRequest("idle_timeout_s: expected a whole number of seconds from 0 (never) to " +
+                                std::to_string(kMaxIdleTimeoutS));
+    }
+    if (it->is_number_unsigned() ? it->get<uint64_t>() > static_cast<uint64_t>(kMaxIdleTimeoutS)
+                                 : it->get<int64_t>() > kMaxIdleTimeoutS) {
+      return Status::BadRequest("idle_timeout_s: " + it->dump() + " is out of range: at most " +
+                                std::to_string(kMaxIdleTimeoutS) + " (366 days); 0 means never");
     }
     r.idle_timeout_s = it->get<int64_t>();
   }
@@ -244,14 +278,14 @@ Result<SliceRequest> ParseSliceRequest(const json& body) {
     SliceRequest::Gpu gpu{"", memory, compute};
     if (g.is_string()) {
       gpu.ref = g.get<std::string>();
-    } else if (g.is_number_unsigned()) {
+    } else if (g.is_number_unsigned() && g.get<uint64_t>() < 4096) {
       gpu.ref = std::to_string(g.get<uint64_t>());
     } else if (g.is_object()) {
       if (Status s = CheckFields(g, {"gpu", "memory", "compute"}); !s.ok()) return s;
       auto ref = g.find("gpu");
       if (ref == g.end()) return Status::BadRequest("gpus: each entry needs \"gpu\" (an index or a UUID)");
       if (ref->is_string()) gpu.ref = ref->get<std::string>();
-      else if (ref->is_number_unsigned()) gpu.ref = std::to_string(ref->get<uint64_t>());
+      else if (ref->is_number_unsigned() && ref->get<uint64_t>() < 4096) gpu.ref = std::to_string(ref->get<uint64_t>());
       else return Status::BadRequest("gpus[].gpu: expected an index or a UUID");
       if (auto m = g.find("memory"); m != g.end()) {
         if (Status s = ReadSize(*m, "gpus[].memory", &gpu.memory); !s.ok()) return s;
@@ -288,14 +322,16 @@ Result<Project> ParseProject(const json& body, const std::string& name_from_path
   }
   if (auto it = body.find("compute_quota"); it != body.end()) {
     // In GPUs: 1.5 is one and a half GPUs' worth of guaranteed compute.
-    if (!it->is_number() || it->get<double>() < 0 || it->get<double>() > 4096) {
-      return Status::BadRequest("compute_quota: expected a number of GPUs >= 0 (0: unlimited)");
+    if (!it->is_number() || !(it->get<double>() >= 0) || it->get<double>() > 4096) {
+      return Status::BadRequest("compute_quota: expected a number of GPUs from 0 (unlimited) to 4096");
     }
     p.compute_quota = it->get<double>();
   }
   if (auto it = body.find("priority"); it != body.end()) {
-    if (!it->is_number_integer() || std::llabs(it->get<int64_t>()) > 1000000) {
-      return Status::BadRequest("priority: expected an integer");
+    if (!it->is_number_integer() ||
+        (it->is_number_unsigned() ? it->get<uint64_t>() > 1000000u
+                                  : std::llabs(it->get<int64_t>()) > 1000000)) {
+      return Status::BadRequest("priority: expected an integer from -1000000 to 1000000");
     }
     p.priority = static_cast<int>(it->get<int64_t>());
   }
@@ -338,7 +374,48 @@ ApiResponse MethodNotAllowed(const std::string& allow) {
   return r;
 }
 
+bool IsStaticAsset(const std::string& method, const std::string& path) {
+  if (method != "GET" && method != "HEAD") return false;
+  std::vector<std::string> p;
+  return SplitPath(path, &p) && p.size() <= 1 && FindWebAsset(path) != nullptr;
+}
+
+// Admins only: projects (quotas) and users are the node's policy, not a tenant's.
+Status RequireAdmin(const Caller& caller, const std::string& what) {
+  if (caller.admin) return Status::Ok();
+  return Status::Forbidden(what + " is for admins (root, members of gsliced's admin_group, the "
+                           "token's holder); you are " + caller.Describe());
+}
+
+// The owner of a new slice: the caller, unless an admin names someone else.
+Status ResolveOwner(const Caller& caller, SliceRequest* r) {
+  if (r->user.empty() || r->user == caller.user) {
+    if (caller.user.empty()) return Status::Forbidden("the caller has no identity: it may not create slices");
+    r->user = caller.user;
+    r->owner_uid = caller.uid;
+    return Status::Ok();
+  }
+  if (!caller.admin) {
+    return Status::Forbidden("user: '" + r->user + "' is not you (" + caller.Describe() +
+                             "): only admins (root, members of gsliced's admin_group) create "
+                             "slices for others; leave \"user\" out to create your own");
+  }
+  r->owner_uid = -1;
+  std::vector<char> buf(16384);
+  passwd pw{};
+  passwd* found = nullptr;
+  if (getpwnam_r(r->user.c_str(), &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr) {
+    r->owner_uid = pw.pw_uid;
+  }
+  return Status::Ok();
+}
+
 }  // namespace
+
+bool ApiRouter::Authorized(const std::string& method, const std::string& path,
+                           const std::string& authorization) const {
+  return IsStaticAsset(method, path) || TokenMatches(authorization, token_);
+}
 
 ApiResponse ApiRouter::Handle(const ApiRequest& request) {
   ApiResponse r = Route(request);
@@ -375,7 +452,7 @@ ApiResponse ApiRouter::Route(const ApiRequest& req) {
       return r;
     }
   }
-  if (req.over_tcp && !TokenMatches(req.authorization, token_)) {
+  if (req.over_tcp && !Authorized(m, req.path, req.authorization)) {
     return Error(401, "missing or wrong bearer token: send `Authorization: Bearer <token>` "
                       "(the token is in gsliced's token_file)");
   }
@@ -424,8 +501,11 @@ ApiResponse ApiRouter::Route(const ApiRequest& req) {
     int64_t since = 0;
     if (auto it = req.query.find("since"); it != req.query.end()) {
       char* end = nullptr;
+      errno = 0;
       since = std::strtoll(it->second.c_str(), &end, 10);
-      if (it->second.empty() || *end != '\0') return Error(400, "since: expected unix milliseconds");
+      if (it->second.empty() || *end != '\0' || errno == ERANGE || since < 0) {
+        return Error(400, "since: expected unix milliseconds, a whole number >= 0");
+      }
     }
     json samples = json::array();
     for (const HistorySample& s : registry_->HistorySince(since)) {
@@ -468,6 +548,7 @@ ApiResponse ApiRouter::Route(const ApiRequest& req) {
         if (!body.ok()) return Error(body.status());
         auto request = ParseSliceRequest(body.value());
         if (!request.ok()) return Error(request.status());
+        if (Status s = ResolveOwner(req.caller, &request.value()); !s.ok()) return Error(s);
         auto created = registry_->CreateSlice(request.value());
         if (!created.ok()) return Error(created.status());
         auto view = registry_->GetSlice(created->name);
@@ -484,7 +565,7 @@ ApiResponse ApiRouter::Route(const ApiRequest& req) {
         return Json(200, ToJson(view.value(), registry_->Snapshot().gpus));
       }
       if (m == "DELETE") {
-        Status s = registry_->DeleteSlice(p[1]);
+        Status s = registry_->DeleteSlice(p[1], req.caller);
         if (!s.ok()) return Error(s);
         return Json(200, json{{"deleted", p[1]}});
       }
@@ -492,7 +573,8 @@ ApiResponse ApiRouter::Route(const ApiRequest& req) {
     }
     if (p.size() == 3 && (p[2] == "suspend" || p[2] == "resume")) {
       if (m != "POST") return MethodNotAllowed("POST");
-      auto result = p[2] == "suspend" ? registry_->SuspendSlice(p[1]) : registry_->ResumeSlice(p[1]);
+      auto result = p[2] == "suspend" ? registry_->SuspendSlice(p[1], req.caller)
+                                      : registry_->ResumeSlice(p[1], req.caller);
       if (!result.ok()) return Error(result.status());
       return Json(200, ToJson(result.value()));
     }
@@ -505,6 +587,7 @@ ApiResponse ApiRouter::Route(const ApiRequest& req) {
         return Json(200, json{{"projects", out}});
       }
       if (m == "POST") {
+        if (Status s = RequireAdmin(req.caller, "creating a project"); !s.ok()) return Error(s);
         auto body = ParseBody(req.body);
         if (!body.ok()) return Error(body.status());
         auto project = ParseProject(body.value(), "");
@@ -524,6 +607,7 @@ ApiResponse ApiRouter::Route(const ApiRequest& req) {
         return Error(404, "no project named '" + p[1] + "'");
       }
       if (m == "PUT") {
+        if (Status s = RequireAdmin(req.caller, "changing a project"); !s.ok()) return Error(s);
         auto body = ParseBody(req.body);
         if (!body.ok()) return Error(body.status());
         auto project = ParseProject(body.value(), p[1]);
@@ -533,6 +617,7 @@ ApiResponse ApiRouter::Route(const ApiRequest& req) {
         return Json(200, ToJson(updated.value()));
       }
       if (m == "DELETE") {
+        if (Status s = RequireAdmin(req.caller, "deleting a project"); !s.ok()) return Error(s);
         Status s = registry_->DeleteProject(p[1]);
         if (!s.ok()) return Error(s);
         return Json(200, json{{"deleted", p[1]}});
@@ -547,6 +632,7 @@ ApiResponse ApiRouter::Route(const ApiRequest& req) {
       return Json(200, json{{"users", out}});
     }
     if (m == "POST") {
+      if (Status s = RequireAdmin(req.caller, "registering a user"); !s.ok()) return Error(s);
       auto body = ParseBody(req.body);
       if (!body.ok()) return Error(body.status());
       if (Status s = CheckFields(body.value(), {"name"}); !s.ok()) return Error(s);
@@ -561,6 +647,346 @@ ApiResponse ApiRouter::Route(const ApiRequest& req) {
   return Error(404, "no such path '" + req.path + "' (see docs/api.md)");
 }
 
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The identity of a peer on the unix socket, from the kernel: SO_PEERCRED's uid, gid and
+// pid at connect time; the name from the passwd database; admin when uid 0, or when the
+// peer's primary or supplementary groups (its /proc/<pid>/status while that process is the
+// peer, else the user's groups in the group database) include admin_gid.
+Caller PeerCaller(int fd, int64_t admin_gid) {
+  Caller c;
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return c;  // nobody
+  c.uid = cred.uid;
+  std::vector<char> buf(16384);
+  passwd pw{};
+  passwd* found = nullptr;
+  if (getpwuid_r(cred.uid, &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr &&
+      ValidateName("user", pw.pw_name).ok()) {
+    c.user = pw.pw_name;
+  } else {
+    c.user = "uid-" + std::to_string(cred.uid);  // no name usable in slice names and URLs
+  }
+  c.admin = cred.uid == 0;
+  if (c.admin || admin_gid < 0) return c;
+  if (static_cast<int64_t>(cred.gid) == admin_gid) {
+    c.admin = true;
+    return c;
+  }
+  // The peer's own groups, if the pid still names a process of that uid.
+  bool from_proc = false;
+  if (cred.pid > 0) {
+    std::ifstream status("/proc/" + std::to_string(cred.pid) + "/status");
+    std::string line;
+    bool uid_matches = false;
+    std::vector<int64_t> groups;
+    while (std::getline(status, line)) {
+      std::istringstream in(line);
+      std::string key;
+      in >> key;
+      if (key == "Uid:") {
+        int64_t real = -1;
+        in >> real;
+        uid_matches = real == static_cast<int64_t>(cred.uid);
+      } else if (key == "Groups:") {
+        for (int64_t g; in >> g;) groups.push_back(g);
+      }
+    }
+    if (uid_matches) {
+      from_proc = true;
+      c.admin = std::find(groups.begin(), groups.end(), admin_gid) != groups.end();
+    }
+  }
+  if (!from_proc && found != nullptr) {
+    int n = 256;
+    std::vector<gid_t> groups(static_cast<size_t>(n));
+    if (getgrouplist(pw.pw_name, cred.gid, groups.data(), &n) >= 0) {
+      groups.resize(static_cast<size_t>(n));
+      c.admin = std::find(groups.begin(), groups.end(), static_cast<gid_t>(admin_gid)) != groups.end();
+    }
+  }
+  return c;
+}
+
+// A TCP caller with the token: an admin without a kernel identity.
+Caller TokenCaller() { return Caller{.user = "token", .uid = -1, .admin = true}; }
+
+std::string AddressText(const sockaddr* addr) {
+  char text[INET6_ADDRSTRLEN] = "?";
+  if (addr == nullptr) return text;
+  if (addr->sa_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(addr)->sin_addr, text, sizeof text);
+  } else if (addr->sa_family == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(addr)->sin6_addr, text, sizeof text);
+  }
+  return text;
+}
+
+}  // namespace
+
+// One listener: a libmicrohttpd daemon (a thread per connection) on a socket bound here,
+// and what the library does not do itself: the caller of each connection, connections
+// per client on the unix socket, and deadlines for whole requests (a sweeper shuts down
+// connections that pass theirs; the library closes them).
+class HttpListener {
+ public:
+  struct Settings {
+    bool over_tcp = false;
+    unsigned max_connections = 256;
+    unsigned per_client = 64;
+    int request_timeout_s = 10;
+    int idle_timeout_s = 30;
+    uint64_t max_body = 65536;
+    int64_t admin_gid = -1;
+  };
+  HttpListener(ApiRouter* router, Settings settings) : router_(router), settings_(settings) {}
+  ~HttpListener() { Stop(); }
+
+  // Serves the bound, listening socket `fd` (the listener owns it from here on).
+  Status Start(int fd);
+  void Stop();
+
+ private:
+  // What one request has sent so far. One at a time per connection: HTTP/1.1 answers in order.
+  struct Request {
+    bool headers_seen = false;
+    bool too_large = false;
+    std::string body;
+  };
+  struct Connection {
+    int fd = -1;
+    std::string client;  // "uid 1000", "127.0.0.1": the key of the per-client count
+    Caller caller;
+    bool over_limit = false;  // more connections than per_client: answered 429, closed
+    Clock::time_point deadline = Clock::time_point::max();  // REQUIRES: mu_ held
+    bool shut = false;                                       // REQUIRES: mu_ held
+    Request request;
+  };
+
+  static void OnConnection(void* cls, MHD_Connection* c, void** socket_context,
+                           MHD_ConnectionNotificationCode code);
+  static void* OnRequestLine(void* cls, const char* uri, MHD_Connection* c);
+  static MHD_Result OnRequest(void* cls, MHD_Connection* c, const char* url, const char* method,
+                              const char* version, const char* upload, size_t* upload_size,
+                              void** con_cls);
+  static void OnCompleted(void* cls, MHD_Connection* c, void** con_cls,
+                          MHD_RequestTerminationCode code);
+  MHD_Result Answer(MHD_Connection* c, const ApiResponse& r, bool close);
+  MHD_Result Refuse(MHD_Connection* c, int status, const std::string& message);
+  void SetDeadline(Connection* conn, Clock::time_point deadline) {
+    std::lock_guard lock(mu_);
+    conn->deadline = deadline;
+  }
+  void Sweep();
+
+  ApiRouter* router_;
+  Settings settings_;
+  MHD_Daemon* daemon_ = nullptr;
+  std::mutex mu_;
+  std::condition_variable stop_cv_;
+  bool stopping_ = false;                     // REQUIRES: mu_ held
+  std::set<Connection*> connections_;         // REQUIRES: mu_ held
+  std::map<std::string, unsigned> per_client_;  // REQUIRES: mu_ held
+  std::thread sweeper_;
+};
+
+Status HttpListener::Start(int fd) {
+  const unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL;
+  auto quiet = +[](void*, const char*, va_list) {};
+  // TCP: the library refuses connections over the per-IP limit as it accepts them. The
+  // unix socket's peers are counted by uid in OnConnection.
+  daemon_ = MHD_start_daemon(
+      flags, 0, nullptr, nullptr, &HttpListener::OnRequest, this,
+      MHD_OPTION_LISTEN_SOCKET, fd,
+      MHD_OPTION_CONNECTION_LIMIT, settings_.max_connections,
+      MHD_OPTION_PER_IP_CONNECTION_LIMIT, settings_.over_tcp ? settings_.per_client : 0u,
+      MHD_OPTION_CONNECTION_TIMEOUT, static_cast<unsigned>(settings_.idle_timeout_s),
+      MHD_OPTION_NOTIFY_CONNECTION, &HttpListener::OnConnection, this,
+      MHD_OPTION_NOTIFY_COMPLETED, &HttpListener::OnCompleted, this,
+      MHD_OPTION_URI_LOG_CALLBACK, &HttpListener::OnRequestLine, this,
+      MHD_OPTION_EXTERNAL_LOGGER, quiet, nullptr,
+      MHD_OPTION_END);
+  if (daemon_ == nullptr) {
+    close(fd);
+    return Status::Unavailable("cannot start serving the API (libmicrohttpd refused its options)");
+  }
+  sweeper_ = std::thread([this] { Sweep(); });
+  return Status::Ok();
+}
+
+void HttpListener::Stop() {
+  if (daemon_ == nullptr) return;
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  stop_cv_.notify_all();
+  sweeper_.join();
+  MHD_stop_daemon(daemon_);  // closes the listening socket and every connection
+  daemon_ = nullptr;
+}
+
+void HttpListener::Sweep() {
+  std::unique_lock lock(mu_);
+  while (!stop_cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stopping_; })) {
+    const Clock::time_point now = Clock::now();
+    for (Connection* conn : connections_) {
+      // The fd is the connection's until OnConnection(CLOSED), which takes mu_ first.
+      if (!conn->shut && conn->deadline <= now) {
+        shutdown(conn->fd, SHUT_RDWR);
+        conn->shut = true;
+      }
+    }
+  }
+}
+
+void HttpListener::OnConnection(void* cls, MHD_Connection* c, void** socket_context,
+                                MHD_ConnectionNotificationCode code) {
+  auto* self = static_cast<HttpListener*>(cls);
+  if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+    auto conn = std::make_unique<Connection>();
+    const MHD_ConnectionInfo* fd = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    conn->fd = fd != nullptr ? fd->connect_fd : -1;
+    if (self->settings_.over_tcp) {
+      const MHD_ConnectionInfo* addr = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+      conn->client = AddressText(addr != nullptr ? addr->client_addr : nullptr);
+    } else {
+      conn->caller = PeerCaller(conn->fd, self->settings_.admin_gid);
+      conn->client = "uid " + std::to_string(conn->caller.uid);
+    }
+    std::lock_guard lock(self->mu_);
+    conn->over_limit = ++self->per_client_[conn->client] > self->settings_.per_client;
+    conn->deadline = Clock::now() + std::chrono::seconds(self->settings_.idle_timeout_s);
+    self->connections_.insert(conn.get());
+    *socket_context = conn.release();
+  } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+    std::unique_ptr<Connection> conn(static_cast<Connection*>(*socket_context));
+    if (conn == nullptr) return;
+    std::lock_guard lock(self->mu_);
+    self->connections_.erase(conn.get());
+    if (--self->per_client_[conn->client] == 0) self->per_client_.erase(conn->client);
+  }
+}
+
+void* HttpListener::OnRequestLine(void* cls, const char*, MHD_Connection* c) {
+  auto* self = static_cast<HttpListener*>(cls);
+  const MHD_ConnectionInfo* info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  auto* conn = info != nullptr ? static_cast<Connection*>(info->socket_context) : nullptr;
+  if (conn == nullptr) return nullptr;
+  conn->request = Request{};
+  // Its headers and body must all arrive within the request timeout.
+  self->SetDeadline(conn, Clock::now() + std::chrono::seconds(self->settings_.request_timeout_s));
+  return conn;
+}
+
+void HttpListener::OnCompleted(void* cls, MHD_Connection*, void** con_cls,
+                               MHD_RequestTerminationCode) {
+  auto* self = static_cast<HttpListener*>(cls);
+  auto* conn = static_cast<Connection*>(*con_cls);
+  if (conn == nullptr) return;
+  conn->request = Request{};
+  self->SetDeadline(conn, Clock::now() + std::chrono::seconds(self->settings_.idle_timeout_s));
+}
+
+MHD_Result HttpListener::Answer(MHD_Connection* c, const ApiResponse& r, bool close) {
+  MHD_Response* response = MHD_create_response_from_buffer(
+      r.body.size(), const_cast<char*>(r.body.data()), MHD_RESPMEM_MUST_COPY);
+  if (response == nullptr) return MHD_NO;
+  MHD_add_response_header(response, "Content-Type", r.content_type.c_str());
+  MHD_add_response_header(response, "Cache-Control", "no-store");
+  MHD_add_response_header(response, "X-Content-Type-Options", "nosniff");
+  if (!r.allow.empty()) MHD_add_response_header(response, "Allow", r.allow.c_str());
+  if (r.content_type.rfind("text/html", 0) == 0) {
+    MHD_add_response_header(response, "Content-Security-Policy",
+                            "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'");
+  }
+  if (close) MHD_add_response_header(response, "Connection", "close");
+  MHD_Result queued = MHD_queue_response(c, static_cast<unsigned>(r.status), response);
+  MHD_destroy_response(response);
+  return queued;
+}
+
+// An answer the transport gives itself, before (or instead of) the router.
+MHD_Result HttpListener::Refuse(MHD_Connection* c, int status, const std::string& message) {
+  router_->counters().Count(status);
+  ApiResponse r;
+  r.status = status;
+  r.body = json{{"error", message}}.dump() + "\n";
+  return Answer(c, r, /*close=*/true);
+}
+
+MHD_Result HttpListener::OnRequest(void* cls, MHD_Connection* c, const char* url,
+                                   const char* method, const char*, const char* upload,
+                                   size_t* upload_size, void** con_cls) {
+  auto* self = static_cast<HttpListener*>(cls);
+  auto* conn = static_cast<Connection*>(*con_cls);
+  if (conn == nullptr) return MHD_NO;
+  Request& req = conn->request;
+  const Settings& cfg = self->settings_;
+  const char* auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+  if (!req.headers_seen) {
+    // The headers are in; the body (if any) is not read yet.
+    req.headers_seen = true;
+    if (conn->over_limit) {
+      return self->Refuse(c, 429, conn->client + " holds more than " + std::to_string(cfg.per_client) +
+                                      " connections to gsliced (api_connections_per_client): "
+                                      "reuse connections, or close some");
+    }
+    if (cfg.over_tcp && !self->router_->Authorized(method, url, auth ? auth : "")) {
+      return self->Refuse(c, 401, "missing or wrong bearer token: send `Authorization: Bearer "
+                                  "<token>` (the token is in gsliced's token_file)");
+    }
+    if (const char* length = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length")) {
+      errno = 0;
+      char* end = nullptr;
+      unsigned long long n = std::strtoull(length, &end, 10);
+      if (errno == ERANGE || n > cfg.max_body) {
+        return self->Refuse(c, 413, "request body larger than max_body_bytes (" +
+                                        std::to_string(cfg.max_body) + " bytes)");
+      }
+    }
+    return MHD_YES;
+  }
+  if (*upload_size != 0) {
+    // Whatever the transfer encoding, at most max_body bytes are kept; past that the rest
+    // is read and dropped (the request deadline bounds how long) and the answer is 413.
+    if (!req.too_large && req.body.size() + *upload_size > cfg.max_body) {
+      req.too_large = true;
+      std::string().swap(req.body);
+    }
+    if (!req.too_large) req.body.append(upload, *upload_size);
+    *upload_size = 0;
+    return MHD_YES;
+  }
+  self->SetDeadline(conn, Clock::time_point::max());  // answering: no deadline meanwhile
+  if (req.too_large) {
+    return self->Refuse(c, 413, "request body larger than max_body_bytes (" +
+                                    std::to_string(cfg.max_body) + " bytes)");
+  }
+  ApiRequest request;
+  request.method = std::strcmp(method, "HEAD") == 0 ? "GET" : method;
+  request.path = url;
+  MHD_get_connection_values(
+      c, MHD_GET_ARGUMENT_KIND,
+      +[](void* out, MHD_ValueKind, const char* key, const char* value) -> MHD_Result {
+        static_cast<ApiRequest*>(out)->query[key] = value ? value : "";
+        return MHD_YES;
+      },
+      &request);
+  request.body = std::move(req.body);
+  request.authorization = auth ? auth : "";
+  request.over_tcp = cfg.over_tcp;
+  if (!cfg.over_tcp) {
+    request.caller = conn->caller;
+  } else if (self->router_->Authorized("POST", "/v1", request.authorization)) {
+    request.caller = TokenCaller();
+  }
+  return self->Answer(c, self->router_->Handle(request), /*close=*/false);
+}
+
 ApiServer::ApiServer(Registry* registry, DaemonConfig config, std::string token)
     : registry_(registry),
       config_(std::move(config)),
@@ -569,124 +995,156 @@ ApiServer::ApiServer(Registry* registry, DaemonConfig config, std::string token)
 
 ApiServer::~ApiServer() { Stop(); }
 
-std::unique_ptr<httplib::Server> ApiServer::MakeServer(bool over_tcp) {
-  auto server = std::make_unique<httplib::Server>();
-  const size_t threads = static_cast<size_t>(config_.api_threads);
-  server->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  server->set_payload_max_length(config_.max_body_bytes);
-  server->set_tcp_nodelay(true);  // small answers must not wait for delayed ACKs
-  server->set_keep_alive_max_count(1000);
-  server->set_keep_alive_timeout(2);
-  server->set_read_timeout(5, 0);
-  server->set_write_timeout(5, 0);
-  auto handler = [this, over_tcp](const httplib::Request& hreq, httplib::Response& hres) {
-    ApiRequest req;
-    req.method = hreq.method == "HEAD" ? "GET" : hreq.method;
-    req.path = hreq.path;
-    for (const auto& [k, v] : hreq.params) req.query[k] = v;
-    req.body = hreq.body;
-    req.authorization = hreq.get_header_value("Authorization");
-    req.over_tcp = over_tcp;
-    ApiResponse res = router_.Handle(req);
-    hres.status = res.status;
-    if (!res.allow.empty()) hres.set_header("Allow", res.allow);
-    hres.set_header("Cache-Control", "no-store");
-    hres.set_header("X-Content-Type-Options", "nosniff");
-    if (res.content_type.rfind("text/html", 0) == 0) {
-      hres.set_header("Content-Security-Policy",
-                      "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'");
-    }
-    hres.set_content(std::move(res.body), res.content_type.c_str());
-  };
-  server->Get(".*", handler);
-  server->Post(".*", handler);
-  server->Put(".*", handler);
-  server->Delete(".*", handler);
-  server->Patch(".*", handler);
-  server->Options(".*", handler);
-  // Errors httplib answers itself (413 for a body over max_body_bytes, 400 for a request it
-  // cannot parse) get a JSON body too.
-  server->set_error_handler([this](const httplib::Request&, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    std::string msg = res.status == 413 ? "request body larger than max_body_bytes (" +
-                                              std::to_string(config_.max_body_bytes) + " bytes)"
-                                        : res.status == 400
-                                              ? "malformed HTTP request: bad request line or headers, "
-                                                "or a POST/PUT without Content-Length (send one, "
-                                                "even 0)"
-                                              : "request rejected (HTTP " + std::to_string(res.status) + ")";
-    router_.counters().Count(res.status);
-    res.set_content(json{{"error", msg}}.dump() + "\n", "application/json");
-  });
-  return server;
-}
-
 Status ApiServer::Start() {
+  if (!config_.admin_group.empty()) {
+    group gr{};
+    group* found = nullptr;
+    std::vector<char> buf(16384);
+    if (getgrnam_r(config_.admin_group.c_str(), &gr, buf.data(), buf.size(), &found) != 0 ||
+        found == nullptr) {
+      return Status::BadRequest("admin_group: no group named '" + config_.admin_group + "'");
+    }
+    admin_gid_ = gr.gr_gid;
+  }
   if (!config_.socket.empty()) {
-    namespace fs = std::filesystem;
-    std::error_code ec;
-    fs::path path(config_.socket);
-    if (!path.parent_path().empty()) fs::create_directories(path.parent_path(), ec);
-    if (fs::exists(path, ec)) {
-      // A socket left by a previous gsliced: replace it, unless one still answers there.
-      httplib::Client probe(config_.socket);
-      probe.set_address_family(AF_UNIX);
-      probe.set_connection_timeout(1, 0);
-      if (probe.Get("/healthz")) {
-        return Status::Conflict("another gsliced is serving " + config_.socket + ": stop it first");
-      }
-      fs::remove(path, ec);
-    }
-    unix_server_ = MakeServer(false);
-    unix_server_->set_address_family(AF_UNIX);
-    // Bind with a tight umask so the socket never exists with wider permissions.
-    mode_t old = umask(0177);
-    bool bound = unix_server_->bind_to_port(config_.socket.c_str(), 80);
-    umask(old);
-    if (!bound) return Status::Unavailable("cannot listen on " + config_.socket);
-    if (!config_.socket_group.empty()) {
-      struct group* gr = getgrnam(config_.socket_group.c_str());
-      if (gr == nullptr) return Status::BadRequest("socket_group: no group named '" + config_.socket_group + "'");
-      if (chown(config_.socket.c_str(), static_cast<uid_t>(-1), gr->gr_gid) != 0) {
-        return Status::Unavailable("socket_group: cannot chown " + config_.socket);
-      }
-    }
-    if (chmod(config_.socket.c_str(), config_.socket_mode) != 0) {
-      return Status::Unavailable("cannot chmod " + config_.socket);
-    }
-    threads_.emplace_back([this] { unix_server_->listen_after_bind(); });
+    if (Status s = StartUnix(); !s.ok()) return s;
   }
   if (!config_.tcp.empty()) {
-    auto colon = config_.tcp.rfind(':');
-    std::string host = config_.tcp.substr(0, colon);
-    if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
-    int port = std::atoi(config_.tcp.c_str() + colon + 1);
-    tcp_server_ = MakeServer(true);
-    if (port == 0) {
-      tcp_port_ = tcp_server_->bind_to_any_port(host.c_str());
-      if (tcp_port_ <= 0) return Status::Unavailable("cannot listen on " + config_.tcp);
-    } else {
-      if (!tcp_server_->bind_to_port(host.c_str(), port)) {
-        return Status::Unavailable("cannot listen on " + config_.tcp + " (in use?)");
-      }
-      tcp_port_ = port;
+    if (Status s = StartTcp(); !s.ok()) {
+      Stop();
+      return s;
     }
-    threads_.emplace_back([this] { tcp_server_->listen_after_bind(); });
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+HttpListener::Settings ListenerSettings(const DaemonConfig& c, bool over_tcp, int64_t admin_gid) {
+  return HttpListener::Settings{
+      .over_tcp = over_tcp,
+      .max_connections = static_cast<unsigned>(c.api_threads),
+      .per_client = static_cast<unsigned>(c.api_connections_per_client),
+      .request_timeout_s = static_cast<int>(c.api_request_timeout_s),
+      .idle_timeout_s = static_cast<int>(c.api_idle_timeout_s),
+      .max_body = c.max_body_bytes,
+      .admin_gid = admin_gid,
+  };
+}
+
+}  // namespace
+
+Status ApiServer::StartUnix() {
+  namespace fs = std::filesystem;
+  const std::string& path = config_.socket;
+  std::error_code ec;
+  fs::path parent = fs::path(path).parent_path();
+  if (!parent.empty()) fs::create_directories(parent, ec);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr.sun_path) {
+    return Status::BadRequest("socket: " + path + " is longer than a unix socket path may be (" +
+                              std::to_string(sizeof addr.sun_path - 1) + " characters)");
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  // Something at the path: a socket nobody answers on is a previous gsliced's and is
+  // replaced; a live socket is another gsliced; anything else is not ours to remove.
+  if (Status s = CheckSocketPath(path); !s.ok()) return s;
+  struct stat st {};
+  if (lstat(path.c_str(), &st) == 0) {
+    int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    bool live = probe >= 0 && connect(probe, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    if (probe >= 0) close(probe);
+    if (live) return Status::Conflict("another gsliced is serving " + path + ": stop it first");
+    if (unlink(path.c_str()) != 0 && errno != ENOENT) {
+      return Status::Unavailable("cannot remove the stale socket " + path + ": " + std::strerror(errno));
+    }
+  }
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return Status::Unavailable(std::string("cannot create a unix socket: ") + std::strerror(errno));
+  // Bind with a tight umask so the socket never exists with wider permissions.
+  mode_t old = umask(0177);
+  int rc = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  int bind_errno = errno;
+  umask(old);
+  if (rc != 0) {
+    close(fd);
+    return Status::Unavailable("cannot listen on " + path + ": " + std::strerror(bind_errno));
+  }
+  if (lstat(path.c_str(), &st) == 0) socket_inode_ = st.st_ino;
+  auto fail = [&](Status s) {
+    close(fd);
+    unlink(path.c_str());
+    socket_inode_ = 0;
+    return s;
+  };
+  if (!config_.socket_group.empty()) {
+    struct group* gr = getgrnam(config_.socket_group.c_str());
+    if (gr == nullptr) return fail(Status::BadRequest("socket_group: no group named '" + config_.socket_group + "'"));
+    if (chown(path.c_str(), static_cast<uid_t>(-1), gr->gr_gid) != 0) {
+      return fail(Status::Unavailable("socket_group: cannot chown " + path + ": " + std::strerror(errno)));
+    }
+  }
+  if (chmod(path.c_str(), config_.socket_mode) != 0) {
+    return fail(Status::Unavailable("cannot chmod " + path + ": " + std::strerror(errno)));
+  }
+  if (listen(fd, SOMAXCONN) != 0) return fail(Status::Unavailable("cannot listen on " + path));
+  unix_listener_ = std::make_unique<HttpListener>(&router_, ListenerSettings(config_, false, admin_gid_));
+  if (Status s = unix_listener_->Start(fd); !s.ok()) {
+    unix_listener_.reset();
+    unlink(path.c_str());
+    socket_inode_ = 0;
+    return s;
+  }
+  return Status::Ok();
+}
+
+Status ApiServer::StartTcp() {
+  auto colon = config_.tcp.rfind(':');
+  std::string host = config_.tcp.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  const std::string port = config_.tcp.substr(colon + 1);
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  if (int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &res); rc != 0 || res == nullptr) {
+    return Status::BadRequest("tcp: cannot resolve '" + host + "': " + gai_strerror(rc));
+  }
+  int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  int one = 1;
+  bool ok = fd >= 0 && setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0 &&
+            bind(fd, res->ai_addr, res->ai_addrlen) == 0 && listen(fd, SOMAXCONN) == 0;
+  int err = errno;
+  freeaddrinfo(res);
+  if (!ok) {
+    if (fd >= 0) close(fd);
+    return Status::Unavailable("cannot listen on " + config_.tcp + ": " + std::strerror(err));
+  }
+  sockaddr_storage bound{};
+  socklen_t len = sizeof bound;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
+  tcp_port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                                : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  tcp_listener_ = std::make_unique<HttpListener>(&router_, ListenerSettings(config_, true, admin_gid_));
+  if (Status s = tcp_listener_->Start(fd); !s.ok()) {
+    tcp_listener_.reset();
+    return s;
   }
   return Status::Ok();
 }
 
 void ApiServer::Stop() {
-  if (unix_server_) unix_server_->stop();
-  if (tcp_server_) tcp_server_->stop();
-  for (std::thread& t : threads_) t.join();
-  threads_.clear();
-  if (unix_server_ && !config_.socket.empty()) {
-    std::error_code ec;
-    std::filesystem::remove(config_.socket, ec);
+  unix_listener_.reset();
+  tcp_listener_.reset();
+  if (socket_inode_ != 0) {
+    // Only the socket this server bound: never a file someone put there since.
+    struct stat st {};
+    if (lstat(config_.socket.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) && st.st_ino == socket_inode_) {
+      unlink(config_.socket.c_str());
+    }
+    socket_inode_ = 0;
   }
-  unix_server_.reset();
-  tcp_server_.reset();
 }
 
 }  // namespace gslice

@@ -1,6 +1,13 @@
 // The HTTP/1.1 + JSON API (docs/api.md), the metrics page and the dashboard, served on a
-// unix socket (its file permissions decide who may call) and optionally on TCP, where
-// every request but the dashboard's static files needs the bearer token.
+// unix socket (its file permissions decide who may connect; the kernel names each caller)
+// and optionally on TCP, where every request but the dashboard's static files needs the
+// bearer token, whose holder is an admin.
+//
+// Each listener is its own libmicrohttpd daemon with its own threads (one per connection),
+// connection limits (per listener, per client) and timeouts, so clients flooding TCP do not
+// take the unix socket's threads. A request is refused on its headers (401 without the
+// token, 413 when its Content-Length is over max_body_bytes) before its body is read; a
+// chunked body is counted as it arrives and never buffered past max_body_bytes.
 #pragma once
 
 #include <atomic>
@@ -15,11 +22,9 @@
 #include "config.h"
 #include "registry.h"
 
-namespace httplib {
-class Server;
-}
-
 namespace gslice {
+
+class HttpListener;
 
 // Requests answered, by HTTP status.
 struct ApiCounters {
@@ -43,6 +48,9 @@ struct ApiRequest {
   std::string body;
   std::string authorization;  // the Authorization header
   bool over_tcp = false;
+  // Who calls; the transport fills it in (peer credentials, or the token). The default
+  // is nobody in particular: it may read, and change nothing.
+  Caller caller;
 };
 
 struct ApiResponse {
@@ -58,6 +66,10 @@ class ApiRouter {
       : registry_(registry), token_(std::move(token)), start_time_(start_time_seconds) {}
   ApiResponse Handle(const ApiRequest& request);
   ApiCounters& counters() { return counters_; }
+  // Whether a request for `path` over TCP with this Authorization header may go on; the
+  // transport asks before reading the body. The dashboard's static files need no token.
+  bool Authorized(const std::string& method, const std::string& path,
+                  const std::string& authorization) const;
 
  private:
   ApiResponse Route(const ApiRequest& request);
@@ -75,20 +87,23 @@ class ApiServer {
  public:
   ApiServer(Registry* registry, DaemonConfig config, std::string token);
   ~ApiServer();
-  // Binds the socket (replacing a stale one) and the TCP address, and starts serving.
+  // Binds the socket (replacing a stale socket nobody answers on; never a file of another
+  // kind) and the TCP address, and starts serving.
   Status Start();
   void Stop();
   // The TCP port actually bound (useful with port 0), or 0.
   int tcp_port() const { return tcp_port_; }
 
  private:
-  std::unique_ptr<httplib::Server> MakeServer(bool over_tcp);
+  Status StartUnix();
+  Status StartTcp();
   Registry* registry_;
   DaemonConfig config_;
   ApiRouter router_;
-  std::unique_ptr<httplib::Server> unix_server_, tcp_server_;
-  std::vector<std::thread> threads_;
+  std::unique_ptr<HttpListener> unix_listener_, tcp_listener_;
+  int64_t admin_gid_ = -1;  // admin_group's gid, -1: none
   int tcp_port_ = 0;
+  uint64_t socket_inode_ = 0;  // the socket file this server bound, removed on Stop
 };
 
 }  // namespace gslice

@@ -1,13 +1,19 @@
 #include "config.h"
 
+#include <grp.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <toml.hpp>
 #include <variant>
 
 #include "gslice/units.h"
+#include "model.h"
 
 namespace gslice {
 namespace {
@@ -16,9 +22,10 @@ namespace {
 struct Mode {
   uint32_t DaemonConfig::*field;
 };
-// A byte size: an integer or a string like "64KiB".
+// A byte size: an integer or a string like "64KiB", from min to max bytes.
 struct Size {
   uint64_t DaemonConfig::*field;
+  uint64_t min, max;
 };
 struct Integer {
   int64_t DaemonConfig::*field;
@@ -35,8 +42,9 @@ struct Option {
 // The one table of gsliced options.
 const Option kOptions[] = {
     {"socket", R"("/run/gsliced/gsliced.sock")",
-     "Unix socket of the API. Its permissions decide who may call: everyone who can\n"
-     "connect may create and delete slices.",
+     "Unix socket of the API. Its permissions decide who may call; gsliced knows each\n"
+     "caller from the kernel (its uid), so users change only their own slices. An existing\n"
+     "file there that is not a socket is refused, never removed.",
      &DaemonConfig::socket},
     {"socket_mode", R"("0660")", "Permission bits of the socket (octal, as a string).",
      Mode{&DaemonConfig::socket_mode}},
@@ -62,19 +70,38 @@ const Option kOptions[] = {
      "Allow `tcp` to bind an address other than loopback (put TLS in front of it).",
      &DaemonConfig::tcp_allow_remote},
     {"token_file", R"("")",
-     "File holding the bearer token for TCP (one line, 16+ characters, mode 0600).",
+     "File holding the bearer token for TCP (one line, 16+ characters, mode 0600). Whoever\n"
+     "holds it is an admin (user \"token\").",
      &DaemonConfig::token_file},
+    {"admin_group", R"("")",
+     "Group whose members may change, suspend and delete every slice and manage projects\n"
+     "(as root may); checked against the caller's supplementary groups. Empty: root only.",
+     &DaemonConfig::admin_group},
     {"sample_interval_ms", "1000",
      "How often gsliced reads GPU and slice usage (metrics, dashboard), milliseconds.",
      Integer{&DaemonConfig::sample_interval_ms, 100, 60000}},
     {"history_seconds", "600", "How much usage history the dashboard's charts keep, seconds.",
      Integer{&DaemonConfig::history_seconds, 10, 86400}},
-    {"api_threads", "96",
-     "Threads serving the API; one per open connection, so at least the number of\n"
-     "clients that keep connections open at once.",
+    {"api_threads", "256",
+     "Connections each listener (unix socket, TCP) serves at once, each on its own thread;\n"
+     "more wait in the listen backlog. The unix socket and TCP have separate ones.",
      Integer{&DaemonConfig::api_threads, 4, 4096}},
-    {"max_body_bytes", R"("64KiB")", "Largest request body the API accepts; larger gets 413.",
-     Size{&DaemonConfig::max_body_bytes}},
+    {"api_connections_per_client", "64",
+     "Connections one client may hold at once: per uid on the unix socket, per IP address on\n"
+     "TCP. Further ones are refused (429 on the unix socket, closed on TCP), so no client\n"
+     "takes every thread.",
+     Integer{&DaemonConfig::api_connections_per_client, 1, 4096}},
+    {"api_request_timeout_s", "10",
+     "A request's headers and body must arrive within this many seconds of its connection\n"
+     "opening or of the previous answer; slower connections are closed.",
+     Integer{&DaemonConfig::api_request_timeout_s, 1, 3600}},
+    {"api_idle_timeout_s", "30",
+     "A connection with no traffic for this many seconds is closed.",
+     Integer{&DaemonConfig::api_idle_timeout_s, 1, 3600}},
+    {"max_body_bytes", R"("64KiB")",
+     "Largest request body the API accepts, whatever its transfer encoding; larger gets 413\n"
+     "(chunked bodies: the connection is closed when they pass it). 1KiB to 64MiB.",
+     Size{&DaemonConfig::max_body_bytes, 1024, 64ull << 20}},
     {"default_project", R"("default")",
      "Project of slices created without one; it always exists and has no quota.",
      &DaemonConfig::default_project},
@@ -127,18 +154,25 @@ Status ApplyValue(const Option& opt, const toml::value& v, DaemonConfig* config)
     }
     config->*(i->field) = v.as_integer();
   } else if (auto* z = std::get_if<Size>(&opt.field)) {
-    if (v.is_integer() && v.as_integer() > 0) {
-      config->*(z->field) = static_cast<uint64_t>(v.as_integer());
+    uint64_t bytes = 0;
+    if (v.is_integer() && v.as_integer() >= 0) {
+      bytes = static_cast<uint64_t>(v.as_integer());
     } else if (v.is_string()) {
       ParsedSize p = ParseSize(v.as_string().str);
-      if (!p.ok || p.bytes == 0) {
+      if (!p.ok) {
         return Status::BadRequest(key + ": '" + v.as_string().str + "' is not a size (" +
-                                  (p.error ? p.error : "zero") + "); write e.g. \"64KiB\"");
+                                  p.error + "); write e.g. \"64KiB\"");
       }
-      config->*(z->field) = p.bytes;
+      bytes = p.bytes;
     } else {
       return Status::BadRequest(key + ": expected a size like \"64KiB\" or a byte count");
     }
+    if (bytes < z->min || bytes > z->max) {
+      return Status::BadRequest(key + ": " + std::to_string(bytes) + " bytes is out of range: " +
+                                "expected " + std::to_string(z->min) + " to " +
+                                std::to_string(z->max) + " bytes");
+    }
+    config->*(z->field) = bytes;
   } else if (auto* m = std::get_if<Mode>(&opt.field)) {
     if (!v.is_string()) return Status::BadRequest(key + ": expected octal bits as a string, e.g. \"0660\"");
     const std::string& text = v.as_string().str;
@@ -259,8 +293,91 @@ Status ValidateConfig(const DaemonConfig& config) {
     }
   }
   if (config.database.empty()) return Status::BadRequest("database: must name a file");
+  if (Status s = ValidateName("project", config.default_project); !s.ok()) {
+    return Status::BadRequest("default_project: " + s.message());
+  }
+  if (config.sample_interval_ms > config.history_seconds * 1000) {
+    return Status::BadRequest("sample_interval_ms: " + std::to_string(config.sample_interval_ms) +
+                              " is longer than history_seconds (" +
+                              std::to_string(config.history_seconds) + " s)");
+  }
   if (config.kubernetes_proc_root.empty()) {
     return Status::BadRequest("kubernetes.proc_root: must name a folder, e.g. \"/proc\"");
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+// A path whose folder exists, or whose nearest existing ancestor is a folder it can be made in.
+Status CheckFolder(const char* key, const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path dir = fs::path(path).parent_path();
+  if (dir.empty()) return Status::Ok();
+  for (fs::path d = dir; !d.empty(); d = d.parent_path()) {
+    fs::file_status st = fs::status(d, ec);
+    if (fs::exists(st)) {
+      if (!fs::is_directory(st)) {
+        return Status::BadRequest(std::string(key) + ": " + d.string() + " (in " + path +
+                                  ") is not a folder");
+      }
+      return Status::Ok();
+    }
+    if (d == d.parent_path()) break;
+  }
+  return Status::BadRequest(std::string(key) + ": no folder of " + path + " exists");
+}
+
+Status CheckGroup(const char* key, const std::string& name) {
+  if (name.empty()) return Status::Ok();
+  struct group gr {};
+  struct group* found = nullptr;
+  std::vector<char> buf(16384);
+  int rc = getgrnam_r(name.c_str(), &gr, buf.data(), buf.size(), &found);
+  if (rc != 0 || found == nullptr) {
+    return Status::BadRequest(std::string(key) + ": no group named '" + name +
+                              "' on this machine (getent group " + name + ")");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status CheckSocketPath(const std::string& path) {
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return Status::Ok();
+    return Status::BadRequest("socket: cannot look at " + path + ": " + std::strerror(errno));
+  }
+  if (!S_ISSOCK(st.st_mode)) {
+    return Status::BadRequest("socket: " + path +
+                              " exists and is not a socket; gsliced will not replace it: "
+                              "remove it yourself or choose another path");
+  }
+  return Status::Ok();
+}
+
+Status CheckReferences(const DaemonConfig& config) {
+  if (!config.socket.empty()) {
+    if (Status s = CheckSocketPath(config.socket); !s.ok()) return s;
+    if (Status s = CheckFolder("socket", config.socket); !s.ok()) return s;
+  }
+  if (Status s = CheckFolder("database", config.database); !s.ok()) return s;
+  if (!config.ledger.empty() && config.ledger != "none") {
+    if (Status s = CheckFolder("ledger", config.ledger); !s.ok()) return s;
+  }
+  if (Status s = CheckGroup("socket_group", config.socket_group); !s.ok()) return s;
+  if (Status s = CheckGroup("admin_group", config.admin_group); !s.ok()) return s;
+  if (!config.token_file.empty()) {
+    if (auto t = ReadToken(config.token_file); !t.ok()) return t.status();
+  }
+  for (auto [key, file] : {std::pair{"kubernetes.token_file", &config.kubernetes_token_file},
+                           {"kubernetes.ca_file", &config.kubernetes_ca_file}}) {
+    if (!file->empty() && access(file->c_str(), R_OK) != 0) {
+      return Status::BadRequest(std::string(key) + ": cannot read " + *file + ": " +
+                                std::strerror(errno));
+    }
   }
   return Status::Ok();
 }
@@ -278,7 +395,13 @@ std::string DocumentedDefaults() {
 
 Result<std::string> ReadToken(const std::string& path) {
   struct stat st {};
-  if (stat(path.c_str(), &st) != 0) return Status::BadRequest("token_file " + path + ": cannot read it");
+  if (stat(path.c_str(), &st) != 0) {
+    return Status::BadRequest("token_file " + path + ": cannot read it: " + std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode)) return Status::BadRequest("token_file " + path + ": not a regular file");
+  if (access(path.c_str(), R_OK) != 0) {
+    return Status::BadRequest("token_file " + path + ": cannot read it: " + std::strerror(errno));
+  }
   if (st.st_mode & 0077) {
     return Status::BadRequest("token_file " + path +
                               ": others may read it; chmod 600 " + path);

@@ -19,10 +19,14 @@ struct DaemonConfig {
   std::string nvml_library;      // what dlopen loads
   std::string tcp;               // "host:port" or empty
   bool tcp_allow_remote = false; // tcp may bind a non-loopback address
-  std::string token_file;        // bearer token for TCP
+  std::string token_file;        // bearer token for TCP; its holder is an admin
+  std::string admin_group;       // members may change every slice (root always may)
   int64_t sample_interval_ms = 1000;
   int64_t history_seconds = 600;
-  int64_t api_threads = 96;
+  int64_t api_threads = 256;            // connections served at once, per listener
+  int64_t api_connections_per_client = 64;  // per peer uid (unix) or IP address (TCP)
+  int64_t api_request_timeout_s = 10;   // a whole request must arrive within this
+  int64_t api_idle_timeout_s = 30;      // a keep-alive connection may idle this long
   uint64_t max_body_bytes = 65536;
   std::string default_project;
   // Pod labels for GPU processes (daemon/pod_resolver.h); off without a node name.
@@ -48,7 +52,18 @@ Result<DaemonConfig> LoadConfigFile(const std::string& path, DaemonConfig base);
 Status ApplyOverride(const std::string& assignment, DaemonConfig* config);
 
 // Checks what no single option can: tcp needs a token, loopback unless allowed, etc.
+// Looks at nothing outside the configuration itself.
 Status ValidateConfig(const DaemonConfig& config);
+
+// Checks what the configuration names on this machine: default_project is a valid project
+// name, socket_group and admin_group exist, token_file is a readable regular file of mode
+// 0600 (or stricter), the socket path is free or a socket, and the folders of socket,
+// database and ledger exist or can be created. `gsliced --check-config` and the start run it.
+Status CheckReferences(const DaemonConfig& config);
+
+// Refuses a socket path that names anything but a socket (or nothing): gsliced replaces a
+// stale socket, never a file.
+Status CheckSocketPath(const std::string& path);
 
 // A commented TOML file with every option at its default: `gsliced --print-config`.
 std::string DocumentedDefaults();

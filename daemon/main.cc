@@ -1,5 +1,6 @@
 // gsliced: the gslice node daemon. See docs/daemon.md.
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -100,6 +101,7 @@ int main(int argc, char** argv) {
     const char* env = std::getenv("GSLICE_LEDGER");
     config.ledger = env && *env ? env : GetOptionInfo(Option::Ledger).default_value;
   }
+  if (Status s = CheckReferences(config); !s.ok()) return Fail(s.message());
   if (check_only) {
     std::printf("gsliced: configuration is valid\n");
     return 0;
@@ -113,6 +115,11 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  // Every API connection holds a descriptor: allow what the hard limit allows.
+  if (rlimit files{}; getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
+  }
 
   auto store = Store::Open(config.database);
   if (!store.ok()) return Fail(store.status().message());

@@ -34,6 +34,24 @@ class UnavailableSuspender final : public Suspender {
 
 }  // namespace
 
+std::string Caller::Describe() const {
+  if (uid < 0) return user == "token" ? "the token's holder" : user;
+  return user + " (uid " + std::to_string(uid) + ")";
+}
+
+Status MayChange(const Slice& slice, const Caller& caller) {
+  if (caller.admin) return Status::Ok();
+  const bool owner = slice.owner_uid >= 0 ? caller.uid == slice.owner_uid
+                                          : caller.uid >= 0 && caller.user == slice.user;
+  if (owner) return Status::Ok();
+  std::string whose = slice.user;
+  if (slice.owner_uid >= 0) whose += " (uid " + std::to_string(slice.owner_uid) + ")";
+  return Status::Forbidden("slice '" + slice.name + "' belongs to " + whose + ", not to " +
+                           caller.Describe() +
+                           ": only its owner or an admin (root or a member of gsliced's "
+                           "admin_group) may change it");
+}
+
 std::unique_ptr<Suspender> MakeUnavailableSuspender() {
   return std::make_unique<UnavailableSuspender>();
 }
@@ -438,6 +456,7 @@ Result<Slice> Registry::CreateSlice(const SliceRequest& request) {
   std::lock_guard lock(mu_);
   Slice slice;
   slice.user = request.user;
+  slice.owner_uid = request.owner_uid >= 0 && request.owner_uid <= kMaxUid ? request.owner_uid : -1;
   slice.project = request.project.empty() ? options_.default_project : request.project;
   if (Status s = ValidateName("project", slice.project); !s.ok()) return s;
   const Project* project = FindProject(slice.project);
@@ -500,12 +519,13 @@ Result<Slice> Registry::CreateSlice(const SliceRequest& request) {
   return slice;
 }
 
-Status Registry::DeleteSlice(const std::string& name) {
+Status Registry::DeleteSlice(const std::string& name, const Caller& caller) {
   std::lock_guard lock(mu_);
   Slice* slice = FindSlice(name);
   if (slice == nullptr) {
     return Status::NotFound("no slice named '" + name + "': `gslice ls` lists the slices");
   }
+  if (Status s = MayChange(*slice, caller); !s.ok()) return s;
   if (slice->state == SliceState::kSuspending || slice->state == SliceState::kResuming) {
     return Status::Conflict("slice '" + name + "' is " + std::string(ToString(slice->state)) +
                             ": wait until it is done, then delete it");
@@ -521,19 +541,19 @@ Status Registry::DeleteSlice(const std::string& name) {
   return Status::Ok();
 }
 
-Result<Slice> Registry::SuspendSlice(const std::string& name) {
+Result<Slice> Registry::SuspendSlice(const std::string& name, const Caller& caller) {
   counters_.suspend_requests++;
   generation_++;
-  return Transition(name, true);
+  return Transition(name, true, caller);
 }
 
-Result<Slice> Registry::ResumeSlice(const std::string& name) {
+Result<Slice> Registry::ResumeSlice(const std::string& name, const Caller& caller) {
   counters_.resume_requests++;
   generation_++;
-  return Transition(name, false);
+  return Transition(name, false, caller);
 }
 
-Result<Slice> Registry::Transition(const std::string& name, bool suspend) {
+Result<Slice> Registry::Transition(const std::string& name, bool suspend, const Caller& caller) {
   const SliceState from = suspend ? SliceState::kRunning : SliceState::kSuspended;
   const SliceState during = suspend ? SliceState::kSuspending : SliceState::kResuming;
   const SliceState to = suspend ? SliceState::kSuspended : SliceState::kRunning;
@@ -546,6 +566,7 @@ Result<Slice> Registry::Transition(const std::string& name, bool suspend) {
     if (slice == nullptr) {
       return Status::NotFound("no slice named '" + name + "': `gslice ls` lists the slices");
     }
+    if (Status s = MayChange(*slice, caller); !s.ok()) return s;
     if (slice->state == to) return *slice;  // already there: nothing to do
     if (slice->state != from) {
       return Status::Conflict("slice '" + name + "' is " + std::string(ToString(slice->state)) +

@@ -72,10 +72,27 @@ struct RegistryCounters {
   std::atomic<uint64_t> samples{0};
 };
 
+// Who calls the API, as the kernel (unix socket: SO_PEERCRED) or the token (TCP) says;
+// never as a request body says.
+struct Caller {
+  std::string user;  // user name (passwd), or "uid-N" when it has none usable as a name
+  int64_t uid = -1;  // -1: no kernel identity (a token caller)
+  bool admin = false;  // root, a member of admin_group, or the token's holder
+  std::string Describe() const;  // "alice (uid 1000)", "token holder"
+  // The daemon itself and in-process callers that act with its authority.
+  static Caller Daemon() { return Caller{.user = "root", .uid = 0, .admin = true}; }
+};
+
+// Whether `caller` may change, suspend, resume or delete `slice`: admins may change any;
+// others only slices they own (same uid, or the same user name where the owner's uid is
+// not known). The error (403) says whose slice it is and who may change it.
+Status MayChange(const Slice& slice, const Caller& caller);
+
 // What a caller asks for. GPUs are named by UUID or NVML index ("0").
 struct SliceRequest {
   std::string name;  // empty: "<user>-<n>"
   std::string user;
+  int64_t owner_uid = -1;  // the owner's uid when known
   std::string project;  // empty: default project
   SliceClass slice_class = SliceClass::kGuaranteed;
   struct Gpu {
@@ -123,9 +140,11 @@ class Registry {
   Result<SliceView> GetSlice(const std::string& name);
 
   Result<Slice> CreateSlice(const SliceRequest& request);
-  Status DeleteSlice(const std::string& name);
-  Result<Slice> SuspendSlice(const std::string& name);
-  Result<Slice> ResumeSlice(const std::string& name);
+  // Each checks MayChange(slice, caller) under the registry's lock, so the slice checked is
+  // the slice changed.
+  Status DeleteSlice(const std::string& name, const Caller& caller = Caller::Daemon());
+  Result<Slice> SuspendSlice(const std::string& name, const Caller& caller = Caller::Daemon());
+  Result<Slice> ResumeSlice(const std::string& name, const Caller& caller = Caller::Daemon());
 
   Result<Project> CreateProject(const Project& project);
   Result<Project> UpdateProject(const Project& project);
@@ -144,7 +163,7 @@ class Registry {
   Status ResolveGpus(const SliceRequest& request, Slice* slice);  // REQUIRES: mu_ held
   const Project* FindProject(const std::string& name) const;      // REQUIRES: mu_ held
   Slice* FindSlice(const std::string& name);                      // REQUIRES: mu_ held
-  Result<Slice> Transition(const std::string& name, bool suspend);
+  Result<Slice> Transition(const std::string& name, bool suspend, const Caller& caller);
   // Takes slices found only in the ledger into the registry, each admitted like a create
   // (and GPUs an adopted slice takes later, likewise):
   // one that does not fit as guaranteed is adopted as opportunistic (its ledger class

@@ -48,6 +48,7 @@ class Node {
       r.query[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
     }
     r.body = body;
+    r.caller = Caller::Daemon();  // root: may do everything (ownership: gsliced_process_test)
     return router->Handle(r);
   }
   json CallJson(const std::string& method, const std::string& path, const std::string& body = "",
@@ -169,7 +170,15 @@ TEST_F(RegistryApiTest, HostileRequestsGetAClear4xxAndChangeNothing) {
       {"POST", "/v1/slices", R"({"name":"x","user":"u","gpus":["0"],"memory":"1GiB","compute":"250%"})", 400},
       {"POST", "/v1/slices", R"({"name":"x","user":"u","gpus":["7"],"memory":"1GiB"})", 400},
       {"POST", "/v1/slices", R"({"name":"x","user":"u","gpus":["0"],"memory":"17GiB"})", 400},
-      {"POST", "/v1/slices", R"({"name":"x","gpus":["0"],"memory":"1GiB"})", 400},
+      // Numbers out of range, overflow included (an idle timeout of 2^55 s once became 1 s).
+      {"POST", "/v1/slices", R"({"name":"x","gpus":["0"],"memory":"1GiB","idle_timeout_s":36028797018963968})", 400},
+      {"POST", "/v1/slices", R"({"name":"x","gpus":["0"],"memory":"1GiB","idle_timeout_s":18446744073709551615})", 400},
+      {"POST", "/v1/slices", R"({"name":"x","gpus":["0"],"memory":18446744073709551615})", 400},
+      {"POST", "/v1/slices", R"({"name":"x","gpus":["0"],"memory":1.5})", 400},
+      {"POST", "/v1/slices", R"({"name":"x","gpus":[18446744073709551615],"memory":"1GiB"})", 400},
+      {"POST", "/v1/projects", R"({"name":"p","priority":18446744073709551615})", 400},
+      {"POST", "/v1/projects", R"({"name":"p","memory_quota":"100000EiB"})", 400},
+      {"GET", "/v1/history?since=99999999999999999999999", "", 400},
       {"POST", "/v1/slices", R"({"name":"x","user":"u","gpus":"0","memory":"1GiB"})", 400},
       {"POST", "/v1/slices", R"({"name":"x","user":"u","class":"vip","gpus":["0"],"memory":"1GiB"})", 400},
       {"POST", "/v1/slices", R"({"name":"keep","user":"u","gpus":["1"],"memory":"1GiB"})", 409},
