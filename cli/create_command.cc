@@ -29,7 +29,8 @@ quota. Work over quota may run as --class opportunistic. Run programs in it with
   --idle-timeout T     suspend the slice after T with no GPU work (30m, 2h, 600s; for
                        notebooks); its next CUDA call resumes it. Default: never
   --project NAME       project to charge (default: gsliced's default project)
-  --user NAME          owner (default: $USER)
+  --user NAME          owner (default: you, as the kernel tells gsliced; naming another
+                       user is for admins)
   --json               print the created slice as JSON
   --socket PATH        gsliced's socket (default $GSLICE_SOCKET or /run/gsliced/gsliced.sock)
 
@@ -61,7 +62,7 @@ int CreateCommand(int argc, char** argv) {
     std::fputs(kCreateHelp, stdout);
     return 0;
   }
-  std::string name, gpus, memory, compute, cls = "guaranteed", project, idle, user = CurrentUserName();
+  std::string name, gpus, memory, compute, cls = "guaranteed", project, idle, user;
   for (size_t i = 0; i < rest.size(); ++i) {
     const std::string& a = rest[i];
     std::string* target = nullptr;
@@ -125,7 +126,8 @@ int CreateCommand(int argc, char** argv) {
     body["idle_timeout_s"] = static_cast<int64_t>(value * scale);
   }
   if (!name.empty()) body["name"] = name;
-  body["user"] = user;
+  // gsliced knows who calls from the kernel; "user" only names another owner (admins).
+  if (!user.empty()) body["user"] = user;
   if (!project.empty()) body["project"] = project;
   body["class"] = cls;
   body["gpus"] = nlohmann::json::array();

@@ -253,7 +253,9 @@ RegisterResult RegisterSlice(const SliceRegistration& slice, std::string* messag
                              int timeout_ms) {
   nlohmann::json body;
   if (!slice.name.empty()) body["name"] = slice.name;
-  body["user"] = slice.user.empty() ? CurrentUserName() : slice.user;
+  // The owner is the caller as the kernel names it to gsliced; "user" is sent only when
+  // someone else is named (which only admins may do).
+  if (!slice.user.empty()) body["user"] = slice.user;
   if (!slice.project.empty()) body["project"] = slice.project;
   body["class"] = slice.opportunistic ? "opportunistic" : "guaranteed";
   body["origin"] = "run";

@@ -73,7 +73,7 @@ inline constexpr const char kDaemonConfigFile[] = "/etc/gslice/gsliced.toml";
 // For `gslice run`: registers the slice with gsliced if one runs.
 struct SliceRegistration {
   std::string name;   // the slice's name (the ledger's); empty: gsliced picks one
-  std::string user;   // empty: the caller's login name
+  std::string user;   // empty: the caller, as gsliced learns it from the kernel
   std::string project;  // empty: the daemon's default project
   bool opportunistic = false;
   struct Gpu {
@@ -100,7 +100,8 @@ RegisterResult RegisterSlice(const SliceRegistration& slice, std::string* messag
 // when gsliced did not answer or refused (the registration then expires by itself).
 bool UnregisterSlice(const std::string& name, int timeout_ms = 2000);
 
-// The caller's login name for the API's "user" field ($USER, else the passwd entry).
+// The caller's login name, for messages ($USER, else the passwd entry). Never authority:
+// gsliced learns who calls from the kernel.
 std::string CurrentUserName();
 
 }  // namespace gslice::cli

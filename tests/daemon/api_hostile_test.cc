@@ -1,0 +1,506 @@
+// The real gsliced against hostile API clients: callers that are not who the body says,
+// users touching others' slices, bodies that never end, connections that never finish,
+// floods of parallel clients, and configuration that points at the wrong things. Parts run
+// as the unprivileged user nobody (uid 65534) in a forked child that drops privileges
+// before it connects, because the kernel names the caller at connect time.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "daemon_test_support.h"
+
+namespace gslice {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+constexpr uid_t kNobody = 65534;
+constexpr gid_t kNogroup = 65534;
+constexpr const char* kToken = "hostile-test-token-0123456789";
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+int ConnectUnix(const std::string& path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Connects to 127.0.0.1:port from `source` (another loopback address plays another host).
+int ConnectTcp(int port, const char* source = nullptr) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (source != nullptr) {
+    sockaddr_in s{};
+    s.sin_family = AF_INET;
+    inet_pton(AF_INET, source, &s.sin_addr);
+    if (bind(fd, reinterpret_cast<sockaddr*>(&s), sizeof s) != 0) {
+      close(fd);
+      return -1;
+    }
+  }
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+struct Reply {
+  int status = 0;  // 0: no answer
+  std::string body;
+};
+
+// Reads one HTTP/1.1 answer with a Content-Length body from `fd`, within `timeout_ms`.
+Reply ReadReply(int fd, int timeout_ms = 5000) {
+  Reply r;
+  std::string raw;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  char buf[65536];
+  for (;;) {
+    auto end = raw.find("\r\n\r\n");
+    if (end != std::string::npos) {
+      std::string head = raw.substr(0, end);
+      for (char& c : head) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      size_t length = 0;
+      if (auto cl = head.find("content-length:"); cl != std::string::npos) {
+        length = std::strtoull(head.c_str() + cl + 15, nullptr, 10);
+      }
+      if (raw.size() >= end + 4 + length) {
+        r.status = std::atoi(raw.c_str() + raw.find(' ') + 1);
+        r.body = raw.substr(end + 4, length);
+        return r;
+      }
+    }
+    int left = static_cast<int>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+    pollfd p{fd, POLLIN, 0};
+    if (left <= 0 || poll(&p, 1, left) <= 0) return r;
+    ssize_t n = recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) return r;
+    raw.append(buf, static_cast<size_t>(n));
+  }
+}
+
+std::string Request(const std::string& method, const std::string& path, const std::string& body = "",
+                    const std::string& extra_headers = "") {
+  std::string r = method + " " + path + " HTTP/1.1\r\nHost: gsliced\r\n" + extra_headers;
+  if (!body.empty() || method == "POST" || method == "PUT") {
+    r += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+  }
+  return r + "\r\n" + body;
+}
+
+bool SendAll(int fd, const std::string& data) {
+  size_t sent = 0;
+  while (sent < data.size()) {
+    ssize_t n = send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) return false;
+    sent += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// One request on its own connection to the unix socket.
+Reply CallUnix(const std::string& socket, const std::string& method, const std::string& path,
+               const std::string& body = "") {
+  int fd = ConnectUnix(socket);
+  if (fd < 0) return {};
+  SendAll(fd, Request(method, path, body));
+  Reply r = ReadReply(fd);
+  close(fd);
+  return r;
+}
+
+int64_t RssKiB(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::strtoll(line.c_str() + 6, nullptr, 10);
+  }
+  return -1;
+}
+
+class ApiHostileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::UniquePath("hostile", "/tmp");
+    // 0755: user nobody must reach the socket inside.
+    ASSERT_EQ(mkdir(dir_.c_str(), 0755), 0);
+    chmod(dir_.c_str(), 0755);
+    socket_ = dir_ + "/api.sock";
+    port_ = FreePort();
+    std::ofstream(dir_ + "/token") << kToken << "\n";
+    chmod((dir_ + "/token").c_str(), 0600);
+    setenv("GSLICE_SIM_STATE", sim_state_.c_str(), 1);
+    setenv("GSLICE_SUSPEND_BOARD", board_.c_str(), 1);
+  }
+  void TearDown() override {
+    Stop();
+    std::system(("rm -rf " + dir_).c_str());
+    unlink(ledger_.c_str());
+    unlink(sim_state_.c_str());
+    unlink(board_.c_str());
+  }
+  void WriteConfig(const std::string& extra = "") {
+    std::ofstream(dir_ + "/gsliced.toml")
+        << "socket = \"" << socket_ << "\"\n"
+        << "socket_mode = \"0666\"\n"
+        << "database = \"" << dir_ << "/state/gsliced.db\"\n"
+        << "ledger = \"" << ledger_ << "\"\n"
+        << "nvml_library = \"" << GSLICE_SIM_NVML << "\"\n"
+        << "tcp = \"127.0.0.1:" << port_ << "\"\n"
+        << "token_file = \"" << dir_ << "/token\"\n"
+        << "sample_interval_ms = 200\n"
+        << extra;
+  }
+  // Runs gsliced with `args` to its end; its exit status and what it wrote.
+  std::pair<int, std::string> RunToEnd(const std::vector<std::string>& extra) {
+    std::string cmd = std::string(GSLICED) + " --config " + dir_ + "/gsliced.toml";
+    for (const std::string& e : extra) cmd += " " + e;
+    cmd += " 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    int status = pclose(p);
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  }
+  void Start() {
+    pid_ = fork();
+    if (pid_ == 0) {
+      std::string log = dir_ + "/gsliced.log";
+      freopen(log.c_str(), "a", stderr);
+      std::string config = dir_ + "/gsliced.toml";
+      execl(GSLICED, GSLICED, "--config", config.c_str(), nullptr);
+      _exit(127);
+    }
+    for (int i = 0; i < 200; ++i) {
+      if (CallUnix(socket_, "GET", "/healthz").status == 200) return;
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        FAIL() << "gsliced exited: " << ReadAll(dir_ + "/gsliced.log");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    FAIL() << "gsliced did not answer: " << ReadAll(dir_ + "/gsliced.log");
+  }
+  void Stop() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGTERM);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+  // Runs `method path body` on the unix socket as user nobody, with supplementary groups
+  // `groups`, in a child that drops privileges before it connects.
+  Reply CallAsNobody(const std::string& method, const std::string& path, const std::string& body = "",
+                     std::vector<gid_t> groups = {}) {
+    int out[2];
+    EXPECT_EQ(pipe(out), 0);
+    pid_t child = fork();
+    if (child == 0) {
+      close(out[0]);
+      if (setgroups(groups.size(), groups.data()) != 0 || setresgid(kNogroup, kNogroup, kNogroup) != 0 ||
+          setresuid(kNobody, kNobody, kNobody) != 0) {
+        _exit(3);
+      }
+      Reply r = CallUnix(socket_, method, path, body);
+      std::string msg = std::to_string(r.status) + "\n" + r.body;
+      write(out[1], msg.data(), msg.size());
+      _exit(0);
+    }
+    close(out[1]);
+    std::string msg;
+    char buf[4096];
+    for (ssize_t n; (n = read(out[0], buf, sizeof buf)) > 0;) msg.append(buf, static_cast<size_t>(n));
+    close(out[0]);
+    int status = 0;
+    waitpid(child, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child could not become nobody";
+    Reply r;
+    r.status = std::atoi(msg.c_str());
+    if (auto nl = msg.find('\n'); nl != std::string::npos) r.body = msg.substr(nl + 1);
+    return r;
+  }
+  std::string Error(const Reply& r) {
+    json j = json::parse(r.body, nullptr, false);
+    return j.is_object() && j.contains("error") ? j["error"].get<std::string>() : r.body;
+  }
+
+  std::string dir_, socket_;
+  int port_ = 0;
+  pid_t pid_ = -1;
+  std::string ledger_ = testing::UniquePath("ledger");
+  std::string sim_state_ = testing::UniquePath("sim");
+  std::string board_ = testing::UniquePath("suspend-board");
+};
+
+constexpr const char* kSlice = R"({"name":"%s","gpus":["0"],"memory":"1GiB"%s})";
+
+std::string SliceBody(const std::string& name, const std::string& extra = "") {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, kSlice, name.c_str(), extra.c_str());
+  return buf;
+}
+
+TEST_F(ApiHostileTest, UsersChangeOnlyTheirOwnSlicesAndTheKernelSaysWhoTheyAre) {
+  group* admins = getgrnam("users");
+  ASSERT_NE(admins, nullptr) << "this test needs the group 'users'";
+  const gid_t admin_gid = admins->gr_gid;
+  WriteConfig("admin_group = \"users\"\n");
+  Start();
+  // Root's slice; its owner comes from the kernel, not from a body.
+  Reply created = CallUnix(socket_, "POST", "/v1/slices", SliceBody("roots"));
+  ASSERT_EQ(created.status, 201) << created.body;
+  json j = json::parse(created.body);
+  EXPECT_EQ(j["user"], "root");
+  EXPECT_EQ(j["owner_uid"], 0);
+
+  // Nobody may read it, and may not delete, suspend or resume it.
+  EXPECT_EQ(CallAsNobody("GET", "/v1/slices/roots").status, 200);
+  for (auto [method, path] : {std::pair{"DELETE", "/v1/slices/roots"},
+                              {"POST", "/v1/slices/roots/suspend"},
+                              {"POST", "/v1/slices/roots/resume"}}) {
+    Reply r = CallAsNobody(method, path);
+    EXPECT_EQ(r.status, 403) << method << " " << path << ": " << r.body;
+    EXPECT_NE(Error(r).find("belongs to root (uid 0), not to nobody (uid 65534)"), std::string::npos) << r.body;
+  }
+  // A body that names another user is refused: the body is no authority.
+  Reply spoof = CallAsNobody("POST", "/v1/slices", SliceBody("spoofed", R"(,"user":"root")"));
+  EXPECT_EQ(spoof.status, 403) << spoof.body;
+  EXPECT_NE(Error(spoof).find("is not you"), std::string::npos) << spoof.body;
+  // Projects are the node's policy: admins only.
+  EXPECT_EQ(CallAsNobody("POST", "/v1/projects", R"({"name":"mine","memory_quota":"100GiB"})").status, 403);
+
+  // Its own slice it creates and deletes; the slice says whose it is.
+  Reply own = CallAsNobody("POST", "/v1/slices", SliceBody("nobodys"));
+  ASSERT_EQ(own.status, 201) << own.body;
+  json o = json::parse(own.body);
+  EXPECT_EQ(o["user"], "nobody");
+  EXPECT_EQ(o["owner_uid"], 65534);
+  EXPECT_EQ(CallAsNobody("POST", "/v1/slices/nobodys/suspend").status == 403, false);
+  EXPECT_EQ(CallAsNobody("DELETE", "/v1/slices/nobodys").status, 200);
+
+  // Root's slice is still there and unchanged.
+  Reply still = CallUnix(socket_, "GET", "/v1/slices/roots");
+  EXPECT_EQ(still.status, 200);
+  EXPECT_EQ(json::parse(still.body)["state"], "running");
+
+  // A member of admin_group (by its supplementary groups) may change any slice.
+  Reply admin = CallAsNobody("DELETE", "/v1/slices/roots", "", {admin_gid});
+  EXPECT_EQ(admin.status, 200) << admin.body;
+  EXPECT_EQ(CallUnix(socket_, "GET", "/v1/slices/roots").status, 404);
+}
+
+TEST_F(ApiHostileTest, AChunkedBodyIsRefusedBeforeItIsBufferedWithOrWithoutTheToken) {
+  WriteConfig();
+  Start();
+  const int64_t before = RssKiB(pid_);
+  ASSERT_GT(before, 0);
+  const std::string chunk = [] {
+    std::string data(1 << 20, 'x');
+    char head[32];
+    std::snprintf(head, sizeof head, "%zx\r\n", data.size());
+    return head + data + "\r\n";
+  }();
+  for (bool with_token : {false, true}) {
+    int fd = ConnectTcp(port_);
+    ASSERT_GE(fd, 0);
+    std::string headers = "POST /v1/slices HTTP/1.1\r\nHost: gsliced\r\nContent-Type: application/json\r\n"
+                          "Transfer-Encoding: chunked\r\n";
+    if (with_token) headers += std::string("Authorization: Bearer ") + kToken + "\r\n";
+    ASSERT_TRUE(SendAll(fd, headers + "\r\n"));
+    // 100 MiB, as long as gsliced reads it; it may answer and close at any point.
+    int64_t peak = before;
+    for (int i = 0; i < 100; ++i) {
+      if (!SendAll(fd, chunk)) break;
+      if (i % 10 == 0) peak = std::max(peak, RssKiB(pid_));
+    }
+    SendAll(fd, "0\r\n\r\n");
+    Reply r = ReadReply(fd, 10000);
+    close(fd);
+    if (with_token) {
+      EXPECT_EQ(r.status, 413) << r.body;
+      EXPECT_NE(Error(r).find("max_body_bytes"), std::string::npos) << r.body;
+    } else {
+      EXPECT_EQ(r.status, 401) << r.body;
+    }
+    peak = std::max(peak, RssKiB(pid_));
+    EXPECT_LT(peak - before, 50 * 1024) << "gsliced grew from " << before << " KiB to " << peak
+                                        << " KiB on a chunked body" << (with_token ? " with" : " without")
+                                        << " the token";
+  }
+  // And it still serves.
+  EXPECT_EQ(CallUnix(socket_, "GET", "/healthz").status, 200);
+}
+
+TEST_F(ApiHostileTest, SlowClientsOnTcpStopNeitherOtherClientsNorTheUnixSocket) {
+  WriteConfig("api_request_timeout_s = 2\napi_idle_timeout_s = 3\n");
+  Start();
+  // 120 connections from "another host" (127.0.0.2) that send half a request and stall.
+  std::vector<int> slow;
+  for (int i = 0; i < 120; ++i) {
+    int fd = ConnectTcp(port_, "127.0.0.2");
+    if (fd < 0) break;
+    SendAll(fd, "GET /v1/node HTTP/1.1\r\nHost: gsliced\r\n");
+    slow.push_back(fd);
+  }
+  ASSERT_GE(slow.size(), 110u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // The unix socket answers meanwhile, and so does an authenticated TCP client.
+  EXPECT_EQ(CallUnix(socket_, "GET", "/v1/node").status, 200);
+  int fd = ConnectTcp(port_);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(SendAll(fd, Request("GET", "/v1/node", "", std::string("Authorization: Bearer ") + kToken + "\r\n")));
+  Reply r = ReadReply(fd, 5000);
+  close(fd);
+  EXPECT_EQ(r.status, 200) << "an authenticated request got no answer within 5 s behind 120 slow connections";
+  // The slow ones are closed once their request timeout passes.
+  int closed = 0;
+  for (int s : slow) {
+    pollfd p{s, POLLIN, 0};
+    char c;
+    if (poll(&p, 1, 8000) > 0 && recv(s, &c, 1, 0) <= 0) ++closed;
+    close(s);
+  }
+  EXPECT_EQ(closed, static_cast<int>(slow.size())) << "slow connections still open after the request timeout";
+}
+
+TEST_F(ApiHostileTest, SixtyFourParallelClientsAllGetAnswers) {
+  WriteConfig();
+  Start();
+  // All connect at once, without blocking (as an event-driven client does): a shallow
+  // listen backlog refuses the ones over it with EAGAIN.
+  constexpr int kClients = 64;
+  std::atomic<int> ready{0}, answered{0}, refused{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.emplace_back([&] {
+      int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+      sockaddr_un a{};
+      a.sun_family = AF_UNIX;
+      std::strncpy(a.sun_path, socket_.c_str(), sizeof a.sun_path - 1);
+      ready++;
+      while (ready.load() < kClients) std::this_thread::yield();
+      if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+        refused++;
+        close(fd);
+        return;
+      }
+      fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+      SendAll(fd, Request("GET", "/v1/node"));
+      if (ReadReply(fd, 10000).status == 200) answered++;
+      close(fd);
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  EXPECT_EQ(refused.load(), 0) << "connections refused by a full listen backlog";
+  EXPECT_EQ(answered.load(), kClients);
+}
+
+TEST_F(ApiHostileTest, AKeepAliveConnectionServesWithoutARequestCap) {
+  WriteConfig();
+  Start();
+  int fd = ConnectUnix(socket_);
+  ASSERT_GE(fd, 0);
+  int served = 0;
+  for (int i = 0; i < 1200; ++i) {
+    if (!SendAll(fd, Request("GET", "/healthz"))) break;
+    if (ReadReply(fd).status != 200) break;
+    ++served;
+  }
+  close(fd);
+  EXPECT_EQ(served, 1200) << "the connection stopped after " << served << " requests";
+}
+
+TEST_F(ApiHostileTest, AFileAtTheSocketPathIsRefusedNeverDeleted) {
+  WriteConfig();
+  std::ofstream(socket_) << "precious\n";
+  auto [check_code, check_out] = RunToEnd({"--check-config"});
+  EXPECT_NE(check_code, 0) << check_out;
+  EXPECT_NE(check_out.find("is not a socket"), std::string::npos) << check_out;
+  auto [code, out] = RunToEnd({});
+  EXPECT_NE(code, 0) << out;
+  EXPECT_NE(out.find("is not a socket"), std::string::npos) << out;
+  EXPECT_EQ(ReadAll(socket_), "precious\n");
+}
+
+TEST_F(ApiHostileTest, CheckConfigChecksWhatTheConfigNames) {
+  struct Case {
+    std::string extra, expect;
+  };
+  const std::vector<Case> cases = {
+      {"default_project = \"Not A Project\"\n", "default_project"},
+      {"admin_group = \"no-such-group-gslice\"\n", "admin_group: no group named"},
+      {"socket_group = \"no-such-group-gslice\"\n", "socket_group: no group named"},
+      {"max_body_bytes = \"1TiB\"\n", "max_body_bytes"},
+      {"api_idle_timeout_s = 36028797018963968\n", "api_idle_timeout_s"},
+      {"api_connections_per_client = 0\n", "api_connections_per_client"},
+  };
+  for (const Case& c : cases) {
+    WriteConfig(c.extra);
+    auto [code, out] = RunToEnd({"--check-config"});
+    EXPECT_NE(code, 0) << c.extra << out;
+    EXPECT_NE(out.find(c.expect), std::string::npos) << c.extra << out;
+  }
+  // A token others may read.
+  WriteConfig();
+  chmod((dir_ + "/token").c_str(), 0644);
+  auto [code, out] = RunToEnd({"--check-config"});
+  EXPECT_NE(code, 0) << out;
+  EXPECT_NE(out.find("chmod 600"), std::string::npos) << out;
+  chmod((dir_ + "/token").c_str(), 0600);
+  auto [ok_code, ok_out] = RunToEnd({"--check-config"});
+  EXPECT_EQ(ok_code, 0) << ok_out;
+}
+
+}  // namespace
+}  // namespace gslice
