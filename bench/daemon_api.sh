@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# gsliced load and idle benchmark (issue 5), on the simulated driver.
+# gsliced load and idle benchmark, on the simulated driver.
 #
 #   bench/daemon_api.sh [BUILD_DIR]      (default: build)
 #
 # 1. API throughput: wrk with 64 connections on loopback TCP (with the bearer token)
 #    against GET /v1/slices (100 slices), GET /v1/node, GET /metrics and GET /healthz.
-#    Target: >= 2,000 requests/s.
+#    Target: >= 2,000 requests/s. Errors are counted by kind: connect, read/write, timeouts,
+#    and non-2xx answers by status.
 # 2. Idle CPU: gsliced with 100 slices and no client, CPU time over 30 s from
 #    /proc/PID/stat (utime + stime). Target: < 5% of one core. Measured with the in-process
 #    ledger (the node ledger holds at most 64 slices) and again with 64 slices in the node
@@ -87,19 +88,40 @@ start_daemon none
 create_slices 100
 echo "## Throughput (100 slices registered)"
 echo
-echo "| endpoint | requests/s | latency avg | latency p99 | errors (non-2xx, timeouts) |"
-echo "| --- | ---: | ---: | ---: | ---: |"
+echo "Errors by kind: connect (refused or reset while connecting), read/write (the connection"
+echo "failed mid-request, e.g. closed by the server), timeouts (no answer within wrk's 2 s), and"
+echo "answers that are not 2xx, by status."
+echo
+echo "| endpoint | requests/s | latency avg | latency p99 | connect errors | read/write errors | timeouts | non-2xx by status |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
 cat > "$dir/report.lua" <<'LUA'
+-- Counts answers by status in every thread, and sums them at the end.
+local threads = {}
+function setup(thread) table.insert(threads, thread) end
+function init(args) statuses = {} end
+function response(status, headers, body)
+  if status < 200 or status > 299 then statuses[status] = (statuses[status] or 0) + 1 end
+end
 done = function(summary, latency, requests)
-  local errors = summary.errors.status + summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout
-  io.write(string.format("RESULT %.0f %.2f %.2f %d\n", summary.requests / (summary.duration / 1e6),
-    latency.mean / 1000, latency:percentile(99) / 1000, errors))
+  local by = {}
+  for _, t in ipairs(threads) do
+    for code, n in pairs(t:get("statuses")) do by[code] = (by[code] or 0) + n end
+  end
+  local codes = {}
+  for code, n in pairs(by) do table.insert(codes, code) end
+  table.sort(codes)
+  local text = {}
+  for _, code in ipairs(codes) do table.insert(text, code .. ": " .. by[code]) end
+  local statuses_text = #text == 0 and "none" or table.concat(text, ", ")
+  io.write(string.format("RESULT %.0f %.2f %.2f %d %d %d %s\n", summary.requests / (summary.duration / 1e6),
+    latency.mean / 1000, latency:percentile(99) / 1000, summary.errors.connect,
+    summary.errors.read + summary.errors.write, summary.errors.timeout, statuses_text))
 end
 LUA
 for path in /v1/slices /v1/node /metrics /healthz; do
   out=$(wrk -t4 -c64 -d10s --latency -s "$dir/report.lua" -H "Authorization: Bearer $token" "http://127.0.0.1:$port$path")
-  read -r _ rps avg p99 errors <<<"$(grep RESULT <<<"$out")"
-  echo "| GET $path | $rps | $avg ms | $p99 ms | $errors |"
+  read -r _ rps avg p99 connect rw timeouts statuses <<<"$(grep RESULT <<<"$out")"
+  echo "| GET $path | $rps | $avg ms | $p99 ms | $connect | $rw | $timeouts | $statuses |"
 done
 echo
 echo "## Idle CPU (no client, sample_interval_ms = 1000)"

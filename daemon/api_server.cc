@@ -736,7 +736,7 @@ class HttpListener {
   struct Settings {
     bool over_tcp = false;
     unsigned max_connections = 256;
-    unsigned per_client = 64;
+    unsigned per_client = 128;
     int request_timeout_s = 10;
     int idle_timeout_s = 30;
     uint64_t max_body = 65536;

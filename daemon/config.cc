@@ -86,7 +86,7 @@ const Option kOptions[] = {
      "Connections each listener (unix socket, TCP) serves at once, each on its own thread;\n"
      "more wait in the listen backlog. The unix socket and TCP have separate ones.",
      Integer{&DaemonConfig::api_threads, 4, 4096}},
-    {"api_connections_per_client", "64",
+    {"api_connections_per_client", "128",
      "Connections one client may hold at once: per uid on the unix socket, per IP address on\n"
      "TCP. Further ones are refused (429 on the unix socket, closed on TCP), so no client\n"
      "takes every thread.",

@@ -24,7 +24,7 @@ struct DaemonConfig {
   int64_t sample_interval_ms = 1000;
   int64_t history_seconds = 600;
   int64_t api_threads = 256;            // connections served at once, per listener
-  int64_t api_connections_per_client = 64;  // per peer uid (unix) or IP address (TCP)
+  int64_t api_connections_per_client = 128; // per peer uid (unix) or IP address (TCP)
   int64_t api_request_timeout_s = 10;   // a whole request must arrive within this
   int64_t api_idle_timeout_s = 30;      // a keep-alive connection may idle this long
   uint64_t max_body_bytes = 65536;
