@@ -167,6 +167,7 @@ class PodMetricsTest : public ::testing::Test {
     r.method = method;
     r.path = path;
     r.body = body;
+    r.caller = Caller::Daemon();  // root: may do everything
     return router_->Handle(r);
   }
   std::string Metrics() { return Call("GET", "/metrics").body; }
