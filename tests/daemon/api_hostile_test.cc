@@ -446,6 +446,39 @@ TEST_F(ApiHostileTest, SixtyFourParallelClientsAllGetAnswers) {
   EXPECT_EQ(answered.load(), kClients);
 }
 
+TEST_F(ApiHostileTest, OneClientHoldsAtMostItsShareOfConnections) {
+  WriteConfig("api_connections_per_client = 4\n");
+  Start();
+  // Root holds 4 connections to the unix socket; a 5th is answered 429 and closed.
+  std::vector<int> held;
+  for (int i = 0; i < 4; ++i) {
+    held.push_back(ConnectUnix(socket_));
+    ASSERT_GE(held.back(), 0);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  Reply over = CallUnix(socket_, "GET", "/healthz");
+  EXPECT_EQ(over.status, 429) << over.body;
+  EXPECT_NE(Error(over).find("api_connections_per_client"), std::string::npos) << over.body;
+  // Another user is not affected by root's connections.
+  EXPECT_EQ(CallAsNobody("GET", "/healthz").status, 200);
+  // On TCP the limit is per address: 127.0.0.2 is refused past 4, 127.0.0.1 is served.
+  std::vector<int> tcp;
+  for (int i = 0; i < 6; ++i) tcp.push_back(ConnectTcp(port_, "127.0.0.2"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  int fd = ConnectTcp(port_);
+  ASSERT_GE(fd, 0);
+  SendAll(fd, Request("GET", "/healthz", "", std::string("Authorization: Bearer ") + kToken + "\r\n"));
+  EXPECT_EQ(ReadReply(fd).status, 200);
+  close(fd);
+  for (int t : tcp) if (t >= 0) close(t);
+  // Once root closes one, it is served again.
+  close(held.back());
+  held.pop_back();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(CallUnix(socket_, "GET", "/healthz").status, 200);
+  for (int h : held) close(h);
+}
+
 TEST_F(ApiHostileTest, AKeepAliveConnectionServesWithoutARequestCap) {
   WriteConfig();
   Start();
