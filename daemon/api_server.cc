@@ -943,10 +943,10 @@ MHD_Result HttpListener::OnRequest(void* cls, MHD_Connection* c, const char* url
       errno = 0;
       char* end = nullptr;
       unsigned long long n = std::strtoull(length, &end, 10);
-      if (errno == ERANGE || n > cfg.max_body) {
-        return self->Refuse(c, 413, "request body larger than max_body_bytes (" +
-                                        std::to_string(cfg.max_body) + " bytes)");
-      }
+      // Known too large: nothing of it is kept. It is read and dropped and answered 413
+      // at its end (within the request timeout), so a client that sends its whole body
+      // before reading reads the answer rather than a reset.
+      if (errno == ERANGE || n > cfg.max_body) req.too_large = true;
     }
     return MHD_YES;
   }

@@ -5,9 +5,9 @@
 //
 // Each listener is its own libmicrohttpd daemon with its own threads (one per connection),
 // connection limits (per listener, per client) and timeouts, so clients flooding TCP do not
-// take the unix socket's threads. A request is refused on its headers (401 without the
-// token, 413 when its Content-Length is over max_body_bytes) before its body is read; a
-// chunked body is counted as it arrives and never buffered past max_body_bytes.
+// take the unix socket's threads. A request without the token on TCP is refused (401) on
+// its headers, before its body is read; a body over max_body_bytes, by Content-Length or
+// counted as chunks arrive, is never buffered: it is dropped as read and answered 413.
 #pragma once
 
 #include <atomic>
