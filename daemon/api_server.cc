@@ -131,10 +131,7 @@ json ToJson(const ProjectView& v) {
 
 json ToJson(const User& u) { return json{{"name", u.name}, {"created_at", u.created_at}}; }
 
-// The largest size any field takes: 1 EiB, well inside SQLite's signed 64-bit integers.
-constexpr uint64_t kMaxSize = 1ull << 60;
-// The longest idle timeout: 366 days, far from where seconds overflow as nanoseconds.
-constexpr int64_t kMaxIdleTimeoutS = 366 * 86400;
+constexpr uint64_t kMaxSize = kMaxSizeBytes;
 
 // Reads a size given as a byte count or a string ("8GiB"), at most kMaxSize.
 Status ReadSize(const json& v, const std::string& field, uint64_t* out) {
@@ -322,15 +319,15 @@ Result<Project> ParseProject(const json& body, const std::string& name_from_path
   }
   if (auto it = body.find("compute_quota"); it != body.end()) {
     // In GPUs: 1.5 is one and a half GPUs' worth of guaranteed compute.
-    if (!it->is_number() || !(it->get<double>() >= 0) || it->get<double>() > 4096) {
+    if (!it->is_number() || !(it->get<double>() >= 0) || it->get<double>() > kMaxComputeQuotaGpus) {
       return Status::BadRequest("compute_quota: expected a number of GPUs from 0 (unlimited) to 4096");
     }
     p.compute_quota = it->get<double>();
   }
   if (auto it = body.find("priority"); it != body.end()) {
     if (!it->is_number_integer() ||
-        (it->is_number_unsigned() ? it->get<uint64_t>() > 1000000u
-                                  : std::llabs(it->get<int64_t>()) > 1000000)) {
+        (it->is_number_unsigned() ? it->get<uint64_t>() > static_cast<uint64_t>(kMaxProjectPriority)
+                                  : std::llabs(it->get<int64_t>()) > kMaxProjectPriority)) {
       return Status::BadRequest("priority: expected an integer from -1000000 to 1000000");
     }
     p.priority = static_cast<int>(it->get<int64_t>());

@@ -44,6 +44,13 @@ struct SliceGpu {
 
 // The largest uid a slice's owner may have (uid_t is 32 bits; (uid_t)-1 means "none").
 inline constexpr int64_t kMaxUid = 0xfffffffe;
+// The largest size any field takes: 1 EiB, well inside SQLite's signed 64-bit integers.
+inline constexpr uint64_t kMaxSizeBytes = 1ull << 60;
+// The longest idle timeout: 366 days, far from where seconds overflow as nanoseconds.
+inline constexpr int64_t kMaxIdleTimeoutS = 366 * 86400;
+// A project's compute quota, in GPUs, and the range of its priority.
+inline constexpr double kMaxComputeQuotaGpus = 4096;
+inline constexpr int64_t kMaxProjectPriority = 1000000;
 
 struct Slice {
   std::string name;  // identity; see ValidateName

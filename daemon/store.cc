@@ -173,6 +173,26 @@ Status Store::Migrate() {
   return Status::Ok();
 }
 
+namespace {
+
+// A row that gsliced did not write as it stands (edited by hand, or damaged): loading stops
+// with what is wrong and where, rather than running with a value no request could set.
+Status BadRow(const std::string& what, const std::string& name, const std::string& problem) {
+  return Status::Internal("database: " + what + " '" + name + "': " + problem +
+                          "; gsliced never writes such a row: correct or delete it (sqlite3) and start again");
+}
+
+Status CheckName(const char* what, const std::string& row, const char* field, const std::string& value) {
+  if (Status s = ValidateName(field, value); !s.ok()) return BadRow(what, row, s.message());
+  return Status::Ok();
+}
+
+std::string OutOfRange(const char* field, const std::string& value, const std::string& range) {
+  return std::string(field) + " " + value + " is out of range (" + range + ")";
+}
+
+}  // namespace
+
 Result<std::vector<Slice>> Store::LoadSlices() {
   std::vector<Slice> out;
   Stmt q(db_,
@@ -184,13 +204,20 @@ Result<std::vector<Slice>> Store::LoadSlices() {
     s.name = q.Text(0);
     s.user = q.Text(1);
     s.project = q.Text(2);
-    if (!ParseSliceClass(q.Text(3), &s.slice_class)) s.slice_class = SliceClass::kOpportunistic;
-    if (!ParseSliceState(q.Text(4), &s.state)) s.state = SliceState::kFailed;
+    if (Status st = CheckName("slice", s.name, "slice", s.name); !st.ok()) return st;
+    if (Status st = CheckName("slice", s.name, "user", s.user); !st.ok()) return st;
+    if (Status st = CheckName("slice", s.name, "project", s.project); !st.ok()) return st;
+    if (!ParseSliceClass(q.Text(3), &s.slice_class)) return BadRow("slice", s.name, "class '" + q.Text(3) + "' is unknown");
+    if (!ParseSliceState(q.Text(4), &s.state)) return BadRow("slice", s.name, "state '" + q.Text(4) + "' is unknown");
     s.origin = q.Text(5);
     s.created_at = q.Int(6);
     s.pod = q.Text(7);
     s.pod_namespace = q.Text(8);
     s.idle_timeout_s = q.Int(9);
+    if (s.idle_timeout_s < 0 || s.idle_timeout_s > kMaxIdleTimeoutS) {
+      return BadRow("slice", s.name,
+                    OutOfRange("idle_timeout_s", std::to_string(s.idle_timeout_s), "0.." + std::to_string(kMaxIdleTimeoutS)));
+    }
     s.last_error = q.Text(10);
     s.owner_uid = q.Int(11);
     if (s.owner_uid < -1 || s.owner_uid > kMaxUid) s.owner_uid = -1;  // not a uid: unknown
@@ -202,9 +229,17 @@ Result<std::vector<Slice>> Store::LoadSlices() {
   if (!g.prepared()) return DbError(db_, "load slice GPUs");
   while (g.Step() == SQLITE_ROW) {
     std::string slice = g.Text(0);
+    const int64_t limit = g.Int(2);
+    const double share = g.Real(3);
+    if (limit < 0 || static_cast<uint64_t>(limit) > kMaxSizeBytes) {
+      return BadRow("slice", slice, OutOfRange("memory_limit_bytes", std::to_string(limit), "0..1 EiB"));
+    }
+    if (!(share >= 0 && share <= 1)) {
+      return BadRow("slice", slice, OutOfRange("compute_share", std::to_string(share), "0..1"));
+    }
     for (Slice& s : out) {
       if (s.name == slice) {
-        s.gpus.push_back(SliceGpu{g.Text(1), static_cast<uint64_t>(g.Int(2)), g.Real(3)});
+        s.gpus.push_back(SliceGpu{g.Text(1), static_cast<uint64_t>(limit), share});
         break;
       }
     }
@@ -300,9 +335,21 @@ Result<std::vector<Project>> Store::LoadProjects() {
   while (q.Step() == SQLITE_ROW) {
     Project p;
     p.name = q.Text(0);
-    p.memory_quota = static_cast<uint64_t>(q.Int(1));
+    if (Status st = CheckName("project", p.name, "project", p.name); !st.ok()) return st;
+    const int64_t memory_quota = q.Int(1);
+    if (memory_quota < 0 || static_cast<uint64_t>(memory_quota) > kMaxSizeBytes) {
+      return BadRow("project", p.name, OutOfRange("memory_quota_bytes", std::to_string(memory_quota), "0..1 EiB"));
+    }
+    p.memory_quota = static_cast<uint64_t>(memory_quota);
     p.compute_quota = q.Real(2);
-    p.priority = static_cast<int>(q.Int(3));
+    if (!(p.compute_quota >= 0 && p.compute_quota <= kMaxComputeQuotaGpus)) {
+      return BadRow("project", p.name, OutOfRange("compute_quota", std::to_string(p.compute_quota), "0..4096 GPUs"));
+    }
+    const int64_t priority = q.Int(3);
+    if (priority < -kMaxProjectPriority || priority > kMaxProjectPriority) {
+      return BadRow("project", p.name, OutOfRange("priority", std::to_string(priority), "-1000000..1000000"));
+    }
+    p.priority = static_cast<int>(priority);
     p.created_at = q.Int(4);
     out.push_back(std::move(p));
   }
@@ -333,7 +380,11 @@ Result<std::vector<User>> Store::LoadUsers() {
   std::vector<User> out;
   Stmt q(db_, "SELECT name, created_at FROM users ORDER BY name");
   if (!q.prepared()) return DbError(db_, "load users");
-  while (q.Step() == SQLITE_ROW) out.push_back(User{q.Text(0), q.Int(1)});
+  while (q.Step() == SQLITE_ROW) {
+    User u{q.Text(0), q.Int(1)};
+    if (Status st = CheckName("user", u.name, "user", u.name); !st.ok()) return st;
+    out.push_back(std::move(u));
+  }
   return out;
 }
 

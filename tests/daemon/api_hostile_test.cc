@@ -222,7 +222,14 @@ class ApiHostileTest : public ::testing::Test {
       _exit(127);
     }
     for (int i = 0; i < 200; ++i) {
-      if (CallUnix(socket_, "GET", "/healthz").status == 200) return;
+      // Both listeners: gsliced opens the unix socket first and TCP right after it.
+      if (CallUnix(socket_, "GET", "/healthz").status == 200) {
+        if (port_ <= 0) return;
+        if (int fd = ConnectTcp(port_); fd >= 0) {
+          close(fd);
+          return;
+        }
+      }
       int status = 0;
       if (waitpid(pid_, &status, WNOHANG) == pid_) {
         pid_ = -1;

@@ -297,6 +297,45 @@ TEST_F(RegistryApiTest, AdoptsSlicesStartedWhileRunningButNotDeletedOnes) {
   app.Detach(adhoc);
 }
 
+// Values read back from the database are checked as the API checks them: a row no request
+// could have written (edited by hand, damaged) stops the load with where and what, rather
+// than becoming a slice whose idle timeout wrapped or whose limit is negative.
+TEST_F(RegistryApiTest, OutOfRangeValuesInTheDatabaseAreRefusedOnLoad) {
+  {
+    Node node(db_, ledger_);
+    node.CallJson("POST", "/v1/slices", R"({"name":"ok","user":"root","gpus":["0"],"memory":"1GiB"})", 201);
+    node.CallJson("POST", "/v1/projects", R"({"name":"p","memory_quota":"1GiB"})", 201);
+  }
+  struct Case {
+    const char* update;
+    const char* expect;
+  };
+  const Case cases[] = {
+      {"UPDATE slices SET idle_timeout_s = 36028797018963968", "idle_timeout_s 36028797018963968 is out of range"},
+      {"UPDATE slices SET idle_timeout_s = -1", "idle_timeout_s -1 is out of range"},
+      {"UPDATE slice_gpus SET memory_limit_bytes = -5", "memory_limit_bytes -5 is out of range"},
+      {"UPDATE slice_gpus SET compute_share = 7.5", "compute_share 7.5"},
+      {"UPDATE slices SET class = 'platinum'", "class 'platinum' is unknown"},
+      {"UPDATE slices SET user = 'Bad User'", "slice 'ok'"},
+      {"UPDATE projects SET priority = 99999999 WHERE name = 'p'", "priority 99999999 is out of range"},
+      {"UPDATE projects SET compute_quota = -1 WHERE name = 'p'", "compute_quota"},
+  };
+  const std::string good = db_ + ".good";
+  std::filesystem::copy_file(db_, good, std::filesystem::copy_options::overwrite_existing);
+  for (const Case& c : cases) {
+    std::filesystem::copy_file(good, db_, std::filesystem::copy_options::overwrite_existing);
+    const std::string cmd = "sqlite3 " + db_ + " \"" + c.update + "\"";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    auto store = Store::Open(db_);
+    ASSERT_TRUE(store.ok()) << store.status().message();
+    auto slices = store.value()->LoadSlices();
+    auto projects = store.value()->LoadProjects();
+    const std::string message = !slices.ok() ? slices.status().message() : !projects.ok() ? projects.status().message() : "";
+    EXPECT_NE(message.find(c.expect), std::string::npos) << c.update << ": '" << message << "'";
+  }
+  std::filesystem::remove(good);
+}
+
 TEST_F(RegistryApiTest, SchemaIsVersionedAndANewerOneIsRefused) {
   {
     auto store = Store::Open(db_);
