@@ -19,6 +19,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -183,9 +184,9 @@ class ApiHostileTest : public ::testing::Test {
   void TearDown() override {
     Stop();
     std::system(("rm -rf " + dir_).c_str());
-    unlink(ledger_.c_str());
+    std::filesystem::remove_all(ledger_);  // the ledger and the board are directories
     unlink(sim_state_.c_str());
-    unlink(board_.c_str());
+    std::filesystem::remove_all(board_);
   }
   void WriteConfig(const std::string& extra = "") {
     std::ofstream(dir_ + "/gsliced.toml")
