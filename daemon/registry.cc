@@ -325,8 +325,16 @@ void Registry::Sample() {
   if (ledger_slices.ok()) {
     throttled_.clear();
     for (const PublishedSlice& l : ledger_slices.value()) throttled_[l.name] = l.throttled;
-    // Slices that `gslice run` started without registering show up here too.
-    AdoptFromLedger(ledger_slices.value());
+    // Slices that `gslice run` started without registering show up here too. The snapshot
+    // was taken without the lock: a slice deleted or expired since then is still in it, so
+    // what looks new is adopted only from a look at the ledger taken under the lock.
+    bool unknown = false;
+    for (const PublishedSlice& l : ledger_slices.value()) unknown = unknown || FindSlice(l.name) == nullptr;
+    if (!unknown) {
+      AdoptFromLedger(ledger_slices.value());
+    } else if (auto now_in_ledger = ledger_->Slices(); now_in_ledger.ok()) {
+      AdoptFromLedger(now_in_ledger.value());
+    }
   }
   if (processes.ok()) ExpireRegistrations(processes_);
   if (processes.ok()) LabelSlicesWithPods();

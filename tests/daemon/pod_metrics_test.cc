@@ -10,6 +10,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -72,12 +73,21 @@ class ScriptedLedger final : public NodeLedger {
     std::mutex mu;
     std::vector<PublishedSlice> slices;
     std::vector<ProcessUsage> processes;
+    // Runs once, after Slices() took its snapshot and before it returns it.
+    std::function<void()> after_snapshot;
   };
   explicit ScriptedLedger(std::shared_ptr<State> state) : state_(std::move(state)) {}
   std::string Describe() const override { return "scripted ledger"; }
   Result<std::vector<PublishedSlice>> Slices() override {
-    std::lock_guard lock(state_->mu);
-    return state_->slices;
+    std::vector<PublishedSlice> snapshot;
+    std::function<void()> then;
+    {
+      std::lock_guard lock(state_->mu);
+      snapshot = state_->slices;
+      then = std::exchange(state_->after_snapshot, nullptr);
+    }
+    if (then) then();
+    return snapshot;
   }
   Result<std::vector<ProcessUsage>> Processes() override {
     std::lock_guard lock(state_->mu);
@@ -107,6 +117,36 @@ class ScriptedLedger final : public NodeLedger {
  private:
   std::shared_ptr<State> state_;
 };
+
+// gsliced samples the ledger without its lock. A slice deleted between that snapshot and the
+// adoption that follows is still in the snapshot: it must not come back as adopted.
+TEST(RegistrySample, ASliceDeletedWhileTheLedgerIsReadIsNotAdoptedAgain) {
+  const std::string db = testing::UniquePath("race.db");
+  auto state = std::make_shared<ScriptedLedger::State>();
+  auto store = Store::Open(db);
+  ASSERT_TRUE(store.ok()) << store.status().message();
+  Registry registry(Registry::Options{}, std::move(store.value()),
+                    std::make_unique<testing::FixedInventory>(testing::TestGpus()),
+                    std::make_unique<ScriptedLedger>(state), MakeUnavailableSuspender(), nullptr);
+  ASSERT_TRUE(registry.Start().ok());
+  ApiRouter router(&registry, "", 0);
+  auto call = [&](const std::string& method, const std::string& path, const std::string& body = "") {
+    ApiRequest r;
+    r.method = method;
+    r.path = path;
+    r.body = body;
+    r.caller = Caller::Daemon();
+    return router.Handle(r);
+  };
+  ASSERT_EQ(call("POST", "/v1/slices", R"({"name":"gone","user":"root","gpus":["0"],"memory":"1GiB"})").status, 201);
+  {
+    std::lock_guard lock(state->mu);
+    state->after_snapshot = [&] { EXPECT_EQ(call("DELETE", "/v1/slices/gone").status, 200); };
+  }
+  registry.Sample();
+  EXPECT_EQ(call("GET", "/v1/slices/gone").status, 404) << call("GET", "/v1/slices/gone").body;
+  for (const char* suffix : {"", "-wal", "-shm"}) unlink((db + suffix).c_str());
+}
 
 class PodMetricsTest : public ::testing::Test {
  protected:
