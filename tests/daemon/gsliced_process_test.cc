@@ -378,6 +378,7 @@ TEST_F(GslicedProcess, CliCommandsWorkAgainstTheDaemon) {
 // name gsliced already knows (gslice create) is joined, not registered again.
 TEST_F(GslicedProcess, RunRegistersWithTheDaemonWhileItsProgramRuns) {
   Start();
+  setenv("GSLICE_LEDGER", ledger_.c_str(), 1);  // the daemon's ledger, not the node's
   std::string out, err;
   ASSERT_EQ(RunCli(socket_, "create train --gpus 0 --memory 8GiB --compute 50% --user alice", &out, &err), 0) << err;
   // Under the sanitize preset the shims are instrumented: the ASan runtime goes first
@@ -418,12 +419,14 @@ TEST_F(GslicedProcess, RunRegistersWithTheDaemonWhileItsProgramRuns) {
   EXPECT_EQ(RunCli(socket_, "run --sim --gpus 0 --memory 1GiB --name exits-3 -- sh -c 'exit 3'", &out, &err), 3);
   EXPECT_EQ(Unix().Get("/v1/slices/exits-3")->status, 404);
   unsetenv("LD_PRELOAD");
+  unsetenv("GSLICE_LEDGER");
 }
 
 // gslice run never skips an admission it could have: --no-daemon is refused while gsliced
 // answers, and a stopped gsliced stops the run unless --no-daemon is given.
 TEST_F(GslicedProcess, RunWithoutTheDaemonOnlyWhenAskedAndNoneAnswers) {
   Start();
+  setenv("GSLICE_LEDGER", ledger_.c_str(), 1);  // the test's ledger, not the node's
   if (!std::string(GSLICE_TEST_ASAN_RUNTIME).empty()) {
     setenv("LD_PRELOAD", GSLICE_TEST_ASAN_RUNTIME, 1);
     setenv("ASAN_OPTIONS", "detect_leaks=0", 1);
@@ -441,6 +444,7 @@ TEST_F(GslicedProcess, RunWithoutTheDaemonOnlyWhenAskedAndNoneAnswers) {
   EXPECT_EQ(RunCli(socket_, "run --sim --gpus 0 --memory 1GiB --no-daemon -- touch " + marker, &out, &err), 0) << err;
   EXPECT_EQ(access(marker.c_str(), F_OK), 0);
   unsetenv("LD_PRELOAD");
+  unsetenv("GSLICE_LEDGER");
 }
 
 #ifdef GSLICE_TEST_CLIENT
