@@ -33,30 +33,13 @@ namespace gslice {
 namespace {
 
 using nlohmann::json;
+using testing::FreePort;
+using testing::ReadAll;
 using Clock = std::chrono::steady_clock;
 
 constexpr uid_t kNobody = 65534;
 constexpr gid_t kNogroup = 65534;
 constexpr const char* kToken = "hostile-test-token-0123456789";
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
 
 int ConnectUnix(const std::string& path) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);

@@ -1,10 +1,14 @@
-// Helpers for gsliced's in-process tests: a GPU inventory with fixed GPUs and unique temp
-// paths.
+// Helpers for gsliced's tests: a GPU inventory with fixed GPUs, unique temp paths, a free
+// loopback port and reading a whole file.
 #pragma once
 
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -35,6 +39,26 @@ inline std::vector<GpuInfo> TestGpus() {
 inline std::string UniquePath(const std::string& what, const std::string& dir = "/dev/shm") {
   static std::atomic<int> n{0};
   return dir + "/gslice-test-" + std::to_string(getpid()) + "-" + std::to_string(n++) + "-" + what;
+}
+
+// A TCP port on 127.0.0.1 that was free a moment ago (for a gsliced the test starts).
+inline int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+inline std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 }  // namespace gslice::testing
