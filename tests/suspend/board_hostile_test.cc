@@ -34,15 +34,20 @@ namespace {
 namespace fs = std::filesystem;
 constexpr uid_t kNobody = 65534;
 
+// In a forked child: dies with its parent, and drops to uid/gid nobody (exit 99 if it cannot).
+void BecomeNobody() {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (setgroups(0, nullptr) != 0 || setresgid(kNobody, kNobody, kNobody) != 0 ||
+      setresuid(kNobody, kNobody, kNobody) != 0) {
+    _exit(99);
+  }
+}
+
 // Runs body in a forked child as uid/gid nobody; its exit code (or 128+signal).
 int AsNobody(const std::function<int()>& body) {
   pid_t kid = fork();
   if (kid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (setgroups(0, nullptr) != 0 || setresgid(kNobody, kNobody, kNobody) != 0 ||
-        setresuid(kNobody, kNobody, kNobody) != 0) {
-      _exit(99);
-    }
+    BecomeNobody();
     _exit(body());
   }
   int status = 0;
@@ -144,11 +149,7 @@ TEST_F(BoardHostileTest, AnotherUserCannotFillTheVictimsPartition) {
   ASSERT_EQ(pipe(to_child), 0);
   pid_t attacker = fork();
   if (attacker == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (setgroups(0, nullptr) != 0 || setresgid(kNobody, kNobody, kNobody) != 0 ||
-        setresuid(kNobody, kNobody, kNobody) != 0) {
-      _exit(99);
-    }
+    BecomeNobody();
     const uint32_t me = static_cast<uint32_t>(getpid());
     int filled = 0;
     std::vector<std::string> files;
@@ -290,11 +291,7 @@ TEST(BoardHostile, EntryNamingAnotherUsersProcessIsIgnored) {
   ASSERT_EQ(pipe(to_child), 0);
   pid_t attacker = fork();
   if (attacker == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (setgroups(0, nullptr) != 0 || setresgid(kNobody, kNobody, kNobody) != 0 ||
-        setresuid(kNobody, kNobody, kNobody) != 0) {
-      _exit(99);
-    }
+    BecomeNobody();
     SuspendShimBoard b;
     std::string err;
     const uint32_t self = static_cast<uint32_t>(getpid());
