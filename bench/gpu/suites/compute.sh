@@ -142,23 +142,17 @@ cross_priority() {
 cases7() { [[ ",${COMPUTE_CASES:-1,2,3,4,5,6,7}," == *",7,"* ]]; }
 cases7 && cross_priority time_sliced "" ""
 
+mps=bench/gpu/compute/mps.sh
 mps_dir=$(mktemp -d /tmp/gslice-mps-XXXXXX)
 stop_mps() {
   if [ -n "${mps_dir:-}" ]; then
-    echo quit | CUDA_MPS_PIPE_DIRECTORY="$mps_dir/pipe" CUDA_MPS_LOG_DIRECTORY="$mps_dir/log" \
-      nvidia-cuda-mps-control >/dev/null 2>&1
-    # Wait for the server and control daemon to exit so none outlives the suite.
-    for _ in $(seq 50); do pgrep -f "nvidia-cuda-mps-(control|server)" >/dev/null || break; sleep 0.1; done
-    cat "$mps_dir"/log/*.log 2>/dev/null | tail -n 20
+    bash "$mps" stop "$mps_dir"
     rm -rf "$mps_dir"
     mps_dir=
   fi
 }
 trap stop_mps EXIT INT TERM
-mkdir -p "$mps_dir/pipe" "$mps_dir/log"
-if command -v nvidia-cuda-mps-control >/dev/null &&
-   CUDA_MPS_PIPE_DIRECTORY="$mps_dir/pipe" CUDA_MPS_LOG_DIRECTORY="$mps_dir/log" nvidia-cuda-mps-control -d; then
-  sleep 1
+if bash "$mps" start "$mps_dir"; then
   export CUDA_MPS_PIPE_DIRECTORY="$mps_dir/pipe" CUDA_MPS_LOG_DIRECTORY="$mps_dir/log"
   $py "$suite" mps --state "$state"
   if cases7; then
