@@ -12,13 +12,15 @@ and what it took (server); suite.py splits them by phase. Alone and together the
 the same processes minutes apart at most, so a host that drifts by 5-10% between separate
 runs does not decide a 3% target.
 
-  job.py throughput --workload resnet50 --sync DIR --id a [--raise-default-stream]
+  job.py throughput --workload resnet50 --sync DIR --id a [--raise-default-stream] [--after srv]
   job.py server --sync DIR --id srv [--service-ms 4.1] [--load 0.5]
 
 Throughput is measured between the first and last step completed inside the window
 (steps / seconds, no partial-step error). Server latency is completion time minus
 arrival time, queueing included; arrivals in the window (in each phase, when phased) come
 from a fixed seed, so every configuration and phase sees the same arrival pattern.
+Each result carries "finite": whether the last step's output (the loss, for training) was
+finite; a CUDA error raises, and the process exits non-zero.
 """
 
 import argparse
@@ -186,7 +188,16 @@ def raise_default_stream():
     print(f"default stream raised to priority {greatest.value}", flush=True)
 
 
+def finite(out):
+    """Whether a step's output tensor holds only finite values (True for no tensor)."""
+    return out is None or bool(torch.isfinite(out).all().item())
+
+
 def run_throughput(args):
+    if args.after:
+        # Starts once another process is warm (a server measuring its service time alone).
+        while not os.path.exists(os.path.join(args.sync, f"{args.after}.ready")):
+            time.sleep(0.05)
     if args.raise_default_stream:
         raise_default_stream()
     step = workloads.build(args.workload)
@@ -194,14 +205,15 @@ def run_throughput(args):
     ready = Readiness(args.sync, args.id)
     start = time.time()
     n = 0
+    out = None
     while n < 3 or time.time() - start < args.warmup:
-        step()
+        out = step()
         torch.cuda.synchronize()
         n += 1
     ready.mark()
     go = None
     while go is None:
-        step()
+        out = step()
         torch.cuda.synchronize()
         go = wait_for_go(args.sync)
     sched = Schedule(go, args.id)
@@ -210,7 +222,7 @@ def run_throughput(args):
     while True:
         if sched.phased and not sched.sleep_until_run():
             break
-        step()
+        out = step()
         torch.cuda.synchronize()
         now = time.time()
         if t0 <= now <= end:
@@ -221,13 +233,14 @@ def run_throughput(args):
         rate = 0.0
     else:
         rate = (len(done) - 1) / (done[-1] - done[0])
-    result = {"workload": args.workload, "steps_per_s": rate, "steps": len(done)}
+    result = {"workload": args.workload, "steps_per_s": rate, "steps": len(done), "finite": finite(out)}
     if sched.phased:
         result["step_ends"] = done
     write_result(args.sync, args.id, dict(result, **(sampler.summary(t0, end) if sampler else {})))
 
 
 def serve(step, arrival, latencies, services=None):
+    """Serves one request arriving at `arrival`; returns the step's output."""
     now = time.time()
     if arrival > now:
         delay = arrival - now
@@ -236,12 +249,13 @@ def serve(step, arrival, latencies, services=None):
         while time.time() < arrival:
             pass
     started = time.time()
-    step()
+    out = step()
     torch.cuda.synchronize()
     if latencies is not None:
         done = time.time()
         latencies.append(done - arrival)
         services.append(done - started)
+    return out
 
 
 def run_server(args):
@@ -280,6 +294,7 @@ def run_server(args):
             break
         serve(step, arrival, None)
     latencies, services, arrivals = [], [], []
+    out = None
     for a, b in sched.runs:
         # Every phase gets the same arrival pattern (the same seed from its start), so alone
         # and together phases compare like for like.
@@ -290,9 +305,9 @@ def run_server(args):
             arrival += rng.expovariate(rate)
             if arrival > b:
                 break
-            serve(step, arrival, latencies, services)
+            out = serve(step, arrival, latencies, services)
             arrivals.append(arrival)
-    result = {"workload": "bert-infer-server", "service_ms": service_ms, "rate_per_s": rate}
+    result = {"workload": "bert-infer-server", "service_ms": service_ms, "rate_per_s": rate, "finite": finite(out)}
     if sched.phased:
         result["requests_at"] = [[t, lat, svc] for t, lat, svc in zip(arrivals, latencies, services)]
     result.update(latency_summary(latencies, services, rate))
@@ -335,6 +350,8 @@ def main():
     p.add_argument("--load", type=float, default=0.5)
     p.add_argument("--no-gpu-sampler", dest="gpu_sampler", action="store_false",
                    help="throughput: no NVML sampling thread (utilisation, clock, power are not reported)")
+    p.add_argument("--after", metavar="ID",
+                   help="throughput: start once process ID is warm (its SYNC/ID.ready exists)")
     p.add_argument("--raise-default-stream", action="store_true",
                    help="throughput: run at the device's greatest priority on the legacy stream (no shim needed)")
     args = p.parse_args()

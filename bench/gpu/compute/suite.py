@@ -370,26 +370,27 @@ def phase_mps(state):
 
 # ---- report ---------------------------------------------------------------------------
 
-def phase_counts(state, key, ident):
+def phase_counts(state, key, ident, settle=None):
     """For each phase of an interleaved configuration, in order: (the ids that worked, ident's
     steps between the first and last that ended inside it, the seconds between them), each
-    phase measured from SETTLE_S after its start ((ids, 0, 0.0) where fewer than two ended).
-    None when the configuration has no such result."""
+    phase measured from `settle` seconds (default SETTLE_S) after its start ((ids, 0, 0.0)
+    where fewer than two ended). None when the configuration has no such result."""
+    settle = SETTLE_S if settle is None else settle
     r = state.get(key)
     if not r or "error" in r or ident not in r or "phases" not in r:
         return None
     ends = r[ident].get("step_ends") or []
     counts = []
     for a, b, who in r["phases"]:
-        inside = [t for t in ends if a + SETTLE_S <= t <= b]
+        inside = [t for t in ends if a + settle <= t <= b]
         counts.append((who, len(inside) - 1, inside[-1] - inside[0]) if len(inside) >= 2 else (who, 0, 0.0))
     return counts
 
 
-def phase_steps(state, key, ident, ids):
+def phase_steps(state, key, ident, ids, settle=None):
     """ident's steps per second over the phases in which exactly `ids` worked (interleaved
     configurations), summed over the phases (phase_counts)."""
-    counts = phase_counts(state, key, ident)
+    counts = phase_counts(state, key, ident, settle)
     if counts is None:
         return None
     mine = [(n, sec) for who, n, sec in counts if sorted(who) == sorted(ids)]
@@ -442,9 +443,11 @@ def quartiles(xs):
     return q[0], q[1], q[2]
 
 
-def phase_latency(state, key, ident, ids):
+def phase_latency(state, key, ident, ids, settle=None):
     """The server's p50/p99 (ms), request count and offered load over requests that arrived
-    in the phases in which exactly `ids` worked, from SETTLE_S after each phase's start."""
+    in the phases in which exactly `ids` worked, from `settle` seconds (default SETTLE_S)
+    after each phase's start."""
+    settle = SETTLE_S if settle is None else settle
     r = state.get(key)
     if not r or "error" in r or ident not in r or "phases" not in r:
         return None
@@ -453,7 +456,7 @@ def phase_latency(state, key, ident, ids):
     for a, b, who in r["phases"]:
         if sorted(who) == sorted(ids):
             for t, latency, service in reqs:
-                if a + SETTLE_S <= t <= b:
+                if a + settle <= t <= b:
                     lat.append(latency)
                     svc.append(service)
     if not lat:

@@ -1,7 +1,8 @@
 """Workloads of the compute suite: PyTorch models on random data, nothing downloaded.
 
 Each builder returns a `step()` callable that does one unit of work on the GPU and
-returns without synchronising; callers synchronise and time.
+returns its output tensor (the loss for training) without synchronising; callers
+synchronise, time, and check the last output is finite.
 
   matmul      compute-bound: eight 8192^3 bf16 matrix products per step
   resnet50    ResNet-50 training step (torchvision, weights=None), batch 64, 224x224, bf16 autocast
@@ -34,6 +35,7 @@ def build(name, dev="cuda"):
         def step():
             for _ in range(8):
                 torch.mm(a, b, out=c)
+            return c
         return step
 
     if name == "resnet50":
@@ -50,6 +52,7 @@ def build(name, dev="cuda"):
                 loss = loss_fn(model(x), y)
             loss.backward()
             opt.step()
+            return loss
         return step
 
     if name == "bert-train":
@@ -64,6 +67,7 @@ def build(name, dev="cuda"):
                 loss = torch.nn.functional.mse_loss(model(x).float(), target)
             loss.backward()
             opt.step()
+            return loss
         return step
 
     if name == "bert-infer":
@@ -72,7 +76,7 @@ def build(name, dev="cuda"):
 
         def step():
             with torch.inference_mode(), torch.autocast("cuda", dtype=torch.bfloat16):
-                model(x)
+                return model(x)
         return step
 
     raise SystemExit(f"unknown workload {name!r}: matmul, resnet50, bert-train, bert-infer")
