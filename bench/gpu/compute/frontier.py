@@ -1,0 +1,428 @@
+"""The harvest frontier: how much an opportunistic job gets beside a guaranteed one, for
+gslice at several protection levels against plain time-slicing and plain MPS, in one call.
+
+  frontier.py plan                          the runs, their commands and estimated wall time
+  frontier.py run --json F --logs DIR --mps-dir DIR
+                                            runs them; F is rewritten after every run
+
+bench/gpu/suites/frontier.sh runs it and prints frontier_report.py's table. Pairs (the
+compute suite's cases 3 and 4, bench/gpu/compute/suite.py):
+  train    guaranteed ResNet-50 training, opportunistic BERT-base training
+  latency  guaranteed BERT-base inference server at a fixed request rate (~50% load, its
+           service time measured alone in the first run), opportunistic ResNet-50 training
+Configurations, per pair:
+  solo-before, solo-after  each job alone, before everything and after everything (drift)
+  timeslice                both native, no MPS, no gslice (the GPU's time-slicing)
+  gslice-P                 guaranteed `gslice run --class guaranteed --protect P`, the other
+                           `--class opportunistic`, time-sliced; P in FRONTIER_PROTECT
+  mps-T-pQ                 both MPS clients, the opportunistic one at
+                           CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=T and CUDA_MPS_CLIENT_PRIORITY=Q
+                           (0 normal, 1 below normal), the guaranteed one at 100 and 0
+  gslice-mps-P             gslice-P with both MPS clients (FRONTIER_GSLICE_MPS=1)
+A run is one set of processes working through phases (suite.run_config): solo-before's
+processes also give timeslice, and one guaranteed MPS client works beside each of one
+priority's opportunistic clients in turn, so a process's start-up (about 20 s) is paid once
+per run. Each phase measures FRONTIER_WINDOW_S seconds after FRONTIER_SETTLE_S (a gslice
+run's single phase after FRONTIER_LEAD_S, the opportunistic controller's time to learn).
+
+Runs go in order of importance, the pairs side by side: solo-before, gslice at the first
+protection level, MPS at the first priority, gslice at the other levels, MPS at the other
+priorities, gslice on MPS; solo-after always last, with its time kept aside. A run that would
+end past the deadline (FRONTIER_DEADLINE, epoch seconds; else now + FRONTIER_BUDGET_S) is
+skipped and recorded as skipped. A run is failed when a process exits non-zero, reports a
+non-finite output, or logs a CUDA error; failed runs are kept in the JSON with their error.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import suite  # noqa: E402  (no torch: job.py processes do the GPU work)
+
+
+def floats(name, default):
+    return [float(x) for x in os.environ.get(name, default).split(",") if x.strip()]
+
+
+def ints(name, default):
+    return [int(x) for x in os.environ.get(name, default).split(",") if x.strip()]
+
+
+PAIRS = [p.strip() for p in os.environ.get("FRONTIER_PAIRS", "train,latency").split(",") if p.strip()]
+PROTECT = floats("FRONTIER_PROTECT", "0.97,0.90,0.80")
+MPS_PCT = ints("FRONTIER_MPS_PCT", "100,50,25,10")
+MPS_PRIO = ints("FRONTIER_MPS_PRIO", "1,0")
+GSLICE_MPS = os.environ.get("FRONTIER_GSLICE_MPS", "0") == "1"
+WINDOW_S = float(os.environ.get("FRONTIER_WINDOW_S", "15"))
+SETTLE_S = float(os.environ.get("FRONTIER_SETTLE_S", "1"))
+LEAD_S = float(os.environ.get("FRONTIER_LEAD_S", "10"))
+BUDGET_S = float(os.environ.get("FRONTIER_BUDGET_S", "560"))
+# Estimated seconds a run costs beyond its phases: process start, torch import, model build,
+# warm-up (3 s) and the window's tail, in parallel for its processes. bench/results/
+# compute-2026-11-26.md's runs of two such processes spent 19-22 s beyond their phases.
+STARTUP_S = 20.0
+# Each process beyond two adds to a run's start-up (more imports and builds at once).
+EXTRA_PROC_S = 2.0
+# The latency pair's first run starts its training job once the server has measured its
+# service time alone (job.py --after): that much later.
+AFTER_S = 8.0
+# Starting or stopping the MPS control daemon.
+MPS_SWITCH_S = 3.0
+# What frontier.sh spends outside frontier.py's runs (its torch check, the report, time kept
+# at the end); the plan (dry run) counts it against FRONTIER_BUDGET_S.
+SUITE_S = 25.0
+# A process log line that fails its run (CUDA_ERROR_NOT_READY is an event query's normal answer).
+ERROR_PATTERNS = re.compile(r"CUDA error|CUDA_ERROR_(?!NOT_READY)|cudaError|Traceback \(most recent call last\)")
+
+JOBS = {  # pair -> role -> (job.py mode, workload)
+    "train": {"g": ("throughput", "resnet50"), "o": ("throughput", "bert-train")},
+    "latency": {"g": ("server", "bert-infer"), "o": ("throughput", "resnet50")},
+}
+LABELS = {"train": "training pair: ResNet-50 guaranteed, BERT-base training opportunistic",
+          "latency": "latency pair: BERT-base inference server guaranteed, ResNet-50 training opportunistic"}
+
+
+def fmt_level(p):
+    return f"{p:.2f}"
+
+
+class Run:
+    """One set of processes and its phases. phases: [(configuration, {role: process id})];
+    procs(service_ms, mps_env) gives suite.run_config's process list."""
+
+    def __init__(self, pair, name, mps, phases, settle, tier, reserved=False, after=False):
+        self.pair, self.name, self.mps, self.phases = pair, name, mps, phases
+        self.settle, self.tier, self.reserved, self.after = settle, tier, reserved, after
+        self.configs = {}  # configuration -> its attributes (kind, protect, mps_pct, mps_prio)
+        self.proc_specs = {}  # process id -> (role, gslice flags or None, MPS env or None, extra job.py args)
+
+    @property
+    def key(self):
+        return f"{self.pair}/{self.name}"
+
+    def estimate(self):
+        return (STARTUP_S + EXTRA_PROC_S * max(0, len(self.proc_specs) - 2) + (AFTER_S if self.after else 0)
+                + len(self.phases) * (self.settle + WINDOW_S))
+
+    def procs(self, service_ms, mps_env):
+        out = []
+        for ident, (role, gslice_flags, mps, args) in self.proc_specs.items():
+            mode, workload = JOBS[self.pair][role]
+            prefix = suite.gslice_prefix(*gslice_flags) if gslice_flags is not None else ()
+            env = dict(mps_env, **mps) if mps is not None else {}
+            if mode == "server":
+                out.append(suite.server(ident, service_ms, prefix, env))
+            else:
+                out.append(suite.throughput(workload, ident, prefix, env, warmup=3, args=args))
+        return out
+
+
+def mps_client(pct, prio):
+    return {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(pct), "CUDA_MPS_CLIENT_PRIORITY": str(prio)}
+
+
+def solo_run(pair, name, tier, reserved, with_timeslice):
+    # The latency pair's first run measures the server's service time with the GPU to itself.
+    calibrates = pair == "latency" and name == "solo-before"
+    phases = [(name, {"g": "g"}), (name, {"o": "o"})] + ([("timeslice", {"g": "g", "o": "o"})] if with_timeslice else [])
+    r = Run(pair, name, False, phases, SETTLE_S, tier, reserved, after=calibrates)
+    r.configs[name] = {"kind": "solo"}
+    if with_timeslice:
+        r.configs["timeslice"] = {"kind": "timeslice"}
+    r.proc_specs = {"g": ("g", None, None, ()), "o": ("o", None, None, ("--after", "g") if calibrates else ())}
+    return r
+
+
+def gslice_run(pair, protect, tier, on_mps):
+    name = f"gslice-{'mps-' if on_mps else ''}{fmt_level(protect)}"
+    r = Run(pair, name, on_mps, [(name, {"g": "g", "o": "o"})], LEAD_S, tier)
+    r.configs[name] = {"kind": "gslice-mps" if on_mps else "gslice", "protect": protect}
+    r.proc_specs = {"g": ("g", ("--class=guaranteed", "--protect", fmt_level(protect)), {} if on_mps else None, ()),
+                    "o": ("o", ("--class=opportunistic",), {} if on_mps else None, ())}
+    return r
+
+
+def mps_run(pair, prio, tier):
+    phases, configs = [], {}
+    specs = {"g": ("g", None, mps_client(100, 0), ())}
+    for pct in MPS_PCT:
+        name, ident = f"mps-{pct}-p{prio}", f"o{pct}"
+        phases.append((name, {"g": "g", "o": ident}))
+        configs[name] = {"kind": "mps", "mps_pct": pct, "mps_prio": prio}
+        specs[ident] = ("o", None, mps_client(pct, prio), ())
+    r = Run(pair, f"mps-p{prio}", True, phases, SETTLE_S, tier)
+    r.configs, r.proc_specs = configs, specs
+    return r
+
+
+def plan():
+    """Every run, most important first; the pairs side by side within each tier."""
+    runs = []
+    tiers = [lambda p: [solo_run(p, "solo-before", 0, False, True)]]
+    if PROTECT:
+        tiers.append(lambda p: [gslice_run(p, PROTECT[0], 1, False)])
+    if MPS_PRIO and MPS_PCT:
+        tiers.append(lambda p: [mps_run(p, MPS_PRIO[0], 2)])
+    tiers.append(lambda p: [gslice_run(p, x, 3, False) for x in PROTECT[1:]])
+    if MPS_PCT:
+        tiers.append(lambda p: [mps_run(p, q, 4) for q in MPS_PRIO[1:]])
+    if GSLICE_MPS:
+        tiers.append(lambda p: [gslice_run(p, x, 5, True) for x in PROTECT])
+    for tier in tiers:
+        for p in PAIRS:
+            runs += tier(p)
+    runs += [solo_run(p, "solo-after", 9, True, False) for p in PAIRS]
+    return runs
+
+
+def need_s(runs, i, mps_on):
+    """Seconds run i needs before the deadline: its own estimate, an MPS daemon switch, and,
+    unless it is kept aside itself, the time kept aside for the runs after it that are."""
+    r = runs[i]
+    switch = MPS_SWITCH_S if r.mps != mps_on else 0.0
+    later = sum(x.estimate() for x in runs[i + 1:] if x.reserved)
+    return r.estimate() + switch + (0.0 if r.reserved else later + MPS_SWITCH_S)
+
+
+def check_env():
+    bad = [p for p in PAIRS if p not in JOBS]
+    if bad:
+        sys.exit(f"frontier.py: FRONTIER_PAIRS names {bad}: the pairs are train and latency")
+    if any(not 0 < p <= 1 for p in PROTECT):
+        sys.exit(f"frontier.py: FRONTIER_PROTECT {PROTECT}: levels are fractions of solo speed in (0, 1]")
+    if any(not 1 <= t <= 100 for t in MPS_PCT) or any(q not in (0, 1) for q in MPS_PRIO):
+        sys.exit("frontier.py: FRONTIER_MPS_PCT takes 1..100, FRONTIER_MPS_PRIO 0 (normal) or 1 (below normal)")
+
+
+def settings():
+    return {"pairs": PAIRS, "protect": PROTECT, "mps_pct": MPS_PCT, "mps_prio": MPS_PRIO, "gslice_mps": GSLICE_MPS,
+            "window_s": WINDOW_S, "settle_s": SETTLE_S, "lead_s": LEAD_S, "budget_s": BUDGET_S,
+            "server_load": suite.SERVER_LOAD}
+
+
+def command_line(run, ident, argv, env):
+    mps = " ".join(f"{k}={v}" for k, v in env.items() if k.startswith("CUDA_MPS_") and k not in (
+        "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"))
+    pipe = "CUDA_MPS_PIPE_DIRECTORY=… " if run.mps else ""
+    return f"{pipe}{mps + ' ' if mps else ''}{' '.join(argv)} --sync DIR"
+
+
+def print_plan(runs):
+    """The runs as run_all would take them if each took its estimate."""
+    now, everything, mps_on, skipped = 0.0, 0.0, False, 0
+    print(f"frontier plan: {json.dumps(settings())}")
+    for i, r in enumerate(runs):
+        est = r.estimate()
+        everything += est + (MPS_SWITCH_S if r.mps != mps_on else 0.0)
+        fits = now + need_s(runs, i, mps_on) <= BUDGET_S - SUITE_S
+        if fits:
+            now += est + (MPS_SWITCH_S if r.mps != mps_on else 0.0)
+            mps_on = r.mps
+        else:
+            skipped += 1
+        print(f"\nrun {r.key} [{'MPS' if r.mps else 'no MPS'}, tier {r.tier}{', time kept aside' if r.reserved else ''}]"
+              f" ~{est:.0f} s" + (f", done at ~{now:.0f} s" if fits else ": SKIPPED within FRONTIER_BUDGET_S"))
+        for i, (cfg, roles) in enumerate(r.phases):
+            print(f"  phase {i + 1}: {cfg}: {' + '.join(f'{role}={ident}' for role, ident in roles.items())}, "
+                  f"{r.settle:g} s unmeasured + {WINDOW_S:g} s measured")
+        for ident, argv, env in r.procs(4.0 if r.pair == "latency" else None, {}):
+            print(f"  {ident}: {command_line(r, ident, argv, env)}")
+    print(f"\nestimated wall: ~{SUITE_S + now + (MPS_SWITCH_S if mps_on else 0):.0f} s of FRONTIER_BUDGET_S={BUDGET_S:.0f} for "
+          f"{len(runs) - skipped} of {len(runs)} runs ({sum(len(r.configs) for r in runs)} configurations); "
+          f"all of them would take ~{SUITE_S + everything:.0f} s")
+
+
+def measure(results, run, settle):
+    """{configuration: {role: measures}} of one finished run (suite.phase_steps / phase_latency)."""
+    state = {run.key: results}
+    out = {}
+    for cfg, roles in run.phases:
+        ids = list(roles.values())
+        m = out.setdefault(cfg, {})
+        for role, ident in roles.items():
+            mode, workload = JOBS[run.pair][role]
+            finite = results.get(ident, {}).get("finite", True)
+            if mode == "server":
+                lat = suite.phase_latency(state, run.key, ident, ids, settle)
+                m[role] = dict(lat or {"p50_ms": None, "p99_ms": None, "requests": 0}, finite=finite)
+            else:
+                rate = suite.phase_steps(state, run.key, ident, ids, settle)
+                # Fewer than two steps ended in the window: an opportunistic job held back all
+                # along made about nothing.
+                m[role] = {"steps_per_s": rate if rate is not None else 0.0, "finite": finite}
+                if rate is None:
+                    m[role]["note"] = "fewer than two steps in the window"
+    return out
+
+
+def log_errors(logs, run):
+    """The first CUDA error or traceback line in the run's process logs, or None."""
+    for ident in run.proc_specs:
+        path = os.path.join(logs, f"{run.key.replace('/', '_')}_{ident}.log")
+        try:
+            with open(path, errors="replace") as f:
+                for line in f:
+                    if ERROR_PATTERNS.search(line):
+                        return f"{ident}: {line.strip()[:200]}"
+        except OSError:
+            continue
+    return None
+
+
+def gpu_info():
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30).stdout.strip().splitlines()
+        name, driver, memory = [x.strip() for x in out[0].split(",")]
+        return {"gpu": name, "driver": driver, "memory": memory}
+    except Exception as e:  # recorded, not fatal: the runs say whether the GPU works
+        return {"gpu": f"unknown ({e})", "driver": "unknown", "memory": "unknown"}
+
+
+def software():
+    try:
+        return subprocess.run([suite.PY, "-c", "import torch, torchvision; print(f'torch {torch.__version__} "
+                                                "(CUDA {torch.version.cuda}), torchvision {torchvision.__version__}')"],
+                              capture_output=True, text=True, timeout=120).stdout.strip()
+    except Exception as e:
+        return f"unknown ({e})"
+
+
+class Mps:
+    """The MPS control daemon through mps.sh, on only while MPS runs run."""
+
+    def __init__(self, folder):
+        self.folder, self.on, self.failed = folder, False, None
+        self.env = {"CUDA_MPS_PIPE_DIRECTORY": os.path.join(folder, "pipe"),
+                    "CUDA_MPS_LOG_DIRECTORY": os.path.join(folder, "log")}
+
+    def want(self, on):
+        if on == self.on:
+            return
+        script = os.path.join(HERE, "mps.sh")
+        rc = subprocess.run(["bash", script, "start" if on else "stop", self.folder]).returncode
+        if on and rc != 0:
+            self.failed = "the MPS control daemon did not start (mps.sh start)"
+            return
+        self.on, self.failed = on, None
+        print(f"MPS control daemon {'started' if on else 'stopped'} ({self.folder})", flush=True)
+
+
+def write(path, doc):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=1)
+    os.replace(tmp, path)
+
+
+def run_all(json_path, logs, mps_dir):
+    deadline = float(os.environ.get("FRONTIER_DEADLINE") or time.time() + BUDGET_S)
+    suite.DEADLINE = deadline
+    suite.LOGS = logs
+    suite.LEARN_S = 0  # every run's unmeasured time is its phases' settle (FRONTIER_LEAD_S for gslice)
+    os.makedirs(logs, exist_ok=True)
+    raw_dir = os.path.join(os.path.dirname(os.path.abspath(json_path)), "frontier", "raw")
+    os.makedirs(raw_dir, exist_ok=True)
+    runs = plan()
+    doc = {"started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           **gpu_info(), "software": software(), "build": suite.build_dir(),
+           "settings": settings(),
+           "environment": {k: v for k, v in sorted(os.environ.items()) if k.startswith(("FRONTIER_", "GSLICE_"))},
+           "command": os.environ.get("FRONTIER_COMMAND", "bash bench/gpu/suites/frontier.sh"),
+           "service_ms": {}, "runs": [], "configs": []}
+    mps = Mps(mps_dir)
+    service_ms = None
+    stopped = None
+    t_start = time.time()
+    try:
+        for i, r in enumerate(runs):
+            need = need_s(runs, i, mps.on)
+            entry = {"name": r.key, "pair": r.pair, "mps": r.mps, "tier": r.tier, "estimate_s": round(r.estimate()),
+                     "phases": [[cfg, roles] for cfg, roles in r.phases], "settle_s": r.settle, "window_s": WINDOW_S}
+            error = None
+            if time.time() + need > deadline:
+                entry.update(status="skipped", error=f"budget: needs ~{need:.0f} s, {max(0, deadline - time.time()):.0f} s left")
+            elif r.pair == "latency" and r.name != "solo-before" and not service_ms:
+                entry.update(status="failed", error="no server service time: the latency pair's solo-before run failed")
+            else:
+                mps.want(r.mps)
+                if r.mps and mps.failed:
+                    entry.update(status="failed", error=mps.failed)
+                else:
+                    procs = r.procs(service_ms, mps.env)
+                    entry["commands"] = {ident: command_line(r, ident, argv, env) for ident, argv, env in procs}
+                    t0 = time.time()
+                    try:
+                        results = suite.run_config(r.key, procs, phases=[list(roles.values()) for _, roles in r.phases],
+                                                   phase_s=r.settle + WINDOW_S)
+                    except KeyboardInterrupt as e:
+                        results = {"error": f"stopped mid-run ({e}): the suite's time ran out"}
+                        stopped = e
+                    entry["wall_s"] = round(time.time() - t0, 1)
+                    with open(os.path.join(raw_dir, r.key.replace("/", "_") + ".json"), "w") as f:
+                        json.dump(results, f)
+                    if "error" in results:
+                        error = results["error"]
+                        entry.update(status="skipped" if error.startswith("skipped") else "failed", error=error)
+                    else:
+                        error = log_errors(logs, r)
+                        bad = [p for p, x in results.items() if isinstance(x, dict) and x.get("finite") is False]
+                        if bad:
+                            error = f"non-finite output (loss NaN or inf) in {', '.join(bad)}"
+                        entry.update(status="failed" if error else "ok", error=error)
+                        entry["measured"] = measure(results, r, r.settle)
+                        if r.pair == "latency" and r.name == "solo-before" and not error:
+                            service_ms = results["g"].get("service_ms")
+                            doc["service_ms"]["latency"] = service_ms
+            doc["runs"].append(entry)
+            for cfg, attrs in r.configs.items():
+                c = {"pair": r.pair, "config": cfg, **attrs, "run": r.key, "status": entry["status"],
+                     "error": entry.get("error")}
+                c.update(entry.get("measured", {}).get(cfg, {}))
+                doc["configs"].append(c)
+            doc["wall_s"] = round(time.time() - t_start, 1)
+            write(json_path, doc)
+            print(f"run {r.key}: {entry['status']}{': ' + entry['error'] if entry.get('error') else ''}"
+                  f" ({time.time() - t_start:.0f} s in)", flush=True)
+            if stopped:
+                raise stopped
+    finally:
+        mps.want(False)
+        doc["wall_s"] = round(time.time() - t_start, 1)
+        write(json_path, doc)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("phase", choices=["plan", "run"])
+    p.add_argument("--json")
+    p.add_argument("--logs")
+    p.add_argument("--mps-dir")
+    args = p.parse_args()
+    check_env()
+    if args.phase == "plan":
+        print_plan(plan())
+        return
+    if not (args.json and args.logs and args.mps_dir):
+        p.error("run needs --json, --logs and --mps-dir")
+
+    def stop(signum, _frame):  # children and the MPS daemon are cleaned up by the finally blocks
+        raise KeyboardInterrupt(f"signal {signum}")
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        run_all(args.json, args.logs, args.mps_dir)
+    except KeyboardInterrupt as e:
+        print(f"frontier.py: stopped ({e}); {args.json} holds the runs so far", flush=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

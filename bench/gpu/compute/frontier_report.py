@@ -1,0 +1,313 @@
+"""The harvest frontier's figures from frontier.py's JSON, and whether gslice meets its goal.
+
+  frontier_report.py FRONTIER.json            markdown body of bench/results/compute-frontier-DATE.md
+  frontier_report.py --table FRONTIER.json    RESULT lines for bench/gpu/run, then a short text table
+
+Figures, per pair, against the mean of the solo runs before and after (each job alone):
+  training pair  guaranteed steps/s × solo; opportunistic steps/s × solo
+  latency pair   the server's p99 and p50 at its fixed request rate × solo (lower is better;
+                 its level is solo p99 / p99); opportunistic steps/s × solo
+The goal at a protection level P: gslice's guaranteed job is kept at P (training: speed ≥ P;
+latency: p99 ≤ p99_bound(P) × solo, +5% at 0.97), and its opportunistic throughput is at least
+that of the best plain configuration (time-slicing, or MPS at any thread percentage and
+client priority) that keeps the guaranteed job at P by the same test. A miss says by how much,
+and whether that is within the solo runs' drift (after / before). No torch, no GPU.
+"""
+
+import argparse
+import json
+import sys
+
+# The latency pair's p99 allowance grows by this much per point of speed a protection level
+# gives up: +5% at 0.97 (the goal for a server beside opportunistic work), +16.7% at 0.90,
+# +33.3% at 0.80.
+LATENCY_SLACK = 0.05 / 0.03
+PLAIN = ("timeslice", "mps")  # the configurations gslice is compared against
+PAIR_LABELS = {"train": "training pair (ResNet-50 guaranteed, BERT-base training opportunistic)",
+               "latency": "latency pair (BERT-base inference server guaranteed, ResNet-50 training opportunistic)"}
+
+
+def p99_bound(level):
+    return 1.0 + (1.0 - level) * LATENCY_SLACK
+
+
+def mean(xs):
+    xs = [x for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def ratio(x, y):
+    return None if x is None or not y else x / y
+
+
+def configs(doc, pair):
+    return [c for c in doc.get("configs", []) if c["pair"] == pair]
+
+
+def value(c, role, field):
+    return (c.get(role) or {}).get(field) if c and c.get("status") == "ok" else None
+
+
+def solo(doc, pair):
+    """The solo runs: each job's figure before and after, their mean (the base) and the drift
+    (after / before). Training: steps/s; the server: p99 and p50 in ms."""
+    by = {c["config"]: c for c in configs(doc, pair)}
+    before, after = by.get("solo-before"), by.get("solo-after")
+    fields = {"g": ("p99_ms", "p50_ms") if pair == "latency" else ("steps_per_s",), "o": ("steps_per_s",)}
+    out = {}
+    for role, names in fields.items():
+        for f in names:
+            b, a = value(before, role, f), value(after, role, f)
+            out[(role, f)] = {"before": b, "after": a, "base": mean([b, a]), "drift": ratio(a, b)}
+    return out
+
+
+def rows(doc, pair):
+    """Every non-solo configuration with its figures against the solo base."""
+    base = solo(doc, pair)
+    out = []
+    for c in configs(doc, pair):
+        if c["kind"] == "solo":
+            continue
+        r = {k: c.get(k) for k in ("config", "kind", "protect", "mps_pct", "mps_prio", "status", "error", "run")}
+        r["o"] = ratio(value(c, "o", "steps_per_s"), base[("o", "steps_per_s")]["base"])
+        if pair == "latency":
+            r["p99_ms"], r["p50_ms"] = value(c, "g", "p99_ms"), value(c, "g", "p50_ms")
+            r["p99"] = ratio(r["p99_ms"], base[("g", "p99_ms")]["base"])
+            r["p50"] = ratio(r["p50_ms"], base[("g", "p50_ms")]["base"])
+            r["g"] = None if not r["p99"] else 1.0 / r["p99"]
+        else:
+            r["g"] = ratio(value(c, "g", "steps_per_s"), base[("g", "steps_per_s")]["base"])
+        out.append(r)
+    return out
+
+
+def kept(pair, r, level):
+    """Whether configuration r keeps the guaranteed job at `level` (None: not measured)."""
+    if pair == "latency":
+        return None if r["p99"] is None else r["p99"] <= p99_bound(level) + 1e-9
+    return None if r["g"] is None else r["g"] >= level - 1e-9
+
+
+def drift_of(doc, pair, role):
+    """|after / before - 1| of the guaranteed job's figure (the server's p99) or the
+    opportunistic job's, or None."""
+    f = ("p99_ms" if pair == "latency" else "steps_per_s") if role == "g" else "steps_per_s"
+    d = solo(doc, pair)[(role, f)]["drift"]
+    return None if d is None else abs(d - 1.0)
+
+
+def frontier(doc, pair):
+    """Per protection level and gslice mode (time-sliced, and on MPS where it ran): gslice's
+    row, the best plain row that keeps the guaranteed job at the level, the verdict and the
+    misses. The levels are those of the gslice configurations in the JSON (or its settings)."""
+    rs = rows(doc, pair)
+    levels = doc.get("settings", {}).get("protect") or sorted({r["protect"] for r in rs if r["protect"]}, reverse=True)
+    plain = [r for r in rs if r["kind"] in PLAIN and r["status"] == "ok"]
+    out = []
+    for level in levels:
+        keepers = [r for r in plain if kept(pair, r, level) and r["o"] is not None]
+        best = max(keepers, key=lambda r: r["o"]) if keepers else None
+        modes = [k for k in ("gslice", "gslice-mps") if any(r["kind"] == k for r in rs)] or ["gslice"]
+        for mode in modes:
+            g = next((r for r in rs if r["kind"] == mode and r["protect"] is not None and abs(r["protect"] - level) < 1e-9), None)
+            out.append(verdict(doc, pair, level, mode, g, best))
+    return out
+
+
+def verdict(doc, pair, level, mode, g, best):
+    v = {"pair": pair, "level": level, "mode": mode, "gslice": g, "best": best, "met": None, "misses": []}
+    if g is None or g["status"] != "ok":
+        why = "not run" if g is None else f"{g['status']}: {g.get('error') or ''}".strip()
+        v["misses"].append(f"gslice {why}")
+        return v
+    g_ok, misses = kept(pair, g, level), []
+    dg, do = drift_of(doc, pair, "g"), drift_of(doc, pair, "o")
+
+    def within(amount, drift):
+        return f" (within the solo runs' drift of {drift:.1%})" if drift is not None and amount <= drift else ""
+
+    if g_ok is None:
+        misses.append("guaranteed job not measured (no solo base)")
+    elif not g_ok:
+        if pair == "latency":
+            over = g["p99"] - p99_bound(level)
+            misses.append(f"server p99 {g['p99']:.3f}× solo, over the {p99_bound(level):.3f}× allowed by "
+                          f"{over * 100:.1f} points{within(over, dg)}")
+        else:
+            short = level - g["g"]
+            misses.append(f"guaranteed {g['g']:.3f}× solo, short of {level:.2f} by {short:.3f}{within(short, dg)}")
+    harvest_ok = True
+    if best is not None:
+        if g["o"] is None:
+            harvest_ok = False
+            misses.append("opportunistic job not measured (no solo base)")
+        elif g["o"] < best["o"] - 1e-9:
+            harvest_ok = False
+            short = best["o"] - g["o"]
+            misses.append(f"opportunistic {g['o']:.3f}× solo, short of {best['config']}'s {best['o']:.3f} by "
+                          f"{short:.3f} ({short / best['o']:.0%} less){within(short, do)}")
+    v["met"] = bool(g_ok) and harvest_ok
+    v["misses"] = misses
+    return v
+
+
+def f3(x):
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def guaranteed_text(pair, r):
+    if pair == "latency":
+        if r.get("p99") is None:
+            return "n/a"
+        return f"p99 {r['p99_ms']:.2f} ms ({r['p99']:.3f}×), p50 {r['p50_ms']:.2f} ms ({f3(r['p50'])}×)"
+    return f3(r.get("g"))
+
+
+def best_text(pair, b):
+    if b is None:
+        return "none keeps it"
+    g = f"p99 {b['p99']:.3f}×" if pair == "latency" else f"{b['g']:.3f}"
+    return f"{b['config']}: {g} / {b['o']:.3f}"
+
+
+def gslice_text(pair, g):
+    if g is None:
+        return "not run"
+    if g["status"] != "ok":
+        return g["status"]
+    gt = f"p99 {g['p99']:.3f}×" if pair == "latency" and g["p99"] is not None else f3(g["g"])
+    return f"{gt} / {f3(g['o'])}"
+
+
+def status_text(c):
+    return c["status"] if c["status"] == "ok" else f"{c['status']}: {(c.get('error') or '')[:120]}"
+
+
+def pairs(doc):
+    return [p for p in doc.get("settings", {}).get("pairs", []) if p in PAIR_LABELS] or sorted(
+        {c["pair"] for c in doc.get("configs", [])})
+
+
+def result_lines(doc):
+    out = [f"RESULT frontier.gpu INFO {doc.get('gpu', '?')}, driver {doc.get('driver', '?')}; "
+           f"{doc.get('software', '')}; wall {doc.get('wall_s', '?')} s"]
+    for pair in pairs(doc):
+        s = solo(doc, pair)
+        gk = ("g", "p99_ms") if pair == "latency" else ("g", "steps_per_s")
+        solo_ok = s[gk]["base"] is not None and s[("o", "steps_per_s")]["base"] is not None
+        out.append(f"RESULT frontier.{pair}.solo {'INFO' if solo_ok else 'FAIL'} guaranteed {gk[1]} before/after "
+                   f"{f3(s[gk]['before'])}/{f3(s[gk]['after'])}, opportunistic steps/s "
+                   f"{f3(s[('o', 'steps_per_s')]['before'])}/{f3(s[('o', 'steps_per_s')]['after'])}")
+        for c in configs(doc, pair):
+            if c["status"] != "ok":
+                out.append(f"RESULT frontier.{pair}.{c['config']} {'FAIL' if c['status'] == 'failed' else 'INFO'} "
+                           f"{status_text(c)}")
+        for v in frontier(doc, pair):
+            name = f"frontier.{pair}.{v['mode']}-{v['level']:.2f}"
+            status = "PASS" if v["met"] else "FAIL"
+            out.append(f"RESULT {name} {status} gslice {gslice_text(pair, v['gslice'])}; best plain "
+                       f"{best_text(pair, v['best'])}" + (f"; {'; '.join(v['misses'])}" if v["misses"] else ""))
+    return out
+
+
+def text_table(doc):
+    lines = []
+    for pair in pairs(doc):
+        lines.append(f"{PAIR_LABELS[pair]}: guaranteed × solo{' (server p99, p50)' if pair == 'latency' else ''}"
+                     f" / opportunistic × solo")
+        for r in rows(doc, pair):
+            lines.append(f"  {r['config']:<16} {guaranteed_text(pair, r):<48} {f3(r['o']):<7} "
+                         f"{'' if r['status'] == 'ok' else status_text(r)}")
+        for v in frontier(doc, pair):
+            met = "n/a" if v["met"] is None else ("MET" if v["met"] else "MISSED")
+            lines.append(f"  at {v['level']:.2f} {v['mode']:<10} gslice {gslice_text(pair, v['gslice']):<22} "
+                         f"best plain {best_text(pair, v['best']):<34} {met}"
+                         + (f" ({'; '.join(v['misses'])})" if v["misses"] else ""))
+    return "\n".join(lines)
+
+
+def markdown(doc):
+    out = []
+    date = (doc.get("started") or "")[:10]
+    st = doc.get("settings", {})
+    out.append(f"# The harvest frontier on {doc.get('gpu', '?')}, {date}\n")
+    out.append(f"**GPU:** {doc.get('gpu', '?')} ({doc.get('memory', '?')}), driver {doc.get('driver', '?')}; "
+               f"{doc.get('software', '')}.\n")
+    out.append(f"**Command** (repository root, wall {doc.get('wall_s', '?')} s):\n\n    {doc.get('command', '')}\n")
+    env = doc.get("environment") or {}
+    if env:
+        out.append("Variables: " + ", ".join(f"`{k}={v}`" for k, v in env.items()) + ".\n")
+    out.append(f"Each configuration measured over {st.get('window_s', '?')} s, after {st.get('settle_s', '?')} s "
+               f"unmeasured (gslice: {st.get('lead_s', '?')} s together, unmeasured); figures against the mean of the "
+               f"solo runs before and after. The server's request rate is fixed at {st.get('server_load', 0.5)} of "
+               f"its solo service time ({f3(doc.get('service_ms', {}).get('latency'))} ms). The latency pair's level: "
+               f"p99 ≤ 1 + (1 − level) × {LATENCY_SLACK:.3f} of solo (+5% at 0.97).\n")
+    out.append("## Solo runs\n")
+    out.append("| pair | job | before | after | after / before |")
+    out.append("|---|---|---|---|---|")
+    for pair in pairs(doc):
+        for (role, f), s in solo(doc, pair).items():
+            job = {"g": "guaranteed", "o": "opportunistic"}[role]
+            out.append(f"| {pair} | {job} {f} | {f3(s['before'])} | {f3(s['after'])} | {f3(s['drift'])} |")
+    out.append("")
+    for pair in pairs(doc):
+        out.append(f"## {PAIR_LABELS[pair][0].upper() + PAIR_LABELS[pair][1:]}\n")
+        if pair == "latency":
+            out.append("| configuration | server p99 ms (× solo) | server p50 ms (× solo) | opportunistic × solo | status |")
+            out.append("|---|---|---|---|---|")
+        else:
+            out.append("| configuration | guaranteed × solo | opportunistic × solo | status |")
+            out.append("|---|---|---|---|")
+        for r in rows(doc, pair):
+            if pair == "latency":
+                p99 = "n/a" if r["p99"] is None else f"{r['p99_ms']:.2f} ({r['p99']:.3f})"
+                p50 = "n/a" if r["p50"] is None else f"{r['p50_ms']:.2f} ({r['p50']:.3f})"
+                out.append(f"| {r['config']} | {p99} | {p50} | {f3(r['o'])} | {status_text(r)} |")
+            else:
+                out.append(f"| {r['config']} | {f3(r['g'])} | {f3(r['o'])} | {status_text(r)} |")
+        out.append("")
+    out.append("## At each protection level\n")
+    out.append("gslice against the plain configuration (time-slicing or MPS) with the most opportunistic "
+               "throughput among those that keep the guaranteed job at the level.\n")
+    out.append("| pair | level | gslice | guaranteed / opportunistic | best plain: guaranteed / opportunistic | goal |")
+    out.append("|---|---|---|---|---|---|")
+    misses = []
+    for pair in pairs(doc):
+        for v in frontier(doc, pair):
+            met = "n/a" if v["met"] is None else ("**met**" if v["met"] else "missed")
+            out.append(f"| {pair} | {v['level']:.2f} | {v['mode']} | {gslice_text(pair, v['gslice'])} | "
+                       f"{best_text(pair, v['best'])} | {met} |")
+            misses += [f"- {pair}, {v['level']:.2f}, {v['mode']}: {m}" for m in v["misses"]]
+    out.append("")
+    out.append("## Misses\n")
+    out += misses or ["None."]
+    out.append("")
+    bad = [r for r in doc.get("runs", []) if r.get("status") != "ok"]
+    if bad:
+        out.append("## Failed and skipped runs\n")
+        out += [f"- {r['name']}: {r['status']}: {r.get('error') or ''}" for r in bad]
+        out.append("")
+    return "\n".join(out)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--table", action="store_true", help="RESULT lines and the text table instead of markdown")
+    p.add_argument("json")
+    args = p.parse_args()
+    try:
+        with open(args.json) as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        sys.exit(f"frontier_report.py: cannot read {args.json}: {e}")
+    if args.table:
+        print("\n".join(result_lines(doc)))
+        print()
+        print(text_table(doc))
+    else:
+        print(markdown(doc))
+
+
+if __name__ == "__main__":
+    main()
