@@ -1,0 +1,236 @@
+"""The harvest frontier's selection and verdicts (bench/gpu/compute/frontier_report.py) on
+made-up figures, and frontier.py's run loop on made-up runs (suite.run_config replaced):
+what is measured from which phase, failed and skipped runs kept, the time kept for the solo
+runs after. No GPU and no torch.
+
+  python3 frontier_report_test.py PATH/TO/bench/gpu/compute
+"""
+
+import contextlib
+import importlib.util
+import io
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+HERE = sys.argv.pop(1) if len(sys.argv) > 1 else os.path.join(
+    os.path.dirname(__file__), "..", "..", "bench", "gpu", "compute")
+
+
+def load(name):
+    sys.path.insert(0, HERE)
+    spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, name + ".py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+report = load("frontier_report")
+
+
+def train(config, kind, g, o, status="ok", **attrs):
+    return {"pair": "train", "config": config, "kind": kind, "status": status, "error": None if status == "ok" else "boom",
+            "g": {"steps_per_s": g, "finite": True}, "o": {"steps_per_s": o, "finite": True}, **attrs}
+
+
+def latency(config, kind, p99, o, status="ok", **attrs):
+    return {"pair": "latency", "config": config, "kind": kind, "status": status, "error": None,
+            "g": {"p99_ms": p99, "p50_ms": p99 / 2, "requests": 1000, "finite": True},
+            "o": {"steps_per_s": o, "finite": True}, **attrs}
+
+
+def doc(configs, runs=()):
+    return {"gpu": "NVIDIA H100 80GB HBM3", "driver": "580.1", "memory": "81559 MiB", "software": "torch 2.11",
+            "started": "2026-11-26T09:00:00+00:00", "command": "FRONTIER_PAIRS=train bash bench/gpu/suites/frontier.sh",
+            "wall_s": 450, "settings": {"pairs": ["train", "latency"], "protect": [0.97, 0.90, 0.80],
+                                        "window_s": 15, "settle_s": 1, "lead_s": 10, "server_load": 0.5},
+            "service_ms": {"latency": 5.0}, "configs": configs, "runs": list(runs)}
+
+
+# Solo: guaranteed 40 steps/s, opportunistic 30 (the training pair); server p99 10 ms before,
+# 10.4 after (4% drift); its partner 20 steps/s.
+SOLO = [train("solo-before", "solo", 40, 30), train("solo-after", "solo", 40, 30),
+        latency("solo-before", "solo", 10.0, 20), latency("solo-after", "solo", 10.4, 20)]
+
+
+def by(verdicts, level, mode="gslice"):
+    return next(v for v in verdicts if abs(v["level"] - level) < 1e-9 and v["mode"] == mode)
+
+
+class SelectionTest(unittest.TestCase):
+    def setUp(self):
+        self.doc = doc(SOLO + [
+            train("timeslice", "timeslice", 24, 15),           # 0.60 / 0.50
+            train("mps-100-p1", "mps", 34, 21, mps_pct=100),    # 0.85 / 0.70
+            train("mps-25-p1", "mps", 38.8, 9, mps_pct=25),     # 0.97 / 0.30
+            train("mps-10-p1", "mps", 39.6, 4.5, mps_pct=10),   # 0.99 / 0.15
+            train("mps-50-p0", "mps", 50, 29, status="failed", mps_pct=50),  # failed: never a comparator
+            train("gslice-0.97", "gslice", 39.2, 10.5, protect=0.97),  # 0.98 / 0.35: met
+            train("gslice-0.90", "gslice", 38, 7.5, protect=0.90),     # 0.95 / 0.25: harvest short
+            train("gslice-0.80", "gslice", 30, 25, protect=0.80),      # 0.75 / 0.83: guaranteed short
+            latency("timeslice", "timeslice", 15.3, 18),               # 1.5x / 0.9
+            latency("mps-50-p1", "mps", 10.6, 12, mps_pct=50),         # 1.039x / 0.6
+            latency("gslice-0.97", "gslice", 10.812, 14, protect=0.97),  # 1.06x / 0.7: p99 over by 1 point
+            latency("gslice-0.90", "gslice", 11.0, 10, protect=0.90),  # 1.078x / 0.5: harvest short
+        ])
+
+    def test_solo_base_is_the_mean_of_before_and_after_and_drift_their_ratio(self):
+        s = report.solo(self.doc, "latency")[("g", "p99_ms")]
+        self.assertAlmostEqual(s["base"], 10.2)
+        self.assertAlmostEqual(s["drift"], 1.04)
+
+    def test_best_plain_is_the_most_harvest_among_those_keeping_the_level(self):
+        v = report.frontier(self.doc, "train")
+        self.assertEqual(by(v, 0.97)["best"]["config"], "mps-25-p1")
+        self.assertEqual(by(v, 0.90)["best"]["config"], "mps-25-p1")
+        self.assertEqual(by(v, 0.80)["best"]["config"], "mps-100-p1")  # the failed mps-50-p0 is no comparator
+
+    def test_verdicts_and_misses_say_by_how_much(self):
+        v = report.frontier(self.doc, "train")
+        self.assertTrue(by(v, 0.97)["met"])
+        self.assertEqual(by(v, 0.97)["misses"], [])
+        self.assertFalse(by(v, 0.90)["met"])
+        self.assertIn("short of mps-25-p1's 0.300 by 0.050", by(v, 0.90)["misses"][0])
+        self.assertFalse(by(v, 0.80)["met"])
+        self.assertIn("guaranteed 0.750× solo, short of 0.80 by 0.050", by(v, 0.80)["misses"][0])
+
+    def test_latency_level_is_a_p99_bound_of_plus_5_percent_at_0_97(self):
+        self.assertAlmostEqual(report.p99_bound(0.97), 1.05)
+        v = report.frontier(self.doc, "latency")
+        self.assertEqual(by(v, 0.97)["best"]["config"], "mps-50-p1")
+        g97 = by(v, 0.97)
+        self.assertFalse(g97["met"])
+        self.assertEqual(len(g97["misses"]), 1)  # harvest 0.7 >= 0.6: only the p99
+        self.assertIn("over the 1.050× allowed by 1.0 points (within the solo runs' drift of 4.0%)", g97["misses"][0])
+        g90 = by(v, 0.90)
+        self.assertEqual(g90["best"]["config"], "mps-50-p1")
+        self.assertIn("short of mps-50-p1's 0.600 by 0.100", g90["misses"][0])
+        self.assertIsNone(by(v, 0.80)["met"])  # no gslice-0.80 run
+        self.assertIn("gslice not run", by(v, 0.80)["misses"][0])
+
+    def test_no_plain_configuration_keeping_the_level_leaves_only_the_guarantee(self):
+        d = doc(SOLO + [train("timeslice", "timeslice", 24, 15), train("gslice-0.97", "gslice", 39, 1, protect=0.97)])
+        v = by(report.frontier(d, "train"), 0.97)
+        self.assertIsNone(v["best"])
+        self.assertTrue(v["met"])
+
+    def test_failed_gslice_run_is_reported_failed(self):
+        d = doc(SOLO + [train("gslice-0.97", "gslice", 0, 0, status="failed", protect=0.97)])
+        lines = report.result_lines(d)
+        self.assertTrue(any(line.startswith("RESULT frontier.train.gslice-0.97 FAIL failed: boom") for line in lines))
+        self.assertTrue(any(line.startswith("RESULT frontier.train.gslice-0.97 FAIL gslice failed") for line in lines))
+
+    def test_markdown_and_table_hold_the_setup_the_rows_and_the_misses(self):
+        md = report.markdown(self.doc)
+        for text in ("NVIDIA H100 80GB HBM3", "driver 580.1", "FRONTIER_PAIRS=train bash bench/gpu/suites/frontier.sh",
+                     "| mps-25-p1 | 0.970 | 0.300 | ok |", "## Misses", "train, 0.90, gslice: opportunistic 0.250",
+                     "| train | 0.97 | gslice | 0.980 / 0.350 | mps-25-p1: 0.970 / 0.300 | **met** |"):
+            self.assertIn(text, md)
+        table = report.text_table(self.doc)
+        self.assertIn("MISSED", table)
+        self.assertIn("mps-50-p0", table)  # failed rows stay in the table
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            json.dump(self.doc, f)
+        try:
+            out = io.StringIO()
+            sys.argv = ["frontier_report.py", "--table", f.name]
+            with contextlib.redirect_stdout(out):
+                report.main()
+            self.assertTrue(out.getvalue().startswith("RESULT frontier.gpu INFO NVIDIA H100"))
+        finally:
+            os.unlink(f.name)
+
+
+class RunLoopTest(unittest.TestCase):
+    """frontier.run_all with suite.run_config made up: the guaranteed job runs at 40 steps/s
+    alone (the server at 10 ms), 30 beside anything; the opportunistic job at 30 alone, 6
+    beside it; the training pair's gslice-0.90 run reports a NaN loss."""
+
+    def test_runs_measures_and_keeps_failures(self):
+        tmp = tempfile.mkdtemp(prefix=f"frontier-test-{os.getpid()}-")
+        os.environ.update(FRONTIER_PAIRS="train,latency", FRONTIER_MPS_PCT="50,10", FRONTIER_MPS_PRIO="1",
+                          FRONTIER_WINDOW_S="15")
+        # A clock that each run moves on by its phases and a start-up of 20 s; room for less
+        # than everything.
+        clock = [1000.0]
+        os.environ["FRONTIER_DEADLINE"] = str(clock[0] + 520)
+        frontier = load("frontier")
+        frontier.time = type("Clock", (), {"time": staticmethod(lambda: clock[0])})
+        calls = []
+
+        def fake_run_config(name, procs, seconds=None, phases=None, phase_s=None):
+            calls.append((name, procs, phases))
+            clock[0] += 20 + len(phases) * phase_s
+            out = {"phases": []}
+            ends = {}
+            for i, ids in enumerate(phases):
+                a, b = 100 + i * phase_s, 100 + (i + 1) * phase_s
+                out["phases"].append([a, b, ids])
+                for ident in ids:
+                    if ident == "g":
+                        rate = 40 if len(ids) == 1 else 30
+                    else:
+                        rate = 30 if len(ids) == 1 else 6
+                    ends.setdefault(ident, []).extend(a + 0.05 + k / rate for k in range(int((b - a - 0.1) * rate)))
+            for ident, argv, _ in procs:
+                if "server" in argv:
+                    reqs = [[t, 0.010 if len(ph[2]) == 1 else 0.0105, 0.005] for ph in out["phases"] if ident in ph[2]
+                            for t in [ph[0] + 1.5 + k * 0.01 for k in range(int((ph[1] - ph[0] - 1.6) / 0.01))]]
+                    out[ident] = {"service_ms": 5.0, "rate_per_s": 100, "requests_at": reqs, "finite": True}
+                else:
+                    out[ident] = {"step_ends": ends.get(ident, []), "finite": not (name == "train/gslice-0.90")}
+            return out
+
+        frontier.suite.run_config = fake_run_config
+        frontier.Mps.want = lambda self, on: setattr(self, "on", on)
+        path = os.path.join(tmp, "frontier.json")
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                frontier.run_all(path, os.path.join(tmp, "logs"), os.path.join(tmp, "mps"))
+            with open(path) as f:
+                d = json.load(f)
+        finally:
+            for root, dirs, files in os.walk(tmp, topdown=False):
+                for x in files:
+                    os.unlink(os.path.join(root, x))
+                for x in dirs:
+                    os.rmdir(os.path.join(root, x))
+            os.rmdir(tmp)
+        runs = {r["name"]: r for r in d["runs"]}
+        # Order: solo-before of both pairs first, the solo runs after last.
+        self.assertEqual([r["name"] for r in d["runs"]][:2], ["train/solo-before", "latency/solo-before"])
+        self.assertEqual([r["name"] for r in d["runs"]][-2:], ["train/solo-after", "latency/solo-after"])
+        self.assertEqual(runs["train/solo-after"]["status"], "ok")
+        self.assertEqual(runs["train/gslice-0.90"]["status"], "failed")
+        self.assertIn("non-finite", runs["train/gslice-0.90"]["error"])
+        self.assertTrue(any(r["status"] == "skipped" and "budget" in r["error"] for r in d["runs"]))
+        cfg = {(c["pair"], c["config"]): c for c in d["configs"]}
+        self.assertAlmostEqual(cfg[("train", "solo-before")]["g"]["steps_per_s"], 40, delta=0.5)
+        self.assertAlmostEqual(cfg[("train", "solo-before")]["o"]["steps_per_s"], 30, delta=0.5)
+        self.assertAlmostEqual(cfg[("train", "timeslice")]["o"]["steps_per_s"], 6, delta=0.5)
+        self.assertAlmostEqual(cfg[("train", "mps-10-p1")]["g"]["steps_per_s"], 30, delta=0.5)
+        self.assertAlmostEqual(cfg[("latency", "solo-before")]["g"]["p99_ms"], 10.0, delta=0.01)
+        self.assertAlmostEqual(cfg[("latency", "gslice-0.97")]["g"]["p99_ms"], 10.5, delta=0.01)
+        self.assertEqual(cfg[("train", "gslice-0.90")]["status"], "failed")  # kept, not dropped
+        # The server's service time from the first latency run fixes the later runs' rate;
+        # the training job of that first run starts after the server is warm.
+        self.assertEqual(d["service_ms"]["latency"], 5.0)
+        argv = {name: {i: a for i, a, _ in procs} for name, procs, _ in calls}
+        self.assertIn("--service-ms", argv["latency/gslice-0.97"]["g"])
+        self.assertNotIn("--service-ms", argv["latency/solo-before"]["g"])
+        self.assertIn("--after", argv["latency/solo-before"]["o"])
+        self.assertIn("--protect", argv["train/gslice-0.97"]["g"])
+        self.assertEqual(argv["train/gslice-0.97"]["g"][argv["train/gslice-0.97"]["g"].index("--protect") + 1], "0.97")
+        envs = {i: e for i, _, e in next(p for n, p, _ in calls if n == "train/mps-p1")}
+        self.assertEqual(envs["o10"]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "10")
+        self.assertEqual(envs["o10"]["CUDA_MPS_CLIENT_PRIORITY"], "1")
+        self.assertIn("CUDA_MPS_PIPE_DIRECTORY", envs["g"])
+        self.assertNotIn("CUDA_MPS_PIPE_DIRECTORY", {i: e for i, _, e in calls[0][1]}["g"])
+        # The report reads what the loop wrote.
+        self.assertIn("## At each protection level", report.markdown(d))
+
+
+if __name__ == "__main__":
+    unittest.main()
