@@ -4,8 +4,10 @@
 # thread percentages and client priorities, with solo runs before and after, in one call
 # within FRONTIER_BUDGET_S (default 560 s wall; runs that would end past it are skipped, most
 # important first, the solo runs after kept). Prints RESULT lines for bench/gpu/run and, last,
-# a short table; $OUT/frontier.json holds every run, $OUT/frontier/ the logs and
-# compute-frontier.md (bench/gpu/compute/frontier_report.py's markdown).
+# a short table; $OUT/frontier.json holds every run, $OUT/frontier/ the logs (each process's,
+# each run's raw results, the MPS daemon's), $OUT/compute-frontier.md the markdown of
+# bench/gpu/compute/frontier_report.py, and $OUT/frontier.tar.gz all of $OUT/frontier/ (where
+# only a few files come back from a machine, `rm -rf $OUT/frontier` after the suite loses nothing).
 #
 #   GSLICE_BUILD=$PWD/.carry/build bash bench/gpu/run frontier
 #   OUT=/tmp/out FRONTIER_PAIRS=train bash bench/gpu/suites/frontier.sh
@@ -71,6 +73,7 @@ if [ ! -s "$OUT/frontier.json" ]; then
   exit 1
 fi
 [ $rc -eq 0 ] || echo "RESULT frontier.budget INFO frontier.py stopped before its plan's end (exit $rc): the budget ran out; what it measured is reported"
-$py "$dir/frontier_report.py" "$OUT/frontier.json" >"$OUT/frontier/compute-frontier.md" ||
+$py "$dir/frontier_report.py" "$OUT/frontier.json" >"$OUT/compute-frontier.md" ||
   echo "RESULT frontier.report FAIL frontier_report.py failed"
+tar -czf "$OUT/frontier.tar.gz" -C "$OUT" frontier
 $py "$dir/frontier_report.py" --table "$OUT/frontier.json"
