@@ -208,17 +208,32 @@ def settings():
             "server_load": suite.SERVER_LOAD}
 
 
+ROOT = os.path.normpath(os.path.join(HERE, "..", "..", ".."))
+
+
+def shown(arg):
+    """An argument as the report shows it: the interpreter as python3, paths in the checkout relative to it."""
+    if arg == suite.PY:
+        return "python3"
+    if arg.startswith("/"):
+        arg = os.path.normpath(arg)
+        return os.path.relpath(arg, ROOT) if arg.startswith(ROOT + os.sep) else arg
+    return arg
+
+
 def command_line(run, ident, argv, env):
     mps = " ".join(f"{k}={v}" for k, v in env.items() if k.startswith("CUDA_MPS_") and k not in (
         "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"))
     pipe = "CUDA_MPS_PIPE_DIRECTORY=… " if run.mps else ""
-    return f"{pipe}{mps + ' ' if mps else ''}{' '.join(argv)} --sync DIR"
+    return f"{pipe}{mps + ' ' if mps else ''}{' '.join(shown(a) for a in argv)} --sync DIR"
 
 
 def print_plan(runs):
     """The runs as run_all would take them if each took its estimate."""
     now, everything, mps_on, skipped = 0.0, 0.0, False, 0
     print(f"frontier plan: {json.dumps(settings())}")
+    if "latency" in PAIRS:
+        print("SERVICE_MS: the server's service time, measured alone in latency/solo-before")
     for i, r in enumerate(runs):
         est = r.estimate()
         everything += est + (MPS_SWITCH_S if r.mps != mps_on else 0.0)
@@ -233,8 +248,13 @@ def print_plan(runs):
         for i, (cfg, roles) in enumerate(r.phases):
             print(f"  phase {i + 1}: {cfg}: {' + '.join(f'{role}={ident}' for role, ident in roles.items())}, "
                   f"{r.settle:g} s unmeasured + {WINDOW_S:g} s measured")
-        for ident, argv, env in r.procs(4.0 if r.pair == "latency" else None, {}):
-            print(f"  {ident}: {command_line(r, ident, argv, env)}")
+        # The server's service time, measured in the latency pair's solo-before run, stands in
+        # as a placeholder.
+        placeholder = 1234.5678
+        calibrating = r.pair != "latency" or r.name == "solo-before"
+        for ident, argv, env in r.procs(None if calibrating else placeholder, {}):
+            line = command_line(r, ident, argv, env).replace(f"{placeholder:.4f}", "SERVICE_MS")
+            print(f"  {ident}: {line}")
     print(f"\nestimated wall: ~{SUITE_S + now + (MPS_SWITCH_S if mps_on else 0):.0f} s of FRONTIER_BUDGET_S={BUDGET_S:.0f} for "
           f"{len(runs) - skipped} of {len(runs)} runs ({sum(len(r.configs) for r in runs)} configurations); "
           f"all of them would take ~{SUITE_S + everything:.0f} s")

@@ -243,6 +243,11 @@ def markdown(doc):
                f"solo runs before and after. The server's request rate is fixed at {st.get('server_load', 0.5)} of "
                f"its solo service time ({f3(doc.get('service_ms', {}).get('latency'))} ms). The latency pair's level: "
                f"p99 ≤ 1 + (1 − level) × {LATENCY_SLACK:.3f} of solo (+5% at 0.97).\n")
+    out.append("Configurations: `timeslice` both processes native (the GPU's time-slicing); `mps-T-pQ` both MPS "
+               "clients, the opportunistic one at `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=T` and `CUDA_MPS_CLIENT_PRIORITY=Q` "
+               "(0 normal, 1 below normal), the guaranteed one at 100 and 0; `gslice-P` `gslice run --class guaranteed "
+               "--protect P` beside `gslice run --class opportunistic`, time-sliced; `gslice-mps-P` the same as MPS "
+               "clients.\n")
     out.append("## Solo runs\n")
     out.append("| pair | job | before | after | after / before |")
     out.append("|---|---|---|---|---|")
@@ -287,6 +292,15 @@ def markdown(doc):
     if bad:
         out.append("## Failed and skipped runs\n")
         out += [f"- {r['name']}: {r['status']}: {r.get('error') or ''}" for r in bad]
+        out.append("")
+    ran = [r for r in doc.get("runs", []) if r.get("commands")]
+    if ran:
+        out.append("## Runs and their processes\n")
+        out.append("Each run's processes (`--sync DIR` names its rendezvous folder) and phases, in the order run.\n")
+        for r in ran:
+            phases = ", ".join(cfg for cfg, _ in r.get("phases", []))
+            out.append(f"- {r['name']} ({r['status']}, {r.get('wall_s', '?')} s; phases {phases}):")
+            out += [f"  - `{ident}`: `{cmd}`" for ident, cmd in r["commands"].items()]
         out.append("")
     return "\n".join(out)
 
