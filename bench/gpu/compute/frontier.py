@@ -86,12 +86,12 @@ JOBS = {  # pair -> role -> (job.py mode, workload)
     "train": {"g": ("throughput", "resnet50"), "o": ("throughput", "bert-train")},
     "latency": {"g": ("server", "bert-infer"), "o": ("throughput", "resnet50")},
 }
-LABELS = {"train": "training pair: ResNet-50 guaranteed, BERT-base training opportunistic",
-          "latency": "latency pair: BERT-base inference server guaranteed, ResNet-50 training opportunistic"}
 
 
 def fmt_level(p):
-    return f"{p:.2f}"
+    """A protection level as configuration names and --protect show it: two decimals unless it has more."""
+    two = f"{p:.2f}"
+    return two if float(two) == p else repr(p)
 
 
 class Run:

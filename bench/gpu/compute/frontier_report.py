@@ -136,7 +136,7 @@ def verdict(doc, pair, level, mode, g, best):
                           f"{over * 100:.1f} points{within(over, dg)}")
         else:
             short = level - g["g"]
-            misses.append(f"guaranteed {g['g']:.3f}× solo, short of {level:.2f} by {short:.3f}{within(short, dg)}")
+            misses.append(f"guaranteed {g['g']:.3f}× solo, short of {lv(level)} by {short:.3f}{within(short, dg)}")
     harvest_ok = True
     if best is not None:
         if g["o"] is None:
@@ -150,6 +150,12 @@ def verdict(doc, pair, level, mode, g, best):
     v["met"] = bool(g_ok) and harvest_ok
     v["misses"] = misses
     return v
+
+
+def lv(level):
+    """A protection level as frontier.py names it: two decimals unless it has more."""
+    two = f"{level:.2f}"
+    return two if float(two) == level else repr(level)
 
 
 def f3(x):
@@ -204,7 +210,7 @@ def result_lines(doc):
                 out.append(f"RESULT frontier.{pair}.{c['config']} {'FAIL' if c['status'] == 'failed' else 'INFO'} "
                            f"{status_text(c)}")
         for v in frontier(doc, pair):
-            name = f"frontier.{pair}.{v['mode']}-{v['level']:.2f}"
+            name = f"frontier.{pair}.{v['mode']}-{lv(v['level'])}"
             status = "PASS" if v["met"] else "FAIL"
             out.append(f"RESULT {name} {status} gslice {gslice_text(pair, v['gslice'])}; best plain "
                        f"{best_text(pair, v['best'])}" + (f"; {'; '.join(v['misses'])}" if v["misses"] else ""))
@@ -221,7 +227,7 @@ def text_table(doc):
                          f"{'' if r['status'] == 'ok' else status_text(r)}")
         for v in frontier(doc, pair):
             met = "n/a" if v["met"] is None else ("MET" if v["met"] else "MISSED")
-            lines.append(f"  at {v['level']:.2f} {v['mode']:<10} gslice {gslice_text(pair, v['gslice']):<22} "
+            lines.append(f"  at {lv(v['level'])} {v['mode']:<10} gslice {gslice_text(pair, v['gslice']):<22} "
                          f"best plain {best_text(pair, v['best']):<34} {met}"
                          + (f" ({'; '.join(v['misses'])})" if v["misses"] else ""))
     return "\n".join(lines)
@@ -281,9 +287,9 @@ def markdown(doc):
     for pair in pairs(doc):
         for v in frontier(doc, pair):
             met = "n/a" if v["met"] is None else ("**met**" if v["met"] else "missed")
-            out.append(f"| {pair} | {v['level']:.2f} | {v['mode']} | {gslice_text(pair, v['gslice'])} | "
+            out.append(f"| {pair} | {lv(v['level'])} | {v['mode']} | {gslice_text(pair, v['gslice'])} | "
                        f"{best_text(pair, v['best'])} | {met} |")
-            misses += [f"- {pair}, {v['level']:.2f}, {v['mode']}: {m}" for m in v["misses"]]
+            misses += [f"- {pair}, {lv(v['level'])}, {v['mode']}: {m}" for m in v["misses"]]
     out.append("")
     out.append("## Misses\n")
     out += misses or ["None."]
