@@ -267,7 +267,7 @@ class SharedLedger final : public NodeLedger {
   // REQUIRES: mu_ held. The writer's update of an entry's class and flags (owner kept).
   Status Update(const std::string& name, int index, SliceClass cls, uint32_t flags) {
     const LedgerSlice& s = ledger_.limits()->slices[index];
-    if (LedgerError e = ledger_.UpdateSlice(index, cls, flags, s.owner_uid); e != LedgerError::kOk) {
+    if (LedgerError e = ledger_.UpdateSlice(index, cls, flags, s.owner_uid, s.protect_permille); e != LedgerError::kOk) {
       return Status::Unavailable("node ledger " + path_ + ": slice " + name + ": " + LedgerErrorString(e) + ": " +
                                  ledger_.detail());
     }
@@ -287,7 +287,7 @@ class SharedLedger final : public NodeLedger {
     const LedgerSlice& s = ledger_.limits()->slices[index];
     // The daemon owns it now (never recycled); its usage stays as it is.
     e = ledger_.UpdateSlice(index, slice.slice_class, s.flags & ~kSliceEphemeral,
-                            uid >= 0 ? static_cast<uint32_t>(uid) : s.owner_uid);
+                            uid >= 0 ? static_cast<uint32_t>(uid) : s.owner_uid, s.protect_permille);
     if (e != LedgerError::kOk) {
       return Status::Unavailable("node ledger: slice " + slice.name + ": " + LedgerErrorString(e) + ": " + ledger_.detail());
     }

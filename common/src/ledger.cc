@@ -668,9 +668,10 @@ bool Ledger::RecycleIfIdle(int slice) {
   return true;
 }
 
-LedgerError Ledger::FindOrCreateSlice(const char* name, SliceClass cls, uint32_t flags, int* slice, uint32_t owner_uid) {
+LedgerError Ledger::FindOrCreateSlice(const char* name, SliceClass cls, uint32_t flags, int* slice, uint32_t owner_uid,
+                                      uint32_t protect_permille) {
   if (limits_ == nullptr || name == nullptr || name[0] == '\0' ||
-      strlen(name) >= static_cast<size_t>(kLedgerNameSize)) {
+      strlen(name) >= static_cast<size_t>(kLedgerNameSize) || !ValidProtectPermille(protect_permille)) {
     return LedgerError::kBadArgument;
   }
   int found = FindSlice(name);
@@ -706,6 +707,7 @@ LedgerError Ledger::FindOrCreateSlice(const char* name, SliceClass cls, uint32_t
       s.slice_class = static_cast<uint32_t>(cls);
       s.flags = flags;
       s.owner_uid = owner_uid == kLedgerOwnerCaller ? static_cast<uint32_t>(geteuid()) : owner_uid;
+      s.protect_permille = protect_permille;
       memset(s.reserved, 0, sizeof s.reserved);
       for (auto& g : s.gpus) {
         g.state.store(0, kRlx);
@@ -727,8 +729,11 @@ LedgerError Ledger::FindOrCreateSlice(const char* name, SliceClass cls, uint32_t
   return LedgerError::kOk;
 }
 
-LedgerError Ledger::UpdateSlice(int slice, SliceClass cls, uint32_t flags, uint32_t owner_uid) {
-  if (limits_ == nullptr || slice < 0 || slice >= kLedgerMaxSlices) return LedgerError::kBadArgument;
+LedgerError Ledger::UpdateSlice(int slice, SliceClass cls, uint32_t flags, uint32_t owner_uid,
+                                uint32_t protect_permille) {
+  if (limits_ == nullptr || slice < 0 || slice >= kLedgerMaxSlices || !ValidProtectPermille(protect_permille)) {
+    return LedgerError::kBadArgument;
+  }
   if (limits_rw_ == nullptr) return Fail(LedgerError::kNotPermitted, "%s: only the directory's owner changes slices", path_);
   LedgerSlice& s = limits_rw_->slices[slice];
   if (StateOf(s.state.load(kAcq)) != EntryState::kReady) return LedgerError::kNoSliceEntry;
@@ -744,6 +749,7 @@ LedgerError Ledger::UpdateSlice(int slice, SliceClass cls, uint32_t flags, uint3
   s.slice_class = static_cast<uint32_t>(cls);
   s.flags = flags;
   s.owner_uid = owner_uid;
+  s.protect_permille = protect_permille;
   return LedgerError::kOk;
 }
 
@@ -1108,7 +1114,7 @@ namespace gslice {
 
 LedgerError OpenSliceLedger(Ledger* ledger, const char* path, const char* own_usage_path, const char* name,
                             SliceClass cls, uint32_t flags, bool create_slice, int* slice, char* note,
-                            size_t note_size) {
+                            size_t note_size, uint32_t protect_permille) {
   char why[512] = {};
   *slice = -1;
   // The node ledger: created only by its rightful writer (root); anyone else finding it
@@ -1117,7 +1123,9 @@ LedgerError OpenSliceLedger(Ledger* ledger, const char* path, const char* own_us
   if (e == LedgerError::kOk) {
     ledger->SetOwnUsagePath(own_usage_path);
     int s = ledger->FindSlice(name);
-    if (s < 0 && ledger->writable() && create_slice) e = ledger->FindOrCreateSlice(name, cls, flags, &s);
+    if (s < 0 && ledger->writable() && create_slice) {
+      e = ledger->FindOrCreateSlice(name, cls, flags, &s, kLedgerOwnerCaller, protect_permille);
+    }
     if (s >= 0) e = ledger->MapUsage(s);
     if (e == LedgerError::kOk && s >= 0 && (ledger->usage_writable(s) || !create_slice)) {
       *slice = s;
@@ -1139,7 +1147,7 @@ LedgerError OpenSliceLedger(Ledger* ledger, const char* path, const char* own_us
   int s = -1;
   if (e == LedgerError::kOk) {
     s = ledger->FindSlice(name);
-    if (s < 0 && create_slice) e = ledger->FindOrCreateSlice(name, cls, flags, &s);
+    if (s < 0 && create_slice) e = ledger->FindOrCreateSlice(name, cls, flags, &s, kLedgerOwnerCaller, protect_permille);
     else if (s < 0) e = LedgerError::kNoSliceEntry;
   }
   if (e == LedgerError::kOk) e = ledger->MapUsage(s);

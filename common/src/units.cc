@@ -1,5 +1,7 @@
 #include "gslice/units.h"
 
+#include "gslice/ledger.h"
+
 #include <cstdio>
 
 namespace gslice {
@@ -130,6 +132,38 @@ ParsedPercent ParsePercent(std::string_view text) {
   }
   r.ok = true;
   r.fraction = value / 100.0;
+  return r;
+}
+
+ParsedProtect ParseProtect(std::string_view text) {
+  ParsedProtect r;
+  std::string_view s = Trim(text);
+  const bool percent = !s.empty() && s.back() == '%';
+  if (percent) s = Trim(s.substr(0, s.size() - 1));
+  if (s.empty()) {
+    r.error = "empty protection level (expected e.g. 0.9 or 90%)";
+    return r;
+  }
+  uint64_t whole, num, den;
+  bool overflow;
+  size_t used = ParseDecimal(s, &whole, &num, &den, &overflow);
+  if (used == 0 || used != s.size() || overflow || whole > 1000) {
+    r.error = "not a protection level (expected a fraction of solo speed, e.g. 0.9 or 90%)";
+    return r;
+  }
+  // Thousandths, rounded half up; exact (num < den <= 10^12).
+  const uint64_t scale = percent ? 10 : 1000;
+  const uint64_t permille = whole * scale + (num * scale * 2 + den) / (2 * den);
+  if (!percent && (whole > 1 || permille > 1000)) {
+    r.error = "a fraction of solo speed is at most 1: write 0.9 or 90%";
+    return r;
+  }
+  if (permille < kProtectMinPermille || permille > kProtectMaxPermille) {
+    r.error = "must be from 0.5 to 1 (50% to 100%) of solo speed";
+    return r;
+  }
+  r.ok = true;
+  r.permille = static_cast<uint32_t>(permille);
   return r;
 }
 

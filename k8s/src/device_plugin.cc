@@ -203,7 +203,7 @@ std::string PrepareContainerSlice(const DevicePluginConfig& config, const Pendin
   LedgerError e = ledger.FindOrCreateSlice(name.c_str(), cls, kSliceEphemeral, &slice, owner);
   if (e == LedgerError::kOk) {
     const LedgerSlice& s = ledger.limits()->slices[slice];
-    e = ledger.UpdateSlice(slice, cls, s.flags, owner);
+    e = ledger.UpdateSlice(slice, cls, s.flags, owner, s.protect_permille);
   }
   for (const auto& g : p.container.gpus) {
     if (e != LedgerError::kOk) break;

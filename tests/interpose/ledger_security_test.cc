@@ -221,7 +221,7 @@ TEST(LedgerSecurity, APodWritesOnlyItsOwnUsage) {
   TestDir ro("sec-pod-ro");
   TestDir usage_mount("sec-pod-usage");
   NodeLedger node(dir.path);
-  ASSERT_EQ(node.ledger.UpdateSlice(node.own, SliceClass::kGuaranteed, 0, 0), LedgerError::kOk);  // a root container's
+  ASSERT_EQ(node.ledger.UpdateSlice(node.own, SliceClass::kGuaranteed, 0, 0, 0), LedgerError::kOk);  // a root container's
   const std::string own_usage = dir.path + "/slice-" + std::to_string(node.own);
   const std::string victim_usage = "/slice-" + std::to_string(node.victim);
   ASSERT_EQ(mkdir(ro.path.c_str(), 0755), 0);

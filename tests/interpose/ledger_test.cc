@@ -72,6 +72,36 @@ TEST(Ledger, CreatesAndValidatesLayout) {
   EXPECT_EQ(l.limits()->slices[s1].owner_uid, geteuid());
 }
 
+// A guaranteed slice's protection level: written by the writer on creation and update, read
+// by every mapping; 0 stands for the default; a level outside 0.5..1 is refused, not stored.
+TEST(Ledger, WritesTheProtectionLevel) {
+  LedgerFile f("protect");
+  Ledger l;
+  ASSERT_EQ(l.Open(f.path.c_str()), LedgerError::kOk);
+  int a = -1, b = -1, again = -1;
+  ASSERT_EQ(l.FindOrCreateSlice("a", SliceClass::kGuaranteed, 0, &a, kLedgerOwnerCaller, 900), LedgerError::kOk);
+  ASSERT_EQ(l.FindOrCreateSlice("b", SliceClass::kGuaranteed, 0, &b), LedgerError::kOk);
+  Ledger reader;
+  ASSERT_EQ(reader.Open(f.path.c_str()), LedgerError::kOk);
+  EXPECT_EQ(reader.limits()->slices[a].protect_permille, 900u);
+  EXPECT_EQ(reader.limits()->slices[b].protect_permille, 0u);
+  EXPECT_EQ(EffectiveProtectPermille(reader.limits()->slices[b].protect_permille), kProtectDefaultPermille);
+  // A slice found keeps its own level.
+  ASSERT_EQ(l.FindOrCreateSlice("a", SliceClass::kGuaranteed, 0, &again, kLedgerOwnerCaller, 800), LedgerError::kOk);
+  EXPECT_EQ(again, a);
+  EXPECT_EQ(reader.limits()->slices[a].protect_permille, 900u);
+  ASSERT_EQ(l.UpdateSlice(b, SliceClass::kGuaranteed, 0, kLedgerOwnerCaller, 800), LedgerError::kOk);
+  EXPECT_EQ(reader.limits()->slices[b].protect_permille, 800u);
+  for (uint32_t bad : {1u, 499u, 1001u, 970000u}) {
+    int c = -1;
+    EXPECT_EQ(l.FindOrCreateSlice("c", SliceClass::kGuaranteed, 0, &c, kLedgerOwnerCaller, bad), LedgerError::kBadArgument)
+        << bad;
+    EXPECT_EQ(l.UpdateSlice(b, SliceClass::kGuaranteed, 0, kLedgerOwnerCaller, bad), LedgerError::kBadArgument) << bad;
+  }
+  EXPECT_EQ(l.FindSlice("c"), -1);
+  EXPECT_EQ(reader.limits()->slices[b].protect_permille, 800u);
+}
+
 TEST(Ledger, RefusesIncompatibleFile) {
   LedgerFile f("incompatible");
   {

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+
 namespace gslice {
 namespace {
 
@@ -36,6 +38,30 @@ TEST(ParsePercent, AcceptsRange) {
   for (const char* bad : {"0%", "101%", "-5%", "abc", "%", "30%%"}) {
     EXPECT_FALSE(ParsePercent(bad).ok) << bad;
   }
+}
+
+TEST(ParseProtect, AcceptsFractionOrPercentFromHalfToOne) {
+  EXPECT_EQ(ParseProtect("0.9").permille, 900u);
+  EXPECT_EQ(ParseProtect("90%").permille, 900u);
+  EXPECT_EQ(ParseProtect(" 97.5 % ").permille, 975u);
+  EXPECT_EQ(ParseProtect("0.97").permille, 970u);
+  EXPECT_EQ(ParseProtect("0.5").permille, 500u);
+  EXPECT_EQ(ParseProtect("1").permille, 1000u);
+  EXPECT_EQ(ParseProtect("1.0").permille, 1000u);
+  EXPECT_EQ(ParseProtect("100%").permille, 1000u);
+  EXPECT_EQ(ParseProtect("0.8999").permille, 900u);  // the nearest thousandth
+  EXPECT_TRUE(ParseProtect("0.5").ok);
+}
+
+TEST(ParseProtect, RefusesOutsideTheRangeAndBareWholeNumbers) {
+  for (const char* bad : {"", "%", "0.49", "0.4994", "49%", "0", "1.01", "101%", "90", "2", "-0.9", "abc", "0.9x",
+                          "90%%", "1.", "99999999999999999999999"}) {
+    ParsedProtect p = ParseProtect(bad);
+    EXPECT_FALSE(p.ok) << bad;
+    EXPECT_NE(p.error, nullptr) << bad;
+  }
+  EXPECT_NE(std::string(ParseProtect("90").error).find("90%"), std::string::npos);  // says how to write it
+  EXPECT_NE(std::string(ParseProtect("0.3").error).find("0.5 to 1"), std::string::npos);
 }
 
 TEST(FormatSize, ReadsAtAGlance) {

@@ -102,6 +102,15 @@ struct LedgerGpu {
   uint8_t reserved[32];
 };
 
+// A guaranteed slice's protection level (LedgerSlice::protect_permille): the fraction of its
+// solo speed, in thousandths, that opportunistic work on the same GPU must leave it. Higher
+// protects the guaranteed job more and leaves opportunistic work less of the GPU. 0 in the
+// ledger means kProtectDefaultPermille; any other value lies in [kProtectMinPermille,
+// kProtectMaxPermille] (the writer's methods refuse others). Opportunistic slices have none.
+inline constexpr uint32_t kProtectDefaultPermille = 970;
+inline constexpr uint32_t kProtectMinPermille = 500;
+inline constexpr uint32_t kProtectMaxPermille = 1000;
+
 struct LedgerSlice {
   std::atomic<uint64_t> state;       // kFree / kClaiming|pid / kReady
   std::atomic<uint64_t> generation;  // bumped whenever the entry is recycled; the usage
@@ -110,7 +119,7 @@ struct LedgerSlice {
   uint32_t slice_class;  // SliceClass
   uint32_t flags;        // kSlice*
   uint32_t owner_uid;    // the uid that owns the usage file (may charge into the slice)
-  uint32_t reserved0;
+  uint32_t protect_permille;  // guaranteed: the floor of its solo speed kept against opportunistic work (0: default)
   uint8_t reserved[48];
   LedgerGpu gpus[kLedgerMaxGpus];
 };
@@ -245,6 +254,15 @@ int OpenLedgerDirectory(const char* path, bool create, char* why, size_t why_siz
 bool ParseGpuUuid(const char* text, uint8_t out[16]);
 // The daemon-less per-user ledger next to path: "<path>-u<euid>".
 void PerUserLedgerPath(const char* path, char* out, size_t out_size);
+// A protection level as the ledger stores it: 0 (the default) or kProtectMinPermille..
+// kProtectMaxPermille.
+inline constexpr bool ValidProtectPermille(uint32_t permille) {
+  return permille == 0 || (permille >= kProtectMinPermille && permille <= kProtectMaxPermille);
+}
+// The level a slice entry's protect_permille stands for (0: kProtectDefaultPermille).
+inline constexpr uint32_t EffectiveProtectPermille(uint32_t stored) {
+  return stored == 0 ? kProtectDefaultPermille : stored;
+}
 
 class Ledger;
 // Opens the ledger a process of slice name uses and maps that slice's usage writable: the
@@ -253,9 +271,10 @@ class Ledger;
 // next to it (PerUserLedgerPath, created when missing, where this user is the writer).
 // own_usage_path: where a pod's own usage file is mounted ("" for none). note (may be null):
 // why the per-user ledger was used, or why neither worked. *slice: the slice's index.
+// protect_permille: the protection level of a slice it creates (FindOrCreateSlice).
 LedgerError OpenSliceLedger(Ledger* ledger, const char* path, const char* own_usage_path, const char* name,
                             SliceClass cls, uint32_t flags, bool create_slice, int* slice, char* note,
-                            size_t note_size);
+                            size_t note_size, uint32_t protect_permille = 0);
 
 // The mapping. Move-only: it owns descriptors and mappings.
 class Ledger {
@@ -298,13 +317,16 @@ class Ledger {
   void SetOwnUsagePath(const char* path);
 
   // Finds the READY slice named name or creates it (writer only: kNotPermitted otherwise).
-  // owner_uid: who may charge into it (kLedgerOwnerCaller: geteuid()).
+  // owner_uid: who may charge into it (kLedgerOwnerCaller: geteuid()). protect_permille: its
+  // protection level when it is created (0: the default; else kProtectMinPermille..
+  // kProtectMaxPermille, kBadArgument otherwise); a slice found keeps its own.
   LedgerError FindOrCreateSlice(const char* name, SliceClass cls, uint32_t flags, int* slice,
-                                uint32_t owner_uid = kLedgerOwnerCaller);
+                                uint32_t owner_uid = kLedgerOwnerCaller, uint32_t protect_permille = 0);
   // Finds the READY slice named name; -1 when there is none.
   int FindSlice(const char* name) const;
-  // Writer: the slice's class, flags and owner (re-owning its usage file; usage untouched).
-  LedgerError UpdateSlice(int slice, SliceClass cls, uint32_t flags, uint32_t owner_uid);
+  // Writer: the slice's class, flags, owner (re-owning its usage file; usage untouched) and
+  // protection level (as FindOrCreateSlice's; pass the entry's own to keep it).
+  LedgerError UpdateSlice(int slice, SliceClass cls, uint32_t flags, uint32_t owner_uid, uint32_t protect_permille);
 
   // Finds or adds (writer only) the slice's entry for the GPU with this UUID. limit is set
   // when the entry is added (bytes, <0 unlimited); an existing entry keeps its limit.

@@ -30,6 +30,18 @@ struct ParsedPercent {
 // Parses "30%", "30", "0.3" is refused (ambiguous) unless written "30%"; 0 < value <= 100.
 ParsedPercent ParsePercent(std::string_view text);
 
+struct ParsedProtect {
+  bool ok = false;
+  uint32_t permille = 0;  // kProtectMinPermille..kProtectMaxPermille (ledger.h)
+  const char* error = nullptr;
+};
+
+// Parses a protection level (ledger.h, LedgerSlice::protect_permille): a fraction of the
+// guaranteed job's solo speed, written as a decimal ("0.9") or a percentage ("90%"), from
+// 0.5 to 1 (50% to 100%); rounded to the nearest thousandth. A bare number above 1 ("90") is
+// refused: write it as a percentage.
+ParsedProtect ParseProtect(std::string_view text);
+
 // Formats bytes for people: "20 GiB", "1.5 GiB", "512 MiB", "100 B". Writes at most
 // size-1 characters and a NUL into out; returns out.
 char* FormatSize(uint64_t bytes, char* out, size_t size);
