@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -71,6 +72,9 @@ json ToJson(const Slice& s) {
               {"owner_uid", s.owner_uid < 0 ? json(nullptr) : json(s.owner_uid)},
               {"project", s.project},
               {"class", ToString(s.slice_class)},
+              {"protect", s.slice_class == SliceClass::kGuaranteed
+                              ? json(EffectiveProtectPermille(s.protect_permille) / 1000.0)
+                              : json(nullptr)},
               {"state", ToString(s.state)},
               {"origin", s.origin},
               {"pod", s.pod},
@@ -211,7 +215,7 @@ Result<json> ParseBody(const std::string& body) {
 }
 
 Result<SliceRequest> ParseSliceRequest(const json& body) {
-  if (Status s = CheckFields(body, {"name", "user", "project", "class", "gpus", "memory", "compute",
+  if (Status s = CheckFields(body, {"name", "user", "project", "class", "protect", "gpus", "memory", "compute",
                                     "origin", "pod", "namespace", "idle_timeout_s", "holder"});
       !s.ok()) {
     return s;
@@ -226,6 +230,22 @@ Result<SliceRequest> ParseSliceRequest(const json& body) {
   if (Status s = ReadString(body, "class", &cls); !s.ok()) return s;
   if (!ParseSliceClass(cls, &r.slice_class)) {
     return Status::BadRequest("class: '" + cls + "' is neither guaranteed nor opportunistic");
+  }
+  if (auto it = body.find("protect"); it != body.end() && !it->is_null()) {
+    // A fraction of the slice's solo speed; the ledger keeps thousandths.
+    const std::string range = FormatProtect(kProtectMinPermille) + " to " + FormatProtect(kProtectMaxPermille);
+    if (!it->is_number()) {
+      return Status::BadRequest("protect: expected a number from " + range +
+                                " (the fraction of the slice's solo speed kept against opportunistic work), e.g. 0.9");
+    }
+    const double v = it->get<double>();
+    if (!(v >= kMinProtect - 0.0005 && v < kMaxProtect + 0.0005)) {
+      return Status::BadRequest("protect: " + it->dump() + " is out of range: from " + range +
+                                " (a fraction of solo speed: 0.9, not 90); default " +
+                                FormatProtect(kProtectDefaultPermille));
+    }
+    r.protect_permille = static_cast<uint32_t>(std::lround(v * 1000));
+    if (Status s = ValidateProtect(r.slice_class, r.protect_permille); !s.ok()) return s;
   }
   if (auto it = body.find("idle_timeout_s"); it != body.end()) {
     // A number past int64 arrives unsigned; one past kMaxIdleTimeoutS is refused, not wrapped.

@@ -94,6 +94,7 @@ class SharedLedger final : public NodeLedger {
       PublishedSlice p;
       p.name.assign(s.name, strnlen(s.name, sizeof s.name));
       p.slice_class = static_cast<SliceClass>(s.slice_class);
+      p.protect_permille = s.protect_permille;
       for (int g = 0; g < kLedgerMaxGpus; ++g) {
         if (StateOf(s.gpus[g].state.load()) != EntryState::kReady) continue;
         int64_t limit = s.gpus[g].limit.load();
@@ -264,7 +265,8 @@ class SharedLedger final : public NodeLedger {
     return Update(s.name, index, static_cast<SliceClass>(s.slice_class), s.flags | kSliceEphemeral | kSliceSetAside);
   }
 
-  // REQUIRES: mu_ held. The writer's update of an entry's class and flags (owner kept).
+  // REQUIRES: mu_ held. The writer's update of an entry's class and flags (owner and
+  // protection level kept).
   Status Update(const std::string& name, int index, SliceClass cls, uint32_t flags) {
     const LedgerSlice& s = ledger_.limits()->slices[index];
     if (LedgerError e = ledger_.UpdateSlice(index, cls, flags, s.owner_uid, s.protect_permille); e != LedgerError::kOk) {
@@ -278,8 +280,10 @@ class SharedLedger final : public NodeLedger {
   Status PublishLocked(const Slice& slice) {
     int index = -1;
     const int64_t uid = UidOfUser(slice.user);
+    // The shims read the level of guaranteed slices only; an opportunistic slice has none.
+    const uint32_t protect = slice.slice_class == SliceClass::kGuaranteed ? slice.protect_permille : 0;
     LedgerError e = ledger_.FindOrCreateSlice(slice.name.c_str(), slice.slice_class, 0, &index,
-                                              uid >= 0 ? static_cast<uint32_t>(uid) : 0u);
+                                              uid >= 0 ? static_cast<uint32_t>(uid) : 0u, protect);
     if (e != LedgerError::kOk) {
       return Status::Unavailable("node ledger " + path_ + ": cannot hold slice " + slice.name + ": " +
                                  LedgerErrorString(e) + ": " + ledger_.detail());
@@ -287,7 +291,7 @@ class SharedLedger final : public NodeLedger {
     const LedgerSlice& s = ledger_.limits()->slices[index];
     // The daemon owns it now (never recycled); its usage stays as it is.
     e = ledger_.UpdateSlice(index, slice.slice_class, s.flags & ~kSliceEphemeral,
-                            uid >= 0 ? static_cast<uint32_t>(uid) : s.owner_uid, s.protect_permille);
+                            uid >= 0 ? static_cast<uint32_t>(uid) : s.owner_uid, protect);
     if (e != LedgerError::kOk) {
       return Status::Unavailable("node ledger: slice " + slice.name + ": " + LedgerErrorString(e) + ": " + ledger_.detail());
     }

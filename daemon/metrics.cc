@@ -25,6 +25,7 @@ enum MetricId {
   kSliceMemoryLimit,
   kSliceMemoryUsed,
   kSliceComputeShare,
+  kSliceProtect,
   kSliceComputeUsed,
   kSliceProcesses,
   kSliceState,
@@ -59,6 +60,8 @@ constexpr MetricDef kMetrics[kMetricCount] = {
     {"gslice_slice_memory_limit_bytes", Kind::kGauge, "Memory limit of the slice on the GPU."},
     {"gslice_slice_memory_used_bytes", Kind::kGauge, "Memory the slice's processes use on the GPU."},
     {"gslice_slice_compute_share_ratio", Kind::kGauge, "Compute share of the slice on the GPU (0..1)."},
+    {"gslice_slice_protect_ratio", Kind::kGauge,
+     "Protection level of a guaranteed slice: the fraction of its solo speed opportunistic work must leave it."},
     {"gslice_slice_compute_used_ratio", Kind::kGauge,
      "Compute the slice used over the last sample period (0..1 of a GPU), when known."},
     {"gslice_slice_processes", Kind::kGauge, "Processes attached to the slice."},
@@ -196,6 +199,11 @@ std::string RenderMetrics(const NodeSnapshot& snap, const RegistryCounters& regi
   w.Header(kSliceComputeShare);
   for (const SliceView& v : snap.slices) {
     for (const SliceGpu& g : v.slice.gpus) w.Sample(kSliceComputeShare, SliceLabels(v.slice, g.uuid), g.compute_share);
+  }
+  w.Header(kSliceProtect);
+  for (const SliceView& v : snap.slices) {
+    if (v.slice.slice_class != SliceClass::kGuaranteed) continue;
+    w.Sample(kSliceProtect, SliceLabels(v.slice, ""), EffectiveProtectPermille(v.slice.protect_permille) / 1000.0);
   }
   w.Header(kSliceComputeUsed);
   for (const SliceView& v : snap.slices) {

@@ -1,5 +1,7 @@
 #include "model.h"
 
+#include <cstdio>
+
 namespace gslice {
 
 std::string_view ToString(SliceClass c) {
@@ -37,6 +39,27 @@ bool ParseSliceState(std::string_view text, SliceState* out) {
     }
   }
   return false;
+}
+
+Status ValidateProtect(SliceClass cls, uint32_t permille) {
+  if (permille == 0) return Status::Ok();
+  if (cls != SliceClass::kGuaranteed) {
+    return Status::BadRequest("protect: only guaranteed slices have a protection level (the share of their solo "
+                              "speed kept against opportunistic work); leave it out for an opportunistic slice");
+  }
+  if (!ValidProtectPermille(permille)) {
+    return Status::BadRequest("protect: " + FormatProtect(permille) + " is out of range: from " +
+                              FormatProtect(kProtectMinPermille) + " to " + FormatProtect(kProtectMaxPermille) +
+                              " (the fraction of the slice's solo speed kept; default " +
+                              FormatProtect(kProtectDefaultPermille) + ")");
+  }
+  return Status::Ok();
+}
+
+std::string FormatProtect(uint32_t permille) {
+  char buf[32];
+  snprintf(buf, sizeof buf, "%.3g", permille / 1000.0);
+  return buf;
 }
 
 Status ValidateName(std::string_view what, std::string_view name) {

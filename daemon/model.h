@@ -51,6 +51,11 @@ inline constexpr int64_t kMaxIdleTimeoutS = 366 * 86400;
 // A project's compute quota, in GPUs, and the range of its priority.
 inline constexpr double kMaxComputeQuotaGpus = 4096;
 inline constexpr int64_t kMaxProjectPriority = 1000000;
+// A guaranteed slice's protection level as the API writes it: a fraction of its solo speed.
+// The ledger (ledger.h, where the shims read it) keeps it in thousandths and defines it.
+inline constexpr double kMinProtect = kProtectMinPermille / 1000.0;
+inline constexpr double kMaxProtect = kProtectMaxPermille / 1000.0;
+inline constexpr double kDefaultProtect = kProtectDefaultPermille / 1000.0;
 
 struct Slice {
   std::string name;  // identity; see ValidateName
@@ -61,6 +66,9 @@ struct Slice {
   int64_t owner_uid = -1;
   std::string project;
   SliceClass slice_class = SliceClass::kGuaranteed;
+  // Guaranteed: the fraction of its solo speed, in thousandths, that opportunistic work on its
+  // GPUs must leave it (ledger.h); 0: the default. Opportunistic slices have none (ignored).
+  uint32_t protect_permille = 0;
   SliceState state = SliceState::kRunning;
   std::vector<SliceGpu> gpus;
   std::string origin;  // "api", "run" (gslice run) or "adopted" (found in the ledger)
@@ -99,6 +107,13 @@ struct ProcessUsage {
   std::string pod_namespace = {};
   std::string container = {};
 };
+
+// A protection level asked for a slice of class cls (permille as the ledger stores it): a
+// level outside kProtectMinPermille..kProtectMaxPermille, or one for an opportunistic slice,
+// is a bad request that says what to do instead.
+Status ValidateProtect(SliceClass cls, uint32_t permille);
+// A level in thousandths as people write it: 900 -> "0.9", 975 -> "0.975", 1000 -> "1".
+std::string FormatProtect(uint32_t permille);
 
 // Names of slices, users and projects: 1-63 characters of [a-z0-9._-] starting with a letter
 // or digit; a name never contains '/', so it is safe in a URL path and a file name.

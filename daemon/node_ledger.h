@@ -19,6 +19,7 @@ struct PublishedSlice {
   SliceClass slice_class = SliceClass::kGuaranteed;
   std::vector<SliceGpu> gpus;
   bool throttled = false;  // the compute gate is holding it back right now
+  uint32_t protect_permille = 0;  // LedgerSlice::protect_permille
 };
 
 class NodeLedger {
@@ -29,7 +30,7 @@ class NodeLedger {
   virtual Result<std::vector<PublishedSlice>> Slices() = 0;
   // Live processes with the slice and GPU they use.
   virtual Result<std::vector<ProcessUsage>> Processes() = 0;
-  // Creates the slice or updates its class and limits in place. Idempotent: publishing
+  // Creates the slice or updates its class, protection level and limits in place. Idempotent: publishing
   // again (after a restart) never resets usage.
   virtual Status Publish(const Slice& slice) = 0;
   // Publishes a slice the registry has just created, in an entry of its own: nothing of an

@@ -194,6 +194,7 @@ int Registry::AdoptFromLedger(const std::vector<PublishedSlice>& in_ledger) {
     s.user = "unknown";
     s.project = options_.default_project;
     s.slice_class = l.slice_class;
+    s.protect_permille = ValidProtectPermille(l.protect_permille) ? l.protect_permille : 0;
     s.gpus = l.gpus;
     s.origin = "adopted";
     s.created_at = static_cast<int64_t>(std::time(nullptr));
@@ -486,6 +487,8 @@ Result<Slice> Registry::CreateSlice(const SliceRequest& request) {
                             "' exists already: pick another name or delete it first");
   }
   slice.slice_class = request.slice_class;
+  if (Status s = ValidateProtect(request.slice_class, request.protect_permille); !s.ok()) return s;
+  slice.protect_permille = request.protect_permille;
   slice.origin = request.origin;
   slice.pod = request.pod;
   slice.pod_namespace = request.pod_namespace;

@@ -95,6 +95,7 @@ struct SliceRequest {
   int64_t owner_uid = -1;  // the owner's uid when known
   std::string project;  // empty: default project
   SliceClass slice_class = SliceClass::kGuaranteed;
+  uint32_t protect_permille = 0;  // guaranteed only (Slice::protect_permille); 0: the default
   struct Gpu {
     std::string ref;
     uint64_t memory = 0;

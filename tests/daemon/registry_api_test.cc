@@ -319,6 +319,9 @@ TEST_F(RegistryApiTest, OutOfRangeValuesInTheDatabaseAreRefusedOnLoad) {
       {"UPDATE slices SET user = 'Bad User'", "slice 'ok'"},
       {"UPDATE projects SET priority = 99999999 WHERE name = 'p'", "priority 99999999 is out of range"},
       {"UPDATE projects SET compute_quota = -1 WHERE name = 'p'", "compute_quota"},
+      {"UPDATE slices SET protect_permille = 1500", "protect_permille 1500 is out of range"},
+      {"UPDATE slices SET protect_permille = 100", "protect_permille 100 is out of range"},
+      {"UPDATE slices SET protect_permille = -1", "protect_permille -1 is out of range"},
   };
   const std::string good = db_ + ".good";
   std::filesystem::copy_file(db_, good, std::filesystem::copy_options::overwrite_existing);
@@ -375,6 +378,145 @@ TEST_F(RegistryApiTest, MigratesAVersionOneDatabase) {
   EXPECT_EQ(slices.value()[0].user, "bob");
   EXPECT_EQ(slices.value()[0].idle_timeout_s, 0);
   EXPECT_EQ(slices.value()[0].gpus[0].memory_limit, 1024u);
+}
+
+// A database as schema 3 left it (owners recorded, no protection level): migrated in place,
+// its slices keep everything and get the default level; the new column round-trips.
+TEST_F(RegistryApiTest, MigratesAVersionThreeDatabase) {
+  std::string cmd = "sqlite3 " + db_ +
+                    " \"CREATE TABLE projects (name TEXT PRIMARY KEY, memory_quota_bytes INTEGER NOT NULL DEFAULT 0,"
+                    " compute_quota REAL NOT NULL DEFAULT 0, priority INTEGER NOT NULL DEFAULT 0, created_at INTEGER NOT NULL);"
+                    " CREATE TABLE users (name TEXT PRIMARY KEY, created_at INTEGER NOT NULL);"
+                    " CREATE TABLE slices (name TEXT PRIMARY KEY, user TEXT NOT NULL, project TEXT NOT NULL, class TEXT NOT NULL,"
+                    " state TEXT NOT NULL, origin TEXT NOT NULL, created_at INTEGER NOT NULL,"
+                    " pod TEXT NOT NULL DEFAULT '', pod_namespace TEXT NOT NULL DEFAULT '',"
+                    " idle_timeout_s INTEGER NOT NULL DEFAULT 0, last_error TEXT NOT NULL DEFAULT '',"
+                    " owner_uid INTEGER NOT NULL DEFAULT -1);"
+                    " CREATE TABLE slice_gpus (slice TEXT NOT NULL REFERENCES slices(name) ON DELETE CASCADE, gpu_uuid TEXT NOT NULL,"
+                    " memory_limit_bytes INTEGER NOT NULL, compute_share REAL NOT NULL, PRIMARY KEY (slice, gpu_uuid));"
+                    " CREATE TABLE events (id INTEGER PRIMARY KEY AUTOINCREMENT, time INTEGER NOT NULL, slice TEXT NOT NULL,"
+                    " kind TEXT NOT NULL, detail TEXT NOT NULL);"
+                    " INSERT INTO projects VALUES ('default', 0, 0, 0, 1);"
+                    " INSERT INTO slices VALUES ('old', 'bob', 'default', 'guaranteed', 'running', 'api', 1, '', '', 60, '', 1000);"
+                    " INSERT INTO slice_gpus VALUES ('old', 'GPU-x', 1024, 0.5);"
+                    " PRAGMA user_version=3;\"";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  {
+    auto store = Store::Open(db_);
+    ASSERT_TRUE(store.ok()) << store.status().message();
+    EXPECT_EQ(store.value()->schema_version(), 4);
+    EXPECT_EQ(store.value()->schema_version(), Store::CurrentSchemaVersion());
+    auto slices = store.value()->LoadSlices();
+    ASSERT_TRUE(slices.ok()) << slices.status().message();
+    ASSERT_EQ(slices->size(), 1u);
+    Slice old = slices.value()[0];
+    EXPECT_EQ(old.owner_uid, 1000);
+    EXPECT_EQ(old.idle_timeout_s, 60);
+    EXPECT_EQ(old.protect_permille, 0u);  // the default
+    old.protect_permille = 900;
+    ASSERT_TRUE(store.value()->PutSlice(old).ok());
+  }
+  auto store = Store::Open(db_);
+  ASSERT_TRUE(store.ok()) << store.status().message();
+  auto slices = store.value()->LoadSlices();
+  ASSERT_TRUE(slices.ok()) << slices.status().message();
+  ASSERT_EQ(slices->size(), 1u);
+  EXPECT_EQ(slices.value()[0].protect_permille, 900u);
+  EXPECT_EQ(slices.value()[0].owner_uid, 1000);
+}
+
+// A guaranteed slice's protection level: set on create, shown by the API, kept in the
+// database across a restart, and written into the node ledger where the shims read it.
+TEST_F(RegistryApiTest, ProtectionLevelIsStoredShownAndWrittenToTheLedger) {
+  Ledger ledger;
+  {
+    Node node(db_, ledger_);
+    json made = node.CallJson("POST", "/v1/slices",
+                              R"({"name":"train","user":"u","gpus":["0"],"memory":"1GiB","protect":0.9})", 201);
+    EXPECT_DOUBLE_EQ(made["protect"].get<double>(), 0.9);
+    json plain = node.CallJson("POST", "/v1/slices", R"({"name":"plain","user":"u","gpus":["0"],"memory":"1GiB"})", 201);
+    EXPECT_DOUBLE_EQ(plain["protect"].get<double>(), 0.97);  // the default, shown as what holds
+    json opp = node.CallJson("POST", "/v1/slices",
+                             R"({"name":"opp","user":"u","class":"opportunistic","gpus":["0"],"memory":"1GiB"})", 201);
+    EXPECT_TRUE(opp["protect"].is_null()) << opp;
+    EXPECT_DOUBLE_EQ(node.CallJson("GET", "/v1/slices/train")["protect"].get<double>(), 0.9);
+    bool listed = false;
+    const json list = node.CallJson("GET", "/v1/slices");
+    for (const json& s : list["slices"]) {
+      if (s["name"] == "train") {
+        listed = true;
+        EXPECT_DOUBLE_EQ(s["protect"].get<double>(), 0.9);
+      }
+    }
+    EXPECT_TRUE(listed);
+    const std::string metrics = node.Call("GET", "/metrics").body;
+    EXPECT_NE(metrics.find("gslice_slice_protect_ratio{slice=\"train\",user=\"u\",project=\"default\",class=\"guaranteed\"} 0.9\n"),
+              std::string::npos) << metrics;
+    EXPECT_NE(metrics.find("gslice_slice_protect_ratio{slice=\"plain\""), std::string::npos);
+    EXPECT_EQ(metrics.find("gslice_slice_protect_ratio{slice=\"opp\""), std::string::npos);
+    ASSERT_EQ(ledger.Open(ledger_.c_str()), LedgerError::kOk);
+    const LedgerLimits* l = ledger.limits();
+    EXPECT_EQ(l->slices[ledger.FindSlice("train")].protect_permille, 900u);
+    EXPECT_EQ(l->slices[ledger.FindSlice("plain")].protect_permille, 0u);
+    EXPECT_EQ(l->slices[ledger.FindSlice("opp")].protect_permille, 0u);
+  }
+  // A restart: the database has it, and publishing again keeps it in the ledger.
+  Node node(db_, ledger_);
+  EXPECT_DOUBLE_EQ(node.CallJson("GET", "/v1/slices/train")["protect"].get<double>(), 0.9);
+  EXPECT_EQ(ledger.limits()->slices[ledger.FindSlice("train")].protect_permille, 900u);
+}
+
+// A slice a `gslice run --no-daemon --protect` wrote into the node ledger keeps its level when
+// gsliced adopts it.
+TEST_F(RegistryApiTest, AdoptionKeepsTheLedgersProtectionLevel) {
+  Node node(db_, ledger_);
+  Ledger app;
+  ASSERT_EQ(app.Open(ledger_.c_str()), LedgerError::kOk);
+  int index = -1;
+  ASSERT_EQ(app.FindOrCreateSlice("solo", SliceClass::kGuaranteed, kSliceEphemeral, &index, kLedgerOwnerCaller, 800),
+            LedgerError::kOk);
+  SliceHandle h;
+  const uint32_t pid = static_cast<uint32_t>(getpid());
+  ASSERT_EQ(app.Attach(index, pid, ProcessStartTime(pid), &h), LedgerError::kOk);
+  node.registry->Sample();
+  json solo = node.CallJson("GET", "/v1/slices/solo");
+  EXPECT_EQ(solo["origin"], "adopted");
+  EXPECT_DOUBLE_EQ(solo["protect"].get<double>(), 0.8);
+  EXPECT_EQ(app.limits()->slices[index].protect_permille, 800u);
+  app.Detach(h);
+}
+
+// The level is a fraction of solo speed from 0.5 to 1, for guaranteed slices only: anything
+// else is a 400 that says what to write, and changes nothing.
+TEST_F(RegistryApiTest, ProtectionLevelRefusalsSayWhatToWrite) {
+  Node node(db_, ledger_);
+  const std::string before = node.State();
+  struct Case {
+    const char* body;
+    const char* expect;
+  } cases[] = {
+      {R"({"name":"x","gpus":["0"],"memory":"1GiB","protect":0.3})", "protect: 0.3 is out of range: from 0.5 to 1"},
+      {R"({"name":"x","gpus":["0"],"memory":"1GiB","protect":90})", "protect: 90 is out of range"},
+      {R"({"name":"x","gpus":["0"],"memory":"1GiB","protect":1.2})", "protect: 1.2 is out of range"},
+      {R"({"name":"x","gpus":["0"],"memory":"1GiB","protect":-1})", "out of range"},
+      {R"({"name":"x","gpus":["0"],"memory":"1GiB","protect":"0.9"})", "protect: expected a number from 0.5 to 1"},
+      {R"({"name":"x","gpus":["0"],"memory":"1GiB","protect":[0.9]})", "protect: expected a number"},
+      {R"({"name":"x","class":"opportunistic","gpus":["0"],"memory":"1GiB","protect":0.9})",
+       "protect: only guaranteed slices have a protection level"},
+  };
+  for (const Case& c : cases) {
+    ApiResponse r = node.Call("POST", "/v1/slices", c.body);
+    EXPECT_EQ(r.status, 400) << c.body << " -> " << r.body;
+    json j = json::parse(r.body, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << r.body;
+    EXPECT_NE(j["error"].get<std::string>().find(c.expect), std::string::npos) << c.body << " -> " << r.body;
+  }
+  EXPECT_EQ(node.State(), before);
+  // The ends of the range are levels too.
+  EXPECT_DOUBLE_EQ(node.CallJson("POST", "/v1/slices", R"({"name":"lo","gpus":["0"],"memory":"1GiB","protect":0.5})",
+                                 201)["protect"].get<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(node.CallJson("POST", "/v1/slices", R"({"name":"hi","gpus":["0"],"memory":"1GiB","protect":1})",
+                                 201)["protect"].get<double>(), 1.0);
 }
 
 }  // namespace
