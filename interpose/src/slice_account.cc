@@ -23,6 +23,22 @@ void ForgetSlotInChild() {
 }
 }  // namespace
 
+uint32_t ProtectFromEnvironment() {
+  const char* text = OptionValue(Option::Protect);
+  if (text[0] == '\0') return 0;
+  if (strcmp(OptionValue(Option::Class), "opportunistic") == 0) {
+    Log(LogLevel::kWarn, "GSLICE_PROTECT=%s: only guaranteed work has a protection level; ignored (GSLICE_CLASS=opportunistic)",
+        text);
+    return 0;
+  }
+  ParsedProtect p = ParseProtect(text);
+  if (!p.ok) {
+    Log(LogLevel::kError, "GSLICE_PROTECT=%s: %s; a slice made here gets the default level", text, p.error);
+    return 0;
+  }
+  return p.permille;
+}
+
 void SliceAccount::OnForkChild() {
   attached_ = false;
   handle_ = SliceHandle{};
@@ -69,7 +85,8 @@ bool SliceAccount::Init(bool attach) {
   char note[640] = {};
   int found = -1;
   LedgerError e = OpenSliceLedger(&ledger_, path, OptionValue(Option::LedgerUsage), slice_name_, SliceClass::kGuaranteed,
-                                  flags, /*create_slice=*/attach, &found, note, sizeof note);
+                                  flags, /*create_slice=*/attach, &found, note, sizeof note,
+                                  attach ? ProtectFromEnvironment() : 0);
   slice_ = found;
   // A refused node ledger (a symlink, another user's) is worth a warning; a missing one (no
   // gsliced) is the daemon-less case.

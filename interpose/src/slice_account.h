@@ -12,6 +12,12 @@ namespace gslice::shim {
 
 inline constexpr int kMaxDevices = 64;
 
+// The protection level (ledger.h, LedgerSlice::protect_permille) of a slice this process
+// creates from its environment: GSLICE_PROTECT for guaranteed work, 0 (the default) when it
+// is unset, malformed or given to opportunistic work (GSLICE_CLASS), which has none; those
+// two are logged. A slice that exists keeps its own level.
+uint32_t ProtectFromEnvironment();
+
 class SliceAccount {
  public:
   constexpr SliceAccount() = default;

@@ -260,6 +260,43 @@ TEST(Shim, SixtyFourProcessesInitialiseAtOnce) {
   EXPECT_EQ(ledger.AliveCount(slice), 0);  // every process detached on exit
 }
 
+// A slice the shim makes from its environment alone (no gsliced, no gslice run) takes
+// GSLICE_PROTECT as its protection level; a malformed one, or one given to opportunistic work,
+// is logged and leaves the default (0 in the ledger), and the program runs as ever.
+TEST(Shim, EnvironmentSetsTheProtectionLevelOfASliceItMakes) {
+  struct Case {
+    const char* name;
+    const char* protect;
+    const char* cls;
+    uint32_t stored;
+    const char* logged;
+  } cases[] = {
+      {"protect-env", "0.9", "guaranteed", 900, nullptr},
+      {"protect-pct", "75%", "guaranteed", 750, nullptr},
+      {"protect-bad", "fast", "guaranteed", 0, "GSLICE_PROTECT=fast: not a protection level"},
+      {"protect-low", "0.2", "guaranteed", 0, "GSLICE_PROTECT=0.2: must be from 0.5 to 1"},
+      {"protect-opp", "0.9", "opportunistic", 0, "only guaranteed work has a protection level"},
+  };
+  for (const Case& c : cases) {
+    ShimEnv env(c.name);
+    env.vars["GSLICE_PROTECT"] = c.protect;
+    env.vars["GSLICE_CLASS"] = c.cls;
+    ChildResult r = env.Run({ClientPath(), "info"});
+    EXPECT_EQ(r.exit_code, 0) << c.name << ": " << Describe(r);
+    if (c.logged != nullptr) {
+      EXPECT_NE(r.err.find(c.logged), std::string::npos) << c.name << ": " << r.err;
+    }
+    char own[256];
+    PerUserLedgerPath(env.ledger_path().c_str(), own, sizeof own);
+    const std::string path = geteuid() == 0 ? env.ledger_path() : std::string(own);
+    Ledger ledger;
+    ASSERT_EQ(ledger.Open(path.c_str(), 2000, /*create=*/false), LedgerError::kOk) << c.name << ": " << ledger.detail();
+    const int slice = ledger.FindSlice(c.name);
+    ASSERT_GE(slice, 0) << c.name;
+    EXPECT_EQ(ledger.limits()->slices[slice].protect_permille, c.stored) << c.name;
+  }
+}
+
 TEST(Shim, BadEnvironmentNeverCrashes) {
   {
     ShimEnv env("bad-memory");
