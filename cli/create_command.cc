@@ -26,6 +26,9 @@ quota. Work over quota may run as --class opportunistic. Run programs in it with
                        shares what guaranteed work leaves
   --class CLASS        guaranteed (default: reserved, never suspended) or opportunistic
                        (not reserved; yields and may be suspended)
+  --protect F          guaranteed only: the fraction of its solo speed that opportunistic
+                       work on its GPUs must leave it, 0.5..1 (0.9 or 90%); default 0.97.
+                       Lower lets opportunistic work harvest more of the GPU
   --idle-timeout T     suspend the slice after T with no GPU work (30m, 2h, 600s; for
                        notebooks); its next CUDA call resumes it. Default: never
   --project NAME       project to charge (default: gsliced's default project)
@@ -38,6 +41,7 @@ examples:
   gslice create train --gpus 0 --memory 20GiB --compute 50%
   gslice create --gpus 0,1 --memory 40GiB,10GiB --project vision
   gslice create scratch --gpus 1 --memory 8GiB --class opportunistic
+  gslice create serve --gpus 0 --memory 16GiB --compute 50% --protect 0.9
   gslice create notebook --gpus 0 --memory 10GiB --idle-timeout 30m
 )";
 
@@ -62,7 +66,7 @@ int CreateCommand(int argc, char** argv) {
     std::fputs(kCreateHelp, stdout);
     return 0;
   }
-  std::string name, gpus, memory, compute, cls = "guaranteed", project, idle, user;
+  std::string name, gpus, memory, compute, cls = "guaranteed", project, idle, user, protect;
   for (size_t i = 0; i < rest.size(); ++i) {
     const std::string& a = rest[i];
     std::string* target = nullptr;
@@ -73,6 +77,7 @@ int CreateCommand(int argc, char** argv) {
     else if (a == "--project") target = &project;
     else if (a == "--user") target = &user;
     else if (a == "--idle-timeout") target = &idle;
+    else if (a == "--protect") target = &protect;
     if (target != nullptr) {
       if (i + 1 >= rest.size()) {
         std::fprintf(stderr, "gslice create: %s needs a value; see gslice create --help\n", a.c_str());
@@ -101,6 +106,21 @@ int CreateCommand(int argc, char** argv) {
     std::fprintf(stderr, "gslice create: --class %s: use guaranteed or opportunistic\n", cls.c_str());
     return 2;
   }
+  nlohmann::json body;
+  if (!protect.empty()) {
+    if (cls != "guaranteed") {
+      std::fprintf(stderr,
+                   "gslice create: --protect: only guaranteed slices have a protection level (the share of their "
+                   "solo speed kept against opportunistic work); drop --protect or use --class guaranteed\n");
+      return 2;
+    }
+    ParsedProtect level = ParseProtect(protect);
+    if (!level.ok) {
+      std::fprintf(stderr, "gslice create: --protect %s: %s\n", protect.c_str(), level.error);
+      return 2;
+    }
+    body["protect"] = level.permille / 1000.0;
+  }
   std::vector<std::string> gpu_list = SplitComma(gpus), memories = SplitComma(memory);
   std::vector<std::string> computes = compute.empty() ? std::vector<std::string>{} : SplitComma(compute);
   if (memories.size() != 1 && memories.size() != gpu_list.size()) {
@@ -113,7 +133,6 @@ int CreateCommand(int argc, char** argv) {
                  computes.size(), gpu_list.size());
     return 2;
   }
-  nlohmann::json body;
   if (!idle.empty()) {
     char* end = nullptr;
     double value = std::strtod(idle.c_str(), &end);
@@ -163,7 +182,13 @@ int CreateCommand(int argc, char** argv) {
   }
   auto created = nlohmann::json::parse(reply.body, nullptr, false);
   std::string created_name = created.is_object() ? created.value("name", name) : name;
-  std::printf("created slice %s (%s, user %s, project %s)\n", created_name.c_str(), cls.c_str(),
+  std::string what = cls;
+  if (created.is_object() && created.contains("protect") && created["protect"].is_number()) {
+    char level[32];
+    std::snprintf(level, sizeof level, ", protect %g", created["protect"].get<double>());
+    what += level;
+  }
+  std::printf("created slice %s (%s, user %s, project %s)\n", created_name.c_str(), what.c_str(),
               created.is_object() ? created.value("user", user).c_str() : user.c_str(),
               created.is_object() ? created.value("project", project).c_str() : project.c_str());
   std::printf("run programs in it: gslice run --name %s --gpus %s --memory %s -- CMD ARGS\n",

@@ -258,6 +258,7 @@ RegisterResult RegisterSlice(const SliceRegistration& slice, std::string* messag
   if (!slice.user.empty()) body["user"] = slice.user;
   if (!slice.project.empty()) body["project"] = slice.project;
   body["class"] = slice.opportunistic ? "opportunistic" : "guaranteed";
+  if (slice.protect_permille != 0) body["protect"] = slice.protect_permille / 1000.0;
   body["origin"] = "run";
   nlohmann::json gpus = nlohmann::json::array();
   for (const SliceRegistration::Gpu& g : slice.gpus) {

@@ -76,6 +76,7 @@ struct SliceRegistration {
   std::string user;   // empty: the caller, as gsliced learns it from the kernel
   std::string project;  // empty: the daemon's default project
   bool opportunistic = false;
+  uint32_t protect_permille = 0;  // guaranteed: its protection level (ledger.h); 0: the default
   struct Gpu {
     std::string gpu;  // index ("0") or UUID
     uint64_t memory_bytes = 0;

@@ -13,8 +13,9 @@ namespace {
 constexpr const char kLsHelp[] = R"(usage: gslice ls [--json] [--socket PATH]
 
 Lists the node's GPUs (memory in use, what guaranteed slices reserve, utilisation) and
-every slice: its user and project, class, state, GPUs, memory used of its limit, compute
-share, and how many processes run in it.
+every slice: its user and project, class, protection level (guaranteed slices: the
+fraction of their solo speed opportunistic work must leave them), state, GPUs, memory used
+of its limit, compute share, and how many processes run in it.
 
 States: running (processes at work), idle (no process attached), throttled (opportunistic
 work held back while guaranteed work runs), suspending, suspended, resuming, failed.
@@ -62,7 +63,7 @@ void PrintNode(FILE* out, const std::string& node_json, bool with_processes) {
     return;
   }
   std::vector<std::vector<std::string>> slices = {
-      {"SLICE", "USER", "PROJECT", "CLASS", "STATE", "GPUS", "MEMORY USED", "COMPUTE", "PROCS"}};
+      {"SLICE", "USER", "PROJECT", "CLASS", "PROTECT", "STATE", "GPUS", "MEMORY USED", "COMPUTE", "PROCS"}};
   std::vector<std::vector<std::string>> procs = {{"PID", "SLICE", "GPU", "MEMORY"}};
   for (const json& s : node["slices"]) {
     std::string gpu_list, share;
@@ -74,7 +75,13 @@ void PrintNode(FILE* out, const std::string& node_json, bool with_processes) {
     }
     std::string compute = share;
     if (s["compute_used"].is_number()) compute = Percent(s["compute_used"].get<double>()) + " of " + share;
-    slices.push_back({Or(s["name"], "?"), Or(s["user"], "?"), Or(s["project"], "?"), Or(s["class"], "?"),
+    std::string protect = "-";  // opportunistic slices have no level
+    if (s["protect"].is_number()) {
+      char level[32];
+      std::snprintf(level, sizeof level, "%g", s["protect"].get<double>());
+      protect = level;
+    }
+    slices.push_back({Or(s["name"], "?"), Or(s["user"], "?"), Or(s["project"], "?"), Or(s["class"], "?"), protect,
                       Or(s["activity"], Or(s["state"], "?")), gpu_list,
                       Bytes(U64(s["memory_used_bytes"])) + " / " + Bytes(U64(s["memory_limit_bytes"])), compute,
                       std::to_string(s["processes"].size())});

@@ -35,7 +35,8 @@ constexpr uint64_t kMinLimit = 64ull << 20;
 
 const char kRunHelp[] =
     "usage: gslice run [--gpus LIST] --memory SIZE[,SIZE...] [--compute N%] [--share N%]\n"
-    "                  [--class guaranteed|opportunistic] [--name NAME] [--no-daemon] [--sim] [-v]\n"
+    "                  [--class guaranteed|opportunistic] [--protect F] [--name NAME] [--no-daemon]\n"
+    "                  [--sim] [-v]\n"
     "                  -- CMD [ARGS...]\n"
     "\n"
     "Runs CMD with a memory limit on each GPU it uses. CMD needs no changes: CUDA programs,\n"
@@ -54,6 +55,9 @@ const char kRunHelp[] =
     "                  time goes to the others (work-conserving). Default: equal shares.\n"
     "  --class C       guaranteed (default; never waits for opportunistic work) or opportunistic\n"
     "                  (runs only in the GPU time guaranteed work leaves idle).\n"
+    "  --protect F     guaranteed only: the fraction of its solo speed that opportunistic work\n"
+    "                  on the same GPU must leave it, 0.5..1 (0.9 or 90%; default 0.97). Lower\n"
+    "                  lets opportunistic work harvest more of the GPU (docs/compute.md).\n"
     "  --name NAME     slice name; processes started with the same name share one limit\n"
     "                  (default: run-<pid>, one slice per gslice run).\n"
     "  --no-daemon     run without gsliced's admission where gsliced is set up but stopped (a\n"
@@ -71,7 +75,8 @@ const char kRunHelp[] =
     "  gslice run --gpus 0,1 --memory 40GiB,20GiB -- python train.py\n"
     "  gslice run --sim --memory 2GiB -- gslice-example\n"
     "  gslice run --memory 10GiB -- nvidia-smi       # shows a 10 GiB GPU\n"
-    "  gslice run --memory 20GiB --compute 30% --class opportunistic -- python train.py\n";
+    "  gslice run --memory 20GiB --compute 30% --class opportunistic -- python train.py\n"
+    "  gslice run --memory 40GiB --protect 0.9 -- python serve.py\n";
 
 int Fail(const std::string& msg) {
   fprintf(stderr, "gslice run: %s\n", msg.c_str());
@@ -160,7 +165,8 @@ std::string NotAnswering(const std::string& configured, const DaemonReply& reply
 // Returns false, with the reason in *error, when gsliced refuses it (admission, quota) or
 // does not answer, or when --no-daemon is asked for while gsliced answers.
 bool LinkWithDaemon(const std::string& name, const std::vector<GpuInfo>& gpus, const std::vector<uint64_t>& limits,
-                    double compute, bool opportunistic, bool no_daemon, DaemonLink* link, std::string* error) {
+                    double compute, bool opportunistic, uint32_t protect_permille, bool no_daemon, DaemonLink* link,
+                    std::string* error) {
   *link = DaemonLink::kNone;
   DaemonAddress address = DaemonAddressFromEnvironment();
   const std::string configured = DaemonConfiguredBecause(address);
@@ -187,6 +193,7 @@ bool LinkWithDaemon(const std::string& name, const std::vector<GpuInfo>& gpus, c
   SliceRegistration slice;
   slice.name = name;
   slice.opportunistic = opportunistic;
+  slice.protect_permille = protect_permille;
   for (size_t k = 0; k < gpus.size(); ++k) {
     slice.gpus.push_back({gpus[k].uuid, limits.size() == 1 ? limits[0] : limits[k], compute});
   }
@@ -210,18 +217,29 @@ pid_t g_child = 0;
 // A slice with no daemon is written by gslice run itself, as its writer: in the node ledger
 // when this user owns it (root), else in the user's own ledger (<ledger>-u<uid>), which its
 // processes then use. Returns that ledger's path; "" with *why when neither can hold it (the
-// shims then keep the limits per process).
+// shims then keep the limits per process). protect_permille (0: not asked for) is the slice's
+// protection level, also on a slice of that name that exists and that this user writes.
 std::string PublishDaemonlessSlice(const std::string& name, const std::vector<GpuInfo>& chosen,
-                                   const std::vector<uint64_t>& limits, bool opportunistic, std::string* why) {
+                                   const std::vector<uint64_t>& limits, bool opportunistic, uint32_t protect_permille,
+                                   std::string* why) {
   Ledger ledger;
   int slice = -1;
   char note[640] = {};
   const SliceClass cls = opportunistic ? SliceClass::kOpportunistic : SliceClass::kGuaranteed;
   LedgerError e = OpenSliceLedger(&ledger, OptionValue(Option::Ledger), "", name.c_str(), cls, kSliceEphemeral,
-                                  /*create_slice=*/true, &slice, note, sizeof note);
+                                  /*create_slice=*/true, &slice, note, sizeof note, protect_permille);
   if (e != LedgerError::kOk) {
     *why = note;
     return "";
+  }
+  const LedgerSlice& entry = ledger.limits()->slices[slice];
+  if (protect_permille != 0 && ledger.writable() && entry.protect_permille != protect_permille) {
+    e = ledger.UpdateSlice(slice, static_cast<SliceClass>(entry.slice_class), entry.flags, entry.owner_uid,
+                           protect_permille);
+    if (e != LedgerError::kOk) {
+      fprintf(stderr, "gslice run: slice %s: cannot set its protection level: %s: %s\n", name.c_str(),
+              LedgerErrorString(e), ledger.detail());
+    }
   }
   for (size_t k = 0; k < chosen.size(); ++k) {
     uint8_t uuid[16];
@@ -270,7 +288,7 @@ int RunAndUnregister(char** command, const std::string& name) {
 }  // namespace
 
 int RunCommand(int argc, char** argv) {
-  std::string gpus_arg, memory_arg, name, compute_arg, share_arg, class_arg;
+  std::string gpus_arg, memory_arg, name, compute_arg, share_arg, class_arg, protect_arg;
   bool sim = false, verbose = false, have_gpus = false, no_daemon = false;
   int i = 1;
   for (; i < argc; ++i) {
@@ -313,6 +331,8 @@ int RunCommand(int argc, char** argv) {
       if (!value("--share", &share_arg)) return Fail("--share needs a value, e.g. --share 30%");
     } else if (a.rfind("--class", 0) == 0) {
       if (!value("--class", &class_arg)) return Fail("--class needs a value: guaranteed or opportunistic");
+    } else if (a.rfind("--protect", 0) == 0) {
+      if (!value("--protect", &protect_arg)) return Fail("--protect needs a value, e.g. --protect 0.9");
     } else if (a.rfind("--name", 0) == 0) {
       if (!value("--name", &name)) return Fail("--name needs a value");
     } else if (!a.empty() && a[0] == '-') {
@@ -333,6 +353,16 @@ int RunCommand(int argc, char** argv) {
   }
   if (!class_arg.empty() && class_arg != "guaranteed" && class_arg != "opportunistic") {
     return Fail("--class " + class_arg + ": must be guaranteed or opportunistic");
+  }
+  uint32_t protect_permille = 0;
+  if (!protect_arg.empty()) {
+    if (class_arg == "opportunistic") {
+      return Fail("--protect: only guaranteed slices have a protection level (the share of their solo speed kept "
+                  "against opportunistic work); drop --protect or use --class guaranteed");
+    }
+    ParsedProtect level = ParseProtect(protect_arg);
+    if (!level.ok) return Fail("--protect " + protect_arg + ": " + level.error);
+    protect_permille = level.permille;
   }
   if (name.size() >= 64) return Fail("--name " + name + ": at most 63 characters");
 
@@ -434,6 +464,7 @@ int RunCommand(int argc, char** argv) {
   setenv(GetOptionInfo(Option::Compute).env, compute_arg.c_str(), 1);
   setenv(GetOptionInfo(Option::Share).env, share_arg.c_str(), 1);
   setenv(GetOptionInfo(Option::Class).env, class_arg.empty() ? "guaranteed" : class_arg.c_str(), 1);
+  setenv(GetOptionInfo(Option::Protect).env, protect_arg.c_str(), 1);
   setenv("LD_PRELOAD", preload.c_str(), 1);
   if (!loaded.empty() && loaded.find("/lib/gslice/") == std::string::npos) {
     setenv(GetOptionInfo(Option::RealDriver).env, loaded.c_str(), 1);
@@ -446,20 +477,26 @@ int RunCommand(int argc, char** argv) {
       fprintf(stderr, "  GPU %s: %s of %s\n", GpuLine(chosen[k]).c_str(),
               Human(limits.size() == 1 ? limits[0] : limits[k]).c_str(), Human(chosen[k].total).c_str());
     }
-    fprintf(stderr, "  compute: class %s, cap %s, share %s\n", class_arg.empty() ? "guaranteed" : class_arg.c_str(),
+    fprintf(stderr, "  compute: class %s, cap %s, share %s", class_arg.empty() ? "guaranteed" : class_arg.c_str(),
             compute_arg.empty() ? "none" : compute_arg.c_str(), share_arg.empty() ? "equal" : share_arg.c_str());
+    if (class_arg != "opportunistic") {
+      fprintf(stderr, ", protect %g", EffectiveProtectPermille(protect_permille) / 1000.0);
+    }
+    fprintf(stderr, "\n");
   }
   double compute = 0;
   if (!share_arg.empty()) compute = ParsePercent(share_arg).fraction;
   else if (!compute_arg.empty()) compute = ParsePercent(compute_arg).fraction;
   DaemonLink link = DaemonLink::kNone;
   std::string refusal;
-  if (!LinkWithDaemon(name, chosen, limits, compute, class_arg == "opportunistic", no_daemon, &link, &refusal)) {
+  if (!LinkWithDaemon(name, chosen, limits, compute, class_arg == "opportunistic", protect_permille, no_daemon, &link,
+                      &refusal)) {
     return Fail(refusal);
   }
   if (link == DaemonLink::kNone) {
     std::string why;
-    const std::string ledger = PublishDaemonlessSlice(name, chosen, limits, class_arg == "opportunistic", &why);
+    const std::string ledger =
+        PublishDaemonlessSlice(name, chosen, limits, class_arg == "opportunistic", protect_permille, &why);
     if (!ledger.empty()) {
       setenv(GetOptionInfo(Option::Ledger).env, ledger.c_str(), 1);
       if (verbose) fprintf(stderr, "  ledger %s (no gsliced)\n", ledger.c_str());
@@ -468,7 +505,7 @@ int RunCommand(int argc, char** argv) {
     }
   }
   if (verbose && link == DaemonLink::kJoined) {
-    fprintf(stderr, "  joining gsliced's slice %s (its limits apply)\n", name.c_str());
+    fprintf(stderr, "  joining gsliced's slice %s (its limits and protection level apply)\n", name.c_str());
   } else if (verbose && link == DaemonLink::kRegistered) {
     fprintf(stderr, "  registered with gsliced\n");
   }

@@ -73,6 +73,34 @@ TEST(GsliceRun, RejectsUnknownGpusAndLimitsAboveTheGpu) {
   EXPECT_NE(r.err.find("3 sizes for 2 GPUs"), std::string::npos) << r.err;
 }
 
+// --protect: a fraction of solo speed from 0.5 to 1, for guaranteed slices only.
+TEST(GsliceRun, RefusesProtectionLevelsItCannotKeep) {
+  CliEnv env("cli-protect");
+  struct Case {
+    std::vector<std::string> flags;
+    const char* expect;
+  } cases[] = {
+      {{"--protect", "0.3"}, "--protect 0.3: must be from 0.5 to 1 (50% to 100%)"},
+      {{"--protect", "90"}, "--protect 90: a fraction of solo speed is at most 1: write 0.9 or 90%"},
+      {{"--protect", "110%"}, "--protect 110%: must be from 0.5 to 1"},
+      {{"--protect", "fast"}, "--protect fast: not a protection level"},
+      {{"--protect"}, "--protect needs a value"},
+      {{"--class", "opportunistic", "--protect", "0.9"}, "--protect: only guaranteed slices have a protection level"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = {"run", "--sim", "--memory", "96MiB"};
+    args.insert(args.end(), c.flags.begin(), c.flags.end());
+    if (c.flags.size() > 1) {
+      for (const char* a : {"--", "true"}) args.push_back(a);
+    }
+    ChildResult r = Gslice(env, args);
+    EXPECT_EQ(r.exit_code, 2) << c.expect << "\n" << r.out << r.err;
+    EXPECT_NE(r.err.find(c.expect), std::string::npos) << r.err;
+  }
+  ChildResult help = Gslice(env, {"run", "--help"});
+  EXPECT_NE(help.out.find("--protect F"), std::string::npos) << help.out;
+}
+
 TEST(GsliceRun, ReportsMissingCommandsAndOptions) {
   CliEnv env("cli-misc");
   ChildResult r = Gslice(env, {"run", "--sim", "--memory", "1GiB"});
@@ -118,6 +146,8 @@ TEST(GsliceRun, ExampleProgramPassesInASlice) {
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
+
+#include "gslice/ledger.h"
 
 namespace gslice::test {
 namespace {
@@ -190,6 +220,39 @@ TEST_F(GsliceRunWithoutAnswer, ADaemonThatNeverAnswersStopsTheRun) {
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_FALSE(Ran()) << "the program ran without admission";
   EXPECT_NE(r.err.find("does not answer in time"), std::string::npos) << r.err;
+}
+
+// Without gsliced, gslice run writes the slice itself: its protection level goes into the
+// ledger's slice entry, where the shims read it (the node ledger for root, else the user's own).
+TEST_F(GsliceRunWithoutAnswer, NoDaemonWritesTheProtectionLevelIntoTheLedger) {
+  CliEnv env("cli-protect-ledger");
+  MakeSocket(false);
+  env.vars["GSLICE_SOCKET"] = socket_;
+  const std::string name = "protect-" + std::to_string(getpid());
+  ChildResult r = RunTouch(env, {"--no-daemon", "--name", name, "--protect", "90%"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(Ran());
+  char own[256];
+  PerUserLedgerPath(env.vars["GSLICE_LEDGER"].c_str(), own, sizeof own);
+  const std::string path = geteuid() == 0 ? env.vars["GSLICE_LEDGER"] : std::string(own);
+  {
+    Ledger ledger;
+    ASSERT_EQ(ledger.Open(path.c_str(), 2000, /*create=*/false), LedgerError::kOk) << ledger.detail();
+    const int slice = ledger.FindSlice(name.c_str());
+    ASSERT_GE(slice, 0) << "no slice " << name << " in " << path;
+    EXPECT_EQ(ledger.limits()->slices[slice].protect_permille, 900u);
+    EXPECT_EQ(ledger.limits()->slices[slice].slice_class, static_cast<uint32_t>(SliceClass::kGuaranteed));
+  }
+  // Run again under the same name with another level: the writer sets it on the slice.
+  unlink(marker_.c_str());
+  r = RunTouch(env, {"--no-daemon", "--name", name, "--protect", "0.8", "-v"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("protect 0.8"), std::string::npos) << r.err;
+  Ledger ledger;
+  ASSERT_EQ(ledger.Open(path.c_str(), 2000, /*create=*/false), LedgerError::kOk) << ledger.detail();
+  const int slice = ledger.FindSlice(name.c_str());
+  ASSERT_GE(slice, 0);
+  EXPECT_EQ(ledger.limits()->slices[slice].protect_permille, 800u);
 }
 
 TEST_F(GsliceRunWithoutAnswer, NoDaemonRunsWithoutIt) {

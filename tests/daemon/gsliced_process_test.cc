@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "daemon_test_support.h"
+#include "gslice/ledger.h"
 
 namespace gslice {
 namespace {
@@ -401,6 +402,62 @@ TEST_F(GslicedProcess, RunRegistersWithTheDaemonWhileItsProgramRuns) {
   // The program's exit status comes through.
   EXPECT_EQ(RunCli(socket_, "run --sim --gpus 0 --memory 1GiB --name exits-3 -- sh -c 'exit 3'", &out, &err), 3);
   EXPECT_EQ(Unix().Get("/v1/slices/exits-3")->status, 404);
+  unsetenv("LD_PRELOAD");
+  unsetenv("GSLICE_LEDGER");
+}
+
+// The protection level from the CLI to where the shims read it: gslice create --protect and
+// gslice run --protect reach gsliced, `gslice ls` shows it, and gsliced writes it into its
+// node ledger; a level for opportunistic work or out of range never reaches the daemon.
+TEST_F(GslicedProcess, ProtectionLevelFromTheCliToTheLedger) {
+  Start();
+  setenv("GSLICE_LEDGER", ledger_.c_str(), 1);  // the daemon's ledger, not the node's
+  if (!std::string(GSLICE_TEST_ASAN_RUNTIME).empty()) {
+    setenv("LD_PRELOAD", GSLICE_TEST_ASAN_RUNTIME, 1);
+    setenv("ASAN_OPTIONS", "detect_leaks=0", 1);
+  }
+  std::string out, err;
+  ASSERT_EQ(RunCli(socket_, "create serve --gpus 0 --memory 4GiB --protect 0.9 --user alice", &out, &err), 0) << err;
+  EXPECT_NE(out.find("created slice serve (guaranteed, protect 0.9,"), std::string::npos) << out;
+  EXPECT_DOUBLE_EQ(json::parse(Unix().Get("/v1/slices/serve")->body)["protect"].get<double>(), 0.9);
+  ASSERT_EQ(RunCli(socket_, "create batch --gpus 0 --memory 1GiB --class opportunistic --user alice", &out, &err), 0)
+      << err;
+  ASSERT_EQ(RunCli(socket_, "ls", &out, &err), 0) << err;
+  EXPECT_NE(out.find("PROTECT"), std::string::npos) << out;
+  EXPECT_NE(out.find("guaranteed     0.9"), std::string::npos) << out;
+  EXPECT_NE(out.find("opportunistic  -"), std::string::npos) << out;
+  {
+    Ledger ledger;
+    ASSERT_EQ(ledger.Open(ledger_.c_str(), 2000, /*create=*/false), LedgerError::kOk) << ledger.detail();
+    const int slice = ledger.FindSlice("serve");
+    ASSERT_GE(slice, 0);
+    EXPECT_EQ(ledger.limits()->slices[slice].protect_permille, 900u);
+  }
+  // gslice run registers the level with the slice while its program runs.
+  std::string inside = dir_ + "/protect.json";
+  ASSERT_EQ(RunCli(socket_, "run --sim --gpus 1 --memory 1GiB --protect 85% --name run-protect -- sh -c '" +
+                                std::string(GSLICE_CLI) + " ls --json --socket " + socket_ + " > " + inside + "'",
+                   &out, &err),
+            0)
+      << err;
+  json during = json::parse(ReadAll(inside), nullptr, false);
+  ASSERT_TRUE(during.is_object()) << ReadAll(inside);
+  bool listed = false;
+  for (const json& s : during["slices"]) {
+    if (s["name"] == "run-protect") {
+      listed = true;
+      EXPECT_DOUBLE_EQ(s["protect"].get<double>(), 0.85);
+    }
+  }
+  EXPECT_TRUE(listed) << during.dump();
+  // Refused before anything reaches gsliced.
+  EXPECT_EQ(RunCli(socket_, "create x --gpus 1 --memory 1GiB --class opportunistic --protect 0.9", &out, &err), 2);
+  EXPECT_NE(err.find("--protect: only guaranteed slices have a protection level"), std::string::npos) << err;
+  EXPECT_EQ(RunCli(socket_, "create x --gpus 1 --memory 1GiB --protect 0.2", &out, &err), 2);
+  EXPECT_NE(err.find("--protect 0.2: must be from 0.5 to 1"), std::string::npos) << err;
+  EXPECT_EQ(Unix().Get("/v1/slices/x")->status, 404);
+  ASSERT_EQ(RunCli(socket_, "create --help", &out, &err), 0);
+  EXPECT_NE(out.find("--protect F"), std::string::npos) << out;
   unsetenv("LD_PRELOAD");
   unsetenv("GSLICE_LEDGER");
 }
