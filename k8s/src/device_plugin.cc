@@ -173,6 +173,7 @@ std::optional<PendingContainer> FindPendingContainer(const json& pod_list, const
       p.slice_class = a->slice_class;
       p.container = c;
       p.compute_cap = Str(ann, std::string(kAnnotationComputeCap).c_str());
+      p.protect = Str(ann, std::string(kAnnotationProtect).c_str());
       p.run_as_user = RunAsUser(*spec, c.name);
       best = std::move(p);
       best_key = key;
@@ -197,13 +198,17 @@ std::string PrepareContainerSlice(const DevicePluginConfig& config, const Pendin
   const uint32_t owner = p.run_as_user >= 0 ? static_cast<uint32_t>(p.run_as_user) : 0u;
   const gslice::SliceClass cls =
       p.slice_class == SliceClass::kOpportunistic ? gslice::SliceClass::kOpportunistic : gslice::SliceClass::kGuaranteed;
+  // The extender refused a malformed level at bind time; an annotation changed since is
+  // refused here, before anything is written.
+  uint32_t protect = 0;
+  if (!p.protect.empty() && !ParseProtectAnnotation(p.protect, p.slice_class, &protect, why)) return "";
   int slice = -1;
   // Ephemeral: the entry is free again once the pod's processes are gone (gsliced adopts it
   // meanwhile).
-  LedgerError e = ledger.FindOrCreateSlice(name.c_str(), cls, kSliceEphemeral, &slice, owner);
+  LedgerError e = ledger.FindOrCreateSlice(name.c_str(), cls, kSliceEphemeral, &slice, owner, protect);
   if (e == LedgerError::kOk) {
     const LedgerSlice& s = ledger.limits()->slices[slice];
-    e = ledger.UpdateSlice(slice, cls, s.flags, owner, s.protect_permille);
+    e = ledger.UpdateSlice(slice, cls, s.flags, owner, protect);
   }
   for (const auto& g : p.container.gpus) {
     if (e != LedgerError::kOk) break;

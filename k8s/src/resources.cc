@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gslice/units.h"
+
 namespace gslice::k8s {
 
 using nlohmann::json;
@@ -18,6 +20,22 @@ std::optional<SliceClass> ParseSliceClass(std::string_view text) {
   if (text == "guaranteed") return SliceClass::kGuaranteed;
   if (text == "opportunistic") return SliceClass::kOpportunistic;
   return std::nullopt;
+}
+
+bool ParseProtectAnnotation(std::string_view value, SliceClass cls, uint32_t* permille, std::string* error) {
+  const std::string what = std::string(kAnnotationProtect) + " '" + std::string(value) + "'";
+  if (cls != SliceClass::kGuaranteed) {
+    *error = what + ": only guaranteed pods have a protection level (the share of their solo speed kept against "
+                    "opportunistic work); remove it, or set gslice.io/class: guaranteed";
+    return false;
+  }
+  ParsedProtect p = gslice::ParseProtect(value);
+  if (!p.ok) {
+    *error = what + ": " + p.error;
+    return false;
+  }
+  *permille = p.permille;
+  return true;
 }
 
 std::string_view ToString(Policy p) { return p == Policy::kBinpack ? "binpack" : "spread"; }
@@ -182,6 +200,18 @@ std::optional<PodRequest> ParsePodRequest(const json& pod, std::string* error) {
       return std::nullopt;
     }
     req.slice_class = *parsed;
+  }
+  // An annotation only: a label cannot hold "90%".
+  if (auto meta = pod.find("metadata"); meta != pod.end() && meta->is_object()) {
+    if (auto ann = meta->find("annotations"); ann != meta->end() && ann->is_object()) {
+      if (auto v = ann->find(std::string(kAnnotationProtect)); v != ann->end()) {
+        if (!v->is_string() ||
+            !ParseProtectAnnotation(v->get<std::string>(), req.slice_class, &req.protect_permille, error)) {
+          if (!v->is_string()) *error = std::string(kAnnotationProtect) + ": must be a string, e.g. \"0.9\"";
+          return std::nullopt;
+        }
+      }
+    }
   }
   if (auto pol = MetaValue(pod, kAnnotationPolicy)) {
     auto parsed = ParsePolicy(*pol);

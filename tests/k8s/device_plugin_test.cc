@@ -319,6 +319,65 @@ TEST_F(DevicePluginTest, MultiContainerPodsAllocateInSpecOrder) {
   runner.Stop();
 }
 
+// gslice.io/protect from the pod to the slice the device plugin creates in the node ledger,
+// where the shims read it; an annotation changed to a level it cannot keep after binding is
+// refused at allocation, and no slice is made for it.
+TEST_F(DevicePluginTest, ProtectionAnnotationReachesTheSliceInTheLedger) {
+  FakeKubelet kubelet(config_.plugin_dir);
+  auto source = MakeFileGpuSource((root_ / "gpus.json").string());
+  DevicePluginRunner runner(config_, source.get(), &kube_);
+  std::string err;
+  ASSERT_TRUE(runner.Start(&err)) << err;
+  ASSERT_TRUE(kubelet.WaitForRegistrations(1, 10s));
+  auto stub = kubelet.Dial();
+  auto allocate = [&](const std::string& id, v1beta1::AllocateResponse* resp) {
+    grpc::ClientContext ctx;
+    v1beta1::AllocateRequest req;
+    req.add_container_requests()->add_devices_ids(id);
+    return stub->Allocate(&ctx, req, resp);
+  };
+  auto gpu_of = [&](const std::string& name) {
+    std::string why;
+    auto a = DecodeAssignment(api_.Pod("team", name)["metadata"]["annotations"]["gslice.io/assignment"].get<std::string>(),
+                              &why);
+    return a ? a->containers[0].gpus[0].uuid : std::string();
+  };
+
+  json pod = testing::MakePod("team", "serve", "u-serve", 1, 4096, 50);
+  pod["metadata"]["annotations"]["gslice.io/protect"] = "90%";
+  Schedule(pod);
+  v1beta1::AllocateResponse resp;
+  grpc::Status st = allocate(gpu_of("serve") + "::0", &resp);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  Ledger ledger;
+  ASSERT_EQ(ledger.Open(config_.ledger_host_path.c_str()), LedgerError::kOk);
+  int slice = ledger.FindSlice("team.serve.main");
+  ASSERT_GE(slice, 0);
+  EXPECT_EQ(ledger.limits()->slices[slice].protect_permille, 900u);
+  EXPECT_EQ(ledger.limits()->slices[slice].slice_class, static_cast<uint32_t>(gslice::SliceClass::kGuaranteed));
+
+  // No annotation: the default (0 in the ledger).
+  Schedule(testing::MakePod("team", "plain", "u-plain", 1, 4096, 0));
+  ASSERT_TRUE(allocate(gpu_of("plain") + "::1", &resp).ok());
+  slice = ledger.FindSlice("team.plain.main");
+  ASSERT_GE(slice, 0);
+  EXPECT_EQ(ledger.limits()->slices[slice].protect_permille, 0u);
+
+  // Bound with a valid level, then changed to one the plugin cannot keep.
+  json late = testing::MakePod("team", "late", "u-late", 1, 4096, 0);
+  late["metadata"]["annotations"]["gslice.io/protect"] = "0.95";
+  Schedule(late);
+  json bound = api_.Pod("team", "late");
+  bound["metadata"]["annotations"]["gslice.io/protect"] = "0.2";
+  api_.AddPod(bound);
+  st = allocate(gpu_of("late") + "::2", &resp);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.error_message().find("gslice.io/protect '0.2': must be from 0.5 to 1"), std::string::npos)
+      << st.error_message();
+  EXPECT_LT(ledger.FindSlice("team.late.main"), 0);
+  runner.Stop();
+}
+
 TEST(PendingPods, OldestBindFirstUnlessTheDevicesSayOtherwise) {
   auto pod = [](const std::string& name, const std::string& gpu, int64_t t) {
     Assignment a;

@@ -92,6 +92,13 @@ TEST(ExtenderWire, BadPodsAreUnresolvableWithAReason) {
   EXPECT_EQ(r["NodeNames"].size(), 0u);
   EXPECT_NE(r["FailedAndUnresolvableNodes"]["a"].get<std::string>().find("must be 1..100"), std::string::npos);
   EXPECT_EQ(r["FailedAndUnresolvableNodes"].size(), 2u);
+  json opp = MakePod("ns", "o", "u2", 1, 4096, 0, "opportunistic");
+  opp["metadata"]["annotations"]["gslice.io/protect"] = "0.9";
+  r = ext.Filter({{"Pod", opp}, {"NodeNames", {"a"}}});
+  EXPECT_EQ(r["NodeNames"].size(), 0u);
+  EXPECT_NE(r["FailedAndUnresolvableNodes"]["a"].get<std::string>().find("only guaranteed pods have a protection level"),
+            std::string::npos)
+      << r;
 }
 
 TEST(ExtenderWire, PrioritizeFollowsPolicy) {

@@ -77,6 +77,33 @@ TEST(PodRequest, ExplainsBadInput) {
   EXPECT_NE(err.find("at least 64"), std::string::npos) << err;
 }
 
+// gslice.io/protect: a guaranteed pod's protection level, as a decimal or a percentage.
+TEST(PodRequest, ReadsTheProtectionLevel) {
+  std::string err;
+  auto req = ParsePodRequest(Pod({{"gslice.io/gpu", "1"}}, {{"gslice.io/protect", "0.9"}}), &err);
+  ASSERT_TRUE(req) << err;
+  EXPECT_EQ(req->protect_permille, 900u);
+  req = ParsePodRequest(Pod({{"gslice.io/gpu", "1"}}, {{"gslice.io/protect", "80%"}}), &err);
+  ASSERT_TRUE(req) << err;
+  EXPECT_EQ(req->protect_permille, 800u);
+  req = ParsePodRequest(Pod({{"gslice.io/gpu", "1"}}), &err);
+  ASSERT_TRUE(req) << err;
+  EXPECT_EQ(req->protect_permille, 0u);  // the default
+}
+
+TEST(PodRequest, RefusesAProtectionLevelItCannotKeep) {
+  std::string err;
+  EXPECT_FALSE(ParsePodRequest(Pod({{"gslice.io/gpu", "1"}}, {{"gslice.io/protect", "0.3"}}), &err));
+  EXPECT_NE(err.find("gslice.io/protect '0.3': must be from 0.5 to 1"), std::string::npos) << err;
+  EXPECT_FALSE(ParsePodRequest(Pod({{"gslice.io/gpu", "1"}}, {{"gslice.io/protect", "90"}}), &err));
+  EXPECT_NE(err.find("write 0.9 or 90%"), std::string::npos) << err;
+  EXPECT_FALSE(ParsePodRequest(Pod({{"gslice.io/gpu", "1"}}, {{"gslice.io/protect", 0.9}}), &err));
+  EXPECT_NE(err.find("gslice.io/protect: must be a string"), std::string::npos) << err;
+  EXPECT_FALSE(ParsePodRequest(
+      Pod({{"gslice.io/gpu", "1"}}, {{"gslice.io/class", "opportunistic"}, {"gslice.io/protect", "0.9"}}), &err));
+  EXPECT_NE(err.find("only guaranteed pods have a protection level"), std::string::npos) << err;
+}
+
 TEST(Assignment, RoundTrips) {
   Assignment a;
   a.node = "n1";

@@ -67,6 +67,7 @@ struct PendingContainer {
   SliceClass slice_class = SliceClass::kGuaranteed;
   ContainerAssignment container;
   std::string compute_cap;  // gslice.io/compute-cap, may be empty
+  std::string protect;      // gslice.io/protect, may be empty (ParseProtectAnnotation)
   // The uid the container runs as (securityContext.runAsUser of the container, else of the
   // pod); -1 when the pod spec does not say (the image's USER is not visible here).
   int64_t run_as_user = -1;

@@ -23,6 +23,9 @@ inline constexpr std::string_view kAnnotationClass = "gslice.io/class";    // gu
 inline constexpr std::string_view kAnnotationPolicy = "gslice.io/policy";  // binpack|spread
 // Optional hard compute cap ("40%"): the slice never uses more, even on an idle GPU.
 inline constexpr std::string_view kAnnotationComputeCap = "gslice.io/compute-cap";
+// Optional protection level of a guaranteed pod's slices ("0.9" or "90%"): the fraction of
+// their solo speed that opportunistic work on the same GPU must leave them (default 0.97).
+inline constexpr std::string_view kAnnotationProtect = "gslice.io/protect";
 
 // Pod annotations the extender writes at bind time and the device plugin consumes.
 inline constexpr std::string_view kAnnotationAssignment = "gslice.io/assignment";  // JSON
@@ -37,6 +40,11 @@ inline constexpr std::string_view kAnnotationNodeSlicesPerGpu = "gslice.io/slice
 enum class SliceClass { kGuaranteed, kOpportunistic };
 std::string_view ToString(SliceClass c);
 std::optional<SliceClass> ParseSliceClass(std::string_view text);
+
+// A kAnnotationProtect value for a pod of class cls, in thousandths of solo speed (the
+// ledger's protect_permille). False with *error (a message a user can act on) when it is
+// malformed, out of 0.5..1, or set on an opportunistic pod, which has no level.
+bool ParseProtectAnnotation(std::string_view value, SliceClass cls, uint32_t* permille, std::string* error);
 
 enum class Policy { kBinpack, kSpread };
 std::string_view ToString(Policy p);
@@ -64,6 +72,7 @@ struct PodRequest {
   std::string name;
   std::string uid;
   SliceClass slice_class = SliceClass::kGuaranteed;
+  uint32_t protect_permille = 0;  // kAnnotationProtect; 0: not set (the default level)
   std::optional<Policy> policy;  // per-pod override of the extender's policy
   // Only the containers that ask for gslice.io/gpu, in spec order (the order in which the
   // kubelet allocates them).
