@@ -244,7 +244,10 @@ function renderTables(node) {
     if (s.last_error) stateCell.title = s.last_error;
     const row = el('tr', {'data-slice': s.name},
         el('td', {}, el('b', {text: s.name})), el('td', {text: s.user}), el('td', {text: s.project}),
-        el('td', {class: 'class-' + s.class, text: s.class}), stateCell,
+        el('td', {class: 'class-' + s.class, text: s.class,
+                  // Guaranteed: the share of its solo speed opportunistic work must leave it.
+                  title: s.protect == null ? '' : 'protected at ' + fmtPct(s.protect) + ' of its solo speed'}),
+        stateCell,
         el('td', {text: s.gpus.map((g) => gpuIndex.has(g.uuid) ? gpuIndex.get(g.uuid) : g.uuid).join(', ')}),
         memCell, el('td', {text: (s.compute_used === null ? '-' : fmtPct(s.compute_used)) + ' / ' + share}),
         el('td', {text: String(s.processes.length)}));
