@@ -1108,6 +1108,62 @@ bool ComputeWindow::OwnerAlive(int index) const {
                             e.pid_ns.load(kSeq), e.start_time.load(kSeq), SelfPidNamespace());
 }
 
+LedgerComputeEntry* ComputeWindow::ClaimEntry(const uint8_t uuid[16], SliceClass cls, uint32_t share_word) {
+  if (pages_ == nullptr || own_slice_ < 0) return nullptr;
+  const uint32_t pid = static_cast<uint32_t>(getpid());
+  const int first = own_slice_ * kLedgerSliceComputeEntries;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int i = first; i < first + kLedgerSliceComputeEntries; ++i) {
+      LedgerComputeEntry& e = entry(i);
+      uint64_t s = e.state.load(kAcq);
+      if (StateOf(s) != EntryState::kFree) {
+        // Second pass: free entries whose owner died.
+        if (pass == 1 && StateOf(s) == EntryState::kAlive && !OwnerAlive(i)) {
+          e.state.compare_exchange_strong(s, PackState(EntryState::kFree, 0));
+          s = e.state.load(kAcq);
+        }
+        if (StateOf(s) != EntryState::kFree) continue;
+      }
+      if (!e.state.compare_exchange_strong(s, PackState(EntryState::kClaiming, pid))) continue;
+      if (!ledger_->AcquireComputeEntry(i)) {  // its lock byte is still held elsewhere
+        e.state.store(PackState(EntryState::kFree, 0), std::memory_order_release);
+        continue;
+      }
+      memcpy(e.uuid, uuid, 16);
+      e.slice_class.store(static_cast<uint32_t>(cls), std::memory_order_relaxed);
+      e.share_permille.store(share_word, std::memory_order_relaxed);
+      e.active_until_ns.store(0, std::memory_order_relaxed);
+      e.inflight_until_ns.store(0, std::memory_order_relaxed);
+      e.vtime_ns.store(0, std::memory_order_relaxed);
+      e.launches.store(0, std::memory_order_relaxed);
+      e.cap_slice.store(0, std::memory_order_relaxed);
+      e.state.store(PackState(EntryState::kAlive, pid), std::memory_order_release);
+      return &e;
+    }
+  }
+  return nullptr;
+}
+
+void ComputeWindow::ReleaseEntry(LedgerComputeEntry* e) {
+  const int index = e == nullptr ? -1 : index_of(e);
+  if (index < 0 || !writable(index)) return;
+  e->inflight_until_ns.store(0, std::memory_order_relaxed);
+  e->active_until_ns.store(0, std::memory_order_relaxed);
+  ledger_->ReleaseComputeEntry(index);
+  e->state.store(PackState(EntryState::kFree, 0), std::memory_order_release);
+}
+
+bool ComputeWindow::OwnerAliveElseFree(int index) {
+  if (pages_ == nullptr || index < 0 || index >= kLedgerMaxComputeEntries) return false;
+  LedgerComputeEntry& e = entry(index);
+  // The word judged is the word freed: a new owner that claimed the entry meanwhile keeps it.
+  uint64_t s = e.state.load(kAcq);
+  if (StateOf(s) != EntryState::kAlive) return false;
+  if (OwnerAlive(index)) return true;
+  if (writable(index)) e.state.compare_exchange_strong(s, PackState(EntryState::kFree, 0));
+  return false;
+}
+
 }  // namespace gslice
 
 namespace gslice {

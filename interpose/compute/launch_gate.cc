@@ -14,10 +14,13 @@
 #include <mutex>
 #include <new>
 
+#include "controller.h"
 #include "gpu_meter.h"
 #include "gslice/ledger.h"
 #include "gslice/options.h"
+#include "mps_controller.h"
 #include "policy.h"
+#include "time_sliced_controller.h"
 
 namespace gslice::compute {
 
@@ -30,10 +33,14 @@ constexpr auto kRlx = std::memory_order_relaxed;
 constexpr int kMaxContexts = 16;
 constexpr int kMaxStreams = 256;
 // Peers on one GPU a gate follows (compute entries of any slice on the same GPU).
-constexpr int kMaxPeers = 48;
+constexpr int kMaxPeers = kMaxControlledPeers;
 constexpr int64_t kPollGateNs = 200'000;
 constexpr int64_t kPollWatchNs = 10'000'000;
 constexpr int64_t kPeerScanNs = 10'000'000;
+// A launch waiting at the gate sleeps at most kMaxNapNs at a time (it stays "active" for its
+// peers while asleep), and kQueuePollNs while its queue is over the depth bound.
+constexpr int64_t kMaxNapNs = 1'000'000;
+constexpr int64_t kQueuePollNs = 20'000;
 
 int64_t NowNs() {
   timespec ts;
@@ -90,6 +97,83 @@ void TraceLine(const char* fmt, ...) {
   g_trace(buf);
 }
 
+// A peer as the gate thread's scan found it, in one word so that launching threads read it
+// whole: its compute entry's index, its class and its floor (controller.h, PeerPeriod).
+constexpr uint32_t kPeerIndexMask = 0xffffu;
+constexpr int kPeerFloorShift = 16;
+constexpr uint32_t kPeerFloorMask = 0x7ffu;  // floors are at most 1000 permille
+constexpr uint32_t kPeerGuaranteed = 1u << 31;
+static_assert(kLedgerMaxComputeEntries <= static_cast<int>(kPeerIndexMask) + 1);
+constexpr uint32_t PackPeer(int index, bool guaranteed, uint32_t floor_permille) {
+  return static_cast<uint32_t>(index) | ((floor_permille & kPeerFloorMask) << kPeerFloorShift) |
+         (guaranteed ? kPeerGuaranteed : 0u);
+}
+constexpr int PeerIndex(uint32_t word) { return static_cast<int>(word & kPeerIndexMask); }
+constexpr bool PeerGuaranteed(uint32_t word) { return (word & kPeerGuaranteed) != 0; }
+constexpr uint32_t PeerFloor(uint32_t word) { return (word >> kPeerFloorShift) & kPeerFloorMask; }
+
+// This process's GPU time on one device: its streams' meters and what they add up to.
+struct DeviceMeter {
+  EventPool pool;
+  std::mutex streams_mu;
+  // Allocated on first use (each holds a marker ring): a process pays for the streams it
+  // launches on, not for the table.
+  std::atomic<StreamMeter*> streams[kMaxStreams] = {};
+  std::atomic<int> stream_count{0};
+  std::atomic<int64_t> busy_total{0};
+  std::atomic<int64_t> mean_launch_ns{20'000};
+  std::mutex poll_mu;
+  uint64_t last_done = 0;  // launches completed at the previous poll (poll_mu)
+};
+
+// The other alive entries on this GPU, refreshed by the gate thread (ScanPeers).
+struct PeerSet {
+  std::atomic<int> count{0};
+  std::atomic<uint32_t> words[kMaxPeers] = {};  // PackPeer
+  std::atomic<int> opportunistic{0};  // how many (the gate's mode, the controllers)
+  std::atomic<int> guaranteed{0};     // how many (NothingToYieldTo)
+  std::atomic<bool> share_peer{false};  // one of them takes exclusive turns with us
+};
+
+// The share turn among peers that take turns (launching threads, under mu).
+struct TurnState {
+  std::mutex mu;
+  bool running = false;     // holds the turn
+  bool was_active = false;  // contended at the previous launch
+  int64_t take_since = 0;   // the turn is ours since then, once the last runner drains
+};
+
+// What the opportunistic controller decided (ControlDecision), as launching threads read it:
+// while guaranteed work is busy, opportunistic work may use rate_permille of the GPU's time
+// (GCRA on tat), or at rate 0 enter only gaps longer than gap_ns; during a probe none.
+struct OpportunisticLimits {
+  std::atomic<int64_t> tat{0};
+  std::atomic<uint32_t> rate_permille{0};
+  std::atomic<int64_t> gap_ns{0};
+  std::atomic<bool> probe_pause{false};
+  // Near guaranteed work on a time-sliced GPU (DepthNs): the queue is kept short and every
+  // launch is marked. Written by launching threads and the gate thread's passes.
+  std::atomic<bool> near{false};
+};
+
+// The gate thread's side of the controller: it samples the guaranteed peers every pass, and
+// every kControlPeriodNs hands the period to the GPU's controller.
+struct ControlLoop {
+  int64_t next_ns = 0;
+  int64_t last_sample_ns = 0;
+  bool busy_seen = false;  // a guaranteed peer was busy in the period so far
+  // One guaranteed peer's period so far, by its compute entry.
+  struct Sample {
+    int index = -1;              // -1: unused
+    uint64_t owner = 0;          // the entry's state word this record belongs to
+    uint64_t last_launches = 0;  // its launch count at the last period's end
+    int64_t busy_ns = 0;         // time with work queued this period
+    int64_t overlap_ns = 0;      // ... in which this process had work queued too
+  } samples[kMaxPeers];
+  TimeSlicedController time_sliced;
+  MpsController mps;
+};
+
 }  // namespace
 
 // One context (one GPU) of this process (declared in launch_gate.h for LaunchTicket).
@@ -97,93 +181,19 @@ struct Device {
   std::atomic<CUcontext> ctx{nullptr};  // bound at the first gated launch in a context
   uint8_t uuid[16] = {};
   // The GPU is shared through MPS (CU_DEVICE_ATTRIBUTE_MPS_ENABLED): processes' kernels run
-  // concurrently, not in turns (policy.h, kSpatialTuning).
+  // concurrently, not in turns (mps_controller.h).
   bool spatial = false;
   LedgerComputeEntry* entry = nullptr;  // this process's entry in the ledger (or local)
   LedgerComputeEntry local_entry{};      // used when the ledger has no room
-  EventPool pool;
-  std::mutex streams_mu;
-  // Allocated on first use (each holds a marker ring): a process pays for the streams it
-  // launches on, not for the table.
-  std::atomic<StreamMeter*> streams[kMaxStreams] = {};
-  std::atomic<int> stream_count{0};
-
+  DeviceMeter meter;
   std::atomic<int64_t> cap_tat{0};
   // The cap's state: the slice's shared word for this GPU in the ledger once found (every
   // process of the slice charges it, so the cap holds for the slice), else cap_tat.
   std::atomic<std::atomic<int64_t>*> slice_cap_tat{nullptr};
-  std::atomic<int64_t> busy_total{0};
-  std::atomic<int64_t> mean_launch_ns{20'000};
-  std::mutex poll_mu;
-  uint64_t last_done = 0;  // launches completed at the previous poll (poll_mu)
-
-  // Peers: other alive entries on this GPU, refreshed by the gate thread.
-  std::atomic<int> peer_count{0};
-  int peers[kMaxPeers] = {};  // node-wide compute entry indices (ComputeWindow)
-  std::atomic<int> opportunistic_peers{0};  // how many (the gate's mode, OverlapSpeed)
-  std::atomic<int> guaranteed_peers{0};     // how many (NothingToYieldTo)
-  std::atomic<bool> share_peer{false};
-  // Opportunistic rate controller (TGS-style): while guaranteed work on this GPU is busy,
-  // opportunistic work may use opp_rate_permille of the GPU's time (GCRA on opp_tat). The
-  // gate thread adapts the rate so each guaranteed job's speed while busy stays
-  // >= kGuaranteedFloor of what it is with opportunistic work paused (probed every
-  // kProbeEveryNs).
-  std::atomic<int64_t> opp_tat{0};
-  std::atomic<uint32_t> opp_rate_permille{0};
-  // While the rate is 0: opportunistic work enters only gaps after guaranteed work has
-  // been idle this long (the controller's gap level, policy.h).
-  std::atomic<int64_t> opp_gap_ns{0};
-  // Set while the controller measures the baseline: opportunistic work then also stays
-  // out of the guaranteed job's short gaps, so the baseline is the job's speed alone.
-  std::atomic<bool> probe_pause{false};
-  // Opportunistic work on a time-sliced GPU near guaranteed work (DepthNs): its queue is
-  // kept short and every launch is marked. Written by the launching threads and the gate
-  // thread's passes when it changes.
-  std::atomic<bool> opp_near{false};
-  struct Controller {
-    int64_t next_ns = 0;
-    int64_t last_probe_ns = 0;
-    int64_t last_sample_ns = 0;
-    // The controller has set its starting level since guaranteed work became busy: after
-    // the first probe, or at once where the judgement needs no baseline (by_overlap).
-    bool started = false;
-    bool probing = false;
-    uint32_t probe_left = 0;  // periods of the probe still to measure
-    uint32_t saved_rate = 0;
-    int64_t saved_gap = 0;
-    uint32_t held = 0;  // OpportunisticLevel::held, hold
-    uint32_t hold = 0;
-    bool busy_seen = false;
-    // MPS (policy.h, LossEstimate): the loss per exposure from paired probes; the periods of
-    // the pair after the probe under way still to pool; the newest periods kept for the next
-    // pair and for a cut between probes (recent_count of them, the next in recent_slot);
-    // whether the last probe's pair gave the estimate its newest sample.
-    LossEstimate loss;
-    bool pair_sampled = false;
-    uint32_t pair_left = 0;
-    uint32_t recent_count = 0;
-    uint32_t recent_slot = 0;
-    // One guaranteed peer, by its index in the ledger's compute table (policy.h:
-    // OverlapSpeed, GuaranteedSpeed).
-    struct Job {
-      int index = -1;              // the peer's compute entry (ComputeWindow index); -1: unused
-      uint64_t owner = 0;          // the entry's state word this record belongs to
-      uint64_t last_launches = 0;  // its launch count at the last period's end
-      int64_t busy_ns = 0;         // time with work queued this period, sampled every pass
-      uint64_t probe_launches = 0; // launches and busy time over the probe under way
-      int64_t probe_busy_ns = 0;
-      double base_per_ns = 0;      // launches per busy ns, opportunistic work paused (0: unknown)
-      int64_t overlap_ns = 0;      // busy time this period in which this process had work queued
-      // MPS: the newest periods (launches, busy, overlap) and the pair's sum over the periods
-      // around the probe.
-      GuaranteedPeriod recent[kPairPeriods];
-      GuaranteedPeriod pair;
-    } jobs[kMaxPeers];
-  } ctl;
-  bool running = false;     // holds the share turn (launching threads, under turn_mu)
-  bool was_active = false;  // contended at the previous launch
-  int64_t take_since = 0;   // the turn is ours since then, once the last runner drains
-  std::mutex turn_mu;
+  PeerSet peers;
+  TurnState turn;
+  OpportunisticLimits opp;
+  ControlLoop control;  // gate thread only
 };
 
 namespace {
@@ -194,7 +204,7 @@ struct Gate {
   // Every slice's compute entries as one table (mapped by InitOnce, never unmapped): this
   // process's slice's page writable, the others' read-only. nullptr: no ledger.
   ComputeWindow* window = nullptr;
-  Ledger* mapping = nullptr;  // this process's slice: the entries' liveness lock bytes
+  Ledger* mapping = nullptr;  // this process's slice: the limits file and GPU entries
   std::mutex devices_mu;
   Device devices[kMaxContexts];
   std::atomic<int> device_count{0};
@@ -209,43 +219,6 @@ bool g_init_ok = false;
 
 // ---- ledger compute table -----------------------------------------------------------
 
-LedgerComputeEntry* ClaimEntry(const uint8_t uuid[16], const ComputePolicy& p) {
-  ComputeWindow* w = g_gate->window;
-  if (w == nullptr || w->own_slice() < 0) return nullptr;
-  const uint32_t pid = static_cast<uint32_t>(getpid());
-  const int first = w->own_slice() * kLedgerSliceComputeEntries;
-  for (int pass = 0; pass < 2; ++pass) {
-    for (int i = first; i < first + kLedgerSliceComputeEntries; ++i) {
-      LedgerComputeEntry& e = w->entry(i);
-      uint64_t s = e.state.load(std::memory_order_acquire);
-      if (StateOf(s) != EntryState::kFree) {
-        // Second pass: free entries whose owner died.
-        if (pass == 1 && StateOf(s) == EntryState::kAlive && !w->OwnerAlive(i)) {
-          e.state.compare_exchange_strong(s, PackState(EntryState::kFree, 0));
-          s = e.state.load(std::memory_order_acquire);
-        }
-        if (StateOf(s) != EntryState::kFree) continue;
-      }
-      if (!e.state.compare_exchange_strong(s, PackState(EntryState::kClaiming, pid))) continue;
-      if (!g_gate->mapping->AcquireComputeEntry(i)) {  // its lock byte is still held elsewhere
-        e.state.store(PackState(EntryState::kFree, 0), std::memory_order_release);
-        continue;
-      }
-      memcpy(e.uuid, uuid, 16);
-      e.slice_class.store(static_cast<uint32_t>(p.cls), kRlx);
-      e.share_permille.store(p.share_permille | (p.share_set ? kComputeShareSet : 0u), kRlx);
-      e.active_until_ns.store(0, kRlx);
-      e.inflight_until_ns.store(0, kRlx);
-      e.vtime_ns.store(0, kRlx);
-      e.launches.store(0, kRlx);
-      e.cap_slice.store(0, kRlx);
-      e.state.store(PackState(EntryState::kAlive, pid), std::memory_order_release);
-      return &e;
-    }
-  }
-  return nullptr;
-}
-
 // Exit: the gate thread must make no more driver calls once exit handlers run (the driver's
 // own teardown may free the events and streams it would touch). ReleaseEntries, an atexit
 // handler registered after the driver loaded, runs before the driver's destructors: it
@@ -255,21 +228,18 @@ LedgerComputeEntry* ClaimEntry(const uint8_t uuid[16], const ComputePolicy& p) {
 std::atomic<bool> g_stop{false};
 std::atomic<bool> g_in_pass{false};
 std::atomic<uint64_t> g_passes{0};  // gate-thread passes ended
+constexpr int64_t kExitWaitStepNs = 10'000;
+constexpr int kExitWaitSteps = 2000;  // at most 20 ms for a pass under way
 
 void ReleaseEntries() {
   g_stop.store(true, std::memory_order_seq_cst);
   g_gate_mode.store(static_cast<int>(GateMode::kOff), kRlx);
-  for (int i = 0; i < 2000 && g_in_pass.load(std::memory_order_seq_cst); ++i) SleepNs(10'000);  // <= 20 ms
+  for (int i = 0; i < kExitWaitSteps && g_in_pass.load(std::memory_order_seq_cst); ++i) SleepNs(kExitWaitStepNs);
   if (g_gate == nullptr || g_gate->window == nullptr) return;
   const int n = g_gate->device_count.load(std::memory_order_acquire);
   for (int i = 0; i < n; ++i) {
-    LedgerComputeEntry* e = g_gate->devices[i].entry;
-    if (e != nullptr && e != &g_gate->devices[i].local_entry) {
-      e->inflight_until_ns.store(0, kRlx);
-      e->active_until_ns.store(0, kRlx);
-      g_gate->mapping->ReleaseComputeEntry(g_gate->window->index_of(e));
-      e->state.store(PackState(EntryState::kFree, 0), std::memory_order_release);
-    }
+    Device& d = g_gate->devices[i];
+    if (d.entry != &d.local_entry) g_gate->window->ReleaseEntry(d.entry);
   }
 }
 
@@ -299,6 +269,10 @@ void ResolveSliceCap(Device& d) {
   if (mine >= 0) d.entry->cap_slice.store(static_cast<uint32_t>(slice) + 1, kRlx);
 }
 
+// The class and floor a peer's compute entry i counts with.
+ComputeClass PeerClass(const LedgerComputeEntry& e) { return static_cast<ComputeClass>(e.slice_class.load(kRlx)); }
+uint32_t PeerFloorPermille(int) { return kDefaultFloorPermille; }
+
 // Refreshes d's peer list (alive entries on the same GPU, not ours) and frees dead ones.
 // Peers of our class take exclusive turns with us (share_peer) when either side gave a
 // share explicitly, or when both belong to one capped slice: on a GPU that time-slices
@@ -323,25 +297,19 @@ void ScanPeers(Device& d) {
     }
     LedgerComputeEntry& e = w.entry(i);
     if (&e == d.entry) continue;
-    uint64_t s = e.state.load(std::memory_order_acquire);
-    if (StateOf(s) != EntryState::kAlive || memcmp(e.uuid, d.uuid, 16) != 0) continue;
-    if (!w.OwnerAlive(i)) {
-      // Only our own slice's entries are ours to free; another slice's dead entry is freed by
-      // that slice (or gsliced) and meanwhile only expires.
-      if (w.writable(i)) e.state.compare_exchange_strong(s, PackState(EntryState::kFree, 0));
-      continue;
-    }
-    const auto cls = static_cast<ComputeClass>(e.slice_class.load(kRlx));
+    if (StateOf(e.state.load(std::memory_order_acquire)) != EntryState::kAlive || memcmp(e.uuid, d.uuid, 16) != 0) continue;
+    if (!w.OwnerAliveElseFree(i)) continue;
+    const ComputeClass cls = PeerClass(e);
     if (cls == ComputeClass::kOpportunistic) ++opp;
     if (cls == ComputeClass::kGuaranteed) ++guaranteed;
     if (cls == g_gate->policy.cls && (mine_set || (e.share_permille.load(kRlx) & kComputeShareSet) != 0)) share = true;
     if (my_slice != 0 && CapSliceOf(i) == my_slice) share = true;
-    d.peers[n++] = i;
+    d.peers.words[n++].store(PackPeer(i, cls == ComputeClass::kGuaranteed, PeerFloorPermille(i)), kRlx);
   }
-  d.peer_count.store(n, std::memory_order_release);
-  d.opportunistic_peers.store(opp, kRlx);
-  d.guaranteed_peers.store(guaranteed, kRlx);
-  d.share_peer.store(share, kRlx);
+  d.peers.count.store(n, std::memory_order_release);
+  d.peers.opportunistic.store(opp, kRlx);
+  d.peers.guaranteed.store(guaranteed, kRlx);
+  d.peers.share_peer.store(share, kRlx);
   const bool published = (d.entry->share_permille.load(kRlx) & kComputeTakesTurns) != 0;
   if (share && !published) d.entry->share_permille.fetch_or(kComputeTakesTurns, kRlx);
   if (!share && published) d.entry->share_permille.fetch_and(~kComputeTakesTurns, kRlx);
@@ -353,7 +321,7 @@ GateMode WantedMode() {
   const int n = g_gate->device_count.load(std::memory_order_acquire);
   for (int i = 0; i < n; ++i) {
     const Device& d = g_gate->devices[i];
-    if (d.opportunistic_peers.load(kRlx) > 0 || d.share_peer.load(kRlx)) return GateMode::kGate;
+    if (d.peers.opportunistic.load(kRlx) > 0 || d.peers.share_peer.load(kRlx)) return GateMode::kGate;
   }
   return GateMode::kWatch;
 }
@@ -367,41 +335,41 @@ std::atomic<int64_t>& CapTat(Device& d) {
 
 void Charge(Device& d, int64_t busy, int64_t now) {
   if (busy <= 0) return;
-  d.busy_total.fetch_add(busy, kRlx);
+  d.meter.busy_total.fetch_add(busy, kRlx);
   d.entry->vtime_ns.fetch_add(VtimeIncrement(busy, g_gate->policy.share_permille), kRlx);
   if (g_gate->policy.capped()) GcraCharge(CapTat(d), now, busy, g_gate->policy.cap_permille);
-  const uint32_t opp_rate = d.opp_rate_permille.load(kRlx);
-  if (opp_rate > 0 && opp_rate < 1000) GcraCharge(d.opp_tat, now, busy, opp_rate);  // 1000: no limit
+  const uint32_t opp_rate = d.opp.rate_permille.load(kRlx);
+  if (opp_rate > 0 && opp_rate < 1000) GcraCharge(d.opp.tat, now, busy, opp_rate);  // 1000: no limit
 }
 
 uint64_t Outstanding(Device& d) {
   uint64_t n = 0;
-  const int count = d.stream_count.load(std::memory_order_acquire);
-  for (int i = 0; i < count; ++i) n += d.streams[i].load(std::memory_order_acquire)->outstanding();
+  const int count = d.meter.stream_count.load(std::memory_order_acquire);
+  for (int i = 0; i < count; ++i) n += d.meter.streams[i].load(std::memory_order_acquire)->outstanding();
   return n;
 }
 
 // Consumes completed markers of every stream of d; the gate thread calls it every poll,
 // waiting launchers call it to see their queue shrink.
 void PollDevice(Device& d, int64_t now) {
-  std::lock_guard<std::mutex> lock(d.poll_mu);
-  const int count = d.stream_count.load(std::memory_order_acquire);
+  std::lock_guard<std::mutex> lock(d.meter.poll_mu);
+  const int count = d.meter.stream_count.load(std::memory_order_acquire);
   int64_t busy = 0;
   uint64_t launches = 0, outstanding = 0;
   for (int i = 0; i < count; ++i) {
-    StreamMeter* m = d.streams[i].load(std::memory_order_acquire);
-    busy += m->Poll(g_gate->api, d.pool, now);
+    StreamMeter* m = d.meter.streams[i].load(std::memory_order_acquire);
+    busy += m->Poll(g_gate->api, d.meter.pool, now);
     launches += m->launches();
     outstanding += m->outstanding();
   }
   Charge(d, busy, now);
   const uint64_t done = launches - outstanding;
-  if (busy > 0 && done > d.last_done) {
-    const int64_t sample = busy / static_cast<int64_t>(done - d.last_done);
-    const int64_t mean = d.mean_launch_ns.load(kRlx);
-    d.mean_launch_ns.store(mean + (sample - mean) / 8, kRlx);
+  if (busy > 0 && done > d.meter.last_done) {
+    const int64_t sample = busy / static_cast<int64_t>(done - d.meter.last_done);
+    const int64_t mean = d.meter.mean_launch_ns.load(kRlx);
+    d.meter.mean_launch_ns.store(mean + (sample - mean) / 8, kRlx);
   }
-  d.last_done = done;
+  d.meter.last_done = done;
   // Publish whether queued work remains (CAS so a launch's fresher store is not lost).
   int64_t inflight = d.entry->inflight_until_ns.load(kRlx);
   const int64_t want = outstanding > 0 ? now + kInflightHoldNs : 0;
@@ -422,7 +390,11 @@ Device* AddDevice(const uint8_t uuid[16], CUdevice dev, CUcontext ctx) {
     LogLine("compute: the GPU is shared through MPS; opportunistic work runs beside guaranteed work at low priority");
   }
   d.ctx.store(ctx, std::memory_order_release);
-  d.entry = ClaimEntry(d.uuid, g_gate->policy);
+  const ComputePolicy& p = g_gate->policy;
+  if (g_gate->window != nullptr) {
+    d.entry = g_gate->window->ClaimEntry(d.uuid, static_cast<SliceClass>(p.cls),
+                                         p.share_permille | (p.share_set ? kComputeShareSet : 0u));
+  }
   if (d.entry == nullptr) {
     if (g_gate->window != nullptr) {
       LogLine("compute: the ledger's compute table is full; this process's cap holds, but other slices do not see it");
@@ -477,11 +449,11 @@ StreamMeter* FindStream(Device& d, CUstream stream, uint64_t thread_key) {
   static thread_local CUstream cached_stream = nullptr;
   static thread_local StreamMeter* cached = nullptr;
   if (cached_dev == &d && cached_stream == stream && cached != nullptr && cached->thread_key() == thread_key) return cached;
-  std::lock_guard<std::mutex> lock(d.streams_mu);
-  const int n = d.stream_count.load(std::memory_order_acquire);
+  std::lock_guard<std::mutex> lock(d.meter.streams_mu);
+  const int n = d.meter.stream_count.load(std::memory_order_acquire);
   StreamMeter* found = nullptr;
   for (int i = 0; i < n; ++i) {
-    StreamMeter* m = d.streams[i].load(std::memory_order_acquire);
+    StreamMeter* m = d.meter.streams[i].load(std::memory_order_acquire);
     if (m->stream() == stream && m->thread_key() == thread_key) {
       found = m;
       break;
@@ -491,9 +463,9 @@ StreamMeter* FindStream(Device& d, CUstream stream, uint64_t thread_key) {
     if (n == kMaxStreams) return nullptr;  // unmetered beyond this many streams
     found = new (std::nothrow) StreamMeter;
     if (found == nullptr) return nullptr;
-    d.streams[n].store(found, std::memory_order_release);
+    d.meter.streams[n].store(found, std::memory_order_release);
     found->Reset(stream, thread_key, /*lazy_markers=*/stream != CU_STREAM_PER_THREAD);
-    d.stream_count.store(n + 1, std::memory_order_release);
+    d.meter.stream_count.store(n + 1, std::memory_order_release);
   }
   cached_dev = &d;
   cached_stream = stream;
@@ -503,48 +475,48 @@ StreamMeter* FindStream(Device& d, CUstream stream, uint64_t thread_key) {
 
 // ---- decisions ---------------------------------------------------------------------
 
+// Calls f(index, word) for each of d's peers (PeerSet) that is guaranteed.
+template <typename F>
+void ForEachGuaranteed(Device& d, F f) {
+  if (g_gate->window == nullptr) return;
+  const int n = d.peers.count.load(std::memory_order_acquire);
+  for (int k = 0; k < n; ++k) {
+    const uint32_t word = d.peers.words[k].load(kRlx);
+    if (PeerGuaranteed(word)) f(PeerIndex(word), word);
+  }
+}
+
+// A guaranteed peer has work queued or wanted the GPU at now.
 bool GuaranteedBusy(Device& d, int64_t now) {
   if (g_gate->window == nullptr) return false;
-  const int n = d.peer_count.load(std::memory_order_acquire);
-  for (int i = 0; i < n; ++i) {
-    LedgerComputeEntry& e = g_gate->window->entry(d.peers[i]);
-    if (static_cast<ComputeClass>(e.slice_class.load(kRlx)) != ComputeClass::kGuaranteed) continue;
+  const int n = d.peers.count.load(std::memory_order_acquire);
+  for (int k = 0; k < n; ++k) {
+    const uint32_t word = d.peers.words[k].load(kRlx);
+    if (!PeerGuaranteed(word)) continue;
+    const LedgerComputeEntry& e = g_gate->window->entry(PeerIndex(word));
     if (e.inflight_until_ns.load(kRlx) > now || e.active_until_ns.load(kRlx) > now) return true;
   }
   return false;
 }
 
-// The guaranteed peers of d, for the controller: calls f(index, entry) for each.
-template <typename F>
-void ForEachGuaranteed(Device& d, F f) {
-  if (g_gate->window == nullptr) return;
-  const int n = d.peer_count.load(std::memory_order_acquire);
-  for (int k = 0; k < n; ++k) {
-    const int i = d.peers[k];
-    LedgerComputeEntry& e = g_gate->window->entry(i);
-    if (static_cast<ComputeClass>(e.slice_class.load(kRlx)) == ComputeClass::kGuaranteed) f(i, e);
+// The sample of the peer in compute entry i (gate thread): found by index, else a record no
+// current peer uses, reset (its owner word no longer matches, so callers treat it as a new
+// process).
+ControlLoop::Sample& SampleOf(Device& d, int i) {
+  ControlLoop& c = d.control;
+  for (ControlLoop::Sample& s : c.samples) {
+    if (s.index == i) return s;
   }
-}
-
-// The controller's record of the peer in compute entry i (gate thread): found by index, else
-// a record no current peer uses, reset (its owner word no longer matches, so callers treat it
-// as a new process).
-Device::Controller::Job& JobOf(Device& d, int i) {
-  Device::Controller& c = d.ctl;
-  for (Device::Controller::Job& j : c.jobs) {
-    if (j.index == i) return j;
-  }
-  const int n = d.peer_count.load(std::memory_order_acquire);
-  for (Device::Controller::Job& j : c.jobs) {
+  const int n = d.peers.count.load(std::memory_order_acquire);
+  for (ControlLoop::Sample& s : c.samples) {
     bool in_use = false;
-    for (int k = 0; k < n && j.index >= 0 && !in_use; ++k) in_use = d.peers[k] == j.index;
+    for (int k = 0; k < n && s.index >= 0 && !in_use; ++k) in_use = PeerIndex(d.peers.words[k].load(kRlx)) == s.index;
     if (!in_use) {
-      j = {};
-      j.index = i;
-      return j;
+      s = {.index = i};
+      return s;
     }
   }
-  return c.jobs[0];  // unreachable: there are as many records as peers
+  return c.samples[0];  // unreachable: there are as many records as peers
 }
 
 // Every gate-thread pass: the time since the last pass counts as busy for each guaranteed
@@ -554,284 +526,70 @@ Device::Controller::Job& JobOf(Device& d, int i) {
 // Returns GuaranteedBusy(d, now).
 constexpr int64_t kMaxSampleNs = 5'000'000;
 bool SampleGuaranteed(Device& d, int64_t now) {
-  Device::Controller& c = d.ctl;
+  ControlLoop& c = d.control;
   int64_t dt = c.last_sample_ns == 0 ? 0 : now - c.last_sample_ns;
   if (dt > kMaxSampleNs) dt = kMaxSampleNs;
   c.last_sample_ns = now;
   bool busy = false;
   const bool mine = d.entry->inflight_until_ns.load(kRlx) > now;
-  ForEachGuaranteed(d, [&](int i, LedgerComputeEntry& e) {
-    Device::Controller::Job& j = JobOf(d, i);
+  ForEachGuaranteed(d, [&](int i, uint32_t) {
+    const LedgerComputeEntry& e = g_gate->window->entry(i);
+    ControlLoop::Sample& s = SampleOf(d, i);
     const uint64_t owner = e.state.load(kRlx);
-    if (j.owner != owner) {  // a new process in this entry: a fresh record
-      j = {};
-      j.index = i;
-      j.owner = owner;
-      j.last_launches = e.launches.load(kRlx);
-    }
+    if (s.owner != owner) s = {.index = i, .owner = owner, .last_launches = e.launches.load(kRlx)};  // a new process
     const bool queued = e.inflight_until_ns.load(kRlx) > now;
-    if (queued) j.busy_ns += dt;
-    if (queued && mine) j.overlap_ns += dt;
+    if (queued) s.busy_ns += dt;
+    if (queued && mine) s.overlap_ns += dt;
     busy |= queued || e.active_until_ns.load(kRlx) > now;
   });
   return busy;
 }
 
-// Ends a control period: each guaranteed peer's launches and busy time in it, into out. Outside
-// a probe the period also goes into the peer's newest periods and, while a pair is being
-// pooled after a probe, into the pair.
-int CloseGuaranteedPeriod(Device& d, GuaranteedPeriod* out) {
-  Device::Controller& c = d.ctl;
-  int n = 0;
-  ForEachGuaranteed(d, [&](int i, LedgerComputeEntry& e) {
-    Device::Controller::Job& j = JobOf(d, i);
-    if (j.owner != e.state.load(kRlx)) return;  // not sampled yet
+// Ends a control period: each sampled guaranteed peer's launches, busy and overlap time in it,
+// with its floor, into period.
+void ClosePeriod(Device& d, ControlPeriod* period) {
+  ForEachGuaranteed(d, [&](int i, uint32_t word) {
+    const LedgerComputeEntry& e = g_gate->window->entry(i);
+    ControlLoop::Sample& s = SampleOf(d, i);
+    if (s.owner != e.state.load(kRlx) || period->count == kMaxControlledPeers) return;  // not sampled yet
     const uint64_t now_launches = e.launches.load(kRlx);
-    const uint64_t launches = now_launches >= j.last_launches ? now_launches - j.last_launches : now_launches;
-    j.last_launches = now_launches;
-    out[n++] = {launches, j.busy_ns, j.base_per_ns, j.overlap_ns};
-    if (c.probing) {
-      j.probe_launches += launches;
-      j.probe_busy_ns += j.busy_ns;
-    } else {
-      j.recent[c.recent_slot] = {launches, j.busy_ns, 0, j.overlap_ns};
-      if (c.pair_left > 0) AddPeriod(&j.pair, j.recent[c.recent_slot]);
-    }
-    j.busy_ns = 0;
-    j.overlap_ns = 0;
+    const uint64_t launches = now_launches >= s.last_launches ? now_launches - s.last_launches : now_launches;
+    s.last_launches = now_launches;
+    period->peers[period->count++] = {.id = i, .owner = s.owner, .launches = launches, .busy_ns = s.busy_ns,
+                                      .overlap_ns = s.overlap_ns, .floor_permille = PeerFloor(word)};
+    s.busy_ns = 0;
+    s.overlap_ns = 0;
   });
-  if (!c.probing) {
-    c.recent_slot = (c.recent_slot + 1) % kPairPeriods;
-    if (c.recent_count < kPairPeriods) ++c.recent_count;
-  }
-  return n;
 }
 
-// Ends a probe: each guaranteed peer busy long enough during it gets its speed alone as its
-// baseline. Returns how many did; *first: one of them had none before.
-int EndProbe(Device& d, bool* first) {
-  int measured = 0;
-  *first = false;
-  for (Device::Controller::Job& j : d.ctl.jobs) {
-    if (j.probe_busy_ns >= kMinJudgedBusyNs) {
-      *first |= j.base_per_ns == 0;
-      j.base_per_ns = static_cast<double>(j.probe_launches) / static_cast<double>(j.probe_busy_ns);
-      ++measured;
-    }
-    j.probe_launches = 0;
-    j.probe_busy_ns = 0;
-  }
-  return measured;
-}
-
-// A guaranteed peer's k-th newest period (1: the newest; k <= recent_count).
-const GuaranteedPeriod& NewestPeriod(const Device::Controller& c, const Device::Controller::Job& j, uint32_t k) {
-  return j.recent[(c.recent_slot + kPairPeriods - k) % kPairPeriods];
-}
-
-// The guaranteed peers' periods against their current baselines, into out: the pair pooled
-// (pair), else the k-th newest period (1: the newest; k <= recent_count). Returns how many.
-int PeerPeriods(Device& d, bool pair, uint32_t k, GuaranteedPeriod* out) {
-  Device::Controller& c = d.ctl;
-  int n = 0;
-  ForEachGuaranteed(d, [&](int i, LedgerComputeEntry& e) {
-    Device::Controller::Job& j = JobOf(d, i);
-    if (j.owner != e.state.load(kRlx)) return;
-    GuaranteedPeriod p = pair ? j.pair : NewestPeriod(c, j, k);
-    p.base_per_ns = j.base_per_ns;
-    out[n++] = p;
-  });
-  return n;
-}
-
-// MPS: the last probe's baselines are stale (PairSaysBaselineStale): the next period probes
-// again, and until its pair the rate is at most what the estimate allows (the full rate if
-// it is empty). Returns that rate.
-uint32_t ProbeAgain(Device& d, int64_t now, uint32_t rate, int peers, const ControllerTuning& tuning) {
-  Device::Controller& c = d.ctl;
-  rate = std::min(rate, EstimateRate(c.loss, peers));
-  d.opp_rate_permille.store(rate, kRlx);
-  c.pair_sampled = false;
-  c.recent_count = 0;
-  c.last_probe_ns = now - tuning.probe_every_ns;
-  return rate;
-}
-
-// MPS: a pair is complete; its sample goes into the estimate, which sets the rate
-// (policy.h, LossEstimate; a pair under kMinExposure goes into its pool). A pair that says
-// the probe's baselines are wrong is dropped (ProbeAgain).
-void EndPair(Device& d, int64_t now, uint32_t rate, int peers, const ControllerTuning& tuning) {
-  Device::Controller& c = d.ctl;
-  GuaranteedPeriod jobs[kMaxPeers];
-  const int n = PeerPeriods(d, /*pair=*/true, 0, jobs);
-  const double speed = SpatialSpeed(jobs, n, peers);
-  const double exposure = Exposure(PeriodTotal(jobs, n, /*judged_only=*/true), peers);
-  if (PairSaysBaselineStale(speed)) {
-    const uint32_t held = ProbeAgain(d, now, rate, peers, tuning);
-    TraceLine("compute: controller: pair: guaranteed speed %.3f at exposure %.2f: the probe's baseline is stale; "
-              "probing again; rate %u permille", speed, exposure, held);
-    return;
-  }
-  const bool sampled = speed >= 0 && c.loss.Add(1 - speed, exposure);
-  c.pair_sampled = sampled;
-  const uint32_t next = NextSpatialRate(rate, c.loss, sampled, peers);
-  d.opp_rate_permille.store(next, kRlx);
-  c.recent_count = 0;  // periods at the old rate say nothing of the new one
-  TraceLine("compute: controller: pair: guaranteed speed %.3f at exposure %.2f (%s, %d pooled); loss per exposure %.3f over %d; rate %u permille",
-        speed, exposure, sampled ? "sampled" : "not sampled", c.loss.pooled(), c.loss.PerExposure(), c.loss.count(), next);
-}
-
-// MPS, between probes: only a loss the noise cannot explain cuts the rate, and brings the
-// next probe forward so that its pair measures the new cost. That is kPairPeriods periods in
-// a row, each below kSpatialCutBelow: a host's stall slows the guaranteed job as much, but
-// seldom for half a second. kPairPeriods periods in a row each above kStaleBaselineAbove say
-// the last probe's baseline is wrong: its pair's sample is dropped and the next period
-// probes again.
-void CheckSpatialCut(Device& d, int64_t now, uint32_t rate, int peers, const ControllerTuning& tuning) {
-  Device::Controller& c = d.ctl;
-  if (c.recent_count < kPairPeriods) return;
-  double fastest = 0, slowest = 0;
-  for (uint32_t k = 1; k <= kPairPeriods; ++k) {
-    GuaranteedPeriod jobs[kMaxPeers];
-    const double speed = SpatialSpeed(jobs, PeerPeriods(d, /*pair=*/false, k, jobs), peers);
-    if (speed < 0) return;
-    fastest = speed > fastest ? speed : fastest;
-    slowest = k == 1 || speed < slowest ? speed : slowest;
-  }
-  if (PairSaysBaselineStale(slowest)) {
-    if (c.pair_sampled) c.loss.DropNewest();
-    const uint32_t held = ProbeAgain(d, now, rate, peers, tuning);
-    TraceLine("compute: controller: guaranteed speed at least %.3f in %u periods: the probe's baseline is stale; "
-              "probing again; loss per exposure %.3f over %d; rate %u permille",
-              slowest, kPairPeriods, c.loss.PerExposure(), c.loss.count(), held);
-    return;
-  }
-  if (fastest >= kSpatialCutBelow) return;
-  const uint32_t next = SpatialCut(rate);
-  d.opp_rate_permille.store(next, kRlx);
-  c.recent_count = 0;
-  const int64_t soon = now + tuning.reprobe_after_cut_ns - tuning.probe_every_ns;
-  if (soon > c.last_probe_ns) c.last_probe_ns = soon;
-  TraceLine("compute: controller: cut: guaranteed speed at most %.3f in %u periods; rate %u permille", fastest, kPairPeriods, next);
-}
-
-// The opportunistic rate controller, run by the gate thread every pass. Time-sliced: additive
-// increase while the guaranteed jobs' overlap bound holds, multiplicative decrease when it
-// does not (NextOpportunisticLevel). MPS: a periodic probe with opportunistic work paused
-// learns each job's speed alone as it changes, and the periods around it tell what the
-// opportunistic work costs (LossEstimate, NextSpatialRate, SpatialCut).
+// The opportunistic rate controller's loop, run by the gate thread every pass: samples the
+// guaranteed peers, and once per kControlPeriodNs hands the period to the GPU's controller
+// (time-sliced or MPS) and publishes its decision for the launching threads.
 void ControlOpportunisticRate(Device& d, int64_t now) {
-  Device::Controller& c = d.ctl;
+  ControlLoop& c = d.control;
   if (SampleGuaranteed(d, now)) c.busy_seen = true;
   if (now < c.next_ns) return;
   c.next_ns = now + kControlPeriodNs;
-  GuaranteedPeriod jobs[kMaxPeers];
-  const int n = CloseGuaranteedPeriod(d, jobs);
-  uint32_t r = d.opp_rate_permille.load(kRlx);
-  if (!c.busy_seen) {
-    // No guaranteed work: nothing to protect (the gate lets opportunistic work run freely),
-    // and time used meanwhile is not held against the rate once guaranteed work returns.
-    // When it does, a probe measures the jobs' speed alone first; what the opportunistic
-    // work costs them (MPS) is kept: a job that paused (an evaluation, a checkpoint, a
-    // server between requests) is hurt as before, and a job seen for the first time clears
-    // it (EndProbe).
-    c.probing = false;
-    d.probe_pause.store(false, kRlx);
-    c.started = false;
-    c.held = 0;
-    c.hold = 0;
-    c.pair_left = 0;
-    c.recent_count = 0;
-    d.opp_tat.store(0, kRlx);
-    d.opp_gap_ns.store(0, kRlx);
-    return;
-  }
+  ControlPeriod period;
+  period.guaranteed_busy = c.busy_seen;
+  period.opportunistic_peers = d.peers.opportunistic.load(kRlx);
   c.busy_seen = false;
-  const ControllerTuning& tuning = d.spatial ? kSpatialTuning : kTimeSlicedTuning;
-  const int peers = d.opportunistic_peers.load(kRlx);
-  if (tuning.by_overlap && !c.started) {
-    c.started = true;
-    c.held = 0;
-    c.hold = tuning.hold_periods;
-    d.opp_rate_permille.store(tuning.start_permille, kRlx);
-    d.opp_gap_ns.store(tuning.start_gap_ns, kRlx);
-    TraceLine("compute: controller: guaranteed work busy; rate %u permille, gap %lld us", tuning.start_permille,
-          static_cast<long long>(tuning.start_gap_ns / 1000));
-    return;
+  ClosePeriod(d, &period);
+  const ControlDecision decision = d.spatial ? c.mps.Decide(period, now) : c.time_sliced.Decide(period);
+  if (decision.forget_budget) d.opp.tat.store(0, kRlx);
+  d.opp.probe_pause.store(decision.probe_pause, kRlx);
+  d.opp.gap_ns.store(decision.gap_ns, kRlx);
+  d.opp.rate_permille.store(decision.rate_permille, kRlx);
+  for (const char* line : decision.trace) {
+    if (line[0] != '\0') TraceLine("%s", line);
   }
-  if (c.probing) {
-    if (--c.probe_left > 0) return;
-    bool first = false;
-    const int measured = EndProbe(d, &first);
-    // A job measured for the first time may be hurt more or less than those the samples
-    // came from: the estimate starts again.
-    if (first) c.loss.Clear();
-    TraceLine("compute: controller: probe measured %d guaranteed job(s) alone; back to rate %u permille, gap %lld us",
-          measured, c.saved_rate, static_cast<long long>(c.saved_gap / 1000));
-    c.started = true;
-    c.probing = false;
-    c.pair_left = kPairPeriods;
-    d.probe_pause.store(false, kRlx);
-    d.opp_rate_permille.store(c.saved_rate, kRlx);
-    d.opp_gap_ns.store(c.saved_gap, kRlx);
-    return;
-  }
-  if (c.pair_left > 0) {  // pooling the pair's second half: no other decision meanwhile
-    if (--c.pair_left == 0) EndPair(d, now, r, peers, tuning);
-    return;
-  }
-  // A job busy enough to judge but with no speed alone yet (it started, or was too idle at
-  // the last probe) is measured soon, not at the next regular probe.
-  bool unknown = false;
-  for (int i = 0; i < n; ++i) unknown |= jobs[i].base_per_ns == 0 && jobs[i].busy_ns >= kMinJudgedBusyNs;
-  if (!tuning.by_overlap &&
-      (!c.started || now - c.last_probe_ns >= tuning.probe_every_ns || (unknown && now - c.last_probe_ns >= kUnknownJobProbeNs))) {
-    // The pair's first half: the newest periods, at the rate the probe returns to.
-    ForEachGuaranteed(d, [&](int i, LedgerComputeEntry& e) {
-      Device::Controller::Job& j = JobOf(d, i);
-      if (j.owner != e.state.load(kRlx)) return;
-      j.pair = {};
-      for (uint32_t k = 1; c.started && k <= c.recent_count; ++k) AddPeriod(&j.pair, NewestPeriod(c, j, k));
-    });
-    c.probing = true;
-    c.probe_left = tuning.probe_periods;
-    for (Device::Controller::Job& j : c.jobs) {
-      j.probe_launches = 0;
-      j.probe_busy_ns = 0;
-    }
-    c.last_probe_ns = now;
-    // After a pause of the guaranteed work, the rate the kept estimate allows, if lower.
-    c.saved_rate = c.started ? r : std::min(tuning.start_permille, EstimateRate(c.loss, peers));
-    c.saved_gap = c.started ? d.opp_gap_ns.load(kRlx) : tuning.start_gap_ns;
-    d.opp_rate_permille.store(0, kRlx);
-    d.probe_pause.store(true, kRlx);
-    return;
-  }
-  // Too little busy time in the period says nothing of the jobs' speed.
-  const double speed = tuning.by_overlap ? OverlapSpeed(jobs, n, peers) : SpatialSpeed(jobs, n, peers);
-  if (speed < 0) return;
-  const GuaranteedPeriod total = PeriodTotal(jobs, n);
-  if (!tuning.by_overlap) {
-    TraceLine("compute: controller: guaranteed speed %.3f (busy %lld ms, overlap %lld us); rate %u permille",
-          speed, static_cast<long long>(total.busy_ns / 1'000'000), static_cast<long long>(total.overlap_ns / 1000), r);
-    CheckSpatialCut(d, now, r, peers, tuning);
-    return;
-  }
-  const OpportunisticLevel next = NextOpportunisticLevel({r, d.opp_gap_ns.load(kRlx), c.held, c.hold}, speed, 1.0, tuning);
-  c.held = next.held;
-  c.hold = next.hold;
-  d.opp_gap_ns.store(next.gap_ns, kRlx);
-  d.opp_rate_permille.store(next.rate_permille, kRlx);
-  TraceLine("compute: controller: guaranteed speed %.3f (busy %lld ms, overlap %lld us); rate %u permille, gap %lld us, next step after %u periods",
-        speed, static_cast<long long>(total.busy_ns / 1'000'000), static_cast<long long>(total.overlap_ns / 1000),
-        next.rate_permille, static_cast<long long>(next.gap_ns / 1000), next.hold < 1 ? 1 : next.hold);
 }
 
 constexpr uint32_t kRunningBit = kComputeShareRunning;
 
 void SetRunning(Device& d, bool running) {
-  if (d.running == running) return;
-  d.running = running;
+  if (d.turn.running == running) return;
+  d.turn.running = running;
   if (running) {
     d.entry->share_permille.fetch_or(kRunningBit, kRlx);
   } else {
@@ -850,11 +608,13 @@ struct Contenders {
 // themselves: their times are only ever refreshed by their own threads.
 Contenders FindContenders(Device& d, int64_t now) {
   Contenders c;
-  if (g_gate->window == nullptr || !d.share_peer.load(kRlx)) return c;
-  const int n = d.peer_count.load(std::memory_order_acquire);
+  if (g_gate->window == nullptr || !d.peers.share_peer.load(kRlx)) return c;
+  const int n = d.peers.count.load(std::memory_order_acquire);
+  const bool guaranteed = g_gate->policy.cls == ComputeClass::kGuaranteed;
   for (int i = 0; i < n; ++i) {
-    LedgerComputeEntry& e = g_gate->window->entry(d.peers[i]);
-    if (static_cast<ComputeClass>(e.slice_class.load(kRlx)) != g_gate->policy.cls) continue;
+    const uint32_t word = d.peers.words[i].load(kRlx);
+    if (PeerGuaranteed(word) != guaranteed) continue;  // not of our class
+    LedgerComputeEntry& e = g_gate->window->entry(PeerIndex(word));
     if ((e.share_permille.load(kRlx) & kComputeTakesTurns) == 0) continue;
     const bool queued = e.inflight_until_ns.load(kRlx) > now;
     if (!queued && e.active_until_ns.load(kRlx) <= now) continue;
@@ -866,56 +626,63 @@ Contenders FindContenders(Device& d, int64_t now) {
   return c;
 }
 
+// How long a launch waits before it looks again: held back by the opportunistic controller
+// (short against the gate thread's decisions, which may free it), waiting for the share turn
+// (a turn lasts kShareQuantumNs), and for the last runner's queue to drain.
+constexpr int64_t kHeldBackNs = 100'000;
+constexpr int64_t kTurnWaitNs = 200'000;
+constexpr int64_t kDrainPollNs = 50'000;
+
 // How long to wait before launching on d now; 0: go.
 int64_t WaitBeforeLaunch(Device& d, int64_t now) {
   const ComputePolicy& p = g_gate->policy;
   int64_t wait = 0;
   if (p.capped()) wait = GcraWaitNs(CapTat(d).load(kRlx), now);
-  if (p.cls == ComputeClass::kOpportunistic && d.probe_pause.load(kRlx) && GuaranteedBusy(d, now - kProbeGapNs)) {
-    wait = wait > 100'000 ? wait : 100'000;  // the controller is measuring guaranteed work alone
-  } else if (p.cls == ComputeClass::kOpportunistic && GuaranteedBusy(d, now - d.opp_gap_ns.load(kRlx))) {
+  if (p.cls == ComputeClass::kOpportunistic && d.opp.probe_pause.load(kRlx) && GuaranteedBusy(d, now - kProbeGapNs)) {
+    wait = wait > kHeldBackNs ? wait : kHeldBackNs;  // the controller is measuring guaranteed work alone
+  } else if (p.cls == ComputeClass::kOpportunistic && GuaranteedBusy(d, now - d.opp.gap_ns.load(kRlx))) {
     // Guaranteed work is busy (or idle for less than the gap level): only the controller's
     // rate (0: none).
-    const uint32_t r = d.opp_rate_permille.load(kRlx);
-    const int64_t w = r == 0 ? 100'000 : r >= 1000 ? 0 : GcraWaitNs(d.opp_tat.load(kRlx), now);
+    const uint32_t r = d.opp.rate_permille.load(kRlx);
+    const int64_t w = r == 0 ? kHeldBackNs : r >= 1000 ? 0 : GcraWaitNs(d.opp.tat.load(kRlx), now);
     if (w > wait) wait = w;
   }
   if (wait > 0) return wait;
   const Contenders c = FindContenders(d, now);
-  std::lock_guard<std::mutex> lock(d.turn_mu);
+  std::lock_guard<std::mutex> lock(d.turn.mu);
   if (c.min_vtime == INT64_MAX) {
-    d.was_active = false;
-    d.take_since = 0;
+    d.turn.was_active = false;
+    d.turn.take_since = 0;
     SetRunning(d, false);
     return 0;
   }
   int64_t mine = d.entry->vtime_ns.load(kRlx);
-  if (!d.was_active) {
+  if (!d.turn.was_active) {
     // Contention starts (for us): catch up to the others' virtual time.
     const int64_t caught = VtimeOnActivation(mine, c.min_vtime);
     if (caught != mine) d.entry->vtime_ns.fetch_add(caught - mine, kRlx);
     mine = caught;
-    d.was_active = true;
+    d.turn.was_active = true;
   }
-  if (!ShareTurn(mine, c.min_vtime, d.running, c.running)) {
-    d.take_since = 0;
+  if (!ShareTurn(mine, c.min_vtime, d.turn.running, c.running)) {
+    d.turn.take_since = 0;
     SetRunning(d, false);
-    return 200'000;
+    return kTurnWaitNs;
   }
-  if (!d.running) {
+  if (!d.turn.running) {
     // Taking the turn: let the previous runner's queued work drain first, so that measured
     // intervals are ours alone (bounded from the moment the turn became ours: a stalled
     // peer cannot hold us).
-    if (d.take_since == 0) d.take_since = now;
-    if (c.inflight && now - d.take_since < kDrainWaitMaxNs) return 50'000;
-    d.take_since = 0;
+    if (d.turn.take_since == 0) d.turn.take_since = now;
+    if (c.inflight && now - d.turn.take_since < kDrainWaitMaxNs) return kDrainPollNs;
+    d.turn.take_since = 0;
     SetRunning(d, true);
   }
   return 0;
 }
 
 bool DepthBounded(Device& d) {
-  return g_gate->policy.capped() || g_gate->policy.cls == ComputeClass::kOpportunistic || d.running;
+  return g_gate->policy.capped() || g_gate->policy.cls == ComputeClass::kOpportunistic || d.turn.running;
 }
 
 // Debug trace of DepthNs's changes: the queue bound, and until when each guaranteed peer
@@ -924,7 +691,8 @@ void TraceNear(Device& d, bool near, int64_t now) {
   const auto from_now = [now](int64_t t) { return t == 0 ? 0.0 : static_cast<double>(t - now) / 1e6; };
   char line[256];
   int n = snprintf(line, sizeof line, "compute: opportunistic queue %s", near ? "short (guaranteed work near)" : "deep");
-  ForEachGuaranteed(d, [&](int i, LedgerComputeEntry& e) {
+  ForEachGuaranteed(d, [&](int i, uint32_t) {
+    const LedgerComputeEntry& e = g_gate->window->entry(i);
     if (n < 0 || n >= static_cast<int>(sizeof line)) return;
     n += snprintf(line + n, sizeof line - n, "; entry %d inflight until %+.1f ms, active until %+.1f ms", i,
                   from_now(e.inflight_until_ns.load(kRlx)), from_now(e.active_until_ns.load(kRlx)));
@@ -935,13 +703,13 @@ void TraceNear(Device& d, bool near, int64_t now) {
 // Opportunistic work on a time-sliced GPU keeps its queue short while guaranteed work is
 // busy or was within kOpportunisticDeepAfterNs ("near"), so that guaranteed work waits little
 // when it comes (back): what is queued then is what the next request of a server waits for.
-// With the GPU to itself for longer, it queues as deep as capped work does: a launch-bound
-// job alone ran at 0.85 of its speed with a 0.5 ms queue on an H100. Launches and every gate
-// thread pass update it, so it is current also while the controller holds launches back.
+// With the GPU to itself for longer, it queues as deep as capped work does (a short queue
+// starves a launch-bound job). Launches and every gate thread pass update it, so it is
+// current also while the controller holds launches back.
 int64_t DepthNs(Device& d, int64_t now) {
   if (g_gate->policy.cls != ComputeClass::kOpportunistic || d.spatial) return kCapDepthNs;
   const bool near = GuaranteedBusy(d, now - kOpportunisticDeepAfterNs);
-  if (d.opp_near.load(kRlx) != near && d.opp_near.exchange(near, kRlx) != near && g_trace != nullptr) {
+  if (d.opp.near.load(kRlx) != near && d.opp.near.exchange(near, kRlx) != near && g_trace != nullptr) {
     TraceNear(d, near, now);
   }
   return near ? kOpportunisticDepthNs : kCapDepthNs;
@@ -950,7 +718,7 @@ int64_t DepthNs(Device& d, int64_t now) {
 // Opportunistic work with no cap and no share peer: only guaranteed peers constrain it.
 bool OpportunisticOnly(const Device& d) {
   const ComputePolicy& p = g_gate->policy;
-  return p.cls == ComputeClass::kOpportunistic && !p.capped() && !d.share_peer.load(kRlx);
+  return p.cls == ComputeClass::kOpportunistic && !p.capped() && !d.peers.share_peer.load(kRlx);
 }
 
 // Opportunistic work with no cap and no share peer marks its streams (and checks them for
@@ -961,22 +729,21 @@ bool OpportunisticOnly(const Device& d) {
 // launches, not by 100 us stretches of them, and the controller's overlap ends when the last
 // queued kernel does, not at the next marker.
 int64_t MarkerSpacing(const Device& d) {
-  return OpportunisticOnly(d) && !d.opp_near.load(kRlx) ? kOpportunisticMarkerNs : 0;
+  return OpportunisticOnly(d) && !d.opp.near.load(kRlx) ? kOpportunisticMarkerNs : 0;
 }
 
 // An opportunistic process with no cap and no share peer, on a GPU where no guaranteed
 // process runs, has nothing to yield to: its launches go straight through, unmeasured and
-// with no queue bound, as with no class. On an H100 a launch-bound ResNet-50 training job
-// alone ran at 0.81-0.85 of native through the gated path (queue bound, markers) and at
-// 0.99 straight through. A guaranteed process that starts is seen within one peer scan
-// (10 ms), long before its first kernel; only then is the queue bounded.
-bool NothingToYieldTo(const Device& d) { return OpportunisticOnly(d) && d.guaranteed_peers.load(kRlx) == 0; }
+// with no queue bound, as with no class (the gated path's queue bound and markers cost a
+// launch-bound job a good part of its speed). A guaranteed process that starts is seen within
+// one peer scan (kPeerScanNs), long before its first kernel; only then is the queue bounded.
+bool NothingToYieldTo(const Device& d) { return OpportunisticOnly(d) && d.peers.guaranteed.load(kRlx) == 0; }
 
 // A guaranteed process with no cap and no share contention only publishes that it is
 // busy: no waiting, no measurement, no driver call on the launch path.
 bool PublishOnly(const Device& d) {
   const ComputePolicy& p = g_gate->policy;
-  return p.cls == ComputeClass::kGuaranteed && !p.capped() && !d.share_peer.load(kRlx);
+  return p.cls == ComputeClass::kGuaranteed && !p.capped() && !d.peers.share_peer.load(kRlx);
 }
 
 // ---- the gate thread ---------------------------------------------------------------
@@ -1138,20 +905,20 @@ LaunchTicket BeforeLaunch(CUstream stream, bool per_thread) {
     if (wait > 0) {
       // Still contending while asleep (a late wake-up must not read as "stopped contending":
       // peers taking turns would hand the turn back and forth).
-      const int64_t nap = wait < 1'000'000 ? wait : 1'000'000;
+      const int64_t nap = wait < kMaxNapNs ? wait : kMaxNapNs;
       d->entry->active_until_ns.store(now + nap + kActiveHoldNs, kRlx);
       SleepNs(nap);
       continue;
     }
     if (DepthBounded(*d)) {
       const int64_t depth = DepthNs(*d, now);
-      if (!DepthAllows(Outstanding(*d), d->mean_launch_ns.load(kRlx), depth)) {
+      if (!DepthAllows(Outstanding(*d), d->meter.mean_launch_ns.load(kRlx), depth)) {
         PollDevice(*d, now);
         // A short queue (opportunistic work near guaranteed work) drains in about the time a
         // coarse sleep takes (up to 70 us with Linux's default timer slack): wait precisely
         // there. A 2 ms queue does not, and the coarse sleep wakes the thread less often.
-        if (!DepthAllows(Outstanding(*d), d->mean_launch_ns.load(kRlx), depth)) {
-          (depth < kCapDepthNs ? SleepPreciseNs : SleepNs)(20'000);
+        if (!DepthAllows(Outstanding(*d), d->meter.mean_launch_ns.load(kRlx), depth)) {
+          (depth < kCapDepthNs ? SleepPreciseNs : SleepNs)(kQueuePollNs);
         }
         continue;
       }
@@ -1160,7 +927,7 @@ LaunchTicket BeforeLaunch(CUstream stream, bool per_thread) {
   }
   if (m == nullptr) return {};
   const int64_t spacing = MarkerSpacing(*d);  // the meter reads the clock only for spacing
-  const int64_t busy = m->BeforeLaunch(g_gate->api, d->pool, spacing > 0 ? NowNs() : 0, spacing);
+  const int64_t busy = m->BeforeLaunch(g_gate->api, d->meter.pool, spacing > 0 ? NowNs() : 0, spacing);
   const int64_t now = NowNs();
   Charge(*d, busy, now);
   d->entry->inflight_until_ns.store(now + kInflightHoldNs, kRlx);
@@ -1171,7 +938,7 @@ LaunchTicket BeforeLaunch(CUstream stream, bool per_thread) {
 
 void AfterLaunch(const LaunchTicket& ticket) {
   if (ticket.meter == nullptr) return;
-  ticket.meter->AfterLaunch(g_gate->api, ticket.device->pool, ticket.eager, NowNs(), ticket.marker_spacing_ns);
+  ticket.meter->AfterLaunch(g_gate->api, ticket.device->meter.pool, ticket.eager, NowNs(), ticket.marker_spacing_ns);
 }
 
 void ForgetContext(CUcontext ctx) {
@@ -1194,17 +961,17 @@ void ForgetContext(CUcontext ctx) {
   // A pass that read the context before it was unbound may still be polling it (seq_cst
   // like exit's handshake: the pass raises g_in_pass before it reads the binding).
   const uint64_t pass = g_passes.load(std::memory_order_seq_cst);
-  for (int i = 0; i < 2000 && g_in_pass.load(std::memory_order_seq_cst) &&
+  for (int i = 0; i < kExitWaitSteps && g_in_pass.load(std::memory_order_seq_cst) &&
                   g_passes.load(std::memory_order_seq_cst) == pass;
        ++i) {
-    SleepNs(10'000);
+    SleepNs(kExitWaitStepNs);
   }
   for (int k = 0; k < count; ++k) {
     Device& d = *gone[k];
-    std::lock_guard<std::mutex> lock(d.poll_mu);  // and out of any launching thread's poll
-    const int n = d.stream_count.load(std::memory_order_acquire);
-    for (int i = 0; i < n; ++i) d.streams[i].load(std::memory_order_acquire)->Forget();
-    d.pool.Forget();
+    std::lock_guard<std::mutex> lock(d.meter.poll_mu);  // and out of any launching thread's poll
+    const int n = d.meter.stream_count.load(std::memory_order_acquire);
+    for (int i = 0; i < n; ++i) d.meter.streams[i].load(std::memory_order_acquire)->Forget();
+    d.meter.pool.Forget();
   }
 }
 
@@ -1213,7 +980,7 @@ uint64_t MeasuredBusyNs() {
   Device* d = CurrentDevice();
   if (d == nullptr) return 0;
   PollDevice(*d, NowNs());
-  return static_cast<uint64_t>(d->busy_total.load(kRlx));
+  return static_cast<uint64_t>(d->meter.busy_total.load(kRlx));
 }
 
 }  // namespace gslice::compute

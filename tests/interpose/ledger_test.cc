@@ -403,3 +403,115 @@ TEST(Ledger, ManyProcessesAttachAtOnce) {
 
 }  // namespace
 }  // namespace gslice
+
+namespace gslice {
+namespace {
+
+// The claim protocol of compute entries (ComputeWindow::ClaimEntry, ReleaseEntry,
+// OwnerAliveElseFree): an entry is claimed ALIVE with its fields set, the slice's entries run
+// out, a dead owner's entry is freed and taken, and a released entry is free for the next.
+TEST(LedgerComputeClaims, ClaimReleaseAndReclaimFromTheDead) {
+  LedgerFile f("claims");
+  Ledger l;
+  ASSERT_EQ(l.Open(f.path.c_str()), LedgerError::kOk);
+  int slice = -1;
+  ASSERT_EQ(l.FindOrCreateSlice("claims", SliceClass::kGuaranteed, 0, &slice), LedgerError::kOk);
+  ASSERT_EQ(l.MapUsage(slice), LedgerError::kOk);
+  ComputeWindow w;
+  ASSERT_TRUE(w.Init(&l, slice));
+  // A process that claims one entry and dies without releasing it (killed).
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    Ledger cl;
+    ComputeWindow cw;
+    if (cl.Open(f.path.c_str()) != LedgerError::kOk || cl.MapUsage(slice) != LedgerError::kOk || !cw.Init(&cl, slice)) _exit(2);
+    LedgerComputeEntry* e = cw.ClaimEntry(kUuidA, SliceClass::kOpportunistic, 300);
+    const int index = e == nullptr ? -1 : cw.index_of(e);
+    if (write(fds[1], &index, sizeof index) != static_cast<ssize_t>(sizeof index)) _exit(3);
+    pause();
+    _exit(0);
+  }
+  close(fds[1]);
+  int dead = -1;
+  ASSERT_EQ(read(fds[0], &dead, sizeof dead), static_cast<ssize_t>(sizeof dead));
+  close(fds[0]);
+  ASSERT_GE(dead, 0);
+  EXPECT_TRUE(w.OwnerAliveElseFree(dead)) << "alive while its owner lives";
+
+  LedgerComputeEntry* mine = w.ClaimEntry(kUuidB, SliceClass::kGuaranteed, 500 | kComputeShareSet);
+  ASSERT_NE(mine, nullptr);
+  const int index = w.index_of(mine);
+  EXPECT_EQ(ComputeSliceOf(index), slice);
+  EXPECT_NE(index, dead);
+  EXPECT_EQ(mine->state.load(), PackState(EntryState::kAlive, static_cast<uint32_t>(getpid())));
+  EXPECT_EQ(memcmp(mine->uuid, kUuidB, 16), 0);
+  EXPECT_EQ(mine->slice_class.load(), static_cast<uint32_t>(SliceClass::kGuaranteed));
+  EXPECT_EQ(mine->share_permille.load(), 500 | kComputeShareSet);
+  EXPECT_EQ(mine->launches.load(), 0u);
+  EXPECT_TRUE(w.OwnerAlive(index));
+  EXPECT_TRUE(l.ComputeOwnerAlive(index)) << "the lock byte is held";
+
+  // The rest of the slice's entries, then none.
+  std::vector<LedgerComputeEntry*> rest;
+  for (int i = 0; i < kLedgerSliceComputeEntries - 2; ++i) {
+    LedgerComputeEntry* e = w.ClaimEntry(kUuidA, SliceClass::kGuaranteed, 1000);
+    ASSERT_NE(e, nullptr) << i;
+    rest.push_back(e);
+  }
+  EXPECT_EQ(w.ClaimEntry(kUuidA, SliceClass::kGuaranteed, 1000), nullptr) << "every entry has a live owner";
+
+  // Its owner killed, the dead entry is freed and taken by the next claim.
+  kill(child, SIGKILL);
+  ASSERT_EQ(waitpid(child, nullptr, 0), child);
+  LedgerComputeEntry* taken = w.ClaimEntry(kUuidA, SliceClass::kGuaranteed, 1000);
+  ASSERT_NE(taken, nullptr);
+  EXPECT_EQ(w.index_of(taken), dead);
+  EXPECT_EQ(taken->slice_class.load(), static_cast<uint32_t>(SliceClass::kGuaranteed)) << "the fields are the new owner's";
+
+  // Released: FREE, its times cleared, and claimable again.
+  mine->active_until_ns.store(INT64_MAX);
+  w.ReleaseEntry(mine);
+  EXPECT_EQ(StateOf(mine->state.load()), EntryState::kFree);
+  EXPECT_EQ(mine->active_until_ns.load(), 0);
+  EXPECT_FALSE(w.OwnerAliveElseFree(index));
+  LedgerComputeEntry* again = w.ClaimEntry(kUuidB, SliceClass::kOpportunistic, 1000);
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(w.index_of(again), index);
+  w.ReleaseEntry(again);
+  w.ReleaseEntry(taken);
+  for (LedgerComputeEntry* e : rest) w.ReleaseEntry(e);
+}
+
+// A dead owner's entry of the caller's own slice is freed by OwnerAliveElseFree; one of another
+// slice is only reported dead (that slice frees it).
+TEST(LedgerComputeClaims, OnlyTheOwnSlicesDeadEntriesAreFreed) {
+  LedgerFile f("claims-other");
+  Ledger l;
+  ASSERT_EQ(l.Open(f.path.c_str()), LedgerError::kOk);
+  int mine = -1, other = -1;
+  ASSERT_EQ(l.FindOrCreateSlice("mine", SliceClass::kGuaranteed, 0, &mine), LedgerError::kOk);
+  ASSERT_EQ(l.FindOrCreateSlice("other", SliceClass::kGuaranteed, 0, &other), LedgerError::kOk);
+  ASSERT_EQ(l.MapUsage(mine), LedgerError::kOk);
+  ASSERT_EQ(l.MapUsage(other), LedgerError::kOk);
+  // An ALIVE entry in each slice whose owner never took its lock byte: dead to everyone.
+  const uint64_t word = PackState(EntryState::kAlive, static_cast<uint32_t>(getpid()));
+  const int in_mine = mine * kLedgerSliceComputeEntries + 3, in_other = other * kLedgerSliceComputeEntries + 3;
+  l.ComputeEntry(in_mine)->pid_ns.store(1);  // another namespace: judged by its lock byte alone
+  l.ComputeEntry(in_other)->pid_ns.store(1);
+  l.ComputeEntry(in_mine)->state.store(word);
+  l.ComputeEntry(in_other)->state.store(word);
+  ComputeWindow w;
+  ASSERT_TRUE(w.Init(&l, mine));
+  w.Refresh();
+  ASSERT_TRUE(w.mapped(other));
+  EXPECT_FALSE(w.OwnerAliveElseFree(in_mine));
+  EXPECT_EQ(StateOf(l.ComputeEntry(in_mine)->state.load()), EntryState::kFree);
+  EXPECT_FALSE(w.OwnerAliveElseFree(in_other));
+  EXPECT_EQ(l.ComputeEntry(in_other)->state.load(), word) << "another slice's entry only expires";
+}
+
+}  // namespace
+}  // namespace gslice

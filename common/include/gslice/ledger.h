@@ -459,6 +459,20 @@ class ComputeWindow {
   // Liveness of an ALIVE entry's owner (as Ledger::ComputeOwnerAlive), any slice.
   bool OwnerAlive(int index) const;
 
+  // The claim protocol of the caller's own compute entries (one per gated process and GPU).
+  // ClaimEntry takes a FREE entry of the caller's slice (CAS to CLAIMING|pid, then its lock
+  // byte through Ledger::AcquireComputeEntry; an entry whose byte another open file still
+  // holds is put back and skipped), fills in the GPU, class and share word with the times and
+  // counters at zero, and publishes it ALIVE. When no entry is FREE, entries whose owner died
+  // are freed and taken. nullptr: no slice of its own, or every entry has a live owner.
+  LedgerComputeEntry* ClaimEntry(const uint8_t uuid[16], SliceClass cls, uint32_t share_word);
+  // Gives back an entry ClaimEntry returned: clears its times (peers stop waiting for it at
+  // once), drops its lock byte, then stores FREE.
+  void ReleaseEntry(LedgerComputeEntry* e);
+  // Whether the owner of entry index (ALIVE) lives. A dead owner's entry of the caller's own
+  // slice is freed here; another slice's only expires until that slice (or gsliced) frees it.
+  bool OwnerAliveElseFree(int index);
+
  private:
   void MapSlice(int slice, int fd, bool writable, uint64_t generation);
   void ClearSlice(int slice);

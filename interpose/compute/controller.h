@@ -1,0 +1,109 @@
+// What the opportunistic rate controllers share: one control period's measurements of the
+// guaranteed peers on a GPU (ControlPeriod), the decision a controller returns
+// (ControlDecision), and how a period's speed is judged. The controllers themselves are
+// time_sliced_controller.h (a GPU that time-slices processes) and mps_controller.h (a GPU
+// shared through MPS). Pure: no clock, atomic, ledger or driver; the launch gate samples the
+// ledger, builds a ControlPeriod every kControlPeriodNs, calls its controller and applies the
+// decision. docs/compute.md explains the design.
+#pragma once
+
+#include <cstdint>
+
+namespace gslice::compute {
+
+inline constexpr int64_t kControlPeriodNs = 250'000'000;  // one decision per 250 ms
+// Guaranteed peers on one GPU a controller follows (the gate follows as many peers).
+inline constexpr int kMaxControlledPeers = 48;
+// The floor a guaranteed job is kept at, as a share of its speed alone, unless its slice sets
+// its own (ledger.h, LedgerSlice::protect_permille).
+inline constexpr uint32_t kDefaultFloorPermille = 970;
+
+// One guaranteed peer's control period.
+struct PeerPeriod {
+  // Who: its compute entry and the entry's state word. A record a controller keeps for the
+  // peer is valid while both match (another process in the entry is a new peer).
+  int id = -1;
+  uint64_t owner = 0;
+  uint64_t launches = 0;    // launches issued in the period
+  int64_t busy_ns = 0;      // time it had work queued in the period
+  int64_t overlap_ns = 0;   // ... of which this opportunistic process had work queued too
+  uint32_t floor_permille = kDefaultFloorPermille;  // its floor of its solo speed
+};
+
+// One control period on one GPU, as the gate measured it.
+struct ControlPeriod {
+  bool guaranteed_busy = false;  // some guaranteed peer had work queued or wanted the GPU
+  int opportunistic_peers = 0;   // other opportunistic processes on the GPU
+  int count = 0;                 // peers[0, count): the guaranteed peers sampled
+  PeerPeriod peers[kMaxControlledPeers];
+};
+
+// What opportunistic work may do until the next decision. Two knobs, used one at a time:
+//  - rate_permille: the share of GPU time it may use while guaranteed work is busy
+//    (1000: no limit);
+//  - gap_ns (only while the rate is 0): how long guaranteed work must have been idle before
+//    opportunistic work enters its gap. On a GPU that time-slices processes, work queued in
+//    a short gap delays the guaranteed job's next kernels, so even rate 0 can cost it speed;
+//    staying out of gaps shorter than gap_ns bounds that.
+struct ControlDecision {
+  uint32_t rate_permille = 0;
+  int64_t gap_ns = 0;
+  // The controller measures the guaranteed jobs alone: opportunistic work stays out entirely
+  // (also out of their gaps shorter than kProbeGapNs).
+  bool probe_pause = false;
+  // Guaranteed work is idle: GPU time used meanwhile is not held against the rate later.
+  bool forget_budget = false;
+  // What the controller decided, for the gate's trace: up to two lines ("" for none).
+  char trace[2][320] = {};
+};
+// During a probe opportunistic work stays out of the guaranteed jobs' gaps this short too, so
+// that what is measured is their speed alone.
+inline constexpr int64_t kProbeGapNs = 20'000'000;
+
+// ---- a period's speed ------------------------------------------------------------------
+//
+// A guaranteed job's speed is its launches per second of time it had work queued on the GPU
+// ("busy"), not per second of wall time: a request-driven server launches at the rate
+// requests arrive, while its launches per busy second follow only how fast the GPU serves
+// it. Opportunistic work that takes the GPU from it (a time slice, or SMs and memory
+// bandwidth under MPS) stretches its busy time, which is what is judged.
+struct GuaranteedPeriod {
+  uint64_t launches = 0;     // launches issued in the period
+  int64_t busy_ns = 0;       // time with work queued in the period
+  double base_per_ns = 0;    // launches per busy ns with opportunistic work paused (0: unknown)
+  int64_t overlap_ns = 0;    // ... of which this opportunistic process had work queued too
+  bool judged() const { return base_per_ns > 0 && busy_ns > 0; }  // by GuaranteedSpeed
+};
+inline constexpr int64_t kMinJudgedBusyNs = 20'000'000;  // less busy time says nothing of speed
+
+// The time the period's launches would have taken at each job's baseline speed, over the time
+// they took: 1 = as fast as alone. Jobs without a baseline are left out. -1 when the jobs
+// judged were busy for less than kMinJudgedBusyNs in all.
+double GuaranteedSpeed(const GuaranteedPeriod* jobs, int n);
+// Adds p's launches, busy and overlap time to *sum (its baseline is left as it is).
+void AddPeriod(GuaranteedPeriod* sum, const GuaranteedPeriod& p);
+// The jobs' periods summed (judged_only: only those GuaranteedSpeed judges).
+GuaranteedPeriod PeriodTotal(const GuaranteedPeriod* jobs, int n, bool judged_only = false);
+// 1 - overlap / busy of a total (busy > 0), each other opportunistic process counted as
+// overlapping as much.
+double OverlapBound(const GuaranteedPeriod& total, int opportunistic_peers);
+// The guaranteed jobs can lose time to opportunistic work only while both have work queued:
+// its kernels cannot take the GPU (a time slice, SMs, memory bandwidth) from a job that has
+// none. So 1 - overlap / busy bounds their speed from below whatever their own speed does;
+// no baseline is needed. Each opportunistic process sees only its own overlap; the others
+// (opportunistic_peers) are assumed to overlap as much. -1 as GuaranteedSpeed.
+double OverlapSpeed(const GuaranteedPeriod* jobs, int n, int opportunistic_peers);
+// GuaranteedSpeed, but never below what the overlap allows (OverlapSpeed's argument): a
+// reading the overlap cannot explain is the job's own noise (a server's launches per busy
+// second move with how its requests cluster) and must not cut the rate. Jobs as in
+// GuaranteedSpeed (those with a baseline); -1 as GuaranteedSpeed.
+double SpatialSpeed(const GuaranteedPeriod* jobs, int n, int opportunistic_peers);
+
+// The strictest (highest) floor among the period's peers, as a fraction of solo speed;
+// kDefaultFloorPermille with none.
+double StrictestFloor(const ControlPeriod& period);
+
+// Appends one line to the decision's trace (dropped when both lines are taken).
+void AddTrace(ControlDecision* d, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+
+}  // namespace gslice::compute
