@@ -51,9 +51,9 @@ double StrictestFloor(const ControlPeriod& period) {
   uint32_t floor = 0;
   for (int i = 0; i < period.count; ++i) {
     const PeerPeriod& p = period.peers[i];
-    if (p.busy_ns > 0 && p.floor_permille > floor) floor = p.floor_permille;
+    if (p.floor_permille > floor) floor = p.floor_permille;
   }
-  return (floor == 0 ? kDefaultFloorPermille : floor) / 1000.0;
+  return (floor == 0 ? kProtectDefaultPermille : floor) / 1000.0;
 }
 
 void AddTrace(ControlDecision* d, const char* fmt, ...) {

@@ -9,14 +9,13 @@
 
 #include <cstdint>
 
+#include "gslice/ledger.h"
+
 namespace gslice::compute {
 
 inline constexpr int64_t kControlPeriodNs = 250'000'000;  // one decision per 250 ms
 // Guaranteed peers on one GPU a controller follows (the gate follows as many peers).
 inline constexpr int kMaxControlledPeers = 48;
-// The floor a guaranteed job is kept at, as a share of its speed alone, unless its slice sets
-// its own (ledger.h, LedgerSlice::protect_permille).
-inline constexpr uint32_t kDefaultFloorPermille = 970;
 
 // One guaranteed peer's control period.
 struct PeerPeriod {
@@ -27,7 +26,9 @@ struct PeerPeriod {
   uint64_t launches = 0;    // launches issued in the period
   int64_t busy_ns = 0;      // time it had work queued in the period
   int64_t overlap_ns = 0;   // ... of which this opportunistic process had work queued too
-  uint32_t floor_permille = kDefaultFloorPermille;  // its floor of its solo speed
+  // Its floor, the share of its solo speed it is kept at: its slice's protection level
+  // (gslice/ledger.h, LedgerSlice::protect_permille).
+  uint32_t floor_permille = kProtectDefaultPermille;
 };
 
 // One control period on one GPU, as the gate measured it.
@@ -100,7 +101,8 @@ double OverlapSpeed(const GuaranteedPeriod* jobs, int n, int opportunistic_peers
 double SpatialSpeed(const GuaranteedPeriod* jobs, int n, int opportunistic_peers);
 
 // The strictest (highest) floor among the period's peers, as a fraction of solo speed;
-// kDefaultFloorPermille with none.
+// kProtectDefaultPermille with none. Idle peers count too: the decision holds for the next
+// period, in which they may be busy.
 double StrictestFloor(const ControlPeriod& period);
 
 // Appends one line to the decision's trace (dropped when both lines are taken).

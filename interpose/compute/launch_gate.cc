@@ -269,9 +269,26 @@ void ResolveSliceCap(Device& d) {
   if (mine >= 0) d.entry->cap_slice.store(static_cast<uint32_t>(slice) + 1, kRlx);
 }
 
-// The class and floor a peer's compute entry i counts with.
-ComputeClass PeerClass(const LedgerComputeEntry& e) { return static_cast<ComputeClass>(e.slice_class.load(kRlx)); }
-uint32_t PeerFloorPermille(int) { return kDefaultFloorPermille; }
+// The slice of compute entry i in the limits file (written only by the ledger's writer;
+// every gate maps it read-only).
+const LedgerSlice& SliceOfEntry(int i) { return g_gate->mapping->limits()->slices[ComputeSliceOf(i)]; }
+
+// The class compute entry i counts with: guaranteed only where both its slice in the limits
+// file and the entry say so. An entry is written by its own process, which may report itself
+// opportunistic but cannot promote itself above its slice.
+ComputeClass PeerClass(int i, const LedgerComputeEntry& e) {
+  const uint32_t slice_class = __atomic_load_n(&SliceOfEntry(i).slice_class, __ATOMIC_RELAXED);
+  const bool guaranteed = slice_class != static_cast<uint32_t>(SliceClass::kOpportunistic) &&
+                          e.slice_class.load(kRlx) == static_cast<uint32_t>(ComputeClass::kGuaranteed);
+  return guaranteed ? ComputeClass::kGuaranteed : ComputeClass::kOpportunistic;
+}
+
+// The floor compute entry i's slice sets (its protection level): 0 is the default, a value
+// outside the valid range counts as its nearest bound.
+uint32_t PeerFloorPermille(int i) {
+  const uint32_t v = __atomic_load_n(&SliceOfEntry(i).protect_permille, __ATOMIC_RELAXED);
+  return v == 0 ? kProtectDefaultPermille : std::clamp(v, kProtectMinPermille, kProtectMaxPermille);
+}
 
 // Refreshes d's peer list (alive entries on the same GPU, not ours) and frees dead ones.
 // Peers of our class take exclusive turns with us (share_peer) when either side gave a
@@ -299,7 +316,7 @@ void ScanPeers(Device& d) {
     if (&e == d.entry) continue;
     if (StateOf(e.state.load(std::memory_order_acquire)) != EntryState::kAlive || memcmp(e.uuid, d.uuid, 16) != 0) continue;
     if (!w.OwnerAliveElseFree(i)) continue;
-    const ComputeClass cls = PeerClass(e);
+    const ComputeClass cls = PeerClass(i, e);
     if (cls == ComputeClass::kOpportunistic) ++opp;
     if (cls == ComputeClass::kGuaranteed) ++guaranteed;
     if (cls == g_gate->policy.cls && (mine_set || (e.share_permille.load(kRlx) & kComputeShareSet) != 0)) share = true;

@@ -5,11 +5,14 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
+
+#include "gslice/ledger.h"
 
 #include <filesystem>
 #include <algorithm>
@@ -180,6 +183,39 @@ class ComputeSim : public ::testing::Test {
   std::vector<Result> ClassPairAndWitness(double seconds, std::vector<std::string> guaranteed_args, bool direct = true) {
     return RunTogether({OnGpu(0, {{"GSLICE_CLASS", "guaranteed"}}), OnGpu(0, {{"GSLICE_CLASS", "opportunistic"}}), OnGpu(1)},
                        seconds, {std::move(guaranteed_args), {}, {}}, direct);
+  }
+
+  // Creates slice name in the test's ledger with a class and a protection level (0: the
+  // default), as gsliced would: the test owns the ledger's directory, so it is its writer.
+  void MakeSlice(const char* name, gslice::SliceClass cls, uint32_t protect_permille) {
+    gslice::Ledger l;
+    ASSERT_EQ(l.Open(ledger_.c_str()), gslice::LedgerError::kOk) << l.detail();
+    int slice = -1;
+    ASSERT_EQ(l.FindOrCreateSlice(name, cls, 0, &slice), gslice::LedgerError::kOk);
+    const int fd = open((ledger_ + "/limits").c_str(), O_RDWR | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    void* p = mmap(nullptr, sizeof(gslice::LedgerLimits), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    ASSERT_NE(p, MAP_FAILED);
+    static_cast<gslice::LedgerLimits*>(p)->slices[slice].protect_permille = protect_permille;
+    munmap(p, sizeof(gslice::LedgerLimits));
+  }
+
+  // A guaranteed job (direct) of slice (empty: none) and an opportunistic one under the shim
+  // tracing its controller's decisions, together for seconds: the opportunistic job's result.
+  Result GuaranteedBesideTracedOpportunistic(const char* slice, double seconds) {
+    const double start_at = NowMs() + 800;
+    std::map<std::string, std::string> g_env = {{"GSLICE_CLASS", "guaranteed"}};
+    if (slice[0] != '\0') g_env["GSLICE_SLICE"] = slice;
+    Worker g = Start(g_env, Job(start_at, seconds));
+    Worker o = StartProgram(std::string(GSLICE_TEST_BIN_DIR) + "/compute_worker",
+                            UnderShim({{"GSLICE_CLASS", "opportunistic"}, {"GSLICE_LOG", "debug"}}), Job(start_at, seconds),
+                            /*stderr_too=*/true);
+    const Result rg = Wait(g);
+    const Result ro = Wait(o);
+    EXPECT_GT(rg.kernels, 0) << rg.raw;
+    EXPECT_GE(ro.kernels, 0) << ro.raw;
+    return ro;
   }
 
   std::string sim_state_, ledger_;
@@ -410,6 +446,26 @@ TEST_F(ComputeSim, TimeSlicedControllerMeasuresTheOverlap) {
   }
   EXPECT_GE(judged, 3) << ro.raw;
   EXPECT_GT(overlap_total, 0) << "guaranteed work came back to queued opportunistic work\n" << ro.raw;
+}
+
+// A guaranteed slice's protection level, written into the ledger's limits file, is the floor
+// that the opportunistic gate's controller keeps that slice's process at: its first decision
+// of a busy stretch names it.
+TEST_F(ComputeSim, TheProtectionLevelInTheLedgerReachesTheOpportunisticGate) {
+  MakeSlice("protected", gslice::SliceClass::kGuaranteed, 800);
+  const Result ro = GuaranteedBesideTracedOpportunistic("protected", 2.0);
+  EXPECT_NE(ro.raw.find("controller: guaranteed work busy; rate 0 permille, gap 4000 us, floor 0.800"), std::string::npos)
+      << ro.raw;
+  EXPECT_EQ(ro.raw.find("floor 0.970"), std::string::npos) << ro.raw;
+}
+
+// A process's class counts only as far as its slice's in the limits file: a process of an
+// opportunistic slice that calls itself guaranteed is not yielded to.
+TEST_F(ComputeSim, AProcessCannotClaimAClassAboveItsSlices) {
+  MakeSlice("batch", gslice::SliceClass::kOpportunistic, 0);
+  const Result ro = GuaranteedBesideTracedOpportunistic("batch", 2.0);
+  EXPECT_EQ(ro.raw.find("controller: guaranteed work busy"), std::string::npos) << ro.raw;
+  EXPECT_GT(ro.kernels, 0) << ro.raw;
 }
 
 TEST_F(ComputeSim, DeadGuaranteedNeverStallsOpportunistic) {

@@ -16,13 +16,13 @@
 namespace gslice::compute {
 namespace {
 
-constexpr double kFloor = kDefaultFloorPermille / 1000.0;
+constexpr double kFloor = kProtectDefaultPermille / 1000.0;
 constexpr int64_t kBusyNs = 200'000'000;  // a busy guaranteed job's busy time per period
 
 // One guaranteed peer's period: busy for busy_ns, at speed (of its solo speed, launches per
 // busy ns kPerNs alone), with this process's work queued beside it for overlap of its busy time.
 constexpr double kPerNs = 1e-4;
-PeerPeriod Peer(double speed, double overlap, uint32_t floor_permille = kDefaultFloorPermille, int id = 7,
+PeerPeriod Peer(double speed, double overlap, uint32_t floor_permille = kProtectDefaultPermille, int id = 7,
                 int64_t busy_ns = kBusyNs) {
   return {.id = id,
           .owner = 1000u + static_cast<uint64_t>(id),
@@ -84,11 +84,11 @@ TEST(ComputeSpeed, OnMpsAReadingTheOverlapCannotExplainIsNoise) {
   EXPECT_LT(SpatialSpeed(two, 2, 0), 0) << "no job with a baseline: nothing to judge";
 }
 
-TEST(ComputeSpeed, TheStrictestFloorOfTheBusyPeersCounts) {
+TEST(ComputeSpeed, TheStrictestFloorOfThePeersCounts) {
   EXPECT_DOUBLE_EQ(StrictestFloor(Busy({})), kFloor) << "no peer: the default";
   EXPECT_DOUBLE_EQ(StrictestFloor(Busy({Peer(1, 0, 900, 1), Peer(1, 0, 800, 2)})), 0.9);
-  EXPECT_DOUBLE_EQ(StrictestFloor(Busy({Peer(1, 0, 900, 1), Peer(1, 0, 990, 2, 0)})), 0.9)
-      << "an idle peer's floor does not bind";
+  EXPECT_DOUBLE_EQ(StrictestFloor(Busy({Peer(1, 0, 900, 1), Peer(1, 0, 990, 2, 0)})), 0.99)
+      << "an idle peer's floor binds too: it may be busy in the next period";
 }
 
 // ---- time-sliced -----------------------------------------------------------------------
@@ -149,7 +149,7 @@ TEST(ComputeTimeSliced, NarrowsTheGapThenRaisesTheRateWhileTheJobHolds) {
   EXPECT_EQ(rates, (std::vector<uint32_t>{0, 0, 0, 0, kRateStepPermille, 2 * kRateStepPermille}));
   // Too little busy time says nothing: no step either way.
   const OpportunisticLevel before = c.level();
-  for (int i = 0; i < 10; ++i) c.Decide(Busy({Peer(1, 0.5, kDefaultFloorPermille, 7, kMinJudgedBusyNs - 1)}));
+  for (int i = 0; i < 10; ++i) c.Decide(Busy({Peer(1, 0.5, kProtectDefaultPermille, 7, kMinJudgedBusyNs - 1)}));
   EXPECT_EQ(c.level(), before);
 }
 
@@ -202,6 +202,19 @@ Settled Settle(Controller& c, DecideFn decide, double cost, uint32_t floor_permi
     paused = d.probe_pause;
   }
   return s;
+}
+
+TEST(ComputeTimeSliced, ALowerFloorGivesOpportunisticWorkMore) {
+  // Loss is at most the overlap here (cost 1): the overlap bound judges it exactly.
+  const auto decide = [](TimeSlicedController& c, const ControlPeriod& p, int) { return c.Decide(p); };
+  TimeSlicedController strict, loose;
+  const Settled at97 = Settle(strict, decide, 1.0, 970);
+  const Settled at90 = Settle(loose, decide, 1.0, 900);
+  SCOPED_TRACE(testing::Message() << "rate " << at97.rate << " at 0.97, " << at90.rate << " at 0.90");
+  EXPECT_GT(at90.rate, 2 * at97.rate);
+  EXPECT_GE(at97.speed, 0.97 - 0.02);
+  EXPECT_GE(at90.speed, 0.90 - 0.02);
+  EXPECT_LT(at90.speed, 0.97) << "the job gives up what the lower floor allows";
 }
 
 TEST(ComputeTimeSliced, TheJobsOwnNoiseDoesNotMoveTheController) {
@@ -279,7 +292,7 @@ TEST(ComputeMps, ProbesOnScheduleAndAJobWithNoBaselineSoon) {
   // not at the next regular probe.
   int until = -1;
   for (int period = 0; period < kProbeEveryPeriods && until < 0; ++period) {
-    if (m.Step(Busy({Peer(1, 0), Peer(1, 0, kDefaultFloorPermille, 9)})).probe_pause) until = period;
+    if (m.Step(Busy({Peer(1, 0), Peer(1, 0, kProtectDefaultPermille, 9)})).probe_pause) until = period;
   }
   ASSERT_GE(until, 0);
   EXPECT_LE(until, static_cast<int>(kUnknownJobProbeNs / kControlPeriodNs) + 1);
@@ -290,7 +303,7 @@ TEST(ComputeMps, ProbesOnScheduleAndAJobWithNoBaselineSoon) {
 // readings carry a log-normal drift (5% spread, correlation halving in about 1.2 s), 6% of
 // white noise per period and, one period in twenty, a stall to 0.4 of its speed. Returns the
 // job's mean true speed and the mean rate over the second half of `periods`.
-Settled RunMpsHost(double cost, unsigned seed, uint32_t floor_permille = kDefaultFloorPermille, int periods = 2400) {
+Settled RunMpsHost(double cost, unsigned seed, uint32_t floor_permille = kProtectDefaultPermille, int periods = 2400) {
   std::mt19937 rng(seed);
   std::normal_distribution<double> drift(0, 0.05 * std::sqrt(1 - 0.87 * 0.87)), white(0, 0.06);
   std::uniform_int_distribution<int> stalls(0, 19);
@@ -333,6 +346,24 @@ TEST(ComputeMps, PairedProbesTellTheCostFromTheHostsDrift) {
     } else {
       EXPECT_GE(avg.rate, 0.5 * (1 - kFloor) / cost) << "nor hold it far below what the floor allows";
     }
+  }
+}
+
+TEST(ComputeMps, ALowerFloorGivesOpportunisticWorkMore) {
+  for (double cost : {0.10, 0.30}) {
+    Settled at97, at90;
+    for (unsigned seed = 1; seed <= 8; ++seed) {
+      const Settled a = RunMpsHost(cost, seed, 970), b = RunMpsHost(cost, seed, 900);
+      at97.rate += a.rate / 8;
+      at97.speed += a.speed / 8;
+      at90.rate += b.rate / 8;
+      at90.speed += b.speed / 8;
+    }
+    SCOPED_TRACE(testing::Message() << "cost " << cost << ": rate " << at97.rate << " at 0.97, " << at90.rate << " at 0.90; speed "
+                                    << at97.speed << ", " << at90.speed);
+    EXPECT_GT(at90.rate, 1.5 * at97.rate);
+    EXPECT_GE(at90.speed, 0.90 - 0.01);
+    EXPECT_LT(at90.speed, at97.speed);
   }
 }
 
@@ -411,6 +442,9 @@ TEST(ComputeMps, TheCostIsTheMedianLossPerExposure) {
   // other opportunistic process takes as much.
   EXPECT_EQ(RateForLoss(0.06, 0, kFloor), 500u);
   EXPECT_EQ(RateForLoss(0.06, 1, kFloor), 250u);
+  // A lower floor allows more: at 0.90, work costing 20% per exposure gets half.
+  EXPECT_NEAR(RateForLoss(0.2, 0, 0.90), 500u, 1);
+  EXPECT_EQ(RateForLoss(0.06, 0, 0.90), 1000u);
   // A job faster beside the work lost nothing.
   for (int i = 0; i < kLossSamples; ++i) e.Add(-0.02, 1.0);
   EXPECT_EQ(e.PerExposure(), 0);
