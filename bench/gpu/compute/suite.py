@@ -25,20 +25,11 @@ COMPUTE_ROUNDS (rounds of the four phases, default 3), COMPUTE_SETTLE_S (seconds
 of each phase not measured, default 1), COMPUTE_LEARN_S (seconds both processes of a case 3 or 4
 configuration work together, unmeasured, before its phases; default 0), COMPUTE_DEADLINE (epoch seconds after which
 configurations are skipped), COMPUTE_LOGS (a folder to keep every process's whole log in),
-COMPUTE_MPS_OPP_THREADS (e.g. "50,25": cases 3 and 4 also run
-gslice on MPS with the opportunistic process limited to that CUDA_MPS_ACTIVE_THREAD_PERCENTAGE),
-COMPUTE_COMPARE_BUILD (a second build folder: cases 3 and 4 also run gslice's time-sliced
-configuration with it, "gslice-compare", and its MPS one, "gslice-mps-compare", to compare two
-versions of the shim side by side),
 COMPUTE_SKIP (configurations not to run, by the name after the case, e.g. "coexec,mps"),
 COMPUTE_SERVER_LOAD (case 4's offered load, default 0.5),
 COMPUTE_OVERHEAD_ROUNDS and COMPUTE_OVERHEAD_PHASE_S (case 5's rounds of turns, default 20, and
 seconds per turn, default 3), COMPUTE_OVERHEAD_LAYERS=1 (case 5 also runs the layers between
-native and gslice run),
-COMPUTE_MPS_OPP_NORMAL=1 (cases 3 and 4 also run gslice on MPS with the opportunistic process
-at MPS's normal client priority, "gslice-mps-normal"), COMPUTE_MPS_HELD=1 (the same with the
-opportunistic process held to a 1% cap, "gslice-mps-held"),
-GSLICE_BUILD (build folder holding bin/gslice).
+native and gslice run), GSLICE_BUILD (build folder holding bin/gslice).
 """
 
 import argparse
@@ -60,31 +51,9 @@ CASES = {c.strip() for c in os.environ.get("COMPUTE_CASES", "1,2,3,4,5").split("
 CAPS = [10, 30, 50, 70]
 SPLITS = [(30, 70), (10, 90)]
 MPS_OPPORTUNISTIC_PCT = 50  # MPS has no classes: the opportunistic job gets half the SMs
-# gslice on MPS, further configurations: the opportunistic process also limited to this
-# CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (e.g. "50,25"; default none).
-GSLICE_MPS_OPP_THREADS = [int(x) for x in os.environ.get("COMPUTE_MPS_OPP_THREADS", "").split(",") if x.strip()]
-# A second build whose gslice cases 3 and 4 also run time-sliced ("gslice-compare").
-COMPARE_BUILD = os.environ.get("COMPUTE_COMPARE_BUILD") or None
-# Cases 3 and 4's time-sliced gslice configurations: name and build (None: GSLICE_BUILD).
-GSLICE_BUILDS = [("gslice", None)] + ([("gslice-compare", COMPARE_BUILD)] if COMPARE_BUILD else [])
-# Cases 3 and 4's further gslice-on-MPS configurations: name, the row's label, the build (None:
-# GSLICE_BUILD), the opportunistic process's extra environment and its extra gslice run flags.
-# COMPUTE_MPS_HELD=1 adds a partner held to 1% of the GPU by a cap: live, launching, gated,
-# its GPU work too small to matter, so what the guaranteed job loses beside it against its
-# alone phases (the partner paused) is the cost of such a partner being there at all
-# (held_back_ratios, below).
-MPS_VARIANTS = [(f"gslice-mps-t{p}", f"gslice on MPS, opportunistic at {p}% threads", None,
-                 {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(p)}, ()) for p in GSLICE_MPS_OPP_THREADS] + (
-    [("gslice-mps-compare", f"gslice on MPS, compare build ({COMPARE_BUILD})", COMPARE_BUILD, {}, ())] if COMPARE_BUILD else []) + (
-    [("gslice-mps-normal", "gslice on MPS, opportunistic at normal client priority", None, {"CUDA_MPS_CLIENT_PRIORITY": "0"}, ())]
-    if os.environ.get("COMPUTE_MPS_OPP_NORMAL") == "1" else []) + (
-    [("gslice-mps-held", "gslice on MPS, opportunistic held to a 1% cap", None, {}, ("--compute=1%",))]
-    if os.environ.get("COMPUTE_MPS_HELD") == "1" else [])
 # Cases 3 and 4's report rows for gslice configurations beyond the table's gslice column:
 # name, the row's label and the RESULT line's key.
-EXTRA_GSLICE = [("gslice-mps", "gslice on MPS", "on-mps")] + (
-    [("gslice-compare", f"gslice, compare build ({COMPARE_BUILD})", "compare")] if COMPARE_BUILD else []) + [
-    (cfg, label, "on-" + cfg[len("gslice-"):]) for cfg, label, *_ in MPS_VARIANTS]
+EXTRA_GSLICE = [("gslice-mps", "gslice on MPS", "on-mps")]
 # Case 4's offered load: request rate x the server's calibrated service time.
 SERVER_LOAD = float(os.environ.get("COMPUTE_SERVER_LOAD", "0.5"))
 # Configurations not run (the part of a configuration's name after its case).
@@ -114,15 +83,14 @@ SETTLE_S = float(os.environ.get("COMPUTE_SETTLE_S", "1"))
 TOGETHER = [["g"], ["g", "o"], ["o"], ["g", "o"]]
 
 
-def build_dir(build=None):
-    """The gslice build a configuration uses: `build`, else GSLICE_BUILD, else the checkout's build/."""
-    return build or os.environ.get("GSLICE_BUILD", os.path.join(HERE, "..", "..", "..", "build"))
+def build_dir():
+    """The gslice build: GSLICE_BUILD, else the checkout's build/."""
+    return os.environ.get("GSLICE_BUILD", os.path.join(HERE, "..", "..", "..", "build"))
 
 
-def gslice_prefix(*flags, build=None):
-    build = build_dir(build)
+def gslice_prefix(*flags):
     # The memory limit is set well above what any job here uses: it is not what is measured.
-    return [os.path.join(build, "bin", "gslice"), "run", "--memory=60GiB", *flags, "--"]
+    return [os.path.join(build_dir(), "bin", "gslice"), "run", "--memory=60GiB", *flags, "--"]
 
 
 def throughput(workload, ident, prefix=(), env=None, warmup=2.0, args=()):
@@ -302,21 +270,18 @@ def phase_plain(state):
         # "guaranteed alone in gslice" and "next to an idle opportunistic process".
         record(state, "train/coexec", run_config("train/coexec", [
             throughput("resnet50", "g", warmup=3), throughput("bert-train", "o", warmup=3)], phases=interleaved(TOGETHER)))
-        for cfg, build in GSLICE_BUILDS:
-            record(state, f"train/{cfg}", run_config(f"train/{cfg}", [
-                throughput("resnet50", "g", gslice_prefix("--class=guaranteed", build=build), warmup=3),
-                throughput("bert-train", "o", gslice_prefix("--class=opportunistic", build=build), warmup=3)],
-                phases=interleaved(TOGETHER)))
+        record(state, "train/gslice", run_config("train/gslice", [
+            throughput("resnet50", "g", gslice_prefix("--class=guaranteed"), warmup=3),
+            throughput("bert-train", "o", gslice_prefix("--class=opportunistic"), warmup=3)],
+            phases=interleaved(TOGETHER)))
     if "4" in CASES:
         # The server's load is set from its service time alone (job.py measures it).
         solo = run_config("solo/server", [server("s")])
         record(state, "solo/server", solo)
         service_ms = solo.get("s", {}).get("service_ms")
         if service_ms:
-            gslice = tuple((cfg, gslice_prefix("--class=guaranteed", build=build),
-                            gslice_prefix("--class=opportunistic", build=build)) for cfg, build in GSLICE_BUILDS)
             for cfg, sp, op in (("coexec", (), ()),
-                                *gslice,
+                                ("gslice", gslice_prefix("--class=guaranteed"), gslice_prefix("--class=opportunistic")),
                                 # Diagnostic: the server under gslice, the training job plain
                                 # (what the server's own gate costs, apart from the policy).
                                 ("gslice-server-only", gslice_prefix("--class=guaranteed"), ())):
@@ -346,11 +311,6 @@ def phase_mps(state):
         record(state, "train/gslice-mps", run_config("train/gslice-mps", [
             throughput("resnet50", "g", gslice_prefix("--class=guaranteed"), warmup=3),
             throughput("bert-train", "o", gslice_prefix("--class=opportunistic"), warmup=3)], phases=interleaved(TOGETHER)))
-        for cfg, _, build, env, flags in MPS_VARIANTS:
-            record(state, f"train/{cfg}", run_config(f"train/{cfg}", [
-                throughput("resnet50", "g", gslice_prefix("--class=guaranteed", build=build), warmup=3),
-                throughput("bert-train", "o", gslice_prefix("--class=opportunistic", *flags, build=build), env=env, warmup=3)],
-                phases=interleaved(TOGETHER)))
     if "4" in CASES:
         service_ms = state.get("solo/server", {}).get("s", {}).get("service_ms")
         if service_ms:
@@ -361,11 +321,6 @@ def phase_mps(state):
                 server("g", service_ms, gslice_prefix("--class=guaranteed")),
                 throughput("resnet50", "o", gslice_prefix("--class=opportunistic"), warmup=3)],
                 phases=interleaved(TOGETHER)))
-            for cfg, _, build, env, flags in MPS_VARIANTS:
-                record(state, f"latency/{cfg}", run_config(f"latency/{cfg}", [
-                    server("g", service_ms, gslice_prefix("--class=guaranteed", build=build)),
-                    throughput("resnet50", "o", gslice_prefix("--class=opportunistic", *flags, build=build), env=env, warmup=3)],
-                    phases=interleaved(TOGETHER)))
 
 
 # ---- report ---------------------------------------------------------------------------
