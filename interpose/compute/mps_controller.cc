@@ -251,7 +251,7 @@ void MpsController::CheckCut(const ControlPeriod& period, int64_t now_ns, double
   rate_ = SpatialCut(rate_);
   recent_count_ = 0;
   const int64_t soon = now_ns + tuning_.reprobe_after_cut_ns - tuning_.probe_every_ns;
-  if (soon > last_probe_ns_) last_probe_ns_ = soon;
+  if (soon < last_probe_ns_) last_probe_ns_ = soon;  // the next probe at the latest then
   AddTrace(d, "compute: controller: cut: guaranteed speed at most %.3f in %u periods; rate %u permille", fastest,
            kPairPeriods, rate_);
 }

@@ -367,7 +367,7 @@ TEST(ComputeMps, ALowerFloorGivesOpportunisticWorkMore) {
   }
 }
 
-TEST(ComputeMps, ALargeLossCutsAtOnce) {
+TEST(ComputeMps, ALargeLossCutsAtOnceAndBringsTheProbeForward) {
   MpsClock m;
   // Learn a harmless job: probe, then free.
   ControlDecision d;
@@ -380,6 +380,13 @@ TEST(ComputeMps, ALargeLossCutsAtOnce) {
   for (int period = 0; period < 2; ++period) d = m.Step(Busy({Peer(0.5, 1)}));
   EXPECT_EQ(d.rate_permille, SpatialCut(before)) << Trace(d);
   EXPECT_NE(Trace(d).find("cut: guaranteed speed at most 0.500"), std::string::npos) << Trace(d);
+  // ... and the next probe comes reprobe_after_cut_ns after the cut, not probe_every_ns after
+  // the last probe, to measure what the work costs now.
+  int until = -1;
+  for (int period = 1; period < kProbeEveryPeriods && until < 0; ++period) {
+    if (m.Step(Busy({Peer(1, 0)})).probe_pause) until = period;
+  }
+  EXPECT_EQ(until, static_cast<int>(kMps.reprobe_after_cut_ns / kControlPeriodNs));
 }
 
 TEST(ComputeMps, APairThatReadsTheProbeStaleProbesAgain) {
