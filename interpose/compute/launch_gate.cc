@@ -30,13 +30,21 @@ std::atomic<uint64_t> g_context_epoch{0};
 namespace {
 
 constexpr auto kRlx = std::memory_order_relaxed;
-constexpr int kMaxContexts = 16;
-constexpr int kMaxStreams = 256;
+constexpr int kMaxContexts = 16;  // GPUs (contexts) of one process the gate follows
+constexpr int kMaxStreams = 256;  // metered streams per GPU; launches on more pass unmetered
 // Peers on one GPU a gate follows (compute entries of any slice on the same GPU).
 constexpr int kMaxPeers = kMaxControlledPeers;
+// The gate thread's pass while gating: it publishes this process's queued work and samples
+// the guaranteed peers, so its period bounds how stale both are (the lazy markers' spacing).
 constexpr int64_t kPollGateNs = 200'000;
+// ... while only watching for peers, and the peer scan: a guaranteed process that starts is
+// seen this soon, well before a framework's first kernel.
 constexpr int64_t kPollWatchNs = 10'000'000;
 constexpr int64_t kPeerScanNs = 10'000'000;
+// The mean launch cost (the depth bound's estimate of queued work) before any is measured,
+// and how many polls' samples it averages over (an exponential mean).
+constexpr int64_t kInitialMeanLaunchNs = 20'000;
+constexpr int64_t kMeanLaunchPolls = 8;
 // A launch waiting at the gate sleeps at most kMaxNapNs at a time (it stays "active" for its
 // peers while asleep), and kQueuePollNs while its queue is over the depth bound.
 constexpr int64_t kMaxNapNs = 1'000'000;
@@ -121,7 +129,7 @@ struct DeviceMeter {
   std::atomic<StreamMeter*> streams[kMaxStreams] = {};
   std::atomic<int> stream_count{0};
   std::atomic<int64_t> busy_total{0};
-  std::atomic<int64_t> mean_launch_ns{20'000};
+  std::atomic<int64_t> mean_launch_ns{kInitialMeanLaunchNs};
   std::mutex poll_mu;
   uint64_t last_done = 0;  // launches completed at the previous poll (poll_mu)
 };
@@ -384,7 +392,7 @@ void PollDevice(Device& d, int64_t now) {
   if (busy > 0 && done > d.meter.last_done) {
     const int64_t sample = busy / static_cast<int64_t>(done - d.meter.last_done);
     const int64_t mean = d.meter.mean_launch_ns.load(kRlx);
-    d.meter.mean_launch_ns.store(mean + (sample - mean) / 8, kRlx);
+    d.meter.mean_launch_ns.store(mean + (sample - mean) / kMeanLaunchPolls, kRlx);
   }
   d.meter.last_done = done;
   // Publish whether queued work remains (CAS so a launch's fresher store is not lost).
