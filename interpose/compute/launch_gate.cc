@@ -18,6 +18,7 @@
 #include "gpu_meter.h"
 #include "gslice/ledger.h"
 #include "gslice/options.h"
+#include "gslice/units.h"
 #include "mps_controller.h"
 #include "policy.h"
 #include "time_sliced_controller.h"
@@ -858,10 +859,16 @@ void InitOnce(void* (*resolve)(const char*)) {
   // A name the shim cannot use either (too long) leaves the process outside any slice.
   const bool sliced = slice_name[0] != '\0' && strlen(slice_name) < static_cast<size_t>(kLedgerNameSize);
   const uint32_t flags = sliced && strcmp(OptionValue(Option::EphemeralSlice), "0") != 0 ? kSliceEphemeral : 0u;
+  // A slice made here (a compute-only slice) takes GSLICE_PROTECT as the memory side would;
+  // a bad value is the memory side's to report and leaves the default.
+  const ParsedProtect protect = ParseProtect(OptionValue(Option::Protect));
+  const bool opportunistic = strcmp(OptionValue(Option::Class), "opportunistic") == 0;
+  const uint32_t protect_permille = sliced && protect.ok && !opportunistic ? protect.permille : 0;
   char note[640] = {};
   int slice = -1;
   if (OpenSliceLedger(mapping, path, OptionValue(Option::LedgerUsage), sliced ? slice_name : kLedgerUnslicedName,
-                      SliceClass::kGuaranteed, flags, /*create_slice=*/true, &slice, note, sizeof note) == LedgerError::kOk &&
+                      SliceClass::kGuaranteed, flags, /*create_slice=*/true, &slice, note, sizeof note,
+                      protect_permille) == LedgerError::kOk &&
       window->Init(mapping, slice)) {
     gate.window = window;
     gate.mapping = mapping;
