@@ -142,7 +142,9 @@ class HeldBackTest(unittest.TestCase):
 FAKE_JOB = textwrap.dedent("""
     import json, os, sys, time
     ident, sync = sys.argv[1], sys.argv[sys.argv.index("--sync") + 1]
-    open(os.path.join(sync, ident + ".ready"), "w").write(json.dumps({"pid": os.getpid()}))
+    # Written whole, then renamed, as job.py does: the suite may look at any moment.
+    open(os.path.join(sync, "." + ident + ".ready"), "w").write(json.dumps({"pid": os.getpid()}))
+    os.rename(os.path.join(sync, "." + ident + ".ready"), os.path.join(sync, ident + ".ready"))
     while not os.path.exists(os.path.join(sync, "go")):
         time.sleep(0.01)
     go = json.load(open(os.path.join(sync, "go")))
