@@ -6,6 +6,7 @@
 // slice when it exits), and a gsliced that does not answer stops the run: admission is
 // never skipped silently. --no-daemon runs without one where none answers.
 #include <errno.h>
+#include <pwd.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <limits.h>
@@ -15,6 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -38,10 +41,15 @@ const char kRunHelp[] =
     "                  [--class guaranteed|opportunistic] [--protect F] [--name NAME] [--no-daemon]\n"
     "                  [--sim] [-v]\n"
     "                  -- CMD [ARGS...]\n"
+    "       gslice run --name NAME [--sim] [-v] -- CMD [ARGS...]\n"
     "\n"
     "Runs CMD with a memory limit on each GPU it uses. CMD needs no changes: CUDA programs,\n"
     "PyTorch, JAX and nvidia-smi inside the slice see a GPU of SIZE, and allocating past it\n"
     "fails with the program's own out-of-memory error. Child processes share the limit.\n"
+    "\n"
+    "The second form runs CMD in slice NAME that gsliced already has (gslice create): its GPUs,\n"
+    "memory, compute and class come from gsliced, and later changes (gslice set) reach CMD\n"
+    "while it runs. The slice must be yours (root may use any).\n"
     "\n"
     "options:\n"
     "  --gpus LIST     GPUs to use, by index or UUID, comma-separated (default: every visible GPU).\n"
@@ -76,7 +84,8 @@ const char kRunHelp[] =
     "  gslice run --sim --memory 2GiB -- gslice-example\n"
     "  gslice run --memory 10GiB -- nvidia-smi       # shows a 10 GiB GPU\n"
     "  gslice run --memory 20GiB --compute 30% --class opportunistic -- python train.py\n"
-    "  gslice run --memory 40GiB --protect 0.9 -- python serve.py\n";
+    "  gslice run --memory 40GiB --protect 0.9 -- python serve.py\n"
+    "  gslice create train --gpus 0 --memory 20GiB && gslice run --name train -- python train.py\n";
 
 int Fail(const std::string& msg) {
   fprintf(stderr, "gslice run: %s\n", msg.c_str());
@@ -213,6 +222,80 @@ bool LinkWithDaemon(const std::string& name, const std::vector<GpuInfo>& gpus, c
   return true;
 }
 
+// "30%" for 0.3; "" for 0 (none).
+std::string PercentArg(double fraction) {
+  if (!(fraction > 0)) return "";
+  char buf[32];
+  snprintf(buf, sizeof buf, "%g%%", fraction * 100);
+  return buf;
+}
+
+// The user name of uid, or "uid N".
+std::string NameOfUid(uid_t uid) {
+  if (passwd* pw = getpwuid(uid); pw != nullptr) return pw->pw_name;
+  return "uid " + std::to_string(uid);
+}
+
+// For `gslice run --name NAME -- CMD` without --memory: slice NAME as gsliced has it, as the
+// flags that would ask for it (GPUs by UUID, limits in bytes, compute, class). False, with
+// what to do in *error, when no gsliced answers, it has no such slice, or the slice is
+// another user's (its usage is writable only by its owner, so the shim could not charge it).
+bool SliceFromDaemon(const std::string& name, std::string* gpus, std::string* memory, std::string* compute,
+                     std::string* share, std::string* cls, std::string* error) {
+  DaemonAddress address = DaemonAddressFromEnvironment();
+  if (DaemonConfiguredBecause(address).empty()) {
+    *error = "--name " + name + " without --memory takes the slice from gsliced, and no gsliced is set up here " +
+             "(GSLICE_SOCKET or GSLICE_DAEMON unset, no " + address.socket + "): start gsliced, or give --memory";
+    return false;
+  }
+  DaemonReply reply = DaemonClient(address).Call("GET", "/v1/slices/" + name, "", 5000);
+  if (!reply.connected) {
+    *error = "--name " + name + ": gsliced at " + address.Describe() + " does not answer (" + reply.message +
+             "); start it, or give --memory to run without its slice";
+    return false;
+  }
+  if (reply.status == 404) {
+    *error = "--name " + name + ": gsliced has no slice named '" + name +
+             "' (`gslice ls` lists them): create it first (gslice create " + name +
+             " --gpus 0 --memory 8GiB), or give --memory to run a new one";
+    return false;
+  }
+  if (!reply.ok()) {
+    *error = "--name " + name + ": gsliced: " + reply.message;
+    return false;
+  }
+  auto slice = nlohmann::json::parse(reply.body, nullptr, false);
+  if (!slice.is_object() || !slice["gpus"].is_array() || slice["gpus"].empty()) {
+    *error = "--name " + name + ": gsliced's answer has no GPUs for the slice";
+    return false;
+  }
+  const uid_t me = getuid();
+  const std::string owner = slice.value("user", std::string());
+  const bool mine = slice["owner_uid"].is_number_integer() ? slice["owner_uid"].get<int64_t>() == static_cast<int64_t>(me)
+                                                            : owner == NameOfUid(me);
+  if (me != 0 && !mine) {
+    std::string whose = owner;
+    if (slice["owner_uid"].is_number_integer()) whose += " (uid " + std::to_string(slice["owner_uid"].get<int64_t>()) + ")";
+    *error = "--name " + name + ": slice '" + name + "' belongs to " + whose + ", not to you (" + NameOfUid(me) +
+             ", uid " + std::to_string(me) + "): run in a slice of your own (gslice create NAME ...)";
+    return false;
+  }
+  gpus->clear();
+  memory->clear();
+  double share_fraction = 0, cap_fraction = 0;
+  for (const auto& g : slice["gpus"]) {
+    *gpus += (gpus->empty() ? "" : ",") + g.value("uuid", std::string());
+    *memory += (memory->empty() ? "" : ",") + std::to_string(g.value("memory_limit_bytes", uint64_t{0}));
+    share_fraction = std::max(share_fraction, g.value("compute_share", 0.0));
+    cap_fraction = std::max(cap_fraction, g.value("compute_cap", 0.0));
+  }
+  // The environment holds one compute policy for every GPU of the process.
+  *share = PercentArg(share_fraction);
+  *compute = PercentArg(cap_fraction);
+  *cls = slice.value("class", std::string("guaranteed"));
+  return true;
+}
+
 pid_t g_child = 0;
 // A slice with no daemon is written by gslice run itself, as its writer: in the node ledger
 // when this user owns it (root), else in the user's own ledger (<ledger>-u<uid>), which its
@@ -342,6 +425,17 @@ int RunCommand(int argc, char** argv) {
     }
   }
   if (i >= argc) return Fail("no command to run: gslice run --memory SIZE -- CMD [ARGS...] (see --help)");
+  if (memory_arg.empty() && !name.empty()) {
+    if (have_gpus || !compute_arg.empty() || !share_arg.empty() || !class_arg.empty()) {
+      return Fail("--name " + name + " without --memory takes the slice's GPUs, compute and class from gsliced: " +
+                  "drop --gpus, --compute, --share and --class (change the slice with gslice set)");
+    }
+    std::string error;
+    if (!SliceFromDaemon(name, &gpus_arg, &memory_arg, &compute_arg, &share_arg, &class_arg, &error)) {
+      return Fail(error);
+    }
+    have_gpus = true;
+  }
   if (memory_arg.empty()) return Fail("--memory is required, e.g. --memory 20GiB (see --help)");
   // Compute policy (read by the shim's launch gate, interpose/compute).
   for (const auto& [flag, arg] : {std::pair<const char*, const std::string&>{"--compute", compute_arg},

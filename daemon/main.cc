@@ -1,6 +1,9 @@
 // gsliced: the gslice node daemon. See docs/daemon.md.
+#include <limits.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -23,7 +26,7 @@
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: gsliced [--config FILE] [--set KEY=VALUE]... [--check-config] [--print-config]
+constexpr const char* kUsage = R"(usage: gsliced [--config FILE] [--set KEY=VALUE]... [--sim] [--check-config] [--print-config]
 
 gsliced is gslice's node daemon: it knows the node's GPUs, keeps the slice registry
 (users, projects, quotas) in SQLite, admits or refuses slices, publishes their limits to
@@ -31,6 +34,10 @@ the node ledger the shims enforce, and serves the API, /metrics and the dashboar
 
   --config FILE     read options from a TOML file (default: none; built-in defaults)
   --set KEY=VALUE   override one option, e.g. --set socket=/tmp/gsliced.sock
+  --sim             run on gslice's simulated driver (build/lib/sim: a machine without a
+                    GPU): its NVML for the GPUs and its checkpoint API for suspend/resume.
+                    Programs join it with `gslice run --sim`; both use the simulated node
+                    GSLICE_SIM_STATE names (default /dev/shm/gslice-sim-<uid>).
   --check-config    load and check the configuration, then exit (0 when it is valid)
   --print-config    print every option with its default and meaning, then exit
   --help            this text
@@ -45,6 +52,18 @@ int Fail(const std::string& message) {
   return 2;
 }
 
+// The simulated driver's folder: <prefix>/lib/sim, beside the <prefix>/bin holding gsliced
+// (the build tree and an installation alike; `gslice run --sim` looks in the same place).
+std::string SimDriverDir() {
+  char exe[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return "lib/sim";
+  exe[n] = '\0';
+  std::string dir(exe);
+  dir = dir.substr(0, dir.rfind('/'));  // <prefix>/bin
+  return dir.substr(0, dir.rfind('/')) + "/lib/sim";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -53,6 +72,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> overrides;
   std::string config_path;
   bool check_only = false;
+  bool sim = false;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&](const char* flag) -> const char* {
@@ -68,6 +88,8 @@ int main(int argc, char** argv) {
       return 0;
     } else if (arg == "--check-config") {
       check_only = true;
+    } else if (arg == "--sim") {
+      sim = true;
     } else if (arg == "--config") {
       const char* v = value("--config");
       if (v == nullptr) return Fail("--config needs a file: --config /etc/gslice/gsliced.toml");
@@ -89,6 +111,18 @@ int main(int argc, char** argv) {
   }
   for (const std::string& o : overrides) {
     if (Status s = ApplyOverride(o, &config); !s.ok()) return Fail(s.message());
+  }
+  // The driver suspend/resume checkpoints through ("": libcuda.so.1, the real one).
+  std::string driver_library;
+  if (sim) {
+    const std::string dir = SimDriverDir();
+    struct stat st;
+    if (stat((dir + "/libnvidia-ml.so.1").c_str(), &st) != 0 || stat((dir + "/libcuda.so.1").c_str(), &st) != 0) {
+      return Fail("--sim: the simulated driver is not built (" + dir +
+                  "/libcuda.so.1, libnvidia-ml.so.1): build it with scripts/build");
+    }
+    config.nvml_library = dir + "/libnvidia-ml.so.1";
+    driver_library = dir + "/libcuda.so.1";
   }
   if (Status s = ValidateConfig(config); !s.ok()) return Fail(s.message());
   std::string token;
@@ -121,6 +155,14 @@ int main(int argc, char** argv) {
     setrlimit(RLIMIT_NOFILE, &files);
   }
 
+  if (sim) {
+    std::fprintf(stderr,
+                 "gsliced: --sim: running on gslice's SIMULATED driver (%s): its GPUs, memory and "
+                 "suspend/resume are simulated on the CPU, and its figures say nothing about real GPUs. "
+                 "Run programs with `gslice run --sim`, under the same GSLICE_SIM_STATE (default "
+                 "/dev/shm/gslice-sim-<uid>).\n",
+                 driver_library.substr(0, driver_library.rfind('/')).c_str());
+  }
   auto store = Store::Open(config.database);
   if (!store.ok()) return Fail(store.status().message());
   auto inventory = OpenNvmlInventory(config.nvml_library);
@@ -134,7 +176,7 @@ int main(int argc, char** argv) {
       static_cast<size_t>(config.history_seconds * 1000 / config.sample_interval_ms) + 1;
   // Suspend/resume, idle reclaim and preemption (daemon/suspend, docs/suspend.md).
   std::string suspend_note;
-  auto suspender = MakeCheckpointSuspender({config.ledger, "", "", config.nvml_library}, &suspend_note);
+  auto suspender = MakeCheckpointSuspender({config.ledger, "", driver_library, config.nvml_library}, &suspend_note);
   if (!suspend_note.empty()) std::fprintf(stderr, "gsliced: %s\n", suspend_note.c_str());
   Suspender* suspender_handle = suspender.get();
   // Pod labels for GPU processes when on Kubernetes (docs/kubernetes.md, per-pod metrics).

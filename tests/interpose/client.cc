@@ -8,6 +8,11 @@
 //   client info           prints "total=N free=N devtotal=N"
 //   client hold BYTES     allocates, prints "ok" or "oom", waits for stdin to close, frees
 //   client churn SEED     allocates and frees at random until killed
+//   client watch          prints "ready", then answers commands read from stdin, one a line,
+//                         until stdin closes: "info" prints "total=N free=N nvml=N" (the
+//                         slice as cuMemGetInfo and NVML, on CUDA device 0, show it now), "alloc BYTES"
+//                         allocates and keeps it ("ok" or "oom"), "free" frees what it holds
+//                         ("freed")
 //   client init           cuInit + context + one allocation; prints the microseconds it took
 //   client procaddress    cuGetProcAddress (both versions, every stream flag) returns hooks
 //   client forkexit       a forked child's normal exit leaves the parent's usage alone
@@ -355,6 +360,57 @@ int Hold(size_t bytes) {
   }
   if (r == CUDA_SUCCESS) CK(cuMemFree_v2(p));
   return r == CUDA_SUCCESS || r == CUDA_ERROR_OUT_OF_MEMORY ? 0 : 1;
+}
+
+// A program that runs on while its slice changes: each "info" reads the limit afresh.
+int Watch() {
+  Setup();
+  FN(cuMemAlloc_v2);
+  FN(cuMemFree_v2);
+  void* h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+  if (h == nullptr) Die("dlopen libnvidia-ml.so.1");
+  auto init = Sym<nvmlReturn_t (*)()>(h, "nvmlInit_v2");
+  auto by_uuid = Sym<nvmlReturn_t (*)(const char*, nvmlDevice_t*)>(h, "nvmlDeviceGetHandleByUUID");
+  auto mem = Sym<nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_t*)>(h, "nvmlDeviceGetMemoryInfo");
+  if (init() != NVML_SUCCESS) Die("nvmlInit_v2");
+  // NVML numbers every GPU of the node (CUDA_VISIBLE_DEVICES does not apply): find CUDA
+  // device 0 by its UUID.
+  FN(cuDeviceGetUuid);
+  CUuuid id;
+  CK(cuDeviceGetUuid(&id, g_dev));
+  char uuid[64];
+  const unsigned char* b = reinterpret_cast<const unsigned char*>(id.bytes);
+  snprintf(uuid, sizeof uuid, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+           b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+  nvmlDevice_t dev = nullptr;
+  if (by_uuid(uuid, &dev) != NVML_SUCCESS) Die("nvmlDeviceGetHandleByUUID");
+  std::vector<CUdeviceptr> held;
+  printf("ready\n");
+  fflush(stdout);
+  char line[128];
+  while (fgets(line, sizeof line, stdin) != nullptr) {
+    if (strncmp(line, "info", 4) == 0) {
+      size_t f = 0, t = 0;
+      Info(&f, &t);
+      nvmlMemory_t m = {};
+      if (mem(dev, &m) != NVML_SUCCESS) Die("nvmlDeviceGetMemoryInfo");
+      printf("total=%zu free=%zu nvml=%llu\n", t, f, m.total);
+    } else if (strncmp(line, "alloc ", 6) == 0) {
+      CUdeviceptr p = 0;
+      CUresult r = cuMemAlloc_v2(&p, strtoull(line + 6, nullptr, 10));
+      if (r == CUDA_SUCCESS) held.push_back(p);
+      printf("%s\n", r == CUDA_SUCCESS ? "ok" : r == CUDA_ERROR_OUT_OF_MEMORY ? "oom" : "error");
+    } else if (strncmp(line, "free", 4) == 0) {
+      for (CUdeviceptr p : held) CK(cuMemFree_v2(p));
+      held.clear();
+      printf("freed\n");
+    } else {
+      printf("unknown command\n");
+    }
+    fflush(stdout);
+  }
+  for (CUdeviceptr p : held) CK(cuMemFree_v2(p));
+  return 0;
 }
 
 int Churn(unsigned seed) {
@@ -737,6 +793,7 @@ int main(int argc, char** argv) {
   if (mode == "paths" && argc > 2) return Paths(argv[2]);
   if (mode == "info") return InfoMode();
   if (mode == "hold" && argc > 2) return Hold(strtoull(argv[2], nullptr, 10));
+  if (mode == "watch") return Watch();
   if (mode == "churn" && argc > 2) return Churn(static_cast<unsigned>(atoi(argv[2])));
   if (mode == "init") return Init();
   if (mode == "procaddress") return ProcAddress();

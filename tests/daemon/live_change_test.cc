@@ -1,0 +1,257 @@
+// Live changes on the simulated driver, with the real gsliced (started with --sim), the real
+// CLI and shimmed programs: gsliced --sim, `gslice run --name` taking a slice from gsliced,
+// and resizing a slice while a program runs in it (gslice set, PATCH /v1/slices/NAME).
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <httplib.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "daemon_test_support.h"
+
+namespace gslice {
+namespace {
+
+using nlohmann::json;
+using testing::kGiB;
+using testing::ReadAll;
+
+// A program under `gslice run`, talked to through its stdin and stdout (client watch).
+class Program {
+ public:
+  explicit Program(const std::vector<std::string>& args) {
+    int in[2], out[2];
+    if (pipe(in) != 0 || pipe(out) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(in[0], 0);
+      dup2(out[1], 1);
+      close(in[1]);
+      close(out[0]);
+      std::vector<char*> argv;
+      for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    to_ = in[1];
+    from_ = out[0];
+  }
+  ~Program() { Stop(); }
+
+  // The next line it prints, "" when none comes within 10 s (or it exited).
+  std::string ReadLine() {
+    for (;;) {
+      size_t nl = buffer_.find('\n');
+      if (nl != std::string::npos) {
+        std::string line = buffer_.substr(0, nl);
+        buffer_.erase(0, nl + 1);
+        return line;
+      }
+      pollfd p{from_, POLLIN, 0};
+      if (poll(&p, 1, 10000) <= 0) return "";
+      char buf[256];
+      ssize_t n = read(from_, buf, sizeof buf);
+      if (n <= 0) return "";
+      buffer_.append(buf, static_cast<size_t>(n));
+    }
+  }
+  std::string Ask(const std::string& command) {
+    std::string line = command + "\n";
+    if (write(to_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) return "";
+    return ReadLine();
+  }
+  // Closes its stdin and waits for it; returns its exit status (-1 when it did not start).
+  int Stop() {
+    if (to_ >= 0) close(to_);
+    to_ = -1;
+    if (from_ >= 0) close(from_);
+    from_ = -1;
+    if (pid_ <= 0) return -1;
+    int status = 0;
+    for (int i = 0; i < 200 && waitpid(pid_, &status, WNOHANG) == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (waitpid(pid_, &status, WNOHANG) == 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, &status, 0);
+    }
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+  int to_ = -1, from_ = -1;
+  std::string buffer_;
+};
+
+// "total=N free=N nvml=N" -> the field's value, 0 when missing.
+uint64_t Field(const std::string& line, const std::string& key) {
+  size_t at = line.find(key + "=");
+  return at == std::string::npos ? 0 : std::strtoull(line.c_str() + at + key.size() + 1, nullptr, 10);
+}
+
+class LiveChange : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::UniquePath("live", "/tmp");
+    ASSERT_EQ(mkdir(dir_.c_str(), 0755), 0);
+    socket_ = dir_ + "/api.sock";
+    // No nvml_library: --sim finds the simulated driver itself.
+    std::ofstream(dir_ + "/gsliced.toml") << "socket = \"" << socket_ << "\"\n"
+                                          << "socket_mode = \"0666\"\n"
+                                          << "database = \"" << dir_ << "/state/gsliced.db\"\n"
+                                          << "ledger = \"" << ledger_ << "\"\n"
+                                          << "sample_interval_ms = 200\n";
+    setenv("GSLICE_SIM_STATE", sim_state_.c_str(), 1);
+    setenv("GSLICE_SUSPEND_BOARD", board_.c_str(), 1);
+    setenv("GSLICE_SOCKET", socket_.c_str(), 1);
+    setenv("GSLICE_LEDGER", ledger_.c_str(), 1);  // the daemon's ledger, not the node's
+    // Under the sanitize preset the shims are instrumented: the ASan runtime goes first.
+    if (!std::string(GSLICE_TEST_ASAN_RUNTIME).empty()) {
+      setenv("LD_PRELOAD", GSLICE_TEST_ASAN_RUNTIME, 1);
+      setenv("ASAN_OPTIONS", "detect_leaks=0", 1);
+    }
+  }
+  void TearDown() override {
+    if (pid_ > 0) {
+      kill(pid_, SIGTERM);
+      waitpid(pid_, nullptr, 0);
+    }
+    for (const char* v : {"GSLICE_SIM_STATE", "GSLICE_SUSPEND_BOARD", "GSLICE_SOCKET", "GSLICE_LEDGER", "LD_PRELOAD"}) {
+      unsetenv(v);
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+    std::filesystem::remove_all(ledger_, ec);
+    std::filesystem::remove_all(board_, ec);
+    unlink(sim_state_.c_str());
+  }
+
+  void Start(std::vector<std::string> extra = {"--sim"}) {
+    pid_ = fork();
+    if (pid_ == 0) {
+      unsetenv("LD_PRELOAD");  // gsliced itself is not a shimmed program
+      freopen((dir_ + "/gsliced.log").c_str(), "a", stderr);
+      std::vector<std::string> args = {GSLICED, "--config", dir_ + "/gsliced.toml"};
+      args.insert(args.end(), extra.begin(), extra.end());
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    for (int i = 0; i < 200; ++i) {
+      auto r = Api().Get("/healthz");
+      if (r && r->status == 200) return;
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        FAIL() << "gsliced exited: " << ReadAll(dir_ + "/gsliced.log");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    FAIL() << "gsliced did not answer: " << ReadAll(dir_ + "/gsliced.log");
+  }
+  httplib::Client Api() {
+    httplib::Client c(socket_);
+    c.set_address_family(AF_UNIX);
+    c.set_read_timeout(30, 0);
+    return c;
+  }
+  json Get(const std::string& path) {
+    auto r = Api().Get(path);
+    return r ? json::parse(r->body, nullptr, false) : json();
+  }
+  // Runs the CLI (as user `as`: "" for this user, else through setpriv).
+  int Cli(const std::string& args, std::string* out, std::string* err = nullptr, const std::string& as = "") {
+    static int n = 0;
+    const std::string base = dir_ + "/cli-" + std::to_string(n++);
+    std::string prefix = as.empty() ? "" : "setpriv --reuid=" + as + " --regid=" + as + " --clear-groups ";
+    int rc = std::system((prefix + GSLICE_CLI + " " + args + " > " + base + ".out 2> " + base + ".err").c_str());
+    *out = ReadAll(base + ".out");
+    if (err != nullptr) *err = ReadAll(base + ".err");
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  }
+  // `client watch` in slice `name`, taken from gsliced; empty when it did not start.
+  std::unique_ptr<Program> Watch(const std::string& name) {
+    auto p = std::make_unique<Program>(
+        std::vector<std::string>{GSLICE_CLI, "run", "--sim", "--name", name, "--", GSLICE_TEST_CLIENT, "watch"});
+    if (p->ReadLine() != "ready") return nullptr;
+    return p;
+  }
+
+  std::string dir_, socket_;
+  std::string ledger_ = testing::UniquePath("ledger");
+  std::string sim_state_ = testing::UniquePath("sim");
+  std::string board_ = testing::UniquePath("suspend-board");
+  pid_t pid_ = -1;
+};
+
+TEST_F(LiveChange, SimRunsOnTheSimulatedDriverAndSaysSo) {
+  Start();
+  EXPECT_NE(ReadAll(dir_ + "/gsliced.log").find("SIMULATED driver"), std::string::npos) << ReadAll(dir_ + "/gsliced.log");
+  EXPECT_EQ(Get("/v1/gpus")["gpus"].size(), 2u);  // the sim's default node
+  // Suspend works on the simulator: the sim's checkpoint API serves it.
+  EXPECT_EQ(ReadAll(dir_ + "/gsliced.log").find("suspend/resume unavailable"), std::string::npos)
+      << ReadAll(dir_ + "/gsliced.log");
+  std::string out, err;
+  ASSERT_EQ(Cli("create nb --gpus 0 --memory 2GiB", &out, &err), 0) << err;
+  auto program = Watch("nb");
+  ASSERT_NE(program, nullptr);
+  ASSERT_EQ(program->Ask("alloc 1048576"), "ok");
+  // The process shows in the ledger within a few samples.
+  for (int i = 0; i < 100 && Get("/v1/slices/nb")["processes"].empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(Cli("suspend nb", &out, &err), 0) << err;
+  EXPECT_EQ(Get("/v1/slices/nb")["state"], "suspended");
+  ASSERT_EQ(Cli("resume nb", &out, &err), 0) << err;
+  EXPECT_EQ(Get("/v1/slices/nb")["state"], "running");
+  EXPECT_NE(program->Ask("info"), "");
+  EXPECT_EQ(program->Stop(), 0);
+}
+
+TEST_F(LiveChange, RunByNameTakesTheSliceFromGsliced) {
+  Start();
+  std::string out, err;
+  ASSERT_EQ(Cli("create train --gpus 1 --memory 3GiB --class opportunistic", &out, &err), 0) << err;
+  auto program = Watch("train");
+  ASSERT_NE(program, nullptr);
+  const std::string info = program->Ask("info");
+  EXPECT_EQ(Field(info, "total"), 3 * kGiB) << info;
+  EXPECT_EQ(Field(info, "nvml"), 3 * kGiB) << info;
+  EXPECT_EQ(program->Stop(), 0);
+  // The slice stays: it was gsliced's before the run.
+  EXPECT_EQ(Get("/v1/slices/train")["name"], "train");
+
+  // No such slice: the error says so and how to make one; nothing runs.
+  const std::string marker = dir_ + "/ran";
+  EXPECT_EQ(Cli("run --sim --name nosuch -- touch " + marker, &out, &err), 2);
+  EXPECT_NE(err.find("gsliced has no slice named 'nosuch'"), std::string::npos) << err;
+  EXPECT_NE(err.find("gslice create nosuch"), std::string::npos) << err;
+  // Another user's slice: refused with whose it is.
+  EXPECT_EQ(Cli("run --sim --name train -- touch " + marker, &out, &err, "65534"), 2);
+  EXPECT_NE(err.find("slice 'train' belongs to root (uid 0), not to you"), std::string::npos) << err;
+  EXPECT_FALSE(std::filesystem::exists(marker));
+  // Flags that the slice already decides are refused, not silently ignored.
+  EXPECT_EQ(Cli("run --sim --name train --gpus 0 -- true", &out, &err), 2);
+  EXPECT_NE(err.find("drop --gpus"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace gslice
