@@ -713,6 +713,8 @@ LedgerError Ledger::FindOrCreateSlice(const char* name, SliceClass cls, uint32_t
         g.state.store(0, kRlx);
         memset(g.uuid, 0, sizeof g.uuid);
         g.limit.store(-1, kRlx);
+        g.compute_cap.store(0, kRlx);  // not set: the processes' own policy applies
+        g.compute_share.store(0, kRlx);
       }
       e = CreateUsage(free_entry, generation, s.owner_uid);
       if (e == LedgerError::kOk) {
@@ -783,6 +785,8 @@ LedgerError Ledger::FindOrAddGpu(int slice, const uint8_t uuid[16], int64_t limi
       s.gpus[i].state.store(PackState(EntryState::kClaiming, static_cast<uint32_t>(getpid())), kSeq);
       memcpy(s.gpus[i].uuid, uuid, 16);
       s.gpus[i].limit.store(limit, kSeq);
+      s.gpus[i].compute_cap.store(0, kSeq);
+      s.gpus[i].compute_share.store(0, kSeq);
       if (LedgerUsage* u = usage(slice); u != nullptr && usage_writable(slice)) {
         for (auto& c : u->used[i]) c.store(0, kRlx);
       }
@@ -908,7 +912,12 @@ ChargeResult Ledger::Charge(const SliceHandle& h, int gpu, int64_t bytes) {
     }
     if (bytes > limit) return ChargeResult::kOverLimit;
     mine.fetch_add(bytes, kSeq);
-    if (SliceUsage(h.slice, gpu) <= limit) return ChargeResult::kOk;
+    // Checked against the limit as it is after the sum too: a writer that lowers the limit
+    // and then sums the usage (gsliced's shrink) either sees this add or is seen by this load
+    // (seq_cst), so no charge slips past a lower limit it raced with.
+    const int64_t now = limit_word.load(kSeq);
+    const int64_t bound = now >= 0 && now < limit ? now : limit;
+    if (SliceUsage(h.slice, gpu) <= bound) return ChargeResult::kOk;
     mine.fetch_sub(bytes, kSeq);
     if (attempt == 0) {
       if (Reap(h.slice) > 0) continue;  // a dead process was holding memory
@@ -951,6 +960,22 @@ int64_t Ledger::Limit(int slice, int gpu) const {
 void Ledger::SetLimit(int slice, int gpu, int64_t limit) {
   if (limits_rw_ == nullptr || slice < 0 || slice >= kLedgerMaxSlices || gpu < 0 || gpu >= kLedgerMaxGpus) return;
   limits_rw_->slices[slice].gpus[gpu].limit.store(limit, kSeq);
+}
+
+uint32_t Ledger::ComputeCapWord(int slice, int gpu) const {
+  if (limits_ == nullptr || slice < 0 || slice >= kLedgerMaxSlices || gpu < 0 || gpu >= kLedgerMaxGpus) return 0;
+  return limits_->slices[slice].gpus[gpu].compute_cap.load(kSeq);
+}
+
+uint32_t Ledger::ComputeShareWord(int slice, int gpu) const {
+  if (limits_ == nullptr || slice < 0 || slice >= kLedgerMaxSlices || gpu < 0 || gpu >= kLedgerMaxGpus) return 0;
+  return limits_->slices[slice].gpus[gpu].compute_share.load(kSeq);
+}
+
+void Ledger::SetComputePolicy(int slice, int gpu, uint32_t cap_word, uint32_t share_word) {
+  if (limits_rw_ == nullptr || slice < 0 || slice >= kLedgerMaxSlices || gpu < 0 || gpu >= kLedgerMaxGpus) return;
+  limits_rw_->slices[slice].gpus[gpu].compute_cap.store(cap_word, kSeq);
+  limits_rw_->slices[slice].gpus[gpu].compute_share.store(share_word, kSeq);
 }
 
 int Ledger::Reap(int slice) {

@@ -98,9 +98,21 @@ inline constexpr uint32_t kSliceSetAside = 2u;
 struct LedgerGpu {
   std::atomic<uint64_t> state;  // kFree / kClaiming|pid / kReady
   uint8_t uuid[16];             // CUuuid bytes
-  std::atomic<int64_t> limit;   // bytes; <0: unlimited
-  uint8_t reserved[32];
+  std::atomic<int64_t> limit;   // bytes; <0: unlimited. Read live by the slice's processes
+                                // (every charge and memory query), so a change reaches them
+                                // at their next call.
+  // The slice's compute policy on this GPU as its writer last set it (gsliced's `gslice set`):
+  // kGpuPolicySet | permille of the GPU's time (kGpuPolicyMask), 0 <= permille <= 1000, where a
+  // cap of 0 is "no cap" and a share of 0 is "no share given". A word without kGpuPolicySet
+  // (every entry before its writer sets one) means "not set here": the policy the process
+  // started with (GSLICE_COMPUTE, GSLICE_SHARE) applies.
+  std::atomic<uint32_t> compute_cap;
+  std::atomic<uint32_t> compute_share;
+  uint8_t reserved[24];
 };
+static_assert(sizeof(LedgerGpu) == 64);
+inline constexpr uint32_t kGpuPolicySet = 0x80000000u;
+inline constexpr uint32_t kGpuPolicyMask = 0xffffu;
 
 // A guaranteed slice's protection level (LedgerSlice::protect_permille): the fraction of its
 // solo speed, in thousandths, that opportunistic work on the same GPU must leave it. Higher
@@ -358,6 +370,11 @@ class Ledger {
   int64_t Limit(int slice, int gpu) const;
   // Writer only (ignored otherwise).
   void SetLimit(int slice, int gpu, int64_t limit);
+  // The slice's compute policy words on a GPU (LedgerGpu::compute_cap, compute_share): 0 when
+  // out of range or never set. The setter is the writer's only (ignored otherwise).
+  uint32_t ComputeCapWord(int slice, int gpu) const;
+  uint32_t ComputeShareWord(int slice, int gpu) const;
+  void SetComputePolicy(int slice, int gpu, uint32_t cap_word, uint32_t share_word);
 
   // Frees the slots of dead processes in slice (SlotOwnerAlive false). Returns how many were
   // reaped. Needs the usage mapped writable (else 0).
