@@ -45,17 +45,6 @@ examples:
   gslice create notebook --gpus 0 --memory 10GiB --idle-timeout 30m
 )";
 
-std::vector<std::string> SplitComma(const std::string& s) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  for (;;) {
-    size_t comma = s.find(',', start);
-    out.push_back(s.substr(start, comma - start));
-    if (comma == std::string::npos) return out;
-    start = comma + 1;
-  }
-}
-
 }  // namespace
 
 int CreateCommand(int argc, char** argv) {
@@ -134,15 +123,12 @@ int CreateCommand(int argc, char** argv) {
     return 2;
   }
   if (!idle.empty()) {
-    char* end = nullptr;
-    double value = std::strtod(idle.c_str(), &end);
-    std::string unit = end;
-    double scale = unit.empty() || unit == "s" ? 1 : unit == "m" ? 60 : unit == "h" ? 3600 : 0;
-    if (end == idle.c_str() || scale == 0 || !(value > 0) || value * scale > 365.0 * 86400) {
+    int64_t seconds = 0;
+    if (!ParseIdleTimeout(idle, &seconds)) {
       std::fprintf(stderr, "gslice create: --idle-timeout %s: write e.g. 30m, 2h or 600s\n", idle.c_str());
       return 2;
     }
-    body["idle_timeout_s"] = static_cast<int64_t>(value * scale);
+    body["idle_timeout_s"] = seconds;
   }
   if (!name.empty()) body["name"] = name;
   // gsliced knows who calls from the kernel; "user" only names another owner (admins).

@@ -1,6 +1,7 @@
 #include "daemon_commands.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "gslice/units.h"
@@ -30,6 +31,31 @@ bool ParseCommonFlags(const char* command, int argc, char** argv, CommonFlags* f
       rest->push_back(arg);
     }
   }
+  return true;
+}
+
+std::vector<std::string> SplitComma(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (;;) {
+    size_t comma = s.find(',', start);
+    out.push_back(s.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
+}
+
+bool ParseIdleTimeout(const std::string& text, int64_t* seconds) {
+  if (text == "never" || text == "0") {
+    *seconds = 0;
+    return true;
+  }
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  const std::string unit = end;
+  const double scale = unit.empty() || unit == "s" ? 1 : unit == "m" ? 60 : unit == "h" ? 3600 : 0;
+  if (end == text.c_str() || scale == 0 || !(value > 0) || value * scale > 365.0 * 86400) return false;
+  *seconds = static_cast<int64_t>(value * scale);
   return true;
 }
 

@@ -17,12 +17,14 @@ int CreateCommand(int argc, char** argv);
 int DeleteCommand(int argc, char** argv);
 int SuspendCommand(int argc, char** argv);
 int ResumeCommand(int argc, char** argv);
+int SetCommand(int argc, char** argv);
 extern const char kLsSummary[];
 extern const char kTopSummary[];
 extern const char kCreateSummary[];
 extern const char kDeleteSummary[];
 extern const char kSuspendSummary[];
 extern const char kResumeSummary[];
+extern const char kSetSummary[];
 
 // Flags every daemon command takes.
 struct CommonFlags {
@@ -39,6 +41,13 @@ bool ParseCommonFlags(const char* command, int argc, char** argv, CommonFlags* f
 // Calls gsliced; on failure prints "gslice <command>: <what to do>" and returns false.
 bool CallDaemon(const char* command, const CommonFlags& flags, const std::string& method,
                 const std::string& path, const std::string& body, DaemonReply* reply);
+
+// "a,b,c" -> {"a", "b", "c"}.
+std::vector<std::string> SplitComma(const std::string& s);
+
+// An idle timeout as people write it: "30m", "2h", "600s", "600" (seconds); "never" or "0":
+// never (0). At most 365 days. False when it is none of these.
+bool ParseIdleTimeout(const std::string& text, int64_t* seconds);
 
 // "8 GiB", "512 MiB"; "30%".
 std::string Bytes(uint64_t bytes);

@@ -24,6 +24,7 @@ const Command kCommands[] = {
     {"delete", kDeleteSummary, DeleteCommand},
     {"suspend", kSuspendSummary, SuspendCommand},
     {"resume", kResumeSummary, ResumeCommand},
+    {"set", kSetSummary, SetCommand},
     {"move", kMoveSummary, MoveCommand},
 };
 

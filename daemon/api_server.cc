@@ -65,7 +65,10 @@ json ToJson(const GpuView& g) {
 json ToJson(const Slice& s) {
   json gpus = json::array();
   for (const SliceGpu& g : s.gpus) {
-    gpus.push_back({{"uuid", g.uuid}, {"memory_limit_bytes", g.memory_limit}, {"compute_share", g.compute_share}});
+    gpus.push_back({{"uuid", g.uuid},
+                    {"memory_limit_bytes", g.memory_limit},
+                    {"compute_share", g.compute_share},
+                    {"compute_cap", g.compute_cap}});
   }
   return json{{"name", s.name},
               {"user", s.user},
@@ -214,6 +217,22 @@ Result<json> ParseBody(const std::string& body) {
   return j;
 }
 
+// Seconds from 0 (never) to kMaxIdleTimeoutS.
+Status ReadIdleTimeout(const json& v, int64_t* out) {
+  // A number past int64 arrives unsigned; one past kMaxIdleTimeoutS is refused, not wrapped.
+  if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0)) {
+    return Status::BadRequest("idle_timeout_s: expected a whole number of seconds from 0 (never) to " +
+                              std::to_string(kMaxIdleTimeoutS));
+  }
+  if (v.is_number_unsigned() ? v.get<uint64_t>() > static_cast<uint64_t>(kMaxIdleTimeoutS)
+                             : v.get<int64_t>() > kMaxIdleTimeoutS) {
+    return Status::BadRequest("idle_timeout_s: " + v.dump() + " is out of range: at most " +
+                              std::to_string(kMaxIdleTimeoutS) + " (366 days); 0 means never");
+  }
+  *out = v.get<int64_t>();
+  return Status::Ok();
+}
+
 Result<SliceRequest> ParseSliceRequest(const json& body) {
   if (Status s = CheckFields(body, {"name", "user", "project", "class", "protect", "gpus", "memory", "compute",
                                     "origin", "pod", "namespace", "idle_timeout_s", "holder"});
@@ -248,17 +267,7 @@ Result<SliceRequest> ParseSliceRequest(const json& body) {
     if (Status s = ValidateProtect(r.slice_class, r.protect_permille); !s.ok()) return s;
   }
   if (auto it = body.find("idle_timeout_s"); it != body.end()) {
-    // A number past int64 arrives unsigned; one past kMaxIdleTimeoutS is refused, not wrapped.
-    if (!it->is_number_integer() || (!it->is_number_unsigned() && it->get<int64_t>() < 0)) {
-      return Status::BadRequest("idle_timeout_s: expected a whole number of seconds from 0 (never) to " +
-                                std::to_string(kMaxIdleTimeoutS));
-    }
-    if (it->is_number_unsigned() ? it->get<uint64_t>() > static_cast<uint64_t>(kMaxIdleTimeoutS)
-                                 : it->get<int64_t>() > kMaxIdleTimeoutS) {
-      return Status::BadRequest("idle_timeout_s: " + it->dump() + " is out of range: at most " +
-                                std::to_string(kMaxIdleTimeoutS) + " (366 days); 0 means never");
-    }
-    r.idle_timeout_s = it->get<int64_t>();
+    if (Status s = ReadIdleTimeout(*it, &r.idle_timeout_s); !s.ok()) return s;
   }
   // Who holds a registration of origin "run" (registry.h, SliceRequest::holder).
   if (auto it = body.find("holder"); it != body.end()) {
@@ -319,6 +328,51 @@ Result<SliceRequest> ParseSliceRequest(const json& body) {
     r.gpus.push_back(gpu);
   }
   return r;
+}
+
+// PATCH /v1/slices/NAME: what to change (docs/api.md).
+Result<SliceChange> ParseSliceChange(const json& body) {
+  if (Status s = CheckFields(body, {"memory", "compute_cap", "compute_share", "class", "idle_timeout_s", "make_room"});
+      !s.ok()) {
+    return s;
+  }
+  SliceChange c;
+  if (auto it = body.find("memory"); it != body.end()) {
+    const bool list = it->is_array();
+    if (list && (it->empty() || it->size() > 64)) return Status::BadRequest("memory: expected 1 to 64 sizes");
+    for (const json& v : list ? *it : json::array({*it})) {
+      uint64_t bytes = 0;
+      if (Status s = ReadSize(v, "memory", &bytes); !s.ok()) return s;
+      if (bytes == 0) return Status::BadRequest("memory: must be more than 0, e.g. \"8GiB\"");
+      c.memory.push_back(bytes);
+    }
+  }
+  for (auto [field, out] : {std::pair{"compute_cap", &c.compute_cap}, {"compute_share", &c.compute_share}}) {
+    if (auto it = body.find(field); it != body.end()) {
+      double fraction = 0;
+      if (Status s = ReadFraction(*it, field, &fraction, 1.0); !s.ok()) return s;
+      *out = fraction;
+    }
+  }
+  if (body.contains("class")) {
+    std::string cls;
+    if (Status s = ReadString(body, "class", &cls); !s.ok()) return s;
+    SliceClass parsed;
+    if (!ParseSliceClass(cls, &parsed)) {
+      return Status::BadRequest("class: '" + cls + "' is neither guaranteed nor opportunistic");
+    }
+    c.slice_class = parsed;
+  }
+  if (auto it = body.find("idle_timeout_s"); it != body.end()) {
+    int64_t seconds = 0;
+    if (Status s = ReadIdleTimeout(*it, &seconds); !s.ok()) return s;
+    c.idle_timeout_s = seconds;
+  }
+  if (auto it = body.find("make_room"); it != body.end()) {
+    if (!it->is_boolean()) return Status::BadRequest("make_room: expected true or false");
+    c.make_room = it->get<bool>();
+  }
+  return c;
 }
 
 Result<Project> ParseProject(const json& body, const std::string& name_from_path) {
@@ -581,12 +635,24 @@ ApiResponse ApiRouter::Route(const ApiRequest& req) {
         if (!view.ok()) return Error(view.status());
         return Json(200, ToJson(view.value(), registry_->Snapshot().gpus));
       }
+      if (m == "PATCH") {
+        auto body = ParseBody(req.body);
+        if (!body.ok()) return Error(body.status());
+        auto change = ParseSliceChange(body.value());
+        if (!change.ok()) return Error(change.status());
+        auto updated = registry_->UpdateSlice(p[1], change.value(), req.caller);
+        if (!updated.ok()) return Error(updated.status());
+        auto view = registry_->GetSlice(p[1]);
+        json out = view.ok() ? ToJson(view.value(), registry_->Snapshot().gpus) : ToJson(updated->slice);
+        if (!updated->note.empty()) out["note"] = updated->note;
+        return Json(200, out);
+      }
       if (m == "DELETE") {
         Status s = registry_->DeleteSlice(p[1], req.caller);
         if (!s.ok()) return Error(s);
         return Json(200, json{{"deleted", p[1]}});
       }
-      return MethodNotAllowed("GET, DELETE");
+      return MethodNotAllowed("GET, PATCH, DELETE");
     }
     if (p.size() == 3 && (p[2] == "suspend" || p[2] == "resume")) {
       if (m != "POST") return MethodNotAllowed("POST");

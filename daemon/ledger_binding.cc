@@ -59,6 +59,12 @@ std::string UuidToText(const uint8_t b[16]) {
   return out;
 }
 
+// A compute fraction as a LedgerGpu policy word: set, in permille.
+uint32_t PolicyWord(double fraction) {
+  const double permille = std::clamp(fraction, 0.0, 1.0) * 1000.0 + 0.5;
+  return kGpuPolicySet | (static_cast<uint32_t>(permille) & kGpuPolicyMask);
+}
+
 class SharedLedger final : public NodeLedger {
  public:
   explicit SharedLedger(std::string path) : path_(std::move(path)) {}
@@ -223,6 +229,49 @@ class SharedLedger final : public NodeLedger {
     if (index < 0) return Status::Unavailable("slice " + name + " is no longer in the node ledger " + path_);
     const LedgerSlice& s = ledger_.limits()->slices[index];
     return Update(name, index, slice_class, s.flags);
+  }
+
+  Status Resize(const Slice& slice, bool compute, std::map<std::string, uint64_t>* held) override {
+    std::lock_guard lock(mu_);
+    const int index = ledger_.FindSlice(slice.name.c_str());
+    if (index >= 0) {
+      struct Lowered {
+        int gpu;
+        int64_t before;
+      };
+      std::vector<Lowered> lowered;
+      std::map<std::string, uint64_t> over;
+      const bool usage_known = ledger_.MapUsage(index) == LedgerError::kOk;
+      if (usage_known) ledger_.Reap(index);  // the dead hold nothing
+      for (const SliceGpu& g : slice.gpus) {
+        uint8_t uuid[16];
+        if (!UuidToBytes(g.uuid, uuid)) return Status::Internal("GPU UUID '" + g.uuid + "' is malformed");
+        const int gpu = ledger_.FindGpu(index, uuid);
+        if (gpu < 0) continue;  // no process used it yet: PublishLocked adds it below
+        const int64_t before = ledger_.Limit(index, gpu);
+        const int64_t limit = static_cast<int64_t>(g.memory_limit);
+        if (before >= 0 && limit >= before) continue;
+        ledger_.SetLimit(index, gpu, limit);
+        lowered.push_back({gpu, before});
+        const int64_t used = usage_known && held != nullptr ? ledger_.SliceUsage(index, gpu) : 0;
+        if (used > limit) over[g.uuid] = static_cast<uint64_t>(used);
+      }
+      if (!over.empty()) {
+        for (const Lowered& l : lowered) ledger_.SetLimit(index, l.gpu, l.before);
+        *held = std::move(over);
+        return Status::Conflict("slice " + slice.name + " holds more than its new limit");
+      }
+    }
+    if (Status st = PublishLocked(slice); !st.ok()) return st;
+    if (!compute) return Status::Ok();
+    const int published = ledger_.FindSlice(slice.name.c_str());
+    for (const SliceGpu& g : slice.gpus) {
+      uint8_t uuid[16];
+      const int gpu = UuidToBytes(g.uuid, uuid) ? ledger_.FindGpu(published, uuid) : -1;
+      if (gpu < 0) continue;
+      ledger_.SetComputePolicy(published, gpu, PolicyWord(g.compute_cap), PolicyWord(g.compute_share));
+    }
+    return Status::Ok();
   }
 
   Status Withdraw(const std::string& name, Withdrawal how) override {

@@ -4,6 +4,7 @@
 // harmless to running work.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,6 +42,21 @@ class NodeLedger {
   virtual Status PublishNew(const Slice& slice) = 0;
   // Sets the slice's class in the ledger and nothing else (limits and usage stay).
   virtual Status SetClass(const std::string& name, SliceClass slice_class) = 0;
+  // Changes a published slice in place while its processes run (gslice set): its class and,
+  // on each of its GPUs, its memory limit and (with `compute`) its compute policy
+  // (LedgerGpu::compute_cap, compute_share); GPUs not in the ledger yet are added, as Publish
+  // does. The processes see the new limit at their next charge or memory query. With `held`,
+  // where a GPU's new limit is below what the slice's processes hold there, nothing changes:
+  // Conflict, and *held gets what they hold on each such GPU, by UUID. A limit is lowered
+  // before the usage is summed, so no allocation racing the change slips past it
+  // (Ledger::Charge). With held null the limits are set whatever the slice holds (a suspended
+  // slice, whose memory is on the host: what it restores counts against the new limit; an undo).
+  // The default suits a ledger no process charges (in-process, tests): it publishes.
+  virtual Status Resize(const Slice& slice, bool compute, std::map<std::string, uint64_t>* held) {
+    (void)compute;
+    (void)held;
+    return Publish(slice);
+  }
 
   enum class Withdrawal {
     // Deleted: the entry is never listed by Slices() again, so no restart adopts it back.

@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -47,6 +48,10 @@ class PodResolver {
   // Sets pod, pod_namespace and container of each process whose pod is known; clears
   // them on the others. Never waits for the API server (unless load_inline).
   void Label(std::vector<ProcessUsage>* processes);
+
+  // The gslice.io/ annotations of pod namespace_name/name as the last load saw them (empty
+  // when it has none or is not known). Never waits for the API server.
+  std::map<std::string, std::string> Annotations(const std::string& namespace_name, const std::string& name) const;
 
   // Loads attempted so far (for tests).
   int loads() const;

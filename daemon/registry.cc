@@ -4,8 +4,11 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <tuple>
 
 #include "admission.h"
+#include "gslice/k8s/resources.h"
+#include "gslice/units.h"
 
 namespace gslice {
 namespace {
@@ -31,6 +34,67 @@ class UnavailableSuspender final : public Suspender {
                                   "is not built in)");
   }
 };
+
+}  // namespace
+
+namespace {
+
+// The change applied to a copy of `slice`; what changed, for the event log ("memory 8 GiB ->
+// 4 GiB on GPU-…; class opportunistic"), in *what.
+Status ApplyChange(const SliceChange& change, Slice* slice, std::string* what) {
+  auto add = [what](const std::string& item) { *what += (what->empty() ? "" : "; ") + item; };
+  if (!change.memory.empty()) {
+    if (change.memory.size() != 1 && change.memory.size() != slice->gpus.size()) {
+      return Status::BadRequest("memory: " + std::to_string(change.memory.size()) + " sizes for the " +
+                                std::to_string(slice->gpus.size()) + " GPUs of slice '" + slice->name +
+                                "': give one size for all, or one per GPU in the slice's order");
+    }
+    for (size_t k = 0; k < slice->gpus.size(); ++k) {
+      const uint64_t limit = change.memory.size() == 1 ? change.memory[0] : change.memory[k];
+      if (limit == 0) return Status::BadRequest("memory: must be more than 0, e.g. \"8GiB\"");
+      SliceGpu& g = slice->gpus[k];
+      if (limit != g.memory_limit) add("memory " + SizeText(g.memory_limit) + " -> " + SizeText(limit) + " on " + g.uuid);
+      g.memory_limit = limit;
+    }
+  }
+  for (auto [value, field, name] : {std::tuple{change.compute_cap, &SliceGpu::compute_cap, "compute cap"},
+                                     std::tuple{change.compute_share, &SliceGpu::compute_share, "compute share"}}) {
+    if (!value) continue;
+    bool changed = false;
+    for (SliceGpu& g : slice->gpus) {
+      changed = changed || g.*field != *value;
+      g.*field = *value;
+    }
+    if (changed) add(std::string(name) + " " + (*value > 0 ? PercentText(*value) : std::string("none")));
+  }
+  if (change.slice_class && *change.slice_class != slice->slice_class) {
+    slice->slice_class = *change.slice_class;
+    add("class " + std::string(ToString(slice->slice_class)));
+  }
+  if (change.idle_timeout_s && *change.idle_timeout_s != slice->idle_timeout_s) {
+    slice->idle_timeout_s = *change.idle_timeout_s;
+    add("idle timeout " + (slice->idle_timeout_s > 0 ? std::to_string(slice->idle_timeout_s) + " s" : std::string("never")));
+  }
+  return Status::Ok();
+}
+
+// "holds 6 GiB on GPU 0 (GPU-…), more than its new limit of 4 GiB".
+std::string HeldText(const Slice& slice, const std::map<std::string, uint64_t>& held,
+                     const std::vector<GpuInfo>& gpus) {
+  std::string out;
+  for (const auto& [uuid, bytes] : held) {
+    std::string gpu = uuid;
+    for (const GpuInfo& g : gpus) {
+      if (g.uuid == uuid) gpu = "GPU " + std::to_string(g.index) + " (" + uuid + ")";
+    }
+    uint64_t limit = 0;
+    for (const SliceGpu& g : slice.gpus) {
+      if (g.uuid == uuid) limit = g.memory_limit;
+    }
+    out += (out.empty() ? "" : ", ") + SizeText(bytes) + " on " + gpu + ", more than the new limit of " + SizeText(limit);
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -291,6 +355,66 @@ void Registry::LabelSlicesWithPods() {
   }
 }
 
+std::vector<std::pair<std::string, SliceChange>> Registry::ChangesFromPods() {
+  std::vector<std::pair<std::string, SliceChange>> changes;
+  if (pods_ == nullptr) return changes;
+  for (const Slice& s : slices_) {
+    if (s.pod.empty()) continue;
+    auto ann = pods_->Annotations(s.pod_namespace, s.pod);
+    auto value = [&ann](std::string_view key) {
+      auto it = ann.find(std::string(key));
+      return it == ann.end() ? std::string() : it->second;
+    };
+    const std::string memory = value(k8s::kAnnotationMemory), cap = value(k8s::kAnnotationComputeCap),
+                      cls = value(k8s::kAnnotationClass);
+    const std::string asked = memory + "|" + cap + "|" + cls;
+    auto [last, fresh] = pod_asked_.try_emplace(s.name, asked);
+    if (!fresh && last->second == asked) continue;
+    last->second = asked;
+    const std::string pod = s.pod_namespace + "/" + s.pod;
+    SliceChange change;
+    std::string bad;
+    if (!memory.empty()) {
+      size_t start = 0;
+      for (;;) {
+        const size_t comma = memory.find(',', start);
+        const std::string item = memory.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        const bool mib = !item.empty() && item.find_first_not_of("0123456789") == std::string::npos;
+        ParsedSize size = ParseSize(mib ? item + "MiB" : item);
+        if (!size.ok || size.bytes == 0) {
+          bad = std::string(k8s::kAnnotationMemory) + " '" + memory + "': '" + item + "' is not a size (" +
+                (size.ok ? "must be more than 0" : size.error) + "); write e.g. 16GiB, or MiB as 16384";
+          break;
+        }
+        change.memory.push_back(size.bytes);
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
+    }
+    if (bad.empty() && !cap.empty()) {
+      ParsedPercent p = ParsePercent(cap);
+      if (!p.ok || p.fraction > 1) bad = std::string(k8s::kAnnotationComputeCap) + " '" + cap + "': write e.g. 40%";
+      else change.compute_cap = p.fraction;
+    }
+    if (bad.empty() && !cls.empty()) {
+      SliceClass c;
+      if (!ParseSliceClass(cls, &c)) bad = std::string(k8s::kAnnotationClass) + " '" + cls + "': guaranteed or opportunistic";
+      else change.slice_class = c;
+    }
+    if (!bad.empty()) {
+      Log("slice " + s.name + ": pod " + pod + ": " + bad + "; the slice stays as it is");
+      store_->RecordEvent(s.name, "set", "refused: pod " + pod + ": " + bad);
+      continue;
+    }
+    // What the slice has already (the pod's own resources, or an earlier change) is no change.
+    Slice next = s;
+    std::string what;
+    if (!ApplyChange(change, &next, &what).ok() || !what.empty()) changes.emplace_back(s.name, std::move(change));
+  }
+  std::erase_if(pod_asked_, [this](const auto& entry) { return FindSlice(entry.first) == nullptr; });
+  return changes;
+}
+
 void Registry::Sample() {
   // Ask NVML and the ledger without the lock: they may be slow, readers must not wait.
   auto gpus = inventory_->Scan();
@@ -298,7 +422,7 @@ void Registry::Sample() {
   auto ledger_slices = ledger_->Slices();
   if (processes.ok() && pods_ != nullptr) pods_->Label(&processes.value());
   const int64_t now_ms = NowMs();
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
   if (gpus.ok()) gpus_ = std::move(gpus.value());
   if (processes.ok()) {
     processes_ = std::move(processes.value());
@@ -339,6 +463,7 @@ void Registry::Sample() {
   }
   if (processes.ok()) ExpireRegistrations(processes_);
   if (processes.ok()) LabelSlicesWithPods();
+  const auto pod_changes = ChangesFromPods();
   HistorySample sample;
   sample.time_ms = now_ms;
   for (const GpuInfo& g : gpus_) {
@@ -361,6 +486,19 @@ void Registry::Sample() {
   history_.Add(std::move(sample));
   counters_.samples++;
   generation_++;
+  lock.unlock();
+  // A pod's annotations resize its slices as `gslice set` does, with the node's authority.
+  for (const auto& [name, change] : pod_changes) {
+    auto updated = UpdateSlice(name, change, Caller::Daemon());
+    if (updated.ok()) {
+      Log("slice " + name + " changed as its pod's annotations ask");
+      continue;
+    }
+    Log("slice " + name + ": its pod's annotations ask for a change gsliced refused: " + updated.status().message());
+    std::lock_guard again(mu_);
+    store_->RecordEvent(name, "set", "refused: pod annotations: " + updated.status().message());
+    generation_++;
+  }
 }
 
 NodeSnapshot Registry::Snapshot() {
@@ -610,6 +748,76 @@ Result<Slice> Registry::Transition(const std::string& name, bool suspend, const 
   store_->RecordEvent(name, verb, result.ok() ? "done" : "refused: " + result.message());
   if (!result.ok()) return result;
   return *slice;
+}
+
+
+Result<SliceUpdate> Registry::UpdateSlice(const std::string& name, const SliceChange& change, const Caller& caller) {
+  SliceUpdate update;
+  for (int attempt = 0;; ++attempt) {
+    std::map<std::string, uint64_t> held;
+    std::string holds;
+    {
+      std::lock_guard lock(mu_);
+      Slice* slice = FindSlice(name);
+      if (slice == nullptr) {
+        return Status::NotFound("no slice named '" + name + "': `gslice ls` lists the slices");
+      }
+      if (Status s = MayChange(*slice, caller); !s.ok()) return s;
+      if (slice->state == SliceState::kSuspending || slice->state == SliceState::kResuming) {
+        return Status::Conflict("slice '" + name + "' is " + std::string(ToString(slice->state)) +
+                                ": wait until it is done, then change it");
+      }
+      Slice next = *slice;
+      std::string what;
+      if (Status s = ApplyChange(change, &next, &what); !s.ok()) return s;
+      const Project* project = FindProject(next.project);
+      if (project == nullptr) return Status::NotFound("slice '" + name + "': its project '" + next.project + "' is gone");
+      std::vector<Slice> others;
+      for (const Slice& o : slices_) {
+        if (o.name != name) others.push_back(o);
+      }
+      if (Status s = Admit(next, gpus_, others, *project); !s.ok()) {
+        counters_.admission_refusals++;
+        generation_++;
+        return s;
+      }
+      const bool compute = change.compute_cap.has_value() || change.compute_share.has_value();
+      Store::Transaction tx = store_->Begin();
+      if (!tx.status().ok()) return tx.status();
+      if (Status s = store_->PutSlice(next); !s.ok()) return s;
+      if (Status s = store_->RecordEvent(name, "set", what.empty() ? "no change" : what); !s.ok()) return s;
+      // A suspended slice holds no GPU memory: what it restores counts against the new limit.
+      Status published = ledger_->Resize(next, compute, slice->state == SliceState::kSuspended ? nullptr : &held);
+      if (published.ok()) {
+        if (Status s = tx.Commit(); !s.ok()) {
+          if (Status undo = ledger_->Resize(*slice, compute, nullptr); !undo.ok()) {
+            Log("slice " + name + ": cannot put its limits back after a failed commit: " + undo.message());
+          }
+          return s;
+        }
+        *slice = next;
+        generation_++;
+        update.slice = next;
+        return update;
+      }
+      if (held.empty()) return published;
+      holds = HeldText(next, held, gpus_);
+      if (!change.make_room || attempt > 0) {
+        std::string refusal = "slice '" + name + "' holds " + holds + ": nothing changed";
+        if (attempt > 0) return Status::Conflict(refusal + " (even suspended, it holds that memory)");
+        return Status::Conflict(refusal + "; free memory in it first, or make room by suspending it "
+                                "(gslice set --make-room; \"make_room\": true)");
+      }
+    }
+    // Make room: its memory moves to the host, and the change goes through with what is left.
+    auto suspended = SuspendSlice(name, caller);
+    if (!suspended.ok()) {
+      return Status::Conflict("slice '" + name + "' holds " + holds + ", and suspending it to make room failed: " +
+                              suspended.status().message() + "; nothing changed");
+    }
+    update.note = "suspended slice '" + name + "' to make room: it held " + holds + "; `gslice resume " + name +
+                  "` brings it back (what it restores counts against the new limit)";
+  }
 }
 
 Result<Project> Registry::CreateProject(const Project& project) {

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -111,6 +112,26 @@ struct SliceRequest {
   PidIdentity holder;
 };
 
+// What `gslice set` and PATCH /v1/slices/NAME change in a slice; what is not given stays.
+struct SliceChange {
+  // Memory limits: empty: unchanged; one size for every GPU of the slice, or one per GPU in
+  // the slice's order.
+  std::vector<uint64_t> memory;
+  std::optional<double> compute_cap;    // 0..1 on every GPU; 0: no cap
+  std::optional<double> compute_share;  // 0..1 on every GPU; 0: no guaranteed share
+  std::optional<SliceClass> slice_class;
+  std::optional<int64_t> idle_timeout_s;
+  // A shrink below what the slice holds suspends it (its memory moves to the host) instead of
+  // being refused; it stays suspended under the new limit until resumed.
+  bool make_room = false;
+};
+
+// A changed slice, and what was done to make the change fit ("" when nothing was).
+struct SliceUpdate {
+  Slice slice;
+  std::string note;
+};
+
 class Registry {
  public:
   struct Options {
@@ -146,6 +167,16 @@ class Registry {
   Status DeleteSlice(const std::string& name, const Caller& caller = Caller::Daemon());
   Result<Slice> SuspendSlice(const std::string& name, const Caller& caller = Caller::Daemon());
   Result<Slice> ResumeSlice(const std::string& name, const Caller& caller = Caller::Daemon());
+  // Changes a slice in place, admitted like a create against every other slice (GPU capacity,
+  // the project's quotas), while its processes run: the store first, the ledger inside the same
+  // transaction, so the processes see the new limits before the answer. Refusals: 404 no such
+  // slice, 403 not the caller's (MayChange), 400 a malformed change, 409 while it is suspending or
+  // resuming, an admission refusal, or (without make_room) a new limit below what the slice
+  // holds on a GPU: nothing changes, and the message says what it holds. A suspended slice
+  // (make_room suspends one) takes any limit that admission allows: what it restores on resume
+  // counts against it, so it allocates nothing more until it is back under.
+  Result<SliceUpdate> UpdateSlice(const std::string& name, const SliceChange& change,
+                                  const Caller& caller = Caller::Daemon());
 
   Result<Project> CreateProject(const Project& project);
   Result<Project> UpdateProject(const Project& project);
@@ -192,6 +223,11 @@ class Registry {
   // Gives slices without pod labels those of their processes, when they all run in one
   // pod. REQUIRES: mu_ held.
   void LabelSlicesWithPods();
+  // The changes that pods' annotations (gslice.io/memory, gslice.io/compute-cap,
+  // gslice.io/class) ask of their slices, each acted on once per annotation value: a change
+  // refused (or malformed) is logged with an event and tried again only when the annotation
+  // changes. Sample applies them with UpdateSlice once the lock is dropped. REQUIRES: mu_ held.
+  std::vector<std::pair<std::string, SliceChange>> ChangesFromPods();
 
   Options options_;
   std::unique_ptr<Store> store_;
@@ -208,6 +244,7 @@ class Registry {
   std::vector<ProcessUsage> processes_;  // as of the last sample
   std::map<std::string, bool> throttled_;
   std::map<std::string, PidIdentity> holders_;  // by slice; see SliceRequest::holder
+  std::map<std::string, std::string> pod_asked_;  // by slice: the annotations last acted on
   PidResolver holder_pids_;                      // REQUIRES: mu_ held
   std::map<std::string, double> compute_used_;  // by slice, 0..1 per GPU summed
   // Busy time by (pid, GPU) at recent samples, oldest first, back to one a second old.

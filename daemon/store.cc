@@ -66,6 +66,10 @@ constexpr const char* kMigrations[] = {
     R"sql(
     ALTER TABLE slices ADD COLUMN protect_permille INTEGER NOT NULL DEFAULT 0;
     )sql",
+    // 4 -> 5: a slice's compute cap per GPU (0: none), which `gslice set --compute` changes.
+    R"sql(
+    ALTER TABLE slice_gpus ADD COLUMN compute_cap REAL NOT NULL DEFAULT 0;
+    )sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -237,7 +241,7 @@ Result<std::vector<Slice>> Store::LoadSlices() {
     out.push_back(std::move(s));
   }
   Stmt g(db_,
-         "SELECT slice, gpu_uuid, memory_limit_bytes, compute_share FROM slice_gpus "
+         "SELECT slice, gpu_uuid, memory_limit_bytes, compute_share, compute_cap FROM slice_gpus "
          "ORDER BY slice, rowid");
   if (!g.prepared()) return DbError(db_, "load slice GPUs");
   while (g.Step() == SQLITE_ROW) {
@@ -250,9 +254,13 @@ Result<std::vector<Slice>> Store::LoadSlices() {
     if (!(share >= 0 && share <= 1)) {
       return BadRow("slice", slice, OutOfRange("compute_share", std::to_string(share), "0..1"));
     }
+    const double cap = g.Real(4);
+    if (!(cap >= 0 && cap <= 1)) {
+      return BadRow("slice", slice, OutOfRange("compute_cap", std::to_string(cap), "0..1"));
+    }
     for (Slice& s : out) {
       if (s.name == slice) {
-        s.gpus.push_back(SliceGpu{g.Text(1), static_cast<uint64_t>(limit), share});
+        s.gpus.push_back(SliceGpu{g.Text(1), static_cast<uint64_t>(limit), share, cap});
         break;
       }
     }
@@ -321,12 +329,13 @@ Status Store::PutSlice(const Slice& s) {
   }
   for (const SliceGpu& g : s.gpus) {
     Stmt ins(db_,
-             "INSERT INTO slice_gpus (slice, gpu_uuid, memory_limit_bytes, compute_share) "
-             "VALUES (?1, ?2, ?3, ?4)");
+             "INSERT INTO slice_gpus (slice, gpu_uuid, memory_limit_bytes, compute_share, compute_cap) "
+             "VALUES (?1, ?2, ?3, ?4, ?5)");
     ins.Bind(1, s.name);
     ins.Bind(2, g.uuid);
     ins.Bind(3, static_cast<int64_t>(g.memory_limit));
     ins.Bind(4, g.compute_share);
+    ins.Bind(5, g.compute_cap);
     if (!ins.prepared() || ins.Step() != SQLITE_DONE) return fail("save slice GPU");
   }
   if (Status st = Exec("RELEASE put_slice"); !st.ok()) return fail("save slice");

@@ -113,6 +113,18 @@ void PodDirectory::AddContainer(const std::string& uid, const std::string& conta
   pods_[uid].containers[id] = container_name;
 }
 
+void PodDirectory::SetAnnotations(const std::string& uid, std::map<std::string, std::string> annotations) {
+  pods_[uid].annotations = std::move(annotations);
+}
+
+std::map<std::string, std::string> PodDirectory::Annotations(const std::string& namespace_name,
+                                                             const std::string& name) const {
+  for (const auto& [uid, e] : pods_) {
+    if (e.namespace_name == namespace_name && e.name == name) return e.annotations;
+  }
+  return {};
+}
+
 std::optional<PodName> PodDirectory::Lookup(const PodCgroup& cg) const {
   auto it = pods_.find(cg.pod_uid);
   if (it == pods_.end()) return std::nullopt;

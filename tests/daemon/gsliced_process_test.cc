@@ -180,7 +180,7 @@ TEST_F(GslicedProcess, HostileHttpGetsA4xxAndChangesNothing) {
   EXPECT_LT(r->status, 500);
   r = Unix().Put("/v1/slices/keep", "{}", "application/json");
   EXPECT_EQ(r->status, 405);
-  EXPECT_EQ(r->get_header_value("Allow"), "GET, DELETE");
+  EXPECT_EQ(r->get_header_value("Allow"), "GET, PATCH, DELETE");
   r = Unix().Post("/v1/slices", "\x01\x02garbage", "application/json");
   EXPECT_EQ(r->status, 400);
   // Raw bytes that are not HTTP at all.

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "daemon_test_support.h"
+#include "gslice/ledger.h"
 
 namespace gslice {
 namespace {
@@ -121,6 +122,7 @@ class LiveChange : public ::testing::Test {
     setenv("GSLICE_SUSPEND_BOARD", board_.c_str(), 1);
     setenv("GSLICE_SOCKET", socket_.c_str(), 1);
     setenv("GSLICE_LEDGER", ledger_.c_str(), 1);  // the daemon's ledger, not the node's
+    setenv("GSLICE_CONTEXT_OVERHEAD", "0", 1);       // the slices hold what the programs allocate
     // Under the sanitize preset the shims are instrumented: the ASan runtime goes first.
     if (!std::string(GSLICE_TEST_ASAN_RUNTIME).empty()) {
       setenv("LD_PRELOAD", GSLICE_TEST_ASAN_RUNTIME, 1);
@@ -132,7 +134,8 @@ class LiveChange : public ::testing::Test {
       kill(pid_, SIGTERM);
       waitpid(pid_, nullptr, 0);
     }
-    for (const char* v : {"GSLICE_SIM_STATE", "GSLICE_SUSPEND_BOARD", "GSLICE_SOCKET", "GSLICE_LEDGER", "LD_PRELOAD"}) {
+    for (const char* v : {"GSLICE_SIM_STATE", "GSLICE_SUSPEND_BOARD", "GSLICE_SOCKET", "GSLICE_LEDGER",
+                        "GSLICE_CONTEXT_OVERHEAD", "LD_PRELOAD"}) {
       unsetenv(v);
     }
     std::error_code ec;
@@ -251,6 +254,145 @@ TEST_F(LiveChange, RunByNameTakesTheSliceFromGsliced) {
   // Flags that the slice already decides are refused, not silently ignored.
   EXPECT_EQ(Cli("run --sim --name train --gpus 0 -- true", &out, &err), 2);
   EXPECT_NE(err.find("drop --gpus"), std::string::npos) << err;
+}
+
+// Asks `program` for "info" until `key` reads `want`, at most for `bound` (and at least once);
+// returns the last line. gsliced writes the ledger before it answers, so the first ask after
+// the answer already sees the change.
+std::string AwaitField(Program* program, const std::string& key, uint64_t want,
+                       std::chrono::milliseconds bound = std::chrono::milliseconds(100)) {
+  const auto until = std::chrono::steady_clock::now() + bound;
+  std::string line;
+  do {
+    line = program->Ask("info");
+    if (Field(line, key) == want) break;
+  } while (std::chrono::steady_clock::now() < until);
+  return line;
+}
+
+TEST_F(LiveChange, ARunningProgramSeesItsLimitGrowAndShrink) {
+  Start();
+  std::string out, err;
+  ASSERT_EQ(Cli("create grow --gpus 0 --memory 2GiB", &out, &err), 0) << err;
+  auto program = Watch("grow");
+  ASSERT_NE(program, nullptr);
+  std::string info = program->Ask("info");
+  ASSERT_EQ(Field(info, "total"), 2 * kGiB) << info;
+  ASSERT_EQ(program->Ask("alloc " + std::to_string(kGiB + kGiB / 2)), "ok");
+  ASSERT_EQ(program->Ask("alloc " + std::to_string(kGiB)), "oom");
+
+  // Grow: cuMemGetInfo and NVML show it, and the program allocates the difference.
+  ASSERT_EQ(Cli("set grow --memory 4GiB", &out, &err), 0) << err;
+  info = AwaitField(program.get(), "total", 4 * kGiB);
+  EXPECT_EQ(Field(info, "total"), 4 * kGiB) << info;
+  EXPECT_EQ(Field(info, "nvml"), 4 * kGiB) << info;
+  EXPECT_EQ(program->Ask("alloc " + std::to_string(kGiB)), "ok");
+
+  // A shrink below what it holds (2.5 GiB) is refused with what it holds; nothing changes.
+  EXPECT_EQ(Cli("set grow --memory 2GiB", &out, &err), 1);
+  EXPECT_NE(err.find("slice 'grow' holds 2.5 GiB on GPU 0"), std::string::npos) << err;
+  EXPECT_NE(err.find("more than the new limit of 2 GiB: nothing changed"), std::string::npos) << err;
+  EXPECT_NE(err.find("--make-room"), std::string::npos) << err;
+  EXPECT_EQ(Get("/v1/slices/grow")["memory_limit_bytes"], 4 * kGiB);
+  info = program->Ask("info");
+  EXPECT_EQ(Field(info, "total"), 4 * kGiB) << info;
+  EXPECT_EQ(program->Ask("alloc " + std::to_string(kGiB)), "ok");  // the old limit still holds
+
+  // Once it holds less, the shrink goes through and the program sees it.
+  ASSERT_EQ(program->Ask("free"), "freed");
+  ASSERT_EQ(Cli("set grow --memory 1GiB", &out, &err), 0) << err;
+  info = AwaitField(program.get(), "total", kGiB);
+  EXPECT_EQ(Field(info, "total"), kGiB) << info;
+  EXPECT_EQ(Field(info, "nvml"), kGiB) << info;
+  EXPECT_EQ(program->Ask("alloc " + std::to_string(kGiB + 1)), "oom");
+  EXPECT_EQ(program->Ask("alloc " + std::to_string(kGiB)), "ok");
+  EXPECT_EQ(program->Stop(), 0);
+}
+
+TEST_F(LiveChange, SetIsAdmittedLikeACreate) {
+  Start();
+  std::string out, err;
+  ASSERT_EQ(Cli("create a --gpus 0 --memory 4GiB", &out, &err), 0) << err;
+  ASSERT_EQ(Cli("create b --gpus 0 --memory 10GiB --compute 60%", &out, &err), 0) << err;
+  // GPU capacity: 16 GiB, 10 of which b reserves.
+  EXPECT_EQ(Cli("set a --memory 8GiB", &out, &err), 1);
+  EXPECT_NE(err.find("guaranteed memory free, asked 8 GiB"), std::string::npos) << err;
+  EXPECT_EQ(Cli("set a --share 50%", &out, &err), 1);
+  EXPECT_NE(err.find("compute"), std::string::npos) << err;
+  EXPECT_EQ(Get("/v1/slices/a")["memory_limit_bytes"], 4 * kGiB);
+  // As opportunistic work it reserves nothing, so it fits.
+  ASSERT_EQ(Cli("set a --memory 8GiB --class opportunistic --compute 30% --share 20% --idle-timeout 30m", &out, &err),
+            0)
+      << err;
+  json a = Get("/v1/slices/a");
+  EXPECT_EQ(a["class"], "opportunistic");
+  EXPECT_EQ(a["memory_limit_bytes"], 8 * kGiB);
+  EXPECT_EQ(a["idle_timeout_s"], 1800);
+  EXPECT_DOUBLE_EQ(a["gpus"][0]["compute_cap"].get<double>(), 0.3);
+  EXPECT_DOUBLE_EQ(a["gpus"][0]["compute_share"].get<double>(), 0.2);
+  // What running processes read: the node ledger's limits file.
+  Ledger ledger;
+  ASSERT_EQ(ledger.Open(ledger_.c_str(), 2000, false), LedgerError::kOk) << ledger.detail();
+  const int slice = ledger.FindSlice("a");
+  ASSERT_GE(slice, 0);
+  uint8_t uuid[16];
+  ASSERT_TRUE(ParseGpuUuid(a["gpus"][0]["uuid"].get<std::string>().c_str(), uuid));
+  const int gpu = ledger.FindGpu(slice, uuid);
+  ASSERT_GE(gpu, 0);
+  EXPECT_EQ(ledger.Limit(slice, gpu), static_cast<int64_t>(8 * kGiB));
+  EXPECT_EQ(ledger.ComputeCapWord(slice, gpu), kGpuPolicySet | 300u);
+  EXPECT_EQ(ledger.ComputeShareWord(slice, gpu), kGpuPolicySet | 200u);
+  EXPECT_EQ(ledger.limits()->slices[slice].slice_class, static_cast<uint32_t>(SliceClass::kOpportunistic));
+  // The change is in the event log, and it survives a restart (the database has it).
+  bool logged = false;
+  const json events = Get("/v1/events");
+  for (const json& e : events["events"]) logged = logged || (e["slice"] == "a" && e["kind"] == "set");
+  EXPECT_TRUE(logged) << events.dump();
+  kill(pid_, SIGTERM);
+  waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+  Start();
+  a = Get("/v1/slices/a");
+  EXPECT_EQ(a["memory_limit_bytes"], 8 * kGiB);
+  EXPECT_DOUBLE_EQ(a["gpus"][0]["compute_cap"].get<double>(), 0.3);
+
+  // Only the owner or an admin: nobody may not change root's slice.
+  EXPECT_EQ(Cli("set a --memory 1GiB", &out, &err, "65534"), 1);
+  EXPECT_NE(err.find("slice 'a' belongs to root (uid 0)"), std::string::npos) << err;
+  EXPECT_EQ(Get("/v1/slices/a")["memory_limit_bytes"], 8 * kGiB);
+  // Bad input: a clear error, nothing sent.
+  EXPECT_EQ(Cli("set a --memory 1GiB,2GiB", &out, &err), 1);
+  EXPECT_NE(err.find("2 sizes for the 1 GPUs"), std::string::npos) << err;
+  EXPECT_EQ(Cli("set a", &out, &err), 2);
+  EXPECT_NE(err.find("nothing to change"), std::string::npos) << err;
+  EXPECT_EQ(Cli("set nosuch --memory 1GiB", &out, &err), 1);
+  EXPECT_NE(err.find("no slice named 'nosuch'"), std::string::npos) << err;
+}
+
+TEST_F(LiveChange, MakeRoomSuspendsTheSliceAndSaysSo) {
+  Start();
+  std::string out, err;
+  ASSERT_EQ(Cli("create nb --gpus 0 --memory 1GiB", &out, &err), 0) << err;
+  auto program = Watch("nb");
+  ASSERT_NE(program, nullptr);
+  ASSERT_EQ(program->Ask("alloc " + std::to_string(kGiB / 2)), "ok");
+  for (int i = 0; i < 100 && Get("/v1/slices/nb")["processes"].empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(Cli("set nb --memory 256MiB --make-room", &out, &err), 0) << err;
+  EXPECT_NE(out.find("suspended slice 'nb' to make room: it held 512 MiB on GPU 0"), std::string::npos) << out;
+  json nb = Get("/v1/slices/nb");
+  EXPECT_EQ(nb["state"], "suspended");
+  EXPECT_EQ(nb["memory_limit_bytes"], 256ull << 20);
+  // Resumed, it is over its new limit: it allocates nothing more until it frees.
+  ASSERT_EQ(Cli("resume nb", &out, &err), 0) << err;
+  EXPECT_EQ(Get("/v1/slices/nb")["state"], "running");
+  const std::string info = program->Ask("info");
+  EXPECT_EQ(Field(info, "total"), 256ull << 20) << info;
+  EXPECT_EQ(program->Ask("alloc 1048576"), "oom");
+  EXPECT_EQ(program->Ask("free"), "freed");
+  EXPECT_EQ(program->Ask("alloc 1048576"), "ok");
+  EXPECT_EQ(program->Stop(), 0);
 }
 
 }  // namespace

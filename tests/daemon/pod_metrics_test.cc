@@ -186,6 +186,7 @@ class PodMetricsTest : public ::testing::Test {
     config.kubernetes_apiserver = apiserver;
     config.kubernetes_proc_root = proc_;
     config.kubernetes_retry_seconds = 1;
+    config.kubernetes_refresh_seconds = refresh_seconds_;
     std::string note;
     auto resolver = MakePodResolver(config, &note);
     ASSERT_NE(resolver, nullptr) << note;
@@ -237,6 +238,7 @@ class PodMetricsTest : public ::testing::Test {
   std::string gpu_;
   std::shared_ptr<ScriptedLedger::State> ledger_ = std::make_shared<ScriptedLedger::State>();
   PodResolver* resolver_ = nullptr;
+  int64_t refresh_seconds_ = 60;
   std::unique_ptr<Registry> registry_;
   std::unique_ptr<ApiRouter> router_;
 };
@@ -318,6 +320,71 @@ TEST_F(PodMetricsTest, ProcessAndSliceMetricsCarryTheirPodAcrossARestart) {
   EXPECT_NE(Metrics().find("gslice_slice_processes{slice=\"team.app.main\",user=\"unknown\",project=\"default\",class=\"guaranteed\",pod=\"app\",namespace=\"team\"} 0\n"),
             std::string::npos)
       << Metrics();
+}
+
+// kubectl annotate pod app gslice.io/memory=8GiB: gsliced resizes the pod's running slice (as
+// `gslice set` does, admitted like a create), and a change it refuses is logged, not retried.
+TEST_F(PodMetricsTest, ChangingAPodsAnnotationResizesItsSlice) {
+  k8s::testing::FakeApiServer api;
+  json pod = PodOn("node-a", "team", "app", kAppUid, {{"main", kAppCid}});
+  api.AddPod(pod);
+  AddLedgerSlice("team.app.main");  // 4 GiB, as the device plugin made it
+  AddProcess(101, "team.app.main", 3 * kGiB);
+  WriteCgroup(101, SystemdCgroup(kAppUid, kAppCid));
+  refresh_seconds_ = 1;
+  StartRegistry(api.url());
+  auto slice = [&] { return json::parse(Call("GET", "/v1/slices/team.app.main").body); };
+  auto sample_until = [&](const std::function<bool(const json&)>& done) {
+    for (int i = 0; i < 500; ++i) {
+      registry_->Sample();
+      if (done(slice())) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  };
+  ASSERT_TRUE(sample_until([](const json& s) { return s["pod"] == "app"; })) << slice().dump();
+  EXPECT_EQ(slice()["memory_limit_bytes"], 4 * kGiB);
+
+  pod["metadata"]["annotations"] = {{"gslice.io/memory", "8GiB"}, {"gslice.io/compute-cap", "40%"}};
+  api.AddPod(pod);
+  ASSERT_TRUE(sample_until([](const json& s) { return s["memory_limit_bytes"] == 8 * kGiB; })) << slice().dump();
+  EXPECT_DOUBLE_EQ(slice()["gpus"][0]["compute_cap"].get<double>(), 0.4);
+  {
+    std::lock_guard lock(ledger_->mu);  // published to the ledger the processes read
+    ASSERT_EQ(ledger_->slices.size(), 1u);
+    EXPECT_EQ(ledger_->slices[0].gpus[0].memory_limit, 8 * kGiB);
+  }
+
+  // Past the GPU (16 GiB): refused like a create, the slice stays, and the event says why.
+  pod["metadata"]["annotations"]["gslice.io/memory"] = "20480";  // MiB, as gslice.io/gpu-memory
+  api.AddPod(pod);
+  auto refused = [&] {
+    const json events = json::parse(Call("GET", "/v1/events").body);
+    for (const json& e : events["events"]) {
+      const std::string detail = e["detail"];
+      if (e["slice"] == "team.app.main" && detail.find("refused: pod annotations") != std::string::npos) return true;
+    }
+    return false;
+  };
+  for (int i = 0; i < 500 && !refused(); ++i) {
+    registry_->Sample();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(refused()) << Call("GET", "/v1/events").body;
+  EXPECT_EQ(slice()["memory_limit_bytes"], 8 * kGiB);
+
+  // A malformed annotation changes nothing either.
+  pod["metadata"]["annotations"]["gslice.io/memory"] = "lots";
+  api.AddPod(pod);
+  for (int i = 0; i < 100; ++i) {
+    registry_->Sample();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(slice()["memory_limit_bytes"], 8 * kGiB);
+  // Back down: the shrink goes through (the scripted ledger holds nothing).
+  pod["metadata"]["annotations"]["gslice.io/memory"] = "6GiB";
+  api.AddPod(pod);
+  EXPECT_TRUE(sample_until([](const json& s) { return s["memory_limit_bytes"] == 6 * kGiB; })) << slice().dump();
 }
 
 TEST_F(PodMetricsTest, APodGivenThroughTheApiIsNotOverwritten) {

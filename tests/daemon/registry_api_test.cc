@@ -186,7 +186,20 @@ TEST_F(RegistryApiTest, HostileRequestsGetAClear4xxAndChangeNothing) {
       {"POST", "/v1/slices", std::string(1000, '[') , 400},
       {"PUT", "/v1/slices", "{}", 405},
       {"DELETE", "/v1/slices", "", 405},
-      {"PATCH", "/v1/slices/keep", "{}", 405},
+      {"PATCH", "/v1/slices", "{}", 405},
+      {"PATCH", "/v1/slices/keep", R"({"memory":"lots"})", 400},
+      {"PATCH", "/v1/slices/keep", R"({"memory":"17GiB"})", 400},
+      {"PATCH", "/v1/slices/keep", R"({"memory":["1GiB","2GiB"]})", 400},
+      {"PATCH", "/v1/slices/keep", R"({"memory":0})", 400},
+      {"PATCH", "/v1/slices/keep", R"({"memory":[]})", 400},
+      {"PATCH", "/v1/slices/keep", R"({"compute_cap":"250%"})", 400},
+      {"PATCH", "/v1/slices/keep", R"({"compute_share":-1})", 400},
+      {"PATCH", "/v1/slices/keep", R"({"class":"vip"})", 400},
+      {"PATCH", "/v1/slices/keep", R"({"idle_timeout_s":36028797018963968})", 400},
+      {"PATCH", "/v1/slices/keep", R"({"make_room":"yes"})", 400},
+      {"PATCH", "/v1/slices/keep", R"({"size":1})", 400},
+      {"PATCH", "/v1/slices/keep", "[1]", 400},
+      {"PATCH", "/v1/slices/nosuch", R"({"memory":"1GiB"})", 404},
       {"GET", "/v1/slices/keep/suspend", "", 405},
       {"GET", "/v1/../../etc/passwd", "", 400},
       {"GET", "/v1/slices/..", "", 400},
@@ -404,7 +417,7 @@ TEST_F(RegistryApiTest, MigratesAVersionThreeDatabase) {
   {
     auto store = Store::Open(db_);
     ASSERT_TRUE(store.ok()) << store.status().message();
-    EXPECT_EQ(store.value()->schema_version(), 4);
+    EXPECT_EQ(store.value()->schema_version(), 5);
     EXPECT_EQ(store.value()->schema_version(), Store::CurrentSchemaVersion());
     auto slices = store.value()->LoadSlices();
     ASSERT_TRUE(slices.ok()) << slices.status().message();

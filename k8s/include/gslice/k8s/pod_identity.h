@@ -42,6 +42,10 @@ class PodDirectory {
   void AddContainer(const std::string& uid, const std::string& container_id,
                     const std::string& container_name);
   std::optional<PodName> Lookup(const PodCgroup& cg) const;
+  // The pod's annotations that the node acts on (gslice.io/...), as the last load saw them.
+  void SetAnnotations(const std::string& uid, std::map<std::string, std::string> annotations);
+  // Those of the pod named namespace_name/name; empty when it has none or is not here.
+  std::map<std::string, std::string> Annotations(const std::string& namespace_name, const std::string& name) const;
   void Clear() { pods_.clear(); }
   size_t size() const { return pods_.size(); }
 
@@ -49,6 +53,7 @@ class PodDirectory {
   struct Entry {
     std::string namespace_name, name;
     std::map<std::string, std::string> containers;  // id -> name
+    std::map<std::string, std::string> annotations;
   };
   std::map<std::string, Entry> pods_;
 };

@@ -26,6 +26,11 @@ inline constexpr std::string_view kAnnotationComputeCap = "gslice.io/compute-cap
 // Optional protection level of a guaranteed pod's slices ("0.9" or "90%"): the fraction of
 // their solo speed that opportunistic work on the same GPU must leave them (default 0.97).
 inline constexpr std::string_view kAnnotationProtect = "gslice.io/protect";
+// Optional memory limit per GPU ("16GiB", or "16GiB,8GiB" per GPU; a bare number is MiB, as
+// gslice.io/gpu-memory): the node's gsliced resizes the pod's running slices to it, as
+// `gslice set --memory` does. Changing it (and gslice.io/compute-cap, gslice.io/class) on a
+// running pod resizes its slices in place (docs/kubernetes.md).
+inline constexpr std::string_view kAnnotationMemory = "gslice.io/memory";
 
 // Pod annotations the extender writes at bind time and the device plugin consumes.
 inline constexpr std::string_view kAnnotationAssignment = "gslice.io/assignment";  // JSON
