@@ -1,5 +1,7 @@
 // gslice dashboard: polls gsliced's API every second and draws GPUs, slices, processes
-// and projects, with charts of memory and compute over time (canvas, no library).
+// and projects, with charts of memory and compute over time (canvas, no library). Its
+// actions (create, change, suspend, resume, delete) call the same API as the CLI, with the
+// caller's token: gsliced decides who may do what, and its messages are shown as they come.
 'use strict';
 
 const POLL_MS = 1000;
@@ -39,6 +41,104 @@ async function api(path) {
   }
   if (!res.ok) throw new Error(path + ': HTTP ' + res.status);
   return res.json();
+}
+
+// Calls the API to change something; resolves to {ok, status, json}. gsliced's refusal
+// ("error") is what the person sees, word for word as `gslice` prints it.
+async function act(method, path, body) {
+  const headers = {'Content-Type': 'application/json'};
+  if (state.token) headers['Authorization'] = 'Bearer ' + state.token;
+  const res = await fetch(path, {method, headers, cache: 'no-store', body: body === undefined ? undefined : JSON.stringify(body)});
+  let json = {};
+  try { json = await res.json(); } catch (e) { /* no body */ }
+  return {ok: res.ok, status: res.status, json};
+}
+
+function showMessage(ok, text) {
+  const m = document.getElementById('action-message');
+  m.textContent = text;
+  m.className = 'message ' + (ok ? 'ok' : 'error');
+}
+
+// Runs one action and reports it; the next poll shows its effect.
+async function runAction(what, method, path, body) {
+  try {
+    const r = await act(method, path, body);
+    if (r.ok) {
+      showMessage(true, what + ': done' + (r.json.note ? ' · ' + r.json.note : ''));
+    } else {
+      showMessage(false, what + ': ' + (r.json.error || 'HTTP ' + r.status));
+    }
+    return r;
+  } catch (e) {
+    showMessage(false, what + ': gsliced not reachable (' + e.message + ')');
+    return {ok: false};
+  }
+}
+
+// A percentage field: "" stays unchanged (undefined), "none" or "0" is 0, "30%" stays text.
+function percentField(value) {
+  const v = value.trim();
+  if (v === '') return undefined;
+  return v === 'none' ? 0 : v;
+}
+
+async function onCreate(ev) {
+  ev.preventDefault();
+  const f = ev.target.elements;
+  const gpu = {gpu: f.gpu.value, memory: f.memory.value.trim()};
+  const share = percentField(f.compute.value);
+  if (share !== undefined) gpu.compute = share;
+  const body = {class: f.class.value, gpus: [gpu]};
+  if (f.name.value.trim()) body.name = f.name.value.trim();
+  if (f.user.value.trim()) body.user = f.user.value.trim();  // another owner: admins only
+  const r = await runAction('create ' + (body.name || 'slice'), 'POST', '/v1/slices', body);
+  if (r.ok) { f.name.value = ''; f.memory.value = ''; f.compute.value = ''; }
+}
+
+function openResize(name) {
+  const dialog = document.getElementById('resize-dialog');
+  const form = document.getElementById('resize-form');
+  form.reset();
+  form.dataset.slice = name;
+  document.getElementById('resize-name').textContent = name;
+  dialog.showModal();
+}
+
+async function onResize(ev) {
+  const form = ev.target;
+  const dialog = document.getElementById('resize-dialog');
+  if (ev.submitter && ev.submitter.value === 'cancel') return;  // the dialog closes itself
+  ev.preventDefault();
+  const f = form.elements;
+  const body = {};
+  const memory = f.memory.value.trim();
+  if (memory) body.memory = memory.includes(',') ? memory.split(',').map((m) => m.trim()) : memory;
+  for (const field of ['compute_cap', 'compute_share']) {
+    const v = percentField(f[field].value);
+    if (v !== undefined) body[field] = v;
+  }
+  if (f.class.value) body.class = f.class.value;
+  if (f.make_room.checked) body.make_room = true;
+  const name = form.dataset.slice;
+  const r = await runAction('change ' + name, 'PATCH', '/v1/slices/' + encodeURIComponent(name), body);
+  if (r.ok) dialog.close();
+}
+
+async function onSliceAction(ev) {
+  const button = ev.target.closest('button[data-action]');
+  if (!button) return;
+  const name = button.closest('tr').dataset.slice;
+  const action = button.dataset.action;
+  const path = '/v1/slices/' + encodeURIComponent(name);
+  if (action === 'resize') {
+    openResize(name);
+  } else if (action === 'delete') {
+    if (!confirm('Delete slice ' + name + '? Its processes keep running with the limits they have until they exit.')) return;
+    await runAction('delete ' + name, 'DELETE', path);
+  } else {
+    await runAction(action + ' ' + name, 'POST', path + '/' + action);
+  }
 }
 
 // ---- formatting ------------------------------------------------------------------------
@@ -230,7 +330,16 @@ function renderSliceCharts(node) {
   legend(document.getElementById('slice-compute-legend'), comp);
 }
 
+function renderGpuChoices(node) {
+  const select = document.getElementById('create-gpu');
+  const key = node.gpus.map((g) => g.uuid).join(',');
+  if (select.dataset.key === key) return;  // keep the person's choice
+  select.dataset.key = key;
+  select.replaceChildren(...node.gpus.map((g) => el('option', {value: String(g.index), text: g.index + ' · ' + g.name + ' · ' + fmtBytes(g.memory_total_bytes)})));
+}
+
 function renderTables(node) {
+  renderGpuChoices(node);
   const gpuIndex = new Map(node.gpus.map((g) => [g.uuid, g.index]));
   const body = document.querySelector('#slices tbody');
   body.replaceChildren(...node.slices.map((s) => {
@@ -250,7 +359,13 @@ function renderTables(node) {
         stateCell,
         el('td', {text: s.gpus.map((g) => gpuIndex.has(g.uuid) ? gpuIndex.get(g.uuid) : g.uuid).join(', ')}),
         memCell, el('td', {text: (s.compute_used === null ? '-' : fmtPct(s.compute_used)) + ' / ' + share}),
-        el('td', {text: String(s.processes.length)}));
+        el('td', {text: String(s.processes.length)}),
+        el('td', {class: 'actions'},
+           el('button', {type: 'button', 'data-action': 'resize', text: 'Change'}),
+           s.state === 'suspended'
+               ? el('button', {type: 'button', 'data-action': 'resume', text: 'Resume'})
+               : el('button', {type: 'button', 'data-action': 'suspend', text: 'Suspend'}),
+           el('button', {type: 'button', 'data-action': 'delete', text: 'Delete'})));
     return row;
   }));
   document.getElementById('no-slices').classList.toggle('hidden', node.slices.length > 0);
@@ -317,5 +432,8 @@ document.addEventListener('DOMContentLoaded', () => {
     sessionStorage.setItem('gslice-token', state.token);  // the next poll uses it
   });
   window.addEventListener('resize', () => state.node && (renderGpus(state.node), renderSliceCharts(state.node)));
+  document.getElementById('create-form').addEventListener('submit', onCreate);
+  document.getElementById('resize-form').addEventListener('submit', onResize);
+  document.querySelector('#slices tbody').addEventListener('click', onSliceAction);
   poll();
 });

@@ -1,7 +1,9 @@
 // End-to-end test of gsliced's dashboard: starts gsliced on the simulated driver (TCP with a
 // token), gives it slices with live usage, opens the page in headless Chromium and checks
 // what a person would see: GPU cards, charts that draw, slice states (running, idle,
-// throttled), processes, live updates, the token prompt, and no request leaving gsliced.
+// throttled), processes, live updates, the token prompt, and no request leaving gsliced; then
+// acts from the page: creates, changes, suspends, resumes and deletes a slice in which a
+// program runs on the simulated driver, with gsliced's own messages for what it refuses.
 // Writes a screenshot to $GSLICE_SCREENSHOT_DIR/dashboard.png.
 'use strict';
 
@@ -20,7 +22,7 @@ try {
   console.error('playwright-core is not installed: run `npm ci` in tests/web (scripts/setup does)');
   process.exit(1);
 }
-for (const v of ['GSLICED', 'GSLICE_SIM_NVML', 'GSLICE_SLICE_USER']) {
+for (const v of ['GSLICED', 'GSLICE_SIM_NVML', 'GSLICE_SLICE_USER', 'GSLICE_CLI', 'GSLICE_TEST_CLIENT']) {
   if (!process.env[v]) {
     console.error(`${v} is not set: run this test through ctest (tests/daemon/CMakeLists.txt sets it)`);
     process.exit(1);
@@ -83,14 +85,14 @@ async function main() {
     `socket = "${dir}/api.sock"`,
     `database = "${dir}/gsliced.db"`,
     `ledger = "${ledger}"`,
-    `nvml_library = "${process.env.GSLICE_SIM_NVML}"`,
     `tcp = "127.0.0.1:${port}"`,
     `token_file = "${dir}/token"`,
     'sample_interval_ms = 250',
   ].join('\n') + '\n');
   const env = {...process.env, GSLICE_SIM_STATE: simState, GSLICE_SUSPEND_BOARD: board};
   const log = fs.openSync(path.join(dir, 'gsliced.log'), 'a');
-  const daemon = spawn(process.env.GSLICED, ['--config', path.join(dir, 'gsliced.toml')],
+  // --sim: the simulated driver's NVML and checkpoint API (suspend and resume work).
+  const daemon = spawn(process.env.GSLICED, ['--config', path.join(dir, 'gsliced.toml'), '--sim'],
                        {env, stdio: ['ignore', log, log]});
   children.push(daemon);
   daemon.on('exit', (code) => {
@@ -138,7 +140,9 @@ async function main() {
       if (!req.url().startsWith(base + '/')) problems.push(`request outside gsliced: ${req.url()}`);
     });
     page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
-    page.on('response', (r) => r.status() >= 400 && problems.push(`HTTP ${r.status()} for ${r.url()}`));
+    // Refused actions answer 4xx on purpose (their messages are checked below); reads never may.
+    page.on('response', (r) => r.status() >= 400 && r.request().method() === 'GET' &&
+                               problems.push(`HTTP ${r.status()} for ${r.url()}`));
     page.on('console', (m) => m.type() === 'error' && problems.push(`console error: ${m.text()}`));
 
     await page.goto(`${base}/#token=${token}`);
@@ -181,6 +185,82 @@ async function main() {
     assert.equal((await call('DELETE', '/v1/slices/live-1')).status, 200);
     await page.waitForSelector('#slices tr[data-slice="live-1"]', {state: 'detached', timeout: 5000});
 
+    // Acting from the page, as the token's holder (an admin, as the API says).
+    page.on('dialog', (d) => d.accept());  // "Delete slice …?"
+    const message = () => page.locator('#action-message').textContent();
+    const row = (slice) => page.locator(`#slices tr[data-slice="${slice}"]`);
+    const create = page.locator('#create-form');
+    const fillCreate = async (memory) => {
+      await create.locator('input[name="name"]').fill('web-1');
+      await create.locator('input[name="user"]').fill('erin');
+      await create.locator('select[name="gpu"]').selectOption('0');
+      await create.locator('input[name="memory"]').fill(memory);
+      await create.locator('button[type="submit"]').click();
+    };
+    // Refused: the message is gsliced's, word for word as the CLI prints it; nothing is made.
+    const refusedCreate = {name: 'web-1', user: 'erin', class: 'guaranteed', gpus: [{gpu: '0', memory: '10GiB'}]};
+    const refusal = (await call('POST', '/v1/slices', refusedCreate)).json.error;
+    assert.match(refusal, /8 GiB guaranteed memory free, asked 10 GiB/);
+    await fillCreate('10GiB');
+    await waitFor('the refusal', async () => (await message()) === `create web-1: ${refusal}`);
+    assert.equal((await call('GET', '/v1/slices/web-1')).status, 404);
+    await fillCreate('1GiB');
+    await waitFor('the slice to be made', async () => (await message()) === 'create web-1: done');
+    await page.waitForSelector('#slices tr[data-slice="web-1"]', {timeout: 5000});
+    assert.equal((await call('GET', '/v1/slices/web-1')).json.user, 'erin');
+
+    // A program runs in it (gslice run --name takes the slice from gsliced).
+    const program = spawn(process.env.GSLICE_CLI, ['run', '--sim', '--name', 'web-1', '--', process.env.GSLICE_TEST_CLIENT, 'watch'],
+                          {env: {...env, GSLICE_SOCKET: `${dir}/api.sock`, GSLICE_LEDGER: ledger, GSLICE_CONTEXT_OVERHEAD: '0'},
+                           stdio: ['pipe', 'pipe', 'inherit']});
+    children.push(program);
+    let out = '';
+    program.stdout.on('data', (d) => { out += d; });
+    const ask = async (command) => {
+      const before = out.length;
+      program.stdin.write(command + '\n');
+      await waitFor(`the program to answer ${command}`, async () => out.length > before && out.endsWith('\n'));
+      return out.slice(before).trim();
+    };
+    await waitFor('the program to start', async () => out.startsWith('ready\n'));
+    assert.equal(await ask('alloc 536870912'), 'ok');
+    await waitFor('its process to show', async () => (await row('web-1').textContent()).includes('512 MiB / 1 GiB'));
+
+    // Change: the running program sees the new limit.
+    const change = async (fields) => {
+      await row('web-1').locator('button[data-action="resize"]').click();
+      const form = page.locator('#resize-form');
+      for (const [field, value] of Object.entries(fields)) {
+        if (field === 'make_room') await form.locator('input[name="make_room"]').check();
+        else await form.locator(`[name="${field}"]`).fill(value);
+      }
+      await form.locator('button[value="apply"]').click();
+    };
+    await change({memory: '3GiB', compute_cap: '50%'});
+    await waitFor('the change', async () => (await message()) === 'change web-1: done');
+    assert.match(await ask('info'), new RegExp(`^total=${3 * GiB} `));
+    assert.equal((await call('GET', '/v1/slices/web-1')).json.gpus[0].compute_cap, 0.5);
+    await waitFor('the new limit to show', async () => (await row('web-1').textContent()).includes('/ 3 GiB'));
+    // A shrink below what it holds: gsliced's refusal, and nothing changes.
+    await change({memory: '256MiB'});
+    await waitFor('the refused shrink', async () =>
+      /^change web-1: slice 'web-1' holds 512 MiB on GPU 0 .*nothing changed/.test(await message()));
+    await page.locator('#resize-form button[value="cancel"]').click();
+    assert.match(await ask('info'), new RegExp(`^total=${3 * GiB} `));
+    // Suspend and resume.
+    await row('web-1').locator('button[data-action="suspend"]').click();
+    await waitFor('the suspension', async () => (await message()) === 'suspend web-1: done');
+    await waitFor('the badge', async () => (await row('web-1').locator('.badge').textContent()) === 'suspended');
+    await row('web-1').locator('button[data-action="resume"]').click();
+    await waitFor('the resumption', async () => (await message()) === 'resume web-1: done');
+    await waitFor('the badge', async () => (await row('web-1').locator('.badge').textContent()) !== 'suspended');
+    assert.equal(await ask('free'), 'freed');
+    // Delete.
+    await row('web-1').locator('button[data-action="delete"]').click();
+    await waitFor('the deletion', async () => (await message()) === 'delete web-1: done');
+    await page.waitForSelector('#slices tr[data-slice="web-1"]', {state: 'detached', timeout: 5000});
+    program.stdin.end();
+
     const shotDir = process.env.GSLICE_SCREENSHOT_DIR || dir;
     fs.mkdirSync(shotDir, {recursive: true});
     const shot = path.join(shotDir, 'dashboard.png');
@@ -188,7 +268,10 @@ async function main() {
     assert.ok(fs.statSync(shot).size > 20000, 'the screenshot has content');
     console.log(`screenshot: ${shot}`);
 
-    assert.deepEqual(problems, [], 'no errors and no request outside gsliced');
+    // Chromium logs each refused action's answer (the two 409s above) as a console error.
+    const refused = problems.filter((p) => /status of 409 \(Conflict\)/.test(p));
+    assert.equal(refused.length, 2, `the two refusals: ${problems}`);
+    assert.deepEqual(problems.filter((p) => !refused.includes(p)), [], 'no errors and no request outside gsliced');
 
     // Without the token (a new tab has no session storage) the page asks for it, shows no data.
     const anonPage = await context.newPage();
@@ -196,6 +279,12 @@ async function main() {
     await anonPage.waitForSelector('#token-form:not(.hidden)', {timeout: 5000});
     assert.equal(await anonPage.locator('#slices tbody tr').count(), 0);
     assert.equal(await anonPage.locator('#status-text').textContent(), 'token needed');
+    // and offers no action: without the token the API allows none.
+    assert.equal(await anonPage.locator('#slices button').count(), 0);
+    const anonymous = await anonPage.evaluate(async () =>
+      (await fetch('/v1/slices/train', {method: 'DELETE'})).status);
+    assert.equal(anonymous, 401);
+    assert.equal((await call('GET', '/v1/slices/train')).status, 200);
 
   } finally {
     await context.close();
