@@ -17,7 +17,8 @@ Asks gsliced for a slice: memory (and optionally a compute share) on one or more
 owned by a user and a project. gsliced admits it only if it fits: guaranteed memory and
 compute on a GPU never exceed the GPU, and a project's guaranteed work stays within its
 quota. Work over quota may run as --class opportunistic. Run programs in it with
-`gslice run --name NAME --gpus LIST --memory SIZE -- CMD` (the daemon's limits apply).
+`gslice run --name NAME -- CMD` (its GPUs and limits come from gsliced); change it while
+they run with `gslice set NAME ...`.
 
   NAME                 the slice's name (a-z, 0-9, '-', '_', '.'); default USER-N
   --gpus LIST          GPUs by index or UUID: 0 or 0,1 or GPU-8f3e...
@@ -177,8 +178,7 @@ int CreateCommand(int argc, char** argv) {
   std::printf("created slice %s (%s, user %s, project %s)\n", created_name.c_str(), what.c_str(),
               created.is_object() ? created.value("user", user).c_str() : user.c_str(),
               created.is_object() ? created.value("project", project).c_str() : project.c_str());
-  std::printf("run programs in it: gslice run --name %s --gpus %s --memory %s -- CMD ARGS\n",
-              created_name.c_str(), gpus.c_str(), memory.c_str());
+  std::printf("run programs in it: gslice run --name %s -- CMD ARGS\n", created_name.c_str());
   return 0;
 }
 

@@ -210,9 +210,13 @@ async function main() {
     assert.equal((await call('GET', '/v1/slices/web-1')).json.user, 'erin');
 
     // A program runs in it (gslice run --name takes the slice from gsliced).
+    const programEnv = {...env, GSLICE_SOCKET: `${dir}/api.sock`, GSLICE_LEDGER: ledger, GSLICE_CONTEXT_OVERHEAD: '0'};
+    if (process.env.GSLICE_TEST_ASAN_RUNTIME) {
+      // Under the sanitize preset the shims are instrumented: the ASan runtime goes first.
+      Object.assign(programEnv, {LD_PRELOAD: process.env.GSLICE_TEST_ASAN_RUNTIME, ASAN_OPTIONS: 'detect_leaks=0'});
+    }
     const program = spawn(process.env.GSLICE_CLI, ['run', '--sim', '--name', 'web-1', '--', process.env.GSLICE_TEST_CLIENT, 'watch'],
-                          {env: {...env, GSLICE_SOCKET: `${dir}/api.sock`, GSLICE_LEDGER: ledger, GSLICE_CONTEXT_OVERHEAD: '0'},
-                           stdio: ['pipe', 'pipe', 'inherit']});
+                          {env: programEnv, stdio: ['pipe', 'pipe', 'inherit']});
     children.push(program);
     let out = '';
     program.stdout.on('data', (d) => { out += d; });
