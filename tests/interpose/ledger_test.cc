@@ -201,6 +201,32 @@ TEST(Ledger, ChargeReleaseAndLimit) {
   EXPECT_EQ(l.SliceUsage(h.slice, ga), 0);
 }
 
+// gslice set: the writer changes a limit and the compute policy while processes of the slice
+// hold memory; their next charge and their next policy read see the change.
+TEST(Ledger, ALimitAndPolicyChangedWhileAttachedApplyToTheNextRead) {
+  Ledger l;
+  ASSERT_EQ(l.OpenPrivate(), LedgerError::kOk);
+  SliceHandle h;
+  ASSERT_EQ(l.AttachByName("s", SliceClass::kGuaranteed, 0, static_cast<uint32_t>(getpid()),
+                           ProcessStartTime(static_cast<uint32_t>(getpid())), &h),
+            LedgerError::kOk);
+  int g = -1;
+  ASSERT_EQ(l.FindOrAddGpu(h.slice, kUuidA, 1000, &g), LedgerError::kOk);
+  EXPECT_EQ(l.ComputePolicy(h.slice, g).cap_permille, -1);  // not set: the environment applies
+  EXPECT_EQ(l.ComputePolicy(h.slice, g).share_permille, -1);
+  EXPECT_EQ(l.Charge(h, g, 600), ChargeResult::kOk);
+  l.SetLimit(h.slice, g, 2000);
+  EXPECT_EQ(l.Charge(h, g, 1000), ChargeResult::kOk);  // grown: 1600 of 2000
+  l.SetLimit(h.slice, g, 1700);
+  EXPECT_EQ(l.Charge(h, g, 200), ChargeResult::kOverLimit);
+  EXPECT_EQ(l.Charge(h, g, 100), ChargeResult::kOk);
+  l.SetComputePolicy(h.slice, g, kGpuPolicySet | 300, kGpuPolicySet | 0);
+  EXPECT_EQ(l.ComputePolicy(h.slice, g).cap_permille, 300);
+  EXPECT_EQ(l.ComputePolicy(h.slice, g).share_permille, 0);  // set, to none
+  EXPECT_EQ(l.ComputePolicy(h.slice, kLedgerMaxGpus).cap_permille, -1);
+  l.Detach(h);
+}
+
 TEST(Ledger, ThreadsNeverExceedTheLimit) {
   Ledger l;
   ASSERT_EQ(l.OpenPrivate(), LedgerError::kOk);

@@ -114,6 +114,20 @@ static_assert(sizeof(LedgerGpu) == 64);
 inline constexpr uint32_t kGpuPolicySet = 0x80000000u;
 inline constexpr uint32_t kGpuPolicyMask = 0xffffu;
 
+// A slice GPU's compute policy as its writer set it, decoded from the two words: -1 where a
+// word is not set (the process's own GSLICE_COMPUTE / GSLICE_SHARE apply), else permille of
+// the GPU's time, 0..1000 (a cap of 0: no cap; a share of 0: none given). For a launch gate
+// that follows `gslice set` while it runs: Ledger::ComputePolicy is two atomic loads on the
+// mapped limits file, no lock and no system call, so the gate's own thread may read it every
+// period and apply what changed.
+struct LedgerComputePolicy {
+  int cap_permille = -1;
+  int share_permille = -1;
+};
+inline constexpr int PolicyPermille(uint32_t word) {
+  return (word & kGpuPolicySet) != 0 ? static_cast<int>(word & kGpuPolicyMask) : -1;
+}
+
 // A guaranteed slice's protection level (LedgerSlice::protect_permille): the fraction of its
 // solo speed, in thousandths, that opportunistic work on the same GPU must leave it. Higher
 // protects the guaranteed job more and leaves opportunistic work less of the GPU. 0 in the
@@ -375,6 +389,10 @@ class Ledger {
   uint32_t ComputeCapWord(int slice, int gpu) const;
   uint32_t ComputeShareWord(int slice, int gpu) const;
   void SetComputePolicy(int slice, int gpu, uint32_t cap_word, uint32_t share_word);
+  // Both words decoded (LedgerComputePolicy): {-1, -1} when out of range or never set.
+  LedgerComputePolicy ComputePolicy(int slice, int gpu) const {
+    return {PolicyPermille(ComputeCapWord(slice, gpu)), PolicyPermille(ComputeShareWord(slice, gpu))};
+  }
 
   // Frees the slots of dead processes in slice (SlotOwnerAlive false). Returns how many were
   // reaped. Needs the usage mapped writable (else 0).
