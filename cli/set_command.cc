@@ -22,8 +22,8 @@ suspends the slice (its GPU memory moves to host memory), applies the limit and 
 `gslice resume NAME` brings it back.
 
   --memory SIZE[,...]  memory per GPU: one size for all, or one per GPU in the slice's order
-  --compute N%         hard compute cap on each GPU (0% or none: no cap)
-  --share N%           guaranteed compute share on each GPU (0% or none: no guarantee)
+  --compute N%         hard compute cap on each GPU (none: no cap)
+  --share N%           guaranteed compute share on each GPU (none: no guarantee)
   --class C            guaranteed or opportunistic
   --idle-timeout T     suspend after T without GPU work (30m, 2h, 600s; never or 0: never)
   --make-room          suspend the slice when it holds more than a new, smaller limit
