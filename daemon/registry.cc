@@ -35,10 +35,6 @@ class UnavailableSuspender final : public Suspender {
   }
 };
 
-}  // namespace
-
-namespace {
-
 // The change applied to a copy of `slice`; what changed, for the event log ("memory 8 GiB ->
 // 4 GiB on GPU-…; class opportunistic"), in *what.
 Status ApplyChange(const SliceChange& change, Slice* slice, std::string* what) {
