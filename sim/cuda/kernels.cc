@@ -308,6 +308,37 @@ GSLICE_SIM_EXPORT CUresult cuFuncGetAttribute(int* pi, CUfunction_attribute attr
   return CUDA_SUCCESS;
 }
 
+namespace {
+
+// The parameter layout of the sim's kernels, as the compiler lays out their C signatures:
+// busy(uint64_t), fill(uint32_t*, uint32_t, uint64_t).
+CUresult ParamInfo(const CUfunc_st* f, size_t index, size_t* offset, size_t* size) {
+  static constexpr size_t kBusy[][2] = {{0, 8}};
+  static constexpr size_t kFill[][2] = {{0, 8}, {8, 4}, {16, 8}};
+  const bool fill = f->behaviour == CUfunc_st::Behaviour::kFill;
+  const size_t count = fill ? 3 : 1;
+  if (index >= count) return CUDA_ERROR_INVALID_VALUE;
+  const size_t* entry = fill ? kFill[index] : kBusy[index];
+  if (offset != nullptr) *offset = entry[0];
+  if (size != nullptr) *size = entry[1];
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+GSLICE_SIM_EXPORT CUresult cuFuncGetParamInfo(CUfunction f, size_t index, size_t* offset, size_t* size) {
+  REQUIRE_INIT(d);
+  if (f == nullptr || !FunctionLive(f)) return CUDA_ERROR_INVALID_HANDLE;
+  return ParamInfo(f, index, offset, size);
+}
+
+GSLICE_SIM_EXPORT CUresult cuKernelGetParamInfo(CUkernel kernel, size_t index, size_t* offset, size_t* size) {
+  REQUIRE_INIT(d);
+  auto* f = reinterpret_cast<CUfunction>(kernel);
+  if (f == nullptr || !FunctionLive(f)) return CUDA_ERROR_INVALID_HANDLE;
+  return ParamInfo(f, index, offset, size);
+}
+
 // ---- libraries: context-independent modules; a CUkernel is the kernel's function ----
 
 namespace {
