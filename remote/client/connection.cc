@@ -1,0 +1,203 @@
+#include "connection.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <string>
+
+#include "gslice/options.h"
+#include "log.h"
+#include "socket_io.h"
+
+namespace gslice::remote {
+
+using shim::Log;
+using shim::LogLevel;
+
+namespace {
+
+// How long the server may take to start a worker (it runs `gslice run`, which loads the
+// driver) before the handshake counts as failed.
+constexpr int kHelloTimeoutMs = 30000;
+
+// The process's one connection. REQUIRES g_mu for everything.
+struct Connection {
+  int fd = -1;
+  pid_t pid = 0;        // the process that connected (a forked child connects anew)
+  uint32_t seq = 0;
+  CUresult failed = CUDA_SUCCESS;  // sticky: kNoServerResult or kLostResult
+};
+
+pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+Connection g_conn;
+
+// Fails the connection for good, with one log line.
+CUresult FailLocked(CUresult result, const std::string& why) {
+  if (g_conn.fd >= 0) close(g_conn.fd);
+  g_conn.fd = -1;
+  g_conn.failed = result;
+  Log(LogLevel::kError, "remote: %s; every CUDA call now returns %s", why.c_str(),
+      result == kLostResult ? "CUDA_ERROR_DEVICE_UNAVAILABLE" : "CUDA_ERROR_NO_DEVICE");
+  return result;
+}
+
+bool ReadWithin(int fd, int timeout_ms) {
+  pollfd p = {fd, POLLIN, 0};
+  int rc;
+  do {
+    rc = poll(&p, 1, timeout_ms);
+  } while (rc < 0 && errno == EINTR);
+  return rc > 0;
+}
+
+CUresult ConnectLocked() {
+  if (g_conn.fd >= 0 && g_conn.pid == getpid()) return CUDA_SUCCESS;
+  if (g_conn.fd >= 0) {
+    // A forked child: the parent's connection (and worker) stay the parent's.
+    close(g_conn.fd);
+    g_conn = Connection{};
+  }
+  if (g_conn.failed != CUDA_SUCCESS) return g_conn.failed;
+  shim::InitLog();
+  const char* text = OptionValue(Option::Remote);
+  if (text[0] == '\0') {
+    return FailLocked(kNoServerResult, std::string(OptionEnv(Option::Remote)) +
+                                           " is not set: this libcuda.so.1 forwards to a gslice-remoted "
+                                           "(run the program with gslice run --remote ADDR)");
+  }
+  Address address;
+  std::string error;
+  if (!ParseAddress(text, &address, &error)) return FailLocked(kNoServerResult, error);
+  int fd = Connect(address, &error);
+  if (fd < 0) return FailLocked(kNoServerResult, error);
+  g_conn.fd = fd;
+  g_conn.pid = getpid();
+  Hello hello{.calls_hash = kCallsHash,
+              .memory = OptionValue(Option::Memory),
+              .compute = OptionValue(Option::Compute),
+              .share = OptionValue(Option::Share),
+              .slice_class = OptionIsSet(Option::Class) ? OptionValue(Option::Class) : ""};
+  Writer w;
+  EncodeHello(hello, &w);
+  if (!WriteFrame(fd, FrameHeader{.seq = 0, .op = kOpHello}, w.buffer().data(), w.size())) {
+    return FailLocked(kNoServerResult, "handshake with " + address.text + ": the server closed the connection");
+  }
+  FrameHeader h;
+  std::vector<uint8_t> payload;
+  if (!ReadWithin(fd, kHelloTimeoutMs)) {
+    return FailLocked(kNoServerResult, "handshake with " + address.text + ": no answer within 30 s");
+  }
+  if (ReadFrame(fd, kMaxString + 64, &h, &payload) != FrameRead::kOk || h.op != (kOpHello | kReplyBit)) {
+    return FailLocked(kNoServerResult, "handshake with " + address.text +
+                                           ": the server closed the connection (see its log)");
+  }
+  Reader r(payload.data(), payload.size());
+  HelloReply reply;
+  if (!DecodeHelloReply(&r, &reply, &error)) return FailLocked(kNoServerResult, address.text + ": " + error);
+  if (reply.status != 0) {
+    return FailLocked(kNoServerResult, address.text + " refused this client: " + reply.message);
+  }
+  Log(LogLevel::kInfo, "remote: connected to %s, worker pid %u", address.text.c_str(), reply.worker_pid);
+  return CUDA_SUCCESS;
+}
+
+// The calling thread's context stack.
+constexpr int kStackDepth = 32;
+thread_local CUcontext t_stack[kStackDepth];
+thread_local int t_depth = 0;
+
+}  // namespace
+
+Call::Call(uint32_t op) : op_(op) { request_.Put<uint64_t>(reinterpret_cast<uintptr_t>(CurrentContext())); }
+
+CUresult Call::Run() {
+  pthread_mutex_lock(&g_mu);
+  CUresult result = ConnectLocked();
+  if (result == CUDA_SUCCESS) {
+    const uint32_t seq = ++g_conn.seq;
+    FrameHeader h;
+    if (!WriteFrame(g_conn.fd, FrameHeader{.seq = seq, .op = op_}, request_.buffer().data(), request_.size())) {
+      result = FailLocked(kLostResult, std::string("lost the server while sending ") + kOpNames[op_]);
+    } else if (ReadFrame(g_conn.fd, kMaxFrame, &h, &reply_buffer_) != FrameRead::kOk) {
+      result = FailLocked(kLostResult, std::string("lost the server during ") + kOpNames[op_]);
+    } else if (h.seq != seq || h.op != (op_ | kReplyBit)) {
+      result = FailLocked(kLostResult, std::string("the server's answer to ") + kOpNames[op_] + " is not for it");
+    } else {
+      reader_ = Reader(reply_buffer_.data(), reply_buffer_.size());
+      int32_t value = 0;
+      if (!reader_.Get(&value)) {
+        result = FailLocked(kLostResult, std::string("the server's answer to ") + kOpNames[op_] + " is empty");
+      } else {
+        result = static_cast<CUresult>(value);
+        answered_ = true;
+      }
+    }
+  }
+  pthread_mutex_unlock(&g_mu);
+  return result;
+}
+
+CUresult Call::Malformed() {
+  pthread_mutex_lock(&g_mu);
+  CUresult r = FailLocked(kLostResult, std::string("the server's answer to ") + kOpNames[op_] + " is malformed");
+  pthread_mutex_unlock(&g_mu);
+  return r;
+}
+
+CUcontext CurrentContext() { return t_depth > 0 ? t_stack[t_depth - 1] : nullptr; }
+
+void SetCurrentContext(CUcontext ctx) {
+  if (ctx == nullptr) {
+    if (t_depth > 0) --t_depth;
+  } else if (t_depth == 0) {
+    t_stack[t_depth++] = ctx;
+  } else {
+    t_stack[t_depth - 1] = ctx;
+  }
+}
+
+bool PushContext(CUcontext ctx) {
+  if (t_depth == kStackDepth) return false;
+  t_stack[t_depth++] = ctx;
+  return true;
+}
+
+CUcontext PopContext() { return t_depth > 0 ? t_stack[--t_depth] : nullptr; }
+
+void ForgetContext(CUcontext ctx) {
+  int k = 0;
+  for (int i = 0; i < t_depth; ++i)
+    if (t_stack[i] != ctx) t_stack[k++] = t_stack[i];
+  t_depth = k;
+}
+
+CUresult RefuseArgument(const char* call, const char* param) {
+  shim::InitLog();
+  Log(LogLevel::kWarn, "remote: %s: a non-NULL %s is not forwarded (yet): CUDA_ERROR_NOT_SUPPORTED", call, param);
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+CUresult RefuseSize(const char* call, const char* param, uint64_t bytes) {
+  shim::InitLog();
+  Log(LogLevel::kWarn, "remote: %s: %s of %llu bytes is more than one call carries (%llu): CUDA_ERROR_INVALID_VALUE",
+      call, param, static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(kMaxBuffer));
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult RefuseImage(const char* call) {
+  shim::InitLog();
+  Log(LogLevel::kWarn, "remote: %s: cannot tell the size of this module image: CUDA_ERROR_INVALID_IMAGE", call);
+  return CUDA_ERROR_INVALID_IMAGE;
+}
+
+CUresult NotForwarded(const char* name) {
+  shim::InitLog();
+  Log(LogLevel::kWarn, "remote: %s is not forwarded (yet): CUDA_ERROR_NOT_SUPPORTED", name);
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+}  // namespace gslice::remote

@@ -1,0 +1,89 @@
+// The forwarding client's side of a call: one connection per process to gslice-remoted
+// (GSLICE_REMOTE), made at the first call, and the per-thread context stack whose top each
+// request carries. Runs inside applications: libc only, no exceptions, never raises a signal.
+//
+// Failures become CUresults with one log line: no server configured or reachable, or the
+// handshake refused -> CUDA_ERROR_NO_DEVICE; the connection lost or a reply that breaks the
+// protocol -> CUDA_ERROR_DEVICE_UNAVAILABLE, for this and every later call (never retried
+// silently: the worker and everything it held are gone).
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "calls.h"
+#include "wire.h"
+
+namespace gslice::remote {
+
+inline constexpr CUresult kNoServerResult = CUDA_ERROR_NO_DEVICE;
+inline constexpr CUresult kLostResult = CUDA_ERROR_DEVICE_UNAVAILABLE;
+
+// One exported symbol the client answers and its function (generated table).
+struct ClientCall {
+  const char* name;
+  void* fn;
+};
+
+// A request being built and its reply. The connection is held only inside Run().
+class Call {
+ public:
+  // Starts the request with the calling thread's current context.
+  explicit Call(uint32_t op);
+  Writer& request() { return request_; }
+  // One round trip. Returns the driver's result, or a connection failure.
+  CUresult Run();
+  // The reply after the result (valid after Run returned CUDA_SUCCESS, or for custom calls
+  // that read outputs after an error too).
+  Reader& reply() { return reader_; }
+  // Whether the server answered (the result is the driver's, not a connection failure).
+  bool answered() const { return answered_; }
+  // The reply does not match the call: the connection is dropped, kLostResult.
+  CUresult Malformed();
+
+ private:
+  uint32_t op_;
+  Writer request_;
+  std::vector<uint8_t> reply_buffer_;
+  Reader reader_;
+  bool answered_ = false;
+};
+
+// The calling thread's context stack (the driver's semantics: cuCtxSetCurrent replaces the
+// top, push/pop, a created context is pushed).
+CUcontext CurrentContext();
+void SetCurrentContext(CUcontext ctx);
+bool PushContext(CUcontext ctx);
+CUcontext PopContext();
+// Removes a destroyed context from the calling thread's stack.
+void ForgetContext(CUcontext ctx);
+
+// Refusals on the client, each with a log line naming the call.
+CUresult RefuseArgument(const char* call, const char* param);
+CUresult RefuseSize(const char* call, const char* param, uint64_t bytes);
+CUresult RefuseImage(const char* call);
+// A driver function the client does not forward (yet).
+CUresult NotForwarded(const char* name);
+
+// The size of a module image: fatbin (and its wrapper), ELF cubin, PTX or other NUL-terminated
+// text. 0 when it cannot be told.
+uint64_t ImageSize(const void* image);
+
+// The kernel-parameter layouts cached per function are dropped when modules come and go
+// (a new function may reuse a freed handle).
+void ForgetKernelLayouts();
+
+// Bookkeeping after calls of calls.def (after=...), called with the call's arguments.
+template <typename... Rest>
+void RemoteAfterCtxCreate(CUcontext* pctx, Rest...) {
+  if (pctx != nullptr) PushContext(*pctx);
+}
+inline void RemoteAfterCtxDestroy(CUcontext ctx) { ForgetContext(ctx); }
+template <typename... Args>
+void RemoteForgetKernelLayouts(Args...) {
+  ForgetKernelLayouts();
+}
+
+}  // namespace gslice::remote

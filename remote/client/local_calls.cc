@@ -1,0 +1,285 @@
+// The client's hand-written calls of calls.def: those answered locally (error texts, the
+// context stack, the private tables) and the custom ones (entry-point lookup, launches).
+#include <cuda.h>
+#include <pthread.h>
+#include <string.h>
+
+#include <string>
+#include <vector>
+
+#include "connection.h"
+#include "log.h"
+
+extern "C" CUresult gslice_remote_call_cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t* paramOffset,
+                                                          size_t* paramSize);
+
+namespace gslice::remote {
+
+void* ExportedEntry(const char* name);
+
+namespace {
+
+using shim::Log;
+using shim::LogLevel;
+
+struct ErrorName {
+  int code;
+  const char* name;
+};
+constexpr ErrorName kErrorNames[] = {
+#include "error_names.inc"
+};
+
+// ---- cuGetProcAddress: the server's driver resolves the name, the client hands out its own
+// export of the symbol it resolved to. Cached per (symbol, version, flags).
+
+struct ProcEntry {
+  std::string symbol;
+  int version;
+  cuuint64_t flags;
+  CUresult result;
+  CUdriverProcAddressQueryResult status;
+  void* fn;
+};
+pthread_mutex_t g_proc_mu = PTHREAD_MUTEX_INITIALIZER;
+std::vector<ProcEntry>* g_proc_cache = nullptr;  // never freed: lookups may come during exit
+
+bool FindProc(const char* symbol, int version, cuuint64_t flags, ProcEntry* out) {
+  pthread_mutex_lock(&g_proc_mu);
+  bool found = false;
+  if (g_proc_cache != nullptr) {
+    for (const ProcEntry& e : *g_proc_cache) {
+      if (e.version == version && e.flags == flags && e.symbol == symbol) {
+        *out = e;
+        found = true;
+        break;
+      }
+    }
+  }
+  pthread_mutex_unlock(&g_proc_mu);
+  return found;
+}
+
+void RememberProc(const ProcEntry& e) {
+  pthread_mutex_lock(&g_proc_mu);
+  if (g_proc_cache == nullptr) g_proc_cache = new std::vector<ProcEntry>();
+  if (g_proc_cache->size() < 8192) g_proc_cache->push_back(e);
+  pthread_mutex_unlock(&g_proc_mu);
+}
+
+// ---- Kernel parameter layouts, from the server's cuFuncGetParamInfo, cached per function.
+
+struct KernelLayout {
+  CUfunction f;
+  std::vector<uint32_t> sizes;  // by parameter index
+};
+pthread_mutex_t g_layout_mu = PTHREAD_MUTEX_INITIALIZER;
+std::vector<KernelLayout>* g_layouts = nullptr;
+
+constexpr size_t kMaxKernelParams = 4096;
+constexpr uint64_t kMaxParamBytes = 32768;  // the driver's limit on a kernel's parameters
+
+CUresult Layout(CUfunction f, std::vector<uint32_t>* sizes) {
+  pthread_mutex_lock(&g_layout_mu);
+  if (g_layouts != nullptr) {
+    for (const KernelLayout& l : *g_layouts) {
+      if (l.f == f) {
+        *sizes = l.sizes;
+        pthread_mutex_unlock(&g_layout_mu);
+        return CUDA_SUCCESS;
+      }
+    }
+  }
+  pthread_mutex_unlock(&g_layout_mu);
+  sizes->clear();
+  uint64_t total = 0;
+  for (size_t i = 0; i < kMaxKernelParams; ++i) {
+    size_t offset = 0, size = 0;
+    CUresult r = gslice_remote_call_cuFuncGetParamInfo(f, i, &offset, &size);
+    if (r == CUDA_ERROR_INVALID_VALUE) break;  // past the last parameter (or none at all)
+    if (r != CUDA_SUCCESS) {
+      Log(LogLevel::kWarn, "remote: cuLaunchKernel: the server cannot lay out the kernel's parameters "
+          "(cuFuncGetParamInfo: %d)", static_cast<int>(r));
+      return r;
+    }
+    total += size;
+    if (size > kMaxParamBytes || total > kMaxParamBytes) return CUDA_ERROR_INVALID_VALUE;
+    sizes->push_back(static_cast<uint32_t>(size));
+  }
+  pthread_mutex_lock(&g_layout_mu);
+  if (g_layouts == nullptr) g_layouts = new std::vector<KernelLayout>();
+  g_layouts->push_back({f, *sizes});
+  pthread_mutex_unlock(&g_layout_mu);
+  return CUDA_SUCCESS;
+}
+
+CUresult Launch(uint32_t op, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                unsigned bz, unsigned shmem, CUstream stream, void** params, void** extra) {
+  std::vector<uint32_t> sizes;
+  if (params != nullptr) {
+    CUresult r = Layout(f, &sizes);
+    if (r != CUDA_SUCCESS) return r;
+  }
+  const void* buffer = nullptr;
+  uint64_t buffer_size = 0;
+  bool have_size = false;
+  if (extra != nullptr) {
+    for (size_t i = 0;; i += 2) {
+      if (i >= 64) return CUDA_ERROR_INVALID_VALUE;
+      if (extra[i] == CU_LAUNCH_PARAM_END) break;
+      if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) {
+        buffer = extra[i + 1];
+      } else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) {
+        if (extra[i + 1] == nullptr) return CUDA_ERROR_INVALID_VALUE;
+        size_t s;
+        memcpy(&s, extra[i + 1], sizeof s);
+        buffer_size = s;
+        have_size = true;
+      } else {
+        return CUDA_ERROR_INVALID_VALUE;
+      }
+    }
+    if (buffer == nullptr || !have_size || buffer_size > kMaxParamBytes) return CUDA_ERROR_INVALID_VALUE;
+  }
+  Call call(op);
+  Writer& w = call.request();
+  w.Put(f);
+  for (unsigned v : {gx, gy, gz, bx, by, bz, shmem}) w.Put(v);
+  w.Put(stream);
+  w.Put<uint8_t>(static_cast<uint8_t>((params != nullptr ? 1 : 0) | (extra != nullptr ? 2 : 0)));
+  if (params != nullptr) {
+    w.Put<uint32_t>(static_cast<uint32_t>(sizes.size()));
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      if (params[i] == nullptr) return CUDA_ERROR_INVALID_VALUE;
+      w.Put<uint32_t>(sizes[i]);
+      w.PutBytes(params[i], sizes[i]);
+    }
+  }
+  if (extra != nullptr) {
+    w.Put<uint64_t>(buffer_size);
+    w.PutBytes(buffer, buffer_size);
+  }
+  const CUresult res = call.Run();
+  if (res != CUDA_SUCCESS) return res;
+  if (!call.reply().AtEnd()) return call.Malformed();
+  return res;
+}
+
+}  // namespace
+
+void ForgetKernelLayouts() {
+  pthread_mutex_lock(&g_layout_mu);
+  if (g_layouts != nullptr) g_layouts->clear();
+  pthread_mutex_unlock(&g_layout_mu);
+}
+
+}  // namespace gslice::remote
+
+using namespace gslice::remote;
+
+extern "C" CUresult gslice_remote_call_cuGetErrorName(CUresult error, const char** pStr) {
+  if (pStr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  for (const ErrorName& e : kErrorNames) {
+    if (e.code == static_cast<int>(error)) {
+      *pStr = e.name;
+      return CUDA_SUCCESS;
+    }
+  }
+  *pStr = nullptr;
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+// The error's name stands for its text (the driver's texts are not in its headers).
+extern "C" CUresult gslice_remote_call_cuGetErrorString(CUresult error, const char** pStr) {
+  return gslice_remote_call_cuGetErrorName(error, pStr);
+}
+
+extern "C" CUresult gslice_remote_call_cuGetExportTable(const void** ppExportTable, const CUuuid* pExportTableId) {
+  if (ppExportTable == nullptr || pExportTableId == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *ppExportTable = nullptr;
+  const auto* b = reinterpret_cast<const unsigned char*>(pExportTableId->bytes);
+  gslice::shim::InitLog();
+  gslice::shim::Log(gslice::shim::LogLevel::kWarn,
+            "remote: cuGetExportTable(%02x%02x%02x%02x-...) is not answered (yet): CUDA_ERROR_NOT_SUPPORTED", b[0], b[1],
+            b[2], b[3]);
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+extern "C" CUresult gslice_remote_call_cuCtxSetCurrent(CUcontext ctx) {
+  SetCurrentContext(ctx);
+  return CUDA_SUCCESS;
+}
+
+extern "C" CUresult gslice_remote_call_cuCtxGetCurrent(CUcontext* pctx) {
+  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *pctx = CurrentContext();
+  return CUDA_SUCCESS;
+}
+
+extern "C" CUresult gslice_remote_call_cuCtxPushCurrent_v2(CUcontext ctx) {
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  return PushContext(ctx) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+extern "C" CUresult gslice_remote_call_cuCtxPopCurrent_v2(CUcontext* pctx) {
+  CUcontext top = CurrentContext();
+  if (top == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  PopContext();
+  if (pctx != nullptr) *pctx = top;
+  return CUDA_SUCCESS;
+}
+
+extern "C" CUresult gslice_remote_call_cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion,
+                                                         cuuint64_t flags, CUdriverProcAddressQueryResult* symbolStatus) {
+  if (symbol == nullptr || pfn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  ProcEntry e;
+  if (!FindProc(symbol, cudaVersion, flags, &e)) {
+    const size_t len = strnlen(symbol, kMaxString + 1);
+    if (len > kMaxString) return CUDA_ERROR_INVALID_VALUE;
+    Call call(kOp_cuGetProcAddress_v2);
+    Writer& w = call.request();
+    w.Put<uint64_t>(len);
+    w.PutBytes(symbol, len);
+    w.Put(cudaVersion);
+    w.Put(flags);
+    const CUresult res = call.Run();
+    if (!call.answered()) return res;
+    Reader& r = call.reply();
+    int32_t status = 0;
+    std::string resolved;
+    if (!r.Get(&status) || !r.GetString(kMaxString, &resolved) || !r.AtEnd()) return call.Malformed();
+    e = ProcEntry{.symbol = symbol, .version = cudaVersion, .flags = flags, .result = res,
+                  .status = static_cast<CUdriverProcAddressQueryResult>(status), .fn = nullptr};
+    if (res == CUDA_SUCCESS) {
+      e.fn = resolved.empty() ? nullptr : ExportedEntry(resolved.c_str());
+      if (e.fn == nullptr) {
+        // The server's driver has it, this client does not export it: not found here.
+        gslice::shim::Log(gslice::shim::LogLevel::kInfo, "remote: cuGetProcAddress(%s): the server resolves it to '%s', which this "
+                  "client does not export", symbol, resolved.c_str());
+        e.result = CUDA_ERROR_NOT_FOUND;
+        e.status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+      }
+    }
+    RememberProc(e);
+  }
+  *pfn = e.fn;
+  if (symbolStatus != nullptr) *symbolStatus = e.status;
+  return e.result;
+}
+
+extern "C" CUresult gslice_remote_call_cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion,
+                                                      cuuint64_t flags) {
+  return gslice_remote_call_cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, nullptr);
+}
+
+extern "C" CUresult gslice_remote_call_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                                    unsigned bx, unsigned by, unsigned bz, unsigned shmem,
+                                                    CUstream stream, void** params, void** extra) {
+  return Launch(kOp_cuLaunchKernel, f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);
+}
+
+extern "C" CUresult gslice_remote_call_cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                                         unsigned bx, unsigned by, unsigned bz, unsigned shmem,
+                                                         CUstream stream, void** params, void** extra) {
+  return Launch(kOp_cuLaunchKernel_ptsz, f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);
+}

@@ -1,0 +1,148 @@
+// The remote GPU protocol: length-prefixed frames over a stream socket, and the bounded
+// encoder/decoder both sides use for what is inside them.
+//
+// Frame:   u32 length | u32 seq | u32 op | length bytes of payload       (little endian)
+//   A request's op is an Op of calls.h (or kOpHello); its reply carries op | kReplyBit and the
+//   same seq. Requests are answered one at a time, in order.
+// Hello:   the client's first frame (op kOpHello): u32 kMagic, u16 kVersion, u16 0,
+//          u64 kCallsHash, then the slice it asks for as strings (memory, compute, share,
+//          class: what `gslice run` takes). Its reply: u32 kMagic, u16 kVersion, u16 0,
+//          i32 status (0: accepted), u32 worker pid, string message.
+// Request: u64 the client thread's current context, then the call's arguments.
+// Reply:   i32 CUresult, then (on CUDA_SUCCESS only) what the driver wrote.
+//
+// Contract: every length and count read from the peer is checked against what is left in the
+// frame and against the bounds below before it is used; a Reader never reads past its span
+// and, once a read failed, fails every later one. Bad bytes therefore give a refused frame,
+// never an out-of-bounds access. Both ends are x86-64 Linux: values travel as their bytes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace gslice::remote {
+
+inline constexpr uint32_t kMagic = 0x524c5347;  // "GSLR"
+inline constexpr uint16_t kVersion = 1;
+inline constexpr uint32_t kHeaderSize = 12;
+// The largest host buffer one call carries (a copy, an image); larger ones are refused on
+// the client with CUDA_ERROR_INVALID_VALUE and a log line.
+inline constexpr uint64_t kMaxBuffer = 256ull << 20;
+// The largest frame: one buffer plus the call's other arguments.
+inline constexpr uint32_t kMaxFrame = static_cast<uint32_t>(kMaxBuffer) + 64 * 1024;
+inline constexpr uint32_t kMaxString = 4096;
+inline constexpr uint32_t kMaxHelloString = 128;
+inline constexpr uint32_t kReplyBit = 0x80000000u;
+inline constexpr uint32_t kOpHello = 0x7fff0001u;
+
+struct FrameHeader {
+  uint32_t length = 0;
+  uint32_t seq = 0;
+  uint32_t op = 0;
+};
+
+void EncodeHeader(const FrameHeader& h, uint8_t out[kHeaderSize]);
+// False when the declared length exceeds max_length (the peer is refused, nothing allocated).
+bool DecodeHeader(const uint8_t in[kHeaderSize], uint32_t max_length, FrameHeader* h);
+
+// Appends values to a growing buffer.
+class Writer {
+ public:
+  template <typename T>
+  void Put(const T& v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    PutBytes(&v, sizeof v);
+  }
+  void PutBytes(const void* p, size_t n) {
+    if (n == 0) return;
+    const size_t at = buf_.size();
+    buf_.resize(at + n);
+    std::memcpy(buf_.data() + at, p, n);
+  }
+  void PutString(const std::string& s) {
+    Put<uint32_t>(static_cast<uint32_t>(s.size()));
+    PutBytes(s.data(), s.size());
+  }
+  std::vector<uint8_t>& buffer() { return buf_; }
+  const std::vector<uint8_t>& buffer() const { return buf_; }
+  size_t size() const { return buf_.size(); }
+
+ private:
+  std::vector<uint8_t> buf_;
+};
+
+// Reads values from a span, bounds-checked (see the contract above).
+class Reader {
+ public:
+  Reader() = default;
+  Reader(const uint8_t* p, size_t n) : p_(p), n_(n) {}
+
+  template <typename T>
+  bool Get(T* v) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    return GetInto(v, sizeof *v);
+  }
+  // A presence flag: exactly 0 or 1.
+  bool GetFlag(uint8_t* v) { return Get(v) && (*v <= 1 || Fail()); }
+  bool GetInto(void* dst, size_t n) {
+    const uint8_t* src = nullptr;
+    if (!GetBytes(n, &src)) return false;
+    if (n != 0) std::memcpy(dst, src, n);
+    return true;
+  }
+  // Points *out at the next n bytes (valid as long as the span).
+  bool GetBytes(uint64_t n, const uint8_t** out) {
+    if (!ok_ || n > n_) return Fail();
+    *out = p_;
+    p_ += n;
+    n_ -= n;
+    return true;
+  }
+  bool GetString(uint32_t max, std::string* s) {
+    uint32_t len = 0;
+    const uint8_t* data = nullptr;
+    if (!Get(&len) || len > max || !GetBytes(len, &data)) return Fail();
+    s->assign(reinterpret_cast<const char*>(data), len);
+    return true;
+  }
+  bool AtEnd() const { return ok_ && n_ == 0; }
+  bool ok() const { return ok_; }
+  size_t left() const { return n_; }
+
+ private:
+  bool Fail() {
+    ok_ = false;
+    return false;
+  }
+  const uint8_t* p_ = nullptr;
+  size_t n_ = 0;
+  bool ok_ = true;
+};
+
+// What a client asks for: the slice its worker runs in, as `gslice run` takes it.
+struct Hello {
+  uint64_t calls_hash = 0;
+  std::string memory;   // --memory: "2GiB" or "2GiB,1GiB"
+  std::string compute;  // --compute: "30%" or ""
+  std::string share;    // --share
+  std::string slice_class;  // --class: guaranteed, opportunistic or ""
+};
+
+struct HelloReply {
+  int32_t status = 0;  // 0: accepted; else message says why not
+  uint32_t worker_pid = 0;
+  std::string message;
+};
+
+void EncodeHello(const Hello& h, Writer* w);
+// False, with the reason, for a wrong magic or version, trailing bytes, or a string that is
+// too long or holds anything but printable ASCII.
+bool DecodeHello(Reader* r, Hello* h, std::string* error);
+void EncodeHelloReply(const HelloReply& h, Writer* w);
+bool DecodeHelloReply(Reader* r, HelloReply* h, std::string* error);
+
+}  // namespace gslice::remote

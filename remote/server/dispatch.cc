@@ -1,0 +1,176 @@
+#include "dispatch.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace gslice::remote {
+
+void* g_driver[kOpCount] = {};
+
+namespace {
+
+// A host buffer for what the driver writes (out[...]); its size was bounded by the decoder.
+class HostBuffer {
+ public:
+  HostBuffer() = default;
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  ~HostBuffer() { std::free(p_); }
+  bool Allocate(uint64_t n) {
+    p_ = static_cast<uint8_t*>(std::calloc(n != 0 ? n : 1, 1));
+    return p_ != nullptr;
+  }
+  uint8_t* data() { return p_; }
+
+ private:
+  uint8_t* p_ = nullptr;
+};
+
+// A buffer of length 0 is still a valid (non-NULL) pointer, as the caller's was.
+uint8_t g_empty[8];
+const void* NonNull(const uint8_t* p) { return p != nullptr ? static_cast<const void*>(p) : g_empty; }
+void* NonNullOut(uint8_t* p) { return p != nullptr ? static_cast<void*>(p) : g_empty; }
+
+CUresult NotInDriver(uint32_t op) {
+  (void)op;
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+// Asynchronous copies that carry host memory in the message complete before the answer.
+CUresult SynchronizeStream(uint32_t sync_op, CUstream stream) {
+  using Fn = CUresult (*)(CUstream);
+  auto fn = reinterpret_cast<Fn>(g_driver[sync_op]);
+  return fn != nullptr ? fn(stream) : CUDA_ERROR_NOT_SUPPORTED;
+}
+
+}  // namespace
+
+#include "server_calls.inc"
+
+// ---- Custom calls (calls.def: custom).
+
+// Resolves a driver entry point and answers with the symbol it is, so that the client can
+// hand out its own export of it: i32 status, string symbol ("" when none).
+CUresult Serve_cuGetProcAddress_v2(Reader& r, Writer& w) {
+  using Fn = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+  uint64_t len = 0;
+  const uint8_t* data = nullptr;
+  int version = 0;
+  cuuint64_t flags = 0;
+  if (!(r.Get(&len) && len <= kMaxString && r.GetBytes(len, &data) && r.Get(&version) && r.Get(&flags) &&
+        r.AtEnd())) {
+    return kMalformed;
+  }
+  auto fn = reinterpret_cast<Fn>(g_driver[kOp_cuGetProcAddress_v2]);
+  if (fn == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+  const std::string symbol(reinterpret_cast<const char*>(data), len);
+  void* p = nullptr;
+  CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  const CUresult res = fn(symbol.c_str(), &p, version, flags, &status);
+  std::string name;
+  Dl_info info = {};
+  if (res == CUDA_SUCCESS && p != nullptr && dladdr(p, &info) != 0 && info.dli_sname != nullptr &&
+      info.dli_saddr == p) {
+    name = info.dli_sname;
+  }
+  w.Put<int32_t>(status);
+  w.PutString(name);
+  return res;
+}
+
+namespace {
+
+constexpr uint32_t kMaxKernelParams = 4096;
+constexpr uint64_t kMaxParamBytes = 32768;
+
+// u64 f, 7 x u32 (grid, block, shared memory), u64 stream, u8 which (1: kernelParams,
+// 2: extra); kernelParams: u32 count, then u32 size + bytes each; extra: u64 size + bytes.
+CUresult ServeLaunch(uint32_t op, Reader& r) {
+  using Fn = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                          void**, void**);
+  CUfunction f{};
+  unsigned dims[7];
+  CUstream stream{};
+  uint8_t which = 0;
+  if (!r.Get(&f)) return kMalformed;
+  for (unsigned& d : dims)
+    if (!r.Get(&d)) return kMalformed;
+  if (!r.Get(&stream) || !r.Get(&which) || which > 3) return kMalformed;
+  // Each parameter at a 16-byte aligned offset of one buffer (the driver reads them through
+  // the pointers; alignment keeps any type's load legal).
+  std::vector<uint64_t> storage;
+  std::vector<void*> params;
+  if (which & 1) {
+    uint32_t count = 0;
+    if (!r.Get(&count) || count > kMaxKernelParams) return kMalformed;
+    std::vector<std::pair<const uint8_t*, uint32_t>> raw(count);
+    uint64_t total = 0;
+    for (auto& [data, size] : raw) {
+      if (!r.Get(&size) || size > kMaxParamBytes || !r.GetBytes(size, &data)) return kMalformed;
+      total += (size + 15) / 16 * 16;
+      if (total > 2 * kMaxParamBytes) return kMalformed;
+    }
+    storage.assign(total / 8 + 2, 0);
+    auto* base = reinterpret_cast<uint8_t*>(storage.data());
+    uint64_t at = 0;
+    for (auto& [data, size] : raw) {
+      if (size != 0) std::memcpy(base + at, data, size);
+      params.push_back(base + at);
+      at += (size + 15) / 16 * 16;
+    }
+    params.push_back(nullptr);
+  }
+  std::vector<uint64_t> extra_storage;
+  size_t extra_size = 0;
+  void* extra[5] = {CU_LAUNCH_PARAM_BUFFER_POINTER, nullptr, CU_LAUNCH_PARAM_BUFFER_SIZE, &extra_size,
+                    CU_LAUNCH_PARAM_END};
+  if (which & 2) {
+    uint64_t size = 0;
+    const uint8_t* data = nullptr;
+    if (!r.Get(&size) || size > kMaxParamBytes || !r.GetBytes(size, &data)) return kMalformed;
+    extra_storage.assign(size / 8 + 2, 0);
+    if (size != 0) std::memcpy(extra_storage.data(), data, size);
+    extra[1] = extra_storage.data();
+    extra_size = size;
+  }
+  if (!r.AtEnd()) return kMalformed;
+  auto fn = reinterpret_cast<Fn>(g_driver[op]);
+  if (fn == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+  return fn(f, dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6], stream,
+            (which & 1) ? params.data() : nullptr, (which & 2) ? extra : nullptr);
+}
+
+}  // namespace
+
+CUresult Serve_cuLaunchKernel(Reader& r, Writer&) { return ServeLaunch(kOp_cuLaunchKernel, r); }
+CUresult Serve_cuLaunchKernel_ptsz(Reader& r, Writer&) { return ServeLaunch(kOp_cuLaunchKernel_ptsz, r); }
+
+int LoadDriver(void* handle) {
+  int found = 0;
+  for (uint32_t op = 0; op < kOpCount; ++op) {
+    g_driver[op] = kOpKinds[op] == CallKind::kLocal ? nullptr : dlsym(handle, kOpNames[op]);
+    if (g_driver[op] != nullptr) ++found;
+  }
+  return found;
+}
+
+Dispatched Dispatch(uint32_t op, Reader& in, Writer& out) {
+  if (op >= kOpCount || kHandlers[op] == nullptr) return Dispatched::kUnknownOp;
+  const size_t at = out.size();
+  out.Put<int32_t>(CUDA_SUCCESS);
+  CUresult res = kHandlers[op](in, out);
+  const bool ok = res != kMalformed;
+  if (!ok) {
+    out.buffer().resize(at + sizeof(int32_t));
+    res = CUDA_ERROR_INVALID_VALUE;
+  }
+  const int32_t value = res;
+  std::memcpy(out.buffer().data() + at, &value, sizeof value);
+  return ok ? Dispatched::kAnswered : Dispatched::kRefused;
+}
+
+}  // namespace gslice::remote

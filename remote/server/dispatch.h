@@ -1,0 +1,40 @@
+// The worker's side of a call: decode a request, call the driver, encode what it wrote.
+// Decoding is bounds-checked (wire.h); a request that does not decode, or whose buffer lengths
+// disagree with the arguments that size them, is answered CUDA_ERROR_INVALID_VALUE without
+// calling the driver.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "calls.h"
+#include "wire.h"
+
+namespace gslice::remote {
+
+// The driver's function for each opcode (nullptr: the driver lacks it; the call is then
+// answered CUDA_ERROR_NOT_SUPPORTED). Filled by LoadDriver; all nullptr before.
+extern void* g_driver[kOpCount];
+
+// Looks every forwarded and custom call of calls.def up in the driver (dlsym on handle).
+// Returns how many were found.
+int LoadDriver(void* handle);
+
+// What a handler returns for a request that does not decode: no driver result (they end at
+// CUDA_ERROR_UNKNOWN, 999), within the enum's range.
+inline constexpr CUresult kMalformed = static_cast<CUresult>(1021);
+
+using Handler = CUresult (*)(Reader& in, Writer& out);
+
+enum class Dispatched {
+  kAnswered,   // out holds the driver's answer
+  kRefused,    // malformed: out holds CUDA_ERROR_INVALID_VALUE; the driver was not called
+  kUnknownOp,  // no client sends this opcode: out is untouched, the connection should close
+};
+
+// Runs request op (its arguments in `in`) and appends the reply to out: the i32 result, then
+// what the call wrote.
+Dispatched Dispatch(uint32_t op, Reader& in, Writer& out);
+
+}  // namespace gslice::remote

@@ -1,0 +1,363 @@
+// gslice-remoted: serves remote GPUs to forwarding clients (docs/remote.md).
+//
+//   gslice-remoted --listen unix:PATH|tcp://HOST:PORT [--listen ...] [--sim]
+//
+// Each connection gets its own session process. The session reads the client's handshake
+// and runs `gslice run --memory ... [--sim] -- gslice-remoted --worker-fd N`, so the worker
+// runs in a slice exactly like a local program: under the gslice shim, admitted by gsliced
+// where one runs, limited and metered alike. The session waits for its worker and tells the
+// client why when `gslice run` refused. The listening process never loads a driver.
+//
+// Security: TCP is served on loopback addresses only. Other machines need token
+// authentication and TLS, which are not built yet; until then they reach a server through a
+// unix socket or a loopback port forwarded over ssh. Unix sockets are made mode 0600.
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "calls.h"
+#include "socket_io.h"
+#include "worker.h"
+
+namespace gslice::remote {
+namespace {
+
+const char kUsage[] =
+    "usage: gslice-remoted --listen ADDR [--listen ADDR ...] [--sim]\n"
+    "\n"
+    "Serves this node's GPUs to programs on other machines or containers that run with\n"
+    "gslice's forwarding libcuda.so.1 (gslice run --remote ADDR ...). Every client gets its own\n"
+    "worker process in a slice of the memory/compute it asks for, like gslice run.\n"
+    "\n"
+    "  --listen ADDR  unix:PATH (made mode 0600) or tcp://HOST:PORT on a loopback address\n"
+    "                 (127.0.0.1, ::1, localhost; port 0 picks a free one). Other addresses are\n"
+    "                 refused until token authentication and TLS exist.\n"
+    "  --sim          serve gslice's simulated driver (build/lib/sim) instead of a real GPU.\n"
+    "  -h, --help     this text.\n";
+
+volatile sig_atomic_t g_stop = 0;
+void OnStop(int) { g_stop = 1; }
+
+std::string SelfExe() {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "";
+  buf[n] = '\0';
+  return buf;
+}
+
+bool Loopback(const sockaddr* sa) {
+  if (sa->sa_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(sa);
+    return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+  }
+  if (sa->sa_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(sa);
+    if (IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr)) return true;
+    return IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr) && in6->sin6_addr.s6_addr[12] == 127;
+  }
+  return false;
+}
+
+struct Listener {
+  int fd = -1;
+  Address address;
+  std::string shown;  // what the log says (the real port when 0 was asked for)
+};
+
+bool ListenUnix(Listener* l, std::string* error) {
+  const std::string& path = l->address.path;
+  struct stat st;
+  if (lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      *error = path + " exists and is not a socket";
+      return false;
+    }
+    std::string ignored;
+    int probe = Connect(l->address, &ignored);
+    if (probe >= 0) {
+      close(probe);
+      *error = path + " is served by another process";
+      return false;
+    }
+    unlink(path.c_str());  // a stale socket of a server that is gone
+  }
+  l->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un sa = {};
+  sa.sun_family = AF_UNIX;
+  memcpy(sa.sun_path, path.c_str(), path.size());
+  const mode_t old = umask(0177);
+  const int rc = bind(l->fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa);
+  umask(old);
+  if (rc != 0 || listen(l->fd, 64) != 0) {
+    *error = "cannot listen on " + l->address.text + ": " + strerror(errno);
+    return false;
+  }
+  l->shown = l->address.text;
+  return true;
+}
+
+bool ListenTcp(Listener* l, std::string* error) {
+  addrinfo hints = {};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  int rc = getaddrinfo(l->address.host.c_str(), l->address.port.c_str(), &hints, &res);
+  if (rc != 0) {
+    *error = l->address.text + ": " + gai_strerror(rc);
+    return false;
+  }
+  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    if (!Loopback(ai->ai_addr)) {
+      freeaddrinfo(res);
+      *error = l->address.text +
+               ": not a loopback address. gslice-remoted serves other machines only with token "
+               "authentication and TLS, which it does not have yet: listen on 127.0.0.1, ::1 or a unix "
+               "socket, and reach it from elsewhere through an ssh tunnel (ssh -L PORT:127.0.0.1:PORT host)";
+      return false;
+    }
+  }
+  addrinfo* ai = res;
+  l->fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+  int one = 1;
+  setsockopt(l->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (l->fd < 0 || bind(l->fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(l->fd, 64) != 0) {
+    *error = "cannot listen on " + l->address.text + ": " + strerror(errno);
+    freeaddrinfo(res);
+    return false;
+  }
+  freeaddrinfo(res);
+  sockaddr_storage bound = {};
+  socklen_t len = sizeof bound;
+  getsockname(l->fd, reinterpret_cast<sockaddr*>(&bound), &len);
+  char host[INET6_ADDRSTRLEN] = {};
+  int port = 0;
+  if (bound.ss_family == AF_INET) {
+    auto* in = reinterpret_cast<sockaddr_in*>(&bound);
+    inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+    port = ntohs(in->sin_port);
+    l->shown = std::string("tcp://") + host + ":" + std::to_string(port);
+  } else {
+    auto* in6 = reinterpret_cast<sockaddr_in6*>(&bound);
+    inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+    port = ntohs(in6->sin6_port);
+    l->shown = std::string("tcp://[") + host + "]:" + std::to_string(port);
+  }
+  return true;
+}
+
+bool SendRefusal(int fd, const std::string& message) {
+  Writer w;
+  EncodeHelloReply(HelloReply{.status = 1, .worker_pid = 0, .message = message}, &w);
+  return WriteFrame(fd, FrameHeader{.seq = 0, .op = kOpHello | kReplyBit}, w.buffer().data(), w.size());
+}
+
+pid_t g_worker = 0;
+void ForwardStop(int sig) {
+  if (g_worker > 0) kill(g_worker, sig);
+}
+
+// One client's session: handshake, then `gslice run ... -- gslice-remoted --worker-fd N`.
+int Session(int fd, bool sim) {
+  // The handshake must come soon and be small.
+  pollfd p = {fd, POLLIN, 0};
+  if (poll(&p, 1, 10000) <= 0) return 0;
+  FrameHeader h;
+  std::vector<uint8_t> payload;
+  if (ReadFrame(fd, 4096, &h, &payload) != FrameRead::kOk || h.op != kOpHello) {
+    fprintf(stderr, "gslice-remoted: a client that does not speak the protocol: connection closed\n");
+    return 0;
+  }
+  Reader r(payload.data(), payload.size());
+  Hello hello;
+  std::string error;
+  if (!DecodeHello(&r, &hello, &error)) {
+    SendRefusal(fd, error);
+    fprintf(stderr, "gslice-remoted: refused a client: %s\n", error.c_str());
+    return 0;
+  }
+  if (hello.calls_hash != kCallsHash) {
+    SendRefusal(fd, "the client and gslice-remoted forward different call lists (remote/calls.def): "
+                    "use the same gslice build on both sides");
+    return 0;
+  }
+  if (hello.memory.empty()) {
+    SendRefusal(fd, "no memory limit asked for: run the program with gslice run --remote ADDR --memory SIZE");
+    return 0;
+  }
+  const std::string self = SelfExe();
+  const std::string bin = self.substr(0, self.rfind('/') + 1);
+  const std::string gslice = bin + "gslice";
+  std::vector<std::string> args = {gslice, "run", "--memory=" + hello.memory};
+  if (!hello.compute.empty()) args.push_back("--compute=" + hello.compute);
+  if (!hello.share.empty()) args.push_back("--share=" + hello.share);
+  if (!hello.slice_class.empty()) args.push_back("--class=" + hello.slice_class);
+  args.push_back("--name=remote-" + std::to_string(getpid()));
+  if (sim) args.push_back("--sim");
+  const int log_fd = dup(STDERR_FILENO);  // the worker's own log (without CLOEXEC)
+  args.insert(args.end(), {"--", self, "--worker-fd", std::to_string(fd), "--log-fd", std::to_string(log_fd)});
+  int errors[2];
+  if (pipe2(errors, O_CLOEXEC) != 0) return 1;
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  g_worker = fork();
+  if (g_worker == 0) {
+    dup2(errors[1], STDERR_FILENO);
+    fcntl(fd, F_SETFD, 0);
+    execv(argv[0], argv.data());
+    fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
+    _exit(127);
+  }
+  close(errors[1]);
+  close(log_fd);
+  struct sigaction forward = {};
+  forward.sa_handler = ForwardStop;
+  sigaction(SIGTERM, &forward, nullptr);
+  sigaction(SIGINT, &forward, nullptr);
+  // What `gslice run` says before the worker takes over its stderr (its refusal, if any).
+  std::string said;
+  char buf[1024];
+  for (;;) {
+    ssize_t n = read(errors[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    if (said.size() < 4096) said.append(buf, static_cast<size_t>(n));
+    ssize_t w = write(STDERR_FILENO, buf, static_cast<size_t>(n));
+    (void)w;
+  }
+  close(errors[0]);
+  int status = 0;
+  while (waitpid(g_worker, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status) && (WEXITSTATUS(status) == 2 || WEXITSTATUS(status) == 127)) {
+    while (!said.empty() && (said.back() == '\n' || said.back() == ' ')) said.pop_back();
+    SendRefusal(fd, said.empty() ? "the worker could not start (see the server's log)" : said);
+  }
+  return 0;
+}
+
+int Serve(const std::vector<std::string>& addresses, bool sim) {
+  std::vector<Listener> listeners;
+  for (const std::string& text : addresses) {
+    Listener l;
+    std::string error;
+    if (!ParseAddress(text, &l.address, &error)) {
+      fprintf(stderr, "gslice-remoted: --listen %s\n", error.c_str());
+      return 2;
+    }
+    if (!(l.address.unix_socket ? ListenUnix(&l, &error) : ListenTcp(&l, &error))) {
+      fprintf(stderr, "gslice-remoted: --listen %s\n", error.c_str());
+      return 2;
+    }
+    listeners.push_back(l);
+  }
+  struct sigaction stop = {};
+  stop.sa_handler = OnStop;
+  sigaction(SIGTERM, &stop, nullptr);
+  sigaction(SIGINT, &stop, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  for (const Listener& l : listeners) {
+    fprintf(stderr, "gslice-remoted: listening on %s%s\n", l.shown.c_str(), sim ? " (simulated driver)" : "");
+  }
+  std::vector<pid_t> sessions;
+  while (!g_stop) {
+    std::vector<pollfd> fds;
+    for (const Listener& l : listeners) fds.push_back({l.fd, POLLIN, 0});
+    int rc = poll(fds.data(), fds.size(), 200);
+    for (size_t k = 0; rc > 0 && k < fds.size(); ++k) {
+      if ((fds[k].revents & POLLIN) == 0) continue;
+      int fd = accept4(listeners[k].fd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) continue;
+      pid_t pid = fork();
+      if (pid == 0) {
+        for (const Listener& l : listeners) close(l.fd);
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGINT, SIG_DFL);
+        _exit(Session(fd, sim));
+      }
+      close(fd);
+      if (pid > 0) sessions.push_back(pid);
+    }
+    for (size_t k = 0; k < sessions.size();) {
+      if (waitpid(sessions[k], nullptr, WNOHANG) == sessions[k]) {
+        sessions.erase(sessions.begin() + static_cast<long>(k));
+      } else {
+        ++k;
+      }
+    }
+  }
+  for (pid_t pid : sessions) kill(pid, SIGTERM);
+  for (const Listener& l : listeners) {
+    close(l.fd);
+    if (l.address.unix_socket) unlink(l.address.path.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace gslice::remote
+
+int main(int argc, char** argv) {
+  using namespace gslice::remote;
+  std::vector<std::string> listen;
+  bool sim = false;
+  int worker_fd = -1, log_fd = -1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&](const char* name) -> const char* {
+      if (i + 1 >= argc) {
+        fprintf(stderr, "gslice-remoted: %s needs a value (see --help)\n", name);
+        exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "-h" || a == "--help") {
+      fputs(kUsage, stdout);
+      return 0;
+    } else if (a == "--listen") {
+      listen.push_back(value("--listen"));
+    } else if (a.rfind("--listen=", 0) == 0) {
+      listen.push_back(a.substr(9));
+    } else if (a == "--sim") {
+      sim = true;
+    } else if (a == "--worker-fd") {
+      worker_fd = atoi(value("--worker-fd"));
+    } else if (a == "--log-fd") {
+      log_fd = atoi(value("--log-fd"));
+    } else {
+      fprintf(stderr, "gslice-remoted: unknown argument '%s' (see --help)\n", a.c_str());
+      return 2;
+    }
+  }
+  if (worker_fd >= 0) {
+    // Started by a session through `gslice run`: from here on stderr is the server's log.
+    if (log_fd >= 0) {
+      dup2(log_fd, STDERR_FILENO);
+      close(log_fd);
+    }
+    fcntl(worker_fd, F_SETFD, FD_CLOEXEC);
+    return RunWorker(worker_fd);
+  }
+  if (listen.empty()) {
+    fprintf(stderr, "gslice-remoted: --listen unix:PATH or --listen tcp://127.0.0.1:PORT is required (see --help)\n");
+    return 2;
+  }
+  return Serve(listen, sim);
+}
