@@ -2,6 +2,8 @@
 // main.cc's table.
 #pragma once
 
+#include <string>
+
 namespace gslice::cli {
 
 // A command gets its arguments after the command name (argv[0] is the command name) and
@@ -10,5 +12,13 @@ using CommandFn = int (*)(int argc, char** argv);
 
 int RunCommand(int argc, char** argv);
 extern const char kRunSummary[];
+
+// gslice run --remote (remote_run.cc): what RunCommand parsed and checked.
+struct RemoteRun {
+  std::string prefix;  // the installation prefix (build/)
+  std::string address, memory, compute, share, slice_class;
+  bool sim = false, gpus = false, verbose = false;
+};
+int RunRemote(const RemoteRun& run, char** command);
 
 }  // namespace gslice::cli

@@ -39,7 +39,7 @@ constexpr uint64_t kMinLimit = 64ull << 20;
 const char kRunHelp[] =
     "usage: gslice run [--gpus LIST] --memory SIZE[,SIZE...] [--compute N%] [--share N%]\n"
     "                  [--class guaranteed|opportunistic] [--protect F] [--name NAME] [--no-daemon]\n"
-    "                  [--sim] [-v]\n"
+    "                  [--sim] [-v] [--remote unix:PATH|tcp://HOST:PORT]\n"
     "                  -- CMD [ARGS...]\n"
     "       gslice run --name NAME [--sim] [-v] -- CMD [ARGS...]\n"
     "\n"
@@ -75,6 +75,9 @@ const char kRunHelp[] =
     "                  /etc/gslice/gsliced.toml there) registers the slice with gsliced, and a\n"
     "                  gsliced that does not answer stops the run.\n"
     "  --sim           run on gslice's simulated driver (build/lib/sim) instead of a real GPU.\n"
+    "  --remote ADDR   run CMD here with no GPU or driver: its CUDA calls go to gslice-remoted at\n"
+    "                  ADDR, which runs them in a slice of --memory/--compute/--class on its node\n"
+    "                  (docs/remote.md).\n"
     "  -v, --verbose   print the slice before running CMD.\n"
     "  -h, --help      this text.\n"
     "\n"
@@ -371,7 +374,7 @@ int RunAndUnregister(char** command, const std::string& name) {
 }  // namespace
 
 int RunCommand(int argc, char** argv) {
-  std::string gpus_arg, memory_arg, name, compute_arg, share_arg, class_arg, protect_arg;
+  std::string gpus_arg, memory_arg, name, compute_arg, share_arg, class_arg, protect_arg, remote_arg;
   bool sim = false, verbose = false, have_gpus = false, no_daemon = false;
   int i = 1;
   for (; i < argc; ++i) {
@@ -416,6 +419,8 @@ int RunCommand(int argc, char** argv) {
       if (!value("--class", &class_arg)) return Fail("--class needs a value: guaranteed or opportunistic");
     } else if (a.rfind("--protect", 0) == 0) {
       if (!value("--protect", &protect_arg)) return Fail("--protect needs a value, e.g. --protect 0.9");
+    } else if (a.rfind("--remote", 0) == 0) {
+      if (!value("--remote", &remote_arg)) return Fail("--remote needs an address: unix:PATH or tcp://HOST:PORT");
     } else if (a.rfind("--name", 0) == 0) {
       if (!value("--name", &name)) return Fail("--name needs a value");
     } else if (!a.empty() && a[0] == '-') {
@@ -459,6 +464,14 @@ int RunCommand(int argc, char** argv) {
     protect_permille = level.permille;
   }
   if (name.size() >= 64) return Fail("--name " + name + ": at most 63 characters");
+
+  if (!remote_arg.empty()) {
+    // The server's `gslice run` checks the sizes against its GPUs.
+    return RunRemote(RemoteRun{.prefix = Prefix(), .address = remote_arg, .memory = memory_arg,
+                               .compute = compute_arg, .share = share_arg, .slice_class = class_arg,
+                               .sim = sim, .gpus = have_gpus, .verbose = verbose},
+                     argv + i);
+  }
 
   std::vector<uint64_t> limits;
   for (const std::string& item : Split(memory_arg)) {

@@ -1,0 +1,59 @@
+// gslice run --remote ADDR: runs a program on this machine (no GPU, no driver needed) whose
+// CUDA driver calls go to gslice-remoted at ADDR, where a worker runs them in a slice of the
+// --memory/--compute/--class asked for here (docs/remote.md). This side only sets the
+// environment: the forwarding libcuda.so.1 first on LD_LIBRARY_PATH, the address and the
+// slice in GSLICE_* variables that it sends in its handshake.
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "commands.h"
+#include "gslice/options.h"
+
+namespace gslice::cli {
+
+int RunRemote(const RemoteRun& run, char** command) {
+  auto fail = [](const std::string& msg) {
+    fprintf(stderr, "gslice run: %s\n", msg.c_str());
+    return 2;
+  };
+  if (run.address.rfind("unix:", 0) != 0 && run.address.rfind("tcp://", 0) != 0) {
+    return fail("--remote " + run.address + ": expected unix:PATH or tcp://HOST:PORT");
+  }
+  if (run.sim) return fail("--remote with --sim: the server chooses the driver (gslice-remoted --sim)");
+  if (run.gpus) return fail("--remote with --gpus: the server's worker uses every GPU it is given (not chosen here yet)");
+  const std::string dir = run.prefix + "/lib/remote";
+  struct stat st;
+  if (stat((dir + "/libcuda.so.1").c_str(), &st) != 0) {
+    return fail("the forwarding libcuda.so.1 is missing (" + dir + "/libcuda.so.1); build it (scripts/build)");
+  }
+  std::string path = dir;
+  if (const char* old = getenv("LD_LIBRARY_PATH"); old != nullptr && old[0] != '\0') path += std::string(":") + old;
+  setenv("LD_LIBRARY_PATH", path.c_str(), 1);
+  setenv(OptionEnv(Option::Remote), run.address.c_str(), 1);
+  // What the handshake asks the server's `gslice run` for; unset ones take its defaults.
+  const std::pair<Option, const std::string*> slice[] = {{Option::Memory, &run.memory},
+                                                         {Option::Compute, &run.compute},
+                                                         {Option::Share, &run.share},
+                                                         {Option::Class, &run.slice_class}};
+  for (const auto& [option, value] : slice) {
+    if (value->empty()) unsetenv(OptionEnv(option));
+    else setenv(OptionEnv(option), value->c_str(), 1);
+  }
+  if (run.verbose) {
+    fprintf(stderr, "gslice run: remote slice at %s: memory %s, compute %s, class %s\n", run.address.c_str(),
+            run.memory.c_str(), run.compute.empty() ? "no cap" : run.compute.c_str(),
+            run.slice_class.empty() ? "guaranteed" : run.slice_class.c_str());
+  }
+  fflush(nullptr);
+  execvp(command[0], command);
+  fprintf(stderr, "gslice run: cannot run '%s': %s\n", command[0], strerror(errno));
+  return 127;
+}
+
+}  // namespace gslice::cli
