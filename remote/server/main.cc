@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -175,12 +176,15 @@ void ForwardStop(int sig) {
 
 // One client's session: handshake, then `gslice run ... -- gslice-remoted --worker-fd N`.
 int Session(int fd, bool sim) {
-  // The handshake must come soon and be small.
-  pollfd p = {fd, POLLIN, 0};
-  if (poll(&p, 1, 10000) <= 0) return 0;
+  // The handshake must come whole within 10 s and be small.
+  timeval limit = {.tv_sec = 10, .tv_usec = 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
   FrameHeader h;
   std::vector<uint8_t> payload;
-  if (ReadFrame(fd, 4096, &h, &payload) != FrameRead::kOk || h.op != kOpHello) {
+  const FrameRead got = ReadFrame(fd, 4096, &h, &payload);
+  timeval none = {.tv_sec = 0, .tv_usec = 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
+  if (got != FrameRead::kOk || h.op != kOpHello) {
     fprintf(stderr, "gslice-remoted: a client that does not speak the protocol: connection closed\n");
     return 0;
   }
