@@ -1,0 +1,185 @@
+// The remote protocol's decoders on garbage: random bytes, truncated and bit-flipped valid
+// messages, lengths that lie. Every one must be refused or answered, never read out of bounds
+// (the sanitize build checks that) and never reach the driver with a buffer shorter than the
+// arguments say. The worker's decoders run with no driver loaded (g_driver all NULL), so a
+// request that decodes is answered CUDA_ERROR_NOT_SUPPORTED.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "calls.h"
+#include "dispatch.h"
+#include "wire.h"
+
+namespace gslice::remote {
+namespace {
+
+std::vector<uint8_t> Bytes(std::mt19937_64& rng, size_t n) {
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) b = static_cast<uint8_t>(rng());
+  return v;
+}
+
+int32_t ResultOf(const Writer& out) {
+  int32_t r;
+  EXPECT_GE(out.size(), sizeof r);
+  std::memcpy(&r, out.buffer().data(), sizeof r);
+  return r;
+}
+
+TEST(RemoteWire, ReaderNeverReadsPastItsSpan) {
+  const uint8_t data[6] = {1, 2, 3, 4, 5, 6};
+  Reader r(data, sizeof data);
+  uint32_t v = 0;
+  EXPECT_TRUE(r.Get(&v));
+  uint32_t w = 0;
+  EXPECT_FALSE(r.Get(&w));  // 2 bytes left
+  const uint8_t* p = nullptr;
+  EXPECT_FALSE(r.GetBytes(1, &p));  // failed once: fails from then on
+  EXPECT_FALSE(r.AtEnd());
+  Reader lie(data, sizeof data);
+  EXPECT_FALSE(lie.GetBytes(~0ull, &p));
+  std::string s;
+  Reader str(data, sizeof data);  // declares a 0x04030201-byte string
+  EXPECT_FALSE(str.GetString(kMaxString, &s));
+}
+
+TEST(RemoteWire, HeaderLengthIsBounded) {
+  uint8_t h[kHeaderSize];
+  EncodeHeader(FrameHeader{.length = kMaxFrame + 1, .seq = 7, .op = 3}, h);
+  FrameHeader out;
+  EXPECT_FALSE(DecodeHeader(h, kMaxFrame, &out));
+  EncodeHeader(FrameHeader{.length = 16, .seq = 7, .op = 3}, h);
+  ASSERT_TRUE(DecodeHeader(h, kMaxFrame, &out));
+  EXPECT_EQ(out.seq, 7u);
+  EXPECT_EQ(out.op, 3u);
+}
+
+TEST(RemoteWire, HelloRoundTripsAndRefusesGarbage) {
+  Writer w;
+  EncodeHello(Hello{.calls_hash = kCallsHash, .memory = "2GiB", .compute = "30%", .share = "", .slice_class = "opportunistic"},
+              &w);
+  Reader r(w.buffer().data(), w.size());
+  Hello h;
+  std::string error;
+  ASSERT_TRUE(DecodeHello(&r, &h, &error)) << error;
+  EXPECT_EQ(h.memory, "2GiB");
+  EXPECT_EQ(h.compute, "30%");
+  EXPECT_EQ(h.slice_class, "opportunistic");
+  EXPECT_EQ(h.calls_hash, kCallsHash);
+
+  // Every truncation, and every single-byte change of the magic or version, is refused.
+  for (size_t n = 0; n < w.size(); ++n) {
+    Reader t(w.buffer().data(), n);
+    Hello ignored;
+    EXPECT_FALSE(DecodeHello(&t, &ignored, &error)) << "truncated to " << n;
+  }
+  for (size_t at = 0; at < 6; ++at) {
+    std::vector<uint8_t> bad = w.buffer();
+    bad[at] ^= 0x40;
+    Reader t(bad.data(), bad.size());
+    Hello ignored;
+    EXPECT_FALSE(DecodeHello(&t, &ignored, &error)) << "byte " << at;
+  }
+  // A control character in a string (it becomes a command-line argument on the server).
+  Writer nl;
+  EncodeHello(Hello{.calls_hash = kCallsHash, .memory = "2GiB\n--gpus", .compute = "", .share = "", .slice_class = ""},
+              &nl);
+  Reader t(nl.buffer().data(), nl.size());
+  EXPECT_FALSE(DecodeHello(&t, &h, &error));
+  // Trailing bytes.
+  Writer more;
+  EncodeHello(Hello{.calls_hash = 1, .memory = "1GiB", .compute = "", .share = "", .slice_class = ""}, &more);
+  more.Put<uint8_t>(0);
+  Reader m(more.buffer().data(), more.size());
+  EXPECT_FALSE(DecodeHello(&m, &h, &error));
+  // Random bytes.
+  std::mt19937_64 rng(1);
+  for (int i = 0; i < 2000; ++i) {
+    auto junk = Bytes(rng, rng() % 64);
+    Reader j(junk.data(), junk.size());
+    DecodeHello(&j, &h, &error);
+    HelloReply reply;
+    Reader k(junk.data(), junk.size());
+    DecodeHelloReply(&k, &reply, &error);
+  }
+}
+
+TEST(RemoteDispatch, UnknownOpcodesAreNotAnswered) {
+  Writer out;
+  Reader in;
+  EXPECT_EQ(Dispatch(kOpCount, in, out), Dispatched::kUnknownOp);
+  EXPECT_EQ(Dispatch(0xffffffffu, in, out), Dispatched::kUnknownOp);
+  EXPECT_EQ(Dispatch(kOp_cuCtxSetCurrent, in, out), Dispatched::kUnknownOp);  // answered on the client
+  EXPECT_EQ(out.size(), 0u);
+}
+
+TEST(RemoteDispatch, ABufferShorterThanItsArgumentsSayIsRefused) {
+  // cuMemcpyHtoD_v2(dst, src: in[ByteCount], ByteCount) with 16 bytes sent but ByteCount 1 MiB:
+  // the driver would read past the buffer.
+  Writer req;
+  req.Put<CUdeviceptr>(0x1000);
+  req.Put<uint8_t>(1);
+  req.Put<uint64_t>(16);
+  const uint8_t data[16] = {};
+  req.PutBytes(data, sizeof data);
+  req.Put<size_t>(1 << 20);
+  Reader in(req.buffer().data(), req.size());
+  Writer out;
+  EXPECT_EQ(Dispatch(kOp_cuMemcpyHtoD_v2, in, out), Dispatched::kRefused);
+  EXPECT_EQ(ResultOf(out), CUDA_ERROR_INVALID_VALUE);
+
+  // The same with matching lengths decodes (and finds no driver here).
+  Writer ok;
+  ok.Put<CUdeviceptr>(0x1000);
+  ok.Put<uint8_t>(1);
+  ok.Put<uint64_t>(16);
+  ok.PutBytes(data, sizeof data);
+  ok.Put<size_t>(16);
+  Reader in2(ok.buffer().data(), ok.size());
+  Writer out2;
+  EXPECT_EQ(Dispatch(kOp_cuMemcpyHtoD_v2, in2, out2), Dispatched::kAnswered);
+  EXPECT_EQ(ResultOf(out2), CUDA_ERROR_NOT_SUPPORTED);
+
+  // A device-to-host copy asking for more than one call carries.
+  Writer big;
+  big.Put<uint8_t>(1);
+  big.Put<uint64_t>(kMaxBuffer + 1);
+  big.Put<CUdeviceptr>(0x1000);
+  big.Put<size_t>(kMaxBuffer + 1);
+  Reader in3(big.buffer().data(), big.size());
+  Writer out3;
+  EXPECT_EQ(Dispatch(kOp_cuMemcpyDtoH_v2, in3, out3), Dispatched::kRefused);
+}
+
+TEST(RemoteDispatch, RandomAndTruncatedRequestsNeverCrash) {
+  std::mt19937_64 rng(42);
+  for (uint32_t op = 0; op < kOpCount; ++op) {
+    for (int i = 0; i < 300; ++i) {
+      // Mostly small buffer lengths, so that decodable requests stay cheap.
+      std::vector<uint8_t> junk = Bytes(rng, rng() % 96);
+      for (size_t k = 0; k + 8 <= junk.size(); k += 8) {
+        if (rng() % 2 == 0) {
+          const uint64_t small = rng() % 32;
+          std::memcpy(junk.data() + k, &small, sizeof small);
+        }
+      }
+      Reader in(junk.data(), junk.size());
+      Writer out;
+      const Dispatched d = Dispatch(op, in, out);
+      if (kOpKinds[op] == CallKind::kLocal) {
+        EXPECT_EQ(d, Dispatched::kUnknownOp);
+        continue;
+      }
+      ASSERT_GE(out.size(), 4u) << kOpNames[op];
+      if (d == Dispatched::kRefused) {
+        EXPECT_EQ(ResultOf(out), CUDA_ERROR_INVALID_VALUE);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gslice::remote

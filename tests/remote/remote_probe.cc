@@ -1,0 +1,263 @@
+// gslice_remote_probe: a driver-API program the remote tests run twice - on the simulated
+// driver directly and through the forwarding client against gslice-remoted --sim - and whose
+// output must be the same. It prints only what the driver answers (no addresses, no times).
+//
+//   probe check         devices, contexts, memory, copies, memsets, streams, events,
+//                       modules, libraries, launches (kernelParams and extra), entry points
+//   probe alloc BYTES   prints the result of one cuMemAlloc of BYTES
+//   probe hold BYTES    allocates, prints "held", waits for stdin to close
+//   probe busy MS       allocates 64 MiB, prints "busy", runs a kernel of MS ms, prints
+//                       cuCtxSynchronize's result
+//   probe unforwarded   prints the result of cuMemAllocManaged (not forwarded)
+//   probe maps          prints every mapped file whose name holds "libcuda"
+#include <cuda.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "test_support.h"
+
+namespace {
+
+const char* Name(CUresult r) {
+  const char* n = nullptr;
+  if (cuGetErrorName(r, &n) != CUDA_SUCCESS || n == nullptr) return "?";
+  return n;
+}
+
+#define CK(call)                                                        \
+  do {                                                                  \
+    CUresult r_ = (call);                                               \
+    if (r_ != CUDA_SUCCESS) {                                           \
+      printf("FAILED %s: %s (line %d)\n", #call, Name(r_), __LINE__);   \
+      exit(1);                                                          \
+    }                                                                   \
+  } while (0)
+
+void Expect(bool ok, const char* what) {
+  if (!ok) {
+    printf("FAILED %s\n", what);
+    exit(1);
+  }
+}
+
+uint64_t Checksum(const std::vector<uint8_t>& v) {
+  uint64_t h = 1469598103934665603ull;
+  for (uint8_t b : v) h = (h ^ b) * 1099511628211ull;
+  return h;
+}
+
+CUcontext Setup(CUdevice* dev) {
+  CK(cuInit(0));
+  CK(cuDeviceGet(dev, 0));
+  CUcontext ctx;
+  CK(cuDevicePrimaryCtxRetain(&ctx, *dev));
+  CK(cuCtxSetCurrent(ctx));
+  return ctx;
+}
+
+void Verify(CUdeviceptr p, uint32_t pattern, size_t words, const char* what) {
+  std::vector<uint32_t> host(words);
+  CK(cuMemcpyDtoH(host.data(), p, words * 4));
+  for (uint32_t v : host) Expect(v == pattern, what);
+}
+
+int Check() {
+  CK(cuInit(0));
+  int version = 0, count = 0;
+  CK(cuDriverGetVersion(&version));
+  CK(cuDeviceGetCount(&count));
+  printf("driver %d, %d device(s)\n", version, count);
+  for (int i = 0; i < count; ++i) {
+    CUdevice d;
+    CK(cuDeviceGet(&d, i));
+    char name[128] = {}, bus[32] = {};
+    size_t total = 0;
+    CUuuid uuid;
+    int sms = 0, major = 0, minor = 0;
+    CK(cuDeviceGetName(name, sizeof name, d));
+    CK(cuDeviceTotalMem(&total, d));
+    CK(cuDeviceGetUuid(&uuid, d));
+    CK(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d));
+    CK(cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d));
+    CK(cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d));
+    CK(cuDeviceGetPCIBusId(bus, sizeof bus, d));
+    printf("device %d: %s, %zu bytes, %d SMs, sm_%d%d, %s, uuid", i, name, total, sms, major, minor, bus);
+    for (unsigned char b : uuid.bytes) printf("%02x", b);
+    printf("\n");
+  }
+  CUdevice dev;
+  CK(cuDeviceGet(&dev, 0));
+  CUcontext ctx = nullptr, current = nullptr;
+  CK(cuCtxCreate(&ctx, nullptr, 0, dev));
+  CK(cuCtxGetCurrent(&current));
+  Expect(current == ctx, "cuCtxCreate makes the context current");
+  CUdevice ctx_dev = -1;
+  CK(cuCtxGetDevice(&ctx_dev));
+  printf("context on device %d\n", ctx_dev);
+  size_t free_b = 0, total_b = 0;
+  CK(cuMemGetInfo(&free_b, &total_b));
+  printf("memory: %zu free of %zu\n", free_b, total_b);
+
+  constexpr size_t kBytes = 1 << 20, kWords = kBytes / 4;
+  CUdeviceptr a = 0, b = 0;
+  CK(cuMemAlloc(&a, kBytes));
+  CK(cuMemAlloc(&b, kBytes));
+  CK(cuMemsetD8(a, 0x5a, kBytes));
+  std::vector<uint8_t> bytes(kBytes);
+  CK(cuMemcpyDtoH(bytes.data(), a, kBytes));
+  printf("memset8 checksum %016llx\n", static_cast<unsigned long long>(Checksum(bytes)));
+  CK(cuMemsetD32(a, 0x01020304u, kWords));
+  Verify(a, 0x01020304u, kWords, "cuMemsetD32");
+  for (size_t i = 0; i < kBytes; ++i) bytes[i] = static_cast<uint8_t>(i * 7);
+  CK(cuMemcpyHtoD(a, bytes.data(), kBytes));
+  CK(cuMemcpyDtoD(b, a, kBytes));
+  std::vector<uint8_t> back(kBytes);
+  CK(cuMemcpyDtoH(back.data(), b, kBytes));
+  Expect(back == bytes, "HtoD, DtoD, DtoH round trip");
+  printf("copies: %016llx\n", static_cast<unsigned long long>(Checksum(back)));
+
+  CUstream stream;
+  CUevent start, end;
+  CK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  CK(cuEventCreate(&start, CU_EVENT_DEFAULT));
+  CK(cuEventCreate(&end, CU_EVENT_DEFAULT));
+  CK(cuEventRecord(start, stream));
+  CK(cuMemcpyHtoDAsync(b, bytes.data(), kBytes, stream));
+  CK(cuMemsetD32Async(a, 0xabcdef01u, kWords, stream));
+  CK(cuMemcpyDtoDAsync(b, a, kBytes / 2, stream));
+  std::vector<uint8_t> async_back(kBytes);
+  CK(cuMemcpyDtoHAsync(async_back.data(), b, kBytes, stream));
+  CK(cuEventRecord(end, stream));
+  CK(cuStreamSynchronize(stream));
+  CK(cuEventSynchronize(end));
+  CK(cuStreamQuery(stream));
+  CK(cuEventQuery(end));
+  float ms = -1;
+  CK(cuEventElapsedTime(&ms, start, end));
+  Expect(ms >= 0, "elapsed time");
+  printf("async copies: %016llx, events ok\n", static_cast<unsigned long long>(Checksum(async_back)));
+
+  CUmodule module;
+  CUfunction busy, fill;
+  CK(gslice::test::LoadTestKernels(&module, &busy, &fill));
+  CK(gslice::test::LaunchFill(fill, a, 0x11111111u, kWords, stream));
+  CK(cuStreamSynchronize(stream));
+  Verify(a, 0x11111111u, kWords, "fill through kernelParams");
+  struct {
+    CUdeviceptr dst;
+    uint32_t pattern;
+    uint64_t count;
+  } packed = {b, 0x22222222u, kWords};
+  size_t packed_size = sizeof packed;
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &packed, CU_LAUNCH_PARAM_BUFFER_SIZE, &packed_size,
+                   CU_LAUNCH_PARAM_END};
+  CK(cuLaunchKernel(fill, 64, 1, 1, 256, 1, 1, 0, nullptr, nullptr, extra));
+  CK(cuCtxSynchronize());
+  Verify(b, 0x22222222u, kWords, "fill through extra");
+  int threads = 0;
+  CK(cuFuncGetAttribute(&threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, fill));
+  printf("launches ok, %d threads per block at most\n", threads);
+  CUfunction missing;
+  printf("missing function: %s\n", Name(cuModuleGetFunction(&missing, module, "gslice_nope")));
+  CK(cuModuleUnload(module));
+
+  CUmodule module_ex;
+  CK(cuModuleLoadDataEx(&module_ex, gslice::test::SimTestImage(), 0, nullptr, nullptr));
+  CK(cuModuleUnload(module_ex));
+  CUlibrary library;
+  CUkernel kernel;
+  CUfunction from_kernel;
+  CK(cuLibraryLoadData(&library, gslice::test::SimTestImage(), nullptr, nullptr, 0, nullptr, nullptr, 0));
+  CK(cuLibraryGetKernel(&kernel, library, "gslice_fill"));
+  CK(cuKernelGetFunction(&from_kernel, kernel));
+  CK(gslice::test::LaunchFill(from_kernel, a, 0x33333333u, kWords, nullptr));
+  CK(cuCtxSynchronize());
+  Verify(a, 0x33333333u, kWords, "fill from a library");
+  CK(cuLibraryUnload(library));
+  printf("library ok\n");
+
+  void* fn = nullptr;
+  CUdriverProcAddressQueryResult status;
+  CK(cuGetProcAddress("cuMemAlloc", &fn, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &status));
+  CUdeviceptr c = 0;
+  CK(reinterpret_cast<decltype(&cuMemAlloc_v2)>(fn)(&c, 4096));
+  CK(cuMemFree(c));
+  printf("cuGetProcAddress: status %d, allocates\n", static_cast<int>(status));
+  printf("unknown entry point: %s\n",
+         Name(cuGetProcAddress("cuNoSuchFunction", &fn, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &status)));
+  CUdeviceptr zero = 0;
+  printf("zero-byte allocation: %s\n", Name(cuMemAlloc(&zero, 0)));
+
+  CK(cuEventDestroy(start));
+  CK(cuEventDestroy(end));
+  CK(cuStreamDestroy(stream));
+  CK(cuMemFree(a));
+  CK(cuMemFree(b));
+  CK(cuCtxDestroy(ctx));
+  CUcontext primary;
+  CK(cuDevicePrimaryCtxRetain(&primary, dev));
+  CK(cuDevicePrimaryCtxRelease(dev));
+  printf("check done\n");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  setvbuf(stdout, nullptr, _IOLBF, 0);
+  const std::string mode = argc > 1 ? argv[1] : "check";
+  if (mode == "check") return Check();
+  CUdevice dev;
+  if (mode == "alloc" || mode == "hold") {
+    if (argc < 3) return 2;
+    Setup(&dev);
+    CUdeviceptr p = 0;
+    CUresult r = cuMemAlloc(&p, strtoull(argv[2], nullptr, 10));
+    printf("%s\n", mode == "alloc" ? Name(r) : (r == CUDA_SUCCESS ? "held" : Name(r)));
+    if (mode == "hold") {
+      char buf[64];
+      while (read(0, buf, sizeof buf) > 0) {
+      }
+    }
+    return 0;
+  }
+  if (mode == "busy") {
+    if (argc < 3) return 2;
+    Setup(&dev);
+    CUdeviceptr held = 0;
+    CK(cuMemAlloc(&held, 64 << 20));
+    CUmodule module;
+    CUfunction busy, fill;
+    CK(gslice::test::LoadTestKernels(&module, &busy, &fill));
+    CK(gslice::test::LaunchBusy(busy, strtoull(argv[2], nullptr, 10) * 1000, nullptr));
+    printf("busy\n");
+    printf("%s\n", Name(cuCtxSynchronize()));
+    return 0;
+  }
+  if (mode == "unforwarded") {
+    Setup(&dev);
+    CUdeviceptr p = 0;
+    printf("%s\n", Name(cuMemAllocManaged(&p, 4096, CU_MEM_ATTACH_GLOBAL)));
+    return 0;
+  }
+  if (mode == "maps") {
+    cuInit(0);
+    FILE* f = fopen("/proc/self/maps", "r");
+    char line[4096];
+    std::set<std::string> seen;
+    while (f != nullptr && fgets(line, sizeof line, f) != nullptr) {
+      const char* path = strchr(line, '/');
+      if (path != nullptr && strstr(path, "libcuda") != nullptr) seen.insert(path);
+    }
+    if (f != nullptr) fclose(f);
+    for (const std::string& s : seen) printf("%s", s.c_str());
+    return 0;
+  }
+  return 2;
+}
