@@ -261,6 +261,8 @@ extern "C" CUresult gslice_remote_call_cuGetProcAddress_v2(const char* symbol, v
       }
     }
     RememberProc(e);
+    gslice::shim::Log(gslice::shim::LogLevel::kDebug, "remote: cuGetProcAddress(%s, %d, %llu) -> %d (%s)", symbol,
+                      cudaVersion, static_cast<unsigned long long>(flags), static_cast<int>(e.result), resolved.c_str());
   }
   *pfn = e.fn;
   if (symbolStatus != nullptr) *symbolStatus = e.status;
