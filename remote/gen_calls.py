@@ -272,7 +272,7 @@ def gen_server(calls):
                 out.append(f"  if ({n}_present && !{n}_buf.Allocate({n}_len)) return CUDA_ERROR_OUT_OF_MEMORY;")
                 args.append(f"{n}_present ? static_cast<{p.type}>(NonNullOut({n}_buf.data())) : nullptr")
             elif p.sem in ("inbuf", "image"):
-                args.append(f"{n}_present ? reinterpret_cast<{p.type}>(NonNull({n}_data)) : nullptr")
+                args.append(f"{n}_present ? static_cast<{p.type}>(const_cast<void*>(NonNull({n}_data))) : nullptr")
             elif p.sem == "cstr":
                 out.append(f"  std::string {n}_text({n}_present ? reinterpret_cast<const char*>({n}_data) : \"\", {n}_len);")
                 args.append(f"{n}_present ? {n}_text.c_str() : nullptr")

@@ -12,6 +12,11 @@
 
 #include "connection.h"
 #include "remote_exports.h"
+#include "sizes.h"
+
+// Buffer sizes in calls.def's expressions, for the generated functions (global scope).
+using gslice::remote::ArrayBytes;
+using gslice::remote::MemPoolAttributeSize;
 
 #include "client_calls.inc"
 

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "sizes.h"
+
 namespace gslice::remote {
 
 void* g_driver[kOpCount] = {};

@@ -3,9 +3,11 @@
 // output must be the same. It prints only what the driver answers (no addresses, no times).
 //
 //   probe check         devices, contexts, memory, copies, memsets, streams, events,
-//                       modules, libraries, launches (kernelParams and extra), entry points
+//                       modules, libraries, launches (kernelParams and extra), entry points,
+//                       memory pools, virtual memory management
 //   probe alloc BYTES   prints the result of one cuMemAlloc of BYTES
 //   probe hold BYTES    allocates, prints "held", waits for stdin to close
+//   probe vmm BYTES     prints the result of one cuMemCreate of BYTES
 //   probe busy MS       allocates 64 MiB, prints "busy", runs a kernel of MS ms, prints
 //                       cuCtxSynchronize's result
 //   probe unforwarded   prints the result of cuMemAllocManaged (not forwarded)
@@ -194,6 +196,62 @@ int Check() {
   CUdeviceptr zero = 0;
   printf("zero-byte allocation: %s\n", Name(cuMemAlloc(&zero, 0)));
 
+  CUcontext stream_ctx = nullptr;
+  CK(cuStreamGetCtx(stream, &stream_ctx));
+  Expect(stream_ctx == ctx, "cuStreamGetCtx");
+  CUstreamCaptureStatus capture;
+  CK(cuStreamIsCapturing(stream, &capture));
+  unsigned long long ctx_id = 0;
+  CK(cuCtxGetId(ctx, &ctx_id));
+  char bus[32] = {};
+  CUdevice by_bus = -1;
+  CK(cuDeviceGetPCIBusId(bus, sizeof bus, dev));
+  CK(cuDeviceGetByPCIBusId(&by_bus, bus));
+  printf("stream capture status %d, device by bus id %d\n", static_cast<int>(capture), by_bus);
+
+  // Stream-ordered allocation from the default pool.
+  CUmemoryPool pool;
+  CK(cuDeviceGetDefaultMemPool(&pool, dev));
+  cuuint64_t threshold = 1 << 20, got = 0;
+  CK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold));
+  CK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &got));
+  Expect(got == threshold, "pool attribute");
+  int reuse = -1;
+  CK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, &reuse));
+  CUdeviceptr pooled = 0;
+  CK(cuMemAllocAsync(&pooled, kBytes, stream));
+  CK(cuMemsetD32Async(pooled, 0x44444444u, kWords, stream));
+  CK(cuStreamSynchronize(stream));
+  Verify(pooled, 0x44444444u, kWords, "stream-ordered allocation");
+  CK(cuMemFreeAsync(pooled, stream));
+  CK(cuStreamSynchronize(stream));
+  CK(cuMemPoolTrimTo(pool, 0));
+  printf("pool ok: threshold %llu, reuse %d\n", static_cast<unsigned long long>(got), reuse);
+
+  // Virtual memory management: reserve, create, map, grant access, use, take apart.
+  CUmemAllocationProp prop = {};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = dev;
+  size_t granularity = 0;
+  CK(cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  const size_t vsize = 2 * granularity;
+  CUdeviceptr va = 0;
+  CUmemGenericAllocationHandle handle;
+  CK(cuMemAddressReserve(&va, vsize, 0, 0, 0));
+  CK(cuMemCreate(&handle, vsize, &prop, 0));
+  CK(cuMemMap(va, vsize, 0, handle, 0));
+  CUmemAccessDesc access = {};
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CK(cuMemSetAccess(va, vsize, &access, 1));
+  CK(cuMemsetD32(va, 0x55555555u, vsize / 4));
+  Verify(va, 0x55555555u, vsize / 4, "VMM memory");
+  CK(cuMemUnmap(va, vsize));
+  CK(cuMemRelease(handle));
+  CK(cuMemAddressFree(va, vsize));
+  printf("vmm ok: granularity %zu\n", granularity);
+
   CK(cuEventDestroy(start));
   CK(cuEventDestroy(end));
   CK(cuStreamDestroy(stream));
@@ -225,6 +283,17 @@ int main(int argc, char** argv) {
       while (read(0, buf, sizeof buf) > 0) {
       }
     }
+    return 0;
+  }
+  if (mode == "vmm") {
+    if (argc < 3) return 2;
+    Setup(&dev);
+    CUmemAllocationProp prop = {};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = dev;
+    CUmemGenericAllocationHandle handle;
+    printf("%s\n", Name(cuMemCreate(&handle, strtoull(argv[2], nullptr, 10), &prop, 0)));
     return 0;
   }
   if (mode == "busy") {

@@ -145,6 +145,10 @@ TEST_F(RemoteSim, TheSliceMemoryLimitHoldsRemotely) {
   // The same allocation in a larger slice fits the simulated GPU: the slice refused it above.
   Result fits = RunProgram(Remote(Address(), "1500MiB", {kProbe, "alloc", bytes}));
   EXPECT_EQ(fits.out, "CUDA_SUCCESS\n");
+  // Virtual memory management (PyTorch's expandable segments) is counted alike.
+  const std::string vmm = std::to_string(768ull << 20);
+  EXPECT_EQ(RunProgram(Remote(Address(), "512MiB", {kProbe, "vmm", vmm})).out, "CUDA_ERROR_OUT_OF_MEMORY\n");
+  EXPECT_EQ(RunProgram(Remote(Address(), "1500MiB", {kProbe, "vmm", vmm})).out, "CUDA_SUCCESS\n");
 }
 
 TEST_F(RemoteSim, AKilledClientsWorkerIsGoneAndItsMemoryFreeWithinOneSecond) {
