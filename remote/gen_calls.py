@@ -77,6 +77,8 @@ class CallSpec:
         self.kind, self.name, self.params = kind, name, params
         self.after = flags.get("after")
         self.sync = flags.get("sync")
+        self.is_async = "async" in flags
+        self.collect = "collect" in flags
 
 
 def parse(path):
@@ -102,10 +104,15 @@ def parse(path):
                 sys.exit(f"{path}:{lineno}: {e}")
             flags = {}
             for tok in rest.split():
-                k, _, v = tok.partition("=")
-                if k not in ("after", "sync") or not IDENT.match(v):
+                k, eq, v = tok.partition("=")
+                if tok in ("async", "collect"):
+                    flags[tok] = True
+                elif k not in ("after", "sync") or not eq or not IDENT.match(v):
                     sys.exit(f"{path}:{lineno}: unknown flag {tok!r}")
-                flags[k] = v
+                else:
+                    flags[k] = v
+            if flags.get("async") and (kind == "local" or any(p.sem in ("out", "inout", "outbuf") for p in params)):
+                sys.exit(f"{path}:{lineno}: an async call has no outputs but its result and is not local")
             if flags.get("sync") and flags["sync"] not in [p.name for p in params]:
                 sys.exit(f"{path}:{lineno}: sync= names no parameter")
             if any(c.name == name for c in calls):
@@ -141,6 +148,12 @@ def gen_header(calls, h):
     out += ["};", "", "inline constexpr CallKind kOpKinds[kOpCount] = {"]
     kinds = {"forward": "kForward", "local": "kLocal", "custom": "kCustom"}
     out += [f"    CallKind::{kinds[c.kind]},  // {c.name}" for c in calls]
+    out += ["};", "", "// Calls the client sends without waiting (calls.def: async).",
+            "inline constexpr bool kOpAsync[kOpCount] = {"]
+    out += [f"    {'true' if c.is_async else 'false'},  // {c.name}" for c in calls]
+    out += ["};", "", "// Synchronisations that report the errors of earlier async calls (calls.def: collect).",
+            "inline constexpr bool kOpCollects[kOpCount] = {"]
+    out += [f"    {'true' if c.collect else 'false'},  // {c.name}" for c in calls]
     out += ["};", "", "}  // namespace gslice::remote", ""]
     return "\n".join(out)
 

@@ -20,6 +20,9 @@ using shim::LogLevel;
 
 namespace {
 
+// Queued async calls are sent once this many bytes wait (or with the next call that waits).
+constexpr size_t kQueueBytes = 256 * 1024;
+
 // How long the server may take to start a worker (it runs `gslice run`, which loads the
 // driver) before the handshake counts as failed.
 constexpr int kHelloTimeoutMs = 30000;
@@ -30,6 +33,7 @@ struct Connection {
   pid_t pid = 0;        // the process that connected (a forked child connects anew)
   uint32_t seq = 0;
   CUresult failed = CUDA_SUCCESS;  // sticky: kNoServerResult or kLostResult
+  std::vector<uint8_t> queued;     // frames of async calls not sent yet, in call order
 };
 
 pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -52,6 +56,27 @@ bool ReadWithin(int fd, int timeout_ms) {
     rc = poll(&p, 1, timeout_ms);
   } while (rc < 0 && errno == EINTR);
   return rc > 0;
+}
+
+bool FlushLocked() {
+  if (g_conn.queued.empty()) return true;
+  const bool ok = WriteAll(g_conn.fd, g_conn.queued.data(), g_conn.queued.size());
+  g_conn.queued.clear();
+  return ok;
+}
+
+// Queues an async call's frame; sends the queue when it is full.
+bool QueueLocked(const FrameHeader& h, const Writer& payload) {
+  if (payload.size() + kHeaderSize > kQueueBytes) {
+    return FlushLocked() && WriteFrame(g_conn.fd, h, payload.buffer().data(), payload.size());
+  }
+  uint8_t head[kHeaderSize];
+  FrameHeader sized = h;
+  sized.length = static_cast<uint32_t>(payload.size());
+  EncodeHeader(sized, head);
+  g_conn.queued.insert(g_conn.queued.end(), head, head + kHeaderSize);
+  g_conn.queued.insert(g_conn.queued.end(), payload.buffer().begin(), payload.buffer().end());
+  return g_conn.queued.size() < kQueueBytes || FlushLocked();
 }
 
 CUresult ConnectLocked() {
@@ -120,7 +145,16 @@ CUresult Call::Run() {
   if (result == CUDA_SUCCESS) {
     const uint32_t seq = ++g_conn.seq;
     FrameHeader h;
-    if (!WriteFrame(g_conn.fd, FrameHeader{.seq = seq, .op = op_}, request_.buffer().data(), request_.size())) {
+    if (kOpAsync[op_]) {
+      // Not waited for: its driver error, if any, comes with the next synchronisation.
+      if (!QueueLocked(FrameHeader{.seq = seq, .op = op_}, request_)) {
+        result = FailLocked(kLostResult, std::string("lost the server while sending ") + kOpNames[op_]);
+      } else {
+        reader_ = Reader();
+        answered_ = true;
+      }
+    } else if (!FlushLocked() ||
+               !WriteFrame(g_conn.fd, FrameHeader{.seq = seq, .op = op_}, request_.buffer().data(), request_.size())) {
       result = FailLocked(kLostResult, std::string("lost the server while sending ") + kOpNames[op_]);
     } else if (ReadFrame(g_conn.fd, kMaxFrame, &h, &reply_buffer_) != FrameRead::kOk) {
       result = FailLocked(kLostResult, std::string("lost the server during ") + kOpNames[op_]);

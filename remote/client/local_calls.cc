@@ -115,6 +115,10 @@ CUresult Layout(CUfunction f, std::vector<uint32_t>* sizes) {
 
 CUresult Launch(uint32_t op, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                 unsigned bz, unsigned shmem, CUstream stream, void** params, void** extra) {
+  // Launches are not waited for: what the client can check, it checks here.
+  if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 || (params == nullptr) == (extra == nullptr)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   std::vector<uint32_t> sizes;
   if (params != nullptr) {
     CUresult r = Layout(f, &sizes);

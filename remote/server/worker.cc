@@ -11,6 +11,8 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+
+#include <cstring>
 #include <unistd.h>
 
 #include <vector>
@@ -78,6 +80,7 @@ int RunWorker(int fd) {
     pthread_detach(watcher);
   }
   std::vector<uint8_t> payload;
+  int32_t deferred = CUDA_SUCCESS;  // the first error of an async call since the last collect
   for (;;) {
     FrameHeader h;
     FrameRead got = ReadFrame(fd, kMaxFrame, &h, &payload);
@@ -108,6 +111,18 @@ int RunWorker(int fd) {
                   static_cast<int>(getpid()), h.op);
           return 3;
       }
+    }
+    int32_t result = CUDA_SUCCESS;
+    std::memcpy(&result, out.buffer().data(), sizeof result);
+    if (h.op < kOpCount && kOpAsync[h.op]) {
+      // The client does not wait for this one: its error waits for the next synchronisation.
+      if (result != CUDA_SUCCESS && deferred == CUDA_SUCCESS) deferred = result;
+      continue;
+    }
+    if (h.op < kOpCount && kOpCollects[h.op] && deferred != CUDA_SUCCESS && result == CUDA_SUCCESS) {
+      result = deferred;
+      std::memcpy(out.buffer().data(), &result, sizeof result);
+      deferred = CUDA_SUCCESS;
     }
     if (!WriteFrame(fd, FrameHeader{.seq = h.seq, .op = h.op | kReplyBit}, out.buffer().data(), out.size())) return 0;
   }

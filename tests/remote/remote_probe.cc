@@ -11,6 +11,7 @@
 //   probe busy MS       allocates 64 MiB, prints "busy", runs a kernel of MS ms, prints
 //                       cuCtxSynchronize's result
 //   probe unforwarded   prints the result of cuMemAllocManaged (not forwarded)
+//   probe deferred      launches a function that does not exist, synchronises twice
 //   probe maps          prints every mapped file whose name holds "libcuda"
 #include <cuda.h>
 #include <stdio.h>
@@ -305,8 +306,22 @@ int main(int argc, char** argv) {
     CUfunction busy, fill;
     CK(gslice::test::LoadTestKernels(&module, &busy, &fill));
     CK(gslice::test::LaunchBusy(busy, strtoull(argv[2], nullptr, 10) * 1000, nullptr));
+    // A query waits for its answer, so the kernel runs when "busy" is printed.
+    printf("query %s\n", Name(cuStreamQuery(nullptr)));
     printf("busy\n");
     printf("%s\n", Name(cuCtxSynchronize()));
+    return 0;
+  }
+  if (mode == "deferred") {
+    // A launch of a function that does not exist, through extra (no parameter layout needed).
+    Setup(&dev);
+    uint64_t arg = 1;
+    size_t size = sizeof arg;
+    void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &arg, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+    CUresult launch = cuLaunchKernel(reinterpret_cast<CUfunction>(0x1234), 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, extra);
+    CUresult first = cuCtxSynchronize();
+    CUresult second = cuCtxSynchronize();
+    printf("launch %s, sync %s, sync %s\n", Name(launch), Name(first), Name(second));
     return 0;
   }
   if (mode == "unforwarded") {
