@@ -193,6 +193,7 @@ def gen_client(calls):
                 out.append(f"  w.Put<uint8_t>({n} != nullptr);")
                 out.append(f"  w.Put<uint64_t>({n}_len);")
                 if p.sem != "outbuf":
+                    out.append("  w.PadTo(16);")
                     out.append(f"  w.PutBytes({n}, {n}_len);")
             elif p.sem == "cstr":
                 out.append(f"  const uint64_t {n}_len = {n} != nullptr ? strnlen({n}, ::gslice::remote::kMaxString + 1) : 0;")
@@ -264,6 +265,8 @@ def gen_server(calls):
                 decode.append(f"({n}_present || {n}_len == 0)")
                 if p.sem != "outbuf":
                     out.append(f"  const uint8_t* {n}_data = nullptr;")
+                    if p.sem != "cstr":
+                        decode.append("r.SkipTo(16)")
                     decode.append(f"r.GetBytes({n}_len, &{n}_data)")
         decode.append("r.AtEnd()")
         out.append("  if (!(" + " &&\n        ".join(decode) + ")) {")

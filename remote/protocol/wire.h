@@ -8,7 +8,8 @@
 //          u64 kCallsHash, then the slice it asks for as strings (memory, compute, share,
 //          class: what `gslice run` takes). Its reply: u32 kMagic, u16 kVersion, u16 0,
 //          i32 status (0: accepted), u32 worker pid, string message.
-// Request: u64 the client thread's current context, then the call's arguments.
+// Request: u64 the client thread's current context, then the call's arguments; a buffer the
+//          worker passes to the driver in place starts at a multiple of 16 bytes (zero padding).
 // Reply:   i32 CUresult, then (on CUDA_SUCCESS only) what the driver wrote.
 //
 // Contract: every length and count read from the peer is checked against what is left in the
@@ -63,6 +64,11 @@ class Writer {
     buf_.resize(at + n);
     std::memcpy(buf_.data() + at, p, n);
   }
+  // Zero bytes up to a multiple of n from the payload's start: a buffer the worker hands the
+  // driver in place starts aligned (the payload itself is allocated aligned).
+  void PadTo(size_t n) {
+    while (buf_.size() % n != 0) buf_.push_back(0);
+  }
   void PutString(const std::string& s) {
     Put<uint32_t>(static_cast<uint32_t>(s.size()));
     PutBytes(s.data(), s.size());
@@ -79,7 +85,7 @@ class Writer {
 class Reader {
  public:
   Reader() = default;
-  Reader(const uint8_t* p, size_t n) : p_(p), n_(n) {}
+  Reader(const uint8_t* p, size_t n) : begin_(p), p_(p), n_(n) {}
 
   template <typename T>
   bool Get(T* v) {
@@ -109,6 +115,12 @@ class Reader {
     s->assign(reinterpret_cast<const char*>(data), len);
     return true;
   }
+  // Skips the Writer's PadTo(n).
+  bool SkipTo(size_t n) {
+    const size_t pad = (n - static_cast<size_t>(p_ - begin_) % n) % n;
+    const uint8_t* ignored = nullptr;
+    return GetBytes(pad, &ignored);
+  }
   bool AtEnd() const { return ok_ && n_ == 0; }
   bool ok() const { return ok_; }
   size_t left() const { return n_; }
@@ -118,6 +130,7 @@ class Reader {
     ok_ = false;
     return false;
   }
+  const uint8_t* begin_ = nullptr;
   const uint8_t* p_ = nullptr;
   size_t n_ = 0;
   bool ok_ = true;

@@ -123,6 +123,7 @@ TEST(RemoteDispatch, ABufferShorterThanItsArgumentsSayIsRefused) {
   req.Put<CUdeviceptr>(0x1000);
   req.Put<uint8_t>(1);
   req.Put<uint64_t>(16);
+  req.PadTo(16);
   const uint8_t data[16] = {};
   req.PutBytes(data, sizeof data);
   req.Put<size_t>(1 << 20);
@@ -136,6 +137,7 @@ TEST(RemoteDispatch, ABufferShorterThanItsArgumentsSayIsRefused) {
   ok.Put<CUdeviceptr>(0x1000);
   ok.Put<uint8_t>(1);
   ok.Put<uint64_t>(16);
+  ok.PadTo(16);
   ok.PutBytes(data, sizeof data);
   ok.Put<size_t>(16);
   Reader in2(ok.buffer().data(), ok.size());

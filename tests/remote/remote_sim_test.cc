@@ -86,6 +86,8 @@ class RemoteSim : public ::testing::Test {
                           "GSLICE_CLASS", "GSLICE_COMPUTE", "GSLICE_SHARE"}) {
       unsetenv(v);
     }
+    // The sanitize build: the ASan runtime first, before the shim gslice run preloads.
+    if (const std::string asan = GSLICE_TEST_ASAN_RUNTIME; !asan.empty()) setenv("LD_PRELOAD", asan.c_str(), 1);
     unlink(SocketPath().c_str());
     server_ = new Child({kBin + "/gslice-remoted", "--listen", "unix:" + SocketPath(), "--sim"});
     ASSERT_NE(server_->ReadUntil("gslice-remoted: listening on", 20000), "");
@@ -220,12 +222,15 @@ class Raw {
     std::string error;
     return DecodeHelloReply(&r, &reply, &error) && reply.status == 0;
   }
-  // Sends a request; returns its result, or -1 when the connection closed.
-  int Call(uint32_t op, const Writer& args) {
+  // A request's payload: the current context (none), then the call's arguments.
+  static Writer Request() {
     Writer w;
     w.Put<uint64_t>(0);
-    w.PutBytes(args.buffer().data(), args.size());
-    if (!WriteFrame(fd_, FrameHeader{.seq = ++seq_, .op = op}, w.buffer().data(), w.size())) return -1;
+    return w;
+  }
+  // Sends a request; returns its result, or -1 when the connection closed.
+  int Call(uint32_t op, const Writer& payload) {
+    if (!WriteFrame(fd_, FrameHeader{.seq = ++seq_, .op = op}, payload.buffer().data(), payload.size())) return -1;
     return ReadResult();
   }
   int ReadResult() {
@@ -281,21 +286,22 @@ TEST_F(RemoteSim, ProtocolGarbageIsRefusedAndOtherClientsAreServed) {
   {
     Raw raw;  // after the handshake: malformed arguments are answered, the connection goes on
     ASSERT_TRUE(raw.Hello("1GiB"));
-    Writer bad;
+    Writer bad = Raw::Request();
     bad.Put<uint8_t>(7);  // cuMemAlloc_v2's presence flag must be 0 or 1
     EXPECT_EQ(raw.Call(kOp_cuMemAlloc_v2, bad), CUDA_ERROR_INVALID_VALUE);
-    Writer lie;  // cuMemcpyHtoD_v2 with 4 bytes sent for a 1 MiB copy
+    Writer lie = Raw::Request();  // cuMemcpyHtoD_v2 with 4 bytes sent for a 1 MiB copy
     lie.Put<CUdeviceptr>(0x1000);
     lie.Put<uint8_t>(1);
     lie.Put<uint64_t>(4);
+    lie.PadTo(16);
     lie.Put<uint32_t>(0);
     lie.Put<size_t>(1 << 20);
     EXPECT_EQ(raw.Call(kOp_cuMemcpyHtoD_v2, lie), CUDA_ERROR_INVALID_VALUE);
-    Writer version;
+    Writer version = Raw::Request();
     version.Put<uint8_t>(1);
     EXPECT_EQ(raw.Call(kOp_cuDriverGetVersion, version), CUDA_SUCCESS);
     // An opcode no client sends closes the connection.
-    EXPECT_EQ(raw.Call(kOpCount + 5, Writer()), -1);
+    EXPECT_EQ(raw.Call(kOpCount + 5, Raw::Request()), -1);
   }
   {
     Raw raw;  // a frame longer than any call after the handshake
