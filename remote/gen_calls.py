@@ -78,6 +78,14 @@ class CallSpec:
         self.after = flags.get("after")
         self.sync = flags.get("sync")
         self.is_async = "async" in flags
+        self.split = None
+        if flags.get("split"):
+            host, dev = flags["split"].split(":")
+            names = {p.name: p for p in params}
+            hp = names.get(host)
+            if hp is None or dev not in names or hp.sem not in ("inbuf", "outbuf") or hp.expr not in names:
+                raise ValueError("split=HOST:DEVICE names a buffer sized by a parameter, and a device pointer")
+            self.split = (hp, names[dev], names[hp.expr])
         self.collect = "collect" in flags
 
 
@@ -107,6 +115,8 @@ def parse(path):
                 k, eq, v = tok.partition("=")
                 if tok in ("async", "collect"):
                     flags[tok] = True
+                elif k == "split" and re.match(r"^\w+:\w+$", v):
+                    flags[k] = v
                 elif k not in ("after", "sync") or not eq or not IDENT.match(v):
                     sys.exit(f"{path}:{lineno}: unknown flag {tok!r}")
                 else:
@@ -117,7 +127,10 @@ def parse(path):
                 sys.exit(f"{path}:{lineno}: sync= names no parameter")
             if any(c.name == name for c in calls):
                 sys.exit(f"{path}:{lineno}: {name} listed twice")
-            calls.append(CallSpec(kind, name, params, flags))
+            try:
+                calls.append(CallSpec(kind, name, params, flags))
+            except ValueError as e:
+                sys.exit(f"{path}:{lineno}: {e}")
             canonical.append(" ".join(line.split()))
     digest = hashlib.sha256("\n".join(canonical).encode()).digest()
     return calls, int.from_bytes(digest[:8], "little")
@@ -172,6 +185,29 @@ def gen_client(calls):
         for p in c.params:
             if p.sem == "nullonly":
                 out.append(f'  if ({p.name} != nullptr) return ::gslice::remote::RefuseArgument("{c.name}", "{p.name}");')
+        if c.split:
+            host, dev, size = c.split
+            char = "const char*" if host.type.startswith("const") else "char*"
+            args = []
+            for p in c.params:
+                if p is host:
+                    args.append(f"static_cast<{char}>({p.name}) + done")
+                elif p is dev:
+                    args.append(f"{p.name} + done")
+                elif p is size:
+                    args.append("piece")
+                else:
+                    args.append(p.name)
+            out.append(f"  if ((uint64_t)({size.name}) > ::gslice::remote::kSplitBytes && {host.name} != nullptr) {{")
+            out.append("    // A large copy: in pieces, in order.")
+            out.append(f"    for (uint64_t done = 0; done < (uint64_t)({size.name});) {{")
+            out.append(f"      const {size.type} piece = static_cast<{size.type}>(std::min<uint64_t>(::gslice::remote::kSplitBytes, {size.name} - done));")
+            out.append(f"      const CUresult piece_result = gslice_remote_call_{c.name}({', '.join(args)});")
+            out.append("      if (piece_result != CUDA_SUCCESS) return piece_result;")
+            out.append("      done += piece;")
+            out.append("    }")
+            out.append("    return CUDA_SUCCESS;")
+            out.append("  }")
         out.append(f"  ::gslice::remote::Call call(::gslice::remote::kOp_{c.name});")
         out.append("  ::gslice::remote::Writer& w = call.request();")
         out.append("  (void)w;")

@@ -6,6 +6,7 @@
 #include <cuda.h>
 #include <string.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <utility>

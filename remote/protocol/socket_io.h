@@ -33,6 +33,9 @@ struct Address {
 // False, with a message naming what is wrong, when text is neither form.
 bool ParseAddress(const std::string& text, Address* out, std::string* error);
 
+// Asks for 4 MiB socket buffers each way (best effort).
+void WidenBuffers(int fd);
+
 // Connects (blocking). Returns the fd or -1 with *error. TCP connections get TCP_NODELAY and
 // keepalive probes that notice a vanished peer within seconds.
 int Connect(const Address& a, std::string* error);

@@ -30,9 +30,12 @@ namespace gslice::remote {
 inline constexpr uint32_t kMagic = 0x524c5347;  // "GSLR"
 inline constexpr uint16_t kVersion = 1;
 inline constexpr uint32_t kHeaderSize = 12;
-// The largest host buffer one call carries (a copy, an image); larger ones are refused on
-// the client with CUDA_ERROR_INVALID_VALUE and a log line.
+// The largest host buffer one call carries (a module image, a piece of a copy); larger ones
+// are refused on the client with CUDA_ERROR_INVALID_VALUE and a log line.
 inline constexpr uint64_t kMaxBuffer = 256ull << 20;
+// Copies larger than this go in pieces of it (calls.def: split), so that a large copy
+// streams instead of holding a whole buffer in a message on each side.
+inline constexpr uint64_t kSplitBytes = 32ull << 20;
 // The largest frame: one buffer plus the call's other arguments.
 inline constexpr uint32_t kMaxFrame = static_cast<uint32_t>(kMaxBuffer) + 64 * 1024;
 inline constexpr uint32_t kMaxString = 4096;

@@ -205,9 +205,16 @@ int Session(int fd, bool sim) {
     SendRefusal(fd, "no memory limit asked for: run the program with gslice run --remote ADDR --memory SIZE");
     return 0;
   }
-  const std::string self = SelfExe();
-  const std::string bin = self.substr(0, self.rfind('/') + 1);
-  const std::string gslice = bin + "gslice";
+  std::string self = SelfExe();
+  std::string worker = self;
+  const std::string deleted = " (deleted)";
+  if (self.size() > deleted.size() && self.compare(self.size() - deleted.size(), deleted.size(), deleted) == 0) {
+    // The binary was replaced on disk while the server runs: the worker is still this build,
+    // through this session's /proc entry (the session lives while the worker starts).
+    self.resize(self.size() - deleted.size());
+    worker = "/proc/" + std::to_string(getpid()) + "/exe";
+  }
+  const std::string gslice = self.substr(0, self.rfind('/') + 1) + "gslice";
   std::vector<std::string> args = {gslice, "run", "--memory=" + hello.memory};
   if (!hello.compute.empty()) args.push_back("--compute=" + hello.compute);
   if (!hello.share.empty()) args.push_back("--share=" + hello.share);
@@ -215,7 +222,7 @@ int Session(int fd, bool sim) {
   args.push_back("--name=remote-" + std::to_string(getpid()));
   if (sim) args.push_back("--sim");
   const int log_fd = dup(STDERR_FILENO);  // the worker's own log (without CLOEXEC)
-  args.insert(args.end(), {"--", self, "--worker-fd", std::to_string(fd), "--log-fd", std::to_string(log_fd)});
+  args.insert(args.end(), {"--", worker, "--worker-fd", std::to_string(fd), "--log-fd", std::to_string(log_fd)});
   int errors[2];
   if (pipe2(errors, O_CLOEXEC) != 0) return 1;
   std::vector<char*> argv;
@@ -289,6 +296,7 @@ int Serve(const std::vector<std::string>& addresses, bool sim) {
       if ((fds[k].revents & POLLIN) == 0) continue;
       int fd = accept4(listeners[k].fd, nullptr, nullptr, SOCK_CLOEXEC);
       if (fd < 0) continue;
+      WidenBuffers(fd);
       pid_t pid = fork();
       if (pid == 0) {
         for (const Listener& l : listeners) close(l.fd);

@@ -11,6 +11,7 @@
 //   probe busy MS       allocates 64 MiB, prints "busy", runs a kernel of MS ms, prints
 //                       cuCtxSynchronize's result
 //   probe unforwarded   prints the result of cuMemAllocManaged (not forwarded)
+//   probe bigcopy BYTES copies BYTES to the device and back, plainly and on a stream
 //   probe deferred      launches a function that does not exist, synchronises twice
 //   probe maps          prints every mapped file whose name holds "libcuda"
 #include <cuda.h>
@@ -310,6 +311,28 @@ int main(int argc, char** argv) {
     printf("query %s\n", Name(cuStreamQuery(nullptr)));
     printf("busy\n");
     printf("%s\n", Name(cuCtxSynchronize()));
+    return 0;
+  }
+  if (mode == "bigcopy") {
+    // Copies larger than one message carries, both ways, synchronous and on a stream.
+    if (argc < 3) return 2;
+    Setup(&dev);
+    const size_t bytes = strtoull(argv[2], nullptr, 10);
+    CUdeviceptr p = 0;
+    CK(cuMemAlloc(&p, bytes));
+    std::vector<uint8_t> out(bytes), in(bytes);
+    for (size_t i = 0; i < bytes; ++i) out[i] = static_cast<uint8_t>(i * 131 + (i >> 20));
+    CK(cuMemcpyHtoD(p, out.data(), bytes));
+    CK(cuMemcpyDtoH(in.data(), p, bytes));
+    Expect(in == out, "large synchronous copies");
+    CUstream stream;
+    CK(cuStreamCreate(&stream, 0));
+    for (auto& b : out) b = static_cast<uint8_t>(~b);
+    CK(cuMemcpyHtoDAsync(p, out.data(), bytes, stream));
+    CK(cuMemcpyDtoHAsync(in.data(), p, bytes, stream));
+    CK(cuStreamSynchronize(stream));
+    Expect(in == out, "large copies on a stream");
+    printf("bigcopy ok\n");
     return 0;
   }
   if (mode == "deferred") {

@@ -315,6 +315,11 @@ TEST_F(RemoteSim, ProtocolGarbageIsRefusedAndOtherClientsAreServed) {
   EXPECT_EQ(after.out, "CUDA_SUCCESS\n");
 }
 
+TEST_F(RemoteSim, CopiesLargerThanOneMessageGoInPieces) {
+  Result r = RunProgram(Remote(Address(), "1GiB", {kProbe, "bigcopy", std::to_string(kSplitBytes + 12)}));
+  EXPECT_EQ(r.out, "bigcopy ok\n");
+}
+
 TEST_F(RemoteSim, AnAsyncCallsErrorComesWithTheNextSynchronisation) {
   // Launches are sent without waiting; the driver's refusal surfaces once, at the next sync
   // (on the simulated driver directly it is the launch's own result).
