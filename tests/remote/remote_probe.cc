@@ -20,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <set>
 #include <string>
 #include <vector>
@@ -197,6 +198,23 @@ int Check() {
          Name(cuGetProcAddress("cuNoSuchFunction", &fn, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &status)));
   CUdeviceptr zero = 0;
   printf("zero-byte allocation: %s\n", Name(cuMemAlloc(&zero, 0)));
+
+  // Page-locked host memory as copy source and destination.
+  void* pinned = nullptr;
+  CK(cuMemHostAlloc(&pinned, kBytes, CU_MEMHOSTALLOC_PORTABLE));
+  std::memcpy(pinned, bytes.data(), kBytes);
+  CK(cuMemcpyHtoDAsync(a, pinned, kBytes, stream));
+  std::vector<uint8_t> registered(kBytes);
+  CK(cuMemHostRegister(registered.data(), kBytes, 0));
+  printf("register twice: %s\n", Name(cuMemHostRegister(registered.data(), kBytes, 0)));
+  CK(cuMemcpyDtoHAsync(registered.data(), a, kBytes, stream));
+  CK(cuStreamSynchronize(stream));
+  Expect(registered == bytes, "copies through page-locked memory");
+  CK(cuMemHostUnregister(registered.data()));
+  printf("unregister twice: %s\n", Name(cuMemHostUnregister(registered.data())));
+  CK(cuMemFreeHost(pinned));
+  printf("free twice: %s\n", Name(cuMemFreeHost(pinned)));
+  printf("page-locked host memory ok\n");
 
   CUcontext stream_ctx = nullptr;
   CK(cuStreamGetCtx(stream, &stream_ctx));
