@@ -78,6 +78,7 @@ std::vector<KernelLayout>* g_layouts = nullptr;
 
 constexpr size_t kMaxKernelParams = 4096;
 constexpr uint64_t kMaxParamBytes = 32768;  // the driver's limit on a kernel's parameters
+constexpr unsigned kMaxLaunchAttributes = 64;
 
 CUresult Layout(CUfunction f, std::vector<uint32_t>* sizes) {
   pthread_mutex_lock(&g_layout_mu);
@@ -113,10 +114,17 @@ CUresult Layout(CUfunction f, std::vector<uint32_t>* sizes) {
   return CUDA_SUCCESS;
 }
 
-CUresult Launch(uint32_t op, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                unsigned bz, unsigned shmem, CUstream stream, void** params, void** extra) {
+// Encodes a launch: u64 f, 7 x u32 (grid, block, shared memory), u64 stream, u32 attribute
+// count and the attributes as they are (cuLaunchKernelEx; 0 for cuLaunchKernel), u8 which
+// (1: kernelParams, 2: extra); kernelParams: u32 count, then u32 size + bytes each; extra:
+// u64 size + bytes. The worker lays the parameters out again (remote/server/dispatch.cc).
+CUresult Launch(uint32_t op, CUfunction f, const unsigned dims[7], CUstream stream, const CUlaunchAttribute* attrs,
+                unsigned num_attrs, void** params, void** extra) {
   // Launches are not waited for: what the client can check, it checks here.
-  if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 || (params == nullptr) == (extra == nullptr)) {
+  for (int i = 0; i < 6; ++i)
+    if (dims[i] == 0) return CUDA_ERROR_INVALID_VALUE;
+  if ((params == nullptr) == (extra == nullptr) || num_attrs > kMaxLaunchAttributes ||
+      (num_attrs > 0 && attrs == nullptr)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   std::vector<uint32_t> sizes;
@@ -148,8 +156,10 @@ CUresult Launch(uint32_t op, CUfunction f, unsigned gx, unsigned gy, unsigned gz
   Call call(op);
   Writer& w = call.request();
   w.Put(f);
-  for (unsigned v : {gx, gy, gz, bx, by, bz, shmem}) w.Put(v);
+  for (int i = 0; i < 7; ++i) w.Put(dims[i]);
   w.Put(stream);
+  w.Put<uint32_t>(num_attrs);
+  if (num_attrs > 0) w.PutBytes(attrs, num_attrs * sizeof(CUlaunchAttribute));
   w.Put<uint8_t>(static_cast<uint8_t>((params != nullptr ? 1 : 0) | (extra != nullptr ? 2 : 0)));
   if (params != nullptr) {
     w.Put<uint32_t>(static_cast<uint32_t>(sizes.size()));
@@ -167,6 +177,13 @@ CUresult Launch(uint32_t op, CUfunction f, unsigned gx, unsigned gy, unsigned gz
   if (res != CUDA_SUCCESS) return res;
   if (!call.reply().AtEnd()) return call.Malformed();
   return res;
+}
+
+CUresult LaunchEx(uint32_t op, const CUlaunchConfig* config, CUfunction f, void** params, void** extra) {
+  if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const unsigned dims[7] = {config->gridDimX,  config->gridDimY,  config->gridDimZ,      config->blockDimX,
+                            config->blockDimY, config->blockDimZ, config->sharedMemBytes};
+  return Launch(op, f, dims, config->hStream, config->attrs, config->numAttrs, params, extra);
 }
 
 }  // namespace
@@ -281,11 +298,23 @@ extern "C" CUresult gslice_remote_call_cuGetProcAddress(const char* symbol, void
 extern "C" CUresult gslice_remote_call_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                                                     unsigned bx, unsigned by, unsigned bz, unsigned shmem,
                                                     CUstream stream, void** params, void** extra) {
-  return Launch(kOp_cuLaunchKernel, f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);
+  const unsigned dims[7] = {gx, gy, gz, bx, by, bz, shmem};
+  return Launch(kOp_cuLaunchKernel, f, dims, stream, nullptr, 0, params, extra);
 }
 
 extern "C" CUresult gslice_remote_call_cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                                                          unsigned bx, unsigned by, unsigned bz, unsigned shmem,
                                                          CUstream stream, void** params, void** extra) {
-  return Launch(kOp_cuLaunchKernel_ptsz, f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra);
+  const unsigned dims[7] = {gx, gy, gz, bx, by, bz, shmem};
+  return Launch(kOp_cuLaunchKernel_ptsz, f, dims, stream, nullptr, 0, params, extra);
+}
+
+extern "C" CUresult gslice_remote_call_cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** kernelParams,
+                                                      void** extra) {
+  return LaunchEx(kOp_cuLaunchKernelEx, config, f, kernelParams, extra);
+}
+
+extern "C" CUresult gslice_remote_call_cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f,
+                                                           void** kernelParams, void** extra) {
+  return LaunchEx(kOp_cuLaunchKernelEx_ptsz, config, f, kernelParams, extra);
 }

@@ -89,19 +89,22 @@ namespace {
 constexpr uint32_t kMaxKernelParams = 4096;
 constexpr uint64_t kMaxParamBytes = 32768;
 
-// u64 f, 7 x u32 (grid, block, shared memory), u64 stream, u8 which (1: kernelParams,
-// 2: extra); kernelParams: u32 count, then u32 size + bytes each; extra: u64 size + bytes.
+constexpr uint32_t kMaxLaunchAttributes = 64;
+
+// The encoding of remote/client/local_calls.cc's Launch.
 CUresult ServeLaunch(uint32_t op, Reader& r) {
-  using Fn = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
-                          void**, void**);
   CUfunction f{};
   unsigned dims[7];
   CUstream stream{};
+  uint32_t num_attrs = 0;
   uint8_t which = 0;
   if (!r.Get(&f)) return kMalformed;
   for (unsigned& d : dims)
     if (!r.Get(&d)) return kMalformed;
-  if (!r.Get(&stream) || !r.Get(&which) || which > 3) return kMalformed;
+  if (!r.Get(&stream) || !r.Get(&num_attrs) || num_attrs > kMaxLaunchAttributes) return kMalformed;
+  std::vector<CUlaunchAttribute> attrs(num_attrs);
+  if (num_attrs > 0 && !r.GetInto(attrs.data(), num_attrs * sizeof(CUlaunchAttribute))) return kMalformed;
+  if (!r.Get(&which) || which > 3) return kMalformed;
   // Each parameter at a 16-byte aligned offset of one buffer (the driver reads them through
   // the pointers; alignment keeps any type's load legal).
   std::vector<uint64_t> storage;
@@ -140,16 +143,29 @@ CUresult ServeLaunch(uint32_t op, Reader& r) {
     extra_size = size;
   }
   if (!r.AtEnd()) return kMalformed;
-  auto fn = reinterpret_cast<Fn>(g_driver[op]);
-  if (fn == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
-  return fn(f, dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6], stream,
-            (which & 1) ? params.data() : nullptr, (which & 2) ? extra : nullptr);
+  void** p = (which & 1) ? params.data() : nullptr;
+  void** e = (which & 2) ? extra : nullptr;
+  if (g_driver[op] == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+  if (op == kOp_cuLaunchKernelEx || op == kOp_cuLaunchKernelEx_ptsz) {
+    using Fn = CUresult (*)(const CUlaunchConfig*, CUfunction, void**, void**);
+    CUlaunchConfig config{.gridDimX = dims[0], .gridDimY = dims[1], .gridDimZ = dims[2], .blockDimX = dims[3],
+                          .blockDimY = dims[4], .blockDimZ = dims[5], .sharedMemBytes = dims[6], .hStream = stream,
+                          .attrs = num_attrs > 0 ? attrs.data() : nullptr, .numAttrs = num_attrs};
+    return reinterpret_cast<Fn>(g_driver[op])(&config, f, p, e);
+  }
+  if (num_attrs != 0) return kMalformed;
+  using Fn = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                          void**, void**);
+  return reinterpret_cast<Fn>(g_driver[op])(f, dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6], stream,
+                                           p, e);
 }
 
 }  // namespace
 
 CUresult Serve_cuLaunchKernel(Reader& r, Writer&) { return ServeLaunch(kOp_cuLaunchKernel, r); }
 CUresult Serve_cuLaunchKernel_ptsz(Reader& r, Writer&) { return ServeLaunch(kOp_cuLaunchKernel_ptsz, r); }
+CUresult Serve_cuLaunchKernelEx(Reader& r, Writer&) { return ServeLaunch(kOp_cuLaunchKernelEx, r); }
+CUresult Serve_cuLaunchKernelEx_ptsz(Reader& r, Writer&) { return ServeLaunch(kOp_cuLaunchKernelEx_ptsz, r); }
 
 int LoadDriver(void* handle) {
   int found = 0;
