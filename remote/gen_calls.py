@@ -87,6 +87,7 @@ class CallSpec:
                 raise ValueError("split=HOST:DEVICE names a buffer sized by a parameter, and a device pointer")
             self.split = (hp, names[dev], names[hp.expr])
         self.collect = "collect" in flags
+        self.cached = "cached" in flags
 
 
 def parse(path):
@@ -113,7 +114,7 @@ def parse(path):
             flags = {}
             for tok in rest.split():
                 k, eq, v = tok.partition("=")
-                if tok in ("async", "collect"):
+                if tok in ("async", "collect", "cached"):
                     flags[tok] = True
                 elif k == "split" and re.match(r"^\w+:\w+$", v):
                     flags[k] = v
@@ -121,6 +122,8 @@ def parse(path):
                     sys.exit(f"{path}:{lineno}: unknown flag {tok!r}")
                 else:
                     flags[k] = v
+            if flags.get("cached") and (kind != "forward" or any(p.sem not in ("value", "out", "outbuf") for p in params)):
+                sys.exit(f"{path}:{lineno}: a cached call is forwarded and takes values only")
             if flags.get("async") and (kind == "local" or any(p.sem in ("out", "inout", "outbuf") for p in params)):
                 sys.exit(f"{path}:{lineno}: an async call has no outputs but its result and is not local")
             if flags.get("sync") and flags["sync"] not in [p.name for p in params]:
@@ -164,6 +167,9 @@ def gen_header(calls, h):
     out += ["};", "", "// Calls the client sends without waiting (calls.def: async).",
             "inline constexpr bool kOpAsync[kOpCount] = {"]
     out += [f"    {'true' if c.is_async else 'false'},  // {c.name}" for c in calls]
+    out += ["};", "", "// Calls whose successful answer the client keeps per argument values (calls.def: cached).",
+            "inline constexpr bool kOpCached[kOpCount] = {"]
+    out += [f"    {'true' if c.cached else 'false'},  // {c.name}" for c in calls]
     out += ["};", "", "// Synchronisations that report the errors of earlier async calls (calls.def: collect).",
             "inline constexpr bool kOpCollects[kOpCount] = {"]
     out += [f"    {'true' if c.collect else 'false'},  // {c.name}" for c in calls]

@@ -12,6 +12,7 @@
 //                       cuCtxSynchronize's result
 //   probe unforwarded   prints the result of cuMemAllocManaged (not forwarded)
 //   probe bigcopy BYTES copies BYTES to the device and back, plainly and on a stream
+//   probe repeat        asks for the same device attribute three times
 //   probe deferred      launches a function that does not exist, synchronises twice
 //   probe maps          prints every mapped file whose name holds "libcuda"
 #include <cuda.h>
@@ -368,6 +369,14 @@ int main(int argc, char** argv) {
     CK(cuStreamSynchronize(stream));
     Expect(in == out, "large copies on a stream");
     printf("bigcopy ok\n");
+    return 0;
+  }
+  if (mode == "repeat") {
+    // The same device query three times (the client asks the server once).
+    CK(cuInit(0));
+    int sms[3] = {};
+    for (int& v : sms) CK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0));
+    printf("%d %d %d\n", sms[0], sms[1], sms[2]);
     return 0;
   }
   if (mode == "deferred") {

@@ -315,6 +315,17 @@ TEST_F(RemoteSim, ProtocolGarbageIsRefusedAndOtherClientsAreServed) {
   EXPECT_EQ(after.out, "CUDA_SUCCESS\n");
 }
 
+TEST_F(RemoteSim, DevicePropertiesAreAskedForOnce) {
+  Result r = RunProgram(Remote(Address(), "1GiB", {kProbe, "repeat"}), {"GSLICE_LOG=debug"});
+  EXPECT_NE(r.out.find("132 132 132\n"), std::string::npos) << r.out;
+  size_t hits = 0;
+  for (size_t at = 0; (at = r.out.find("cuDeviceGetAttribute answered from the client's cache", at)) != std::string::npos;
+       ++at) {
+    ++hits;
+  }
+  EXPECT_EQ(hits, 2u) << r.out;
+}
+
 TEST_F(RemoteSim, CopiesLargerThanOneMessageGoInPieces) {
   Result r = RunProgram(Remote(Address(), "1GiB", {kProbe, "bigcopy", std::to_string(kSplitBytes + 12)}));
   EXPECT_EQ(r.out, "bigcopy ok\n");
