@@ -169,13 +169,19 @@ int Connect(const Address& a, std::string* error) {
     return -1;
   }
   WidenBuffers(fd);
+  TuneTcp(fd);
+  return fd;
+}
+
+void TuneTcp(int fd) {
   int one = 1, idle = 2, interval = 1, count = 3;
+  unsigned int unacknowledged_ms = 5000;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
-  return fd;
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &unacknowledged_ms, sizeof unacknowledged_ms);
 }
 
 }  // namespace gslice::remote

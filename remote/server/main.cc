@@ -297,6 +297,7 @@ int Serve(const std::vector<std::string>& addresses, bool sim) {
       int fd = accept4(listeners[k].fd, nullptr, nullptr, SOCK_CLOEXEC);
       if (fd < 0) continue;
       WidenBuffers(fd);
+      if (!listeners[k].address.unix_socket) TuneTcp(fd);
       pid_t pid = fork();
       if (pid == 0) {
         for (const Listener& l : listeners) close(l.fd);
