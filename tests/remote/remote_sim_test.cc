@@ -364,6 +364,19 @@ TEST_F(RemoteSim, NoServerOrARefusedSliceIsNoDeviceWithTheReason) {
   EXPECT_NE(refused.out.find("has only"), std::string::npos) << refused.out;
 }
 
+TEST_F(RemoteSim, GsliceRunRemoteRefusesWhatItCannotDo) {
+  const std::string gslice = kBin + "/gslice";
+  Result bad = RunProgram({gslice, "run", "--remote", "host:7000", "--memory", "1GiB", "--", "/bin/true"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.out.find("expected unix:PATH or tcp://HOST:PORT"), std::string::npos) << bad.out;
+  Result sim = RunProgram({gslice, "run", "--remote", Address(), "--sim", "--memory", "1GiB", "--", "/bin/true"});
+  EXPECT_EQ(sim.code, 2);
+  EXPECT_NE(sim.out.find("gslice-remoted --sim"), std::string::npos) << sim.out;
+  Result no_memory = RunProgram({gslice, "run", "--remote", Address(), "--", "/bin/true"});
+  EXPECT_EQ(no_memory.code, 2);
+  EXPECT_NE(no_memory.out.find("--memory is required"), std::string::npos) << no_memory.out;
+}
+
 TEST_F(RemoteSim, TcpIsServedOnLoopbackAndRefusedElsewhere) {
   for (const char* wide : {"tcp://0.0.0.0:0", "tcp://[::]:0"}) {
     Result r = RunProgram({kBin + "/gslice-remoted", "--listen", wide, "--sim"}, {}, 10000);
