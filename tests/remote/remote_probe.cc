@@ -190,6 +190,30 @@ int Check() {
   printf("missing function: %s\n", Name(cuModuleGetFunction(&missing, module, "gslice_nope")));
   CK(cuModuleUnload(module));
 
+  // A module from a file, and a host function in stream order.
+  const std::string image_path = "/tmp/gslice-probe-" + std::to_string(getpid()) + ".module";
+  if (FILE* f = fopen(image_path.c_str(), "w")) {
+    fputs(gslice::test::SimTestImage(), f);
+    fclose(f);
+  }
+  CUmodule from_file;
+  CUfunction fill_from_file;
+  CK(cuModuleLoad(&from_file, image_path.c_str()));
+  unlink(image_path.c_str());
+  CK(cuModuleGetFunction(&fill_from_file, from_file, "gslice_fill"));
+  CK(gslice::test::LaunchFill(fill_from_file, b, 0x77777777u, kWords, stream));
+  struct Seen {
+    CUdeviceptr p;
+    size_t words;
+    bool ran = false;
+  } seen{b, kWords};
+  CK(cuLaunchHostFunc(stream, [](void* arg) { static_cast<Seen*>(arg)->ran = true; }, &seen));
+  CK(cuStreamSynchronize(stream));
+  Expect(seen.ran, "the host function ran");
+  Verify(b, 0x77777777u, kWords, "fill from a module file");
+  CK(cuModuleUnload(from_file));
+  printf("module file: %s, host function ok\n", Name(cuModuleLoad(&from_file, "/nonexistent/module")));
+
   CUmodule module_ex;
   CK(cuModuleLoadDataEx(&module_ex, gslice::test::SimTestImage(), 0, nullptr, nullptr));
   CK(cuModuleUnload(module_ex));
