@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -362,6 +363,54 @@ TEST_F(RemoteSim, NoServerOrARefusedSliceIsNoDeviceWithTheReason) {
   Result refused = RunProgram(Remote(Address(), "100GiB", {kProbe, "alloc", "4096"}));
   EXPECT_NE(refused.out.find("CUDA_ERROR_NO_DEVICE"), std::string::npos) << refused.out;
   EXPECT_NE(refused.out.find("has only"), std::string::npos) << refused.out;
+}
+
+// Where gsliced runs, a remote client's worker is a slice gsliced admitted and lists, and it is
+// gone from the list once the client is.
+TEST_F(RemoteSim, ARemoteSliceIsListedByGslicedWhileItsClientRuns) {
+  const std::string dir = "/tmp/gslice-test-" + std::to_string(getpid()) + "-gsliced";
+  const std::string ledger = Prefix() + "-daemon-ledger";
+  ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
+  const std::string api = dir + "/api.sock", remoted = dir + "/remoted.sock";
+  std::ofstream(dir + "/gsliced.toml") << "socket = \"" << api << "\"\n"
+                                      << "database = \"" << dir << "/state/gsliced.db\"\n"
+                                      << "ledger = \"" << ledger << "\"\n"
+                                      << "nvml_library = \"" << kBin << "/../lib/sim/libnvidia-ml.so.1\"\n"
+                                      << "sample_interval_ms = 200\n";
+  auto listing = [&] { return RunProgram({kBin + "/gslice", "ls", "--json", "--socket", api}, {}, 10000); };
+  {
+    Child daemon({kBin + "/gsliced", "--config", dir + "/gsliced.toml"});
+    bool up = false;
+    for (int i = 0; i < 200 && !up; ++i) {
+      up = listing().code == 0;
+      if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ASSERT_TRUE(up) << listing().out;
+    Child server({kBin + "/gslice-remoted", "--listen", "unix:" + remoted, "--sim"},
+                 {"GSLICE_SOCKET=" + api, "GSLICE_LEDGER=" + ledger});
+    ASSERT_NE(server.ReadUntil("gslice-remoted: listening on", 20000), "");
+    {
+      Child client(Remote("unix:" + remoted, "1GiB", {kProbe, "hold", std::to_string(64ull << 20)}));
+      ASSERT_NE(client.ReadUntil("held", 20000), "");
+      const Result during = listing();
+      EXPECT_NE(during.out.find("\"remote-"), std::string::npos) << during.out;
+      EXPECT_NE(during.out.find(std::to_string(1ull << 30)), std::string::npos) << during.out;
+      EXPECT_EQ(client.Wait(nullptr, 10000), 0);  // closes its stdin: the probe frees and exits
+    }
+    bool gone = false;
+    for (int i = 0; i < 100 && !gone; ++i) {
+      gone = listing().out.find("\"remote-") == std::string::npos;
+      if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_TRUE(gone) << listing().out;
+    server.Kill(SIGTERM);
+    server.Wait(nullptr, 10000);
+    daemon.Kill(SIGTERM);
+    daemon.Wait(nullptr, 10000);
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  std::filesystem::remove_all(ledger, ec);
 }
 
 TEST_F(RemoteSim, GsliceRunRemoteRefusesWhatItCannotDo) {
