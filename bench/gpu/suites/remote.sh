@@ -83,8 +83,9 @@ try:
 
     # 2. Over the limit: an allocation past the remote slice's 4 GiB is refused there.
     rc, out, err, _ = run("over-limit", [gslice, "run", "--remote", "unix:" + sock, "--memory", "1GiB", "--", example])
-    result("remote.limit", "INFO", f"gslice-example in a 1 GiB remote slice: exit {rc}; "
-           + (out.strip().splitlines()[-1] if out.strip() else "(no output)"))
+    got = [l for l in out.splitlines() if l.startswith(("GPU 0:", "allocated"))]
+    result("remote.limit", "PASS" if rc == 0 and len(got) == 2 else "FAIL",
+           f"gslice-example in a 1 GiB remote slice: exit {rc}; " + ("; ".join(got) or "(no output)"))
 
     # 3. PyTorch through the forwarding client: what happens today (cudart asks the driver's
     # private tables, which the client does not answer yet).
