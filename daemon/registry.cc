@@ -664,8 +664,7 @@ Result<Slice> Registry::CreateSlice(const SliceRequest& request) {
   return slice;
 }
 
-Status Registry::DeleteSlice(const std::string& name, const Caller& caller) {
-  std::lock_guard lock(mu_);
+Result<Slice*> Registry::SliceToChange(const std::string& name, const Caller& caller, const char* verb) {
   Slice* slice = FindSlice(name);
   if (slice == nullptr) {
     return Status::NotFound("no slice named '" + name + "': `gslice ls` lists the slices");
@@ -673,8 +672,14 @@ Status Registry::DeleteSlice(const std::string& name, const Caller& caller) {
   if (Status s = MayChange(*slice, caller); !s.ok()) return s;
   if (slice->state == SliceState::kSuspending || slice->state == SliceState::kResuming) {
     return Status::Conflict("slice '" + name + "' is " + std::string(ToString(slice->state)) +
-                            ": wait until it is done, then delete it");
+                            ": wait until it is done, then " + verb + " it");
   }
+  return slice;
+}
+
+Status Registry::DeleteSlice(const std::string& name, const Caller& caller) {
+  std::lock_guard lock(mu_);
+  if (Result<Slice*> found = SliceToChange(name, caller, "delete"); !found.ok()) return found.status();
   // Its processes, if any, run on under their limits until they exit; the slice is gone
   // from the registry and, withdrawn from the ledger, never adopted back.
   int running = 0;
@@ -754,15 +759,9 @@ Result<SliceUpdate> Registry::UpdateSlice(const std::string& name, const SliceCh
     std::string holds;
     {
       std::lock_guard lock(mu_);
-      Slice* slice = FindSlice(name);
-      if (slice == nullptr) {
-        return Status::NotFound("no slice named '" + name + "': `gslice ls` lists the slices");
-      }
-      if (Status s = MayChange(*slice, caller); !s.ok()) return s;
-      if (slice->state == SliceState::kSuspending || slice->state == SliceState::kResuming) {
-        return Status::Conflict("slice '" + name + "' is " + std::string(ToString(slice->state)) +
-                                ": wait until it is done, then change it");
-      }
+      Result<Slice*> found = SliceToChange(name, caller, "change");
+      if (!found.ok()) return found.status();
+      Slice* slice = found.value();
       Slice next = *slice;
       std::string what;
       if (Status s = ApplyChange(change, &next, &what); !s.ok()) return s;

@@ -195,6 +195,10 @@ class Registry {
   Status ResolveGpus(const SliceRequest& request, Slice* slice);  // REQUIRES: mu_ held
   const Project* FindProject(const std::string& name) const;      // REQUIRES: mu_ held
   Slice* FindSlice(const std::string& name);                      // REQUIRES: mu_ held
+  // The named slice, if the caller may change it (MayChange) and it is not suspending or
+  // resuming: else NotFound, Forbidden or Conflict, the message ending in "then VERB it".
+  // REQUIRES: mu_ held.
+  Result<Slice*> SliceToChange(const std::string& name, const Caller& caller, const char* verb);
   Result<Slice> Transition(const std::string& name, bool suspend, const Caller& caller);
   // Takes slices found only in the ledger into the registry, each admitted like a create
   // (and GPUs an adopted slice takes later, likewise):
