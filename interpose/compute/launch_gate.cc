@@ -199,6 +199,12 @@ struct Device {
   // The cap's state: the slice's shared word for this GPU in the ledger once found (every
   // process of the slice charges it, so the cap holds for the slice), else cap_tat.
   std::atomic<std::atomic<int64_t>*> slice_cap_tat{nullptr};
+  // The policy the gate applies on this GPU (PackPolicy): the process's own under its named
+  // slice's in the ledger (EffectivePolicy), refreshed every peer scan (FollowSlicePolicy).
+  // Written by the gate thread (and AddDevice before the device is published); launching
+  // threads load it whole.
+  std::atomic<uint64_t> policy{0};
+  int slice_gpu = -1;  // the slice's entry for this GPU in the limits file, once found (-1)
   PeerSet peers;
   TurnState turn;
   OpportunisticLimits opp;
@@ -209,7 +215,11 @@ namespace {
 
 struct Gate {
   DriverApi api;
-  ComputePolicy policy;
+  ComputePolicy env;  // the policy this process started with (GSLICE_COMPUTE, _SHARE, _CLASS)
+  // The named slice this process runs in (its index in the limits file; -1: none, or no
+  // ledger) and its class when the gate first saw it (EffectivePolicy's start_class).
+  int slice = -1;
+  int start_class = -1;
   // Every slice's compute entries as one table (mapped by InitOnce, never unmapped): this
   // process's slice's page writable, the others' read-only. nullptr: no ledger.
   ComputeWindow* window = nullptr;
@@ -225,6 +235,9 @@ struct Gate {
 Gate* g_gate = nullptr;
 std::once_flag g_init_once;
 bool g_init_ok = false;
+
+// The policy the gate applies on d now (one relaxed load: launching threads call it).
+ComputePolicy PolicyOf(const Device& d) { return UnpackPolicy(d.policy.load(kRlx)); }
 
 // ---- ledger compute table -----------------------------------------------------------
 
@@ -261,21 +274,68 @@ int EntryIndex(const Device& d) {
 // 1 + the slice whose cap compute entry i charges; 0: none.
 uint32_t CapSliceOf(int i) { return i < 0 ? 0 : g_gate->window->entry(i).cap_slice.load(kRlx); }
 
-// Finds the slice's shared cap word for d's GPU (gate thread, with the peer scan): the slice
-// and its GPU entry appear in the ledger once the memory side has attached and seen the GPU.
-// The entry then names the slice, so that the slice's other processes on this GPU take
-// exclusive turns with it (ScanPeers).
-void ResolveSliceCap(Device& d) {
-  if (!g_gate->policy.capped() || g_gate->window == nullptr || d.slice_cap_tat.load(kRlx) != nullptr) return;
-  const char* name = OptionValue(Option::Slice);
-  if (name == nullptr || name[0] == '\0') return;
-  const int slice = g_gate->window->own_slice();
-  if (slice < 0) return;
-  const int gpu = g_gate->mapping->FindGpu(slice, d.uuid);
+// Finds the slice's GPU entry for d's GPU, and with it the slice's shared cap word (gate
+// thread, with the peer scan): the slice and its GPU entry appear in the ledger once the
+// memory side (or the slice's writer) has seen the GPU.
+void FindSliceGpu(Device& d) {
+  if (g_gate->slice < 0 || d.slice_gpu >= 0) return;
+  const int gpu = g_gate->mapping->FindGpu(g_gate->slice, d.uuid);
   if (gpu < 0) return;
   d.slice_cap_tat.store(&g_gate->window->own_head()->cap_tat[gpu], std::memory_order_release);
-  const int mine = EntryIndex(d);
-  if (mine >= 0) d.entry->cap_slice.store(static_cast<uint32_t>(slice) + 1, kRlx);
+  d.slice_gpu = gpu;
+}
+
+// What d's ledger entry's cap_slice says under policy p: 1 + the slice while p caps it and the
+// slice's cap word for the GPU is found, else 0.
+uint32_t CapSliceFor(const Device& d, const ComputePolicy& p) {
+  return p.capped() && d.slice_cap_tat.load(kRlx) != nullptr ? static_cast<uint32_t>(g_gate->slice) + 1 : 0u;
+}
+
+// Applies a new policy on d: launching threads see it at their next load, and peers see its
+// share, class and cap (the entry's fields) at their next scan. A capped entry names its
+// slice, so that the slice's other processes on this GPU take exclusive turns with it
+// (ScanPeers); the share's weight and flag change in place, the turn bits stay.
+void ApplyPolicy(Device& d, const ComputePolicy& p) {
+  d.policy.store(PackPolicy(p), kRlx);
+  if (d.entry == nullptr) return;  // AddDevice claims the entry with this policy
+  uint32_t share = d.entry->share_permille.load(kRlx);
+  uint32_t want;
+  do {
+    want = (share & ~(kComputeShareMask | kComputeShareSet)) | p.share_permille | (p.share_set ? kComputeShareSet : 0u);
+  } while (share != want && !d.entry->share_permille.compare_exchange_weak(share, want, kRlx));
+  d.entry->slice_class.store(static_cast<uint32_t>(p.cls), kRlx);
+  if (EntryIndex(d) >= 0) d.entry->cap_slice.store(CapSliceFor(d, p), kRlx);
+}
+
+// Every peer scan (kPeerScanNs, the gate thread; and AddDevice), on one GPU: the slice's class
+// and, once the slice's entry for the GPU is found, its policy words there (three loads on the
+// mapped limits file), with what changed applied. The gate's mode follows at the same pass's
+// end (WantedMode), so a change applies within one scan.
+void FollowSlicePolicy(Device& d) {
+  if (g_gate->slice < 0) return;
+  FindSliceGpu(d);
+  const LedgerComputePolicy words =
+      d.slice_gpu >= 0 ? g_gate->mapping->ComputePolicy(g_gate->slice, d.slice_gpu) : LedgerComputePolicy{};
+  const SlicePolicy slice = {
+      .cap_permille = words.cap_permille,
+      .share_permille = words.share_permille,
+      .slice_class = static_cast<int>(
+          __atomic_load_n(&g_gate->mapping->limits()->slices[g_gate->slice].slice_class, __ATOMIC_RELAXED)),
+  };
+  const ComputePolicy p = EffectivePolicy(g_gate->env, slice, g_gate->start_class);
+  const uint64_t word = PackPolicy(p);
+  const uint64_t before = d.policy.load(kRlx);
+  // The entry's cap_slice also waits for the slice's cap word (FindSliceGpu), so apply once
+  // when the GPU entry is first found even where the policy is the same.
+  if (word == before && d.entry != nullptr && (EntryIndex(d) < 0 || d.entry->cap_slice.load(kRlx) == CapSliceFor(d, p))) {
+    return;
+  }
+  ApplyPolicy(d, p);
+  if (word != before) {
+    TraceLine("compute: slice policy on this GPU now cap %u permille, share %u permille%s, %s", p.cap_permille,
+              p.share_permille, p.share_set ? "" : " (none given)",
+              p.cls == ComputeClass::kOpportunistic ? "opportunistic" : "guaranteed");
+  }
 }
 
 // The slice of compute entry i in the limits file (written only by the ledger's writer;
@@ -308,13 +368,14 @@ uint32_t PeerFloorPermille(int i) {
 void ScanPeers(Device& d) {
   if (g_gate->window == nullptr) return;
   g_gate->window->Refresh();  // system calls only when a slice came, went or was recycled
-  ResolveSliceCap(d);
+  FollowSlicePolicy(d);
   ComputeWindow& w = *g_gate->window;
   int n = 0;
   bool share = false;
   int opp = 0;
   int guaranteed = 0;
-  const bool mine_set = g_gate->policy.share_set;
+  const ComputePolicy mine = PolicyOf(d);
+  const bool mine_set = mine.share_set;
   const uint32_t my_slice = CapSliceOf(EntryIndex(d));
   for (int i = 0; i < kLedgerMaxComputeEntries && n < kMaxPeers; ++i) {
     if (!w.mapped(ComputeSliceOf(i))) {
@@ -328,7 +389,7 @@ void ScanPeers(Device& d) {
     const ComputeClass cls = PeerClass(i, e);
     if (cls == ComputeClass::kOpportunistic) ++opp;
     if (cls == ComputeClass::kGuaranteed) ++guaranteed;
-    if (cls == g_gate->policy.cls && (mine_set || (e.share_permille.load(kRlx) & kComputeShareSet) != 0)) share = true;
+    if (cls == mine.cls && (mine_set || (e.share_permille.load(kRlx) & kComputeShareSet) != 0)) share = true;
     if (my_slice != 0 && CapSliceOf(i) == my_slice) share = true;
     d.peers.words[n++].store(PackPeer(i, cls == ComputeClass::kGuaranteed, PeerFloorPermille(i)), kRlx);
   }
@@ -341,12 +402,15 @@ void ScanPeers(Device& d) {
   if (!share && published) d.entry->share_permille.fetch_and(~kComputeTakesTurns, kRlx);
 }
 
+// Gate when a GPU's policy limits this process (before any GPU is registered: the policy it
+// started with) or peers need it to take part; else only watch.
 GateMode WantedMode() {
-  const ComputePolicy& p = g_gate->policy;
-  if (p.capped() || p.cls == ComputeClass::kOpportunistic) return GateMode::kGate;
+  const auto limits = [](const ComputePolicy& p) { return p.capped() || p.cls == ComputeClass::kOpportunistic; };
   const int n = g_gate->device_count.load(std::memory_order_acquire);
+  if (n == 0 && limits(g_gate->env)) return GateMode::kGate;
   for (int i = 0; i < n; ++i) {
     const Device& d = g_gate->devices[i];
+    if (limits(PolicyOf(d))) return GateMode::kGate;
     if (d.peers.opportunistic.load(kRlx) > 0 || d.peers.share_peer.load(kRlx)) return GateMode::kGate;
   }
   return GateMode::kWatch;
@@ -362,8 +426,9 @@ std::atomic<int64_t>& CapTat(Device& d) {
 void Charge(Device& d, int64_t busy, int64_t now) {
   if (busy <= 0) return;
   d.meter.busy_total.fetch_add(busy, kRlx);
-  d.entry->vtime_ns.fetch_add(VtimeIncrement(busy, g_gate->policy.share_permille), kRlx);
-  if (g_gate->policy.capped()) GcraCharge(CapTat(d), now, busy, g_gate->policy.cap_permille);
+  const ComputePolicy p = PolicyOf(d);
+  d.entry->vtime_ns.fetch_add(VtimeIncrement(busy, p.share_permille), kRlx);
+  if (p.capped()) GcraCharge(CapTat(d), now, busy, p.cap_permille);
   const uint32_t opp_rate = d.opp.rate_permille.load(kRlx);
   if (opp_rate > 0 && opp_rate < 1000) GcraCharge(d.opp.tat, now, busy, opp_rate);  // 1000: no limit
 }
@@ -412,11 +477,14 @@ Device* AddDevice(const uint8_t uuid[16], CUdevice dev, CUcontext ctx) {
   memcpy(d.uuid, uuid, 16);
   int mps = 0;
   d.spatial = g_gate->api.device_get_attribute(&mps, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, dev) == CUDA_SUCCESS && mps != 0;
-  if (d.spatial && g_gate->policy.cls == ComputeClass::kOpportunistic) {
+  // The slice's policy on this GPU where the ledger has it already, else the process's own.
+  d.policy.store(PackPolicy(g_gate->env), kRlx);
+  if (g_gate->window != nullptr) FollowSlicePolicy(d);
+  if (d.spatial && PolicyOf(d).cls == ComputeClass::kOpportunistic) {
     LogLine("compute: the GPU is shared through MPS; opportunistic work runs beside guaranteed work at low priority");
   }
   d.ctx.store(ctx, std::memory_order_release);
-  const ComputePolicy& p = g_gate->policy;
+  const ComputePolicy p = PolicyOf(d);
   if (g_gate->window != nullptr) {
     d.entry = g_gate->window->ClaimEntry(d.uuid, static_cast<SliceClass>(p.cls),
                                          p.share_permille | (p.share_set ? kComputeShareSet : 0u));
@@ -636,7 +704,7 @@ Contenders FindContenders(Device& d, int64_t now) {
   Contenders c;
   if (g_gate->window == nullptr || !d.peers.share_peer.load(kRlx)) return c;
   const int n = d.peers.count.load(std::memory_order_acquire);
-  const bool guaranteed = g_gate->policy.cls == ComputeClass::kGuaranteed;
+  const bool guaranteed = PolicyOf(d).cls == ComputeClass::kGuaranteed;
   for (int i = 0; i < n; ++i) {
     const uint32_t word = d.peers.words[i].load(kRlx);
     if (PeerGuaranteed(word) != guaranteed) continue;  // not of our class
@@ -661,7 +729,7 @@ constexpr int64_t kDrainPollNs = 50'000;
 
 // How long to wait before launching on d now; 0: go.
 int64_t WaitBeforeLaunch(Device& d, int64_t now) {
-  const ComputePolicy& p = g_gate->policy;
+  const ComputePolicy p = PolicyOf(d);
   int64_t wait = 0;
   if (p.capped()) wait = GcraWaitNs(CapTat(d).load(kRlx), now);
   if (p.cls == ComputeClass::kOpportunistic && d.opp.probe_pause.load(kRlx) && GuaranteedBusy(d, now - kProbeGapNs)) {
@@ -708,7 +776,8 @@ int64_t WaitBeforeLaunch(Device& d, int64_t now) {
 }
 
 bool DepthBounded(Device& d) {
-  return g_gate->policy.capped() || g_gate->policy.cls == ComputeClass::kOpportunistic || d.turn.running;
+  const ComputePolicy p = PolicyOf(d);
+  return p.capped() || p.cls == ComputeClass::kOpportunistic || d.turn.running;
 }
 
 // Debug trace of DepthNs's changes: the queue bound, and until when each guaranteed peer
@@ -733,7 +802,7 @@ void TraceNear(Device& d, bool near, int64_t now) {
 // starves a launch-bound job). Launches and every gate thread pass update it, so it is
 // current also while the controller holds launches back.
 int64_t DepthNs(Device& d, int64_t now) {
-  if (g_gate->policy.cls != ComputeClass::kOpportunistic || d.spatial) return kCapDepthNs;
+  if (PolicyOf(d).cls != ComputeClass::kOpportunistic || d.spatial) return kCapDepthNs;
   const bool near = GuaranteedBusy(d, now - kOpportunisticDeepAfterNs);
   if (d.opp.near.load(kRlx) != near && d.opp.near.exchange(near, kRlx) != near && g_trace != nullptr) {
     TraceNear(d, near, now);
@@ -743,7 +812,7 @@ int64_t DepthNs(Device& d, int64_t now) {
 
 // Opportunistic work with no cap and no share peer: only guaranteed peers constrain it.
 bool OpportunisticOnly(const Device& d) {
-  const ComputePolicy& p = g_gate->policy;
+  const ComputePolicy p = PolicyOf(d);
   return p.cls == ComputeClass::kOpportunistic && !p.capped() && !d.peers.share_peer.load(kRlx);
 }
 
@@ -768,7 +837,7 @@ bool NothingToYieldTo(const Device& d) { return OpportunisticOnly(d) && d.peers.
 // A guaranteed process with no cap and no share contention only publishes that it is
 // busy: no waiting, no measurement, no driver call on the launch path.
 bool PublishOnly(const Device& d) {
-  const ComputePolicy& p = g_gate->policy;
+  const ComputePolicy p = PolicyOf(d);
   return p.cls == ComputeClass::kGuaranteed && !p.capped() && !d.peers.share_peer.load(kRlx);
 }
 
@@ -819,7 +888,7 @@ void* GateThread(void*) {
       // Lazy markers are recorded on the app's streams from here: the context must be current.
       if (current != ctx && g_gate->api.ctx_set_current(ctx) == CUDA_SUCCESS) current = ctx;
       PollDevice(d, now);
-      if (g_gate->policy.cls == ComputeClass::kOpportunistic) {
+      if (PolicyOf(d).cls == ComputeClass::kOpportunistic) {
         ControlOpportunisticRate(d, now);
         DepthNs(d, now);  // for its update of opp_near while launches are held back
       }
@@ -840,7 +909,7 @@ void InitOnce(void* (*resolve)(const char*)) {
   g_gate = &gate;
   char error[256] = {};
   if (!ParseComputePolicy(OptionValue(Option::Compute), OptionValue(Option::Share), OptionValue(Option::Class),
-                          &gate.policy, error, sizeof error)) {
+                          &gate.env, error, sizeof error)) {
     LogLine("%s; compute is not limited for this process", error);
     return;
   }
@@ -873,6 +942,12 @@ void InitOnce(void* (*resolve)(const char*)) {
     gate.window = window;
     gate.mapping = mapping;
     window->Refresh();
+    // A named slice's policy in the ledger is followed while the process runs (FollowSlicePolicy).
+    if (sliced && window->own_slice() >= 0) {
+      gate.slice = window->own_slice();
+      gate.start_class =
+          static_cast<int>(__atomic_load_n(&mapping->limits()->slices[gate.slice].slice_class, __ATOMIC_RELAXED));
+    }
     if (note[0] != '\0') TraceLine("compute: %s", note);
   } else {
     LogLine("compute: ledger %s: %s; caps hold within this process, shares and classes do not", path, note);

@@ -49,4 +49,25 @@ bool ParseComputePolicy(const char* cap, const char* share, const char* cls, Com
   return true;
 }
 
+ComputePolicy EffectivePolicy(const ComputePolicy& env, const SlicePolicy& slice, int start_class) {
+  ComputePolicy p = env;
+  if (slice.cap_permille >= 0) {
+    p.cap_permille = slice.cap_permille == 0 || slice.cap_permille >= 1000 ? 1000u : static_cast<uint32_t>(slice.cap_permille);
+  }
+  if (slice.share_permille > 0) {
+    p.share_permille = slice.share_permille > 1000 ? 1000u : static_cast<uint32_t>(slice.share_permille);
+    p.share_set = true;
+  } else if (slice.share_permille == 0) {
+    p.share_permille = 1000;
+    p.share_set = false;
+  }
+  constexpr int kOpportunistic = static_cast<int>(ComputeClass::kOpportunistic);
+  if (slice.slice_class >= 0 && slice.slice_class != start_class) {
+    p.cls = slice.slice_class == kOpportunistic ? ComputeClass::kOpportunistic : ComputeClass::kGuaranteed;
+  } else if (slice.slice_class == kOpportunistic) {
+    p.cls = ComputeClass::kOpportunistic;
+  }
+  return p;
+}
+
 }  // namespace gslice::compute

@@ -25,6 +25,38 @@ struct ComputePolicy {
 bool ParseComputePolicy(const char* cap, const char* share, const char* cls, ComputePolicy* out,
                         char* error, int size);
 
+// A slice's compute policy on one GPU as its writer (gsliced, `gslice set`) holds it in the
+// node ledger now: the two policy words decoded (LedgerComputePolicy: -1 where a word is not
+// set, else permille, a cap of 0 meaning none and a share of 0 none given) and the slice's
+// class (LedgerSlice::slice_class; -1: the process is in no slice the gate follows).
+struct SlicePolicy {
+  int cap_permille = -1;
+  int share_permille = -1;
+  int slice_class = -1;  // ComputeClass
+};
+
+// The policy a gate applies on a GPU: the one its process started with (env: GSLICE_COMPUTE,
+// GSLICE_SHARE, GSLICE_CLASS) under what the slice's writer set in the ledger. A set word wins
+// over the environment: a cap of 0 (or 1000 and above) lifts the cap, a share of 0 leaves the
+// default weight, given by no one. The class: a slice whose class changed since the gate first
+// saw it (start_class) gives its processes the new one; otherwise an opportunistic slice makes
+// its processes opportunistic (none promotes itself above its slice), a guaranteed one leaves
+// the environment's. Pure: the gate thread calls it every pass with what it loaded.
+ComputePolicy EffectivePolicy(const ComputePolicy& env, const SlicePolicy& slice, int start_class);
+
+// A policy as one word, so that launching threads read it whole while the gate thread
+// changes it (16 bits each for cap and share permille, then the flag and the class).
+inline constexpr uint64_t PackPolicy(const ComputePolicy& p) {
+  return static_cast<uint64_t>(p.cap_permille & 0xffffu) | (static_cast<uint64_t>(p.share_permille & 0xffffu) << 16) |
+         (p.share_set ? 1ull << 32 : 0ull) | (static_cast<uint64_t>(p.cls) << 33);
+}
+inline constexpr ComputePolicy UnpackPolicy(uint64_t w) {
+  return {.cap_permille = static_cast<uint32_t>(w & 0xffffu),
+          .share_permille = static_cast<uint32_t>((w >> 16) & 0xffffu),
+          .share_set = ((w >> 32) & 1u) != 0,
+          .cls = static_cast<ComputeClass>((w >> 33) & 1u)};
+}
+
 // Tunables (ns). Chosen for the bounds in docs/compute.md.
 inline constexpr int64_t kCapToleranceNs = 10'000'000;    // GCRA burst: 10 ms of wall time
 inline constexpr int64_t kShareQuantumNs = 40'000'000;    // turn length, in virtual time

@@ -468,6 +468,115 @@ TEST_F(ComputeSim, AProcessCannotClaimAClassAboveItsSlices) {
   EXPECT_GT(ro.kernels, 0) << ro.raw;
 }
 
+// `gslice set NAME --compute 30%` on a running program: gsliced writes the slice's cap word
+// for the GPU into the ledger's limits file (Ledger::SetComputePolicy), and the program's gate,
+// which started with no compute policy at all, follows it within a second; lifting the cap
+// (a cap of 0: none) gives the GPU back. Each window's kernel rate is taken relative to a free
+// witness job's on the other simulated GPU over the same window (the machine's load).
+TEST_F(ComputeSim, ACapSetInTheLedgerReachesARunningProcess) {
+  const std::string uuids = "GPU-00000000-0000-0000-0000-00000000aa00,GPU-00000000-0000-0000-0000-00000000aa01";
+  const uint8_t uuid[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xaa, 0x01};  // the second
+  gslice::Ledger l;
+  ASSERT_EQ(l.Open(ledger_.c_str()), gslice::LedgerError::kOk) << l.detail();
+  int slice = -1, gpu = -1;
+  ASSERT_EQ(l.FindOrCreateSlice("live", gslice::SliceClass::kGuaranteed, 0, &slice), gslice::LedgerError::kOk);
+  ASSERT_EQ(l.FindOrAddGpu(slice, uuid, -1, &gpu), gslice::LedgerError::kOk);
+  const double start_at = NowMs() + 800;
+  Worker witness = Start(OnGpu(0, {{"GSLICE_SIM_UUIDS", uuids}}), Job(start_at, 6.0));
+  Worker live = Start(OnGpu(1, {{"GSLICE_SIM_UUIDS", uuids}, {"GSLICE_SLICE", "live"}}), Job(start_at, 6.0));
+  while (NowMs() < start_at + 1500) usleep(5000);
+  l.SetComputePolicy(slice, gpu, gslice::kGpuPolicySet | 300, 0);
+  while (NowMs() < start_at + 3500) usleep(5000);
+  l.SetComputePolicy(slice, gpu, gslice::kGpuPolicySet | 0, 0);
+  const Result w = Wait(witness);
+  const Result r = Wait(live);
+  ASSERT_GE(r.kernels, 0) << r.raw;
+  ASSERT_GE(w.kernels, 0) << w.raw;
+  const auto relative = [&](double from, double to) {
+    const double wr = w.Rate(from, to);
+    EXPECT_GT(wr, 0.1) << w.raw;
+    return wr > 0 ? r.Rate(from, to) / wr : 0.0;
+  };
+  const double before = relative(200, 1500);
+  const double capped = relative(2500, 3500);  // from a second after the cap was set
+  const double lifted = relative(4500, 6000);  // from a second after it was lifted
+  const std::string counts = "live " + r.raw + "\nwitness " + w.raw;
+  EXPECT_GT(before, 0.5) << counts;
+  EXPECT_LT(capped, 0.6 * before) << counts;
+  EXPECT_GT(capped, 0.05 * before) << counts;
+  EXPECT_GT(lifted, 0.75 * before) << counts;
+}
+
+// `gslice set NAME --class opportunistic` on a running program: gsliced changes the slice's
+// class in the ledger (Ledger::UpdateSlice); the program, which started guaranteed, yields to
+// a guaranteed job on the same GPU within a second, and takes its turn again once the slice is
+// guaranteed again.
+TEST_F(ComputeSim, AClassChangeInTheLedgerReachesARunningProcess) {
+  gslice::Ledger l;
+  ASSERT_EQ(l.Open(ledger_.c_str()), gslice::LedgerError::kOk) << l.detail();
+  int slice = -1;
+  ASSERT_EQ(l.FindOrCreateSlice("live", gslice::SliceClass::kGuaranteed, 0, &slice), gslice::LedgerError::kOk);
+  const gslice::LedgerSlice& entry = l.limits()->slices[slice];
+  const auto set_class = [&](gslice::SliceClass cls) {
+    ASSERT_EQ(l.UpdateSlice(slice, cls, entry.flags, entry.owner_uid, entry.protect_permille), gslice::LedgerError::kOk);
+  };
+  const double start_at = NowMs() + 800;
+  Worker other = Start({{"GSLICE_CLASS", "guaranteed"}}, Job(start_at, 6.0));
+  Worker live = Start({{"GSLICE_SLICE", "live"}}, Job(start_at, 6.0));
+  while (NowMs() < start_at + 1500) usleep(5000);
+  set_class(gslice::SliceClass::kOpportunistic);
+  while (NowMs() < start_at + 3500) usleep(5000);
+  set_class(gslice::SliceClass::kGuaranteed);
+  const Result o = Wait(other);
+  const Result r = Wait(live);
+  ASSERT_GE(r.kernels, 0) << r.raw;
+  ASSERT_GE(o.kernels, 0) << o.raw;
+  const auto relative = [&](double from, double to) {
+    const double other_rate = o.Rate(from, to);
+    EXPECT_GT(other_rate, 0.05) << o.raw;
+    return other_rate > 0 ? r.Rate(from, to) / other_rate : 0.0;
+  };
+  const double before = relative(200, 1500);
+  const double yielding = relative(2500, 3500);  // from a second after the change
+  const double back = relative(4500, 6000);      // from a second after the change back
+  const std::string counts = "live " + r.raw + "\nguaranteed " + o.raw;
+  EXPECT_GT(before, 0.3) << counts;
+  EXPECT_LT(yielding, 0.3 * before) << counts;
+  EXPECT_GT(back, 0.6 * before) << counts;
+}
+
+// `gslice set NAME --share 25%` on a running program: its slice's share word for the GPU in the
+// ledger changes its weight against a peer taking turns with it (50%) within a second: from
+// the default weight (1000:500, the program ahead) to 250:500 (the peer ahead).
+TEST_F(ComputeSim, AShareSetInTheLedgerReachesARunningProcess) {
+  const std::string uuids = "GPU-00000000-0000-0000-0000-00000000bb00";
+  const uint8_t uuid[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xbb, 0x00};
+  gslice::Ledger l;
+  ASSERT_EQ(l.Open(ledger_.c_str()), gslice::LedgerError::kOk) << l.detail();
+  int slice = -1, gpu = -1;
+  ASSERT_EQ(l.FindOrCreateSlice("live", gslice::SliceClass::kGuaranteed, 0, &slice), gslice::LedgerError::kOk);
+  ASSERT_EQ(l.FindOrAddGpu(slice, uuid, -1, &gpu), gslice::LedgerError::kOk);
+  const double start_at = NowMs() + 800;
+  Worker other = Start({{"GSLICE_SIM_UUIDS", uuids}, {"GSLICE_SHARE", "50%"}}, Job(start_at, 4.0));
+  Worker live = Start({{"GSLICE_SIM_UUIDS", uuids}, {"GSLICE_SLICE", "live"}}, Job(start_at, 4.0));
+  while (NowMs() < start_at + 1500) usleep(5000);
+  l.SetComputePolicy(slice, gpu, 0, gslice::kGpuPolicySet | 250);
+  const Result o = Wait(other);
+  const Result r = Wait(live);
+  ASSERT_GE(r.kernels, 0) << r.raw;
+  ASSERT_GE(o.kernels, 0) << o.raw;
+  const auto relative = [&](double from, double to) {
+    const double other_rate = o.Rate(from, to);
+    EXPECT_GT(other_rate, 0.05) << o.raw;
+    return other_rate > 0 ? r.Rate(from, to) / other_rate : 0.0;
+  };
+  const double before = relative(200, 1500);
+  const double after = relative(2500, 4000);  // from a second after the change
+  const std::string counts = "live " + r.raw + "\nshare 50% " + o.raw;
+  EXPECT_GT(before, 1.2) << counts;
+  EXPECT_LT(after, 0.5 * before) << counts;
+}
+
 TEST_F(ComputeSim, DeadGuaranteedNeverStallsOpportunistic) {
   const double start_at = NowMs() + 800;
   Worker g = Start({{"GSLICE_CLASS", "guaranteed"}}, Job(start_at, 3.0));

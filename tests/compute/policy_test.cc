@@ -25,6 +25,54 @@ TEST(ComputePolicy, ParsesCapShareAndClass) {
   EXPECT_EQ(p.cls, ComputeClass::kGuaranteed);
 }
 
+// What the ledger's slice words make of the policy a process started with (the gate thread's
+// decision every pass, FollowSlicePolicy).
+TEST(ComputePolicy, TheSlicesWordsInTheLedgerWinOverTheEnvironmentOnceSet) {
+  constexpr int kG = static_cast<int>(ComputeClass::kGuaranteed);
+  constexpr int kO = static_cast<int>(ComputeClass::kOpportunistic);
+  const ComputePolicy none;
+  const ComputePolicy env = {.cap_permille = 700, .share_permille = 400, .share_set = true, .cls = ComputeClass::kGuaranteed};
+  // Nothing set (or no slice): the environment's policy.
+  EXPECT_EQ(PackPolicy(EffectivePolicy(env, {}, -1)), PackPolicy(env));
+  EXPECT_EQ(PackPolicy(EffectivePolicy(env, {.slice_class = kG}, kG)), PackPolicy(env));
+  // An uncapped process becomes capped; a set cap replaces the environment's; 0 lifts it.
+  EXPECT_EQ(EffectivePolicy(none, {.cap_permille = 300, .slice_class = kG}, kG).cap_permille, 300u);
+  EXPECT_TRUE(EffectivePolicy(none, {.cap_permille = 300, .slice_class = kG}, kG).capped());
+  EXPECT_EQ(EffectivePolicy(env, {.cap_permille = 300}, -1).cap_permille, 300u);
+  EXPECT_FALSE(EffectivePolicy(env, {.cap_permille = 0}, -1).capped());
+  EXPECT_FALSE(EffectivePolicy(env, {.cap_permille = 1000}, -1).capped());
+  EXPECT_FALSE(EffectivePolicy(env, {.cap_permille = 0xffff}, -1).capped()) << "out of range: no cap";
+  // A share set is explicit; a share of 0 is none given (the default weight, not explicit).
+  const ComputePolicy shared = EffectivePolicy(none, {.share_permille = 250}, -1);
+  EXPECT_EQ(shared.share_permille, 250u);
+  EXPECT_TRUE(shared.share_set);
+  const ComputePolicy unshared = EffectivePolicy(env, {.share_permille = 0}, -1);
+  EXPECT_EQ(unshared.share_permille, 1000u);
+  EXPECT_FALSE(unshared.share_set);
+  EXPECT_EQ(unshared.cap_permille, 700u) << "a word not set leaves the environment's";
+  // The class: an opportunistic slice's processes are opportunistic; a slice whose class
+  // changed since the gate first saw it gives its new class either way.
+  EXPECT_EQ(EffectivePolicy(env, {.slice_class = kO}, kO).cls, ComputeClass::kOpportunistic);
+  EXPECT_EQ(EffectivePolicy(env, {.slice_class = kO}, kG).cls, ComputeClass::kOpportunistic);
+  const ComputePolicy opp = {.cls = ComputeClass::kOpportunistic};
+  EXPECT_EQ(EffectivePolicy(opp, {.slice_class = kG}, kG).cls, ComputeClass::kOpportunistic)
+      << "a guaranteed slice leaves a process that calls itself opportunistic so";
+  EXPECT_EQ(EffectivePolicy(opp, {.slice_class = kG}, kO).cls, ComputeClass::kGuaranteed);
+}
+
+TEST(ComputePolicy, APolicyPacksIntoOneWordAndBack) {
+  for (const ComputePolicy p : {ComputePolicy{},
+                                ComputePolicy{.cap_permille = 10, .share_permille = 1000, .share_set = true,
+                                              .cls = ComputeClass::kOpportunistic},
+                                ComputePolicy{.cap_permille = 999, .share_permille = 1, .cls = ComputeClass::kGuaranteed}}) {
+    const ComputePolicy q = UnpackPolicy(PackPolicy(p));
+    EXPECT_EQ(q.cap_permille, p.cap_permille);
+    EXPECT_EQ(q.share_permille, p.share_permille);
+    EXPECT_EQ(q.share_set, p.share_set);
+    EXPECT_EQ(q.cls, p.cls);
+  }
+}
+
 TEST(ComputePolicy, RejectsBadValuesWithTheVariableName) {
   ComputePolicy p;
   p.cap_permille = 123;
