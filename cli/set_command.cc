@@ -30,9 +30,9 @@ suspends the slice (its GPU memory moves to host memory), applies the limit and 
   --json               print the changed slice as JSON
   --socket PATH        gsliced's socket (default $GSLICE_SOCKET or /run/gsliced/gsliced.sock)
 
-Programs that are already running pick up a new compute cap or share when their launch gate
-reads the slice's policy from the node ledger (docs/compute.md); new programs always start
-with it.
+A new compute cap, share or class reaches the running programs within a second: their launch
+gates read the slice's policy from the node ledger every 10 ms (docs/compute.md). New
+programs start with it.
 
 examples:
   gslice set train --memory 16GiB
