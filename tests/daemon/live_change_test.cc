@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -307,6 +308,56 @@ TEST_F(LiveChange, ARunningProgramSeesItsLimitGrowAndShrink) {
   EXPECT_EQ(program->Ask("alloc " + std::to_string(kGiB + 1)), "oom");
   EXPECT_EQ(program->Ask("alloc " + std::to_string(kGiB)), "ok");
   EXPECT_EQ(program->Stop(), 0);
+}
+
+// A compute_worker line's kernels completed per ms in [from_ms, to_ms) of its window (its
+// "buckets=" field counts them per 50 ms); -1 when the line has none.
+double KernelRate(const std::string& line, double from_ms, double to_ms) {
+  const size_t at = line.find("buckets=");
+  if (at == std::string::npos) return -1;
+  std::stringstream buckets(line.substr(at + 8));
+  std::string item;
+  long n = 0;
+  for (int i = 0; std::getline(buckets, item, ','); ++i) {
+    if (50.0 * i >= from_ms && 50.0 * (i + 1) <= to_ms) n += std::stol(item);
+  }
+  return static_cast<double>(n) / (to_ms - from_ms);
+}
+
+// `gslice set --compute` on a running program: gsliced writes the slice's cap into the ledger
+// and the program, started with no compute policy, is capped within a second; its kernel rate
+// is taken relative to a program of another slice on the other GPU over the same windows.
+TEST_F(LiveChange, ARunningProgramIsCappedBySet) {
+  Start();
+  std::string out, err;
+  ASSERT_EQ(Cli("create capped --gpus 0 --memory 2GiB", &out, &err), 0) << err;
+  ASSERT_EQ(Cli("create free --gpus 1 --memory 2GiB", &out, &err), 0) << err;
+  // compute_worker's --start-at is wall-clock ms since the epoch.
+  const auto epoch_ms = [] {
+    return std::chrono::duration<double, std::milli>(std::chrono::system_clock::now().time_since_epoch()).count();
+  };
+  const double start_at = epoch_ms() + 1500;  // time for both programs to start
+  const auto job = [&](const char* slice) {
+    return std::make_unique<Program>(std::vector<std::string>{
+        GSLICE_CLI, "run", "--sim", "--name", slice, "--", GSLICE_TEST_COMPUTE_WORKER, "--seconds", "4",
+        "--kernel-us", "1000", "--start-at", std::to_string(start_at)});
+  };
+  auto capped = job("capped");
+  auto witness = job("free");
+  while (epoch_ms() < start_at + 1500) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(Cli("set capped --compute 30%", &out, &err), 0) << err;
+  const std::string c = capped->ReadLine();
+  const std::string f = witness->ReadLine();
+  EXPECT_EQ(capped->Stop(), 0);
+  EXPECT_EQ(witness->Stop(), 0);
+  const double free_before = KernelRate(f, 200, 1500), free_after = KernelRate(f, 2500, 4000);
+  ASSERT_GT(free_before, 0.1) << f;
+  ASSERT_GT(free_after, 0.1) << f;
+  const double before = KernelRate(c, 200, 1500) / free_before;
+  const double after = KernelRate(c, 2500, 4000) / free_after;  // from a second after the set
+  EXPECT_GT(before, 0.5) << "capped " << c << "\nfree " << f;
+  EXPECT_LT(after, 0.6 * before) << "capped " << c << "\nfree " << f;
+  EXPECT_GT(after, 0.0) << "capped " << c << "\nfree " << f;
 }
 
 TEST_F(LiveChange, SetIsAdmittedLikeACreate) {
