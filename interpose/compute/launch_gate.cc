@@ -203,7 +203,7 @@ struct Device {
   // slice's in the ledger (EffectivePolicy), refreshed every peer scan (FollowSlicePolicy).
   // Written by the gate thread (and AddDevice before the device is published); launching
   // threads load it whole.
-  std::atomic<uint64_t> policy{0};
+  std::atomic<uint64_t> policy{PackPolicy(ComputePolicy{})};
   int slice_gpu = -1;  // the slice's entry for this GPU in the limits file, once found (-1)
   PeerSet peers;
   TurnState turn;
