@@ -11,7 +11,8 @@ const char kSetSummary[] = "change a slice's memory, compute or class while it r
 namespace {
 
 constexpr const char kSetHelp[] = R"(usage: gslice set NAME [--memory SIZE[,SIZE...]] [--compute N%] [--share N%]
-                       [--class C] [--idle-timeout T] [--make-room] [--json] [--socket PATH]
+                       [--class C] [--protect F] [--idle-timeout T] [--make-room] [--json]
+                       [--socket PATH]
 
 Changes slice NAME in place; its running programs keep running. gsliced admits the change
 like a create (guaranteed memory and compute on each GPU, the project's quotas) and refuses
@@ -25,19 +26,22 @@ suspends the slice (its GPU memory moves to host memory), applies the limit and 
   --compute N%         hard compute cap on each GPU (none: no cap)
   --share N%           guaranteed compute share on each GPU (none: no guarantee)
   --class C            guaranteed or opportunistic
+  --protect F          a guaranteed slice's protection level, 0.5 to 1 (0.9 or 90%): the
+                       fraction of its solo speed opportunistic work must leave it
   --idle-timeout T     suspend after T without GPU work (30m, 2h, 600s; never or 0: never)
   --make-room          suspend the slice when it holds more than a new, smaller limit
   --json               print the changed slice as JSON
   --socket PATH        gsliced's socket (default $GSLICE_SOCKET or /run/gsliced/gsliced.sock)
 
-A new compute cap, share or class reaches the running programs within a second: their launch
-gates read the slice's policy from the node ledger every 10 ms (docs/compute.md). New
-programs start with it.
+A new compute cap, share, class or protection level reaches the running programs within a
+second: their launch gates read the slice's policy from the node ledger every 10 ms
+(docs/compute.md). New programs start with it.
 
 examples:
   gslice set train --memory 16GiB
   gslice set train --memory 4GiB --make-room
   gslice set scratch --compute 30% --class opportunistic
+  gslice set serve --protect 0.9
 )";
 
 // The flags that take a value, and the request field each sets.
@@ -47,7 +51,7 @@ struct ValueFlag {
 };
 constexpr ValueFlag kValueFlags[] = {
     {"--memory", "memory"},       {"--compute", "compute_cap"},       {"--share", "compute_share"},
-    {"--class", "class"},         {"--idle-timeout", "idle_timeout_s"},
+    {"--class", "class"},         {"--idle-timeout", "idle_timeout_s"}, {"--protect", "protect"},
 };
 
 int Fail(const std::string& message) {
@@ -120,6 +124,10 @@ int SetCommand(int argc, char** argv) {
     } else if (field == "class") {
       if (v != "guaranteed" && v != "opportunistic") return Fail("--class " + v + ": use guaranteed or opportunistic");
       body["class"] = v;
+    } else if (field == "protect") {
+      ParsedProtect level = ParseProtect(v);
+      if (!level.ok) return Fail("--protect " + v + ": " + level.error);
+      body["protect"] = level.permille / 1000.0;
     } else if (field == "idle_timeout_s") {
       int64_t seconds = 0;
       if (!ParseIdleTimeout(v, &seconds)) return Fail("--idle-timeout " + v + ": write e.g. 30m, 2h, 600s or never");
@@ -129,7 +137,7 @@ int SetCommand(int argc, char** argv) {
   if (name.empty()) return Fail("name the slice to change, e.g. gslice set train --memory 16GiB (`gslice ls` lists them)");
   if (name.find_first_of("/?%#") != std::string::npos) return Fail("'" + name + "' is not a slice name");
   if (body.empty() || (body.size() == 1 && body.contains("make_room"))) {
-    return Fail("nothing to change: give --memory, --compute, --share, --class or --idle-timeout");
+    return Fail("nothing to change: give --memory, --compute, --share, --class, --protect or --idle-timeout");
   }
   DaemonReply reply;
   if (!CallDaemon("set", flags, "PATCH", "/v1/slices/" + name, body.dump(), &reply)) return 1;

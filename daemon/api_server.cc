@@ -233,6 +233,22 @@ Status ReadIdleTimeout(const json& v, int64_t* out) {
   return Status::Ok();
 }
 
+// A protection level: a fraction of the slice's solo speed, in thousandths (the ledger's unit).
+Status ReadProtect(const json& v, uint32_t* permille) {
+  const std::string range = FormatProtect(kProtectMinPermille) + " to " + FormatProtect(kProtectMaxPermille);
+  if (!v.is_number()) {
+    return Status::BadRequest("protect: expected a number from " + range +
+                              " (the fraction of the slice's solo speed kept against opportunistic work), e.g. 0.9");
+  }
+  const double x = v.get<double>();
+  if (!(x >= kMinProtect - 0.0005 && x < kMaxProtect + 0.0005)) {
+    return Status::BadRequest("protect: " + v.dump() + " is out of range: from " + range +
+                              " (a fraction of solo speed: 0.9, not 90); default " + FormatProtect(kProtectDefaultPermille));
+  }
+  *permille = static_cast<uint32_t>(std::lround(x * 1000));
+  return Status::Ok();
+}
+
 Result<SliceRequest> ParseSliceRequest(const json& body) {
   if (Status s = CheckFields(body, {"name", "user", "project", "class", "protect", "gpus", "memory", "compute",
                                     "origin", "pod", "namespace", "idle_timeout_s", "holder"});
@@ -251,19 +267,7 @@ Result<SliceRequest> ParseSliceRequest(const json& body) {
     return Status::BadRequest("class: '" + cls + "' is neither guaranteed nor opportunistic");
   }
   if (auto it = body.find("protect"); it != body.end() && !it->is_null()) {
-    // A fraction of the slice's solo speed; the ledger keeps thousandths.
-    const std::string range = FormatProtect(kProtectMinPermille) + " to " + FormatProtect(kProtectMaxPermille);
-    if (!it->is_number()) {
-      return Status::BadRequest("protect: expected a number from " + range +
-                                " (the fraction of the slice's solo speed kept against opportunistic work), e.g. 0.9");
-    }
-    const double v = it->get<double>();
-    if (!(v >= kMinProtect - 0.0005 && v < kMaxProtect + 0.0005)) {
-      return Status::BadRequest("protect: " + it->dump() + " is out of range: from " + range +
-                                " (a fraction of solo speed: 0.9, not 90); default " +
-                                FormatProtect(kProtectDefaultPermille));
-    }
-    r.protect_permille = static_cast<uint32_t>(std::lround(v * 1000));
+    if (Status s = ReadProtect(*it, &r.protect_permille); !s.ok()) return s;
     if (Status s = ValidateProtect(r.slice_class, r.protect_permille); !s.ok()) return s;
   }
   if (auto it = body.find("idle_timeout_s"); it != body.end()) {
@@ -332,7 +336,8 @@ Result<SliceRequest> ParseSliceRequest(const json& body) {
 
 // PATCH /v1/slices/NAME: what to change (docs/api.md).
 Result<SliceChange> ParseSliceChange(const json& body) {
-  if (Status s = CheckFields(body, {"memory", "compute_cap", "compute_share", "class", "idle_timeout_s", "make_room"});
+  if (Status s = CheckFields(body, {"memory", "compute_cap", "compute_share", "class", "protect", "idle_timeout_s",
+                                    "make_room"});
       !s.ok()) {
     return s;
   }
@@ -362,6 +367,11 @@ Result<SliceChange> ParseSliceChange(const json& body) {
       return Status::BadRequest("class: '" + cls + "' is neither guaranteed nor opportunistic");
     }
     c.slice_class = parsed;
+  }
+  if (auto it = body.find("protect"); it != body.end()) {
+    uint32_t permille = 0;
+    if (Status s = ReadProtect(*it, &permille); !s.ok()) return s;
+    c.protect_permille = permille;
   }
   if (auto it = body.find("idle_timeout_s"); it != body.end()) {
     int64_t seconds = 0;

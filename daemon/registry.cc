@@ -67,6 +67,13 @@ Status ApplyChange(const SliceChange& change, Slice* slice, std::string* what) {
     slice->slice_class = *change.slice_class;
     add("class " + std::string(ToString(slice->slice_class)));
   }
+  if (change.protect_permille) {
+    if (Status s = ValidateProtect(slice->slice_class, *change.protect_permille); !s.ok()) return s;
+    if (*change.protect_permille != slice->protect_permille) {
+      slice->protect_permille = *change.protect_permille;
+      add("protection level " + FormatProtect(slice->protect_permille));
+    }
+  }
   if (change.idle_timeout_s && *change.idle_timeout_s != slice->idle_timeout_s) {
     slice->idle_timeout_s = *change.idle_timeout_s;
     add("idle timeout " + (slice->idle_timeout_s > 0 ? std::to_string(slice->idle_timeout_s) + " s" : std::string("never")));

@@ -120,6 +120,7 @@ struct SliceChange {
   std::optional<double> compute_cap;    // 0..1 on every GPU; 0: no cap
   std::optional<double> compute_share;  // 0..1 on every GPU; 0: no guaranteed share
   std::optional<SliceClass> slice_class;
+  std::optional<uint32_t> protect_permille;  // guaranteed slices only (ValidateProtect)
   std::optional<int64_t> idle_timeout_s;
   // A shrink below what the slice holds suspends it (its memory moves to the host) instead of
   // being refused; it stays suspended under the new limit until resumed.

@@ -479,6 +479,26 @@ TEST_F(RegistryApiTest, ProtectionLevelIsStoredShownAndWrittenToTheLedger) {
   EXPECT_EQ(ledger.limits()->slices[ledger.FindSlice("train")].protect_permille, 900u);
 }
 
+// PATCH changes a guaranteed slice's protection level in the database and the ledger, where the
+// opportunistic gates read it; an opportunistic slice, or a level out of range, is refused and
+// changes nothing.
+TEST_F(RegistryApiTest, PatchChangesTheProtectionLevel) {
+  Node node(db_, ledger_);
+  node.CallJson("POST", "/v1/slices", R"({"name":"serve","user":"u","gpus":["0"],"memory":"1GiB"})", 201);
+  node.CallJson("POST", "/v1/slices", R"({"name":"opp","user":"u","class":"opportunistic","gpus":["0"],"memory":"1GiB"})",
+                201);
+  json changed = node.CallJson("PATCH", "/v1/slices/serve", R"({"protect":0.8})", 200);
+  EXPECT_DOUBLE_EQ(changed["protect"].get<double>(), 0.8) << changed;
+  Ledger ledger;
+  ASSERT_EQ(ledger.Open(ledger_.c_str()), LedgerError::kOk);
+  EXPECT_EQ(ledger.limits()->slices[ledger.FindSlice("serve")].protect_permille, 800u);
+  EXPECT_EQ(node.Call("PATCH", "/v1/slices/serve", R"({"protect":90})").status, 400);
+  EXPECT_EQ(node.Call("PATCH", "/v1/slices/opp", R"({"protect":0.9})").status, 400);
+  EXPECT_DOUBLE_EQ(node.CallJson("GET", "/v1/slices/serve")["protect"].get<double>(), 0.8);
+  EXPECT_EQ(ledger.limits()->slices[ledger.FindSlice("serve")].protect_permille, 800u);
+  EXPECT_EQ(ledger.limits()->slices[ledger.FindSlice("opp")].protect_permille, 0u);
+}
+
 // A slice a `gslice run --no-daemon --protect` wrote into the node ledger keeps its level when
 // gsliced adopts it.
 TEST_F(RegistryApiTest, AdoptionKeepsTheLedgersProtectionLevel) {
