@@ -47,6 +47,13 @@ struct Result {
     }
     return n;
   }
+  // Rate(from_ms, to_ms) over ref's over the same window (the machine's load, or a peer's
+  // share); ref must have run at least min_ref_rate kernels per ms there.
+  double RateAgainst(const Result& ref, double from_ms, double to_ms, double min_ref_rate) const {
+    const double ref_rate = ref.Rate(from_ms, to_ms);
+    EXPECT_GT(ref_rate, min_ref_rate) << ref.raw;
+    return ref_rate > 0 ? Rate(from_ms, to_ms) / ref_rate : 0.0;
+  }
 };
 
 struct Worker {
@@ -492,11 +499,7 @@ TEST_F(ComputeSim, ACapSetInTheLedgerReachesARunningProcess) {
   const Result r = Wait(live);
   ASSERT_GE(r.kernels, 0) << r.raw;
   ASSERT_GE(w.kernels, 0) << w.raw;
-  const auto relative = [&](double from, double to) {
-    const double wr = w.Rate(from, to);
-    EXPECT_GT(wr, 0.1) << w.raw;
-    return wr > 0 ? r.Rate(from, to) / wr : 0.0;
-  };
+  const auto relative = [&](double from, double to) { return r.RateAgainst(w, from, to, 0.1); };
   const double before = relative(200, 1500);
   const double capped = relative(2500, 3500);  // from a second after the cap was set
   const double lifted = relative(4500, 6000);  // from a second after it was lifted
@@ -531,11 +534,7 @@ TEST_F(ComputeSim, AClassChangeInTheLedgerReachesARunningProcess) {
   const Result r = Wait(live);
   ASSERT_GE(r.kernels, 0) << r.raw;
   ASSERT_GE(o.kernels, 0) << o.raw;
-  const auto relative = [&](double from, double to) {
-    const double other_rate = o.Rate(from, to);
-    EXPECT_GT(other_rate, 0.05) << o.raw;
-    return other_rate > 0 ? r.Rate(from, to) / other_rate : 0.0;
-  };
+  const auto relative = [&](double from, double to) { return r.RateAgainst(o, from, to, 0.05); };
   const double before = relative(200, 1500);
   const double yielding = relative(2500, 3500);  // from a second after the change
   const double back = relative(4500, 6000);      // from a second after the change back
@@ -565,11 +564,7 @@ TEST_F(ComputeSim, AShareSetInTheLedgerReachesARunningProcess) {
   const Result r = Wait(live);
   ASSERT_GE(r.kernels, 0) << r.raw;
   ASSERT_GE(o.kernels, 0) << o.raw;
-  const auto relative = [&](double from, double to) {
-    const double other_rate = o.Rate(from, to);
-    EXPECT_GT(other_rate, 0.05) << o.raw;
-    return other_rate > 0 ? r.Rate(from, to) / other_rate : 0.0;
-  };
+  const auto relative = [&](double from, double to) { return r.RateAgainst(o, from, to, 0.05); };
   const double before = relative(200, 1500);
   const double after = relative(2500, 4000);  // from a second after the change
   const std::string counts = "live " + r.raw + "\nshare 50% " + o.raw;

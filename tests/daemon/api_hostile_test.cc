@@ -35,6 +35,8 @@ namespace {
 using nlohmann::json;
 using testing::FreePort;
 using testing::ReadAll;
+using testing::AwaitGsliced;
+using testing::SpawnGsliced;
 using Clock = std::chrono::steady_clock;
 
 constexpr uid_t kNobody = 65534;
@@ -197,31 +199,16 @@ class ApiHostileTest : public ::testing::Test {
     return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
   }
   void Start() {
-    pid_ = fork();
-    if (pid_ == 0) {
-      std::string log = dir_ + "/gsliced.log";
-      freopen(log.c_str(), "a", stderr);
-      std::string config = dir_ + "/gsliced.toml";
-      execl(GSLICED, GSLICED, "--config", config.c_str(), nullptr);
-      _exit(127);
-    }
-    for (int i = 0; i < 200; ++i) {
+    pid_ = SpawnGsliced(GSLICED, dir_);
+    ASSERT_TRUE(AwaitGsliced(&pid_, dir_, [&] {
       // Both listeners: gsliced opens the unix socket first and TCP right after it.
-      if (CallUnix(socket_, "GET", "/healthz").status == 200) {
-        if (port_ <= 0) return;
-        if (int fd = ConnectTcp(port_); fd >= 0) {
-          close(fd);
-          return;
-        }
-      }
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        FAIL() << "gsliced exited: " << ReadAll(dir_ + "/gsliced.log");
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    FAIL() << "gsliced did not answer: " << ReadAll(dir_ + "/gsliced.log");
+      if (CallUnix(socket_, "GET", "/healthz").status != 200) return false;
+      if (port_ <= 0) return true;
+      const int fd = ConnectTcp(port_);
+      if (fd < 0) return false;
+      close(fd);
+      return true;
+    }));
   }
   void Stop() {
     if (pid_ <= 0) return;

@@ -28,6 +28,8 @@ namespace {
 using nlohmann::json;
 using testing::FreePort;
 using testing::ReadAll;
+using testing::AwaitGsliced;
+using testing::SpawnGsliced;
 
 class GslicedProcess : public ::testing::Test {
  protected:
@@ -62,29 +64,11 @@ class GslicedProcess : public ::testing::Test {
 
   // Starts gsliced and waits until its socket answers.
   void Start(std::vector<std::string> extra = {}) {
-    pid_ = fork();
-    if (pid_ == 0) {
-      std::string log = dir_ + "/gsliced.log";
-      freopen(log.c_str(), "a", stderr);
-      std::vector<std::string> args = {GSLICED, "--config", dir_ + "/gsliced.toml"};
-      args.insert(args.end(), extra.begin(), extra.end());
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    for (int i = 0; i < 200; ++i) {
+    pid_ = SpawnGsliced(GSLICED, dir_, extra);
+    ASSERT_TRUE(AwaitGsliced(&pid_, dir_, [&] {
       auto r = Unix().Get("/healthz");
-      if (r && r->status == 200) return;
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        FAIL() << "gsliced exited: " << ReadAll(dir_ + "/gsliced.log");
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    FAIL() << "gsliced did not answer: " << ReadAll(dir_ + "/gsliced.log");
+      return r && r->status == 200;
+    }));
   }
   int Stop(int sig) {
     if (pid_ <= 0) return -1;

@@ -27,6 +27,8 @@ namespace {
 using nlohmann::json;
 using testing::kGiB;
 using testing::ReadAll;
+using testing::AwaitGsliced;
+using testing::SpawnGsliced;
 
 // A program under `gslice run`, talked to through its stdin and stdout (client watch).
 class Program {
@@ -147,29 +149,11 @@ class LiveChange : public ::testing::Test {
   }
 
   void Start(std::vector<std::string> extra = {"--sim"}) {
-    pid_ = fork();
-    if (pid_ == 0) {
-      unsetenv("LD_PRELOAD");  // gsliced itself is not a shimmed program
-      freopen((dir_ + "/gsliced.log").c_str(), "a", stderr);
-      std::vector<std::string> args = {GSLICED, "--config", dir_ + "/gsliced.toml"};
-      args.insert(args.end(), extra.begin(), extra.end());
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    for (int i = 0; i < 200; ++i) {
+    pid_ = SpawnGsliced(GSLICED, dir_, extra, /*clear_preload=*/true);
+    ASSERT_TRUE(AwaitGsliced(&pid_, dir_, [&] {
       auto r = Api().Get("/healthz");
-      if (r && r->status == 200) return;
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        FAIL() << "gsliced exited: " << ReadAll(dir_ + "/gsliced.log");
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    FAIL() << "gsliced did not answer: " << ReadAll(dir_ + "/gsliced.log");
+      return r && r->status == 200;
+    }));
   }
   httplib::Client Api() {
     httplib::Client c(socket_);
