@@ -60,7 +60,11 @@ PAIRS = [p.strip() for p in os.environ.get("FRONTIER_PAIRS", "train,latency").sp
 PROTECT = floats("FRONTIER_PROTECT", "0.97,0.90,0.80")
 MPS_PCT = ints("FRONTIER_MPS_PCT", "100,50,25,10")
 MPS_PRIO = ints("FRONTIER_MPS_PRIO", "1,0")
-GSLICE_MPS = os.environ.get("FRONTIER_GSLICE_MPS", "0") == "1"
+# FRONTIER_GSLICE_MPS: 0 gslice time-sliced only; 1 also gslice on MPS (after everything
+# else); only: gslice on MPS in the time-sliced runs' places, no time-sliced gslice runs.
+GSLICE_MPS_MODE = os.environ.get("FRONTIER_GSLICE_MPS", "0")
+GSLICE_MPS = GSLICE_MPS_MODE in ("1", "only")
+GSLICE_MPS_ONLY = GSLICE_MPS_MODE == "only"
 WINDOW_S = float(os.environ.get("FRONTIER_WINDOW_S", "15"))
 SETTLE_S = float(os.environ.get("FRONTIER_SETTLE_S", "1"))
 LEAD_S = float(os.environ.get("FRONTIER_LEAD_S", "10"))
@@ -167,14 +171,15 @@ def plan():
     """Every run, most important first; the pairs side by side within each tier."""
     runs = []
     tiers = [lambda p: [solo_run(p, "solo-before", 0, False, True)]]
+    on_mps = GSLICE_MPS_ONLY
     if PROTECT:
-        tiers.append(lambda p: [gslice_run(p, PROTECT[0], 1, False)])
+        tiers.append(lambda p: [gslice_run(p, PROTECT[0], 1, on_mps)])
     if MPS_PRIO and MPS_PCT:
         tiers.append(lambda p: [mps_run(p, MPS_PRIO[0], 2)])
-    tiers.append(lambda p: [gslice_run(p, x, 3, False) for x in PROTECT[1:]])
+    tiers.append(lambda p: [gslice_run(p, x, 3, on_mps) for x in PROTECT[1:]])
     if MPS_PCT:
         tiers.append(lambda p: [mps_run(p, q, 4) for q in MPS_PRIO[1:]])
-    if GSLICE_MPS:
+    if GSLICE_MPS and not GSLICE_MPS_ONLY:
         tiers.append(lambda p: [gslice_run(p, x, 5, True) for x in PROTECT])
     for tier in tiers:
         for p in PAIRS:
@@ -203,7 +208,7 @@ def check_env():
 
 
 def settings():
-    return {"pairs": PAIRS, "protect": PROTECT, "mps_pct": MPS_PCT, "mps_prio": MPS_PRIO, "gslice_mps": GSLICE_MPS,
+    return {"pairs": PAIRS, "protect": PROTECT, "mps_pct": MPS_PCT, "mps_prio": MPS_PRIO, "gslice_mps": GSLICE_MPS_MODE,
             "window_s": WINDOW_S, "settle_s": SETTLE_S, "lead_s": LEAD_S, "budget_s": BUDGET_S,
             "server_load": suite.SERVER_LOAD}
 

@@ -15,7 +15,7 @@
 #
 # Environment: FRONTIER_PAIRS (train,latency), FRONTIER_PROTECT (0.97,0.90,0.80),
 # FRONTIER_MPS_PCT (100,50,25,10), FRONTIER_MPS_PRIO (1,0), FRONTIER_GSLICE_MPS (0; 1: gslice
-# with both processes MPS clients too), FRONTIER_WINDOW_S (15), FRONTIER_SETTLE_S (1),
+# with both processes MPS clients too; only: gslice on MPS only), FRONTIER_WINDOW_S (15), FRONTIER_SETTLE_S (1),
 # FRONTIER_LEAD_S (10), FRONTIER_BUDGET_S (560), FRONTIER_DRY_RUN, GSLICE_BUILD.
 # Owns an MPS control daemon with private pipe and log folders (bench/gpu/compute/mps.sh),
 # stopped on exit; never changes compute mode, clocks or power.
