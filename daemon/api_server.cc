@@ -27,6 +27,7 @@
 #include "admission.h"
 #include "gslice/units.h"
 #include "metrics.h"
+#include "trace_files.h"
 #include "web_assets.h"
 
 namespace gslice {
@@ -519,6 +520,40 @@ ApiResponse ApiRouter::Cached(const std::string& key, const std::function<ApiRes
   return r;
 }
 
+namespace {
+constexpr int kTraceReadsAtOnce = 4;
+}  // namespace
+
+ApiResponse ApiRouter::ServeTrace(const std::string& name, const Caller& caller) {
+  auto view = registry_->GetSlice(name);
+  if (!view.ok()) return Error(view.status());
+  // What a program did, with its kernel names and arguments, is its owner's to read.
+  const Slice& slice = view->slice;
+  if (!MayChange(slice, caller).ok()) {
+    std::string whose = slice.user;
+    if (slice.owner_uid >= 0) whose += " (uid " + std::to_string(slice.owner_uid) + ")";
+    return Error(403, "the trace of slice '" + name + "' is for its owner, " + whose +
+                          ", or an admin (root or a member of gsliced's admin_group); you are " +
+                          caller.Describe());
+  }
+  const std::string record = "record one with `gslice trace " + name + " --seconds 10`";
+  if (trace_dir_.empty()) return Error(404, "slice '" + name + "' has no trace: this gsliced keeps none");
+  if (trace_reads_.fetch_add(1) >= kTraceReadsAtOnce) {
+    trace_reads_.fetch_sub(1);
+    return Error(503, "gsliced is reading " + std::to_string(kTraceReadsAtOnce) +
+                          " traces for other requests: ask again in a moment");
+  }
+  Result<std::string> trace = ReadTraceFile(TracePath(trace_dir_, name));
+  trace_reads_.fetch_sub(1);
+  if (!trace.ok() && trace.status().code() == 404) {
+    return Error(404, "slice '" + name + "' has no trace yet: " + record);
+  }
+  if (!trace.ok()) return Error(trace.status());
+  ApiResponse r;
+  r.body = std::move(trace.value());
+  return r;
+}
+
 ApiResponse ApiRouter::Route(const ApiRequest& req) {
   const std::string& m = req.method;
   std::vector<std::string> p;
@@ -663,6 +698,10 @@ ApiResponse ApiRouter::Route(const ApiRequest& req) {
         return Json(200, json{{"deleted", p[1]}});
       }
       return MethodNotAllowed("GET, PATCH, DELETE");
+    }
+    if (p.size() == 3 && p[2] == "trace") {
+      if (m == "GET") return ServeTrace(p[1], req.caller);
+      return MethodNotAllowed("GET");
     }
     if (p.size() == 3 && (p[2] == "suspend" || p[2] == "resume")) {
       if (m != "POST") return MethodNotAllowed("POST");
@@ -1084,7 +1123,8 @@ ApiServer::ApiServer(Registry* registry, DaemonConfig config, std::string token)
     : registry_(registry),
       config_(std::move(config)),
       router_(registry, std::move(token),
-              std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()) {}
+              std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(),
+              TraceDir(config_)) {}
 
 ApiServer::~ApiServer() { Stop(); }
 

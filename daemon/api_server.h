@@ -62,8 +62,10 @@ struct ApiResponse {
 
 class ApiRouter {
  public:
-  ApiRouter(Registry* registry, std::string token, double start_time_seconds)
-      : registry_(registry), token_(std::move(token)), start_time_(start_time_seconds) {}
+  // `trace_dir`: where slices' traces are (trace_files.h: TraceDir); empty: none are kept.
+  ApiRouter(Registry* registry, std::string token, double start_time_seconds, std::string trace_dir = "")
+      : registry_(registry), token_(std::move(token)), start_time_(start_time_seconds),
+        trace_dir_(std::move(trace_dir)) {}
   ApiResponse Handle(const ApiRequest& request);
   ApiCounters& counters() { return counters_; }
   // Whether a request for `path` over TCP with this Authorization header may go on; the
@@ -75,11 +77,17 @@ class ApiRouter {
   ApiResponse Route(const ApiRequest& request);
   // Serves GET `key` from the cache while the registry's generation is unchanged.
   ApiResponse Cached(const std::string& key, const std::function<ApiResponse()>& render);
+  // GET /v1/slices/NAME/trace: the slice's latest trace, for its owner or an admin.
+  ApiResponse ServeTrace(const std::string& slice, const Caller& caller);
   Registry* registry_;
   std::mutex cache_mu_;
   std::map<std::string, std::pair<uint64_t, ApiResponse>> cache_;
   std::string token_;
   double start_time_;
+  std::string trace_dir_;
+  // Traces being read into memory now: at most kTraceReadsAtOnce, so that a few callers
+  // asking for large traces at once cannot take gsliced's memory.
+  std::atomic<int> trace_reads_{0};
   ApiCounters counters_;
 };
 

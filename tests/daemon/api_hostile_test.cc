@@ -318,6 +318,87 @@ TEST_F(ApiHostileTest, UsersChangeOnlyTheirOwnSlicesAndTheKernelSaysWhoTheyAre) 
   EXPECT_EQ(CallUnix(socket_, "GET", "/v1/slices/roots").status, 404);
 }
 
+// A slice's trace says what its programs ran (kernel names, arguments, timing): like changing
+// the slice, reading it is for its owner and admins. gsliced serves it from beside its
+// database (<state dir>/traces/<slice>.json), whole, bounded, never through a link.
+TEST_F(ApiHostileTest, ASlicesTraceIsServedOnlyToItsOwnerAndAdmins) {
+  group* admins = getgrnam("users");
+  ASSERT_NE(admins, nullptr) << "this test needs the group 'users'";
+  const gid_t admin_gid = admins->gr_gid;
+  WriteConfig("admin_group = \"users\"\n");
+  Start();
+  ASSERT_EQ(CallUnix(socket_, "POST", "/v1/slices", SliceBody("roots")).status, 201);
+  ASSERT_EQ(CallAsNobody("POST", "/v1/slices", SliceBody("nobodys")).status, 201);
+
+  // None recorded yet: 404, and how to record one.
+  Reply none = CallUnix(socket_, "GET", "/v1/slices/roots/trace");
+  EXPECT_EQ(none.status, 404) << none.body;
+  EXPECT_NE(Error(none).find("has no trace yet: record one with `gslice trace roots --seconds 10`"),
+            std::string::npos) << none.body;
+  EXPECT_EQ(CallUnix(socket_, "GET", "/v1/slices/nosuch/trace").status, 404);
+
+  const std::string traces = dir_ + "/state/traces";
+  std::filesystem::create_directories(traces);
+  auto trace_of = [](const std::string& slice) {
+    json t = {{"traceEvents", json::array({
+                  {{"ph", "X"}, {"cat", "kernel"}, {"name", "secret_kernel_of_" + slice}, {"pid", 42},
+                   {"tid", 1000000000}, {"ts", 10.5}, {"dur", 2.25}}})},
+              {"displayTimeUnit", "ns"},
+              {"otherData", {{"gslice", {{"version", 1}, {"slice", slice}, {"started_unix_ns", 1},
+                                         {"dropped_events", 0}}}}}};
+    return t.dump();
+  };
+  for (const char* slice : {"roots", "nobodys"}) {
+    const std::string path = traces + "/" + slice + ".json";
+    std::ofstream(path) << trace_of(slice);
+    chmod(path.c_str(), 0640);
+  }
+  // Its owner, an admin (by admin_group) and the token's holder read it byte for byte.
+  Reply owner = CallUnix(socket_, "GET", "/v1/slices/roots/trace");
+  EXPECT_EQ(owner.status, 200) << owner.body;
+  EXPECT_EQ(owner.body, trace_of("roots"));
+  Reply admin = CallAsNobody("GET", "/v1/slices/roots/trace", "", {admin_gid});
+  EXPECT_EQ(admin.status, 200) << admin.body;
+  EXPECT_EQ(admin.body, trace_of("roots"));
+  auto over_tcp = [&](const std::string& path, bool with_token) {
+    const int fd = ConnectTcp(port_);
+    if (fd < 0) return Reply{};
+    SendAll(fd, Request("GET", path, "", with_token ? std::string("Authorization: Bearer ") + kToken + "\r\n" : ""));
+    Reply r = ReadReply(fd);
+    close(fd);
+    return r;
+  };
+  Reply token = over_tcp("/v1/slices/roots/trace", true);
+  EXPECT_EQ(token.status, 200) << token.body;
+  EXPECT_EQ(token.body, trace_of("roots"));
+  EXPECT_EQ(over_tcp("/v1/slices/roots/trace", false).status, 401);
+
+  // Anyone else is refused, told whose it is, and gets nothing of it.
+  Reply other = CallAsNobody("GET", "/v1/slices/roots/trace");
+  EXPECT_EQ(other.status, 403) << other.body;
+  EXPECT_NE(Error(other).find("the trace of slice 'roots' is for its owner, root (uid 0), or an admin"),
+            std::string::npos) << other.body;
+  EXPECT_EQ(other.body.find("secret_kernel"), std::string::npos) << other.body;
+  // Its own it reads.
+  Reply mine = CallAsNobody("GET", "/v1/slices/nobodys/trace");
+  EXPECT_EQ(mine.status, 200) << mine.body;
+  EXPECT_EQ(mine.body, trace_of("nobodys"));
+  EXPECT_EQ(CallUnix(socket_, "DELETE", "/v1/slices/roots/trace").status, 405);
+
+  // Bounded: a trace over 64 MiB is refused with what to do, without being read.
+  ASSERT_EQ(truncate((traces + "/roots.json").c_str(), (64ll << 20) + 1), 0);
+  Reply large = CallUnix(socket_, "GET", "/v1/slices/roots/trace");
+  EXPECT_EQ(large.status, 500) << large.body;
+  EXPECT_NE(Error(large).find("larger than the 64 MiB gsliced serves"), std::string::npos) << large.body;
+  // A link in place of a trace is not followed, whatever it points at.
+  unlink((traces + "/nobodys.json").c_str());
+  ASSERT_EQ(symlink("/etc/shadow", (traces + "/nobodys.json").c_str()), 0);
+  Reply link = CallAsNobody("GET", "/v1/slices/nobodys/trace");
+  EXPECT_EQ(link.status, 500) << link.body;
+  EXPECT_NE(Error(link).find("symbolic link"), std::string::npos) << link.body;
+  EXPECT_EQ(CallUnix(socket_, "GET", "/healthz").status, 200);
+}
+
 TEST_F(ApiHostileTest, AChunkedBodyIsRefusedBeforeItIsBufferedWithOrWithoutTheToken) {
   WriteConfig();
   Start();
