@@ -2,6 +2,8 @@
 // and projects, with charts of memory and compute over time (canvas, no library). Its
 // actions (create, change, suspend, resume, delete) call the same API as the CLI, with the
 // caller's token: gsliced decides who may do what, and its messages are shown as they come.
+// A slice's page (#slice=NAME) shows the slice and its latest trace as a timeline
+// (timeline.js).
 'use strict';
 
 const POLL_MS = 1000;
@@ -17,15 +19,33 @@ const state = {
   node: null,
   colors: new Map(), // slice name -> color
   gpuKey: '',
+  slice: null,       // the slice whose page is open, or null: the node
+  timeline: null,    // GsliceTimeline.Timeline on the slice page
+  traceOf: null,     // the slice whose trace the timeline shows (or tried to)
 };
 
 // ---- API -------------------------------------------------------------------------------
 
+// The address's fragment as parameters: "#token=…&slice=train" (decoded as URI components,
+// so a token keeps its "+").
+function hashParams() {
+  const params = new Map();
+  for (const part of location.hash.replace(/^#/, '').split('&')) {
+    const eq = part.indexOf('=');
+    if (eq > 0) {
+      try { params.set(part.slice(0, eq), decodeURIComponent(part.slice(eq + 1))); } catch (e) { /* malformed */ }
+    }
+  }
+  return params;
+}
+
 function loadToken() {
-  const m = /(?:^|[#&])token=([^&]+)/.exec(location.hash);
-  if (m) {
-    sessionStorage.setItem('gslice-token', decodeURIComponent(m[1]));
-    history.replaceState(null, '', location.pathname);
+  const params = hashParams();
+  if (params.has('token')) {
+    sessionStorage.setItem('gslice-token', params.get('token'));
+    params.delete('token');
+    const rest = [...params].map(([k, v]) => k + '=' + encodeURIComponent(v)).join('&');
+    history.replaceState(null, '', location.pathname + (rest ? '#' + rest : ''));
   }
   state.token = sessionStorage.getItem('gslice-token');
 }
@@ -352,7 +372,8 @@ function renderTables(node) {
     const stateCell = el('td', {}, el('span', {class: 'badge ' + activity, text: activity}));
     if (s.last_error) stateCell.title = s.last_error;
     const row = el('tr', {'data-slice': s.name},
-        el('td', {}, el('b', {text: s.name})), el('td', {text: s.user}), el('td', {text: s.project}),
+        el('td', {}, el('a', {class: 'slice-link', href: '#slice=' + encodeURIComponent(s.name),
+                              title: 'its page: details and timeline'}, el('b', {text: s.name}))), el('td', {text: s.user}), el('td', {text: s.project}),
         el('td', {class: 'class-' + s.class, text: s.class,
                   // Guaranteed: the share of its solo speed opportunistic work must leave it.
                   title: s.protect == null ? '' : 'protected at ' + fmtPct(s.protect) + ' of its solo speed'}),
@@ -387,6 +408,112 @@ function renderTables(node) {
   document.getElementById('ledger').textContent = node.ledger;
 }
 
+// ---- a slice's page -----------------------------------------------------------------
+
+function route() {
+  const name = hashParams().get('slice');
+  state.slice = name || null;
+  document.getElementById('overview').classList.toggle('hidden', !!state.slice);
+  document.getElementById('slice-page').classList.toggle('hidden', !state.slice);
+  if (!state.slice) return;
+  document.getElementById('slice-title').textContent = state.slice;
+  if (state.node) renderSlicePage(state.node);
+  if (state.traceOf !== state.slice) loadTrace(state.slice);
+  else if (state.timeline) state.timeline.request();
+}
+
+function renderSlicePage(node) {
+  if (!state.slice) return;
+  const s = node.slices.find((x) => x.name === state.slice);
+  const badge = document.getElementById('slice-badge');
+  const summary = document.getElementById('slice-summary');
+  if (!s) {
+    badge.className = 'badge failed';
+    badge.textContent = 'gone';
+    summary.replaceChildren(el('span', {text: 'gsliced has no slice named ' + state.slice + ' (any more).'}));
+    return;
+  }
+  const activity = s.activity || s.state;
+  badge.className = 'badge ' + activity;
+  badge.textContent = activity;
+  const gpuIndex = new Map(node.gpus.map((g) => [g.uuid, g.index]));
+  const item = (label, value) => el('span', {}, label + ' ', el('b', {text: value}));
+  summary.replaceChildren(
+      item('user', s.user), item('project', s.project), item('class', s.class),
+      item('GPUs', s.gpus.map((g) => (gpuIndex.has(g.uuid) ? gpuIndex.get(g.uuid) : g.uuid)).join(', ')),
+      item('memory', fmtBytes(s.memory_used_bytes) + ' / ' + fmtBytes(s.memory_limit_bytes)),
+      item('compute', s.compute_used === null ? '-' : fmtPct(s.compute_used)),
+      item('processes', s.processes.length ? s.processes.map((p) => p.pid).join(', ') : 'none'));
+}
+
+function showTraceState(which, text) {
+  document.getElementById('trace-empty').classList.toggle('hidden', which !== 'none');
+  document.getElementById('trace-error').classList.toggle('hidden', which !== 'error');
+  document.getElementById('trace-view').classList.toggle('hidden', which !== 'loaded');
+  if (which === 'error') document.getElementById('trace-error').textContent = text;
+  if (which === 'none') document.getElementById('trace-empty-reason').textContent = text || '';
+  document.getElementById('slice-page').dataset.trace = which;
+}
+
+// Fetches the slice's latest trace (GET /v1/slices/NAME/trace) into the timeline.
+async function loadTrace(name) {
+  state.traceOf = name;
+  const info = document.getElementById('trace-info');
+  info.textContent = 'loading…';
+  document.getElementById('trace-command').textContent = 'gslice trace ' + name + ' --seconds 10';
+  showTraceState('loading');
+  state.timeline.clear();
+  let res, text;
+  try {
+    const headers = {};
+    if (state.token) headers['Authorization'] = 'Bearer ' + state.token;
+    res = await fetch('/v1/slices/' + encodeURIComponent(name) + '/trace', {headers, cache: 'no-store'});
+    text = await res.text();
+  } catch (e) {
+    if (state.traceOf !== name) return;
+    info.textContent = '';
+    showTraceState('error', 'gsliced not reachable (' + e.message + ')');
+    return;
+  }
+  if (state.traceOf !== name) return;  // another slice's page opened meanwhile
+  if (!res.ok) {
+    let message = 'HTTP ' + res.status;
+    try { message = JSON.parse(text).error || message; } catch (e) { /* not JSON */ }
+    info.textContent = '';
+    // 404 for a slice that exists: none recorded yet.
+    if (res.status === 404 && !/no slice named/.test(message)) showTraceState('none', '');
+    else showTraceState('error', message);
+    return;
+  }
+  try {
+    showTraceState('loaded');
+    state.timeline.setTrace(JSON.parse(text));
+  } catch (e) {
+    info.textContent = '';
+    showTraceState('error', 'the trace of ' + name + ' cannot be shown: ' + e.message);
+    return;
+  }
+  const m = state.timeline.model;
+  const parts = [m.events + ' events', m.processes.length + (m.processes.length === 1 ? ' process' : ' processes'),
+                 GsliceTimeline.fmtTime(m.end - m.start)];
+  if (m.info.started_unix_ns) parts.push('recorded ' + new Date(m.info.started_unix_ns / 1e6).toLocaleString());
+  if (m.info.dropped_events) parts.push(m.info.dropped_events + ' dropped (the ring was full)');
+  info.textContent = '· ' + parts.join(' · ');
+}
+
+function onTraceButton(ev) {
+  const button = ev.target.closest('button[data-trace]');
+  if (!button) return;
+  const t = state.timeline;
+  const action = button.dataset.trace;
+  if (action === 'reload') loadTrace(state.slice);
+  else if (action === 'zoom-in') t.zoomBy(0.5);
+  else if (action === 'zoom-out') t.zoomBy(2);
+  else if (action === 'pan-left') t.panBy(-0.25);
+  else if (action === 'pan-right') t.panBy(0.25);
+  else if (action === 'fit') t.fit();
+}
+
 function setStatus(kind, text) {
   const s = document.getElementById('status');
   s.dataset.state = kind;
@@ -411,6 +538,7 @@ async function poll() {
     renderGpus(node);
     renderSliceCharts(node);
     renderTables(node);
+    renderSlicePage(node);
     setStatus('live', 'live · ' + new Date(node.time_ms).toLocaleTimeString());
     document.body.dataset.updated = String(node.time_ms);
   } catch (e) {
@@ -430,10 +558,16 @@ document.addEventListener('DOMContentLoaded', () => {
     ev.preventDefault();
     state.token = document.getElementById('token-input').value.trim();
     sessionStorage.setItem('gslice-token', state.token);  // the next poll uses it
+    if (state.slice) loadTrace(state.slice);
   });
   window.addEventListener('resize', () => state.node && (renderGpus(state.node), renderSliceCharts(state.node)));
   document.getElementById('create-form').addEventListener('submit', onCreate);
   document.getElementById('resize-form').addEventListener('submit', onResize);
   document.querySelector('#slices tbody').addEventListener('click', onSliceAction);
+  state.timeline = new GsliceTimeline.Timeline(document.getElementById('trace-view'));
+  window.gsliceTimeline = state.timeline;
+  document.querySelector('.timeline-toolbar').addEventListener('click', onTraceButton);
+  window.addEventListener('hashchange', route);
+  route();
   poll();
 });

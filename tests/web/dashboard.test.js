@@ -165,7 +165,7 @@ async function main() {
 
     // Charts draw: count coloured pixels on the canvases after some samples.
     await sleep(Number(process.env.GSLICE_DASHBOARD_SETTLE_MS || 5000));
-    const inked = await page.evaluate(() => [...document.querySelectorAll('canvas')].map((c) => {
+    const inked = await page.evaluate(() => [...document.querySelectorAll('canvas.chart')].map((c) => {
       const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
       let n = 0;
       for (let i = 0; i < d.length; i += 4) {
