@@ -237,12 +237,14 @@ const GsliceTimeline = (() => {
       this.lastDraw = {rects: 0, instants: 0, tracks: 0};
       this.pending = false;
       this.drag = null;
+      this.collapsed = new Set();  // pids whose rows are folded into their header
       this.bind();
     }
 
     // Shows `trace` (parsed JSON); throws when it is not a Chrome trace.
     setTrace(trace) {
       this.model = buildModel(trace);
+      this.collapsed.clear();
       this.layout();
       this.fit();
     }
@@ -260,9 +262,11 @@ const GsliceTimeline = (() => {
       let y = 0;
       const items = [];
       for (const p of this.model.processes) {
-        this.tracks.push({kind: 'process', pid: p.pid, tid: null, name: p.name + ' · pid ' + p.pid, y, height: PROCESS_H});
+        const collapsed = this.collapsed.has(p.pid);
+        this.tracks.push({kind: 'process', pid: p.pid, tid: null, name: p.name + ' · pid ' + p.pid, y,
+                          height: PROCESS_H, collapsed, hidden: collapsed ? p.tracks.length : 0});
         y += PROCESS_H;
-        for (const t of p.tracks) {
+        for (const t of collapsed ? [] : p.tracks) {
           const height = t.kind === 'counter' ? COUNTER_H : Math.max(1, t.lanes.length) * LANE_H + TRACK_PAD;
           this.tracks.push({...t, y, height, process: p.name});
           y += height;
@@ -282,6 +286,7 @@ const GsliceTimeline = (() => {
     // What is drawn, one entry per row: {kind, pid, tid, name, lanes, events, y, height}.
     rows() {
       return this.tracks.map((t) => ({kind: t.kind, pid: t.pid, tid: t.tid, name: t.name, process: t.process,
+                                      collapsed: !!t.collapsed,
                                       lanes: t.lanes ? t.lanes.length : 0, events: t.events || 0,
                                       y: t.y, height: t.height}));
     }
@@ -363,7 +368,14 @@ const GsliceTimeline = (() => {
           ctx.fillRect(0, t.y, w, t.height);
           ctx.fillStyle = '#d8e0e8';
           ctx.font = '600 12px system-ui, sans-serif';
-          ctx.fillText(t.name, 8, t.y + t.height / 2);
+          const label = (t.collapsed ? '▸ ' : '▾ ') + t.name;
+          ctx.fillText(label, 8, t.y + t.height / 2);
+          if (t.collapsed) {
+            const right = 8 + ctx.measureText(label).width + 14;
+            ctx.fillStyle = '#7d8b99';
+            ctx.font = '11px system-ui, sans-serif';
+            ctx.fillText(t.hidden + ' rows folded: click to show them', right, t.y + t.height / 2);
+          }
           ctx.font = '11px system-ui, sans-serif';
           continue;
         }
@@ -588,6 +600,14 @@ const GsliceTimeline = (() => {
       this.tooltip.style.top = (clientY - box.top + 16) + 'px';
     }
 
+    // Folds or unfolds the rows of process `pid`.
+    toggle(pid) {
+      if (!this.collapsed.delete(pid)) this.collapsed.add(pid);
+      this.layout();
+      this.hide();
+      this.request();
+    }
+
     hide() {
       this.hovered = null;
       if (this.tooltip) this.tooltip.classList.add('hidden');
@@ -614,7 +634,7 @@ const GsliceTimeline = (() => {
       }, {passive: false});
       c.addEventListener('mousedown', (ev) => {
         if (!this.model || ev.button !== 0) return;
-        this.drag = {x: ev.clientX, start: this.view.start, end: this.view.end};
+        this.drag = {x: ev.clientX, y: ev.clientY, start: this.view.start, end: this.view.end};
         c.classList.add('dragging');
         ev.preventDefault();
       });
@@ -624,7 +644,13 @@ const GsliceTimeline = (() => {
         const shift = (this.drag.x - ev.clientX) * k;
         this.setView(this.drag.start + shift, this.drag.end + shift);
       });
-      window.addEventListener('mouseup', () => {
+      window.addEventListener('mouseup', (ev) => {
+        // A click (no drag) on a process's header folds or unfolds its rows.
+        if (this.drag && Math.abs(ev.clientX - this.drag.x) < 3 && Math.abs(ev.clientY - this.drag.y) < 3) {
+          const {y} = point(ev);
+          const header = this.tracks.find((t) => t.kind === 'process' && y >= t.y && y < t.y + t.height);
+          if (header) this.toggle(header.pid);
+        }
         this.drag = null;
         c.classList.remove('dragging');
       });

@@ -224,6 +224,19 @@ run('timeline', async (world) => {
   await page.mouse.move(box.x + 5, box.y + 5);  // the label column: nothing
   await page.waitForSelector('#trace-tooltip.hidden', {state: 'attached', timeout: 5000});
 
+  // A click on a process's header folds its rows, another unfolds them.
+  const header = async (pid) => {
+    const r = (await page.evaluate(() => window.gsliceTimeline.rows())).find((x) => x.kind === 'process' && x.pid === pid);
+    const c = await page.locator('#trace-canvas').boundingBox();
+    await page.mouse.click(c.x + 60, c.y + r.y + r.height / 2);
+    return page.evaluate(() => window.gsliceTimeline.rows());
+  };
+  const folded = await header(4343);
+  assert.equal(folded.length, rows.length - 2, 'the loader\'s two rows are folded');
+  assert.ok(folded.find((r) => r.pid === 4343).collapsed);
+  const unfolded = await header(4343);
+  assert.deepEqual(unfolded.map((r) => r.name), rows.map((r) => r.name));
+
   // The picture for docs/trace.md: two steps, a kernel's details showing.
   await page.evaluate(() => window.gsliceTimeline.setView(16500, 26000));
   await hover('conv2d_fwd_kernel', 1000000007);
