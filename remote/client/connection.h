@@ -80,7 +80,20 @@ template <typename... Rest>
 void RemoteAfterCtxCreate(CUcontext* pctx, Rest...) {
   if (pctx != nullptr) PushContext(*pctx);
 }
-inline void RemoteAfterCtxDestroy(CUcontext ctx) { ForgetContext(ctx); }
+// The private tables' context-local storage (export_tables.cc): a context's values go with it,
+// their destructors run.
+void ReleaseContextStorage(CUcontext ctx);
+void ReleasePrimaryContextStorage(CUdevice dev);
+void RememberPrimaryContext(CUdevice dev, CUcontext ctx);
+
+inline void RemoteAfterCtxDestroy(CUcontext ctx) {
+  ForgetContext(ctx);
+  ReleaseContextStorage(ctx);
+}
+inline void RemoteAfterPrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
+  if (pctx != nullptr) RememberPrimaryContext(dev, *pctx);
+}
+inline void RemoteAfterPrimaryCtxReset(CUdevice dev) { ReleasePrimaryContextStorage(dev); }
 template <typename... Args>
 void RemoteForgetKernelLayouts(Args...) {
   ForgetKernelLayouts();

@@ -4,6 +4,7 @@
 // (generated forwarding, local answers, custom calls), and for every other export with a
 // function that logs the call's name once and returns CUDA_ERROR_NOT_SUPPORTED.
 #include <cuda.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <algorithm>
@@ -51,8 +52,25 @@ void* FindClientCall(const char* name) {
   return nullptr;
 }
 
+const std::array<void*, kCount>& NotForwardedTable() {
+  static const auto table = MakeNotForwarded(std::make_integer_sequence<int, kCount>{});
+  return table;
+}
+
+int FindExport(const char* name) {
+  int lo = 0, hi = kCount - 1;
+  while (lo <= hi) {
+    const int mid = (lo + hi) / 2;
+    const int c = strcmp(remote_exports::kNames[mid], name);
+    if (c == 0) return mid;
+    if (c < 0) lo = mid + 1;
+    else hi = mid - 1;
+  }
+  return -1;
+}
+
 __attribute__((constructor)) void FillSlots() {
-  static const auto not_forwarded = MakeNotForwarded(std::make_integer_sequence<int, kCount>{});
+  const auto& not_forwarded = NotForwardedTable();
   for (int i = 0; i < kCount; ++i) {
     void* fn = FindClientCall(remote_exports::kNames[i]);
     gslice_remote_slots[i] = fn != nullptr ? fn : not_forwarded[static_cast<size_t>(i)];
@@ -64,15 +82,29 @@ __attribute__((constructor)) void FillSlots() {
 // The client's own trampoline for an exported symbol (what cuGetProcAddress hands out), or
 // nullptr when the client does not export it.
 void* ExportedEntry(const char* name) {
-  int lo = 0, hi = kCount - 1;
-  while (lo <= hi) {
-    const int mid = (lo + hi) / 2;
-    const int c = strcmp(remote_exports::kNames[mid], name);
-    if (c == 0) return gslice_remote_entries[mid];
-    if (c < 0) lo = mid + 1;
-    else hi = mid - 1;
+  const int slot = FindExport(name);
+  return slot < 0 ? nullptr : gslice_remote_entries[slot];
+}
+
+// For an entry point the server's driver does not have: the export of that name or its newest
+// _vN form - the client's own function when calls.def answers it on the client (it needs no
+// driver), else one that logs the call's name once and returns CUDA_ERROR_NOT_SUPPORTED;
+// nullptr when the client exports neither.
+void* LocalOrNotForwardedEntry(const char* name) {
+  int slot = FindExport(name);
+  char versioned[256];
+  for (int v = 9; slot < 0 && v >= 2; --v) {
+    if (snprintf(versioned, sizeof versioned, "%s_v%d", name, v) < static_cast<int>(sizeof versioned)) {
+      slot = FindExport(versioned);
+    }
   }
-  return nullptr;
+  if (slot < 0) return nullptr;
+  for (uint32_t op = 0; op < kOpCount; ++op) {
+    if (kOpKinds[op] == CallKind::kLocal && strcmp(kOpNames[op], remote_exports::kNames[slot]) == 0) {
+      return gslice_remote_entries[slot];
+    }
+  }
+  return NotForwardedTable()[static_cast<size_t>(slot)];
 }
 
 }  // namespace gslice::remote

@@ -1,7 +1,8 @@
 // The client's hand-written calls of calls.def: those answered locally (error texts, the
-// context stack, the private tables) and the custom ones (entry-point lookup, launches).
+// context stack; the private tables are export_tables.cc) and the custom ones (entry-point lookup, launches).
 #include <cuda.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <string>
@@ -16,6 +17,7 @@ extern "C" CUresult gslice_remote_call_cuFuncGetParamInfo(CUfunction func, size_
 namespace gslice::remote {
 
 void* ExportedEntry(const char* name);
+void* LocalOrNotForwardedEntry(const char* name);
 
 namespace {
 
@@ -215,15 +217,13 @@ extern "C" CUresult gslice_remote_call_cuGetErrorString(CUresult error, const ch
   return gslice_remote_call_cuGetErrorName(error, pStr);
 }
 
-extern "C" CUresult gslice_remote_call_cuGetExportTable(const void** ppExportTable, const CUuuid* pExportTableId) {
-  if (ppExportTable == nullptr || pExportTableId == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *ppExportTable = nullptr;
-  const auto* b = reinterpret_cast<const unsigned char*>(pExportTableId->bytes);
-  gslice::shim::InitLog();
-  gslice::shim::Log(gslice::shim::LogLevel::kWarn,
-            "remote: cuGetExportTable(%02x%02x%02x%02x-...) is not answered (yet): CUDA_ERROR_NOT_SUPPORTED", b[0], b[1],
-            b[2], b[3]);
-  return CUDA_ERROR_NOT_SUPPORTED;
+// The program's own CUDA_MODULE_LOADING decides, as the driver in its process would (lazy by
+// default since CUDA 12.2); the worker's driver loads what it is sent either way.
+extern "C" CUresult gslice_remote_call_cuModuleGetLoadingMode(CUmoduleLoadingMode* mode) {
+  if (mode == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const char* env = getenv("CUDA_MODULE_LOADING");
+  *mode = env != nullptr && strcmp(env, "EAGER") == 0 ? CU_MODULE_EAGER_LOADING : CU_MODULE_LAZY_LOADING;
+  return CUDA_SUCCESS;
 }
 
 extern "C" CUresult gslice_remote_call_cuCtxSetCurrent(CUcontext ctx) {
@@ -271,7 +271,17 @@ extern "C" CUresult gslice_remote_call_cuGetProcAddress_v2(const char* symbol, v
     if (!r.Get(&status) || !r.GetString(kMaxString, &resolved) || !r.AtEnd()) return call.Malformed();
     e = ProcEntry{.symbol = symbol, .version = cudaVersion, .flags = flags, .result = res,
                   .status = static_cast<CUdriverProcAddressQueryResult>(status), .fn = nullptr};
-    if (res == CUDA_SUCCESS) {
+    if (res == CUDA_ERROR_NOT_FOUND && e.status == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND) {
+      // The server's driver lacks the name (the simulated driver has a fraction of them): the
+      // runtime, which resolves every entry point it knows at start, gets the client's export
+      // of it: answered on the client when calls.def says so, else calls that fail with
+      // CUDA_ERROR_NOT_SUPPORTED and a log line naming them.
+      e.fn = LocalOrNotForwardedEntry(symbol);
+      if (e.fn != nullptr) {
+        e.result = CUDA_SUCCESS;
+        e.status = CU_GET_PROC_ADDRESS_SUCCESS;
+      }
+    } else if (res == CUDA_SUCCESS) {
       e.fn = resolved.empty() ? nullptr : ExportedEntry(resolved.c_str());
       if (e.fn == nullptr) {
         // The server's driver has it, this client does not export it: not found here.

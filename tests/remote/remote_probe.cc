@@ -15,6 +15,8 @@
 //   probe repeat        asks for the same device attribute three times
 //   probe deferred      launches a function that does not exist, synchronises twice
 //   probe maps          prints every mapped file whose name holds "libcuda"
+//   probe tables        the driver's private tables: size headers, context-local storage,
+//                       the integrity hash's constant answers, an unknown UUID refused
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -327,6 +329,54 @@ int Check() {
   return 0;
 }
 
+// The private tables as a runtime sees them (answered by the forwarding client).
+int Tables() {
+  CUdevice dev;
+  Setup(&dev);
+  auto table = [](std::initializer_list<unsigned> bytes, const void*** out) {
+    CUuuid id;
+    unsigned i = 0;
+    for (unsigned b : bytes) id.bytes[i++] = static_cast<char>(b);
+    return cuGetExportTable(static_cast<const void**>(static_cast<void*>(out)), &id);
+  };
+  const void** cudart = nullptr;
+  const void** integrity = nullptr;
+  const void** storage = nullptr;
+  const void** unknown = reinterpret_cast<const void**>(1);
+  CK(table({0x6b, 0xd5, 0xfb, 0x6c, 0x5b, 0xf4, 0xe7, 0x4a, 0x89, 0x87, 0xd9, 0x39, 0x12, 0xfd, 0x9d, 0xf9}, &cudart));
+  CK(table({0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b, 0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2}, &integrity));
+  CK(table({0xc6, 0x93, 0x33, 0x6e, 0x11, 0x21, 0xdf, 0x11, 0xa8, 0xc3, 0x68, 0xf3, 0x55, 0xd8, 0x95, 0x93}, &storage));
+  printf("cudart size %zu, integrity size %zu\n", reinterpret_cast<size_t>(cudart[0]),
+         reinterpret_cast<size_t>(integrity[0]));
+  bool all = true;
+  for (size_t i = 1; i < reinterpret_cast<size_t>(cudart[0]) / sizeof(void*); ++i) all = all && cudart[i] != nullptr;
+  printf("cudart slots all set: %s\n", all ? "yes" : "no");
+  // An unanswered slot is an error, not a crash.
+  using Unknown = CUresult (*)();
+  printf("cudart slot 3: %s\n", Name(reinterpret_cast<Unknown>(const_cast<void*>(cudart[3]))()));
+  using Check = CUresult (*)(unsigned, unsigned long long, unsigned long long*);
+  unsigned long long hash[2] = {0, 0};
+  CK(reinterpret_cast<Check>(const_cast<void*>(integrity[1]))(12090, 1784320000ull, hash));
+  printf("integrity 0: %016llx %016llx\n", hash[0], hash[1]);
+  unsigned long long a[2] = {0, 0}, b[2] = {0, 0};
+  CK(reinterpret_cast<Check>(const_cast<void*>(integrity[1]))(12092, 1784320000ull, a));
+  CK(reinterpret_cast<Check>(const_cast<void*>(integrity[1]))(12092, 1784320000ull, b));
+  printf("integrity 2: %s\n", a[0] == b[0] && a[1] == b[1] && (a[0] | a[1]) != 0 ? "stable" : "unstable");
+  using Put = CUresult (*)(CUcontext, void*, void*, void (*)(CUcontext, void*, void*));
+  using Get = CUresult (*)(void**, CUcontext, void*);
+  using Delete = CUresult (*)(CUcontext, void*);
+  int key = 0, value = 0;
+  void* got = nullptr;
+  CK(reinterpret_cast<Put>(const_cast<void*>(storage[0]))(nullptr, &key, &value, nullptr));
+  CK(reinterpret_cast<Get>(const_cast<void*>(storage[2]))(&got, nullptr, &key));
+  printf("storage get: %s\n", got == &value ? "the value put" : "wrong");
+  CK(reinterpret_cast<Delete>(const_cast<void*>(storage[1]))(nullptr, &key));
+  printf("storage after delete: %s\n", Name(reinterpret_cast<Get>(const_cast<void*>(storage[2]))(&got, nullptr, &key)));
+  const CUresult refused = table({0x01, 0x02, 0x03, 0x04, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x05}, &unknown);
+  printf("unknown table: %s, %s\n", Name(refused), unknown == nullptr ? "null" : "set");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -421,6 +471,7 @@ int main(int argc, char** argv) {
     printf("%s\n", Name(cuMemAllocManaged(&p, 4096, CU_MEM_ATTACH_GLOBAL)));
     return 0;
   }
+  if (mode == "tables") return Tables();
   if (mode == "maps") {
     cuInit(0);
     FILE* f = fopen("/proc/self/maps", "r");

@@ -1,0 +1,518 @@
+// The driver's private tables (cuGetExportTable), answered on the client.
+//
+// cudart, cuBLAS/cuBLASLt, cuDNN and NVRTC each fetch undocumented function tables from the
+// driver by UUID and call through them. A forwarding client has no driver to ask, so it
+// serves them itself, with the semantics the driver's own tables have as public reverse
+// engineering describes them (ZLUDA's dark_api, Lupine's client) and as traced on our stack
+// (docs/remote.md, "The driver's private tables"):
+//
+//   table (UUID prefix)          slots  answered here
+//   cudart interface  6bd5fb6c   13     1/6/8 module from a fatbin (forwarded as
+//                                       cuModuleLoadData), 2 primary context of a device
+//                                       (forwarded once per device), 7 no-op, 12 compilers ok
+//   tools TLS         42d85a81    3     1, 2: no tools state (0); called about once per matmul
+//   callback hooks    a094798c    7     2, 6: the two hook buffers the runtime writes into
+//   context storage   c693336e    -     0 put, 1 delete, 2 get: values per (context, key),
+//                                       destructors run when the context is destroyed or reset
+//   context checks    263e8860   15     2: context is fine (0), 3: 0
+//   integrity         d4082055    3     1: the keyed hash that binds the process, the thread,
+//                                       the driver version, the addresses of this table and of
+//                                       the cudart table, and every device's identity
+//
+// A size-header table starts with its size in bytes (slots * 8), as the driver's do. Every
+// slot the client does not answer is a function that logs the table and slot once and returns
+// CUDA_ERROR_NOT_SUPPORTED: a caller never jumps through a null pointer. A UUID not listed is
+// refused with CUDA_ERROR_NOT_FOUND and a log line naming it. Hot slots (tools TLS, context
+// checks, context storage) never leave the process.
+//
+// Checked against (the library builds that fetched these tables with this client):
+//   libcudart.so.13 (CUDA 13.0 toolkit, /usr/local/cuda/lib64 on the CI machines): starts,
+//   allocates, copies, memsets, streams and events against gslice-remoted --sim (CI);
+//   libcublas.so.13 / libcublasLt.so.13 of the same toolkit: cublasCreate/cublasDestroy (CI).
+// The UUIDs and slot usage of cuDNN 9.19, NVRTC and PyTorch 2.11's cuBLASLt come from a trace
+// on an H200 with driver 580.159; the GPU suite (bench/gpu/suites/remote.sh) runs them.
+#include <cuda.h>
+#include <pthread.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "connection.h"
+#include "log.h"
+
+extern "C" {
+CUresult gslice_remote_call_cuDriverGetVersion(int* driverVersion);
+CUresult gslice_remote_call_cuDeviceGetCount(int* count);
+CUresult gslice_remote_call_cuDeviceGet(CUdevice* device, int ordinal);
+CUresult gslice_remote_call_cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev);
+CUresult gslice_remote_call_cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevice dev);
+CUresult gslice_remote_call_cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev);
+CUresult gslice_remote_call_cuModuleLoadData(CUmodule* module, const void* image);
+}
+
+namespace gslice::remote {
+namespace {
+
+using shim::Log;
+using shim::LogLevel;
+
+// ---- The tables the client knows.
+
+enum TableId : int {
+  kCudartInterface,
+  kToolsTls,
+  kCallbackHooks,
+  kContextStorage,
+  kContextChecks,
+  kIntegrity,
+  kTableCount,
+};
+
+struct TableSpec {
+  const char* name;
+  uint8_t uuid[16];
+  int slots;         // what the driver's size header says (slots of 8 bytes, the header included)
+  bool size_header;  // slot 0 holds the table's size in bytes
+};
+
+constexpr TableSpec kSpecs[kTableCount] = {
+    {"cudart interface",
+     {0x6b, 0xd5, 0xfb, 0x6c, 0x5b, 0xf4, 0xe7, 0x4a, 0x89, 0x87, 0xd9, 0x39, 0x12, 0xfd, 0x9d, 0xf9}, 13, true},
+    {"tools TLS",
+     {0x42, 0xd8, 0x5a, 0x81, 0x23, 0xf6, 0xcb, 0x47, 0x82, 0x98, 0xf6, 0xe7, 0x8a, 0x3a, 0xec, 0xdc}, 3, true},
+    {"callback hooks",
+     {0xa0, 0x94, 0x79, 0x8c, 0x2e, 0x74, 0x2e, 0x74, 0x93, 0xf2, 0x08, 0x00, 0x20, 0x0c, 0x0a, 0x66}, 7, true},
+    {"context storage",
+     {0xc6, 0x93, 0x33, 0x6e, 0x11, 0x21, 0xdf, 0x11, 0xa8, 0xc3, 0x68, 0xf3, 0x55, 0xd8, 0x95, 0x93}, 4, false},
+    {"context checks",
+     {0x26, 0x3e, 0x88, 0x60, 0x7c, 0xd2, 0x61, 0x43, 0x92, 0xf6, 0xbb, 0xd5, 0x00, 0x6d, 0xfa, 0x7e}, 15, true},
+    {"integrity",
+     {0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b, 0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2}, 3, true},
+};
+
+constexpr int kMaxSlots = 16;
+static_assert([] {
+  for (const TableSpec& s : kSpecs)
+    if (s.slots > kMaxSlots) return false;
+  return true;
+}());
+
+// The tables themselves: fixed addresses for the life of the process (the integrity hash
+// binds two of them). Filled once, before the first is handed out.
+void* g_tables[kTableCount][kMaxSlots];
+pthread_once_t g_tables_once = PTHREAD_ONCE_INIT;
+
+// ---- Slots the client does not answer: one function per (table, slot), so the log names it.
+
+std::atomic<bool> g_unanswered_reported[kTableCount][kMaxSlots];
+
+CUresult ReportUnanswered(int table, int slot) {
+  if (!g_unanswered_reported[table][slot].exchange(true, std::memory_order_relaxed)) {
+    shim::InitLog();
+    Log(LogLevel::kWarn, "remote: private table %s (%02x%02x%02x%02x...) slot %d is not answered: "
+        "CUDA_ERROR_NOT_SUPPORTED", kSpecs[table].name, kSpecs[table].uuid[0], kSpecs[table].uuid[1],
+        kSpecs[table].uuid[2], kSpecs[table].uuid[3], slot);
+  }
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+template <int Table, int Slot>
+CUresult Unanswered() {
+  return ReportUnanswered(Table, Slot);
+}
+
+template <int Table, int... Slots>
+constexpr std::array<void*, kMaxSlots> UnansweredRow(std::integer_sequence<int, Slots...>) {
+  return {reinterpret_cast<void*>(&Unanswered<Table, Slots>)...};
+}
+
+template <int... Tables>
+std::array<std::array<void*, kMaxSlots>, kTableCount> UnansweredRows(std::integer_sequence<int, Tables...>) {
+  return {UnansweredRow<Tables>(std::make_integer_sequence<int, kMaxSlots>{})...};
+}
+
+// ---- cudart interface.
+
+// The image a fatbin wrapper ({magic, version, const void* fatbin, ...}) points at.
+struct FatbinWrapper {
+  uint32_t magic;
+  uint32_t version;
+  const void* data;
+  const void* unused;
+};
+constexpr uint32_t kFatbinWrapperMagic = 0x466243b1;
+
+CUresult ModuleFromWrapper(CUmodule* module, const void* wrapper) {
+  if (module == nullptr || wrapper == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const auto* w = static_cast<const FatbinWrapper*>(wrapper);
+  return gslice_remote_call_cuModuleLoadData(module, w->magic == kFatbinWrapperMagic ? w->data : wrapper);
+}
+
+CUresult CudartModuleFromCubin(CUmodule* module, const void* wrapper) { return ModuleFromWrapper(module, wrapper); }
+
+CUresult CudartModuleFromCubinExt(CUmodule* module, const void* wrapper, void* a3, void* a4, unsigned a5) {
+  if (a3 != nullptr || a4 != nullptr || a5 != 0) return RefuseArgument("cudart interface slot 6", "options");
+  return ModuleFromWrapper(module, wrapper);
+}
+
+CUresult CudartModuleFromFatbin(const void* fatbin, CUmodule* module, void* a3, void* a4, unsigned a5) {
+  if (a3 != nullptr || a4 != nullptr || a5 != 0) return RefuseArgument("cudart interface slot 8", "options");
+  if (module == nullptr || fatbin == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return gslice_remote_call_cuModuleLoadData(module, fatbin);
+}
+
+// The device's primary context, without making it active or current. The worker's driver
+// retains it once per device (the runtime retains it again itself); the handle is remembered,
+// so later asks cost no round trip.
+constexpr int kMaxDevices = 64;
+pthread_mutex_t g_primary_mu = PTHREAD_MUTEX_INITIALIZER;
+CUcontext g_primary[kMaxDevices];
+
+CUresult CudartPrimaryContext(CUcontext* pctx, CUdevice dev) {
+  if (pctx == nullptr || dev < 0 || dev >= kMaxDevices) return CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&g_primary_mu);
+  CUcontext ctx = g_primary[dev];
+  pthread_mutex_unlock(&g_primary_mu);
+  if (ctx == nullptr) {
+    // Not under the lock: the retain's bookkeeping (RememberPrimaryContext) takes it.
+    const CUresult r = gslice_remote_call_cuDevicePrimaryCtxRetain(&ctx, dev);
+    if (r != CUDA_SUCCESS) return r;
+  }
+  *pctx = ctx;
+  return CUDA_SUCCESS;
+}
+
+void CudartNoop(size_t) {}
+
+CUresult CudartLoadCompilers() { return CUDA_SUCCESS; }
+
+// ---- Tools TLS: no profiler or debugger state in this process.
+
+uintptr_t NoToolsState() { return 0; }
+
+// ---- Callback hooks: two buffers the runtime writes its hook state into. Larger than their
+// reported sizes, in case a runtime counts them in wider units than this one.
+alignas(64) uint8_t g_hook_buffer1[4096];
+alignas(64) uint8_t g_hook_buffer2[64];
+
+void HookBuffer1(void** ptr, size_t* size) {
+  if (ptr != nullptr) *ptr = g_hook_buffer1;
+  if (size != nullptr) *size = 1024;
+}
+
+void HookBuffer2(void** ptr, size_t* size) {
+  if (ptr != nullptr) *ptr = g_hook_buffer2;
+  if (size != nullptr) *size = 14;
+}
+
+// ---- Context-local storage: one value per (context, key), a destructor run when the context
+// goes (cuCtxDestroy, a primary context's reset), not on an explicit delete.
+
+using StorageDestructor = void (*)(CUcontext ctx, void* key, void* value);
+
+struct StorageEntry {
+  CUcontext ctx;
+  void* key;
+  void* value;
+  StorageDestructor destructor;
+};
+
+pthread_mutex_t g_storage_mu = PTHREAD_MUTEX_INITIALIZER;
+std::vector<StorageEntry>* g_storage = nullptr;  // never freed: the runtime asks during exit too
+
+CUresult ResolveContext(CUcontext* ctx) {
+  if (*ctx == nullptr) *ctx = CurrentContext();
+  return *ctx == nullptr ? CUDA_ERROR_INVALID_CONTEXT : CUDA_SUCCESS;
+}
+
+CUresult StoragePut(CUcontext ctx, void* key, void* value, StorageDestructor destructor) {
+  if (ResolveContext(&ctx) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_CONTEXT;
+  pthread_mutex_lock(&g_storage_mu);
+  if (g_storage == nullptr) g_storage = new std::vector<StorageEntry>();
+  bool replaced = false;
+  for (StorageEntry& e : *g_storage) {
+    if (e.ctx == ctx && e.key == key) {
+      e.value = value;
+      e.destructor = destructor;
+      replaced = true;
+      break;
+    }
+  }
+  if (!replaced) g_storage->push_back({ctx, key, value, destructor});
+  pthread_mutex_unlock(&g_storage_mu);
+  return CUDA_SUCCESS;
+}
+
+CUresult StorageDelete(CUcontext ctx, void* key) {
+  if (ResolveContext(&ctx) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_CONTEXT;
+  CUresult r = CUDA_ERROR_INVALID_HANDLE;
+  pthread_mutex_lock(&g_storage_mu);
+  if (g_storage != nullptr) {
+    for (size_t i = 0; i < g_storage->size(); ++i) {
+      if ((*g_storage)[i].ctx == ctx && (*g_storage)[i].key == key) {
+        g_storage->erase(g_storage->begin() + static_cast<ptrdiff_t>(i));
+        r = CUDA_SUCCESS;
+        break;
+      }
+    }
+  }
+  pthread_mutex_unlock(&g_storage_mu);
+  return r;
+}
+
+CUresult StorageGet(void** value, CUcontext ctx, void* key) {
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (ResolveContext(&ctx) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_CONTEXT;
+  CUresult r = CUDA_ERROR_INVALID_HANDLE;
+  pthread_mutex_lock(&g_storage_mu);
+  if (g_storage != nullptr) {
+    for (const StorageEntry& e : *g_storage) {
+      if (e.ctx == ctx && e.key == key) {
+        *value = e.value;
+        r = CUDA_SUCCESS;
+        break;
+      }
+    }
+  }
+  pthread_mutex_unlock(&g_storage_mu);
+  return r;
+}
+
+// ---- Context checks: every context passes.
+
+CUresult ContextCheck(CUcontext, uint32_t* status, const void** detail) {
+  if (status != nullptr) *status = 0;
+  if (detail != nullptr) *detail = nullptr;
+  return CUDA_SUCCESS;
+}
+
+uint32_t ContextCheckFlags() { return 0; }
+
+// ---- Integrity: HMAC-MD2 (RFC 1319, RFC 2104) under a fixed key of what the driver binds.
+
+constexpr uint8_t kMd2Pi[256] = {
+    41,  46,  67,  201, 162, 216, 124, 1,   61,  54,  84,  161, 236, 240, 6,   19,  98,  167, 5,   243, 192, 199,
+    115, 140, 152, 147, 43,  217, 188, 76,  130, 202, 30,  155, 87,  60,  253, 212, 224, 22,  103, 66,  111, 24,
+    138, 23,  229, 18,  190, 78,  196, 214, 218, 158, 222, 73,  160, 251, 245, 142, 187, 47,  238, 122, 169, 104,
+    121, 145, 21,  178, 7,   63,  148, 194, 16,  137, 11,  34,  95,  33,  128, 127, 93,  154, 90,  144, 50,  39,
+    53,  62,  204, 231, 191, 247, 151, 3,   255, 25,  48,  179, 72,  165, 181, 209, 215, 94,  146, 42,  172, 86,
+    170, 198, 79,  184, 56,  210, 150, 164, 125, 182, 118, 252, 107, 226, 156, 116, 4,   241, 69,  157, 112, 89,
+    100, 113, 135, 32,  134, 91,  207, 101, 230, 45,  168, 2,   27,  96,  37,  173, 174, 176, 185, 246, 28,  70,
+    97,  105, 52,  64,  126, 15,  85,  71,  163, 35,  221, 81,  175, 58,  195, 92,  249, 206, 186, 197, 234, 38,
+    44,  83,  13,  110, 133, 40,  132, 9,   211, 223, 205, 244, 65,  129, 77,  82,  106, 220, 55,  200, 108, 193,
+    171, 250, 36,  225, 123, 8,   12,  189, 177, 74,  120, 136, 149, 139, 227, 99,  232, 109, 233, 203, 213, 254,
+    59,  0,   29,  57,  242, 239, 183, 14,  102, 88,  208, 228, 166, 119, 114, 248, 235, 117, 75,  10,  49,  68,
+    80,  180, 143, 237, 31,  26,  219, 153, 141, 51,  159, 17,  131, 20,
+};
+
+class Md2 {
+ public:
+  void Update(const void* data, size_t n) {
+    const auto* p = static_cast<const uint8_t*>(data);
+    for (size_t i = 0; i < n; ++i) {
+      block_[used_++] = p[i];
+      if (used_ == 16) Compress();
+    }
+  }
+
+  void Final(uint8_t digest[16]) {
+    const uint8_t pad = static_cast<uint8_t>(16 - used_);
+    for (int i = 0; i < pad; ++i) Update(&pad, 1);
+    uint8_t checksum[16];
+    memcpy(checksum, checksum_, sizeof checksum);
+    Update(checksum, sizeof checksum);
+    memcpy(digest, state_, 16);
+  }
+
+ private:
+  void Compress() {
+    uint8_t last = checksum_[15];
+    for (int i = 0; i < 16; ++i) last = checksum_[i] ^= kMd2Pi[block_[i] ^ last];
+    for (int i = 0; i < 16; ++i) {
+      state_[16 + i] = block_[i];
+      state_[32 + i] = static_cast<uint8_t>(block_[i] ^ state_[i]);
+    }
+    uint8_t t = 0;
+    for (int round = 0; round < 18; ++round) {
+      for (uint8_t& x : state_) t = x ^= kMd2Pi[t];
+      t = static_cast<uint8_t>(t + round);
+    }
+    used_ = 0;
+  }
+
+  uint8_t state_[48] = {};
+  uint8_t checksum_[16] = {};
+  uint8_t block_[16] = {};
+  size_t used_ = 0;
+};
+
+constexpr uint8_t kIntegrityKey[16] = {0x14, 0x6a, 0xdd, 0xae, 0x53, 0xa9, 0xa7, 0x52,
+                                       0xaa, 0x08, 0x41, 0x36, 0x0b, 0xf5, 0x5a, 0x9f};
+
+// What the hash binds, in the driver's layout.
+struct IntegrityInput {
+  uint32_t driver_version;
+  uint32_t version;
+  uint32_t pid;
+  uint32_t thread;
+  const void* cudart_table;
+  const void* integrity_table;
+  const void* integrity_function;
+  uint64_t unix_seconds;
+};
+static_assert(sizeof(IntegrityInput) == 48);
+
+struct DeviceIdentity {
+  CUuuid uuid;
+  int32_t pci_domain;
+  int32_t pci_bus;
+  int32_t pci_device;
+};
+static_assert(sizeof(DeviceIdentity) == 28);
+
+CUresult IntegrityCheck(uint32_t version, uint64_t unix_seconds, uint64_t result[2]) {
+  if (result == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  // The first two kinds of request are answered with constants.
+  if (version % 10 == 0 || version % 10 == 1) {
+    result[0] = version % 10 == 0 ? 0x3341181c03cb675cull : 0x1841181c03cb675cull;
+    result[1] = 0x8ed383aa1f4cd1e8ull;
+    return CUDA_SUCCESS;
+  }
+  int driver_version = 0, count = 0;
+  CUresult r = gslice_remote_call_cuDriverGetVersion(&driver_version);
+  if (r == CUDA_SUCCESS) r = gslice_remote_call_cuDeviceGetCount(&count);
+  if (r != CUDA_SUCCESS) return r;
+  const IntegrityInput input = {
+      .driver_version = static_cast<uint32_t>(driver_version),
+      .version = version,
+      .pid = static_cast<uint32_t>(getpid()),
+      .thread = static_cast<uint32_t>(pthread_self()),
+      .cudart_table = g_tables[kCudartInterface],
+      .integrity_table = g_tables[kIntegrity],
+      .integrity_function = g_tables[kIntegrity][1],
+      .unix_seconds = unix_seconds,
+  };
+  uint8_t key[16];
+  for (int i = 0; i < 16; ++i) key[i] = kIntegrityKey[i] ^ 0x36;
+  Md2 inner;
+  inner.Update(key, sizeof key);
+  inner.Update(&input, sizeof input);
+  for (int i = 0; i < count && i < kMaxDevices; ++i) {
+    DeviceIdentity id = {};
+    CUdevice dev = 0;
+    r = gslice_remote_call_cuDeviceGet(&dev, i);
+    if (r == CUDA_SUCCESS) r = gslice_remote_call_cuDeviceGetUuid_v2(&id.uuid, dev);
+    if (r == CUDA_SUCCESS) r = gslice_remote_call_cuDeviceGetAttribute(&id.pci_domain, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, dev);
+    if (r == CUDA_SUCCESS) r = gslice_remote_call_cuDeviceGetAttribute(&id.pci_bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, dev);
+    if (r == CUDA_SUCCESS) r = gslice_remote_call_cuDeviceGetAttribute(&id.pci_device, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, dev);
+    if (r != CUDA_SUCCESS) return r;
+    inner.Update(&id, sizeof id);
+  }
+  uint8_t inner_digest[16];
+  inner.Final(inner_digest);
+  for (int i = 0; i < 16; ++i) key[i] = kIntegrityKey[i] ^ 0x5c;
+  Md2 outer;
+  outer.Update(key, sizeof key);
+  outer.Update(inner_digest, sizeof inner_digest);
+  uint8_t digest[16];
+  outer.Final(digest);
+  memcpy(result, digest, sizeof digest);
+  return CUDA_SUCCESS;
+}
+
+// ---- Building the tables.
+
+template <typename F>
+void* Fn(F* f) {
+  return reinterpret_cast<void*>(f);
+}
+
+void BuildTables() {
+  static const auto unanswered = UnansweredRows(std::make_integer_sequence<int, kTableCount>{});
+  for (int t = 0; t < kTableCount; ++t) {
+    for (int s = 0; s < kMaxSlots; ++s) g_tables[t][s] = s < kSpecs[t].slots ? unanswered[t][s] : nullptr;
+    if (kSpecs[t].size_header) g_tables[t][0] = reinterpret_cast<void*>(kSpecs[t].slots * sizeof(void*));
+  }
+  void** cudart = g_tables[kCudartInterface];
+  cudart[1] = Fn(&CudartModuleFromCubin);
+  cudart[2] = Fn(&CudartPrimaryContext);
+  cudart[6] = Fn(&CudartModuleFromCubinExt);
+  cudart[7] = Fn(&CudartNoop);
+  cudart[8] = Fn(&CudartModuleFromFatbin);
+  cudart[12] = Fn(&CudartLoadCompilers);
+  g_tables[kToolsTls][1] = Fn(&NoToolsState);
+  g_tables[kToolsTls][2] = Fn(&NoToolsState);
+  g_tables[kCallbackHooks][2] = Fn(&HookBuffer1);
+  g_tables[kCallbackHooks][6] = Fn(&HookBuffer2);
+  void** storage = g_tables[kContextStorage];
+  storage[0] = Fn(&StoragePut);
+  storage[1] = Fn(&StorageDelete);
+  storage[2] = Fn(&StorageGet);
+  g_tables[kContextChecks][2] = Fn(&ContextCheck);
+  g_tables[kContextChecks][3] = Fn(&ContextCheckFlags);
+  g_tables[kIntegrity][1] = Fn(&IntegrityCheck);
+}
+
+}  // namespace
+
+void ReleaseContextStorage(CUcontext ctx) {
+  std::vector<StorageEntry> gone;
+  pthread_mutex_lock(&g_storage_mu);
+  if (g_storage != nullptr) {
+    for (size_t i = 0; i < g_storage->size();) {
+      if ((*g_storage)[i].ctx == ctx) {
+        gone.push_back((*g_storage)[i]);
+        g_storage->erase(g_storage->begin() + static_cast<ptrdiff_t>(i));
+      } else {
+        ++i;
+      }
+    }
+  }
+  pthread_mutex_unlock(&g_storage_mu);
+  for (const StorageEntry& e : gone)
+    if (e.destructor != nullptr) e.destructor(e.ctx, e.key, e.value);
+}
+
+void ReleasePrimaryContextStorage(CUdevice dev) {
+  if (dev < 0 || dev >= kMaxDevices) return;
+  pthread_mutex_lock(&g_primary_mu);
+  const CUcontext ctx = g_primary[dev];
+  g_primary[dev] = nullptr;  // asked for again after the reset
+  pthread_mutex_unlock(&g_primary_mu);
+  if (ctx != nullptr) ReleaseContextStorage(ctx);
+}
+
+void RememberPrimaryContext(CUdevice dev, CUcontext ctx) {
+  if (dev < 0 || dev >= kMaxDevices || ctx == nullptr) return;
+  pthread_mutex_lock(&g_primary_mu);
+  if (g_primary[dev] == nullptr) g_primary[dev] = ctx;
+  pthread_mutex_unlock(&g_primary_mu);
+}
+
+}  // namespace gslice::remote
+
+using namespace gslice::remote;
+
+extern "C" CUresult gslice_remote_call_cuGetExportTable(const void** ppExportTable, const CUuuid* pExportTableId) {
+  if (ppExportTable == nullptr || pExportTableId == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *ppExportTable = nullptr;
+  pthread_once(&g_tables_once, BuildTables);
+  for (int t = 0; t < kTableCount; ++t) {
+    if (memcmp(kSpecs[t].uuid, pExportTableId->bytes, 16) == 0) {
+      *ppExportTable = g_tables[t];
+      return CUDA_SUCCESS;
+    }
+  }
+  const auto* b = reinterpret_cast<const unsigned char*>(pExportTableId->bytes);
+  gslice::shim::InitLog();
+  gslice::shim::Log(gslice::shim::LogLevel::kWarn,
+      "remote: cuGetExportTable(%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x): "
+      "a private table this client does not know: CUDA_ERROR_NOT_FOUND",
+      b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+  return CUDA_ERROR_NOT_FOUND;
+}
