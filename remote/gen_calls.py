@@ -227,8 +227,13 @@ def gen_client(calls):
                 out.append(f"  w.Put<uint8_t>({n} != nullptr);")
                 out.append(f"  if ({n} != nullptr) w.Put(*{n});")
             elif p.sem in ("inbuf", "outbuf", "image"):
-                size = f"(uint64_t)({p.expr})" if p.sem != "image" else f"::gslice::remote::ImageSize({n})"
-                out.append(f"  const uint64_t {n}_len = {n} != nullptr ? {size} : 0;")
+                size = f"(uint64_t)({p.expr})" if p.sem != "image" else f"::gslice::remote::ImageSize({n}_bytes)"
+                if p.sem == "image":
+                    # A fatbin wrapper is shipped as the fatbin it points at.
+                    out.append(f"  const void* {n}_bytes = {n} != nullptr ? ::gslice::remote::ImageBytes({n}) : nullptr;")
+                else:
+                    out.append(f"  const void* {n}_bytes = {n};")
+                out.append(f"  const uint64_t {n}_len = {n}_bytes != nullptr ? {size} : 0;")
                 if p.sem == "image":
                     out.append(f'  if ({n} != nullptr && {n}_len == 0) return ::gslice::remote::RefuseImage("{c.name}");')
                 out.append(f'  if ({n}_len > ::gslice::remote::kMaxBuffer) return ::gslice::remote::RefuseSize("{c.name}", "{n}", {n}_len);')
@@ -236,7 +241,7 @@ def gen_client(calls):
                 out.append(f"  w.Put<uint64_t>({n}_len);")
                 if p.sem != "outbuf":
                     out.append("  w.PadTo(16);")
-                    out.append(f"  w.PutBytes({n}, {n}_len);")
+                    out.append(f"  w.PutBytes({n}_bytes, {n}_len);")
             elif p.sem == "cstr":
                 out.append(f"  const uint64_t {n}_len = {n} != nullptr ? strnlen({n}, ::gslice::remote::kMaxString + 1) : 0;")
                 out.append(f'  if ({n}_len > ::gslice::remote::kMaxString) return ::gslice::remote::RefuseSize("{c.name}", "{n}", {n}_len);')

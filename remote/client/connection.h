@@ -70,6 +70,9 @@ CUresult NotForwarded(const char* name);
 // The size of a module image: fatbin (and its wrapper), ELF cubin, PTX or other NUL-terminated
 // text. 0 when it cannot be told.
 uint64_t ImageSize(const void* image);
+// The bytes to ship for a module image: the image itself, or the fatbin a fatbin wrapper
+// names (the worker's driver loads either alike). nullptr when a wrapper names none.
+const void* ImageBytes(const void* image);
 
 // The kernel-parameter layouts cached per function are dropped when modules come and go
 // (a new function may reuse a freed handle).

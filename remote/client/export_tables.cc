@@ -22,7 +22,9 @@
 // A size-header table starts with its size in bytes (slots * 8), as the driver's do. Every
 // slot the client does not answer is a function that logs the table and slot once and returns
 // CUDA_ERROR_NOT_SUPPORTED: a caller never jumps through a null pointer. A UUID not listed is
-// refused with CUDA_ERROR_NOT_FOUND and a log line naming it. Hot slots (tools TLS, context
+// refused with CUDA_ERROR_NOT_FOUND and a warning naming it; f8cff951 (asked for by cudart at
+// start, 3 slots on driver 580) is declined alike, logged at info level: the runtime goes on
+// without it. Hot slots (tools TLS, context
 // checks, context storage) never leave the process.
 //
 // Checked against (the library builds that fetched these tables with this client):
@@ -95,6 +97,18 @@ constexpr TableSpec kSpecs[kTableCount] = {
      {0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b, 0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2}, 3, true},
 };
 
+// Tables the client knows and declines, as a driver without them would: the library goes on
+// without them (checked: cudart 13 starts and runs with this answer).
+struct DeclinedTable {
+  uint8_t uuid[16];
+  const char* why;
+};
+
+constexpr DeclinedTable kDeclined[] = {
+    {{0xf8, 0xcf, 0xf9, 0x51, 0x21, 0x46, 0x8b, 0x4e, 0xb9, 0xe2, 0xfb, 0x46, 0x9e, 0x7c, 0x0d, 0xd9},
+     "a runtime start-up table the runtime does without"},
+};
+
 constexpr int kMaxSlots = 16;
 static_assert([] {
   for (const TableSpec& s : kSpecs)
@@ -138,19 +152,10 @@ std::array<std::array<void*, kMaxSlots>, kTableCount> UnansweredRows(std::intege
 
 // ---- cudart interface.
 
-// The image a fatbin wrapper ({magic, version, const void* fatbin, ...}) points at.
-struct FatbinWrapper {
-  uint32_t magic;
-  uint32_t version;
-  const void* data;
-  const void* unused;
-};
-constexpr uint32_t kFatbinWrapperMagic = 0x466243b1;
-
+// Module images reach the worker as cuModuleLoadData's do (a fatbin wrapper as its fatbin).
 CUresult ModuleFromWrapper(CUmodule* module, const void* wrapper) {
   if (module == nullptr || wrapper == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  const auto* w = static_cast<const FatbinWrapper*>(wrapper);
-  return gslice_remote_call_cuModuleLoadData(module, w->magic == kFatbinWrapperMagic ? w->data : wrapper);
+  return gslice_remote_call_cuModuleLoadData(module, wrapper);
 }
 
 CUresult CudartModuleFromCubin(CUmodule* module, const void* wrapper) { return ModuleFromWrapper(module, wrapper); }
@@ -510,6 +515,13 @@ extern "C" CUresult gslice_remote_call_cuGetExportTable(const void** ppExportTab
   }
   const auto* b = reinterpret_cast<const unsigned char*>(pExportTableId->bytes);
   gslice::shim::InitLog();
+  for (const DeclinedTable& d : kDeclined) {
+    if (memcmp(d.uuid, b, 16) == 0) {
+      gslice::shim::Log(gslice::shim::LogLevel::kInfo, "remote: cuGetExportTable(%02x%02x%02x%02x...): %s: "
+                        "CUDA_ERROR_NOT_FOUND", b[0], b[1], b[2], b[3], d.why);
+      return CUDA_ERROR_NOT_FOUND;
+    }
+  }
   gslice::shim::Log(gslice::shim::LogLevel::kWarn,
       "remote: cuGetExportTable(%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x): "
       "a private table this client does not know: CUDA_ERROR_NOT_FOUND",

@@ -12,6 +12,15 @@ namespace gslice::remote {
 namespace {
 
 constexpr uint32_t kFatbinMagic = 0xBA55ED50u;
+constexpr uint32_t kFatbinWrapperMagic = 0x466243B1u;
+
+// What nvcc emits for a program's fatbin (__fatBinC_Wrapper_t): it names the fatbin.
+struct FatbinWrapper {
+  uint32_t magic;
+  uint32_t version;
+  const void* data;
+  const void* filename_or_fatbins;
+};
 
 template <typename T>
 T At(const unsigned char* p, size_t offset) {
@@ -42,6 +51,14 @@ uint64_t ElfSize(const unsigned char* p) {
 
 }  // namespace
 
+const void* ImageBytes(const void* image) {
+  FatbinWrapper w;
+  memcpy(&w, image, sizeof w.magic);
+  if (w.magic != kFatbinWrapperMagic) return image;
+  memcpy(&w, image, sizeof w);
+  return w.data;
+}
+
 uint64_t ImageSize(const void* image) {
   const auto* p = static_cast<const unsigned char*>(image);
   if (At<uint32_t>(p, 0) == kFatbinMagic) {
@@ -51,9 +68,9 @@ uint64_t ImageSize(const void* image) {
     return header + body;
   }
   if (p[0] == 0x7f && p[1] == 'E' && p[2] == 'L' && p[3] == 'F') return ElfSize(p);
-  // Text: PTX or the simulated driver's images. The fatbin wrapper (0x466243B1) points at
-  // its fatbin instead of holding it: not shipped (yet).
-  if (At<uint32_t>(p, 0) == 0x466243B1u) return 0;
+  // Text: PTX or the simulated driver's images. A fatbin wrapper points at its fatbin instead
+  // of holding it (ImageBytes unwraps it first).
+  if (At<uint32_t>(p, 0) == kFatbinWrapperMagic) return 0;
   const size_t len = strnlen(static_cast<const char*>(image), kMaxBuffer);
   return len < kMaxBuffer ? len + 1 : 0;
 }

@@ -188,6 +188,30 @@ CUresult LaunchEx(uint32_t op, const CUlaunchConfig* config, CUfunction f, void*
   return Launch(op, f, dims, config->hStream, config->attrs, config->numAttrs, params, extra);
 }
 
+// Cluster occupancy: the launch configuration as Launch encodes it, then one i32 answered.
+CUresult ClusterQuery(uint32_t op, int* out, CUfunction f, const CUlaunchConfig* config) {
+  if (out == nullptr || config == nullptr || config->numAttrs > kMaxLaunchAttributes ||
+      (config->numAttrs > 0 && config->attrs == nullptr)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  Call call(op);
+  Writer& w = call.request();
+  w.Put(f);
+  for (unsigned d : {config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX, config->blockDimY,
+                     config->blockDimZ, config->sharedMemBytes}) {
+    w.Put(d);
+  }
+  w.Put(config->hStream);
+  w.Put<uint32_t>(config->numAttrs);
+  if (config->numAttrs > 0) w.PutBytes(config->attrs, config->numAttrs * sizeof(CUlaunchAttribute));
+  const CUresult res = call.Run();
+  if (!call.answered()) return res;
+  int32_t value = 0;
+  if (!call.reply().Get(&value) || !call.reply().AtEnd()) return call.Malformed();
+  if (res == CUDA_SUCCESS) *out = value;
+  return res;
+}
+
 }  // namespace
 
 void ForgetKernelLayouts() {
@@ -327,4 +351,14 @@ extern "C" CUresult gslice_remote_call_cuLaunchKernelEx(const CUlaunchConfig* co
 extern "C" CUresult gslice_remote_call_cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f,
                                                            void** kernelParams, void** extra) {
   return LaunchEx(kOp_cuLaunchKernelEx_ptsz, config, f, kernelParams, extra);
+}
+
+extern "C" CUresult gslice_remote_call_cuOccupancyMaxActiveClusters(int* numClusters, CUfunction func,
+                                                                   const CUlaunchConfig* config) {
+  return ClusterQuery(kOp_cuOccupancyMaxActiveClusters, numClusters, func, config);
+}
+
+extern "C" CUresult gslice_remote_call_cuOccupancyMaxPotentialClusterSize(int* clusterSize, CUfunction func,
+                                                                         const CUlaunchConfig* config) {
+  return ClusterQuery(kOp_cuOccupancyMaxPotentialClusterSize, clusterSize, func, config);
 }

@@ -162,6 +162,41 @@ CUresult ServeLaunch(uint32_t op, Reader& r) {
 
 }  // namespace
 
+// Cluster occupancy (cuOccupancyMaxActiveClusters, MaxPotentialClusterSize): f, the launch
+// configuration's 7 x u32 dimensions, u64 stream, u32 attribute count and the attributes;
+// answers i32.
+CUresult ServeClusterQuery(uint32_t op, Reader& r, Writer& w) {
+  CUfunction f{};
+  unsigned dims[7];
+  CUstream stream{};
+  uint32_t num_attrs = 0;
+  if (!r.Get(&f)) return kMalformed;
+  for (unsigned& d : dims)
+    if (!r.Get(&d)) return kMalformed;
+  if (!r.Get(&stream) || !r.Get(&num_attrs) || num_attrs > kMaxLaunchAttributes) return kMalformed;
+  std::vector<CUlaunchAttribute> attrs(num_attrs);
+  if (num_attrs > 0 && !r.GetInto(attrs.data(), num_attrs * sizeof(CUlaunchAttribute))) return kMalformed;
+  if (!r.AtEnd()) return kMalformed;
+  using Fn = CUresult (*)(int*, CUfunction, const CUlaunchConfig*);
+  auto fn = reinterpret_cast<Fn>(g_driver[op]);
+  if (fn == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+  const CUlaunchConfig config = {.gridDimX = dims[0], .gridDimY = dims[1], .gridDimZ = dims[2],
+                                 .blockDimX = dims[3], .blockDimY = dims[4], .blockDimZ = dims[5],
+                                 .sharedMemBytes = dims[6], .hStream = stream,
+                                 .attrs = num_attrs > 0 ? attrs.data() : nullptr, .numAttrs = num_attrs};
+  int value = 0;
+  const CUresult res = fn(&value, f, &config);
+  w.Put<int32_t>(value);
+  return res;
+}
+
+CUresult Serve_cuOccupancyMaxActiveClusters(Reader& r, Writer& w) {
+  return ServeClusterQuery(kOp_cuOccupancyMaxActiveClusters, r, w);
+}
+CUresult Serve_cuOccupancyMaxPotentialClusterSize(Reader& r, Writer& w) {
+  return ServeClusterQuery(kOp_cuOccupancyMaxPotentialClusterSize, r, w);
+}
+
 CUresult Serve_cuLaunchKernel(Reader& r, Writer&) { return ServeLaunch(kOp_cuLaunchKernel, r); }
 CUresult Serve_cuLaunchKernel_ptsz(Reader& r, Writer&) { return ServeLaunch(kOp_cuLaunchKernel_ptsz, r); }
 CUresult Serve_cuLaunchKernelEx(Reader& r, Writer&) { return ServeLaunch(kOp_cuLaunchKernelEx, r); }

@@ -140,7 +140,8 @@ struct CUctx_st {
 struct CUmod_st;
 
 struct CUfunc_st {
-  enum class Behaviour { kBusy, kFill };
+  // kForeign: a kernel of a fatbin library, which the sim holds but cannot run.
+  enum class Behaviour { kBusy, kFill, kForeign };
   CUmod_st* module = nullptr;
   std::string name;
   Behaviour behaviour = Behaviour::kBusy;
@@ -149,6 +150,7 @@ struct CUfunc_st {
 struct CUmod_st {
   CUctx_st* ctx = nullptr;
   std::vector<std::unique_ptr<CUfunc_st>> functions;
+  bool foreign = false;  // a fatbin library: any kernel name is found, none runs
 };
 
 struct CUarray_st {

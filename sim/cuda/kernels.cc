@@ -6,6 +6,7 @@
 // Blank lines and lines starting with '#' are ignored. Behaviours and their parameters:
 //   busy (uint64_t microseconds)                     keeps the device busy that long
 //   fill (uint32_t* dst, uint32_t pattern, uint64_t count)  writes pattern count times
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -90,6 +91,30 @@ CUresult LoadImage(CUmodule* out, const void* image) {
   return LoadText(out, text);
 }
 
+// A kernel of a fatbin library: the sim cannot run it, and says so once per kernel.
+CUresult RefuseForeign(CUfunc_st* f) {
+  static std::atomic<int> reported{0};
+  if (reported.fetch_add(1, std::memory_order_relaxed) < 16) {
+    fprintf(stderr, "gslice sim: kernel %s is in a fatbin, which the simulated driver cannot run: "
+            "CUDA_ERROR_NO_BINARY_FOR_GPU\n", f->name.c_str());
+  }
+  return CUDA_ERROR_NO_BINARY_FOR_GPU;
+}
+
+// A fatbin library's kernel by name, made when first asked for (the sim does not read
+// fatbins); nullptr for the sim's own modules. REQUIRES: g_modules_mu held.
+CUfunc_st* AddForeignKernelLocked(CUmod_st* m, const char* name) {
+  if (!m->foreign) return nullptr;
+  auto f = std::make_unique<CUfunc_st>();
+  f->module = m;
+  f->name = name;
+  f->behaviour = CUfunc_st::Behaviour::kForeign;
+  CUfunc_st* raw = f.get();
+  g_functions.insert(raw);
+  m->functions.push_back(std::move(f));
+  return raw;
+}
+
 bool FunctionLive(CUfunction f) {
   std::lock_guard<std::mutex> g(g_modules_mu);
   return g_functions.count(f) != 0;
@@ -150,6 +175,7 @@ CUresult Launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx
   std::shared_ptr<CUstream_st> s;
   CUresult r = ResolveStream(h, pt, &s);
   if (r != CUDA_SUCCESS) return r;
+  if (f->behaviour == CUfunc_st::Behaviour::kForeign) return RefuseForeign(f);
   KernelArgs args;
   r = ReadArgs(f, params, extra, &args);
   if (r != CUDA_SUCCESS) return r;
@@ -253,7 +279,10 @@ GSLICE_SIM_EXPORT CUresult cuModuleGetFunction(CUfunction* out, CUmodule module,
       return CUDA_SUCCESS;
     }
   }
-  return CUDA_ERROR_NOT_FOUND;
+  CUfunc_st* f = AddForeignKernelLocked(it->second.get(), name);
+  if (f == nullptr) return CUDA_ERROR_NOT_FOUND;
+  *out = f;
+  return CUDA_SUCCESS;
 }
 
 GSLICE_SIM_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
@@ -308,6 +337,77 @@ GSLICE_SIM_EXPORT CUresult cuFuncGetAttribute(int* pi, CUfunction_attribute attr
   return CUDA_SUCCESS;
 }
 
+// Function attributes the program sets (dynamic shared memory, carve-out) are accepted and
+// change nothing: the sim's kernels use no shared memory.
+GSLICE_SIM_EXPORT CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute attrib, int value) {
+  REQUIRE_INIT(d);
+  if (attrib < 0 || attrib >= CU_FUNC_ATTRIBUTE_MAX || value < 0) return CUDA_ERROR_INVALID_VALUE;
+  if (f == nullptr || !FunctionLive(f)) return CUDA_ERROR_INVALID_HANDLE;
+  return CUDA_SUCCESS;
+}
+
+GSLICE_SIM_EXPORT CUresult cuKernelGetAttribute(int* pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice) {
+  return cuFuncGetAttribute(pi, attrib, reinterpret_cast<CUfunction>(kernel));
+}
+
+GSLICE_SIM_EXPORT CUresult cuKernelSetAttribute(CUfunction_attribute attrib, int value, CUkernel kernel, CUdevice) {
+  return cuFuncSetAttribute(reinterpret_cast<CUfunction>(kernel), attrib, value);
+}
+
+// Occupancy as the simulated device's limits give it (2048 threads and 228 KiB of shared
+// memory per multiprocessor, 48 KiB of dynamic shared memory per block by default).
+GSLICE_SIM_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* num_blocks, CUfunction f,
+                                                                               int block_size, size_t smem,
+                                                                               unsigned int) {
+  REQUIRE_INIT(d);
+  if (num_blocks == nullptr || block_size <= 0 || block_size > 1024) return CUDA_ERROR_INVALID_VALUE;
+  if (f == nullptr || !FunctionLive(f)) return CUDA_ERROR_INVALID_HANDLE;
+  int blocks = 2048 / block_size;
+  if (smem > 0 && static_cast<int>(233472 / smem) < blocks) blocks = static_cast<int>(233472 / smem);
+  *num_blocks = blocks < 32 ? blocks : 32;
+  return CUDA_SUCCESS;
+}
+
+GSLICE_SIM_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int* num_blocks, CUfunction f, int block_size,
+                                                                       size_t smem) {
+  return cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(num_blocks, f, block_size, smem, 0);
+}
+
+GSLICE_SIM_EXPORT CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t* smem, CUfunction f, int num_blocks,
+                                                                   int block_size) {
+  REQUIRE_INIT(d);
+  if (smem == nullptr || num_blocks <= 0 || block_size <= 0 || block_size > 1024) return CUDA_ERROR_INVALID_VALUE;
+  if (f == nullptr || !FunctionLive(f)) return CUDA_ERROR_INVALID_HANDLE;
+  *smem = 49152;
+  return CUDA_SUCCESS;
+}
+
+// Clusters of up to 8 blocks (the portable limit), as many as the device's multiprocessors
+// hold at once.
+GSLICE_SIM_EXPORT CUresult cuOccupancyMaxPotentialClusterSize(int* size, CUfunction f, const CUlaunchConfig* config) {
+  REQUIRE_INIT(d);
+  if (size == nullptr || config == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (f == nullptr || !FunctionLive(f)) return CUDA_ERROR_INVALID_HANDLE;
+  *size = 8;
+  return CUDA_SUCCESS;
+}
+
+GSLICE_SIM_EXPORT CUresult cuOccupancyMaxActiveClusters(int* count, CUfunction f, const CUlaunchConfig* config) {
+  REQUIRE_INIT(d);
+  if (count == nullptr || config == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (f == nullptr || !FunctionLive(f)) return CUDA_ERROR_INVALID_HANDLE;
+  unsigned cluster = 1;
+  for (unsigned i = 0; i < config->numAttrs; ++i) {
+    if (config->attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
+      const auto& c = config->attrs[i].value.clusterDim;
+      cluster = c.x * c.y * c.z;
+    }
+  }
+  if (cluster == 0 || cluster > 16) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+  *count = static_cast<int>(132 / cluster);
+  return CUDA_SUCCESS;
+}
+
 namespace {
 
 // The parameter layout of the sim's kernels, as the compiler lays out their C signatures:
@@ -329,6 +429,7 @@ CUresult ParamInfo(const CUfunc_st* f, size_t index, size_t* offset, size_t* siz
 GSLICE_SIM_EXPORT CUresult cuFuncGetParamInfo(CUfunction f, size_t index, size_t* offset, size_t* size) {
   REQUIRE_INIT(d);
   if (f == nullptr || !FunctionLive(f)) return CUDA_ERROR_INVALID_HANDLE;
+  if (f->behaviour == CUfunc_st::Behaviour::kForeign) return RefuseForeign(f);
   return ParamInfo(f, index, offset, size);
 }
 
@@ -336,6 +437,7 @@ GSLICE_SIM_EXPORT CUresult cuKernelGetParamInfo(CUkernel kernel, size_t index, s
   REQUIRE_INIT(d);
   auto* f = reinterpret_cast<CUfunction>(kernel);
   if (f == nullptr || !FunctionLive(f)) return CUDA_ERROR_INVALID_HANDLE;
+  if (f->behaviour == CUfunc_st::Behaviour::kForeign) return RefuseForeign(f);
   return ParamInfo(f, index, offset, size);
 }
 
@@ -355,12 +457,17 @@ CUresult LoadLibrary(CUlibrary* out, const void* image, unsigned num_jit, CUjit_
   }
   REQUIRE_INIT(d);
   const char* text = static_cast<const char*>(image);
-  if (std::strncmp(text, kImageMagic, sizeof kImageMagic - 1) != 0) {
-    return ClassifyForeignImage(image);
-  }
   auto mod = std::make_unique<CUmod_st>();
-  CUresult r = ParseImage(text, mod.get());
-  if (r != CUDA_SUCCESS) return r;
+  if (std::strncmp(text, kImageMagic, sizeof kImageMagic - 1) != 0) {
+    // A fatbin library (how cudart and the CUDA libraries register their kernels) is held so
+    // that the program starts; its kernels are found by name and refused when launched.
+    CUresult r = ClassifyForeignImage(image);
+    if (r != CUDA_ERROR_NO_BINARY_FOR_GPU) return r;
+    mod->foreign = true;
+  } else {
+    CUresult r = ParseImage(text, mod.get());
+    if (r != CUDA_SUCCESS) return r;
+  }
   std::lock_guard<std::mutex> g(g_modules_mu);
   for (auto& f : mod->functions) g_functions.insert(f.get());
   g_libraries.insert(mod.get());
@@ -420,7 +527,10 @@ GSLICE_SIM_EXPORT CUresult cuLibraryGetKernel(CUkernel* kernel, CUlibrary librar
       return CUDA_SUCCESS;
     }
   }
-  return CUDA_ERROR_NOT_FOUND;
+  CUfunc_st* f = AddForeignKernelLocked(m, name);
+  if (f == nullptr) return CUDA_ERROR_NOT_FOUND;
+  *kernel = reinterpret_cast<CUkernel>(f);
+  return CUDA_SUCCESS;
 }
 
 GSLICE_SIM_EXPORT CUresult cuLibraryGetModule(CUmodule* module, CUlibrary library) {
