@@ -348,6 +348,62 @@ TEST_F(RemoteSim, CallsNotForwardedReturnNotSupportedAndAreNamed) {
   EXPECT_NE(r.out.find("cuMemAllocManaged is not forwarded"), std::string::npos) << r.out;
 }
 
+// The driver's private tables as the client answers them: size headers, every slot callable
+// (an unanswered one is an error), the integrity hash's constant answers and its stability,
+// context-local storage, an unknown UUID refused and named.
+TEST_F(RemoteSim, ThePrivateTablesAreAnsweredOnTheClient) {
+  Result r = RunProgram(Remote(Address(), "1GiB", {kProbe, "tables"}));
+  EXPECT_EQ(r.code, 0) << r.out;
+  for (const char* line : {"cudart size 104, integrity size 24\n", "cudart slots all set: yes\n",
+                           "cudart slot 3: CUDA_ERROR_NOT_SUPPORTED\n",
+                           "private table cudart interface (6bd5fb6c...) slot 3 is not answered",
+                           "integrity 0: 3341181c03cb675c 8ed383aa1f4cd1e8\n", "integrity 2: stable\n",
+                           "storage get: the value put\n", "storage after delete: CUDA_ERROR_INVALID_HANDLE\n",
+                           "cuGetExportTable(01020304-0000-0000-0000-000000000005): a private table this client "
+                           "does not know: CUDA_ERROR_NOT_FOUND",
+                           "unknown table: CUDA_ERROR_NOT_FOUND, null\n"}) {
+    EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
+  }
+}
+
+#ifdef GSLICE_TEST_CUDART_PROBE
+const std::string kCudartProbe = GSLICE_TEST_CUDART_PROBE;
+
+// The CUDA toolkit's own runtime (libcudart 13) through the client: it resolves ~440 entry
+// points, fetches the private tables, then allocates, copies both ways, memsets, and runs a
+// stream with events; the probe checks every result.
+TEST_F(RemoteSim, RealCudartRunsThroughTheClient) {
+  Result r = RunProgram(Remote(Address(), "1GiB", {kCudartProbe, "runtime"}));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("device 0: gslice simulated GPU"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("cudart done"), std::string::npos) << r.out;
+  // Nothing cudart needed fell through to a refusal.
+  EXPECT_EQ(r.out.find("not forwarded"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("not answered"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("does not know"), std::string::npos) << r.out;
+}
+
+// The same with the client found the two ways a program may be given it by hand: first on
+// LD_LIBRARY_PATH (how `gslice run --remote` does it, and how cudart's dlopen finds it) and
+// preloaded.
+TEST_F(RemoteSim, RealCudartFindsTheClientOnLdLibraryPathAndPreloaded) {
+  const std::string lib = kBin + "/../lib/remote";
+  const std::vector<std::string> base = {"GSLICE_REMOTE=" + Address(), "GSLICE_MEMORY=1GiB"};
+  std::vector<std::string> path_env = base;
+  path_env.push_back("LD_LIBRARY_PATH=" + lib);
+  Result by_path = RunProgram({kCudartProbe, "runtime"}, path_env);
+  EXPECT_EQ(by_path.code, 0) << by_path.out;
+  EXPECT_NE(by_path.out.find("cudart done"), std::string::npos) << by_path.out;
+  std::vector<std::string> preload_env = base;
+  std::string preload = lib + "/libcuda.so.1";
+  if (const char* asan = getenv("LD_PRELOAD"); asan != nullptr && *asan != '\0') preload = std::string(asan) + ":" + preload;
+  preload_env.push_back("LD_PRELOAD=" + preload);
+  Result preloaded = RunProgram({kCudartProbe, "runtime"}, preload_env);
+  EXPECT_EQ(preloaded.code, 0) << preloaded.out;
+  EXPECT_NE(preloaded.out.find("cudart done"), std::string::npos) << preloaded.out;
+}
+#endif
+
 TEST_F(RemoteSim, TheClientMapsNoOtherDriver) {
   Result r = RunProgram(Remote(Address(), "1GiB", {kProbe, "maps"}));
   EXPECT_EQ(r.code, 0) << r.out;
