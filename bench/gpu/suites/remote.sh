@@ -6,7 +6,8 @@
 #   REMOTE_REPEAT   runs of each program per side, for the wall-time ratio (default 3)
 #   REMOTE_SIM=1    the server and the local runs on the simulated driver (to try the script
 #                   on a machine without a GPU)
-# Safety: plain device allocations inside a 4 GiB slice; no managed memory.
+# Safety: plain device allocations inside a 4 GiB slice; no managed memory. PyTorch runs the
+# local and remote checks with the same seeds; answers must agree.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 export OUT="${OUT:-$PWD/gpu-out}" PYTHONUNBUFFERED=1
@@ -87,15 +88,77 @@ try:
     result("remote.limit", "PASS" if rc == 0 and len(got) == 2 else "FAIL",
            f"gslice-example in a 1 GiB remote slice: exit {rc}; " + ("; ".join(got) or "(no output)"))
 
-    # 3. PyTorch through the forwarding client: what happens today (cudart asks the driver's
-    # private tables, which the client does not answer yet).
-    rc, out, err, _ = run("torch", [gslice, "run", "--remote", "unix:" + sock, "--memory", "4GiB", "--",
-                                    sys.executable, "-c",
-                                    "import torch; x = torch.ones(1024, device='cuda'); print('sum', float(x.sum()))"],
-                          timeout=90)
-    last = (err.strip().splitlines() or ["(no output)"])[-1][:200]
-    result("remote.torch", "PASS" if rc == 0 and "sum 1024.0" in out else "INFO",
-           "torch.ones on the remote GPU: " + ("sum 1024.0" if rc == 0 and "sum 1024.0" in out else f"exit {rc}: {last}"))
+    # 3. Real cudart (the CUDA toolkit's, as CI runs it on the simulated driver) and cuBLAS
+    # through the client: the driver's private tables answered on the client.
+    probe = os.path.join(B, "bin", "gslice_cudart_probe")
+    if os.path.exists(probe):
+        for mode, done in (("runtime", "cudart done"), ("cublas", "cublas done")):
+            rc, out, err, _ = run(f"cudart-{mode}", [gslice, "run", "--remote", "unix:" + sock, "--memory", "4GiB",
+                                                   "--", probe, mode], timeout=120)
+            last = (out.strip().splitlines() or ["(no output)"])[-1][:200]
+            result(f"remote.cudart.{mode}", "PASS" if rc == 0 and done in out else "FAIL",
+                   f"gslice_cudart_probe {mode} through the client: " + (done if rc == 0 and done in out else f"exit {rc}: {last}"))
+    else:
+        result("remote.cudart", "SKIP", "no build/bin/gslice_cudart_probe (built when the toolkit has libcudart)")
+
+    # 4. PyTorch through the client, each check also run locally and the answers compared: a
+    # tensor op (cudart, PyTorch's kernels), a matmul (cuBLAS/cuBLASLt) and a convolution
+    # (cuDNN). GSLICE_LOG=info on the client: the private-table slots and calls the libraries
+    # reached that the client does not answer are listed (remote/torch-*.log).
+    torch_checks = r"""
+import sys, torch
+check = sys.argv[1]
+torch.manual_seed(0)
+if check == "tensor":
+    x = torch.arange(1 << 20, device="cuda", dtype=torch.float32)
+    print("value", float((x * 2 + 1).sum()))
+elif check == "matmul":
+    torch.backends.cuda.matmul.allow_tf32 = False
+    a = torch.randn(512, 512, device="cuda")
+    b = torch.randn(512, 512, device="cuda")
+    print("value", float((a @ b).double().abs().sum()))
+elif check == "conv":
+    torch.backends.cudnn.enabled = True
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.deterministic = True
+    conv = torch.nn.Conv2d(3, 16, 3, padding=1).cuda()
+    x = torch.randn(8, 3, 64, 64, device="cuda")
+    y = conv(x)
+    y.sum().backward()
+    print("cudnn", torch.backends.cudnn.version())
+    print("value", float(y.double().abs().sum()) + float(conv.weight.grad.double().abs().sum()))
+torch.cuda.synchronize()
+print("ok")
+"""
+    for check in ("tensor", "matmul", "conv"):
+        values = {}
+        for label, argv in (("local", [gslice, "run"] + SIM + ["--memory", "4GiB", "--"]),
+                            ("remote", [gslice, "run", "--remote", "unix:" + sock, "--memory", "4GiB", "--"])):
+            saved = env.get("GSLICE_LOG")
+            if label == "remote":
+                env["GSLICE_LOG"] = "info"
+            rc, out, err, _ = run(f"torch-{check}-{label}", argv + [sys.executable, "-c", torch_checks, check], timeout=300)
+            if saved is None:
+                env.pop("GSLICE_LOG", None)
+            else:
+                env["GSLICE_LOG"] = saved
+            v = [l.split()[1] for l in out.splitlines() if l.startswith("value ")]
+            values[label] = (rc, float(v[0]) if v and rc == 0 and "ok" in out.splitlines() else None,
+                             (err.strip().splitlines() or ["(no output)"])[-1][:200])
+            if label == "remote":
+                refused = sorted({l.split("remote: ", 1)[1][:120] for l in err.splitlines()
+                                  if "not answered" in l or "does not know" in l or "not forwarded" in l})
+                if refused:
+                    result(f"remote.torch.{check}.refusals", "INFO", " | ".join(refused)[:900])
+        (lrc, lv, lerr), (rrc, rv, rerr) = values["local"], values["remote"]
+        if lv is None:
+            result(f"remote.torch.{check}", "FAIL", f"local run failed: exit {lrc}: {lerr}")
+        elif rv is None:
+            result(f"remote.torch.{check}", "FAIL", f"remote run failed: exit {rrc}: {rerr}")
+        else:
+            same = abs(lv - rv) <= 1e-6 * max(1.0, abs(lv))
+            result(f"remote.torch.{check}", "PASS" if same else "FAIL",
+                   f"local {lv!r} remote {rv!r}" + ("" if same else " (differ)"))
 finally:
     os.killpg(server.pid, signal.SIGTERM)
     try:
