@@ -1,4 +1,5 @@
 // Streams, events, ordering, priorities, the legacy default stream.
+#include <string.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -253,6 +254,43 @@ TEST_F(StreamTest, LibrariesAndKernels) {
   EXPECT_EQ(ReadWord(p + 4), 0x2bu);
   CHECK_CU(cuLibraryUnload(lib));  // (an unloaded library's handle is not used again: undefined)
   CHECK_CU(cuMemFree(p));
+}
+
+// A fatbin library (how cudart and the CUDA libraries register their kernels) is held so that
+// the program starts: its kernels are found by name and refused when launched or laid out, a
+// plain fatbin module still is not loaded.
+TEST_F(StreamTest, FatbinLibrariesAreHeldButNotRun) {
+  alignas(8) unsigned char fatbin[16 + 64] = {};
+  const uint32_t magic = 0xBA55ED50u;
+  const uint16_t version = 1, header = 16;
+  const uint64_t body = 64;
+  memcpy(fatbin, &magic, 4);
+  memcpy(fatbin + 4, &version, 2);
+  memcpy(fatbin + 6, &header, 2);
+  memcpy(fatbin + 8, &body, 8);
+  CUmodule m;
+  EXPECT_CU(CUDA_ERROR_NO_BINARY_FOR_GPU, cuModuleLoadData(&m, fatbin));
+  CUlibrary lib;
+  CHECK_CU(cuLibraryLoadData(&lib, fatbin, nullptr, nullptr, 0, nullptr, nullptr, 0));
+  CUkernel k;
+  CHECK_CU(cuLibraryGetKernel(&k, lib, "_Z6kernelPf"));
+  CUkernel again;
+  CHECK_CU(cuLibraryGetKernel(&again, lib, "_Z6kernelPf"));
+  EXPECT_EQ(k, again);
+  CUfunction f;
+  CHECK_CU(cuKernelGetFunction(&f, k));
+  CHECK_CU(cuKernelSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 65536, k, 0));
+  int blocks = 0;
+  CHECK_CU(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, 256, 0));
+  EXPECT_EQ(blocks, 8);
+  size_t offset = 0, size = 0;
+  EXPECT_CU(CUDA_ERROR_NO_BINARY_FOR_GPU, cuFuncGetParamInfo(f, 0, &offset, &size));
+  CUdeviceptr p;
+  CHECK_CU(cuMemAlloc(&p, 4096));
+  EXPECT_CU(CUDA_ERROR_NO_BINARY_FOR_GPU, LaunchFill(f, p, 0x1b, 1, nullptr));
+  CHECK_CU(cuCtxSynchronize());  // nothing was queued: the context is fine
+  CHECK_CU(cuMemFree(p));
+  CHECK_CU(cuLibraryUnload(lib));
 }
 
 TEST_F(StreamTest, ModuleImages) {
