@@ -30,7 +30,8 @@
 // Checked against (the library builds that fetched these tables with this client):
 //   libcudart.so.13 (CUDA 13.0 toolkit, /usr/local/cuda/lib64 on the CI machines): starts,
 //   allocates, copies, memsets, streams and events against gslice-remoted --sim (CI);
-//   libcublas.so.13 / libcublasLt.so.13 of the same toolkit: cublasCreate/cublasDestroy (CI).
+//   libcublas.so.13 of the same toolkit: cublasCreate/cublasDestroy (CI), which calls the
+//   integrity check and the context checks.
 // The UUIDs and slot usage of cuDNN 9.19, NVRTC and PyTorch 2.11's cuBLASLt come from a trace
 // on an H200 with driver 580.159; the GPU suite (bench/gpu/suites/remote.sh) runs them.
 #include <cuda.h>

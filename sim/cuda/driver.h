@@ -151,6 +151,9 @@ struct CUmod_st {
   CUctx_st* ctx = nullptr;
   std::vector<std::unique_ptr<CUfunc_st>> functions;
   bool foreign = false;  // a fatbin library: any kernel name is found, none runs
+  // A fatbin library's globals, made (zeroed, kForeignGlobalBytes each) when first asked for:
+  // the sim does not read their sizes from the fatbin.
+  std::vector<std::pair<std::string, CUdeviceptr>> globals;
 };
 
 struct CUarray_st {

@@ -115,6 +115,32 @@ CUfunc_st* AddForeignKernelLocked(CUmod_st* m, const char* name) {
   return raw;
 }
 
+// A fatbin library's global by name: device memory of kForeignGlobalBytes, zeroed, made when
+// first asked for and freed with its library. The sim's own images have no globals.
+// REQUIRES: g_modules_mu held.
+constexpr size_t kForeignGlobalBytes = 64 << 10;
+
+CUresult ForeignGlobalLocked(CUmod_st* m, const char* name, CUdeviceptr* dptr, size_t* bytes) {
+  if (!m->foreign) return CUDA_ERROR_NOT_FOUND;
+  CUdeviceptr p = 0;
+  for (const auto& [n, at] : m->globals) {
+    if (n == name) p = at;
+  }
+  if (p == 0) {
+    CUresult r = cuMemAlloc_v2(&p, kForeignGlobalBytes);
+    if (r != CUDA_SUCCESS) return r;
+    m->globals.emplace_back(name, p);
+  }
+  if (dptr != nullptr) *dptr = p;
+  if (bytes != nullptr) *bytes = kForeignGlobalBytes;
+  return CUDA_SUCCESS;
+}
+
+void FreeForeignGlobalsLocked(CUmod_st* m) {
+  for (const auto& g : m->globals) cuMemFree_v2(g.second);
+  m->globals.clear();
+}
+
 bool FunctionLive(CUfunction f) {
   std::lock_guard<std::mutex> g(g_modules_mu);
   return g_functions.count(f) != 0;
@@ -263,6 +289,7 @@ GSLICE_SIM_EXPORT CUresult cuModuleUnload(CUmodule module) {
   auto it = g_modules.find(module);
   if (it == g_modules.end()) return CUDA_ERROR_INVALID_HANDLE;
   for (auto& f : it->second->functions) g_functions.erase(f.get());
+  FreeForeignGlobalsLocked(it->second.get());
   g_modules.erase(it);
   return CUDA_SUCCESS;
 }
@@ -510,6 +537,7 @@ GSLICE_SIM_EXPORT CUresult cuLibraryUnload(CUlibrary library) {
   CUmod_st* m = FindLibraryLocked(library);
   if (m == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   for (auto& f : m->functions) g_functions.erase(f.get());
+  FreeForeignGlobalsLocked(m);
   g_libraries.erase(m);
   g_modules.erase(m);
   return CUDA_SUCCESS;
@@ -531,6 +559,26 @@ GSLICE_SIM_EXPORT CUresult cuLibraryGetKernel(CUkernel* kernel, CUlibrary librar
   if (f == nullptr) return CUDA_ERROR_NOT_FOUND;
   *kernel = reinterpret_cast<CUkernel>(f);
   return CUDA_SUCCESS;
+}
+
+GSLICE_SIM_EXPORT CUresult cuLibraryGetGlobal(CUdeviceptr* dptr, size_t* bytes, CUlibrary library, const char* name) {
+  if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  REQUIRE_INIT(d);
+  REQUIRE_CONTEXT(ctx);
+  std::lock_guard<std::mutex> g(g_modules_mu);
+  CUmod_st* m = FindLibraryLocked(library);
+  if (m == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  return ForeignGlobalLocked(m, name, dptr, bytes);
+}
+
+GSLICE_SIM_EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr* dptr, size_t* bytes, CUmodule module, const char* name) {
+  if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  REQUIRE_INIT(d);
+  REQUIRE_CONTEXT(ctx);
+  std::lock_guard<std::mutex> g(g_modules_mu);
+  auto it = g_modules.find(module);
+  if (it == g_modules.end()) return CUDA_ERROR_INVALID_HANDLE;
+  return ForeignGlobalLocked(it->second.get(), name, dptr, bytes);
 }
 
 GSLICE_SIM_EXPORT CUresult cuLibraryGetModule(CUmodule* module, CUlibrary library) {

@@ -383,6 +383,19 @@ TEST_F(RemoteSim, RealCudartRunsThroughTheClient) {
   EXPECT_EQ(r.out.find("does not know"), std::string::npos) << r.out;
 }
 
+// cuBLAS from the toolkit (cublasCreate/cublasDestroy) through the client: cuBLAS checks the
+// driver with the integrity and context-check tables, registers its fatbin, asks for its
+// globals, occupancy and limits.
+TEST_F(RemoteSim, RealCublasCreatesAndDestroysAHandleThroughTheClient) {
+  Result r = RunProgram(Remote(Address(), "1GiB", {kCudartProbe, "cublas"}));
+  if (r.code == 2 && r.out.find("no libcublas") != std::string::npos) GTEST_SKIP() << r.out;
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("cublasCreate: 0\ncublasDestroy: 0\ncublas done\n"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("not forwarded"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("not answered"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("does not know"), std::string::npos) << r.out;
+}
+
 // The same with the client found the two ways a program may be given it by hand: first on
 // LD_LIBRARY_PATH (how `gslice run --remote` does it, and how cudart's dlopen finds it) and
 // preloaded.

@@ -257,8 +257,8 @@ TEST_F(StreamTest, LibrariesAndKernels) {
 }
 
 // A fatbin library (how cudart and the CUDA libraries register their kernels) is held so that
-// the program starts: its kernels are found by name and refused when launched or laid out, a
-// plain fatbin module still is not loaded.
+// the program starts: its kernels are found by name and refused when launched or laid out, its
+// globals are zeroed memory, a plain fatbin module still is not loaded. Context limits read back.
 TEST_F(StreamTest, FatbinLibrariesAreHeldButNotRun) {
   alignas(8) unsigned char fatbin[16 + 64] = {};
   const uint32_t magic = 0xBA55ED50u;
@@ -285,6 +285,19 @@ TEST_F(StreamTest, FatbinLibrariesAreHeldButNotRun) {
   EXPECT_EQ(blocks, 8);
   size_t offset = 0, size = 0;
   EXPECT_CU(CUDA_ERROR_NO_BINARY_FOR_GPU, cuFuncGetParamInfo(f, 0, &offset, &size));
+  // Its globals are zeroed device memory, the same for the same name.
+  CUdeviceptr global = 0, same = 0;
+  size_t bytes = 0;
+  CHECK_CU(cuLibraryGetGlobal(&global, &bytes, lib, "table"));
+  CHECK_CU(cuLibraryGetGlobal(&same, nullptr, lib, "table"));
+  EXPECT_EQ(global, same);
+  EXPECT_GE(bytes, 4096u);
+  EXPECT_EQ(ReadWord(global), 0u);
+  size_t stack = 0;
+  CHECK_CU(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, 4096));
+  CHECK_CU(cuCtxGetLimit(&stack, CU_LIMIT_STACK_SIZE));
+  EXPECT_EQ(stack, 4096u);
+  EXPECT_CU(CUDA_ERROR_INVALID_VALUE, cuCtxSetLimit(CU_LIMIT_SHMEM_SIZE, 1));
   CUdeviceptr p;
   CHECK_CU(cuMemAlloc(&p, 4096));
   EXPECT_CU(CUDA_ERROR_NO_BINARY_FOR_GPU, LaunchFill(f, p, 0x1b, 1, nullptr));
