@@ -24,8 +24,8 @@
 // CUDA_ERROR_NOT_SUPPORTED: a caller never jumps through a null pointer. A UUID not listed is
 // refused with CUDA_ERROR_NOT_FOUND and a warning naming it; f8cff951 (asked for by cudart at
 // start, 3 slots on driver 580) is declined alike, logged at info level: the runtime goes on
-// without it. Hot slots (tools TLS, context
-// checks, context storage) never leave the process.
+// without it. Hot slots (tools TLS, context checks, context storage) never leave the process;
+// the integrity hash asks the server only for what the client caches (versions, devices).
 //
 // Checked against (the library builds that fetched these tables with this client):
 //   libcudart.so.13 (CUDA 13.0 toolkit, /usr/local/cuda/lib64 on the CI machines): starts,
