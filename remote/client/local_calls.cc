@@ -13,6 +13,8 @@
 
 extern "C" CUresult gslice_remote_call_cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t* paramOffset,
                                                           size_t* paramSize);
+extern "C" CUresult gslice_remote_call_cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t* paramOffset,
+                                                            size_t* paramSize);
 
 namespace gslice::remote {
 
@@ -96,13 +98,22 @@ CUresult Layout(CUfunction f, std::vector<uint32_t>* sizes) {
   pthread_mutex_unlock(&g_layout_mu);
   sizes->clear();
   uint64_t total = 0;
+  // A launch may name a CUkernel where a CUfunction goes (cudart 13 launches library kernels
+  // that way); the server's cuFuncGetParamInfo calls it an invalid handle, its
+  // cuKernelGetParamInfo lays it out.
+  bool is_kernel = false;
   for (size_t i = 0; i < kMaxKernelParams; ++i) {
     size_t offset = 0, size = 0;
-    CUresult r = gslice_remote_call_cuFuncGetParamInfo(f, i, &offset, &size);
+    CUresult r = is_kernel ? gslice_remote_call_cuKernelGetParamInfo(reinterpret_cast<CUkernel>(f), i, &offset, &size)
+                           : gslice_remote_call_cuFuncGetParamInfo(f, i, &offset, &size);
+    if (r == CUDA_ERROR_INVALID_HANDLE && i == 0 && !is_kernel) {
+      is_kernel = true;
+      r = gslice_remote_call_cuKernelGetParamInfo(reinterpret_cast<CUkernel>(f), i, &offset, &size);
+    }
     if (r == CUDA_ERROR_INVALID_VALUE) break;  // past the last parameter (or none at all)
     if (r != CUDA_SUCCESS) {
       Log(LogLevel::kWarn, "remote: cuLaunchKernel: the server cannot lay out the kernel's parameters "
-          "(cuFuncGetParamInfo: %d)", static_cast<int>(r));
+          "(%s: %d)", is_kernel ? "cuKernelGetParamInfo" : "cuFuncGetParamInfo", static_cast<int>(r));
       return r;
     }
     total += size;
