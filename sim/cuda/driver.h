@@ -56,6 +56,7 @@ struct Allocation {
 using gslice::sim::Allocation;
 
 struct CUstream_st;
+struct CUgraph_st;  // sim/cuda/graphs.cc
 
 namespace gslice::sim {
 
@@ -79,6 +80,9 @@ struct CUstream_st : std::enable_shared_from_this<CUstream_st> {
   unsigned flags = 0;
   gslice::sim::StreamKind kind = gslice::sim::StreamKind::kUser;
   unsigned long long id = 0;
+  // The graph that stream capture records this stream's work into; null when not capturing.
+  // REQUIRES ctx->m (Enqueue records under it).
+  std::shared_ptr<CUgraph_st> capture;
 
   // Appends op; returns its sequence number (1-based). Starts the worker on first use.
   uint64_t Submit(gslice::sim::Op op);
@@ -238,7 +242,12 @@ bool ContextLive(CUctx_st* ctx);
 // Resolves a stream handle (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD or a created stream);
 // per_thread_default selects what 0 means (the _ptsz/_ptds entry points).
 CUresult ResolveStream(CUstream h, bool per_thread_default, std::shared_ptr<CUstream_st>* out);
-// Enqueues run on stream s with the legacy-stream ordering rules applied.
+// Records run into graph instead of running it (stream capture; sim/cuda/graphs.cc).
+// REQUIRES the capturing stream's ctx->m.
+void CaptureOp(CUgraph_st* graph, std::function<void()> run);
+
+// Enqueues run on stream s with the legacy-stream ordering rules applied; while s captures,
+// records run into its graph instead and returns the last sequence number submitted.
 uint64_t Enqueue(const std::shared_ptr<CUstream_st>& s, std::function<void()> run,
                  std::vector<Dep> extra_deps = {});
 // Waits for everything queued so far in ctx.
