@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "gslice/nvml_subset.h"
 #include "sizes.h"
 
 namespace gslice::remote {
@@ -47,6 +48,15 @@ CUresult SynchronizeStream(uint32_t sync_op, CUstream stream) {
   using Fn = CUresult (*)(CUstream);
   auto fn = reinterpret_cast<Fn>(g_driver[sync_op]);
   return fn != nullptr ? fn(stream) : CUDA_ERROR_NOT_SUPPORTED;
+}
+
+// Whether stream captures: a copy whose host buffer lives in the message is refused then (the
+// captured copy would read the buffer at every replay, long after the message is gone).
+bool StreamCapturing(uint32_t is_capturing_op, CUstream stream) {
+  using Fn = CUresult (*)(CUstream, CUstreamCaptureStatus*);
+  auto fn = reinterpret_cast<Fn>(g_driver[is_capturing_op]);
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return fn != nullptr && fn(stream, &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
 }  // namespace
@@ -167,14 +177,22 @@ CUresult Serve_cuLaunchKernel_ptsz(Reader& r, Writer&) { return ServeLaunch(kOp_
 CUresult Serve_cuLaunchKernelEx(Reader& r, Writer&) { return ServeLaunch(kOp_cuLaunchKernelEx, r); }
 CUresult Serve_cuLaunchKernelEx_ptsz(Reader& r, Writer&) { return ServeLaunch(kOp_cuLaunchKernelEx_ptsz, r); }
 
-int LoadDriver(void* handle) {
+namespace {
+
+int LoadLibrary(void* handle, Library library) {
   int found = 0;
   for (uint32_t op = 0; op < kOpCount; ++op) {
+    if (kOpLibrary[op] != library) continue;
     g_driver[op] = kOpKinds[op] == CallKind::kLocal ? nullptr : dlsym(handle, kOpNames[op]);
     if (g_driver[op] != nullptr) ++found;
   }
   return found;
 }
+
+}  // namespace
+
+int LoadDriver(void* handle) { return LoadLibrary(handle, Library::kCuda); }
+int LoadNvml(void* handle) { return LoadLibrary(handle, Library::kNvml); }
 
 Dispatched Dispatch(uint32_t op, Reader& in, Writer& out) {
   if (op >= kOpCount || kHandlers[op] == nullptr) return Dispatched::kUnknownOp;

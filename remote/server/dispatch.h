@@ -20,6 +20,8 @@ extern void* g_driver[kOpCount];
 // Looks every forwarded and custom call of calls.def up in the driver (dlsym on handle).
 // Returns how many were found.
 int LoadDriver(void* handle);
+// The same for the calls of nvml_calls.def, in the worker's libnvidia-ml.so.1.
+int LoadNvml(void* handle);
 
 // What a handler returns for a request that does not decode: no driver result (they end at
 // CUDA_ERROR_UNKNOWN, 999), within the enum's range.
