@@ -36,6 +36,12 @@ inline uint64_t CountedBytes(const Count* count, uint64_t size) {
   return count != nullptr ? ArrayBytes(static_cast<uint64_t>(*count), size) : 0;
 }
 
+// cuStreamGetCaptureInfo's outputs the caller asked for (remote/client/capture_calls.cc), and
+// the most dependencies one answer carries.
+inline constexpr uint8_t kWantId = 1, kWantGraph = 2, kWantDependencies = 4, kWantEdges = 8, kWantCount = 16;
+inline constexpr uint8_t kWantAll = 31;
+inline constexpr uint64_t kMaxCaptureDependencies = 1u << 16;
+
 // What cuPointerGetAttribute writes for each attribute; more than one call carries (the call is
 // refused) for kinds this list does not know, so that no size is guessed.
 inline uint64_t PointerAttributeSize(CUpointer_attribute attribute) {

@@ -367,6 +367,12 @@ int Graph() {
   CK(cuStreamGetCaptureInfo(stream, &info, &id, nullptr, nullptr, nullptr, &deps));
   printf("capturing: %s, info %s, id %s\n", status == CU_STREAM_CAPTURE_STATUS_ACTIVE ? "active" : "not active",
          info == CU_STREAM_CAPTURE_STATUS_ACTIVE ? "active" : "not active", id != 0 ? "set" : "none");
+  CUgraph capturing_into = nullptr;
+  const CUgraphNode* dep_nodes = reinterpret_cast<const CUgraphNode*>(&deps);
+  const CUgraphEdgeData* dep_edges = reinterpret_cast<const CUgraphEdgeData*>(&deps);
+  CK(cuStreamGetCaptureInfo(stream, &info, nullptr, &capturing_into, &dep_nodes, &dep_edges, &deps));
+  printf("capture info: graph %s, %zu dependencies%s\n", capturing_into != nullptr ? "set" : "none", deps,
+         deps == 0 || dep_nodes != nullptr ? "" : " but no array");
   CK(cuMemsetD32Async(a, 0x02020202u, kWords, stream));
   CK(gslice::test::LaunchFill(fill, b, 0x42424242u, kWords, stream));
   CK(cuMemcpyDtoDAsync(a, b, kWords * 2, stream));
