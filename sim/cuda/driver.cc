@@ -1098,6 +1098,47 @@ STREAM_ENTRY(cuStreamGetCtx, _ptsz, (CUstream h, CUcontext* c), [&](bool pt) { r
 STREAM_ENTRY(cuStreamGetId, _ptsz, (CUstream h, unsigned long long* id), [&](bool pt) { return StreamGetId(h, id, pt); })
 STREAM_ENTRY(cuStreamWaitEvent, _ptsz, (CUstream h, CUevent e, unsigned int f), [&](bool pt) { return StreamWaitEvent(h, e, f, pt); })
 STREAM_ENTRY(cuEventRecord, _ptsz, (CUevent e, CUstream h), [&](bool pt) { return EventRecord(e, h, pt); })
+// CU_EVENT_RECORD_EXTERNAL only matters inside graphs, which the sim does not edit.
+STREAM_ENTRY(cuEventRecordWithFlags, _ptsz, (CUevent e, CUstream h, unsigned int flags),
+             [&](bool pt) { return flags > CU_EVENT_RECORD_EXTERNAL ? CUDA_ERROR_INVALID_VALUE : EventRecord(e, h, pt); })
+
+// ---- context limits and cache preference: stored per context, not enforced ----
+
+GSLICE_SIM_EXPORT CUresult cuCtxGetLimit(size_t* value, CUlimit limit) {
+  if (value == nullptr || limit < 0 || limit >= CU_LIMIT_MAX) return CUDA_ERROR_INVALID_VALUE;
+  REQUIRE_INIT(d);
+  REQUIRE_CONTEXT(ctx);
+  std::lock_guard<std::mutex> g(ctx->m);
+  *value = ctx->limits[limit];
+  return CUDA_SUCCESS;
+}
+
+GSLICE_SIM_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value) {
+  if (limit < 0 || limit >= CU_LIMIT_MAX) return CUDA_ERROR_INVALID_VALUE;
+  REQUIRE_INIT(d);
+  REQUIRE_CONTEXT(ctx);
+  std::lock_guard<std::mutex> g(ctx->m);
+  ctx->limits[limit] = value;
+  return CUDA_SUCCESS;
+}
+
+GSLICE_SIM_EXPORT CUresult cuCtxGetCacheConfig(CUfunc_cache* config) {
+  if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  REQUIRE_INIT(d);
+  REQUIRE_CONTEXT(ctx);
+  std::lock_guard<std::mutex> g(ctx->m);
+  *config = ctx->cache_config;
+  return CUDA_SUCCESS;
+}
+
+GSLICE_SIM_EXPORT CUresult cuCtxSetCacheConfig(CUfunc_cache config) {
+  if (config < CU_FUNC_CACHE_PREFER_NONE || config > CU_FUNC_CACHE_PREFER_EQUAL) return CUDA_ERROR_INVALID_VALUE;
+  REQUIRE_INIT(d);
+  REQUIRE_CONTEXT(ctx);
+  std::lock_guard<std::mutex> g(ctx->m);
+  ctx->cache_config = config;
+  return CUDA_SUCCESS;
+}
 
 // ---- events ----
 

@@ -19,6 +19,8 @@
 //   probe capture-copy  a host-to-device copy on a capturing stream: cuStreamEndCapture's result
 //   probe pointer       pointer attributes of device, page-locked and plain host memory
 //   probe callbacks     host functions and stream callbacks: their order and status
+//   probe settings      context limits and cache config, function attributes, occupancy, stream
+//                       attributes, event records with flags, globals: values and results
 //   probe memops        stream write-value and wait-value operations
 //   probe hostmap       prints cuMemHostGetDevicePointer's result on page-locked memory
 //   probe nvml          NVML (dlopen'ed): devices, names, memory, processes of a CUDA user
@@ -500,6 +502,51 @@ int Callbacks() {
   return 0;
 }
 
+int Settings() {
+  CUdevice dev;
+  Setup(&dev);
+  size_t stack = 0;
+  CK(cuCtxGetLimit(&stack, CU_LIMIT_STACK_SIZE));
+  CK(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, stack * 2));
+  size_t doubled = 0;
+  CK(cuCtxGetLimit(&doubled, CU_LIMIT_STACK_SIZE));
+  printf("stack limit doubled: %s\n", doubled == stack * 2 ? "yes" : "no");
+  CK(cuCtxSetCacheConfig(CU_FUNC_CACHE_PREFER_L1));
+  CUfunc_cache cache = CU_FUNC_CACHE_PREFER_NONE;
+  CK(cuCtxGetCacheConfig(&cache));
+  printf("cache config prefers L1: %s\n", cache == CU_FUNC_CACHE_PREFER_L1 ? "yes" : "no");
+  CUmodule module;
+  CUfunction busy, fill;
+  CK(gslice::test::LoadTestKernels(&module, &busy, &fill));
+  printf("dynamic shared memory 64 KiB: %s\n",
+         Name(cuFuncSetAttribute(fill, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 65536)));
+  printf("function cache config: %s\n", Name(cuFuncSetCacheConfig(fill, CU_FUNC_CACHE_PREFER_SHARED)));
+  CUmodule owner = nullptr;
+  CK(cuFuncGetModule(&owner, fill));
+  printf("function's module: %s\n", owner == module ? "the loaded one" : "other");
+  int blocks = 0;
+  CK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, fill, 256, 0));
+  printf("occupancy at 256 threads: %s\n", blocks > 0 ? "positive" : "none");
+  CUstream stream;
+  CK(cuStreamCreate(&stream, 0));
+  CUstreamAttrValue value = {};
+  value.priority = -1;
+  CK(cuStreamSetAttribute(stream, CU_LAUNCH_ATTRIBUTE_PRIORITY, &value));
+  CUstreamAttrValue back = {};
+  CK(cuStreamGetAttribute(stream, CU_LAUNCH_ATTRIBUTE_PRIORITY, &back));
+  printf("stream priority attribute: %d\n", back.priority);
+  CUevent event;
+  CK(cuEventCreate(&event, 0));
+  CK(cuEventRecordWithFlags(event, stream, 0));
+  CK(cuEventSynchronize(event));
+  printf("event recorded with flags: %s\n", Name(cuEventQuery(event)));
+  CUdeviceptr global = 0;
+  size_t global_size = 0;
+  printf("module global: %s\n", Name(cuModuleGetGlobal(&global, &global_size, module, "gslice_no_such_global")));
+  CK(cuModuleUnload(module));
+  return 0;
+}
+
 int Memops() {
   CUdevice dev;
   Setup(&dev);
@@ -714,6 +761,7 @@ int main(int argc, char** argv) {
   }
   if (mode == "callbacks") return Callbacks();
   if (mode == "memops") return Memops();
+  if (mode == "settings") return Settings();
   if (mode == "nvml") return Nvml(false);
   if (mode == "nvml-cuda") return Nvml(true);
   if (mode == "nvml-missing") {

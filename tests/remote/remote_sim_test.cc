@@ -382,6 +382,10 @@ TEST_F(RemoteSim, StreamCallbacksAndHostFunctionsRunInStreamOrder) {
                      "callback\nhost function\ncallback\nstatus CUDA_SUCCESS\nstatus CUDA_SUCCESS\n");
 }
 
+TEST_F(RemoteSim, ContextFunctionAndStreamSettingsAreForwarded) {
+  ExpectSameAsDirect(Address(), "settings", "stack limit doubled: yes\ncache config prefers L1: yes\n");
+}
+
 TEST_F(RemoteSim, StreamMemoryOperationsAreForwarded) {
   ExpectSameAsDirect(Address(), "memops", "wrote 7 and 123456789");
 }

@@ -100,10 +100,11 @@ try:
 
     # 4. The driver API beyond launches, locally and remotely (same output): a stream captured
     # into a graph and replayed three times with verified results, pointer attributes, stream
-    # callbacks and host functions in order, stream memory operations; and NVML through the
+    # callbacks and host functions in order, stream memory operations, context/function/stream
+    # settings and occupancy; and NVML through the
     # forwarding libnvidia-ml.so.1 (the slice's memory, its process). Needs the PTX test kernels
     # (a build with nvcc).
-    for mode in ("graph", "pointer", "callbacks", "memops", "nvml-cuda"):
+    for mode in ("graph", "pointer", "callbacks", "memops", "settings", "nvml-cuda"):
         rl, lout, lerr, _ = run(f"probe-{mode}-local", [gslice, "run"] + SIM + ["--memory", "4GiB", "--", probe, mode])
         rr, rout, rerr, _ = run(f"probe-{mode}-remote", [gslice, "run", "--remote", "unix:" + sock, "--memory", "4GiB",
                                                          "--", probe, mode])
