@@ -3,7 +3,8 @@
 // run; an instantiated graph replays that list on the stream it is launched on, as one piece of
 // work. Enough for programs that capture a stream and replay it (PyTorch's CUDA graphs on one
 // stream); the sim has no dependency edges, no cross-stream capture (cuStreamWaitEvent on a
-// capturing stream is not recorded) and no graph editing.
+// capturing stream is not recorded) and no graph editing (not even cuGraphCreate: a graph
+// comes from a capture).
 #include <map>
 #include <memory>
 #include <mutex>
@@ -167,18 +168,6 @@ STREAM_ENTRY(cuGraphUpload, _ptsz, (CUgraphExec exec, CUstream h), [&](bool pt) 
 GSLICE_SIM_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
   if (mode == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::swap(*mode, t_capture_mode);
-  return CUDA_SUCCESS;
-}
-
-GSLICE_SIM_EXPORT CUresult cuGraphCreate(CUgraph* out, unsigned int flags) {
-  if (out == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
-  REQUIRE_INIT(d);
-  REQUIRE_CONTEXT(ctx);
-  auto graph = std::make_shared<CUgraph_st>();
-  graph->ctx = ctx;
-  std::lock_guard<std::mutex> g(g_graphs_mu);
-  *out = reinterpret_cast<CUgraph>(graph.get());
-  g_graphs[*out] = std::move(graph);
   return CUDA_SUCCESS;
 }
 
