@@ -94,6 +94,7 @@ class CallSpec:
         self.kind, self.name, self.params, self.lib = kind, name, params, lib
         self.ret = ret or lib.ret
         self.after = flags.get("after")
+        self.before = flags.get("before")
         self.sync = flags.get("sync")
         self.is_async = "async" in flags
         self.split = None
@@ -137,7 +138,7 @@ def parse(path, lib, calls, canonical):
                     flags[tok] = True
                 elif k == "split" and re.match(r"^\w+:\w+$", v):
                     flags[k] = v
-                elif k not in ("after", "sync") or not eq or not IDENT.match(v):
+                elif k not in ("after", "before", "sync") or not eq or not IDENT.match(v):
                     sys.exit(f"{path}:{lineno}: unknown flag {tok!r}")
                 else:
                     flags[k] = v
@@ -147,8 +148,10 @@ def parse(path, lib, calls, canonical):
                 sys.exit(f"{path}:{lineno}: an async call has no outputs but its result and is not local")
             if flags.get("sync") and flags["sync"] not in [p.name for p in params]:
                 sys.exit(f"{path}:{lineno}: sync= names no parameter")
-            if lib is NVML and any(k in flags for k in ("async", "collect", "sync", "split", "after")):
-                sys.exit(f"{path}:{lineno}: NVML calls take no async, collect, sync, split or after")
+            if lib is NVML and any(k in flags for k in ("async", "collect", "sync", "split", "after", "before")):
+                sys.exit(f"{path}:{lineno}: NVML calls take no async, collect, sync, split, after or before")
+            if flags.get("before") and kind != "forward":
+                sys.exit(f"{path}:{lineno}: before= is for forwarded calls")
             if flags.get("sizing") and (lib is not NVML or kind != "forward"):
                 sys.exit(f"{path}:{lineno}: sizing is for forwarded NVML calls")
             if lib is NVML and kind == "custom":
@@ -217,6 +220,10 @@ def gen_client(calls, lib, table, includer):
         if c.kind != "forward":
             continue
         out.append(f'extern "C" {c.ret} gslice_remote_call_{c.name}({sig(c)}) {{')
+        if c.before:
+            args = ", ".join(["&answered_here"] + [p.name for p in c.params])
+            out.append(f"  {c.ret} answered_here;")
+            out.append(f"  if ({ns}{c.before}({args})) return answered_here;")
         for p in c.params:
             if p.sem == "nullonly":
                 out.append(f'  if ({p.name} != nullptr) return {ns}{lib.refuse}Argument("{c.name}", "{p.name}");')

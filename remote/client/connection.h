@@ -81,6 +81,9 @@ void RemoteAfterCtxCreate(CUcontext* pctx, Rest...) {
   if (pctx != nullptr) PushContext(*pctx);
 }
 inline void RemoteAfterCtxDestroy(CUcontext ctx) { ForgetContext(ctx); }
+// cuPointerGetAttribute of the client's own page-locked memory, answered on the client
+// (remote/client/host_memory.cc): true with *result set when ptr is such memory.
+bool RemoteAnswerHostPointer(CUresult* result, void* data, CUpointer_attribute attribute, CUdeviceptr ptr);
 template <typename... Args>
 void RemoteForgetKernelLayouts(Args...) {
   ForgetKernelLayouts();

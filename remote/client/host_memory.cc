@@ -94,6 +94,20 @@ void HostAttribute(const HostRange& r, CUpointer_attribute attribute, CUdevicept
 }
 
 }  // namespace
+
+bool RemoteAnswerHostPointer(CUresult* result, void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {
+  HostRange range;
+  if (!FindContaining(static_cast<uintptr_t>(ptr), &range)) return false;
+  const uint64_t size = PointerAttributeSize(attribute);
+  if (data == nullptr || size > kMaxBuffer || attribute == CU_POINTER_ATTRIBUTE_DEVICE_POINTER) {
+    *result = CUDA_ERROR_INVALID_VALUE;  // as the driver for what does not apply (no device address)
+    return true;
+  }
+  HostAttribute(range, attribute, ptr, data, size);
+  *result = CUDA_SUCCESS;
+  return true;
+}
+
 }  // namespace gslice::remote
 
 using namespace gslice::remote;

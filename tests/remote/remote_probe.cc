@@ -456,6 +456,9 @@ int Pointer() {
   CK(cuPointerGetAttributes(4, attrs, data, reinterpret_cast<CUdeviceptr>(pinned)));
   printf("attributes of page-locked memory: type %s, range %s\n", many_type == CU_MEMORYTYPE_HOST ? "host" : "other",
          many_start == reinterpret_cast<CUdeviceptr>(pinned) ? "from the allocation" : "wrong");
+  unsigned pinned_type = 0;
+  CK(cuPointerGetAttribute(&pinned_type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, reinterpret_cast<CUdeviceptr>(pinned) + 8));
+  printf("page-locked memory alone: type %s\n", pinned_type == CU_MEMORYTYPE_HOST ? "host" : "other");
   std::vector<char> plain(4096);
   many_type = 99;
   many_dev = 1;
