@@ -378,7 +378,8 @@ def gen_server(calls):
                 args.append(n)
             elif p.sem == "outbuf":
                 out.append(f"  HostBuffer {n}_buf;")
-                out.append(f"  if ({n}_present && !{n}_buf.Allocate({n}_len)) return CUDA_ERROR_OUT_OF_MEMORY;")
+                oom = "static_cast<CUresult>(NVML_ERROR_MEMORY)" if c.lib is NVML else "CUDA_ERROR_OUT_OF_MEMORY"
+                out.append(f"  if ({n}_present && !{n}_buf.Allocate({n}_len)) return {oom};")
                 args.append(f"{n}_present ? static_cast<{p.type}>(NonNullOut({n}_buf.data())) : nullptr")
             elif p.sem in ("inbuf", "image"):
                 args.append(f"{n}_present ? static_cast<{p.type}>(const_cast<void*>(NonNull({n}_data))) : nullptr")

@@ -39,8 +39,7 @@ const void* NonNull(const uint8_t* p) { return p != nullptr ? static_cast<const 
 void* NonNullOut(uint8_t* p) { return p != nullptr ? static_cast<void*>(p) : g_empty; }
 
 CUresult NotInDriver(uint32_t op) {
-  (void)op;
-  return CUDA_ERROR_NOT_SUPPORTED;
+  return kOpLibrary[op] == Library::kNvml ? static_cast<CUresult>(NVML_ERROR_NOT_SUPPORTED) : CUDA_ERROR_NOT_SUPPORTED;
 }
 
 // Asynchronous copies that carry host memory in the message complete before the answer.
@@ -202,7 +201,8 @@ Dispatched Dispatch(uint32_t op, Reader& in, Writer& out) {
   const bool ok = res != kMalformed;
   if (!ok) {
     out.buffer().resize(at + sizeof(int32_t));
-    res = CUDA_ERROR_INVALID_VALUE;
+    res = kOpLibrary[op] == Library::kNvml ? static_cast<CUresult>(NVML_ERROR_INVALID_ARGUMENT)
+                                           : CUDA_ERROR_INVALID_VALUE;
   }
   const int32_t value = res;
   std::memcpy(out.buffer().data() + at, &value, sizeof value);
