@@ -414,7 +414,6 @@ int Graph() {
   CK(cuGraphExecDestroy(exec2));
   CK(cuGraphExecDestroy(exec));
   CK(cuGraphDestroy(graph));
-  printf("destroyed twice: %s\n", Name(cuGraphDestroy(graph)));
   CK(cuModuleUnload(module));
   return 0;
 }
