@@ -462,7 +462,9 @@ int Pointer() {
   many_type = 99;
   many_dev = 1;
   CK(cuPointerGetAttributes(4, attrs, data, reinterpret_cast<CUdeviceptr>(plain.data())));
-  printf("attributes of plain memory: type %u, pointer %llu\n", many_type, static_cast<unsigned long long>(many_dev));
+  // Not CUDA's memory: unregistered (0), or host where the driver manages pageable memory too.
+  printf("attributes of plain memory: %s\n", many_type == 0 || many_type == CU_MEMORYTYPE_HOST ? "not device memory"
+                                                                                              : "device memory?");
   CK(cuMemFreeHost(pinned));
   CK(cuMemFree(a));
   return 0;
