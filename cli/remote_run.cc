@@ -1,8 +1,8 @@
 // gslice run --remote ADDR: runs a program on this machine (no GPU, no driver needed) whose
 // CUDA driver calls go to gslice-remoted at ADDR, where a worker runs them in a slice of the
 // --memory/--compute/--class asked for here (docs/remote.md). This side only sets the
-// environment: the forwarding libcuda.so.1 first on LD_LIBRARY_PATH, the address and the
-// slice in GSLICE_* variables that it sends in its handshake.
+// environment: the forwarding libcuda.so.1 and libnvidia-ml.so.1 first on LD_LIBRARY_PATH,
+// the address and the slice in GSLICE_* variables that the client sends in its handshake.
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,11 +26,19 @@ int RunRemote(const RemoteRun& run, char** command) {
     return fail("--remote " + run.address + ": expected unix:PATH or tcp://HOST:PORT");
   }
   if (run.sim) return fail("--remote with --sim: the server chooses the driver (gslice-remoted --sim)");
-  if (run.gpus) return fail("--remote with --gpus: the server's worker uses every GPU it is given (not chosen here yet)");
+  if (run.gpus) {
+    // The server's `gslice run` gives the worker the GPUs gslice-remoted sees; choosing among
+    // them from here is not part of the protocol.
+    return fail("--remote with --gpus: a remote slice spans the GPUs the server gives its workers (every GPU "
+                "gslice-remoted sees; limit them with CUDA_VISIBLE_DEVICES where it starts), so --gpus is not "
+                "taken here. Leave it out; --memory takes one size, or one per server GPU");
+  }
   const std::string dir = run.prefix + "/lib/remote";
   struct stat st;
-  if (stat((dir + "/libcuda.so.1").c_str(), &st) != 0) {
-    return fail("the forwarding libcuda.so.1 is missing (" + dir + "/libcuda.so.1); build it (scripts/build)");
+  for (const char* lib : {"/libcuda.so.1", "/libnvidia-ml.so.1"}) {
+    if (stat((dir + lib).c_str(), &st) != 0) {
+      return fail(std::string("the forwarding ") + (lib + 1) + " is missing (" + dir + lib + "); build it (scripts/build)");
+    }
   }
   std::string path = dir;
   if (const char* old = getenv("LD_LIBRARY_PATH"); old != nullptr && old[0] != '\0') path += std::string(":") + old;

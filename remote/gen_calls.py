@@ -7,11 +7,17 @@ length against its expression, call the driver, encode what it wrote); for every
 opcode, and the hash of the list that the handshake compares. `local` and `custom` calls get
 declarations only (hand-written in remote/client and remote/server).
 
+With --nvml-calls, a second list in the same syntax for the forwarding libnvidia-ml.so.1: its
+calls return nvmlReturn_t, share the opcode space and the hash, and are looked up in the
+worker's NVML rather than its driver.
+
 Outputs (--out DIR):
-  calls.h             opcodes, names, kinds, the list's hash (both sides)
-  hooks.def           GSLICE_HOOK(symbol) for every call (interpose/gen_exports.py's input)
-  client_calls.inc    the client's functions gslice_remote_call_<symbol> and kClientCalls
-  server_calls.inc    the worker's handlers Serve_<symbol> and kHandlers
+  calls.h                 opcodes, names, kinds, libraries, the lists' hash (both sides)
+  hooks.def               GSLICE_HOOK(symbol) for every driver call (interpose/gen_exports.py's input)
+  nvml_hooks.def          the same for every NVML call
+  client_calls.inc        the client's functions gslice_remote_call_<symbol> and kClientCalls
+  nvml_client_calls.inc   the same for the NVML client (kNvmlClientCalls)
+  server_calls.inc        the worker's handlers Serve_<symbol> and kHandlers (both lists)
 """
 import argparse
 import hashlib
@@ -20,7 +26,18 @@ import re
 import sys
 
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-LINE = re.compile(r"^(forward|local|custom)\s+(\w+)\((.*)\)\s*(.*)$")
+LINE = re.compile(r"^(forward|local|custom)\s+(?:(const char\*|\w+)\s+)?(\w+)\((.*)\)\s*(.*)$")
+
+
+class Library:
+    """What the generated functions of one list return and how they talk to the connection."""
+
+    def __init__(self, name, ret, ok, call, refuse):
+        self.name, self.ret, self.ok, self.call, self.refuse = name, ret, ok, call, refuse
+
+
+CUDA = Library("cuda", "CUresult", "CUDA_SUCCESS", "Call", "Refuse")
+NVML = Library("nvml", "nvmlReturn_t", "NVML_SUCCESS", "NvmlCall", "NvmlRefuse")
 
 
 class Param:
@@ -73,9 +90,11 @@ def split_top(s, sep):
 
 
 class CallSpec:
-    def __init__(self, kind, name, params, flags):
-        self.kind, self.name, self.params = kind, name, params
+    def __init__(self, kind, name, params, flags, lib, ret):
+        self.kind, self.name, self.params, self.lib = kind, name, params, lib
+        self.ret = ret or lib.ret
         self.after = flags.get("after")
+        self.before = flags.get("before")
         self.sync = flags.get("sync")
         self.is_async = "async" in flags
         self.split = None
@@ -88,11 +107,10 @@ class CallSpec:
             self.split = (hp, names[dev], names[hp.expr])
         self.collect = "collect" in flags
         self.cached = "cached" in flags
+        self.sizing = "sizing" in flags
 
 
-def parse(path):
-    calls = []
-    canonical = []
+def parse(path, lib, calls, canonical):
     with open(path) as f:
         for lineno, raw in enumerate(f, 1):
             line = raw.split("#")[0].strip()
@@ -101,7 +119,9 @@ def parse(path):
             m = LINE.match(line)
             if not m:
                 sys.exit(f"{path}:{lineno}: expected KIND SYMBOL(PARAMS) [flags]")
-            kind, name, plist, rest = m.groups()
+            kind, ret, name, plist, rest = m.groups()
+            if ret is not None and (kind != "local" or lib is not NVML):
+                sys.exit(f"{path}:{lineno}: only the NVML list's local calls name a return type")
             params = []
             try:
                 for p in split_top(plist, ","):
@@ -114,11 +134,11 @@ def parse(path):
             flags = {}
             for tok in rest.split():
                 k, eq, v = tok.partition("=")
-                if tok in ("async", "collect", "cached"):
+                if tok in ("async", "collect", "cached", "sizing"):
                     flags[tok] = True
                 elif k == "split" and re.match(r"^\w+:\w+$", v):
                     flags[k] = v
-                elif k not in ("after", "sync") or not eq or not IDENT.match(v):
+                elif k not in ("after", "before", "sync") or not eq or not IDENT.match(v):
                     sys.exit(f"{path}:{lineno}: unknown flag {tok!r}")
                 else:
                     flags[k] = v
@@ -128,15 +148,21 @@ def parse(path):
                 sys.exit(f"{path}:{lineno}: an async call has no outputs but its result and is not local")
             if flags.get("sync") and flags["sync"] not in [p.name for p in params]:
                 sys.exit(f"{path}:{lineno}: sync= names no parameter")
+            if lib is NVML and any(k in flags for k in ("async", "collect", "sync", "split", "after", "before")):
+                sys.exit(f"{path}:{lineno}: NVML calls take no async, collect, sync, split, after or before")
+            if flags.get("before") and kind != "forward":
+                sys.exit(f"{path}:{lineno}: before= is for forwarded calls")
+            if flags.get("sizing") and (lib is not NVML or kind != "forward"):
+                sys.exit(f"{path}:{lineno}: sizing is for forwarded NVML calls")
+            if lib is NVML and kind == "custom":
+                sys.exit(f"{path}:{lineno}: NVML calls are forward or local")
             if any(c.name == name for c in calls):
                 sys.exit(f"{path}:{lineno}: {name} listed twice")
             try:
-                calls.append(CallSpec(kind, name, params, flags))
+                calls.append(CallSpec(kind, name, params, flags, lib, ret))
             except ValueError as e:
                 sys.exit(f"{path}:{lineno}: {e}")
             canonical.append(" ".join(line.split()))
-    digest = hashlib.sha256("\n".join(canonical).encode()).digest()
-    return calls, int.from_bytes(digest[:8], "little")
 
 
 def sig(c):
@@ -157,13 +183,17 @@ def gen_header(calls, h):
     out += [f"  kOp_{c.name} = {i}," for i, c in enumerate(calls)]
     out += ["  kOpCount", "};", "",
             "enum class CallKind : uint8_t { kForward, kLocal, kCustom };", "",
-            f"// The hash of calls.def that both sides compare in the handshake.",
+            f"// The hash of calls.def (and nvml_calls.def) that both sides compare in the handshake.",
             f"inline constexpr uint64_t kCallsHash = 0x{h:016x}ull;", "",
             "inline constexpr const char* kOpNames[kOpCount] = {"]
     out += [f'    "{c.name}",' for c in calls]
     out += ["};", "", "inline constexpr CallKind kOpKinds[kOpCount] = {"]
     kinds = {"forward": "kForward", "local": "kLocal", "custom": "kCustom"}
     out += [f"    CallKind::{kinds[c.kind]},  // {c.name}" for c in calls]
+    out += ["};", "", "enum class Library : uint8_t { kCuda, kNvml };", "",
+            "// Which of the worker's libraries answers each call (calls.def or nvml_calls.def).",
+            "inline constexpr Library kOpLibrary[kOpCount] = {"]
+    out += [f"    Library::{'kNvml' if c.lib is NVML else 'kCuda'},  // {c.name}" for c in calls]
     out += ["};", "", "// Calls the client sends without waiting (calls.def: async).",
             "inline constexpr bool kOpAsync[kOpCount] = {"]
     out += [f"    {'true' if c.is_async else 'false'},  // {c.name}" for c in calls]
@@ -177,20 +207,26 @@ def gen_header(calls, h):
     return "\n".join(out)
 
 
-def gen_client(calls):
-    out = ["// Generated by remote/gen_calls.py from remote/calls.def. Do not edit.",
-           "// Included by remote/client/forwarding.cc, inside no namespace.", ""]
+def gen_client(calls, lib, table, includer):
+    calls = [c for c in calls if c.lib is lib]
+    ns = "::gslice::remote::"
+    out = [f"// Generated by remote/gen_calls.py from remote/{'nvml_' if lib is NVML else ''}calls.def. Do not edit.",
+           f"// Included by remote/client/{includer}, inside no namespace.", ""]
     for c in calls:
         if c.kind != "forward":
-            out.append(f'extern "C" CUresult gslice_remote_call_{c.name}({sig(c)});')
+            out.append(f'extern "C" {c.ret} gslice_remote_call_{c.name}({sig(c)});')
     out.append("")
     for c in calls:
         if c.kind != "forward":
             continue
-        out.append(f'extern "C" CUresult gslice_remote_call_{c.name}({sig(c)}) {{')
+        out.append(f'extern "C" {c.ret} gslice_remote_call_{c.name}({sig(c)}) {{')
+        if c.before:
+            args = ", ".join(["&answered_here"] + [p.name for p in c.params])
+            out.append(f"  {c.ret} answered_here;")
+            out.append(f"  if ({ns}{c.before}({args})) return answered_here;")
         for p in c.params:
             if p.sem == "nullonly":
-                out.append(f'  if ({p.name} != nullptr) return ::gslice::remote::RefuseArgument("{c.name}", "{p.name}");')
+                out.append(f'  if ({p.name} != nullptr) return {ns}{lib.refuse}Argument("{c.name}", "{p.name}");')
         if c.split:
             host, dev, size = c.split
             char = "const char*" if host.type.startswith("const") else "char*"
@@ -204,18 +240,18 @@ def gen_client(calls):
                     args.append("piece")
                 else:
                     args.append(p.name)
-            out.append(f"  if ((uint64_t)({size.name}) > ::gslice::remote::kSplitBytes && {host.name} != nullptr) {{")
+            out.append(f"  if ((uint64_t)({size.name}) > {ns}kSplitBytes && {host.name} != nullptr) {{")
             out.append("    // A large copy: in pieces, in order.")
             out.append(f"    for (uint64_t done = 0; done < (uint64_t)({size.name});) {{")
-            out.append(f"      const {size.type} piece = static_cast<{size.type}>(std::min<uint64_t>(::gslice::remote::kSplitBytes, {size.name} - done));")
-            out.append(f"      const CUresult piece_result = gslice_remote_call_{c.name}({', '.join(args)});")
-            out.append("      if (piece_result != CUDA_SUCCESS) return piece_result;")
+            out.append(f"      const {size.type} piece = static_cast<{size.type}>(std::min<uint64_t>({ns}kSplitBytes, {size.name} - done));")
+            out.append(f"      const {lib.ret} piece_result = gslice_remote_call_{c.name}({', '.join(args)});")
+            out.append(f"      if (piece_result != {lib.ok}) return piece_result;")
             out.append("      done += piece;")
             out.append("    }")
-            out.append("    return CUDA_SUCCESS;")
+            out.append(f"    return {lib.ok};")
             out.append("  }")
-        out.append(f"  ::gslice::remote::Call call(::gslice::remote::kOp_{c.name});")
-        out.append("  ::gslice::remote::Writer& w = call.request();")
+        out.append(f"  {ns}{lib.call} call({ns}kOp_{c.name});")
+        out.append(f"  {ns}Writer& w = call.request();")
         out.append("  (void)w;")
         for p in c.params:
             n = p.name
@@ -227,47 +263,57 @@ def gen_client(calls):
                 out.append(f"  w.Put<uint8_t>({n} != nullptr);")
                 out.append(f"  if ({n} != nullptr) w.Put(*{n});")
             elif p.sem in ("inbuf", "outbuf", "image"):
-                size = f"(uint64_t)({p.expr})" if p.sem != "image" else f"::gslice::remote::ImageSize({n}_bytes)"
+                size = f"(uint64_t)({p.expr})" if p.sem != "image" else f"{ns}ImageSize({n}_bytes)"
                 if p.sem == "image":
                     # A fatbin wrapper is shipped as the fatbin it points at.
-                    out.append(f"  const void* {n}_bytes = {n} != nullptr ? ::gslice::remote::ImageBytes({n}) : nullptr;")
+                    out.append(f"  const void* {n}_bytes = {n} != nullptr ? {ns}ImageBytes({n}) : nullptr;")
                 else:
                     out.append(f"  const void* {n}_bytes = {n};")
                 out.append(f"  const uint64_t {n}_len = {n}_bytes != nullptr ? {size} : 0;")
                 if p.sem == "image":
-                    out.append(f'  if ({n} != nullptr && {n}_len == 0) return ::gslice::remote::RefuseImage("{c.name}");')
-                out.append(f'  if ({n}_len > ::gslice::remote::kMaxBuffer) return ::gslice::remote::RefuseSize("{c.name}", "{n}", {n}_len);')
+                    out.append(f'  if ({n} != nullptr && {n}_len == 0) return {ns}{lib.refuse}Image("{c.name}");')
+                out.append(f'  if ({n}_len > {ns}kMaxBuffer) return {ns}{lib.refuse}Size("{c.name}", "{n}", {n}_len);')
                 out.append(f"  w.Put<uint8_t>({n} != nullptr);")
                 out.append(f"  w.Put<uint64_t>({n}_len);")
                 if p.sem != "outbuf":
                     out.append("  w.PadTo(16);")
                     out.append(f"  w.PutBytes({n}_bytes, {n}_len);")
             elif p.sem == "cstr":
-                out.append(f"  const uint64_t {n}_len = {n} != nullptr ? strnlen({n}, ::gslice::remote::kMaxString + 1) : 0;")
-                out.append(f'  if ({n}_len > ::gslice::remote::kMaxString) return ::gslice::remote::RefuseSize("{c.name}", "{n}", {n}_len);')
+                out.append(f"  const uint64_t {n}_len = {n} != nullptr ? strnlen({n}, {ns}kMaxString + 1) : 0;")
+                out.append(f'  if ({n}_len > {ns}kMaxString) return {ns}{lib.refuse}Size("{c.name}", "{n}", {n}_len);')
                 out.append(f"  w.Put<uint8_t>({n} != nullptr);")
                 out.append(f"  w.Put<uint64_t>({n}_len);")
                 out.append(f"  w.PutBytes({n}, {n}_len);")
             elif p.sem in ("nullonly", "const"):
                 pass
-        out.append("  const CUresult res = call.Run();")
-        out.append("  if (res != CUDA_SUCCESS) return res;")
-        out.append("  ::gslice::remote::Reader& r = call.reply();")
+        out.append(f"  const {lib.ret} res = call.Run();")
+        if c.sizing:
+            out.append(f"  const bool sized = res == NVML_ERROR_INSUFFICIENT_SIZE && call.answered();")
+            out.append(f"  if (res != {lib.ok} && !sized) return res;")
+        else:
+            out.append(f"  if (res != {lib.ok}) return res;")
+        out.append(f"  {ns}Reader& r = call.reply();")
         for p in c.params:
             n = p.name
             if p.sem in ("out", "inout"):
                 out.append(f"  if ({n} != nullptr && !r.Get({n})) return call.Malformed();")
+        if c.sizing:
+            out.append("  if (sized) return r.AtEnd() ? res : call.Malformed();")
+        for p in c.params:
+            n = p.name
+            if p.sem in ("out", "inout"):
+                pass
             elif p.sem == "outbuf":
                 out.append(f"  if ({n} != nullptr && !r.GetInto({n}, {n}_len)) return call.Malformed();")
         out.append("  if (!r.AtEnd()) return call.Malformed();")
         if c.after:
-            out.append(f"  ::gslice::remote::{c.after}({', '.join(p.name for p in c.params)});")
+            out.append(f"  {ns}{c.after}({', '.join(p.name for p in c.params)});")
         out.append("  return res;")
         out.append("}")
         out.append("")
     out.append("namespace gslice::remote {")
-    out.append("// Every call of calls.def: its exported symbol and the client's function for it.")
-    out.append("inline const ClientCall kClientCalls[kOpCount] = {")
+    out.append(f"// Every call of the list: its exported symbol and the client's function for it.")
+    out.append(f"inline const ClientCall {table}[] = {{")
     for c in calls:
         out.append(f'    {{"{c.name}", reinterpret_cast<void*>(&gslice_remote_call_{c.name})}},')
     out.append("};")
@@ -289,7 +335,7 @@ def gen_server(calls):
         types = ", ".join(p.type for p in c.params)
         out.append(f"CUresult Serve_{c.name}(Reader& r, Writer& w) {{")
         out.append("  (void)w;")
-        out.append(f"  using Fn = CUresult (*)({types});")
+        out.append(f"  using Fn = {c.ret} (*)({types});")
         out.append(f"  auto fn = reinterpret_cast<Fn>(g_driver[kOp_{c.name}]);")
         decode = []
         for p in c.params:
@@ -319,6 +365,11 @@ def gen_server(calls):
         out.append("  if (!(" + " &&\n        ".join(decode) + ")) {")
         out.append("    return kMalformed;")
         out.append("  }")
+        # Outputs by their parameter's name, as size expressions see them on the client.
+        for p in c.params:
+            if p.sem in ("out", "inout"):
+                out.append(f"  {p.pointee}* const {p.name} = {p.name}_present ? &{p.name}_value : nullptr;")
+                out.append(f"  (void){p.name};")
         # Lengths agree with their expressions over the decoded values.
         for p in c.params:
             if p.sem in ("inbuf", "outbuf"):
@@ -329,10 +380,11 @@ def gen_server(calls):
             if p.sem == "value":
                 args.append(n)
             elif p.sem in ("out", "inout"):
-                args.append(f"{n}_present ? &{n}_value : nullptr")
+                args.append(n)
             elif p.sem == "outbuf":
                 out.append(f"  HostBuffer {n}_buf;")
-                out.append(f"  if ({n}_present && !{n}_buf.Allocate({n}_len)) return CUDA_ERROR_OUT_OF_MEMORY;")
+                oom = "static_cast<CUresult>(NVML_ERROR_MEMORY)" if c.lib is NVML else "CUDA_ERROR_OUT_OF_MEMORY"
+                out.append(f"  if ({n}_present && !{n}_buf.Allocate({n}_len)) return {oom};")
                 args.append(f"{n}_present ? static_cast<{p.type}>(NonNullOut({n}_buf.data())) : nullptr")
             elif p.sem in ("inbuf", "image"):
                 args.append(f"{n}_present ? static_cast<{p.type}>(const_cast<void*>(NonNull({n}_data))) : nullptr")
@@ -344,15 +396,29 @@ def gen_server(calls):
             elif p.sem == "const":
                 args.append(p.expr)
         out.append("  if (fn == nullptr) return NotInDriver(kOp_" + c.name + ");")
-        out.append(f"  CUresult res = fn({', '.join(args)});")
+        if c.sync:
+            # The host buffer lives in this message: a captured copy would read it at replay.
+            op = "kOp_cuStreamIsCapturing_ptsz" if c.name.endswith("_ptsz") else "kOp_cuStreamIsCapturing"
+            out.append(f"  if (StreamCapturing({op}, {c.sync})) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;")
+        out.append(f"  CUresult res = static_cast<CUresult>(fn({', '.join(args)}));")
         if c.sync:
             op = "kOp_cuStreamSynchronize_ptsz" if c.name.endswith("_ptsz") else "kOp_cuStreamSynchronize"
             out.append(f"  if (res == CUDA_SUCCESS) res = SynchronizeStream({op}, {c.sync});")
-        out.append("  if (res != CUDA_SUCCESS) return res;")
+        if c.sizing:
+            # Too small a buffer: the count the caller needs comes back (not the buffers).
+            out.append("  if (res != CUDA_SUCCESS && res != static_cast<CUresult>(NVML_ERROR_INSUFFICIENT_SIZE)) return res;")
+        else:
+            out.append("  if (res != CUDA_SUCCESS) return res;")
         for p in c.params:
             n = p.name
             if p.sem in ("out", "inout"):
                 out.append(f"  if ({n}_present) w.Put({n}_value);")
+        if c.sizing:
+            out.append("  if (res != CUDA_SUCCESS) return res;")
+        for p in c.params:
+            n = p.name
+            if p.sem in ("out", "inout"):
+                pass
             elif p.sem == "outbuf":
                 out.append(f"  if ({n}_present) w.PutBytes({n}_buf.data(), {n}_len);")
         out.append("  return res;")
@@ -370,19 +436,30 @@ def gen_server(calls):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", required=True)
+    ap.add_argument("--nvml-calls")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
-    calls, h = parse(a.calls)
+    calls, canonical = [], []
+    parse(a.calls, CUDA, calls, canonical)
+    if a.nvml_calls:
+        canonical.append("# nvml")
+        parse(a.nvml_calls, NVML, calls, canonical)
+    digest = hashlib.sha256("\n".join(canonical).encode()).digest()
+    h = int.from_bytes(digest[:8], "little")
     names = {c.name for c in calls}
     for c in calls:
-        if c.sync and ("cuStreamSynchronize_ptsz" if c.name.endswith("_ptsz") else "cuStreamSynchronize") not in names:
-            sys.exit(f"gen_calls: {c.name}: sync= needs cuStreamSynchronize in the list")
+        pt = "_ptsz" if c.name.endswith("_ptsz") else ""
+        if c.sync and ("cuStreamSynchronize" + pt not in names or "cuStreamIsCapturing" + pt not in names):
+            sys.exit(f"gen_calls: {c.name}: sync= needs cuStreamSynchronize{pt} and cuStreamIsCapturing{pt} in the list")
     os.makedirs(a.out, exist_ok=True)
     files = {
         "calls.h": gen_header(calls, h),
         "hooks.def": "// Generated by remote/gen_calls.py. Do not edit.\n" +
-                     "".join(f"GSLICE_HOOK({c.name})\n" for c in calls),
-        "client_calls.inc": gen_client(calls),
+                     "".join(f"GSLICE_HOOK({c.name})\n" for c in calls if c.lib is CUDA),
+        "nvml_hooks.def": "// Generated by remote/gen_calls.py. Do not edit.\n" +
+                          "".join(f"GSLICE_HOOK({c.name})\n" for c in calls if c.lib is NVML),
+        "client_calls.inc": gen_client(calls, CUDA, "kClientCalls", "forwarding.cc"),
+        "nvml_client_calls.inc": gen_client(calls, NVML, "kNvmlClientCalls", "nvml_forwarding.cc"),
         "server_calls.inc": gen_server(calls),
     }
     for name, text in files.items():

@@ -1,5 +1,5 @@
 // Calls whose host half lives on the client: files named by the program are read here and
-// their images shipped; host functions run here, in stream order.
+// their images shipped; host functions and stream callbacks run here, in stream order.
 #include <cuda.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -77,5 +77,25 @@ extern "C" CUresult gslice_remote_call_cuLaunchHostFunc_ptsz(CUstream hStream, C
   const CUresult r = gslice_remote_call_cuStreamSynchronize_ptsz(hStream);
   if (r != CUDA_SUCCESS) return r;
   fn(userData);
+  return CUDA_SUCCESS;
+}
+
+// A stream callback, like a host function: run on the calling thread once the stream's earlier
+// work is done, with the stream's status (the error of that work, if any).
+extern "C" CUresult gslice_remote_call_cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void* userData,
+                                                         unsigned int flags) {
+  if (callback == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  const CUresult status = gslice_remote_call_cuStreamSynchronize(hStream);
+  if (status == gslice::remote::kLostResult || status == gslice::remote::kNoServerResult) return status;
+  callback(hStream, status, userData);
+  return CUDA_SUCCESS;
+}
+
+extern "C" CUresult gslice_remote_call_cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback callback,
+                                                              void* userData, unsigned int flags) {
+  if (callback == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  const CUresult status = gslice_remote_call_cuStreamSynchronize_ptsz(hStream);
+  if (status == gslice::remote::kLostResult || status == gslice::remote::kNoServerResult) return status;
+  callback(hStream, status, userData);
   return CUDA_SUCCESS;
 }

@@ -97,6 +97,9 @@ inline void RemoteAfterPrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   if (pctx != nullptr) RememberPrimaryContext(dev, *pctx);
 }
 inline void RemoteAfterPrimaryCtxReset(CUdevice dev) { ReleasePrimaryContextStorage(dev); }
+// cuPointerGetAttribute of the client's own page-locked memory, answered on the client
+// (remote/client/host_memory.cc): true with *result set when ptr is such memory.
+bool RemoteAnswerHostPointer(CUresult* result, void* data, CUpointer_attribute attribute, CUdeviceptr ptr);
 template <typename... Args>
 void RemoteForgetKernelLayouts(Args...) {
   ForgetKernelLayouts();

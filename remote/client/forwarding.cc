@@ -19,6 +19,8 @@
 // Buffer sizes in calls.def's expressions, for the generated functions (global scope).
 using gslice::remote::ArrayBytes;
 using gslice::remote::MemPoolAttributeSize;
+using gslice::remote::CountedBytes;
+using gslice::remote::PointerAttributeSize;
 
 #include "client_calls.inc"
 

@@ -2,15 +2,22 @@
 // maps anonymous pages here and cuMemHostRegister records a range; copies from and to them
 // travel like any host memory (their data in the message). What the driver would make of
 // them on the GPU side - a device pointer to host memory, zero-copy access - is not
-// available (cuMemHostGetDevicePointer is not forwarded).
+// available: cuMemHostGetDevicePointer refuses them with a log line. Pointer attributes of
+// them are answered here (host memory, page-locked), of any other pointer by the worker.
 #include <cuda.h>
 #include <pthread.h>
+#include <string.h>
 #include <sys/mman.h>
 
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
 #include "connection.h"
+#include "log.h"
+#include "sizes.h"
+
+extern "C" CUresult gslice_remote_call_cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr);
 
 namespace gslice::remote {
 namespace {
@@ -49,7 +56,58 @@ void EraseLocked(HostRange* r) {
   g_ranges->pop_back();
 }
 
+// The client's page-locked range that holds p, if any.
+bool FindContaining(uintptr_t p, HostRange* out) {
+  pthread_mutex_lock(&g_mu);
+  bool found = false;
+  if (g_ranges != nullptr) {
+    for (const HostRange& r : *g_ranges) {
+      if (p >= r.base && p - r.base < r.size) {
+        *out = r;
+        found = true;
+        break;
+      }
+    }
+  }
+  pthread_mutex_unlock(&g_mu);
+  return found;
+}
+
+// An attribute of the client's page-locked memory: host memory with no device address.
+void HostAttribute(const HostRange& r, CUpointer_attribute attribute, CUdeviceptr ptr, void* data, uint64_t size) {
+  memset(data, 0, size);
+  uint64_t value = 0;
+  switch (attribute) {
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: value = CU_MEMORYTYPE_HOST; break;
+    case CU_POINTER_ATTRIBUTE_CONTEXT: value = reinterpret_cast<uintptr_t>(CurrentContext()); break;
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER: value = ptr; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: value = r.base; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: value = r.size; break;
+    default: return;  // zero: no device pointer, not managed, device 0, not mapped
+  }
+  if (size == sizeof(unsigned int)) {
+    const unsigned int narrow = static_cast<unsigned int>(value);
+    memcpy(data, &narrow, sizeof narrow);
+  } else if (size >= sizeof value) {
+    memcpy(data, &value, sizeof value);
+  }
+}
+
 }  // namespace
+
+bool RemoteAnswerHostPointer(CUresult* result, void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {
+  HostRange range;
+  if (!FindContaining(static_cast<uintptr_t>(ptr), &range)) return false;
+  const uint64_t size = PointerAttributeSize(attribute);
+  if (data == nullptr || size > kMaxBuffer || attribute == CU_POINTER_ATTRIBUTE_DEVICE_POINTER) {
+    *result = CUDA_ERROR_INVALID_VALUE;  // as the driver for what does not apply (no device address)
+    return true;
+  }
+  HostAttribute(range, attribute, ptr, data, size);
+  *result = CUDA_SUCCESS;
+  return true;
+}
+
 }  // namespace gslice::remote
 
 using namespace gslice::remote;
@@ -113,4 +171,53 @@ extern "C" CUresult gslice_remote_call_cuMemHostUnregister(void* p) {
   if (registered) EraseLocked(r);
   pthread_mutex_unlock(&g_mu);
   return registered ? CUDA_SUCCESS : CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+}
+
+// As the driver: every attribute asked for, each a default (zero) where the pointer is no CUDA
+// pointer or the attribute does not apply to it. One round trip per attribute of device
+// pointers; the client's own page-locked memory is answered here.
+extern "C" CUresult gslice_remote_call_cuPointerGetAttributes(unsigned int numAttributes,
+                                                            CUpointer_attribute* attributes, void** data,
+                                                            CUdeviceptr ptr) {
+  if (numAttributes == 0 || attributes == nullptr || data == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  HostRange host;
+  const bool is_host = FindContaining(static_cast<uintptr_t>(ptr), &host);
+  for (unsigned int i = 0; i < numAttributes; ++i) {
+    if (data[i] == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    const uint64_t size = PointerAttributeSize(attributes[i]);
+    if (size > kMaxBuffer) {
+      gslice::shim::InitLog();
+      gslice::shim::Log(gslice::shim::LogLevel::kWarn,
+                        "remote: cuPointerGetAttributes: attribute %d is not forwarded (yet): CUDA_ERROR_NOT_SUPPORTED",
+                        static_cast<int>(attributes[i]));
+      return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    if (is_host) {
+      HostAttribute(host, attributes[i], ptr, data[i], size);
+      continue;
+    }
+    const CUresult r = gslice_remote_call_cuPointerGetAttribute(data[i], attributes[i], ptr);
+    if (r == CUDA_ERROR_INVALID_VALUE) {
+      memset(data[i], 0, size);  // not a CUDA pointer, or an attribute it lacks
+    } else if (r != CUDA_SUCCESS) {
+      return r;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+// Zero-copy access to host memory needs that memory on the GPU's machine.
+extern "C" CUresult gslice_remote_call_cuMemHostGetDevicePointer_v2(CUdeviceptr* pdptr, void* p, unsigned int Flags) {
+  if (pdptr == nullptr || Flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (CurrentContext() == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  HostRange r;
+  if (!FindContaining(reinterpret_cast<uintptr_t>(p), &r)) return CUDA_ERROR_INVALID_VALUE;
+  static std::atomic<bool> reported{false};
+  if (!reported.exchange(true, std::memory_order_relaxed)) {
+    gslice::shim::InitLog();
+    gslice::shim::Log(gslice::shim::LogLevel::kWarn,
+                      "remote: cuMemHostGetDevicePointer: page-locked memory of this machine cannot be mapped into "
+                      "the remote GPU's address space (no zero-copy access): CUDA_ERROR_NOT_SUPPORTED");
+  }
+  return CUDA_ERROR_NOT_SUPPORTED;
 }

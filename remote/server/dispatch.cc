@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "gslice/nvml_subset.h"
 #include "sizes.h"
 
 namespace gslice::remote {
@@ -38,8 +39,7 @@ const void* NonNull(const uint8_t* p) { return p != nullptr ? static_cast<const 
 void* NonNullOut(uint8_t* p) { return p != nullptr ? static_cast<void*>(p) : g_empty; }
 
 CUresult NotInDriver(uint32_t op) {
-  (void)op;
-  return CUDA_ERROR_NOT_SUPPORTED;
+  return kOpLibrary[op] == Library::kNvml ? static_cast<CUresult>(NVML_ERROR_NOT_SUPPORTED) : CUDA_ERROR_NOT_SUPPORTED;
 }
 
 // Asynchronous copies that carry host memory in the message complete before the answer.
@@ -47,6 +47,15 @@ CUresult SynchronizeStream(uint32_t sync_op, CUstream stream) {
   using Fn = CUresult (*)(CUstream);
   auto fn = reinterpret_cast<Fn>(g_driver[sync_op]);
   return fn != nullptr ? fn(stream) : CUDA_ERROR_NOT_SUPPORTED;
+}
+
+// Whether stream captures: a copy whose host buffer lives in the message is refused then (the
+// captured copy would read the buffer at every replay, long after the message is gone).
+bool StreamCapturing(uint32_t is_capturing_op, CUstream stream) {
+  using Fn = CUresult (*)(CUstream, CUstreamCaptureStatus*);
+  auto fn = reinterpret_cast<Fn>(g_driver[is_capturing_op]);
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return fn != nullptr && fn(stream, &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
 }  // namespace
@@ -202,14 +211,22 @@ CUresult Serve_cuLaunchKernel_ptsz(Reader& r, Writer&) { return ServeLaunch(kOp_
 CUresult Serve_cuLaunchKernelEx(Reader& r, Writer&) { return ServeLaunch(kOp_cuLaunchKernelEx, r); }
 CUresult Serve_cuLaunchKernelEx_ptsz(Reader& r, Writer&) { return ServeLaunch(kOp_cuLaunchKernelEx_ptsz, r); }
 
-int LoadDriver(void* handle) {
+namespace {
+
+int LoadLibrary(void* handle, Library library) {
   int found = 0;
   for (uint32_t op = 0; op < kOpCount; ++op) {
+    if (kOpLibrary[op] != library) continue;
     g_driver[op] = kOpKinds[op] == CallKind::kLocal ? nullptr : dlsym(handle, kOpNames[op]);
     if (g_driver[op] != nullptr) ++found;
   }
   return found;
 }
+
+}  // namespace
+
+int LoadDriver(void* handle) { return LoadLibrary(handle, Library::kCuda); }
+int LoadNvml(void* handle) { return LoadLibrary(handle, Library::kNvml); }
 
 Dispatched Dispatch(uint32_t op, Reader& in, Writer& out) {
   if (op >= kOpCount || kHandlers[op] == nullptr) return Dispatched::kUnknownOp;
@@ -219,7 +236,8 @@ Dispatched Dispatch(uint32_t op, Reader& in, Writer& out) {
   const bool ok = res != kMalformed;
   if (!ok) {
     out.buffer().resize(at + sizeof(int32_t));
-    res = CUDA_ERROR_INVALID_VALUE;
+    res = kOpLibrary[op] == Library::kNvml ? static_cast<CUresult>(NVML_ERROR_INVALID_ARGUMENT)
+                                           : CUDA_ERROR_INVALID_VALUE;
   }
   const int32_t value = res;
   std::memcpy(out.buffer().data() + at, &value, sizeof value);

@@ -13,13 +13,17 @@
 
 namespace gslice::remote {
 
-// The driver's function for each opcode (nullptr: the driver lacks it; the call is then
-// answered CUDA_ERROR_NOT_SUPPORTED). Filled by LoadDriver; all nullptr before.
+// The worker's function for each opcode: the driver's, or NVML's for the calls of
+// nvml_calls.def (nullptr: the library lacks it; the call is then answered
+// CUDA_ERROR_NOT_SUPPORTED, or NVML_ERROR_NOT_SUPPORTED for NVML calls). Filled by LoadDriver
+// and LoadNvml; all nullptr before.
 extern void* g_driver[kOpCount];
 
 // Looks every forwarded and custom call of calls.def up in the driver (dlsym on handle).
 // Returns how many were found.
 int LoadDriver(void* handle);
+// The same for the calls of nvml_calls.def, in the worker's libnvidia-ml.so.1.
+int LoadNvml(void* handle);
 
 // What a handler returns for a request that does not decode: no driver result (they end at
 // CUDA_ERROR_UNKNOWN, 999), within the enum's range.
@@ -29,7 +33,8 @@ using Handler = CUresult (*)(Reader& in, Writer& out);
 
 enum class Dispatched {
   kAnswered,   // out holds the driver's answer
-  kRefused,    // malformed: out holds CUDA_ERROR_INVALID_VALUE; the driver was not called
+  kRefused,    // malformed: out holds CUDA_ERROR_INVALID_VALUE (NVML calls:
+               // NVML_ERROR_INVALID_ARGUMENT); the library was not called
   kUnknownOp,  // no client sends this opcode: out is untouched, the connection should close
 };
 

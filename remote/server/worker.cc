@@ -70,6 +70,9 @@ int RunWorker(int fd) {
     return 1;
   }
   LoadDriver(driver);
+  // The worker's NVML (the shim's, preloaded by gslice run) answers the NVML client; without
+  // one, its calls are answered NVML_ERROR_NOT_SUPPORTED.
+  if (void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_GLOBAL); nvml != nullptr) LoadNvml(nvml);
   g_ctx_get = reinterpret_cast<CtxGetFn>(dlsym(driver, "cuCtxGetCurrent"));
   g_ctx_set = reinterpret_cast<CtxSetFn>(dlsym(driver, "cuCtxSetCurrent"));
   if (!SendHelloReply(fd, HelloReply{.status = 0, .worker_pid = static_cast<uint32_t>(getpid()), .message = ""})) {
@@ -93,10 +96,12 @@ int RunWorker(int fd) {
     Reader in(payload.data(), payload.size());
     Writer out;
     uint64_t ctx = 0;
+    const bool driver_call = h.op >= kOpCount || kOpLibrary[h.op] == Library::kCuda;
     if (!in.Get(&ctx)) {
       out.Put<int32_t>(CUDA_ERROR_INVALID_VALUE);
-    } else if (CUresult r = MakeCurrent(reinterpret_cast<CUcontext>(static_cast<uintptr_t>(ctx))); r != CUDA_SUCCESS &&
-                                                                                                 h.op < kOpCount) {
+    } else if (CUresult r = driver_call ? MakeCurrent(reinterpret_cast<CUcontext>(static_cast<uintptr_t>(ctx)))
+                                        : CUDA_SUCCESS;
+               r != CUDA_SUCCESS && h.op < kOpCount) {
       out.Put<int32_t>(r);
     } else {
       switch (Dispatch(h.op, in, out)) {

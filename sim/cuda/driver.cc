@@ -7,6 +7,9 @@
 
 #include <pthread.h>
 
+#include <chrono>
+#include <thread>
+#include <type_traits>
 #include <algorithm>
 #include <cstdarg>
 #include <new>
@@ -259,6 +262,10 @@ uint64_t Enqueue(const std::shared_ptr<CUstream_st>& s, std::function<void()> ru
                  std::vector<Dep> deps) {
   CUctx_st* ctx = s->ctx;
   std::lock_guard<std::mutex> g(ctx->m);
+  if (s->capture) {
+    if (run) CaptureOp(s->capture.get(), std::move(run));
+    return s->submitted();
+  }
   if (s->kind == StreamKind::kLegacy) {
     // The legacy default stream waits for all prior work of the blocking streams.
     for (auto& u : ctx->streams) {
@@ -1091,6 +1098,47 @@ STREAM_ENTRY(cuStreamGetCtx, _ptsz, (CUstream h, CUcontext* c), [&](bool pt) { r
 STREAM_ENTRY(cuStreamGetId, _ptsz, (CUstream h, unsigned long long* id), [&](bool pt) { return StreamGetId(h, id, pt); })
 STREAM_ENTRY(cuStreamWaitEvent, _ptsz, (CUstream h, CUevent e, unsigned int f), [&](bool pt) { return StreamWaitEvent(h, e, f, pt); })
 STREAM_ENTRY(cuEventRecord, _ptsz, (CUevent e, CUstream h), [&](bool pt) { return EventRecord(e, h, pt); })
+// CU_EVENT_RECORD_EXTERNAL only matters inside graphs, which the sim does not edit.
+STREAM_ENTRY(cuEventRecordWithFlags, _ptsz, (CUevent e, CUstream h, unsigned int flags),
+             [&](bool pt) { return flags > CU_EVENT_RECORD_EXTERNAL ? CUDA_ERROR_INVALID_VALUE : EventRecord(e, h, pt); })
+
+// ---- context limits and cache preference: stored per context, not enforced ----
+
+GSLICE_SIM_EXPORT CUresult cuCtxGetLimit(size_t* value, CUlimit limit) {
+  if (value == nullptr || limit < 0 || limit >= CU_LIMIT_MAX) return CUDA_ERROR_INVALID_VALUE;
+  REQUIRE_INIT(d);
+  REQUIRE_CONTEXT(ctx);
+  std::lock_guard<std::mutex> g(ctx->m);
+  *value = ctx->limits[limit];
+  return CUDA_SUCCESS;
+}
+
+GSLICE_SIM_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value) {
+  if (limit < 0 || limit >= CU_LIMIT_MAX) return CUDA_ERROR_INVALID_VALUE;
+  REQUIRE_INIT(d);
+  REQUIRE_CONTEXT(ctx);
+  std::lock_guard<std::mutex> g(ctx->m);
+  ctx->limits[limit] = value;
+  return CUDA_SUCCESS;
+}
+
+GSLICE_SIM_EXPORT CUresult cuCtxGetCacheConfig(CUfunc_cache* config) {
+  if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  REQUIRE_INIT(d);
+  REQUIRE_CONTEXT(ctx);
+  std::lock_guard<std::mutex> g(ctx->m);
+  *config = ctx->cache_config;
+  return CUDA_SUCCESS;
+}
+
+GSLICE_SIM_EXPORT CUresult cuCtxSetCacheConfig(CUfunc_cache config) {
+  if (config < CU_FUNC_CACHE_PREFER_NONE || config > CU_FUNC_CACHE_PREFER_EQUAL) return CUDA_ERROR_INVALID_VALUE;
+  REQUIRE_INIT(d);
+  REQUIRE_CONTEXT(ctx);
+  std::lock_guard<std::mutex> g(ctx->m);
+  ctx->cache_config = config;
+  return CUDA_SUCCESS;
+}
 
 // ---- events ----
 
@@ -1174,7 +1222,8 @@ CUresult StreamIsCapturing(CUstream h, CUstreamCaptureStatus* status, bool pt) {
   std::shared_ptr<CUstream_st> s;
   CUresult r = ResolveStream(h, pt, &s);
   if (r != CUDA_SUCCESS) return r;
-  *status = CU_STREAM_CAPTURE_STATUS_NONE;  // the sim has no graphs: nothing is captured
+  std::lock_guard<std::mutex> g(s->ctx->m);
+  *status = s->capture ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
   return CUDA_SUCCESS;
 }
 
@@ -1188,7 +1237,74 @@ CUresult LaunchHostFunc(CUstream h, CUhostFn fn, void* user_data, bool pt) {
   Enqueue(s, [fn, user_data] { fn(user_data); });
   return CUDA_SUCCESS;
 }
+
+// A stream callback gets the stream and the context's error, if any.
+CUresult StreamAddCallback(CUstream h, CUstreamCallback fn, void* user_data, unsigned flags, bool pt) {
+  if (fn == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  REQUIRE_INIT(d);
+  std::shared_ptr<CUstream_st> s;
+  CUresult r = ResolveStream(h, pt, &s);
+  if (r != CUDA_SUCCESS) return r;
+  ApiGate gate;
+  CUctx_st* ctx = s->ctx;
+  Enqueue(s, [fn, h, user_data, ctx] { fn(h, static_cast<CUresult>(ctx->sticky_error.load()), user_data); });
+  return CUDA_SUCCESS;
+}
+
+// Stream memory operations on device words: a write, or a wait until the word compares.
+template <typename T>
+CUresult StreamWriteValue(CUstream h, CUdeviceptr addr, T value, unsigned flags, bool pt) {
+  REQUIRE_INIT(d);
+  if (addr % sizeof(T) != 0 || (flags & ~static_cast<unsigned>(CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER)) != 0 ||
+      !DeviceRangeValid(addr, sizeof(T))) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::shared_ptr<CUstream_st> s;
+  CUresult r = ResolveStream(h, pt, &s);
+  if (r != CUDA_SUCCESS) return r;
+  ApiGate gate;
+  Enqueue(s, [addr, value] {
+    __atomic_store_n(reinterpret_cast<T*>(addr), value, __ATOMIC_RELEASE);
+  });
+  return CUDA_SUCCESS;
+}
+
+template <typename T>
+CUresult StreamWaitValue(CUstream h, CUdeviceptr addr, T value, unsigned flags, bool pt) {
+  REQUIRE_INIT(d);
+  const unsigned how = flags & 0x3u;  // GEQ, EQ, AND, NOR
+  if (addr % sizeof(T) != 0 || (flags & ~(0x3u | CU_STREAM_WAIT_VALUE_FLUSH)) != 0 ||
+      !DeviceRangeValid(addr, sizeof(T))) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::shared_ptr<CUstream_st> s;
+  CUresult r = ResolveStream(h, pt, &s);
+  if (r != CUDA_SUCCESS) return r;
+  ApiGate gate;
+  Enqueue(s, [addr, value, how] {
+    for (;;) {
+      const T v = __atomic_load_n(reinterpret_cast<const T*>(addr), __ATOMIC_ACQUIRE);
+      const bool met = how == CU_STREAM_WAIT_VALUE_GEQ  ? static_cast<std::make_signed_t<T>>(v - value) >= 0
+                       : how == CU_STREAM_WAIT_VALUE_EQ ? v == value
+                       : how == CU_STREAM_WAIT_VALUE_AND ? (v & value) != 0
+                                                         : (~(v | value)) != 0;
+      if (met) return;
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  });
+  return CUDA_SUCCESS;
+}
 }  // namespace
 
 STREAM_ENTRY(cuStreamIsCapturing, _ptsz, (CUstream h, CUstreamCaptureStatus* st), [&](bool pt) { return StreamIsCapturing(h, st, pt); })
 STREAM_ENTRY(cuLaunchHostFunc, _ptsz, (CUstream h, CUhostFn fn, void* user_data), [&](bool pt) { return LaunchHostFunc(h, fn, user_data, pt); })
+STREAM_ENTRY(cuStreamAddCallback, _ptsz, (CUstream h, CUstreamCallback fn, void* user_data, unsigned int flags),
+             [&](bool pt) { return StreamAddCallback(h, fn, user_data, flags, pt); })
+STREAM_ENTRY(cuStreamWriteValue32_v2, _ptsz, (CUstream h, CUdeviceptr addr, cuuint32_t value, unsigned int flags),
+             [&](bool pt) { return StreamWriteValue<cuuint32_t>(h, addr, value, flags, pt); })
+STREAM_ENTRY(cuStreamWriteValue64_v2, _ptsz, (CUstream h, CUdeviceptr addr, cuuint64_t value, unsigned int flags),
+             [&](bool pt) { return StreamWriteValue<cuuint64_t>(h, addr, value, flags, pt); })
+STREAM_ENTRY(cuStreamWaitValue32_v2, _ptsz, (CUstream h, CUdeviceptr addr, cuuint32_t value, unsigned int flags),
+             [&](bool pt) { return StreamWaitValue<cuuint32_t>(h, addr, value, flags, pt); })
+STREAM_ENTRY(cuStreamWaitValue64_v2, _ptsz, (CUstream h, CUdeviceptr addr, cuuint64_t value, unsigned int flags),
+             [&](bool pt) { return StreamWaitValue<cuuint64_t>(h, addr, value, flags, pt); })

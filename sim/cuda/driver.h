@@ -56,6 +56,7 @@ struct Allocation {
 using gslice::sim::Allocation;
 
 struct CUstream_st;
+struct CUgraph_st;  // sim/cuda/graphs.cc
 
 namespace gslice::sim {
 
@@ -79,6 +80,9 @@ struct CUstream_st : std::enable_shared_from_this<CUstream_st> {
   unsigned flags = 0;
   gslice::sim::StreamKind kind = gslice::sim::StreamKind::kUser;
   unsigned long long id = 0;
+  // The graph that stream capture records this stream's work into; null when not capturing.
+  // REQUIRES ctx->m (Enqueue records under it).
+  std::shared_ptr<CUgraph_st> capture;
 
   // Appends op; returns its sequence number (1-based). Starts the worker on first use.
   uint64_t Submit(gslice::sim::Op op);
@@ -121,8 +125,11 @@ struct CUctx_st {
   std::atomic<bool> live{false};
   std::atomic<int> sticky_error{CUDA_SUCCESS};
 
-  std::mutex m;  // guards streams and per_thread
+  std::mutex m;  // guards streams, per_thread, limits and cache_config
   std::shared_ptr<CUstream_st> legacy;
+  // cuCtxSetLimit's values (stored, not enforced) and cuCtxSetCacheConfig's preference.
+  size_t limits[CU_LIMIT_MAX] = {1024, 1u << 20, 8u << 20, 2, 2048, 0, 0, 0};
+  CUfunc_cache cache_config = CU_FUNC_CACHE_PREFER_NONE;
   std::map<std::thread::id, std::shared_ptr<CUstream_st>> per_thread;
   std::vector<std::shared_ptr<CUstream_st>> streams;  // user streams
 
@@ -243,7 +250,12 @@ bool ContextLive(CUctx_st* ctx);
 // Resolves a stream handle (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD or a created stream);
 // per_thread_default selects what 0 means (the _ptsz/_ptds entry points).
 CUresult ResolveStream(CUstream h, bool per_thread_default, std::shared_ptr<CUstream_st>* out);
-// Enqueues run on stream s with the legacy-stream ordering rules applied.
+// Records run into graph instead of running it (stream capture; sim/cuda/graphs.cc).
+// REQUIRES the capturing stream's ctx->m.
+void CaptureOp(CUgraph_st* graph, std::function<void()> run);
+
+// Enqueues run on stream s with the legacy-stream ordering rules applied; while s captures,
+// records run into its graph instead and returns the last sequence number submitted.
 uint64_t Enqueue(const std::shared_ptr<CUstream_st>& s, std::function<void()> run,
                  std::vector<Dep> extra_deps = {});
 // Waits for everything queued so far in ctx.

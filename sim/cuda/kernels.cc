@@ -6,6 +6,7 @@
 // Blank lines and lines starting with '#' are ignored. Behaviours and their parameters:
 //   busy (uint64_t microseconds)                     keeps the device busy that long
 //   fill (uint32_t* dst, uint32_t pattern, uint64_t count)  writes pattern count times
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -609,4 +610,51 @@ GSLICE_SIM_EXPORT CUresult cuKernelGetName(const char** name, CUkernel kernel) {
   if (!FunctionLive(f)) return CUDA_ERROR_INVALID_HANDLE;
   *name = f->name.c_str();
   return CUDA_SUCCESS;
+}
+
+// ---- function settings and occupancy: accepted and checked, with a simple occupancy model
+// (2048 resident threads, at most 32 blocks per SM; shared memory never limits). ----
+
+GSLICE_SIM_EXPORT CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute attrib, int value) {
+  REQUIRE_INIT(d);
+  if (f == nullptr || !FunctionLive(f)) return CUDA_ERROR_INVALID_HANDLE;
+  switch (attrib) {
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
+      return value >= 0 && value <= 232448 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+      return value >= -1 && value <= 100 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+GSLICE_SIM_EXPORT CUresult cuFuncSetCacheConfig(CUfunction f, CUfunc_cache config) {
+  REQUIRE_INIT(d);
+  if (f == nullptr || !FunctionLive(f)) return CUDA_ERROR_INVALID_HANDLE;
+  return config >= CU_FUNC_CACHE_PREFER_NONE && config <= CU_FUNC_CACHE_PREFER_EQUAL ? CUDA_SUCCESS
+                                                                                     : CUDA_ERROR_INVALID_VALUE;
+}
+
+GSLICE_SIM_EXPORT CUresult cuFuncGetModule(CUmodule* module, CUfunction f) {
+  if (module == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  REQUIRE_INIT(d);
+  if (f == nullptr || !FunctionLive(f)) return CUDA_ERROR_INVALID_HANDLE;
+  *module = f->module;
+  return CUDA_SUCCESS;
+}
+
+GSLICE_SIM_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* blocks, CUfunction f,
+                                                                                int block_size, size_t dynamic_smem,
+                                                                                unsigned int flags) {
+  (void)dynamic_smem;
+  if (blocks == nullptr || block_size <= 0 || block_size > 1024 || flags > 1) return CUDA_ERROR_INVALID_VALUE;
+  REQUIRE_INIT(d);
+  if (f == nullptr || !FunctionLive(f)) return CUDA_ERROR_INVALID_HANDLE;
+  *blocks = std::min(32, 2048 / block_size);
+  return CUDA_SUCCESS;
+}
+
+GSLICE_SIM_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, CUfunction f, int block_size,
+                                                                       size_t dynamic_smem) {
+  return cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(blocks, f, block_size, dynamic_smem, 0);
 }

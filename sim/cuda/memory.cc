@@ -1011,3 +1011,26 @@ GSLICE_SIM_EXPORT CUresult cuPointerGetAttribute(void* data, CUpointer_attribute
   }
   return CUDA_SUCCESS;
 }
+
+// Every attribute asked for; a default (zero) where the pointer is no CUDA pointer or the
+// attribute does not apply (the driver's contract: no error for unknown pointers).
+GSLICE_SIM_EXPORT CUresult cuPointerGetAttributes(unsigned int count, CUpointer_attribute* attributes, void** data,
+                                                  CUdeviceptr ptr) {
+  if (count == 0 || attributes == nullptr || data == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  REQUIRE_INIT(d);
+  for (unsigned int i = 0; i < count; ++i) {
+    if (data[i] == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    const CUresult r = cuPointerGetAttribute(data[i], attributes[i], ptr);
+    if (r == CUDA_ERROR_INVALID_VALUE) {
+      const bool wide = attributes[i] == CU_POINTER_ATTRIBUTE_CONTEXT ||
+                        attributes[i] == CU_POINTER_ATTRIBUTE_DEVICE_POINTER ||
+                        attributes[i] == CU_POINTER_ATTRIBUTE_HOST_POINTER ||
+                        attributes[i] == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR ||
+                        attributes[i] == CU_POINTER_ATTRIBUTE_RANGE_SIZE;
+      std::memset(data[i], 0, wide ? sizeof(uint64_t) : sizeof(unsigned int));
+    } else if (r != CUDA_SUCCESS) {
+      return r;
+    }
+  }
+  return CUDA_SUCCESS;
+}

@@ -156,6 +156,23 @@ TEST(RemoteDispatch, ABufferShorterThanItsArgumentsSayIsRefused) {
   EXPECT_EQ(Dispatch(kOp_cuMemcpyDtoH_v2, in3, out3), Dispatched::kRefused);
 }
 
+TEST(RemoteDispatch, NvmlCallsAreAnsweredInNvmlsOwnCodes) {
+  // No NVML loaded (as on a node without one): NVML_ERROR_NOT_SUPPORTED, not a CUresult.
+  Writer count;
+  count.Put<uint8_t>(1);  // deviceCount wanted
+  Reader in(count.buffer().data(), count.size());
+  Writer out;
+  EXPECT_EQ(Dispatch(kOp_nvmlDeviceGetCount_v2, in, out), Dispatched::kAnswered);
+  EXPECT_EQ(ResultOf(out), 3);  // NVML_ERROR_NOT_SUPPORTED
+  // A malformed one: NVML_ERROR_INVALID_ARGUMENT.
+  Writer bad;
+  bad.Put<uint8_t>(7);
+  Reader in2(bad.buffer().data(), bad.size());
+  Writer out2;
+  EXPECT_EQ(Dispatch(kOp_nvmlDeviceGetCount_v2, in2, out2), Dispatched::kRefused);
+  EXPECT_EQ(ResultOf(out2), 2);  // NVML_ERROR_INVALID_ARGUMENT
+}
+
 TEST(RemoteDispatch, RandomAndTruncatedRequestsNeverCrash) {
   std::mt19937_64 rng(42);
   for (uint32_t op = 0; op < kOpCount; ++op) {
@@ -177,7 +194,9 @@ TEST(RemoteDispatch, RandomAndTruncatedRequestsNeverCrash) {
       }
       ASSERT_GE(out.size(), 4u) << kOpNames[op];
       if (d == Dispatched::kRefused) {
-        EXPECT_EQ(ResultOf(out), CUDA_ERROR_INVALID_VALUE);
+        EXPECT_EQ(ResultOf(out), kOpLibrary[op] == Library::kNvml ? 2 /* NVML_ERROR_INVALID_ARGUMENT */
+                                                                   : CUDA_ERROR_INVALID_VALUE)
+            << kOpNames[op];
       }
     }
   }

@@ -17,7 +17,18 @@
 //   probe maps          prints every mapped file whose name holds "libcuda"
 //   probe tables        the driver's private tables: size headers, context-local storage,
 //                       the integrity hash's constant answers, an unknown UUID refused
+//   probe graph         captures a memset and a launch on a stream, replays the graph, verifies
+//   probe capture-copy  a host-to-device copy on a capturing stream: cuStreamEndCapture's result
+//   probe pointer       pointer attributes of device, page-locked and plain host memory
+//   probe callbacks     host functions and stream callbacks: their order and status
+//   probe settings      context limits and cache config, function attributes, occupancy, stream
+//                       attributes, event records with flags, globals: values and results
+//   probe memops        stream write-value and wait-value operations
+//   probe hostmap       prints cuMemHostGetDevicePointer's result on page-locked memory
+//   probe nvml          NVML (dlopen'ed): devices, names, memory, processes of a CUDA user
+//   probe nvml-missing  prints an NVML call that is not forwarded
 #include <cuda.h>
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "gslice/nvml_subset.h"
 #include "test_support.h"
 
 namespace {
@@ -379,6 +391,311 @@ int Tables() {
 
 }  // namespace
 
+int Graph() {
+  CUdevice dev;
+  Setup(&dev);
+  constexpr size_t kWords = 1 << 16;
+  CUstream stream;
+  CK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr a = 0, b = 0;
+  CK(cuMemAlloc(&a, kWords * 4));
+  CK(cuMemAlloc(&b, kWords * 4));
+  CUmodule module;
+  CUfunction busy, fill;
+  CK(gslice::test::LoadTestKernels(&module, &busy, &fill));
+  CK(cuMemsetD32(a, 0x01010101u, kWords));
+  CK(cuMemsetD32(b, 0x01010101u, kWords));
+
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  CK(cuThreadExchangeStreamCaptureMode(&mode));
+  printf("capture mode was %s\n", mode == CU_STREAM_CAPTURE_MODE_GLOBAL ? "global" : "other");
+  CK(cuThreadExchangeStreamCaptureMode(&mode));
+  CK(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  CK(cuStreamIsCapturing(stream, &status));
+  cuuint64_t id = 0;
+  CUstreamCaptureStatus info = CU_STREAM_CAPTURE_STATUS_NONE;
+  size_t deps = 99;
+  CK(cuStreamGetCaptureInfo(stream, &info, &id, nullptr, nullptr, nullptr, &deps));
+  printf("capturing: %s, info %s, id %s\n", status == CU_STREAM_CAPTURE_STATUS_ACTIVE ? "active" : "not active",
+         info == CU_STREAM_CAPTURE_STATUS_ACTIVE ? "active" : "not active", id != 0 ? "set" : "none");
+  CUgraph capturing_into = nullptr;
+  const CUgraphNode* dep_nodes = reinterpret_cast<const CUgraphNode*>(&deps);
+  const CUgraphEdgeData* dep_edges = reinterpret_cast<const CUgraphEdgeData*>(&deps);
+  CK(cuStreamGetCaptureInfo(stream, &info, nullptr, &capturing_into, &dep_nodes, &dep_edges, &deps));
+  printf("capture info: graph %s, %zu dependencies%s\n", capturing_into != nullptr ? "set" : "none", deps,
+         deps == 0 || dep_nodes != nullptr ? "" : " but no array");
+  CK(cuMemsetD32Async(a, 0x02020202u, kWords, stream));
+  CK(gslice::test::LaunchFill(fill, b, 0x42424242u, kWords, stream));
+  CK(cuMemcpyDtoDAsync(a, b, kWords * 2, stream));
+  CUgraph graph = nullptr;
+  CK(cuStreamEndCapture(stream, &graph));
+  CK(cuStreamIsCapturing(stream, &status));
+  printf("after capture: %s\n", status == CU_STREAM_CAPTURE_STATUS_NONE ? "not capturing" : "capturing");
+  Verify(a, 0x01010101u, kWords, "capture runs nothing");
+  Verify(b, 0x01010101u, kWords, "capture runs nothing");
+  size_t nodes = 0;
+  CK(cuGraphGetNodes(graph, nullptr, &nodes));
+  std::vector<CUgraphNode> listed(nodes + 2);
+  size_t asked = listed.size();
+  CK(cuGraphGetNodes(graph, listed.data(), &asked));
+  printf("graph of %zu nodes, listed %zu, last entry %s\n", nodes, asked,
+         listed.back() == nullptr ? "empty" : "set");
+  CUgraphExec exec = nullptr;
+  CK(cuGraphInstantiate(&exec, graph, 0));
+  for (int round = 0; round < 3; ++round) {
+    CK(cuMemsetD32(a, 0x07070707u, kWords));
+    CK(cuMemsetD32(b, 0x07070707u, kWords));
+    CK(cuGraphLaunch(exec, stream));
+    CK(cuStreamSynchronize(stream));
+    std::vector<uint32_t> host(kWords);
+    CK(cuMemcpyDtoH(host.data(), a, kWords * 4));
+    for (size_t i = 0; i < kWords; ++i) Expect(host[i] == (i < kWords / 2 ? 0x42424242u : 0x02020202u), "replay");
+    Verify(b, 0x42424242u, kWords, "replay");
+  }
+  printf("replayed 3 times: results verified\n");
+  CUDA_GRAPH_INSTANTIATE_PARAMS params = {};
+  CUgraphExec exec2 = nullptr;
+  CK(cuGraphInstantiateWithParams(&exec2, graph, &params));
+  printf("instantiate with params: %s\n", params.result_out == CUDA_GRAPH_INSTANTIATE_SUCCESS ? "success" : "error");
+  CK(cuGraphUpload(exec2, stream));
+  CK(cuGraphLaunch(exec2, stream));
+  CK(cuStreamSynchronize(stream));
+  CK(cuGraphExecDestroy(exec2));
+  CK(cuGraphExecDestroy(exec));
+  CK(cuGraphDestroy(graph));
+  CK(cuModuleUnload(module));
+  return 0;
+}
+
+int Pointer() {
+  CUdevice dev;
+  CUcontext ctx = Setup(&dev);
+  CUdeviceptr a = 0;
+  CK(cuMemAlloc(&a, 1 << 20));
+  unsigned type = 0, managed = 7;
+  int ordinal = -1;
+  CUdeviceptr start = 0;
+  size_t size = 0;
+  CUcontext owner = nullptr;
+  CK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, a + 100));
+  CK(cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, a + 100));
+  CK(cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, a + 100));
+  CK(cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, a + 100));
+  CK(cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, a + 100));
+  CK(cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, a + 100));
+  printf("device: type %s, managed %u, ordinal %d, range %s, %zu bytes, context %s\n",
+         type == CU_MEMORYTYPE_DEVICE ? "device" : "other", managed, ordinal, start == a ? "from the allocation" : "wrong",
+         size, owner == ctx ? "current" : "other");
+  printf("not a pointer: %s\n", Name(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, 16)));
+
+  CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_POINTER,
+                                 CU_POINTER_ATTRIBUTE_IS_MANAGED, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR};
+  unsigned many_type = 0, many_managed = 7;
+  CUdeviceptr many_dev = 0, many_start = 0;
+  void* data[] = {&many_type, &many_dev, &many_managed, &many_start};
+  CK(cuPointerGetAttributes(4, attrs, data, a + 64));
+  printf("attributes of device memory: type %s, pointer %s, managed %u, range %s\n",
+         many_type == CU_MEMORYTYPE_DEVICE ? "device" : "other", many_dev == a + 64 ? "itself" : "other", many_managed,
+         many_start == a ? "from the allocation" : "wrong");
+  void* pinned = nullptr;
+  CK(cuMemHostAlloc(&pinned, 1 << 16, 0));
+  many_type = 0;
+  many_start = 0;
+  CK(cuPointerGetAttributes(4, attrs, data, reinterpret_cast<CUdeviceptr>(pinned)));
+  printf("attributes of page-locked memory: type %s, range %s\n", many_type == CU_MEMORYTYPE_HOST ? "host" : "other",
+         many_start == reinterpret_cast<CUdeviceptr>(pinned) ? "from the allocation" : "wrong");
+  unsigned pinned_type = 0;
+  CK(cuPointerGetAttribute(&pinned_type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, reinterpret_cast<CUdeviceptr>(pinned) + 8));
+  printf("page-locked memory alone: type %s\n", pinned_type == CU_MEMORYTYPE_HOST ? "host" : "other");
+  std::vector<char> plain(4096);
+  many_type = 99;
+  many_dev = 1;
+  CK(cuPointerGetAttributes(4, attrs, data, reinterpret_cast<CUdeviceptr>(plain.data())));
+  // Not CUDA's memory: unregistered (0), or host where the driver manages pageable memory too.
+  printf("attributes of plain memory: %s\n", many_type == 0 || many_type == CU_MEMORYTYPE_HOST ? "not device memory"
+                                                                                              : "device memory?");
+  CK(cuMemFreeHost(pinned));
+  CK(cuMemFree(a));
+  return 0;
+}
+
+struct Order {
+  std::vector<std::string> seen;
+  std::vector<CUresult> status;
+};
+
+int Callbacks() {
+  CUdevice dev;
+  Setup(&dev);
+  constexpr size_t kWords = 1 << 16;
+  CUstream stream;
+  CK(cuStreamCreate(&stream, 0));
+  CUdeviceptr a = 0;
+  CK(cuMemAlloc(&a, kWords * 4));
+  CUmodule module;
+  CUfunction busy, fill;
+  CK(gslice::test::LoadTestKernels(&module, &busy, &fill));
+  Order order;
+  auto callback = [](CUstream, CUresult status, void* arg) {
+    auto* o = static_cast<Order*>(arg);
+    o->seen.push_back("callback");
+    o->status.push_back(status);
+  };
+  CK(gslice::test::LaunchFill(fill, a, 0x11111111u, kWords, stream));
+  CK(cuStreamAddCallback(stream, callback, &order, 0));
+  CK(cuLaunchHostFunc(stream, [](void* arg) { static_cast<Order*>(arg)->seen.push_back("host function"); }, &order));
+  CK(gslice::test::LaunchFill(fill, a, 0x22222222u, kWords, stream));
+  CK(cuStreamAddCallback(stream, callback, &order, 0));
+  printf("flags 1: %s\n", Name(cuStreamAddCallback(stream, callback, &order, 1)));
+  CK(cuStreamSynchronize(stream));
+  Verify(a, 0x22222222u, kWords, "work after the callbacks ran");
+  for (const std::string& s : order.seen) printf("%s\n", s.c_str());
+  for (CUresult r : order.status) printf("status %s\n", Name(r));
+  CK(cuModuleUnload(module));
+  return 0;
+}
+
+int Settings() {
+  CUdevice dev;
+  Setup(&dev);
+  size_t stack = 0;
+  CK(cuCtxGetLimit(&stack, CU_LIMIT_STACK_SIZE));
+  CK(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, stack * 2));
+  size_t doubled = 0;
+  CK(cuCtxGetLimit(&doubled, CU_LIMIT_STACK_SIZE));
+  printf("stack limit doubled: %s\n", doubled == stack * 2 ? "yes" : "no");
+  CK(cuCtxSetCacheConfig(CU_FUNC_CACHE_PREFER_L1));
+  CUfunc_cache cache = CU_FUNC_CACHE_PREFER_NONE;
+  CK(cuCtxGetCacheConfig(&cache));
+  printf("cache config prefers L1: %s\n", cache == CU_FUNC_CACHE_PREFER_L1 ? "yes" : "no");
+  CUmodule module;
+  CUfunction busy, fill;
+  CK(gslice::test::LoadTestKernels(&module, &busy, &fill));
+  printf("dynamic shared memory 64 KiB: %s\n",
+         Name(cuFuncSetAttribute(fill, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 65536)));
+  printf("function cache config: %s\n", Name(cuFuncSetCacheConfig(fill, CU_FUNC_CACHE_PREFER_SHARED)));
+  CUmodule owner = nullptr;
+  CK(cuFuncGetModule(&owner, fill));
+  printf("function's module: %s\n", owner == module ? "the loaded one" : "other");
+  int blocks = 0;
+  CK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, fill, 256, 0));
+  printf("occupancy at 256 threads: %s\n", blocks > 0 ? "positive" : "none");
+  CUstream stream;
+  CK(cuStreamCreate(&stream, 0));
+  CUstreamAttrValue value = {};
+  value.priority = -1;
+  CK(cuStreamSetAttribute(stream, CU_LAUNCH_ATTRIBUTE_PRIORITY, &value));
+  CUstreamAttrValue back = {};
+  CK(cuStreamGetAttribute(stream, CU_LAUNCH_ATTRIBUTE_PRIORITY, &back));
+  printf("stream priority attribute: %d\n", back.priority);
+  CUevent event;
+  CK(cuEventCreate(&event, 0));
+  CK(cuEventRecordWithFlags(event, stream, 0));
+  CK(cuEventSynchronize(event));
+  printf("event recorded with flags: %s\n", Name(cuEventQuery(event)));
+  CUdeviceptr global = 0;
+  size_t global_size = 0;
+  printf("module global: %s\n", Name(cuModuleGetGlobal(&global, &global_size, module, "gslice_no_such_global")));
+  CK(cuModuleUnload(module));
+  return 0;
+}
+
+int Memops() {
+  CUdevice dev;
+  Setup(&dev);
+  CUstream stream;
+  CK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr flag = 0;
+  CK(cuMemAlloc(&flag, 64));
+  CK(cuMemsetD8(flag, 0, 64));
+  CK(cuStreamWriteValue32(stream, flag, 7, 0));
+  CK(cuStreamWaitValue32(stream, flag, 7, CU_STREAM_WAIT_VALUE_EQ));
+  CK(cuStreamWriteValue64(stream, flag + 8, 0x123456789ull, 0));
+  CK(cuStreamWaitValue64(stream, flag + 8, 0x100000000ull, CU_STREAM_WAIT_VALUE_GEQ));
+  CK(cuStreamSynchronize(stream));
+  uint32_t word = 0;
+  uint64_t wide = 0;
+  CK(cuMemcpyDtoH(&word, flag, 4));
+  CK(cuMemcpyDtoH(&wide, flag + 8, 8));
+  printf("wrote %u and %llx\n", word, static_cast<unsigned long long>(wide));
+  // Refused at the call by the driver, or (queued through the client) by the next synchronisation.
+  CUresult misaligned = cuStreamWriteValue32(stream, flag + 1, 1, 0);
+  if (misaligned == CUDA_SUCCESS) misaligned = cuStreamSynchronize(stream);
+  printf("misaligned: %s\n", Name(misaligned));
+  return 0;
+}
+
+using NvmlInitFn = nvmlReturn_t (*)();
+using NvmlCountFn = nvmlReturn_t (*)(unsigned int*);
+using NvmlHandleFn = nvmlReturn_t (*)(unsigned int, nvmlDevice_t*);
+using NvmlTextFn = nvmlReturn_t (*)(nvmlDevice_t, char*, unsigned int);
+using NvmlMemoryFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_t*);
+using NvmlMemoryV2Fn = nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_v2_t*);
+using NvmlProcessesFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int*, nvmlProcessInfo_t*);
+using NvmlErrorFn = const char* (*)(nvmlReturn_t);
+
+// NVML as a monitoring tool reaches it: dlopen, no CUDA unless asked (cuda: a CUDA context
+// with 256 MiB allocated first, so that the slice has a process and usage).
+int Nvml(bool cuda) {
+  void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+  if (nvml == nullptr) {
+    printf("no libnvidia-ml.so.1: %s\n", dlerror());
+    return 1;
+  }
+  auto sym = [&](const char* name) {
+    void* p = dlsym(nvml, name);
+    if (p == nullptr) {
+      printf("no %s\n", name);
+      exit(1);
+    }
+    return p;
+  };
+  auto init = reinterpret_cast<NvmlInitFn>(sym("nvmlInit_v2"));
+  auto count_fn = reinterpret_cast<NvmlCountFn>(sym("nvmlDeviceGetCount_v2"));
+  auto handle_fn = reinterpret_cast<NvmlHandleFn>(sym("nvmlDeviceGetHandleByIndex_v2"));
+  auto name_fn = reinterpret_cast<NvmlTextFn>(sym("nvmlDeviceGetName"));
+  auto uuid_fn = reinterpret_cast<NvmlTextFn>(sym("nvmlDeviceGetUUID"));
+  auto memory_fn = reinterpret_cast<NvmlMemoryFn>(sym("nvmlDeviceGetMemoryInfo"));
+  auto memory_v2_fn = reinterpret_cast<NvmlMemoryV2Fn>(sym("nvmlDeviceGetMemoryInfo_v2"));
+  auto processes_fn = reinterpret_cast<NvmlProcessesFn>(sym("nvmlDeviceGetComputeRunningProcesses_v3"));
+  auto error_fn = reinterpret_cast<NvmlErrorFn>(sym("nvmlErrorString"));
+  CUdeviceptr held = 0;
+  if (cuda) {
+    CUdevice dev;
+    Setup(&dev);
+    CK(cuMemAlloc(&held, 256ull << 20));
+  }
+  printf("nvmlInit: %s\n", error_fn(init()));
+  unsigned int count = 0;
+  printf("count: %s, %u device(s)\n", error_fn(count_fn(&count)), count);
+  for (unsigned int i = 0; i < count; ++i) {
+    nvmlDevice_t device = nullptr;
+    char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = {}, uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
+    nvmlMemory_t memory = {};
+    nvmlMemory_v2_t memory_v2 = {};
+    memory_v2.version = nvmlMemory_v2;
+    if (handle_fn(i, &device) != NVML_SUCCESS || name_fn(device, name, sizeof name) != NVML_SUCCESS ||
+        uuid_fn(device, uuid, sizeof uuid) != NVML_SUCCESS || memory_fn(device, &memory) != NVML_SUCCESS ||
+        memory_v2_fn(device, &memory_v2) != NVML_SUCCESS) {
+      printf("device %u: a query failed\n", i);
+      return 1;
+    }
+    printf("device %u: %s, %s\n", i, name, strncmp(uuid, "GPU-", 4) == 0 ? "GPU uuid" : uuid);
+    printf("memory: total %llu, used %llu, free %llu; v2 total %llu\n", memory.total, memory.used, memory.free,
+           memory_v2.total);
+    unsigned int processes = 0;
+    const nvmlReturn_t sizing = processes_fn(device, &processes, nullptr);
+    std::vector<nvmlProcessInfo_t> infos(processes + 1);
+    unsigned int room = static_cast<unsigned int>(infos.size());
+    const nvmlReturn_t listed = processes_fn(device, &room, infos.data());
+    printf("processes: %s with %u, then %s with %u%s\n", error_fn(sizing), processes, error_fn(listed), room,
+           room > 0 && infos[0].usedGpuMemory >= (256ull << 20) ? ", the first using the allocation" : "");
+  }
+  if (held != 0) CK(cuMemFree(held));
+  return 0;
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
   const std::string mode = argc > 1 ? argv[1] : "check";
@@ -469,6 +786,55 @@ int main(int argc, char** argv) {
     Setup(&dev);
     CUdeviceptr p = 0;
     printf("%s\n", Name(cuMemAllocManaged(&p, 4096, CU_MEM_ATTACH_GLOBAL)));
+    // The program goes on: ordinary memory still works.
+    CK(cuMemAlloc(&p, 1 << 20));
+    CK(cuMemsetD32(p, 0x5a5a5a5au, (1 << 20) / 4));
+    Verify(p, 0x5a5a5a5au, (1 << 20) / 4, "after a refusal");
+    printf("then cuMemAlloc, memset, copy: ok\n");
+    return 0;
+  }
+  if (mode == "graph") return Graph();
+  if (mode == "pointer") return Pointer();
+  if (mode == "capture-copy") {
+    Setup(&dev);
+    CUstream stream;
+    CK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr a = 0;
+    CK(cuMemAlloc(&a, 4096));
+    std::vector<uint8_t> host(4096, 7);
+    CK(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    const CUresult copy = cuMemcpyHtoDAsync(a, host.data(), host.size(), stream);
+    CUgraph graph = nullptr;
+    const CUresult end = cuStreamEndCapture(stream, &graph);
+    printf("copy %s, end capture %s\n", Name(copy), Name(end));
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    CK(cuStreamIsCapturing(stream, &status));
+    printf("then %s; sync %s\n", status == CU_STREAM_CAPTURE_STATUS_NONE ? "not capturing" : "capturing",
+           Name(cuStreamSynchronize(stream)));
+    return 0;
+  }
+  if (mode == "callbacks") return Callbacks();
+  if (mode == "memops") return Memops();
+  if (mode == "settings") return Settings();
+  if (mode == "nvml") return Nvml(false);
+  if (mode == "nvml-cuda") return Nvml(true);
+  if (mode == "nvml-missing") {
+    void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    auto fn = nvml != nullptr ? reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, unsigned int*)>(
+                                    dlsym(nvml, "nvmlDeviceGetBoardId"))
+                              : nullptr;
+    if (fn == nullptr) return 1;
+    printf("nvmlDeviceGetBoardId: %d\n", static_cast<int>(fn(nullptr, nullptr)));
+    return 0;
+  }
+  if (mode == "hostmap") {
+    Setup(&dev);
+    void* pinned = nullptr;
+    CK(cuMemHostAlloc(&pinned, 4096, CU_MEMHOSTALLOC_DEVICEMAP));
+    CUdeviceptr mapped = 0;
+    printf("%s\n", Name(cuMemHostGetDevicePointer(&mapped, pinned, 0)));
+    CUdeviceptr p = 0;
+    printf("then cuMemAlloc: %s\n", Name(cuMemAlloc(&p, 4096)));
     return 0;
   }
   if (mode == "tables") return Tables();

@@ -346,6 +346,70 @@ TEST_F(RemoteSim, CallsNotForwardedReturnNotSupportedAndAreNamed) {
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("CUDA_ERROR_NOT_SUPPORTED"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("cuMemAllocManaged is not forwarded"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("then cuMemAlloc, memset, copy: ok"), std::string::npos) << r.out;
+}
+
+// The probe's output through the client equals its output on the simulated driver directly.
+void ExpectSameAsDirect(const std::string& address, const std::string& mode, const std::string& must_say) {
+  SCOPED_TRACE(mode);
+  Result direct = RunProgram(Direct("1GiB", {kProbe, mode}));
+  Result remote = RunProgram(Remote(address, "1GiB", {kProbe, mode}));
+  EXPECT_EQ(direct.code, 0) << direct.out;
+  EXPECT_EQ(remote.code, 0) << remote.out;
+  EXPECT_NE(direct.out.find(must_say), std::string::npos) << direct.out;
+  EXPECT_EQ(remote.out, direct.out);
+}
+
+TEST_F(RemoteSim, AGraphCapturedThroughTheClientReplaysWithVerifiedResults) {
+  // A memset, a kernel and a copy captured on a stream; the graph replayed three times.
+  ExpectSameAsDirect(Address(), "graph", "replayed 3 times: results verified");
+}
+
+TEST_F(RemoteSim, AHostCopyOnACapturingStreamIsRefusedAtTheEndOfTheCapture) {
+  // The copy's host buffer is the worker's message: a graph must not read it at replay.
+  Result r = RunProgram(Remote(Address(), "1GiB", {kProbe, "capture-copy"}));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out, "copy CUDA_SUCCESS, end capture CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED\n"
+                   "then not capturing; sync CUDA_SUCCESS\n");
+}
+
+TEST_F(RemoteSim, PointerAttributesAreTheWorkersAndTheClientsPageLockedMemoryIsHost) {
+  ExpectSameAsDirect(Address(), "pointer", "attributes of page-locked memory: type host, range from the allocation");
+}
+
+TEST_F(RemoteSim, StreamCallbacksAndHostFunctionsRunInStreamOrder) {
+  ExpectSameAsDirect(Address(), "callbacks",
+                     "callback\nhost function\ncallback\nstatus CUDA_SUCCESS\nstatus CUDA_SUCCESS\n");
+}
+
+TEST_F(RemoteSim, ContextFunctionAndStreamSettingsAreForwarded) {
+  ExpectSameAsDirect(Address(), "settings", "stack limit doubled: yes\ncache config prefers L1: yes\n");
+}
+
+TEST_F(RemoteSim, StreamMemoryOperationsAreForwarded) {
+  ExpectSameAsDirect(Address(), "memops", "wrote 7 and 123456789");
+}
+
+TEST_F(RemoteSim, NvmlThroughTheClientShowsTheRemoteSlice) {
+  // Memory total is the slice's 1 GiB, not the simulated GPU's 2 GiB.
+  ExpectSameAsDirect(Address(), "nvml", "memory: total 1073741824, used 0, free 1073741824; v2 total 1073741824");
+  // With a CUDA context holding 256 MiB: the slice's usage, and its process (the worker).
+  ExpectSameAsDirect(Address(), "nvml-cuda", "with 1, the first using the allocation");
+}
+
+TEST_F(RemoteSim, NvmlCallsNotForwardedReturnNotSupportedAndAreNamed) {
+  Result r = RunProgram(Remote(Address(), "1GiB", {kProbe, "nvml-missing"}));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("nvmlDeviceGetBoardId: 3\n"), std::string::npos) << r.out;  // NVML_ERROR_NOT_SUPPORTED
+  EXPECT_NE(r.out.find("nvmlDeviceGetBoardId is not forwarded"), std::string::npos) << r.out;
+}
+
+TEST_F(RemoteSim, PageLockedMemoryIsNotMappedIntoTheRemoteGpuAndSaysSo) {
+  Result r = RunProgram(Remote(Address(), "1GiB", {kProbe, "hostmap"}));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("CUDA_ERROR_NOT_SUPPORTED\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("cannot be mapped into the remote GPU's address space"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("then cuMemAlloc: CUDA_SUCCESS"), std::string::npos) << r.out;
 }
 
 // The driver's private tables as the client answers them: size headers, every slot callable
@@ -495,6 +559,10 @@ TEST_F(RemoteSim, GsliceRunRemoteRefusesWhatItCannotDo) {
   Result no_memory = RunProgram({gslice, "run", "--remote", Address(), "--", "/bin/true"});
   EXPECT_EQ(no_memory.code, 2);
   EXPECT_NE(no_memory.out.find("--memory is required"), std::string::npos) << no_memory.out;
+  Result gpus = RunProgram({gslice, "run", "--remote", Address(), "--gpus", "0", "--memory", "1GiB", "--", "/bin/true"});
+  EXPECT_EQ(gpus.code, 2);
+  EXPECT_NE(gpus.out.find("--gpus is not taken here"), std::string::npos) << gpus.out;
+  EXPECT_NE(gpus.out.find("CUDA_VISIBLE_DEVICES where it starts"), std::string::npos) << gpus.out;
 }
 
 TEST_F(RemoteSim, TcpIsServedOnLoopbackAndRefusedElsewhere) {

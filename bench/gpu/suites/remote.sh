@@ -22,6 +22,7 @@ SIM = ["--sim"] if os.environ.get("REMOTE_SIM") == "1" else []
 gslice = os.path.join(B, "bin", "gslice")
 remoted = os.path.join(B, "bin", "gslice-remoted")
 example = os.path.join(B, "bin", "gslice-example")
+probe = os.path.join(B, "bin", "gslice_remote_probe")
 env = dict(os.environ)
 env["GSLICE_LEDGER"] = f"/dev/shm/gslice-remote-{os.getpid()}"
 env["GSLICE_SUSPEND_BOARD"] = f"/dev/shm/gslice-remote-board-{os.getpid()}"
@@ -90,11 +91,11 @@ try:
 
     # 3. Real cudart (the CUDA toolkit's, as CI runs it on the simulated driver) and cuBLAS
     # through the client: the driver's private tables answered on the client.
-    probe = os.path.join(B, "bin", "gslice_cudart_probe")
-    if os.path.exists(probe):
+    cudart_probe = os.path.join(B, "bin", "gslice_cudart_probe")
+    if os.path.exists(cudart_probe):
         for mode, done in (("runtime", "cudart done"), ("cublas", "cublas done")):
             rc, out, err, _ = run(f"cudart-{mode}", [gslice, "run", "--remote", "unix:" + sock, "--memory", "4GiB",
-                                                   "--", probe, mode], timeout=120)
+                                                   "--", cudart_probe, mode], timeout=120)
             last = (out.strip().splitlines() or ["(no output)"])[-1][:200]
             if "error while loading shared libraries" in err or (rc == 2 and "no libcublas" in out):
                 result(f"remote.cudart.{mode}", "SKIP", "no CUDA toolkit runtime on this machine (/usr/local/cuda/lib64)")
@@ -162,6 +163,37 @@ print("ok")
             same = abs(lv - rv) <= 1e-6 * max(1.0, abs(lv))
             result(f"remote.torch.{check}", "PASS" if same else "FAIL",
                    f"local {lv!r} remote {rv!r}" + ("" if same else " (differ)"))
+
+    # 5. The driver API beyond launches, locally and remotely (same output): a stream captured
+    # into a graph and replayed three times with verified results, pointer attributes, stream
+    # callbacks and host functions in order, stream memory operations, context/function/stream
+    # settings and occupancy; and NVML through the
+    # forwarding libnvidia-ml.so.1 (the slice's memory, its process). Needs the PTX test kernels
+    # (a build with nvcc).
+    for mode in ("graph", "pointer", "callbacks", "memops", "settings", "nvml-cuda"):
+        rl, lout, lerr, _ = run(f"probe-{mode}-local", [gslice, "run"] + SIM + ["--memory", "4GiB", "--", probe, mode])
+        rr, rout, rerr, _ = run(f"probe-{mode}-remote", [gslice, "run", "--remote", "unix:" + sock, "--memory", "4GiB",
+                                                         "--", probe, mode])
+        if rl != 0:
+            last = ((lout + lerr).strip().splitlines() or ["(no output)"])[-1][:160]
+            result(f"remote.{mode}", "INFO", f"does not run locally: exit {rl}: {last}")
+            continue
+        ok = rr == 0 and rout == lout
+        last = ((rout + rerr).strip().splitlines() or ["(no output)"])[-1][:160]
+        result(f"remote.{mode}", "PASS" if ok else "FAIL",
+               "same output as local" if ok else f"remote exit {rr}, outputs differ (remote/probe-{mode}-*.log): {last}")
+
+    # 6. nvidia-smi through the client: the GPU's memory is the slice's 4 GiB.
+    smi = subprocess.run(["which", "nvidia-smi"], capture_output=True, text=True).stdout.strip()
+    if smi and not SIM:
+        rc, out, err, _ = run("nvidia-smi", [gslice, "run", "--remote", "unix:" + sock, "--memory", "4GiB", "--", smi,
+                                             "--query-gpu=name,memory.total,memory.used", "--format=csv,noheader"])
+        line = (out.strip().splitlines() or ["(no output)"])[0][:160]
+        result("remote.nvidia-smi", "PASS" if rc == 0 and "4096 MiB" in out else "FAIL",
+               f"nvidia-smi through the client: exit {rc}: {line}")
+        run("nvidia-smi-full", [gslice, "run", "--remote", "unix:" + sock, "--memory", "4GiB", "--", smi])
+    else:
+        result("remote.nvidia-smi", "INFO", "no nvidia-smi here" if not smi else "skipped on the simulated driver")
 finally:
     os.killpg(server.pid, signal.SIGTERM)
     try:
