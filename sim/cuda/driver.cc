@@ -1114,7 +1114,8 @@ GSLICE_SIM_EXPORT CUresult cuCtxGetLimit(size_t* value, CUlimit limit) {
 }
 
 GSLICE_SIM_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value) {
-  if (limit < 0 || limit >= CU_LIMIT_MAX) return CUDA_ERROR_INVALID_VALUE;
+  // The shared-memory and CIG limits are queried only.
+  if (limit < 0 || limit >= CU_LIMIT_SHMEM_SIZE) return CUDA_ERROR_INVALID_VALUE;
   REQUIRE_INIT(d);
   REQUIRE_CONTEXT(ctx);
   std::lock_guard<std::mutex> g(ctx->m);

@@ -128,7 +128,7 @@ struct CUctx_st {
   std::mutex m;  // guards streams, per_thread, limits and cache_config
   std::shared_ptr<CUstream_st> legacy;
   // cuCtxSetLimit's values (stored, not enforced) and cuCtxSetCacheConfig's preference.
-  size_t limits[CU_LIMIT_MAX] = {1024, 1u << 20, 8u << 20, 2, 2048, 0, 0, 0};
+  size_t limits[CU_LIMIT_MAX] = {1024, 1u << 20, 8u << 20, 2, 2048, 64, 0, 0, 0};
   CUfunc_cache cache_config = CU_FUNC_CACHE_PREFER_NONE;
   std::map<std::thread::id, std::shared_ptr<CUstream_st>> per_thread;
   std::vector<std::shared_ptr<CUstream_st>> streams;  // user streams

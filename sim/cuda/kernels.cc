@@ -365,15 +365,6 @@ GSLICE_SIM_EXPORT CUresult cuFuncGetAttribute(int* pi, CUfunction_attribute attr
   return CUDA_SUCCESS;
 }
 
-// Function attributes the program sets (dynamic shared memory, carve-out) are accepted and
-// change nothing: the sim's kernels use no shared memory.
-GSLICE_SIM_EXPORT CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute attrib, int value) {
-  REQUIRE_INIT(d);
-  if (attrib < 0 || attrib >= CU_FUNC_ATTRIBUTE_MAX || value < 0) return CUDA_ERROR_INVALID_VALUE;
-  if (f == nullptr || !FunctionLive(f)) return CUDA_ERROR_INVALID_HANDLE;
-  return CUDA_SUCCESS;
-}
-
 GSLICE_SIM_EXPORT CUresult cuKernelGetAttribute(int* pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice) {
   return cuFuncGetAttribute(pi, attrib, reinterpret_cast<CUfunction>(kernel));
 }
@@ -612,8 +603,8 @@ GSLICE_SIM_EXPORT CUresult cuKernelGetName(const char** name, CUkernel kernel) {
   return CUDA_SUCCESS;
 }
 
-// ---- function settings and occupancy: accepted and checked, with a simple occupancy model
-// (2048 resident threads, at most 32 blocks per SM; shared memory never limits). ----
+// ---- function settings: accepted and checked; they change nothing (the sim's kernels use no
+// shared memory). ----
 
 GSLICE_SIM_EXPORT CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute attrib, int value) {
   REQUIRE_INIT(d);
@@ -623,6 +614,12 @@ GSLICE_SIM_EXPORT CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute
       return value >= 0 && value <= 232448 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
     case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
       return value >= -1 && value <= 100 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH:
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT:
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH:
+    case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED:
+    case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+      return value >= 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
     default:
       return CUDA_ERROR_INVALID_VALUE;
   }
@@ -643,18 +640,3 @@ GSLICE_SIM_EXPORT CUresult cuFuncGetModule(CUmodule* module, CUfunction f) {
   return CUDA_SUCCESS;
 }
 
-GSLICE_SIM_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* blocks, CUfunction f,
-                                                                                int block_size, size_t dynamic_smem,
-                                                                                unsigned int flags) {
-  (void)dynamic_smem;
-  if (blocks == nullptr || block_size <= 0 || block_size > 1024 || flags > 1) return CUDA_ERROR_INVALID_VALUE;
-  REQUIRE_INIT(d);
-  if (f == nullptr || !FunctionLive(f)) return CUDA_ERROR_INVALID_HANDLE;
-  *blocks = std::min(32, 2048 / block_size);
-  return CUDA_SUCCESS;
-}
-
-GSLICE_SIM_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, CUfunction f, int block_size,
-                                                                       size_t dynamic_smem) {
-  return cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(blocks, f, block_size, dynamic_smem, 0);
-}

@@ -155,25 +155,3 @@ GSLICE_SIM_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx) {
   return static_cast<CUresult>(ctx->sticky_error.load());
 }
 
-// Context limits: the driver's defaults, and what the program sets, kept for the process (the
-// sim's kernels use none of them).
-namespace {
-std::atomic<size_t> g_limits[CU_LIMIT_MAX] = {1024, 1 << 20, 8 << 20, 2, 2048, 64, 0, 0, 0};
-}  // namespace
-
-GSLICE_SIM_EXPORT CUresult cuCtxGetLimit(size_t* value, CUlimit limit) {
-  if (value == nullptr || limit < 0 || limit >= CU_LIMIT_MAX) return CUDA_ERROR_INVALID_VALUE;
-  REQUIRE_INIT(d);
-  REQUIRE_CONTEXT(ctx);
-  *value = g_limits[limit].load();
-  return CUDA_SUCCESS;
-}
-
-GSLICE_SIM_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value) {
-  // The shared-memory and CIG limits are queried only.
-  if (limit < 0 || limit >= CU_LIMIT_SHMEM_SIZE) return CUDA_ERROR_INVALID_VALUE;
-  REQUIRE_INIT(d);
-  REQUIRE_CONTEXT(ctx);
-  g_limits[limit].store(value);
-  return CUDA_SUCCESS;
-}
