@@ -399,6 +399,13 @@ void DraPluginRunner::RunOnce() {
   }
   gpus_ = gpus;
   if (service_) service_->SetGpus(gpus_);
+  // Now and then the published slice is read back (a GET, nothing written when it is
+  // current): kubelet deletes a driver's ResourceSlices when the driver stays unregistered,
+  // e.g. across a kubelet restart, and the plugin then publishes it again.
+  if (++polls_since_check_ >= kRecheckPolls) {
+    polls_since_check_ = 0;
+    published_.clear();
+  }
   if (!Publish(&err)) Log("publishing the ResourceSlice: " + err);
   if (FileIdentity(dra_socket()) != dra_id_ || FileIdentity(registration_socket()) != reg_id_) {
     Log("a plugin socket is gone (kubelet restarted?): serving again");

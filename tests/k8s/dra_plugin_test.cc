@@ -207,6 +207,14 @@ TEST_F(DraPluginTest, AGpuLostIsWithdrawnWithTheNextPoolGenerationAndARestartWri
   EXPECT_EQ(runner_->generation(), 2);
 }
 
+TEST_F(DraPluginTest, ASliceDeletedBehindThePluginsBackIsPublishedAgain) {
+  ASSERT_TRUE(kube_.Call("DELETE", kSlicePath).ok());
+  for (int i = 0; i < 60 && api_.Resource(kSlicePath).is_null(); ++i) runner_->RunOnce();
+  json slice = api_.Resource(kSlicePath);
+  ASSERT_TRUE(slice.is_object()) << "not published again";
+  EXPECT_EQ(slice["spec"]["devices"].size(), 2u);
+}
+
 TEST_F(DraPluginTest, PreparesAClaimAsASliceWithItsCdiSpec) {
   api_.PutResource(ClaimPath("ml", "train"),
                    MakeClaim("ml", "train", "c1a1", {{"gpu", "gpu-1", "8Gi", "25"}},

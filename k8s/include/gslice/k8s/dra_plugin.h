@@ -160,6 +160,8 @@ class DraPluginRunner {
   std::unique_ptr<grpc::Server> server_, registration_server_;
   std::vector<GpuInfo> gpus_;
   std::string published_;  // the devices last published (JSON), "" when not yet
+  static constexpr int kRecheckPolls = 60;
+  int polls_since_check_ = 0;
   int64_t generation_ = 0;
   std::string dra_id_, reg_id_;  // identities of the sockets when served
 };
