@@ -91,6 +91,41 @@ void Answer(const PreparedClaim& c, drapb::NodePrepareResourceResponse* out) {
   }
 }
 
+int64_t RunAsUserOf(const json& obj) {
+  if (!obj.is_object() || !obj.contains("securityContext") || !obj["securityContext"].is_object()) return -1;
+  const json& u = obj["securityContext"].value("runAsUser", json());
+  if (!u.is_number_integer()) return -1;
+  const int64_t v = u.get<int64_t>();
+  return v >= 0 && v < 0xffffffffLL ? v : -1;
+}
+
+// The uid the containers of the pods that reserved a claim run as (a container's
+// securityContext.runAsUser, else its pod's): -1 unless every container says and all agree
+// (then the slice stays root's; the image's USER is not visible here).
+int64_t ClaimRunAsUser(const KubeClient& kube, const json& claim) {
+  const json* reserved = nullptr;
+  if (claim.contains("status") && claim["status"].is_object() && claim["status"].contains("reservedFor"))
+    reserved = &claim["status"]["reservedFor"];
+  if (!reserved || !reserved->is_array() || reserved->empty()) return -1;
+  const std::string ns = claim["metadata"].value("namespace", "");
+  int64_t uid = -2;
+  for (const json& r : *reserved) {
+    if (!r.is_object() || r.value("resource", "") != "pods") return -1;
+    KubeResult pod = kube.GetPod(ns, r.value("name", ""));
+    if (!pod.ok() || !pod.body.is_object() || !pod.body.contains("spec")) return -1;
+    const json& spec = pod.body["spec"];
+    const int64_t pod_uid = RunAsUserOf(spec);
+    if (!spec.contains("containers") || !spec["containers"].is_array()) return -1;
+    for (const json& c : spec["containers"]) {
+      int64_t u = RunAsUserOf(c);
+      if (u < 0) u = pod_uid;
+      if (u < 0 || (uid != -2 && u != uid)) return -1;
+      uid = u;
+    }
+  }
+  return uid >= 0 ? uid : -1;
+}
+
 }  // namespace
 
 // ---- DraNodeService ------------------------------------------------------------------------
@@ -161,6 +196,8 @@ std::string DraNodeService::Prepare(const drapb::Claim& claim, PreparedClaim* ou
   std::string why;
   auto slices = PlanClaim(r.body, config_.driver, config_.node_name, gpus_, &why);
   if (!slices) return why;
+  const int64_t owner = ClaimRunAsUser(*kube_, r.body);
+  for (ClaimSlice& s : *slices) s.slice.run_as_user = owner;
 
   PreparedClaim p{claim.uid(), claim.namespace_(), claim.name(), {}, {}};
   std::vector<std::string> usage;

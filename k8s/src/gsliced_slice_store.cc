@@ -87,6 +87,22 @@ class GslicedSliceStore final : public SliceStore {
                " (does gsliced use another ledger?)";
       return "";
     }
+    // The usage file goes to the uid the claim's containers run as, so that they charge the
+    // node ledger (gsliced keeps an entry's owner when it knows no account for the user).
+    if (s.slice.run_as_user >= 0) {
+      const LedgerSlice& e = ledger.limits()->slices[index];
+      LedgerError u = ledger.writable() ? ledger.UpdateSlice(index, static_cast<gslice::SliceClass>(e.slice_class),
+                                                             e.flags, static_cast<uint32_t>(s.slice.run_as_user),
+                                                             e.protect_permille)
+                                        : LedgerError::kNotPermitted;
+      if (u != LedgerError::kOk) {
+        *error = "cannot give slice " + name + " to uid " + std::to_string(s.slice.run_as_user) + " in " + ledger_ +
+                 ": " + LedgerErrorString(u) + " (run gslice-dra-plugin as root)";
+        std::string ignored;
+        Delete(name, &ignored);
+        return "";
+      }
+    }
     return ledger_ + "/slice-" + std::to_string(index);
   }
 

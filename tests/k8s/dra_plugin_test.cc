@@ -234,6 +234,7 @@ TEST_F(DraPluginTest, PreparesAClaimAsASliceWithItsCdiSpec) {
 
   ASSERT_EQ(store_->created.size(), 1u);
   const ClaimSlice& s = store_->created[0];
+  EXPECT_EQ(s.slice.run_as_user, -1);  // no pod says
   EXPECT_EQ(SliceNameFor(s.slice), "ml.train.gpu");
   EXPECT_EQ(s.slice.slice_class, SliceClass::kOpportunistic);
   EXPECT_EQ(s.idle_timeout_s, 600);
@@ -279,8 +280,13 @@ TEST_F(DraPluginTest, PreparesAClaimAsASliceWithItsCdiSpec) {
 
 TEST_F(DraPluginTest, ARestartedPluginKeepsItsPreparedClaims) {
   api_.PutResource(ClaimPath("ml", "nb"), MakeClaim("ml", "nb", "c2b2", {{"gpu", "gpu-0", "4Gi", ""}}));
+  // The pod that reserved the claim runs as uid 1000: the slice's usage file becomes its.
+  json pod = testing::MakePod("ml", "app", "pod-1", 0, 0, 0);
+  pod["spec"]["securityContext"] = {{"runAsUser", 1000}};
+  api_.AddPod(pod);
   ASSERT_EQ(kubelet_.Prepare(testing::MakeClaimRef("ml", "nb", "c2b2")).claims().at("c2b2").error(), "");
   ASSERT_EQ(store_->created.size(), 1u);
+  EXPECT_EQ(store_->created[0].slice.run_as_user, 1000);
   EXPECT_EQ(store_->created[0].slice.slice_class, SliceClass::kGuaranteed);
   EXPECT_EQ(store_->created[0].slice.container.gpus[0].compute_percent, 0);
   Restart();

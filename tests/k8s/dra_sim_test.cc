@@ -8,6 +8,7 @@
 #include <httplib.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 #include "fake_apiserver.h"
 #include "fake_dra_kubelet.h"
 #include "gslice/k8s/dra_plugin.h"
+#include "gslice/ledger.h"
 #include "gslice/suspend_board.h"
 #include "shim_env.h"
 
@@ -173,6 +175,30 @@ TEST(DraOnSim, PreparedClaimRunsInsideItsSliceWithTheCdiEnvironment) {
   EXPECT_NE(r.out.find("ok"), std::string::npos) << r.out << r.err;
   r = env.Run({gslice::test::ClientPath(), "hold", std::to_string(1024 * kMiB)});
   EXPECT_NE(r.out.find("oom"), std::string::npos) << r.out << r.err;
+
+  // A claim reserved by a pod that runs as uid 65534: its slice's usage file is that uid's
+  // in the node ledger (so the pod's processes charge it), and gsliced leaves it so.
+  json pod = testing::MakePod("ml", "svc", "pod-svc", 0, 0, 0);
+  pod["spec"]["securityContext"] = {{"runAsUser", 65534}};
+  api.AddPod(pod);
+  json claim2 = claim;
+  claim2["metadata"] = {{"name", "svc"}, {"namespace", "ml"}, {"uid", "6e2d1b3f-8a4c-4d7e-9f0a-1b2c3d4e5f60"}};
+  claim2["status"]["reservedFor"] = json::array({{{"resource", "pods"}, {"name", "svc"}, {"uid", "pod-svc"}}});
+  api.PutResource("/apis/resource.k8s.io/v1/namespaces/ml/resourceclaims/svc", claim2);
+  const auto ref2 = testing::MakeClaimRef("ml", "svc", "6e2d1b3f-8a4c-4d7e-9f0a-1b2c3d4e5f60");
+  ASSERT_EQ(kubelet.Prepare(ref2).claims().at(ref2.uid()).error(), "") << ReadAll(log);
+  std::this_thread::sleep_for(500ms);  // gsliced samples every 100 ms
+  {
+    Ledger ledger;
+    ASSERT_EQ(ledger.Open(env.ledger_path().c_str(), 2000, false), LedgerError::kOk);
+    const int index = ledger.FindSlice("ml.svc.gpu");
+    ASSERT_GE(index, 0);
+    EXPECT_EQ(ledger.limits()->slices[index].owner_uid, 65534u);
+    struct stat file {};
+    ASSERT_EQ(stat((env.ledger_path() + "/slice-" + std::to_string(index)).c_str(), &file), 0);
+    EXPECT_EQ(file.st_uid, 65534u);
+  }
+  EXPECT_EQ(kubelet.Unprepare(ref2).claims().at(ref2.uid()).error(), "");
 
   // Unprepare: the slice leaves gsliced, the CDI spec leaves the node.
   auto un = kubelet.Unprepare(ref, &st);

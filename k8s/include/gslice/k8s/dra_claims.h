@@ -60,7 +60,9 @@ bool ParseClaimParameters(const nlohmann::json& parameters, ClaimParameters* out
 // (pool, device) the allocation gave it.
 struct ClaimSlice {
   std::string request;
-  PendingContainer slice;  // namespace = claim's, pod_name = claim's name, container = request
+  // namespace = claim's, pod_name = claim's name, container = request; run_as_user: the uid
+  // of the containers that use the claim (-1: unknown, the slice stays root's)
+  PendingContainer slice;
   std::vector<std::pair<std::string, std::string>> devices;  // (pool, device)
   int64_t idle_timeout_s = 0;
 };
