@@ -75,6 +75,9 @@ class NvmlGpuSource final : public GpuSource {
       g.healthy = get_uuid_(dev, uuid, sizeof uuid) == NVML_SUCCESS &&
                   get_memory_(dev, &mem) == NVML_SUCCESS;
       if (get_name_(dev, name, sizeof name) == NVML_SUCCESS) g.model = name;
+      int major = 0, minor = 0;
+      if (get_cc_ && get_cc_(dev, &major, &minor) == NVML_SUCCESS)
+        g.compute_capability = std::to_string(major) + "." + std::to_string(minor);
       g.uuid = uuid;
       g.memory_mib = static_cast<int64_t>(mem.total >> 20);
       if (g.uuid.empty() && i < last_.size()) g = last_[i], g.healthy = false;
@@ -107,6 +110,8 @@ class NvmlGpuSource final : public GpuSource {
               Sym("nvmlDeviceGetHandleByIndex_v2", &by_index_, error) &&
               Sym("nvmlDeviceGetUUID", &get_uuid_, error) && Sym("nvmlDeviceGetName", &get_name_, error) &&
               Sym("nvmlDeviceGetMemoryInfo", &get_memory_, error);
+    // Optional: not every NVML (the simulated one) answers it.
+    get_cc_ = reinterpret_cast<decltype(get_cc_)>(dlsym(handle_, "nvmlDeviceGetCudaComputeCapability"));
     if (ok) {
       nvmlReturn_t rc = init();
       if (rc != NVML_SUCCESS) {
@@ -132,6 +137,7 @@ class NvmlGpuSource final : public GpuSource {
   nvmlReturn_t (*get_uuid_)(nvmlDevice_t, char*, unsigned int) = nullptr;
   nvmlReturn_t (*get_name_)(nvmlDevice_t, char*, unsigned int) = nullptr;
   nvmlReturn_t (*get_memory_)(nvmlDevice_t, nvmlMemory_t*) = nullptr;
+  nvmlReturn_t (*get_cc_)(nvmlDevice_t, int*, int*) = nullptr;
   std::vector<GpuInfo> last_;
 };
 

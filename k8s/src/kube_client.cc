@@ -86,12 +86,14 @@ KubeResult KubeClient::Request(const std::string& method, const std::string& pat
   if (!token.empty()) cli.set_bearer_token_auth(token);
   if (!config_.ca_file.empty()) cli.set_ca_cert_path(config_.ca_file.c_str());
   httplib::Headers headers{{"Accept", "application/json"}};
-  if (method != "GET" && method != "POST" && method != "PATCH") {
+  if (method != "GET" && method != "POST" && method != "PATCH" && method != "PUT" && method != "DELETE") {
     r.error = "unsupported method " + method;
     return r;
   }
   httplib::Result res = method == "GET"    ? cli.Get(path, headers)
                         : method == "POST" ? cli.Post(path, headers, body, content_type)
+                        : method == "PUT"  ? cli.Put(path, headers, body, content_type)
+                        : method == "DELETE" ? cli.Delete(path, headers, body, content_type)
                                            : cli.Patch(path, headers, body, content_type);
   if (!res) {
     r.error = method + " " + path + ": " + httplib::to_string(res.error()) + " (API server " +
@@ -137,6 +139,10 @@ KubeResult KubeClient::BindPod(const std::string& ns, const std::string& name, c
   if (!uid.empty()) binding["metadata"]["uid"] = uid;
   return Request("POST", "/api/v1/namespaces/" + ns + "/pods/" + name + "/binding", binding.dump(),
                  "application/json");
+}
+
+KubeResult KubeClient::Call(const std::string& method, const std::string& path, const json& body) const {
+  return Request(method, path, body.is_null() ? "" : body.dump(), body.is_null() ? "" : "application/json");
 }
 
 KubeResult KubeClient::ListNodes() const { return Request("GET", "/api/v1/nodes", "", ""); }

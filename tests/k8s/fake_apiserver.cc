@@ -66,7 +66,58 @@ json FakeApiServer::Pods() const {
   return items;
 }
 
+void FakeApiServer::PutResource(const std::string& path, json object) {
+  std::lock_guard<std::mutex> lock(mu_);
+  object["metadata"]["resourceVersion"] = std::to_string(++resource_version_);
+  resources_[path] = std::move(object);
+}
+
+json FakeApiServer::Resource(const std::string& path) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = resources_.find(path);
+  return it == resources_.end() ? json() : it->second;
+}
+
 void FakeApiServer::Route() {
+  const std::string slices = "/apis/resource.k8s.io/v1/resourceslices";
+  server_.Post(slices, [this, slices](const httplib::Request& req, httplib::Response& res) {
+    json obj = json::parse(req.body, nullptr, false);
+    if (obj.is_discarded() || obj.value("kind", "") != "ResourceSlice" || !obj["metadata"].contains("name"))
+      return Reply(res, 400, {{"message", "expected a ResourceSlice with a name"}});
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string path = slices + "/" + obj["metadata"]["name"].get<std::string>();
+    if (resources_.count(path)) return Reply(res, 409, {{"message", "already exists"}});
+    ++resource_writes_;
+    obj["metadata"]["resourceVersion"] = std::to_string(++resource_version_);
+    resources_[path] = obj;
+    Reply(res, 201, obj);
+  });
+  server_.Put(slices + "/([^/]+)", [this, slices](const httplib::Request& req, httplib::Response& res) {
+    json obj = json::parse(req.body, nullptr, false);
+    if (obj.is_discarded()) return Reply(res, 400, {{"message", "bad JSON"}});
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = resources_.find(slices + "/" + std::string(req.matches[1]));
+    if (it == resources_.end()) return Reply(res, 404, NotFound("resourceslice"));
+    if (obj["metadata"].value("resourceVersion", "") != it->second["metadata"].value("resourceVersion", ""))
+      return Reply(res, 409, {{"message", "the object has been modified"}});
+    ++resource_writes_;
+    obj["metadata"]["resourceVersion"] = std::to_string(++resource_version_);
+    it->second = obj;
+    Reply(res, 200, obj);
+  });
+  server_.Delete(slices + "/([^/]+)", [this, slices](const httplib::Request& req, httplib::Response& res) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!resources_.erase(slices + "/" + std::string(req.matches[1]))) return Reply(res, 404, NotFound("resourceslice"));
+    ++resource_writes_;
+    Reply(res, 200, {{"kind", "Status"}, {"status", "Success"}});
+  });
+  server_.Get(R"(/apis/resource\.k8s\.io/v1/.+)", [this](const httplib::Request& req, httplib::Response& res) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = resources_.find(req.path);
+    if (it == resources_.end()) return Reply(res, 404, NotFound(req.path));
+    Reply(res, 200, it->second);
+  });
+
   server_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response&) {
     std::lock_guard<std::mutex> lock(mu_);
     last_authorization_ = req.get_header_value("Authorization");

@@ -37,6 +37,13 @@ class FakeApiServer {
   nlohmann::json Node(const std::string& name) const;
   nlohmann::json Pods() const;  // all, as a list of pod objects
 
+  // resource.k8s.io/v1 objects by API path ("/apis/resource.k8s.io/v1/resourceslices/x",
+  // ".../namespaces/ns/resourceclaims/c"): ResourceSlices are created (POST), replaced (PUT,
+  // with a matching resourceVersion) and deleted through the API; claims are put by tests.
+  void PutResource(const std::string& path, nlohmann::json object);
+  nlohmann::json Resource(const std::string& path) const;  // null when absent
+  int resource_writes() const { return resource_writes_; }
+
   // The next n binding requests fail with HTTP 500.
   void FailBindings(int n) { fail_bindings_ = n; }
   // Each binding request waits this long before it takes effect.
@@ -52,6 +59,9 @@ class FakeApiServer {
   mutable std::mutex mu_;
   std::map<std::string, nlohmann::json> pods_;  // "ns/name"
   std::map<std::string, nlohmann::json> nodes_;
+  std::map<std::string, nlohmann::json> resources_;  // by API path
+  int64_t resource_version_ = 0;
+  std::atomic<int> resource_writes_{0};
   std::string last_authorization_;
   httplib::Server server_;
   std::thread thread_;

@@ -46,6 +46,11 @@ class KubeClient {
   KubeResult PatchNodeAnnotations(const std::string& name,
                                   const std::map<std::string, std::string>& annotations) const;
 
+  // Any other object: GET, POST, PUT (a JSON body) or DELETE on an API path
+  // ("/apis/resource.k8s.io/v1/resourceslices/x"). body: null for none.
+  KubeResult Call(const std::string& method, const std::string& path,
+                  const nlohmann::json& body = nullptr) const;
+
   const KubeConfig& config() const { return config_; }
 
  private:

@@ -121,6 +121,7 @@ struct GpuInfo {
   int64_t memory_mib = 0;
   std::string model;
   bool healthy = true;
+  std::string compute_capability = {};  // "9.0"; empty when NVML does not say (not in the annotation)
 };
 
 std::string EncodeGpuInventory(const std::vector<GpuInfo>& gpus);
