@@ -21,9 +21,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "test_support.h"
@@ -419,6 +421,45 @@ int main(int argc, char** argv) {
     Setup(&dev);
     CUdeviceptr p = 0;
     printf("%s\n", Name(cuMemAllocManaged(&p, 4096, CU_MEM_ATTACH_GLOBAL)));
+    return 0;
+  }
+  if (mode == "threads") {
+    // One thread synchronises with a long kernel on its per-thread default stream; another
+    // makes calls meanwhile, on its own (idle) per-thread default stream.
+    if (argc < 3) return 2;
+    const CUcontext ctx = Setup(&dev);
+    CUmodule module;
+    CUfunction busy, fill;
+    CK(gslice::test::LoadTestKernels(&module, &busy, &fill));
+    std::atomic<bool> launched{false}, synchronised{false};
+    CUresult sync = CUDA_ERROR_UNKNOWN;
+    std::thread waiter([&] {
+      CK(cuCtxSetCurrent(ctx));
+      CK(gslice::test::LaunchBusy(busy, strtoull(argv[2], nullptr, 10) * 1000, CU_STREAM_PER_THREAD));
+      launched = true;
+      sync = cuStreamSynchronize(CU_STREAM_PER_THREAD);
+      synchronised = true;
+    });
+    while (!launched) usleep(1000);
+    usleep(500 * 1000);  // the other thread is in its synchronisation by now
+    int calls = 0;
+    CUresult own = CUDA_ERROR_UNKNOWN;
+    CUdeviceptr held[10] = {};
+    for (CUdeviceptr& p : held) {  // (no frees: a free waits for the context's work)
+      size_t free_bytes = 0, total = 0;
+      CUdevice mine;
+      CK(cuMemAlloc(&p, 1 << 20));
+      CK(cuMemGetInfo(&free_bytes, &total));
+      CK(cuCtxGetDevice(&mine));
+      own = cuStreamQuery(CU_STREAM_PER_THREAD);
+      calls += 4;
+    }
+    const bool during = !synchronised;
+    waiter.join();
+    for (CUdeviceptr p : held) CK(cuMemFree(p));
+    printf("%d calls, own per-thread stream %s, done while the other thread synchronised: %s\n", calls, Name(own),
+           during ? "yes" : "no");
+    printf("synchronised: %s\n", Name(sync));
     return 0;
   }
   if (mode == "maps") {

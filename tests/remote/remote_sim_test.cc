@@ -223,10 +223,10 @@ class Raw {
     std::string error;
     return DecodeHelloReply(&r, &reply, &error) && reply.status == 0;
   }
-  // A request's payload: the current context (none), then the call's arguments.
+  // A request's payload: the current context (none) and lane 0, then the call's arguments.
   static Writer Request() {
     Writer w;
-    w.Put<uint64_t>(0);
+    EncodeRequestPrefix(RequestPrefix{}, &w);
     return w;
   }
   // Sends a request; returns its result, or -1 when the connection closed.
@@ -339,6 +339,18 @@ TEST_F(RemoteSim, AnAsyncCallsErrorComesWithTheNextSynchronisation) {
   EXPECT_EQ(direct.out, "launch CUDA_ERROR_INVALID_HANDLE, sync CUDA_SUCCESS, sync CUDA_SUCCESS\n");
   Result remote = RunProgram(Remote(Address(), "1GiB", {kProbe, "deferred"}));
   EXPECT_EQ(remote.out, "launch CUDA_SUCCESS, sync CUDA_ERROR_INVALID_HANDLE, sync CUDA_SUCCESS\n");
+}
+
+TEST_F(RemoteSim, AThreadInALongSynchronisationHoldsUpNoOtherThread) {
+  // Each client thread has its serving thread in the worker: one thread's calls complete while
+  // another waits in cuStreamSynchronize, and each has its own per-thread default stream.
+  const std::string expected =
+      "40 calls, own per-thread stream CUDA_SUCCESS, done while the other thread synchronised: yes\n"
+      "synchronised: CUDA_SUCCESS\n";
+  Result direct = RunProgram(Direct("1GiB", {kProbe, "threads", "4000"}));
+  EXPECT_EQ(direct.out, expected);
+  Result remote = RunProgram(Remote(Address(), "1GiB", {kProbe, "threads", "4000"}));
+  EXPECT_EQ(remote.out, expected);
 }
 
 TEST_F(RemoteSim, CallsNotForwardedReturnNotSupportedAndAreNamed) {
