@@ -23,6 +23,7 @@
 #include "node.h"
 #include "socket_io.h"
 #include "test_support.h"
+#include "tls.h"
 #include "wire.h"
 
 namespace gslice::remote {
@@ -429,7 +430,7 @@ TEST_F(RemoteSim, GsliceRunRemoteRefusesWhatItCannotDo) {
   const std::string gslice = kBin + "/gslice";
   Result bad = RunProgram({gslice, "run", "--remote", "host:7000", "--memory", "1GiB", "--", "/bin/true"});
   EXPECT_EQ(bad.code, 2);
-  EXPECT_NE(bad.out.find("expected unix:PATH or tcp://HOST:PORT"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("expected unix:PATH, tcp://HOST:PORT or tls://HOST:PORT"), std::string::npos) << bad.out;
   Result sim = RunProgram({gslice, "run", "--remote", Address(), "--sim", "--memory", "1GiB", "--", "/bin/true"});
   EXPECT_EQ(sim.code, 2);
   EXPECT_NE(sim.out.find("gslice-remoted --sim"), std::string::npos) << sim.out;
@@ -443,7 +444,12 @@ TEST_F(RemoteSim, TcpIsServedOnLoopbackAndRefusedElsewhere) {
     Result r = RunProgram({kBin + "/gslice-remoted", "--listen", wide, "--sim"}, {}, 10000);
     EXPECT_EQ(r.code, 2) << wide;
     EXPECT_NE(r.out.find("token authentication and TLS"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("--listen tls://"), std::string::npos) << r.out;
   }
+  // tls:// without its certificate, key and token is refused too.
+  Result bare = RunProgram({kBin + "/gslice-remoted", "--listen", "tls://0.0.0.0:0", "--sim"}, {}, 10000);
+  EXPECT_EQ(bare.code, 2);
+  EXPECT_NE(bare.out.find("needs --cert FILE, --key FILE and --token-file FILE"), std::string::npos) << bare.out;
   Child server({kBin + "/gslice-remoted", "--listen", "tcp://127.0.0.1:0", "--sim"});
   const std::string line = server.ReadUntil("gslice-remoted: listening on", 20000);
   const size_t at = line.find("tcp://");
@@ -453,6 +459,128 @@ TEST_F(RemoteSim, TcpIsServedOnLoopbackAndRefusedElsewhere) {
   EXPECT_EQ(r.out, "CUDA_SUCCESS\n");
   server.Kill(SIGTERM);
   EXPECT_EQ(server.Wait(nullptr, 10000), 0);
+}
+
+// A test CA, a server certificate it signed (for 127.0.0.1), the server's key and a token,
+// made with the openssl command in a private folder that the destructor removes.
+class TlsFiles {
+ public:
+  TlsFiles() : dir_("/tmp/gslice-test-" + std::to_string(getpid()) + "-tls") {
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directory(dir_);
+    const std::string q = "cd " + dir_ + " && ";
+    const std::string ec = " -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes";
+    ok_ = system((q + "openssl req -x509" + ec + " -keyout ca.key -out ca.pem -days 1 -subj /CN=gslice-test-ca"
+                      " 2>/dev/null && openssl req" + ec + " -keyout server.key -out server.csr -subj /CN=gslice-test"
+                      " 2>/dev/null && printf 'subjectAltName=IP:127.0.0.1\\n' > ext && openssl x509 -req -in server.csr"
+                      " -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 1 -extfile ext 2>/dev/null && "
+                      "openssl req -x509" + ec + " -keyout other.key -out other.pem -days 1 -subj /CN=other 2>/dev/null")
+                         .c_str()) == 0;
+    Write("token", "0123456789abcdef0123456789abcdef\n");
+    Write("wrong", "0123456789abcdef0123456789abcdeX\n");
+  }
+  ~TlsFiles() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  bool ok() const { return ok_; }
+  std::string operator()(const std::string& name) const { return dir_ + "/" + name; }
+
+ private:
+  void Write(const std::string& name, const std::string& text) {
+    std::ofstream((*this)(name)) << text;
+    chmod((*this)(name).c_str(), 0600);
+  }
+  std::string dir_;
+  bool ok_ = false;
+};
+
+// Other machines are served over tls:// only: the server's certificate is verified, a client
+// with the token is served, and a wrong or missing token, a plain client and a failed
+// handshake are refused and logged without starting a worker.
+TEST_F(RemoteSim, TlsServesTheTokenAndRefusesEverythingElse) {
+  TlsFiles files;
+  ASSERT_TRUE(files.ok()) << "the openssl command is needed to make the test certificates";
+  Child server({kBin + "/gslice-remoted", "--listen", "tls://127.0.0.1:0", "--cert", files("server.pem"), "--key",
+                files("server.key"), "--token-file", files("token"), "--sim"});
+  const std::string line = server.ReadUntil("gslice-remoted: listening on", 20000);
+  const size_t at = line.find("tls://");
+  ASSERT_NE(at, std::string::npos) << line;
+  const std::string address = line.substr(at, line.find(' ', at) - at);
+  auto client = [&](const std::string& addr, const std::string& token, const std::string& ca) {
+    std::vector<std::string> env = {"GSLICE_LOG=info"};
+    if (!token.empty()) env.push_back("GSLICE_REMOTE_TOKEN_FILE=" + token);
+    if (!ca.empty()) env.push_back("GSLICE_REMOTE_CA=" + ca);
+    return RunProgram(Remote(addr, "1GiB", {kProbe, "alloc", "4096"}), env);
+  };
+  const std::string refused = "gslice-remoted: refused a client from 127.0.0.1:";
+
+  Result good = client(address, files("token"), files("ca.pem"));
+  EXPECT_NE(good.out.find("CUDA_SUCCESS\n"), std::string::npos) << good.out;
+  EXPECT_NE(good.out.find("(TLS), worker pid"), std::string::npos) << good.out;
+
+  Result wrong = client(address, files("wrong"), files("ca.pem"));
+  EXPECT_NE(wrong.out.find("refused this client: wrong token"), std::string::npos) << wrong.out;
+  EXPECT_NE(wrong.out.find("CUDA_ERROR_NO_DEVICE"), std::string::npos) << wrong.out;
+  EXPECT_EQ(wrong.out.find("worker pid"), std::string::npos) << wrong.out;
+  EXPECT_NE(server.ReadUntil(refused, 10000).find("wrong token"), std::string::npos);
+
+  // A certificate the client's CA did not sign: the client refuses the server.
+  Result untrusted = client(address, files("token"), files("other.pem"));
+  EXPECT_NE(untrusted.out.find("certificate is not trusted"), std::string::npos) << untrusted.out;
+  EXPECT_NE(untrusted.out.find("CUDA_ERROR_NO_DEVICE"), std::string::npos) << untrusted.out;
+  EXPECT_NE(server.ReadUntil(refused, 10000).find("TLS handshake"), std::string::npos);
+
+  // A plain client on the TLS port.
+  Result plain = client("tcp://" + address.substr(6), "", "");
+  EXPECT_NE(plain.out.find("CUDA_ERROR_NO_DEVICE"), std::string::npos) << plain.out;
+  EXPECT_EQ(plain.out.find("worker pid"), std::string::npos) << plain.out;
+  EXPECT_NE(server.ReadUntil(refused, 10000).find("TLS handshake"), std::string::npos);
+
+  // No token: gslice run says what is missing; a TLS client that sends none is refused.
+  Result none = client(address, "", files("ca.pem"));
+  EXPECT_EQ(none.code, 2);
+  EXPECT_NE(none.out.find("GSLICE_REMOTE_TOKEN_FILE"), std::string::npos) << none.out;
+  {
+    gslice::remote::Address a;
+    std::string error;
+    ASSERT_TRUE(ParseAddress(address, &a, &error)) << error;
+    const int fd = Connect(a, &error);
+    ASSERT_GE(fd, 0) << error;
+    TlsSession* tls = TlsConnect(fd, a.host, files("ca.pem"), 10000, &error);
+    ASSERT_NE(tls, nullptr) << error;
+    const Channel c{.fd = fd, .tls = tls};
+    Writer w;
+    EncodeHello(gslice::remote::Hello{.calls_hash = kCallsHash, .memory = "1GiB", .compute = "", .share = "",
+                                      .slice_class = ""},
+                &w);
+    ASSERT_TRUE(WriteFrame(c, FrameHeader{.seq = 0, .op = kOpHello}, w.buffer().data(), w.size()));
+    FrameHeader h;
+    std::vector<uint8_t> p;
+    ASSERT_EQ(ReadFrame(c, kMaxFrame, &h, &p), FrameRead::kOk);
+    Reader r(p.data(), p.size());
+    HelloReply reply;
+    ASSERT_TRUE(DecodeHelloReply(&r, &reply, &error)) << error;
+    EXPECT_NE(reply.status, 0);
+    EXPECT_NE(reply.message.find("wants a token"), std::string::npos) << reply.message;
+    TlsFree(tls);
+    close(fd);
+    EXPECT_NE(server.ReadUntil(refused, 10000).find("no token"), std::string::npos);
+  }
+  server.Kill(SIGTERM);
+  EXPECT_EQ(server.Wait(nullptr, 10000), 0);
+}
+
+// A token file others may read is refused on both sides.
+TEST_F(RemoteSim, ATokenFileOthersMayReadIsRefused) {
+  TlsFiles files;
+  ASSERT_TRUE(files.ok()) << "the openssl command is needed to make the test certificates";
+  chmod(files("token").c_str(), 0644);
+  Result r = RunProgram({kBin + "/gslice-remoted", "--listen", "tls://127.0.0.1:0", "--cert", files("server.pem"),
+                         "--key", files("server.key"), "--token-file", files("token"), "--sim"},
+                        {}, 10000);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("chmod 600"), std::string::npos) << r.out;
 }
 
 }  // namespace
