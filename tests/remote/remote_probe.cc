@@ -462,6 +462,37 @@ int main(int argc, char** argv) {
     printf("synchronised: %s\n", Name(sync));
     return 0;
   }
+  if (mode == "handoff") {
+    // One thread queues work on a stream; another, told it returned, synchronises the stream
+    // and reads the result: the first thread's work must be in the stream before the second's.
+    const CUcontext ctx = Setup(&dev);
+    CUstream stream;
+    CK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr p = 0;
+    const size_t words = 4096;
+    CK(cuMemAlloc(&p, words * 4));
+    std::atomic<uint32_t> queued{0};
+    std::thread writer([&] {
+      CK(cuCtxSetCurrent(ctx));
+      for (uint32_t i = 1; i <= 50; ++i) {
+        CK(cuMemsetD32Async(p, i, words, stream));
+        queued = i;
+        while (queued != 0) usleep(100);
+      }
+    });
+    int wrong = 0;
+    for (uint32_t i = 1; i <= 50; ++i) {
+      while (queued != i) usleep(100);
+      CK(cuStreamSynchronize(stream));
+      std::vector<uint32_t> host(words);
+      CK(cuMemcpyDtoH(host.data(), p, words * 4));
+      for (uint32_t v : host) wrong += v != i;
+      queued = 0;
+    }
+    writer.join();
+    printf("handoff: %d words wrong\n", wrong);
+    return 0;
+  }
   if (mode == "maps") {
     cuInit(0);
     FILE* f = fopen("/proc/self/maps", "r");

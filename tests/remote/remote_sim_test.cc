@@ -302,6 +302,14 @@ TEST_F(RemoteSim, ProtocolGarbageIsRefusedAndOtherClientsAreServed) {
     Writer version = Raw::Request();
     version.Put<uint8_t>(1);
     EXPECT_EQ(raw.Call(kOp_cuDriverGetVersion, version), CUDA_SUCCESS);
+    Writer lane;  // a lane the worker does not serve: answered, the connection goes on
+    EncodeRequestPrefix(RequestPrefix{.context = 0, .lane = kMaxLanes}, &lane);
+    lane.Put<uint8_t>(1);
+    EXPECT_EQ(raw.Call(kOp_cuDriverGetVersion, lane), CUDA_ERROR_INVALID_VALUE);
+    Writer other;  // another lane of the same connection
+    EncodeRequestPrefix(RequestPrefix{.context = 0, .lane = 7}, &other);
+    other.Put<uint8_t>(1);
+    EXPECT_EQ(raw.Call(kOp_cuDriverGetVersion, other), CUDA_SUCCESS);
     // An opcode no client sends closes the connection.
     EXPECT_EQ(raw.Call(kOpCount + 5, Raw::Request()), -1);
   }
@@ -352,6 +360,11 @@ TEST_F(RemoteSim, AThreadInALongSynchronisationHoldsUpNoOtherThread) {
   EXPECT_EQ(direct.out, expected);
   Result remote = RunProgram(Remote(Address(), "1GiB", {kProbe, "threads", "4000"}));
   EXPECT_EQ(remote.out, expected);
+}
+
+TEST_F(RemoteSim, WorkAThreadQueuedIsInItsStreamBeforeAnotherThreadsLaterCalls) {
+  Result r = RunProgram(Remote(Address(), "1GiB", {kProbe, "handoff"}));
+  EXPECT_EQ(r.out, "handoff: 0 words wrong\n");
 }
 
 TEST_F(RemoteSim, CallsNotForwardedReturnNotSupportedAndAreNamed) {
