@@ -131,19 +131,14 @@ bool QueueLocked(const FrameHeader& h, const Writer& payload) {
   return g_conn.queued.size() < kQueueBytes || FlushLocked();
 }
 
-// The token for a tls:// server (GSLICE_REMOTE_TOKEN_FILE), sent as the first frame.
-bool SendToken(const Channel& channel, std::string* error) {
+// The token for a tls:// server (GSLICE_REMOTE_TOKEN_FILE), read before connecting.
+bool ReadToken(std::string* token, std::string* error) {
   const char* path = OptionValue(Option::RemoteTokenFile);
   if (path[0] == '\0') {
     *error = std::string(OptionEnv(Option::RemoteTokenFile)) + " is not set: a tls:// server wants its token";
     return false;
   }
-  std::string token;
-  if (!ReadTokenFile(path, &token, error)) return false;
-  const bool sent = WriteFrame(channel, FrameHeader{.seq = 0, .op = kOpToken}, token.data(), token.size());
-  std::fill(token.begin(), token.end(), '\0');
-  if (!sent) *error = "the server closed the connection";
-  return sent;
+  return ReadTokenFile(path, token, error);
 }
 
 // REQUIRES g_send_mu and g_mu (held while connecting: no thread sends or reads meanwhile).
@@ -166,19 +161,22 @@ CUresult ConnectLocked() {
   Address address;
   std::string error;
   if (!ParseAddress(text, &address, &error)) return FailLocked(kNoServerResult, error);
+  std::string token;
+  if (address.tls && !ReadToken(&token, &error)) return FailLocked(kNoServerResult, address.text + ": " + error);
   int fd = Connect(address, &error);
   if (fd < 0) return FailLocked(kNoServerResult, error);
   Channel channel{.fd = fd};
   if (address.tls) {
+    // TLS, then the token as the first frame inside it.
     channel.tls = TlsConnect(fd, address.host, OptionValue(Option::RemoteCa), kHelloTimeoutMs, &error);
-    if (channel.tls == nullptr) {
-      close(fd);
-      return FailLocked(kNoServerResult, address.text + ": " + error);
-    }
-    if (!SendToken(channel, &error)) {
+    const bool sent = channel.tls != nullptr &&
+                      WriteFrame(channel, FrameHeader{.seq = 0, .op = kOpToken}, token.data(), token.size());
+    std::fill(token.begin(), token.end(), '\0');
+    if (!sent) {
       TlsFree(channel.tls);
       close(fd);
-      return FailLocked(kNoServerResult, address.text + ": " + error);
+      return FailLocked(kNoServerResult,
+                        address.text + ": " + (channel.tls != nullptr ? "the server closed the connection" : error));
     }
   }
   g_conn.channel = channel;

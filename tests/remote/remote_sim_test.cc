@@ -584,6 +584,37 @@ TEST_F(RemoteSim, TlsServesTheTokenAndRefusesEverythingElse) {
   EXPECT_EQ(server.Wait(nullptr, 10000), 0);
 }
 
+// Over TLS the worker sits behind the session's relay; a killed client still ends it and frees
+// its memory within 1 s.
+TEST_F(RemoteSim, AKilledTlsClientsWorkerIsGoneWithinOneSecond) {
+  TlsFiles files;
+  ASSERT_TRUE(files.ok()) << "the openssl command is needed to make the test certificates";
+  Child server({kBin + "/gslice-remoted", "--listen", "tls://127.0.0.1:0", "--cert", files("server.pem"), "--key",
+                files("server.key"), "--token-file", files("token"), "--sim"});
+  const std::string line = server.ReadUntil("gslice-remoted: listening on", 20000);
+  const size_t at = line.find("tls://");
+  ASSERT_NE(at, std::string::npos) << line;
+  const std::string address = line.substr(at, line.find(' ', at) - at);
+  Child client(Remote(address, "1GiB", {kProbe, "hold", std::to_string(256ull << 20)}),
+               {"GSLICE_LOG=info", "GSLICE_REMOTE_TOKEN_FILE=" + files("token"), "GSLICE_REMOTE_CA=" + files("ca.pem")});
+  const pid_t worker = WorkerPid(client.ReadUntil("gslice[", 20000));
+  ASSERT_GT(worker, 0);
+  ASSERT_NE(client.ReadUntil("held", 20000), "");
+  ASSERT_GT(SimUsed(), 0u);
+  client.Kill(SIGKILL);
+  client.Wait(nullptr, 5000);
+  const auto start = std::chrono::steady_clock::now();
+  while (!(Gone(worker) && SimUsed() == 0) && std::chrono::steady_clock::now() - start < std::chrono::seconds(3)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+  EXPECT_TRUE(Gone(worker)) << "worker " << worker << " still runs after " << took.count() << " ms";
+  EXPECT_EQ(SimUsed(), 0u) << "after " << took.count() << " ms";
+  EXPECT_LT(took.count(), 1000) << "the worker and its memory took " << took.count() << " ms to go";
+  server.Kill(SIGTERM);
+  EXPECT_EQ(server.Wait(nullptr, 10000), 0);
+}
+
 // A token file others may read is refused on both sides.
 TEST_F(RemoteSim, ATokenFileOthersMayReadIsRefused) {
   TlsFiles files;
@@ -594,6 +625,11 @@ TEST_F(RemoteSim, ATokenFileOthersMayReadIsRefused) {
                         {}, 10000);
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.out.find("chmod 600"), std::string::npos) << r.out;
+  // The client reads its token before it connects: no server needed to be refused.
+  Result client = RunProgram(Remote("tls://127.0.0.1:1", "1GiB", {kProbe, "alloc", "4096"}),
+                             {"GSLICE_REMOTE_TOKEN_FILE=" + files("token")});
+  EXPECT_NE(client.out.find("chmod 600"), std::string::npos) << client.out;
+  EXPECT_NE(client.out.find("CUDA_ERROR_NO_DEVICE"), std::string::npos) << client.out;
 }
 
 }  // namespace
