@@ -9,6 +9,7 @@
 #include <openssl/x509v3.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <string.h>
 #include <time.h>
 
@@ -87,15 +88,55 @@ bool Wait(int fd, short events, int timeout_ms) {
   return rc > 0;
 }
 
+// OpenSSL writes to its socket with write(), which raises SIGPIPE once the peer is gone; inside
+// an application (the client) that would kill it. While a guard lives, SIGPIPE is blocked on
+// the calling thread, and one that the guarded calls raised is taken back before unblocking
+// (one that was pending before is left alone).
+class NoSigpipe {
+ public:
+  NoSigpipe() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    sigset_t pending;
+    sigemptyset(&pending);
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~NoSigpipe() {
+    const int saved = errno;
+    sigset_t pending;
+    sigemptyset(&pending);
+    sigpending(&pending);
+    if (!was_pending_ && sigismember(&pending, SIGPIPE) == 1) {
+      const timespec zero = {0, 0};
+      while (sigtimedwait(&pipe_, nullptr, &zero) < 0 && errno == EINTR) {
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+    errno = saved;
+  }
+  NoSigpipe(const NoSigpipe&) = delete;
+  NoSigpipe& operator=(const NoSigpipe&) = delete;
+
+ private:
+  sigset_t pipe_, old_;
+  bool was_pending_ = false;
+};
+
 void SetNonBlocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
 // Runs a handshake step (SSL_connect or SSL_accept) on a non-blocking socket until done.
 bool Handshake(SSL* ssl, int fd, bool client, int timeout_ms, std::string* error) {
   const long long deadline = NowMs() + timeout_ms;
   for (;;) {
-    const int rc = client ? g_ssl.SSL_connect(ssl) : g_ssl.SSL_accept(ssl);
+    int rc, why;
+    {
+      NoSigpipe guard;
+      rc = client ? g_ssl.SSL_connect(ssl) : g_ssl.SSL_accept(ssl);
+      why = rc == 1 ? SSL_ERROR_NONE : g_ssl.SSL_get_error(ssl, rc);
+    }
     if (rc == 1) return true;
-    const int why = g_ssl.SSL_get_error(ssl, rc);
     const long long left = deadline - NowMs();
     if ((why == SSL_ERROR_WANT_READ || why == SSL_ERROR_WANT_WRITE) && left > 0) {
       if (!Wait(fd, why == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, static_cast<int>(left))) {
@@ -226,8 +267,12 @@ ssize_t TlsRead(TlsSession* s, void* p, size_t n) {
   if (n == 0) return 0;
   for (;;) {
     pthread_mutex_lock(&s->mu);
-    const int rc = g_ssl.SSL_read(s->ssl, p, static_cast<int>(n > (1u << 30) ? (1u << 30) : n));
-    const int why = rc > 0 ? SSL_ERROR_NONE : g_ssl.SSL_get_error(s->ssl, rc);
+    int rc, why;
+    {
+      NoSigpipe guard;  // reading may write (alerts, key updates)
+      rc = g_ssl.SSL_read(s->ssl, p, static_cast<int>(n > (1u << 30) ? (1u << 30) : n));
+      why = rc > 0 ? SSL_ERROR_NONE : g_ssl.SSL_get_error(s->ssl, rc);
+    }
     pthread_mutex_unlock(&s->mu);
     if (rc > 0) return rc;
     if (why == SSL_ERROR_ZERO_RETURN) return 0;
@@ -244,8 +289,12 @@ bool TlsWriteAll(TlsSession* s, const void* p, size_t n) {
   const char* c = static_cast<const char*>(p);
   while (n > 0) {
     pthread_mutex_lock(&s->mu);
-    const int rc = g_ssl.SSL_write(s->ssl, c, static_cast<int>(n > (1u << 30) ? (1u << 30) : n));
-    const int why = rc > 0 ? SSL_ERROR_NONE : g_ssl.SSL_get_error(s->ssl, rc);
+    int rc, why;
+    {
+      NoSigpipe guard;
+      rc = g_ssl.SSL_write(s->ssl, c, static_cast<int>(n > (1u << 30) ? (1u << 30) : n));
+      why = rc > 0 ? SSL_ERROR_NONE : g_ssl.SSL_get_error(s->ssl, rc);
+    }
     pthread_mutex_unlock(&s->mu);
     if (rc > 0) {
       c += rc;

@@ -5,7 +5,7 @@
 // A TlsSession is one connection after its handshake. Its socket is non-blocking from then on;
 // TlsRead and TlsWriteAll block the calling thread (poll) but never while holding the session's
 // lock, so that one thread may wait in TlsRead while others write (OpenSSL forbids concurrent
-// use of one SSL object; the lock serialises every use).
+// use of one SSL object; the lock serialises every use). No call raises SIGPIPE.
 #pragma once
 
 #include <sys/types.h>

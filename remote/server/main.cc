@@ -32,6 +32,7 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <pthread.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <string>
@@ -209,6 +210,25 @@ std::string PeerName(int fd) {
   return "a unix socket";
 }
 
+// Ends a refused connection so that the refusal reaches the client: closing with unread input
+// (the handshake the client sent after its token) would reset the connection and could discard
+// the refusal before the client reads it. Drains for at most 1 s.
+void CloseGently(int fd) {
+  shutdown(fd, SHUT_WR);
+  char buf[4096];
+  timespec start;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  for (;;) {
+    timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    const long long left_ms = 1000 - ((now.tv_sec - start.tv_sec) * 1000LL + (now.tv_nsec - start.tv_nsec) / 1000000);
+    pollfd p = {fd, POLLIN, 0};
+    if (left_ms <= 0 || poll(&p, 1, static_cast<int>(left_ms)) <= 0) break;
+    const ssize_t n = read(fd, buf, sizeof buf);
+    if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) break;
+  }
+}
+
 // A TLS client's first frame: its token. False (the client refused, the refusal logged) when
 // it is missing or wrong.
 bool CheckToken(const Channel& c, const std::string& token, const std::string& peer) {
@@ -216,13 +236,15 @@ bool CheckToken(const Channel& c, const std::string& token, const std::string& p
   std::vector<uint8_t> payload;
   const FrameRead got = ReadFrame(c, kMaxToken, &h, &payload);
   if (got != FrameRead::kOk || h.op != kOpToken) {
-    if (got == FrameRead::kOk) SendRefusal(c, "this server wants a token (GSLICE_REMOTE_TOKEN_FILE)");
     fprintf(stderr, "gslice-remoted: refused a client from %s: no token\n", peer.c_str());
+    if (got == FrameRead::kOk) SendRefusal(c, "this server wants a token (GSLICE_REMOTE_TOKEN_FILE)");
+    CloseGently(c.fd);
     return false;
   }
   if (!TokenEquals(token, payload.data(), payload.size())) {
-    SendRefusal(c, "wrong token (GSLICE_REMOTE_TOKEN_FILE)");
     fprintf(stderr, "gslice-remoted: refused a client from %s: wrong token\n", peer.c_str());
+    SendRefusal(c, "wrong token (GSLICE_REMOTE_TOKEN_FILE)");
+    CloseGently(c.fd);
     return false;
   }
   return true;
