@@ -196,9 +196,13 @@ CUresult ConnectLocked() {
   if (channel.tls == nullptr && !ReadWithin(fd, kHelloTimeoutMs)) {
     return FailLocked(kNoServerResult, "handshake with " + address.text + ": no answer within 30 s");
   }
-  if (ReadFrame(channel, kMaxString + 64, &h, &payload) != FrameRead::kOk || h.op != (kOpHello | kReplyBit)) {
+  if (channel.tls != nullptr) TlsSetReadTimeout(channel.tls, kHelloTimeoutMs);
+  const FrameRead got = ReadFrame(channel, kMaxString + 64, &h, &payload);
+  if (channel.tls != nullptr) TlsSetReadTimeout(channel.tls, 0);
+  if (got != FrameRead::kOk || h.op != (kOpHello | kReplyBit)) {
     return FailLocked(kNoServerResult, "handshake with " + address.text +
-                                           ": the server closed the connection (see its log)");
+                                           ": the server closed the connection or gave no answer within 30 s "
+                                           "(see its log)");
   }
   Reader r(payload.data(), payload.size());
   HelloReply reply;

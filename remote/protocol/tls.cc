@@ -18,6 +18,7 @@ namespace gslice::remote {
 struct TlsSession {
   SSL* ssl = nullptr;
   int fd = -1;
+  int read_timeout_ms = 0;  // 0: none
   pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 };
 
@@ -263,9 +264,13 @@ TlsSession* TlsAccept(TlsServer* server, int fd, int timeout_ms, std::string* er
   return s;
 }
 
+void TlsSetReadTimeout(TlsSession* s, int timeout_ms) { s->read_timeout_ms = timeout_ms; }
+
 ssize_t TlsRead(TlsSession* s, void* p, size_t n) {
   if (n == 0) return 0;
+  const long long deadline = s->read_timeout_ms > 0 ? NowMs() + s->read_timeout_ms : 0;
   for (;;) {
+    if (deadline != 0 && NowMs() >= deadline) return -1;
     pthread_mutex_lock(&s->mu);
     int rc, why;
     {

@@ -34,8 +34,12 @@ TlsServer* TlsServerLoad(const std::string& cert_file, const std::string& key_fi
 // The server's handshake on an accepted socket, within timeout_ms.
 TlsSession* TlsAccept(TlsServer* server, int fd, int timeout_ms, std::string* error);
 
-// Reads up to n bytes, waiting for at least one. >0: bytes read; 0: the peer closed; -1: error.
+// Reads up to n bytes, waiting for at least one. >0: bytes read; 0: the peer closed; -1: error,
+// or nothing came within the read timeout.
 ssize_t TlsRead(TlsSession* s, void* p, size_t n);
+// How long TlsRead waits for data before it fails (ms; 0: for ever, the default). Set it while
+// no other thread reads.
+void TlsSetReadTimeout(TlsSession* s, int timeout_ms);
 // Writes all of p. False when the peer is gone.
 bool TlsWriteAll(TlsSession* s, const void* p, size_t n);
 // The session's socket.
