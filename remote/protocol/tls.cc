@@ -250,6 +250,12 @@ TlsServer* TlsServerLoad(const std::string& cert_file, const std::string& key_fi
   return nullptr;
 }
 
+void TlsServerFree(TlsServer* server) {
+  if (server == nullptr) return;
+  g_ssl.SSL_CTX_free(server->ctx);
+  delete server;
+}
+
 TlsSession* TlsAccept(TlsServer* server, int fd, int timeout_ms, std::string* error) {
   TlsSession* s = NewSession(server->ctx, fd);
   if (s == nullptr) {

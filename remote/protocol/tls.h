@@ -31,6 +31,7 @@ TlsSession* TlsConnect(int fd, const std::string& host, const std::string& ca_fi
 // The server's certificate chain and key (PEM files). nullptr, with the reason, when they do not
 // load or do not match.
 TlsServer* TlsServerLoad(const std::string& cert_file, const std::string& key_file, std::string* error);
+void TlsServerFree(TlsServer* server);
 // The server's handshake on an accepted socket, within timeout_ms.
 TlsSession* TlsAccept(TlsServer* server, int fd, int timeout_ms, std::string* error);
 

@@ -454,6 +454,7 @@ int Serve(const std::vector<std::string>& addresses, bool sim, const TlsFiles& f
     std::string error;
     if (!(l.address.unix_socket ? ListenUnix(&l, &error) : ListenTcp(&l, &error))) {
       fprintf(stderr, "gslice-remoted: --listen %s\n", error.c_str());
+      TlsServerFree(tls.server);
       return 2;
     }
     listeners.push_back(l);
@@ -496,6 +497,7 @@ int Serve(const std::vector<std::string>& addresses, bool sim, const TlsFiles& f
     }
   }
   for (pid_t pid : sessions) kill(pid, SIGTERM);
+  TlsServerFree(tls.server);
   for (const Listener& l : listeners) {
     close(l.fd);
     if (l.address.unix_socket) unlink(l.address.path.c_str());
