@@ -55,6 +55,12 @@ struct Lane {
 pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 pthread_cond_t g_async_ran = PTHREAD_COND_INITIALIZER;
 uint64_t g_async_done = 0;  // async requests that have run (in the order read); REQUIRES g_mu
+// Bytes of requests read and not yet taken by their lane; REQUIRES g_mu. Past the bound the
+// reader waits (the client's sends then wait on the socket): lanes always drain, since a request
+// waits only for requests read before it.
+uint64_t g_queued_bytes = 0;
+constexpr uint64_t kMaxQueuedBytes = 2ull * kMaxFrame;
+pthread_cond_t g_drained = PTHREAD_COND_INITIALIZER;
 Lane g_lanes[kMaxLanes];
 int g_fd = -1;
 pthread_mutex_t g_write_mu = PTHREAD_MUTEX_INITIALIZER;  // one answer at a time on g_fd
@@ -139,6 +145,8 @@ void* ServeLane(void* arg) {
     while (lane.queue.empty()) pthread_cond_wait(&lane.ready, &g_mu);
     Request request = std::move(lane.queue.front());
     lane.queue.pop_front();
+    g_queued_bytes -= request.payload.size();
+    pthread_cond_signal(&g_drained);
     while (g_async_done < request.async_before) pthread_cond_wait(&g_async_ran, &g_mu);
     pthread_mutex_unlock(&g_mu);
     Writer out;
@@ -198,6 +206,8 @@ int RunWorker(int fd) {
     request.async_before = async_read;
     if (IsAsync(request.header.op)) ++async_read;
     pthread_mutex_lock(&g_mu);
+    while (g_queued_bytes > kMaxQueuedBytes) pthread_cond_wait(&g_drained, &g_mu);
+    g_queued_bytes += request.payload.size();
     Lane& l = g_lanes[lane];
     l.queue.push_back(std::move(request));
     pthread_cond_signal(&l.ready);
