@@ -22,8 +22,26 @@ int RunRemote(const RemoteRun& run, char** command) {
     fprintf(stderr, "gslice run: %s\n", msg.c_str());
     return 2;
   };
-  if (run.address.rfind("unix:", 0) != 0 && run.address.rfind("tcp://", 0) != 0) {
-    return fail("--remote " + run.address + ": expected unix:PATH or tcp://HOST:PORT");
+  const bool tls = run.address.rfind("tls://", 0) == 0;
+  if (run.address.rfind("unix:", 0) != 0 && run.address.rfind("tcp://", 0) != 0 && !tls) {
+    return fail("--remote " + run.address + ": expected unix:PATH, tcp://HOST:PORT or tls://HOST:PORT");
+  }
+  // tls://: the token comes from a file named in the environment, never from the command line
+  // (where other users see it); the CA, if set, too. Both reach the program with the rest of
+  // the environment.
+  if (tls) {
+    const char* token = getenv(OptionEnv(Option::RemoteTokenFile));
+    if (token == nullptr || token[0] == '\0') {
+      return fail("--remote " + run.address + ": set " + OptionEnv(Option::RemoteTokenFile) +
+                  " to the file holding the server's token");
+    }
+    if (access(token, R_OK) != 0) {
+      return fail(std::string(OptionEnv(Option::RemoteTokenFile)) + "=" + token + ": " + strerror(errno));
+    }
+    const char* ca = getenv(OptionEnv(Option::RemoteCa));
+    if (ca != nullptr && ca[0] != '\0' && access(ca, R_OK) != 0) {
+      return fail(std::string(OptionEnv(Option::RemoteCa)) + "=" + ca + ": " + strerror(errno));
+    }
   }
   if (run.sim) return fail("--remote with --sim: the server chooses the driver (gslice-remoted --sim)");
   if (run.gpus) {

@@ -39,7 +39,7 @@ constexpr uint64_t kMinLimit = 64ull << 20;
 const char kRunHelp[] =
     "usage: gslice run [--gpus LIST] --memory SIZE[,SIZE...] [--compute N%] [--share N%]\n"
     "                  [--class guaranteed|opportunistic] [--protect F] [--name NAME] [--no-daemon]\n"
-    "                  [--sim] [-v] [--remote unix:PATH|tcp://HOST:PORT]\n"
+    "                  [--sim] [-v] [--remote unix:PATH|tcp://HOST:PORT|tls://HOST:PORT]\n"
     "                  -- CMD [ARGS...]\n"
     "       gslice run --name NAME [--sim] [-v] -- CMD [ARGS...]\n"
     "\n"
@@ -77,7 +77,8 @@ const char kRunHelp[] =
     "  --sim           run on gslice's simulated driver (build/lib/sim) instead of a real GPU.\n"
     "  --remote ADDR   run CMD here with no GPU or driver: its CUDA calls go to gslice-remoted at\n"
     "                  ADDR, which runs them in a slice of --memory/--compute/--class on its node\n"
-    "                  (docs/remote.md).\n"
+    "                  (docs/remote.md). tls://: the token from GSLICE_REMOTE_TOKEN_FILE, the CA\n"
+    "                  from GSLICE_REMOTE_CA.\n"
     "  -v, --verbose   print the slice before running CMD.\n"
     "  -h, --help      this text.\n"
     "\n"
@@ -420,7 +421,7 @@ int RunCommand(int argc, char** argv) {
     } else if (a.rfind("--protect", 0) == 0) {
       if (!value("--protect", &protect_arg)) return Fail("--protect needs a value, e.g. --protect 0.9");
     } else if (a.rfind("--remote", 0) == 0) {
-      if (!value("--remote", &remote_arg)) return Fail("--remote needs an address: unix:PATH or tcp://HOST:PORT");
+      if (!value("--remote", &remote_arg)) return Fail("--remote needs an address: unix:PATH, tcp://HOST:PORT or tls://HOST:PORT");
     } else if (a.rfind("--name", 0) == 0) {
       if (!value("--name", &name)) return Fail("--name needs a value");
     } else if (!a.empty() && a[0] == '-') {

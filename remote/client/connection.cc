@@ -4,15 +4,19 @@
 #include <poll.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <algorithm>
 #include <cstring>
 #include <string>
 
 #include "gslice/options.h"
 #include "log.h"
 #include "socket_io.h"
+#include "tls.h"
+#include "token.h"
 
 namespace gslice::remote {
 
@@ -28,42 +32,72 @@ constexpr size_t kQueueBytes = 256 * 1024;
 // driver) before the handshake counts as failed.
 constexpr int kHelloTimeoutMs = 30000;
 
-// The process's one connection. REQUIRES g_mu for everything.
-struct Connection {
-  int fd = -1;
-  pid_t pid = 0;        // the process that connected (a forked child connects anew)
+// A thread waiting for the answer to its request.
+struct Waiter {
   uint32_t seq = 0;
-  CUresult failed = CUDA_SUCCESS;  // sticky: kNoServerResult or kLostResult
-  std::vector<uint8_t> queued;     // frames of async calls not sent yet, in call order
+  bool done = false;
+  FrameHeader header;
+  std::vector<uint8_t>* reply = nullptr;
+  Waiter* next = nullptr;
 };
 
+// The process's one connection, shared by its threads. Requests of all threads go out in
+// the order the calls were made (g_send_mu), so the worker sees every async call a thread has
+// already returned from before any later call of another thread. Answers come back in any
+// order across threads: one waiting thread at a time reads them (the reader) and hands each to
+// the thread whose seq it carries, so a thread waiting for a long synchronisation holds up no
+// other. Lock order: g_send_mu, then g_mu.
+struct Connection {
+  Channel channel;
+  pid_t pid = 0;        // the process that connected (a forked child connects anew)
+  uint32_t seq = 0;     // REQUIRES g_send_mu
+  std::vector<uint8_t> queued;  // frames of async calls not sent yet, in call order; REQUIRES g_send_mu
+  bool reading = false;         // a thread is reading answers; REQUIRES g_mu
+  Waiter* waiters = nullptr;    // threads waiting for answers; REQUIRES g_mu
+};
+
+pthread_mutex_t g_send_mu = PTHREAD_MUTEX_INITIALIZER;
 pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+pthread_cond_t g_answered = PTHREAD_COND_INITIALIZER;
 Connection g_conn;
+// Sticky: kNoServerResult or kLostResult once the connection failed (read without a lock on
+// the fast path, written under both locks).
+std::atomic<CUresult> g_failed{CUDA_SUCCESS};
 
 // Answers of cached calls (calls.def: cached), keyed by opcode and arguments (the request
-// without its context). REQUIRES g_mu. Never freed: calls may come during exit.
+// without its prefix). REQUIRES g_cache_mu. Never freed: calls may come during exit.
 struct CachedAnswer {
   std::vector<uint8_t> key;
   std::vector<uint8_t> reply;
 };
+pthread_mutex_t g_cache_mu = PTHREAD_MUTEX_INITIALIZER;
 std::vector<CachedAnswer>* g_cache = nullptr;
 constexpr size_t kMaxCached = 4096;
 
 std::vector<uint8_t> CacheKey(uint32_t op, const Writer& request) {
   std::vector<uint8_t> key(sizeof op);
   std::memcpy(key.data(), &op, sizeof op);
-  key.insert(key.end(), request.buffer().begin() + sizeof(uint64_t), request.buffer().end());
+  key.insert(key.end(), request.buffer().begin() + kRequestPrefixSize, request.buffer().end());
   return key;
 }
 
-// Fails the connection for good, with one log line.
+// Fails the connection for good, with one log line (the first failure's). REQUIRES g_mu.
+// The socket is shut down, not closed: another thread may be reading it.
 CUresult FailLocked(CUresult result, const std::string& why) {
-  if (g_conn.fd >= 0) close(g_conn.fd);
-  g_conn.fd = -1;
-  g_conn.failed = result;
+  CUresult expected = CUDA_SUCCESS;
+  if (!g_failed.compare_exchange_strong(expected, result)) return expected;
+  if (g_conn.channel.fd >= 0) shutdown(g_conn.channel.fd, SHUT_RDWR);
+  pthread_cond_broadcast(&g_answered);
   Log(LogLevel::kError, "remote: %s; every CUDA call now returns %s", why.c_str(),
       result == kLostResult ? "CUDA_ERROR_DEVICE_UNAVAILABLE" : "CUDA_ERROR_NO_DEVICE");
   return result;
+}
+
+CUresult Fail(CUresult result, const std::string& why) {
+  pthread_mutex_lock(&g_mu);
+  const CUresult r = FailLocked(result, why);
+  pthread_mutex_unlock(&g_mu);
+  return r;
 }
 
 bool ReadWithin(int fd, int timeout_ms) {
@@ -75,17 +109,18 @@ bool ReadWithin(int fd, int timeout_ms) {
   return rc > 0;
 }
 
+// REQUIRES g_send_mu.
 bool FlushLocked() {
   if (g_conn.queued.empty()) return true;
-  const bool ok = WriteAll(g_conn.fd, g_conn.queued.data(), g_conn.queued.size());
+  const bool ok = WriteAll(g_conn.channel, g_conn.queued.data(), g_conn.queued.size());
   g_conn.queued.clear();
   return ok;
 }
 
-// Queues an async call's frame; sends the queue when it is full.
+// Queues an async call's frame; sends the queue when it is full. REQUIRES g_send_mu.
 bool QueueLocked(const FrameHeader& h, const Writer& payload) {
   if (payload.size() + kHeaderSize > kQueueBytes) {
-    return FlushLocked() && WriteFrame(g_conn.fd, h, payload.buffer().data(), payload.size());
+    return FlushLocked() && WriteFrame(g_conn.channel, h, payload.buffer().data(), payload.size());
   }
   uint8_t head[kHeaderSize];
   FrameHeader sized = h;
@@ -96,14 +131,26 @@ bool QueueLocked(const FrameHeader& h, const Writer& payload) {
   return g_conn.queued.size() < kQueueBytes || FlushLocked();
 }
 
-CUresult ConnectLocked() {
-  if (g_conn.fd >= 0 && g_conn.pid == getpid()) return CUDA_SUCCESS;
-  if (g_conn.fd >= 0) {
-    // A forked child: the parent's connection (and worker) stay the parent's.
-    close(g_conn.fd);
-    g_conn = Connection{};
+// The token for a tls:// server (GSLICE_REMOTE_TOKEN_FILE), read before connecting.
+bool ReadToken(std::string* token, std::string* error) {
+  const char* path = OptionValue(Option::RemoteTokenFile);
+  if (path[0] == '\0') {
+    *error = std::string(OptionEnv(Option::RemoteTokenFile)) + " is not set: a tls:// server wants its token";
+    return false;
   }
-  if (g_conn.failed != CUDA_SUCCESS) return g_conn.failed;
+  return ReadTokenFile(path, token, error);
+}
+
+// REQUIRES g_send_mu and g_mu (held while connecting: no thread sends or reads meanwhile).
+CUresult ConnectLocked() {
+  if (g_conn.channel.fd >= 0 && g_conn.pid == getpid()) return CUDA_SUCCESS;
+  if (g_conn.channel.fd >= 0) {
+    // A forked child: the parent's connection (and worker) stay the parent's.
+    close(g_conn.channel.fd);
+    g_conn = Connection{};
+    g_failed = CUDA_SUCCESS;
+  }
+  if (const CUresult failed = g_failed.load(); failed != CUDA_SUCCESS) return failed;
   shim::InitLog();
   const char* text = OptionValue(Option::Remote);
   if (text[0] == '\0') {
@@ -114,9 +161,25 @@ CUresult ConnectLocked() {
   Address address;
   std::string error;
   if (!ParseAddress(text, &address, &error)) return FailLocked(kNoServerResult, error);
+  std::string token;
+  if (address.tls && !ReadToken(&token, &error)) return FailLocked(kNoServerResult, address.text + ": " + error);
   int fd = Connect(address, &error);
   if (fd < 0) return FailLocked(kNoServerResult, error);
-  g_conn.fd = fd;
+  Channel channel{.fd = fd};
+  if (address.tls) {
+    // TLS, then the token as the first frame inside it.
+    channel.tls = TlsConnect(fd, address.host, OptionValue(Option::RemoteCa), kHelloTimeoutMs, &error);
+    const bool sent = channel.tls != nullptr &&
+                      WriteFrame(channel, FrameHeader{.seq = 0, .op = kOpToken}, token.data(), token.size());
+    std::fill(token.begin(), token.end(), '\0');
+    if (!sent) {
+      TlsFree(channel.tls);
+      close(fd);
+      return FailLocked(kNoServerResult,
+                        address.text + ": " + (channel.tls != nullptr ? "the server closed the connection" : error));
+    }
+  }
+  g_conn.channel = channel;
   g_conn.pid = getpid();
   Hello hello{.calls_hash = kCallsHash,
               .memory = OptionValue(Option::Memory),
@@ -125,17 +188,21 @@ CUresult ConnectLocked() {
               .slice_class = OptionIsSet(Option::Class) ? OptionValue(Option::Class) : ""};
   Writer w;
   EncodeHello(hello, &w);
-  if (!WriteFrame(fd, FrameHeader{.seq = 0, .op = kOpHello}, w.buffer().data(), w.size())) {
+  if (!WriteFrame(channel, FrameHeader{.seq = 0, .op = kOpHello}, w.buffer().data(), w.size())) {
     return FailLocked(kNoServerResult, "handshake with " + address.text + ": the server closed the connection");
   }
   FrameHeader h;
   std::vector<uint8_t> payload;
-  if (!ReadWithin(fd, kHelloTimeoutMs)) {
+  if (channel.tls == nullptr && !ReadWithin(fd, kHelloTimeoutMs)) {
     return FailLocked(kNoServerResult, "handshake with " + address.text + ": no answer within 30 s");
   }
-  if (ReadFrame(fd, kMaxString + 64, &h, &payload) != FrameRead::kOk || h.op != (kOpHello | kReplyBit)) {
+  if (channel.tls != nullptr) TlsSetReadTimeout(channel.tls, kHelloTimeoutMs);
+  const FrameRead got = ReadFrame(channel, kMaxString + 64, &h, &payload);
+  if (channel.tls != nullptr) TlsSetReadTimeout(channel.tls, 0);
+  if (got != FrameRead::kOk || h.op != (kOpHello | kReplyBit)) {
     return FailLocked(kNoServerResult, "handshake with " + address.text +
-                                           ": the server closed the connection (see its log)");
+                                           ": the server closed the connection or gave no answer within 30 s "
+                                           "(see its log)");
   }
   Reader r(payload.data(), payload.size());
   HelloReply reply;
@@ -143,8 +210,126 @@ CUresult ConnectLocked() {
   if (reply.status != 0) {
     return FailLocked(kNoServerResult, address.text + " refused this client: " + reply.message);
   }
-  Log(LogLevel::kInfo, "remote: connected to %s, worker pid %u", address.text.c_str(), reply.worker_pid);
+  Log(LogLevel::kInfo, "remote: connected to %s%s, worker pid %u", address.text.c_str(),
+      channel.tls != nullptr ? " (TLS)" : "", reply.worker_pid);
   return CUDA_SUCCESS;
+}
+
+// REQUIRES g_mu.
+void RemoveWaiterLocked(Waiter* w) {
+  for (Waiter** at = &g_conn.waiters; *at != nullptr; at = &(*at)->next) {
+    if (*at == w) {
+      *at = w->next;
+      return;
+    }
+  }
+}
+
+// Sends one request (queued when async). On success, a synchronous request's waiter is
+// registered before its frame leaves, so that no answer finds nobody.
+CUresult Send(uint32_t op, const Writer& request, Waiter* waiter) {
+  pthread_mutex_lock(&g_send_mu);
+  pthread_mutex_lock(&g_mu);
+  CUresult result = ConnectLocked();
+  const uint32_t seq = ++g_conn.seq;
+  if (result == CUDA_SUCCESS && waiter != nullptr) {
+    waiter->seq = seq;
+    waiter->next = g_conn.waiters;
+    g_conn.waiters = waiter;
+  }
+  pthread_mutex_unlock(&g_mu);
+  if (result == CUDA_SUCCESS) {
+    const FrameHeader h{.seq = seq, .op = op};
+    const bool sent = waiter == nullptr
+                          ? QueueLocked(h, request)
+                          : FlushLocked() && WriteFrame(g_conn.channel, h, request.buffer().data(), request.size());
+    if (!sent) {
+      pthread_mutex_lock(&g_mu);
+      if (waiter != nullptr) RemoveWaiterLocked(waiter);
+      result = FailLocked(kLostResult, std::string("lost the server while sending ") + kOpNames[op]);
+      pthread_mutex_unlock(&g_mu);
+    }
+  }
+  pthread_mutex_unlock(&g_send_mu);
+  return result;
+}
+
+// Waits for waiter's answer, reading answers for every waiting thread while no other thread
+// does. Returns CUDA_SUCCESS once waiter->done, or the connection's failure.
+CUresult Receive(uint32_t op, Waiter* waiter) {
+  pthread_mutex_lock(&g_mu);
+  while (!waiter->done && g_failed.load() == CUDA_SUCCESS) {
+    if (g_conn.reading) {
+      pthread_cond_wait(&g_answered, &g_mu);
+      continue;
+    }
+    g_conn.reading = true;
+    pthread_mutex_unlock(&g_mu);
+    FrameHeader h;
+    std::vector<uint8_t> frame;
+    const FrameRead got = ReadFrame(g_conn.channel, kMaxFrame, &h, &frame);
+    pthread_mutex_lock(&g_mu);
+    g_conn.reading = false;
+    if (got != FrameRead::kOk) {
+      FailLocked(kLostResult, std::string("lost the server during ") + kOpNames[op]);
+      break;
+    }
+    Waiter* owner = g_conn.waiters;
+    while (owner != nullptr && owner->seq != h.seq) owner = owner->next;
+    if (owner == nullptr) {
+      FailLocked(kLostResult, "the server answered a request that was not made (seq " + std::to_string(h.seq) + ")");
+      break;
+    }
+    owner->header = h;
+    *owner->reply = std::move(frame);
+    owner->done = true;
+    RemoveWaiterLocked(owner);
+    pthread_cond_broadcast(&g_answered);  // the owner, and a next reader
+  }
+  if (!waiter->done) RemoveWaiterLocked(waiter);
+  const CUresult result = waiter->done ? CUDA_SUCCESS : g_failed.load();
+  pthread_mutex_unlock(&g_mu);
+  return result;
+}
+
+// Lanes: a number per client thread (its serving thread in the worker), reused after the
+// thread exits. REQUIRES g_mu for the free list.
+pthread_once_t g_lane_once = PTHREAD_ONCE_INIT;
+pthread_key_t g_lane_key;
+std::vector<uint32_t>* g_free_lanes = nullptr;
+uint32_t g_next_lane = 0;
+thread_local uint32_t t_lane = 0;  // lane + 1; 0: none yet
+
+void ReleaseLane(void* value) {
+  const uint32_t lane = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(value)) - 1;
+  pthread_mutex_lock(&g_mu);
+  if (g_free_lanes == nullptr) g_free_lanes = new std::vector<uint32_t>();
+  g_free_lanes->push_back(lane);
+  pthread_mutex_unlock(&g_mu);
+}
+
+void CreateLaneKey() { pthread_key_create(&g_lane_key, ReleaseLane); }
+
+uint32_t Lane() {
+  if (t_lane != 0) return t_lane - 1;
+  pthread_once(&g_lane_once, CreateLaneKey);
+  pthread_mutex_lock(&g_mu);
+  uint32_t lane;
+  bool own = true;
+  if (g_free_lanes != nullptr && !g_free_lanes->empty()) {
+    lane = g_free_lanes->back();
+    g_free_lanes->pop_back();
+  } else if (g_next_lane < kMaxLanes) {
+    lane = g_next_lane++;
+  } else {
+    // More threads than lanes: this one shares a lane (its calls wait behind that lane's).
+    lane = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(&t_lane) >> 12) % kMaxLanes;
+    own = false;
+  }
+  pthread_mutex_unlock(&g_mu);
+  if (own) pthread_setspecific(g_lane_key, reinterpret_cast<void*>(static_cast<uintptr_t>(lane) + 1));
+  t_lane = lane + 1;
+  return lane;
 }
 
 // The calling thread's context stack.
@@ -154,13 +339,16 @@ thread_local int t_depth = 0;
 
 }  // namespace
 
-Call::Call(uint32_t op) : op_(op) { request_.Put<uint64_t>(reinterpret_cast<uintptr_t>(CurrentContext())); }
+Call::Call(uint32_t op) : op_(op) {
+  EncodeRequestPrefix(RequestPrefix{.context = reinterpret_cast<uintptr_t>(CurrentContext()), .lane = Lane()},
+                      &request_);
+}
 
 CUresult Call::Run() {
-  pthread_mutex_lock(&g_mu);
   std::vector<uint8_t> key;
   if (kOpCached[op_]) {
     key = CacheKey(op_, request_);
+    pthread_mutex_lock(&g_cache_mu);
     for (size_t i = 0; g_cache != nullptr && i < g_cache->size(); ++i) {
       const CachedAnswer& a = (*g_cache)[i];
       if (a.key == key) {
@@ -170,54 +358,47 @@ CUresult Call::Run() {
         int32_t value = 0;
         reader_.Get(&value);  // stored only when it held CUDA_SUCCESS
         answered_ = true;
-        pthread_mutex_unlock(&g_mu);
+        pthread_mutex_unlock(&g_cache_mu);
         return CUDA_SUCCESS;
       }
     }
+    pthread_mutex_unlock(&g_cache_mu);
   }
-  CUresult result = ConnectLocked();
-  if (result == CUDA_SUCCESS) {
-    const uint32_t seq = ++g_conn.seq;
-    FrameHeader h;
-    if (kOpAsync[op_]) {
-      // Not waited for: its driver error, if any, comes with the next synchronisation.
-      if (!QueueLocked(FrameHeader{.seq = seq, .op = op_}, request_)) {
-        result = FailLocked(kLostResult, std::string("lost the server while sending ") + kOpNames[op_]);
-      } else {
-        reader_ = Reader();
-        answered_ = true;
-      }
-    } else if (!FlushLocked() ||
-               !WriteFrame(g_conn.fd, FrameHeader{.seq = seq, .op = op_}, request_.buffer().data(), request_.size())) {
-      result = FailLocked(kLostResult, std::string("lost the server while sending ") + kOpNames[op_]);
-    } else if (ReadFrame(g_conn.fd, kMaxFrame, &h, &reply_buffer_) != FrameRead::kOk) {
-      result = FailLocked(kLostResult, std::string("lost the server during ") + kOpNames[op_]);
-    } else if (h.seq != seq || h.op != (op_ | kReplyBit)) {
-      result = FailLocked(kLostResult, std::string("the server's answer to ") + kOpNames[op_] + " is not for it");
-    } else {
-      reader_ = Reader(reply_buffer_.data(), reply_buffer_.size());
-      int32_t value = 0;
-      if (!reader_.Get(&value)) {
-        result = FailLocked(kLostResult, std::string("the server's answer to ") + kOpNames[op_] + " is empty");
-      } else {
-        result = static_cast<CUresult>(value);
-        answered_ = true;
-        if (kOpCached[op_] && result == CUDA_SUCCESS) {
-          if (g_cache == nullptr) g_cache = new std::vector<CachedAnswer>();
-          if (g_cache->size() < kMaxCached) g_cache->push_back({std::move(key), reply_buffer_});
-        }
-      }
+  if (kOpAsync[op_]) {
+    // Not waited for: its driver error, if any, comes with the next synchronisation.
+    const CUresult result = Send(op_, request_, nullptr);
+    if (result == CUDA_SUCCESS) {
+      reader_ = Reader();
+      answered_ = true;
     }
+    return result;
   }
-  pthread_mutex_unlock(&g_mu);
+  Waiter waiter;
+  waiter.reply = &reply_buffer_;
+  CUresult result = Send(op_, request_, &waiter);
+  if (result == CUDA_SUCCESS) result = Receive(op_, &waiter);
+  if (result != CUDA_SUCCESS) return result;
+  if (waiter.header.op != (op_ | kReplyBit)) {
+    return Fail(kLostResult, std::string("the server's answer to ") + kOpNames[op_] + " is not for it");
+  }
+  reader_ = Reader(reply_buffer_.data(), reply_buffer_.size());
+  int32_t value = 0;
+  if (!reader_.Get(&value)) {
+    return Fail(kLostResult, std::string("the server's answer to ") + kOpNames[op_] + " is empty");
+  }
+  result = static_cast<CUresult>(value);
+  answered_ = true;
+  if (kOpCached[op_] && result == CUDA_SUCCESS) {
+    pthread_mutex_lock(&g_cache_mu);
+    if (g_cache == nullptr) g_cache = new std::vector<CachedAnswer>();
+    if (g_cache->size() < kMaxCached) g_cache->push_back({std::move(key), reply_buffer_});
+    pthread_mutex_unlock(&g_cache_mu);
+  }
   return result;
 }
 
 CUresult Call::Malformed() {
-  pthread_mutex_lock(&g_mu);
-  CUresult r = FailLocked(kLostResult, std::string("the server's answer to ") + kOpNames[op_] + " is malformed");
-  pthread_mutex_unlock(&g_mu);
-  return r;
+  return Fail(kLostResult, std::string("the server's answer to ") + kOpNames[op_] + " is malformed");
 }
 
 CUcontext CurrentContext() { return t_depth > 0 ? t_stack[t_depth - 1] : nullptr; }

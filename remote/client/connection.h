@@ -1,11 +1,14 @@
 // The forwarding client's side of a call: one connection per process to gslice-remoted
-// (GSLICE_REMOTE), made at the first call, and the per-thread context stack whose top each
-// request carries. Runs inside applications: libc only, no exceptions, never raises a signal.
+// (GSLICE_REMOTE; tls:// with the token of GSLICE_REMOTE_TOKEN_FILE), made at the first call,
+// shared by the process's threads, and the per-thread context stack whose top each request
+// carries. Each thread's requests carry its lane, which the worker serves on a thread of its
+// own: a thread waiting in a synchronisation holds up no other thread's calls. Runs inside
+// applications: libc only, no exceptions, never raises a signal.
 //
 // Failures become CUresults with one log line: no server configured or reachable, or the
 // handshake refused -> CUDA_ERROR_NO_DEVICE; the connection lost or a reply that breaks the
-// protocol -> CUDA_ERROR_DEVICE_UNAVAILABLE, for this and every later call (never retried
-// silently: the worker and everything it held are gone).
+// protocol -> CUDA_ERROR_DEVICE_UNAVAILABLE, for this and every later call of every thread
+// (never retried silently: the worker and everything it held are gone).
 #pragma once
 
 #include <cuda.h>
@@ -27,7 +30,7 @@ struct ClientCall {
   void* fn;
 };
 
-// A request being built and its reply. The connection is held only inside Run().
+// A request being built and its reply. The connection's locks are held only inside Run().
 class Call {
  public:
   // Starts the request with the calling thread's current context.

@@ -1,5 +1,7 @@
 #include "socket_io.h"
 
+#include "tls.h"
+
 #include <errno.h>
 #include <netdb.h>
 #include <stdlib.h>
@@ -75,6 +77,41 @@ FrameRead ReadFrame(int fd, uint32_t max_length, FrameHeader* h, std::vector<uin
   return FrameRead::kOk;
 }
 
+bool WriteAll(const Channel& c, const void* p, size_t n) {
+  return c.tls != nullptr ? TlsWriteAll(c.tls, p, n) : WriteAll(c.fd, p, n);
+}
+
+bool ReadAll(const Channel& c, void* p, size_t n) {
+  if (c.tls == nullptr) return ReadAll(c.fd, p, n);
+  char* at = static_cast<char*>(p);
+  while (n > 0) {
+    const ssize_t r = TlsRead(c.tls, at, n);
+    if (r <= 0) return false;
+    at += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+bool WriteFrame(const Channel& c, const FrameHeader& h, const void* payload, size_t n) {
+  if (c.tls == nullptr) return WriteFrame(c.fd, h, payload, n);
+  uint8_t head[kHeaderSize];
+  FrameHeader sized = h;
+  sized.length = static_cast<uint32_t>(n);
+  EncodeHeader(sized, head);
+  return TlsWriteAll(c.tls, head, kHeaderSize) && (n == 0 || TlsWriteAll(c.tls, payload, n));
+}
+
+FrameRead ReadFrame(const Channel& c, uint32_t max_length, FrameHeader* h, std::vector<uint8_t>* payload) {
+  if (c.tls == nullptr) return ReadFrame(c.fd, max_length, h, payload);
+  uint8_t head[kHeaderSize];
+  if (!ReadAll(c, head, kHeaderSize)) return FrameRead::kClosed;
+  if (!DecodeHeader(head, max_length, h)) return FrameRead::kTooLarge;
+  payload->resize(h->length);
+  if (h->length != 0 && !ReadAll(c, payload->data(), h->length)) return FrameRead::kClosed;
+  return FrameRead::kOk;
+}
+
 bool ParseAddress(const std::string& text, Address* out, std::string* error) {
   *out = Address{};
   out->text = text;
@@ -87,11 +124,12 @@ bool ParseAddress(const std::string& text, Address* out, std::string* error) {
     }
     return true;
   }
-  if (text.rfind("tcp://", 0) == 0) {
+  if (text.rfind("tcp://", 0) == 0 || text.rfind("tls://", 0) == 0) {
+    out->tls = text[1] == 'l';
     std::string rest = text.substr(6);
     size_t colon = rest.rfind(':');
     if (colon == std::string::npos || colon == 0 || colon + 1 == rest.size()) {
-      *error = text + ": expected tcp://HOST:PORT";
+      *error = text + (out->tls ? ": expected tls://HOST:PORT" : ": expected tcp://HOST:PORT");
       return false;
     }
     out->host = rest.substr(0, colon);
@@ -111,7 +149,7 @@ bool ParseAddress(const std::string& text, Address* out, std::string* error) {
     }
     return true;
   }
-  *error = text + ": expected unix:PATH or tcp://HOST:PORT";
+  *error = text + ": expected " + kAddressForms;
   return false;
 }
 

@@ -1,5 +1,5 @@
 // Frames and addresses on sockets, for both sides. libc only (the client lives inside
-// applications); no call raises SIGPIPE.
+// applications; TLS comes from libssl loaded with dlopen, tls.h); no call raises SIGPIPE.
 #pragma once
 
 #include <cstdint>
@@ -22,14 +22,28 @@ enum class FrameRead { kOk, kClosed, kTooLarge };
 // Reads a frame whose payload is at most max_length bytes into *payload.
 FrameRead ReadFrame(int fd, uint32_t max_length, FrameHeader* h, std::vector<uint8_t>* payload);
 
-// "unix:PATH" or "tcp://HOST:PORT".
+struct TlsSession;
+// A connected stream: a socket, with TLS over it where tls is set (then every byte goes
+// through the session; tls.h says which threads may use it at once).
+struct Channel {
+  int fd = -1;
+  TlsSession* tls = nullptr;
+};
+bool WriteAll(const Channel& c, const void* p, size_t n);
+bool ReadAll(const Channel& c, void* p, size_t n);
+bool WriteFrame(const Channel& c, const FrameHeader& h, const void* payload, size_t n);
+FrameRead ReadFrame(const Channel& c, uint32_t max_length, FrameHeader* h, std::vector<uint8_t>* payload);
+
+// "unix:PATH", "tcp://HOST:PORT" or "tls://HOST:PORT" (TCP with TLS).
 struct Address {
   bool unix_socket = false;
+  bool tls = false;
   std::string path;  // unix
-  std::string host;  // tcp
-  std::string port;  // tcp
+  std::string host;  // tcp, tls
+  std::string port;  // tcp, tls
   std::string text;  // as given
 };
+inline constexpr const char* kAddressForms = "unix:PATH, tcp://HOST:PORT or tls://HOST:PORT";
 // False, with a message naming what is wrong, when text is neither form.
 bool ParseAddress(const std::string& text, Address* out, std::string* error);
 
@@ -41,7 +55,8 @@ void WidenBuffers(int fd);
 // within about 5 s, idle or not.
 void TuneTcp(int fd);
 
-// Connects (blocking). Returns the fd or -1 with *error. TCP connections get TuneTcp.
+// Connects (blocking). Returns the fd or -1 with *error. TCP connections get TuneTcp; a
+// tls:// address is connected as TCP (the TLS handshake is the caller's, tls.h).
 int Connect(const Address& a, std::string* error);
 
 }  // namespace gslice::remote

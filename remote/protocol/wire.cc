@@ -50,6 +50,15 @@ bool DecodeHeader(const uint8_t in[kHeaderSize], uint32_t max_length, FrameHeade
   return h->length <= max_length;
 }
 
+void EncodeRequestPrefix(const RequestPrefix& p, Writer* w) {
+  w->Put(p.context);
+  w->Put(p.lane);
+}
+
+bool DecodeRequestPrefix(Reader* r, RequestPrefix* p) {
+  return r->Get(&p->context) && r->Get(&p->lane) && p->lane < kMaxLanes;
+}
+
 void EncodeHello(const Hello& h, Writer* w) {
   w->Put(kMagic);
   w->Put(kVersion);

@@ -2,14 +2,18 @@
 // encoder/decoder both sides use for what is inside them.
 //
 // Frame:   u32 length | u32 seq | u32 op | length bytes of payload       (little endian)
-//   A request's op is an Op of calls.h (or kOpHello); its reply carries op | kReplyBit and the
-//   same seq. Requests are answered one at a time, in order.
+//   A request's op is an Op of calls.h (or kOpHello, kOpToken); its reply carries op | kReplyBit
+//   and the same seq. The requests of one client thread (a lane) are answered in order; those of
+//   different lanes may be answered in any order (each lane has its own serving thread).
 // Hello:   the client's first frame (op kOpHello): u32 kMagic, u16 kVersion, u16 0,
 //          u64 kCallsHash, then the slice it asks for as strings (memory, compute, share,
 //          class: what `gslice run` takes). Its reply: u32 kMagic, u16 kVersion, u16 0,
 //          i32 status (0: accepted), u32 worker pid, string message.
-// Request: u64 the client thread's current context, then the call's arguments; a buffer the
-//          worker passes to the driver in place starts at a multiple of 16 bytes (zero padding).
+// Token:   over TLS only, the client's first frame (op kOpToken): the token's bytes, at most
+//          kMaxToken. No reply: a wrong token gets a refused Hello reply.
+// Request: u64 the client thread's current context, u32 its lane (a number per client thread,
+//          reused after the thread exits), then the call's arguments; a buffer the worker
+//          passes to the driver in place starts at a multiple of 16 bytes (zero padding).
 // Reply:   i32 CUresult, then (on CUDA_SUCCESS only) what the driver wrote.
 //
 // Contract: every length and count read from the peer is checked against what is left in the
@@ -28,7 +32,7 @@
 namespace gslice::remote {
 
 inline constexpr uint32_t kMagic = 0x524c5347;  // "GSLR"
-inline constexpr uint16_t kVersion = 1;
+inline constexpr uint16_t kVersion = 2;
 inline constexpr uint32_t kHeaderSize = 12;
 // The largest host buffer one call carries (a module image, a piece of a copy); larger ones
 // are refused on the client with CUDA_ERROR_INVALID_VALUE and a log line.
@@ -42,6 +46,18 @@ inline constexpr uint32_t kMaxString = 4096;
 inline constexpr uint32_t kMaxHelloString = 128;
 inline constexpr uint32_t kReplyBit = 0x80000000u;
 inline constexpr uint32_t kOpHello = 0x7fff0001u;
+inline constexpr uint32_t kOpToken = 0x7fff0002u;
+inline constexpr uint32_t kMaxToken = 1024;
+// Lanes a worker serves at once: a client thread beyond them shares a lane (its calls then
+// wait behind that lane's).
+inline constexpr uint32_t kMaxLanes = 256;
+
+// What starts every request's payload (see Request above).
+struct RequestPrefix {
+  uint64_t context = 0;
+  uint32_t lane = 0;
+};
+inline constexpr size_t kRequestPrefixSize = sizeof(uint64_t) + sizeof(uint32_t);
 
 struct FrameHeader {
   uint32_t length = 0;
@@ -153,6 +169,10 @@ struct HelloReply {
   uint32_t worker_pid = 0;
   std::string message;
 };
+
+void EncodeRequestPrefix(const RequestPrefix& p, Writer* w);
+// False when the payload is too short or the lane is kMaxLanes or more.
+bool DecodeRequestPrefix(Reader* r, RequestPrefix* p);
 
 void EncodeHello(const Hello& h, Writer* w);
 // False, with the reason, for a wrong magic or version, trailing bytes, or a string that is

@@ -1,6 +1,7 @@
 // gslice-remoted: serves remote GPUs to forwarding clients (docs/remote.md).
 //
-//   gslice-remoted --listen unix:PATH|tcp://HOST:PORT [--listen ...] [--sim]
+//   gslice-remoted --listen unix:PATH|tcp://HOST:PORT|tls://HOST:PORT [--listen ...] [--sim]
+//                  [--cert FILE --key FILE --token-file FILE]
 //
 // Each connection gets its own session process. The session reads the client's handshake
 // and runs `gslice run --memory ... [--sim] -- gslice-remoted --worker-fd N`, so the worker
@@ -8,9 +9,12 @@
 // where one runs, limited and metered alike. The session waits for its worker and tells the
 // client why when `gslice run` refused. The listening process never loads a driver.
 //
-// Security: TCP is served on loopback addresses only. Other machines need token
-// authentication and TLS, which are not built yet; until then they reach a server through a
-// unix socket or a loopback port forwarded over ssh. Unix sockets are made mode 0600.
+// Security: plain TCP is served on loopback addresses only; other machines are served over
+// tls:// only, where the session first completes a TLS handshake (the server's certificate and
+// key) and then compares the client's token with --token-file's in constant time. A failed
+// handshake or a wrong or missing token is logged and the connection closed before any worker
+// starts. The worker never sees TLS: the session relays between the TLS connection and a
+// socket pair whose other end is the worker's. Unix sockets are made mode 0600.
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -27,6 +31,8 @@
 #include <sys/time.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <pthread.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <string>
@@ -34,6 +40,8 @@
 
 #include "calls.h"
 #include "socket_io.h"
+#include "tls.h"
+#include "token.h"
 #include "worker.h"
 
 namespace gslice::remote {
@@ -41,14 +49,20 @@ namespace {
 
 const char kUsage[] =
     "usage: gslice-remoted --listen ADDR [--listen ADDR ...] [--sim]\n"
+    "                      [--cert FILE --key FILE --token-file FILE]\n"
     "\n"
     "Serves this node's GPUs to programs on other machines or containers that run with\n"
     "gslice's forwarding libcuda.so.1 (gslice run --remote ADDR ...). Every client gets its own\n"
     "worker process in a slice of the memory/compute it asks for, like gslice run.\n"
     "\n"
-    "  --listen ADDR  unix:PATH (made mode 0600) or tcp://HOST:PORT on a loopback address\n"
-    "                 (127.0.0.1, ::1, localhost; port 0 picks a free one). Other addresses are\n"
-    "                 refused until token authentication and TLS exist.\n"
+    "  --listen ADDR  unix:PATH (made mode 0600), tcp://HOST:PORT on a loopback address\n"
+    "                 (127.0.0.1, ::1, localhost; port 0 picks a free one), or tls://HOST:PORT\n"
+    "                 on any address: TLS, and clients must send the token of --token-file.\n"
+    "  --cert FILE    the server's certificate chain (PEM), for tls://.\n"
+    "  --key FILE     its private key (PEM), for tls://.\n"
+    "  --token-file FILE  the token clients must send over tls:// (its first line, at least 16\n"
+    "                 characters; the file mode 0600). Clients read theirs from\n"
+    "                 GSLICE_REMOTE_TOKEN_FILE.\n"
     "  --sim          serve gslice's simulated driver (build/lib/sim) instead of a real GPU.\n"
     "  -h, --help     this text.\n";
 
@@ -124,13 +138,15 @@ bool ListenTcp(Listener* l, std::string* error) {
     *error = l->address.text + ": " + gai_strerror(rc);
     return false;
   }
-  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+  for (addrinfo* ai = res; ai != nullptr && !l->address.tls; ai = ai->ai_next) {
     if (!Loopback(ai->ai_addr)) {
       freeaddrinfo(res);
+      const std::string host_port = l->address.text.substr(6);
       *error = l->address.text +
                ": not a loopback address. gslice-remoted serves other machines only with token "
-               "authentication and TLS, which it does not have yet: listen on 127.0.0.1, ::1 or a unix "
-               "socket, and reach it from elsewhere through an ssh tunnel (ssh -L PORT:127.0.0.1:PORT host)";
+               "authentication and TLS: --listen tls://" + host_port +
+               " --cert FILE --key FILE --token-file FILE (or listen on 127.0.0.1 and reach it through an "
+               "ssh tunnel)";
       return false;
     }
   }
@@ -153,20 +169,114 @@ bool ListenTcp(Listener* l, std::string* error) {
     auto* in = reinterpret_cast<sockaddr_in*>(&bound);
     inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
     port = ntohs(in->sin_port);
-    l->shown = std::string("tcp://") + host + ":" + std::to_string(port);
+    l->shown = std::string(l->address.tls ? "tls://" : "tcp://") + host + ":" + std::to_string(port);
   } else {
     auto* in6 = reinterpret_cast<sockaddr_in6*>(&bound);
     inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
     port = ntohs(in6->sin6_port);
-    l->shown = std::string("tcp://[") + host + "]:" + std::to_string(port);
+    l->shown = std::string(l->address.tls ? "tls://[" : "tcp://[") + host + "]:" + std::to_string(port);
   }
   return true;
 }
 
-bool SendRefusal(int fd, const std::string& message) {
+bool SendRefusal(const Channel& c, const std::string& message) {
   Writer w;
   EncodeHelloReply(HelloReply{.status = 1, .worker_pid = 0, .message = message}, &w);
-  return WriteFrame(fd, FrameHeader{.seq = 0, .op = kOpHello | kReplyBit}, w.buffer().data(), w.size());
+  return WriteFrame(c, FrameHeader{.seq = 0, .op = kOpHello | kReplyBit}, w.buffer().data(), w.size());
+}
+
+// What tls:// listeners need, loaded once at start.
+struct TlsListening {
+  TlsServer* server = nullptr;
+  std::string token;
+};
+
+// Who connected, for the log.
+std::string PeerName(int fd) {
+  sockaddr_storage peer = {};
+  socklen_t len = sizeof peer;
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0) return "?";
+  char host[INET6_ADDRSTRLEN] = "?";
+  if (peer.ss_family == AF_INET) {
+    auto* in = reinterpret_cast<sockaddr_in*>(&peer);
+    inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+    return std::string(host) + ":" + std::to_string(ntohs(in->sin_port));
+  }
+  if (peer.ss_family == AF_INET6) {
+    auto* in6 = reinterpret_cast<sockaddr_in6*>(&peer);
+    inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+    return std::string("[") + host + "]:" + std::to_string(ntohs(in6->sin6_port));
+  }
+  return "a unix socket";
+}
+
+// Ends a refused connection so that the refusal reaches the client: closing with unread input
+// (the handshake the client sent after its token) would reset the connection and could discard
+// the refusal before the client reads it. Drains for at most 1 s.
+void CloseGently(int fd) {
+  shutdown(fd, SHUT_WR);
+  char buf[4096];
+  timespec start;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  for (;;) {
+    timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    const long long left_ms = 1000 - ((now.tv_sec - start.tv_sec) * 1000LL + (now.tv_nsec - start.tv_nsec) / 1000000);
+    pollfd p = {fd, POLLIN, 0};
+    if (left_ms <= 0 || poll(&p, 1, static_cast<int>(left_ms)) <= 0) break;
+    const ssize_t n = read(fd, buf, sizeof buf);
+    if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) break;
+  }
+}
+
+// A TLS client's first frame: its token. False (the client refused, the refusal logged) when
+// it is missing or wrong.
+bool CheckToken(const Channel& c, const std::string& token, const std::string& peer) {
+  FrameHeader h;
+  std::vector<uint8_t> payload;
+  const FrameRead got = ReadFrame(c, kMaxToken, &h, &payload);
+  if (got != FrameRead::kOk || h.op != kOpToken) {
+    fprintf(stderr, "gslice-remoted: refused a client from %s: no token\n", peer.c_str());
+    if (got == FrameRead::kOk) SendRefusal(c, "this server wants a token (GSLICE_REMOTE_TOKEN_FILE)");
+    CloseGently(c.fd);
+    return false;
+  }
+  if (!TokenEquals(token, payload.data(), payload.size())) {
+    fprintf(stderr, "gslice-remoted: refused a client from %s: wrong token\n", peer.c_str());
+    SendRefusal(c, "wrong token (GSLICE_REMOTE_TOKEN_FILE)");
+    CloseGently(c.fd);
+    return false;
+  }
+  return true;
+}
+
+// Relays between a TLS client and its worker's socket pair, one thread each way (the session
+// is thread-safe, tls.h). The client closing closes the worker's end (its watcher ends it).
+struct Relay {
+  Channel client;
+  int worker = -1;
+};
+
+void* RelayToWorker(void* arg) {
+  auto* r = static_cast<Relay*>(arg);
+  std::vector<char> buf(256 * 1024);
+  for (;;) {
+    const ssize_t n = TlsRead(r->client.tls, buf.data(), buf.size());
+    if (n <= 0 || !WriteAll(r->worker, buf.data(), static_cast<size_t>(n))) break;
+  }
+  shutdown(r->worker, SHUT_RDWR);  // the worker's watcher ends it
+  return nullptr;
+}
+
+void* RelayToClient(void* arg) {
+  auto* r = static_cast<Relay*>(arg);
+  std::vector<char> buf(256 * 1024);
+  for (;;) {
+    const ssize_t n = read(r->worker, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0 || !TlsWriteAll(r->client.tls, buf.data(), static_cast<size_t>(n))) break;
+  }
+  return nullptr;  // the session closes the client's connection once the worker is gone
 }
 
 pid_t g_worker = 0;
@@ -174,35 +284,49 @@ void ForwardStop(int sig) {
   if (g_worker > 0) kill(g_worker, sig);
 }
 
-// One client's session: handshake, then `gslice run ... -- gslice-remoted --worker-fd N`.
-int Session(int fd, bool sim) {
+// One client's session: over tls://, the TLS handshake and the token; then the handshake, and
+// `gslice run ... -- gslice-remoted --worker-fd N`.
+int Session(int fd, bool sim, const TlsListening* tls) {
+  Channel channel{.fd = fd};
+  std::string error;
+  if (tls != nullptr) {
+    const std::string peer = PeerName(fd);
+    channel.tls = TlsAccept(tls->server, fd, 10000, &error);
+    if (channel.tls == nullptr) {
+      fprintf(stderr, "gslice-remoted: refused a client from %s: %s\n", peer.c_str(), error.c_str());
+      return 0;
+    }
+    // The token and the handshake must come within 10 s (the session ends on SIGALRM).
+    alarm(10);
+    if (!CheckToken(channel, tls->token, peer)) return 0;
+  }
   // The handshake must come whole within 10 s and be small.
   timeval limit = {.tv_sec = 10, .tv_usec = 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
   FrameHeader h;
   std::vector<uint8_t> payload;
-  const FrameRead got = ReadFrame(fd, 4096, &h, &payload);
+  const FrameRead got = ReadFrame(channel, 4096, &h, &payload);
   timeval none = {.tv_sec = 0, .tv_usec = 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
+  alarm(0);
   if (got != FrameRead::kOk || h.op != kOpHello) {
     fprintf(stderr, "gslice-remoted: a client that does not speak the protocol: connection closed\n");
     return 0;
   }
   Reader r(payload.data(), payload.size());
   Hello hello;
-  std::string error;
   if (!DecodeHello(&r, &hello, &error)) {
-    SendRefusal(fd, error);
+    SendRefusal(channel, error);
     fprintf(stderr, "gslice-remoted: refused a client: %s\n", error.c_str());
     return 0;
   }
   if (hello.calls_hash != kCallsHash) {
-    SendRefusal(fd, "the client and gslice-remoted forward different call lists (remote/calls.def): "
+    SendRefusal(channel, "the client and gslice-remoted forward different call lists (remote/calls.def): "
                     "use the same gslice build on both sides");
     return 0;
   }
   if (hello.memory.empty()) {
-    SendRefusal(fd, "no memory limit asked for: run the program with gslice run --remote ADDR --memory SIZE");
+    SendRefusal(channel, "no memory limit asked for: run the program with gslice run --remote ADDR --memory SIZE");
     return 0;
   }
   std::string self = SelfExe();
@@ -221,8 +345,18 @@ int Session(int fd, bool sim) {
   if (!hello.slice_class.empty()) args.push_back("--class=" + hello.slice_class);
   args.push_back("--name=remote-" + std::to_string(getpid()));
   if (sim) args.push_back("--sim");
+  // The worker's socket: the client's own, or over TLS one end of a pair this session relays.
+  int worker_fd = fd;
+  int pair[2] = {-1, -1};
+  if (channel.tls != nullptr) {
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) return 1;
+    WidenBuffers(pair[0]);
+    WidenBuffers(pair[1]);
+    worker_fd = pair[1];
+  }
   const int log_fd = dup(STDERR_FILENO);  // the worker's own log (without CLOEXEC)
-  args.insert(args.end(), {"--", worker, "--worker-fd", std::to_string(fd), "--log-fd", std::to_string(log_fd)});
+  args.insert(args.end(),
+              {"--", worker, "--worker-fd", std::to_string(worker_fd), "--log-fd", std::to_string(log_fd)});
   int errors[2];
   if (pipe2(errors, O_CLOEXEC) != 0) return 1;
   std::vector<char*> argv;
@@ -231,13 +365,22 @@ int Session(int fd, bool sim) {
   g_worker = fork();
   if (g_worker == 0) {
     dup2(errors[1], STDERR_FILENO);
-    fcntl(fd, F_SETFD, 0);
+    fcntl(worker_fd, F_SETFD, 0);
     execv(argv[0], argv.data());
     fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
     _exit(127);
   }
   close(errors[1]);
   close(log_fd);
+  Relay relay{.client = channel, .worker = pair[0]};
+  pthread_t relays[2];
+  bool relaying = false;
+  if (channel.tls != nullptr) {
+    close(pair[1]);
+    relaying = pthread_create(&relays[0], nullptr, RelayToWorker, &relay) == 0 &&
+               pthread_create(&relays[1], nullptr, RelayToClient, &relay) == 0;
+    if (!relaying) kill(g_worker, SIGKILL);
+  }
   struct sigaction forward = {};
   forward.sa_handler = ForwardStop;
   sigaction(SIGTERM, &forward, nullptr);
@@ -257,24 +400,61 @@ int Session(int fd, bool sim) {
   int status = 0;
   while (waitpid(g_worker, &status, 0) < 0 && errno == EINTR) {
   }
+  if (relaying) pthread_join(relays[1], nullptr);  // what the worker said last reaches the client
   if (WIFEXITED(status) && (WEXITSTATUS(status) == 2 || WEXITSTATUS(status) == 127)) {
     while (!said.empty() && (said.back() == '\n' || said.back() == ' ')) said.pop_back();
-    SendRefusal(fd, said.empty() ? "the worker could not start (see the server's log)" : said);
+    SendRefusal(channel, said.empty() ? "the worker could not start (see the server's log)" : said);
   }
-  return 0;
+  if (channel.tls != nullptr) shutdown(fd, SHUT_RDWR);
+  return 0;  // the relay to the worker ends with the process
 }
 
-int Serve(const std::vector<std::string>& addresses, bool sim) {
+// --cert, --key and --token-file.
+struct TlsFiles {
+  std::string cert, key, token;
+};
+
+int Serve(const std::vector<std::string>& addresses, bool sim, const TlsFiles& files) {
   std::vector<Listener> listeners;
+  std::vector<Address> parsed;
+  bool any_tls = false;
   for (const std::string& text : addresses) {
-    Listener l;
+    Address a;
     std::string error;
-    if (!ParseAddress(text, &l.address, &error)) {
+    if (!ParseAddress(text, &a, &error)) {
       fprintf(stderr, "gslice-remoted: --listen %s\n", error.c_str());
       return 2;
     }
+    any_tls = any_tls || a.tls;
+    parsed.push_back(a);
+  }
+  TlsListening tls;
+  if (any_tls) {
+    if (files.cert.empty() || files.key.empty() || files.token.empty()) {
+      fprintf(stderr, "gslice-remoted: a tls:// listener needs --cert FILE, --key FILE and --token-file FILE\n");
+      return 2;
+    }
+    std::string error;
+    if (!ReadTokenFile(files.token, &tls.token, &error)) {
+      fprintf(stderr, "gslice-remoted: --token-file: %s\n", error.c_str());
+      return 2;
+    }
+    tls.server = TlsServerLoad(files.cert, files.key, &error);
+    if (tls.server == nullptr) {
+      fprintf(stderr, "gslice-remoted: %s\n", error.c_str());
+      return 2;
+    }
+  } else if (!files.cert.empty() || !files.key.empty() || !files.token.empty()) {
+    fprintf(stderr, "gslice-remoted: --cert, --key and --token-file are for tls:// listeners, and none is given\n");
+    return 2;
+  }
+  for (const Address& a : parsed) {
+    Listener l;
+    l.address = a;
+    std::string error;
     if (!(l.address.unix_socket ? ListenUnix(&l, &error) : ListenTcp(&l, &error))) {
       fprintf(stderr, "gslice-remoted: --listen %s\n", error.c_str());
+      TlsServerFree(tls.server);
       return 2;
     }
     listeners.push_back(l);
@@ -303,7 +483,7 @@ int Serve(const std::vector<std::string>& addresses, bool sim) {
         for (const Listener& l : listeners) close(l.fd);
         signal(SIGTERM, SIG_DFL);
         signal(SIGINT, SIG_DFL);
-        _exit(Session(fd, sim));
+        _exit(Session(fd, sim, listeners[k].address.tls ? &tls : nullptr));
       }
       close(fd);
       if (pid > 0) sessions.push_back(pid);
@@ -317,6 +497,7 @@ int Serve(const std::vector<std::string>& addresses, bool sim) {
     }
   }
   for (pid_t pid : sessions) kill(pid, SIGTERM);
+  TlsServerFree(tls.server);
   for (const Listener& l : listeners) {
     close(l.fd);
     if (l.address.unix_socket) unlink(l.address.path.c_str());
@@ -331,6 +512,7 @@ int main(int argc, char** argv) {
   using namespace gslice::remote;
   std::vector<std::string> listen;
   bool sim = false;
+  TlsFiles tls_files;
   int worker_fd = -1, log_fd = -1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -350,6 +532,12 @@ int main(int argc, char** argv) {
       listen.push_back(a.substr(9));
     } else if (a == "--sim") {
       sim = true;
+    } else if (a == "--cert") {
+      tls_files.cert = value("--cert");
+    } else if (a == "--key") {
+      tls_files.key = value("--key");
+    } else if (a == "--token-file") {
+      tls_files.token = value("--token-file");
     } else if (a == "--worker-fd") {
       worker_fd = atoi(value("--worker-fd"));
     } else if (a == "--log-fd") {
@@ -372,5 +560,5 @@ int main(int argc, char** argv) {
     fprintf(stderr, "gslice-remoted: --listen unix:PATH or --listen tcp://127.0.0.1:PORT is required (see --help)\n");
     return 2;
   }
-  return Serve(listen, sim);
+  return Serve(listen, sim, tls_files);
 }

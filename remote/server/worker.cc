@@ -3,6 +3,15 @@
 // simulated driver - answers the handshake and serves the client's calls until the client
 // goes away. A watcher thread ends the process the moment the client's socket closes, even
 // while a call blocks in the driver: the process's exit frees everything the client held.
+//
+// Threads: the main thread reads requests in the order the client made them and hands each to
+// its lane's serving thread (one per client thread, made at its first request), so that a lane
+// blocked in the driver (a synchronisation) holds up no other lane, and each client thread's
+// calls run on a thread of their own (its per-thread default stream, its current context).
+// Order across lanes: a request runs only after every async request read before it has run.
+// The client returned from those async calls before it made this one, so CUDA's order holds:
+// work a thread queued is in its stream before any later call of another thread. Synchronous
+// requests of different lanes were in flight at once on the client and need no order.
 #include "worker.h"
 
 #include <dlfcn.h>
@@ -15,6 +24,7 @@
 #include <cstring>
 #include <unistd.h>
 
+#include <deque>
 #include <vector>
 
 #include "dispatch.h"
@@ -29,6 +39,32 @@ using CtxSetFn = CUresult (*)(CUcontext);
 CtxGetFn g_ctx_get = nullptr;
 CtxSetFn g_ctx_set = nullptr;
 
+struct Request {
+  FrameHeader header;
+  std::vector<uint8_t> payload;
+  uint64_t async_before = 0;  // async requests read before this one
+};
+
+// A client thread's serving thread and the requests it has yet to run. REQUIRES g_mu.
+struct Lane {
+  bool started = false;
+  std::deque<Request> queue;
+  pthread_cond_t ready = PTHREAD_COND_INITIALIZER;
+};
+
+pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+pthread_cond_t g_async_ran = PTHREAD_COND_INITIALIZER;
+uint64_t g_async_done = 0;  // async requests that have run (in the order read); REQUIRES g_mu
+// Bytes of requests read and not yet taken by their lane; REQUIRES g_mu. Past the bound the
+// reader waits (the client's sends then wait on the socket): lanes always drain, since a request
+// waits only for requests read before it.
+uint64_t g_queued_bytes = 0;
+constexpr uint64_t kMaxQueuedBytes = 2ull * kMaxFrame;
+pthread_cond_t g_drained = PTHREAD_COND_INITIALIZER;
+Lane g_lanes[kMaxLanes];
+int g_fd = -1;
+pthread_mutex_t g_write_mu = PTHREAD_MUTEX_INITIALIZER;  // one answer at a time on g_fd
+
 void* WatchClient(void* arg) {
   const int fd = static_cast<int>(reinterpret_cast<intptr_t>(arg));
   for (;;) {
@@ -40,7 +76,7 @@ void* WatchClient(void* arg) {
   return nullptr;
 }
 
-// Makes ctx current on this (the only serving) thread, as it is on the client's calling thread.
+// Makes ctx current on the calling (serving) thread, as it is on the client's calling thread.
 CUresult MakeCurrent(CUcontext want) {
   if (g_ctx_get == nullptr || g_ctx_set == nullptr) return CUDA_SUCCESS;
   for (int tries = 0; tries < 64; ++tries) {
@@ -56,6 +92,82 @@ bool SendHelloReply(int fd, const HelloReply& reply) {
   Writer w;
   EncodeHelloReply(reply, &w);
   return WriteFrame(fd, FrameHeader{.seq = 0, .op = kOpHello | kReplyBit}, w.buffer().data(), w.size());
+}
+
+bool IsAsync(uint32_t op) { return op < kOpCount && kOpAsync[op]; }
+
+// Runs one request on the calling (its lane's) thread; returns the answer, or nothing for an
+// async request (its error goes to *deferred until the lane's next synchronisation).
+bool Serve(Request& request, int32_t* deferred, Writer* out) {
+  const uint32_t op = request.header.op;
+  Reader in(request.payload.data(), request.payload.size());
+  RequestPrefix prefix;
+  // NVML requests need no context.
+  const bool driver_call = op >= kOpCount || kOpLibrary[op] == Library::kCuda;
+  if (!DecodeRequestPrefix(&in, &prefix)) {
+    out->Put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+  } else if (CUresult r = driver_call ? MakeCurrent(reinterpret_cast<CUcontext>(static_cast<uintptr_t>(prefix.context)))
+                                      : CUDA_SUCCESS;
+             r != CUDA_SUCCESS && op < kOpCount) {
+    out->Put<int32_t>(r);
+  } else {
+    switch (Dispatch(op, in, *out)) {
+      case Dispatched::kAnswered:
+        break;
+      case Dispatched::kRefused:
+        fprintf(stderr, "gslice-remoted[%d]: malformed %s request: answered CUDA_ERROR_INVALID_VALUE\n",
+                static_cast<int>(getpid()), kOpNames[op]);
+        break;
+      case Dispatched::kUnknownOp:
+        fprintf(stderr, "gslice-remoted[%d]: unknown request %#x: closing the connection\n",
+                static_cast<int>(getpid()), op);
+        _exit(3);
+    }
+  }
+  int32_t result = CUDA_SUCCESS;
+  std::memcpy(&result, out->buffer().data(), sizeof result);
+  if (IsAsync(op)) {
+    // The client does not wait for this one: its error waits for the next synchronisation.
+    if (result != CUDA_SUCCESS && *deferred == CUDA_SUCCESS) *deferred = result;
+    return false;
+  }
+  if (op < kOpCount && kOpCollects[op] && *deferred != CUDA_SUCCESS && result == CUDA_SUCCESS) {
+    result = *deferred;
+    std::memcpy(out->buffer().data(), &result, sizeof result);
+    *deferred = CUDA_SUCCESS;
+  }
+  return true;
+}
+
+// A lane's serving thread: its requests in order, each after the async requests before it.
+void* ServeLane(void* arg) {
+  Lane& lane = *static_cast<Lane*>(arg);
+  int32_t deferred = CUDA_SUCCESS;  // the first error of an async call since the last collect
+  for (;;) {
+    pthread_mutex_lock(&g_mu);
+    while (lane.queue.empty()) pthread_cond_wait(&lane.ready, &g_mu);
+    Request request = std::move(lane.queue.front());
+    lane.queue.pop_front();
+    g_queued_bytes -= request.payload.size();
+    pthread_cond_signal(&g_drained);
+    while (g_async_done < request.async_before) pthread_cond_wait(&g_async_ran, &g_mu);
+    pthread_mutex_unlock(&g_mu);
+    Writer out;
+    const bool answer = Serve(request, &deferred, &out);
+    if (IsAsync(request.header.op)) {
+      pthread_mutex_lock(&g_mu);
+      ++g_async_done;
+      pthread_cond_broadcast(&g_async_ran);
+      pthread_mutex_unlock(&g_mu);
+    }
+    if (!answer) continue;
+    pthread_mutex_lock(&g_write_mu);
+    const bool sent = WriteFrame(g_fd, FrameHeader{.seq = request.header.seq, .op = request.header.op | kReplyBit},
+                                 out.buffer().data(), out.size());
+    pthread_mutex_unlock(&g_write_mu);
+    if (!sent) _exit(0);  // the client is gone
+  }
+  return nullptr;
 }
 
 }  // namespace
@@ -82,54 +194,43 @@ int RunWorker(int fd) {
   if (pthread_create(&watcher, nullptr, WatchClient, reinterpret_cast<void*>(static_cast<intptr_t>(fd))) == 0) {
     pthread_detach(watcher);
   }
-  std::vector<uint8_t> payload;
-  int32_t deferred = CUDA_SUCCESS;  // the first error of an async call since the last collect
+  g_fd = fd;
+  uint64_t async_read = 0;
   for (;;) {
-    FrameHeader h;
-    FrameRead got = ReadFrame(fd, kMaxFrame, &h, &payload);
+    Request request;
+    FrameRead got = ReadFrame(fd, kMaxFrame, &request.header, &request.payload);
     if (got == FrameRead::kClosed) return 0;
     if (got == FrameRead::kTooLarge) {
       fprintf(stderr, "gslice-remoted[%d]: a frame of %u bytes (at most %u): closing the connection\n",
-              static_cast<int>(getpid()), h.length, kMaxFrame);
+              static_cast<int>(getpid()), request.header.length, kMaxFrame);
       return 3;
     }
-    Reader in(payload.data(), payload.size());
-    Writer out;
-    uint64_t ctx = 0;
-    const bool driver_call = h.op >= kOpCount || kOpLibrary[h.op] == Library::kCuda;
-    if (!in.Get(&ctx)) {
-      out.Put<int32_t>(CUDA_ERROR_INVALID_VALUE);
-    } else if (CUresult r = driver_call ? MakeCurrent(reinterpret_cast<CUcontext>(static_cast<uintptr_t>(ctx)))
-                                        : CUDA_SUCCESS;
-               r != CUDA_SUCCESS && h.op < kOpCount) {
-      out.Put<int32_t>(r);
-    } else {
-      switch (Dispatch(h.op, in, out)) {
-        case Dispatched::kAnswered:
-          break;
-        case Dispatched::kRefused:
-          fprintf(stderr, "gslice-remoted[%d]: malformed %s request: answered CUDA_ERROR_INVALID_VALUE\n",
-                  static_cast<int>(getpid()), kOpNames[h.op]);
-          break;
-        case Dispatched::kUnknownOp:
-          fprintf(stderr, "gslice-remoted[%d]: unknown request %#x: closing the connection\n",
-                  static_cast<int>(getpid()), h.op);
-          return 3;
+    // A request whose prefix does not decode is answered (refused) on lane 0.
+    Reader in(request.payload.data(), request.payload.size());
+    RequestPrefix prefix;
+    const uint32_t lane = DecodeRequestPrefix(&in, &prefix) ? prefix.lane : 0;
+    request.async_before = async_read;
+    if (IsAsync(request.header.op)) ++async_read;
+    pthread_mutex_lock(&g_mu);
+    while (g_queued_bytes > kMaxQueuedBytes) pthread_cond_wait(&g_drained, &g_mu);
+    g_queued_bytes += request.payload.size();
+    Lane& l = g_lanes[lane];
+    l.queue.push_back(std::move(request));
+    pthread_cond_signal(&l.ready);
+    if (!l.started) {
+      pthread_t thread;
+      pthread_attr_t attr;
+      pthread_attr_init(&attr);
+      pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+      l.started = pthread_create(&thread, &attr, ServeLane, &l) == 0;
+      pthread_attr_destroy(&attr);
+      if (!l.started) {
+        fprintf(stderr, "gslice-remoted[%d]: cannot start a serving thread: closing the connection\n",
+                static_cast<int>(getpid()));
+        return 1;
       }
     }
-    int32_t result = CUDA_SUCCESS;
-    std::memcpy(&result, out.buffer().data(), sizeof result);
-    if (h.op < kOpCount && kOpAsync[h.op]) {
-      // The client does not wait for this one: its error waits for the next synchronisation.
-      if (result != CUDA_SUCCESS && deferred == CUDA_SUCCESS) deferred = result;
-      continue;
-    }
-    if (h.op < kOpCount && kOpCollects[h.op] && deferred != CUDA_SUCCESS && result == CUDA_SUCCESS) {
-      result = deferred;
-      std::memcpy(out.buffer().data(), &result, sizeof result);
-      deferred = CUDA_SUCCESS;
-    }
-    if (!WriteFrame(fd, FrameHeader{.seq = h.seq, .op = h.op | kReplyBit}, out.buffer().data(), out.size())) return 0;
+    pthread_mutex_unlock(&g_mu);
   }
 }
 

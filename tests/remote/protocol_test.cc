@@ -5,12 +5,18 @@
 // request that decodes is answered CUDA_ERROR_NOT_SUPPORTED.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstring>
+#include <fstream>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "calls.h"
 #include "dispatch.h"
+#include "token.h"
 #include "wire.h"
 
 namespace gslice::remote {
@@ -105,6 +111,61 @@ TEST(RemoteWire, HelloRoundTripsAndRefusesGarbage) {
     Reader k(junk.data(), junk.size());
     DecodeHelloReply(&k, &reply, &error);
   }
+}
+
+TEST(RemoteWire, ARequestPrefixWithALaneOutOfRangeIsRefused) {
+  Writer w;
+  EncodeRequestPrefix(RequestPrefix{.context = 0x1234, .lane = kMaxLanes - 1}, &w);
+  Reader r(w.buffer().data(), w.size());
+  RequestPrefix p;
+  ASSERT_TRUE(DecodeRequestPrefix(&r, &p));
+  EXPECT_EQ(p.context, 0x1234u);
+  EXPECT_EQ(p.lane, kMaxLanes - 1);
+  Writer bad;
+  EncodeRequestPrefix(RequestPrefix{.context = 0, .lane = kMaxLanes}, &bad);
+  Reader b(bad.buffer().data(), bad.size());
+  EXPECT_FALSE(DecodeRequestPrefix(&b, &p));
+  Reader short_one(w.buffer().data(), kRequestPrefixSize - 1);
+  EXPECT_FALSE(DecodeRequestPrefix(&short_one, &p));
+}
+
+TEST(RemoteToken, OnlyTheSameBytesAreEqual) {
+  const std::string token = "0123456789abcdef0123";
+  auto equals = [&](const std::string& got) {
+    return TokenEquals(token, reinterpret_cast<const uint8_t*>(got.data()), got.size());
+  };
+  EXPECT_TRUE(equals(token));
+  EXPECT_FALSE(equals(""));
+  EXPECT_FALSE(equals(token.substr(0, token.size() - 1)));
+  EXPECT_FALSE(equals(token + "4"));
+  for (size_t i = 0; i < token.size(); ++i) {
+    std::string flipped = token;
+    flipped[i] = static_cast<char>(flipped[i] ^ 1);
+    EXPECT_FALSE(equals(flipped)) << i;
+  }
+  EXPECT_FALSE(TokenEquals("", nullptr, 0));
+}
+
+TEST(RemoteToken, TokenFilesAreSecretAndLongEnough) {
+  const std::string path = "/tmp/gslice-test-" + std::to_string(getpid()) + "-token";
+  auto write = [&](const std::string& text, mode_t mode) {
+    unlink(path.c_str());
+    std::ofstream(path) << text;
+    chmod(path.c_str(), mode);
+  };
+  std::string token, error;
+  write("  0123456789abcdef0123456789abcdef \nsecond line\n", 0600);
+  ASSERT_TRUE(ReadTokenFile(path, &token, &error)) << error;
+  EXPECT_EQ(token, "0123456789abcdef0123456789abcdef");
+  write("0123456789abcdef0123456789abcdef\n", 0640);
+  EXPECT_FALSE(ReadTokenFile(path, &token, &error));
+  EXPECT_NE(error.find("chmod 600"), std::string::npos) << error;
+  write("short\n", 0600);
+  EXPECT_FALSE(ReadTokenFile(path, &token, &error));
+  EXPECT_NE(error.find("16 to"), std::string::npos) << error;
+  unlink(path.c_str());
+  EXPECT_FALSE(ReadTokenFile(path, &token, &error));
+  EXPECT_NE(error.find("No such file"), std::string::npos) << error;
 }
 
 TEST(RemoteDispatch, UnknownOpcodesAreNotAnswered) {

@@ -34,9 +34,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gslice/nvml_subset.h"
@@ -838,6 +840,76 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (mode == "tables") return Tables();
+  if (mode == "threads") {
+    // One thread synchronises with a long kernel on its per-thread default stream; another
+    // makes calls meanwhile, on its own (idle) per-thread default stream.
+    if (argc < 3) return 2;
+    const CUcontext ctx = Setup(&dev);
+    CUmodule module;
+    CUfunction busy, fill;
+    CK(gslice::test::LoadTestKernels(&module, &busy, &fill));
+    std::atomic<bool> launched{false}, synchronised{false};
+    CUresult sync = CUDA_ERROR_UNKNOWN;
+    std::thread waiter([&] {
+      CK(cuCtxSetCurrent(ctx));
+      CK(gslice::test::LaunchBusy(busy, strtoull(argv[2], nullptr, 10) * 1000, CU_STREAM_PER_THREAD));
+      launched = true;
+      sync = cuStreamSynchronize(CU_STREAM_PER_THREAD);
+      synchronised = true;
+    });
+    while (!launched) usleep(1000);
+    usleep(500 * 1000);  // the other thread is in its synchronisation by now
+    int calls = 0;
+    CUresult own = CUDA_ERROR_UNKNOWN;
+    CUdeviceptr held[10] = {};
+    for (CUdeviceptr& p : held) {  // (no frees: a free waits for the context's work)
+      size_t free_bytes = 0, total = 0;
+      CUdevice mine;
+      CK(cuMemAlloc(&p, 1 << 20));
+      CK(cuMemGetInfo(&free_bytes, &total));
+      CK(cuCtxGetDevice(&mine));
+      own = cuStreamQuery(CU_STREAM_PER_THREAD);
+      calls += 4;
+    }
+    const bool during = !synchronised;
+    waiter.join();
+    for (CUdeviceptr p : held) CK(cuMemFree(p));
+    printf("%d calls, own per-thread stream %s, done while the other thread synchronised: %s\n", calls, Name(own),
+           during ? "yes" : "no");
+    printf("synchronised: %s\n", Name(sync));
+    return 0;
+  }
+  if (mode == "handoff") {
+    // One thread queues work on a stream; another, told it returned, synchronises the stream
+    // and reads the result: the first thread's work must be in the stream before the second's.
+    const CUcontext ctx = Setup(&dev);
+    CUstream stream;
+    CK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr p = 0;
+    const size_t words = 4096;
+    CK(cuMemAlloc(&p, words * 4));
+    std::atomic<uint32_t> queued{0};
+    std::thread writer([&] {
+      CK(cuCtxSetCurrent(ctx));
+      for (uint32_t i = 1; i <= 50; ++i) {
+        CK(cuMemsetD32Async(p, i, words, stream));
+        queued = i;
+        while (queued != 0) usleep(100);
+      }
+    });
+    int wrong = 0;
+    for (uint32_t i = 1; i <= 50; ++i) {
+      while (queued != i) usleep(100);
+      CK(cuStreamSynchronize(stream));
+      std::vector<uint32_t> host(words);
+      CK(cuMemcpyDtoH(host.data(), p, words * 4));
+      for (uint32_t v : host) wrong += v != i;
+      queued = 0;
+    }
+    writer.join();
+    printf("handoff: %d words wrong\n", wrong);
+    return 0;
+  }
   if (mode == "maps") {
     cuInit(0);
     FILE* f = fopen("/proc/self/maps", "r");

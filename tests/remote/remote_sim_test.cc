@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -23,6 +24,7 @@
 #include "node.h"
 #include "socket_io.h"
 #include "test_support.h"
+#include "tls.h"
 #include "wire.h"
 
 namespace gslice::remote {
@@ -223,10 +225,10 @@ class Raw {
     std::string error;
     return DecodeHelloReply(&r, &reply, &error) && reply.status == 0;
   }
-  // A request's payload: the current context (none), then the call's arguments.
+  // A request's payload: the current context (none) and lane 0, then the call's arguments.
   static Writer Request() {
     Writer w;
-    w.Put<uint64_t>(0);
+    EncodeRequestPrefix(RequestPrefix{}, &w);
     return w;
   }
   // Sends a request; returns its result, or -1 when the connection closed.
@@ -301,6 +303,14 @@ TEST_F(RemoteSim, ProtocolGarbageIsRefusedAndOtherClientsAreServed) {
     Writer version = Raw::Request();
     version.Put<uint8_t>(1);
     EXPECT_EQ(raw.Call(kOp_cuDriverGetVersion, version), CUDA_SUCCESS);
+    Writer lane;  // a lane the worker does not serve: answered, the connection goes on
+    EncodeRequestPrefix(RequestPrefix{.context = 0, .lane = kMaxLanes}, &lane);
+    lane.Put<uint8_t>(1);
+    EXPECT_EQ(raw.Call(kOp_cuDriverGetVersion, lane), CUDA_ERROR_INVALID_VALUE);
+    Writer other;  // another lane of the same connection
+    EncodeRequestPrefix(RequestPrefix{.context = 0, .lane = 7}, &other);
+    other.Put<uint8_t>(1);
+    EXPECT_EQ(raw.Call(kOp_cuDriverGetVersion, other), CUDA_SUCCESS);
     // An opcode no client sends closes the connection.
     EXPECT_EQ(raw.Call(kOpCount + 5, Raw::Request()), -1);
   }
@@ -339,6 +349,23 @@ TEST_F(RemoteSim, AnAsyncCallsErrorComesWithTheNextSynchronisation) {
   EXPECT_EQ(direct.out, "launch CUDA_ERROR_INVALID_HANDLE, sync CUDA_SUCCESS, sync CUDA_SUCCESS\n");
   Result remote = RunProgram(Remote(Address(), "1GiB", {kProbe, "deferred"}));
   EXPECT_EQ(remote.out, "launch CUDA_SUCCESS, sync CUDA_ERROR_INVALID_HANDLE, sync CUDA_SUCCESS\n");
+}
+
+TEST_F(RemoteSim, AThreadInALongSynchronisationHoldsUpNoOtherThread) {
+  // Each client thread has its serving thread in the worker: one thread's calls complete while
+  // another waits in cuStreamSynchronize, and each has its own per-thread default stream.
+  const std::string expected =
+      "40 calls, own per-thread stream CUDA_SUCCESS, done while the other thread synchronised: yes\n"
+      "synchronised: CUDA_SUCCESS\n";
+  Result direct = RunProgram(Direct("1GiB", {kProbe, "threads", "4000"}));
+  EXPECT_EQ(direct.out, expected);
+  Result remote = RunProgram(Remote(Address(), "1GiB", {kProbe, "threads", "4000"}));
+  EXPECT_EQ(remote.out, expected);
+}
+
+TEST_F(RemoteSim, WorkAThreadQueuedIsInItsStreamBeforeAnotherThreadsLaterCalls) {
+  Result r = RunProgram(Remote(Address(), "1GiB", {kProbe, "handoff"}));
+  EXPECT_EQ(r.out, "handoff: 0 words wrong\n");
 }
 
 TEST_F(RemoteSim, CallsNotForwardedReturnNotSupportedAndAreNamed) {
@@ -552,7 +579,7 @@ TEST_F(RemoteSim, GsliceRunRemoteRefusesWhatItCannotDo) {
   const std::string gslice = kBin + "/gslice";
   Result bad = RunProgram({gslice, "run", "--remote", "host:7000", "--memory", "1GiB", "--", "/bin/true"});
   EXPECT_EQ(bad.code, 2);
-  EXPECT_NE(bad.out.find("expected unix:PATH or tcp://HOST:PORT"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("expected unix:PATH, tcp://HOST:PORT or tls://HOST:PORT"), std::string::npos) << bad.out;
   Result sim = RunProgram({gslice, "run", "--remote", Address(), "--sim", "--memory", "1GiB", "--", "/bin/true"});
   EXPECT_EQ(sim.code, 2);
   EXPECT_NE(sim.out.find("gslice-remoted --sim"), std::string::npos) << sim.out;
@@ -570,7 +597,12 @@ TEST_F(RemoteSim, TcpIsServedOnLoopbackAndRefusedElsewhere) {
     Result r = RunProgram({kBin + "/gslice-remoted", "--listen", wide, "--sim"}, {}, 10000);
     EXPECT_EQ(r.code, 2) << wide;
     EXPECT_NE(r.out.find("token authentication and TLS"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("--listen tls://"), std::string::npos) << r.out;
   }
+  // tls:// without its certificate, key and token is refused too.
+  Result bare = RunProgram({kBin + "/gslice-remoted", "--listen", "tls://0.0.0.0:0", "--sim"}, {}, 10000);
+  EXPECT_EQ(bare.code, 2);
+  EXPECT_NE(bare.out.find("needs --cert FILE, --key FILE and --token-file FILE"), std::string::npos) << bare.out;
   Child server({kBin + "/gslice-remoted", "--listen", "tcp://127.0.0.1:0", "--sim"});
   const std::string line = server.ReadUntil("gslice-remoted: listening on", 20000);
   const size_t at = line.find("tcp://");
@@ -580,6 +612,215 @@ TEST_F(RemoteSim, TcpIsServedOnLoopbackAndRefusedElsewhere) {
   EXPECT_EQ(r.out, "CUDA_SUCCESS\n");
   server.Kill(SIGTERM);
   EXPECT_EQ(server.Wait(nullptr, 10000), 0);
+}
+
+// A test CA, a server certificate it signed (for 127.0.0.1), the server's key and a token,
+// made with the openssl command in a private folder that the destructor removes.
+class TlsFiles {
+ public:
+  TlsFiles() : dir_("/tmp/gslice-test-" + std::to_string(getpid()) + "-tls") {
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directory(dir_);
+    // Without the sanitize build's preloaded runtime: openssl is not built with it.
+    const std::string q = "cd " + dir_ + " && unset LD_PRELOAD && ";
+    const std::string ec = " -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes";
+    ok_ = system((q + "openssl req -x509" + ec + " -keyout ca.key -out ca.pem -days 1 -subj /CN=gslice-test-ca"
+                      " 2>/dev/null && openssl req" + ec + " -keyout server.key -out server.csr -subj /CN=gslice-test"
+                      " 2>/dev/null && printf 'subjectAltName=IP:127.0.0.1\\n' > ext && openssl x509 -req -in server.csr"
+                      " -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 1 -extfile ext 2>/dev/null && "
+                      "openssl req -x509" + ec + " -keyout other.key -out other.pem -days 1 -subj /CN=other 2>/dev/null")
+                         .c_str()) == 0;
+    Write("token", "0123456789abcdef0123456789abcdef\n");
+    Write("wrong", "0123456789abcdef0123456789abcdeX\n");
+  }
+  ~TlsFiles() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  bool ok() const { return ok_; }
+  std::string operator()(const std::string& name) const { return dir_ + "/" + name; }
+
+ private:
+  void Write(const std::string& name, const std::string& text) {
+    std::ofstream((*this)(name)) << text;
+    chmod((*this)(name).c_str(), 0600);
+  }
+  std::string dir_;
+  bool ok_ = false;
+};
+
+// Other machines are served over tls:// only: the server's certificate is verified, a client
+// with the token is served, and a wrong or missing token, a plain client and a failed
+// handshake are refused and logged without starting a worker.
+TEST_F(RemoteSim, TlsServesTheTokenAndRefusesEverythingElse) {
+  TlsFiles files;
+  ASSERT_TRUE(files.ok()) << "the openssl command is needed to make the test certificates";
+  Child server({kBin + "/gslice-remoted", "--listen", "tls://127.0.0.1:0", "--cert", files("server.pem"), "--key",
+                files("server.key"), "--token-file", files("token"), "--sim"});
+  const std::string line = server.ReadUntil("gslice-remoted: listening on", 20000);
+  const size_t at = line.find("tls://");
+  ASSERT_NE(at, std::string::npos) << line;
+  const std::string address = line.substr(at, line.find(' ', at) - at);
+  auto client = [&](const std::string& addr, const std::string& token, const std::string& ca) {
+    std::vector<std::string> env = {"GSLICE_LOG=info"};
+    if (!token.empty()) env.push_back("GSLICE_REMOTE_TOKEN_FILE=" + token);
+    if (!ca.empty()) env.push_back("GSLICE_REMOTE_CA=" + ca);
+    return RunProgram(Remote(addr, "1GiB", {kProbe, "alloc", "4096"}), env);
+  };
+  const std::string refused = "gslice-remoted: refused a client from 127.0.0.1:";
+
+  Result good = client(address, files("token"), files("ca.pem"));
+  EXPECT_NE(good.out.find("CUDA_SUCCESS\n"), std::string::npos) << good.out;
+  EXPECT_NE(good.out.find("(TLS), worker pid"), std::string::npos) << good.out;
+
+  Result wrong = client(address, files("wrong"), files("ca.pem"));
+  EXPECT_NE(wrong.out.find("refused this client: wrong token"), std::string::npos) << wrong.out;
+  EXPECT_NE(wrong.out.find("CUDA_ERROR_NO_DEVICE"), std::string::npos) << wrong.out;
+  EXPECT_EQ(wrong.out.find("worker pid"), std::string::npos) << wrong.out;
+
+  // A certificate the client's CA did not sign: the client refuses the server.
+  Result untrusted = client(address, files("token"), files("other.pem"));
+  EXPECT_NE(untrusted.out.find("certificate is not trusted"), std::string::npos) << untrusted.out;
+  EXPECT_NE(untrusted.out.find("CUDA_ERROR_NO_DEVICE"), std::string::npos) << untrusted.out;
+
+  // A plain client on the TLS port.
+  Result plain = client("tcp://" + address.substr(6), "", "");
+  EXPECT_NE(plain.out.find("CUDA_ERROR_NO_DEVICE"), std::string::npos) << plain.out;
+  EXPECT_EQ(plain.out.find("worker pid"), std::string::npos) << plain.out;
+
+  // No token: gslice run says what is missing; a TLS client that sends none is refused.
+  Result none = client(address, "", files("ca.pem"));
+  EXPECT_EQ(none.code, 2);
+  EXPECT_NE(none.out.find("GSLICE_REMOTE_TOKEN_FILE"), std::string::npos) << none.out;
+  {
+    gslice::remote::Address a;
+    std::string error;
+    ASSERT_TRUE(ParseAddress(address, &a, &error)) << error;
+    const int fd = Connect(a, &error);
+    ASSERT_GE(fd, 0) << error;
+    TlsSession* tls = TlsConnect(fd, a.host, files("ca.pem"), 10000, &error);
+    ASSERT_NE(tls, nullptr) << error;
+    const Channel c{.fd = fd, .tls = tls};
+    Writer w;
+    EncodeHello(gslice::remote::Hello{.calls_hash = kCallsHash, .memory = "1GiB", .compute = "", .share = "",
+                                      .slice_class = ""},
+                &w);
+    ASSERT_TRUE(WriteFrame(c, FrameHeader{.seq = 0, .op = kOpHello}, w.buffer().data(), w.size()));
+    FrameHeader h;
+    std::vector<uint8_t> p;
+    ASSERT_EQ(ReadFrame(c, kMaxFrame, &h, &p), FrameRead::kOk);
+    Reader r(p.data(), p.size());
+    HelloReply reply;
+    ASSERT_TRUE(DecodeHelloReply(&r, &reply, &error)) << error;
+    EXPECT_NE(reply.status, 0);
+    EXPECT_NE(reply.message.find("wants a token"), std::string::npos) << reply.message;
+    TlsFree(tls);
+    close(fd);
+  }
+  // The server logged each refusal (sessions log in whatever order they finish).
+  std::string log;
+  for (int i = 0; i < 4; ++i) log += server.ReadUntil(refused, 10000) + "\n";
+  EXPECT_NE(log.find("wrong token"), std::string::npos) << log;
+  EXPECT_NE(log.find("no token"), std::string::npos) << log;
+  const size_t handshake = log.find("TLS handshake");
+  EXPECT_NE(handshake, std::string::npos) << log;
+  EXPECT_NE(log.find("TLS handshake", handshake + 1), std::string::npos) << log;
+  server.Kill(SIGTERM);
+  EXPECT_EQ(server.Wait(nullptr, 10000), 0);
+}
+
+// Over TLS the worker sits behind the session's relay; a killed client still ends it and frees
+// its memory within 1 s.
+TEST_F(RemoteSim, AKilledTlsClientsWorkerIsGoneWithinOneSecond) {
+  TlsFiles files;
+  ASSERT_TRUE(files.ok()) << "the openssl command is needed to make the test certificates";
+  Child server({kBin + "/gslice-remoted", "--listen", "tls://127.0.0.1:0", "--cert", files("server.pem"), "--key",
+                files("server.key"), "--token-file", files("token"), "--sim"});
+  const std::string line = server.ReadUntil("gslice-remoted: listening on", 20000);
+  const size_t at = line.find("tls://");
+  ASSERT_NE(at, std::string::npos) << line;
+  const std::string address = line.substr(at, line.find(' ', at) - at);
+  Child client(Remote(address, "1GiB", {kProbe, "hold", std::to_string(256ull << 20)}),
+               {"GSLICE_LOG=info", "GSLICE_REMOTE_TOKEN_FILE=" + files("token"), "GSLICE_REMOTE_CA=" + files("ca.pem")});
+  const pid_t worker = WorkerPid(client.ReadUntil("gslice[", 20000));
+  ASSERT_GT(worker, 0);
+  ASSERT_NE(client.ReadUntil("held", 20000), "");
+  ASSERT_GT(SimUsed(), 0u);
+  client.Kill(SIGKILL);
+  client.Wait(nullptr, 5000);
+  const auto start = std::chrono::steady_clock::now();
+  while (!(Gone(worker) && SimUsed() == 0) && std::chrono::steady_clock::now() - start < std::chrono::seconds(3)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+  EXPECT_TRUE(Gone(worker)) << "worker " << worker << " still runs after " << took.count() << " ms";
+  EXPECT_EQ(SimUsed(), 0u) << "after " << took.count() << " ms";
+  EXPECT_LT(took.count(), 1000) << "the worker and its memory took " << took.count() << " ms to go";
+  server.Kill(SIGTERM);
+  EXPECT_EQ(server.Wait(nullptr, 10000), 0);
+}
+
+// The client lives inside applications: writing to a TLS server that closed the connection is
+// an error, never SIGPIPE (which would kill the application).
+TEST_F(RemoteSim, WritingToAClosedTlsConnectionRaisesNoSigpipe) {
+  TlsFiles files;
+  ASSERT_TRUE(files.ok()) << "the openssl command is needed to make the test certificates";
+  Child server({kBin + "/gslice-remoted", "--listen", "tls://127.0.0.1:0", "--cert", files("server.pem"), "--key",
+                files("server.key"), "--token-file", files("token"), "--sim"});
+  const std::string line = server.ReadUntil("gslice-remoted: listening on", 20000);
+  const size_t at = line.find("tls://");
+  ASSERT_NE(at, std::string::npos) << line;
+  const std::string address = line.substr(at, line.find(' ', at) - at);
+  const pid_t child = fork();
+  if (child == 0) {
+    signal(SIGPIPE, SIG_DFL);
+    gslice::remote::Address a;
+    std::string error;
+    if (!ParseAddress(address, &a, &error)) _exit(3);
+    const int fd = Connect(a, &error);
+    TlsSession* tls = fd >= 0 ? TlsConnect(fd, a.host, files("ca.pem"), 10000, &error) : nullptr;
+    if (tls == nullptr) _exit(4);
+    const Channel c{.fd = fd, .tls = tls};
+    const char wrong[] = "not-the-token-not-the-token";
+    WriteFrame(c, FrameHeader{.seq = 0, .op = kOpToken}, wrong, sizeof wrong - 1);
+    // The server refuses and closes; keep writing until the writes fail, and once more (the
+    // first failure reports the reset; later writes to the dead socket are EPIPE).
+    std::vector<uint8_t> junk(64 * 1024, 0x5a);
+    for (int i = 0; i < 200; ++i) {
+      if (!TlsWriteAll(tls, junk.data(), junk.size())) {
+        TlsWriteAll(tls, junk.data(), junk.size());
+        send(fd, junk.data(), 1, MSG_NOSIGNAL);  // (the test itself raises none)
+        _exit(0);
+      }
+      usleep(10 * 1000);
+    }
+    _exit(5);
+  }
+  ASSERT_GT(child, 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << (WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
+                              : "exit " + std::to_string(WEXITSTATUS(status)));
+  server.Kill(SIGTERM);
+  EXPECT_EQ(server.Wait(nullptr, 10000), 0);
+}
+
+// A token file others may read is refused on both sides.
+TEST_F(RemoteSim, ATokenFileOthersMayReadIsRefused) {
+  TlsFiles files;
+  ASSERT_TRUE(files.ok()) << "the openssl command is needed to make the test certificates";
+  chmod(files("token").c_str(), 0644);
+  Result r = RunProgram({kBin + "/gslice-remoted", "--listen", "tls://127.0.0.1:0", "--cert", files("server.pem"),
+                         "--key", files("server.key"), "--token-file", files("token"), "--sim"},
+                        {}, 10000);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("chmod 600"), std::string::npos) << r.out;
+  // The client reads its token before it connects: no server needed to be refused.
+  Result client = RunProgram(Remote("tls://127.0.0.1:1", "1GiB", {kProbe, "alloc", "4096"}),
+                             {"GSLICE_REMOTE_TOKEN_FILE=" + files("token")});
+  EXPECT_NE(client.out.find("chmod 600"), std::string::npos) << client.out;
+  EXPECT_NE(client.out.find("CUDA_ERROR_NO_DEVICE"), std::string::npos) << client.out;
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 #   REMOTE_REPEAT   runs of each program per side, for the wall-time ratio (default 3)
 #   REMOTE_SIM=1    the server and the local runs on the simulated driver (to try the script
 #                   on a machine without a GPU)
+# Also: client threads (one blocked in a synchronisation, the others served) and tls:// with
+# a token (test certificates made with the openssl command).
 # Safety: plain device allocations inside a 4 GiB slice; no managed memory. PyTorch runs the
 # local and remote checks with the same seeds; answers must agree.
 set -uo pipefail
@@ -194,6 +196,77 @@ print("ok")
         run("nvidia-smi-full", [gslice, "run", "--remote", "unix:" + sock, "--memory", "4GiB", "--", smi])
     else:
         result("remote.nvidia-smi", "INFO", "no nvidia-smi here" if not smi else "skipped on the simulated driver")
+
+    # 7. Client threads: one thread in a 2 s cuStreamSynchronize, another's calls complete
+    # meanwhile; work one thread queued is in its stream before another thread's later calls.
+    for mode, args, want in (("threads", ["2000"], "done while the other thread synchronised: yes"),
+                             ("handoff", [], "handoff: 0 words wrong")):
+        rc, out, err, _ = run(f"probe-{mode}", [gslice, "run", "--remote", "unix:" + sock, "--memory", "1GiB", "--",
+                                                probe, mode] + args)
+        line = (out.strip().splitlines() or [f"exit {rc}: " + ((err.strip().splitlines() or [""])[-1])[:200]])[0]
+        result(f"remote.{mode}", "PASS" if rc == 0 and want in out else "FAIL", line)
+
+    # 8. tls:// with a token (certificates made here with the openssl command): gslice-example
+    # gives the same output as locally; a wrong token is refused without a worker.
+    tls_dir = os.path.join(OUT, "tls")
+    os.makedirs(tls_dir, mode=0o700, exist_ok=True)
+    ec = "-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes"
+    made = subprocess.run(
+        f"cd {tls_dir} && openssl req -x509 {ec} -keyout ca.key -out ca.pem -days 1 -subj /CN=gslice-bench-ca && "
+        f"openssl req {ec} -keyout server.key -out server.csr -subj /CN=gslice-bench && "
+        "printf 'subjectAltName=IP:127.0.0.1\\n' > ext && "
+        "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 1 -extfile ext && "
+        "openssl rand -hex 32 > token && echo wrong-token-0123456789 > wrong && chmod 600 token wrong",
+        shell=True, capture_output=True, text=True)
+    if made.returncode != 0:
+        result("remote.tls", "FAIL", "openssl could not make the test certificates: " + made.stderr.strip()[-200:])
+    else:
+        tls_log_path = os.path.join(OUT, "gslice-remoted-tls.log")
+        tls_log = open(tls_log_path, "w")
+        tls_server = subprocess.Popen([remoted, "--listen", "tls://127.0.0.1:0", "--cert", f"{tls_dir}/server.pem",
+                                       "--key", f"{tls_dir}/server.key", "--token-file", f"{tls_dir}/token"] + SIM,
+                                      env=env, stdout=tls_log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            address = None
+            deadline = time.monotonic() + 20
+            while address is None and time.monotonic() < deadline and tls_server.poll() is None:
+                for l in open(tls_log_path).read().splitlines():
+                    if "listening on tls://" in l:
+                        address = l.split("listening on ")[1].split()[0]
+                time.sleep(0.05)
+            if address is None:
+                result("remote.tls", "FAIL", "gslice-remoted did not listen on tls:// (see remote/gslice-remoted-tls.log)")
+            else:
+                env["GSLICE_REMOTE_CA"] = f"{tls_dir}/ca.pem"
+                env["GSLICE_REMOTE_TOKEN_FILE"] = f"{tls_dir}/token"
+                tls_walls = []
+                tls_out = None
+                for i in range(REPEAT):
+                    rc, out, err, wall = run("example-tls", [gslice, "run", "--remote", address, "--memory", "4GiB", "--",
+                                                             example])
+                    tls_walls.append(wall)
+                    tls_out = tls_out if tls_out is not None else (out if rc == 0 else None)
+                same = tls_out is not None and tls_out == outs.get("local")
+                detail = ("same output as local" if same else "output differs from local or failed (remote/example-tls.log)")
+                if walls["local"]:
+                    detail += (f"; wall median tls {statistics.median(tls_walls):.3f}s vs local "
+                               f"{statistics.median(walls['local']):.3f}s")
+                result("remote.tls", "PASS" if same else "FAIL", detail)
+                env["GSLICE_REMOTE_TOKEN_FILE"] = f"{tls_dir}/wrong"
+                rc, out, err, _ = run("tls-wrong-token", [gslice, "run", "--remote", address, "--memory", "1GiB", "--",
+                                                          example])
+                refused = "wrong token" in err and "worker pid" not in err
+                result("remote.tls.wrong_token", "PASS" if refused else "FAIL",
+                       "refused: wrong token" if refused else f"exit {rc}: not refused as expected (remote/tls-wrong-token.log)")
+        finally:
+            for k in ("GSLICE_REMOTE_CA", "GSLICE_REMOTE_TOKEN_FILE"):
+                env.pop(k, None)
+            os.killpg(tls_server.pid, signal.SIGTERM)
+            try:
+                tls_server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(tls_server.pid, signal.SIGKILL)
+            subprocess.run(["rm", "-rf", tls_dir])
 finally:
     os.killpg(server.pid, signal.SIGTERM)
     try:
