@@ -4,6 +4,7 @@
 
 #include "cuda_exports.h"
 #include "resume_gate.h"
+#include "trace_recorder.h"
 
 namespace gslice::shim {
 namespace {
@@ -36,32 +37,59 @@ namespace ex = gslice::cuda_exports;
   else gslice::shim::ResumeGateQuiet();                                      \
   return fn(__VA_ARGS__);
 
+// The calls a timeline shows (synchronisations, copies, memsets): GATED_BODY, and an "api"
+// event with the call's bytes and stream while the process records (trace_recorder.h).
+#define TRACED_BODY(sym, call, ...)                                          \
+  auto fn = Real<decltype(&gslice_hook_##sym)>(ex::kSlot_##sym);             \
+  if (fn == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                      \
+  gslice::shim::ResumeGate();                                                \
+  if (!gslice::trace::Recording()) return fn(__VA_ARGS__);                   \
+  const int64_t traced_from = gslice::trace::NowNs();                        \
+  const CUresult traced_result = fn(__VA_ARGS__);                            \
+  gslice::trace::Api(call, traced_from, gslice::trace::NowNs());             \
+  return traced_result;
+
+using gslice::trace::ApiCall;
+using gslice::trace::ApiKind;
+
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamSynchronize(CUstream s) {
-  GATED_BODY(cuStreamSynchronize, true, s)
+  TRACED_BODY(cuStreamSynchronize,
+              (ApiCall{.name = "cuStreamSynchronize", .kind = ApiKind::kSync, .stream = s, .has_stream = true, .per_thread = false}),
+              s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamSynchronize_ptsz(CUstream s) {
-  GATED_BODY(cuStreamSynchronize_ptsz, true, s)
+  TRACED_BODY(cuStreamSynchronize_ptsz,
+              (ApiCall{.name = "cuStreamSynchronize_ptsz", .kind = ApiKind::kSync, .stream = s, .has_stream = true, .per_thread = true}),
+              s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuCtxSynchronize(void) {
-  GATED_BODY(cuCtxSynchronize, true)
+  TRACED_BODY(cuCtxSynchronize,
+              (ApiCall{.name = "cuCtxSynchronize", .kind = ApiKind::kSync}),
+              )
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuCtxSynchronize_v2(CUcontext ctx) {
-  GATED_BODY(cuCtxSynchronize_v2, true, ctx)
+  TRACED_BODY(cuCtxSynchronize_v2,
+              (ApiCall{.name = "cuCtxSynchronize_v2", .kind = ApiKind::kSync}),
+              ctx)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuEventSynchronize(CUevent e) {
-  GATED_BODY(cuEventSynchronize, true, e)
+  TRACED_BODY(cuEventSynchronize,
+              (ApiCall{.name = "cuEventSynchronize", .kind = ApiKind::kSync}),
+              e)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuEventRecord(CUevent e, CUstream s) {
   GATED_BODY(cuEventRecord, true, e, s)
+
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuEventRecord_ptsz(CUevent e, CUstream s) {
   GATED_BODY(cuEventRecord_ptsz, true, e, s)
+
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuEventQuery(CUevent e) {
@@ -78,88 +106,128 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamQuery_ptsz(CUstream s) {
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags) {
   GATED_BODY(cuStreamWaitEvent, true, s, e, flags)
+
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamWaitEvent_ptsz(CUstream s, CUevent e, unsigned flags) {
   GATED_BODY(cuStreamWaitEvent_ptsz, true, s, e, flags)
+
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus* status) {
   GATED_BODY(cuStreamIsCapturing, true, s, status)
+
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamIsCapturing_ptsz(CUstream s, CUstreamCaptureStatus* status) {
   GATED_BODY(cuStreamIsCapturing_ptsz, true, s, status)
+
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) {
-  GATED_BODY(cuMemcpy, true, dst, src, n)
+  TRACED_BODY(cuMemcpy,
+              (ApiCall{.name = "cuMemcpy", .kind = ApiKind::kCopy, .bytes = n}),
+              dst, src, n)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n) {
-  GATED_BODY(cuMemcpy_ptds, true, dst, src, n)
+  TRACED_BODY(cuMemcpy_ptds,
+              (ApiCall{.name = "cuMemcpy_ptds", .kind = ApiKind::kCopy, .bytes = n}),
+              dst, src, n)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
-  GATED_BODY(cuMemcpyAsync, true, dst, src, n, s)
+  TRACED_BODY(cuMemcpyAsync,
+              (ApiCall{.name = "cuMemcpyAsync", .kind = ApiKind::kCopy, .stream = s, .has_stream = true, .per_thread = false, .bytes = n}),
+              dst, src, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
-  GATED_BODY(cuMemcpyAsync_ptsz, true, dst, src, n, s)
+  TRACED_BODY(cuMemcpyAsync_ptsz,
+              (ApiCall{.name = "cuMemcpyAsync_ptsz", .kind = ApiKind::kCopy, .stream = s, .has_stream = true, .per_thread = true, .bytes = n}),
+              dst, src, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) {
-  GATED_BODY(cuMemcpyDtoH_v2, true, dst, src, n)
+  TRACED_BODY(cuMemcpyDtoH_v2,
+              (ApiCall{.name = "cuMemcpyDtoH_v2", .kind = ApiKind::kCopy, .bytes = n}),
+              dst, src, n)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoH_v2_ptds(void* dst, CUdeviceptr src, size_t n) {
-  GATED_BODY(cuMemcpyDtoH_v2_ptds, true, dst, src, n)
+  TRACED_BODY(cuMemcpyDtoH_v2_ptds,
+              (ApiCall{.name = "cuMemcpyDtoH_v2_ptds", .kind = ApiKind::kCopy, .bytes = n}),
+              dst, src, n)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) {
-  GATED_BODY(cuMemcpyHtoD_v2, true, dst, src, n)
+  TRACED_BODY(cuMemcpyHtoD_v2,
+              (ApiCall{.name = "cuMemcpyHtoD_v2", .kind = ApiKind::kCopy, .bytes = n}),
+              dst, src, n)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void* src, size_t n) {
-  GATED_BODY(cuMemcpyHtoD_v2_ptds, true, dst, src, n)
+  TRACED_BODY(cuMemcpyHtoD_v2_ptds,
+              (ApiCall{.name = "cuMemcpyHtoD_v2_ptds", .kind = ApiKind::kCopy, .bytes = n}),
+              dst, src, n)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, CUstream s) {
-  GATED_BODY(cuMemcpyDtoHAsync_v2, true, dst, src, n, s)
+  TRACED_BODY(cuMemcpyDtoHAsync_v2,
+              (ApiCall{.name = "cuMemcpyDtoHAsync_v2", .kind = ApiKind::kCopy, .stream = s, .has_stream = true, .per_thread = false, .bytes = n}),
+              dst, src, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoHAsync_v2_ptsz(void* dst, CUdeviceptr src, size_t n, CUstream s) {
-  GATED_BODY(cuMemcpyDtoHAsync_v2_ptsz, true, dst, src, n, s)
+  TRACED_BODY(cuMemcpyDtoHAsync_v2_ptsz,
+              (ApiCall{.name = "cuMemcpyDtoHAsync_v2_ptsz", .kind = ApiKind::kCopy, .stream = s, .has_stream = true, .per_thread = true, .bytes = n}),
+              dst, src, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, CUstream s) {
-  GATED_BODY(cuMemcpyHtoDAsync_v2, true, dst, src, n, s)
+  TRACED_BODY(cuMemcpyHtoDAsync_v2,
+              (ApiCall{.name = "cuMemcpyHtoDAsync_v2", .kind = ApiKind::kCopy, .stream = s, .has_stream = true, .per_thread = false, .bytes = n}),
+              dst, src, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void* src, size_t n, CUstream s) {
-  GATED_BODY(cuMemcpyHtoDAsync_v2_ptsz, true, dst, src, n, s)
+  TRACED_BODY(cuMemcpyHtoDAsync_v2_ptsz,
+              (ApiCall{.name = "cuMemcpyHtoDAsync_v2_ptsz", .kind = ApiKind::kCopy, .stream = s, .has_stream = true, .per_thread = true, .bytes = n}),
+              dst, src, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
-  GATED_BODY(cuMemcpyDtoDAsync_v2, true, dst, src, n, s)
+  TRACED_BODY(cuMemcpyDtoDAsync_v2,
+              (ApiCall{.name = "cuMemcpyDtoDAsync_v2", .kind = ApiKind::kCopy, .stream = s, .has_stream = true, .per_thread = false, .bytes = n}),
+              dst, src, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
-  GATED_BODY(cuMemcpyDtoDAsync_v2_ptsz, true, dst, src, n, s)
+  TRACED_BODY(cuMemcpyDtoDAsync_v2_ptsz,
+              (ApiCall{.name = "cuMemcpyDtoDAsync_v2_ptsz", .kind = ApiKind::kCopy, .stream = s, .has_stream = true, .per_thread = true, .bytes = n}),
+              dst, src, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstream s) {
-  GATED_BODY(cuMemsetD8Async, true, dst, v, n, s)
+  TRACED_BODY(cuMemsetD8Async,
+              (ApiCall{.name = "cuMemsetD8Async", .kind = ApiKind::kMemset, .stream = s, .has_stream = true, .per_thread = false, .bytes = n}),
+              dst, v, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemsetD8Async_ptsz(CUdeviceptr dst, unsigned char v, size_t n, CUstream s) {
-  GATED_BODY(cuMemsetD8Async_ptsz, true, dst, v, n, s)
+  TRACED_BODY(cuMemsetD8Async_ptsz,
+              (ApiCall{.name = "cuMemsetD8Async_ptsz", .kind = ApiKind::kMemset, .stream = s, .has_stream = true, .per_thread = true, .bytes = n}),
+              dst, v, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemsetD32Async(CUdeviceptr dst, unsigned v, size_t n, CUstream s) {
-  GATED_BODY(cuMemsetD32Async, true, dst, v, n, s)
+  TRACED_BODY(cuMemsetD32Async,
+              (ApiCall{.name = "cuMemsetD32Async", .kind = ApiKind::kMemset, .stream = s, .has_stream = true, .per_thread = false, .bytes = 4 * n}),
+              dst, v, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemsetD32Async_ptsz(CUdeviceptr dst, unsigned v, size_t n, CUstream s) {
-  GATED_BODY(cuMemsetD32Async_ptsz, true, dst, v, n, s)
+  TRACED_BODY(cuMemsetD32Async_ptsz,
+              (ApiCall{.name = "cuMemsetD32Async_ptsz", .kind = ApiKind::kMemset, .stream = s, .has_stream = true, .per_thread = true, .bytes = 4 * n}),
+              dst, v, n, s)
 }
