@@ -664,6 +664,21 @@ ApiResponse ApiRouter::Route(const ApiRequest& req) {
       }
       return MethodNotAllowed("GET, PATCH, DELETE");
     }
+    if (p.size() == 3 && p[2] == "trace" && m == "POST") {
+      // Records a timeline of the slice for {"seconds": N} and answers with it (docs/trace.md).
+      auto body = ParseBody(req.body);
+      if (!body.ok()) return Error(body.status());
+      if (Status s = CheckFields(body.value(), {"seconds"}); !s.ok()) return Error(s);
+      auto it = body.value().find("seconds");
+      if (it == body.value().end() || !it->is_number_integer()) {
+        return Error(400, "seconds: expected a whole number of seconds to record, 1 to 300");
+      }
+      auto recorded = registry_->RecordTrace(p[1], it->get<int>(), trace_dir_, req.caller);
+      if (!recorded.ok()) return Error(recorded.status());
+      ApiResponse r;
+      r.body = std::move(recorded->trace);
+      return r;
+    }
     if (p.size() == 3 && (p[2] == "suspend" || p[2] == "resume")) {
       if (m != "POST") return MethodNotAllowed("POST");
       auto result = p[2] == "suspend" ? registry_->SuspendSlice(p[1], req.caller)
@@ -1084,7 +1099,12 @@ ApiServer::ApiServer(Registry* registry, DaemonConfig config, std::string token)
     : registry_(registry),
       config_(std::move(config)),
       router_(registry, std::move(token),
-              std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()) {}
+              std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(),
+              (std::filesystem::path(config_.database).parent_path().empty()
+                   ? std::filesystem::path(".")
+                   : std::filesystem::path(config_.database).parent_path())
+                      .string() +
+                  "/traces") {}
 
 ApiServer::~ApiServer() { Stop(); }
 

@@ -62,8 +62,11 @@ struct ApiResponse {
 
 class ApiRouter {
  public:
-  ApiRouter(Registry* registry, std::string token, double start_time_seconds)
-      : registry_(registry), token_(std::move(token)), start_time_(start_time_seconds) {}
+  // `trace_dir`: where slices' traces are (`<folder of config.database>/traces`); empty: none
+  // are kept.
+  ApiRouter(Registry* registry, std::string token, double start_time_seconds, std::string trace_dir = "")
+      : registry_(registry), token_(std::move(token)), start_time_(start_time_seconds),
+        trace_dir_(std::move(trace_dir)) {}
   ApiResponse Handle(const ApiRequest& request);
   ApiCounters& counters() { return counters_; }
   // Whether a request for `path` over TCP with this Authorization header may go on; the
@@ -80,6 +83,7 @@ class ApiRouter {
   std::map<std::string, std::pair<uint64_t, ApiResponse>> cache_;
   std::string token_;
   double start_time_;
+  std::string trace_dir_;
   ApiCounters counters_;
 };
 
