@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <new>
 
 #include "cuda_exports.h"
 #include "gslice/options.h"
@@ -363,14 +364,27 @@ bool WritePart(const char* folder) {
   return true;
 }
 
-// Ends the current recording: GPU records in, part written, ring reset for the next one.
-void Finish(const char* folder) {
-  cupti::Flush();
-  WritePart(folder);
+// Ends the current recording: GPU records in, part written (when anything was recorded), ring
+// reset for the next one. At most one at a time (the recorder's thread, or exit).
+std::mutex g_finish_mu;
+bool g_forked_child = false;  // CUPTI's buffers here are the parent's: never flushed
+void FinishLocked(const char* folder) {
+  if (!g_forked_child) cupti::Flush();
+  if (g_next.load(std::memory_order_acquire) != g_base.load(std::memory_order_relaxed)) WritePart(folder);
   g_base.store(g_next.load(std::memory_order_acquire), std::memory_order_release);
   g_cupti_dropped.store(0, std::memory_order_relaxed);
   g_started_mono = NowNs();
   g_started_unix = UnixNs();
+}
+
+void Finish(const char* folder) {
+  std::lock_guard<std::mutex> lock(g_finish_mu);
+  FinishLocked(folder);
+}
+
+// The folder of gsliced's request: made beside the ledger it wrote the request in.
+void RequestFolder(uint32_t request, char* out, size_t n) {
+  snprintf(out, n, "%s", TraceRequestFolder(g_account->ledger_path(), g_account->slice_index(), request).c_str());
 }
 
 // ---- the recorder's thread ------------------------------------------------------------------
@@ -379,7 +393,7 @@ void Finish(const char* folder) {
 // slice's request word: once the request it recorded for ends, writes the part into its folder.
 
 constexpr int64_t kSampleNs = 100'000'000;
-uint32_t g_request = 0;  // the request being recorded (thread only)
+std::atomic<uint32_t> g_request{0};  // the request being recorded (written by the thread)
 
 void SampleCounters(int64_t now, uint64_t* last_busy, int64_t* last_now) {
   if (compute::LaunchGateActive()) {
@@ -410,16 +424,15 @@ void* RecorderThread(void*) {
     const timespec nap{0, kSampleNs};
     nanosleep(&nap, nullptr);
     const uint32_t word = detail::g_flag.load(std::memory_order_relaxed)->load(std::memory_order_relaxed);
-    if (!g_env_mode && word != g_request) {
-      if (g_request != 0 && g_account != nullptr) {
-        // The request's folder: made by gsliced beside the ledger it wrote the request in.
+    const uint32_t request = g_request.load(std::memory_order_relaxed);
+    if (!g_env_mode && word != request) {
+      if (request != 0 && g_account != nullptr) {
         char folder[1024];
-        snprintf(folder, sizeof folder, "%s/trace-%d-%u", g_account->ledger_path(), g_account->slice_index(),
-                 g_request);
+        RequestFolder(request, folder, sizeof folder);
         Finish(folder);
         if (word == 0) cupti::Stop();
       }
-      g_request = word;
+      g_request.store(word, std::memory_order_relaxed);
       if (word != 0) cupti::Start(g_real_driver, g_cupti_note, sizeof g_cupti_note);
       last_now = 0;
     }
@@ -428,10 +441,36 @@ void* RecorderThread(void*) {
   return nullptr;
 }
 
+// At exit: the whole run's part (GSLICE_TRACE), or, during a request of gsliced, the part so
+// far (unless the recorder's thread is writing it right now).
 void AtExit() {
-  if (!g_env_mode || !detail::g_ready.load(std::memory_order_acquire)) return;
-  detail::g_local_word.store(0, std::memory_order_relaxed);
-  Finish(g_folder);
+  if (!detail::g_ready.load(std::memory_order_acquire)) return;
+  if (g_env_mode) {
+    detail::g_local_word.store(0, std::memory_order_relaxed);
+    Finish(g_folder);
+    return;
+  }
+  const uint32_t request = g_request.load(std::memory_order_relaxed);
+  if (request == 0 || g_account == nullptr || !On()) return;
+  std::unique_lock<std::mutex> lock(g_finish_mu, std::try_to_lock);
+  if (!lock.owns_lock()) return;
+  char folder[1024];
+  RequestFolder(request, folder, sizeof folder);
+  FinishLocked(folder);
+}
+
+// In a child after fork(): what the parent recorded is the parent's (its part has it); the
+// child starts empty, and without the parent's thread (a child that execs starts afresh).
+void AfterForkInChild() {
+  g_base.store(g_next.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  g_cupti_dropped.store(0, std::memory_order_relaxed);
+  g_started_mono = NowNs();
+  g_started_unix = UnixNs();
+  g_forked_child = true;
+  snprintf(g_cupti_note, sizeof g_cupti_note, "\"unavailable: a forked child (no CUDA after fork)\"");
+  // Locks another thread of the parent held at the fork stay held in the child: fresh ones.
+  new (&g_finish_mu) std::mutex();
+  new (&g_intern_mu) std::mutex();
 }
 
 uint64_t RingCapacity() {
@@ -528,7 +567,8 @@ bool Start() {
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   pthread_attr_destroy(&attr);
   if (rc != 0) Log(LogLevel::kWarn, "trace: no recorder thread (%s): counters are not sampled", strerror(rc));
-  if (g_env_mode) atexit(AtExit);
+  atexit(AtExit);
+  pthread_atfork(nullptr, nullptr, AfterForkInChild);
   Log(LogLevel::kInfo, "trace: recording (ring of %llu events)", static_cast<unsigned long long>(cap));
   starting = false;
   return true;

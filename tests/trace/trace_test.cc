@@ -203,6 +203,20 @@ TEST(Trace, TheRingBoundsWhatAProcessKeeps) {
   EXPECT_NE(r.err.find("dropped"), std::string::npos) << r.err;
 }
 
+// A forked child (a data-loading worker) inherits the parent's ring: it must not write the
+// parent's events again as its own.
+TEST(Trace, AForkedChildDoesNotRepeatItsParentsEvents) {
+  CliEnv env("trace-fork");
+  TraceFile file;
+  ChildResult r = RunTraced(env, file.path, {"fork"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const json t = file.Read();
+  ASSERT_TRUE(t.is_object());
+  EXPECT_EQ(Events(t, "nvtx", "step").size(), 1u);
+  EXPECT_EQ(Events(t, "kernel", "busy").size(), 2u);
+  EXPECT_EQ(t["otherData"]["gslice"]["processes"].size(), 1u) << t["otherData"].dump();
+}
+
 TEST(Trace, OffByDefaultNothingRecordsAndNoFileAppears) {
   CliEnv env("trace-off");
   env.vars["GSLICE_LOG"] = "info";

@@ -8,12 +8,15 @@
 //   trace_worker many N           N launches of a 0 us kernel, one synchronisation
 //   trace_worker capped N MS      N launches of an MS ms kernel, synchronised each
 //   trace_worker wait             runs "step" whenever a line arrives on stdin, until EOF
+//   trace_worker fork             runs "step", then forks a child that exits without CUDA
+//                                 (as a framework's data-loading workers do)
 #include <cuda.h>
 #include <dlfcn.h>
 #include <nvtx3/nvToolsExt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -127,6 +130,12 @@ int main(int argc, char** argv) {
       Busy(ms * 1000);
       CHECK(d.sync(nullptr));
     }
+  } else if (cmd == "fork") {
+    Step();
+    const pid_t child = fork();
+    if (child == 0) exit(0);  // runs the atexit handlers, as a worker's normal exit does
+    int status = 0;
+    waitpid(child, &status, 0);
   } else if (cmd == "wait") {
     printf("ready\n");
     fflush(stdout);
@@ -136,8 +145,9 @@ int main(int argc, char** argv) {
       printf("stepped\n");
       fflush(stdout);
     }
+    return 0;  // nothing more to say: whoever closed stdin may have closed our stdout too
   } else {
-    fprintf(stderr, "usage: trace_worker step | many N | capped N MS | wait\n");
+    fprintf(stderr, "usage: trace_worker step | many N | capped N MS | wait | fork\n");
     return 2;
   }
   printf("%s ok\n", cmd.c_str());
