@@ -363,14 +363,18 @@ struct TraceRun {
 std::string PrepareTrace(TraceRun* t) {
   const size_t slash = t->file.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : t->file.substr(0, slash);
-  if (access(dir.c_str(), W_OK | X_OK) != 0) return "--trace " + t->file + ": cannot write in " + dir + ": " + strerror(errno);
+  if (access(dir.c_str(), W_OK | X_OK) != 0) {
+    return "--trace " + t->file + ": cannot write in " + dir + ": " + strerror(errno);
+  }
   struct stat st;
-  if (stat(t->file.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return "--trace " + t->file + ": is a folder; name a file";
+  if (stat(t->file.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return "--trace " + t->file + ": a folder; name a file";
   const char* tmp = getenv("TMPDIR");
   std::string pattern = std::string(tmp != nullptr && tmp[0] == '/' ? tmp : "/tmp") + "/gslice-trace-XXXXXX";
   std::vector<char> buf(pattern.begin(), pattern.end());
   buf.push_back('\0');
-  if (mkdtemp(buf.data()) == nullptr) return "--trace: cannot make a folder for the parts (" + pattern + "): " + strerror(errno);
+  if (mkdtemp(buf.data()) == nullptr) {
+    return "--trace: cannot make a folder for the parts (" + pattern + "): " + strerror(errno);
+  }
   t->folder = buf.data();
   return "";
 }
@@ -492,7 +496,9 @@ int RunCommand(int argc, char** argv) {
     } else if (a.rfind("--remote", 0) == 0) {
       if (!value("--remote", &remote_arg)) return Fail("--remote needs an address: unix:PATH or tcp://HOST:PORT");
     } else if (a.rfind("--trace", 0) == 0) {
-      if (!value("--trace", &trace.file) || trace.file.empty()) return Fail("--trace needs a file, e.g. --trace train.json");
+      if (!value("--trace", &trace.file) || trace.file.empty()) {
+        return Fail("--trace needs a file, e.g. --trace train.json");
+      }
     } else if (a.rfind("--name", 0) == 0) {
       if (!value("--name", &name)) return Fail("--name needs a value");
     } else if (!a.empty() && a[0] == '-') {
@@ -538,6 +544,7 @@ int RunCommand(int argc, char** argv) {
   if (name.size() >= 64) return Fail("--name " + name + ": at most 63 characters");
 
   if (!remote_arg.empty()) {
+    if (!trace.file.empty()) return Fail("--trace does not combine with --remote: trace the program on the GPU node");
     // The server's `gslice run` checks the sizes against its GPUs.
     return RunRemote(RemoteRun{.prefix = Prefix(), .address = remote_arg, .memory = memory_arg,
                                .compute = compute_arg, .share = share_arg, .slice_class = class_arg,

@@ -49,37 +49,28 @@ namespace ex = gslice::cuda_exports;
   gslice::trace::Api(call, traced_from, gslice::trace::NowNs());             \
   return traced_result;
 
-using gslice::trace::ApiCall;
+using gslice::trace::PlainCall;
+using gslice::trace::StreamCall;
 using gslice::trace::ApiKind;
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamSynchronize(CUstream s) {
-  TRACED_BODY(cuStreamSynchronize,
-              (ApiCall{.name = "cuStreamSynchronize", .kind = ApiKind::kSync, .stream = s, .has_stream = true, .per_thread = false}),
-              s)
+  TRACED_BODY(cuStreamSynchronize, StreamCall("cuStreamSynchronize", ApiKind::kSync, s, false), s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamSynchronize_ptsz(CUstream s) {
-  TRACED_BODY(cuStreamSynchronize_ptsz,
-              (ApiCall{.name = "cuStreamSynchronize_ptsz", .kind = ApiKind::kSync, .stream = s, .has_stream = true, .per_thread = true}),
-              s)
+  TRACED_BODY(cuStreamSynchronize_ptsz, StreamCall("cuStreamSynchronize_ptsz", ApiKind::kSync, s, true), s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuCtxSynchronize(void) {
-  TRACED_BODY(cuCtxSynchronize,
-              (ApiCall{.name = "cuCtxSynchronize", .kind = ApiKind::kSync}),
-              )
+  TRACED_BODY(cuCtxSynchronize, PlainCall("cuCtxSynchronize", ApiKind::kSync), )
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuCtxSynchronize_v2(CUcontext ctx) {
-  TRACED_BODY(cuCtxSynchronize_v2,
-              (ApiCall{.name = "cuCtxSynchronize_v2", .kind = ApiKind::kSync}),
-              ctx)
+  TRACED_BODY(cuCtxSynchronize_v2, PlainCall("cuCtxSynchronize_v2", ApiKind::kSync), ctx)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuEventSynchronize(CUevent e) {
-  TRACED_BODY(cuEventSynchronize,
-              (ApiCall{.name = "cuEventSynchronize", .kind = ApiKind::kSync}),
-              e)
+  TRACED_BODY(cuEventSynchronize, PlainCall("cuEventSynchronize", ApiKind::kSync), e)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuEventRecord(CUevent e, CUstream s) {
@@ -125,109 +116,77 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamIsCapturing_ptsz(CUstream s, CUs
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) {
-  TRACED_BODY(cuMemcpy,
-              (ApiCall{.name = "cuMemcpy", .kind = ApiKind::kCopy, .bytes = n}),
-              dst, src, n)
+  TRACED_BODY(cuMemcpy, PlainCall("cuMemcpy", ApiKind::kCopy, n), dst, src, n)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n) {
-  TRACED_BODY(cuMemcpy_ptds,
-              (ApiCall{.name = "cuMemcpy_ptds", .kind = ApiKind::kCopy, .bytes = n}),
-              dst, src, n)
+  TRACED_BODY(cuMemcpy_ptds, PlainCall("cuMemcpy_ptds", ApiKind::kCopy, n), dst, src, n)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
-  TRACED_BODY(cuMemcpyAsync,
-              (ApiCall{.name = "cuMemcpyAsync", .kind = ApiKind::kCopy, .stream = s, .has_stream = true, .per_thread = false, .bytes = n}),
-              dst, src, n, s)
+  TRACED_BODY(cuMemcpyAsync, StreamCall("cuMemcpyAsync", ApiKind::kCopy, s, false, n), dst, src, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
-  TRACED_BODY(cuMemcpyAsync_ptsz,
-              (ApiCall{.name = "cuMemcpyAsync_ptsz", .kind = ApiKind::kCopy, .stream = s, .has_stream = true, .per_thread = true, .bytes = n}),
-              dst, src, n, s)
+  TRACED_BODY(cuMemcpyAsync_ptsz, StreamCall("cuMemcpyAsync_ptsz", ApiKind::kCopy, s, true, n), dst, src, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) {
-  TRACED_BODY(cuMemcpyDtoH_v2,
-              (ApiCall{.name = "cuMemcpyDtoH_v2", .kind = ApiKind::kCopy, .bytes = n}),
-              dst, src, n)
+  TRACED_BODY(cuMemcpyDtoH_v2, PlainCall("cuMemcpyDtoH_v2", ApiKind::kCopy, n), dst, src, n)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoH_v2_ptds(void* dst, CUdeviceptr src, size_t n) {
-  TRACED_BODY(cuMemcpyDtoH_v2_ptds,
-              (ApiCall{.name = "cuMemcpyDtoH_v2_ptds", .kind = ApiKind::kCopy, .bytes = n}),
-              dst, src, n)
+  TRACED_BODY(cuMemcpyDtoH_v2_ptds, PlainCall("cuMemcpyDtoH_v2_ptds", ApiKind::kCopy, n), dst, src, n)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) {
-  TRACED_BODY(cuMemcpyHtoD_v2,
-              (ApiCall{.name = "cuMemcpyHtoD_v2", .kind = ApiKind::kCopy, .bytes = n}),
-              dst, src, n)
+  TRACED_BODY(cuMemcpyHtoD_v2, PlainCall("cuMemcpyHtoD_v2", ApiKind::kCopy, n), dst, src, n)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void* src, size_t n) {
-  TRACED_BODY(cuMemcpyHtoD_v2_ptds,
-              (ApiCall{.name = "cuMemcpyHtoD_v2_ptds", .kind = ApiKind::kCopy, .bytes = n}),
-              dst, src, n)
+  TRACED_BODY(cuMemcpyHtoD_v2_ptds, PlainCall("cuMemcpyHtoD_v2_ptds", ApiKind::kCopy, n), dst, src, n)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, CUstream s) {
-  TRACED_BODY(cuMemcpyDtoHAsync_v2,
-              (ApiCall{.name = "cuMemcpyDtoHAsync_v2", .kind = ApiKind::kCopy, .stream = s, .has_stream = true, .per_thread = false, .bytes = n}),
-              dst, src, n, s)
+  TRACED_BODY(cuMemcpyDtoHAsync_v2, StreamCall("cuMemcpyDtoHAsync_v2", ApiKind::kCopy, s, false, n), dst, src, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoHAsync_v2_ptsz(void* dst, CUdeviceptr src, size_t n, CUstream s) {
-  TRACED_BODY(cuMemcpyDtoHAsync_v2_ptsz,
-              (ApiCall{.name = "cuMemcpyDtoHAsync_v2_ptsz", .kind = ApiKind::kCopy, .stream = s, .has_stream = true, .per_thread = true, .bytes = n}),
+  TRACED_BODY(cuMemcpyDtoHAsync_v2_ptsz, StreamCall("cuMemcpyDtoHAsync_v2_ptsz", ApiKind::kCopy, s, true, n),
               dst, src, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, CUstream s) {
-  TRACED_BODY(cuMemcpyHtoDAsync_v2,
-              (ApiCall{.name = "cuMemcpyHtoDAsync_v2", .kind = ApiKind::kCopy, .stream = s, .has_stream = true, .per_thread = false, .bytes = n}),
-              dst, src, n, s)
+  TRACED_BODY(cuMemcpyHtoDAsync_v2, StreamCall("cuMemcpyHtoDAsync_v2", ApiKind::kCopy, s, false, n), dst, src, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void* src, size_t n, CUstream s) {
-  TRACED_BODY(cuMemcpyHtoDAsync_v2_ptsz,
-              (ApiCall{.name = "cuMemcpyHtoDAsync_v2_ptsz", .kind = ApiKind::kCopy, .stream = s, .has_stream = true, .per_thread = true, .bytes = n}),
+  TRACED_BODY(cuMemcpyHtoDAsync_v2_ptsz, StreamCall("cuMemcpyHtoDAsync_v2_ptsz", ApiKind::kCopy, s, true, n),
               dst, src, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
-  TRACED_BODY(cuMemcpyDtoDAsync_v2,
-              (ApiCall{.name = "cuMemcpyDtoDAsync_v2", .kind = ApiKind::kCopy, .stream = s, .has_stream = true, .per_thread = false, .bytes = n}),
-              dst, src, n, s)
+  TRACED_BODY(cuMemcpyDtoDAsync_v2, StreamCall("cuMemcpyDtoDAsync_v2", ApiKind::kCopy, s, false, n), dst, src, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
-  TRACED_BODY(cuMemcpyDtoDAsync_v2_ptsz,
-              (ApiCall{.name = "cuMemcpyDtoDAsync_v2_ptsz", .kind = ApiKind::kCopy, .stream = s, .has_stream = true, .per_thread = true, .bytes = n}),
+  TRACED_BODY(cuMemcpyDtoDAsync_v2_ptsz, StreamCall("cuMemcpyDtoDAsync_v2_ptsz", ApiKind::kCopy, s, true, n),
               dst, src, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstream s) {
-  TRACED_BODY(cuMemsetD8Async,
-              (ApiCall{.name = "cuMemsetD8Async", .kind = ApiKind::kMemset, .stream = s, .has_stream = true, .per_thread = false, .bytes = n}),
-              dst, v, n, s)
+  TRACED_BODY(cuMemsetD8Async, StreamCall("cuMemsetD8Async", ApiKind::kMemset, s, false, n), dst, v, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemsetD8Async_ptsz(CUdeviceptr dst, unsigned char v, size_t n, CUstream s) {
-  TRACED_BODY(cuMemsetD8Async_ptsz,
-              (ApiCall{.name = "cuMemsetD8Async_ptsz", .kind = ApiKind::kMemset, .stream = s, .has_stream = true, .per_thread = true, .bytes = n}),
-              dst, v, n, s)
+  TRACED_BODY(cuMemsetD8Async_ptsz, StreamCall("cuMemsetD8Async_ptsz", ApiKind::kMemset, s, true, n), dst, v, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemsetD32Async(CUdeviceptr dst, unsigned v, size_t n, CUstream s) {
-  TRACED_BODY(cuMemsetD32Async,
-              (ApiCall{.name = "cuMemsetD32Async", .kind = ApiKind::kMemset, .stream = s, .has_stream = true, .per_thread = false, .bytes = 4 * n}),
-              dst, v, n, s)
+  TRACED_BODY(cuMemsetD32Async, StreamCall("cuMemsetD32Async", ApiKind::kMemset, s, false, 4 * n), dst, v, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemsetD32Async_ptsz(CUdeviceptr dst, unsigned v, size_t n, CUstream s) {
-  TRACED_BODY(cuMemsetD32Async_ptsz,
-              (ApiCall{.name = "cuMemsetD32Async_ptsz", .kind = ApiKind::kMemset, .stream = s, .has_stream = true, .per_thread = true, .bytes = 4 * n}),
+  TRACED_BODY(cuMemsetD32Async_ptsz, StreamCall("cuMemsetD32Async_ptsz", ApiKind::kMemset, s, true, 4 * n),
               dst, v, n, s)
 }

@@ -67,6 +67,14 @@ struct ApiCall {
 };
 void Api(const ApiCall& call, int64_t start_ns, int64_t end_ns);
 
+// A call on a stream, and one without.
+constexpr ApiCall StreamCall(const char* name, ApiKind kind, CUstream s, bool per_thread, uint64_t bytes = 0) {
+  return {.name = name, .kind = kind, .stream = s, .has_stream = true, .per_thread = per_thread, .bytes = bytes};
+}
+constexpr ApiCall PlainCall(const char* name, ApiKind kind, uint64_t bytes = 0) {
+  return {.name = name, .kind = kind, .bytes = bytes};
+}
+
 // An "api" event for the enclosing hook's scope, while recording (off: one load and a branch).
 class ApiScope {
  public:
