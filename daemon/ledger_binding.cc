@@ -84,6 +84,15 @@ class SharedLedger final : public NodeLedger {
                                  ": gsliced must own the ledger directory it publishes limits in (run it as root, or "
                                  "point `ledger` at a directory of its own)");
     }
+    // A recording that a gsliced before this one started and never ended (it stopped mid-way):
+    // its processes stop recording, and its folder goes.
+    for (int i = 0; i < kLedgerMaxSlices; ++i) {
+      if (ledger_.TraceRequestWord(i)->load() != 0) ledger_.SetTraceRequest(i, 0);
+    }
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(path_, ec)) {
+      if (entry.path().filename().string().rfind("trace-", 0) == 0) std::filesystem::remove_all(entry.path(), ec);
+    }
     return Status::Ok();
   }
 
