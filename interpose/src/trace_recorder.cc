@@ -180,16 +180,12 @@ struct Out {
   }
 };
 
-const char* ApiCategory(uint8_t) { return "api"; }
-
 void WriteRecord(Out& o, const Record& r, int pid) {
   const auto type = static_cast<Type>(r.type);
   o.Printf("E %lld %lld ", static_cast<long long>(r.start), static_cast<long long>(r.end < 0 ? -1 : r.end - r.start));
   switch (type) {
     case Type::kApi: {
-      o.Put("\"ph\":\"X\",\"cat\":\"");
-      o.Put(ApiCategory(r.kind));
-      o.Put("\",\"name\":");
+      o.Put("\"ph\":\"X\",\"cat\":\"api\",\"name\":");
       o.Json(Str(r.name));
       o.Printf(",\"pid\":%d,\"tid\":%u,\"args\":{", pid, r.tid);
       bool comma = false;
@@ -311,10 +307,8 @@ bool WritePart(const char* folder) {
 
   o.Put(kTracePartMagic);
   o.Put("\n");
-  // The header's count of dropped records is filled in below, once the records are read.
+  // Records still being written (or overwritten) now are left out and counted as dropped.
   uint64_t torn = 0;
-  // Records first into the body; the header needs the final count, so the body goes to a
-  // second pass: count torn records now (cheap), then write.
   for (uint64_t i = first; i < next; ++i) {
     if (g_ring[i & g_mask].seq.load(std::memory_order_acquire) != i + 1) ++torn;
   }
