@@ -229,6 +229,41 @@ TEST_F(TraceRequest, RecordsARunningSliceAndKeepsItsLatestTrace) {
   EXPECT_EQ(program->Stop(), 0);
 }
 
+// A call made while the slice is suspended waits for the resume: the timeline shows the wait.
+TEST_F(TraceRequest, ACallWaitingWhileSuspendedShowsInTheTimeline) {
+  Start();
+  std::string out, err;
+  ASSERT_EQ(Cli("create sus --gpus 0 --memory 1GiB", &out, &err), 0) << err;
+  const std::string file = dir_ + "/sus.json";
+  auto program = std::make_unique<Program>(std::vector<std::string>{
+      GSLICE_CLI, "run", "--sim", "--name", "sus", "--trace", file, "--", GSLICE_TEST_TRACE_WORKER, "wait"});
+  ASSERT_EQ(program->ReadLine(), "ready");
+  ASSERT_EQ(program->Ask("step"), "stepped");
+  for (int i = 0; i < 100 && Get("/v1/slices/sus")["processes"].empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(Cli("suspend sus", &out, &err), 0) << err;
+  std::string stepped;
+  std::thread step([&] { stepped = program->Ask("step"); });  // its first launch waits
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  ASSERT_EQ(Cli("resume sus", &out, &err), 0) << err;
+  step.join();
+  EXPECT_EQ(stepped, "stepped");
+  EXPECT_EQ(program->Stop(), 0);
+  const json t = json::parse(ReadAll(file), nullptr, false);
+  ASSERT_TRUE(t.is_object()) << ReadAll(file);
+  double waited = 0;
+  std::string call;
+  for (const json& e : t["traceEvents"]) {
+    if (e.value("cat", "") != "suspend") continue;
+    EXPECT_EQ(e["name"], "suspended");
+    waited += e["dur"].get<double>();
+    call = e["args"]["call"];
+  }
+  EXPECT_GE(waited, 400000) << "the call waited about 600 ms for the resume";
+  EXPECT_EQ(call.rfind("cu", 0), 0u) << call;
+}
+
 TEST_F(TraceRequest, OnlyTheOwnerOrAnAdminMayRecordAndBadRequestsSayWhy) {
   Start();
   std::string out, err;
