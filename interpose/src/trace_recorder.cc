@@ -619,18 +619,25 @@ uint64_t StreamId(CUstream s, bool per_thread) {
   return id + 1;  // + 1: 0 is "no stream"
 }
 
+// The kernel's name, interned, cached per thread by handle. cudart (CUDA 12+) launches library
+// kernels (CUkernel handles passed as CUfunction): cuKernelGetName names those.
 uint32_t KernelNameId(CUfunction f) {
   struct Entry {
     CUfunction f;
     uint32_t id;
   };
-  static thread_local Entry cache[64];
-  Entry& e = cache[(reinterpret_cast<uintptr_t>(f) >> 4) & 63];
+  static thread_local Entry cache[256];
+  Entry& e = cache[(reinterpret_cast<uintptr_t>(f) >> 4) & 255];
   if (e.f == f && e.id != 0) return e.id;
   using GetName = CUresult (*)(const char**, CUfunction);
+  using GetKernelName = CUresult (*)(const char**, CUkernel);
   auto fn = reinterpret_cast<GetName>(g_real[ex::kSlot_cuFuncGetName]);
+  auto kn = reinterpret_cast<GetKernelName>(g_real[ex::kSlot_cuKernelGetName]);
   const char* name = nullptr;
-  if (fn == nullptr || fn(&name, f) != CUDA_SUCCESS || name == nullptr) name = "kernel";
+  if (fn == nullptr || fn(&name, f) != CUDA_SUCCESS || name == nullptr) {
+    name = nullptr;
+    if (kn == nullptr || kn(&name, reinterpret_cast<CUkernel>(f)) != CUDA_SUCCESS || name == nullptr) name = "kernel";
+  }
   e = Entry{f, Intern(name)};
   return e.id;
 }
