@@ -60,9 +60,9 @@ bool ParseIdleTimeout(const std::string& text, int64_t* seconds) {
 }
 
 bool CallDaemon(const char* command, const CommonFlags& flags, const std::string& method,
-                const std::string& path, const std::string& body, DaemonReply* reply) {
+                const std::string& path, const std::string& body, DaemonReply* reply, int timeout_ms) {
   DaemonAddress address = DaemonAddressFromEnvironment(flags.socket);
-  *reply = DaemonClient(address).Call(method, path, body);
+  *reply = DaemonClient(address).Call(method, path, body, timeout_ms);
   if (!reply->connected) {
     std::fprintf(stderr, "gslice %s: %s\n", command, NoDaemonHint(*reply, address).c_str());
     return false;

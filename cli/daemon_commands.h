@@ -18,6 +18,7 @@ int DeleteCommand(int argc, char** argv);
 int SuspendCommand(int argc, char** argv);
 int ResumeCommand(int argc, char** argv);
 int SetCommand(int argc, char** argv);
+int TraceCommand(int argc, char** argv);
 extern const char kLsSummary[];
 extern const char kTopSummary[];
 extern const char kCreateSummary[];
@@ -25,6 +26,7 @@ extern const char kDeleteSummary[];
 extern const char kSuspendSummary[];
 extern const char kResumeSummary[];
 extern const char kSetSummary[];
+extern const char kTraceSummary[];
 
 // Flags every daemon command takes.
 struct CommonFlags {
@@ -39,8 +41,9 @@ bool ParseCommonFlags(const char* command, int argc, char** argv, CommonFlags* f
                       std::vector<std::string>* rest);
 
 // Calls gsliced; on failure prints "gslice <command>: <what to do>" and returns false.
+// timeout_ms bounds the whole call (a recording takes as long as it records).
 bool CallDaemon(const char* command, const CommonFlags& flags, const std::string& method,
-                const std::string& path, const std::string& body, DaemonReply* reply);
+                const std::string& path, const std::string& body, DaemonReply* reply, int timeout_ms = 10000);
 
 // "a,b,c" -> {"a", "b", "c"}.
 std::vector<std::string> SplitComma(const std::string& s);

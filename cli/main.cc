@@ -26,6 +26,7 @@ const Command kCommands[] = {
     {"resume", kResumeSummary, ResumeCommand},
     {"set", kSetSummary, SetCommand},
     {"move", kMoveSummary, MoveCommand},
+    {"trace", kTraceSummary, TraceCommand},
 };
 
 void Usage(FILE* out) {

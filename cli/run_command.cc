@@ -9,6 +9,7 @@
 #include <pwd.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <dirent.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +27,7 @@
 #include "gpu_query.h"
 #include "gslice/ledger.h"
 #include "gslice/options.h"
+#include "gslice/trace_format.h"
 #include "gslice/units.h"
 
 namespace gslice::cli {
@@ -39,9 +41,9 @@ constexpr uint64_t kMinLimit = 64ull << 20;
 const char kRunHelp[] =
     "usage: gslice run [--gpus LIST] --memory SIZE[,SIZE...] [--compute N%] [--share N%]\n"
     "                  [--class guaranteed|opportunistic] [--protect F] [--name NAME] [--no-daemon]\n"
-    "                  [--sim] [-v] [--remote unix:PATH|tcp://HOST:PORT|tls://HOST:PORT]\n"
+    "                  [--sim] [-v] [--remote unix:PATH|tcp://HOST:PORT|tls://HOST:PORT] [--trace FILE]\n"
     "                  -- CMD [ARGS...]\n"
-    "       gslice run --name NAME [--sim] [-v] -- CMD [ARGS...]\n"
+    "       gslice run --name NAME [--sim] [-v] [--trace FILE] -- CMD [ARGS...]\n"
     "\n"
     "Runs CMD with a memory limit on each GPU it uses. CMD needs no changes: CUDA programs,\n"
     "PyTorch, JAX and nvidia-smi inside the slice see a GPU of SIZE, and allocating past it\n"
@@ -79,6 +81,10 @@ const char kRunHelp[] =
     "                  ADDR, which runs them in a slice of --memory/--compute/--class on its node\n"
     "                  (docs/remote.md). tls://: the token from GSLICE_REMOTE_TOKEN_FILE, the CA\n"
     "                  from GSLICE_REMOTE_CA.\n"
+    "  --trace FILE    record a timeline of CMD and every process it starts (driver calls, GPU\n"
+    "                  kernels and copies, NVTX ranges, compute gate waits, suspensions) and write\n"
+    "                  it to FILE when CMD exits: Chrome trace JSON for ui.perfetto.dev or\n"
+    "                  chrome://tracing (docs/trace.md).\n"
     "  -v, --verbose   print the slice before running CMD.\n"
     "  -h, --help      this text.\n"
     "\n"
@@ -88,6 +94,7 @@ const char kRunHelp[] =
     "  gslice run --sim --memory 2GiB -- gslice-example\n"
     "  gslice run --memory 10GiB -- nvidia-smi       # shows a 10 GiB GPU\n"
     "  gslice run --memory 20GiB --compute 30% --class opportunistic -- python train.py\n"
+    "  gslice run --memory 20GiB --trace train.json -- python train.py\n"
     "  gslice run --memory 40GiB --protect 0.9 -- python serve.py\n"
     "  gslice create train --gpus 0 --memory 20GiB && gslice run --name train -- python train.py\n";
 
@@ -345,9 +352,74 @@ void ForwardSignal(int sig) {
   if (g_child > 0) kill(g_child, sig);
 }
 
-// Runs the program as a child, forwarding termination signals, and removes the slice from
-// gsliced when it exits. Returns the program's exit status (128 + signal when killed).
-int RunAndUnregister(char** command, const std::string& name) {
+// A timeline of the run (--trace FILE): the shims write one part per process into a private
+// folder (GSLICE_TRACE), merged into FILE when the program exits.
+struct TraceRun {
+  std::string file;    // where the merged trace goes ("" for none)
+  std::string folder;  // the parts' folder
+};
+
+// Makes the parts' folder (mode 0700, under $TMPDIR or /tmp) once FILE's folder is known to
+// take the file. Returns "" or what is wrong.
+std::string PrepareTrace(TraceRun* t) {
+  const size_t slash = t->file.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : t->file.substr(0, slash);
+  if (access(dir.c_str(), W_OK | X_OK) != 0) {
+    return "--trace " + t->file + ": cannot write in " + dir + ": " + strerror(errno);
+  }
+  struct stat st;
+  if (stat(t->file.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return "--trace " + t->file + ": a folder; name a file";
+  const char* tmp = getenv("TMPDIR");
+  std::string pattern = std::string(tmp != nullptr && tmp[0] == '/' ? tmp : "/tmp") + "/gslice-trace-XXXXXX";
+  std::vector<char> buf(pattern.begin(), pattern.end());
+  buf.push_back('\0');
+  if (mkdtemp(buf.data()) == nullptr) {
+    return "--trace: cannot make a folder for the parts (" + pattern + "): " + strerror(errno);
+  }
+  t->folder = buf.data();
+  return "";
+}
+
+// Merges the parts into the file (written whole: a temporary file, then rename) and removes
+// the parts' folder. Says what it wrote on stderr.
+void FinishTrace(const TraceRun& t, const std::string& slice) {
+  std::vector<std::string> parts;
+  std::string error;
+  if (!ReadTraceParts(t.folder, &parts, &error)) {
+    fprintf(stderr, "gslice run: --trace: %s\n", error.c_str());
+    return;
+  }
+  TraceMergeResult r;
+  const std::string json = MergeTraceParts(parts, slice, &r);
+  const std::string tmp = t.file + ".tmp-" + std::to_string(getpid());
+  FILE* f = fopen(tmp.c_str(), "w");
+  bool ok = f != nullptr && fwrite(json.data(), 1, json.size(), f) == json.size();
+  if (f != nullptr && fclose(f) != 0) ok = false;
+  if (!ok || rename(tmp.c_str(), t.file.c_str()) != 0) {
+    fprintf(stderr, "gslice run: --trace %s: cannot write it: %s (the parts stay in %s)\n", t.file.c_str(),
+            strerror(errno), t.folder.c_str());
+    unlink(tmp.c_str());
+    return;
+  }
+  if (DIR* d = opendir(t.folder.c_str())) {
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] != '.' || strlen(e->d_name) > 2) unlink((t.folder + "/" + e->d_name).c_str());
+    }
+    closedir(d);
+  }
+  rmdir(t.folder.c_str());
+  fprintf(stderr, "gslice run: trace written to %s (%lld events from %d processes%s)\n", t.file.c_str(),
+          static_cast<long long>(r.events), r.parts,
+          r.dropped > 0 ? (", " + std::to_string(r.dropped) + " dropped: the ring was full").c_str() : "");
+  if (r.parts == 0) {
+    fprintf(stderr, "gslice run: no process of the program used the GPU through the shim; the trace is empty\n");
+  }
+}
+
+// Runs the program as a child, forwarding termination signals; then removes the slice from
+// gsliced (unregister) and writes the trace (trace.file set). Returns the program's exit
+// status (128 + signal when killed).
+int RunChild(char** command, const std::string& name, bool unregister, const TraceRun& trace) {
   pid_t child = fork();
   if (child < 0) return Fail(std::string("fork: ") + strerror(errno));
   if (child == 0) {
@@ -363,10 +435,11 @@ int RunAndUnregister(char** command, const std::string& name) {
   int status = 0;
   while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
-  if (!UnregisterSlice(name)) {
+  if (unregister && !UnregisterSlice(name)) {
     fprintf(stderr, "gslice run: could not remove slice %s from gsliced; it expires by itself once its processes are gone\n",
             name.c_str());
   }
+  if (!trace.file.empty()) FinishTrace(trace, name);
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return 1;
@@ -376,6 +449,7 @@ int RunAndUnregister(char** command, const std::string& name) {
 
 int RunCommand(int argc, char** argv) {
   std::string gpus_arg, memory_arg, name, compute_arg, share_arg, class_arg, protect_arg, remote_arg;
+  TraceRun trace;
   bool sim = false, verbose = false, have_gpus = false, no_daemon = false;
   int i = 1;
   for (; i < argc; ++i) {
@@ -422,6 +496,10 @@ int RunCommand(int argc, char** argv) {
       if (!value("--protect", &protect_arg)) return Fail("--protect needs a value, e.g. --protect 0.9");
     } else if (a.rfind("--remote", 0) == 0) {
       if (!value("--remote", &remote_arg)) return Fail("--remote needs an address: unix:PATH, tcp://HOST:PORT or tls://HOST:PORT");
+    } else if (a.rfind("--trace", 0) == 0) {
+      if (!value("--trace", &trace.file) || trace.file.empty()) {
+        return Fail("--trace needs a file, e.g. --trace train.json");
+      }
     } else if (a.rfind("--name", 0) == 0) {
       if (!value("--name", &name)) return Fail("--name needs a value");
     } else if (!a.empty() && a[0] == '-') {
@@ -467,6 +545,7 @@ int RunCommand(int argc, char** argv) {
   if (name.size() >= 64) return Fail("--name " + name + ": at most 63 characters");
 
   if (!remote_arg.empty()) {
+    if (!trace.file.empty()) return Fail("--trace does not combine with --remote: trace the program on the GPU node");
     // The server's `gslice run` checks the sizes against its GPUs.
     return RunRemote(RemoteRun{.prefix = Prefix(), .address = remote_arg, .memory = memory_arg,
                                .compute = compute_arg, .share = share_arg, .slice_class = class_arg,
@@ -617,8 +696,15 @@ int RunCommand(int argc, char** argv) {
   } else if (verbose && link == DaemonLink::kRegistered) {
     fprintf(stderr, "  registered with gsliced\n");
   }
+  if (!trace.file.empty()) {
+    if (std::string why = PrepareTrace(&trace); !why.empty()) return Fail(why);
+    setenv(GetOptionInfo(Option::Trace).env, trace.folder.c_str(), 1);
+    if (verbose) fprintf(stderr, "  recording a timeline into %s\n", trace.file.c_str());
+  }
   fflush(nullptr);
-  if (link == DaemonLink::kRegistered) return RunAndUnregister(argv + i, name);
+  if (link == DaemonLink::kRegistered || !trace.file.empty()) {
+    return RunChild(argv + i, name, link == DaemonLink::kRegistered, trace);
+  }
   execvp(argv[i], argv + i);
   fprintf(stderr, "gslice run: cannot run '%s': %s\n", argv[i], strerror(errno));
   return 127;

@@ -701,7 +701,20 @@ ApiResponse ApiRouter::Route(const ApiRequest& req) {
     }
     if (p.size() == 3 && p[2] == "trace") {
       if (m == "GET") return ServeTrace(p[1], req.caller);
-      return MethodNotAllowed("GET");
+      if (m != "POST") return MethodNotAllowed("GET, POST");
+      // Records a timeline of the slice for {"seconds": N} and answers with it (docs/trace.md).
+      auto body = ParseBody(req.body);
+      if (!body.ok()) return Error(body.status());
+      if (Status s = CheckFields(body.value(), {"seconds"}); !s.ok()) return Error(s);
+      auto it = body.value().find("seconds");
+      if (it == body.value().end() || !it->is_number_integer()) {
+        return Error(400, "seconds: expected a whole number of seconds to record, 1 to 300");
+      }
+      auto recorded = registry_->RecordTrace(p[1], it->get<int>(), trace_dir_, req.caller);
+      if (!recorded.ok()) return Error(recorded.status());
+      ApiResponse r;
+      r.body = std::move(recorded->trace);
+      return r;
     }
     if (p.size() == 3 && (p[2] == "suspend" || p[2] == "resume")) {
       if (m != "POST") return MethodNotAllowed("POST");

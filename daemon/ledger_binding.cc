@@ -1,6 +1,10 @@
 #include "ledger_binding.h"
 
+#include <errno.h>
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -10,6 +14,7 @@
 
 #include "gslice/ledger.h"
 #include "gslice/pid_namespace.h"
+#include "gslice/trace_format.h"
 
 namespace gslice {
 namespace {
@@ -78,6 +83,15 @@ class SharedLedger final : public NodeLedger {
       return Status::Unavailable("node ledger " + path_ +
                                  ": gsliced must own the ledger directory it publishes limits in (run it as root, or "
                                  "point `ledger` at a directory of its own)");
+    }
+    // A recording that a gsliced before this one started and never ended (it stopped mid-way):
+    // its processes stop recording, and its folder goes.
+    for (int i = 0; i < kLedgerMaxSlices; ++i) {
+      if (ledger_.TraceRequestWord(i)->load() != 0) ledger_.SetTraceRequest(i, 0);
+    }
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(path_, ec)) {
+      if (entry.path().filename().string().rfind("trace-", 0) == 0) std::filesystem::remove_all(entry.path(), ec);
     }
     return Status::Ok();
   }
@@ -221,6 +235,36 @@ class SharedLedger final : public NodeLedger {
       if (Status st = SetAside(index); !st.ok()) return st;
     }
     return PublishLocked(slice);
+  }
+
+  Result<TraceTarget> StartTrace(const std::string& name, uint32_t request) override {
+    std::lock_guard lock(mu_);
+    const int index = ledger_.FindSlice(name.c_str());
+    if (index < 0) return Status::Unavailable("slice " + name + " is not in the node ledger " + path_);
+    const LedgerSlice& s = ledger_.limits()->slices[index];
+    TraceTarget t;
+    t.folder = TraceRequestFolder(path_, index, request);
+    // A folder left by an earlier gsliced under this name is not ours to trust: start afresh.
+    std::error_code ec;
+    std::filesystem::remove_all(t.folder, ec);
+    if (mkdir(t.folder.c_str(), 0700) != 0) {
+      return Status::Unavailable("cannot make " + t.folder + ": " + strerror(errno));
+    }
+    if (chown(t.folder.c_str(), s.owner_uid, static_cast<gid_t>(-1)) != 0 && geteuid() == 0) {
+      const std::string why = strerror(errno);
+      rmdir(t.folder.c_str());
+      return Status::Unavailable("cannot give " + t.folder + " to uid " + std::to_string(s.owner_uid) + ": " + why);
+    }
+    if (ledger_.MapUsage(index) == LedgerError::kOk) t.processes = ledger_.AliveCount(index);
+    ledger_.SetTraceRequest(index, request);
+    return t;
+  }
+
+  Status StopTrace(const std::string& name) override {
+    std::lock_guard lock(mu_);
+    const int index = ledger_.FindSlice(name.c_str());
+    if (index >= 0) ledger_.SetTraceRequest(index, 0);
+    return Status::Ok();
   }
 
   Status SetClass(const std::string& name, SliceClass slice_class) override {

@@ -72,6 +72,25 @@ class NodeLedger {
   // Undoes this process's last Withdraw of `name` (when a database change it belonged to
   // failed), if the entry was not reused meanwhile. Succeeds when there is nothing to undo.
   virtual Status Restore(const std::string& name) = 0;
+
+  // Timelines (docs/trace.md). StartTrace makes the request's folder (owned by the slice's
+  // owner, 0700; gslice/trace_format.h: TraceRequestFolder) and sets the slice's trace request
+  // word to `request` (non-zero), so that its processes record; it says where their parts will
+  // be and how many processes the slice has now. StopTrace clears the word: each process then
+  // writes its part there. A ledger no process reads (in-process, tests) cannot record.
+  struct TraceTarget {
+    std::string folder;
+    int processes = 0;
+  };
+  virtual Result<TraceTarget> StartTrace(const std::string& name, uint32_t request) {
+    (void)name;
+    (void)request;
+    return Status::Unavailable("this gsliced has no node ledger its slices' processes read: nothing to record");
+  }
+  virtual Status StopTrace(const std::string& name) {
+    (void)name;
+    return Status::Ok();
+  }
 };
 
 // A ledger held in this process only: for tests, and for nodes where no shared ledger is

@@ -179,6 +179,21 @@ class Registry {
   Result<SliceUpdate> UpdateSlice(const std::string& name, const SliceChange& change,
                                   const Caller& caller = Caller::Daemon());
 
+  // Records a timeline of the slice's processes for `seconds` (docs/trace.md): asks them
+  // through the node ledger, waits, merges their parts and writes the trace whole to
+  // `<trace_dir>/<name>.json` (mode 0640). Blocks for about `seconds`; one recording per slice
+  // at a time. Refusals: 404 no such slice, 403 not the caller's (MayChange), 409 one is under
+  // way, 503 no ledger the processes read. Returns the trace.
+  struct TraceRecording {
+    std::string trace;  // the merged trace (JSON)
+    std::string path;   // where it was written
+    int processes = 0;  // parts merged
+    int64_t events = 0;
+    int64_t dropped = 0;
+  };
+  Result<TraceRecording> RecordTrace(const std::string& name, int seconds, const std::string& trace_dir,
+                                     const Caller& caller = Caller::Daemon());
+
   Result<Project> CreateProject(const Project& project);
   Result<Project> UpdateProject(const Project& project);
   Status DeleteProject(const std::string& name);
@@ -242,6 +257,7 @@ class Registry {
   std::unique_ptr<PodResolver> pods_;
 
   std::mutex mu_;
+  std::set<std::string> tracing_;  // slices being recorded (RecordTrace); REQUIRES: mu_ held
   std::vector<GpuInfo> gpus_;
   std::vector<Slice> slices_;
   std::vector<Project> projects_;

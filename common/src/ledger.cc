@@ -708,6 +708,8 @@ LedgerError Ledger::FindOrCreateSlice(const char* name, SliceClass cls, uint32_t
       s.flags = flags;
       s.owner_uid = owner_uid == kLedgerOwnerCaller ? static_cast<uint32_t>(geteuid()) : owner_uid;
       s.protect_permille = protect_permille;
+      s.trace_request.store(0, kRlx);
+      s.reserved_trace = 0;
       memset(s.reserved, 0, sizeof s.reserved);
       for (auto& g : s.gpus) {
         g.state.store(0, kRlx);
@@ -960,6 +962,16 @@ int64_t Ledger::Limit(int slice, int gpu) const {
 void Ledger::SetLimit(int slice, int gpu, int64_t limit) {
   if (limits_rw_ == nullptr || slice < 0 || slice >= kLedgerMaxSlices || gpu < 0 || gpu >= kLedgerMaxGpus) return;
   limits_rw_->slices[slice].gpus[gpu].limit.store(limit, kSeq);
+}
+
+const std::atomic<uint32_t>* Ledger::TraceRequestWord(int slice) const {
+  if (limits_ == nullptr || slice < 0 || slice >= kLedgerMaxSlices) return nullptr;
+  return &limits_->slices[slice].trace_request;
+}
+
+void Ledger::SetTraceRequest(int slice, uint32_t request) {
+  if (limits_rw_ == nullptr || slice < 0 || slice >= kLedgerMaxSlices) return;
+  limits_rw_->slices[slice].trace_request.store(request, kSeq);
 }
 
 uint32_t Ledger::ComputeCapWord(int slice, int gpu) const {

@@ -991,6 +991,10 @@ bool InitLaunchGate(void* (*resolve)(const char*), ComputeLogFn log, ComputeLogF
   return g_init_ok;
 }
 
+namespace {
+thread_local uint32_t t_gate_waits = 0;  // sleeps of this thread in BeforeLaunch (WaitsOfThisThread)
+}  // namespace
+
 LaunchTicket BeforeLaunch(CUstream stream, bool per_thread) {
   if (g_gate == nullptr) return {};
   Device* d = CurrentDevice();
@@ -1014,6 +1018,7 @@ LaunchTicket BeforeLaunch(CUstream stream, bool per_thread) {
       // peers taking turns would hand the turn back and forth).
       const int64_t nap = wait < kMaxNapNs ? wait : kMaxNapNs;
       d->entry->active_until_ns.store(now + nap + kActiveHoldNs, kRlx);
+      ++t_gate_waits;
       SleepNs(nap);
       continue;
     }
@@ -1025,6 +1030,7 @@ LaunchTicket BeforeLaunch(CUstream stream, bool per_thread) {
         // coarse sleep takes (up to 70 us with Linux's default timer slack): wait precisely
         // there. A 2 ms queue does not, and the coarse sleep wakes the thread less often.
         if (!DepthAllows(Outstanding(*d), d->meter.mean_launch_ns.load(kRlx), depth)) {
+          ++t_gate_waits;
           (depth < kCapDepthNs ? SleepPreciseNs : SleepNs)(kQueuePollNs);
         }
         continue;
@@ -1081,6 +1087,16 @@ void ForgetContext(CUcontext ctx) {
     d.meter.pool.Forget();
   }
 }
+
+uint64_t MeasuredBusyNsAllDevices() {
+  if (g_gate == nullptr) return 0;
+  uint64_t sum = 0;
+  const int n = g_gate->device_count.load(std::memory_order_acquire);
+  for (int i = 0; i < n; ++i) sum += static_cast<uint64_t>(g_gate->devices[i].meter.busy_total.load(kRlx));
+  return sum;
+}
+
+uint32_t WaitsOfThisThread() { return t_gate_waits; }
 
 uint64_t MeasuredBusyNs() {
   if (g_gate == nullptr) return 0;

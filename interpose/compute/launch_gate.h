@@ -80,5 +80,12 @@ inline uint64_t ContextEpoch() { return g_context_epoch.load(std::memory_order_a
 // GPU time this process was measured to use on the current context's device, ns (tests,
 // statistics). Includes time completed by now; call after synchronising for a final value.
 uint64_t MeasuredBusyNs();
+// The same summed over every device this process's gate meters, without polling (the gate's
+// thread keeps it current): for the timeline's utilisation counter, from any thread.
+uint64_t MeasuredBusyNsAllDevices();
+
+// How many times the calling thread slept in BeforeLaunch so far: a launch whose
+// BeforeLaunch moved it waited at the gate (the timeline's "compute gate wait").
+uint32_t WaitsOfThisThread();
 
 }  // namespace gslice::compute

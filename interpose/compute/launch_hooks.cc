@@ -11,6 +11,7 @@
 #include "log.h"
 #include "policy.h"
 #include "resume_gate.h"
+#include "trace_recorder.h"
 #include "gslice/options.h"
 
 namespace gslice::shim {
@@ -143,11 +144,44 @@ CUresult Gated(CUstream s, bool per_thread, Launch launch) {
   return r;
 }
 
+// Gated() while the process records a timeline (trace_recorder.h): the launch as an "api"
+// event with its kernel and stream, and the time BeforeLaunch slept as a gate wait.
 template <typename Launch>
-CUresult LaunchEx(const CUlaunchConfig* config, bool per_thread, Launch launch) {
+CUresult GatedTraced(const char* name, CUfunction f, CUstream s, bool per_thread, Launch launch) {
+  ResumeGate();
+  const trace::ApiCall call{.name = name, .kind = trace::ApiKind::kLaunch, .function = f, .stream = s,
+                            .has_stream = true, .per_thread = per_thread};
+  int64_t start = trace::NowNs();
+  if (!compute::LaunchGateActive()) {
+    CUresult r = launch();
+    trace::Api(call, start, trace::NowNs());
+    return r;
+  }
+  const uint32_t waits = compute::WaitsOfThisThread();
+  const compute::LaunchTicket ticket = compute::BeforeLaunch(s, per_thread);
+  if (compute::WaitsOfThisThread() != waits) {
+    const int64_t passed = trace::NowNs();
+    trace::GateWait(start, passed);
+    start = passed;
+  }
+  CUresult r = launch();
+  compute::AfterLaunch(ticket);
+  trace::Api(call, start, trace::NowNs());
+  return r;
+}
+
+// Every launch hook's way through: the gate, and the timeline when recording.
+template <typename Launch>
+CUresult LaunchThrough(const char* name, CUfunction f, CUstream s, bool per_thread, Launch launch) {
+  if (trace::Recording()) return GatedTraced(name, f, s, per_thread, launch);
+  return Gated(s, per_thread, launch);
+}
+
+template <typename Launch>
+CUresult LaunchEx(const char* name, CUfunction f, const CUlaunchConfig* config, bool per_thread, Launch launch) {
   const CUstream s = config != nullptr ? config->hStream : nullptr;
   if (config != nullptr) RaiseDefaultStream(s, per_thread);
-  return Gated(s, per_thread, [&] { return launch(config); });
+  return LaunchThrough(name, f, s, per_thread, [&] { return launch(config); });
 }
 
 }  // namespace
@@ -179,7 +213,8 @@ GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuLaunchKernel(CUfunction f, unsigned g
   auto real = REAL_FN(cuLaunchKernel);
   FORWARD_OR_UNINIT(real);
   gslice::shim::RaiseDefaultStream(s, false);
-  return gslice::shim::Gated(s, false, [&] { return real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra); });
+  return gslice::shim::LaunchThrough("cuLaunchKernel", f, s, false,
+                                     [&] { return real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra); });
 }
 
 GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
@@ -188,21 +223,24 @@ GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuLaunchKernel_ptsz(CUfunction f, unsig
   auto real = REAL_FN(cuLaunchKernel_ptsz);
   FORWARD_OR_UNINIT(real);
   gslice::shim::RaiseDefaultStream(s, true);
-  return gslice::shim::Gated(s, true, [&] { return real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra); });
+  return gslice::shim::LaunchThrough("cuLaunchKernel_ptsz", f, s, true,
+                                     [&] { return real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra); });
 }
 
 GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** params,
                                                           void** extra) {
   auto real = REAL_FN(cuLaunchKernelEx);
   FORWARD_OR_UNINIT(real);
-  return gslice::shim::LaunchEx(config, false, [&](const CUlaunchConfig* c) { return real(c, f, params, extra); });
+  return gslice::shim::LaunchEx("cuLaunchKernelEx", f, config, false,
+                                [&](const CUlaunchConfig* c) { return real(c, f, params, extra); });
 }
 
 GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f,
                                                                void** params, void** extra) {
   auto real = REAL_FN(cuLaunchKernelEx_ptsz);
   FORWARD_OR_UNINIT(real);
-  return gslice::shim::LaunchEx(config, true, [&](const CUlaunchConfig* c) { return real(c, f, params, extra); });
+  return gslice::shim::LaunchEx("cuLaunchKernelEx_ptsz", f, config, true,
+                                [&](const CUlaunchConfig* c) { return real(c, f, params, extra); });
 }
 
 GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
@@ -211,7 +249,8 @@ GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuLaunchCooperativeKernel(CUfunction f,
   auto real = REAL_FN(cuLaunchCooperativeKernel);
   FORWARD_OR_UNINIT(real);
   gslice::shim::RaiseDefaultStream(s, false);
-  return gslice::shim::Gated(s, false, [&] { return real(f, gx, gy, gz, bx, by, bz, shmem, s, params); });
+  return gslice::shim::LaunchThrough("cuLaunchCooperativeKernel", f, s, false,
+                                     [&] { return real(f, gx, gy, gz, bx, by, bz, shmem, s, params); });
 }
 
 GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy,
@@ -221,7 +260,8 @@ GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuLaunchCooperativeKernel_ptsz(CUfuncti
   auto real = REAL_FN(cuLaunchCooperativeKernel_ptsz);
   FORWARD_OR_UNINIT(real);
   gslice::shim::RaiseDefaultStream(s, true);
-  return gslice::shim::Gated(s, true, [&] { return real(f, gx, gy, gz, bx, by, bz, shmem, s, params); });
+  return gslice::shim::LaunchThrough("cuLaunchCooperativeKernel_ptsz", f, s, true,
+                                     [&] { return real(f, gx, gy, gz, bx, by, bz, shmem, s, params); });
 }
 
 // Streams the application creates get its class's priority (GSLICE_CLASS given): within

@@ -25,6 +25,7 @@
 #include "resume_gate.h"
 #include "resume_hooks.h"
 #include "slice_account.h"
+#include "trace_recorder.h"
 
 #define GSLICE_EXPORT extern "C" __attribute__((visibility("hidden")))
 
@@ -313,6 +314,7 @@ GSLICE_EXPORT CUresult gslice_hook_cuInit(unsigned int flags) {
   if (r == CUDA_SUCCESS) (void)Active();
   if (r == CUDA_SUCCESS) StartLaunchGate(g_real, g_real_library.handle);  // compute slices
   if (r == CUDA_SUCCESS) StartResumeHooks(g_real);  // suspend/resume (resume_hooks.h)
+  if (r == CUDA_SUCCESS) trace::Init(g_real, g_real_library.path, g_account);  // timelines (trace_recorder.h)
   return r;
 }
 
@@ -515,6 +517,7 @@ GSLICE_EXPORT CUresult gslice_hook_cuGreenCtxDestroy(CUgreenCtx ctx) {
 // --- linear memory ----------------------------------------------------------------------
 
 GSLICE_EXPORT CUresult gslice_hook_cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
+  trace::ApiScope traced(trace::PlainCall("cuMemAlloc_v2", trace::ApiKind::kAlloc, bytes));
   ResumeGate();  // suspend/resume (resume_gate.h)
   if (!Active()) return REAL(cuMemAlloc_v2)(dptr, bytes);
   int gpu = CurrentGpu();
@@ -532,6 +535,7 @@ GSLICE_EXPORT CUresult gslice_hook_cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes
 
 GSLICE_EXPORT CUresult gslice_hook_cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height,
                                                       unsigned int element_size) {
+  trace::ApiScope traced(trace::PlainCall("cuMemAllocPitch_v2", trace::ApiKind::kAlloc, width * height));
   ResumeGate();
   if (!Active()) return REAL(cuMemAllocPitch_v2)(dptr, pitch, width, height, element_size);
   int gpu = CurrentGpu();
@@ -552,6 +556,7 @@ GSLICE_EXPORT CUresult gslice_hook_cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t*
 }
 
 GSLICE_EXPORT CUresult gslice_hook_cuMemAllocManaged(CUdeviceptr* dptr, size_t bytes, unsigned int flags) {
+  trace::ApiScope traced(trace::PlainCall("cuMemAllocManaged", trace::ApiKind::kAlloc, bytes));
   if (!Active()) return REAL(cuMemAllocManaged)(dptr, bytes, flags);
   int gpu = CurrentGpu();
   const int64_t n = static_cast<int64_t>(bytes);
@@ -566,6 +571,7 @@ GSLICE_EXPORT CUresult gslice_hook_cuMemAllocManaged(CUdeviceptr* dptr, size_t b
 }
 
 GSLICE_EXPORT CUresult gslice_hook_cuMemFree_v2(CUdeviceptr dptr) {
+  trace::ApiScope traced(trace::PlainCall("cuMemFree_v2", trace::ApiKind::kFree));
   if (!Active()) return REAL(cuMemFree_v2)(dptr);
   AllocRecord rec;
   bool known = Forget(dptr, AllocKind::kLinear, &rec);
@@ -623,32 +629,39 @@ CUresult CountedAsyncFree(CUdeviceptr dptr, Call call) {
 }  // namespace
 
 GSLICE_EXPORT CUresult gslice_hook_cuMemAllocAsync(CUdeviceptr* dptr, size_t bytes, CUstream stream) {
+  trace::ApiScope traced(trace::StreamCall("cuMemAllocAsync", trace::ApiKind::kAlloc, stream, false, bytes));
   return CountedAsyncAlloc(dptr, bytes, stream, "cuMemAllocAsync",
                            [&] { return REAL(cuMemAllocAsync)(dptr, bytes, stream); });
 }
 
 GSLICE_EXPORT CUresult gslice_hook_cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytes, CUstream stream) {
+  trace::ApiScope traced(trace::StreamCall("cuMemAllocAsync_ptsz", trace::ApiKind::kAlloc, stream, true, bytes));
   return CountedAsyncAlloc(dptr, bytes, stream, "cuMemAllocAsync",
                            [&] { return REAL(cuMemAllocAsync_ptsz)(dptr, bytes, stream); });
 }
 
 GSLICE_EXPORT CUresult gslice_hook_cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool,
                                                            CUstream stream) {
+  trace::ApiScope traced(trace::StreamCall("cuMemAllocFromPoolAsync", trace::ApiKind::kAlloc, stream, false, bytes));
   return CountedAsyncAlloc(dptr, bytes, stream, "cuMemAllocFromPoolAsync",
                            [&] { return REAL(cuMemAllocFromPoolAsync)(dptr, bytes, pool, stream); });
 }
 
 GSLICE_EXPORT CUresult gslice_hook_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool,
                                                                 CUstream stream) {
+  trace::ApiScope traced(
+      trace::StreamCall("cuMemAllocFromPoolAsync_ptsz", trace::ApiKind::kAlloc, stream, true, bytes));
   return CountedAsyncAlloc(dptr, bytes, stream, "cuMemAllocFromPoolAsync",
                            [&] { return REAL(cuMemAllocFromPoolAsync_ptsz)(dptr, bytes, pool, stream); });
 }
 
 GSLICE_EXPORT CUresult gslice_hook_cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
+  trace::ApiScope traced(trace::StreamCall("cuMemFreeAsync", trace::ApiKind::kFree, stream, false));
   return CountedAsyncFree(dptr, [&] { return REAL(cuMemFreeAsync)(dptr, stream); });
 }
 
 GSLICE_EXPORT CUresult gslice_hook_cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream) {
+  trace::ApiScope traced(trace::StreamCall("cuMemFreeAsync_ptsz", trace::ApiKind::kFree, stream, true));
   return CountedAsyncFree(dptr, [&] { return REAL(cuMemFreeAsync_ptsz)(dptr, stream); });
 }
 
@@ -656,6 +669,7 @@ GSLICE_EXPORT CUresult gslice_hook_cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstrea
 
 GSLICE_EXPORT CUresult gslice_hook_cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
                                                const CUmemAllocationProp* prop, unsigned long long flags) {
+  trace::ApiScope traced(trace::PlainCall("cuMemCreate", trace::ApiKind::kAlloc, size));
   ResumeGate();
   if (!Active() || prop == nullptr || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
     return REAL(cuMemCreate)(handle, size, prop, flags);
@@ -674,6 +688,7 @@ GSLICE_EXPORT CUresult gslice_hook_cuMemCreate(CUmemGenericAllocationHandle* han
 }
 
 GSLICE_EXPORT CUresult gslice_hook_cuMemRelease(CUmemGenericAllocationHandle handle) {
+  trace::ApiScope traced(trace::PlainCall("cuMemRelease", trace::ApiKind::kFree));
   if (!Active()) return REAL(cuMemRelease)(handle);
   AllocRecord rec;
   bool known = Forget(handle, AllocKind::kVmmHandle, &rec);
@@ -790,6 +805,7 @@ GSLICE_EXPORT CUresult gslice_hook_cuGraphInstantiateWithParams_ptsz(CUgraphExec
 }
 
 GSLICE_EXPORT CUresult gslice_hook_cuGraphLaunch(CUgraphExec exec, CUstream stream) {
+  trace::ApiScope traced(trace::StreamCall("cuGraphLaunch", trace::ApiKind::kLaunch, stream, false));
   ResumeGate();
   RaiseDefaultStream(stream, false);  // the default streams at the class's priority
   const bool gated = compute::LaunchGateActive();  // compute slices (launch_gate.h)
@@ -803,6 +819,7 @@ GSLICE_EXPORT CUresult gslice_hook_cuGraphLaunch(CUgraphExec exec, CUstream stre
 }
 
 GSLICE_EXPORT CUresult gslice_hook_cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream) {
+  trace::ApiScope traced(trace::StreamCall("cuGraphLaunch_ptsz", trace::ApiKind::kLaunch, stream, true));
   ResumeGate();
   RaiseDefaultStream(stream, true);
   const bool gated = compute::LaunchGateActive();  // compute slices (launch_gate.h)
@@ -841,6 +858,7 @@ static_assert(sizeof(kHookEntries) / sizeof(kHookEntries[0]) == ex::kHookCount);
 __attribute__((constructor)) void GsliceCudaShimInit() {
   InitLog();
   AskMpsForClassPriority();  // compute slices (launch_hooks.h)
+  trace::OfferNvtxInjection();  // timelines (trace_recorder.h)
   LoadRealLibrary("libcuda.so.1", OptionValue(Option::RealDriver), "GSLICE_REAL_DRIVER",
                   reinterpret_cast<const void*>(&GsliceCudaShimInit), &g_real_library);
   FillSlots(g_real_library.handle, ex::kNames, ex::kCount, gslice_cuda_slots, g_real,

@@ -10,7 +10,9 @@
 
 #include "gslice/ledger.h"
 #include "gslice/options.h"
+#include "cuda_exports.h"
 #include "log.h"
+#include "trace_recorder.h"
 
 namespace gslice::shim {
 namespace gate_detail {
@@ -85,7 +87,9 @@ SuspendShimEntry* Init() {
   return g_entry.load(std::memory_order_acquire);
 }
 
-void Wait(SuspendShimEntry* e) {
+void Wait(SuspendShimEntry* e) { WaitFor(e, nullptr); }
+
+void WaitFor(SuspendShimEntry* e, const char* call) {
   // A closed attach word: the service has made (or is about to make) our gates.
   if (!TryAttach(e, false)) return;
   const SuspendGateEntry* g = g_board->GateOf(*e);
@@ -101,6 +105,7 @@ void Wait(SuspendShimEntry* e) {
     Log(LogLevel::kInfo, "process suspended by gsliced: this call waits for the resume");
   }
   g_board->RingDoorbell();
+  const int64_t waited_from = gslice::trace::NowNs();
   int rounds = 0;
   while (closed_for_us()) {
     FutexWait(&g->gate, kGateClosed, 200);
@@ -109,6 +114,7 @@ void Wait(SuspendShimEntry* e) {
     if (++rounds % 5 == 0) g_board->RingDoorbell();
   }
   e->resume_request.store(0, std::memory_order_release);
+  if (gslice::trace::Recording()) gslice::trace::Suspended(call, waited_from, gslice::trace::NowNs());
 }
 
 }  // namespace gate_detail
@@ -170,10 +176,11 @@ std::atomic<const std::atomic<uint32_t>*> gslice_cuda_gate_word{&gslice::shim::g
 
 // The trampolines' slow path: the first gated call claims the entry; later ones come here only
 // while the gate word is closed. No argument is needed but the slot, kept for debugging.
-void gslice_cuda_gate_wait(int /*slot*/) {
+void gslice_cuda_gate_wait(int slot) {
   using namespace gslice::shim::gate_detail;
   gslice::SuspendShimEntry* e = Init();
   if (e != nullptr && gslice_cuda_gate_word.load(std::memory_order_acquire)->load(std::memory_order_acquire) != gslice::kGateOpen) {
-    Wait(e);
+    namespace ex = gslice::cuda_exports;
+    WaitFor(e, slot >= 0 && slot < ex::kCount ? ex::kNames[slot] : nullptr);
   }
 }

@@ -35,6 +35,9 @@ extern std::atomic<bool> g_disabled;
 // the word is set before the entry is published.
 SuspendShimEntry* Init();
 void Wait(SuspendShimEntry* e);
+// The same for the driver function `call` (nullptr: unknown), named in the timeline's
+// "suspended" event when recording.
+void WaitFor(SuspendShimEntry* e, const char* call);
 }  // namespace gate_detail
 
 }  // namespace gslice::shim

@@ -4,6 +4,7 @@
 
 #include "cuda_exports.h"
 #include "resume_gate.h"
+#include "trace_recorder.h"
 
 namespace gslice::shim {
 namespace {
@@ -36,32 +37,50 @@ namespace ex = gslice::cuda_exports;
   else gslice::shim::ResumeGateQuiet();                                      \
   return fn(__VA_ARGS__);
 
+// The calls a timeline shows (synchronisations, copies, memsets): GATED_BODY, and an "api"
+// event with the call's bytes and stream while the process records (trace_recorder.h).
+#define TRACED_BODY(sym, call, ...)                                          \
+  auto fn = Real<decltype(&gslice_hook_##sym)>(ex::kSlot_##sym);             \
+  if (fn == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                      \
+  gslice::shim::ResumeGate();                                                \
+  if (!gslice::trace::Recording()) return fn(__VA_ARGS__);                   \
+  const int64_t traced_from = gslice::trace::NowNs();                        \
+  const CUresult traced_result = fn(__VA_ARGS__);                            \
+  gslice::trace::Api(call, traced_from, gslice::trace::NowNs());             \
+  return traced_result;
+
+using gslice::trace::PlainCall;
+using gslice::trace::StreamCall;
+using gslice::trace::ApiKind;
+
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamSynchronize(CUstream s) {
-  GATED_BODY(cuStreamSynchronize, true, s)
+  TRACED_BODY(cuStreamSynchronize, StreamCall("cuStreamSynchronize", ApiKind::kSync, s, false), s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamSynchronize_ptsz(CUstream s) {
-  GATED_BODY(cuStreamSynchronize_ptsz, true, s)
+  TRACED_BODY(cuStreamSynchronize_ptsz, StreamCall("cuStreamSynchronize_ptsz", ApiKind::kSync, s, true), s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuCtxSynchronize(void) {
-  GATED_BODY(cuCtxSynchronize, true)
+  TRACED_BODY(cuCtxSynchronize, PlainCall("cuCtxSynchronize", ApiKind::kSync), )
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuCtxSynchronize_v2(CUcontext ctx) {
-  GATED_BODY(cuCtxSynchronize_v2, true, ctx)
+  TRACED_BODY(cuCtxSynchronize_v2, PlainCall("cuCtxSynchronize_v2", ApiKind::kSync), ctx)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuEventSynchronize(CUevent e) {
-  GATED_BODY(cuEventSynchronize, true, e)
+  TRACED_BODY(cuEventSynchronize, PlainCall("cuEventSynchronize", ApiKind::kSync), e)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuEventRecord(CUevent e, CUstream s) {
   GATED_BODY(cuEventRecord, true, e, s)
+
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuEventRecord_ptsz(CUevent e, CUstream s) {
   GATED_BODY(cuEventRecord_ptsz, true, e, s)
+
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuEventQuery(CUevent e) {
@@ -78,88 +97,96 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamQuery_ptsz(CUstream s) {
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags) {
   GATED_BODY(cuStreamWaitEvent, true, s, e, flags)
+
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamWaitEvent_ptsz(CUstream s, CUevent e, unsigned flags) {
   GATED_BODY(cuStreamWaitEvent_ptsz, true, s, e, flags)
+
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus* status) {
   GATED_BODY(cuStreamIsCapturing, true, s, status)
+
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamIsCapturing_ptsz(CUstream s, CUstreamCaptureStatus* status) {
   GATED_BODY(cuStreamIsCapturing_ptsz, true, s, status)
+
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) {
-  GATED_BODY(cuMemcpy, true, dst, src, n)
+  TRACED_BODY(cuMemcpy, PlainCall("cuMemcpy", ApiKind::kCopy, n), dst, src, n)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n) {
-  GATED_BODY(cuMemcpy_ptds, true, dst, src, n)
+  TRACED_BODY(cuMemcpy_ptds, PlainCall("cuMemcpy_ptds", ApiKind::kCopy, n), dst, src, n)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
-  GATED_BODY(cuMemcpyAsync, true, dst, src, n, s)
+  TRACED_BODY(cuMemcpyAsync, StreamCall("cuMemcpyAsync", ApiKind::kCopy, s, false, n), dst, src, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
-  GATED_BODY(cuMemcpyAsync_ptsz, true, dst, src, n, s)
+  TRACED_BODY(cuMemcpyAsync_ptsz, StreamCall("cuMemcpyAsync_ptsz", ApiKind::kCopy, s, true, n), dst, src, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) {
-  GATED_BODY(cuMemcpyDtoH_v2, true, dst, src, n)
+  TRACED_BODY(cuMemcpyDtoH_v2, PlainCall("cuMemcpyDtoH_v2", ApiKind::kCopy, n), dst, src, n)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoH_v2_ptds(void* dst, CUdeviceptr src, size_t n) {
-  GATED_BODY(cuMemcpyDtoH_v2_ptds, true, dst, src, n)
+  TRACED_BODY(cuMemcpyDtoH_v2_ptds, PlainCall("cuMemcpyDtoH_v2_ptds", ApiKind::kCopy, n), dst, src, n)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) {
-  GATED_BODY(cuMemcpyHtoD_v2, true, dst, src, n)
+  TRACED_BODY(cuMemcpyHtoD_v2, PlainCall("cuMemcpyHtoD_v2", ApiKind::kCopy, n), dst, src, n)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void* src, size_t n) {
-  GATED_BODY(cuMemcpyHtoD_v2_ptds, true, dst, src, n)
+  TRACED_BODY(cuMemcpyHtoD_v2_ptds, PlainCall("cuMemcpyHtoD_v2_ptds", ApiKind::kCopy, n), dst, src, n)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, CUstream s) {
-  GATED_BODY(cuMemcpyDtoHAsync_v2, true, dst, src, n, s)
+  TRACED_BODY(cuMemcpyDtoHAsync_v2, StreamCall("cuMemcpyDtoHAsync_v2", ApiKind::kCopy, s, false, n), dst, src, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoHAsync_v2_ptsz(void* dst, CUdeviceptr src, size_t n, CUstream s) {
-  GATED_BODY(cuMemcpyDtoHAsync_v2_ptsz, true, dst, src, n, s)
+  TRACED_BODY(cuMemcpyDtoHAsync_v2_ptsz, StreamCall("cuMemcpyDtoHAsync_v2_ptsz", ApiKind::kCopy, s, true, n),
+              dst, src, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, CUstream s) {
-  GATED_BODY(cuMemcpyHtoDAsync_v2, true, dst, src, n, s)
+  TRACED_BODY(cuMemcpyHtoDAsync_v2, StreamCall("cuMemcpyHtoDAsync_v2", ApiKind::kCopy, s, false, n), dst, src, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void* src, size_t n, CUstream s) {
-  GATED_BODY(cuMemcpyHtoDAsync_v2_ptsz, true, dst, src, n, s)
+  TRACED_BODY(cuMemcpyHtoDAsync_v2_ptsz, StreamCall("cuMemcpyHtoDAsync_v2_ptsz", ApiKind::kCopy, s, true, n),
+              dst, src, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
-  GATED_BODY(cuMemcpyDtoDAsync_v2, true, dst, src, n, s)
+  TRACED_BODY(cuMemcpyDtoDAsync_v2, StreamCall("cuMemcpyDtoDAsync_v2", ApiKind::kCopy, s, false, n), dst, src, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
-  GATED_BODY(cuMemcpyDtoDAsync_v2_ptsz, true, dst, src, n, s)
+  TRACED_BODY(cuMemcpyDtoDAsync_v2_ptsz, StreamCall("cuMemcpyDtoDAsync_v2_ptsz", ApiKind::kCopy, s, true, n),
+              dst, src, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstream s) {
-  GATED_BODY(cuMemsetD8Async, true, dst, v, n, s)
+  TRACED_BODY(cuMemsetD8Async, StreamCall("cuMemsetD8Async", ApiKind::kMemset, s, false, n), dst, v, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemsetD8Async_ptsz(CUdeviceptr dst, unsigned char v, size_t n, CUstream s) {
-  GATED_BODY(cuMemsetD8Async_ptsz, true, dst, v, n, s)
+  TRACED_BODY(cuMemsetD8Async_ptsz, StreamCall("cuMemsetD8Async_ptsz", ApiKind::kMemset, s, true, n), dst, v, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemsetD32Async(CUdeviceptr dst, unsigned v, size_t n, CUstream s) {
-  GATED_BODY(cuMemsetD32Async, true, dst, v, n, s)
+  TRACED_BODY(cuMemsetD32Async, StreamCall("cuMemsetD32Async", ApiKind::kMemset, s, false, 4 * n), dst, v, n, s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemsetD32Async_ptsz(CUdeviceptr dst, unsigned v, size_t n, CUstream s) {
-  GATED_BODY(cuMemsetD32Async_ptsz, true, dst, v, n, s)
+  TRACED_BODY(cuMemsetD32Async_ptsz, StreamCall("cuMemsetD32Async_ptsz", ApiKind::kMemset, s, true, 4 * n),
+              dst, v, n, s)
 }

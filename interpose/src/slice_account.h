@@ -45,6 +45,13 @@ class SliceAccount {
   int64_t Usage(int gpu);
   int64_t Limit(int gpu) const;
   const char* slice_name() const { return slice_name_; }
+  // The timeline recorder's view (trace_recorder.h): the slice's trace request word in the
+  // ledger (nullptr while not active), the ledger's directory and the slice's index.
+  const std::atomic<uint32_t>* TraceRequestWord() const {
+    return active() ? ledger_.TraceRequestWord(slice_.load(std::memory_order_acquire)) : nullptr;
+  }
+  const char* ledger_path() const { return ledger_.path(); }
+  int slice_index() const { return slice_.load(std::memory_order_acquire); }
 
  private:
   std::atomic<bool> active_{false};

@@ -305,7 +305,7 @@ void TakeEngine(CUctx_st* ctx, int priority, std::unique_lock<std::mutex>& l) {
 // Under MPS (GSLICE_SIM_MPS): the context runs its kernel without taking the device from
 // other processes; each other process running at the same time stretches every chunk by
 // the node's interference percent. Streams of one context still run one at a time.
-void RunConcurrently(CUctx_st* ctx, int priority, uint64_t duration_ns, const std::function<void()>& body) {
+uint64_t RunConcurrently(CUctx_st* ctx, int priority, uint64_t duration_ns, const std::function<void()>& body) {
   Driver* d = GetDriver();
   Node* node = d->node;
   constexpr uint64_t kChunkNs = 500'000;
@@ -315,6 +315,7 @@ void RunConcurrently(CUctx_st* ctx, int priority, uint64_t duration_ns, const st
   const uint32_t dev = ctx->device;
   std::atomic<uint64_t>& running = node->slot(d->slot).mps_running_until_ns[dev];
   uint64_t remaining = duration_ns;
+  const uint64_t first_start = MonotonicNs();
   do {
     const uint64_t start = MonotonicNs();
     const uint64_t chunk = remaining < kChunkNs ? remaining : kChunkNs;
@@ -331,18 +332,17 @@ void RunConcurrently(CUctx_st* ctx, int priority, uint64_t duration_ns, const st
   ctx->engine_busy = false;
   l.unlock();
   ctx->engine_cv.notify_all();
+  return first_start;
 }
 
 }  // namespace
 
-void RunOnDevice(CUctx_st* ctx, int priority, uint64_t duration_ns,
-                 const std::function<void()>& body) {
+uint64_t RunOnDevice(CUctx_st* ctx, int priority, uint64_t duration_ns,
+                     const std::function<void()>& body) {
   Driver* d = GetDriver();
   Node* node = d->node;
-  if (node->mps()) {
-    RunConcurrently(ctx, priority, duration_ns, body);
-    return;
-  }
+  if (node->mps()) return RunConcurrently(ctx, priority, duration_ns, body);
+  uint64_t first_start = 0;
   const uint64_t code = node->MakeContextCode(d->slot, ctx->serial);
   const uint64_t slice = static_cast<uint64_t>(node->timeslice_us()) * 1000;
   uint64_t remaining = duration_ns;
@@ -358,6 +358,7 @@ void RunOnDevice(CUctx_st* ctx, int priority, uint64_t duration_ns,
     if (!held) node->AcquireDevice(dev, code);
 
     const uint64_t start = MonotonicNs();
+    if (first_start == 0) first_start = start;
     const uint64_t chunk = remaining < slice ? remaining : slice;
     if (chunk > 0) SleepNs(chunk);
     remaining -= chunk;
@@ -376,6 +377,7 @@ void RunOnDevice(CUctx_st* ctx, int priority, uint64_t duration_ns,
     l.unlock();
     ctx->engine_cv.notify_all();
   }
+  return first_start;
 }
 
 }  // namespace gslice::sim

@@ -10,6 +10,8 @@
 
 #include <cuda.h>
 
+#include "sim_activity.h"
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -264,9 +266,11 @@ void SynchronizeContext(CUctx_st* ctx);
 void DestroyContextResources(CUctx_st* ctx);
 
 // Runs a kernel of the given length on ctx's device under the node's time-slicing, then
-// `body` (may be null) while holding the device. Accounts busy time.
-void RunOnDevice(CUctx_st* ctx, int priority, uint64_t duration_ns,
-                 const std::function<void()>& body);
+// `body` (may be null) while holding the device. Accounts busy time. Returns when the kernel
+// started on the device (MonotonicNs of its first chunk).
+uint64_t RunOnDevice(CUctx_st* ctx, int priority, uint64_t duration_ns,
+                     const std::function<void()>& body);
+
 
 // Finds the device-accessible allocation holding [p, p+n); nullptr when none.
 // REQUIRES: Driver::mu held.

@@ -153,6 +153,20 @@ struct KernelArgs {
   uint64_t count = 0;
 };
 
+// The sim's CUPTI (sim/cupti) subscribes here: nullptr while nothing records.
+std::atomic<GsliceSimKernelSink> g_activity_sink{nullptr};
+std::atomic<uint32_t> g_correlation{0};
+
+void ReportKernel(const std::string& name, CUctx_st* ctx, unsigned long long stream, uint64_t start, uint64_t end,
+                  uint32_t correlation) {
+  auto sink = g_activity_sink.load(std::memory_order_acquire);
+  if (sink == nullptr) return;
+  const GsliceSimKernelActivity a{.name = name.c_str(), .start_ns = start, .end_ns = end, .device = ctx->ordinal,
+                                  .context_id = ctx->serial, .stream_id = static_cast<uint32_t>(stream),
+                                  .correlation_id = correlation};
+  sink(&a);
+}
+
 CUresult ReadArgs(const CUfunc_st* f, void** params, void** extra, KernelArgs* out) {
   if ((params == nullptr) == (extra == nullptr)) return CUDA_ERROR_INVALID_VALUE;
   const bool fill = f->behaviour == CUfunc_st::Behaviour::kFill;
@@ -221,10 +235,13 @@ CUresult Launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx
     fprintf(stderr, "gslice sim: launch %s stream=%s priority=%d\n", f->name.c_str(), kind, priority);
   }
   const auto behaviour = f->behaviour;
-  Enqueue(s, [target, priority, behaviour, args] {
+  const unsigned long long stream_id = s->id;
+  const uint32_t correlation = g_correlation.fetch_add(1, std::memory_order_relaxed) + 1;
+  Enqueue(s, [target, priority, behaviour, args, name = f->name, stream_id, correlation] {
     if (target->sticky_error.load() != CUDA_SUCCESS) return;  // a faulted context runs nothing
     if (behaviour == CUfunc_st::Behaviour::kBusy) {
-      RunOnDevice(target, priority, args.a * 1000, nullptr);
+      const uint64_t start = RunOnDevice(target, priority, args.a * 1000, nullptr);
+      ReportKernel(name, target, stream_id, start, MonotonicNs(), correlation);
       return;
     }
     if (args.count > (1ull << 40) || !DeviceRangeValid(args.a, args.count * 4) || args.a % 4 != 0) {
@@ -232,10 +249,11 @@ CUresult Launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx
       target->sticky_error.store(CUDA_ERROR_ILLEGAL_ADDRESS);
       return;
     }
-    RunOnDevice(target, priority, 0, [&args] {
+    const uint64_t start = RunOnDevice(target, priority, 0, [&args] {
       auto* p = reinterpret_cast<uint32_t*>(args.a);
       for (uint64_t i = 0; i < args.count; ++i) p[i] = args.pattern;
     });
+    ReportKernel(name, target, stream_id, start, MonotonicNs(), correlation);
   });
   return CUDA_SUCCESS;
 }
@@ -260,6 +278,12 @@ CUresult LaunchEx(const CUlaunchConfig* config, CUfunction f, void** params, voi
 }
 
 }  // namespace
+
+// The sim's GPU activity hook (driver.h, GsliceSimKernelActivity): the sim's libcupti.so
+// subscribes while it records (sink) and unsubscribes with nullptr. Not a CUDA function.
+GSLICE_SIM_EXPORT void gsliceSimSubscribeKernelActivity(GsliceSimKernelSink sink) {
+  g_activity_sink.store(sink, std::memory_order_release);
+}
 
 void gslice::sim::ResetKernelLocksAfterFork() { new (&g_modules_mu) std::mutex(); }
 
@@ -348,6 +372,14 @@ GSLICE_SIM_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned
                                                           unsigned bz, unsigned shmem, CUstream h,
                                                           void** params) {
   return Launch(f, gx, gy, gz, bx, by, bz, shmem, h, params, nullptr, true, nullptr);
+}
+
+GSLICE_SIM_EXPORT CUresult cuFuncGetName(const char** name, CUfunction f) {
+  if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  REQUIRE_INIT(d);
+  if (f == nullptr || !FunctionLive(f)) return CUDA_ERROR_INVALID_HANDLE;
+  *name = f->name.c_str();  // lives as long as its module, like the driver's
+  return CUDA_SUCCESS;
 }
 
 GSLICE_SIM_EXPORT CUresult cuFuncGetAttribute(int* pi, CUfunction_attribute attrib, CUfunction f) {

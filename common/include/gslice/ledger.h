@@ -146,7 +146,13 @@ struct LedgerSlice {
   uint32_t flags;        // kSlice*
   uint32_t owner_uid;    // the uid that owns the usage file (may charge into the slice)
   uint32_t protect_permille;  // guaranteed: the floor of its solo speed kept against opportunistic work (0: default)
-  uint8_t reserved[48];
+  // A recording the writer asked the slice's processes for (gslice trace, docs/trace.md): 0
+  // none; else the request's id, for as long as they are to record. Each process's shim reads
+  // it with one relaxed load per traced call and, once it changes, writes what it recorded
+  // into the request's folder (TraceRequestFolder). Written by the writer only.
+  std::atomic<uint32_t> trace_request;
+  uint32_t reserved_trace;
+  uint8_t reserved[40];
   LedgerGpu gpus[kLedgerMaxGpus];
 };
 
@@ -389,6 +395,10 @@ class Ledger {
   uint32_t ComputeCapWord(int slice, int gpu) const;
   uint32_t ComputeShareWord(int slice, int gpu) const;
   void SetComputePolicy(int slice, int gpu, uint32_t cap_word, uint32_t share_word);
+  // The slice's trace request word (LedgerSlice::trace_request): nullptr when out of range. The
+  // setter is the writer's only (ignored otherwise).
+  const std::atomic<uint32_t>* TraceRequestWord(int slice) const;
+  void SetTraceRequest(int slice, uint32_t request);
   // Both words decoded (LedgerComputePolicy): {-1, -1} when out of range or never set.
   LedgerComputePolicy ComputePolicy(int slice, int gpu) const {
     return {PolicyPermille(ComputeCapWord(slice, gpu)), PolicyPermille(ComputeShareWord(slice, gpu))};

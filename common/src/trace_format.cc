@@ -1,0 +1,241 @@
+#include "gslice/trace_format.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace gslice {
+namespace {
+
+struct Part {
+  int64_t pid = 0;
+  int64_t started_mono = 0;
+  int64_t started_unix = 0;
+  int64_t dropped = 0;
+  std::string slice;  // JSON string
+  std::string note;   // JSON string
+  bool ok = false;
+};
+
+// Parses a JSON string literal at s[*i] (used for the header's two strings); advances *i.
+bool ReadJsonString(const std::string& s, size_t* i, std::string* out) {
+  while (*i < s.size() && s[*i] == ' ') ++*i;
+  if (*i >= s.size() || s[*i] != '"') return false;
+  const size_t start = *i;
+  for (size_t j = start + 1; j < s.size(); ++j) {
+    if (s[j] == '\\') {
+      ++j;
+      continue;
+    }
+    if (s[j] == '"') {
+      *out = s.substr(start, j + 1 - start);
+      *i = j + 1;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool ParseHeader(const std::string& line, Part* p) {
+  long long pid, mono, unix_ns, dropped;
+  int n = 0;
+  if (sscanf(line.c_str(), "P %lld %lld %lld %lld%n", &pid, &mono, &unix_ns, &dropped, &n) != 4) return false;
+  size_t i = static_cast<size_t>(n);
+  if (!ReadJsonString(line, &i, &p->slice) || !ReadJsonString(line, &i, &p->note)) return false;
+  p->pid = pid;
+  p->started_mono = mono;
+  p->started_unix = unix_ns;
+  p->dropped = dropped;
+  p->ok = true;
+  return true;
+}
+
+// Microseconds with nanosecond precision, as JSON.
+void AppendMicros(std::string* out, int64_t ns) {
+  char buf[48];
+  const bool neg = ns < 0;
+  const uint64_t a = neg ? static_cast<uint64_t>(-ns) : static_cast<uint64_t>(ns);
+  snprintf(buf, sizeof buf, "%s%" PRIu64 ".%03" PRIu64, neg ? "-" : "", a / 1000, a % 1000);
+  out->append(buf);
+}
+
+// The rest of an event line must look like JSON members: no newline, balanced braces and
+// quotes. A cheap check that keeps a torn line out of the file.
+bool LooksLikeMembers(const char* s, size_t n) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < n; ++i) {
+    const char c = s[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    else if (c == '{' || c == '[') ++depth;
+    else if (c == '}' || c == ']') {
+      if (--depth < 0) return false;
+    }
+  }
+  return depth == 0 && !in_string && n > 0 && s[0] == '"';
+}
+
+}  // namespace
+
+std::string TraceRequestFolder(const std::string& ledger_dir, int slice, uint32_t request) {
+  return ledger_dir + "/trace-" + std::to_string(slice) + "-" + std::to_string(request);
+}
+
+std::string TraceJsonString(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string MergeTraceParts(const std::vector<std::string>& parts, const std::string& slice,
+                            TraceMergeResult* result) {
+  TraceMergeResult r;
+  std::vector<Part> heads(parts.size());
+  int64_t base_mono = 0, base_unix = 0;
+  std::string slice_json = slice.empty() ? "" : TraceJsonString(slice);
+  std::string notes;
+  for (size_t k = 0; k < parts.size(); ++k) {
+    const std::string& text = parts[k];
+    if (text.compare(0, strlen(kTracePartMagic), kTracePartMagic) != 0) continue;
+    const size_t nl = text.find('\n');
+    if (nl == std::string::npos) continue;
+    const size_t nl2 = text.find('\n', nl + 1);
+    if (nl2 == std::string::npos || !ParseHeader(text.substr(nl + 1, nl2 - nl - 1), &heads[k])) continue;
+    const Part& p = heads[k];
+    ++r.parts;
+    r.dropped += p.dropped;
+    if (base_mono == 0 || p.started_mono < base_mono) {
+      base_mono = p.started_mono;
+      base_unix = p.started_unix;
+    }
+    if (slice_json.empty()) slice_json = p.slice;
+    if (!notes.empty()) notes += ",";
+    notes += "{\"pid\":" + std::to_string(p.pid) + ",\"dropped_events\":" + std::to_string(p.dropped) +
+             ",\"gpu_activity\":" + p.note + "}";
+  }
+  if (slice_json.empty()) slice_json = "\"\"";
+  r.started_unix_ns = base_unix;
+
+  std::string out = "{\"traceEvents\":[";
+  bool first = true;
+  auto sep = [&] {
+    if (!first) out += ",\n";
+    first = false;
+  };
+  for (size_t k = 0; k < parts.size(); ++k) {
+    if (!heads[k].ok) continue;
+    const std::string& text = parts[k];
+    size_t pos = text.find('\n', text.find('\n') + 1) + 1;
+    while (pos < text.size()) {
+      size_t end = text.find('\n', pos);
+      if (end == std::string::npos) break;  // a torn last line
+      const char* line = text.data() + pos;
+      const size_t len = end - pos;
+      pos = end + 1;
+      if (len < 3 || line[1] != ' ') continue;
+      if (line[0] == 'M') {
+        if (line[2] != '{' || line[len - 1] != '}') continue;
+        sep();
+        out.append(line + 2, len - 2);
+        continue;
+      }
+      if (line[0] != 'E') continue;
+      char* after = nullptr;
+      const long long ts = strtoll(line + 2, &after, 10);
+      if (after == nullptr || *after != ' ') continue;
+      const long long dur = strtoll(after + 1, &after, 10);
+      if (after == nullptr || *after != ' ') continue;
+      const char* rest = after + 1;
+      const size_t rest_len = len - static_cast<size_t>(rest - line);
+      if (!LooksLikeMembers(rest, rest_len)) continue;
+      sep();
+      out += "{\"ts\":";
+      AppendMicros(&out, ts - base_mono);
+      if (dur >= 0) {
+        out += ",\"dur\":";
+        AppendMicros(&out, dur);
+      }
+      out += ",";
+      out.append(rest, rest_len);
+      out += "}";
+      ++r.events;
+    }
+  }
+  out += "],\n\"displayTimeUnit\":\"ns\",\n\"otherData\":{\"gslice\":{\"version\":" +
+         std::to_string(kTraceFormatVersion) + ",\"slice\":" + slice_json +
+         ",\"started_unix_ns\":" + std::to_string(base_unix) + ",\"dropped_events\":" + std::to_string(r.dropped) +
+         ",\"processes\":[" + notes + "]}}}\n";
+  if (result != nullptr) *result = r;
+  return out;
+}
+
+bool ReadTraceParts(const std::string& dir, std::vector<std::string>* parts, std::string* error, int64_t owner) {
+  const int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dfd < 0) {
+    *error = dir + ": " + strerror(errno);
+    return false;
+  }
+  DIR* d = fdopendir(dfd);
+  if (d == nullptr) {
+    *error = dir + ": " + strerror(errno);
+    close(dfd);
+    return false;
+  }
+  int64_t total = 0;
+  while (dirent* e = readdir(d)) {
+    if (static_cast<int>(parts->size()) >= kTraceMaxParts || total >= kTraceMaxPartsBytes) break;
+    const std::string name = e->d_name;
+    if (name.size() < 6 || name.compare(name.size() - 5, 5, ".part") != 0) continue;
+    const int fd = openat(dfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) continue;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 ||
+        (owner >= 0 && static_cast<int64_t>(st.st_uid) != owner)) {
+      close(fd);
+      continue;
+    }
+    std::string text;
+    char buf[1 << 16];
+    for (;;) {
+      const ssize_t n = read(fd, buf, sizeof buf);
+      if (n <= 0) break;
+      text.append(buf, static_cast<size_t>(n));
+      total += n;
+      if (total >= kTraceMaxPartsBytes) break;
+    }
+    close(fd);
+    parts->push_back(std::move(text));
+  }
+  closedir(d);
+  return true;
+}
+
+}  // namespace gslice

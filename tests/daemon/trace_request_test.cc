@@ -1,0 +1,289 @@
+// gslice trace on the simulated driver (docs/trace.md), with the real gsliced (--sim), the real
+// CLI and a shimmed program running in a slice: gsliced asks the slice's processes to record
+// through the node ledger, merges their parts, keeps the trace in its state folder and
+// answers with it; only the slice's owner or an admin may record it.
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <httplib.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "daemon_test_support.h"
+#include "gslice/ledger.h"
+
+namespace gslice {
+namespace {
+
+using nlohmann::json;
+using testing::kGiB;
+using testing::ReadAll;
+using testing::AwaitGsliced;
+using testing::SpawnGsliced;
+
+// A program under `gslice run`, talked to through its stdin and stdout (client watch).
+class Program {
+ public:
+  explicit Program(const std::vector<std::string>& args) {
+    int in[2], out[2];
+    if (pipe(in) != 0 || pipe(out) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(in[0], 0);
+      dup2(out[1], 1);
+      close(in[1]);
+      close(out[0]);
+      std::vector<char*> argv;
+      for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    to_ = in[1];
+    from_ = out[0];
+  }
+  ~Program() { Stop(); }
+
+  // The next line it prints, "" when none comes within 10 s (or it exited).
+  std::string ReadLine() {
+    for (;;) {
+      size_t nl = buffer_.find('\n');
+      if (nl != std::string::npos) {
+        std::string line = buffer_.substr(0, nl);
+        buffer_.erase(0, nl + 1);
+        return line;
+      }
+      pollfd p{from_, POLLIN, 0};
+      if (poll(&p, 1, 10000) <= 0) return "";
+      char buf[256];
+      ssize_t n = read(from_, buf, sizeof buf);
+      if (n <= 0) return "";
+      buffer_.append(buf, static_cast<size_t>(n));
+    }
+  }
+  std::string Ask(const std::string& command) {
+    std::string line = command + "\n";
+    if (write(to_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) return "";
+    return ReadLine();
+  }
+  // Closes its stdin and waits for it; returns its exit status (-1 when it did not start).
+  int Stop() {
+    if (to_ >= 0) close(to_);
+    to_ = -1;
+    if (from_ >= 0) close(from_);
+    from_ = -1;
+    if (pid_ <= 0) return -1;
+    int status = 0;
+    for (int i = 0; i < 200 && waitpid(pid_, &status, WNOHANG) == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (waitpid(pid_, &status, WNOHANG) == 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, &status, 0);
+    }
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+  int to_ = -1, from_ = -1;
+  std::string buffer_;
+};
+
+class TraceRequest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::UniquePath("trace", "/tmp");
+    ASSERT_EQ(mkdir(dir_.c_str(), 0755), 0);
+    socket_ = dir_ + "/api.sock";
+    // No nvml_library: --sim finds the simulated driver itself.
+    std::ofstream(dir_ + "/gsliced.toml") << "socket = \"" << socket_ << "\"\n"
+                                          << "socket_mode = \"0666\"\n"
+                                          << "database = \"" << dir_ << "/state/gsliced.db\"\n"
+                                          << "ledger = \"" << ledger_ << "\"\n"
+                                          << "sample_interval_ms = 200\n";
+    setenv("GSLICE_SIM_STATE", sim_state_.c_str(), 1);
+    setenv("GSLICE_SUSPEND_BOARD", board_.c_str(), 1);
+    setenv("GSLICE_SOCKET", socket_.c_str(), 1);
+    setenv("GSLICE_LEDGER", ledger_.c_str(), 1);  // the daemon's ledger, not the node's
+    setenv("GSLICE_CONTEXT_OVERHEAD", "0", 1);       // the slices hold what the programs allocate
+    // Under the sanitize preset the shims are instrumented: the ASan runtime goes first.
+    if (!std::string(GSLICE_TEST_ASAN_RUNTIME).empty()) {
+      setenv("LD_PRELOAD", GSLICE_TEST_ASAN_RUNTIME, 1);
+      setenv("ASAN_OPTIONS", "detect_leaks=0", 1);
+    }
+  }
+  void TearDown() override {
+    if (pid_ > 0) {
+      kill(pid_, SIGTERM);
+      waitpid(pid_, nullptr, 0);
+    }
+    for (const char* v : {"GSLICE_SIM_STATE", "GSLICE_SUSPEND_BOARD", "GSLICE_SOCKET", "GSLICE_LEDGER",
+                        "GSLICE_CONTEXT_OVERHEAD", "LD_PRELOAD"}) {
+      unsetenv(v);
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+    std::filesystem::remove_all(ledger_, ec);
+    std::filesystem::remove_all(board_, ec);
+    unlink(sim_state_.c_str());
+  }
+
+  void Start(std::vector<std::string> extra = {"--sim"}) {
+    pid_ = SpawnGsliced(GSLICED, dir_, extra, /*clear_preload=*/true);
+    ASSERT_TRUE(AwaitGsliced(&pid_, dir_, [&] {
+      auto r = Api().Get("/healthz");
+      return r && r->status == 200;
+    }));
+  }
+  httplib::Client Api() {
+    httplib::Client c(socket_);
+    c.set_address_family(AF_UNIX);
+    c.set_read_timeout(30, 0);
+    return c;
+  }
+  json Get(const std::string& path) {
+    auto r = Api().Get(path);
+    return r ? json::parse(r->body, nullptr, false) : json();
+  }
+  // Runs the CLI (as user `as`: "" for this user, else through setpriv).
+  int Cli(const std::string& args, std::string* out, std::string* err = nullptr, const std::string& as = "") {
+    static int n = 0;
+    const std::string base = dir_ + "/cli-" + std::to_string(n++);
+    std::string prefix = as.empty() ? "" : "setpriv --reuid=" + as + " --regid=" + as + " --clear-groups ";
+    int rc = std::system((prefix + GSLICE_CLI + " " + args + " > " + base + ".out 2> " + base + ".err").c_str());
+    *out = ReadAll(base + ".out");
+    if (err != nullptr) *err = ReadAll(base + ".err");
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  }
+
+  std::string dir_, socket_;
+  std::string ledger_ = testing::UniquePath("ledger");
+  std::string sim_state_ = testing::UniquePath("sim");
+  std::string board_ = testing::UniquePath("suspend-board");
+  pid_t pid_ = -1;
+};
+
+// A program in the slice that runs a "step" (NVTX ranges around kernels) for each line it reads.
+std::unique_ptr<Program> Worker(const std::string& name) {
+  auto p = std::make_unique<Program>(
+      std::vector<std::string>{GSLICE_CLI, "run", "--sim", "--name", name, "--", GSLICE_TEST_TRACE_WORKER, "wait"});
+  if (p->ReadLine() != "ready") return nullptr;
+  return p;
+}
+
+TEST_F(TraceRequest, RecordsARunningSliceAndKeepsItsLatestTrace) {
+  Start();
+  std::string out, err;
+  ASSERT_EQ(Cli("create tr --gpus 0 --memory 1GiB", &out, &err), 0) << err;
+  auto program = Worker("tr");
+  ASSERT_NE(program, nullptr);
+  ASSERT_EQ(program->Ask("step"), "stepped");  // before the recording: not in it
+  // The recording runs for 2 s while the program steps; gslice trace waits for it.
+  const std::string file = dir_ + "/tr.json";
+  std::string trace_out, trace_err;
+  int rc = -1;
+  std::thread cli([&] { rc = Cli("trace tr --seconds 2 -o " + file, &trace_out, &trace_err); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(program->Ask("step"), "stepped");
+  cli.join();
+  ASSERT_EQ(rc, 0) << trace_err;
+  EXPECT_NE(trace_err.find("from 1 process(es) written to " + file), std::string::npos) << trace_err;
+  const json t = json::parse(ReadAll(file), nullptr, false);
+  ASSERT_TRUE(t.is_object()) << ReadAll(file);
+  EXPECT_EQ(t["otherData"]["gslice"]["slice"], "tr");
+  int steps = 0, kernels = 0;
+  for (const json& e : t["traceEvents"]) {
+    if (e.value("cat", "") == "nvtx" && e.value("name", "") == "step") ++steps;
+    if (e.value("cat", "") == "kernel" && e.value("name", "") == "busy") ++kernels;
+  }
+  EXPECT_EQ(steps, 1) << "only the step made while recording";
+  EXPECT_EQ(kernels, 2);
+  // gsliced keeps it, whole and private to the owner's group, and cleans up after itself.
+  const std::string kept = dir_ + "/state/traces/tr.json";
+  struct stat st{};
+  ASSERT_EQ(stat(kept.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0640u);
+  EXPECT_EQ(ReadAll(kept), ReadAll(file));
+  int leftovers = 0;
+  for (const auto& e : std::filesystem::directory_iterator(ledger_)) {
+    leftovers += e.path().filename().string().rfind("trace-", 0) == 0 ? 1 : 0;
+  }
+  EXPECT_EQ(leftovers, 0);
+  // After the recording the program records nothing more: a second step changes nothing.
+  EXPECT_EQ(program->Ask("step"), "stepped");
+  EXPECT_EQ(program->Stop(), 0);
+}
+
+// A call made while the slice is suspended waits for the resume: the timeline shows the wait.
+TEST_F(TraceRequest, ACallWaitingWhileSuspendedShowsInTheTimeline) {
+  Start();
+  std::string out, err;
+  ASSERT_EQ(Cli("create sus --gpus 0 --memory 1GiB", &out, &err), 0) << err;
+  const std::string file = dir_ + "/sus.json";
+  auto program = std::make_unique<Program>(std::vector<std::string>{
+      GSLICE_CLI, "run", "--sim", "--name", "sus", "--trace", file, "--", GSLICE_TEST_TRACE_WORKER, "wait"});
+  ASSERT_EQ(program->ReadLine(), "ready");
+  ASSERT_EQ(program->Ask("step"), "stepped");
+  for (int i = 0; i < 100 && Get("/v1/slices/sus")["processes"].empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(Cli("suspend sus", &out, &err), 0) << err;
+  std::string stepped;
+  std::thread step([&] { stepped = program->Ask("step"); });  // its first launch waits
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  ASSERT_EQ(Cli("resume sus", &out, &err), 0) << err;
+  step.join();
+  EXPECT_EQ(stepped, "stepped");
+  EXPECT_EQ(program->Stop(), 0);
+  const json t = json::parse(ReadAll(file), nullptr, false);
+  ASSERT_TRUE(t.is_object()) << ReadAll(file);
+  double waited = 0;
+  std::string call;
+  for (const json& e : t["traceEvents"]) {
+    if (e.value("cat", "") != "suspend") continue;
+    EXPECT_EQ(e["name"], "suspended");
+    waited += e["dur"].get<double>();
+    call = e["args"]["call"];
+  }
+  EXPECT_GE(waited, 400000) << "the call waited about 600 ms for the resume";
+  EXPECT_EQ(call.rfind("cu", 0), 0u) << call;
+}
+
+TEST_F(TraceRequest, OnlyTheOwnerOrAnAdminMayRecordAndBadRequestsSayWhy) {
+  Start();
+  std::string out, err;
+  ASSERT_EQ(Cli("create mine --gpus 0 --memory 1GiB", &out, &err), 0) << err;
+  // nobody may not record root's slice; nothing is asked of its processes.
+  EXPECT_EQ(Cli("trace mine --seconds 1 -o " + dir_ + "/x.json", &out, &err, "65534"), 1);
+  EXPECT_NE(err.find("for its owner or an admin"), std::string::npos) << err;
+  EXPECT_NE(access((dir_ + "/state/traces/mine.json").c_str(), F_OK), 0);
+  EXPECT_EQ(Cli("trace nosuch --seconds 1", &out, &err), 1);
+  EXPECT_NE(err.find("no slice named 'nosuch'"), std::string::npos) << err;
+  EXPECT_EQ(Cli("trace mine --seconds 0", &out, &err), 2);
+  EXPECT_NE(err.find("--seconds 0: a whole number of seconds from 1 to 300"), std::string::npos) << err;
+  // The API refuses what the CLI would not send.
+  auto r = Api().Post("/v1/slices/mine/trace", R"({"seconds":"ten"})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  r = Api().Post("/v1/slices/mine/trace", R"({"seconds":301})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+}
+
+}  // namespace
+}  // namespace gslice

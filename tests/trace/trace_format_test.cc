@@ -1,0 +1,53 @@
+// The merge of per-process parts into one trace file (gslice/trace_format.h).
+#include "gslice/trace_format.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+namespace gslice {
+namespace {
+
+using nlohmann::json;
+
+TEST(TraceMerge, PartsShareOneClockWhoseZeroIsTheEarliestStart) {
+  const std::string a = std::string(kTracePartMagic) +
+                        "\nP 10 5000000 1700000000000000000 2 \"train\" \"cupti /x/libcupti.so\"\n"
+                        "M {\"ph\":\"M\",\"name\":\"process_name\",\"pid\":10,\"args\":{\"name\":\"a (slice train)\"}}\n"
+                        "E 5001500 2500 \"ph\":\"X\",\"cat\":\"api\",\"name\":\"cuLaunchKernel\",\"pid\":10,\"tid\":10\n";
+  const std::string b = std::string(kTracePartMagic) +
+                        "\nP 11 4000000 1699999999999000000 1 \"train\" \"unavailable: none\"\n"
+                        "E 4000000 -1 \"ph\":\"i\",\"s\":\"t\",\"cat\":\"nvtx\",\"name\":\"m\",\"pid\":11,\"tid\":11\n"
+                        "E 4000010 7 \"ph\":\"X\",\"cat\":\"nvtx\",\"name\":\"torn\n";  // cut by a kill
+  TraceMergeResult r;
+  const json t = json::parse(MergeTraceParts({a, b, "not a part"}, "", &r));
+  EXPECT_EQ(r.parts, 2);
+  EXPECT_EQ(r.events, 2);
+  EXPECT_EQ(r.dropped, 3);
+  EXPECT_EQ(t["otherData"]["gslice"]["slice"], "train");
+  EXPECT_EQ(t["otherData"]["gslice"]["started_unix_ns"], 1699999999999000000);
+  EXPECT_EQ(t["otherData"]["gslice"]["dropped_events"], 3);
+  EXPECT_EQ(t["displayTimeUnit"], "ns");
+  ASSERT_EQ(t["traceEvents"].size(), 3u);
+  const json& launch = t["traceEvents"][1];
+  EXPECT_EQ(launch["name"], "cuLaunchKernel");
+  EXPECT_DOUBLE_EQ(launch["ts"].get<double>(), 1001.5);  // (5001500 - 4000000) ns
+  EXPECT_DOUBLE_EQ(launch["dur"].get<double>(), 2.5);
+  const json& mark = t["traceEvents"][2];
+  EXPECT_DOUBLE_EQ(mark["ts"].get<double>(), 0);
+  EXPECT_FALSE(mark.contains("dur"));
+}
+
+TEST(TraceMerge, NoPartsMakeAnEmptyTraceThatStillParses) {
+  const json t = json::parse(MergeTraceParts({}, "idle"));
+  EXPECT_TRUE(t["traceEvents"].empty());
+  EXPECT_EQ(t["otherData"]["gslice"]["slice"], "idle");
+  EXPECT_EQ(t["otherData"]["gslice"]["version"], 1);
+}
+
+TEST(TraceMerge, NamesAreEscaped) {
+  EXPECT_EQ(TraceJsonString("a\"b\\c\n\x01"), "\"a\\\"b\\\\c\\n\\u0001\"");
+}
+
+}  // namespace
+}  // namespace gslice
