@@ -89,10 +89,11 @@ try:
            f"gslice-example in a 1 GiB remote slice: exit {rc}; " + ("; ".join(got) or "(no output)"))
 
     # 3. Real cudart (the CUDA toolkit's, as CI runs it on the simulated driver) and cuBLAS
-    # through the client: the driver's private tables answered on the client.
+    # through the client: the driver's private tables answered on the client; sgemm: one
+    # cublasSgemm (cuBLASLt's own tables), its product checked.
     probe = os.path.join(B, "bin", "gslice_cudart_probe")
     if os.path.exists(probe):
-        for mode, done in (("runtime", "cudart done"), ("cublas", "cublas done")):
+        for mode, done in (("runtime", "cudart done"), ("cublas", "cublas done"), ("sgemm", "product right")):
             rc, out, err, _ = run(f"cudart-{mode}", [gslice, "run", "--remote", "unix:" + sock, "--memory", "4GiB",
                                                    "--", probe, mode], timeout=120)
             last = (out.strip().splitlines() or ["(no output)"])[-1][:200]
