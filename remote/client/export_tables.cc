@@ -377,9 +377,10 @@ CUresult ContextNumber(CUcontext ctx, uint64_t* number) {
     }
   }
   pthread_mutex_unlock(&g_number_mu);
-  if (r != CUDA_SUCCESS) {
+  static std::atomic<bool> reported{false};
+  if (r != CUDA_SUCCESS && !reported.exchange(true, std::memory_order_relaxed)) {
     shim::InitLog();
-    Log(LogLevel::kWarn, "remote: private table tools context slot 4: more than %d live contexts have a number: %s",
+    Log(LogLevel::kWarn, "remote: private table tools context slot 4: more than %d live contexts: %s",
         kMaxNumbered, "CUDA_ERROR_OUT_OF_MEMORY");
   }
   return r;
@@ -388,8 +389,10 @@ CUresult ContextNumber(CUcontext ctx, uint64_t* number) {
 void ForgetContextNumber(CUcontext ctx) {
   pthread_mutex_lock(&g_number_mu);
   const int used = g_numbered_used.load(std::memory_order_relaxed);
-  for (int i = 0; i < used; ++i)
-    if (g_numbered[i].ctx.load(std::memory_order_relaxed) == ctx) g_numbered[i].ctx.store(nullptr, std::memory_order_release);
+  for (int i = 0; i < used; ++i) {
+    if (g_numbered[i].ctx.load(std::memory_order_relaxed) == ctx)
+      g_numbered[i].ctx.store(nullptr, std::memory_order_release);
+  }
   pthread_mutex_unlock(&g_number_mu);
 }
 

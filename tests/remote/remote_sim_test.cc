@@ -376,7 +376,8 @@ TEST_F(RemoteSim, CublasLtTablesAreAnsweredOnTheClient) {
   for (const char* line : {"tools context size 744, cuBLASLt data size 136, slots all set: yes\n",
                            "tools state: none\n", "number without a context: 0\n",
                            "number into nothing: CUDA_ERROR_INVALID_VALUE\n",
-                           "a context's number: set, the same again: yes, the current one's: yes, another's differs: yes\n",
+                           "a context's number: set, the same again: yes, the current one's: yes, "
+                           "another's differs: yes\n",
                            "a later context's number is new: yes\n",
                            "private table tools context (21318c60...) slot 3 is not answered",
                            "tools context slot 3: CUDA_ERROR_NOT_SUPPORTED\n",
