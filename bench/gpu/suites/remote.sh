@@ -108,7 +108,7 @@ try:
     # 4. PyTorch through the client, each check also run locally and the answers compared: a
     # tensor op (cudart, PyTorch's kernels), a matmul (cuBLAS/cuBLASLt) and a convolution
     # (cuDNN). GSLICE_LOG=info on the client: the private-table slots and calls the libraries
-    # reached that the client does not answer are listed (remote/torch-*.log).
+    # reached that the client does not answer or declines are listed (remote/torch-*.log).
     torch_checks = r"""
 import sys, torch
 check = sys.argv[1]
@@ -151,7 +151,8 @@ print("ok")
                              (err.strip().splitlines() or ["(no output)"])[-1][:200])
             if label == "remote":
                 refused = sorted({l.split("remote: ", 1)[1][:120] for l in err.splitlines()
-                                  if "not answered" in l or "does not know" in l or "not forwarded" in l})
+                                  if "not answered" in l or "does not know" in l or "not forwarded" in l
+                                  or "goes on without it" in l})
                 if refused:
                     result(f"remote.torch.{check}.refusals", "INFO", " | ".join(refused)[:900])
         (lrc, lv, lerr), (rrc, rv, rerr) = values["local"], values["remote"]
