@@ -10,8 +10,8 @@
 //   cudart interface  6bd5fb6c   13     1/6/8 module from a fatbin (forwarded as
 //                                       cuModuleLoadData), 2 primary context of a device
 //                                       (forwarded once per device), 7 no-op, 12 compilers ok
-//   tools TLS         42d85a81    3     1, 2: no tools state (0, slot 2 writes it to its
-//                                       argument); called about once per matmul
+//   tools TLS         42d85a81    3     1: no tools state (0); 2: the thread's current context
+//                                       (cuBLASLt, about once per matmul)
 //   callback hooks    a094798c    7     2, 6: the two hook buffers the runtime writes into
 //   context storage   c693336e    -     0 put, 1 delete, 2 get: values per (context, key),
 //                                       destructors run when the context is destroyed or reset
@@ -208,14 +208,16 @@ void CudartNoop(size_t) {}
 
 CUresult CudartLoadCompilers() { return CUDA_SUCCESS; }
 
-// ---- Tools TLS: no profiler or debugger state in this process. Slot 2 hands the calling
-// thread's state out through its one argument: cuBLASLt reads it back and passes it on to the
-// tools context table (slot 4), so it is always written, never left to the caller's stack.
+// ---- Tools TLS: no profiler or debugger state in this process (slot 1). Slot 2 writes the
+// calling thread's current context (null when none) to its one argument, from the client's
+// context stack: cuBLASLt reads it back and passes it to the tools context table (slot 4),
+// about once per matmul.
 
 uintptr_t NoToolsState() { return 0; }
 
-CUresult NoThreadToolsState(void** state) {
-  if (state != nullptr) *state = nullptr;
+CUresult ThreadContext(CUcontext* ctx) {
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *ctx = CurrentContext();
   return CUDA_SUCCESS;
 }
 
@@ -569,7 +571,7 @@ void BuildTables() {
   cudart[8] = Fn(&CudartModuleFromFatbin);
   cudart[12] = Fn(&CudartLoadCompilers);
   g_tables[kToolsTls][1] = Fn(&NoToolsState);
-  g_tables[kToolsTls][2] = Fn(&NoThreadToolsState);
+  g_tables[kToolsTls][2] = Fn(&ThreadContext);
   g_tables[kCallbackHooks][2] = Fn(&HookBuffer1);
   g_tables[kCallbackHooks][6] = Fn(&HookBuffer2);
   void** storage = g_tables[kContextStorage];

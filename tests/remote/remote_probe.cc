@@ -404,15 +404,21 @@ int LtTables() {
   printf("tools context size %zu, cuBLASLt data size %zu, slots all set: %s\n", reinterpret_cast<size_t>(tools[0]),
          reinterpret_cast<size_t>(data[0]), all ? "yes" : "no");
 
-  // What cuBLASLt does about once per matmul: the thread's tools state, then its context's number.
+  // What cuBLASLt does about once per matmul: the thread's context (tools TLS slot 2), then that
+  // context's number (tools context slot 4).
   using State = CUresult (*)(void**);
   using Number = CUresult (*)(CUcontext, unsigned long long*);
   const auto state = reinterpret_cast<State>(const_cast<void*>(tls[2]));
   const auto number = reinterpret_cast<Number>(const_cast<void*>(tools[4]));
-  void* st = reinterpret_cast<void*>(0x5a5a);
+  void* st = nullptr;
   CK(state(&st));
-  printf("tools state: %s\n", st == nullptr ? "none" : "set");
+  CUcontext current = nullptr;
+  CK(cuCtxGetCurrent(&current));
+  printf("thread context: %s\n", st == current && st != nullptr ? "the current one" : "wrong");
   CK(cuCtxSetCurrent(nullptr));  // Setup's context: none current now
+  void* no_ctx = reinterpret_cast<void*>(0x5a5a);
+  CK(state(&no_ctx));
+  printf("thread context without one: %s\n", no_ctx == nullptr ? "null" : "set");
   unsigned long long none = 99;
   CK(number(nullptr, &none));
   printf("number without a context: %llu\n", none);
@@ -423,7 +429,11 @@ int LtTables() {
   unsigned long long na = 0, na_again = 0, na_current = 0, nb = 0, nc = 0;
   CK(number(a, &na));
   CK(number(a, &na_again));
-  CK(number(static_cast<CUcontext>(st), &na_current));  // st: null, the current context (a)
+  CK(state(&st));
+  CK(number(static_cast<CUcontext>(st), &na_current));  // as cuBLASLt asks: the current context (a)
+  unsigned long long na_none = 0;
+  CK(number(nullptr, &na_none));  // none named: the current context's
+  if (na_none != na_current) na_current = 0;
   CK(cuCtxCreate(&b, nullptr, 0, dev));
   CK(number(b, &nb));
   printf("a context's number: %s, the same again: %s, the current one's: %s, another's differs: %s\n",

@@ -369,12 +369,13 @@ TEST_F(RemoteSim, ThePrivateTablesAreAnsweredOnTheClient) {
 // cuBLASLt's two tables: tools context slot 4 gives each live context its own number, the same
 // every time, never one an earlier context had (cuBLASLt keys per-context state by it), the
 // current context's for none named and 0 with none current; cuBLASLt data slot 4 is declined
-// with its outputs cleared. Tools TLS slot 2 writes its state (none) to its argument.
+// with its outputs cleared. Tools TLS slot 2 gives the thread's current context (or null).
 TEST_F(RemoteSim, CublasLtTablesAreAnsweredOnTheClient) {
   Result r = RunProgram(Remote(Address(), "1GiB", {kProbe, "lt-tables"}));
   EXPECT_EQ(r.code, 0) << r.out;
   for (const char* line : {"tools context size 744, cuBLASLt data size 136, slots all set: yes\n",
-                           "tools state: none\n", "number without a context: 0\n",
+                           "thread context: the current one\n", "thread context without one: null\n",
+                           "number without a context: 0\n",
                            "number into nothing: CUDA_ERROR_INVALID_VALUE\n",
                            "a context's number: set, the same again: yes, the current one's: yes, "
                            "another's differs: yes\n",
