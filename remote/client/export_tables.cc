@@ -10,7 +10,8 @@
 //   cudart interface  6bd5fb6c   13     1/6/8 module from a fatbin (forwarded as
 //                                       cuModuleLoadData), 2 primary context of a device
 //                                       (forwarded once per device), 7 no-op, 12 compilers ok
-//   tools TLS         42d85a81    3     1, 2: no tools state (0); called about once per matmul
+//   tools TLS         42d85a81    3     1: no tools state (0); 2: the thread's current context
+//                                       (cuBLASLt, about once per matmul)
 //   callback hooks    a094798c    7     2, 6: the two hook buffers the runtime writes into
 //   context storage   c693336e    -     0 put, 1 delete, 2 get: values per (context, key),
 //                                       destructors run when the context is destroyed or reset
@@ -18,6 +19,8 @@
 //   integrity         d4082055    3     1: the keyed hash that binds the process, the thread,
 //                                       the driver version, the addresses of this table and of
 //                                       the cudart table, and every device's identity
+//   tools context     21318c60   93     4: a context's number (cuBLASLt, about once per matmul)
+//   cuBLASLt data     1734dc26   17     4: declined (cuBLASLt goes on without it)
 //
 // A size-header table starts with its size in bytes (slots * 8), as the driver's do. Every
 // slot the client does not answer is a function that logs the table and slot once and returns
@@ -30,8 +33,10 @@
 // Checked against (the library builds that fetched these tables with this client):
 //   libcudart.so.13 (CUDA 13.0 toolkit, /usr/local/cuda/lib64 on the CI machines): starts,
 //   allocates, copies, memsets, streams and events against gslice-remoted --sim (CI);
-//   libcublas.so.13 of the same toolkit: cublasCreate/cublasDestroy (CI), which calls the
-//   integrity check and the context checks.
+//   libcublas.so.13 and libcublasLt.so.13 of the same toolkit: cublasCreate/cublasDestroy (CI),
+//   which calls the integrity check and the context checks, and cublasSgemm as far as its kernel
+//   launch (CI), which calls tools TLS slot 2 and tools context slot 4; cuBLASLt's code read for
+//   what it does with tools context slot 4's answer and with a failed cuBLASLt data slot 4.
 // The UUIDs and slot usage of cuDNN 9.19, NVRTC and PyTorch 2.11's cuBLASLt come from a trace
 // on an H200 with driver 580.159; the GPU suite (bench/gpu/suites/remote.sh) runs them.
 #include <cuda.h>
@@ -73,6 +78,8 @@ enum TableId : int {
   kContextStorage,
   kContextChecks,
   kIntegrity,
+  kToolsContext,
+  kLtData,
   kTableCount,
 };
 
@@ -96,6 +103,10 @@ constexpr TableSpec kSpecs[kTableCount] = {
      {0x26, 0x3e, 0x88, 0x60, 0x7c, 0xd2, 0x61, 0x43, 0x92, 0xf6, 0xbb, 0xd5, 0x00, 0x6d, 0xfa, 0x7e}, 15, true},
     {"integrity",
      {0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b, 0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2}, 3, true},
+    {"tools context",
+     {0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2}, 93, true},
+    {"cuBLASLt data",
+     {0x17, 0x34, 0xdc, 0x26, 0x80, 0x0d, 0x47, 0x45, 0x87, 0x26, 0xc0, 0xf1, 0xe7, 0xdd, 0x8b, 0xca}, 17, true},
 };
 
 // Tables the client knows and declines, as a driver without them would: the library goes on
@@ -110,7 +121,7 @@ constexpr DeclinedTable kDeclined[] = {
      "a runtime start-up table the runtime does without"},
 };
 
-constexpr int kMaxSlots = 16;
+constexpr int kMaxSlots = 96;
 static_assert([] {
   for (const TableSpec& s : kSpecs)
     if (s.slots > kMaxSlots) return false;
@@ -197,9 +208,18 @@ void CudartNoop(size_t) {}
 
 CUresult CudartLoadCompilers() { return CUDA_SUCCESS; }
 
-// ---- Tools TLS: no profiler or debugger state in this process.
+// ---- Tools TLS: no profiler or debugger state in this process (slot 1). Slot 2 writes the
+// calling thread's current context (null when none) to its one argument, from the client's
+// context stack: cuBLASLt reads it back and passes it to the tools context table (slot 4),
+// about once per matmul.
 
 uintptr_t NoToolsState() { return 0; }
+
+CUresult ThreadContext(CUcontext* ctx) {
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *ctx = CurrentContext();
+  return CUDA_SUCCESS;
+}
 
 // ---- Callback hooks: two buffers the runtime writes its hook state into. Larger than their
 // reported sizes, in case a runtime counts them in wider units than this one.
@@ -298,6 +318,105 @@ CUresult ContextCheck(CUcontext, uint32_t* status, const void** detail) {
 }
 
 uint32_t ContextCheckFlags() { return 0; }
+
+// ---- Tools context (21318c60): what the driver tells tools about a context. cuBLASLt asks
+// slot 4 for the number of the context the tools TLS table names (about once per matmul) and
+// keys its per-context state (kernels loaded, heuristics) by it, so what must hold is what holds
+// of the driver's numbers: each live context has its own, and a context created later never
+// gets an earlier one's, even at the same address. Numbers are given out on the client from one
+// counter and forgotten when their context is destroyed or reset (ForgetContextNumber); asking
+// costs no round trip and, once a context has its number, takes no lock.
+
+constexpr int kMaxNumbered = 256;  // live contexts with a number at once
+
+struct NumberedContext {
+  std::atomic<CUcontext> ctx;  // null: a free entry
+  std::atomic<uint64_t> number;
+};
+
+NumberedContext g_numbered[kMaxNumbered];
+std::atomic<int> g_numbered_used{0};  // entries [0, used) have ever been taken
+pthread_mutex_t g_number_mu = PTHREAD_MUTEX_INITIALIZER;
+uint64_t g_next_number = 1;  // under g_number_mu; 0 is "no context"
+
+bool FindContextNumber(CUcontext ctx, uint64_t* number) {
+  const int used = g_numbered_used.load(std::memory_order_acquire);
+  for (int i = 0; i < used; ++i) {
+    if (g_numbered[i].ctx.load(std::memory_order_acquire) != ctx) continue;
+    const uint64_t n = g_numbered[i].number.load(std::memory_order_acquire);
+    // An entry retaken between the two loads has been given another context: look on.
+    if (g_numbered[i].ctx.load(std::memory_order_acquire) == ctx) {
+      *number = n;
+      return true;
+    }
+  }
+  return false;
+}
+
+CUresult ContextNumber(CUcontext ctx, uint64_t* number) {
+  if (number == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (ctx == nullptr) ctx = CurrentContext();
+  if (ctx == nullptr) {  // no context named or current: the number of none
+    *number = 0;
+    return CUDA_SUCCESS;
+  }
+  if (FindContextNumber(ctx, number)) return CUDA_SUCCESS;
+  CUresult r = CUDA_SUCCESS;
+  pthread_mutex_lock(&g_number_mu);
+  if (!FindContextNumber(ctx, number)) {
+    const int used = g_numbered_used.load(std::memory_order_relaxed);
+    int slot = -1;
+    for (int i = 0; i < used && slot < 0; ++i)
+      if (g_numbered[i].ctx.load(std::memory_order_relaxed) == nullptr) slot = i;
+    if (slot < 0 && used < kMaxNumbered) slot = used;
+    if (slot < 0) {
+      r = CUDA_ERROR_OUT_OF_MEMORY;
+    } else {
+      *number = g_next_number++;
+      g_numbered[slot].number.store(*number, std::memory_order_release);
+      g_numbered[slot].ctx.store(ctx, std::memory_order_release);
+      if (slot == used) g_numbered_used.store(used + 1, std::memory_order_release);
+    }
+  }
+  pthread_mutex_unlock(&g_number_mu);
+  static std::atomic<bool> reported{false};
+  if (r != CUDA_SUCCESS && !reported.exchange(true, std::memory_order_relaxed)) {
+    shim::InitLog();
+    Log(LogLevel::kWarn, "remote: private table tools context slot 4: more than %d live contexts: %s",
+        kMaxNumbered, "CUDA_ERROR_OUT_OF_MEMORY");
+  }
+  return r;
+}
+
+void ForgetContextNumber(CUcontext ctx) {
+  pthread_mutex_lock(&g_number_mu);
+  const int used = g_numbered_used.load(std::memory_order_relaxed);
+  for (int i = 0; i < used; ++i) {
+    if (g_numbered[i].ctx.load(std::memory_order_relaxed) == ctx)
+      g_numbered[i].ctx.store(nullptr, std::memory_order_release);
+  }
+  pthread_mutex_unlock(&g_number_mu);
+}
+
+// ---- cuBLASLt's 1734dc26: slot 4 hands out a buffer of bytes (pointer, size) the driver
+// keeps for what cuBLASLt caches it under, slot 13 gives the buffer back. What the bytes say is
+// not established, so the client declines slot 4, its outputs cleared: cuBLASLt takes a failed
+// slot 4 as no data and caches an empty entry (as it does itself for the keys it never asks
+// about), and never calls slot 13 for it. The table itself must be there: cuBLASLt calls slot 4
+// through it without checking that the driver gave it one.
+
+std::atomic<bool> g_lt_data_reported{false};
+
+CUresult LtDataDeclined(const void** data, size_t* size) {
+  if (data != nullptr) *data = nullptr;
+  if (size != nullptr) *size = 0;
+  if (!g_lt_data_reported.exchange(true, std::memory_order_relaxed)) {
+    shim::InitLog();
+    Log(LogLevel::kInfo, "remote: private table %s slot 4: no data on the client (cuBLASLt goes on "
+        "without it): CUDA_ERROR_NOT_SUPPORTED", kSpecs[kLtData].name);
+  }
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
 
 // ---- Integrity: HMAC-MD2 (RFC 1319, RFC 2104) under a fixed key of what the driver binds.
 
@@ -452,7 +571,7 @@ void BuildTables() {
   cudart[8] = Fn(&CudartModuleFromFatbin);
   cudart[12] = Fn(&CudartLoadCompilers);
   g_tables[kToolsTls][1] = Fn(&NoToolsState);
-  g_tables[kToolsTls][2] = Fn(&NoToolsState);
+  g_tables[kToolsTls][2] = Fn(&ThreadContext);
   g_tables[kCallbackHooks][2] = Fn(&HookBuffer1);
   g_tables[kCallbackHooks][6] = Fn(&HookBuffer2);
   void** storage = g_tables[kContextStorage];
@@ -462,11 +581,14 @@ void BuildTables() {
   g_tables[kContextChecks][2] = Fn(&ContextCheck);
   g_tables[kContextChecks][3] = Fn(&ContextCheckFlags);
   g_tables[kIntegrity][1] = Fn(&IntegrityCheck);
+  g_tables[kToolsContext][4] = Fn(&ContextNumber);
+  g_tables[kLtData][4] = Fn(&LtDataDeclined);
 }
 
 }  // namespace
 
 void ReleaseContextStorage(CUcontext ctx) {
+  ForgetContextNumber(ctx);
   std::vector<StorageEntry> gone;
   pthread_mutex_lock(&g_storage_mu);
   if (g_storage != nullptr) {

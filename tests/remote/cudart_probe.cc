@@ -4,7 +4,7 @@
 // No kernels (the simulated driver runs no fatbins). Prints one line per step and "cudart
 // done" when every result was as expected; exits 1 at the first wrong one.
 //
-//   gslice_cudart_probe [runtime|cublas]
+//   gslice_cudart_probe [runtime|cublas|sgemm]
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <stdio.h>
@@ -126,6 +126,60 @@ int Cublas() {
   return 0;
 }
 
+// One float32 matrix product through cuBLAS (cublasSgemm, which cuBLAS hands to cuBLASLt):
+// cuBLASLt fetches its own private tables and calls through them while it picks and loads a
+// kernel. Prints cublasSgemm's status and the runtime's error after the product: on a real GPU
+// both are 0 and C is checked; on the simulated driver, which runs no fatbin kernels, the launch
+// itself fails (a status other than CUBLAS_STATUS_NOT_SUPPORTED, 15, which is what a missing
+// table gives).
+int Sgemm() {
+  void* lib = dlopen("libcublas.so.13", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) {
+    printf("no libcublas: %s\n", dlerror());
+    return 2;
+  }
+  using Create = int (*)(void**);
+  using Destroy = int (*)(void*);
+  using SgemmFn = int (*)(void*, int, int, int, int, int, const float*, const float*, int, const float*, int,
+                        const float*, float*, int);
+  auto create = reinterpret_cast<Create>(dlsym(lib, "cublasCreate_v2"));
+  auto destroy = reinterpret_cast<Destroy>(dlsym(lib, "cublasDestroy_v2"));
+  auto sgemm = reinterpret_cast<SgemmFn>(dlsym(lib, "cublasSgemm_v2"));
+  EXPECT(create != nullptr && destroy != nullptr && sgemm != nullptr);
+  void* handle = nullptr;
+  const int created = create(&handle);
+  printf("cublasCreate: %d\n", created);
+  if (created != 0) return 1;
+
+  // C = A * B, column-major, A = 1 everywhere, B = 2 everywhere: every element of C is 2n.
+  const int n = 64;
+  std::vector<float> a(n * n, 1.0f), b(n * n, 2.0f), c(n * n, -1.0f);
+  float *da = nullptr, *db = nullptr, *dc = nullptr;
+  CHECK(cudaMalloc(reinterpret_cast<void**>(&da), a.size() * sizeof(float)));
+  CHECK(cudaMalloc(reinterpret_cast<void**>(&db), b.size() * sizeof(float)));
+  CHECK(cudaMalloc(reinterpret_cast<void**>(&dc), c.size() * sizeof(float)));
+  CHECK(cudaMemcpy(da, a.data(), a.size() * sizeof(float), cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(db, b.data(), b.size() * sizeof(float), cudaMemcpyHostToDevice));
+  const float alpha = 1.0f, beta = 0.0f;
+  const int status = sgemm(handle, 0, 0, n, n, n, &alpha, da, n, db, n, &beta, dc, n);
+  printf("cublasSgemm: %d\n", status);
+  const cudaError_t after = cudaDeviceSynchronize();
+  printf("after the product: %s\n", cudaGetErrorName(after));
+  bool right = false;
+  if (status == 0 && after == cudaSuccess) {
+    CHECK(cudaMemcpy(c.data(), dc, c.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    right = true;
+    for (float x : c) right = right && x == 2.0f * n;
+    printf("product %s\n", right ? "right" : "wrong");
+  }
+  CHECK(cudaFree(da));
+  CHECK(cudaFree(db));
+  CHECK(cudaFree(dc));
+  printf("cublasDestroy: %d\n", destroy(handle));
+  printf("sgemm done\n");
+  return status == 0 && !right ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -133,6 +187,7 @@ int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "runtime";
   if (strcmp(mode, "runtime") == 0) return Runtime();
   if (strcmp(mode, "cublas") == 0) return Cublas();
-  fprintf(stderr, "usage: gslice_cudart_probe [runtime|cublas]\n");
+  if (strcmp(mode, "sgemm") == 0) return Sgemm();
+  fprintf(stderr, "usage: gslice_cudart_probe [runtime|cublas|sgemm]\n");
   return 2;
 }

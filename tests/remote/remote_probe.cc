@@ -27,6 +27,8 @@
 //   probe hostmap       prints cuMemHostGetDevicePointer's result on page-locked memory
 //   probe nvml          NVML (dlopen'ed): devices, names, memory, processes of a CUDA user
 //   probe nvml-missing  prints an NVML call that is not forwarded
+//   probe lt-tables     cuBLASLt's tables: a context's number (tools context slot 4), the
+//                       cuBLASLt data slot 4 declined
 #include <cuda.h>
 #include <dlfcn.h>
 #include <stdio.h>
@@ -388,6 +390,83 @@ int Tables() {
   printf("storage after delete: %s\n", Name(reinterpret_cast<Get>(const_cast<void*>(storage[2]))(&got, nullptr, &key)));
   const CUresult refused = table({0x01, 0x02, 0x03, 0x04, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x05}, &unknown);
   printf("unknown table: %s, %s\n", Name(refused), unknown == nullptr ? "null" : "set");
+  return 0;
+}
+
+// cuBLASLt's two tables as the client answers them: tools context (21318c60) slot 4, a
+// context's number, and cuBLASLt data (1734dc26) slot 4, declined. Prints one line per fact.
+int LtTables() {
+  CUdevice dev;
+  Setup(&dev);
+  auto table = [](std::initializer_list<unsigned> bytes, const void*** out) {
+    CUuuid id;
+    unsigned i = 0;
+    for (unsigned b : bytes) id.bytes[i++] = static_cast<char>(b);
+    return cuGetExportTable(static_cast<const void**>(static_cast<void*>(out)), &id);
+  };
+  const void** tls = nullptr;
+  const void** tools = nullptr;
+  const void** data = nullptr;
+  CK(table({0x42, 0xd8, 0x5a, 0x81, 0x23, 0xf6, 0xcb, 0x47, 0x82, 0x98, 0xf6, 0xe7, 0x8a, 0x3a, 0xec, 0xdc}, &tls));
+  CK(table({0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2}, &tools));
+  CK(table({0x17, 0x34, 0xdc, 0x26, 0x80, 0x0d, 0x47, 0x45, 0x87, 0x26, 0xc0, 0xf1, 0xe7, 0xdd, 0x8b, 0xca}, &data));
+  const size_t tools_slots = reinterpret_cast<size_t>(tools[0]) / sizeof(void*);
+  const size_t data_slots = reinterpret_cast<size_t>(data[0]) / sizeof(void*);
+  bool all = true;
+  for (size_t i = 1; i < tools_slots; ++i) all = all && tools[i] != nullptr;
+  for (size_t i = 1; i < data_slots; ++i) all = all && data[i] != nullptr;
+  printf("tools context size %zu, cuBLASLt data size %zu, slots all set: %s\n", reinterpret_cast<size_t>(tools[0]),
+         reinterpret_cast<size_t>(data[0]), all ? "yes" : "no");
+
+  // What cuBLASLt does about once per matmul: the thread's context (tools TLS slot 2), then that
+  // context's number (tools context slot 4).
+  using State = CUresult (*)(void**);
+  using Number = CUresult (*)(CUcontext, unsigned long long*);
+  const auto state = reinterpret_cast<State>(const_cast<void*>(tls[2]));
+  const auto number = reinterpret_cast<Number>(const_cast<void*>(tools[4]));
+  void* st = nullptr;
+  CK(state(&st));
+  CUcontext current = nullptr;
+  CK(cuCtxGetCurrent(&current));
+  printf("thread context: %s\n", st == current && st != nullptr ? "the current one" : "wrong");
+  CK(cuCtxSetCurrent(nullptr));  // Setup's context: none current now
+  void* no_ctx = reinterpret_cast<void*>(0x5a5a);
+  CK(state(&no_ctx));
+  printf("thread context without one: %s\n", no_ctx == nullptr ? "null" : "set");
+  unsigned long long none = 99;
+  CK(number(nullptr, &none));
+  printf("number without a context: %llu\n", none);
+  printf("number into nothing: %s\n", Name(number(nullptr, nullptr)));
+
+  CUcontext a = nullptr, b = nullptr, c = nullptr;
+  CK(cuCtxCreate(&a, nullptr, 0, dev));
+  unsigned long long na = 0, na_again = 0, na_current = 0, nb = 0, nc = 0;
+  CK(number(a, &na));
+  CK(number(a, &na_again));
+  CK(state(&st));
+  CK(number(static_cast<CUcontext>(st), &na_current));  // as cuBLASLt asks: the current context (a)
+  unsigned long long na_none = 0;
+  CK(number(nullptr, &na_none));  // none named: the current context's
+  if (na_none != na_current) na_current = 0;
+  CK(cuCtxCreate(&b, nullptr, 0, dev));
+  CK(number(b, &nb));
+  printf("a context's number: %s, the same again: %s, the current one's: %s, another's differs: %s\n",
+         na != 0 ? "set" : "0", na_again == na ? "yes" : "no", na_current == na ? "yes" : "no",
+         nb != na && nb != 0 ? "yes" : "no");
+  CK(cuCtxDestroy(b));
+  CK(cuCtxDestroy(a));
+  CK(cuCtxCreate(&c, nullptr, 0, dev));
+  CK(number(c, &nc));
+  printf("a later context's number is new: %s\n", nc != na && nc != nb && nc != 0 ? "yes" : "no");
+  CK(cuCtxDestroy(c));
+
+  using Unanswered = CUresult (*)();
+  printf("tools context slot 3: %s\n", Name(reinterpret_cast<Unanswered>(const_cast<void*>(tools[3]))()));
+  using Data = CUresult (*)(const void**, size_t*);
+  const void* bytes = &dev;
+  size_t size = 7;
+  const CUresult declined = reinterpret_cast<Data>(const_cast<void*>(data[4]))(&bytes, &size);
+  printf("cuBLASLt data slot 4: %s, %s, %zu\n", Name(declined), bytes == nullptr ? "null" : "set", size);
   return 0;
 }
 
@@ -910,6 +989,7 @@ int main(int argc, char** argv) {
     printf("handoff: %d words wrong\n", wrong);
     return 0;
   }
+  if (mode == "lt-tables") return LtTables();
   if (mode == "maps") {
     cuInit(0);
     FILE* f = fopen("/proc/self/maps", "r");

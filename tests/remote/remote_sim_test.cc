@@ -457,6 +457,27 @@ TEST_F(RemoteSim, ThePrivateTablesAreAnsweredOnTheClient) {
   }
 }
 
+// cuBLASLt's two tables: tools context slot 4 gives each live context its own number, the same
+// every time, never one an earlier context had (cuBLASLt keys per-context state by it), the
+// current context's for none named and 0 with none current; cuBLASLt data slot 4 is declined
+// with its outputs cleared. Tools TLS slot 2 gives the thread's current context (or null).
+TEST_F(RemoteSim, CublasLtTablesAreAnsweredOnTheClient) {
+  Result r = RunProgram(Remote(Address(), "1GiB", {kProbe, "lt-tables"}));
+  EXPECT_EQ(r.code, 0) << r.out;
+  for (const char* line : {"tools context size 744, cuBLASLt data size 136, slots all set: yes\n",
+                           "thread context: the current one\n", "thread context without one: null\n",
+                           "number without a context: 0\n",
+                           "number into nothing: CUDA_ERROR_INVALID_VALUE\n",
+                           "a context's number: set, the same again: yes, the current one's: yes, "
+                           "another's differs: yes\n",
+                           "a later context's number is new: yes\n",
+                           "private table tools context (21318c60...) slot 3 is not answered",
+                           "tools context slot 3: CUDA_ERROR_NOT_SUPPORTED\n",
+                           "cuBLASLt data slot 4: CUDA_ERROR_NOT_SUPPORTED, null, 0\n"}) {
+    EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
+  }
+}
+
 #ifdef GSLICE_TEST_CUDART_PROBE
 const std::string kCudartProbe = GSLICE_TEST_CUDART_PROBE;
 // The sanitize build: what NVIDIA's libraries keep until exit is not ours to report.
@@ -485,6 +506,24 @@ TEST_F(RemoteSim, RealCublasCreatesAndDestroysAHandleThroughTheClient) {
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("cublasCreate: 0\ncublasDestroy: 0\ncublas done\n"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("not forwarded"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("not answered"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("does not know"), std::string::npos) << r.out;
+}
+
+// A float32 matrix product through the toolkit's cuBLAS: cuBLASLt fetches its own tables
+// (tools context, cuBLASLt data) and asks tools context slot 4 for the context's number before it
+// picks a kernel; the simulated server runs no fatbin kernels, so the product gets as far as its
+// launch, which the server refuses (CUBLAS_STATUS_EXECUTION_FAILED). Without the tables cuBLAS
+// stops before it, with CUBLAS_STATUS_NOT_SUPPORTED (15).
+TEST_F(RemoteSim, RealCublasSgemmGetsPastTheTablesToItsLaunchThroughTheClient) {
+  Result r = RunProgram(Remote(Address(), "1GiB", {kCudartProbe, "sgemm"}), {kNoLeakReports});
+  if (r.code == 2 && r.out.find("no libcublas") != std::string::npos) GTEST_SKIP() << r.out;
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("cublasCreate: 0\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("cuLaunchKernel: the server cannot lay out the kernel's parameters"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("cublasSgemm: 13\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("cublasDestroy: 0\nsgemm done\n"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("not answered"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("does not know"), std::string::npos) << r.out;
 }

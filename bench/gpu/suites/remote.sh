@@ -92,10 +92,11 @@ try:
            f"gslice-example in a 1 GiB remote slice: exit {rc}; " + ("; ".join(got) or "(no output)"))
 
     # 3. Real cudart (the CUDA toolkit's, as CI runs it on the simulated driver) and cuBLAS
-    # through the client: the driver's private tables answered on the client.
+    # through the client: the driver's private tables answered on the client; sgemm: one
+    # cublasSgemm (cuBLASLt's own tables), its product checked.
     cudart_probe = os.path.join(B, "bin", "gslice_cudart_probe")
     if os.path.exists(cudart_probe):
-        for mode, done in (("runtime", "cudart done"), ("cublas", "cublas done")):
+        for mode, done in (("runtime", "cudart done"), ("cublas", "cublas done"), ("sgemm", "product right")):
             rc, out, err, _ = run(f"cudart-{mode}", [gslice, "run", "--remote", "unix:" + sock, "--memory", "4GiB",
                                                    "--", cudart_probe, mode], timeout=120)
             last = (out.strip().splitlines() or ["(no output)"])[-1][:200]
@@ -110,7 +111,7 @@ try:
     # 4. PyTorch through the client, each check also run locally and the answers compared: a
     # tensor op (cudart, PyTorch's kernels), a matmul (cuBLAS/cuBLASLt) and a convolution
     # (cuDNN). GSLICE_LOG=info on the client: the private-table slots and calls the libraries
-    # reached that the client does not answer are listed (remote/torch-*.log).
+    # reached that the client does not answer or declines are listed (remote/torch-*.log).
     torch_checks = r"""
 import sys, torch
 check = sys.argv[1]
@@ -153,7 +154,8 @@ print("ok")
                              (err.strip().splitlines() or ["(no output)"])[-1][:200])
             if label == "remote":
                 refused = sorted({l.split("remote: ", 1)[1][:120] for l in err.splitlines()
-                                  if "not answered" in l or "does not know" in l or "not forwarded" in l})
+                                  if "not answered" in l or "does not know" in l or "not forwarded" in l
+                                  or "goes on without it" in l})
                 if refused:
                     result(f"remote.torch.{check}.refusals", "INFO", " | ".join(refused)[:900])
         (lrc, lv, lerr), (rrc, rv, rerr) = values["local"], values["remote"]
