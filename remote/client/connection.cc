@@ -344,6 +344,14 @@ Call::Call(uint32_t op) : op_(op) {
                       &request_);
 }
 
+namespace {
+// What the process's calls cost (gslice_remote_stats): answered from the cache, sent without
+// waiting, and round trips.
+std::atomic<uint64_t> g_cached_calls{0};
+std::atomic<uint64_t> g_async_calls{0};
+std::atomic<uint64_t> g_round_trips{0};
+}  // namespace
+
 CUresult Call::Run() {
   std::vector<uint8_t> key;
   if (kOpCached[op_]) {
@@ -359,6 +367,7 @@ CUresult Call::Run() {
         reader_.Get(&value);  // stored only when it held CUDA_SUCCESS
         answered_ = true;
         pthread_mutex_unlock(&g_cache_mu);
+        g_cached_calls.fetch_add(1, std::memory_order_relaxed);
         return CUDA_SUCCESS;
       }
     }
@@ -367,6 +376,7 @@ CUresult Call::Run() {
   if (kOpAsync[op_]) {
     // Not waited for: its driver error, if any, comes with the next synchronisation.
     const CUresult result = Send(op_, request_, nullptr);
+    g_async_calls.fetch_add(1, std::memory_order_relaxed);
     if (result == CUDA_SUCCESS) {
       reader_ = Reader();
       answered_ = true;
@@ -375,6 +385,7 @@ CUresult Call::Run() {
   }
   Waiter waiter;
   waiter.reply = &reply_buffer_;
+  g_round_trips.fetch_add(1, std::memory_order_relaxed);
   CUresult result = Send(op_, request_, &waiter);
   if (result == CUDA_SUCCESS) result = Receive(op_, &waiter);
   if (result != CUDA_SUCCESS) return result;
@@ -454,3 +465,12 @@ CUresult NotForwarded(const char* name) {
 }
 
 }  // namespace gslice::remote
+
+// The process's forwarded calls so far: out[0] answered from the client's cache, out[1] sent
+// without waiting (queued), out[2] round trips (the calling thread waited for the answer).
+// For benchmarks (bench/gpu/suites/remote_train.sh), read with dlsym on the loaded client.
+extern "C" __attribute__((visibility("default"))) void gslice_remote_stats(uint64_t out[3]) {
+  out[0] = gslice::remote::g_cached_calls.load(std::memory_order_relaxed);
+  out[1] = gslice::remote::g_async_calls.load(std::memory_order_relaxed);
+  out[2] = gslice::remote::g_round_trips.load(std::memory_order_relaxed);
+}
