@@ -28,80 +28,8 @@ using nlohmann::json;
 using testing::kGiB;
 using testing::ReadAll;
 using testing::AwaitGsliced;
+using testing::Program;
 using testing::SpawnGsliced;
-
-// A program under `gslice run`, talked to through its stdin and stdout (client watch).
-class Program {
- public:
-  explicit Program(const std::vector<std::string>& args) {
-    int in[2], out[2];
-    if (pipe(in) != 0 || pipe(out) != 0) return;
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(in[0], 0);
-      dup2(out[1], 1);
-      close(in[1]);
-      close(out[0]);
-      std::vector<char*> argv;
-      for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    close(in[0]);
-    close(out[1]);
-    to_ = in[1];
-    from_ = out[0];
-  }
-  ~Program() { Stop(); }
-
-  // The next line it prints, "" when none comes within 10 s (or it exited).
-  std::string ReadLine() {
-    for (;;) {
-      size_t nl = buffer_.find('\n');
-      if (nl != std::string::npos) {
-        std::string line = buffer_.substr(0, nl);
-        buffer_.erase(0, nl + 1);
-        return line;
-      }
-      pollfd p{from_, POLLIN, 0};
-      if (poll(&p, 1, 10000) <= 0) return "";
-      char buf[256];
-      ssize_t n = read(from_, buf, sizeof buf);
-      if (n <= 0) return "";
-      buffer_.append(buf, static_cast<size_t>(n));
-    }
-  }
-  std::string Ask(const std::string& command) {
-    std::string line = command + "\n";
-    if (write(to_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) return "";
-    return ReadLine();
-  }
-  // Closes its stdin and waits for it; returns its exit status (-1 when it did not start).
-  int Stop() {
-    if (to_ >= 0) close(to_);
-    to_ = -1;
-    if (from_ >= 0) close(from_);
-    from_ = -1;
-    if (pid_ <= 0) return -1;
-    int status = 0;
-    for (int i = 0; i < 200 && waitpid(pid_, &status, WNOHANG) == 0; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    if (waitpid(pid_, &status, WNOHANG) == 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, &status, 0);
-    }
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  }
-  pid_t pid() const { return pid_; }
-
- private:
-  pid_t pid_ = -1;
-  int to_ = -1, from_ = -1;
-  std::string buffer_;
-};
 
 // "total=N free=N nvml=N" -> the field's value, 0 when missing.
 uint64_t Field(const std::string& line, const std::string& key) {
