@@ -11,9 +11,9 @@ const assert = require('node:assert/strict');
 const {spawn} = require('node:child_process');
 const crypto = require('node:crypto');
 const fs = require('node:fs');
-const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
+const {freePort, requireEnv, sleep, waitFor} = require('./harness');
 
 let chromium;
 try {
@@ -22,12 +22,7 @@ try {
   console.error('playwright-core is not installed: run `npm ci` in tests/web (scripts/setup does)');
   process.exit(1);
 }
-for (const v of ['GSLICED', 'GSLICE_SIM_NVML', 'GSLICE_SLICE_USER', 'GSLICE_CLI', 'GSLICE_TEST_CLIENT']) {
-  if (!process.env[v]) {
-    console.error(`${v} is not set: run this test through ctest (tests/daemon/CMakeLists.txt sets it)`);
-    process.exit(1);
-  }
-}
+requireEnv(['GSLICED', 'GSLICE_SIM_NVML', 'GSLICE_SLICE_USER', 'GSLICE_CLI', 'GSLICE_TEST_CLIENT']);
 const CHROMIUM = process.env.GSLICE_CHROMIUM || '/usr/bin/chromium';
 if (!fs.existsSync(CHROMIUM)) {
   console.error(`${CHROMIUM} not found: install Debian's chromium (scripts/setup does)`);
@@ -42,31 +37,6 @@ const simState = `/dev/shm/${tag}-sim`;
 const board = `/dev/shm/${tag}-suspend-board`;
 const children = [];
 
-function freePort() {
-  return new Promise((resolve) => {
-    const s = net.createServer().listen(0, '127.0.0.1', () => {
-      const {port} = s.address();
-      s.close(() => resolve(port));
-    });
-  });
-}
-
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-async function waitFor(what, fn, timeoutMs = 20000) {
-  const until = Date.now() + timeoutMs;
-  let last;
-  while (Date.now() < until) {
-    try {
-      last = await fn();
-      if (last) return last;
-    } catch (e) {
-      last = e;
-    }
-    await sleep(100);
-  }
-  throw new Error(`timed out waiting for ${what} (last: ${last})`);
-}
 
 function cleanup() {
   for (const c of children) {

@@ -143,4 +143,4 @@ function run(what, body) {
   });
 }
 
-module.exports = {requireEnv, run, sleep, waitFor};
+module.exports = {freePort, requireEnv, run, sleep, waitFor};
