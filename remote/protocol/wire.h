@@ -6,8 +6,13 @@
 //   same seq. Requests are answered one at a time, in order.
 // Hello:   the client's first frame (op kOpHello): u32 kMagic, u16 kVersion, u16 0,
 //          u64 kCallsHash, then the slice it asks for as strings (memory, compute, share,
-//          class: what `gslice run` takes). Its reply: u32 kMagic, u16 kVersion, u16 0,
-//          i32 status (0: accepted), u32 worker pid, string message.
+//          class, idle timeout: what `gslice run` takes) and the client's host name. Its
+//          reply: u32 kMagic, u16 kVersion, u16 0, i32 status (0: accepted), u32 worker pid
+//          (0 for a probe), string message.
+// Probe:   the same frame with op kOpProbe: the server answers device queries (the calls
+//          AnswersWithoutSlice allows) from a process that loads the driver but starts no
+//          worker and holds no slice; the client attaches (kOpHello, a second connection)
+//          at its first call that needs a GPU.
 // Request: u64 the client thread's current context, then the call's arguments; a buffer the
 //          worker passes to the driver in place starts at a multiple of 16 bytes (zero padding).
 // Reply:   i32 CUresult, then (on CUDA_SUCCESS only) what the driver wrote.
@@ -28,7 +33,7 @@
 namespace gslice::remote {
 
 inline constexpr uint32_t kMagic = 0x524c5347;  // "GSLR"
-inline constexpr uint16_t kVersion = 1;
+inline constexpr uint16_t kVersion = 2;
 inline constexpr uint32_t kHeaderSize = 12;
 // The largest host buffer one call carries (a module image, a piece of a copy); larger ones
 // are refused on the client with CUDA_ERROR_INVALID_VALUE and a log line.
@@ -42,6 +47,7 @@ inline constexpr uint32_t kMaxString = 4096;
 inline constexpr uint32_t kMaxHelloString = 128;
 inline constexpr uint32_t kReplyBit = 0x80000000u;
 inline constexpr uint32_t kOpHello = 0x7fff0001u;
+inline constexpr uint32_t kOpProbe = 0x7fff0002u;
 
 struct FrameHeader {
   uint32_t length = 0;
@@ -146,6 +152,8 @@ struct Hello {
   std::string compute;  // --compute: "30%" or ""
   std::string share;    // --share
   std::string slice_class;  // --class: guaranteed, opportunistic or ""
+  std::string idle_timeout;  // --idle-timeout: "30m", "600s" or "" (never)
+  std::string host;          // the client's host name, shown with its slice ("" unknown)
 };
 
 struct HelloReply {

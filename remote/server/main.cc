@@ -33,6 +33,8 @@
 #include <vector>
 
 #include "calls.h"
+#include "gslice/options.h"
+#include "probe.h"
 #include "socket_io.h"
 #include "worker.h"
 
@@ -169,6 +171,47 @@ bool SendRefusal(int fd, const std::string& message) {
   return WriteFrame(fd, FrameHeader{.seq = 0, .op = kOpHello | kReplyBit}, w.buffer().data(), w.size());
 }
 
+// Who a session serves, as `gslice ls` shows it: the host the client names, and its peer
+// as this side sees it (a unix socket's peer pid and uid, a TCP peer's address).
+std::string ClientOf(int fd, const std::string& host) {
+  std::string peer;
+  sockaddr_storage sa = {};
+  socklen_t len = sizeof sa;
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0 && sa.ss_family == AF_UNIX) {
+    ucred cred = {};
+    socklen_t clen = sizeof cred;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) == 0) {
+      peer = "unix pid " + std::to_string(cred.pid) + " uid " + std::to_string(cred.uid);
+    }
+  } else if (sa.ss_family == AF_INET || sa.ss_family == AF_INET6) {
+    char text[INET6_ADDRSTRLEN] = {};
+    int port = 0;
+    if (sa.ss_family == AF_INET) {
+      auto* in = reinterpret_cast<sockaddr_in*>(&sa);
+      inet_ntop(AF_INET, &in->sin_addr, text, sizeof text);
+      port = ntohs(in->sin_port);
+      peer = std::string("tcp ") + text + ":" + std::to_string(port);
+    } else {
+      auto* in6 = reinterpret_cast<sockaddr_in6*>(&sa);
+      inet_ntop(AF_INET6, &in6->sin6_addr, text, sizeof text);
+      port = ntohs(in6->sin6_port);
+      peer = std::string("tcp [") + text + "]:" + std::to_string(port);
+    }
+  }
+  if (host.empty()) return peer.empty() ? "unknown" : peer;
+  return peer.empty() ? host : host + " (" + peer + ")";
+}
+
+// The driver a probe loads: the simulated one beside this binary, or the node's.
+std::string ProbeDriver(bool sim) {
+  if (sim) {
+    const std::string self = SelfExe();
+    return self.substr(0, self.rfind('/') + 1) + "../lib/sim/libcuda.so.1";
+  }
+  const char* real = OptionValue(Option::RealDriver);
+  return real[0] != '\0' ? real : "libcuda.so.1";
+}
+
 pid_t g_worker = 0;
 void ForwardStop(int sig) {
   if (g_worker > 0) kill(g_worker, sig);
@@ -184,7 +227,7 @@ int Session(int fd, bool sim) {
   const FrameRead got = ReadFrame(fd, 4096, &h, &payload);
   timeval none = {.tv_sec = 0, .tv_usec = 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
-  if (got != FrameRead::kOk || h.op != kOpHello) {
+  if (got != FrameRead::kOk || (h.op != kOpHello && h.op != kOpProbe)) {
     fprintf(stderr, "gslice-remoted: a client that does not speak the protocol: connection closed\n");
     return 0;
   }
@@ -205,6 +248,12 @@ int Session(int fd, bool sim) {
     SendRefusal(fd, "no memory limit asked for: run the program with gslice run --remote ADDR --memory SIZE");
     return 0;
   }
+  if (h.op == kOpProbe) {
+    // Device queries before the client's first GPU call: no worker, no slice (attach.h).
+    timeval idle = {.tv_sec = 0, .tv_usec = 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &idle, sizeof idle);
+    return RunProbe(fd, ProbeOptions{.driver = ProbeDriver(sim), .memory = hello.memory});
+  }
   std::string self = SelfExe();
   std::string worker = self;
   const std::string deleted = " (deleted)";
@@ -219,6 +268,8 @@ int Session(int fd, bool sim) {
   if (!hello.compute.empty()) args.push_back("--compute=" + hello.compute);
   if (!hello.share.empty()) args.push_back("--share=" + hello.share);
   if (!hello.slice_class.empty()) args.push_back("--class=" + hello.slice_class);
+  if (!hello.idle_timeout.empty()) args.push_back("--idle-timeout=" + hello.idle_timeout);
+  args.push_back("--remote-client=" + ClientOf(fd, hello.host));
   args.push_back("--name=remote-" + std::to_string(getpid()));
   if (sim) args.push_back("--sim");
   const int log_fd = dup(STDERR_FILENO);  // the worker's own log (without CLOEXEC)

@@ -212,7 +212,8 @@ class Raw {
   int fd() const { return fd_; }
   bool Hello(const std::string& memory) {
     Writer w;
-    EncodeHello(gslice::remote::Hello{.calls_hash = kCallsHash, .memory = memory, .compute = "", .share = "", .slice_class = ""},
+    EncodeHello(gslice::remote::Hello{.calls_hash = kCallsHash, .memory = memory, .compute = "", .share = "",
+                                      .slice_class = "", .idle_timeout = "", .host = ""},
                 &w);
     if (!WriteFrame(fd_, FrameHeader{.seq = 0, .op = kOpHello}, w.buffer().data(), w.size())) return false;
     FrameHeader h;
