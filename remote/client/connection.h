@@ -1,6 +1,7 @@
 // The forwarding client's side of a call: one connection per process to gslice-remoted
-// (GSLICE_REMOTE), made at the first call, and the per-thread context stack whose top each
-// request carries. Runs inside applications: libc only, no exceptions, never raises a signal.
+// (GSLICE_REMOTE), made at the first call that needs a GPU (before it, device queries go to
+// a probe connection that holds no slice: attach.h), and the per-thread context stack whose
+// top each request carries. Runs inside applications: libc only, no exceptions, never raises a signal.
 //
 // Failures become CUresults with one log line: no server configured or reachable, or the
 // handshake refused -> CUDA_ERROR_NO_DEVICE; the connection lost or a reply that breaks the

@@ -6,7 +6,9 @@
 // and runs `gslice run --memory ... [--sim] -- gslice-remoted --worker-fd N`, so the worker
 // runs in a slice exactly like a local program: under the gslice shim, admitted by gsliced
 // where one runs, limited and metered alike. The session waits for its worker and tells the
-// client why when `gslice run` refused. The listening process never loads a driver.
+// client why when `gslice run` refused. A probe's session (the client has not made a call that
+// needs a GPU yet, attach.h) instead loads the driver itself and answers device queries, with
+// no worker and no slice. The listening process never loads a driver.
 //
 // Security: TCP is served on loopback addresses only. Other machines need token
 // authentication and TLS, which are not built yet; until then they reach a server through a
@@ -250,8 +252,6 @@ int Session(int fd, bool sim) {
   }
   if (h.op == kOpProbe) {
     // Device queries before the client's first GPU call: no worker, no slice (attach.h).
-    timeval idle = {.tv_sec = 0, .tv_usec = 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &idle, sizeof idle);
     return RunProbe(fd, ProbeOptions{.driver = ProbeDriver(sim), .memory = hello.memory});
   }
   std::string self = SelfExe();
