@@ -16,7 +16,7 @@ extern const char kRunSummary[];
 // gslice run --remote (remote_run.cc): what RunCommand parsed and checked.
 struct RemoteRun {
   std::string prefix;  // the installation prefix (build/)
-  std::string address, memory, compute, share, slice_class;
+  std::string address, memory, compute, share, slice_class, idle_timeout;
   bool sim = false, gpus = false, verbose = false;
 };
 int RunRemote(const RemoteRun& run, char** command);

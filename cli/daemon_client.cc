@@ -260,6 +260,8 @@ RegisterResult RegisterSlice(const SliceRegistration& slice, std::string* messag
   body["class"] = slice.opportunistic ? "opportunistic" : "guaranteed";
   if (slice.protect_permille != 0) body["protect"] = slice.protect_permille / 1000.0;
   body["origin"] = "run";
+  if (slice.idle_timeout_s > 0) body["idle_timeout_s"] = slice.idle_timeout_s;
+  if (!slice.remote_client.empty()) body["remote_client"] = slice.remote_client;
   nlohmann::json gpus = nlohmann::json::array();
   for (const SliceRegistration::Gpu& g : slice.gpus) {
     gpus.push_back({{"gpu", g.gpu}, {"memory", g.memory_bytes}, {"compute", g.compute}});

@@ -77,6 +77,8 @@ struct SliceRegistration {
   std::string project;  // empty: the daemon's default project
   bool opportunistic = false;
   uint32_t protect_permille = 0;  // guaranteed: its protection level (ledger.h); 0: the default
+  int64_t idle_timeout_s = 0;     // suspended after this long without GPU work; 0: never
+  std::string remote_client;      // a remote slice's client (gslice-remoted's worker); "": local
   struct Gpu {
     std::string gpu;  // index ("0") or UUID
     uint64_t memory_bytes = 0;

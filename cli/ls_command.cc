@@ -19,6 +19,9 @@ of its limit, compute share, and how many processes run in it.
 
 States: running (processes at work), idle (no process attached), throttled (opportunistic
 work held back while guaranteed work runs), suspending, suspended, resuming, failed.
+Remote slices (gslice-remoted's workers, docs/remote.md) are named under the table with
+their client and state: attached (the worker holds the GPU) or suspended (idle, moved to
+host memory; the client's next call resumes it).
 
   --json          print gsliced's answer (GET /v1/node) as JSON, for scripts
   --socket PATH   gsliced's socket (default $GSLICE_SOCKET or /run/gsliced/gsliced.sock);
@@ -92,6 +95,14 @@ void PrintNode(FILE* out, const std::string& node_json, bool with_processes) {
     }
   }
   PrintTable(out, slices);
+  // Remote slices (the slices of gslice-remoted's workers): whom they serve, and whether the
+  // worker holds the GPU or was suspended to host memory until the client's next call.
+  for (const json& s : node["slices"]) {
+    if (s["remote"].is_object()) {
+      std::fprintf(out, "  %s: remote, client %s, %s\n", Or(s["name"], "?").c_str(),
+                   Or(s["remote"]["client"], "?").c_str(), Or(s["remote"]["state"], "?").c_str());
+    }
+  }
   // The last failed state change of a slice, under the table.
   for (const json& s : node["slices"]) {
     if (!Or(s["last_error"], "").empty()) {

@@ -66,7 +66,8 @@ int RunRemote(const RemoteRun& run, char** command) {
   const std::pair<Option, const std::string*> slice[] = {{Option::Memory, &run.memory},
                                                          {Option::Compute, &run.compute},
                                                          {Option::Share, &run.share},
-                                                         {Option::Class, &run.slice_class}};
+                                                         {Option::Class, &run.slice_class},
+                                                         {Option::IdleTimeout, &run.idle_timeout}};
   for (const auto& [option, value] : slice) {
     if (value->empty()) unsetenv(OptionEnv(option));
     else setenv(OptionEnv(option), value->c_str(), 1);

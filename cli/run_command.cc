@@ -24,6 +24,7 @@
 
 #include "commands.h"
 #include "daemon_client.h"
+#include "daemon_commands.h"
 #include "gpu_query.h"
 #include "gslice/ledger.h"
 #include "gslice/options.h"
@@ -41,8 +42,8 @@ constexpr uint64_t kMinLimit = 64ull << 20;
 const char kRunHelp[] =
     "usage: gslice run [--gpus LIST] --memory SIZE[,SIZE...] [--compute N%] [--share N%]\n"
     "                  [--class guaranteed|opportunistic] [--protect F] [--name NAME] [--no-daemon]\n"
-    "                  [--sim] [-v] [--remote unix:PATH|tcp://HOST:PORT|tls://HOST:PORT] [--trace FILE]\n"
-    "                  -- CMD [ARGS...]\n"
+    "                  [--idle-timeout T] [--sim] [-v] [--remote unix:PATH|tcp://HOST:PORT|tls://HOST:PORT]\n"
+    "                  [--trace FILE] -- CMD [ARGS...]\n"
     "       gslice run --name NAME [--sim] [-v] [--trace FILE] -- CMD [ARGS...]\n"
     "\n"
     "Runs CMD with a memory limit on each GPU it uses. CMD needs no changes: CUDA programs,\n"
@@ -76,6 +77,10 @@ const char kRunHelp[] =
     "                  (GSLICE_SOCKET or GSLICE_DAEMON set, /run/gsliced/gsliced.sock or\n"
     "                  /etc/gslice/gsliced.toml there) registers the slice with gsliced, and a\n"
     "                  gsliced that does not answer stops the run.\n"
+    "  --idle-timeout T  suspend the slice to host memory after T without GPU work (30m, 2h, 600s);\n"
+    "                  its next CUDA call resumes it. Needs gsliced (its suspend service).\n"
+    "  --remote-client TEXT  who the slice serves, shown by gslice ls (gslice-remoted sets it for\n"
+    "                  the slices of its workers).\n"
     "  --sim           run on gslice's simulated driver (build/lib/sim) instead of a real GPU.\n"
     "  --remote ADDR   run CMD here with no GPU or driver: its CUDA calls go to gslice-remoted at\n"
     "                  ADDR, which runs them in a slice of --memory/--compute/--class on its node\n"
@@ -185,8 +190,8 @@ std::string NotAnswering(const std::string& configured, const DaemonReply& reply
 // Returns false, with the reason in *error, when gsliced refuses it (admission, quota) or
 // does not answer, or when --no-daemon is asked for while gsliced answers.
 bool LinkWithDaemon(const std::string& name, const std::vector<GpuInfo>& gpus, const std::vector<uint64_t>& limits,
-                    double compute, bool opportunistic, uint32_t protect_permille, bool no_daemon, DaemonLink* link,
-                    std::string* error) {
+                    double compute, bool opportunistic, uint32_t protect_permille, int64_t idle_timeout_s,
+                    const std::string& remote_client, bool no_daemon, DaemonLink* link, std::string* error) {
   *link = DaemonLink::kNone;
   DaemonAddress address = DaemonAddressFromEnvironment();
   const std::string configured = DaemonConfiguredBecause(address);
@@ -214,6 +219,8 @@ bool LinkWithDaemon(const std::string& name, const std::vector<GpuInfo>& gpus, c
   slice.name = name;
   slice.opportunistic = opportunistic;
   slice.protect_permille = protect_permille;
+  slice.idle_timeout_s = idle_timeout_s;
+  slice.remote_client = remote_client;
   for (size_t k = 0; k < gpus.size(); ++k) {
     slice.gpus.push_back({gpus[k].uuid, limits.size() == 1 ? limits[0] : limits[k], compute});
   }
@@ -448,7 +455,8 @@ int RunChild(char** command, const std::string& name, bool unregister, const Tra
 }  // namespace
 
 int RunCommand(int argc, char** argv) {
-  std::string gpus_arg, memory_arg, name, compute_arg, share_arg, class_arg, protect_arg, remote_arg;
+  std::string gpus_arg, memory_arg, name, compute_arg, share_arg, class_arg, protect_arg, remote_arg, idle_arg,
+      remote_client;
   TraceRun trace;
   bool sim = false, verbose = false, have_gpus = false, no_daemon = false;
   int i = 1;
@@ -494,6 +502,10 @@ int RunCommand(int argc, char** argv) {
       if (!value("--class", &class_arg)) return Fail("--class needs a value: guaranteed or opportunistic");
     } else if (a.rfind("--protect", 0) == 0) {
       if (!value("--protect", &protect_arg)) return Fail("--protect needs a value, e.g. --protect 0.9");
+    } else if (a.rfind("--idle-timeout", 0) == 0) {
+      if (!value("--idle-timeout", &idle_arg)) return Fail("--idle-timeout needs a value, e.g. --idle-timeout 30m");
+    } else if (a.rfind("--remote-client", 0) == 0) {
+      if (!value("--remote-client", &remote_client)) return Fail("--remote-client needs a value");
     } else if (a.rfind("--remote", 0) == 0) {
       if (!value("--remote", &remote_arg)) return Fail("--remote needs an address: unix:PATH, tcp://HOST:PORT or tls://HOST:PORT");
     } else if (a.rfind("--trace", 0) == 0) {
@@ -543,13 +555,18 @@ int RunCommand(int argc, char** argv) {
     protect_permille = level.permille;
   }
   if (name.size() >= 64) return Fail("--name " + name + ": at most 63 characters");
+  int64_t idle_timeout_s = 0;
+  if (!idle_arg.empty() && (!ParseIdleTimeout(idle_arg, &idle_timeout_s) || idle_timeout_s <= 0)) {
+    return Fail("--idle-timeout " + idle_arg + ": write e.g. 30m, 2h or 600s");
+  }
+  if (remote_client.size() > 200) return Fail("--remote-client: at most 200 characters");
 
   if (!remote_arg.empty()) {
     if (!trace.file.empty()) return Fail("--trace does not combine with --remote: trace the program on the GPU node");
     // The server's `gslice run` checks the sizes against its GPUs.
     return RunRemote(RemoteRun{.prefix = Prefix(), .address = remote_arg, .memory = memory_arg,
                                .compute = compute_arg, .share = share_arg, .slice_class = class_arg,
-                               .sim = sim, .gpus = have_gpus, .verbose = verbose},
+                               .idle_timeout = idle_arg, .sim = sim, .gpus = have_gpus, .verbose = verbose},
                      argv + i);
   }
 
@@ -676,9 +693,13 @@ int RunCommand(int argc, char** argv) {
   else if (!compute_arg.empty()) compute = ParsePercent(compute_arg).fraction;
   DaemonLink link = DaemonLink::kNone;
   std::string refusal;
-  if (!LinkWithDaemon(name, chosen, limits, compute, class_arg == "opportunistic", protect_permille, no_daemon, &link,
-                      &refusal)) {
+  if (!LinkWithDaemon(name, chosen, limits, compute, class_arg == "opportunistic", protect_permille, idle_timeout_s,
+                      remote_client, no_daemon, &link, &refusal)) {
     return Fail(refusal);
+  }
+  if (link == DaemonLink::kNone && idle_timeout_s > 0) {
+    fprintf(stderr, "gslice run: --idle-timeout %s: no gsliced here, so nothing suspends the slice when idle\n",
+            idle_arg.c_str());
   }
   if (link == DaemonLink::kNone) {
     std::string why;

@@ -63,6 +63,14 @@ json ToJson(const GpuView& g) {
               {"slices", g.slices}};
 }
 
+// A remote slice's client and whether its worker holds the GPU (attached) or was moved to
+// host memory (suspended: the client's next call resumes it); null for a local slice.
+json RemoteJson(const Slice& s) {
+  if (s.remote_client.empty()) return nullptr;
+  const bool away = s.state == SliceState::kSuspended || s.state == SliceState::kSuspending;
+  return json{{"client", s.remote_client}, {"state", away ? "suspended" : "attached"}};
+}
+
 json ToJson(const Slice& s) {
   json gpus = json::array();
   for (const SliceGpu& g : s.gpus) {
@@ -84,6 +92,7 @@ json ToJson(const Slice& s) {
               {"pod", s.pod},
               {"namespace", s.pod_namespace},
               {"idle_timeout_s", s.idle_timeout_s},
+              {"remote", RemoteJson(s)},
               {"created_at", s.created_at},
               {"last_error", s.last_error},
               {"gpus", gpus}};
@@ -108,6 +117,12 @@ json ToJson(const SliceView& v, const std::vector<GpuView>& gpus) {
   j["compute_used"] = v.compute_used < 0 ? json(nullptr) : json(v.compute_used);
   j["throttled"] = v.throttled;
   j["activity"] = v.activity;
+  if (j["remote"].is_object()) {
+    // Idle reclaim suspends the worker's process, not the slice's lifecycle: what the worker
+    // holds now is its activity.
+    const bool away = v.activity == "suspended" || v.activity == "suspending";
+    j["remote"]["state"] = away ? "suspended" : "attached";
+  }
   json procs = json::array();
   for (const ProcessUsage& p : v.processes) {
     procs.push_back({{"pid", p.pid},
@@ -252,7 +267,8 @@ Status ReadProtect(const json& v, uint32_t* permille) {
 
 Result<SliceRequest> ParseSliceRequest(const json& body) {
   if (Status s = CheckFields(body, {"name", "user", "project", "class", "protect", "gpus", "memory", "compute",
-                                    "origin", "pod", "namespace", "idle_timeout_s", "holder"});
+                                    "origin", "pod", "namespace", "idle_timeout_s", "holder",
+                                    "remote_client"});
       !s.ok()) {
     return s;
   }
@@ -262,6 +278,11 @@ Result<SliceRequest> ParseSliceRequest(const json& body) {
     if (Status s = ReadString(body, field, out); !s.ok()) return s;
   }
   if (r.origin != "api" && r.origin != "run") return Status::BadRequest("origin: expected \"api\" or \"run\"");
+  if (Status s = ReadString(body, "remote_client", &r.remote_client); !s.ok()) return s;
+  if (r.remote_client.size() > 200 ||
+      !std::all_of(r.remote_client.begin(), r.remote_client.end(), [](char c) { return c >= 0x20 && c < 0x7f; })) {
+    return Status::BadRequest("remote_client: at most 200 printable ASCII characters");
+  }
   std::string cls = "guaranteed";
   if (Status s = ReadString(body, "class", &cls); !s.ok()) return s;
   if (!ParseSliceClass(cls, &r.slice_class)) {

@@ -77,6 +77,9 @@ struct Slice {
   std::string pod;     // Kubernetes labels when known
   std::string pod_namespace;
   int64_t idle_timeout_s = 0;  // 0: never reclaimed when idle
+  // A remote slice's client (the slice of a gslice-remoted worker): its host and peer as the
+  // server saw them; empty for a local slice.
+  std::string remote_client;
   int64_t created_at = 0;      // unix seconds
   std::string last_error;      // why the last state change failed, if it did
 };

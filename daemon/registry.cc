@@ -634,6 +634,7 @@ Result<Slice> Registry::CreateSlice(const SliceRequest& request) {
   slice.pod = request.pod;
   slice.pod_namespace = request.pod_namespace;
   slice.idle_timeout_s = request.idle_timeout_s;
+  slice.remote_client = request.remote_client;
   slice.created_at = static_cast<int64_t>(std::time(nullptr));
   if (Status s = ResolveGpus(request, &slice); !s.ok()) return s;
   if (Status s = Admit(slice, gpus_, slices_, *project); !s.ok()) {

@@ -106,6 +106,7 @@ struct SliceRequest {
   std::string origin = "api";
   std::string pod, pod_namespace;
   int64_t idle_timeout_s = 0;
+  std::string remote_client;  // Slice::remote_client
   // The process that holds a registration of origin "run" (`gslice run`, which stays the
   // program's parent), pid 0 when not given. While it lives the registration does not
   // expire, even before the program's processes show in the ledger.

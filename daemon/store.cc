@@ -70,6 +70,10 @@ constexpr const char* kMigrations[] = {
     R"sql(
     ALTER TABLE slice_gpus ADD COLUMN compute_cap REAL NOT NULL DEFAULT 0;
     )sql",
+    // 5 -> 6: the client a remote slice serves (gslice-remoted's workers; '': a local slice).
+    R"sql(
+    ALTER TABLE slices ADD COLUMN remote_client TEXT NOT NULL DEFAULT '';
+    )sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(std::size(kMigrations));
 
@@ -206,7 +210,7 @@ Result<std::vector<Slice>> Store::LoadSlices() {
   std::vector<Slice> out;
   Stmt q(db_,
          "SELECT name, user, project, class, state, origin, created_at, pod, pod_namespace, "
-         "idle_timeout_s, last_error, owner_uid, protect_permille FROM slices ORDER BY created_at, name");
+         "idle_timeout_s, last_error, owner_uid, protect_permille, remote_client FROM slices ORDER BY created_at, name");
   if (!q.prepared()) return DbError(db_, "load slices");
   while (q.Step() == SQLITE_ROW) {
     Slice s;
@@ -238,6 +242,7 @@ Result<std::vector<Slice>> Store::LoadSlices() {
                                    std::to_string(kProtectMaxPermille)));
     }
     s.protect_permille = static_cast<uint32_t>(protect);
+    s.remote_client = q.Text(13);
     out.push_back(std::move(s));
   }
   Stmt g(db_,
@@ -310,8 +315,8 @@ Status Store::PutSlice(const Slice& s) {
   {
     Stmt ins(db_,
              "INSERT OR REPLACE INTO slices (name, user, project, class, state, origin, created_at, "
-             "pod, pod_namespace, idle_timeout_s, last_error, owner_uid, protect_permille) "
-             "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)");
+             "pod, pod_namespace, idle_timeout_s, last_error, owner_uid, protect_permille, remote_client) "
+             "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)");
     ins.Bind(1, s.name);
     ins.Bind(2, s.user);
     ins.Bind(3, s.project);
@@ -325,6 +330,7 @@ Status Store::PutSlice(const Slice& s) {
     ins.Bind(11, s.last_error);
     ins.Bind(12, s.owner_uid);
     ins.Bind(13, static_cast<int64_t>(s.protect_permille));
+    ins.Bind(14, s.remote_client);
     if (!ins.prepared() || ins.Step() != SQLITE_DONE) return fail("save slice");
   }
   for (const SliceGpu& g : s.gpus) {

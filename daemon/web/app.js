@@ -373,7 +373,11 @@ function renderTables(node) {
     if (s.last_error) stateCell.title = s.last_error;
     const row = el('tr', {'data-slice': s.name},
         el('td', {}, el('a', {class: 'slice-link', href: '#slice=' + encodeURIComponent(s.name),
-                              title: 'its page: details and timeline'}, el('b', {text: s.name}))), el('td', {text: s.user}), el('td', {text: s.project}),
+                              title: 'its page: details and timeline'}, el('b', {text: s.name})),
+           // A remote slice (a gslice-remoted worker): its client, and whether it holds the GPU.
+           ...(s.remote ? [' ', el('span', {class: 'badge remote', text: 'remote · ' + s.remote.state,
+                                            title: 'client ' + s.remote.client})] : [])),
+        el('td', {text: s.user}), el('td', {text: s.project}),
         el('td', {class: 'class-' + s.class, text: s.class,
                   // Guaranteed: the share of its solo speed opportunistic work must leave it.
                   title: s.protect == null ? '' : 'protected at ' + fmtPct(s.protect) + ' of its solo speed'}),

@@ -137,7 +137,7 @@ int64_t RunAsUser(const json& spec, const std::string& container) {
 std::optional<PendingContainer> FindPendingContainer(const json& pod_list, const std::string& node,
                                                      size_t device_count,
                                                      const std::set<std::string>& requested_uuids,
-                                                     std::string* why) {
+                                                     std::string* why, bool remote) {
   std::optional<PendingContainer> best;
   std::pair<int, int64_t> best_key{0, 0};  // (uuids differ, bind time): lower is better
   int waiting = 0;
@@ -152,7 +152,8 @@ std::optional<PendingContainer> FindPendingContainer(const json& pod_list, const
       if (phase == "Succeeded" || phase == "Failed") continue;
       std::string err;
       auto a = DecodeAssignment(Str(ann, std::string(kAnnotationAssignment).c_str()), &err);
-      if (!a || a->node != node) continue;
+      if (!a || a->remote_address.empty() == remote) continue;
+      if (!remote && a->node != node) continue;  // a remote pod's slices are on another node
       ++waiting;
       int64_t index = ToInt(Str(ann, std::string(kAnnotationAllocated).c_str()), 0);
       if (index < 0 || index >= static_cast<int64_t>(a->containers.size())) continue;
@@ -174,6 +175,8 @@ std::optional<PendingContainer> FindPendingContainer(const json& pod_list, const
       p.container = c;
       p.compute_cap = Str(ann, std::string(kAnnotationComputeCap).c_str());
       p.protect = Str(ann, std::string(kAnnotationProtect).c_str());
+      p.remote_address = a->remote_address;
+      p.idle_timeout = Str(ann, std::string(kAnnotationIdleTimeout).c_str());
       p.run_as_user = RunAsUser(*spec, c.name);
       best = std::move(p);
       best_key = key;
@@ -181,7 +184,7 @@ std::optional<PendingContainer> FindPendingContainer(const json& pod_list, const
   }
   if (!best) {
     *why = "no pod on node " + node + " is waiting for a container with " + std::to_string(device_count) +
-           " " + std::string(kResourceGpu) + " (" + std::to_string(waiting) +
+           " " + std::string(remote ? kResourceRemoteGpu : kResourceGpu) + " (" + std::to_string(waiting) +
            " pods waiting): gslice pods must be scheduled by gslice-scheduler-extender "
            "(schedulerName in the pod spec; see docs/kubernetes.md)";
   }
@@ -300,6 +303,27 @@ void BuildContainerResponse(const DevicePluginConfig& config, const PendingConta
   (*out->mutable_annotations())["gslice.io/slice"] = SliceNameFor(p);
 }
 
+void BuildRemoteContainerResponse(const DevicePluginConfig& config, const PendingContainer& p,
+                                  v1beta1::ContainerAllocateResponse* out) {
+  auto& envs = *out->mutable_envs();
+  envs[OptionEnv(Option::Remote)] = p.remote_address;
+  const GpuGrant* g = p.container.gpus.empty() ? nullptr : &p.container.gpus.front();
+  envs[OptionEnv(Option::Memory)] = std::to_string(g != nullptr ? g->memory_mib : 0) + "MiB";
+  envs[OptionEnv(Option::Class)] = std::string(ToString(p.slice_class));
+  if (g != nullptr && g->compute_percent > 0) envs[OptionEnv(Option::Share)] = std::to_string(g->compute_percent) + "%";
+  if (!p.compute_cap.empty()) envs[OptionEnv(Option::Compute)] = p.compute_cap;
+  if (!p.idle_timeout.empty()) envs[OptionEnv(Option::IdleTimeout)] = p.idle_timeout;
+  // The forwarding libcuda.so.1 is found first by the dynamic loader; it needs no driver,
+  // no GPU and no /dev/nvidia* here. An image's own LD_LIBRARY_PATH is replaced, as an
+  // image's LD_PRELOAD is for local pods.
+  envs["LD_LIBRARY_PATH"] = config.remote_lib_container_dir;
+  auto* lib = out->add_mounts();
+  lib->set_host_path(config.remote_lib_host_dir);
+  lib->set_container_path(config.remote_lib_container_dir);
+  lib->set_read_only(true);
+  (*out->mutable_annotations())["gslice.io/remote"] = p.remote_address;
+}
+
 DevicePluginService::DevicePluginService(DevicePluginConfig config, const KubeClient* kube)
     : config_(std::move(config)), kube_(kube) {}
 
@@ -337,6 +361,14 @@ void DevicePluginService::Stop() {
 
 v1beta1::ListAndWatchResponse DevicePluginService::DeviceList() const {
   v1beta1::ListAndWatchResponse list;
+  if (config_.remote_client) {
+    for (int r = 0; r < config_.slices_per_gpu; ++r) {
+      auto* d = list.add_devices();
+      d->set_id("remote::" + std::to_string(r));
+      d->set_health(kHealthy);
+    }
+    return list;
+  }
   for (const auto& g : gpus_) {
     for (int r = 0; r < slices_per_gpu_; ++r) {
       auto* d = list.add_devices();
@@ -438,6 +470,24 @@ grpc::Status DevicePluginService::Allocate(grpc::ServerContext*, const v1beta1::
   std::string err;
   if (!ListPendingPods(&pods, &err)) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "gslice: " + err);
   for (const auto& creq : req->container_requests()) {
+    if (config_.remote_client) {
+      std::string why;
+      auto pending = FindPendingContainer(pods, config_.node_name, static_cast<size_t>(creq.devices_ids_size()), {},
+                                          &why, /*remote=*/true);
+      if (!pending) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "gslice: " + why);
+      BuildRemoteContainerResponse(config_, *pending, out->add_container_responses());
+      std::map<std::string, std::string> ann{{std::string(kAnnotationAllocated), std::to_string(pending->index + 1)}};
+      if (pending->index + 1 == pending->total) ann[std::string(kAnnotationBindPhase)] = "allocated";
+      KubeResult patched = kube_->PatchPodAnnotations(pending->namespace_name, pending->pod_name, ann);
+      if (!patched.ok()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "gslice: " + patched.error);
+      for (auto& pod : pods["items"]) {
+        if (Str(pod["metadata"], "uid") == pending->pod_uid && Str(pod["metadata"], "name") == pending->pod_name)
+          for (const auto& [k, v] : ann) pod["metadata"]["annotations"][k] = v;
+      }
+      Log("allocated a remote GPU for " + pending->namespace_name + "/" + pending->pod_name + " at " +
+          pending->remote_address);
+      continue;
+    }
     std::set<std::string> uuids;
     for (const auto& id : creq.devices_ids()) {
       std::string gpu = GpuOfDeviceId(id);
@@ -550,17 +600,20 @@ bool DevicePluginRunner::Register(std::string* error) {
 }
 
 void DevicePluginRunner::PublishNode() {
-  if (!kube_ || config_.node_name.empty()) return;
+  // A client node has no GPUs to publish: the extender must not count it as a GPU node.
+  if (!kube_ || config_.node_name.empty() || config_.remote_client) return;
   std::string inv = EncodeGpuInventory(service_->gpus());
   std::string spg = std::to_string(service_->slices_per_gpu());
-  if (inv + "|" + spg == published_) return;
-  KubeResult r = kube_->PatchNodeAnnotations(
-      config_.node_name, {{std::string(kAnnotationNodeGpus), inv}, {std::string(kAnnotationNodeSlicesPerGpu), spg}});
+  if (inv + "|" + spg + "|" + config_.remote_address == published_) return;
+  std::map<std::string, std::string> annotations = {{std::string(kAnnotationNodeGpus), inv},
+                                                    {std::string(kAnnotationNodeSlicesPerGpu), spg}};
+  if (!config_.remote_address.empty()) annotations[std::string(kAnnotationNodeRemoteAddress)] = config_.remote_address;
+  KubeResult r = kube_->PatchNodeAnnotations(config_.node_name, annotations);
   if (!r.ok()) {
     Log("publishing the GPU inventory on node " + config_.node_name + ": " + r.error);
     return;
   }
-  published_ = inv + "|" + spg;
+  published_ = inv + "|" + spg + "|" + config_.remote_address;
 }
 
 void DevicePluginRunner::RunOnce() {

@@ -138,7 +138,38 @@ void Extender::LearnNodes(const json& args) {
     auto gpus = DecodeGpuInventory(inv, &err);
     if (!gpus) continue;
     state_.SetNode(NodeName(n), *gpus, SlicesPerGpu(n));
+    if (std::string remote = Annotation(n, kAnnotationNodeRemoteAddress); !remote.empty()) {
+      remote_addresses_[NodeName(n)] = remote;
+    }
   }
+}
+
+std::optional<Assignment> Extender::RemotePlace(const PodRequest& pod, std::string* why) const {
+  std::optional<NodeFit> best;
+  std::string best_node, reasons;
+  for (const auto& [node, address] : remote_addresses_) {
+    std::string no;
+    auto fit = state_.Fit(pod, node, PolicyFor(pod), &no);
+    if (!fit) {
+      if (reasons.size() < 512) reasons += (reasons.empty() ? "" : "; ") + node + ": " + no;
+      continue;
+    }
+    if (!best || fit->score > best->score) {
+      best = fit;
+      best_node = node;
+    }
+  }
+  if (!best) {
+    *why = remote_addresses_.empty()
+               ? "no node serves remote GPUs (a GPU node needs gslice-remoted and the " +
+                     std::string(kAnnotationNodeRemoteAddress) + " annotation: docs/kubernetes.md)"
+               : "no node serving remote GPUs has room: " + reasons;
+    return std::nullopt;
+  }
+  Assignment a = best->assignment;
+  a.node = best_node;
+  a.remote_address = remote_addresses_.at(best_node);
+  return a;
 }
 
 Policy Extender::PolicyFor(const PodRequest& pod) const {
@@ -196,9 +227,18 @@ json Extender::Filter(const json& args) {
     if (recent_pods_.size() > 4096) recent_pods_.clear();
     recent_pods_[key] = *pod;
     std::string quota = QuotaProblem(*pod, nullptr);
+    // A remote pod runs on any node (kube-scheduler checks gslice.io/remote-gpu there); its
+    // slice goes wherever a GPU node serving remote GPUs has room.
+    std::string remote_why;
+    const bool remote_fits = pod->remote() && quota.empty() && RemotePlace(*pod, &remote_why).has_value();
     for (const auto& n : names) {
       if (!quota.empty()) {
         unresolvable[n] = "gslice: " + quota;
+        continue;
+      }
+      if (pod->remote()) {
+        if (remote_fits) pass.insert(n);
+        else failed[n] = "gslice: remote GPU: " + remote_why;
         continue;
       }
       std::string why;
@@ -235,7 +275,7 @@ json Extender::Prioritize(const json& args) {
   for (const auto& n : names) {
     int64_t score = 0;
     std::string why;
-    if (pod && pod->wants_gpus()) {
+    if (pod && pod->wants_gpus() && !pod->remote()) {
       if (auto fit = state_.Fit(*pod, n, PolicyFor(*pod), &why)) score = (fit->score + 5) / 10;  // 0..10
     }
     list.push_back({{"Host", n}, {"Score", score}});
@@ -273,15 +313,24 @@ json Extender::Bind(const json& args) {
     booked_at_.erase(key);
     if (pod->wants_gpus()) {
       std::string why;
-      auto fit = state_.Fit(*pod, node, PolicyFor(*pod), &why);
-      if (!fit) return {{"Error", "gslice: pod " + ns + "/" + name + " no longer fits on " + node + ": " + why}};
-      std::string quota = QuotaProblem(*pod, &fit->assignment);
+      std::optional<Assignment> placed;
+      if (pod->remote()) {
+        // The pod runs on `node`; its slice on the GPU node chosen here, recorded in the
+        // assignment (node, remoteAddress) for the device plugin of the pod's node.
+        placed = RemotePlace(*pod, &why);
+        if (!placed) return {{"Error", "gslice: pod " + ns + "/" + name + ": remote GPU: " + why}};
+      } else {
+        auto fit = state_.Fit(*pod, node, PolicyFor(*pod), &why);
+        if (!fit) return {{"Error", "gslice: pod " + ns + "/" + name + " no longer fits on " + node + ": " + why}};
+        placed = fit->assignment;
+      }
+      std::string quota = QuotaProblem(*pod, &*placed);
       if (!quota.empty()) return {{"Error", "gslice: " + quota}};
-      if (!state_.Reserve(key, ns, fit->assignment, false, &why))
+      if (!state_.Reserve(key, ns, *placed, false, &why))
         return {{"Error", "gslice: " + why}};
       // In flight until the binding is written: no resync may drop it meanwhile.
       booked_at_[key] = std::chrono::steady_clock::time_point::max();
-      assignment = fit->assignment;
+      assignment = *placed;
     }
     recent_pods_.erase(key);
   }
@@ -350,6 +399,7 @@ bool Extender::Resync(std::string* error) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   std::set<std::string> seen;
+  remote_addresses_.clear();
   if (const json* items = Field(nodes.body, "items"); items && items->is_array()) {
     for (const auto& n : *items) {
       std::string inv = Annotation(n, kAnnotationNodeGpus);
@@ -360,6 +410,9 @@ bool Extender::Resync(std::string* error) {
       std::string name = NodeName(n);
       state_.SetNode(name, *gpus, SlicesPerGpu(n));
       seen.insert(name);
+      if (std::string remote = Annotation(n, kAnnotationNodeRemoteAddress); !remote.empty()) {
+        remote_addresses_[name] = remote;
+      }
     }
   }
   // Nodes that left the cluster (or lost their inventory) take no more pods.

@@ -151,4 +151,15 @@ std::unique_ptr<GpuSource> MakeNvmlGpuSource(const std::string& library) {
   return std::make_unique<NvmlGpuSource>(library);
 }
 
+std::unique_ptr<GpuSource> MakeNoGpuSource() {
+  class NoGpus final : public GpuSource {
+   public:
+    bool Discover(std::vector<GpuInfo>* gpus, std::string*) override {
+      gpus->clear();
+      return true;
+    }
+  };
+  return std::make_unique<NoGpus>();
+}
+
 }  // namespace gslice::k8s

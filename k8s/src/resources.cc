@@ -233,14 +233,45 @@ std::optional<PodRequest> ParsePodRequest(const json& pod, std::string* error) {
       *error = "container " + cr.name + ": " + std::string(resource) + " " + why;
       return std::nullopt;
     };
-    int64_t gpus = 0, mem = 0, compute = 0;
+    int64_t gpus = 0, mem = 0, compute = 0, remote = 0, remote_mem = 0;
     std::string why;
+    auto rg = ResourceValue(c, kResourceRemoteGpu);
+    auto rm = ResourceValue(c, kResourceRemoteMemory);
+    if (rg && !QuantityOf(*rg, &remote, &why)) return fail(kResourceRemoteGpu, why);
+    if (rm && !QuantityOf(*rm, &remote_mem, &why)) return fail(kResourceRemoteMemory, why);
+    if (remote != 0 || rm) {
+      if (remote != 1) {
+        return fail(kResourceRemoteGpu, std::to_string(remote) + ": must be 1 (one remote GPU per container), with " +
+                                            std::string(kResourceRemoteMemory));
+      }
+      if (!rm || remote_mem < 64) {
+        return fail(kResourceRemoteMemory, (rm ? std::to_string(remote_mem) : std::string("absent")) +
+                                               ": must be at least 64 (MiB); a remote GPU needs its memory size");
+      }
+      if (ResourceValue(c, kResourceGpu) || ResourceValue(c, kResourceMemory)) {
+        return fail(kResourceRemoteGpu, "and " + std::string(kResourceGpu) + " in one container: ask for one or the other");
+      }
+    }
     auto g = ResourceValue(c, kResourceGpu);
     auto m = ResourceValue(c, kResourceMemory);
     auto p = ResourceValue(c, kResourceCompute);
     if (g && !QuantityOf(*g, &gpus, &why)) return fail(kResourceGpu, why);
     if (m && !QuantityOf(*m, &mem, &why)) return fail(kResourceMemory, why);
     if (p && !QuantityOf(*p, &compute, &why)) return fail(kResourceCompute, why);
+    if (remote == 1) {
+      if (p && (compute < 1 || compute > 100))
+        return fail(kResourceCompute, std::to_string(compute) + ": must be 1..100 (percent of one GPU)");
+      cr.remote = true;
+      cr.gpus = 1;
+      cr.memory_mib = remote_mem;
+      cr.compute_percent = static_cast<int>(compute);
+      if (!req.containers.empty() && !req.containers.front().remote) {
+        *error = "container " + cr.name + ": remote and local GPUs in one pod: ask for one or the other";
+        return std::nullopt;
+      }
+      req.containers.push_back(std::move(cr));
+      continue;
+    }
     if (gpus == 0) {
       if (mem > 0 || compute > 0)
         return fail(mem > 0 ? kResourceMemory : kResourceCompute,
@@ -251,6 +282,10 @@ std::optional<PodRequest> ParsePodRequest(const json& pod, std::string* error) {
     if (m && mem < 64) return fail(kResourceMemory, std::to_string(mem) + ": must be at least 64 (MiB)");
     if (p && (compute < 1 || compute > 100))
       return fail(kResourceCompute, std::to_string(compute) + ": must be 1..100 (percent of one GPU)");
+    if (req.remote()) {
+      *error = "container " + cr.name + ": remote and local GPUs in one pod: ask for one or the other";
+      return std::nullopt;
+    }
     cr.gpus = static_cast<int>(gpus);
     cr.memory_mib = mem;
     cr.compute_percent = static_cast<int>(compute);
@@ -262,6 +297,7 @@ std::optional<PodRequest> ParsePodRequest(const json& pod, std::string* error) {
 std::string EncodeAssignment(const Assignment& a) {
   json j;
   j["node"] = a.node;
+  if (!a.remote_address.empty()) j["remoteAddress"] = a.remote_address;
   j["class"] = ToString(a.slice_class);
   j["containers"] = json::array();
   for (const auto& c : a.containers) {
@@ -287,6 +323,7 @@ std::optional<Assignment> DecodeAssignment(std::string_view text, std::string* e
   }
   Assignment a;
   a.node = Str(j, "node");
+  a.remote_address = Str(j, "remoteAddress");
   auto cls = ParseSliceClass(Str(j, "class"));
   if (!cls) {
     *error = "assignment: bad class";

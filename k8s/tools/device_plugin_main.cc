@@ -33,6 +33,14 @@ constexpr const char* kUsage = R"(usage: gslice-device-plugin [options]
   --token-file PATH       bearer token for --apiserver
   --ca-file PATH          CA bundle for an https --apiserver
   --poll-ms N             health and kubelet-restart poll period (default 1000)
+  --remote-client         this node runs pods that use remote GPUs: advertise
+                          gslice.io/remote-gpu (--slices-per-gpu devices) instead of GPUs, and
+                          set containers up with the forwarding client (docs/kubernetes.md)
+  --remote-lib-dir DIR    the forwarding libcuda.so.1's folder on the host, mounted at the same
+                          path in containers (default /usr/lib/gslice/remote)
+  --remote-address ADDR   this node's gslice-remoted (tls://NODE_IP:PORT), published as the
+                          gslice.io/remote-address annotation: the scheduler extender places
+                          remote GPUs of pods on other nodes here (docs/kubernetes.md)
 )";
 
 std::atomic<bool> g_stop{false};
@@ -59,6 +67,10 @@ int main(int argc, char** argv) {
       std::fputs(kUsage, stdout);
       return 0;
     }
+    if (a == "--remote-client") {
+      config.remote_client = true;
+      continue;
+    }
     if (i + 1 >= argc) return Fail(a + ": unknown option or missing value (see --help)");
     std::string v = argv[++i];
     long n = 0;
@@ -73,6 +85,8 @@ int main(int argc, char** argv) {
     else if (a == "--apiserver") apiserver = v;
     else if (a == "--token-file") token_file = v;
     else if (a == "--ca-file") ca_file = v;
+    else if (a == "--remote-address") config.remote_address = v;
+    else if (a == "--remote-lib-dir") config.remote_lib_host_dir = config.remote_lib_container_dir = v;
     else if (a == "--slices-per-gpu") {
       if (!ParseInt(v, 1, 1024, &n)) return Fail("--slices-per-gpu " + v + ": expected 1..1024");
       config.slices_per_gpu = static_cast<int>(n);
@@ -85,7 +99,11 @@ int main(int argc, char** argv) {
   }
   if (config.node_name.empty()) return Fail("no node name: pass --node-name or set NODE_NAME");
   std::unique_ptr<GpuSource> source;
-  if (gpus == "nvml") source = MakeNvmlGpuSource(nvml);
+  if (config.remote_client) {
+    config.resource_name = std::string(kResourceRemoteGpu);
+    config.socket_name = "gslice-remote.sock";
+    source = MakeNoGpuSource();
+  } else if (gpus == "nvml") source = MakeNvmlGpuSource(nvml);
   else if (gpus.rfind("file:", 0) == 0 && gpus.size() > 5) source = MakeFileGpuSource(gpus.substr(5));
   else return Fail("--gpus " + gpus + ": expected nvml or file:PATH");
 
@@ -105,7 +123,7 @@ int main(int argc, char** argv) {
 
   // Containers bind-mount the ledger directory: it must exist before the first Allocate, and
   // the plugin (root) writes the containers' slices into it.
-  {
+  if (!config.remote_client) {
     gslice::Ledger ledger;
     if (gslice::LedgerError e = ledger.Open(config.ledger_host_path.c_str()); e != gslice::LedgerError::kOk)
       return Fail("cannot open or create the node ledger " + config.ledger_host_path + ": " + ledger.detail());

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <string>
 
+#include "attach.h"
 #include "gslice/options.h"
 #include "log.h"
 #include "socket_io.h"
@@ -46,7 +47,8 @@ struct Waiter {
 // already returned from before any later call of another thread. Answers come back in any
 // order across threads: one waiting thread at a time reads them (the reader) and hands each to
 // the thread whose seq it carries, so a thread waiting for a long synchronisation holds up no
-// other. Lock order: g_send_mu, then g_mu.
+// other. The worker connection is made on the first call that needs a GPU (EnsureAttached).
+// Lock order: g_probe_mu, g_send_mu, then g_mu.
 struct Connection {
   Channel channel;
   pid_t pid = 0;        // the process that connected (a forked child connects anew)
@@ -63,6 +65,25 @@ Connection g_conn;
 // Sticky: kNoServerResult or kLostResult once the connection failed (read without a lock on
 // the fast path, written under both locks).
 std::atomic<CUresult> g_failed{CUDA_SUCCESS};
+// The pid of the process whose worker g_conn is (0: none yet): the fast path's "attached".
+std::atomic<pid_t> g_attached{0};
+
+// Until the process's first call that needs a GPU (attach.h), device queries go to a probe: a
+// connection of its own (wire.h: kOpProbe) that holds no slice. Its round trips are one at a
+// time under g_probe_mu, which comes before g_send_mu and g_mu; it is closed at attach (under
+// all three), so the two are never both open once attached.
+struct Probe {
+  Channel channel;
+  pid_t pid = 0;
+  uint32_t seq = 0;
+};
+pthread_mutex_t g_probe_mu = PTHREAD_MUTEX_INITIALIZER;
+Probe g_probe;  // REQUIRES g_probe_mu
+// cuInit's flags once it succeeded on the probe: the worker's driver gets the same call at
+// attach, before anything else, so that it is initialised as the program believes it is.
+// REQUIRES g_probe_mu.
+bool g_init_replay = false;
+unsigned int g_init_flags = 0;
 
 // Answers of cached calls (calls.def: cached), keyed by opcode and arguments (the request
 // without its prefix). REQUIRES g_cache_mu. Never freed: calls may come during exit.
@@ -141,31 +162,45 @@ bool ReadToken(std::string* token, std::string* error) {
   return ReadTokenFile(path, token, error);
 }
 
-// REQUIRES g_send_mu and g_mu (held while connecting: no thread sends or reads meanwhile).
-CUresult ConnectLocked() {
-  if (g_conn.channel.fd >= 0 && g_conn.pid == getpid()) return CUDA_SUCCESS;
-  if (g_conn.channel.fd >= 0) {
-    // A forked child: the parent's connection (and worker) stay the parent's.
-    close(g_conn.channel.fd);
-    g_conn = Connection{};
-    g_failed = CUDA_SUCCESS;
-  }
-  if (const CUresult failed = g_failed.load(); failed != CUDA_SUCCESS) return failed;
+uint32_t Lane();
+
+// Closes a connection that is no longer used (its TLS session first).
+void CloseChannel(Channel* c) {
+  if (c->tls != nullptr) TlsFree(c->tls);
+  if (c->fd >= 0) close(c->fd);
+  *c = Channel{};
+}
+
+// Connects to GSLICE_REMOTE and says hello with op: kOpHello (the server starts a worker in a
+// slice) or kOpProbe (device queries only, attach.h). A tls:// server gets the TLS handshake
+// and then the token as the first frame, for either. False, with *why, when there is no
+// server or it refused (the caller fails with kNoServerResult); nothing is left open then.
+bool Handshake(uint32_t op, Channel* out, uint32_t* worker_pid, std::string* shown, std::string* why) {
   shim::InitLog();
   const char* text = OptionValue(Option::Remote);
   if (text[0] == '\0') {
-    return FailLocked(kNoServerResult, std::string(OptionEnv(Option::Remote)) +
-                                           " is not set: this libcuda.so.1 forwards to a gslice-remoted "
-                                           "(run the program with gslice run --remote ADDR)");
+    *why = std::string(OptionEnv(Option::Remote)) +
+           " is not set: this libcuda.so.1 forwards to a gslice-remoted "
+           "(run the program with gslice run --remote ADDR)";
+    return false;
   }
   Address address;
   std::string error;
-  if (!ParseAddress(text, &address, &error)) return FailLocked(kNoServerResult, error);
+  if (!ParseAddress(text, &address, why)) return false;
+  *shown = address.text;
   std::string token;
-  if (address.tls && !ReadToken(&token, &error)) return FailLocked(kNoServerResult, address.text + ": " + error);
-  int fd = Connect(address, &error);
-  if (fd < 0) return FailLocked(kNoServerResult, error);
+  if (address.tls && !ReadToken(&token, &error)) {
+    *why = address.text + ": " + error;
+    return false;
+  }
+  const int fd = Connect(address, why);
+  if (fd < 0) return false;
   Channel channel{.fd = fd};
+  auto refuse = [&](const std::string& reason) {
+    CloseChannel(&channel);
+    *why = reason;
+    return false;
+  };
   if (address.tls) {
     // TLS, then the token as the first frame inside it.
     channel.tls = TlsConnect(fd, address.host, OptionValue(Option::RemoteCa), kHelloTimeoutMs, &error);
@@ -173,46 +208,174 @@ CUresult ConnectLocked() {
                       WriteFrame(channel, FrameHeader{.seq = 0, .op = kOpToken}, token.data(), token.size());
     std::fill(token.begin(), token.end(), '\0');
     if (!sent) {
-      TlsFree(channel.tls);
-      close(fd);
-      return FailLocked(kNoServerResult,
-                        address.text + ": " + (channel.tls != nullptr ? "the server closed the connection" : error));
+      return refuse(address.text + ": " + (channel.tls != nullptr ? "the server closed the connection" : error));
     }
   }
-  g_conn.channel = channel;
-  g_conn.pid = getpid();
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
   Hello hello{.calls_hash = kCallsHash,
               .memory = OptionValue(Option::Memory),
               .compute = OptionValue(Option::Compute),
               .share = OptionValue(Option::Share),
-              .slice_class = OptionIsSet(Option::Class) ? OptionValue(Option::Class) : ""};
+              .slice_class = OptionIsSet(Option::Class) ? OptionValue(Option::Class) : "",
+              .idle_timeout = OptionValue(Option::IdleTimeout),
+              .host = std::string(host).substr(0, kMaxHelloString)};
   Writer w;
   EncodeHello(hello, &w);
-  if (!WriteFrame(channel, FrameHeader{.seq = 0, .op = kOpHello}, w.buffer().data(), w.size())) {
-    return FailLocked(kNoServerResult, "handshake with " + address.text + ": the server closed the connection");
+  if (!WriteFrame(channel, FrameHeader{.seq = 0, .op = op}, w.buffer().data(), w.size())) {
+    return refuse("handshake with " + address.text + ": the server closed the connection");
   }
   FrameHeader h;
   std::vector<uint8_t> payload;
   if (channel.tls == nullptr && !ReadWithin(fd, kHelloTimeoutMs)) {
-    return FailLocked(kNoServerResult, "handshake with " + address.text + ": no answer within 30 s");
+    return refuse("handshake with " + address.text + ": no answer within 30 s");
   }
   if (channel.tls != nullptr) TlsSetReadTimeout(channel.tls, kHelloTimeoutMs);
   const FrameRead got = ReadFrame(channel, kMaxString + 64, &h, &payload);
   if (channel.tls != nullptr) TlsSetReadTimeout(channel.tls, 0);
-  if (got != FrameRead::kOk || h.op != (kOpHello | kReplyBit)) {
-    return FailLocked(kNoServerResult, "handshake with " + address.text +
-                                           ": the server closed the connection or gave no answer within 30 s "
-                                           "(see its log)");
+  // A refusal before the server read which handshake this is (a wrong token) answers kOpHello.
+  if (got != FrameRead::kOk || (h.op != (op | kReplyBit) && h.op != (kOpHello | kReplyBit))) {
+    return refuse("handshake with " + address.text +
+                  ": the server closed the connection or gave no answer within 30 s (see its log)");
   }
   Reader r(payload.data(), payload.size());
   HelloReply reply;
-  if (!DecodeHelloReply(&r, &reply, &error)) return FailLocked(kNoServerResult, address.text + ": " + error);
-  if (reply.status != 0) {
-    return FailLocked(kNoServerResult, address.text + " refused this client: " + reply.message);
+  if (!DecodeHelloReply(&r, &reply, &error)) return refuse(address.text + ": " + error);
+  if (reply.status != 0) return refuse(address.text + " refused this client: " + reply.message);
+  if (h.op != (op | kReplyBit)) return refuse("handshake with " + address.text + ": the answer is not for it");
+  *worker_pid = reply.worker_pid;
+  *out = channel;
+  return true;
+}
+
+// Makes sure the process holds its worker (attach on use, attach.h): connects with kOpHello,
+// replays the cuInit the probe accepted before any other request, and closes the probe.
+// The replay goes on `lane` (the attaching thread's, taken before the locks: Lane() takes
+// g_mu). REQUIRES g_probe_mu, g_send_mu and g_mu (held while attaching: no thread sends,
+// reads or asks the probe meanwhile).
+CUresult AttachLocked(uint32_t lane) {
+  if (g_conn.channel.fd >= 0 && g_conn.pid == getpid()) return CUDA_SUCCESS;
+  if (g_conn.channel.fd >= 0) {
+    // A forked child: the parent's connection (and worker) stay the parent's.
+    close(g_conn.channel.fd);
+    g_conn = Connection{};
+    g_failed = CUDA_SUCCESS;
   }
-  Log(LogLevel::kInfo, "remote: connected to %s%s, worker pid %u", address.text.c_str(),
-      channel.tls != nullptr ? " (TLS)" : "", reply.worker_pid);
+  if (g_probe.channel.fd >= 0 && g_probe.pid != getpid()) {
+    close(g_probe.channel.fd);
+    g_probe = Probe{};
+  }
+  if (const CUresult failed = g_failed.load(); failed != CUDA_SUCCESS) return failed;
+  Channel channel;
+  uint32_t worker_pid = 0;
+  std::string shown, why;
+  if (!Handshake(kOpHello, &channel, &worker_pid, &shown, &why)) return FailLocked(kNoServerResult, why);
+  g_conn.channel = channel;
+  g_conn.pid = getpid();
+  if (g_probe.channel.fd >= 0) CloseChannel(&g_probe.channel);  // the probe process ends with it
+  Log(LogLevel::kInfo, "remote: connected to %s%s, worker pid %u", shown.c_str(),
+      channel.tls != nullptr ? " (TLS)" : "", worker_pid);
+  if (g_init_replay) {
+    // Nothing else is in flight on the new connection: its answer is read here directly.
+    Writer init;
+    EncodeRequestPrefix(RequestPrefix{.context = 0, .lane = lane}, &init);
+    init.Put(g_init_flags);
+    const uint32_t seq = ++g_conn.seq;
+    FrameHeader h;
+    std::vector<uint8_t> reply;
+    if (!WriteFrame(channel, FrameHeader{.seq = seq, .op = kOp_cuInit}, init.buffer().data(), init.size()) ||
+        ReadFrame(channel, kMaxFrame, &h, &reply) != FrameRead::kOk) {
+      return FailLocked(kLostResult, "lost the server while replaying cuInit on the worker");
+    }
+    Reader in(reply.data(), reply.size());
+    int32_t value = 0;
+    if (h.seq != seq || h.op != (kOp_cuInit | kReplyBit) || !in.Get(&value) || value != CUDA_SUCCESS) {
+      return FailLocked(kNoServerResult, "the worker's driver refused cuInit, which the probe accepted (" +
+                                             std::to_string(value) + ")");
+    }
+  }
+  g_attached = getpid();
   return CUDA_SUCCESS;
+}
+
+// Attaches unless this process already holds its worker (the fast path takes no lock).
+CUresult EnsureAttached() {
+  if (g_attached.load(std::memory_order_acquire) == getpid()) return CUDA_SUCCESS;
+  const uint32_t lane = Lane();
+  pthread_mutex_lock(&g_probe_mu);
+  pthread_mutex_lock(&g_send_mu);
+  pthread_mutex_lock(&g_mu);
+  const CUresult result = AttachLocked(lane);
+  pthread_mutex_unlock(&g_mu);
+  pthread_mutex_unlock(&g_send_mu);
+  pthread_mutex_unlock(&g_probe_mu);
+  return result;
+}
+
+// REQUIRES g_send_mu and g_mu. The connection the request goes on (attached by
+// EnsureAttached; a process whose worker failed reports it).
+CUresult ConnectLocked() {
+  if (const CUresult failed = g_failed.load(); failed != CUDA_SUCCESS) return failed;
+  if (g_conn.channel.fd >= 0 && g_conn.pid == getpid()) return CUDA_SUCCESS;
+  return FailLocked(kLostResult, "a request without a worker connection");
+}
+
+// What a probe round trip came to.
+enum class ProbeAsked { kAnswered, kAttached, kFailed };
+
+// Asks the probe (connecting it first) when the process holds no worker yet; kAttached when
+// it does (the caller sends on the worker's connection instead). On kFailed, *result holds the
+// connection's failure.
+ProbeAsked AskProbe(uint32_t op, const Writer& request, std::vector<uint8_t>* reply, CUresult* result) {
+  if (g_attached.load(std::memory_order_acquire) == getpid()) return ProbeAsked::kAttached;
+  pthread_mutex_lock(&g_probe_mu);
+  ProbeAsked asked = ProbeAsked::kFailed;
+  if (g_attached.load() == getpid()) {
+    asked = ProbeAsked::kAttached;
+  } else if (*result = g_failed.load(); *result == CUDA_SUCCESS) {
+    if (g_probe.channel.fd >= 0 && g_probe.pid != getpid()) {
+      close(g_probe.channel.fd);  // a forked child's: the parent's probe stays the parent's
+      g_probe = Probe{};
+    }
+    if (g_probe.channel.fd < 0) {
+      uint32_t ignored = 0;
+      std::string shown, why;
+      if (!Handshake(kOpProbe, &g_probe.channel, &ignored, &shown, &why)) {
+        *result = Fail(kNoServerResult, why);
+      } else {
+        g_probe.pid = getpid();
+        Log(LogLevel::kDebug,
+            "remote: asking %s about its devices; no slice is held until the first call that needs a GPU",
+            shown.c_str());
+      }
+    }
+    if (*result == CUDA_SUCCESS) {
+      const uint32_t seq = ++g_probe.seq;
+      FrameHeader h;
+      if (!WriteFrame(g_probe.channel, FrameHeader{.seq = seq, .op = op}, request.buffer().data(), request.size())) {
+        *result = Fail(kLostResult, std::string("lost the server while sending ") + kOpNames[op]);
+      } else if (ReadFrame(g_probe.channel, kMaxFrame, &h, reply) != FrameRead::kOk) {
+        *result = Fail(kLostResult, std::string("lost the server during ") + kOpNames[op]);
+      } else if (h.seq != seq || h.op != (op | kReplyBit)) {
+        *result = Fail(kLostResult, std::string("the server's answer to ") + kOpNames[op] + " is not for it");
+      } else {
+        asked = ProbeAsked::kAnswered;
+        int32_t value = 0;
+        if (op == kOp_cuInit && reply->size() >= sizeof value) std::memcpy(&value, reply->data(), sizeof value);
+        if (op == kOp_cuInit && value == CUDA_SUCCESS && reply->size() >= sizeof value && !g_init_replay) {
+          // The request: the prefix, then u32 Flags.
+          uint32_t flags = 0;
+          if (request.size() >= kRequestPrefixSize + sizeof flags) {
+            std::memcpy(&flags, request.buffer().data() + kRequestPrefixSize, sizeof flags);
+          }
+          g_init_replay = true;
+          g_init_flags = flags;
+        }
+      }
+    }
+  }
+  pthread_mutex_unlock(&g_probe_mu);
+  return asked;
 }
 
 // REQUIRES g_mu.
@@ -373,6 +536,16 @@ CUresult Call::Run() {
     }
     pthread_mutex_unlock(&g_cache_mu);
   }
+  if (AnswersWithoutSlice(op_)) {
+    // Before the process holds its worker, the probe answers (attach.h).
+    CUresult failed = CUDA_SUCCESS;
+    switch (AskProbe(op_, request_, &reply_buffer_, &failed)) {
+      case ProbeAsked::kFailed: return failed;
+      case ProbeAsked::kAnswered: return Answered(std::move(key));
+      case ProbeAsked::kAttached: break;
+    }
+  }
+  if (const CUresult attached = EnsureAttached(); attached != CUDA_SUCCESS) return attached;
   if (kOpAsync[op_]) {
     // Not waited for: its driver error, if any, comes with the next synchronisation.
     const CUresult result = Send(op_, request_, nullptr);
@@ -392,12 +565,16 @@ CUresult Call::Run() {
   if (waiter.header.op != (op_ | kReplyBit)) {
     return Fail(kLostResult, std::string("the server's answer to ") + kOpNames[op_] + " is not for it");
   }
+  return Answered(std::move(key));
+}
+
+CUresult Call::Answered(std::vector<uint8_t> key) {
   reader_ = Reader(reply_buffer_.data(), reply_buffer_.size());
   int32_t value = 0;
   if (!reader_.Get(&value)) {
     return Fail(kLostResult, std::string("the server's answer to ") + kOpNames[op_] + " is empty");
   }
-  result = static_cast<CUresult>(value);
+  const CUresult result = static_cast<CUresult>(value);
   answered_ = true;
   if (kOpCached[op_] && result == CUDA_SUCCESS) {
     pthread_mutex_lock(&g_cache_mu);

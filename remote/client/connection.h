@@ -1,9 +1,10 @@
 // The forwarding client's side of a call: one connection per process to gslice-remoted
-// (GSLICE_REMOTE; tls:// with the token of GSLICE_REMOTE_TOKEN_FILE), made at the first call,
-// shared by the process's threads, and the per-thread context stack whose top each request
-// carries. Each thread's requests carry its lane, which the worker serves on a thread of its
-// own: a thread waiting in a synchronisation holds up no other thread's calls. Runs inside
-// applications: libc only, no exceptions, never raises a signal.
+// (GSLICE_REMOTE; tls:// with the token of GSLICE_REMOTE_TOKEN_FILE), made at the first call
+// that needs a GPU (before it, device queries go to a probe connection that holds no slice:
+// attach.h), shared by the process's threads, and the per-thread context stack whose top each
+// request carries. Each thread's requests carry its lane, which the worker serves on a thread
+// of its own: a thread waiting in a synchronisation holds up no other thread's calls. Runs
+// inside applications: libc only, no exceptions, never raises a signal.
 //
 // Failures become CUresults with one log line: no server configured or reachable, or the
 // handshake refused -> CUDA_ERROR_NO_DEVICE; the connection lost or a reply that breaks the
@@ -47,6 +48,10 @@ class Call {
   CUresult Malformed();
 
  private:
+  // Reads the result from reply_buffer_ (the answer to this call) and caches a cached call's
+  // successful answer under key.
+  CUresult Answered(std::vector<uint8_t> key);
+
   uint32_t op_;
   Writer request_;
   std::vector<uint8_t> reply_buffer_;

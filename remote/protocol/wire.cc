@@ -68,17 +68,20 @@ void EncodeHello(const Hello& h, Writer* w) {
   w->PutString(h.compute);
   w->PutString(h.share);
   w->PutString(h.slice_class);
+  w->PutString(h.idle_timeout);
+  w->PutString(h.host);
 }
 
 bool DecodeHello(Reader* r, Hello* h, std::string* error) {
   if (!ReadPreamble(r, error)) return false;
   if (!r->Get(&h->calls_hash) || !r->GetString(kMaxHelloString, &h->memory) ||
       !r->GetString(kMaxHelloString, &h->compute) || !r->GetString(kMaxHelloString, &h->share) ||
-      !r->GetString(kMaxHelloString, &h->slice_class) || !r->AtEnd()) {
+      !r->GetString(kMaxHelloString, &h->slice_class) || !r->GetString(kMaxHelloString, &h->idle_timeout) ||
+      !r->GetString(kMaxHelloString, &h->host) || !r->AtEnd()) {
     *error = "malformed handshake";
     return false;
   }
-  for (const std::string* s : {&h->memory, &h->compute, &h->share, &h->slice_class}) {
+  for (const std::string* s : {&h->memory, &h->compute, &h->share, &h->slice_class, &h->idle_timeout, &h->host}) {
     if (!Printable(*s)) {
       *error = "handshake strings must be printable ASCII";
       return false;

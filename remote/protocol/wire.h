@@ -2,15 +2,22 @@
 // encoder/decoder both sides use for what is inside them.
 //
 // Frame:   u32 length | u32 seq | u32 op | length bytes of payload       (little endian)
-//   A request's op is an Op of calls.h (or kOpHello, kOpToken); its reply carries op | kReplyBit
-//   and the same seq. The requests of one client thread (a lane) are answered in order; those of
-//   different lanes may be answered in any order (each lane has its own serving thread).
+//   A request's op is an Op of calls.h (or kOpHello, kOpProbe, kOpToken); its reply carries
+//   op | kReplyBit and the same seq. The requests of one client thread (a lane) are answered
+//   in order; those of different lanes may be answered in any order (each lane has its own
+//   serving thread).
 // Hello:   the client's first frame (op kOpHello): u32 kMagic, u16 kVersion, u16 0,
 //          u64 kCallsHash, then the slice it asks for as strings (memory, compute, share,
-//          class: what `gslice run` takes). Its reply: u32 kMagic, u16 kVersion, u16 0,
-//          i32 status (0: accepted), u32 worker pid, string message.
+//          class, idle timeout: what `gslice run` takes) and the client's host name. Its
+//          reply: u32 kMagic, u16 kVersion, u16 0, i32 status (0: accepted), u32 worker pid
+//          (0 for a probe), string message.
+// Probe:   the same frame with op kOpProbe: the server answers device queries (the calls
+//          AnswersWithoutSlice allows) from a process that loads the driver but starts no
+//          worker and holds no slice; the client attaches (kOpHello, a second connection)
+//          at its first call that needs a GPU. Over TLS the token frame comes first, as for
+//          a Hello.
 // Token:   over TLS only, the client's first frame (op kOpToken): the token's bytes, at most
-//          kMaxToken. No reply: a wrong token gets a refused Hello reply.
+//          kMaxToken. No reply: a wrong token gets a refused Hello (or Probe) reply.
 // Request: u64 the client thread's current context, u32 its lane (a number per client thread,
 //          reused after the thread exits), then the call's arguments; a buffer the worker
 //          passes to the driver in place starts at a multiple of 16 bytes (zero padding).
@@ -32,7 +39,7 @@
 namespace gslice::remote {
 
 inline constexpr uint32_t kMagic = 0x524c5347;  // "GSLR"
-inline constexpr uint16_t kVersion = 2;
+inline constexpr uint16_t kVersion = 3;
 inline constexpr uint32_t kHeaderSize = 12;
 // The largest host buffer one call carries (a module image, a piece of a copy); larger ones
 // are refused on the client with CUDA_ERROR_INVALID_VALUE and a log line.
@@ -47,6 +54,7 @@ inline constexpr uint32_t kMaxHelloString = 128;
 inline constexpr uint32_t kReplyBit = 0x80000000u;
 inline constexpr uint32_t kOpHello = 0x7fff0001u;
 inline constexpr uint32_t kOpToken = 0x7fff0002u;
+inline constexpr uint32_t kOpProbe = 0x7fff0003u;
 inline constexpr uint32_t kMaxToken = 1024;
 // Lanes a worker serves at once: a client thread beyond them shares a lane (its calls then
 // wait behind that lane's).
@@ -162,6 +170,8 @@ struct Hello {
   std::string compute;  // --compute: "30%" or ""
   std::string share;    // --share
   std::string slice_class;  // --class: guaranteed, opportunistic or ""
+  std::string idle_timeout;  // --idle-timeout: "30m", "600s" or "" (never)
+  std::string host;          // the client's host name, shown with its slice ("" unknown)
 };
 
 struct HelloReply {

@@ -7,7 +7,9 @@
 // and runs `gslice run --memory ... [--sim] -- gslice-remoted --worker-fd N`, so the worker
 // runs in a slice exactly like a local program: under the gslice shim, admitted by gsliced
 // where one runs, limited and metered alike. The session waits for its worker and tells the
-// client why when `gslice run` refused. The listening process never loads a driver.
+// client why when `gslice run` refused. A probe's session (the client has not made a call that
+// needs a GPU yet, attach.h) instead loads the driver itself and answers device queries, with
+// no worker and no slice. The listening process never loads a driver.
 //
 // Security: plain TCP is served on loopback addresses only; other machines are served over
 // tls:// only, where the session first completes a TLS handshake (the server's certificate and
@@ -39,6 +41,8 @@
 #include <vector>
 
 #include "calls.h"
+#include "gslice/options.h"
+#include "probe.h"
 #include "socket_io.h"
 #include "tls.h"
 #include "token.h"
@@ -279,6 +283,47 @@ void* RelayToClient(void* arg) {
   return nullptr;  // the session closes the client's connection once the worker is gone
 }
 
+// Who a session serves, as `gslice ls` shows it: the host the client names, and its peer
+// as this side sees it (a unix socket's peer pid and uid, a TCP peer's address).
+std::string ClientOf(int fd, const std::string& host) {
+  std::string peer;
+  sockaddr_storage sa = {};
+  socklen_t len = sizeof sa;
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0 && sa.ss_family == AF_UNIX) {
+    ucred cred = {};
+    socklen_t clen = sizeof cred;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) == 0) {
+      peer = "unix pid " + std::to_string(cred.pid) + " uid " + std::to_string(cred.uid);
+    }
+  } else if (sa.ss_family == AF_INET || sa.ss_family == AF_INET6) {
+    char text[INET6_ADDRSTRLEN] = {};
+    int port = 0;
+    if (sa.ss_family == AF_INET) {
+      auto* in = reinterpret_cast<sockaddr_in*>(&sa);
+      inet_ntop(AF_INET, &in->sin_addr, text, sizeof text);
+      port = ntohs(in->sin_port);
+      peer = std::string("tcp ") + text + ":" + std::to_string(port);
+    } else {
+      auto* in6 = reinterpret_cast<sockaddr_in6*>(&sa);
+      inet_ntop(AF_INET6, &in6->sin6_addr, text, sizeof text);
+      port = ntohs(in6->sin6_port);
+      peer = std::string("tcp [") + text + "]:" + std::to_string(port);
+    }
+  }
+  if (host.empty()) return peer.empty() ? "unknown" : peer;
+  return peer.empty() ? host : host + " (" + peer + ")";
+}
+
+// The driver a probe loads: the simulated one beside this binary, or the node's.
+std::string ProbeDriver(bool sim) {
+  if (sim) {
+    const std::string self = SelfExe();
+    return self.substr(0, self.rfind('/') + 1) + "../lib/sim/libcuda.so.1";
+  }
+  const char* real = OptionValue(Option::RealDriver);
+  return real[0] != '\0' ? real : "libcuda.so.1";
+}
+
 pid_t g_worker = 0;
 void ForwardStop(int sig) {
   if (g_worker > 0) kill(g_worker, sig);
@@ -309,7 +354,7 @@ int Session(int fd, bool sim, const TlsListening* tls) {
   timeval none = {.tv_sec = 0, .tv_usec = 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
   alarm(0);
-  if (got != FrameRead::kOk || h.op != kOpHello) {
+  if (got != FrameRead::kOk || (h.op != kOpHello && h.op != kOpProbe)) {
     fprintf(stderr, "gslice-remoted: a client that does not speak the protocol: connection closed\n");
     return 0;
   }
@@ -329,6 +374,10 @@ int Session(int fd, bool sim, const TlsListening* tls) {
     SendRefusal(channel, "no memory limit asked for: run the program with gslice run --remote ADDR --memory SIZE");
     return 0;
   }
+  if (h.op == kOpProbe) {
+    // Device queries before the client's first GPU call: no worker, no slice (attach.h).
+    return RunProbe(channel, ProbeOptions{.driver = ProbeDriver(sim), .memory = hello.memory});
+  }
   std::string self = SelfExe();
   std::string worker = self;
   const std::string deleted = " (deleted)";
@@ -343,6 +392,8 @@ int Session(int fd, bool sim, const TlsListening* tls) {
   if (!hello.compute.empty()) args.push_back("--compute=" + hello.compute);
   if (!hello.share.empty()) args.push_back("--share=" + hello.share);
   if (!hello.slice_class.empty()) args.push_back("--class=" + hello.slice_class);
+  if (!hello.idle_timeout.empty()) args.push_back("--idle-timeout=" + hello.idle_timeout);
+  args.push_back("--remote-client=" + ClientOf(fd, hello.host));
   args.push_back("--name=remote-" + std::to_string(getpid()));
   if (sim) args.push_back("--sim");
   // The worker's socket: the client's own, or over TLS one end of a pair this session relays.

@@ -417,7 +417,7 @@ TEST_F(RegistryApiTest, MigratesAVersionThreeDatabase) {
   {
     auto store = Store::Open(db_);
     ASSERT_TRUE(store.ok()) << store.status().message();
-    EXPECT_EQ(store.value()->schema_version(), 5);
+    EXPECT_EQ(store.value()->schema_version(), 6);
     EXPECT_EQ(store.value()->schema_version(), Store::CurrentSchemaVersion());
     auto slices = store.value()->LoadSlices();
     ASSERT_TRUE(slices.ok()) << slices.status().message();
@@ -426,7 +426,9 @@ TEST_F(RegistryApiTest, MigratesAVersionThreeDatabase) {
     EXPECT_EQ(old.owner_uid, 1000);
     EXPECT_EQ(old.idle_timeout_s, 60);
     EXPECT_EQ(old.protect_permille, 0u);  // the default
+    EXPECT_EQ(old.remote_client, "");     // a local slice
     old.protect_permille = 900;
+    old.remote_client = "laptop (tcp 10.0.0.5:41234)";
     ASSERT_TRUE(store.value()->PutSlice(old).ok());
   }
   auto store = Store::Open(db_);
@@ -435,6 +437,7 @@ TEST_F(RegistryApiTest, MigratesAVersionThreeDatabase) {
   ASSERT_TRUE(slices.ok()) << slices.status().message();
   ASSERT_EQ(slices->size(), 1u);
   EXPECT_EQ(slices.value()[0].protect_permille, 900u);
+  EXPECT_EQ(slices.value()[0].remote_client, "laptop (tcp 10.0.0.5:41234)");
   EXPECT_EQ(slices.value()[0].owner_uid, 1000);
 }
 
@@ -477,6 +480,34 @@ TEST_F(RegistryApiTest, ProtectionLevelIsStoredShownAndWrittenToTheLedger) {
   Node node(db_, ledger_);
   EXPECT_DOUBLE_EQ(node.CallJson("GET", "/v1/slices/train")["protect"].get<double>(), 0.9);
   EXPECT_EQ(ledger.limits()->slices[ledger.FindSlice("train")].protect_permille, 900u);
+}
+
+// A remote slice (a gslice-remoted worker's) carries its client: shown with the slice's state
+// as seen by its client, kept across a restart; a local slice has none; a client text that is
+// not printable or too long is refused.
+TEST_F(RegistryApiTest, RemoteSlicesShowTheirClient) {
+  {
+    Node node(db_, ledger_);
+    json made = node.CallJson(
+        "POST", "/v1/slices",
+        R"j({"name":"remote-1","user":"u","gpus":["0"],"memory":"1GiB","remote_client":"laptop (tcp 10.0.0.5:41234)"})j",
+        201);
+    EXPECT_EQ(made["remote"]["client"], "laptop (tcp 10.0.0.5:41234)") << made;
+    EXPECT_EQ(made["remote"]["state"], "attached") << made;
+    json local = node.CallJson("POST", "/v1/slices", R"({"name":"local","user":"u","gpus":["0"],"memory":"1GiB"})", 201);
+    EXPECT_TRUE(local["remote"].is_null()) << local;
+    node.CallJson("POST", "/v1/slices",
+                  R"({"name":"bad","user":"u","gpus":["0"],"memory":"1GiB","remote_client":"a
+b"})", 400);
+    node.CallJson("POST", "/v1/slices",
+                  json{{"name", "long"}, {"user", "u"}, {"gpus", {"0"}}, {"memory", "1GiB"},
+                       {"remote_client", std::string(201, 'x')}}
+                      .dump(),
+                  400);
+    EXPECT_EQ(node.Call("GET", "/v1/slices/bad").status, 404);
+  }
+  Node node(db_, ledger_);
+  EXPECT_EQ(node.CallJson("GET", "/v1/slices/remote-1")["remote"]["client"], "laptop (tcp 10.0.0.5:41234)");
 }
 
 // PATCH changes a guaranteed slice's protection level in the database and the ledger, where the

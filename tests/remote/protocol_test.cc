@@ -65,7 +65,8 @@ TEST(RemoteWire, HeaderLengthIsBounded) {
 
 TEST(RemoteWire, HelloRoundTripsAndRefusesGarbage) {
   Writer w;
-  EncodeHello(Hello{.calls_hash = kCallsHash, .memory = "2GiB", .compute = "30%", .share = "", .slice_class = "opportunistic"},
+  EncodeHello(Hello{.calls_hash = kCallsHash, .memory = "2GiB", .compute = "30%", .share = "", .slice_class = "opportunistic",
+                    .idle_timeout = "30m", .host = "laptop"},
               &w);
   Reader r(w.buffer().data(), w.size());
   Hello h;
@@ -74,6 +75,8 @@ TEST(RemoteWire, HelloRoundTripsAndRefusesGarbage) {
   EXPECT_EQ(h.memory, "2GiB");
   EXPECT_EQ(h.compute, "30%");
   EXPECT_EQ(h.slice_class, "opportunistic");
+  EXPECT_EQ(h.idle_timeout, "30m");
+  EXPECT_EQ(h.host, "laptop");
   EXPECT_EQ(h.calls_hash, kCallsHash);
 
   // Every truncation, and every single-byte change of the magic or version, is refused.
@@ -91,13 +94,16 @@ TEST(RemoteWire, HelloRoundTripsAndRefusesGarbage) {
   }
   // A control character in a string (it becomes a command-line argument on the server).
   Writer nl;
-  EncodeHello(Hello{.calls_hash = kCallsHash, .memory = "2GiB\n--gpus", .compute = "", .share = "", .slice_class = ""},
+  EncodeHello(Hello{.calls_hash = kCallsHash, .memory = "2GiB\n--gpus", .compute = "", .share = "", .slice_class = "",
+                    .idle_timeout = "", .host = ""},
               &nl);
   Reader t(nl.buffer().data(), nl.size());
   EXPECT_FALSE(DecodeHello(&t, &h, &error));
   // Trailing bytes.
   Writer more;
-  EncodeHello(Hello{.calls_hash = 1, .memory = "1GiB", .compute = "", .share = "", .slice_class = ""}, &more);
+  EncodeHello(Hello{.calls_hash = 1, .memory = "1GiB", .compute = "", .share = "", .slice_class = "", .idle_timeout = "",
+                    .host = ""},
+              &more);
   more.Put<uint8_t>(0);
   Reader m(more.buffer().data(), more.size());
   EXPECT_FALSE(DecodeHello(&m, &h, &error));

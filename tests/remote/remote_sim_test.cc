@@ -214,7 +214,8 @@ class Raw {
   int fd() const { return fd_; }
   bool Hello(const std::string& memory) {
     Writer w;
-    EncodeHello(gslice::remote::Hello{.calls_hash = kCallsHash, .memory = memory, .compute = "", .share = "", .slice_class = ""},
+    EncodeHello(gslice::remote::Hello{.calls_hash = kCallsHash, .memory = memory, .compute = "", .share = "",
+                                      .slice_class = "", .idle_timeout = "", .host = ""},
                 &w);
     if (!WriteFrame(fd_, FrameHeader{.seq = 0, .op = kOpHello}, w.buffer().data(), w.size())) return false;
     FrameHeader h;
@@ -700,17 +701,24 @@ TEST_F(RemoteSim, TlsServesTheTokenAndRefusesEverythingElse) {
   const size_t at = line.find("tls://");
   ASSERT_NE(at, std::string::npos) << line;
   const std::string address = line.substr(at, line.find(' ', at) - at);
-  auto client = [&](const std::string& addr, const std::string& token, const std::string& ca) {
-    std::vector<std::string> env = {"GSLICE_LOG=info"};
+  auto client = [&](const std::string& addr, const std::string& token, const std::string& ca,
+                    const std::string& log = "info") {
+    std::vector<std::string> env = {"GSLICE_LOG=" + log};
     if (!token.empty()) env.push_back("GSLICE_REMOTE_TOKEN_FILE=" + token);
     if (!ca.empty()) env.push_back("GSLICE_REMOTE_CA=" + ca);
     return RunProgram(Remote(addr, "1GiB", {kProbe, "alloc", "4096"}), env);
   };
   const std::string refused = "gslice-remoted: refused a client from 127.0.0.1:";
 
-  Result good = client(address, files("token"), files("ca.pem"));
+  // Its device queries go to a probe over TLS (token first), then its allocation attaches a
+  // worker over TLS, where the replayed cuInit comes first.
+  Result good = client(address, files("token"), files("ca.pem"), "debug");
   EXPECT_NE(good.out.find("CUDA_SUCCESS\n"), std::string::npos) << good.out;
-  EXPECT_NE(good.out.find("(TLS), worker pid"), std::string::npos) << good.out;
+  const size_t probed = good.out.find("remote: asking " + address + " about its devices");
+  const size_t attached = good.out.find("(TLS), worker pid");
+  EXPECT_NE(probed, std::string::npos) << good.out;
+  EXPECT_NE(attached, std::string::npos) << good.out;
+  EXPECT_LT(probed, attached) << good.out;
 
   Result wrong = client(address, files("wrong"), files("ca.pem"));
   EXPECT_NE(wrong.out.find("refused this client: wrong token"), std::string::npos) << wrong.out;
@@ -742,7 +750,7 @@ TEST_F(RemoteSim, TlsServesTheTokenAndRefusesEverythingElse) {
     const Channel c{.fd = fd, .tls = tls};
     Writer w;
     EncodeHello(gslice::remote::Hello{.calls_hash = kCallsHash, .memory = "1GiB", .compute = "", .share = "",
-                                      .slice_class = ""},
+                                      .slice_class = "", .idle_timeout = "", .host = ""},
                 &w);
     ASSERT_TRUE(WriteFrame(c, FrameHeader{.seq = 0, .op = kOpHello}, w.buffer().data(), w.size()));
     FrameHeader h;

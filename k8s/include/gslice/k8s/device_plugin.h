@@ -56,6 +56,17 @@ struct DevicePluginConfig {
   std::string board_host_path = "/dev/shm/gslice-suspend";
   std::string board_container_path = "/dev/shm/gslice-suspend";
   std::string dev_root = "/dev";  // where /dev/nvidia* device nodes are looked for
+  // Where this node's gslice-remoted serves remote GPUs ("tls://10.0.0.7:7070"), published
+  // as kAnnotationNodeRemoteAddress with the inventory; empty: it serves none.
+  std::string remote_address;
+  // --remote-client: this node runs pods that use remote GPUs (docs/kubernetes.md, "Remote
+  // GPUs"). The plugin then advertises `slices_per_gpu` devices "remote::<n>" of resource
+  // gslice.io/remote-gpu, no GPUs, and sets each container up with the forwarding client
+  // (remote_lib_host_dir mounted read-only at remote_lib_container_dir, first on
+  // LD_LIBRARY_PATH) and GSLICE_REMOTE = its assignment's remoteAddress.
+  bool remote_client = false;
+  std::string remote_lib_host_dir = "/usr/lib/gslice/remote";
+  std::string remote_lib_container_dir = "/usr/lib/gslice/remote";
   std::chrono::milliseconds poll{1000};
 };
 
@@ -68,6 +79,8 @@ struct PendingContainer {
   ContainerAssignment container;
   std::string compute_cap;  // gslice.io/compute-cap, may be empty
   std::string protect;      // gslice.io/protect, may be empty (ParseProtectAnnotation)
+  std::string remote_address;  // a remote pod: its GPU node's gslice-remoted (Assignment)
+  std::string idle_timeout;    // gslice.io/idle-timeout, may be empty
   // The uid the container runs as (securityContext.runAsUser of the container, else of the
   // pod); -1 when the pod spec does not say (the image's USER is not visible here).
   int64_t run_as_user = -1;
@@ -75,11 +88,17 @@ struct PendingContainer {
 
 // Picks from a PodList (JSON) the pod on `node` waiting for a container of `device_count`
 // GPUs: bind-phase allocating, oldest bind-time first; among equals, the one whose assigned
-// GPUs are `requested_uuids`. nullopt with *why when none is.
+// GPUs are `requested_uuids`. `remote`: only pods of remote GPUs (their assignment names the
+// GPU node serving them, not `node`); otherwise only local ones. nullopt with *why when none is.
 std::optional<PendingContainer> FindPendingContainer(const nlohmann::json& pod_list,
                                                      const std::string& node, size_t device_count,
                                                      const std::set<std::string>& requested_uuids,
-                                                     std::string* why);
+                                                     std::string* why, bool remote = false);
+
+// A remote container's answer: the forwarding client and where it forwards to, its slice's
+// size and class; no GPU, ledger or board (they are on the GPU node).
+void BuildRemoteContainerResponse(const DevicePluginConfig& config, const PendingContainer& pending,
+                                  v1beta1::ContainerAllocateResponse* out);
 
 // Creates (or finds) the container's slice in the node ledger with its GPUs' limits, its
 // usage file owned by the uid the container runs as (root when the pod spec does not say).

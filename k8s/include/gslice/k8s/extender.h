@@ -71,11 +71,17 @@ class Extender {
   // assignment (at bind); null: the request (at filter).
   std::string QuotaProblem(const PodRequest& pod, const Assignment* placed) const;
   Policy PolicyFor(const PodRequest& pod) const;
+  // REQUIRES: mu_ held. A remote pod's place: the best fit among the nodes that serve remote
+  // GPUs (kAnnotationNodeRemoteAddress), its assignment naming that node and its address;
+  // nullopt with *why when none has room.
+  std::optional<Assignment> RemotePlace(const PodRequest& pod, std::string* why) const;
 
   ExtenderOptions options_;
   const KubeClient* kube_;
   mutable std::mutex mu_;
   ClusterState state_;
+  // Nodes whose gslice-remoted serves remote GPUs, and where (kAnnotationNodeRemoteAddress).
+  std::map<std::string, std::string> remote_addresses_;
   // When each bind here completed (steady clock; max() while its API calls are in flight),
   // so that Resync keeps bookings its pod list may predate.
   std::map<std::string, std::chrono::steady_clock::time_point> booked_at_;

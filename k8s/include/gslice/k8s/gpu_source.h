@@ -23,6 +23,9 @@ class GpuSource {
 // [{"uuid": "GPU-...", "index": 0, "memoryMiB": 81559, "model": "H100", "healthy": true}]
 std::unique_ptr<GpuSource> MakeFileGpuSource(const std::string& path);
 
+// No GPUs (a node that runs clients of remote GPUs only).
+std::unique_ptr<GpuSource> MakeNoGpuSource();
+
 // NVML loaded with dlopen from `library` ("libnvidia-ml.so.1" or an absolute path). A GPU
 // is unhealthy when NVML stops answering for it.
 std::unique_ptr<GpuSource> MakeNvmlGpuSource(const std::string& library);

@@ -17,6 +17,12 @@ namespace gslice::k8s {
 inline constexpr std::string_view kResourceGpu = "gslice.io/gpu";             // GPUs (count)
 inline constexpr std::string_view kResourceMemory = "gslice.io/gpu-memory";   // MiB per GPU
 inline constexpr std::string_view kResourceCompute = "gslice.io/gpu-compute"; // percent per GPU
+// A remote GPU for a pod on a node without GPUs (docs/kubernetes.md, "Remote GPUs"):
+// gslice.io/remote-gpu: 1 (advertised by the device plugin in --remote-client mode on the
+// client nodes, which sets the container up at Allocate) and gslice.io/remote-memory (MiB,
+// the extender's alone, like gslice.io/gpu-memory). gslice.io/gpu-compute applies to it too.
+inline constexpr std::string_view kResourceRemoteGpu = "gslice.io/remote-gpu";       // 1
+inline constexpr std::string_view kResourceRemoteMemory = "gslice.io/remote-memory"; // MiB
 
 // Pod annotations (or labels, for class and policy) that users set.
 inline constexpr std::string_view kAnnotationClass = "gslice.io/class";    // guaranteed|opportunistic
@@ -31,6 +37,10 @@ inline constexpr std::string_view kAnnotationProtect = "gslice.io/protect";
 // `gslice set --memory` does. Changing it (and gslice.io/compute-cap, gslice.io/class) on a
 // running pod resizes its slices in place (docs/kubernetes.md).
 inline constexpr std::string_view kAnnotationMemory = "gslice.io/memory";
+// Optional idle timeout of a pod's remote slices ("30m", "600s"): its worker is suspended to
+// host memory after that long without GPU work, and resumed by the next call
+// (GSLICE_IDLE_TIMEOUT, docs/remote.md).
+inline constexpr std::string_view kAnnotationIdleTimeout = "gslice.io/idle-timeout";
 
 // Pod annotations the extender writes at bind time and the device plugin consumes.
 inline constexpr std::string_view kAnnotationAssignment = "gslice.io/assignment";  // JSON
@@ -41,6 +51,9 @@ inline constexpr std::string_view kAnnotationAllocated = "gslice.io/allocated-co
 // Node annotations the device plugin publishes.
 inline constexpr std::string_view kAnnotationNodeGpus = "gslice.io/gpus";  // JSON inventory
 inline constexpr std::string_view kAnnotationNodeSlicesPerGpu = "gslice.io/slices-per-gpu";
+// Where the node's gslice-remoted serves remote GPUs ("tls://10.0.0.7:7070"); absent: the
+// node serves none. The extender places remote slices only on nodes that have it.
+inline constexpr std::string_view kAnnotationNodeRemoteAddress = "gslice.io/remote-address";
 
 enum class SliceClass { kGuaranteed, kOpportunistic };
 std::string_view ToString(SliceClass c);
@@ -70,6 +83,7 @@ struct ContainerRequest {
   int gpus = 0;
   int64_t memory_mib = 0;
   int compute_percent = 0;
+  bool remote = false;  // gslice.io/remote-gpu: one GPU of another node, through gslice-remoted
 };
 
 struct PodRequest {
@@ -84,6 +98,8 @@ struct PodRequest {
   std::vector<ContainerRequest> containers;
 
   bool wants_gpus() const { return !containers.empty(); }
+  // Its containers ask for remote GPUs (all of them: a pod is local or remote, not both).
+  bool remote() const { return !containers.empty() && containers.front().remote; }
   int64_t total_gpus() const;
 };
 
@@ -106,7 +122,12 @@ struct ContainerAssignment {
 
 // The extender's decision for a pod; stored as the kAnnotationAssignment annotation.
 struct Assignment {
+  // The node whose GPUs hold the slices (for a remote pod: the GPU node serving it, not the
+  // node the pod runs on).
   std::string node;
+  // A remote pod: the GPU node's gslice-remoted (kAnnotationNodeRemoteAddress), which the
+  // pod's containers get as GSLICE_REMOTE. Empty: a local pod.
+  std::string remote_address;
   SliceClass slice_class = SliceClass::kGuaranteed;
   std::vector<ContainerAssignment> containers;
 };
