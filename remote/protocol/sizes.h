@@ -52,7 +52,9 @@ inline uint64_t PointerAttributeSize(CUpointer_attribute attribute) {
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
     case CU_POINTER_ATTRIBUTE_MAPPED:
     case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
+    case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:  // a CUmemAccess_flags
       return sizeof(unsigned int);
+    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:  // a 64-bit mask of CUmemAllocationHandleType
     case CU_POINTER_ATTRIBUTE_CONTEXT:
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
     case CU_POINTER_ATTRIBUTE_HOST_POINTER:

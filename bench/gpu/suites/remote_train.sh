@@ -20,8 +20,8 @@ import os, re, signal, subprocess, sys, time
 B = os.environ.get("GSLICE_BUILD", "build")
 OUT = os.path.join(os.environ["OUT"], "remote_train")
 STEPS = int(os.environ.get("TRAIN_STEPS", "100"))
-WORKLOADS = os.environ.get("TRAIN_WORKLOADS", "resnet50,bert").split(",")
-CHECKS = os.environ.get("TRAIN_CHECKS", "tensor,torch_exp,compile,jax,cupy").split(",")
+WORKLOADS = [w for w in os.environ.get("TRAIN_WORKLOADS", "resnet50,bert").split(",") if w]
+CHECKS = [c for c in os.environ.get("TRAIN_CHECKS", "tensor,torch_exp,compile,jax,cupy").split(",") if c]
 gslice = os.path.join(B, "bin", "gslice")
 remoted = os.path.join(B, "bin", "gslice-remoted")
 script = os.path.abspath("bench/gpu/remote/train.py")
