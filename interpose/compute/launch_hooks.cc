@@ -134,47 +134,35 @@ void RaiseDefaultStream(CUstream s, bool per_thread) {
 
 namespace {
 
-template <typename Launch>
-CUresult Gated(CUstream s, bool per_thread, Launch launch) {
-  ResumeGate();  // suspend/resume (resume_gate.h)
-  if (!compute::LaunchGateActive()) return launch();
-  const compute::LaunchTicket ticket = compute::BeforeLaunch(s, per_thread);
-  CUresult r = launch();
-  compute::AfterLaunch(ticket);
-  return r;
-}
-
-// Gated() while the process records a timeline (trace_recorder.h): the launch as an "api"
-// event with its kernel and stream, and the time BeforeLaunch slept as a gate wait.
-template <typename Launch>
-CUresult GatedTraced(const char* name, CUfunction f, CUstream s, bool per_thread, Launch launch) {
-  ResumeGate();
-  const trace::ApiCall call{.name = name, .kind = trace::ApiKind::kLaunch, .function = f, .stream = s,
-                            .has_stream = true, .per_thread = per_thread};
-  int64_t start = trace::NowNs();
-  if (!compute::LaunchGateActive()) {
-    CUresult r = launch();
-    trace::Api(call, start, trace::NowNs());
-    return r;
-  }
-  const uint32_t waits = compute::WaitsOfThisThread();
-  const compute::LaunchTicket ticket = compute::BeforeLaunch(s, per_thread);
-  if (compute::WaitsOfThisThread() != waits) {
-    const int64_t passed = trace::NowNs();
-    trace::GateWait(start, passed);
-    start = passed;
-  }
-  CUresult r = launch();
-  compute::AfterLaunch(ticket);
-  trace::Api(call, start, trace::NowNs());
-  return r;
-}
-
-// Every launch hook's way through: the gate, and the timeline when recording.
+// Every launch hook's way through: suspend/resume (resume_gate.h), the compute gate, and,
+// while the process records a timeline (trace_recorder.h), the launch as an "api" event with
+// its kernel and stream and the time the gate held it as a gate wait. Not recording costs one
+// relaxed load.
 template <typename Launch>
 CUresult LaunchThrough(const char* name, CUfunction f, CUstream s, bool per_thread, Launch launch) {
-  if (trace::Recording()) return GatedTraced(name, f, s, per_thread, launch);
-  return Gated(s, per_thread, launch);
+  ResumeGate();
+  const bool traced = trace::Recording();
+  int64_t start = traced ? trace::NowNs() : 0;
+  CUresult r;
+  if (!compute::LaunchGateActive()) {
+    r = launch();
+  } else {
+    const uint32_t waits = traced ? compute::WaitsOfThisThread() : 0;
+    const compute::LaunchTicket ticket = compute::BeforeLaunch(s, per_thread);
+    if (traced && compute::WaitsOfThisThread() != waits) {
+      const int64_t passed = trace::NowNs();
+      trace::GateWait(start, passed);
+      start = passed;
+    }
+    r = launch();
+    compute::AfterLaunch(ticket);
+  }
+  if (traced) {
+    trace::Api({.name = name, .kind = trace::ApiKind::kLaunch, .function = f, .stream = s, .has_stream = true,
+                .per_thread = per_thread},
+               start, trace::NowNs());
+  }
+  return r;
 }
 
 template <typename Launch>
