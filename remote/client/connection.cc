@@ -10,6 +10,7 @@
 #include <atomic>
 #include <algorithm>
 #include <cstring>
+#include <cstdio>
 #include <string>
 
 #include "attach.h"
@@ -513,6 +514,10 @@ namespace {
 std::atomic<uint64_t> g_cached_calls{0};
 std::atomic<uint64_t> g_async_calls{0};
 std::atomic<uint64_t> g_round_trips{0};
+// The same per call (op), for gslice_remote_write_call_counts.
+std::atomic<uint64_t> g_op_cached[kOpCount];
+std::atomic<uint64_t> g_op_async[kOpCount];
+std::atomic<uint64_t> g_op_trips[kOpCount];
 }  // namespace
 
 CUresult Call::Run() {
@@ -531,6 +536,7 @@ CUresult Call::Run() {
         answered_ = true;
         pthread_mutex_unlock(&g_cache_mu);
         g_cached_calls.fetch_add(1, std::memory_order_relaxed);
+        g_op_cached[op_].fetch_add(1, std::memory_order_relaxed);
         return CUDA_SUCCESS;
       }
     }
@@ -550,6 +556,7 @@ CUresult Call::Run() {
     // Not waited for: its driver error, if any, comes with the next synchronisation.
     const CUresult result = Send(op_, request_, nullptr);
     g_async_calls.fetch_add(1, std::memory_order_relaxed);
+    g_op_async[op_].fetch_add(1, std::memory_order_relaxed);
     if (result == CUDA_SUCCESS) {
       reader_ = Reader();
       answered_ = true;
@@ -559,6 +566,7 @@ CUresult Call::Run() {
   Waiter waiter;
   waiter.reply = &reply_buffer_;
   g_round_trips.fetch_add(1, std::memory_order_relaxed);
+  g_op_trips[op_].fetch_add(1, std::memory_order_relaxed);
   CUresult result = Send(op_, request_, &waiter);
   if (result == CUDA_SUCCESS) result = Receive(op_, &waiter);
   if (result != CUDA_SUCCESS) return result;
@@ -650,4 +658,31 @@ extern "C" __attribute__((visibility("default"))) void gslice_remote_stats(uint6
   out[0] = gslice::remote::g_cached_calls.load(std::memory_order_relaxed);
   out[1] = gslice::remote::g_async_calls.load(std::memory_order_relaxed);
   out[2] = gslice::remote::g_round_trips.load(std::memory_order_relaxed);
+}
+
+// The same counters per call, written to path as lines "NAME CACHED ASYNC ROUND_TRIPS" for the
+// calls made at least once, most round trips first. Returns 0, or -1 when path cannot be
+// written. For benchmarks (bench/gpu/remote/train.py), read with dlsym on the loaded client.
+extern "C" __attribute__((visibility("default"))) int gslice_remote_write_call_counts(const char* path) {
+  using namespace gslice::remote;
+  struct Row {
+    uint32_t op;
+    uint64_t cached, async, trips;
+  };
+  std::vector<Row> rows;
+  for (uint32_t op = 0; op < kOpCount; ++op) {
+    const Row r{op, g_op_cached[op].load(std::memory_order_relaxed), g_op_async[op].load(std::memory_order_relaxed),
+                g_op_trips[op].load(std::memory_order_relaxed)};
+    if (r.cached + r.async + r.trips > 0) rows.push_back(r);
+  }
+  std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+    return a.trips != b.trips ? a.trips > b.trips : a.async + a.cached > b.async + b.cached;
+  });
+  FILE* f = path != nullptr ? fopen(path, "we") : nullptr;
+  if (f == nullptr) return -1;
+  for (const Row& r : rows) {
+    fprintf(f, "%s %llu %llu %llu\n", kOpNames[r.op], static_cast<unsigned long long>(r.cached),
+            static_cast<unsigned long long>(r.async), static_cast<unsigned long long>(r.trips));
+  }
+  return fclose(f) == 0 ? 0 : -1;
 }

@@ -24,6 +24,7 @@
 #include <cstring>
 #include <unistd.h>
 
+#include <atomic>
 #include <deque>
 #include <vector>
 
@@ -94,6 +95,9 @@ bool SendHelloReply(int fd, const HelloReply& reply) {
   return WriteFrame(fd, FrameHeader{.seq = 0, .op = kOpHello | kReplyBit}, w.buffer().data(), w.size());
 }
 
+// Calls not waited for that failed at least once (logged once each).
+std::atomic<bool> g_async_failed[kOpCount];
+
 bool IsAsync(uint32_t op) { return op < kOpCount && kOpAsync[op]; }
 
 // Runs one request on the calling (its lane's) thread; returns the answer, or nothing for an
@@ -129,6 +133,11 @@ bool Serve(Request& request, int32_t* deferred, Writer* out) {
   if (IsAsync(op)) {
     // The client does not wait for this one: its error waits for the next synchronisation.
     if (result != CUDA_SUCCESS && *deferred == CUDA_SUCCESS) *deferred = result;
+    if (result != CUDA_SUCCESS && op < kOpCount && !g_async_failed[op].exchange(true, std::memory_order_relaxed)) {
+      // Named once per call: the client sees only the error, at its next synchronisation.
+      fprintf(stderr, "gslice-remoted[%d]: %s (not waited for) failed with %d: the client's next synchronisation gets it\n",
+              static_cast<int>(getpid()), kOpNames[op], static_cast<int>(result));
+    }
     return false;
   }
   if (op < kOpCount && kOpCollects[op] && *deferred != CUDA_SUCCESS && result == CUDA_SUCCESS) {

@@ -65,6 +65,10 @@ def train(kind, steps):
     torch.cuda.synchronize()
     dt = time.perf_counter() - t0
     after = client_stats()
+    counts_path = os.environ.get("REMOTE_CALL_COUNTS")
+    if counts_path and before is not None:
+        # Per call over the whole run (warm-up included): NAME CACHED ASYNC ROUND_TRIPS.
+        ctypes.CDLL("libcuda.so.1").gslice_remote_write_call_counts(counts_path.encode())
     print(f"steps_per_s {steps / dt:.4f}")
     if before is not None and after is not None:
         d = [(a - b) / steps for a, b in zip(after, before)]
