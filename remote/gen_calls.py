@@ -107,6 +107,8 @@ class CallSpec:
             self.split = (hp, names[dev], names[hp.expr])
         self.collect = "collect" in flags
         self.cached = "cached" in flags
+        self.cache_group = flags.get("cachedby")
+        self.drops = flags.get("drops", "").split(",") if flags.get("drops") else []
         self.sizing = "sizing" in flags
 
 
@@ -138,12 +140,21 @@ def parse(path, lib, calls, canonical):
                     flags[tok] = True
                 elif k == "split" and re.match(r"^\w+:\w+$", v):
                     flags[k] = v
+                elif k == "cached" and IDENT.match(v):
+                    flags["cachedby"] = v
+                elif k == "drops" and all(IDENT.match(g) for g in v.split(",")):
+                    flags[k] = v
                 elif k not in ("after", "before", "sync") or not eq or not IDENT.match(v):
                     sys.exit(f"{path}:{lineno}: unknown flag {tok!r}")
                 else:
                     flags[k] = v
             if flags.get("cached") and (kind != "forward" or any(p.sem not in ("value", "out", "outbuf") for p in params)):
                 sys.exit(f"{path}:{lineno}: a cached call is forwarded and takes values only")
+            if flags.get("cachedby") and (kind != "forward" or lib is NVML or
+                                          any(p.sem not in ("value", "out", "outbuf", "cstr") for p in params)):
+                sys.exit(f"{path}:{lineno}: a call cached=GROUP is a forwarded driver call taking values and strings")
+            if flags.get("drops") and lib is NVML:
+                sys.exit(f"{path}:{lineno}: NVML calls drop no cached answers")
             if flags.get("async") and (kind == "local" or any(p.sem in ("out", "inout", "outbuf") for p in params)):
                 sys.exit(f"{path}:{lineno}: an async call has no outputs but its result and is not local")
             if flags.get("sync") and flags["sync"] not in [p.name for p in params]:
@@ -200,6 +211,28 @@ def gen_header(calls, h):
     out += ["};", "", "// Calls whose successful answer the client keeps per argument values (calls.def: cached).",
             "inline constexpr bool kOpCached[kOpCount] = {"]
     out += [f"    {'true' if c.cached else 'false'},  // {c.name}" for c in calls]
+    groups = []
+    for c in calls:
+        for g in ([c.cache_group] if c.cache_group else []) + c.drops:
+            if g not in groups:
+                groups.append(g)
+    if len(groups) > 32:
+        sys.exit("calls.def: more than 32 cache groups")
+    for c in calls:
+        for g in c.drops:
+            if not any(o.cache_group == g for o in calls):
+                sys.exit(f"calls.def: {c.name} drops={g}, which no call is cached by")
+    out += ["};", "", "// Cache groups (calls.def: cached=GROUP): a call's answer is kept per current context and",
+            "// argument values until a call that drops its group is made.",
+            "inline constexpr uint32_t kCacheGroupCount = %d;" % len(groups),
+            "inline constexpr const char* kCacheGroupNames[kCacheGroupCount > 0 ? kCacheGroupCount : 1] = {"]
+    out += [f'    "{g}",' for g in groups] or ['    "",']
+    out += ["};", "", "// The group (bit) each call is cached by; 0: none.",
+            "inline constexpr uint32_t kOpCacheGroup[kOpCount] = {"]
+    out += [f"    {hex(1 << groups.index(c.cache_group)) if c.cache_group else '0'},  // {c.name}" for c in calls]
+    out += ["};", "", "// The groups (bits) whose kept answers each call drops (calls.def: drops=G1,G2).",
+            "inline constexpr uint32_t kOpDrops[kOpCount] = {"]
+    out += [f"    {hex(sum(1 << groups.index(g) for g in c.drops))},  // {c.name}" for c in calls]
     out += ["};", "", "// Synchronisations that report the errors of earlier async calls (calls.def: collect).",
             "inline constexpr bool kOpCollects[kOpCount] = {"]
     out += [f"    {'true' if c.collect else 'false'},  // {c.name}" for c in calls]

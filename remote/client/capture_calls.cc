@@ -25,6 +25,16 @@ CUresult CaptureInfo(uint32_t op, CUstream stream, CUstreamCaptureStatus* status
   const uint8_t want = static_cast<uint8_t>((id != nullptr ? kWantId : 0) | (graph != nullptr ? kWantGraph : 0) |
                                             (dependencies != nullptr ? kWantDependencies : 0) |
                                             (edges != nullptr ? kWantEdges : 0) | (count != nullptr ? kWantCount : 0));
+  if (StreamKnownNotCapturing(stream)) {
+    // No capture under way (remote/client/seen_state.cc): what the worker would send back.
+    *status = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (id != nullptr) *id = 0;
+    if (graph != nullptr) *graph = nullptr;
+    if (count != nullptr) *count = 0;
+    if (dependencies != nullptr) *dependencies = nullptr;
+    if (edges != nullptr) *edges = nullptr;
+    return CUDA_SUCCESS;
+  }
   Call call(op);
   call.request().Put(stream);
   call.request().Put(want);

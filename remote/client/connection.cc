@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
+#include <time.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -12,6 +14,7 @@
 #include <cstring>
 #include <cstdio>
 #include <string>
+#include <unordered_map>
 
 #include "attach.h"
 #include "gslice/options.h"
@@ -27,8 +30,13 @@ using shim::LogLevel;
 
 namespace {
 
-// Queued async calls are sent once this many bytes wait (or with the next call that waits).
-constexpr size_t kQueueBytes = 256 * 1024;
+// Queued async calls are sent with the next call that waits, or once this many bytes or
+// frames wait, or once the oldest has waited kFlushAfterNs (checked as calls are queued, and
+// by a flusher thread for a queue no further call comes to): the GPU gets launches in
+// batches a few tens of microseconds apart, not only at the program's next synchronisation.
+constexpr size_t kQueueBytes = 64 * 1024;
+constexpr size_t kQueueFrames = 64;
+constexpr uint64_t kFlushAfterNs = 50'000;
 
 // How long the server may take to start a worker (it runs `gslice run`, which loads the
 // driver) before the handshake counts as failed.
@@ -55,6 +63,8 @@ struct Connection {
   pid_t pid = 0;        // the process that connected (a forked child connects anew)
   uint32_t seq = 0;     // REQUIRES g_send_mu
   std::vector<uint8_t> queued;  // frames of async calls not sent yet, in call order; REQUIRES g_send_mu
+  size_t queued_frames = 0;     // REQUIRES g_send_mu
+  uint64_t queued_since = 0;    // CLOCK_MONOTONIC ns when the oldest queued frame was queued; REQUIRES g_send_mu
   bool reading = false;         // a thread is reading answers; REQUIRES g_mu
   Waiter* waiters = nullptr;    // threads waiting for answers; REQUIRES g_mu
 };
@@ -86,21 +96,73 @@ Probe g_probe;  // REQUIRES g_probe_mu
 bool g_init_replay = false;
 unsigned int g_init_flags = 0;
 
-// Answers of cached calls (calls.def: cached), keyed by opcode and arguments (the request
-// without its prefix). REQUIRES g_cache_mu. Never freed: calls may come during exit.
-struct CachedAnswer {
-  std::vector<uint8_t> key;
-  std::vector<uint8_t> reply;
-};
+// Answers the client keeps (calls.def: cached, cached=GROUP), keyed by opcode and arguments
+// (the request without its prefix) and, for a group's calls, the current context: the
+// answers of calls.def's `cached` calls for the process's life, a group's until a call that
+// drops it (calls.def: drops=). Slot 0 holds the former, slot 1 + g the answers of group g.
+// A group's generation counts its drops: an answer is kept only when no drop of its group
+// came while it was in flight. REQUIRES g_cache_mu. Never freed: calls may come during exit.
+using AnswerMap = std::unordered_map<std::string, std::vector<uint8_t>>;
 pthread_mutex_t g_cache_mu = PTHREAD_MUTEX_INITIALIZER;
-std::vector<CachedAnswer>* g_cache = nullptr;
-constexpr size_t kMaxCached = 4096;
+AnswerMap* g_cache[1 + kCacheGroupCount] = {};
+uint64_t g_cache_generation[1 + kCacheGroupCount] = {};
+// More answers than this in one slot: the slot is emptied (a program that makes kernels
+// without end does not grow the client without end).
+constexpr size_t kMaxCached = 1 << 16;
 
-std::vector<uint8_t> CacheKey(uint32_t op, const Writer& request) {
-  std::vector<uint8_t> key(sizeof op);
-  std::memcpy(key.data(), &op, sizeof op);
-  key.insert(key.end(), request.buffer().begin() + kRequestPrefixSize, request.buffer().end());
+size_t CacheSlot(uint32_t op) {
+  const uint32_t group = kOpCacheGroup[op];
+  return group == 0 ? 0 : 1 + static_cast<size_t>(__builtin_ctz(group));
+}
+
+std::string CacheKey(uint32_t op, const Writer& request) {
+  // The prefix is the context and the lane; a group's answers depend on the context.
+  const size_t skip = kOpCacheGroup[op] != 0 ? sizeof(uint64_t) : kRequestPrefixSize;
+  std::string key(reinterpret_cast<const char*>(&op), sizeof op);
+  key.append(reinterpret_cast<const char*>(request.buffer().data()) + (kRequestPrefixSize - skip),
+             request.size() - (kRequestPrefixSize - skip));
   return key;
+}
+
+bool LookUpCached(size_t slot, const std::string& key, std::vector<uint8_t>* reply) {
+  pthread_mutex_lock(&g_cache_mu);
+  bool found = false;
+  if (g_cache[slot] != nullptr) {
+    if (const auto it = g_cache[slot]->find(key); it != g_cache[slot]->end()) {
+      *reply = it->second;
+      found = true;
+    }
+  }
+  pthread_mutex_unlock(&g_cache_mu);
+  return found;
+}
+
+uint64_t CacheGeneration(size_t slot) {
+  pthread_mutex_lock(&g_cache_mu);
+  const uint64_t g = g_cache_generation[slot];
+  pthread_mutex_unlock(&g_cache_mu);
+  return g;
+}
+
+void KeepAnswer(size_t slot, uint64_t generation, std::string key, const std::vector<uint8_t>& reply) {
+  pthread_mutex_lock(&g_cache_mu);
+  if (g_cache_generation[slot] == generation) {
+    if (g_cache[slot] == nullptr) g_cache[slot] = new AnswerMap();
+    if (g_cache[slot]->size() >= kMaxCached) g_cache[slot]->clear();
+    g_cache[slot]->insert_or_assign(std::move(key), reply);
+  }
+  pthread_mutex_unlock(&g_cache_mu);
+}
+
+// Forgets the answers of the groups in mask (calls.def: drops=).
+void DropCached(uint32_t mask) {
+  pthread_mutex_lock(&g_cache_mu);
+  for (uint32_t g = 0; g < kCacheGroupCount; ++g) {
+    if ((mask & (1u << g)) == 0) continue;
+    ++g_cache_generation[1 + g];
+    if (g_cache[1 + g] != nullptr) g_cache[1 + g]->clear();
+  }
+  pthread_mutex_unlock(&g_cache_mu);
 }
 
 // Fails the connection for good, with one log line (the first failure's). REQUIRES g_mu.
@@ -131,15 +193,84 @@ bool ReadWithin(int fd, int timeout_ms) {
   return rc > 0;
 }
 
+uint64_t NowNs() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<uint64_t>(t.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(t.tv_nsec);
+}
+
 // REQUIRES g_send_mu.
 bool FlushLocked() {
   if (g_conn.queued.empty()) return true;
   const bool ok = WriteAll(g_conn.channel, g_conn.queued.data(), g_conn.queued.size());
   g_conn.queued.clear();
+  g_conn.queued_frames = 0;
+  g_conn.queued_since = 0;
   return ok;
 }
 
-// Queues an async call's frame; sends the queue when it is full. REQUIRES g_send_mu.
+// The flusher: sends a queue whose oldest frame has waited kFlushAfterNs when no call came to
+// send it. One per process that queued a call (a forked child starts its own).
+pthread_cond_t g_queue_cv = PTHREAD_COND_INITIALIZER;  // with g_send_mu: the queue got its first frame
+pid_t g_flusher_pid = 0;                               // REQUIRES g_send_mu
+
+void* Flusher(void*) {
+  pthread_mutex_lock(&g_send_mu);
+  const pid_t self = getpid();
+  while (g_flusher_pid == self) {
+    if (g_conn.queued.empty()) {
+      pthread_cond_wait(&g_queue_cv, &g_send_mu);
+      continue;
+    }
+    const uint64_t due = g_conn.queued_since + kFlushAfterNs;
+    if (NowNs() < due) {
+      // The condition variable uses CLOCK_MONOTONIC (StartFlusher).
+      timespec until{.tv_sec = static_cast<time_t>(due / 1'000'000'000ull),
+                     .tv_nsec = static_cast<long>(due % 1'000'000'000ull)};
+      pthread_cond_timedwait(&g_queue_cv, &g_send_mu, &until);
+      continue;
+    }
+    if (g_failed.load() == CUDA_SUCCESS && g_conn.pid == self && !FlushLocked()) {
+      pthread_mutex_lock(&g_mu);
+      FailLocked(kLostResult, "lost the server while sending queued calls");
+      pthread_mutex_unlock(&g_mu);
+    }
+    g_conn.queued.clear();
+    g_conn.queued_frames = 0;
+  }
+  pthread_mutex_unlock(&g_send_mu);
+  return nullptr;
+}
+
+// REQUIRES g_send_mu. Without a flusher (none could start), queued calls go with the next
+// call that waits or fills the queue, as before.
+void StartFlusherLocked() {
+  if (g_flusher_pid == getpid()) return;
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, [] {
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&g_queue_cv, &attr);
+    pthread_condattr_destroy(&attr);
+  });
+  g_flusher_pid = getpid();
+  pthread_t thread;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  // The flusher never runs application code: it blocks every signal the application could
+  // have meant for its own threads.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  if (pthread_create(&thread, &attr, Flusher, nullptr) != 0) g_flusher_pid = 0;
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  pthread_attr_destroy(&attr);
+}
+
+// Queues an async call's frame; sends the queue when it is full or its oldest frame has
+// waited long enough. REQUIRES g_send_mu.
 bool QueueLocked(const FrameHeader& h, const Writer& payload) {
   if (payload.size() + kHeaderSize > kQueueBytes) {
     return FlushLocked() && WriteFrame(g_conn.channel, h, payload.buffer().data(), payload.size());
@@ -148,9 +279,18 @@ bool QueueLocked(const FrameHeader& h, const Writer& payload) {
   FrameHeader sized = h;
   sized.length = static_cast<uint32_t>(payload.size());
   EncodeHeader(sized, head);
+  const uint64_t now = NowNs();
+  if (g_conn.queued.empty()) {
+    g_conn.queued_since = now;
+    StartFlusherLocked();
+    pthread_cond_signal(&g_queue_cv);
+  }
   g_conn.queued.insert(g_conn.queued.end(), head, head + kHeaderSize);
   g_conn.queued.insert(g_conn.queued.end(), payload.buffer().begin(), payload.buffer().end());
-  return g_conn.queued.size() < kQueueBytes || FlushLocked();
+  ++g_conn.queued_frames;
+  const bool due = g_conn.queued.size() >= kQueueBytes || g_conn.queued_frames >= kQueueFrames ||
+                   now - g_conn.queued_since >= kFlushAfterNs;
+  return !due || FlushLocked();
 }
 
 // The token for a tls:// server (GSLICE_REMOTE_TOKEN_FILE), read before connecting.
@@ -520,38 +660,41 @@ std::atomic<uint64_t> g_op_async[kOpCount];
 std::atomic<uint64_t> g_op_trips[kOpCount];
 }  // namespace
 
+bool Call::AnsweredFromCache() {
+  if (!kOpCached[op_] && kOpCacheGroup[op_] == 0) return false;
+  if (!LookUpCached(CacheSlot(op_), CacheKey(op_, request_), &reply_buffer_)) return false;
+  Log(LogLevel::kDebug, "remote: %s answered from the client's cache", kOpNames[op_]);
+  reader_ = Reader(reply_buffer_.data(), reply_buffer_.size());
+  int32_t value = 0;
+  reader_.Get(&value);  // kept only when it held CUDA_SUCCESS
+  answered_ = true;
+  g_cached_calls.fetch_add(1, std::memory_order_relaxed);
+  g_op_cached[op_].fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
 CUresult Call::Run() {
-  std::vector<uint8_t> key;
-  if (kOpCached[op_]) {
-    key = CacheKey(op_, request_);
-    pthread_mutex_lock(&g_cache_mu);
-    for (size_t i = 0; g_cache != nullptr && i < g_cache->size(); ++i) {
-      const CachedAnswer& a = (*g_cache)[i];
-      if (a.key == key) {
-        Log(LogLevel::kDebug, "remote: %s answered from the client's cache", kOpNames[op_]);
-        reply_buffer_ = a.reply;
-        reader_ = Reader(reply_buffer_.data(), reply_buffer_.size());
-        int32_t value = 0;
-        reader_.Get(&value);  // stored only when it held CUDA_SUCCESS
-        answered_ = true;
-        pthread_mutex_unlock(&g_cache_mu);
-        g_cached_calls.fetch_add(1, std::memory_order_relaxed);
-        g_op_cached[op_].fetch_add(1, std::memory_order_relaxed);
-        return CUDA_SUCCESS;
-      }
-    }
-    pthread_mutex_unlock(&g_cache_mu);
+  const bool keeps = kOpCached[op_] || kOpCacheGroup[op_] != 0;
+  if (keeps && AnsweredFromCache()) return CUDA_SUCCESS;
+  Kept kept;
+  if (keeps) {
+    kept.slot = CacheSlot(op_);
+    kept.generation = CacheGeneration(kept.slot);
+    kept.key = CacheKey(op_, request_);
   }
   if (AnswersWithoutSlice(op_)) {
     // Before the process holds its worker, the probe answers (attach.h).
     CUresult failed = CUDA_SUCCESS;
     switch (AskProbe(op_, request_, &reply_buffer_, &failed)) {
       case ProbeAsked::kFailed: return failed;
-      case ProbeAsked::kAnswered: return Answered(std::move(key));
+      case ProbeAsked::kAnswered: return Answered(keeps ? &kept : nullptr);
       case ProbeAsked::kAttached: break;
     }
   }
   if (const CUresult attached = EnsureAttached(); attached != CUDA_SUCCESS) return attached;
+  // Before it leaves and again once answered: an answer of the group read in between would
+  // be stale (the generation keeps it from being kept).
+  if (kOpDrops[op_] != 0) DropCached(kOpDrops[op_]);
   if (kOpAsync[op_]) {
     // Not waited for: its driver error, if any, comes with the next synchronisation.
     const CUresult result = Send(op_, request_, nullptr);
@@ -569,14 +712,15 @@ CUresult Call::Run() {
   g_op_trips[op_].fetch_add(1, std::memory_order_relaxed);
   CUresult result = Send(op_, request_, &waiter);
   if (result == CUDA_SUCCESS) result = Receive(op_, &waiter);
+  if (kOpDrops[op_] != 0) DropCached(kOpDrops[op_]);
   if (result != CUDA_SUCCESS) return result;
   if (waiter.header.op != (op_ | kReplyBit)) {
     return Fail(kLostResult, std::string("the server's answer to ") + kOpNames[op_] + " is not for it");
   }
-  return Answered(std::move(key));
+  return Answered(keeps ? &kept : nullptr);
 }
 
-CUresult Call::Answered(std::vector<uint8_t> key) {
+CUresult Call::Answered(Kept* kept) {
   reader_ = Reader(reply_buffer_.data(), reply_buffer_.size());
   int32_t value = 0;
   if (!reader_.Get(&value)) {
@@ -584,12 +728,7 @@ CUresult Call::Answered(std::vector<uint8_t> key) {
   }
   const CUresult result = static_cast<CUresult>(value);
   answered_ = true;
-  if (kOpCached[op_] && result == CUDA_SUCCESS) {
-    pthread_mutex_lock(&g_cache_mu);
-    if (g_cache == nullptr) g_cache = new std::vector<CachedAnswer>();
-    if (g_cache->size() < kMaxCached) g_cache->push_back({std::move(key), reply_buffer_});
-    pthread_mutex_unlock(&g_cache_mu);
-  }
+  if (kept != nullptr && result == CUDA_SUCCESS) KeepAnswer(kept->slot, kept->generation, std::move(kept->key), reply_buffer_);
   return result;
 }
 

@@ -15,6 +15,7 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "calls.h"
@@ -46,11 +47,21 @@ class Call {
   bool answered() const { return answered_; }
   // The reply does not match the call: the connection is dropped, kLostResult.
   CUresult Malformed();
+  // For a call the client keeps answers of (calls.def: cached, cached=GROUP): true, with the
+  // reply ready, when it holds this call's answer; nothing is sent either way.
+  bool AnsweredFromCache();
 
  private:
-  // Reads the result from reply_buffer_ (the answer to this call) and caches a cached call's
-  // successful answer under key.
-  CUresult Answered(std::vector<uint8_t> key);
+  // Where a successful answer is kept: its cache slot, key, and the slot's generation when
+  // the call was made.
+  struct Kept {
+    size_t slot = 0;
+    uint64_t generation = 0;
+    std::string key;
+  };
+  // Reads the result from reply_buffer_ (the answer to this call) and keeps a successful
+  // answer as *kept says (nullptr: not kept).
+  CUresult Answered(Kept* kept);
 
   uint32_t op_;
   Writer request_;
@@ -108,6 +119,28 @@ inline void RemoteAfterPrimaryCtxReset(CUdevice dev) { ReleasePrimaryContextStor
 // cuPointerGetAttribute of the client's own page-locked memory, answered on the client
 // (remote/client/host_memory.cc): true with *result set when ptr is such memory.
 bool RemoteAnswerHostPointer(CUresult* result, void* data, CUpointer_attribute attribute, CUdeviceptr ptr);
+// Streams and captures the client has seen (remote/client/seen_state.cc).
+void RememberStream(CUstream stream);
+void ForgetStream(CUstream stream);
+void RememberCapture(CUstream stream);
+void ForgetCapture(CUstream stream);
+bool StreamKnownNotCapturing(CUstream stream);
+template <typename... Rest>
+void RemoteAfterStreamCreate(CUstream* stream, Rest...) {
+  if (stream != nullptr) RememberStream(*stream);
+}
+inline void RemoteAfterStreamDestroy(CUstream stream) { ForgetStream(stream); }
+inline void RemoteAfterBeginCapture(CUstream stream, CUstreamCaptureMode) { RememberCapture(stream); }
+inline bool RemoteBeforeEndCapture(CUresult*, CUstream stream, CUgraph*) {
+  ForgetCapture(stream);
+  return false;
+}
+// cuStreamIsCapturing of a known stream while no capture is under way: NONE, on the client.
+bool RemoteAnswerNotCapturing(CUresult* result, CUstream stream, CUstreamCaptureStatus* status);
+// Setting a function attribute to the value the client knows it has: nothing to do.
+bool RemoteSkipKernelAttributeAsSet(CUresult* result, CUfunction_attribute attrib, int val, CUkernel kernel,
+                                    CUdevice dev);
+bool RemoteSkipFuncAttributeAsSet(CUresult* result, CUfunction hfunc, CUfunction_attribute attrib, int value);
 template <typename... Args>
 void RemoteForgetKernelLayouts(Args...) {
   ForgetKernelLayouts();

@@ -24,8 +24,10 @@
 #include <cstring>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
+#include <string>
 #include <vector>
 
 #include "dispatch.h"
@@ -135,8 +137,18 @@ bool Serve(Request& request, int32_t* deferred, Writer* out) {
     if (result != CUDA_SUCCESS && *deferred == CUDA_SUCCESS) *deferred = result;
     if (result != CUDA_SUCCESS && op < kOpCount && !g_async_failed[op].exchange(true, std::memory_order_relaxed)) {
       // Named once per call: the client sees only the error, at its next synchronisation.
-      fprintf(stderr, "gslice-remoted[%d]: %s (not waited for) failed with %d: the client's next synchronisation gets it\n",
-              static_cast<int>(getpid()), kOpNames[op], static_cast<int>(result));
+      // With its arguments as sent (after the context and lane), to tell which call it was.
+      std::string args;
+      for (size_t i = kRequestPrefixSize; i < request.payload.size() && i < kRequestPrefixSize + 48; ++i) {
+        char hex[4];
+        snprintf(hex, sizeof hex, "%02x", request.payload[i]);
+        args += hex;
+        if ((i - kRequestPrefixSize) % 8 == 7) args += ' ';
+      }
+      fprintf(stderr,
+              "gslice-remoted[%d]: %s (not waited for) failed with %d: the client's next synchronisation gets it "
+              "(arguments: %s)\n",
+              static_cast<int>(getpid()), kOpNames[op], static_cast<int>(result), args.c_str());
     }
     return false;
   }

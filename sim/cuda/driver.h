@@ -154,6 +154,9 @@ struct CUfunc_st {
   CUmod_st* module = nullptr;
   std::string name;
   Behaviour behaviour = Behaviour::kBusy;
+  // What cuFuncSetAttribute set (cuFuncGetAttribute answers it, as the driver does).
+  std::atomic<int> max_dynamic_shared{49152};
+  std::atomic<int> carveout{-1};
 };
 
 struct CUmod_st {

@@ -391,7 +391,8 @@ GSLICE_SIM_EXPORT CUresult cuFuncGetAttribute(int* pi, CUfunction_attribute attr
     case CU_FUNC_ATTRIBUTE_NUM_REGS: *pi = 16; break;
     case CU_FUNC_ATTRIBUTE_PTX_VERSION:
     case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *pi = 90; break;
-    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *pi = 49152; break;
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *pi = f->max_dynamic_shared.load(); break;
+    case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: *pi = f->carveout.load(); break;
     default: *pi = 0; break;
   }
   return CUDA_SUCCESS;
@@ -635,17 +636,21 @@ GSLICE_SIM_EXPORT CUresult cuKernelGetName(const char** name, CUkernel kernel) {
   return CUDA_SUCCESS;
 }
 
-// ---- function settings: accepted and checked; they change nothing (the sim's kernels use no
-// shared memory). ----
+// ---- function settings: accepted, checked and remembered (cuFuncGetAttribute answers them);
+// they change nothing else (the sim's kernels use no shared memory). ----
 
 GSLICE_SIM_EXPORT CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute attrib, int value) {
   REQUIRE_INIT(d);
   if (f == nullptr || !FunctionLive(f)) return CUDA_ERROR_INVALID_HANDLE;
   switch (attrib) {
     case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
-      return value >= 0 && value <= 232448 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+      if (value < 0 || value > 232448) return CUDA_ERROR_INVALID_VALUE;
+      f->max_dynamic_shared = value;
+      return CUDA_SUCCESS;
     case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
-      return value >= -1 && value <= 100 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+      if (value < -1 || value > 100) return CUDA_ERROR_INVALID_VALUE;
+      f->carveout = value;
+      return CUDA_SUCCESS;
     case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH:
     case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT:
     case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH:

@@ -27,6 +27,9 @@
 //   probe hostmap       prints cuMemHostGetDevicePointer's result on page-locked memory
 //   probe nvml          NVML (dlopen'ed): devices, names, memory, processes of a CUDA user
 //   probe nvml-missing  prints an NVML call that is not forwarded
+//   probe kept          answers the client keeps (a context's device, function attributes,
+//                       limits, the primary context's state, capture status): each asked
+//                       twice, then changed, and asked again: the driver's new answers
 //   probe lt-tables     cuBLASLt's tables: a context's number (tools context slot 4), the
 //                       cuBLASLt data slot 4 declined
 #include <cuda.h>
@@ -682,6 +685,103 @@ int Settings() {
   return 0;
 }
 
+const char* CaptureName(CUstreamCaptureStatus s) {
+  return s == CU_STREAM_CAPTURE_STATUS_NONE ? "none" : s == CU_STREAM_CAPTURE_STATUS_ACTIVE ? "active" : "invalidated";
+}
+
+// Every answer the client may keep, asked twice, changed, asked again.
+int Kept() {
+  CUdevice dev;
+  const CUcontext ctx = Setup(&dev);
+  for (int i = 0; i < 2; ++i) {
+    CUdevice got = -1, got_v2 = -1;
+    CK(cuCtxGetDevice(&got));
+    CK(cuCtxGetDevice_v2(&got_v2, ctx));
+    printf("context's device: %d %d\n", got, got_v2);
+  }
+  unsigned int flags = 0;
+  int active = 0;
+  CK(cuDevicePrimaryCtxGetState(dev, &flags, &active));
+  printf("primary context: flags %u active %d\n", flags, active);
+  CK(cuDevicePrimaryCtxGetState(dev, &flags, &active));
+  CK(cuDevicePrimaryCtxSetFlags(dev, CU_CTX_SCHED_BLOCKING_SYNC));
+  CK(cuDevicePrimaryCtxGetState(dev, &flags, &active));
+  printf("primary context after its flags were set: flags %u active %d\n", flags, active);
+  CUcontext primary = nullptr;
+  CK(cuDevicePrimaryCtxRetain(&primary, dev));
+  CK(cuDevicePrimaryCtxGetState(dev, &flags, &active));
+  printf("primary context retained: active %d\n", active);
+  CK(cuDevicePrimaryCtxRelease(dev));
+  CK(cuDevicePrimaryCtxGetState(dev, &flags, &active));
+  printf("primary context released: active %d\n", active);
+
+  size_t stack = 0, again = 0;
+  CK(cuCtxGetLimit(&stack, CU_LIMIT_STACK_SIZE));
+  CK(cuCtxGetLimit(&again, CU_LIMIT_STACK_SIZE));
+  CK(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, stack + 1024));
+  CK(cuCtxGetLimit(&again, CU_LIMIT_STACK_SIZE));
+  printf("stack limit after a set: %s\n", again == stack + 1024 ? "the new one" : "stale");
+
+  CUmodule module;
+  CUfunction busy, fill;
+  CK(gslice::test::LoadTestKernels(&module, &busy, &fill));
+  int smem = 0;
+  for (int value : {1024, 1024, 2048, 2048, 1024}) {
+    CK(cuFuncGetAttribute(&smem, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, fill));
+    CK(cuFuncSetAttribute(fill, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, value));
+    CK(cuFuncGetAttribute(&smem, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, fill));
+    printf("dynamic shared memory set to %d: reads %d\n", value, smem);
+  }
+  printf("dynamic shared memory set out of range: %s\n",
+         Name(cuFuncSetAttribute(fill, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 1 << 30)));
+  CK(cuFuncGetAttribute(&smem, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, fill));
+  printf("then reads %d\n", smem);
+  int blocks = 0, blocks_again = 0;
+  CK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, fill, 256, 0));
+  CK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_again, fill, 256, 0));
+  printf("occupancy asked twice: %s\n", blocks == blocks_again && blocks > 0 ? "the same" : "differs");
+
+  // A function of a module unloaded and loaded again: the new handle works.
+  CK(cuModuleUnload(module));
+  CK(gslice::test::LoadTestKernels(&module, &busy, &fill));
+  CUfunction again_fill = nullptr;
+  CK(cuModuleGetFunction(&again_fill, module, "gslice_fill"));
+  CK(cuModuleGetFunction(&again_fill, module, "gslice_fill"));
+  CK(cuFuncGetAttribute(&smem, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, again_fill));
+  printf("reloaded function's dynamic shared memory: %d\n", smem);
+  CUdeviceptr words = 0;
+  CK(cuMemAlloc(&words, 4096));
+  CK(gslice::test::LaunchFill(again_fill, words, 0x5a5a5a5au, 1024, nullptr));
+  CK(cuCtxSynchronize());
+  uint32_t word = 0;
+  CK(cuMemcpyDtoH(&word, words + 4092, 4));
+  printf("reloaded function fills: %s\n", word == 0x5a5a5a5au ? "yes" : "no");
+
+  CUstream stream, other;
+  CK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  CK(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  CK(cuStreamIsCapturing(stream, &status));
+  printf("before a capture: %s\n", CaptureName(status));
+  CK(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_RELAXED));
+  CK(cuStreamIsCapturing(stream, &status));
+  printf("capturing stream: %s\n", CaptureName(status));
+  CK(cuStreamIsCapturing(other, &status));
+  printf("another stream meanwhile: %s\n", CaptureName(status));
+  CK(cuMemsetD32Async(words, 1, 1024, stream));
+  CUgraph graph = nullptr;
+  CK(cuStreamEndCapture(stream, &graph));
+  CK(cuStreamIsCapturing(stream, &status));
+  printf("after the capture: %s\n", CaptureName(status));
+  CK(cuGraphDestroy(graph));
+  CK(cuStreamDestroy(other));
+  printf("a destroyed stream: %s\n", Name(cuStreamIsCapturing(other, &status)));
+  CK(cuStreamDestroy(stream));
+  CK(cuMemFree(words));
+  CK(cuModuleUnload(module));
+  return 0;
+}
+
 int Memops() {
   CUdevice dev;
   Setup(&dev);
@@ -897,6 +997,7 @@ int main(int argc, char** argv) {
   if (mode == "callbacks") return Callbacks();
   if (mode == "memops") return Memops();
   if (mode == "settings") return Settings();
+  if (mode == "kept") return Kept();
   if (mode == "nvml") return Nvml(false);
   if (mode == "nvml-cuda") return Nvml(true);
   if (mode == "nvml-missing") {

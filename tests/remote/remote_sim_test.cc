@@ -414,6 +414,40 @@ TEST_F(RemoteSim, ContextFunctionAndStreamSettingsAreForwarded) {
   ExpectSameAsDirect(Address(), "settings", "stack limit doubled: yes\ncache config prefers L1: yes\n");
 }
 
+// Counts the debug lines saying NAME was answered from the client's cache.
+size_t CacheHits(const std::string& out, const std::string& name) {
+  const std::string line = "remote: " + name + " answered from the client's cache";
+  size_t hits = 0;
+  for (size_t at = 0; (at = out.find(line, at)) != std::string::npos; ++at) ++hits;
+  return hits;
+}
+
+TEST_F(RemoteSim, AnswersTheClientKeepsChangeWhenTheDriversDo) {
+  // The answers are the driver's (the same as on the simulated driver directly) after every
+  // change: a set attribute, a set limit, the primary context's flags and retains, a module
+  // loaded again, a capture begun and ended, a stream destroyed.
+  ExpectSameAsDirect(Address(), "kept",
+                     "dynamic shared memory set to 2048: reads 2048\n"
+                     "dynamic shared memory set to 2048: reads 2048\n"
+                     "dynamic shared memory set to 1024: reads 1024\n");
+  Result direct = RunProgram(Direct("1GiB", {kProbe, "kept"}));
+  for (const char* must : {"stack limit after a set: the new one", "capturing stream: active",
+                           "after the capture: none", "reloaded function fills: yes",
+                           "a destroyed stream: CUDA_ERROR_INVALID_HANDLE"}) {
+    EXPECT_NE(direct.out.find(must), std::string::npos) << must << "\n" << direct.out;
+  }
+  // And the repeated questions were answered on the client.
+  Result r = RunProgram(Remote(Address(), "1GiB", {kProbe, "kept"}), {"GSLICE_LOG=debug"});
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_GE(CacheHits(r.out, "cuCtxGetDevice"), 1u) << r.out;
+  EXPECT_GE(CacheHits(r.out, "cuCtxGetDevice_v2"), 1u) << r.out;
+  EXPECT_GE(CacheHits(r.out, "cuDevicePrimaryCtxGetState"), 1u) << r.out;
+  EXPECT_GE(CacheHits(r.out, "cuCtxGetLimit"), 1u) << r.out;
+  EXPECT_GE(CacheHits(r.out, "cuFuncGetAttribute"), 3u) << r.out;
+  EXPECT_GE(CacheHits(r.out, "cuOccupancyMaxActiveBlocksPerMultiprocessor"), 1u) << r.out;
+  EXPECT_GE(CacheHits(r.out, "cuModuleGetFunction"), 1u) << r.out;
+}
+
 TEST_F(RemoteSim, StreamMemoryOperationsAreForwarded) {
   ExpectSameAsDirect(Address(), "memops", "wrote 7 and 123456789");
 }
