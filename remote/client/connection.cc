@@ -530,8 +530,9 @@ void RemoveWaiterLocked(Waiter* w) {
 }
 
 // Sends one request (queued when async). On success, a synchronous request's waiter is
-// registered before its frame leaves, so that no answer finds nobody.
-CUresult Send(uint32_t op, const Writer& request, Waiter* waiter) {
+// registered before its frame leaves, so that no answer finds nobody. flags: kWaitBit for an
+// async call the client waits for (GSLICE_REMOTE_WAIT).
+CUresult Send(uint32_t op, const Writer& request, Waiter* waiter, uint32_t flags = 0) {
   pthread_mutex_lock(&g_send_mu);
   pthread_mutex_lock(&g_mu);
   CUresult result = ConnectLocked();
@@ -543,7 +544,7 @@ CUresult Send(uint32_t op, const Writer& request, Waiter* waiter) {
   }
   pthread_mutex_unlock(&g_mu);
   if (result == CUDA_SUCCESS) {
-    const FrameHeader h{.seq = seq, .op = op};
+    const FrameHeader h{.seq = seq, .op = op | flags};
     const bool sent = waiter == nullptr
                           ? QueueLocked(h, request)
                           : FlushLocked() && WriteFrame(g_conn.channel, h, request.buffer().data(), request.size());
@@ -660,6 +661,16 @@ std::atomic<uint64_t> g_op_async[kOpCount];
 std::atomic<uint64_t> g_op_trips[kOpCount];
 }  // namespace
 
+// GSLICE_REMOTE_WAIT=1: async calls are waited for like the others (their errors then come
+// from the call itself).
+bool WaitForEveryCall() {
+  static const bool wait = [] {
+    const char* v = OptionValue(Option::RemoteWait);
+    return v[0] != '\0' && strcmp(v, "0") != 0;
+  }();
+  return wait;
+}
+
 bool Call::AnsweredFromCache() {
   if (!kOpCached[op_] && kOpCacheGroup[op_] == 0) return false;
   if (!LookUpCached(CacheSlot(op_), CacheKey(op_, request_), &reply_buffer_)) return false;
@@ -695,7 +706,7 @@ CUresult Call::Run() {
   // Before it leaves and again once answered: an answer of the group read in between would
   // be stale (the generation keeps it from being kept).
   if (kOpDrops[op_] != 0) DropCached(kOpDrops[op_]);
-  if (kOpAsync[op_]) {
+  if (kOpAsync[op_] && !WaitForEveryCall()) {
     // Not waited for: its driver error, if any, comes with the next synchronisation.
     const CUresult result = Send(op_, request_, nullptr);
     g_async_calls.fetch_add(1, std::memory_order_relaxed);
@@ -710,7 +721,7 @@ CUresult Call::Run() {
   waiter.reply = &reply_buffer_;
   g_round_trips.fetch_add(1, std::memory_order_relaxed);
   g_op_trips[op_].fetch_add(1, std::memory_order_relaxed);
-  CUresult result = Send(op_, request_, &waiter);
+  CUresult result = Send(op_, request_, &waiter, kOpAsync[op_] ? kWaitBit : 0);
   if (result == CUDA_SUCCESS) result = Receive(op_, &waiter);
   if (kOpDrops[op_] != 0) DropCached(kOpDrops[op_]);
   if (result != CUDA_SUCCESS) return result;

@@ -3,6 +3,7 @@
 #include "tls.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <netdb.h>
 #include <stdlib.h>
 #include <netinet/in.h>
@@ -12,6 +13,9 @@
 #include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
 
 namespace gslice::remote {
 
@@ -74,6 +78,48 @@ FrameRead ReadFrame(int fd, uint32_t max_length, FrameHeader* h, std::vector<uin
   if (!DecodeHeader(head, max_length, h)) return FrameRead::kTooLarge;
   payload->resize(h->length);
   if (h->length != 0 && !ReadAll(fd, payload->data(), h->length)) return FrameRead::kClosed;
+  return FrameRead::kOk;
+}
+
+bool FrameReader::Fill(size_t n) {
+  if (end_ - begin_ >= n) return true;
+  if (begin_ + n > buffer_.size()) {
+    // Move what is left to the front to make room.
+    std::memmove(buffer_.data(), buffer_.data() + begin_, end_ - begin_);
+    end_ -= begin_;
+    begin_ = 0;
+  }
+  while (end_ - begin_ < n) {
+    const ssize_t r = read(fd_, buffer_.data() + end_, buffer_.size() - end_);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    end_ += static_cast<size_t>(r);
+  }
+  return true;
+}
+
+bool FrameReader::HasFrame() const {
+  if (end_ - begin_ < kHeaderSize) return false;
+  FrameHeader h;
+  // A header that does not decode is "here" too: Next() reports it without blocking.
+  if (!DecodeHeader(buffer_.data() + begin_, UINT32_MAX, &h)) return true;
+  return end_ - begin_ >= kHeaderSize + static_cast<size_t>(h.length);
+}
+
+FrameRead FrameReader::Next(uint32_t max_length, FrameHeader* h, std::vector<uint8_t>* payload) {
+  if (!Fill(kHeaderSize)) return FrameRead::kClosed;
+  if (!DecodeHeader(buffer_.data() + begin_, max_length, h)) return FrameRead::kTooLarge;
+  begin_ += kHeaderSize;
+  payload->resize(h->length);
+  const size_t buffered = std::min<size_t>(end_ - begin_, h->length);
+  std::memcpy(payload->data(), buffer_.data() + begin_, buffered);
+  begin_ += buffered;
+  if (buffered < h->length) {
+    // The rest straight into the payload (the buffer is empty now).
+    begin_ = end_ = 0;
+    if (!ReadAll(fd_, payload->data() + buffered, h->length - buffered)) return FrameRead::kClosed;
+  }
+  if (begin_ == end_) begin_ = end_ = 0;
   return FrameRead::kOk;
 }
 

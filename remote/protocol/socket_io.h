@@ -22,6 +22,25 @@ enum class FrameRead { kOk, kClosed, kTooLarge };
 // Reads a frame whose payload is at most max_length bytes into *payload.
 FrameRead ReadFrame(int fd, uint32_t max_length, FrameHeader* h, std::vector<uint8_t>* payload);
 
+// Frames from a plain socket through a buffer: one read() brings every frame that has
+// arrived (a client's queued calls come dozens at a time), and HasFrame() tells whether the
+// next is already here. Frames larger than the buffer are read into their payload directly.
+class FrameReader {
+ public:
+  explicit FrameReader(int fd) : fd_(fd), buffer_(kBufferBytes) {}
+  FrameRead Next(uint32_t max_length, FrameHeader* h, std::vector<uint8_t>* payload);
+  // A whole frame is buffered: Next() will not block.
+  bool HasFrame() const;
+
+ private:
+  static constexpr size_t kBufferBytes = 256 * 1024;
+  // Reads until at least n bytes are buffered (n <= kBufferBytes). False on EOF or error.
+  bool Fill(size_t n);
+  int fd_;
+  std::vector<uint8_t> buffer_;
+  size_t begin_ = 0, end_ = 0;  // the buffered bytes are [begin_, end_)
+};
+
 struct TlsSession;
 // A connected stream: a socket, with TLS over it where tls is set (then every byte goes
 // through the session; tls.h says which threads may use it at once).

@@ -52,6 +52,9 @@ inline constexpr uint32_t kMaxFrame = static_cast<uint32_t>(kMaxBuffer) + 64 * 1
 inline constexpr uint32_t kMaxString = 4096;
 inline constexpr uint32_t kMaxHelloString = 128;
 inline constexpr uint32_t kReplyBit = 0x80000000u;
+// On a request of an async call (calls.def: async): the client waits for this one
+// (GSLICE_REMOTE_WAIT), so the worker answers it with its own result, as any other call.
+inline constexpr uint32_t kWaitBit = 0x40000000u;
 inline constexpr uint32_t kOpHello = 0x7fff0001u;
 inline constexpr uint32_t kOpToken = 0x7fff0002u;
 inline constexpr uint32_t kOpProbe = 0x7fff0003u;

@@ -46,6 +46,7 @@ struct Request {
   FrameHeader header;
   std::vector<uint8_t> payload;
   uint64_t async_before = 0;  // async requests read before this one
+  bool waited = false;        // an async call the client waits for (wire.h: kWaitBit)
 };
 
 // A client thread's serving thread and the requests it has yet to run. REQUIRES g_mu.
@@ -101,6 +102,8 @@ bool SendHelloReply(int fd, const HelloReply& reply) {
 std::atomic<bool> g_async_failed[kOpCount];
 
 bool IsAsync(uint32_t op) { return op < kOpCount && kOpAsync[op]; }
+// Not answered: an async call the client does not wait for.
+bool Unanswered(const Request& r) { return IsAsync(r.header.op) && !r.waited; }
 
 // Runs one request on the calling (its lane's) thread; returns the answer, or nothing for an
 // async request (its error goes to *deferred until the lane's next synchronisation).
@@ -132,7 +135,7 @@ bool Serve(Request& request, int32_t* deferred, Writer* out) {
   }
   int32_t result = CUDA_SUCCESS;
   std::memcpy(&result, out->buffer().data(), sizeof result);
-  if (IsAsync(op)) {
+  if (Unanswered(request)) {
     // The client does not wait for this one: its error waits for the next synchronisation.
     if (result != CUDA_SUCCESS && *deferred == CUDA_SUCCESS) *deferred = result;
     if (result != CUDA_SUCCESS && op < kOpCount && !g_async_failed[op].exchange(true, std::memory_order_relaxed)) {
@@ -175,7 +178,7 @@ void* ServeLane(void* arg) {
     pthread_mutex_unlock(&g_mu);
     Writer out;
     const bool answer = Serve(request, &deferred, &out);
-    if (IsAsync(request.header.op)) {
+    if (Unanswered(request)) {
       pthread_mutex_lock(&g_mu);
       ++g_async_done;
       pthread_cond_broadcast(&g_async_ran);
@@ -217,9 +220,17 @@ int RunWorker(int fd) {
   }
   g_fd = fd;
   uint64_t async_read = 0;
+  FrameReader reader(fd);
+  // Lanes given requests since they were last woken: woken once no further frame is buffered
+  // (one wake-up for a batch of queued calls, not one per call), and before the reader waits.
+  std::vector<Lane*> to_wake;
+  auto wake = [&to_wake] {  // REQUIRES g_mu
+    for (Lane* l : to_wake) pthread_cond_signal(&l->ready);
+    to_wake.clear();
+  };
   for (;;) {
     Request request;
-    FrameRead got = ReadFrame(fd, kMaxFrame, &request.header, &request.payload);
+    FrameRead got = reader.Next(kMaxFrame, &request.header, &request.payload);
     if (got == FrameRead::kClosed) return 0;
     if (got == FrameRead::kTooLarge) {
       fprintf(stderr, "gslice-remoted[%d]: a frame of %u bytes (at most %u): closing the connection\n",
@@ -230,14 +241,20 @@ int RunWorker(int fd) {
     Reader in(request.payload.data(), request.payload.size());
     RequestPrefix prefix;
     const uint32_t lane = DecodeRequestPrefix(&in, &prefix) ? prefix.lane : 0;
+    if ((request.header.op & kWaitBit) != 0 && IsAsync(request.header.op & ~kWaitBit)) {
+      request.header.op &= ~kWaitBit;
+      request.waited = true;
+    }
     request.async_before = async_read;
-    if (IsAsync(request.header.op)) ++async_read;
+    if (Unanswered(request)) ++async_read;
     pthread_mutex_lock(&g_mu);
+    if (g_queued_bytes > kMaxQueuedBytes) wake();
     while (g_queued_bytes > kMaxQueuedBytes) pthread_cond_wait(&g_drained, &g_mu);
     g_queued_bytes += request.payload.size();
     Lane& l = g_lanes[lane];
     l.queue.push_back(std::move(request));
-    pthread_cond_signal(&l.ready);
+    if (std::find(to_wake.begin(), to_wake.end(), &l) == to_wake.end()) to_wake.push_back(&l);
+    if (!reader.HasFrame()) wake();
     if (!l.started) {
       pthread_t thread;
       pthread_attr_t attr;

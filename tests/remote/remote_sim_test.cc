@@ -352,6 +352,17 @@ TEST_F(RemoteSim, AnAsyncCallsErrorComesWithTheNextSynchronisation) {
   EXPECT_EQ(remote.out, "launch CUDA_SUCCESS, sync CUDA_ERROR_INVALID_HANDLE, sync CUDA_SUCCESS\n");
 }
 
+TEST_F(RemoteSim, WaitingForEveryCallGivesAnAsyncCallsErrorAtTheCall) {
+  // GSLICE_REMOTE_WAIT=1 (synchronous forwarding, for comparisons): the launch waits for the
+  // worker's answer, so its error is its own, as on the driver directly.
+  Result remote = RunProgram(Remote(Address(), "1GiB", {kProbe, "deferred"}), {"GSLICE_REMOTE_WAIT=1"});
+  EXPECT_EQ(remote.out, "launch CUDA_ERROR_INVALID_HANDLE, sync CUDA_SUCCESS, sync CUDA_SUCCESS\n");
+  // And the programs give the same output as queued.
+  Result check = RunProgram(Remote(Address(), "1GiB", {kProbe, "graph"}), {"GSLICE_REMOTE_WAIT=1"});
+  EXPECT_EQ(check.code, 0) << check.out;
+  EXPECT_NE(check.out.find("replayed 3 times: results verified"), std::string::npos) << check.out;
+}
+
 TEST_F(RemoteSim, AThreadInALongSynchronisationHoldsUpNoOtherThread) {
   // Each client thread has its serving thread in the worker: one thread's calls complete while
   // another waits in cuStreamSynchronize, and each has its own per-thread default stream.

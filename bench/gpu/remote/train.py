@@ -3,7 +3,10 @@ forwarding client: prints one line per step ("loss STEP VALUE", the loss as a fl
 that runs compare bit for bit), then "steps_per_s X" and, through the client, "calls ..." (the
 client's counters over the timed steps, gslice_remote_stats).
 
-  train.py resnet50|bert STEPS     training, deterministic, fixed seed, synthetic data
+  train.py resnet50|bert STEPS [BATCH]
+                                   training, deterministic, fixed seed, synthetic data (batch:
+                                   ResNet-50 32 images, BERT 8 sequences of 128 by default);
+                                   also prints "cpu_per_step S" (the process's CPU time)
   train.py check NAME              a framework check: tensor, torch_exp, compile, jax, cupy
 """
 import ctypes, os, sys, time
@@ -21,7 +24,7 @@ def client_stats():
     return list(out)
 
 
-def train(kind, steps):
+def train(kind, steps, batch=None):
     import torch
     torch.manual_seed(0)
     torch.use_deterministic_algorithms(True)
@@ -33,8 +36,9 @@ def train(kind, steps):
         import torchvision
         model = torchvision.models.resnet50(num_classes=100).to(dev)
         g = torch.Generator(device="cpu").manual_seed(1)
-        x = torch.randn(32, 3, 224, 224, generator=g).to(dev)
-        y = torch.randint(0, 100, (32,), generator=g).to(dev)
+        n = batch or 32
+        x = torch.randn(n, 3, 224, 224, generator=g).to(dev)
+        y = torch.randint(0, 100, (n,), generator=g).to(dev)
         loss_fn = torch.nn.CrossEntropyLoss()
         step_fn = lambda: loss_fn(model(x), y)
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
@@ -43,8 +47,9 @@ def train(kind, steps):
         cfg = BertConfig(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=2)
         model = BertForSequenceClassification(cfg).to(dev)
         g = torch.Generator(device="cpu").manual_seed(1)
-        ids = torch.randint(0, cfg.vocab_size, (8, 128), generator=g).to(dev)
-        labels = torch.randint(0, 2, (8,), generator=g).to(dev)
+        n = batch or 8
+        ids = torch.randint(0, cfg.vocab_size, (n, 128), generator=g).to(dev)
+        labels = torch.randint(0, 2, (n,), generator=g).to(dev)
         step_fn = lambda: model(input_ids=ids, labels=labels).loss
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     else:
@@ -57,6 +62,7 @@ def train(kind, steps):
             torch.cuda.synchronize()
             before = client_stats()
             t0 = time.perf_counter()
+            c0 = time.process_time()
         opt.zero_grad(set_to_none=True)
         loss = step_fn()
         loss.backward()
@@ -64,12 +70,14 @@ def train(kind, steps):
         print(f"loss {i} {float(loss.item())!r}", flush=True)
     torch.cuda.synchronize()
     dt = time.perf_counter() - t0
+    cpu = time.process_time() - c0
     after = client_stats()
     counts_path = os.environ.get("REMOTE_CALL_COUNTS")
     if counts_path and before is not None:
         # Per call over the whole run (warm-up included): NAME CACHED ASYNC ROUND_TRIPS.
         ctypes.CDLL("libcuda.so.1").gslice_remote_write_call_counts(counts_path.encode())
     print(f"steps_per_s {steps / dt:.4f}")
+    print(f"cpu_per_step {cpu / steps:.6f}")
     if before is not None and after is not None:
         d = [(a - b) / steps for a, b in zip(after, before)]
         print(f"calls per step: {d[0] + d[1] + d[2]:.1f} (cached {d[0]:.1f}, async {d[1]:.1f}, round trips {d[2]:.1f})")
@@ -118,4 +126,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "check":
         check(sys.argv[2])
     else:
-        train(sys.argv[1], int(sys.argv[2]))
+        train(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else None)
