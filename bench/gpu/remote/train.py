@@ -7,7 +7,8 @@ client's counters over the timed steps, gslice_remote_stats).
                                    training, deterministic, fixed seed, synthetic data (batch:
                                    ResNet-50 32 images, BERT 8 sequences of 128 by default);
                                    also prints "cpu_per_step S" (the process's CPU time)
-  train.py check NAME              a framework check: tensor, torch_exp, compile, jax, cupy
+  train.py check NAME              a framework check: tensor, torch_exp, compile, jax,
+                                   jax_noautotune (XLA's autotuner off), cupy
 """
 import ctypes, os, sys, time
 
@@ -104,7 +105,11 @@ def check(name):
         a = torch.randn(1024, 1024, device="cuda")
         b = torch.randn(1024, 1024, device="cuda")
         print("value", repr(float(f(a, b).double().abs().sum())))
-    elif name == "jax":
+    elif name in ("jax", "jax_noautotune"):
+        if name == "jax_noautotune":
+            # XLA's autotuner treats page-locked host memory as device memory (zero-copy),
+            # which a remote GPU cannot reach (docs/remote.md); without it XLA picks defaults.
+            os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_gpu_autotune_level=0").strip()
         import jax, jax.numpy as jnp
         k = jax.random.PRNGKey(0)
         a = jax.random.normal(k, (512, 512), dtype=jnp.float32)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Frameworks and training through the forwarding client on the real driver (docs/remote.md):
 # gslice-remoted serves a unix socket and loopback TCP on this machine; each check and each
-# training run goes locally (gslice run) and through the client, the answers compared.
+# training run goes locally (gslice run) and through the client, the answers compared. The
+# client runs with the GPU's device files hidden (bench/gpu/remote/without_gpu_files.sh, root).
 #   checks: torch tensor op, expandable segments (torch_exp), torch.compile, JAX, CuPy:
 #           the same value locally and remotely
 #   training: ResNet-50 (batch 32) and BERT-base (batch 8 x 128) for TRAIN_STEPS steps
@@ -21,7 +22,7 @@ B = os.environ.get("GSLICE_BUILD", "build")
 OUT = os.path.join(os.environ["OUT"], "remote_train")
 STEPS = int(os.environ.get("TRAIN_STEPS", "100"))
 WORKLOADS = [w for w in os.environ.get("TRAIN_WORKLOADS", "resnet50,bert").split(",") if w]
-CHECKS = [c for c in os.environ.get("TRAIN_CHECKS", "tensor,torch_exp,compile,jax,cupy").split(",") if c]
+CHECKS = [c for c in os.environ.get("TRAIN_CHECKS", "tensor,torch_exp,compile,jax,jax_noautotune,cupy").split(",") if c]
 gslice = os.path.join(B, "bin", "gslice")
 remoted = os.path.join(B, "bin", "gslice-remoted")
 script = os.path.abspath("bench/gpu/remote/train.py")
@@ -69,9 +70,21 @@ try:
     if tcp is None or not os.path.exists(sock):
         result("remote_train.server", "FAIL", "gslice-remoted did not listen (remote_train/gslice-remoted.log)")
         sys.exit(1)
+    # The client runs where the GPU's device files are out of reach (a mount namespace with
+    # /dev/nvidia* hidden), checked first: there a local PyTorch finds no GPU.
+    hide = [os.path.abspath("bench/gpu/remote/without_gpu_files.sh")]
+    rc, out, err = run("hidden-local", hide + [sys.executable, "-c",
+                       "import torch; print('cuda', torch.cuda.is_available())"], 120)
+    if rc == 0 and "cuda False" in out:
+        result("remote_train.no_gpu_files", "PASS",
+               "with /dev/nvidia* hidden a local PyTorch finds no GPU; every remote run below is made so")
+    else:
+        result("remote_train.no_gpu_files", "INFO",
+               f"cannot hide the device files here (exit {rc}: {last_err(err) if rc else out.strip()}); remote runs see them")
+        hide = []
     sides = {"local": [gslice, "run", "--memory", "16GiB", "--"],
-             "unix": [gslice, "run", "--remote", "unix:" + sock, "--memory", "16GiB", "--"],
-             "tcp": [gslice, "run", "--remote", tcp, "--memory", "16GiB", "--"]}
+             "unix": hide + [gslice, "run", "--remote", "unix:" + sock, "--memory", "16GiB", "--"],
+             "tcp": hide + [gslice, "run", "--remote", tcp, "--memory", "16GiB", "--"]}
 
     for name in CHECKS:
         vals = {}
