@@ -14,7 +14,7 @@ cd "$(dirname "$0")/../../.."
 export OUT="${OUT:-$PWD/gpu-out}" PYTHONUNBUFFERED=1
 mkdir -p "$OUT/remote_idle"
 exec python3 - <<'PY'
-import json, os, select, shutil, signal, subprocess, sys, tempfile, time
+import json, re, os, select, shutil, signal, subprocess, sys, tempfile, time
 
 B = os.environ.get("GSLICE_BUILD", "build")
 OUT = os.path.join(os.environ["OUT"], "remote_idle")
@@ -57,7 +57,11 @@ def remote_slice():
 
 
 def workers(server_pid):
-    n = 0
+    return len(worker_pids(server_pid))
+
+
+def worker_pids(server_pid):
+    found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
@@ -68,12 +72,12 @@ def workers(server_pid):
             p = int(pid)
             while p > 1:
                 if p == server_pid:
-                    n += 1
+                    found.append(int(pid))
                     break
                 p = int(open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1])
         except OSError:
             continue
-    return n
+    return found
 
 
 class Client:
@@ -142,6 +146,31 @@ try:
     first_call_s = time.monotonic() - t0
     result("remote_idle.resumed_intact", "PASS" if back == "intact" else "FAIL",
            f"first call after the idle release (a 64 MiB read back) took {first_call_s:.2f}s: '{back}'")
+    # The driver's own restore of the same process, at once (before the idle timeout comes
+    # round again): lock, checkpoint, hold, then restore + unlock timed, the raw driver calls.
+    pids = [p for p in worker_pids(server.pid)
+            if b"gslice-remoted" in open(f"/proc/{p}/cmdline", "rb").read().split(b"\0")[0]]
+    bench = bin_("gslice-checkpoint-bench")
+    if pids and os.path.exists(bench):
+        bench_env = dict(env)
+        if SIM:  # the simulated driver's libcuda.so.1
+            bench_env["LD_LIBRARY_PATH"] = os.path.join(B, "lib", "sim") + ":" + env.get("LD_LIBRARY_PATH", "")
+        cp = subprocess.run([bench, "--pid", str(pids[-1]), "--mode", "raw", "--action", "cycle", "--hold-ms", "500"],
+                            env=bench_env, capture_output=True, text=True, timeout=120)
+        with open(os.path.join(OUT, "checkpoint-bench.log"), "w") as f:
+            f.write(cp.stdout + cp.stderr)
+        m = re.search(r"restore_s=([\d.]+) unlock_s=([\d.]+)", cp.stdout)
+        if cp.returncode == 0 and m:
+            driver_s = float(m.group(1)) + float(m.group(2))
+            ratio = first_call_s / driver_s
+            result("remote_idle.vs_driver_restore", "PASS" if ratio <= 1.5 else "FAIL",
+                   f"first call after the release {first_call_s:.3f}s = {ratio:.2f}x the driver's restore + unlock "
+                   f"of the same worker ({driver_s:.3f}s; goal <= 1.5x)")
+        else:
+            result("remote_idle.vs_driver_restore", "FAIL",
+                   f"gslice-checkpoint-bench exit {cp.returncode}: {(cp.stderr.strip().splitlines() or ['?'])[-1]}")
+    else:
+        result("remote_idle.vs_driver_restore", "INFO", "no worker pid or no gslice-checkpoint-bench to compare with")
     c.go()
     c.p.wait(timeout=30)
 finally:
