@@ -200,6 +200,16 @@ const GsliceTimeline = (() => {
     return +(us / 1e6).toPrecision(4) + ' s';
   }
 
+  // A ruler tick at `us`, ticks `step` apart: the unit fmtTime would choose, with as many
+  // decimals as the step needs for neighbouring ticks to differ ("12.805 s" beside "12.810 s").
+  function fmtTick(us, step) {
+    const a = Math.abs(us);
+    if (a === 0) return '0';
+    const [scale, unit] = a < 1 ? [1e-3, 'ns'] : a < 1000 ? [1, 'µs'] : a < 1e6 ? [1000, 'ms'] : [1e6, 's'];
+    const decimals = Math.min(6, Math.max(0, Math.ceil(-Math.log10(step / scale) - 1e-9)));
+    return (us / scale).toFixed(decimals) + ' ' + unit;
+  }
+
   function fmtValue(key, v) {
     if (/bytes/i.test(key)) {
       const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
@@ -421,7 +431,7 @@ const GsliceTimeline = (() => {
         ctx.moveTo(x, RULER_H - 7);
         ctx.lineTo(x, RULER_H);
         ctx.stroke();
-        ctx.fillText(fmtTime(Math.abs(t) < step / 1e6 ? 0 : t), x + 3, RULER_H / 2 - 2);
+        ctx.fillText(Math.abs(t) < step / 1e6 ? '0' : fmtTick(t, step), x + 3, RULER_H / 2 - 2);
       }
     }
 
@@ -673,5 +683,5 @@ const GsliceTimeline = (() => {
     }
   }
 
-  return {Timeline, buildModel, fmtTime, STREAM_TID_BASE};
+  return {Timeline, buildModel, fmtTime, fmtTick, STREAM_TID_BASE};
 })();

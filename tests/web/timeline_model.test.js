@@ -15,7 +15,7 @@ const source = fs.readFileSync(path.join(__dirname, '../../daemon/web/timeline.j
 const sandbox = {};
 vm.createContext(sandbox);
 vm.runInContext(source + '\nthis.GsliceTimeline = GsliceTimeline;', sandbox);
-const {buildModel, fmtTime, STREAM_TID_BASE} = sandbox.GsliceTimeline;
+const {buildModel, fmtTime, fmtTick, STREAM_TID_BASE} = sandbox.GsliceTimeline;
 // Values made in the sandbox, as plain values of this realm (for deepEqual).
 const plain = (x) => JSON.parse(JSON.stringify(x));
 
@@ -128,4 +128,9 @@ assert.throws(() => buildModel({events: []}), /not a Chrome trace: it has no tra
 assert.equal(buildModel([{ph: 'X', name: 'a', pid: 1, tid: 1, ts: 0, dur: 1}]).events, 1);
 
 assert.deepEqual([0.85, 12.5, 3420, 1.2e6, 0].map(fmtTime), ['850 ns', '12.5 µs', '3.42 ms', '1.2 s', '0']);
+// Ruler ticks: neighbours differ however far into the trace the window is.
+assert.deepEqual([12800000, 12805000, 12810000].map((t) => fmtTick(t, 5000)), ['12.800 s', '12.805 s', '12.810 s']);
+assert.deepEqual([812500, 813000].map((t) => fmtTick(t, 500)), ['812.5 ms', '813.0 ms']);
+assert.equal(fmtTick(2000000, 1000000), '2 s');
+assert.equal(fmtTick(250, 50), '250 µs');
 console.log('timeline model test passed');
