@@ -79,15 +79,23 @@ bool IsPodUid(const std::string& uid) {
   return true;
 }
 
+// Creates `path` (or finds it) with exactly `mode`, whatever the process's umask: a pod's user
+// must be able to pass through its folder.
 bool MakeDir(const std::string& path, mode_t mode, std::string* error) {
-  if (mkdir(path.c_str(), mode) == 0 || errno == EEXIST) {
-    struct stat st;
-    if (lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return true;
+  if (mkdir(path.c_str(), mode) != 0 && errno != EEXIST) {
+    *error = Errno("cannot create " + path);
+    return false;
+  }
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     *error = path + ": exists and is not a folder";
     return false;
   }
-  *error = Errno("cannot create " + path);
-  return false;
+  if ((st.st_mode & 07777) != mode && chmod(path.c_str(), mode) != 0) {
+    *error = Errno("cannot set the mode of " + path);
+    return false;
+  }
+  return true;
 }
 
 // Whether `path` is already the copy of a source of `src` status: the copy keeps the source's

@@ -230,6 +230,9 @@ TEST_F(RemoteClientPlugin, AdvertisesRemoteGpusAndSetsTheClientUp) {
 // with their pod.
 TEST_F(RemoteClientPlugin, GivesANonRootContainerItsOwnTokenCopy) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to give files to another user";
+  ASSERT_EQ(chmod(root_.c_str(), 0755), 0);
+  // A plugin started with a strict umask still makes folders the pod's user can pass through.
+  const mode_t umask_before = umask(077);
   std::string err;
   ASSERT_TRUE(StartPlugin(Config(), &err)) << err;
   json pod = RemotePod("nb", "u-nb", 8192);
@@ -242,6 +245,7 @@ TEST_F(RemoteClientPlugin, GivesANonRootContainerItsOwnTokenCopy) {
   ASSERT_EQ(c.mounts_size(), 2);
   const fs::path dir = c.mounts(1).host_path();
   EXPECT_EQ(dir, root_ / "creds/u-nb/0");
+  umask(umask_before);
 
   struct stat token {}, ca {}, folder {};
   ASSERT_EQ(stat((dir / "token").c_str(), &token), 0);
