@@ -86,7 +86,8 @@ nvmlReturn_t SliceMemoryInfoV2(nvmlDevice_t device, nvmlMemory_v2_t* memory) {
 
 // The process lists of every variant: the client has no process on the GPU before its worker
 // starts (and other users' processes are not its to see).
-nvmlReturn_t NoProcesses(nvmlDevice_t, unsigned int* count, void*) {
+template <typename Info>
+nvmlReturn_t NoProcesses(nvmlDevice_t, unsigned int* count, Info*) {
   if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   *count = 0;
   return NVML_SUCCESS;
@@ -109,9 +110,9 @@ void LoadProbeNvml(const ProbeOptions& options) {
   if (g_memory_info_v2 != nullptr)
     g_driver[kOp_nvmlDeviceGetMemoryInfo_v2] = reinterpret_cast<void*>(&SliceMemoryInfoV2);
   for (uint32_t op : {kOp_nvmlDeviceGetComputeRunningProcesses_v3, kOp_nvmlDeviceGetComputeRunningProcesses_v2,
-                      kOp_nvmlDeviceGetComputeRunningProcesses, kOp_nvmlDeviceGetMPSComputeRunningProcesses_v3,
-                      kOp_nvmlDeviceGetGraphicsRunningProcesses_v3})
-    g_driver[op] = reinterpret_cast<void*>(&NoProcesses);
+                      kOp_nvmlDeviceGetMPSComputeRunningProcesses_v3, kOp_nvmlDeviceGetGraphicsRunningProcesses_v3})
+    g_driver[op] = reinterpret_cast<void*>(&NoProcesses<nvmlProcessInfo_t>);
+  g_driver[kOp_nvmlDeviceGetComputeRunningProcesses] = reinterpret_cast<void*>(&NoProcesses<nvmlProcessInfo_v1_t>);
 }
 
 }  // namespace

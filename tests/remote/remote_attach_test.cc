@@ -134,13 +134,20 @@ TEST_F(RemoteAttach, DeviceQueriesHoldNoWorkerAndTheFirstGpuCallAttaches) {
 }
 
 // NVML before any CUDA call (nvidia-smi, an NVML-based device check) is answered by the probe:
-// no worker and no device memory; the slice's memory, nothing used, no processes. The handle the
-// probe gave out still names the device once the first CUDA call has attached the worker, and
-// the worker's NVML is initialised for the client that initialised it on the probe.
+// no worker and no device memory; the slice's memory, nothing used, no processes (not even
+// another program's on the same GPU). The handle the probe gave out still names the device once
+// the first CUDA call has attached the worker, and the worker's NVML is initialised for the
+// client that initialised it on the probe.
 TEST_F(RemoteAttach, NvmlQueriesHoldNoWorkerAndTheirHandlesSurviveTheAttach) {
   const std::string socket = Dir() + "/remoted.sock";
   Child server({kBin + "/gslice-remoted", "--listen", "unix:" + socket, "--sim"});
   ASSERT_NE(server.ReadUntil("gslice-remoted: listening on", 20000), "");
+  // Someone else's program on the GPU node, holding memory.
+  Child other({kBin + "/gslice", "run", "--sim", "--memory", "1GiB", "--", kProgram});
+  ASSERT_EQ(other.ReadUntil("queried", 30000).rfind("queried", 0), 0u);
+  other.WriteLine("go");
+  ASSERT_EQ(other.ReadUntil("written", 30000), "written");
+  const uint64_t others = SimUsed();
   {
     std::vector<std::string> argv = Remote(socket, {});
     argv.push_back("nvml");
@@ -148,7 +155,7 @@ TEST_F(RemoteAttach, NvmlQueriesHoldNoWorkerAndTheirHandlesSurviveTheAttach) {
     const std::string queried = client.ReadUntil("nvml", 30000);
     EXPECT_EQ(queried, "nvml 1 " + std::to_string(1ull << 30) + " 0 0");
     EXPECT_EQ(CountDescendants(server.pid(), "--worker-fd"), 0) << "NVML queries started a worker";
-    EXPECT_EQ(SimUsed(), 0u) << "device memory is held before any GPU call";
+    EXPECT_EQ(SimUsed(), others) << "device memory is held before any GPU call";
     client.WriteLine("go");
     std::string out;
     for (std::string line; out.find("attached") == std::string::npos && client.ReadLine(&line, 30000);)
@@ -161,6 +168,9 @@ TEST_F(RemoteAttach, NvmlQueriesHoldNoWorkerAndTheirHandlesSurviveTheAttach) {
     EXPECT_EQ(client.ReadUntil("shutdown", 30000), "shutdown 0");
     EXPECT_EQ(client.Wait(&out, 30000), 0) << out;
   }
+  other.WriteLine("go");
+  other.WriteLine("go");
+  other.Wait(nullptr, 30000);
   server.Kill(SIGTERM);
   server.Wait(nullptr, 10000);
 }
