@@ -110,6 +110,7 @@ class CallSpec:
         self.cache_group = flags.get("cachedby")
         self.drops = flags.get("drops", "").split(",") if flags.get("drops") else []
         self.sizing = "sizing" in flags
+        self.noslice = "noslice" in flags
 
 
 def parse(path, lib, calls, canonical):
@@ -136,7 +137,7 @@ def parse(path, lib, calls, canonical):
             flags = {}
             for tok in rest.split():
                 k, eq, v = tok.partition("=")
-                if tok in ("async", "collect", "cached", "sizing"):
+                if tok in ("async", "collect", "cached", "sizing", "noslice"):
                     flags[tok] = True
                 elif k == "split" and re.match(r"^\w+:\w+$", v):
                     flags[k] = v
@@ -165,6 +166,8 @@ def parse(path, lib, calls, canonical):
                 sys.exit(f"{path}:{lineno}: before= is for forwarded calls")
             if flags.get("sizing") and (lib is not NVML or kind != "forward"):
                 sys.exit(f"{path}:{lineno}: sizing is for forwarded NVML calls")
+            if flags.get("noslice") and (lib is not NVML or kind != "forward"):
+                sys.exit(f"{path}:{lineno}: noslice is for forwarded NVML calls")
             if lib is NVML and kind == "custom":
                 sys.exit(f"{path}:{lineno}: NVML calls are forward or local")
             if any(c.name == name for c in calls):
@@ -233,6 +236,9 @@ def gen_header(calls, h):
     out += ["};", "", "// The groups (bits) whose kept answers each call drops (calls.def: drops=G1,G2).",
             "inline constexpr uint32_t kOpDrops[kOpCount] = {"]
     out += [f"    {hex(sum(1 << groups.index(g) for g in c.drops))},  // {c.name}" for c in calls]
+    out += ["};", "", "// NVML calls a probe answers before the client holds a slice (nvml_calls.def: noslice).",
+            "inline constexpr bool kOpNoSlice[kOpCount] = {"]
+    out += [f"    {'true' if c.noslice else 'false'},  // {c.name}" for c in calls]
     out += ["};", "", "// Synchronisations that report the errors of earlier async calls (calls.def: collect).",
             "inline constexpr bool kOpCollects[kOpCount] = {"]
     out += [f"    {'true' if c.collect else 'false'},  // {c.name}" for c in calls]
@@ -429,6 +435,11 @@ def gen_server(calls):
             elif p.sem == "const":
                 args.append(p.expr)
         out.append("  if (fn == nullptr) return NotInDriver(kOp_" + c.name + ");")
+        # NVML device handles travel as the device's index + 1 (NvmlDeviceFromWire), so that a
+        # handle a probe gave out names the same device in the worker.
+        for p in c.params:
+            if p.sem == "value" and p.type == "nvmlDevice_t":
+                out.append(f"  if (!NvmlDeviceFromWire(&{p.name})) return static_cast<CUresult>(NVML_ERROR_INVALID_ARGUMENT);")
         if c.sync:
             # The host buffer lives in this message: a captured copy would read it at replay.
             op = "kOp_cuStreamIsCapturing_ptsz" if c.name.endswith("_ptsz") else "kOp_cuStreamIsCapturing"
@@ -444,6 +455,8 @@ def gen_server(calls):
             out.append("  if (res != CUDA_SUCCESS) return res;")
         for p in c.params:
             n = p.name
+            if p.sem in ("out", "inout") and p.pointee == "nvmlDevice_t":
+                out.append(f"  if ({n}_present && !NvmlDeviceToWire(&{n}_value)) return static_cast<CUresult>(NVML_ERROR_UNKNOWN);")
             if p.sem in ("out", "inout"):
                 out.append(f"  if ({n}_present) w.Put({n}_value);")
         if c.sizing:

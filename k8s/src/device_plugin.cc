@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <thread>
 #include <tuple>
 
@@ -132,6 +133,34 @@ int64_t RunAsUser(const json& spec, const std::string& container) {
   }
   return uid_in(spec);
 }
+
+// securityContext.runAsNonRoot of the named container, else of the pod.
+bool RunAsNonRoot(const json& spec, const std::string& container) {
+  auto flag_in = [](const json& obj) -> std::optional<bool> {
+    auto sc = obj.find("securityContext");
+    if (sc == obj.end() || !sc->is_object()) return std::nullopt;
+    auto f = sc->find("runAsNonRoot");
+    if (f == sc->end() || !f->is_boolean()) return std::nullopt;
+    return f->get<bool>();
+  };
+  if (auto cs = spec.find("containers"); cs != spec.end() && cs->is_array()) {
+    for (const auto& c : *cs) {
+      if (c.is_object() && Str(c, "name") == container) {
+        if (auto f = flag_in(c)) return *f;
+      }
+    }
+  }
+  return flag_in(spec).value_or(false);
+}
+
+// The pod UIDs of a PodList.
+std::set<std::string> PodUids(const json& pods) {
+  std::set<std::string> uids;
+  if (auto items = pods.find("items"); items != pods.end() && items->is_array())
+    for (const auto& pod : *items)
+      if (pod.is_object() && pod.contains("metadata")) uids.insert(Str(pod["metadata"], "uid"));
+  return uids;
+}
 }  // namespace
 
 std::optional<PendingContainer> FindPendingContainer(const json& pod_list, const std::string& node,
@@ -178,6 +207,7 @@ std::optional<PendingContainer> FindPendingContainer(const json& pod_list, const
       p.remote_address = a->remote_address;
       p.idle_timeout = Str(ann, std::string(kAnnotationIdleTimeout).c_str());
       p.run_as_user = RunAsUser(*spec, c.name);
+      p.run_as_non_root = RunAsNonRoot(*spec, c.name);
       best = std::move(p);
       best_key = key;
     }
@@ -303,8 +333,23 @@ void BuildContainerResponse(const DevicePluginConfig& config, const PendingConta
   (*out->mutable_annotations())["gslice.io/slice"] = SliceNameFor(p);
 }
 
+bool RemoteTokenOwner(const PendingContainer& p, uint32_t* owner, std::string* why) {
+  if (p.run_as_user >= 0) {
+    *owner = static_cast<uint32_t>(p.run_as_user);
+    return true;
+  }
+  if (p.run_as_non_root) {
+    *why = "pod " + p.namespace_name + "/" + p.pod_name + ", container " + p.container.name +
+           ": runAsNonRoot without runAsUser: the remote GPU's token file is readable by one user only, "
+           "and the image's user is not known here; set securityContext.runAsUser (docs/kubernetes.md)";
+    return false;
+  }
+  *owner = 0;  // the spec names no user: the image's, root unless its USER says otherwise
+  return true;
+}
+
 void BuildRemoteContainerResponse(const DevicePluginConfig& config, const PendingContainer& p,
-                                  v1beta1::ContainerAllocateResponse* out) {
+                                  v1beta1::ContainerAllocateResponse* out, const std::string& credentials_host_dir) {
   auto& envs = *out->mutable_envs();
   envs[OptionEnv(Option::Remote)] = p.remote_address;
   const GpuGrant* g = p.container.gpus.empty() ? nullptr : &p.container.gpus.front();
@@ -321,6 +366,15 @@ void BuildRemoteContainerResponse(const DevicePluginConfig& config, const Pendin
   lib->set_host_path(config.remote_lib_host_dir);
   lib->set_container_path(config.remote_lib_container_dir);
   lib->set_read_only(true);
+  if (!credentials_host_dir.empty()) {
+    const std::string dir = config.remote_credentials_container_dir;
+    envs[OptionEnv(Option::RemoteTokenFile)] = dir + "/" + kRemoteTokenName;
+    if (!config.remote_credentials.ca_file.empty()) envs[OptionEnv(Option::RemoteCa)] = dir + "/" + kRemoteCaName;
+    auto* creds = out->add_mounts();
+    creds->set_host_path(credentials_host_dir);
+    creds->set_container_path(dir);
+    creds->set_read_only(true);
+  }
   (*out->mutable_annotations())["gslice.io/remote"] = p.remote_address;
 }
 
@@ -469,13 +523,16 @@ grpc::Status DevicePluginService::Allocate(grpc::ServerContext*, const v1beta1::
   json pods;
   std::string err;
   if (!ListPendingPods(&pods, &err)) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "gslice: " + err);
+  if (config_.remote_client) {
+    if (std::string e = TidyRemoteCredentials(pods); !e.empty()) Log("remote credentials: " + e);
+  }
   for (const auto& creq : req->container_requests()) {
     if (config_.remote_client) {
       std::string why;
       auto pending = FindPendingContainer(pods, config_.node_name, static_cast<size_t>(creq.devices_ids_size()), {},
                                           &why, /*remote=*/true);
       if (!pending) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "gslice: " + why);
-      BuildRemoteContainerResponse(config_, *pending, out->add_container_responses());
+      if (grpc::Status st = AllocateRemote(*pending, out->add_container_responses()); !st.ok()) return st;
       std::map<std::string, std::string> ann{{std::string(kAnnotationAllocated), std::to_string(pending->index + 1)}};
       if (pending->index + 1 == pending->total) ann[std::string(kAnnotationBindPhase)] = "allocated";
       KubeResult patched = kube_->PatchPodAnnotations(pending->namespace_name, pending->pod_name, ann);
@@ -523,6 +580,43 @@ grpc::Status DevicePluginService::Allocate(grpc::ServerContext*, const v1beta1::
   return grpc::Status::OK;
 }
 
+grpc::Status DevicePluginService::AllocateRemote(const PendingContainer& p, v1beta1::ContainerAllocateResponse* out) {
+  // Only a tls:// GPU node wants the token and CA; unix: and loopback tcp:// serve their own
+  // node, where no client of this plugin runs.
+  if (p.remote_address.rfind("tls://", 0) != 0) {
+    BuildRemoteContainerResponse(config_, p, out);
+    return grpc::Status::OK;
+  }
+  const RemoteCredentials& creds = config_.remote_credentials;
+  if (creds.token_file.empty())
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "gslice: pod " + p.namespace_name + "/" + p.pod_name + " uses the remote GPU at " +
+                            p.remote_address + ", which wants a token: start the device plugin with "
+                            "--remote-token-file and --remote-ca (docs/kubernetes.md, \"Remote GPUs\")");
+  uint32_t owner = 0;
+  std::string why;
+  if (!RemoteTokenOwner(p, &owner, &why)) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "gslice: " + why);
+  const std::string dir = WriteContainerCredentials(creds, p.pod_uid, p.index, owner, &why);
+  if (dir.empty())
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "gslice: pod " + p.namespace_name + "/" + p.pod_name + ": remote GPU credentials: " + why);
+  BuildRemoteContainerResponse(config_, p, out, dir);
+  return grpc::Status::OK;
+}
+
+std::string DevicePluginService::TidyRemoteCredentials(const json& pods) {
+  if (config_.remote_credentials.token_file.empty()) return "";
+  return TidyContainerCredentials(config_.remote_credentials, PodUids(pods));
+}
+
+bool DevicePluginService::TidyRemoteCredentials(std::string* error) {
+  std::lock_guard<std::mutex> alloc_lock(allocate_mu_);
+  json pods;
+  if (!ListPendingPods(&pods, error)) return false;
+  *error = TidyRemoteCredentials(pods);
+  return error->empty();
+}
+
 grpc::Status DevicePluginService::PreStartContainer(grpc::ServerContext*,
                                                     const v1beta1::PreStartContainerRequest* req,
                                                     v1beta1::PreStartContainerResponse*) {
@@ -543,6 +637,11 @@ DevicePluginRunner::DevicePluginRunner(DevicePluginConfig config, GpuSource* sou
 DevicePluginRunner::~DevicePluginRunner() { Stop(); }
 
 bool DevicePluginRunner::Start(std::string* error) {
+  if (config_.remote_client) {
+    if (!CheckRemoteCredentials(config_.remote_credentials, error)) return false;
+    if (config_.remote_credentials.token_file.empty())
+      Log("no --remote-token-file: pods whose GPU node serves tls:// will be refused at Allocate");
+  }
   std::vector<GpuInfo> gpus;
   if (!source_->Discover(&gpus, error)) return false;
   service_->SetGpus(gpus);
@@ -626,6 +725,11 @@ void DevicePluginRunner::RunOnce() {
   }
   if (service_->SetGpus(gpus)) Log("device list changed; streaming it to kubelet");
   PublishNode();
+  if (config_.remote_client && !config_.remote_credentials.token_file.empty() &&
+      std::chrono::steady_clock::now() >= next_tidy_) {
+    next_tidy_ = std::chrono::steady_clock::now() + config_.remote_credentials_tidy;
+    if (!service_->TidyRemoteCredentials(&err)) Log("remote credentials: " + err);
+  }
 
   std::string socket = config_.plugin_dir + "/" + config_.socket_name;
   if (FileIdentity(socket) != socket_id_) {

@@ -38,6 +38,17 @@ constexpr const char* kUsage = R"(usage: gslice-device-plugin [options]
                           set containers up with the forwarding client (docs/kubernetes.md)
   --remote-lib-dir DIR    the forwarding libcuda.so.1's folder on the host, mounted at the same
                           path in containers (default /usr/lib/gslice/remote)
+  --remote-token-file F  with --remote-client: the token of the tls:// GPU nodes (their
+                          --token-file; owner-only mode). Each container of a remote pod gets
+                          its own copy, mode 0400, owned by its securityContext.runAsUser (root
+                          when unset), as GSLICE_REMOTE_TOKEN_FILE
+  --remote-ca FILE        with --remote-client: the PEM CA bundle the GPU nodes' certificates
+                          chain to, handed out likewise as GSLICE_REMOTE_CA (default: none,
+                          the containers trust their system's roots)
+  --remote-credentials-dir DIR
+                          where the per-container copies live on the host, created mode 0711
+                          (default /run/gslice/remote-pods); mounted read-only in containers
+                          at /etc/gslice/remote
   --remote-address ADDR   this node's gslice-remoted (tls://NODE_IP:PORT), published as the
                           gslice.io/remote-address annotation: the scheduler extender places
                           remote GPUs of pods on other nodes here (docs/kubernetes.md)
@@ -86,6 +97,9 @@ int main(int argc, char** argv) {
     else if (a == "--token-file") token_file = v;
     else if (a == "--ca-file") ca_file = v;
     else if (a == "--remote-address") config.remote_address = v;
+    else if (a == "--remote-token-file") config.remote_credentials.token_file = v;
+    else if (a == "--remote-ca") config.remote_credentials.ca_file = v;
+    else if (a == "--remote-credentials-dir") config.remote_credentials.host_dir = v;
     else if (a == "--remote-lib-dir") config.remote_lib_host_dir = config.remote_lib_container_dir = v;
     else if (a == "--slices-per-gpu") {
       if (!ParseInt(v, 1, 1024, &n)) return Fail("--slices-per-gpu " + v + ": expected 1..1024");
@@ -98,6 +112,9 @@ int main(int argc, char** argv) {
     }
   }
   if (config.node_name.empty()) return Fail("no node name: pass --node-name or set NODE_NAME");
+  if (!config.remote_client &&
+      (!config.remote_credentials.token_file.empty() || !config.remote_credentials.ca_file.empty()))
+    return Fail("--remote-token-file and --remote-ca are for --remote-client nodes");
   std::unique_ptr<GpuSource> source;
   if (config.remote_client) {
     config.resource_name = std::string(kResourceRemoteGpu);

@@ -2,8 +2,10 @@
 
 #include <dlfcn.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -56,6 +58,27 @@ bool StreamCapturing(uint32_t is_capturing_op, CUstream stream) {
   auto fn = reinterpret_cast<Fn>(g_driver[is_capturing_op]);
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   return fn != nullptr && fn(stream, &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+// An NVML device handle as it travels: the device's index + 1 (0 is no device). False when
+// the library cannot say (the call is then refused).
+bool NvmlDeviceToWire(nvmlDevice_t* device) {
+  using Fn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int*);
+  auto get_index = reinterpret_cast<Fn>(g_driver[kOp_nvmlDeviceGetIndex]);
+  unsigned int index = 0;
+  if (get_index == nullptr || get_index(*device, &index) != NVML_SUCCESS) return false;
+  *device = reinterpret_cast<nvmlDevice_t>(static_cast<uintptr_t>(index) + 1);
+  return true;
+}
+
+// The library's handle of a device as it travels; false for a value no handle maps to (a
+// client's made-up handle is refused, never passed to NVML).
+bool NvmlDeviceFromWire(nvmlDevice_t* device) {
+  using Fn = nvmlReturn_t (*)(unsigned int, nvmlDevice_t*);
+  auto by_index = reinterpret_cast<Fn>(g_driver[kOp_nvmlDeviceGetHandleByIndex_v2]);
+  const uintptr_t wire = reinterpret_cast<uintptr_t>(*device);
+  if (by_index == nullptr || wire == 0 || wire > 0xffffffffu) return false;
+  return by_index(static_cast<unsigned int>(wire - 1), device) == NVML_SUCCESS;
 }
 
 }  // namespace
@@ -228,8 +251,28 @@ int LoadLibrary(void* handle, Library library) {
 int LoadDriver(void* handle) { return LoadLibrary(handle, Library::kCuda); }
 int LoadNvml(void* handle) { return LoadLibrary(handle, Library::kNvml); }
 
+namespace {
+std::mutex g_nvml_init_mu;
+bool g_nvml_init_pending = false;  // REQUIRES g_nvml_init_mu
+
+void InitNvmlIfPending(uint32_t op) {
+  std::lock_guard<std::mutex> lock(g_nvml_init_mu);
+  if (!g_nvml_init_pending) return;
+  g_nvml_init_pending = false;
+  if (op == kOp_nvmlInit_v2 || op == kOp_nvmlInit || op == kOp_nvmlInitWithFlags) return;
+  using Fn = nvmlReturn_t (*)();
+  if (auto init = reinterpret_cast<Fn>(g_driver[kOp_nvmlInit_v2]); init != nullptr) init();
+}
+}  // namespace
+
+void InitNvmlBeforeFirstCall() {
+  std::lock_guard<std::mutex> lock(g_nvml_init_mu);
+  g_nvml_init_pending = true;
+}
+
 Dispatched Dispatch(uint32_t op, Reader& in, Writer& out) {
   if (op >= kOpCount || kHandlers[op] == nullptr) return Dispatched::kUnknownOp;
+  if (kOpLibrary[op] == Library::kNvml) InitNvmlIfPending(op);
   const size_t at = out.size();
   out.Put<int32_t>(CUDA_SUCCESS);
   CUresult res = kHandlers[op](in, out);

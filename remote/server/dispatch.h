@@ -25,6 +25,11 @@ int LoadDriver(void* handle);
 // The same for the calls of nvml_calls.def, in the worker's libnvidia-ml.so.1.
 int LoadNvml(void* handle);
 
+// The worker's NVML is initialised (nvmlInit_v2) before the first NVML call that is not itself
+// an nvmlInit: a client that initialised NVML on its probe (attach.h) does not do it again
+// after attaching. Lazy, so that a worker whose client never uses NVML never starts NVML.
+void InitNvmlBeforeFirstCall();
+
 // What a handler returns for a request that does not decode: no driver result (they end at
 // CUDA_ERROR_UNKNOWN, 999), within the enum's range.
 inline constexpr CUresult kMalformed = static_cast<CUresult>(1021);
@@ -39,7 +44,9 @@ enum class Dispatched {
 };
 
 // Runs request op (its arguments in `in`) and appends the reply to out: the i32 result, then
-// what the call wrote.
+// what the call wrote. NVML device handles cross the wire as the device's index + 1, never as
+// the library's pointer: a handle the client got from its probe names the same device in its
+// worker (the generated handlers translate them both ways).
 Dispatched Dispatch(uint32_t op, Reader& in, Writer& out);
 
 }  // namespace gslice::remote

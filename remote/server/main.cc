@@ -324,6 +324,16 @@ std::string ProbeDriver(bool sim) {
   return real[0] != '\0' ? real : "libcuda.so.1";
 }
 
+// The NVML a probe loads: the simulated one beside this binary, or the node's.
+std::string ProbeNvml(bool sim) {
+  if (sim) {
+    const std::string self = SelfExe();
+    return self.substr(0, self.rfind('/') + 1) + "../lib/sim/libnvidia-ml.so.1";
+  }
+  const char* real = OptionValue(Option::RealNvml);
+  return real[0] != '\0' ? real : "libnvidia-ml.so.1";
+}
+
 pid_t g_worker = 0;
 void ForwardStop(int sig) {
   if (g_worker > 0) kill(g_worker, sig);
@@ -376,7 +386,7 @@ int Session(int fd, bool sim, const TlsListening* tls) {
   }
   if (h.op == kOpProbe) {
     // Device queries before the client's first GPU call: no worker, no slice (attach.h).
-    return RunProbe(channel, ProbeOptions{.driver = ProbeDriver(sim), .memory = hello.memory});
+    return RunProbe(channel, ProbeOptions{.driver = ProbeDriver(sim), .nvml = ProbeNvml(sim), .memory = hello.memory});
   }
   std::string self = SelfExe();
   std::string worker = self;

@@ -10,6 +10,7 @@
 
 #include "attach.h"
 #include "dispatch.h"
+#include "gslice/nvml_subset.h"
 #include "gslice/units.h"
 #include "socket_io.h"
 
@@ -40,6 +41,80 @@ uint64_t SliceMemory(const std::string& memory, int dev) {
   return p.ok ? p.bytes : 0;
 }
 
+// NVML as a worker's shim would answer it before its first allocation. The probe serves one
+// client, so the slice's sizes are this process's.
+std::string g_memory;
+using MemoryInfoFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_t*);
+using MemoryInfoV2Fn = nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_v2_t*);
+MemoryInfoFn g_memory_info = nullptr;
+MemoryInfoV2Fn g_memory_info_v2 = nullptr;
+
+// The slice's memory on the device of `device` (0: unknown; the device's is reported).
+uint64_t SliceMemoryOf(nvmlDevice_t device) {
+  using IndexFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int*);
+  auto get_index = reinterpret_cast<IndexFn>(g_driver[kOp_nvmlDeviceGetIndex]);
+  unsigned int index = 0;
+  if (get_index == nullptr || get_index(device, &index) != NVML_SUCCESS) return 0;
+  return SliceMemory(g_memory, static_cast<int>(index));
+}
+
+// total: the slice's (where less than the device's); used: none; free: the slice's, at most
+// what the device has free.
+template <typename Memory>
+void AsSlice(nvmlDevice_t device, Memory* memory) {
+  const uint64_t limit = SliceMemoryOf(device);
+  if (limit == 0 || limit >= memory->total) return;
+  memory->total = limit;
+  memory->used = 0;
+  if (memory->free > limit) memory->free = limit;
+}
+
+nvmlReturn_t SliceMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
+  const nvmlReturn_t r = g_memory_info(device, memory);
+  if (r == NVML_SUCCESS && memory != nullptr) AsSlice(device, memory);
+  return r;
+}
+
+nvmlReturn_t SliceMemoryInfoV2(nvmlDevice_t device, nvmlMemory_v2_t* memory) {
+  const nvmlReturn_t r = g_memory_info_v2(device, memory);
+  if (r == NVML_SUCCESS && memory != nullptr) {
+    AsSlice(device, memory);
+    if (SliceMemoryOf(device) != 0) memory->reserved = 0;
+  }
+  return r;
+}
+
+// The process lists of every variant: the client has no process on the GPU before its worker
+// starts (and other users' processes are not its to see).
+template <typename Info>
+nvmlReturn_t NoProcesses(nvmlDevice_t, unsigned int* count, Info*) {
+  if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *count = 0;
+  return NVML_SUCCESS;
+}
+
+// Loads NVML into the dispatch table, its memory and process queries answered for the slice.
+void LoadProbeNvml(const ProbeOptions& options) {
+  void* nvml = dlopen(options.nvml.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (nvml == nullptr) {
+    const char* why = dlerror();
+    fprintf(stderr, "gslice-remoted[%d]: the probe cannot load %s (%s): NVML calls answer NVML_ERROR_NOT_SUPPORTED\n",
+            static_cast<int>(getpid()), options.nvml.c_str(), why != nullptr ? why : "?");
+    return;
+  }
+  LoadNvml(nvml);
+  g_memory = options.memory;
+  g_memory_info = reinterpret_cast<MemoryInfoFn>(g_driver[kOp_nvmlDeviceGetMemoryInfo]);
+  g_memory_info_v2 = reinterpret_cast<MemoryInfoV2Fn>(g_driver[kOp_nvmlDeviceGetMemoryInfo_v2]);
+  if (g_memory_info != nullptr) g_driver[kOp_nvmlDeviceGetMemoryInfo] = reinterpret_cast<void*>(&SliceMemoryInfo);
+  if (g_memory_info_v2 != nullptr)
+    g_driver[kOp_nvmlDeviceGetMemoryInfo_v2] = reinterpret_cast<void*>(&SliceMemoryInfoV2);
+  for (uint32_t op : {kOp_nvmlDeviceGetComputeRunningProcesses_v3, kOp_nvmlDeviceGetComputeRunningProcesses_v2,
+                      kOp_nvmlDeviceGetMPSComputeRunningProcesses_v3, kOp_nvmlDeviceGetGraphicsRunningProcesses_v3})
+    g_driver[op] = reinterpret_cast<void*>(&NoProcesses<nvmlProcessInfo_t>);
+  g_driver[kOp_nvmlDeviceGetComputeRunningProcesses] = reinterpret_cast<void*>(&NoProcesses<nvmlProcessInfo_v1_t>);
+}
+
 }  // namespace
 
 int RunProbe(const Channel& c, const ProbeOptions& options) {
@@ -52,6 +127,7 @@ int RunProbe(const Channel& c, const ProbeOptions& options) {
     return 1;
   }
   LoadDriver(driver);
+  LoadProbeNvml(options);
   if (!SendHelloReply(c, HelloReply{.status = 0, .worker_pid = 0, .message = ""})) return 0;
   std::vector<uint8_t> payload;
   for (;;) {

@@ -208,7 +208,10 @@ int RunWorker(int fd) {
   LoadDriver(driver);
   // The worker's NVML (the shim's, preloaded by gslice run) answers the NVML client; without
   // one, its calls are answered NVML_ERROR_NOT_SUPPORTED.
-  if (void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_GLOBAL); nvml != nullptr) LoadNvml(nvml);
+  if (void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_GLOBAL); nvml != nullptr) {
+    LoadNvml(nvml);
+    InitNvmlBeforeFirstCall();
+  }
   g_ctx_get = reinterpret_cast<CtxGetFn>(dlsym(driver, "cuCtxGetCurrent"));
   g_ctx_set = reinterpret_cast<CtxSetFn>(dlsym(driver, "cuCtxSetCurrent"));
   if (!SendHelloReply(fd, HelloReply{.status = 0, .worker_pid = static_cast<uint32_t>(getpid()), .message = ""})) {

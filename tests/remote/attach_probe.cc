@@ -7,13 +7,22 @@
 //                 2. allocates 64 MiB, writes a pattern: prints "written", waits
 //                 3. reads it back: prints "intact" or "CORRUPT", waits
 //                 4. frees, exits
+//   attach_probe nvml
+//                 1. NVML only (dlopen'ed): init, the device count, device 0's handle, name,
+//                    memory and processes: prints "nvml <count> <total> <used> <processes>", waits
+//                 2. a CUDA allocation of 64 MiB (the client attaches), then the same handle
+//                    again: prints "attached <same name|OTHER NAME> <used>", waits
+//                 3. nvmlShutdown: prints "shutdown <result>", exits
 #include <cuda.h>
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include <string>
 #include <vector>
+
+#include "gslice/nvml_subset.h"
 
 namespace {
 
@@ -32,10 +41,78 @@ void WaitForLine() {
   }
 }
 
+#define NK(call)                                                \
+  do {                                                          \
+    nvmlReturn_t r_ = (call);                                   \
+    if (r_ != NVML_SUCCESS) {                                   \
+      printf("FAILED %s: %d (line %d)\n", #call, r_, __LINE__); \
+      exit(1);                                                  \
+    }                                                           \
+  } while (0)
+
+// NVML before any CUDA call, as nvidia-smi or an NVML-based device check makes it; then CUDA.
+int Nvml() {
+  void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+  if (nvml == nullptr) {
+    printf("FAILED dlopen libnvidia-ml.so.1: %s\n", dlerror());
+    return 1;
+  }
+  auto sym = [&](const char* name) {
+    void* p = dlsym(nvml, name);
+    if (p == nullptr) {
+      printf("FAILED dlsym %s\n", name);
+      exit(1);
+    }
+    return p;
+  };
+  auto init = reinterpret_cast<nvmlReturn_t (*)()>(sym("nvmlInit_v2"));
+  auto shutdown = reinterpret_cast<nvmlReturn_t (*)()>(sym("nvmlShutdown"));
+  auto count_fn = reinterpret_cast<nvmlReturn_t (*)(unsigned int*)>(sym("nvmlDeviceGetCount_v2"));
+  auto handle_fn = reinterpret_cast<nvmlReturn_t (*)(unsigned int, nvmlDevice_t*)>(sym("nvmlDeviceGetHandleByIndex_v2"));
+  auto name_fn = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, char*, unsigned int)>(sym("nvmlDeviceGetName"));
+  auto memory_fn = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_t*)>(sym("nvmlDeviceGetMemoryInfo"));
+  auto processes_fn = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, unsigned int*, nvmlProcessInfo_t*)>(
+      sym("nvmlDeviceGetComputeRunningProcesses_v3"));
+  NK(init());
+  unsigned int count = 0;
+  NK(count_fn(&count));
+  nvmlDevice_t device = nullptr;
+  NK(handle_fn(0, &device));
+  char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = {};
+  NK(name_fn(device, name, sizeof name));
+  nvmlMemory_t memory = {};
+  NK(memory_fn(device, &memory));
+  nvmlProcessInfo_t infos[8];
+  unsigned int processes = 8;
+  NK(processes_fn(device, &processes, infos));
+  printf("nvml %u %llu %llu %u\n", count, memory.total, memory.used, processes);
+  WaitForLine();
+
+  CK(cuInit(0));
+  CUdevice dev;
+  CK(cuDeviceGet(&dev, 0));
+  CUcontext ctx;
+  CK(cuDevicePrimaryCtxRetain(&ctx, dev));
+  CK(cuCtxSetCurrent(ctx));
+  CUdeviceptr p = 0;
+  CK(cuMemAlloc(&p, 64ull << 20));
+  // The handle the probe gave out names the same device in the worker.
+  char again[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = {};
+  NK(name_fn(device, again, sizeof again));
+  NK(memory_fn(device, &memory));
+  printf("attached %s %llu\n", std::string(again) == name ? "same name" : "OTHER NAME", memory.used);
+  WaitForLine();
+  printf("shutdown %d\n", static_cast<int>(shutdown()));
+  CK(cuMemFree(p));
+  CK(cuDevicePrimaryCtxRelease(dev));
+  return 0;
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
+  if (argc > 1 && std::string(argv[1]) == "nvml") return Nvml();
   CK(cuInit(0));
   int version = 0, count = 0, sms = 0;
   CK(cuDriverGetVersion(&version));

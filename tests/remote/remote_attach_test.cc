@@ -133,6 +133,48 @@ TEST_F(RemoteAttach, DeviceQueriesHoldNoWorkerAndTheFirstGpuCallAttaches) {
   server.Wait(nullptr, 10000);
 }
 
+// NVML before any CUDA call (nvidia-smi, an NVML-based device check) is answered by the probe:
+// no worker and no device memory; the slice's memory, nothing used, no processes (not even
+// another program's on the same GPU). The handle the probe gave out still names the device once
+// the first CUDA call has attached the worker, and the worker's NVML is initialised for the
+// client that initialised it on the probe.
+TEST_F(RemoteAttach, NvmlQueriesHoldNoWorkerAndTheirHandlesSurviveTheAttach) {
+  const std::string socket = Dir() + "/remoted.sock";
+  Child server({kBin + "/gslice-remoted", "--listen", "unix:" + socket, "--sim"});
+  ASSERT_NE(server.ReadUntil("gslice-remoted: listening on", 20000), "");
+  // Someone else's program on the GPU node, holding memory.
+  Child other({kBin + "/gslice", "run", "--sim", "--memory", "1GiB", "--", kProgram});
+  ASSERT_EQ(other.ReadUntil("queried", 30000).rfind("queried", 0), 0u);
+  other.WriteLine("go");
+  ASSERT_EQ(other.ReadUntil("written", 30000), "written");
+  const uint64_t others = SimUsed();
+  {
+    std::vector<std::string> argv = Remote(socket, {});
+    argv.push_back("nvml");
+    Child client(argv, {"GSLICE_LOG=info"});
+    const std::string queried = client.ReadUntil("nvml", 30000);
+    EXPECT_EQ(queried, "nvml 1 " + std::to_string(1ull << 30) + " 0 0");
+    EXPECT_EQ(CountDescendants(server.pid(), "--worker-fd"), 0) << "NVML queries started a worker";
+    EXPECT_EQ(SimUsed(), others) << "device memory is held before any GPU call";
+    client.WriteLine("go");
+    std::string out;
+    for (std::string line; out.find("attached") == std::string::npos && client.ReadLine(&line, 30000);)
+      out += line + "\n";
+    const size_t at = out.find("attached same name ");
+    ASSERT_NE(at, std::string::npos) << out;
+    EXPECT_GE(std::stoull(out.substr(at + 19)), 64ull << 20) << out;  // the worker's slice, in use
+    EXPECT_EQ(CountDescendants(server.pid(), "--worker-fd"), 1) << out;
+    client.WriteLine("go");
+    EXPECT_EQ(client.ReadUntil("shutdown", 30000), "shutdown 0");
+    EXPECT_EQ(client.Wait(&out, 30000), 0) << out;
+  }
+  other.WriteLine("go");
+  other.WriteLine("go");
+  other.Wait(nullptr, 30000);
+  server.Kill(SIGTERM);
+  server.Wait(nullptr, 10000);
+}
+
 // A probe connection answers device queries and nothing else: a client that asks it for
 // memory is disconnected, and no worker or slice is made for it.
 TEST_F(RemoteAttach, AProbeRefusesCallsThatNeedASlice) {

@@ -29,6 +29,7 @@
 #include "api.grpc.pb.h"
 #include "gslice/k8s/gpu_source.h"
 #include "gslice/k8s/kube_client.h"
+#include "gslice/k8s/remote_credentials.h"
 #include "gslice/k8s/resources.h"
 
 namespace grpc {
@@ -67,6 +68,15 @@ struct DevicePluginConfig {
   bool remote_client = false;
   std::string remote_lib_host_dir = "/usr/lib/gslice/remote";
   std::string remote_lib_container_dir = "/usr/lib/gslice/remote";
+  // A remote client's TLS trust and token (--remote-ca, --remote-token-file): a container
+  // whose GPU node serves tls:// gets its own copies (remote_credentials.h) mounted read-only
+  // at remote_credentials_container_dir, named by GSLICE_REMOTE_CA and
+  // GSLICE_REMOTE_TOKEN_FILE. Without a token file such containers are refused.
+  RemoteCredentials remote_credentials{.host_dir = "/run/gslice/remote-pods"};
+  std::string remote_credentials_container_dir = "/etc/gslice/remote";
+  // How often copies of pods that are gone are removed and the others refreshed from the
+  // node's files (each Allocate does it too).
+  std::chrono::milliseconds remote_credentials_tidy{60000};
   std::chrono::milliseconds poll{1000};
 };
 
@@ -84,6 +94,8 @@ struct PendingContainer {
   // The uid the container runs as (securityContext.runAsUser of the container, else of the
   // pod); -1 when the pod spec does not say (the image's USER is not visible here).
   int64_t run_as_user = -1;
+  // securityContext.runAsNonRoot of the container, else of the pod.
+  bool run_as_non_root = false;
 };
 
 // Picks from a PodList (JSON) the pod on `node` waiting for a container of `device_count`
@@ -95,10 +107,18 @@ std::optional<PendingContainer> FindPendingContainer(const nlohmann::json& pod_l
                                                      const std::set<std::string>& requested_uuids,
                                                      std::string* why, bool remote = false);
 
+// The uid that must own a remote container's token copy: its runAsUser, else root. False with
+// *why when the spec says runAsNonRoot without a runAsUser: the user is then the image's,
+// which the plugin cannot see, and a copy it cannot read would fail only at the first GPU call.
+bool RemoteTokenOwner(const PendingContainer& pending, uint32_t* owner, std::string* why);
+
 // A remote container's answer: the forwarding client and where it forwards to, its slice's
-// size and class; no GPU, ledger or board (they are on the GPU node).
+// size and class; no GPU, ledger or board (they are on the GPU node). credentials_host_dir:
+// the container's copies of the node's CA and token (WriteContainerCredentials), mounted
+// read-only and named by GSLICE_REMOTE_CA and GSLICE_REMOTE_TOKEN_FILE; "" for none.
 void BuildRemoteContainerResponse(const DevicePluginConfig& config, const PendingContainer& pending,
-                                  v1beta1::ContainerAllocateResponse* out);
+                                  v1beta1::ContainerAllocateResponse* out,
+                                  const std::string& credentials_host_dir = "");
 
 // Creates (or finds) the container's slice in the node ledger with its GPUs' limits, its
 // usage file owned by the uid the container runs as (root when the pod spec does not say).
@@ -147,9 +167,18 @@ class DevicePluginService final : public v1beta1::DevicePlugin::Service {
   grpc::Status PreStartContainer(grpc::ServerContext*, const v1beta1::PreStartContainerRequest* req,
                                  v1beta1::PreStartContainerResponse*) override;
 
+  // Removes the remote credential copies of pods no longer on this node and refreshes the
+  // others (remote_credentials.h). False with *error when the pods cannot be listed or a copy
+  // cannot be written or removed.
+  bool TidyRemoteCredentials(std::string* error);
+
  private:
   v1beta1::ListAndWatchResponse DeviceList() const;  // REQUIRES: mu_ held
   bool ListPendingPods(nlohmann::json* pods, std::string* error) const;
+  // REQUIRES: allocate_mu_ held; `pods` lists every pod of this node.
+  std::string TidyRemoteCredentials(const nlohmann::json& pods);
+  // A remote container's answer, its credentials written first. REQUIRES: allocate_mu_ held.
+  grpc::Status AllocateRemote(const PendingContainer& pending, v1beta1::ContainerAllocateResponse* out);
 
   const DevicePluginConfig config_;
   const KubeClient* kube_;
@@ -195,6 +224,7 @@ class DevicePluginRunner {
   std::string kubelet_id_;  // identity of the kubelet.sock we registered with
   std::string socket_id_;   // identity of our socket when we served it
   std::string published_;
+  std::chrono::steady_clock::time_point next_tidy_{};
 };
 
 }  // namespace gslice::k8s
