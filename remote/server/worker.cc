@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "dispatch.h"
+#include "shm_ring.h"
 #include "socket_io.h"
 
 namespace gslice::remote {
@@ -63,8 +64,10 @@ uint64_t g_queued_bytes = 0;
 constexpr uint64_t kMaxQueuedBytes = 2ull * kMaxFrame;
 pthread_cond_t g_drained = PTHREAD_COND_INITIALIZER;
 Lane g_lanes[kMaxLanes];
-int g_fd = -1;
-pthread_mutex_t g_write_mu = PTHREAD_MUTEX_INITIALIZER;  // one answer at a time on g_fd
+// Where answers go: the client's socket, or the shared-memory rings once the client set them
+// up (its first frame; shm_ring.h). REQUIRES g_write_mu (one answer at a time).
+Channel g_out;
+pthread_mutex_t g_write_mu = PTHREAD_MUTEX_INITIALIZER;
 
 void* WatchClient(void* arg) {
   const int fd = static_cast<int>(reinterpret_cast<intptr_t>(arg));
@@ -171,7 +174,7 @@ void* ServeLane(void* arg) {
     }
     if (!answer) continue;
     pthread_mutex_lock(&g_write_mu);
-    const bool sent = WriteFrame(g_fd, FrameHeader{.seq = request.header.seq, .op = request.header.op | kReplyBit},
+    const bool sent = WriteFrame(g_out, FrameHeader{.seq = request.header.seq, .op = request.header.op | kReplyBit},
                                  out.buffer().data(), out.size());
     pthread_mutex_unlock(&g_write_mu);
     if (!sent) _exit(0);  // the client is gone
@@ -203,17 +206,51 @@ int RunWorker(int fd) {
   if (pthread_create(&watcher, nullptr, WatchClient, reinterpret_cast<void*>(static_cast<intptr_t>(fd))) == 0) {
     pthread_detach(watcher);
   }
-  g_fd = fd;
+  g_out = Channel{.fd = fd};
+  Channel from{.fd = fd};  // where requests come from: the socket, then maybe the rings
   uint64_t async_read = 0;
+  bool first = true;
   for (;;) {
     Request request;
-    FrameRead got = ReadFrame(fd, kMaxFrame, &request.header, &request.payload);
-    if (got == FrameRead::kClosed) return 0;
+    // On the socket, a descriptor may come with a frame (only the rings' set-up keeps it).
+    int passed = -1;
+    FrameRead got = from.rings != nullptr ? ReadFrame(from, kMaxFrame, &request.header, &request.payload)
+                                        : ReadFrameWithFd(fd, kMaxFrame, &request.header, &request.payload, &passed);
+    if (got == FrameRead::kClosed) {
+      if (from.rings != nullptr && RingsFailure(from.rings).find("broke") != std::string::npos) {
+        fprintf(stderr, "gslice-remoted[%d]: %s: closing the connection\n", static_cast<int>(getpid()),
+                RingsFailure(from.rings).c_str());
+        return 3;
+      }
+      return 0;
+    }
     if (got == FrameRead::kTooLarge) {
       fprintf(stderr, "gslice-remoted[%d]: a frame of %u bytes (at most %u): closing the connection\n",
               static_cast<int>(getpid()), request.header.length, kMaxFrame);
       return 3;
     }
+    const bool was_first = first;
+    first = false;
+    if (request.header.op == kOpRings && from.rings == nullptr) {
+      // The same-host fast path, offered only as the client's first frame (nothing else is
+      // in flight then: no serving thread writes while the transport changes).
+      SharedRings* rings = nullptr;
+      std::string why;
+      pthread_mutex_lock(&g_write_mu);
+      const bool ok = AnswerRings(fd, request.header, request.payload, passed, was_first, &rings, &why);
+      if (rings != nullptr) {
+        g_out.rings = rings;
+        from.rings = rings;
+      }
+      pthread_mutex_unlock(&g_write_mu);
+      if (!ok) return 0;
+      if (rings == nullptr) {
+        fprintf(stderr, "gslice-remoted[%d]: no shared-memory rings for this client (%s): it stays on the socket\n",
+                static_cast<int>(getpid()), why.c_str());
+      }
+      continue;
+    }
+    if (passed >= 0) close(passed);
     // A request whose prefix does not decode is answered (refused) on lane 0.
     Reader in(request.payload.data(), request.payload.size());
     RequestPrefix prefix;
