@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <poll.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -117,13 +118,16 @@ void Notify(std::atomic<uint32_t>* word, std::atomic<uint32_t>* waiting) {
 template <typename Ready>
 bool Wait(SharedRings* r, std::atomic<uint32_t>* word, std::atomic<uint32_t>* waiting, Ready ready) {
   if (r->spin_us > 0) {
+    // Between short bursts of polling the spinner yields its core: a runnable thread there (the
+    // peer itself, on a machine with few cores) runs instead of waiting for the spin to end.
     const uint64_t until = NowNs() + static_cast<uint64_t>(r->spin_us) * 1000;
     do {
-      for (int i = 0; i < 32; ++i) {
+      for (int i = 0; i < 16; ++i) {
         if (ready()) return true;
         CpuRelax();
       }
       if (r->closed.load(std::memory_order_relaxed)) return false;
+      sched_yield();
     } while (NowNs() < until);
   }
   uint64_t next_check = NowNs() + static_cast<uint64_t>(kWaitSliceMs) * 1000000;
