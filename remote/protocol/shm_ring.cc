@@ -52,6 +52,7 @@ struct SharedRings {
   uint64_t ring_bytes = 0;  // a power of two, chosen (client) or checked (worker) here
   uint32_t spin_us = 0;
   int liveness_fd = -1;
+  int wait_slice_ms = kClientWaitSliceMs;
   RingControl* out = nullptr;  // the ring this side writes
   uint8_t* out_data = nullptr;
   uint64_t out_pos = 0;  // bytes written; REQUIRES the one writer
@@ -108,12 +109,13 @@ bool PeerGone(const SharedRings* r) {
 // seq_cst order (counter store, bump, flag load here; flag store, counter load in Wait) means
 // a sleeper either sees the counter or is woken.
 void Notify(std::atomic<uint32_t>* word, std::atomic<uint32_t>* waiting) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   word->fetch_add(1);
   if (waiting->load() != 0) FutexWake(word);
 }
 
 // Waits until ready() (something to do, or a broken counter for the caller to find): a spin
-// of at most spin_us, then futex sleeps of at most kWaitSliceMs, between which the socket
+// of at most spin_us, then futex sleeps of at most the side's wait slice, between which the socket
 // and Close() are checked. False when the transport closed meanwhile.
 template <typename Ready>
 bool Wait(SharedRings* r, std::atomic<uint32_t>* word, std::atomic<uint32_t>* waiting, Ready ready) {
@@ -130,22 +132,25 @@ bool Wait(SharedRings* r, std::atomic<uint32_t>* word, std::atomic<uint32_t>* wa
       sched_yield();
     } while (NowNs() < until);
   }
-  uint64_t next_check = NowNs() + static_cast<uint64_t>(kWaitSliceMs) * 1000000;
+  const uint64_t slice_ns = static_cast<uint64_t>(r->wait_slice_ms) * 1000000;
+  uint64_t next_check = NowNs() + slice_ns;
   for (;;) {
     const uint32_t seen = word->load();
     waiting->store(1);
+    // The flag before the counter (Notify: the counter before the flag): one side sees the other.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
     if (ready()) {
       waiting->store(0, std::memory_order_relaxed);
       return true;
     }
     if (r->closed.load()) return false;
-    FutexWait(word, seen, kWaitSliceMs);
+    FutexWait(word, seen, r->wait_slice_ms);
     waiting->store(0, std::memory_order_relaxed);
     if (ready()) return true;
     if (r->closed.load()) return false;
     if (const uint64_t now = NowNs(); now >= next_check) {
       if (PeerGone(r)) return Fail(r, "the peer closed its socket");
-      next_check = now + static_cast<uint64_t>(kWaitSliceMs) * 1000000;
+      next_check = now + slice_ns;
     }
   }
 }
@@ -255,6 +260,7 @@ void BindRings(SharedRings* r, RingSide side, int liveness_fd) {
   r->in = &control[in];
   r->in_data = data[in];
   r->liveness_fd = liveness_fd;
+  r->wait_slice_ms = side == RingSide::kClient ? kClientWaitSliceMs : kWorkerWaitSliceMs;
 }
 
 bool RingWrite(SharedRings* r, const iovec* pieces, int count) {

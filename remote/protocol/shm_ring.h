@@ -24,7 +24,7 @@
 // set-up. Bytes are copied out of the ring before anything decodes them (no double fetch).
 // A failed check closes the transport (the caller treats it as a lost connection), so a
 // client that scribbles can hurt only its own worker. Futex words are only hints: a wait is
-// bounded (kWaitSliceMs) and re-checks the counters, the liveness socket and Close().
+// bounded (k*WaitSliceMs) and re-checks the counters, the liveness socket and Close().
 #pragma once
 
 #include <cstddef>
@@ -45,8 +45,11 @@ inline constexpr uint64_t kDefaultRingBytes = 4ull << 20;
 inline constexpr uint64_t kRingsHeader = 4096;
 // The longest spin before sleeping that a worker accepts from its client.
 inline constexpr uint32_t kMaxSpinUs = 1000;
-// A waiting side looks at the liveness socket at least this often.
-inline constexpr int kWaitSliceMs = 20;
+// A waiting side sleeps at most this long before it looks at the liveness socket again: the
+// client notices a dead worker within this (it has nothing else that would tell it); the
+// worker's watcher thread already ends it when the client goes, so its sleeps are long.
+inline constexpr int kClientWaitSliceMs = 100;
+inline constexpr int kWorkerWaitSliceMs = 1000;
 
 struct SharedRings;
 
