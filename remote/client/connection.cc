@@ -293,6 +293,7 @@ CUresult AttachLocked(uint32_t lane) {
   if (g_conn.channel.fd >= 0) {
     // A forked child: the parent's connection (and worker) stay the parent's.
     close(g_conn.channel.fd);
+    if (g_conn.channel.rings != nullptr) ForgetInheritedRings(g_conn.channel.rings);
     g_conn = Connection{};
     g_failed = CUDA_SUCCESS;
   }

@@ -336,6 +336,8 @@ void FreeRings(SharedRings* r) {
   delete r;
 }
 
+void ForgetInheritedRings(SharedRings* r) { delete r; }
+
 std::string RingsFailure(const SharedRings* r) {
   const char* why = r->failure.load();
   return why != nullptr ? why : "";

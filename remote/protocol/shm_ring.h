@@ -86,6 +86,9 @@ bool RingReadAll(SharedRings* rings, void* p, size_t n);
 void CloseRings(SharedRings* rings);
 // Unmaps. REQUIRES: no thread uses the rings any more.
 void FreeRings(SharedRings* rings);
+// In a forked child: forgets its parent's rings, whose mapping it did not inherit (the range
+// may hold something else of the child's by now: nothing is unmapped).
+void ForgetInheritedRings(SharedRings* rings);
 
 // Why the transport closed ("" while open): the peer broke the ring, the socket closed, ...
 std::string RingsFailure(const SharedRings* rings);

@@ -192,6 +192,18 @@ TEST_F(RemoteShm, ProgramsGiveTheSameOutputWithTheRingsAndOnTheSocket) {
   }
 }
 
+TEST_F(RemoteShm, AForkedChildGetsRingsOfItsOwnAndLeavesTheParentsAlone) {
+  // The parent's rings are not inherited (MADV_DONTFORK): the child attaches anew, with rings
+  // of its own, while the parent's stay its own.
+  Result r = RunProgram(Remote(Address(), "1GiB", {kProbe, "fork"}), {"GSLICE_LOG=info"});
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("child ok\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("parent ok\n"), std::string::npos) << r.out;
+  size_t rings = 0;
+  for (size_t at = 0; (at = r.out.find(kOn, at)) != std::string::npos; ++at) ++rings;
+  EXPECT_EQ(rings, 2u) << r.out;
+}
+
 TEST_F(RemoteShm, AKilledClientsWorkerIsGoneWithinOneSecond) {
   for (const char* mode : {"hold", "busy"}) {
     SCOPED_TRACE(mode);
