@@ -60,6 +60,7 @@ struct SharedRings {
   uint8_t* in_data = nullptr;
   uint64_t in_pos = 0;  // bytes read; REQUIRES the one reader
   std::atomic<bool> closed{false};
+  std::atomic<bool> broken{false};  // closed because the peer's counters failed their checks
   std::atomic<const char*> failure{nullptr};
 };
 
@@ -92,6 +93,12 @@ bool Fail(SharedRings* r, const char* why) {
   r->failure.compare_exchange_strong(none, why);
   r->closed.store(true);
   return false;
+}
+
+// The peer's counter failed its check: a protocol violation.
+bool Broken(SharedRings* r, const char* why) {
+  r->broken.store(true);
+  return Fail(r, why);
 }
 
 // The peer's socket: closed (or broken) means the peer is gone.
@@ -271,7 +278,7 @@ bool RingWrite(SharedRings* r, const iovec* pieces, int count) {
     uint64_t left = pieces[i].iov_len;
     while (left > 0) {
       const uint64_t used = r->out_pos - r->out->tail.load(std::memory_order_acquire);
-      if (used > size) return Fail(r, "the peer broke the shared-memory ring (its read position)");
+      if (used > size) return Broken(r, "the peer broke the shared-memory ring (its read position)");
       if (used == size) {
         // Full: what is in goes out first, then wait for the reader.
         Publish(r);
@@ -304,7 +311,7 @@ bool RingReadAll(SharedRings* r, void* p, size_t n) {
   const uint64_t size = r->ring_bytes;
   while (n > 0) {
     const uint64_t avail = r->in->head.load(std::memory_order_acquire) - r->in_pos;
-    if (avail > size) return Fail(r, "the peer broke the shared-memory ring (its write position)");
+    if (avail > size) return Broken(r, "the peer broke the shared-memory ring (its write position)");
     if (avail == 0) {
       const uint64_t pos = r->in_pos;
       if (!Wait(r, &r->in->data_seq, &r->in->consumer_waiting,
@@ -337,6 +344,8 @@ void FreeRings(SharedRings* r) {
 }
 
 void ForgetInheritedRings(SharedRings* r) { delete r; }
+
+bool RingsBrokenByPeer(const SharedRings* r) { return r->broken.load(); }
 
 std::string RingsFailure(const SharedRings* r) {
   const char* why = r->failure.load();

@@ -92,6 +92,9 @@ void ForgetInheritedRings(SharedRings* rings);
 
 // Why the transport closed ("" while open): the peer broke the ring, the socket closed, ...
 std::string RingsFailure(const SharedRings* rings);
+// Whether it closed because the peer's counters failed their checks (a protocol violation,
+// not a peer that went away).
+bool RingsBrokenByPeer(const SharedRings* rings);
 
 // Client side, right after an accepted Hello and before any request: offers rings to the
 // worker and, when it accepts, moves *channel onto them. kOn: every later frame goes on the

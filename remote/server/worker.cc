@@ -3,6 +3,9 @@
 // simulated driver - answers the handshake and serves the client's calls until the client
 // goes away. A watcher thread ends the process the moment the client's socket closes, even
 // while a call blocks in the driver: the process's exit frees everything the client held.
+// Frames come and go on that socket or, once a client on the same host set them up (its first
+// frame), on shared-memory rings beside it (shm_ring.h); the socket then only says whether the
+// client lives.
 //
 // Threads: the main thread reads requests in the order the client made them and hands each to
 // its lane's serving thread (one per client thread, made at its first request), so that a lane
@@ -217,7 +220,7 @@ int RunWorker(int fd) {
     FrameRead got = from.rings != nullptr ? ReadFrame(from, kMaxFrame, &request.header, &request.payload)
                                         : ReadFrameWithFd(fd, kMaxFrame, &request.header, &request.payload, &passed);
     if (got == FrameRead::kClosed) {
-      if (from.rings != nullptr && RingsFailure(from.rings).find("broke") != std::string::npos) {
+      if (from.rings != nullptr && RingsBrokenByPeer(from.rings)) {
         fprintf(stderr, "gslice-remoted[%d]: %s: closing the connection\n", static_cast<int>(getpid()),
                 RingsFailure(from.rings).c_str());
         return 3;

@@ -110,6 +110,7 @@ TEST(ShmRing, AReaderWakesFromItsFutexAndCloseEndsAWait) {
   EXPECT_FALSE(RingReadAll(p.worker, &value, sizeof value));
   closer.join();
   EXPECT_EQ(RingsFailure(p.worker), "closed");
+  EXPECT_FALSE(RingsBrokenByPeer(p.worker));
   EXPECT_FALSE(RingWriteAll(p.worker, &value, sizeof value));
 }
 
@@ -140,6 +141,7 @@ TEST(ShmRing, ScribbledCountersAreRefusedNotFollowed) {
     *ViewRing(p.client, RingSide::kClient).head = head;
     uint8_t buf[16];
     EXPECT_FALSE(RingReadAll(p.worker, buf, sizeof buf)) << head;
+    EXPECT_TRUE(RingsBrokenByPeer(p.worker));
     EXPECT_NE(RingsFailure(p.worker).find("broke"), std::string::npos) << RingsFailure(p.worker);
   }
   const uint64_t bad_tails[] = {1, kRing + 1, kRing * 3};
@@ -149,6 +151,7 @@ TEST(ShmRing, ScribbledCountersAreRefusedNotFollowed) {
     *ViewRing(p.client, RingSide::kWorker).tail = tail;  // read more than was ever written
     const uint8_t reply[8] = {};
     EXPECT_FALSE(RingWriteAll(p.worker, reply, sizeof reply)) << tail;
+    EXPECT_TRUE(RingsBrokenByPeer(p.worker));
     EXPECT_NE(RingsFailure(p.worker).find("broke"), std::string::npos) << RingsFailure(p.worker);
   }
   {
