@@ -164,6 +164,23 @@ TEST_F(RemoteShm, UnixUsesTheRingsUnlessTurnedOffAndTcpNever) {
   EXPECT_NE(tcp.out.find("CUDA_SUCCESS\n"), std::string::npos) << tcp.out;
 }
 
+TEST_F(RemoteShm, AClientThatCannotMakeTheRingsStaysOnTheSocketWithOneLogLine) {
+  // memfd_create refused (a seccomp filter, an old kernel): one warning, then the calls work
+  // on the socket.
+  std::string preload = GSLICE_TEST_NO_MEMFD;
+  if (const char* asan = getenv("LD_PRELOAD"); asan != nullptr && asan[0] != '\0') {
+    preload = std::string(asan) + ":" + preload;
+  }
+  Result r = RunProgram(Remote(Address(), "1GiB", {kProbe, "bigcopy", "1048588"}), {"LD_PRELOAD=" + preload});
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("bigcopy ok\n"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find(kOn), std::string::npos) << r.out;
+  const std::string warning = "no shared-memory rings with the worker (memfd_create: Function not implemented)";
+  const size_t at = r.out.find(warning);
+  EXPECT_NE(at, std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find(warning, at + 1), std::string::npos) << "more than one line: " << r.out;
+}
+
 // The representative programs of remote_sim_test, with the rings and without: the driver
 // program, the example (256 MiB copies), copies in pieces, a deferred async error, threads.
 TEST_F(RemoteShm, ProgramsGiveTheSameOutputWithTheRingsAndOnTheSocket) {
