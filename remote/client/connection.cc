@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <time.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -19,6 +20,7 @@
 #include "attach.h"
 #include "gslice/options.h"
 #include "log.h"
+#include "shm_ring.h"
 #include "socket_io.h"
 #include "tls.h"
 #include "token.h"
@@ -171,6 +173,7 @@ CUresult FailLocked(CUresult result, const std::string& why) {
   CUresult expected = CUDA_SUCCESS;
   if (!g_failed.compare_exchange_strong(expected, result)) return expected;
   if (g_conn.channel.fd >= 0) shutdown(g_conn.channel.fd, SHUT_RDWR);
+  if (g_conn.channel.rings != nullptr) CloseRings(g_conn.channel.rings);  // wakes a thread waiting on them
   pthread_cond_broadcast(&g_answered);
   Log(LogLevel::kError, "remote: %s; every CUDA call now returns %s", why.c_str(),
       result == kLostResult ? "CUDA_ERROR_DEVICE_UNAVAILABLE" : "CUDA_ERROR_NO_DEVICE");
@@ -389,6 +392,37 @@ bool Handshake(uint32_t op, Channel* out, uint32_t* worker_pid, std::string* sho
   return true;
 }
 
+// The same-host fast path (shm_ring.h): over a unix socket, unless GSLICE_REMOTE_SHM is off,
+// the worker connection's frames move to shared-memory rings right after the handshake. A
+// refusal leaves them on the socket, with one log line. REQUIRES g_send_mu and g_mu, nothing
+// sent on the connection yet.
+CUresult MoveToSharedMemoryLocked() {
+  const std::string wanted = OptionValue(Option::RemoteShm);
+  if (wanted == "off" || wanted == "0" || wanted == "no" || wanted == "false") return CUDA_SUCCESS;
+  int domain = 0;
+  socklen_t len = sizeof domain;
+  if (g_conn.channel.tls != nullptr || getsockopt(g_conn.channel.fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0 ||
+      domain != AF_UNIX) {
+    return CUDA_SUCCESS;  // tcp:// and tls:// stay as they are
+  }
+  const unsigned long spin = strtoul(OptionValue(Option::RemoteShmSpin), nullptr, 10);
+  const RingsOptions options{.ring_bytes = kDefaultRingBytes,
+                             .spin_us = static_cast<uint32_t>(std::min<unsigned long>(spin, kMaxSpinUs))};
+  std::string why;
+  switch (OfferRings(&g_conn.channel, options, kHelloTimeoutMs, &why)) {
+    case RingsOffer::kOn:
+      Log(LogLevel::kInfo, "remote: calls go through shared memory (%llu KiB rings, %u us spin)",
+          static_cast<unsigned long long>(options.ring_bytes >> 10), options.spin_us);
+      return CUDA_SUCCESS;
+    case RingsOffer::kRefused:
+      Log(LogLevel::kWarn, "remote: no shared-memory rings with the worker (%s): calls go on the socket", why.c_str());
+      return CUDA_SUCCESS;
+    case RingsOffer::kLost:
+      break;
+  }
+  return FailLocked(kLostResult, "lost the server while setting up shared memory: " + why);
+}
+
 // Makes sure the process holds its worker (attach on use, attach.h): connects with kOpHello,
 // replays the cuInit the probe accepted before any other request, and closes the probe.
 // The replay goes on `lane` (the attaching thread's, taken before the locks: Lane() takes
@@ -399,6 +433,7 @@ CUresult AttachLocked(uint32_t lane) {
   if (g_conn.channel.fd >= 0) {
     // A forked child: the parent's connection (and worker) stay the parent's.
     close(g_conn.channel.fd);
+    if (g_conn.channel.rings != nullptr) ForgetInheritedRings(g_conn.channel.rings);
     g_conn = Connection{};
     g_failed = CUDA_SUCCESS;
   }
@@ -416,6 +451,8 @@ CUresult AttachLocked(uint32_t lane) {
   if (g_probe.channel.fd >= 0) CloseChannel(&g_probe.channel);  // the probe process ends with it
   Log(LogLevel::kInfo, "remote: connected to %s%s, worker pid %u", shown.c_str(),
       channel.tls != nullptr ? " (TLS)" : "", worker_pid);
+  if (const CUresult moved = MoveToSharedMemoryLocked(); moved != CUDA_SUCCESS) return moved;
+  channel = g_conn.channel;  // the rings, when they were set up
   if (g_init_replay) {
     // Nothing else is in flight on the new connection: its answer is read here directly.
     Writer init;

@@ -1,5 +1,6 @@
 #include "socket_io.h"
 
+#include "shm_ring.h"
 #include "tls.h"
 
 #include <errno.h>
@@ -124,10 +125,12 @@ FrameRead FrameReader::Next(uint32_t max_length, FrameHeader* h, std::vector<uin
 }
 
 bool WriteAll(const Channel& c, const void* p, size_t n) {
+  if (c.rings != nullptr) return RingWriteAll(c.rings, p, n);
   return c.tls != nullptr ? TlsWriteAll(c.tls, p, n) : WriteAll(c.fd, p, n);
 }
 
 bool ReadAll(const Channel& c, void* p, size_t n) {
+  if (c.rings != nullptr) return RingReadAll(c.rings, p, n);
   if (c.tls == nullptr) return ReadAll(c.fd, p, n);
   char* at = static_cast<char*>(p);
   while (n > 0) {
@@ -140,16 +143,20 @@ bool ReadAll(const Channel& c, void* p, size_t n) {
 }
 
 bool WriteFrame(const Channel& c, const FrameHeader& h, const void* payload, size_t n) {
-  if (c.tls == nullptr) return WriteFrame(c.fd, h, payload, n);
+  if (c.tls == nullptr && c.rings == nullptr) return WriteFrame(c.fd, h, payload, n);
   uint8_t head[kHeaderSize];
   FrameHeader sized = h;
   sized.length = static_cast<uint32_t>(n);
   EncodeHeader(sized, head);
+  if (c.rings != nullptr) {
+    const iovec pieces[2] = {{head, kHeaderSize}, {const_cast<void*>(payload), n}};
+    return RingWrite(c.rings, pieces, 2);
+  }
   return TlsWriteAll(c.tls, head, kHeaderSize) && (n == 0 || TlsWriteAll(c.tls, payload, n));
 }
 
 FrameRead ReadFrame(const Channel& c, uint32_t max_length, FrameHeader* h, std::vector<uint8_t>* payload) {
-  if (c.tls == nullptr) return ReadFrame(c.fd, max_length, h, payload);
+  if (c.tls == nullptr && c.rings == nullptr) return ReadFrame(c.fd, max_length, h, payload);
   uint8_t head[kHeaderSize];
   if (!ReadAll(c, head, kHeaderSize)) return FrameRead::kClosed;
   if (!DecodeHeader(head, max_length, h)) return FrameRead::kTooLarge;

@@ -42,11 +42,15 @@ class FrameReader {
 };
 
 struct TlsSession;
+struct SharedRings;
 // A connected stream: a socket, with TLS over it where tls is set (then every byte goes
-// through the session; tls.h says which threads may use it at once).
+// through the session; tls.h says which threads may use it at once), or shared-memory rings
+// beside it where rings is set (then every frame goes through the rings and the socket only
+// tells whether the peer lives: shm_ring.h).
 struct Channel {
   int fd = -1;
   TlsSession* tls = nullptr;
+  SharedRings* rings = nullptr;
 };
 bool WriteAll(const Channel& c, const void* p, size_t n);
 bool ReadAll(const Channel& c, void* p, size_t n);

@@ -16,6 +16,9 @@
 //          worker and holds no slice; the client attaches (kOpHello, a second connection)
 //          at its first call that needs a GPU. Over TLS the token frame comes first, as for
 //          a Hello.
+// Rings:   over a unix socket only, the client's first frame after an accepted Hello may be
+//          op kOpRings with a shared-memory file attached: every later frame then travels on
+//          shared-memory rings instead of the socket (shm_ring.h).
 // Token:   over TLS only, the client's first frame (op kOpToken): the token's bytes, at most
 //          kMaxToken. No reply: a wrong token gets a refused Hello (or Probe) reply.
 // Request: u64 the client thread's current context, u32 its lane (a number per client thread,
@@ -39,7 +42,7 @@
 namespace gslice::remote {
 
 inline constexpr uint32_t kMagic = 0x524c5347;  // "GSLR"
-inline constexpr uint16_t kVersion = 3;
+inline constexpr uint16_t kVersion = 4;
 inline constexpr uint32_t kHeaderSize = 12;
 // The largest host buffer one call carries (a module image, a piece of a copy); larger ones
 // are refused on the client with CUDA_ERROR_INVALID_VALUE and a log line.

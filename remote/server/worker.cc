@@ -3,6 +3,9 @@
 // simulated driver - answers the handshake and serves the client's calls until the client
 // goes away. A watcher thread ends the process the moment the client's socket closes, even
 // while a call blocks in the driver: the process's exit frees everything the client held.
+// Frames come and go on that socket or, once a client on the same host set them up (its first
+// frame), on shared-memory rings beside it (shm_ring.h); the socket then only says whether the
+// client lives.
 //
 // Threads: the main thread reads requests in the order the client made them and hands each to
 // its lane's serving thread (one per client thread, made at its first request), so that a lane
@@ -31,6 +34,7 @@
 #include <vector>
 
 #include "dispatch.h"
+#include "shm_ring.h"
 #include "socket_io.h"
 
 namespace gslice::remote {
@@ -66,8 +70,10 @@ uint64_t g_queued_bytes = 0;
 constexpr uint64_t kMaxQueuedBytes = 2ull * kMaxFrame;
 pthread_cond_t g_drained = PTHREAD_COND_INITIALIZER;
 Lane g_lanes[kMaxLanes];
-int g_fd = -1;
-pthread_mutex_t g_write_mu = PTHREAD_MUTEX_INITIALIZER;  // one answer at a time on g_fd
+// Where answers go: the client's socket, or the shared-memory rings once the client set them
+// up (its first frame; shm_ring.h). REQUIRES g_write_mu (one answer at a time).
+Channel g_out;
+pthread_mutex_t g_write_mu = PTHREAD_MUTEX_INITIALIZER;
 
 void* WatchClient(void* arg) {
   const int fd = static_cast<int>(reinterpret_cast<intptr_t>(arg));
@@ -186,7 +192,7 @@ void* ServeLane(void* arg) {
     }
     if (!answer) continue;
     pthread_mutex_lock(&g_write_mu);
-    const bool sent = WriteFrame(g_fd, FrameHeader{.seq = request.header.seq, .op = request.header.op | kReplyBit},
+    const bool sent = WriteFrame(g_out, FrameHeader{.seq = request.header.seq, .op = request.header.op | kReplyBit},
                                  out.buffer().data(), out.size());
     pthread_mutex_unlock(&g_write_mu);
     if (!sent) _exit(0);  // the client is gone
@@ -221,8 +227,12 @@ int RunWorker(int fd) {
   if (pthread_create(&watcher, nullptr, WatchClient, reinterpret_cast<void*>(static_cast<intptr_t>(fd))) == 0) {
     pthread_detach(watcher);
   }
-  g_fd = fd;
+  g_out = Channel{.fd = fd};
+  Channel from{.fd = fd};  // where requests come from: the socket, then maybe the rings
   uint64_t async_read = 0;
+  bool first = true;
+  // After the first frame, the socket is read through a buffer (one read for a batch of
+  // queued calls); the first is read alone, as it may carry the rings' descriptor.
   FrameReader reader(fd);
   // Lanes given requests since they were last woken: woken once no further frame is buffered
   // (one wake-up for a batch of queued calls, not one per call), and before the reader waits.
@@ -233,13 +243,46 @@ int RunWorker(int fd) {
   };
   for (;;) {
     Request request;
-    FrameRead got = reader.Next(kMaxFrame, &request.header, &request.payload);
-    if (got == FrameRead::kClosed) return 0;
+    // On the socket, a descriptor may come with a frame (only the rings' set-up keeps it).
+    int passed = -1;
+    FrameRead got = from.rings != nullptr ? ReadFrame(from, kMaxFrame, &request.header, &request.payload)
+                    : first             ? ReadFrameWithFd(fd, kMaxFrame, &request.header, &request.payload, &passed)
+                                        : reader.Next(kMaxFrame, &request.header, &request.payload);
+    if (got == FrameRead::kClosed) {
+      if (from.rings != nullptr && RingsBrokenByPeer(from.rings)) {
+        fprintf(stderr, "gslice-remoted[%d]: %s: closing the connection\n", static_cast<int>(getpid()),
+                RingsFailure(from.rings).c_str());
+        return 3;
+      }
+      return 0;
+    }
     if (got == FrameRead::kTooLarge) {
       fprintf(stderr, "gslice-remoted[%d]: a frame of %u bytes (at most %u): closing the connection\n",
               static_cast<int>(getpid()), request.header.length, kMaxFrame);
       return 3;
     }
+    const bool was_first = first;
+    first = false;
+    if (request.header.op == kOpRings && from.rings == nullptr) {
+      // The same-host fast path, offered only as the client's first frame (nothing else is
+      // in flight then: no serving thread writes while the transport changes).
+      SharedRings* rings = nullptr;
+      std::string why;
+      pthread_mutex_lock(&g_write_mu);
+      const bool ok = AnswerRings(fd, request.header, request.payload, passed, was_first, &rings, &why);
+      if (rings != nullptr) {
+        g_out.rings = rings;
+        from.rings = rings;
+      }
+      pthread_mutex_unlock(&g_write_mu);
+      if (!ok) return 0;
+      if (rings == nullptr) {
+        fprintf(stderr, "gslice-remoted[%d]: no shared-memory rings for this client (%s): it stays on the socket\n",
+                static_cast<int>(getpid()), why.c_str());
+      }
+      continue;
+    }
+    if (passed >= 0) close(passed);
     // A request whose prefix does not decode is answered (refused) on lane 0.
     Reader in(request.payload.data(), request.payload.size());
     RequestPrefix prefix;
@@ -257,7 +300,8 @@ int RunWorker(int fd) {
     Lane& l = g_lanes[lane];
     l.queue.push_back(std::move(request));
     if (std::find(to_wake.begin(), to_wake.end(), &l) == to_wake.end()) to_wake.push_back(&l);
-    if (!reader.HasFrame()) wake();
+    // On the rings each frame wakes its lane at once (they tell nothing of what follows).
+    if (from.rings != nullptr || !reader.HasFrame()) wake();
     if (!l.started) {
       pthread_t thread;
       pthread_attr_t attr;

@@ -12,6 +12,8 @@
 //                       cuCtxSynchronize's result
 //   probe unforwarded   prints the result of cuMemAllocManaged (not forwarded)
 //   probe bigcopy BYTES copies BYTES to the device and back, plainly and on a stream
+//   probe fork          allocates, forks a child that allocates and checks its own memory,
+//                       then checks the parent's
 //   probe repeat        asks for the same device attribute three times
 //   probe deferred      launches a function that does not exist, synchronises twice
 //   probe maps          prints every mapped file whose name holds "libcuda"
@@ -37,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -941,6 +944,34 @@ int main(int argc, char** argv) {
     CK(cuStreamSynchronize(stream));
     Expect(in == out, "large copies on a stream");
     printf("bigcopy ok\n");
+    return 0;
+  }
+  if (mode == "fork") {
+    // A child forked after the parent's calls uses the driver on its own; the parent's memory
+    // and connection are untouched by it.
+    Setup(&dev);
+    constexpr size_t kWords = 1 << 18;
+    CUdeviceptr p = 0;
+    CK(cuMemAlloc(&p, kWords * 4));
+    CK(cuMemsetD32(p, 0x11111111u, kWords));
+    fflush(stdout);
+    const pid_t child = fork();
+    if (child == 0) {
+      CUdeviceptr q = 0;
+      CK(cuCtxSetCurrent(nullptr));  // the parent's context is not the child's
+      Setup(&dev);
+      CK(cuMemAlloc(&q, kWords * 4));
+      CK(cuMemsetD32(q, 0x22222222u, kWords));
+      Verify(q, 0x22222222u, kWords, "the child's memory");
+      printf("child ok\n");
+      fflush(stdout);
+      _exit(0);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    Expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child's calls");
+    Verify(p, 0x11111111u, kWords, "the parent's memory after the child's calls");
+    printf("parent ok\n");
     return 0;
   }
   if (mode == "repeat") {

@@ -7,8 +7,9 @@
 #           the same value locally and remotely
 #   training: ResNet-50 (batch 32) and BERT-base (batch 8 x 128) for TRAIN_STEPS steps
 #           (default 100), deterministic, fixed seeds: losses bit for bit equal to local over
-#           the unix socket and over loopback TCP; steps/s remote / local; the client's calls
-#           per step (cached, sent without waiting, round trips).
+#           unix: with the shared-memory rings (unix, the default) and without them
+#           (unix_socket, GSLICE_REMOTE_SHM=off), and over loopback TCP; steps/s remote / local;
+#           the client's calls per step (cached, sent without waiting, round trips).
 # Prints RESULT lines and, last, a short table; logs in $OUT/remote_train/.
 # Safety: plain device allocations in 16 GiB slices; no managed memory.
 set -uo pipefail
@@ -84,6 +85,8 @@ try:
         hide = []
     sides = {"local": [gslice, "run", "--memory", "16GiB", "--"],
              "unix": hide + [gslice, "run", "--remote", "unix:" + sock, "--memory", "16GiB", "--"],
+             "unix_socket": hide + ["env", "GSLICE_REMOTE_SHM=off", gslice, "run", "--remote", "unix:" + sock,
+                                    "--memory", "16GiB", "--"],
              "tcp": hide + [gslice, "run", "--remote", tcp, "--memory", "16GiB", "--"]}
 
     for name in CHECKS:
@@ -105,7 +108,7 @@ try:
 
     for wl in WORKLOADS:
         got = {}
-        for side in ("local", "unix", "tcp", "local"):
+        for side in ("local", "unix", "unix_socket", "tcp", "local"):
             label = f"train-{wl}-{side}" + ("-after" if side == "local" and "local" in got else "")
             rc, out, err = run(label, sides[side] + [sys.executable, script, wl, str(STEPS)], 400)
             losses = [l.split()[2] for l in out.splitlines() if l.startswith("loss ")]
@@ -123,7 +126,7 @@ try:
             continue
         local_sps = [x["sps"] for x in (got["local"], got.get("local_after", {})) if x.get("sps")]
         local_mean = sum(local_sps) / len(local_sps)
-        for side in ("unix", "tcp"):
+        for side in ("unix", "unix_socket", "tcp"):
             r = got[side]
             if r["rc"] != 0 or len(r["losses"]) < len(loc["losses"]):
                 result(f"remote_train.{wl}.{side}", "FAIL", f"exit {r['rc']}: {r['err']}")
