@@ -3,10 +3,10 @@
 # client, side by side in one run, interleaved (local first and last).
 #   cases:  ResNet-50 batch 32 and BERT-base batch 32 x 128 (the GPU busy), ResNet-50 batch 1
 #           (launch-bound); REMOTE_CASES="resnet50:32,bert:32,resnet50:1" to change
-#   sides:  local; unix socket; loopback TCP; unix with every call waited for
-#           (GSLICE_REMOTE_WAIT=1, synchronous forwarding); REMOTE_SIDES to change (names:
-#           local unix tcp wait, and shm / socket when the build has the same-host fast path:
-#           GSLICE_REMOTE_SHM=1 / 0 on the unix socket)
+#   sides:  local; unix: with the same-host shared-memory rings (shm) and without them
+#           (socket, GSLICE_REMOTE_SHM=off); loopback TCP; unix with every call waited for
+#           (wait: GSLICE_REMOTE_WAIT=1, synchronous forwarding); REMOTE_SIDES to change
+#           (names: local shm socket tcp wait, and unix: the default, the rings)
 # Each remote run's losses are compared bit for bit with the local run's. Reports steps/s, the
 # ratio to the mean of the local runs, the client's calls and round trips per step, and the
 # client process's CPU time per step. Prints RESULT lines and, last, a table; logs in
@@ -23,7 +23,7 @@ OUT = os.path.join(os.environ["OUT"], "remote_speed")
 STEPS = int(os.environ.get("TRAIN_STEPS", "30"))
 CASES = [(c.split(":")[0], int(c.split(":")[1])) for c in
          os.environ.get("REMOTE_CASES", "resnet50:32,bert:32,resnet50:1").split(",") if c]
-SIDES = [s for s in os.environ.get("REMOTE_SIDES", "local,unix,tcp,wait,local").split(",") if s]
+SIDES = [s for s in os.environ.get("REMOTE_SIDES", "local,shm,socket,tcp,wait,local").split(",") if s]
 gslice = os.path.join(B, "bin", "gslice")
 remoted = os.path.join(B, "bin", "gslice-remoted")
 script = os.path.abspath("bench/gpu/remote/train.py")
@@ -57,8 +57,8 @@ try:
              "unix": (remote_unix, {}),
              "tcp": ([gslice, "run", "--remote", tcp, "--memory", "16GiB", "--"], {}),
              "wait": (remote_unix, {"GSLICE_REMOTE_WAIT": "1"}),
-             "shm": (remote_unix, {"GSLICE_REMOTE_SHM": "1"}),
-             "socket": (remote_unix, {"GSLICE_REMOTE_SHM": "0"})}
+             "shm": (remote_unix, {"GSLICE_REMOTE_SHM": "on"}),
+             "socket": (remote_unix, {"GSLICE_REMOTE_SHM": "off"})}
     for wl, batch in CASES:
         case = f"{wl}-b{batch}"
         got = []
@@ -105,7 +105,7 @@ try:
             rows.append((case, g["side"], f"{g['sps']:.2f}", f"{ratio:.3f}", f"{g['calls']:.0f}", f"{g['trips']:.0f}",
                          f"{g['cpu'] * 1e3:.1f}", f"{per_call:+.2f}", "equal" if same else "DIFFER"))
         waits = [g for g in got if g["side"] == "wait" and g["sps"]]
-        asyncs = [g for g in got if g["side"] == "unix" and g["sps"]]
+        asyncs = [g for g in got if g["side"] in ("shm", "unix") and g["sps"]]
         if waits and asyncs:
             result(f"remote_speed.{case}.async_vs_wait", "INFO", f"{asyncs[0]['sps'] / waits[0]['sps']:.2f}x")
 finally:
