@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -22,7 +23,22 @@ struct Part {
   std::string slice;  // JSON string
   std::string note;   // JSON string
   bool ok = false;
+  bool aligned = false;     // a clock line: the part's times are another host's
+  int64_t offset = 0;       // added to the part's times to put them on the file's clock
+  int64_t uncertainty = 0;  // +- ns of that offset
+  size_t body = 0;          // where the lines after the header (and clock line) start
 };
+
+// The optional clock line after the header: "C <offset_ns> <uncertainty_ns>".
+bool ParseClock(const std::string& line, Part* p) {
+  long long offset, uncertainty;
+  char extra;
+  if (sscanf(line.c_str(), "C %lld %lld %c", &offset, &uncertainty, &extra) != 2 || uncertainty < 0) return false;
+  p->aligned = true;
+  p->offset = offset;
+  p->uncertainty = uncertainty;
+  return true;
+}
 
 // Parses a JSON string literal at s[*i] (used for the header's two strings); advances *i.
 bool ReadJsonString(const std::string& s, size_t* i, std::string* out) {
@@ -129,17 +145,36 @@ std::string MergeTraceParts(const std::vector<std::string>& parts, const std::st
     if (nl == std::string::npos) continue;
     const size_t nl2 = text.find('\n', nl + 1);
     if (nl2 == std::string::npos || !ParseHeader(text.substr(nl + 1, nl2 - nl - 1), &heads[k])) continue;
-    const Part& p = heads[k];
+    Part& p = heads[k];
+    p.body = nl2 + 1;
+    if (const size_t nl3 = text.find('\n', nl2 + 1);
+        nl3 != std::string::npos && text.compare(nl2 + 1, 2, "C ") == 0) {
+      if (!ParseClock(text.substr(nl2 + 1, nl3 - nl2 - 1), &p)) {
+        p.ok = false;  // times on an unknown clock would mislead: the part is left out
+        continue;
+      }
+      p.body = nl3 + 1;
+    }
     ++r.parts;
     r.dropped += p.dropped;
-    if (base_mono == 0 || p.started_mono < base_mono) {
-      base_mono = p.started_mono;
+    const int64_t start = p.started_mono + p.offset;
+    if (base_mono == 0 || start < base_mono) {
+      base_mono = start;
       base_unix = p.started_unix;
     }
-    if (slice_json.empty()) slice_json = p.slice;
+    if (p.aligned) {
+      r.aligned_parts++;
+      r.clock_uncertainty_ns = std::max(r.clock_uncertainty_ns, p.uncertainty);
+    }
+    if (slice_json.empty() || slice_json == "\"\"") slice_json = p.slice;
     if (!notes.empty()) notes += ",";
     notes += "{\"pid\":" + std::to_string(p.pid) + ",\"dropped_events\":" + std::to_string(p.dropped) +
-             ",\"gpu_activity\":" + p.note + "}";
+             ",\"gpu_activity\":" + p.note;
+    if (p.aligned) {
+      notes += ",\"clock\":{\"offset_ns\":" + std::to_string(p.offset) +
+               ",\"uncertainty_ns\":" + std::to_string(p.uncertainty) + "}";
+    }
+    notes += "}";
   }
   if (slice_json.empty()) slice_json = "\"\"";
   r.started_unix_ns = base_unix;
@@ -153,7 +188,8 @@ std::string MergeTraceParts(const std::vector<std::string>& parts, const std::st
   for (size_t k = 0; k < parts.size(); ++k) {
     if (!heads[k].ok) continue;
     const std::string& text = parts[k];
-    size_t pos = text.find('\n', text.find('\n') + 1) + 1;
+    const int64_t base = base_mono - heads[k].offset;  // the file's zero on this part's clock
+    size_t pos = heads[k].body;
     while (pos < text.size()) {
       size_t end = text.find('\n', pos);
       if (end == std::string::npos) break;  // a torn last line
@@ -178,7 +214,7 @@ std::string MergeTraceParts(const std::vector<std::string>& parts, const std::st
       if (!LooksLikeMembers(rest, rest_len)) continue;
       sep();
       out += "{\"ts\":";
-      AppendMicros(&out, ts - base_mono);
+      AppendMicros(&out, ts - base);
       if (dur >= 0) {
         out += ",\"dur\":";
         AppendMicros(&out, dur);
@@ -192,6 +228,7 @@ std::string MergeTraceParts(const std::vector<std::string>& parts, const std::st
   out += "],\n\"displayTimeUnit\":\"ns\",\n\"otherData\":{\"gslice\":{\"version\":" +
          std::to_string(kTraceFormatVersion) + ",\"slice\":" + slice_json +
          ",\"started_unix_ns\":" + std::to_string(base_unix) + ",\"dropped_events\":" + std::to_string(r.dropped) +
+         (r.aligned_parts > 0 ? ",\"clock_uncertainty_ns\":" + std::to_string(r.clock_uncertainty_ns) : std::string()) +
          ",\"processes\":[" + notes + "]}}}\n";
   if (result != nullptr) *result = r;
   return out;

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "attach.h"
+#include "client_trace.h"
 #include "gslice/options.h"
 #include "log.h"
 #include "socket_io.h"
@@ -33,6 +34,12 @@ constexpr size_t kQueueBytes = 256 * 1024;
 // How long the server may take to start a worker (it runs `gslice run`, which loads the
 // driver) before the handshake counts as failed.
 constexpr int kHelloTimeoutMs = 30000;
+
+// A request's name for log lines (the timeline's requests are not calls).
+const char* OpName(uint32_t op) {
+  if (op < kOpCount) return kOpNames[op];
+  return op == kOpTraceClock ? "the timeline's clock" : op == kOpTraceFetch ? "the timeline's fetch" : "a request";
+}
 
 // A thread waiting for the answer to its request.
 struct Waiter {
@@ -220,7 +227,8 @@ bool Handshake(uint32_t op, Channel* out, uint32_t* worker_pid, std::string* sho
               .share = OptionValue(Option::Share),
               .slice_class = OptionIsSet(Option::Class) ? OptionValue(Option::Class) : "",
               .idle_timeout = OptionValue(Option::IdleTimeout),
-              .host = std::string(host).substr(0, kMaxHelloString)};
+              .host = std::string(host).substr(0, kMaxHelloString),
+              .trace = ClientTracing()};
   Writer w;
   EncodeHello(hello, &w);
   if (!WriteFrame(channel, FrameHeader{.seq = 0, .op = op}, w.buffer().data(), w.size())) {
@@ -391,7 +399,7 @@ void RemoveWaiterLocked(Waiter* w) {
 
 // Sends one request (queued when async). On success, a synchronous request's waiter is
 // registered before its frame leaves, so that no answer finds nobody.
-CUresult Send(uint32_t op, const Writer& request, Waiter* waiter) {
+CUresult Send(uint32_t op, const Writer& request, Waiter* waiter, uint32_t* sent_seq = nullptr) {
   pthread_mutex_lock(&g_send_mu);
   pthread_mutex_lock(&g_mu);
   CUresult result = ConnectLocked();
@@ -403,6 +411,7 @@ CUresult Send(uint32_t op, const Writer& request, Waiter* waiter) {
   }
   pthread_mutex_unlock(&g_mu);
   if (result == CUDA_SUCCESS) {
+    if (sent_seq != nullptr) *sent_seq = seq;
     const FrameHeader h{.seq = seq, .op = op};
     const bool sent = waiter == nullptr
                           ? QueueLocked(h, request)
@@ -410,7 +419,7 @@ CUresult Send(uint32_t op, const Writer& request, Waiter* waiter) {
     if (!sent) {
       pthread_mutex_lock(&g_mu);
       if (waiter != nullptr) RemoveWaiterLocked(waiter);
-      result = FailLocked(kLostResult, std::string("lost the server while sending ") + kOpNames[op]);
+      result = FailLocked(kLostResult, std::string("lost the server while sending ") + OpName(op));
       pthread_mutex_unlock(&g_mu);
     }
   }
@@ -435,7 +444,7 @@ CUresult Receive(uint32_t op, Waiter* waiter) {
     pthread_mutex_lock(&g_mu);
     g_conn.reading = false;
     if (got != FrameRead::kOk) {
-      FailLocked(kLostResult, std::string("lost the server during ") + kOpNames[op]);
+      FailLocked(kLostResult, std::string("lost the server during ") + OpName(op));
       break;
     }
     Waiter* owner = g_conn.waiters;
@@ -521,6 +530,14 @@ std::atomic<uint64_t> g_op_trips[kOpCount];
 }  // namespace
 
 CUresult Call::Run() {
+  if (!ClientTracing()) return Forward();
+  const int64_t start = ClientTraceNow();
+  const CUresult result = Forward();
+  RecordCall(op_, static_cast<CallMode>(mode_), seq_, Lane(), start, ClientTraceNow());
+  return result;
+}
+
+CUresult Call::Forward() {
   std::vector<uint8_t> key;
   if (kOpCached[op_]) {
     key = CacheKey(op_, request_);
@@ -537,6 +554,7 @@ CUresult Call::Run() {
         pthread_mutex_unlock(&g_cache_mu);
         g_cached_calls.fetch_add(1, std::memory_order_relaxed);
         g_op_cached[op_].fetch_add(1, std::memory_order_relaxed);
+        mode_ = static_cast<uint8_t>(CallMode::kCached);
         return CUDA_SUCCESS;
       }
     }
@@ -547,19 +565,22 @@ CUresult Call::Run() {
     CUresult failed = CUDA_SUCCESS;
     switch (AskProbe(op_, request_, &reply_buffer_, &failed)) {
       case ProbeAsked::kFailed: return failed;
-      case ProbeAsked::kAnswered: return Answered(std::move(key));
+      case ProbeAsked::kAnswered:
+        mode_ = static_cast<uint8_t>(CallMode::kProbe);
+        return Answered(std::move(key));
       case ProbeAsked::kAttached: break;
     }
   }
   if (const CUresult attached = EnsureAttached(); attached != CUDA_SUCCESS) return attached;
   if (kOpAsync[op_]) {
     // Not waited for: its driver error, if any, comes with the next synchronisation.
-    const CUresult result = Send(op_, request_, nullptr);
+    const CUresult result = Send(op_, request_, nullptr, &seq_);
     g_async_calls.fetch_add(1, std::memory_order_relaxed);
     g_op_async[op_].fetch_add(1, std::memory_order_relaxed);
     if (result == CUDA_SUCCESS) {
       reader_ = Reader();
       answered_ = true;
+      mode_ = static_cast<uint8_t>(CallMode::kAsync);
     }
     return result;
   }
@@ -567,13 +588,28 @@ CUresult Call::Run() {
   waiter.reply = &reply_buffer_;
   g_round_trips.fetch_add(1, std::memory_order_relaxed);
   g_op_trips[op_].fetch_add(1, std::memory_order_relaxed);
-  CUresult result = Send(op_, request_, &waiter);
+  CUresult result = Send(op_, request_, &waiter, &seq_);
   if (result == CUDA_SUCCESS) result = Receive(op_, &waiter);
   if (result != CUDA_SUCCESS) return result;
   if (waiter.header.op != (op_ | kReplyBit)) {
     return Fail(kLostResult, std::string("the server's answer to ") + kOpNames[op_] + " is not for it");
   }
+  mode_ = static_cast<uint8_t>(CallMode::kRoundTrip);
   return Answered(std::move(key));
+}
+
+CUresult TraceExchange(uint32_t op, std::vector<uint8_t>* reply) {
+  if (g_attached.load(std::memory_order_acquire) != getpid()) return CUDA_ERROR_NOT_INITIALIZED;
+  Writer request;
+  EncodeRequestPrefix(RequestPrefix{.context = 0, .lane = Lane()}, &request);
+  Waiter waiter;
+  waiter.reply = reply;
+  CUresult result = Send(op, request, &waiter);
+  if (result == CUDA_SUCCESS) result = Receive(op, &waiter);
+  if (result == CUDA_SUCCESS && waiter.header.op != (op | kReplyBit)) {
+    result = Fail(kLostResult, std::string("the server's answer to ") + OpName(op) + " is not for it");
+  }
+  return result;
 }
 
 CUresult Call::Answered(std::vector<uint8_t> key) {
