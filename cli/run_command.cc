@@ -573,6 +573,9 @@ int RunCommand(int argc, char** argv) {
     if (const int refused = PrepareRemote(remote); refused != 0) return refused;
     if (std::string why = PrepareTrace(&trace); !why.empty()) return Fail(why);
     setenv(GetOptionInfo(Option::Trace).env, trace.folder.c_str(), 1);
+    // The program's NVTX ranges reach the client's recorder through NVTX's injection, even
+    // when its first NVTX call comes before its first CUDA call (unless another tool has it).
+    setenv("NVTX_INJECTION64_PATH", (remote.prefix + "/lib/remote/libcuda.so.1").c_str(), /*overwrite=*/0);
     if (verbose) fprintf(stderr, "  recording a timeline of the client and its worker into %s\n", trace.file.c_str());
     return RunChild(argv + i, "", false, trace);
   }

@@ -15,14 +15,21 @@
 
 #include <algorithm>
 #include <cinttypes>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "calls.h"
 #include "connection.h"
 #include "gslice/options.h"
 #include "log.h"
+#include "trace_recorder.h"
 #include "wire.h"
+
+namespace gslice::trace::detail {
+extern std::atomic<uint32_t> g_local_word;  // defined below: NVTX's "recording" word
+}  // namespace gslice::trace::detail
 
 namespace gslice::remote {
 
@@ -53,6 +60,11 @@ struct Slot {
 };
 static_assert(sizeof(Slot) == 40);
 
+// Records that are not calls: the program's NVTX ranges and marks (interpose/src/trace_nvtx.cc,
+// the shim's NVTX injection, compiled into the client too), op = the message's name id.
+constexpr uint8_t kNvtxRange = 16;
+constexpr uint8_t kNvtxMark = 17;
+
 Slot* g_ring = nullptr;
 uint64_t g_mask = 0;
 std::atomic<uint64_t> g_next{0};
@@ -63,6 +75,42 @@ int64_t g_started_unix = 0;
 
 // How many clock exchanges the alignment makes; the shortest round trip wins.
 constexpr int kClockPings = 8;
+
+// NVTX messages by id (1-based), kept until exit; at most kMaxNames different ones.
+constexpr size_t kMaxNames = 65536;
+std::mutex g_names_mu;
+std::vector<std::string>* g_names = nullptr;  // REQUIRES g_names_mu
+std::unordered_map<std::string, uint32_t>* g_name_ids = nullptr;  // REQUIRES g_names_mu
+
+uint32_t NameId(const char* message) {
+  std::lock_guard<std::mutex> lock(g_names_mu);
+  if (g_names == nullptr) {
+    g_names = new std::vector<std::string>();
+    g_name_ids = new std::unordered_map<std::string, uint32_t>();
+  }
+  const std::string m = message != nullptr ? message : "";
+  if (auto it = g_name_ids->find(m); it != g_name_ids->end()) return it->second;
+  if (g_names->size() >= kMaxNames) return 0;
+  g_names->push_back(m);
+  const uint32_t id = static_cast<uint32_t>(g_names->size());
+  g_name_ids->emplace(m, id);
+  return id;
+}
+
+std::string NameOf(uint32_t id) {
+  std::lock_guard<std::mutex> lock(g_names_mu);
+  if (g_names == nullptr || id == 0 || id > g_names->size()) return "(NVTX names table full)";
+  return (*g_names)[id - 1];
+}
+
+void Push(const Record& r) {
+  const uint64_t i = g_next.fetch_add(1, std::memory_order_relaxed);
+  Slot& slot = g_ring[i & g_mask];
+  slot.seq.store(0, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  slot.r = r;
+  slot.seq.store(i + 1, std::memory_order_release);
+}
 
 int64_t UnixNs() {
   timespec ts;
@@ -212,6 +260,7 @@ std::string Comm() {
 // At exit: the worker's part and served requests, then both parts (client_trace.h).
 void WriteTrace() {
   if (!g_on.exchange(false)) return;  // this process's own calls from here on are not recorded
+  trace::detail::g_local_word.store(0, std::memory_order_relaxed);
   const int pid = static_cast<int>(getpid());
   const uint64_t next = g_next.load(std::memory_order_acquire);
   uint64_t first = g_base;
@@ -289,6 +338,12 @@ void WriteTrace() {
   std::vector<uint32_t> tids;
   for (const Record& c : calls) {
     const std::string head = ",\"pid\":" + std::to_string(pid) + ",\"tid\":" + std::to_string(c.tid);
+    if (c.mode == kNvtxRange || c.mode == kNvtxMark) {
+      out += "E " + std::to_string(c.start) + " " + (c.mode == kNvtxRange ? std::to_string(c.end - c.start) : "-1") +
+             (c.mode == kNvtxRange ? " \"ph\":\"X\"" : " \"ph\":\"i\",\"s\":\"t\"") +
+             ",\"cat\":\"nvtx\",\"name\":" + Json(NameOf(c.op)) + head + "\n";
+      continue;
+    }
     const ServeRecord* s = serve_of(c.wire_seq);
     std::string args = "\"mode\":" + Json(ModeName(c.mode)) + ",\"lane\":" + std::to_string(c.lane);
     if (c.wire_seq != 0) args += ",\"seq\":" + std::to_string(c.wire_seq);
@@ -351,7 +406,7 @@ void WriteTrace() {
     ok = WriteFileInFolder(g_folder, std::to_string(pid) + "-worker-" + std::to_string(worker.pid) + ".part", w) && ok;
   }
   Log(ok ? LogLevel::kInfo : LogLevel::kWarn,
-      "trace: wrote the client's timeline (%zu calls) and %s into %s; clock offset %lld ns +- %lld ns", calls.size(),
+      "trace: wrote the client's timeline (%zu events) and %s into %s; clock offset %lld ns +- %lld ns", calls.size(),
       worker.ok ? ("the worker's (" + std::to_string(served.size()) + " served requests)").c_str()
                 : why_no_worker.c_str(),
       g_folder, static_cast<long long>(offset), static_cast<long long>(uncertainty));
@@ -397,6 +452,11 @@ __attribute__((constructor)) void StartClientTrace() {
   pthread_atfork(nullptr, nullptr, AfterForkInChild);
   atexit(WriteTrace);
   g_on.store(true, std::memory_order_release);
+  // The program's NVTX ranges, through NVTX's injection (interpose/src/trace_nvtx.cc).
+  trace::detail::g_local_word.store(1, std::memory_order_relaxed);
+  trace::detail::g_flag.store(&trace::detail::g_local_word, std::memory_order_release);
+  trace::detail::g_ready.store(true, std::memory_order_release);
+  trace::OfferNvtxInjection();
 }
 
 }  // namespace
@@ -408,13 +468,38 @@ int64_t ClientTraceNow() {
 }
 
 void RecordCall(uint32_t op, CallMode mode, uint32_t seq, uint32_t lane, int64_t start_ns, int64_t end_ns) {
-  const uint64_t i = g_next.fetch_add(1, std::memory_order_relaxed);
-  Slot& slot = g_ring[i & g_mask];
-  slot.seq.store(0, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
-  slot.r = Record{.start = start_ns, .end = end_ns, .op = op, .wire_seq = seq, .tid = ThreadId(),
-                  .lane = static_cast<uint16_t>(lane), .mode = static_cast<uint8_t>(mode)};
-  slot.seq.store(i + 1, std::memory_order_release);
+  Push(Record{.start = start_ns, .end = end_ns, .op = op, .wire_seq = seq, .tid = ThreadId(),
+              .lane = static_cast<uint16_t>(lane), .mode = static_cast<uint8_t>(mode)});
 }
 
 }  // namespace gslice::remote
+
+// The recorder interface trace_nvtx.cc records NVTX through (interpose/src/trace_recorder.h),
+// backed by the client's ring: on while the client records (GSLICE_TRACE).
+namespace gslice::trace {
+
+namespace detail {
+namespace {
+const std::atomic<uint32_t> kOffWord{0};
+}  // namespace
+std::atomic<uint32_t> g_local_word{0};
+std::atomic<const std::atomic<uint32_t>*> g_flag{&kOffWord};
+std::atomic<bool> g_ready{false};
+bool Start() { return g_ready.load(std::memory_order_acquire); }
+}  // namespace detail
+
+int64_t NowNs() { return remote::ClientTraceNow(); }
+
+uint32_t ThreadId() { return remote::ThreadId(); }
+
+void NvtxRange(const char* message, int64_t start_ns, int64_t end_ns, uint32_t tid) {
+  remote::Push(remote::Record{.start = start_ns, .end = end_ns, .op = remote::NameId(message), .wire_seq = 0,
+                              .tid = tid, .lane = 0, .mode = remote::kNvtxRange});
+}
+
+void NvtxMark(const char* message, int64_t at_ns) {
+  remote::Push(remote::Record{.start = at_ns, .end = at_ns, .op = remote::NameId(message), .wire_seq = 0,
+                              .tid = ThreadId(), .lane = 0, .mode = remote::kNvtxMark});
+}
+
+}  // namespace gslice::trace

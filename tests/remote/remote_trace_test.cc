@@ -1,6 +1,7 @@
 // Timelines of remote programs on the simulated driver (docs/trace.md, "Remote programs"):
 // `gslice run --remote ADDR --trace FILE` writes one file with the client's forwarded calls and
-// its worker's timeline on the client's clock, each call linked to the worker's execution of it.
+// NVTX ranges and its worker's timeline on the client's clock, each call linked to the worker's
+// execution of it.
 // Two servers: one as deployed, one whose workers record on a clock shifted by an hour
 // (GSLICE_TRACE_CLOCK_SHIFT), which the client's alignment must remove. Every test uses its own
 // simulated node, ledger, sockets and folders (pid-based names) and removes them.
@@ -249,6 +250,26 @@ TEST_F(RemoteTrace, ATracedRemoteRunHasBothSidesOnOneTimelineLinkedCallByCall) {
                       e["args"].value("name", "").rfind("serving lane ", 0) == 0);
   }
   EXPECT_TRUE(named);
+  // The program's NVTX ranges are the client's, around the calls they made (and through the
+  // flows, around the worker's execution of them).
+  std::map<std::string, json> ranges;
+  for (const json& e : trace["traceEvents"]) {
+    if (e.value("cat", "") == "nvtx" && e.value("ph", "") == "X") {
+      EXPECT_EQ(e["pid"].get<int64_t>(), m.client) << e.dump();
+      ranges[e["name"].get<std::string>()] = e;
+    }
+  }
+  ASSERT_TRUE(ranges.count("forward") && ranges.count("copy") && ranges.count("step")) << trace.dump();
+  EXPECT_TRUE(Within(ranges["forward"], ranges["step"], 1));
+  for (const auto& [seq, call] : m.calls) {
+    const std::string name = call["name"];
+    if (name == "cuLaunchKernel" || name == "cuStreamSynchronize") {
+      EXPECT_TRUE(Within(call, ranges["forward"], 1)) << call.dump();
+    }
+    if (name == "cuMemcpyHtoD_v2") {
+      EXPECT_TRUE(Within(call, ranges["copy"], 1)) << call.dump();
+    }
+  }
   EXPECT_TRUE(ServerFoldersGone()) << "a worker's timeline folder was left in " << ServerTmp();
 }
 
