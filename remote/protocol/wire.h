@@ -67,8 +67,9 @@ inline constexpr uint32_t kOpProbe = 0x7fff0003u;
 inline constexpr uint32_t kOpTraceClock = 0x7fff0004u;
 inline constexpr uint32_t kOpTraceFetch = 0x7fff0005u;
 inline constexpr uint32_t kMaxToken = 1024;
-// Bounds of a kOpTraceFetch answer.
-inline constexpr uint32_t kMaxServeRecords = 1u << 24;
+// Bounds of a kOpTraceFetch answer: together (64 MiB of records, 192 MiB of part) within
+// kMaxFrame.
+inline constexpr uint32_t kMaxServeRecords = 1u << 21;
 inline constexpr uint64_t kMaxTracePart = kMaxBuffer - (64ull << 20);
 // Lanes a worker serves at once: a client thread beyond them shares a lane (its calls then
 // wait behind that lane's).
@@ -211,6 +212,8 @@ struct ServeRecord {
   int64_t end = 0;
 };
 static_assert(sizeof(ServeRecord) == 32);
+static_assert(uint64_t{kMaxServeRecords} * sizeof(ServeRecord) + kMaxTracePart + 64 <= kMaxFrame,
+              "a kOpTraceFetch answer fits one frame");
 
 // kOpTraceFetch's answer after its i32 0: u64 dropped serve records, u32 count, the records,
 // then the part as a u64 length and its bytes.

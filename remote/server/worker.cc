@@ -34,6 +34,7 @@
 #include <sys/syscall.h>
 #include <time.h>
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <new>
@@ -215,9 +216,10 @@ void AnswerTraceFetch(Writer* out) {
   const uint64_t next = g_served_next.load(std::memory_order_acquire);
   uint64_t first = g_served_taken;
   uint64_t dropped = 0;
-  if (next - first > g_served_mask + 1) {
-    dropped = next - first - (g_served_mask + 1);
-    first = next - (g_served_mask + 1);
+  const uint64_t keep = std::min<uint64_t>(g_served_mask + 1, kMaxServeRecords);
+  if (next - first > keep) {
+    dropped = next - first - keep;
+    first = next - keep;
   }
   std::vector<ServeRecord> served;
   served.reserve(next - first);
