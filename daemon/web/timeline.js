@@ -31,6 +31,8 @@ const GsliceTimeline = (() => {
     suspend: ['#9d7ef0'],
     memcpy: ['#ef6b6b', '#e0595f', '#f28080'],
     memset: ['#3fd0c9'],
+    remote: ['#6f93c8', '#7b9fd4', '#6386bb'],  // a remote client's calls, its worker's served requests
+    network: ['#8a8f98'],                        // a remote call's time outside the worker
   };
   const NAMED_PALETTE = ['#4cc38a', '#5fb3f9', '#a3d65c', '#3fd0c9', '#8ea8ff', '#f28fc0',
                          '#f0a35e', '#b59cff', '#6fd6a8', '#7fc4ff', '#c9d65c', '#ff9f8e'];
@@ -50,16 +52,17 @@ const GsliceTimeline = (() => {
   }
 
   // Order within a track: by start; a longer event first, so that it encloses the shorter
-  // ones that start with it; at equal times NVTX ranges enclose API calls, which enclose
-  // their gate and suspended waits.
-  const CATEGORY_RANK = {nvtx: 0, api: 1, gate: 2, suspend: 2};
+  // ones that start with it; at equal times NVTX ranges enclose a remote client's calls and
+  // a worker's served requests, which enclose API calls and network slices, which enclose
+  // gate and suspended waits.
+  const CATEGORY_RANK = {nvtx: 0, remote: 1, api: 2, network: 2, gate: 3, suspend: 3};
 
   // Assigns depth lanes by nesting: an event goes one below the innermost event still open
   // at its start. Within a lane events are disjoint: an event takes lane d only after the
   // one before it in d ended.
   function layoutLanes(events) {
     events.sort((a, b) => a.ts - b.ts || b.dur - a.dur ||
-                          (CATEGORY_RANK[a.cat] ?? 3) - (CATEGORY_RANK[b.cat] ?? 3));
+                          (CATEGORY_RANK[a.cat] ?? 4) - (CATEGORY_RANK[b.cat] ?? 4));
     const stack = [];
     const lanes = [];
     for (const e of events) {

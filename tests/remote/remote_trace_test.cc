@@ -5,7 +5,9 @@
 // Two servers: one as deployed, one whose workers record on a clock shifted by an hour
 // (GSLICE_TRACE_CLOCK_SHIFT), which the client's alignment must remove. Every test uses its own
 // simulated node, ledger, sockets and folders (pid-based names) and removes them.
+#include <cuda.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -22,7 +24,10 @@
 
 #include <gtest/gtest.h>
 
+#include "calls.h"
+#include "socket_io.h"
 #include "test_support.h"
+#include "wire.h"
 
 namespace gslice::remote {
 namespace {
@@ -285,6 +290,101 @@ TEST_F(RemoteTrace, TheAlignmentRemovesAnOffsetBetweenTheClientsAndTheWorkersClo
   EXPECT_LE(std::llabs(m.offset_ns + kShiftNs), static_cast<int64_t>(m.uncertainty_us * 1000) + 1)
       << "offset " << m.offset_ns << " ns for a shift of " << kShiftNs << " ns";
   EXPECT_TRUE(ServerFoldersGone());
+}
+
+// A raw connection to the plain server, for requests no client sends this way.
+class Raw {
+ public:
+  Raw() {
+    std::string error;
+    Address a;
+    ParseAddress("unix:" + Socket("plain"), &a, &error);
+    fd_ = Connect(a, &error);
+    timeval t = {.tv_sec = 20, .tv_usec = 0};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &t, sizeof t);
+  }
+  ~Raw() {
+    if (fd_ >= 0) close(fd_);
+  }
+  bool Hello(bool trace) {
+    Writer w;
+    EncodeHello(gslice::remote::Hello{.calls_hash = kCallsHash, .memory = "256MiB", .compute = "", .share = "",
+                                      .slice_class = "", .idle_timeout = "", .host = "", .trace = trace},
+                &w);
+    if (!WriteFrame(fd_, FrameHeader{.seq = 0, .op = kOpHello}, w.buffer().data(), w.size())) return false;
+    FrameHeader h;
+    std::vector<uint8_t> p;
+    if (ReadFrame(fd_, kMaxFrame, &h, &p) != FrameRead::kOk) return false;
+    Reader r(p.data(), p.size());
+    HelloReply reply;
+    std::string error;
+    return DecodeHelloReply(&r, &reply, &error) && reply.status == 0;
+  }
+  static Writer Prefix() {
+    Writer w;
+    EncodeRequestPrefix(RequestPrefix{}, &w);
+    return w;
+  }
+  // Sends a request; returns its answer's result (-1: the connection closed), the answer in *reply.
+  int Call(uint32_t op, const Writer& payload, std::vector<uint8_t>* reply = nullptr) {
+    std::vector<uint8_t> ignored;
+    std::vector<uint8_t>& p = reply != nullptr ? *reply : ignored;
+    FrameHeader h;
+    if (!WriteFrame(fd_, FrameHeader{.seq = ++seq_, .op = op}, payload.buffer().data(), payload.size()) ||
+        ReadFrame(fd_, kMaxFrame, &h, &p) != FrameRead::kOk || h.seq != seq_ || h.op != (op | kReplyBit)) {
+      return -1;
+    }
+    int32_t r = -2;
+    Reader reader(p.data(), p.size());
+    reader.Get(&r);
+    return r;
+  }
+
+ private:
+  int fd_ = -1;
+  uint32_t seq_ = 0;
+};
+
+TEST_F(RemoteTrace, TheTimelinesRequestsAreRefusedWhenGarbledOrNotAskedFor) {
+  {
+    // A worker whose client did not ask for a trace records nothing and says so.
+    Raw raw;
+    ASSERT_TRUE(raw.Hello(false));
+    EXPECT_EQ(raw.Call(kOpTraceClock, Raw::Prefix()), CUDA_ERROR_NOT_SUPPORTED);
+    EXPECT_EQ(raw.Call(kOpTraceFetch, Raw::Prefix()), CUDA_ERROR_NOT_SUPPORTED);
+  }
+  Raw raw;
+  ASSERT_TRUE(raw.Hello(true));
+  // Garbled: a short prefix, trailing bytes, a lane out of range. Refused, the connection kept.
+  for (uint32_t op : {kOpTraceClock, kOpTraceFetch}) {
+    Writer shorter;
+    shorter.Put<uint32_t>(0);
+    EXPECT_EQ(raw.Call(op, shorter), CUDA_ERROR_INVALID_VALUE) << op;
+    Writer longer = Raw::Prefix();
+    longer.Put<uint8_t>(7);
+    EXPECT_EQ(raw.Call(op, longer), CUDA_ERROR_INVALID_VALUE) << op;
+    Writer lane;
+    EncodeRequestPrefix(RequestPrefix{.context = 0, .lane = kMaxLanes + 3}, &lane);
+    EXPECT_EQ(raw.Call(op, lane), CUDA_ERROR_INVALID_VALUE) << op;
+  }
+  Writer init = Raw::Prefix();
+  init.Put<uint32_t>(0);
+  ASSERT_EQ(raw.Call(kOp_cuInit, init), CUDA_SUCCESS);
+  std::vector<uint8_t> reply;
+  ASSERT_EQ(raw.Call(kOpTraceClock, Raw::Prefix(), &reply), CUDA_SUCCESS);
+  EXPECT_EQ(reply.size(), sizeof(int32_t) + sizeof(int64_t));
+  ASSERT_EQ(raw.Call(kOpTraceFetch, Raw::Prefix(), &reply), CUDA_SUCCESS);
+  Reader r(reply.data() + sizeof(int32_t), reply.size() - sizeof(int32_t));
+  uint64_t dropped = 0;
+  std::vector<ServeRecord> served;
+  std::string part;
+  ASSERT_TRUE(DecodeTraceFetchReply(&r, &dropped, &served, &part));
+  // The call was served and recorded (the timeline's own requests are not); the part has a
+  // header.
+  ASSERT_EQ(served.size(), 1u);
+  EXPECT_EQ(served[0].op, kOp_cuInit);
+  EXPECT_LE(served[0].start, served[0].end);
+  EXPECT_EQ(part.rfind("gslice-trace-part 1\nP ", 0), 0u) << part;
 }
 
 TEST_F(RemoteTrace, WithoutTraceNeitherSideRecords) {

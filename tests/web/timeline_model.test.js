@@ -49,6 +49,31 @@ function random(seed) {
   assert.equal(thread.lanes[1].events.find((e) => e.name === 'mark').instant, true);
 }
 
+// A remote run's merged trace (docs/trace.md, "Remote programs"): the client's call encloses
+// its network slices, the worker's served request encloses its driver call, even at equal
+// times; flows are read past; the two processes keep their own rows.
+{
+  const m = buildModel({traceEvents: [
+    {ph: 'M', name: 'process_name', pid: 10, args: {name: 'python3 (remote client, worker pid 20)'}},
+    {ph: 'M', name: 'process_name', pid: 20, args: {name: 'gslice-remoted (slice remote-7)'}},
+    {ph: 'M', name: 'thread_name', pid: 20, tid: 21, args: {name: 'serving lane 0'}},
+    {ph: 'X', cat: 'network', name: 'request: network + queue', pid: 10, tid: 10, ts: 100, dur: 30},
+    {ph: 'X', cat: 'network', name: 'reply: network', pid: 10, tid: 10, ts: 170, dur: 30},
+    {ph: 's', cat: 'remote', name: 'remote call', id: 42, pid: 10, tid: 10, ts: 100},
+    {ph: 'X', cat: 'remote', name: 'cuMemAlloc_v2', pid: 10, tid: 10, ts: 100, dur: 100, args: {seq: 5}},
+    {ph: 'X', cat: 'api', name: 'cuMemAlloc_v2', pid: 20, tid: 21, ts: 130, dur: 40},
+    {ph: 'f', bp: 'e', cat: 'remote', name: 'remote call', id: 42, pid: 20, tid: 21, ts: 130},
+    {ph: 'X', cat: 'remote', name: 'serve cuMemAlloc_v2', pid: 20, tid: 21, ts: 130, dur: 40, args: {seq: 5}},
+  ], otherData: {gslice: {version: 1, slice: 'remote-7', clock_uncertainty_ns: 9000}}});
+  assert.deepEqual(plain(m.processes.map((p) => p.name)),
+                   ['python3 (remote client, worker pid 20)', 'gslice-remoted (slice remote-7)']);
+  const lanes = (p) => plain(m.processes[p].tracks[0].lanes.map((l) => l.events.map((e) => e.cat + ':' + e.name)));
+  assert.deepEqual(lanes(0), [['remote:cuMemAlloc_v2'],
+                              ['network:request: network + queue', 'network:reply: network']]);
+  assert.equal(m.processes[1].tracks[0].name, 'serving lane 0');
+  assert.deepEqual(lanes(1), [['remote:serve cuMemAlloc_v2'], ['api:cuMemAlloc_v2']]);
+}
+
 // At equal start and length an NVTX range encloses the API call, which encloses its wait.
 {
   const m = buildModel({traceEvents: ['gate', 'api', 'nvtx'].map((cat) =>
