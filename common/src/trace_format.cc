@@ -26,17 +26,28 @@ struct Part {
   bool aligned = false;     // a clock line: the part's times are another host's
   int64_t offset = 0;       // added to the part's times to put them on the file's clock
   int64_t uncertainty = 0;  // +- ns of that offset
+  int64_t reference = 0;    // the part's time at which offset holds
+  double drift_ppb = 0;     // and how much it grows per ns of the part's clock, in 1e-9
   size_t body = 0;          // where the lines after the header (and clock line) start
+  // A time of this part on the file's clock.
+  int64_t Convert(int64_t t) const {
+    return t + offset + static_cast<int64_t>(static_cast<double>(t - reference) * drift_ppb / 1e9);
+  }
 };
 
-// The optional clock line after the header: "C <offset_ns> <uncertainty_ns>".
+// The optional clock line after the header: "C <offset_ns> <uncertainty_ns> [<reference_ns>
+// <drift_ppb>]".
 bool ParseClock(const std::string& line, Part* p) {
-  long long offset, uncertainty;
+  long long offset, uncertainty, reference = 0;
+  double drift = 0;
   char extra;
-  if (sscanf(line.c_str(), "C %lld %lld %c", &offset, &uncertainty, &extra) != 2 || uncertainty < 0) return false;
+  const int n = sscanf(line.c_str(), "C %lld %lld %lld %lf %c", &offset, &uncertainty, &reference, &drift, &extra);
+  if ((n != 2 && n != 4) || uncertainty < 0 || !(drift > -1e8 && drift < 1e8)) return false;
   p->aligned = true;
   p->offset = offset;
   p->uncertainty = uncertainty;
+  p->reference = reference;
+  p->drift_ppb = drift;
   return true;
 }
 
@@ -157,7 +168,7 @@ std::string MergeTraceParts(const std::vector<std::string>& parts, const std::st
     }
     ++r.parts;
     r.dropped += p.dropped;
-    const int64_t start = p.started_mono + p.offset;
+    const int64_t start = p.Convert(p.started_mono);
     if (base_mono == 0 || start < base_mono) {
       base_mono = start;
       base_unix = p.started_unix;
@@ -171,8 +182,11 @@ std::string MergeTraceParts(const std::vector<std::string>& parts, const std::st
     notes += "{\"pid\":" + std::to_string(p.pid) + ",\"dropped_events\":" + std::to_string(p.dropped) +
              ",\"gpu_activity\":" + p.note;
     if (p.aligned) {
+      char drift[64];
+      snprintf(drift, sizeof drift, "%.3f", p.drift_ppb);
       notes += ",\"clock\":{\"offset_ns\":" + std::to_string(p.offset) +
-               ",\"uncertainty_ns\":" + std::to_string(p.uncertainty) + "}";
+               ",\"uncertainty_ns\":" + std::to_string(p.uncertainty) +
+               ",\"reference_ns\":" + std::to_string(p.reference) + ",\"drift_ppb\":" + drift + "}";
     }
     notes += "}";
   }
@@ -188,8 +202,8 @@ std::string MergeTraceParts(const std::vector<std::string>& parts, const std::st
   for (size_t k = 0; k < parts.size(); ++k) {
     if (!heads[k].ok) continue;
     const std::string& text = parts[k];
-    const int64_t base = base_mono - heads[k].offset;  // the file's zero on this part's clock
-    size_t pos = heads[k].body;
+    const Part& part = heads[k];
+    size_t pos = part.body;
     while (pos < text.size()) {
       size_t end = text.find('\n', pos);
       if (end == std::string::npos) break;  // a torn last line
@@ -213,11 +227,12 @@ std::string MergeTraceParts(const std::vector<std::string>& parts, const std::st
       const size_t rest_len = len - static_cast<size_t>(rest - line);
       if (!LooksLikeMembers(rest, rest_len)) continue;
       sep();
+      const int64_t at = part.aligned ? part.Convert(ts) : ts;
       out += "{\"ts\":";
-      AppendMicros(&out, ts - base);
+      AppendMicros(&out, at - base_mono);
       if (dur >= 0) {
         out += ",\"dur\":";
-        AppendMicros(&out, dur);
+        AppendMicros(&out, part.aligned ? part.Convert(ts + dur) - at : dur);
       }
       out += ",";
       out.append(rest, rest_len);

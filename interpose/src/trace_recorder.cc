@@ -485,20 +485,37 @@ uint64_t RingCapacity() {
   return cap;
 }
 
-// GSLICE_TRACE_CLOCK_SHIFT (tests only): added to every time this process records, so that a
-// test can give a remote worker a clock of its own. Set once, at Init, before recording starts.
+// GSLICE_TRACE_CLOCK_SHIFT=NS[,PPM] (tests only): NS added to every time this process records,
+// and the clock running PPM parts per million fast from Init on, so that a test can give a
+// remote worker a clock of its own. Set once, at Init, before recording starts.
 int64_t g_clock_shift = 0;
+int64_t g_clock_ppm = 0;
+int64_t g_clock_base = 0;
+
+int64_t MonotonicNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
 
 void ReadClockShift() {
   const char* v = OptionValue(Option::TraceClockShift);
   if (v[0] == '\0') return;
   char* end = nullptr;
   const long long shift = strtoll(v, &end, 10);
+  long long ppm = 0;
+  if (end != v && *end == ',') {
+    const char* rate = end + 1;
+    ppm = strtoll(rate, &end, 10);
+    if (end == rate || ppm < -100000 || ppm > 100000) end = const_cast<char*>(rate);
+  }
   if (end == v || *end != '\0') {
-    Log(LogLevel::kWarn, "GSLICE_TRACE_CLOCK_SHIFT=%s: not a count of nanoseconds; ignored", v);
+    Log(LogLevel::kWarn, "GSLICE_TRACE_CLOCK_SHIFT=%s: not NS or NS,PPM; ignored", v);
     return;
   }
+  g_clock_base = MonotonicNs();
   g_clock_shift = shift;
+  g_clock_ppm = ppm;
 }
 
 }  // namespace
@@ -506,9 +523,9 @@ void ReadClockShift() {
 // ---- public ---------------------------------------------------------------------------------
 
 int64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec + g_clock_shift;
+  const int64_t mono = MonotonicNs();
+  if (g_clock_ppm == 0) return mono + g_clock_shift;
+  return mono + g_clock_shift + (mono - g_clock_base) * g_clock_ppm / 1'000'000;
 }
 
 uint32_t ThreadId() {

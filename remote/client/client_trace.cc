@@ -160,9 +160,23 @@ std::string Micros(int64_t ns) {
   return buf;
 }
 
+// One measurement of the worker's clock against the client's: client time = worker time +
+// offset, +- uncertainty, at worker time `at`.
+struct ClockPoint {
+  bool valid = false;
+  int64_t offset = 0;
+  int64_t uncertainty = 0;
+  int64_t at = 0;
+};
+std::mutex g_attach_mu;
+ClockPoint g_attach_clock;  // REQUIRES g_attach_mu
+pid_t g_attach_pid = 0;     // the process it was measured in; REQUIRES g_attach_mu
+
 // The worker's clock against the client's (wire.h: kOpTraceClock): the exchange with the
 // shortest round trip. False when the worker does not answer them.
-bool MeasureClock(int64_t* offset, int64_t* uncertainty) {
+bool MeasureClock(ClockPoint* point) {
+  int64_t* offset = &point->offset;
+  int64_t* uncertainty = &point->uncertainty;
   int64_t best_rtt = -1;
   for (int k = 0; k < kClockPings; ++k) {
     std::vector<uint8_t> reply;
@@ -178,9 +192,33 @@ bool MeasureClock(int64_t* offset, int64_t* uncertainty) {
       best_rtt = rtt;
       *offset = sent + rtt / 2 - worker;  // client time = worker time + offset
       *uncertainty = (rtt + 1) / 2;
+      point->at = worker;
     }
   }
-  return best_rtt >= 0;
+  point->valid = best_rtt >= 0;
+  return point->valid;
+}
+
+// The line through the attach's and the exit's measurements: worker time -> client time.
+struct ClockLine {
+  int64_t offset = 0;       // at reference
+  int64_t uncertainty = 0;  // the larger of the two
+  int64_t reference = 0;    // worker time
+  double drift_ppb = 0;     // how fast the offset grows per ns of the worker's clock, in 1e-9:
+                            // positive when the worker's clock runs slow
+  int64_t Convert(int64_t t) const {
+    return t + offset + static_cast<int64_t>(static_cast<double>(t - reference) * drift_ppb / 1e9);
+  }
+};
+
+ClockLine LineThrough(const ClockPoint& first, const ClockPoint& last) {
+  if (!first.valid || last.at <= first.at) {
+    return ClockLine{.offset = last.offset, .uncertainty = last.uncertainty, .reference = last.at, .drift_ppb = 0};
+  }
+  return ClockLine{.offset = first.offset, .uncertainty = std::max(first.uncertainty, last.uncertainty),
+                   .reference = first.at,
+                   .drift_ppb = static_cast<double>(last.offset - first.offset) * 1e9 /
+                                static_cast<double>(last.at - first.at)};
 }
 
 // The part's header fields (gslice/trace_format.h: P).
@@ -288,12 +326,17 @@ void WriteTrace() {
   if (calls.empty()) return;
 
   // The worker's side: its clock, then its part and the requests it served.
-  int64_t offset = 0, uncertainty = -1;
+  ClockPoint last;
+  ClockLine clock;
   std::vector<ServeRecord> served;
   std::string worker_part;
   uint64_t served_dropped = 0;
   std::string why_no_worker = "this process held no worker";
-  if (MeasureClock(&offset, &uncertainty)) {
+  if (MeasureClock(&last)) {
+    std::unique_lock<std::mutex> lock(g_attach_mu);
+    const ClockPoint attached = g_attach_pid == getpid() ? g_attach_clock : ClockPoint{};
+    lock.unlock();
+    clock = LineThrough(attached, last);
     std::vector<uint8_t> reply;
     const CUresult r = TraceExchange(kOpTraceFetch, &reply);
     Reader in(reply.data(), reply.size());
@@ -350,7 +393,7 @@ void WriteTrace() {
     if (s != nullptr) {
       // The worker's execution on the client's clock, clamped into the call's span (it lies
       // within it up to the alignment's uncertainty).
-      const int64_t serve_start = s->start + offset, serve_end = s->end + offset;
+      const int64_t serve_start = clock.Convert(s->start), serve_end = clock.Convert(s->end);
       args += ",\"worker_start_us\":" + Micros(serve_start - g_started_mono) +
               ",\"worker_us\":" + Micros(s->end - s->start);
       if (c.mode == static_cast<uint8_t>(CallMode::kRoundTrip)) {
@@ -378,7 +421,10 @@ void WriteTrace() {
     w += "P " + std::to_string(worker.pid) + " " + std::to_string(worker.mono) + " " +
          std::to_string(worker.unix_ns) + " " + std::to_string(worker.dropped + static_cast<long long>(served_dropped)) +
          " " + worker.rest + "\n";
-    w += "C " + std::to_string(offset) + " " + std::to_string(uncertainty) + "\n";
+    char line[128];
+    snprintf(line, sizeof line, "C %lld %lld %lld %.3f\n", static_cast<long long>(clock.offset),
+             static_cast<long long>(clock.uncertainty), static_cast<long long>(clock.reference), clock.drift_ppb);
+    w += line;
     w.append(worker_part, worker.body, std::string::npos);
     std::vector<std::pair<uint32_t, uint32_t>> lanes;  // (tid, lane) named once each
     std::vector<const Record*> by_seq(served.size(), nullptr);
@@ -406,10 +452,12 @@ void WriteTrace() {
     ok = WriteFileInFolder(g_folder, std::to_string(pid) + "-worker-" + std::to_string(worker.pid) + ".part", w) && ok;
   }
   Log(ok ? LogLevel::kInfo : LogLevel::kWarn,
-      "trace: wrote the client's timeline (%zu events) and %s into %s; clock offset %lld ns +- %lld ns", calls.size(),
+      "trace: wrote the client's timeline (%zu events) and %s into %s; clock offset %lld ns +- %lld ns, "
+      "drift %.1f ppb",
+      calls.size(),
       worker.ok ? ("the worker's (" + std::to_string(served.size()) + " served requests)").c_str()
                 : why_no_worker.c_str(),
-      g_folder, static_cast<long long>(offset), static_cast<long long>(uncertainty));
+      g_folder, static_cast<long long>(clock.offset), static_cast<long long>(clock.uncertainty), clock.drift_ppb);
 }
 
 void AfterForkInChild() {
@@ -465,6 +513,15 @@ int64_t ClientTraceNow() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+void ClientTraceAttached() {
+  ClockPoint point;
+  if (MeasureClock(&point)) {
+    std::lock_guard<std::mutex> lock(g_attach_mu);
+    g_attach_clock = point;
+    g_attach_pid = getpid();
+  }
 }
 
 void RecordCall(uint32_t op, CallMode mode, uint32_t seq, uint32_t lane, int64_t start_ns, int64_t end_ns) {

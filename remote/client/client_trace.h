@@ -6,7 +6,8 @@
 // worker's clock against its own over the connection (several kOpTraceClock exchanges; the one
 // with the shortest round trip wins, NTP-style: offset = the midpoint of the exchange minus the
 // worker's time, uncertainty = half that round trip), fetches the worker's part and served
-// requests (kOpTraceFetch), and writes two parts into GSLICE_TRACE's folder: its own, and the
+// requests (kOpTraceFetch), and writes two parts into GSLICE_TRACE's folder (the clock is
+// measured at attach too; see ClientTraceAttached): its own, and the
 // worker's with a clock line (gslice/trace_format.h: C) that puts it on the client's clock,
 // with each call's span linked to the worker's execution of it by a flow and the time outside
 // that execution shown as "request: network + queue" and "reply: network".
@@ -38,6 +39,12 @@ enum class CallMode : uint8_t {
   kProbe,      // answered by the probe (before the process holds a worker)
   kFailed,     // no answer (no server, a lost connection)
 };
+
+// Called once the process holds its worker (connection.cc, after the attach, no lock held):
+// the first clock measurement; the one at exit is the second, and the worker's times are put
+// on the client's clock along the line through both (a drift between two machines' clocks is
+// taken out; on one host it comes to nothing).
+void ClientTraceAttached();
 
 // One forwarded call of the calling thread. REQUIRES: ClientTracing() was true at its start.
 void RecordCall(uint32_t op, CallMode mode, uint32_t seq, uint32_t lane, int64_t start_ns, int64_t end_ns);

@@ -314,10 +314,12 @@ CUresult EnsureAttached() {
   pthread_mutex_lock(&g_probe_mu);
   pthread_mutex_lock(&g_send_mu);
   pthread_mutex_lock(&g_mu);
+  const bool held = g_conn.channel.fd >= 0 && g_conn.pid == getpid();
   const CUresult result = AttachLocked(lane);
   pthread_mutex_unlock(&g_mu);
   pthread_mutex_unlock(&g_send_mu);
   pthread_mutex_unlock(&g_probe_mu);
+  if (result == CUDA_SUCCESS && !held && ClientTracing()) ClientTraceAttached();
   return result;
 }
 

@@ -37,6 +37,9 @@ using nlohmann::json;
 
 const std::string kBin = GSLICE_TEST_BIN;
 constexpr int64_t kShiftNs = 3600LL * 1000 * 1000 * 1000;  // the shifted server's workers: + 1 h
+// The drifting server's workers: 5 s behind, and their clock running 500 ppm fast (0.5 ms a
+// second: far more than the alignment's uncertainty over a run of a second).
+constexpr const char* kDrift = "-5000000000,500";
 
 std::string Prefix() { return "/dev/shm/gslice-test-" + std::to_string(getpid()) + "-rtrace"; }
 std::string Socket(const std::string& which) {
@@ -73,17 +76,20 @@ class RemoteTrace : public ::testing::Test {
     }
     if (const std::string asan = GSLICE_TEST_ASAN_RUNTIME; !asan.empty()) setenv("LD_PRELOAD", asan.c_str(), 1);
     std::filesystem::create_directories(ServerTmp());
-    for (const char* which : {"plain", "shifted"}) unlink(Socket(which).c_str());
+    for (const char* which : {"plain", "shifted", "drifting"}) unlink(Socket(which).c_str());
     plain_ = new Child({kBin + "/gslice-remoted", "--listen", "unix:" + Socket("plain"), "--sim"},
                        {"TMPDIR=" + ServerTmp()});
     ASSERT_NE(plain_->ReadUntil("gslice-remoted: listening on", 20000), "");
     shifted_ = new Child({kBin + "/gslice-remoted", "--listen", "unix:" + Socket("shifted"), "--sim"},
                          {"TMPDIR=" + ServerTmp(), "GSLICE_TRACE_CLOCK_SHIFT=" + std::to_string(kShiftNs)});
     ASSERT_NE(shifted_->ReadUntil("gslice-remoted: listening on", 20000), "");
+    drifting_ = new Child({kBin + "/gslice-remoted", "--listen", "unix:" + Socket("drifting"), "--sim"},
+                          {"TMPDIR=" + ServerTmp(), std::string("GSLICE_TRACE_CLOCK_SHIFT=") + kDrift});
+    ASSERT_NE(drifting_->ReadUntil("gslice-remoted: listening on", 20000), "");
   }
 
   static void TearDownTestSuite() {
-    for (Child** server : {&plain_, &shifted_}) {
+    for (Child** server : {&plain_, &shifted_, &drifting_}) {
       if (*server == nullptr) continue;
       (*server)->Kill(SIGTERM);
       (*server)->Wait(nullptr, 10000);
@@ -91,7 +97,7 @@ class RemoteTrace : public ::testing::Test {
       *server = nullptr;
     }
     std::error_code ec;
-    for (const char* which : {"plain", "shifted"}) unlink(Socket(which).c_str());
+    for (const char* which : {"plain", "shifted", "drifting"}) unlink(Socket(which).c_str());
     std::filesystem::remove_all(ServerTmp(), ec);
     for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
       if (entry.path().string().rfind(Prefix(), 0) == 0) std::filesystem::remove_all(entry.path(), ec);
@@ -121,10 +127,12 @@ class RemoteTrace : public ::testing::Test {
 
   static Child* plain_;
   static Child* shifted_;
+  static Child* drifting_;
 };
 
 Child* RemoteTrace::plain_ = nullptr;
 Child* RemoteTrace::shifted_ = nullptr;
+Child* RemoteTrace::drifting_ = nullptr;
 
 // What a merged remote trace holds, by the roles of its events.
 struct Merged {
@@ -344,6 +352,27 @@ class Raw {
   int fd_ = -1;
   uint32_t seq_ = 0;
 };
+
+TEST_F(RemoteTrace, TheAlignmentFollowsAWorkerClockThatRunsFast) {
+  // Measured at attach and at exit, the line through both takes out the offset and the drift:
+  // every execution still lies inside its call within the uncertainty.
+  TraceFile file;
+  std::string out;
+  ASSERT_EQ(RunTraced("drifting", file.path, {"step"}, &out), 0) << out;
+  const json trace = file.Read();
+  ExpectAlignedAndLinked(trace);
+  double drift = 0;
+  for (const json& p : trace["otherData"]["gslice"]["processes"]) {
+    if (p.contains("clock")) drift = p["clock"]["drift_ppb"].get<double>();
+  }
+  // A worker clock running fast: the offset shrinks (negative drift). Each measurement is
+  // within its uncertainty, so over the run (about a second) the 500 ppm show clearly unless
+  // the machine is so loaded that the uncertainty comes near them.
+  if (Parse(trace).uncertainty_us < 50) {
+    EXPECT_LT(drift, 0);
+  }
+  EXPECT_TRUE(ServerFoldersGone());
+}
 
 TEST_F(RemoteTrace, TheTimelinesRequestsAreRefusedWhenGarbledOrNotAskedFor) {
   {

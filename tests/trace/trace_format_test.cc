@@ -63,6 +63,17 @@ TEST(TraceMerge, APartOnAnotherHostsClockIsPutOnTheFilesClockByItsClockLine) {
   EXPECT_EQ(procs[0]["clock"]["offset_ns"], -1000000000);
   EXPECT_EQ(procs[0]["clock"]["uncertainty_ns"], 5000);
   EXPECT_FALSE(procs[1].contains("clock"));
+  // With a drift: 1000 ppb (1 us per ms) from the reference on.
+  const std::string drifting = std::string(kTracePartMagic) +
+                               "\nP 20 1005001000 1700000000001000000 0 \"remote-7\" \"cupti x\"\n"
+                               "C -1000000000 5000 1002004000 1000000.000\n"
+                               "E 1005004000 3000 \"ph\":\"X\",\"cat\":\"remote\",\"name\":\"serve\",\"pid\":20,\"tid\":21\n";
+  const json d = json::parse(MergeTraceParts({drifting, client}, "", &r));
+  const json& late = d["traceEvents"][0];
+  // 1005004000 - 1 s + 3 us of drift over its 3 ms past the reference, - 5000000 ns.
+  EXPECT_DOUBLE_EQ(late["ts"].get<double>(), 7.0);
+  EXPECT_DOUBLE_EQ(late["dur"].get<double>(), 3.003);
+  EXPECT_DOUBLE_EQ(d["otherData"]["gslice"]["processes"][0]["clock"]["drift_ppb"].get<double>(), 1000000.0);
   // A clock line that does not parse leaves its part out: its times would mislead.
   const std::string garbled = std::string(kTracePartMagic) + "\nP 20 1 2 0 \"s\" \"n\"\nC -1 x\n" +
                               "E 1 1 \"ph\":\"X\",\"cat\":\"remote\",\"name\":\"serve\",\"pid\":20,\"tid\":21\n";

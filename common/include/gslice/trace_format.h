@@ -5,7 +5,7 @@
 //
 //   gslice-trace-part 1
 //   P <pid> <started_mono_ns> <started_unix_ns> <dropped> <slice name, JSON string> <note, JSON string>
-//   C <offset_ns> <uncertainty_ns>                           (optional, right after P)
+//   C <offset_ns> <uncertainty_ns> [<reference_ns> <drift_ppb>]   (optional, right after P)
 //   M <a whole metadata event, JSON object>                 (process_name, thread_name)
 //   E <ts_ns> <dur_ns or -1> <the event's other members, JSON, no braces>
 //
@@ -13,7 +13,8 @@
 // the merge puts the file's zero at the earliest part's start (otherData.gslice.started_unix_ns
 // is the wall time of that zero) and writes ts/dur in microseconds. A part recorded on another
 // host's clock (a remote worker's, remote/client/client_trace.h) carries a clock line: its
-// times plus offset_ns are the file's clock, known to +- uncertainty_ns (listed as the
+// time t is t + offset_ns + (t - reference_ns) * drift_ppb / 1e9 on the file's clock, known to
+// +- uncertainty_ns (listed as the
 // process's otherData clock; the largest as otherData.gslice.clock_uncertainty_ns). A part
 // whose clock line does not parse is left out. Lines that do not parse (a process killed while
 // writing) are skipped; a merge never fails on a part's content.
