@@ -174,19 +174,26 @@ pid_t g_attach_pid = 0;     // the process it was measured in; REQUIRES g_attach
 
 // The worker's clock against the client's (wire.h: kOpTraceClock): the exchange with the
 // shortest round trip. False when the worker does not answer them.
-bool MeasureClock(ClockPoint* point) {
+bool MeasureClock(ClockPoint* point, CUresult* failed = nullptr) {
   int64_t* offset = &point->offset;
   int64_t* uncertainty = &point->uncertainty;
   int64_t best_rtt = -1;
   for (int k = 0; k < kClockPings; ++k) {
     std::vector<uint8_t> reply;
     const int64_t sent = ClientTraceNow();
-    if (TraceExchange(kOpTraceClock, &reply) != CUDA_SUCCESS) return best_rtt >= 0;
+    if (const CUresult r = TraceExchange(kOpTraceClock, &reply); r != CUDA_SUCCESS) {
+      if (failed != nullptr) *failed = r;
+      point->valid = best_rtt >= 0;
+      return point->valid;
+    }
     const int64_t back = ClientTraceNow();
     Reader r(reply.data(), reply.size());
     int32_t status = 0;
     int64_t worker = 0;
-    if (!r.Get(&status) || status != CUDA_SUCCESS || !r.Get(&worker) || !r.AtEnd()) return best_rtt >= 0;
+    if (!r.Get(&status) || status != CUDA_SUCCESS || !r.Get(&worker) || !r.AtEnd()) {
+      point->valid = best_rtt >= 0;
+      return point->valid;
+    }
     const int64_t rtt = back - sent;
     if (best_rtt < 0 || rtt < best_rtt) {
       best_rtt = rtt;
@@ -332,7 +339,8 @@ void WriteTrace() {
   std::string worker_part;
   uint64_t served_dropped = 0;
   std::string why_no_worker = "this process held no worker";
-  if (MeasureClock(&last)) {
+  CUresult failed = CUDA_SUCCESS;
+  if (MeasureClock(&last, &failed)) {
     std::unique_lock<std::mutex> lock(g_attach_mu);
     const ClockPoint attached = g_attach_pid == getpid() ? g_attach_clock : ClockPoint{};
     lock.unlock();
@@ -347,8 +355,8 @@ void WriteTrace() {
       worker_part.clear();
       served.clear();
     }
-  } else if (g_ring != nullptr) {
-    why_no_worker = "the worker answered no clock exchange";
+  } else if (failed != CUDA_ERROR_NOT_INITIALIZED) {
+    why_no_worker = "the worker answered no clock exchange (its connection failed or it records nothing)";
   }
   PartHeader worker = ParseHeader(worker_part);
   if (!worker_part.empty() && !worker.ok) {
