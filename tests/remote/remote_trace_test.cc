@@ -2,8 +2,9 @@
 // `gslice run --remote ADDR --trace FILE` writes one file with the client's forwarded calls and
 // NVTX ranges and its worker's timeline on the client's clock, each call linked to the worker's
 // execution of it.
-// Two servers: one as deployed, one whose workers record on a clock shifted by an hour
-// (GSLICE_TRACE_CLOCK_SHIFT), which the client's alignment must remove. Every test uses its own
+// Three servers: one as deployed, one whose workers record on a clock shifted by an hour and
+// one whose workers' clock is behind and runs fast (GSLICE_TRACE_CLOCK_SHIFT), which the
+// client's alignment must remove; and gsliced's `gslice trace` on a remote worker's slice. Every test uses its own
 // simulated node, ledger, sockets and folders (pid-based names) and removes them.
 #include <cuda.h>
 #include <signal.h>
@@ -414,6 +415,74 @@ TEST_F(RemoteTrace, TheTimelinesRequestsAreRefusedWhenGarbledOrNotAskedFor) {
   EXPECT_EQ(served[0].op, kOp_cuInit);
   EXPECT_LE(served[0].start, served[0].end);
   EXPECT_EQ(part.rfind("gslice-trace-part 1\nP ", 0), 0u) << part;
+}
+
+TEST_F(RemoteTrace, GsliceTraceOnARemoteWorkersSliceRecordsTheWorkersSide) {
+  // gsliced and a server whose workers it admits; a client stepping on request.
+  const std::string dir = ServerTmp() + "-gsliced";
+  std::filesystem::create_directories(dir + "/state");
+  const std::string api = dir + "/api.sock", socket = Socket("gsliced");
+  std::ofstream(dir + "/gsliced.toml") << "socket = \"" << api << "\"\n"
+                                       << "database = \"" << dir << "/state/gsliced.db\"\n"
+                                       << "ledger = \"" << Prefix() << "-ledger\"\n"
+                                       << "sample_interval_ms = 200\n";
+  auto ls = [&] {
+    Child c({kBin + "/gslice", "ls", "--socket", api, "--json"});
+    std::string out;
+    return c.Wait(&out, 10000) == 0 ? json::parse(out, nullptr, false) : json();
+  };
+  Child daemon({kBin + "/gsliced", "--sim", "--config", dir + "/gsliced.toml"});
+  bool up = false;
+  for (int i = 0; i < 200 && !up; ++i) {
+    up = ls().is_object();
+    if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(up);
+  unlink(socket.c_str());
+  Child server({kBin + "/gslice-remoted", "--listen", "unix:" + socket, "--sim"}, {"GSLICE_SOCKET=" + api});
+  ASSERT_NE(server.ReadUntil("gslice-remoted: listening on", 20000), "");
+  {
+    Child client({kBin + "/gslice", "run", "--remote", "unix:" + socket, "--memory", "256MiB", "--",
+                  GSLICE_TEST_TRACE_WORKER, "wait"});
+    client.WriteLine("go");
+    ASSERT_EQ(client.ReadUntil("stepped", 30000), "stepped");
+    std::string slice;
+    const json node = ls();
+    for (const json& s : node["slices"]) {
+      if (s["remote"].is_object()) slice = s["name"];
+    }
+    ASSERT_FALSE(slice.empty()) << node.dump();
+    const std::string file = dir + "/worker.json";
+    Child trace({kBin + "/gslice", "trace", slice, "--seconds", "2", "--socket", api, "-o", file});
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    client.WriteLine("go");
+    ASSERT_EQ(client.ReadUntil("stepped", 30000), "stepped");
+    std::string said;
+    ASSERT_EQ(trace.Wait(&said, 30000), 0) << said;
+    std::ifstream in(file);
+    std::stringstream text;
+    text << in.rdbuf();
+    const json t = json::parse(text.str(), nullptr, false);
+    ASSERT_TRUE(t.is_object()) << text.str();
+    EXPECT_EQ(t["otherData"]["gslice"]["slice"], slice);
+    int api_calls = 0, kernels = 0;
+    for (const json& e : t["traceEvents"]) {
+      api_calls += e.value("cat", "") == "api" ? 1 : 0;
+      kernels += e.value("cat", "") == "kernel" ? 1 : 0;
+      EXPECT_NE(e.value("cat", ""), "remote") << "the client's calls are only in gslice run --remote --trace";
+    }
+    EXPECT_GT(api_calls, 0) << text.str();
+    EXPECT_GE(kernels, 2) << text.str();
+    client.Kill(SIGTERM);
+    client.Wait(nullptr, 10000);
+  }
+  server.Kill(SIGTERM);
+  server.Wait(nullptr, 10000);
+  daemon.Kill(SIGTERM);
+  daemon.Wait(nullptr, 10000);
+  unlink(socket.c_str());
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
 }
 
 TEST_F(RemoteTrace, WithoutTraceNeitherSideRecords) {
