@@ -16,6 +16,9 @@ steps="${REMOTE_TRACE_STEPS:-6}"
 export PYTHONUNBUFFERED=1
 unset GSLICE_SOCKET GSLICE_DAEMON GSLICE_TRACE
 export GSLICE_LEDGER="/dev/shm/gslice-rtrace-$$" GSLICE_SUSPEND_BOARD="/dev/shm/gslice-rtrace-board-$$"
+# Rings for every call of the run (about 25,000 a step through the client): the client's and,
+# through the server's environment, the worker's.
+export GSLICE_TRACE_EVENTS="${GSLICE_TRACE_EVENTS:-1048576}"
 result() { echo "RESULT $1 $2 $3"; }
 
 # CUPTI for the worker's shim: the one PyTorch's wheels bring, else the toolkit's.
