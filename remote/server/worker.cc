@@ -43,6 +43,7 @@
 
 #include "dispatch.h"
 #include "gslice/options.h"
+#include "gslice/trace_format.h"
 #include "socket_io.h"
 
 namespace gslice::remote {
@@ -176,15 +177,18 @@ void RecordServed(const Request& request, uint32_t lane, int64_t start, int64_t 
   slot.seq.store(i + 1, std::memory_order_release);
 }
 
-// A part header for a worker whose shim recorded nothing (gslice/trace_format.h).
+// A part for a worker whose shim recorded nothing (gslice/trace_format.h): its header and its
+// name, as the shim would write them.
 std::string EmptyPart() {
-  timespec mono, wall;
-  clock_gettime(CLOCK_MONOTONIC, &mono);
+  timespec wall;
   clock_gettime(CLOCK_REALTIME, &wall);
-  const int64_t now = TraceNow();
-  return std::string("gslice-trace-part 1\nP ") + std::to_string(getpid()) + " " + std::to_string(now) + " " +
-         std::to_string(static_cast<int64_t>(wall.tv_sec) * 1'000'000'000 + wall.tv_nsec) + " 0 \"\" " +
-         "\"none: the worker's driver calls were not recorded\"\n";
+  const std::string slice = OptionValue(Option::Slice);
+  const std::string pid = std::to_string(getpid());
+  return "gslice-trace-part 1\nP " + pid + " " + std::to_string(TraceNow()) + " " +
+         std::to_string(static_cast<int64_t>(wall.tv_sec) * 1'000'000'000 + wall.tv_nsec) + " 0 " +
+         TraceJsonString(slice) + " \"none: the worker's driver calls were not recorded\"\n" +
+         "M {\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + pid +
+         ",\"args\":{\"name\":" + TraceJsonString("gslice-remoted (slice " + slice + ")") + "}}\n";
 }
 
 // kOpTraceFetch: the shim's part so far (written into the session's folder, read back and
