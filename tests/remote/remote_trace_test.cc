@@ -485,6 +485,14 @@ TEST_F(RemoteTrace, GsliceTraceOnARemoteWorkersSliceRecordsTheWorkersSide) {
   std::filesystem::remove_all(dir, ec);
 }
 
+TEST_F(RemoteTrace, AFileThatCannotBeWrittenIsRefusedBeforeTheProgramRuns) {
+  std::string out;
+  const int code = RunTraced("plain", "/nonexistent-" + std::to_string(getpid()) + "/t.json", {"step"}, &out);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("cannot write in"), std::string::npos) << out;
+  EXPECT_EQ(out.find("step ok"), std::string::npos) << out;
+}
+
 TEST_F(RemoteTrace, WithoutTraceNeitherSideRecords) {
   std::vector<std::string> argv = {kBin + "/gslice", "run", "--remote", "unix:" + Socket("plain"),
                                    "--memory", "512MiB", "--", GSLICE_TEST_TRACE_WORKER, "step"};
