@@ -23,6 +23,7 @@
 #include "gslice/trace_format.h"
 #include "launch_gate.h"
 #include "log.h"
+#include "resume_gate.h"
 #include "slice_account.h"
 #include "trace_cupti.h"
 
@@ -735,6 +736,9 @@ extern "C" __attribute__((visibility("default"))) int64_t gslice_trace_now_ns() 
 extern "C" __attribute__((visibility("default"))) int gslice_trace_write_part(const char* folder) {
   using namespace gslice::trace;
   if (folder == nullptr || !detail::g_ready.load(std::memory_order_acquire)) return 1;
+  // CUPTI's flush reaches into the driver: a suspended process is resumed first, as for any
+  // driver call (an idle worker's client fetching its timeline at exit).
+  gslice::shim::ResumeGate();
   std::lock_guard<std::mutex> lock(g_finish_mu);
   if (g_next.load(std::memory_order_acquire) == g_base.load(std::memory_order_relaxed)) {
     if (!g_forked_child) cupti::Flush();

@@ -417,7 +417,7 @@ TEST_F(RemoteTrace, TheTimelinesRequestsAreRefusedWhenGarbledOrNotAskedFor) {
   EXPECT_EQ(part.rfind("gslice-trace-part 1\nP ", 0), 0u) << part;
 }
 
-TEST_F(RemoteTrace, GsliceTraceOnARemoteWorkersSliceRecordsTheWorkersSide) {
+TEST_F(RemoteTrace, WithGslicedTheWorkersSideIsRecordedByGsliceTraceAndFetchedWhenSuspended) {
   // gsliced and a server whose workers it admits; a client stepping on request.
   const std::string dir = ServerTmp() + "-gsliced";
   std::filesystem::create_directories(dir + "/state");
@@ -475,6 +475,35 @@ TEST_F(RemoteTrace, GsliceTraceOnARemoteWorkersSliceRecordsTheWorkersSide) {
     EXPECT_GE(kernels, 2) << text.str();
     client.Kill(SIGTERM);
     client.Wait(nullptr, 10000);
+  }
+  {
+    // A traced client whose worker gsliced suspended while idle (3 s): at its exit the fetch
+    // resumes the worker and the file has both sides.
+    const std::string file = dir + "/idle.json";
+    Child client({kBin + "/gslice", "run", "--remote", "unix:" + socket, "--memory", "256MiB", "--idle-timeout", "3s",
+                  "--trace", file, "--", "/bin/sh", "-c",
+                  std::string("(echo go; sleep 8) | exec ") + GSLICE_TEST_TRACE_WORKER + " wait"});
+    ASSERT_EQ(client.ReadUntil("stepped", 30000), "stepped");
+    bool suspended = false;
+    for (int i = 0; i < 70 && !suspended; ++i) {
+      const json node = ls();
+      for (const json& s : node["slices"]) {
+        suspended = suspended || (s["remote"].is_object() && s["remote"]["state"] == "suspended");
+      }
+      if (!suspended) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    EXPECT_TRUE(suspended) << ls().dump();
+    std::string said;
+    ASSERT_EQ(client.Wait(&said, 60000), 0) << said;
+    std::ifstream in(file);
+    std::stringstream text;
+    text << in.rdbuf();
+    const json t = json::parse(text.str(), nullptr, false);
+    ASSERT_TRUE(t.is_object()) << said;
+    const Merged m = Parse(t);
+    EXPECT_GT(m.worker, 0) << said;
+    EXPECT_GE(m.kernels.size(), 2u) << said;
+    EXPECT_FALSE(m.served.empty()) << said;
   }
   server.Kill(SIGTERM);
   server.Wait(nullptr, 10000);
