@@ -2,18 +2,20 @@
 // (gslice run --remote ADDR --trace FILE), the client records every forwarded call of every
 // thread (its name, lane, frame seq, host begin and end, and how it went: a round trip, sent
 // without waiting, answered from the client's cache or by the probe) into a bounded ring, and
-// asks its worker to record too (wire.h: Hello.trace). At the process's exit it measures the
-// worker's clock against its own over the connection (several kOpTraceClock exchanges; the one
-// with the shortest round trip wins, NTP-style: offset = the midpoint of the exchange minus the
-// worker's time, uncertainty = half that round trip), fetches the worker's part and served
-// requests (kOpTraceFetch), and writes two parts into GSLICE_TRACE's folder (the clock is
-// measured at attach too; see ClientTraceAttached): its own, and the
-// worker's with a clock line (gslice/trace_format.h: C) that puts it on the client's clock,
-// with each call's span linked to the worker's execution of it by a flow and the time outside
-// that execution shown as "request: network + queue" and "reply: network".
+// asks its worker to record too (wire.h: Hello.trace); the program's NVTX ranges come through
+// NVTX's injection (interpose/src/trace_nvtx.cc over this ring). Right after the attach and at
+// the process's exit it measures the worker's clock against its own over the connection (eight
+// kOpTraceClock exchanges; the one with the shortest round trip wins, NTP-style: offset = the
+// midpoint of the exchange minus the worker's time, uncertainty = half that round trip). At
+// exit it fetches the worker's part and served requests (kOpTraceFetch) and writes two parts
+// into GSLICE_TRACE's folder: its own, and the worker's with a clock line
+// (gslice/trace_format.h: C, the line through both measurements: offset and drift) that puts
+// it on the client's clock, with each call's span linked to the worker's execution of it by a
+// flow and the time outside that execution shown as "request: network + queue" and
+// "reply: network".
 //
 // Cost when off: one relaxed load per forwarded call (ClientTracing()). When on: two clock
-// reads (vDSO) and a 48-byte record claimed with one fetch_add. Nothing here fails a call.
+// reads (vDSO) and a 40-byte record claimed with one fetch_add. Nothing here fails a call.
 #pragma once
 
 #include <atomic>
