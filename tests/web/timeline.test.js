@@ -5,7 +5,8 @@
 // for threads (NVTX ranges, API calls, gate and suspended waits nested by depth), GPU streams
 // and counters; zooming and panning (buttons, wheel, drag) change the window; hovering shows
 // an event's name, duration and arguments; a slice without a trace says how to record one;
-// 100k events are drawn culled to the window. Nothing is fetched from outside gsliced.
+// 100k events are drawn culled to the window; a remote run's two processes are drawn with
+// arrows from each call to the worker's execution of it. Nothing is fetched from outside gsliced.
 // Writes a screenshot to $GSLICE_SCREENSHOT_DIR/trace-dashboard.png (docs/trace.md shows it).
 'use strict';
 
@@ -309,6 +310,10 @@ run('timeline', async (world) => {
     'process:python3 (remote client, worker pid 5200) · pid 5100:0', 'thread:python3:2',
     'process:gslice-remoted (slice remote-7) · pid 5200:0', 'thread:serving lane 0:2', 'stream:stream 1:1',
   ]);
+  // Each call's flow to the worker's execution of it is an arrow between the two rows.
+  assert.equal((await drawn()).flows, 20);
+  await page.evaluate(() => window.gsliceTimeline.setView(0, 400));  // the first call only
+  assert.equal((await drawn()).flows, 1);
 
   // Back to the node.
   await page.locator('#back-link').click();
