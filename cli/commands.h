@@ -19,6 +19,10 @@ struct RemoteRun {
   std::string address, memory, compute, share, slice_class, idle_timeout;
   bool sim = false, gpus = false, verbose = false;
 };
+// Sets the environment for the forwarding client; returns 0, or the exit status with the
+// refusal printed.
+int PrepareRemote(const RemoteRun& run);
+// PrepareRemote, then runs the command in place of gslice (exec).
 int RunRemote(const RemoteRun& run, char** command);
 
 }  // namespace gslice::cli

@@ -17,7 +17,7 @@
 
 namespace gslice::cli {
 
-int RunRemote(const RemoteRun& run, char** command) {
+int PrepareRemote(const RemoteRun& run) {
   auto fail = [](const std::string& msg) {
     fprintf(stderr, "gslice run: %s\n", msg.c_str());
     return 2;
@@ -77,6 +77,11 @@ int RunRemote(const RemoteRun& run, char** command) {
             run.memory.c_str(), run.compute.empty() ? "no cap" : run.compute.c_str(),
             run.slice_class.empty() ? "guaranteed" : run.slice_class.c_str());
   }
+  return 0;
+}
+
+int RunRemote(const RemoteRun& run, char** command) {
+  if (const int refused = PrepareRemote(run); refused != 0) return refused;
   fflush(nullptr);
   execvp(command[0], command);
   fprintf(stderr, "gslice run: cannot run '%s': %s\n", command[0], strerror(errno));

@@ -89,7 +89,8 @@ const char kRunHelp[] =
     "  --trace FILE    record a timeline of CMD and every process it starts (driver calls, GPU\n"
     "                  kernels and copies, NVTX ranges, compute gate waits, suspensions) and write\n"
     "                  it to FILE when CMD exits: Chrome trace JSON for ui.perfetto.dev or\n"
-    "                  chrome://tracing (docs/trace.md).\n"
+    "                  chrome://tracing (docs/trace.md). With --remote: the client's forwarded\n"
+    "                  calls and its worker's timeline on the client's clock, linked call by call.\n"
     "  -v, --verbose   print the slice before running CMD.\n"
     "  -h, --help      this text.\n"
     "\n"
@@ -562,12 +563,21 @@ int RunCommand(int argc, char** argv) {
   if (remote_client.size() > 200) return Fail("--remote-client: at most 200 characters");
 
   if (!remote_arg.empty()) {
-    if (!trace.file.empty()) return Fail("--trace does not combine with --remote: trace the program on the GPU node");
     // The server's `gslice run` checks the sizes against its GPUs.
-    return RunRemote(RemoteRun{.prefix = Prefix(), .address = remote_arg, .memory = memory_arg,
-                               .compute = compute_arg, .share = share_arg, .slice_class = class_arg,
-                               .idle_timeout = idle_arg, .sim = sim, .gpus = have_gpus, .verbose = verbose},
-                     argv + i);
+    const RemoteRun remote{.prefix = Prefix(), .address = remote_arg, .memory = memory_arg,
+                           .compute = compute_arg, .share = share_arg, .slice_class = class_arg,
+                           .idle_timeout = idle_arg, .sim = sim, .gpus = have_gpus, .verbose = verbose};
+    if (trace.file.empty()) return RunRemote(remote, argv + i);
+    // A timeline of both sides: the forwarding client writes its part and its worker's
+    // (remote/client/client_trace.h) into the parts' folder, merged when CMD exits.
+    if (const int refused = PrepareRemote(remote); refused != 0) return refused;
+    if (std::string why = PrepareTrace(&trace); !why.empty()) return Fail(why);
+    setenv(GetOptionInfo(Option::Trace).env, trace.folder.c_str(), 1);
+    // The program's NVTX ranges reach the client's recorder through NVTX's injection, even
+    // when its first NVTX call comes before its first CUDA call (unless another tool has it).
+    setenv("NVTX_INJECTION64_PATH", (remote.prefix + "/lib/remote/libcuda.so.1").c_str(), /*overwrite=*/0);
+    if (verbose) fprintf(stderr, "  recording a timeline of the client and its worker into %s\n", trace.file.c_str());
+    return RunChild(argv + i, "", false, trace);
   }
 
   std::vector<uint64_t> limits;

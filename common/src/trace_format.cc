@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -22,7 +23,33 @@ struct Part {
   std::string slice;  // JSON string
   std::string note;   // JSON string
   bool ok = false;
+  bool aligned = false;     // a clock line: the part's times are another host's
+  int64_t offset = 0;       // added to the part's times to put them on the file's clock
+  int64_t uncertainty = 0;  // +- ns of that offset
+  int64_t reference = 0;    // the part's time at which offset holds
+  double drift_ppb = 0;     // and how much it grows per ns of the part's clock, in 1e-9
+  size_t body = 0;          // where the lines after the header (and clock line) start
+  // A time of this part on the file's clock.
+  int64_t Convert(int64_t t) const {
+    return t + offset + static_cast<int64_t>(static_cast<double>(t - reference) * drift_ppb / 1e9);
+  }
 };
+
+// The optional clock line after the header: "C <offset_ns> <uncertainty_ns> [<reference_ns>
+// <drift_ppb>]".
+bool ParseClock(const std::string& line, Part* p) {
+  long long offset, uncertainty, reference = 0;
+  double drift = 0;
+  char extra;
+  const int n = sscanf(line.c_str(), "C %lld %lld %lld %lf %c", &offset, &uncertainty, &reference, &drift, &extra);
+  if ((n != 2 && n != 4) || uncertainty < 0 || !(drift > -1e8 && drift < 1e8)) return false;
+  p->aligned = true;
+  p->offset = offset;
+  p->uncertainty = uncertainty;
+  p->reference = reference;
+  p->drift_ppb = drift;
+  return true;
+}
 
 // Parses a JSON string literal at s[*i] (used for the header's two strings); advances *i.
 bool ReadJsonString(const std::string& s, size_t* i, std::string* out) {
@@ -129,17 +156,39 @@ std::string MergeTraceParts(const std::vector<std::string>& parts, const std::st
     if (nl == std::string::npos) continue;
     const size_t nl2 = text.find('\n', nl + 1);
     if (nl2 == std::string::npos || !ParseHeader(text.substr(nl + 1, nl2 - nl - 1), &heads[k])) continue;
-    const Part& p = heads[k];
+    Part& p = heads[k];
+    p.body = nl2 + 1;
+    if (const size_t nl3 = text.find('\n', nl2 + 1);
+        nl3 != std::string::npos && text.compare(nl2 + 1, 2, "C ") == 0) {
+      if (!ParseClock(text.substr(nl2 + 1, nl3 - nl2 - 1), &p)) {
+        p.ok = false;  // times on an unknown clock would mislead: the part is left out
+        continue;
+      }
+      p.body = nl3 + 1;
+    }
     ++r.parts;
     r.dropped += p.dropped;
-    if (base_mono == 0 || p.started_mono < base_mono) {
-      base_mono = p.started_mono;
+    const int64_t start = p.Convert(p.started_mono);
+    if (base_mono == 0 || start < base_mono) {
+      base_mono = start;
       base_unix = p.started_unix;
     }
-    if (slice_json.empty()) slice_json = p.slice;
+    if (p.aligned) {
+      r.aligned_parts++;
+      r.clock_uncertainty_ns = std::max(r.clock_uncertainty_ns, p.uncertainty);
+    }
+    if (slice_json.empty() || slice_json == "\"\"") slice_json = p.slice;
     if (!notes.empty()) notes += ",";
     notes += "{\"pid\":" + std::to_string(p.pid) + ",\"dropped_events\":" + std::to_string(p.dropped) +
-             ",\"gpu_activity\":" + p.note + "}";
+             ",\"gpu_activity\":" + p.note;
+    if (p.aligned) {
+      char drift[64];
+      snprintf(drift, sizeof drift, "%.3f", p.drift_ppb);
+      notes += ",\"clock\":{\"offset_ns\":" + std::to_string(p.offset) +
+               ",\"uncertainty_ns\":" + std::to_string(p.uncertainty) +
+               ",\"reference_ns\":" + std::to_string(p.reference) + ",\"drift_ppb\":" + drift + "}";
+    }
+    notes += "}";
   }
   if (slice_json.empty()) slice_json = "\"\"";
   r.started_unix_ns = base_unix;
@@ -153,7 +202,8 @@ std::string MergeTraceParts(const std::vector<std::string>& parts, const std::st
   for (size_t k = 0; k < parts.size(); ++k) {
     if (!heads[k].ok) continue;
     const std::string& text = parts[k];
-    size_t pos = text.find('\n', text.find('\n') + 1) + 1;
+    const Part& part = heads[k];
+    size_t pos = part.body;
     while (pos < text.size()) {
       size_t end = text.find('\n', pos);
       if (end == std::string::npos) break;  // a torn last line
@@ -177,11 +227,12 @@ std::string MergeTraceParts(const std::vector<std::string>& parts, const std::st
       const size_t rest_len = len - static_cast<size_t>(rest - line);
       if (!LooksLikeMembers(rest, rest_len)) continue;
       sep();
+      const int64_t at = part.aligned ? part.Convert(ts) : ts;
       out += "{\"ts\":";
-      AppendMicros(&out, ts - base_mono);
+      AppendMicros(&out, at - base_mono);
       if (dur >= 0) {
         out += ",\"dur\":";
-        AppendMicros(&out, dur);
+        AppendMicros(&out, part.aligned ? part.Convert(ts + dur) - at : dur);
       }
       out += ",";
       out.append(rest, rest_len);
@@ -192,6 +243,7 @@ std::string MergeTraceParts(const std::vector<std::string>& parts, const std::st
   out += "],\n\"displayTimeUnit\":\"ns\",\n\"otherData\":{\"gslice\":{\"version\":" +
          std::to_string(kTraceFormatVersion) + ",\"slice\":" + slice_json +
          ",\"started_unix_ns\":" + std::to_string(base_unix) + ",\"dropped_events\":" + std::to_string(r.dropped) +
+         (r.aligned_parts > 0 ? ",\"clock_uncertainty_ns\":" + std::to_string(r.clock_uncertainty_ns) : std::string()) +
          ",\"processes\":[" + notes + "]}}}\n";
   if (result != nullptr) *result = r;
   return out;

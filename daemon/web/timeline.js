@@ -20,6 +20,7 @@ const GsliceTimeline = (() => {
   const STREAM_TID_BASE = 1000000000;
   const LABEL_W = 210;    // the label column, in CSS pixels
   const LANE_H = 18;      // one depth lane of a thread or stream track
+  const FLOW_MAX = 400;   // flow arrows drawn at most (more in the window: zoom in to see them)
   const TRACK_PAD = 6;    // below each track
   const PROCESS_H = 24;   // a process's header row
   const COUNTER_H = 42;
@@ -31,6 +32,8 @@ const GsliceTimeline = (() => {
     suspend: ['#9d7ef0'],
     memcpy: ['#ef6b6b', '#e0595f', '#f28080'],
     memset: ['#3fd0c9'],
+    remote: ['#6f93c8', '#7b9fd4', '#6386bb'],  // a remote client's calls, its worker's served requests
+    network: ['#8a8f98'],                        // a remote call's time outside the worker
   };
   const NAMED_PALETTE = ['#4cc38a', '#5fb3f9', '#a3d65c', '#3fd0c9', '#8ea8ff', '#f28fc0',
                          '#f0a35e', '#b59cff', '#6fd6a8', '#7fc4ff', '#c9d65c', '#ff9f8e'];
@@ -50,16 +53,17 @@ const GsliceTimeline = (() => {
   }
 
   // Order within a track: by start; a longer event first, so that it encloses the shorter
-  // ones that start with it; at equal times NVTX ranges enclose API calls, which enclose
-  // their gate and suspended waits.
-  const CATEGORY_RANK = {nvtx: 0, api: 1, gate: 2, suspend: 2};
+  // ones that start with it; at equal times NVTX ranges enclose a remote client's calls and
+  // a worker's served requests, which enclose API calls and network slices, which enclose
+  // gate and suspended waits.
+  const CATEGORY_RANK = {nvtx: 0, remote: 1, api: 2, network: 2, gate: 3, suspend: 3};
 
   // Assigns depth lanes by nesting: an event goes one below the innermost event still open
   // at its start. Within a lane events are disjoint: an event takes lane d only after the
   // one before it in d ended.
   function layoutLanes(events) {
     events.sort((a, b) => a.ts - b.ts || b.dur - a.dur ||
-                          (CATEGORY_RANK[a.cat] ?? 3) - (CATEGORY_RANK[b.cat] ?? 3));
+                          (CATEGORY_RANK[a.cat] ?? 4) - (CATEGORY_RANK[b.cat] ?? 4));
     const stack = [];
     const lanes = [];
     for (const e of events) {
@@ -109,6 +113,7 @@ const GsliceTimeline = (() => {
     };
     let t0 = Infinity, t1 = -Infinity, count = 0, skipped = 0;
     const open = new Map();  // "pid:tid" -> B events awaiting their E
+    const flowEnds = new Map();  // "cat:id" -> {from, to}: flow events (ph s, f), drawn as arrows
     for (const e of list) {
       if (!e || typeof e !== 'object') { skipped++; continue; }
       const pid = Number(e.pid) || 0;
@@ -145,6 +150,10 @@ const GsliceTimeline = (() => {
         t0 = Math.min(t0, begun.ts);
         t1 = Math.max(t1, ts);
         count++;
+      } else if (ph === 's' || ph === 'f') {
+        const key = String(e.cat ?? '') + ':' + String(e.id ?? '');
+        if (!flowEnds.has(key)) flowEnds.set(key, {});
+        flowEnds.get(key)[ph === 's' ? 'from' : 'to'] = {pid, tid, ts};
       } else if (ph === 'C') {
         const p = processOf(pid);
         if (!p.counters.has(name)) p.counters.set(name, []);
@@ -184,8 +193,20 @@ const GsliceTimeline = (() => {
       out.push({pid: p.pid, name: p.name || 'process ' + p.pid, sortIndex: p.sortIndex, tracks});
     }
     out.sort((a, b) => a.sortIndex - b.sortIndex || a.pid - b.pid);
+    // Flows with both ends (a remote call and the worker's execution of it), by their start;
+    // maxSpan bounds how far before a window a flow that reaches into it can start.
+    const flows = [];
+    let maxSpan = 0;
+    for (const f of flowEnds.values()) {
+      if (!f.from || !f.to) continue;
+      f.from.ts -= t0;
+      f.to.ts -= t0;
+      flows.push(f);
+      maxSpan = Math.max(maxSpan, Math.abs(f.to.ts - f.from.ts));
+    }
+    flows.sort((a, b) => a.from.ts - b.from.ts);
     const gslice = (trace && trace.otherData && trace.otherData.gslice) || {};
-    return {processes: out, start: 0, end: t1 - t0, events: count, skipped, info: gslice};
+    return {processes: out, start: 0, end: t1 - t0, events: count, skipped, info: gslice, flows, maxFlowSpan: maxSpan};
   }
 
   // ---- formatting ---------------------------------------------------------------------
@@ -244,7 +265,7 @@ const GsliceTimeline = (() => {
       this.tracks = [];  // laid out: {..., y, height, process}
       this.view = {start: 0, end: 1};
       this.hovered = null;
-      this.lastDraw = {rects: 0, instants: 0, tracks: 0};
+      this.lastDraw = {rects: 0, instants: 0, tracks: 0, flows: 0};
       this.pending = false;
       this.drag = null;
       this.collapsed = new Set();  // pids whose rows are folded into their header
@@ -410,8 +431,57 @@ const GsliceTimeline = (() => {
       ctx.moveTo(LABEL_W - 0.5, 0);
       ctx.lineTo(LABEL_W - 0.5, this.contentHeight);
       ctx.stroke();
+      this.drawFlows(ctx, X, start, end, pw, stats);
       this.lastDraw = stats;
       this.canvas.dataset.rects = String(stats.rects);
+    }
+
+    // Flow arrows (a remote call to the worker's execution of it) between the first lanes of
+    // their rows, for flows in the window while there are few enough to tell apart; none into
+    // a folded process.
+    drawFlows(ctx, X, start, end, pw, stats) {
+      stats.flows = 0;
+      const flows = this.model.flows || [];
+      if (flows.length === 0) return;
+      const rowY = new Map();
+      for (const t of this.tracks) {
+        if (t.kind === 'thread' || t.kind === 'stream') rowY.set(t.pid + ':' + t.tid, t.y + LANE_H / 2);
+      }
+      let lo = 0, hi = flows.length;
+      const first = start - this.model.maxFlowSpan;
+      while (lo < hi) {
+        const mid = (lo + hi) >> 1;
+        if (flows[mid].from.ts < first) lo = mid + 1; else hi = mid;
+      }
+      const shown = [];
+      for (let i = lo; i < flows.length && flows[i].from.ts <= end; i++) {
+        const f = flows[i];
+        if (Math.max(f.from.ts, f.to.ts) < start) continue;
+        const y1 = rowY.get(f.from.pid + ':' + f.from.tid), y2 = rowY.get(f.to.pid + ':' + f.to.tid);
+        if (y1 === undefined || y2 === undefined) continue;
+        shown.push([X(f.from.ts), y1, X(f.to.ts), y2]);
+        if (shown.length > FLOW_MAX) return;
+      }
+      ctx.save();
+      ctx.beginPath();
+      ctx.rect(LABEL_W, 0, pw, this.contentHeight);
+      ctx.clip();
+      ctx.strokeStyle = 'rgba(216, 224, 232, 0.55)';
+      ctx.fillStyle = 'rgba(216, 224, 232, 0.75)';
+      for (const [x1, y1, x2, y2] of shown) {
+        ctx.beginPath();
+        ctx.moveTo(x1, y1);
+        ctx.lineTo(x2, y2);
+        ctx.stroke();
+        const a = Math.atan2(y2 - y1, x2 - x1);
+        ctx.beginPath();
+        ctx.moveTo(x2, y2);
+        ctx.lineTo(x2 - 6 * Math.cos(a - 0.4), y2 - 6 * Math.sin(a - 0.4));
+        ctx.lineTo(x2 - 6 * Math.cos(a + 0.4), y2 - 6 * Math.sin(a + 0.4));
+        ctx.fill();
+      }
+      ctx.restore();
+      stats.flows = shown.length;
     }
 
     drawRuler(w, k) {

@@ -23,6 +23,7 @@
 #include "gslice/trace_format.h"
 #include "launch_gate.h"
 #include "log.h"
+#include "resume_gate.h"
 #include "slice_account.h"
 #include "trace_cupti.h"
 
@@ -362,13 +363,16 @@ bool WritePart(const char* folder) {
 // reset for the next one. At most one at a time (the recorder's thread, or exit).
 std::mutex g_finish_mu;
 bool g_forked_child = false;  // CUPTI's buffers here are the parent's: never flushed
-void FinishLocked(const char* folder) {
+// Returns whether a part was written.
+bool FinishLocked(const char* folder) {
   if (!g_forked_child) cupti::Flush();
-  if (g_next.load(std::memory_order_acquire) != g_base.load(std::memory_order_relaxed)) WritePart(folder);
+  bool written = false;
+  if (g_next.load(std::memory_order_acquire) != g_base.load(std::memory_order_relaxed)) written = WritePart(folder);
   g_base.store(g_next.load(std::memory_order_acquire), std::memory_order_release);
   g_cupti_dropped.store(0, std::memory_order_relaxed);
   g_started_mono = NowNs();
   g_started_unix = UnixNs();
+  return written;
 }
 
 void Finish(const char* folder) {
@@ -482,14 +486,47 @@ uint64_t RingCapacity() {
   return cap;
 }
 
+// GSLICE_TRACE_CLOCK_SHIFT=NS[,PPM] (tests only): NS added to every time this process records,
+// and the clock running PPM parts per million fast from Init on, so that a test can give a
+// remote worker a clock of its own. Set once, at Init, before recording starts.
+int64_t g_clock_shift = 0;
+int64_t g_clock_ppm = 0;
+int64_t g_clock_base = 0;
+
+int64_t MonotonicNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+void ReadClockShift() {
+  const char* v = OptionValue(Option::TraceClockShift);
+  if (v[0] == '\0') return;
+  char* end = nullptr;
+  const long long shift = strtoll(v, &end, 10);
+  long long ppm = 0;
+  if (end != v && *end == ',') {
+    const char* rate = end + 1;
+    ppm = strtoll(rate, &end, 10);
+    if (end == rate || ppm < -100000 || ppm > 100000) end = const_cast<char*>(rate);
+  }
+  if (end == v || *end != '\0') {
+    Log(LogLevel::kWarn, "GSLICE_TRACE_CLOCK_SHIFT=%s: not NS or NS,PPM; ignored", v);
+    return;
+  }
+  g_clock_base = MonotonicNs();
+  g_clock_shift = shift;
+  g_clock_ppm = ppm;
+}
+
 }  // namespace
 
 // ---- public ---------------------------------------------------------------------------------
 
 int64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+  const int64_t mono = MonotonicNs();
+  if (g_clock_ppm == 0) return mono + g_clock_shift;
+  return mono + g_clock_shift + (mono - g_clock_base) * g_clock_ppm / 1'000'000;
 }
 
 uint32_t ThreadId() {
@@ -576,6 +613,7 @@ void Init(void* const* real, const char* real_driver_path, shim::SliceAccount* a
   g_real = real;
   g_real_driver = real_driver_path;
   g_account = account;
+  ReadClockShift();
   const char* folder = OptionValue(Option::Trace);
   if (folder[0] != '\0') {
     if (folder[0] != '/' || strlen(folder) >= sizeof g_folder) {
@@ -688,3 +726,23 @@ void Gpu(GpuKind kind, const char* name, uint32_t stream_id, uint32_t device, ui
 void CountCuptiDropped(uint64_t n) { g_cupti_dropped.fetch_add(n, std::memory_order_relaxed); }
 
 }  // namespace gslice::trace
+
+// For gslice-remoted's worker (remote/server/worker.cc), found with dlsym on the shim: the
+// recorder's clock (CLOCK_MONOTONIC in ns, as every recorded time), and "write what was
+// recorded so far into <folder>/<pid>.part now" (the recording goes on, empty). Returns 0 when
+// a part was written, 1 when nothing was recorded, -1 when it could not be written (logged).
+extern "C" __attribute__((visibility("default"))) int64_t gslice_trace_now_ns() { return gslice::trace::NowNs(); }
+
+extern "C" __attribute__((visibility("default"))) int gslice_trace_write_part(const char* folder) {
+  using namespace gslice::trace;
+  if (folder == nullptr || !detail::g_ready.load(std::memory_order_acquire)) return 1;
+  // CUPTI's flush reaches into the driver: a suspended process is resumed first, as for any
+  // driver call (an idle worker's client fetching its timeline at exit).
+  gslice::shim::ResumeGate();
+  std::lock_guard<std::mutex> lock(g_finish_mu);
+  if (g_next.load(std::memory_order_acquire) == g_base.load(std::memory_order_relaxed)) {
+    if (!g_forked_child) cupti::Flush();
+    if (g_next.load(std::memory_order_acquire) == g_base.load(std::memory_order_relaxed)) return 1;
+  }
+  return FinishLocked(folder) ? 0 : -1;
+}

@@ -18,6 +18,7 @@
 #include <unordered_map>
 
 #include "attach.h"
+#include "client_trace.h"
 #include "gslice/options.h"
 #include "log.h"
 #include "shm_ring.h"
@@ -43,6 +44,12 @@ constexpr uint64_t kFlushAfterNs = 50'000;
 // How long the server may take to start a worker (it runs `gslice run`, which loads the
 // driver) before the handshake counts as failed.
 constexpr int kHelloTimeoutMs = 30000;
+
+// A request's name for log lines (the timeline's requests are not calls).
+const char* OpName(uint32_t op) {
+  if (op < kOpCount) return kOpNames[op];
+  return op == kOpTraceClock ? "the timeline's clock" : op == kOpTraceFetch ? "the timeline's fetch" : "a request";
+}
 
 // A thread waiting for the answer to its request.
 struct Waiter {
@@ -363,7 +370,8 @@ bool Handshake(uint32_t op, Channel* out, uint32_t* worker_pid, std::string* sho
               .share = OptionValue(Option::Share),
               .slice_class = OptionIsSet(Option::Class) ? OptionValue(Option::Class) : "",
               .idle_timeout = OptionValue(Option::IdleTimeout),
-              .host = std::string(host).substr(0, kMaxHelloString)};
+              .host = std::string(host).substr(0, kMaxHelloString),
+              .trace = ClientTracing()};
   Writer w;
   EncodeHello(hello, &w);
   if (!WriteFrame(channel, FrameHeader{.seq = 0, .op = op}, w.buffer().data(), w.size())) {
@@ -483,10 +491,12 @@ CUresult EnsureAttached() {
   pthread_mutex_lock(&g_probe_mu);
   pthread_mutex_lock(&g_send_mu);
   pthread_mutex_lock(&g_mu);
+  const bool held = g_conn.channel.fd >= 0 && g_conn.pid == getpid();
   const CUresult result = AttachLocked(lane);
   pthread_mutex_unlock(&g_mu);
   pthread_mutex_unlock(&g_send_mu);
   pthread_mutex_unlock(&g_probe_mu);
+  if (result == CUDA_SUCCESS && !held && ClientTracing()) ClientTraceAttached();
   return result;
 }
 
@@ -567,9 +577,10 @@ void RemoveWaiterLocked(Waiter* w) {
 }
 
 // Sends one request (queued when async). On success, a synchronous request's waiter is
-// registered before its frame leaves, so that no answer finds nobody. flags: kWaitBit for an
-// async call the client waits for (GSLICE_REMOTE_WAIT).
-CUresult Send(uint32_t op, const Writer& request, Waiter* waiter, uint32_t flags = 0) {
+// registered before its frame leaves, so that no answer finds nobody. *sent_seq (when not
+// null) gets the request's seq; flags: kWaitBit for an async call the client waits for
+// (GSLICE_REMOTE_WAIT).
+CUresult Send(uint32_t op, const Writer& request, Waiter* waiter, uint32_t* sent_seq = nullptr, uint32_t flags = 0) {
   pthread_mutex_lock(&g_send_mu);
   pthread_mutex_lock(&g_mu);
   CUresult result = ConnectLocked();
@@ -581,6 +592,7 @@ CUresult Send(uint32_t op, const Writer& request, Waiter* waiter, uint32_t flags
   }
   pthread_mutex_unlock(&g_mu);
   if (result == CUDA_SUCCESS) {
+    if (sent_seq != nullptr) *sent_seq = seq;
     const FrameHeader h{.seq = seq, .op = op | flags};
     const bool sent = waiter == nullptr
                           ? QueueLocked(h, request)
@@ -588,7 +600,7 @@ CUresult Send(uint32_t op, const Writer& request, Waiter* waiter, uint32_t flags
     if (!sent) {
       pthread_mutex_lock(&g_mu);
       if (waiter != nullptr) RemoveWaiterLocked(waiter);
-      result = FailLocked(kLostResult, std::string("lost the server while sending ") + kOpNames[op]);
+      result = FailLocked(kLostResult, std::string("lost the server while sending ") + OpName(op));
       pthread_mutex_unlock(&g_mu);
     }
   }
@@ -613,7 +625,7 @@ CUresult Receive(uint32_t op, Waiter* waiter) {
     pthread_mutex_lock(&g_mu);
     g_conn.reading = false;
     if (got != FrameRead::kOk) {
-      FailLocked(kLostResult, std::string("lost the server during ") + kOpNames[op]);
+      FailLocked(kLostResult, std::string("lost the server during ") + OpName(op));
       break;
     }
     Waiter* owner = g_conn.waiters;
@@ -718,10 +730,19 @@ bool Call::AnsweredFromCache() {
   answered_ = true;
   g_cached_calls.fetch_add(1, std::memory_order_relaxed);
   g_op_cached[op_].fetch_add(1, std::memory_order_relaxed);
+  mode_ = static_cast<uint8_t>(CallMode::kCached);
   return true;
 }
 
 CUresult Call::Run() {
+  if (!ClientTracing()) return Forward();
+  const int64_t start = ClientTraceNow();
+  const CUresult result = Forward();
+  RecordCall(op_, static_cast<CallMode>(mode_), seq_, Lane(), start, ClientTraceNow());
+  return result;
+}
+
+CUresult Call::Forward() {
   const bool keeps = kOpCached[op_] || kOpCacheGroup[op_] != 0;
   if (keeps && AnsweredFromCache()) return CUDA_SUCCESS;
   Kept kept;
@@ -735,7 +756,9 @@ CUresult Call::Run() {
     CUresult failed = CUDA_SUCCESS;
     switch (AskProbe(op_, request_, &reply_buffer_, &failed)) {
       case ProbeAsked::kFailed: return failed;
-      case ProbeAsked::kAnswered: return Answered(keeps ? &kept : nullptr);
+      case ProbeAsked::kAnswered:
+        mode_ = static_cast<uint8_t>(CallMode::kProbe);
+        return Answered(keeps ? &kept : nullptr);
       case ProbeAsked::kAttached: break;
     }
   }
@@ -745,12 +768,13 @@ CUresult Call::Run() {
   if (kOpDrops[op_] != 0) DropCached(kOpDrops[op_]);
   if (kOpAsync[op_] && !WaitForEveryCall()) {
     // Not waited for: its driver error, if any, comes with the next synchronisation.
-    const CUresult result = Send(op_, request_, nullptr);
+    const CUresult result = Send(op_, request_, nullptr, &seq_);
     g_async_calls.fetch_add(1, std::memory_order_relaxed);
     g_op_async[op_].fetch_add(1, std::memory_order_relaxed);
     if (result == CUDA_SUCCESS) {
       reader_ = Reader();
       answered_ = true;
+      mode_ = static_cast<uint8_t>(CallMode::kAsync);
     }
     return result;
   }
@@ -758,14 +782,29 @@ CUresult Call::Run() {
   waiter.reply = &reply_buffer_;
   g_round_trips.fetch_add(1, std::memory_order_relaxed);
   g_op_trips[op_].fetch_add(1, std::memory_order_relaxed);
-  CUresult result = Send(op_, request_, &waiter, kOpAsync[op_] ? kWaitBit : 0);
+  CUresult result = Send(op_, request_, &waiter, &seq_, kOpAsync[op_] ? kWaitBit : 0);
   if (result == CUDA_SUCCESS) result = Receive(op_, &waiter);
   if (kOpDrops[op_] != 0) DropCached(kOpDrops[op_]);
   if (result != CUDA_SUCCESS) return result;
   if (waiter.header.op != (op_ | kReplyBit)) {
     return Fail(kLostResult, std::string("the server's answer to ") + kOpNames[op_] + " is not for it");
   }
+  mode_ = static_cast<uint8_t>(CallMode::kRoundTrip);
   return Answered(keeps ? &kept : nullptr);
+}
+
+CUresult TraceExchange(uint32_t op, std::vector<uint8_t>* reply) {
+  if (g_attached.load(std::memory_order_acquire) != getpid()) return CUDA_ERROR_NOT_INITIALIZED;
+  Writer request;
+  EncodeRequestPrefix(RequestPrefix{.context = 0, .lane = Lane()}, &request);
+  Waiter waiter;
+  waiter.reply = reply;
+  CUresult result = Send(op, request, &waiter);
+  if (result == CUDA_SUCCESS) result = Receive(op, &waiter);
+  if (result == CUDA_SUCCESS && waiter.header.op != (op | kReplyBit)) {
+    result = Fail(kLostResult, std::string("the server's answer to ") + OpName(op) + " is not for it");
+  }
+  return result;
 }
 
 CUresult Call::Answered(Kept* kept) {

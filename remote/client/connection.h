@@ -59,16 +59,25 @@ class Call {
     uint64_t generation = 0;
     std::string key;
   };
+  // Run() without its timeline record (client_trace.h); sets mode_ and seq_.
+  CUresult Forward();
   // Reads the result from reply_buffer_ (the answer to this call) and keeps a successful
   // answer as *kept says (nullptr: not kept).
   CUresult Answered(Kept* kept);
 
   uint32_t op_;
+  uint8_t mode_ = 4;  // client_trace.h: CallMode (kFailed until it went)
+  uint32_t seq_ = 0;  // the request's frame seq (0: none sent)
   Writer request_;
   std::vector<uint8_t> reply_buffer_;
   Reader reader_;
   bool answered_ = false;
 };
+
+// One request of the timeline's (wire.h: Trace; op kOpTraceClock or kOpTraceFetch) on the
+// worker's connection, on the calling thread's lane; *reply is the answer's payload.
+// CUDA_ERROR_NOT_INITIALIZED when this process holds no worker (nothing to ask).
+CUresult TraceExchange(uint32_t op, std::vector<uint8_t>* reply);
 
 // The calling thread's context stack (the driver's semantics: cuCtxSetCurrent replaces the
 // top, push/pop, a created context is pushed).

@@ -70,23 +70,51 @@ void EncodeHello(const Hello& h, Writer* w) {
   w->PutString(h.slice_class);
   w->PutString(h.idle_timeout);
   w->PutString(h.host);
+  w->Put<uint8_t>(h.trace ? 1 : 0);
 }
 
 bool DecodeHello(Reader* r, Hello* h, std::string* error) {
   if (!ReadPreamble(r, error)) return false;
+  uint8_t trace = 0;
   if (!r->Get(&h->calls_hash) || !r->GetString(kMaxHelloString, &h->memory) ||
       !r->GetString(kMaxHelloString, &h->compute) || !r->GetString(kMaxHelloString, &h->share) ||
       !r->GetString(kMaxHelloString, &h->slice_class) || !r->GetString(kMaxHelloString, &h->idle_timeout) ||
-      !r->GetString(kMaxHelloString, &h->host) || !r->AtEnd()) {
+      !r->GetString(kMaxHelloString, &h->host) || !r->GetFlag(&trace) || !r->AtEnd()) {
     *error = "malformed handshake";
     return false;
   }
+  h->trace = trace != 0;
   for (const std::string* s : {&h->memory, &h->compute, &h->share, &h->slice_class, &h->idle_timeout, &h->host}) {
     if (!Printable(*s)) {
       *error = "handshake strings must be printable ASCII";
       return false;
     }
   }
+  return true;
+}
+
+void EncodeTraceFetchReply(uint64_t dropped, const std::vector<ServeRecord>& served, const std::string& part,
+                           Writer* w) {
+  w->Put(dropped);
+  w->Put(static_cast<uint32_t>(served.size()));
+  w->PutBytes(served.data(), served.size() * sizeof(ServeRecord));
+  w->Put(static_cast<uint64_t>(part.size()));
+  w->PutBytes(part.data(), part.size());
+}
+
+bool DecodeTraceFetchReply(Reader* r, uint64_t* dropped, std::vector<ServeRecord>* served, std::string* part) {
+  uint32_t count = 0;
+  uint64_t length = 0;
+  const uint8_t* records = nullptr;
+  const uint8_t* text = nullptr;
+  if (!r->Get(dropped) || !r->Get(&count) || count > kMaxServeRecords ||
+      !r->GetBytes(uint64_t{count} * sizeof(ServeRecord), &records) || !r->Get(&length) || length > kMaxTracePart ||
+      !r->GetBytes(length, &text) || !r->AtEnd()) {
+    return false;
+  }
+  served->resize(count);
+  if (count != 0) std::memcpy(served->data(), records, uint64_t{count} * sizeof(ServeRecord));
+  part->assign(reinterpret_cast<const char*>(text), length);
   return true;
 }
 

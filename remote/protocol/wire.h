@@ -8,7 +8,8 @@
 //   serving thread).
 // Hello:   the client's first frame (op kOpHello): u32 kMagic, u16 kVersion, u16 0,
 //          u64 kCallsHash, then the slice it asks for as strings (memory, compute, share,
-//          class, idle timeout: what `gslice run` takes) and the client's host name. Its
+//          class, idle timeout: what `gslice run` takes), the client's host name and u8 trace
+//          (1: the client records a timeline, docs/trace.md: the worker records too). Its
 //          reply: u32 kMagic, u16 kVersion, u16 0, i32 status (0: accepted), u32 worker pid
 //          (0 for a probe), string message.
 // Probe:   the same frame with op kOpProbe: the server answers device queries (the calls
@@ -21,6 +22,14 @@
 //          shared-memory rings instead of the socket (shm_ring.h).
 // Token:   over TLS only, the client's first frame (op kOpToken): the token's bytes, at most
 //          kMaxToken. No reply: a wrong token gets a refused Hello (or Probe) reply.
+// Trace:   with trace set in the Hello, two more requests (each with the Request prefix below,
+//          answered in order like a call): kOpTraceClock, answered at once by the worker's
+//          reader with i32 0 and i64 the worker's timeline clock (ns), for the client's clock
+//          alignment; kOpTraceFetch, answered on its lane after every async request before it
+//          has run, with EncodeTraceFetchReply: the worker's record of the requests it served
+//          (bounded by kMaxServeRecords) and its timeline part (gslice/trace_format.h, at most
+//          kMaxTracePart bytes). A worker that does not record answers either with
+//          CUDA_ERROR_NOT_SUPPORTED alone.
 // Request: u64 the client thread's current context, u32 its lane (a number per client thread,
 //          reused after the thread exits), then the call's arguments; a buffer the worker
 //          passes to the driver in place starts at a multiple of 16 bytes (zero padding).
@@ -61,7 +70,14 @@ inline constexpr uint32_t kWaitBit = 0x40000000u;
 inline constexpr uint32_t kOpHello = 0x7fff0001u;
 inline constexpr uint32_t kOpToken = 0x7fff0002u;
 inline constexpr uint32_t kOpProbe = 0x7fff0003u;
+// 0x7fff0004 is kOpRings (shm_ring.h), 0x7fff0005 unused.
+inline constexpr uint32_t kOpTraceClock = 0x7fff0006u;
+inline constexpr uint32_t kOpTraceFetch = 0x7fff0007u;
 inline constexpr uint32_t kMaxToken = 1024;
+// Bounds of a kOpTraceFetch answer: together (64 MiB of records, 192 MiB of part) within
+// kMaxFrame.
+inline constexpr uint32_t kMaxServeRecords = 1u << 21;
+inline constexpr uint64_t kMaxTracePart = kMaxBuffer - (64ull << 20);
 // Lanes a worker serves at once: a client thread beyond them shares a lane (its calls then
 // wait behind that lane's).
 inline constexpr uint32_t kMaxLanes = 256;
@@ -178,6 +194,7 @@ struct Hello {
   std::string slice_class;  // --class: guaranteed, opportunistic or ""
   std::string idle_timeout;  // --idle-timeout: "30m", "600s" or "" (never)
   std::string host;          // the client's host name, shown with its slice ("" unknown)
+  bool trace = false;        // the client records a timeline: the worker records too
 };
 
 struct HelloReply {
@@ -189,6 +206,28 @@ struct HelloReply {
 void EncodeRequestPrefix(const RequestPrefix& p, Writer* w);
 // False when the payload is too short or the lane is kMaxLanes or more.
 bool DecodeRequestPrefix(Reader* r, RequestPrefix* p);
+
+// One request a worker served, for the client's timeline: the frame's seq and op, the lane,
+// the serving thread's OS id and when it ran (the worker's timeline clock, ns). A request
+// not waited for (async) ran after the client returned from it.
+struct ServeRecord {
+  uint32_t seq = 0;
+  uint32_t op = 0;
+  uint32_t lane = 0;
+  uint32_t tid = 0;
+  int64_t start = 0;
+  int64_t end = 0;
+};
+static_assert(sizeof(ServeRecord) == 32);
+static_assert(uint64_t{kMaxServeRecords} * sizeof(ServeRecord) + kMaxTracePart + 64 <= kMaxFrame,
+              "a kOpTraceFetch answer fits one frame");
+
+// kOpTraceFetch's answer after its i32 0: u64 dropped serve records, u32 count, the records,
+// then the part as a u64 length and its bytes.
+void EncodeTraceFetchReply(uint64_t dropped, const std::vector<ServeRecord>& served, const std::string& part,
+                           Writer* w);
+// False for a count or length past the bounds above or past the frame, or trailing bytes.
+bool DecodeTraceFetchReply(Reader* r, uint64_t* dropped, std::vector<ServeRecord>* served, std::string* part);
 
 void EncodeHello(const Hello& h, Writer* w);
 // False, with the reason, for a wrong magic or version, trailing bytes, or a string that is

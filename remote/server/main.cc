@@ -18,6 +18,7 @@
 // starts. The worker never sees TLS: the session relays between the TLS connection and a
 // socket pair whose other end is the worker's. Unix sockets are made mode 0600.
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -339,6 +340,18 @@ void ForwardStop(int sig) {
   if (g_worker > 0) kill(g_worker, sig);
 }
 
+// Removes the worker's timeline folder and the parts left in it (what its shim recorded after
+// the client's last fetch, written at its exit).
+void RemoveTraceFolder(const std::string& folder) {
+  if (DIR* d = opendir(folder.c_str())) {
+    while (dirent* e = readdir(d)) {
+      if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) unlink((folder + "/" + e->d_name).c_str());
+    }
+    closedir(d);
+  }
+  rmdir(folder.c_str());
+}
+
 // One client's session: over tls://, the TLS handshake and the token; then the handshake, and
 // `gslice run ... -- gslice-remoted --worker-fd N`.
 int Session(int fd, bool sim, const TlsListening* tls) {
@@ -418,6 +431,19 @@ int Session(int fd, bool sim, const TlsListening* tls) {
   const int log_fd = dup(STDERR_FILENO);  // the worker's own log (without CLOEXEC)
   args.insert(args.end(),
               {"--", worker, "--worker-fd", std::to_string(worker_fd), "--log-fd", std::to_string(log_fd)});
+  // A client that records a timeline: the worker records too, its shim's part going to a
+  // folder of this session's (mode 0700), removed when the worker ends (worker.cc: Trace).
+  std::string trace_folder;
+  if (hello.trace) {
+    const char* tmp = getenv("TMPDIR");
+    std::string pattern = std::string(tmp != nullptr && tmp[0] == '/' ? tmp : "/tmp") + "/gslice-remote-trace-XXXXXX";
+    if (mkdtemp(pattern.data()) != nullptr) {
+      trace_folder = pattern;
+    } else {
+      fprintf(stderr, "gslice-remoted: cannot make a folder for the worker's timeline (%s): %s; it records none\n",
+              pattern.c_str(), strerror(errno));
+    }
+  }
   int errors[2];
   if (pipe2(errors, O_CLOEXEC) != 0) return 1;
   std::vector<char*> argv;
@@ -427,6 +453,8 @@ int Session(int fd, bool sim, const TlsListening* tls) {
   if (g_worker == 0) {
     dup2(errors[1], STDERR_FILENO);
     fcntl(worker_fd, F_SETFD, 0);
+    if (trace_folder.empty()) unsetenv(OptionEnv(Option::Trace));
+    else setenv(OptionEnv(Option::Trace), trace_folder.c_str(), 1);
     execv(argv[0], argv.data());
     fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
     _exit(127);
@@ -462,6 +490,7 @@ int Session(int fd, bool sim, const TlsListening* tls) {
   while (waitpid(g_worker, &status, 0) < 0 && errno == EINTR) {
   }
   if (relaying) pthread_join(relays[1], nullptr);  // what the worker said last reaches the client
+  if (!trace_folder.empty()) RemoveTraceFolder(trace_folder);
   if (WIFEXITED(status) && (WEXITSTATUS(status) == 2 || WEXITSTATUS(status) == 127)) {
     while (!said.empty() && (said.back() == '\n' || said.back() == ' ')) said.pop_back();
     SendRefusal(channel, said.empty() ? "the worker could not start (see the server's log)" : said);

@@ -15,6 +15,12 @@
 // The client returned from those async calls before it made this one, so CUDA's order holds:
 // work a thread queued is in its stream before any later call of another thread. Synchronous
 // requests of different lanes were in flight at once on the client and need no order.
+//
+// Timelines (docs/trace.md, "Remote programs"): a client that records asks for it in its Hello;
+// its session then starts the worker with GSLICE_TRACE set, so the worker's shim records its
+// driver calls and GPU activity, and the worker keeps a ring of the requests it served (seq,
+// lane, serving thread, start and end on the shim's clock). The client asks for the clock
+// (kOpTraceClock, answered at once by the reader) and, at its end, for both (kOpTraceFetch).
 #include "worker.h"
 
 #include <dlfcn.h>
@@ -22,18 +28,25 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cstring>
 #include <unistd.h>
 
+#include <sys/syscall.h>
+#include <time.h>
+
 #include <algorithm>
 #include <atomic>
 #include <deque>
+#include <new>
 #include <string>
 #include <vector>
 
 #include "dispatch.h"
+#include "gslice/options.h"
+#include "gslice/trace_format.h"
 #include "shm_ring.h"
 #include "socket_io.h"
 
@@ -104,6 +117,143 @@ bool SendHelloReply(int fd, const HelloReply& reply) {
   return WriteFrame(fd, FrameHeader{.seq = 0, .op = kOpHello | kReplyBit}, w.buffer().data(), w.size());
 }
 
+// ---- the served requests, for the client's timeline (wire.h: Trace) ----------------------------
+
+// The shim's timeline clock and part writer (interpose/src/trace_recorder.cc), when the worker
+// records: GSLICE_TRACE names the folder its session made for the part.
+using NowFn = int64_t (*)();
+using WritePartFn = int (*)(const char*);
+NowFn g_trace_now = nullptr;
+WritePartFn g_trace_write_part = nullptr;
+std::string g_trace_folder;  // "" when not recording
+
+// A ring of served requests: a writer claims an index, fills the slot and publishes seq =
+// index + 1; the fetch takes a slot only when seq reads index + 1 before and after the copy.
+struct ServeSlot {
+  std::atomic<uint64_t> seq{0};
+  ServeRecord record;
+};
+ServeSlot* g_served = nullptr;
+uint64_t g_served_mask = 0;
+std::atomic<uint64_t> g_served_next{0};
+uint64_t g_served_taken = 0;  // the first index the next fetch reports; REQUIRES g_fetch_mu
+pthread_mutex_t g_fetch_mu = PTHREAD_MUTEX_INITIALIZER;
+
+int64_t TraceNow() {
+  if (g_trace_now != nullptr) return g_trace_now();
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+bool Tracing() { return g_served != nullptr; }
+
+uint32_t ThreadId() {
+  static thread_local uint32_t tid = 0;
+  if (tid == 0) tid = static_cast<uint32_t>(syscall(SYS_gettid));
+  return tid;
+}
+
+// Starts recording when the session asked for it (GSLICE_TRACE set): a ring of
+// GSLICE_TRACE_EVENTS served requests, like the shim's.
+void StartTracing(void* driver) {
+  const char* folder = OptionValue(Option::Trace);
+  if (folder[0] == '\0') return;
+  g_trace_folder = folder;
+  g_trace_now = reinterpret_cast<NowFn>(dlsym(driver, "gslice_trace_now_ns"));
+  g_trace_write_part = reinterpret_cast<WritePartFn>(dlsym(driver, "gslice_trace_write_part"));
+  unsigned long long n = strtoull(OptionValue(Option::TraceEvents), nullptr, 10);
+  if (n < 1024 || n > (1ull << 24)) n = 262144;
+  uint64_t cap = 1024;
+  while (cap < n) cap <<= 1;
+  g_served = new (std::nothrow) ServeSlot[cap];
+  g_served_mask = cap - 1;
+  if (g_trace_now == nullptr) {
+    fprintf(stderr, "gslice-remoted[%d]: the worker's libcuda.so.1 is not gslice's shim: its timeline has "
+            "the served requests only\n", static_cast<int>(getpid()));
+  }
+}
+
+void RecordServed(const Request& request, uint32_t lane, int64_t start, int64_t end) {
+  const uint64_t i = g_served_next.fetch_add(1, std::memory_order_relaxed);
+  ServeSlot& slot = g_served[i & g_served_mask];
+  slot.seq.store(0, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  slot.record = ServeRecord{.seq = request.header.seq, .op = request.header.op, .lane = lane, .tid = ThreadId(),
+                            .start = start, .end = end};
+  slot.seq.store(i + 1, std::memory_order_release);
+}
+
+// A part for a worker whose shim recorded nothing (gslice/trace_format.h): its header and its
+// name, as the shim would write them.
+std::string EmptyPart() {
+  timespec wall;
+  clock_gettime(CLOCK_REALTIME, &wall);
+  const std::string slice = OptionValue(Option::Slice);
+  const std::string pid = std::to_string(getpid());
+  return "gslice-trace-part 1\nP " + pid + " " + std::to_string(TraceNow()) + " " +
+         std::to_string(static_cast<int64_t>(wall.tv_sec) * 1'000'000'000 + wall.tv_nsec) + " 0 " +
+         TraceJsonString(slice) + " \"none: the worker's driver calls were not recorded\"\n" +
+         "M {\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + pid +
+         ",\"args\":{\"name\":" + TraceJsonString("gslice-remoted (slice " + slice + ")") + "}}\n";
+}
+
+// kOpTraceFetch: the shim's part so far (written into the session's folder, read back and
+// removed) and the requests served since the last fetch.
+void AnswerTraceFetch(Writer* out) {
+  if (!Tracing()) {
+    out->Put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
+    return;
+  }
+  pthread_mutex_lock(&g_fetch_mu);
+  std::string part;
+  if (g_trace_write_part != nullptr && g_trace_write_part(g_trace_folder.c_str()) == 0) {
+    const std::string path = g_trace_folder + "/" + std::to_string(getpid()) + ".part";
+    if (FILE* f = fopen(path.c_str(), "re")) {
+      char buf[1 << 16];
+      size_t n;
+      while ((n = fread(buf, 1, sizeof buf, f)) > 0 && part.size() < kMaxTracePart) part.append(buf, n);
+      fclose(f);
+    }
+    unlink(path.c_str());
+    if (part.size() > kMaxTracePart) {
+      // Whole lines only; the merge skips what is missing.
+      part.resize(part.rfind('\n', kMaxTracePart - 1) + 1);
+      fprintf(stderr, "gslice-remoted[%d]: the worker's timeline part was cut to %llu bytes\n",
+              static_cast<int>(getpid()), static_cast<unsigned long long>(kMaxTracePart));
+    }
+  }
+  if (part.empty()) part = EmptyPart();
+  const uint64_t next = g_served_next.load(std::memory_order_acquire);
+  uint64_t first = g_served_taken;
+  uint64_t dropped = 0;
+  const uint64_t keep = std::min<uint64_t>(g_served_mask + 1, kMaxServeRecords);
+  if (next - first > keep) {
+    dropped = next - first - keep;
+    first = next - keep;
+  }
+  std::vector<ServeRecord> served;
+  served.reserve(next - first);
+  for (uint64_t i = first; i < next; ++i) {
+    ServeSlot& slot = g_served[i & g_served_mask];
+    if (slot.seq.load(std::memory_order_acquire) != i + 1) {
+      ++dropped;
+      continue;
+    }
+    const ServeRecord r = slot.record;
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (slot.seq.load(std::memory_order_relaxed) != i + 1) {
+      ++dropped;
+      continue;
+    }
+    served.push_back(r);
+  }
+  g_served_taken = next;
+  pthread_mutex_unlock(&g_fetch_mu);
+  out->Put<int32_t>(CUDA_SUCCESS);
+  EncodeTraceFetchReply(dropped, served, part, out);
+}
+
 // Calls not waited for that failed at least once (logged once each).
 std::atomic<bool> g_async_failed[kOpCount];
 
@@ -117,6 +267,14 @@ bool Serve(Request& request, int32_t* deferred, Writer* out) {
   const uint32_t op = request.header.op;
   Reader in(request.payload.data(), request.payload.size());
   RequestPrefix prefix;
+  if (op == kOpTraceFetch) {
+    if (!DecodeRequestPrefix(&in, &prefix) || !in.AtEnd()) {
+      out->Put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+    } else {
+      AnswerTraceFetch(out);
+    }
+    return true;
+  }
   // NVML requests need no context.
   const bool driver_call = op >= kOpCount || kOpLibrary[op] == Library::kCuda;
   if (!DecodeRequestPrefix(&in, &prefix)) {
@@ -183,7 +341,10 @@ void* ServeLane(void* arg) {
     while (g_async_done < request.async_before) pthread_cond_wait(&g_async_ran, &g_mu);
     pthread_mutex_unlock(&g_mu);
     Writer out;
+    const bool traced = Tracing() && request.header.op != kOpTraceFetch;
+    const int64_t start = traced ? TraceNow() : 0;
     const bool answer = Serve(request, &deferred, &out);
+    if (traced) RecordServed(request, static_cast<uint32_t>(&lane - g_lanes), start, TraceNow());
     if (Unanswered(request)) {
       pthread_mutex_lock(&g_mu);
       ++g_async_done;
@@ -218,6 +379,7 @@ int RunWorker(int fd) {
     LoadNvml(nvml);
     InitNvmlBeforeFirstCall();
   }
+  StartTracing(driver);
   g_ctx_get = reinterpret_cast<CtxGetFn>(dlsym(driver, "cuCtxGetCurrent"));
   g_ctx_set = reinterpret_cast<CtxSetFn>(dlsym(driver, "cuCtxSetCurrent"));
   if (!SendHelloReply(fd, HelloReply{.status = 0, .worker_pid = static_cast<uint32_t>(getpid()), .message = ""})) {
@@ -286,7 +448,27 @@ int RunWorker(int fd) {
     // A request whose prefix does not decode is answered (refused) on lane 0.
     Reader in(request.payload.data(), request.payload.size());
     RequestPrefix prefix;
-    const uint32_t lane = DecodeRequestPrefix(&in, &prefix) ? prefix.lane : 0;
+    const bool prefixed = DecodeRequestPrefix(&in, &prefix);
+    const uint32_t lane = prefixed ? prefix.lane : 0;
+    if (request.header.op == kOpTraceClock) {
+      // Answered at once, on this thread: the client's clock alignment wants the shortest
+      // round trip it can get.
+      Writer out;
+      if (!prefixed || !in.AtEnd()) {
+        out.Put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+      } else if (!Tracing()) {
+        out.Put<int32_t>(CUDA_ERROR_NOT_SUPPORTED);
+      } else {
+        out.Put<int32_t>(CUDA_SUCCESS);
+        out.Put<int64_t>(TraceNow());
+      }
+      pthread_mutex_lock(&g_write_mu);
+      const bool sent = WriteFrame(g_out, FrameHeader{.seq = request.header.seq, .op = kOpTraceClock | kReplyBit},
+                                   out.buffer().data(), out.size());
+      pthread_mutex_unlock(&g_write_mu);
+      if (!sent) return 0;
+      continue;
+    }
     if ((request.header.op & kWaitBit) != 0 && IsAsync(request.header.op & ~kWaitBit)) {
       request.header.op &= ~kWaitBit;
       request.waited = true;

@@ -94,13 +94,14 @@ TEST(Shim, GetProcAddressReturnsHooksForEveryVersionAndFlag) {
 // Every function the shim exports, and every one cuGetProcAddress hands out, passes the resume
 // gate - except exactly those interpose/ungated.def names - so a new export cannot skip it.
 // The check reads the built shim's machine code (the gate's prologue, interpose/gen_exports.py).
-// (InitializeInjectionNvtx2, NVTX's entry into the shim as its injection library, is no driver
-// function: trace_nvtx.cc.)
+// (InitializeInjectionNvtx2, NVTX's entry into the shim as its injection library, and
+// gslice_trace_*, the recorder's entry points for gslice-remoted's worker, are no driver
+// functions: trace_nvtx.cc, trace_recorder.cc.)
 TEST(Shim, EveryExportPassesTheResumeGateButTheListedOnes) {
   ShimEnv env("gatecheck");
   const std::string names = "/tmp/gslice-test-" + std::to_string(getpid()) + "-exports";
   const std::string cmd = std::string(GSLICE_TEST_NM) + " -D --defined-only " + GSLICE_TEST_SHIM_DIR +
-                          "/libcuda.so.1 | awk '$2 == \"T\" {print $3}' | sed 's/@.*//' | grep -vx InitializeInjectionNvtx2 > " + names;
+                          "/libcuda.so.1 | awk '$2 == \"T\" {print $3}' | sed 's/@.*//' | grep -vx -e InitializeInjectionNvtx2 -e 'gslice_trace_.*' > " + names;
   ASSERT_EQ(system(cmd.c_str()), 0) << cmd;
   ChildResult r = env.Run({ClientPath(), "gatecheck", names, GSLICE_TEST_UNGATED_DEF});
   unlink(names.c_str());

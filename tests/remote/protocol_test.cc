@@ -119,6 +119,76 @@ TEST(RemoteWire, HelloRoundTripsAndRefusesGarbage) {
   }
 }
 
+TEST(RemoteWire, HelloCarriesWhetherTheClientRecordsATimeline) {
+  for (bool trace : {false, true}) {
+    Writer w;
+    EncodeHello(Hello{.calls_hash = kCallsHash, .memory = "1GiB", .compute = "", .share = "", .slice_class = "",
+                      .idle_timeout = "", .host = "h", .trace = trace}, &w);
+    Reader r(w.buffer().data(), w.size());
+    Hello h;
+    std::string error;
+    ASSERT_TRUE(DecodeHello(&r, &h, &error)) << error;
+    EXPECT_EQ(h.trace, trace);
+  }
+  // The flag is 0 or 1, nothing else.
+  Writer w;
+  EncodeHello(Hello{.calls_hash = kCallsHash, .memory = "1GiB", .compute = "", .share = "", .slice_class = "",
+                      .idle_timeout = "", .host = "h", .trace = true}, &w);
+  std::vector<uint8_t> bad = w.buffer();
+  bad.back() = 2;
+  Reader r(bad.data(), bad.size());
+  Hello h;
+  std::string error;
+  EXPECT_FALSE(DecodeHello(&r, &h, &error));
+}
+
+TEST(RemoteWire, ATraceFetchReplyRoundTripsAndItsBoundsAreChecked) {
+  const std::vector<ServeRecord> served = {{.seq = 7, .op = 3, .lane = 1, .tid = 99, .start = 10, .end = 20},
+                                           {.seq = 8, .op = 4, .lane = 0, .tid = 98, .start = 30, .end = 35}};
+  const std::string part = "gslice-trace-part 1\nP 5 1 2 0 \"s\" \"n\"\n";
+  Writer w;
+  EncodeTraceFetchReply(3, served, part, &w);
+  Reader r(w.buffer().data(), w.size());
+  uint64_t dropped = 0;
+  std::vector<ServeRecord> got;
+  std::string text;
+  ASSERT_TRUE(DecodeTraceFetchReply(&r, &dropped, &got, &text));
+  EXPECT_EQ(dropped, 3u);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[1].seq, 8u);
+  EXPECT_EQ(got[0].tid, 99u);
+  EXPECT_EQ(got[0].end, 20);
+  EXPECT_EQ(text, part);
+  // Every truncation, and trailing bytes, are refused.
+  for (size_t n = 0; n < w.size(); ++n) {
+    Reader t(w.buffer().data(), n);
+    EXPECT_FALSE(DecodeTraceFetchReply(&t, &dropped, &got, &text)) << "truncated to " << n;
+  }
+  std::vector<uint8_t> more = w.buffer();
+  more.push_back(0);
+  Reader m(more.data(), more.size());
+  EXPECT_FALSE(DecodeTraceFetchReply(&m, &dropped, &got, &text));
+  // A count or a length past the bounds is refused before anything is allocated for it.
+  Writer huge_count;
+  huge_count.Put<uint64_t>(0);
+  huge_count.Put<uint32_t>(kMaxServeRecords + 1);
+  Reader hc(huge_count.buffer().data(), huge_count.size());
+  EXPECT_FALSE(DecodeTraceFetchReply(&hc, &dropped, &got, &text));
+  Writer huge_part;
+  huge_part.Put<uint64_t>(0);
+  huge_part.Put<uint32_t>(0);
+  huge_part.Put<uint64_t>(kMaxTracePart + 1);
+  Reader hp(huge_part.buffer().data(), huge_part.size());
+  EXPECT_FALSE(DecodeTraceFetchReply(&hp, &dropped, &got, &text));
+  // Random bytes never read out of bounds.
+  std::mt19937_64 rng(2);
+  for (int i = 0; i < 2000; ++i) {
+    auto junk = Bytes(rng, rng() % 96);
+    Reader j(junk.data(), junk.size());
+    DecodeTraceFetchReply(&j, &dropped, &got, &text);
+  }
+}
+
 TEST(RemoteWire, ARequestPrefixWithALaneOutOfRangeIsRefused) {
   Writer w;
   EncodeRequestPrefix(RequestPrefix{.context = 0x1234, .lane = kMaxLanes - 1}, &w);

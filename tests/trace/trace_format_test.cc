@@ -38,6 +38,51 @@ TEST(TraceMerge, PartsShareOneClockWhoseZeroIsTheEarliestStart) {
   EXPECT_FALSE(mark.contains("dur"));
 }
 
+TEST(TraceMerge, APartOnAnotherHostsClockIsPutOnTheFilesClockByItsClockLine) {
+  // The client's part, and its worker's, whose clock runs 1 s ahead (offset -1 s, +- 5 us).
+  const std::string client = std::string(kTracePartMagic) +
+                             "\nP 10 5000000 1700000000000000000 0 \"\" \"none: a remote client\"\n"
+                             "E 5002000 10000 \"ph\":\"X\",\"cat\":\"remote\",\"name\":\"cuMemAlloc_v2\",\"pid\":10,\"tid\":10\n";
+  const std::string worker = std::string(kTracePartMagic) +
+                             "\nP 20 1005001000 1700000000001000000 0 \"remote-7\" \"cupti x\"\n"
+                             "C -1000000000 5000\n"
+                             "E 1005004000 3000 \"ph\":\"X\",\"cat\":\"remote\",\"name\":\"serve\",\"pid\":20,\"tid\":21\n";
+  TraceMergeResult r;
+  const json t = json::parse(MergeTraceParts({worker, client}, "", &r));
+  EXPECT_EQ(r.parts, 2);
+  EXPECT_EQ(r.aligned_parts, 1);
+  EXPECT_EQ(t["otherData"]["gslice"]["slice"], "remote-7");
+  EXPECT_EQ(t["otherData"]["gslice"]["clock_uncertainty_ns"], 5000);
+  EXPECT_EQ(t["otherData"]["gslice"]["started_unix_ns"], 1700000000000000000);
+  ASSERT_EQ(t["traceEvents"].size(), 2u);
+  const json& serve = t["traceEvents"][0];
+  const json& call = t["traceEvents"][1];
+  EXPECT_DOUBLE_EQ(call["ts"].get<double>(), 2.0);   // 5002000 - 5000000 ns
+  EXPECT_DOUBLE_EQ(serve["ts"].get<double>(), 4.0);  // 1005004000 - 1 s - 5000000 ns
+  const json& procs = t["otherData"]["gslice"]["processes"];
+  EXPECT_EQ(procs[0]["clock"]["offset_ns"], -1000000000);
+  EXPECT_EQ(procs[0]["clock"]["uncertainty_ns"], 5000);
+  EXPECT_FALSE(procs[1].contains("clock"));
+  // With a drift: 1000 ppb (1 us per ms) from the reference on.
+  const std::string drifting = std::string(kTracePartMagic) +
+                               "\nP 20 1005001000 1700000000001000000 0 \"remote-7\" \"cupti x\"\n"
+                               "C -1000000000 5000 1002004000 1000000.000\n"
+                               "E 1005004000 3000 \"ph\":\"X\",\"cat\":\"remote\",\"name\":\"serve\",\"pid\":20,\"tid\":21\n";
+  const json d = json::parse(MergeTraceParts({drifting, client}, "", &r));
+  const json& late = d["traceEvents"][0];
+  // 1005004000 - 1 s + 3 us of drift over its 3 ms past the reference, - 5000000 ns.
+  EXPECT_DOUBLE_EQ(late["ts"].get<double>(), 7.0);
+  EXPECT_DOUBLE_EQ(late["dur"].get<double>(), 3.003);
+  EXPECT_DOUBLE_EQ(d["otherData"]["gslice"]["processes"][0]["clock"]["drift_ppb"].get<double>(), 1000000.0);
+  // A clock line that does not parse leaves its part out: its times would mislead.
+  const std::string garbled = std::string(kTracePartMagic) + "\nP 20 1 2 0 \"s\" \"n\"\nC -1 x\n" +
+                              "E 1 1 \"ph\":\"X\",\"cat\":\"remote\",\"name\":\"serve\",\"pid\":20,\"tid\":21\n";
+  const json g = json::parse(MergeTraceParts({garbled, client}, "", &r));
+  EXPECT_EQ(r.parts, 1);
+  EXPECT_EQ(g["traceEvents"].size(), 1u);
+  EXPECT_FALSE(g["otherData"]["gslice"].contains("clock_uncertainty_ns"));
+}
+
 TEST(TraceMerge, NoPartsMakeAnEmptyTraceThatStillParses) {
   const json t = json::parse(MergeTraceParts({}, "idle"));
   EXPECT_TRUE(t["traceEvents"].empty());

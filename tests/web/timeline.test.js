@@ -5,7 +5,8 @@
 // for threads (NVTX ranges, API calls, gate and suspended waits nested by depth), GPU streams
 // and counters; zooming and panning (buttons, wheel, drag) change the window; hovering shows
 // an event's name, duration and arguments; a slice without a trace says how to record one;
-// 100k events are drawn culled to the window. Nothing is fetched from outside gsliced.
+// 100k events are drawn culled to the window; a remote run's two processes are drawn with
+// arrows from each call to the worker's execution of it. Nothing is fetched from outside gsliced.
 // Writes a screenshot to $GSLICE_SCREENSHOT_DIR/trace-dashboard.png (docs/trace.md shows it).
 'use strict';
 
@@ -97,12 +98,41 @@ function largeTrace(slice) {
           otherData: {gslice: {version: 1, slice, started_unix_ns: Date.now() * 1e6, dropped_events: 1234}}};
 }
 
+// A remote run as `gslice run --remote --trace` merges it (docs/trace.md, "Remote programs"):
+// the client's calls with their network slices and flows, the worker's served requests around
+// its driver calls, and its kernels, on the client's clock.
+function remoteTrace(slice) {
+  const client = 5100, worker = 5200, lane = 5203;
+  const ev = [
+    ...names(client, 'python3 (remote client, worker pid 5200)', [[client, 'python3']]),
+    ...names(worker, `gslice-remoted (slice ${slice})`, [[lane, 'serving lane 0'], [STREAM + 1, 'stream 1']]),
+  ];
+  for (let i = 0; i < 20; i++) {
+    const t = 1000 + i * 500, seq = i + 2;
+    ev.push({ph: 'X', cat: 'remote', name: 'cuStreamSynchronize', pid: client, tid: client, ts: t, dur: 400,
+             args: {mode: 'round trip', lane: 0, seq, worker_us: 300, network_queue_us: 100}});
+    ev.push({ph: 'X', cat: 'network', name: 'request: network + queue', pid: client, tid: client, ts: t, dur: 60});
+    ev.push({ph: 'X', cat: 'network', name: 'reply: network', pid: client, tid: client, ts: t + 360, dur: 40});
+    ev.push({ph: 's', cat: 'remote', name: 'remote call', id: seq, pid: client, tid: client, ts: t});
+    ev.push({ph: 'f', bp: 'e', cat: 'remote', name: 'remote call', id: seq, pid: worker, tid: lane, ts: t + 60});
+    ev.push({ph: 'X', cat: 'remote', name: 'serve cuStreamSynchronize', pid: worker, tid: lane, ts: t + 60, dur: 300,
+             args: {seq, lane: 0, client_pid: client, client_tid: client}});
+    ev.push({ph: 'X', cat: 'api', name: 'cuStreamSynchronize', pid: worker, tid: lane, ts: t + 61, dur: 298});
+    ev.push({ph: 'X', cat: 'kernel', name: 'gemm', pid: worker, tid: STREAM + 1, ts: t + 20, dur: 330,
+             args: {stream: 1, device: 0}});
+  }
+  return {traceEvents: ev, displayTimeUnit: 'ns',
+          otherData: {gslice: {version: 1, slice, started_unix_ns: Date.now() * 1e6, dropped_events: 0,
+                               clock_uncertainty_ns: 9000}}};
+}
+
 run('timeline', async (world) => {
   await world.startGsliced();
   for (const s of [
     {name: 'train', user: 'alice', gpus: [{gpu: '0', memory: '8GiB', compute: '50%'}]},
     {name: 'fresh', user: 'bob', gpus: [{gpu: '1', memory: '2GiB'}]},
     {name: 'big', user: 'carol', gpus: [{gpu: '1', memory: '2GiB'}]},
+    {name: 'remote-7', user: 'dave', gpus: [{gpu: '0', memory: '1GiB'}]},
   ]) {
     const r = await world.call('POST', '/v1/slices', s);
     assert.equal(r.status, 201, JSON.stringify(r.json));
@@ -110,7 +140,8 @@ run('timeline', async (world) => {
   // As the recorder leaves them: beside gsliced's database, mode 0640.
   const traces = path.join(world.dir, 'traces');
   fs.mkdirSync(traces);
-  for (const [slice, trace] of [['train', trainingTrace('train')], ['big', largeTrace('big')]]) {
+  for (const [slice, trace] of [['train', trainingTrace('train')], ['big', largeTrace('big')],
+                                 ['remote-7', remoteTrace('remote-7')]]) {
     fs.writeFileSync(path.join(traces, `${slice}.json`), JSON.stringify(trace), {mode: 0o640});
   }
   assert.equal((await world.call('GET', '/v1/slices/train/trace')).json.otherData.gslice.slice, 'train');
@@ -268,6 +299,21 @@ run('timeline', async (world) => {
   assert.ok(narrow.rects >= 38 && narrow.rects <= 44, `400 µs window: ${JSON.stringify(narrow)}`);
   h = await hover('k5', 1000000001);
   assert.match(h.text, /k5.*kernel · stream 1.*duration 12 µs/s);
+
+  // A remote run: the client and its worker, each call above its network slices, each served
+  // request above the worker's driver call.
+  await page.goto(`${base}/#slice=remote-7`);
+  await page.waitForSelector('#slice-page[data-trace="loaded"]', {timeout: 10000});
+  assert.match(await page.locator('#trace-info').textContent(), /\d+ events · 2 processes/);
+  const remoteRows = await page.evaluate(() => window.gsliceTimeline.rows());
+  assert.deepEqual(remoteRows.map((r) => `${r.kind}:${r.name}:${r.lanes ?? ''}`), [
+    'process:python3 (remote client, worker pid 5200) · pid 5100:0', 'thread:python3:2',
+    'process:gslice-remoted (slice remote-7) · pid 5200:0', 'thread:serving lane 0:2', 'stream:stream 1:1',
+  ]);
+  // Each call's flow to the worker's execution of it is an arrow between the two rows.
+  assert.equal((await drawn()).flows, 20);
+  await page.evaluate(() => window.gsliceTimeline.setView(0, 400));  // the first call only
+  assert.equal((await drawn()).flows, 1);
 
   // Back to the node.
   await page.locator('#back-link').click();

@@ -49,6 +49,34 @@ function random(seed) {
   assert.equal(thread.lanes[1].events.find((e) => e.name === 'mark').instant, true);
 }
 
+// A remote run's merged trace (docs/trace.md, "Remote programs"): the client's call encloses
+// its network slices, the worker's served request encloses its driver call, even at equal
+// times; the flow between them is kept with both ends; the two processes keep their own rows.
+{
+  const m = buildModel({traceEvents: [
+    {ph: 'M', name: 'process_name', pid: 10, args: {name: 'python3 (remote client, worker pid 20)'}},
+    {ph: 'M', name: 'process_name', pid: 20, args: {name: 'gslice-remoted (slice remote-7)'}},
+    {ph: 'M', name: 'thread_name', pid: 20, tid: 21, args: {name: 'serving lane 0'}},
+    {ph: 'X', cat: 'network', name: 'request: network + queue', pid: 10, tid: 10, ts: 100, dur: 30},
+    {ph: 'X', cat: 'network', name: 'reply: network', pid: 10, tid: 10, ts: 170, dur: 30},
+    {ph: 's', cat: 'remote', name: 'remote call', id: 42, pid: 10, tid: 10, ts: 100},
+    {ph: 'X', cat: 'remote', name: 'cuMemAlloc_v2', pid: 10, tid: 10, ts: 100, dur: 100, args: {seq: 5}},
+    {ph: 'X', cat: 'api', name: 'cuMemAlloc_v2', pid: 20, tid: 21, ts: 130, dur: 40},
+    {ph: 'f', bp: 'e', cat: 'remote', name: 'remote call', id: 42, pid: 20, tid: 21, ts: 130},
+    {ph: 'X', cat: 'remote', name: 'serve cuMemAlloc_v2', pid: 20, tid: 21, ts: 130, dur: 40, args: {seq: 5}},
+  ], otherData: {gslice: {version: 1, slice: 'remote-7', clock_uncertainty_ns: 9000}}});
+  assert.deepEqual(plain(m.processes.map((p) => p.name)),
+                   ['python3 (remote client, worker pid 20)', 'gslice-remoted (slice remote-7)']);
+  const lanes = (p) => plain(m.processes[p].tracks[0].lanes.map((l) => l.events.map((e) => e.cat + ':' + e.name)));
+  assert.deepEqual(lanes(0), [['remote:cuMemAlloc_v2'],
+                              ['network:request: network + queue', 'network:reply: network']]);
+  assert.equal(m.processes[1].tracks[0].name, 'serving lane 0');
+  assert.deepEqual(lanes(1), [['remote:serve cuMemAlloc_v2'], ['api:cuMemAlloc_v2']]);
+  // The flow joins the call to the execution, times from the first event.
+  assert.deepEqual(plain(m.flows), [{from: {pid: 10, tid: 10, ts: 0}, to: {pid: 20, tid: 21, ts: 30}}]);
+  assert.equal(m.maxFlowSpan, 30);
+}
+
 // At equal start and length an NVTX range encloses the API call, which encloses its wait.
 {
   const m = buildModel({traceEvents: ['gate', 'api', 'nvtx'].map((cat) =>
@@ -68,7 +96,7 @@ function random(seed) {
     {ph: 'E', pid: 9, tid: 11, ts: 11},  // unmatched: skipped
     {ph: 'C', name: 'slice memory', pid: 9, tid: 9, ts: 3, args: {bytes: 10}},
     {ph: 'C', name: 'slice memory', pid: 9, tid: 9, ts: 1, args: {bytes: 30}},
-    {ph: 's', name: 'flow', pid: 9, tid: 11, ts: 1, id: 1},  // flows: not drawn
+    {ph: 's', name: 'flow', pid: 9, tid: 11, ts: 1, id: 1},  // a flow without its end: not drawn
     {ph: 'X', name: 'main', pid: 9, tid: 9, ts: 0, dur: 1},
   ], otherData: {gslice: {version: 1, slice: 'a', dropped_events: 3}}});
   const p = m.processes[0];
@@ -81,7 +109,8 @@ function random(seed) {
   assert.deepEqual([...counter.times], [1, 3], 'counter samples in time order');
   assert.deepEqual([...counter.series[0].values], [30, 10]);
   assert.equal(counter.series[0].max, 30);
-  assert.equal(m.skipped, 2);
+  assert.equal(m.skipped, 1);
+  assert.equal(m.flows.length, 0);
   assert.equal(m.info.dropped_events, 3);
 }
 

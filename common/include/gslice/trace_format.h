@@ -5,13 +5,19 @@
 //
 //   gslice-trace-part 1
 //   P <pid> <started_mono_ns> <started_unix_ns> <dropped> <slice name, JSON string> <note, JSON string>
+//   C <offset_ns> <uncertainty_ns> [<reference_ns> <drift_ppb>]   (optional, right after P)
 //   M <a whole metadata event, JSON object>                 (process_name, thread_name)
 //   E <ts_ns> <dur_ns or -1> <the event's other members, JSON, no braces>
 //
 // Times in a part are CLOCK_MONOTONIC nanoseconds, so the parts of one node share one clock;
 // the merge puts the file's zero at the earliest part's start (otherData.gslice.started_unix_ns
-// is the wall time of that zero) and writes ts/dur in microseconds. Lines that do not parse (a
-// process killed while writing) are skipped; a merge never fails on a part's content.
+// is the wall time of that zero) and writes ts/dur in microseconds. A part recorded on another
+// host's clock (a remote worker's, remote/client/client_trace.h) carries a clock line: its
+// time t is t + offset_ns + (t - reference_ns) * drift_ppb / 1e9 on the file's clock, known to
+// +- uncertainty_ns (listed as the
+// process's otherData clock; the largest as otherData.gslice.clock_uncertainty_ns). A part
+// whose clock line does not parse is left out. Lines that do not parse (a process killed while
+// writing) are skipped; a merge never fails on a part's content.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +41,8 @@ struct TraceMergeResult {
   int64_t events = 0;       // events written
   int64_t dropped = 0;      // the parts' dropped events, summed
   int64_t started_unix_ns = 0;
+  int aligned_parts = 0;              // parts with a clock line
+  int64_t clock_uncertainty_ns = 0;   // the largest of theirs
 };
 
 // Merges the parts (their contents) into one trace file (docs/trace.md): a Chrome trace event
