@@ -5,7 +5,8 @@
 //   attach_probe  1. cuInit, the driver version, the device count, name, an attribute and
 //                    the total memory: prints "queried <count> <total bytes>", waits
 //                 2. allocates 64 MiB, writes a pattern: prints "written", waits
-//                 3. reads it back: prints "intact" or "CORRUPT", waits
+//                 3. reads it back: prints "intact" or "CORRUPT", then reads it again and
+//                    prints "reread <seconds>" (the same copy with nothing to resume), waits
 //                 4. frees, exits
 //   attach_probe nvml
 //                 1. NVML only (dlopen'ed): init, the device count, device 0's handle, name,
@@ -17,6 +18,7 @@
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <string>
@@ -142,6 +144,12 @@ int main(int argc, char** argv) {
   std::vector<uint32_t> back(data.size());
   CK(cuMemcpyDtoH(back.data(), p, bytes));
   printf("%s\n", back == data ? "intact" : "CORRUPT");
+  fflush(stdout);
+  timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  CK(cuMemcpyDtoH(back.data(), p, bytes));
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  printf("reread %.6f\n", static_cast<double>(t1.tv_sec - t0.tv_sec) + static_cast<double>(t1.tv_nsec - t0.tv_nsec) / 1e9);
   WaitForLine();
   CK(cuMemFree(p));
   CK(cuDevicePrimaryCtxRelease(dev));

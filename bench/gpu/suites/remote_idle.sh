@@ -146,6 +146,8 @@ try:
     first_call_s = time.monotonic() - t0
     result("remote_idle.resumed_intact", "PASS" if back == "intact" else "FAIL",
            f"first call after the idle release (a 64 MiB read back) took {first_call_s:.2f}s: '{back}'")
+    reread = c.line()
+    reread_s = float(reread.split()[1]) if reread.startswith("reread ") else 0.0
     # The driver's own restore of the same process, at once (before the idle timeout comes
     # round again): lock, checkpoint, hold, then restore + unlock timed, the raw driver calls.
     pids = [p for p in worker_pids(server.pid)
@@ -162,10 +164,14 @@ try:
         m = re.search(r"restore_s=([\d.]+) unlock_s=([\d.]+)", cp.stdout)
         if cp.returncode == 0 and m:
             driver_s = float(m.group(1)) + float(m.group(2))
-            ratio = first_call_s / driver_s
+            # What the release added to the call: its time less the same read with nothing to
+            # resume (the 64 MiB copy itself).
+            added_s = first_call_s - reread_s
+            ratio = added_s / driver_s
             result("remote_idle.vs_driver_restore", "PASS" if ratio <= 1.5 else "FAIL",
-                   f"first call after the release {first_call_s:.3f}s = {ratio:.2f}x the driver's restore + unlock "
-                   f"of the same worker ({driver_s:.3f}s; goal <= 1.5x)")
+                   f"the release added {added_s:.3f}s to the first call ({first_call_s:.3f}s, the same read "
+                   f"again {reread_s:.3f}s) = {ratio:.2f}x the driver's restore + unlock of the same worker "
+                   f"({driver_s:.3f}s; goal <= 1.5x)")
         else:
             result("remote_idle.vs_driver_restore", "FAIL",
                    f"gslice-checkpoint-bench exit {cp.returncode}: {(cp.stderr.strip().splitlines() or ['?'])[-1]}")
