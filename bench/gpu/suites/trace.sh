@@ -3,7 +3,8 @@
 # torch.cuda.nvtx ranges (gslice run --trace), checked for CUPTI kernels within its NVTX step
 # ranges and launches within forward/backward/optimizer; and what tracing costs ResNet-50
 # training: no shim vs the shim with tracing off vs tracing on, interleaved in one run
-# (TRACE_ROUNDS rounds, default 3), the medians' ratios printed in a short table last.
+# (TRACE_ROUNDS rounds, default 3; TRACE_MODES="noshim off on host" adds tracing without CUPTI,
+# host events only), the medians' ratios printed in a short table last.
 # Prints RESULT lines for bench/gpu/run.
 # Safety: plain device allocations in a 24 GiB slice; no managed memory.
 set -uo pipefail
@@ -56,12 +57,16 @@ run_mode() {  # mode round -> prints imgs/s or nothing
     noshim) "${train[@]}" >"$log" 2>&1 ;;
     off) gslice run --no-daemon --memory 24GiB -- "${train[@]}" >"$log" 2>&1 ;;
     on) gslice run --no-daemon --memory 24GiB --trace "$out/overhead-$r.json" -- "${train[@]}" >"$log" 2>&1 ;;
+    # Tracing on without GPU activity (no CUPTI: host events only), to tell CUPTI's share.
+    host) GSLICE_CUPTI=/nonexistent/libcupti.so gslice run --no-daemon --memory 24GiB --trace "$out/overhead-$r.json" \
+            -- "${train[@]}" >"$log" 2>&1 ;;
   esac
   sed -n 's/^imgs_per_s //p' "$log" | tail -1
 }
-declare -A runs=([noshim]="" [off]="" [on]="")
+modes="${TRACE_MODES:-noshim off on}"
+declare -A runs=([noshim]="" [off]="" [on]="" [host]="")
 for r in $(seq "$rounds"); do
-  for mode in noshim off on; do
+  for mode in $modes; do
     v=$(run_mode "$mode" "$r")
     echo "round $r $mode: ${v:-failed}"
     [ -n "$v" ] && runs[$mode]+="$v "
@@ -88,3 +93,7 @@ printf '%-22s %-34s %-10s %s\n' "mode" "runs" "median" "vs no shim"
 printf '%-22s %-34s %-10s %s\n' "no shim" "${runs[noshim]}" "$noshim" "1.0000"
 printf '%-22s %-34s %-10s %s\n' "shim, tracing off" "${runs[off]}" "$off" "$off_ratio"
 printf '%-22s %-34s %-10s %s\n' "shim, tracing on" "${runs[on]}" "$on" "$on_ratio"
+if [ -n "${runs[host]}" ]; then
+  host=$(median <<<"${runs[host]}")
+  printf '%-22s %-34s %-10s %s\n' "tracing on, no CUPTI" "${runs[host]}" "$host" "$(ratio "$host" "$noshim")"
+fi
