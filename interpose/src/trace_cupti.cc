@@ -106,13 +106,19 @@ void* TryOpen(const char* path, int flags) {
 }
 
 // CUPTI the program already loaded (PyTorch's profiler links it), GSLICE_CUPTI, one beside the
-// real driver (the sim's), the library path, then the CUDA toolkit's usual folders.
+// real driver (the sim's), the library path, then the CUDA toolkit's usual folders; none with
+// GSLICE_CUPTI=off.
 void* OpenCupti(const char* real_driver_path) {
+  const char* configured = OptionValue(Option::Cupti);
+  if (strcmp(configured, "off") == 0) {
+    // Host events only, even where the program loaded CUPTI itself (PyTorch does).
+    snprintf(g_why, sizeof g_why, "GSLICE_CUPTI=off");
+    return nullptr;
+  }
   static const char* const kLoaded[] = {"libcupti.so", "libcupti.so.13", "libcupti.so.12"};
   for (const char* name : kLoaded) {
     if (void* h = TryOpen(name, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD)) return h;
   }
-  const char* configured = OptionValue(Option::Cupti);
   if (configured[0] != '\0') {
     if (void* h = TryOpen(configured, RTLD_NOW | RTLD_LOCAL)) return h;
     snprintf(g_why, sizeof g_why, "GSLICE_CUPTI=%.100s: %.120s", configured, dlerror());

@@ -637,6 +637,14 @@ namespace {
 
 // The id of a stream for "api" events, + 1 (0: unknown), through the driver (cuStreamGetId;
 // the same id CUPTI reports), cached per thread for the last few streams.
+// A slot of a direct-mapped cache of 2^bits entries for a pointer: a multiplicative hash of
+// all its bits. The driver's handles are allocated with large, regular strides (a plain
+// shift-and-mask put every function of a module in a handful of slots, so launches missed
+// and looked their kernel's name up and interned it each time).
+size_t CacheSlot(const void* p, unsigned bits) {
+  return static_cast<size_t>((reinterpret_cast<uintptr_t>(p) * 0x9E3779B97F4A7C15ull) >> (64 - bits));
+}
+
 uint64_t StreamId(CUstream s, bool per_thread) {
   struct Entry {
     CUstream s;
@@ -665,7 +673,7 @@ uint32_t KernelNameId(CUfunction f) {
     uint32_t id;
   };
   static thread_local Entry cache[256];
-  Entry& e = cache[(reinterpret_cast<uintptr_t>(f) >> 4) & 255];
+  Entry& e = cache[CacheSlot(f, 8)];
   if (e.f == f && e.id != 0) return e.id;
   using GetName = CUresult (*)(const char**, CUfunction);
   using GetKernelName = CUresult (*)(const char**, CUkernel);
@@ -686,7 +694,7 @@ uint32_t StaticNameId(const char* s) {
     uint32_t id;
   };
   static thread_local Entry cache[64];
-  Entry& e = cache[(reinterpret_cast<uintptr_t>(s) >> 3) & 63];
+  Entry& e = cache[CacheSlot(s, 6)];
   if (e.s == s && e.id != 0) return e.id;
   e = Entry{s, Intern(s)};
   return e.id;

@@ -58,7 +58,7 @@ run_mode() {  # mode round -> prints imgs/s or nothing
     off) gslice run --no-daemon --memory 24GiB -- "${train[@]}" >"$log" 2>&1 ;;
     on) gslice run --no-daemon --memory 24GiB --trace "$out/overhead-$r.json" -- "${train[@]}" >"$log" 2>&1 ;;
     # Tracing on without GPU activity (no CUPTI: host events only), to tell CUPTI's share.
-    host) GSLICE_CUPTI=/nonexistent/libcupti.so gslice run --no-daemon --memory 24GiB --trace "$out/overhead-$r.json" \
+    host) GSLICE_CUPTI=off gslice run --no-daemon --memory 24GiB --trace "$out/overhead-$r.json" \
             -- "${train[@]}" >"$log" 2>&1 ;;
   esac
   sed -n 's/^imgs_per_s //p' "$log" | tail -1
