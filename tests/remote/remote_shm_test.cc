@@ -284,7 +284,11 @@ class RawRings {
   }
   ~RawRings() {
     if (channel_.fd >= 0) close(channel_.fd);
-    // The rings stay mapped until the process ends (the worker may still hold them).
+    // The worker's mapping is its own; this process's goes (no thread of the test uses it).
+    if (channel_.rings != nullptr) {
+      CloseRings(channel_.rings);
+      FreeRings(channel_.rings);
+    }
   }
   // Hello, then the rings; the worker's pid.
   pid_t Start() {
