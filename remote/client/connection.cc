@@ -133,7 +133,9 @@ std::string CacheKey(uint32_t op, const Writer& request) {
   return key;
 }
 
-bool LookUpCached(size_t slot, const std::string& key, std::vector<uint8_t>* reply) {
+// Under one lock: true with *reply when the slot keeps key's answer; else *generation is the
+// slot's generation now (what KeepAnswer later compares).
+bool LookUpCached(size_t slot, const std::string& key, std::vector<uint8_t>* reply, uint64_t* generation) {
   pthread_mutex_lock(&g_cache_mu);
   bool found = false;
   if (g_cache[slot] != nullptr) {
@@ -142,15 +144,9 @@ bool LookUpCached(size_t slot, const std::string& key, std::vector<uint8_t>* rep
       found = true;
     }
   }
+  *generation = g_cache_generation[slot];
   pthread_mutex_unlock(&g_cache_mu);
   return found;
-}
-
-uint64_t CacheGeneration(size_t slot) {
-  pthread_mutex_lock(&g_cache_mu);
-  const uint64_t g = g_cache_generation[slot];
-  pthread_mutex_unlock(&g_cache_mu);
-  return g;
 }
 
 void KeepAnswer(size_t slot, uint64_t generation, std::string key, const std::vector<uint8_t>& reply) {
@@ -240,13 +236,18 @@ void* Flusher(void*) {
       pthread_cond_timedwait(&g_queue_cv, &g_send_mu, &until);
       continue;
     }
-    if (g_failed.load() == CUDA_SUCCESS && g_conn.pid == self && !FlushLocked()) {
-      pthread_mutex_lock(&g_mu);
-      FailLocked(kLostResult, "lost the server while sending queued calls");
-      pthread_mutex_unlock(&g_mu);
+    if (g_failed.load() == CUDA_SUCCESS && g_conn.pid == self) {
+      if (!FlushLocked()) {
+        pthread_mutex_lock(&g_mu);
+        FailLocked(kLostResult, "lost the server while sending queued calls");
+        pthread_mutex_unlock(&g_mu);
+      }
+    } else {
+      // Nothing will send these (a failed connection, or a forked child's copy).
+      g_conn.queued.clear();
+      g_conn.queued_frames = 0;
+      g_conn.queued_since = 0;
     }
-    g_conn.queued.clear();
-    g_conn.queued_frames = 0;
   }
   pthread_mutex_unlock(&g_send_mu);
   return nullptr;
@@ -721,8 +722,15 @@ bool WaitForEveryCall() {
 }
 
 bool Call::AnsweredFromCache() {
+  Kept kept;
+  return FromCache(&kept);
+}
+
+bool Call::FromCache(Kept* kept) {
   if (!kOpCached[op_] && kOpCacheGroup[op_] == 0) return false;
-  if (!LookUpCached(CacheSlot(op_), CacheKey(op_, request_), &reply_buffer_)) return false;
+  kept->slot = CacheSlot(op_);
+  kept->key = CacheKey(op_, request_);
+  if (!LookUpCached(kept->slot, kept->key, &reply_buffer_, &kept->generation)) return false;
   Log(LogLevel::kDebug, "remote: %s answered from the client's cache", kOpNames[op_]);
   reader_ = Reader(reply_buffer_.data(), reply_buffer_.size());
   int32_t value = 0;
@@ -743,14 +751,10 @@ CUresult Call::Run() {
 }
 
 CUresult Call::Forward() {
+  // One key and one look: a miss leaves the key and the generation for keeping the answer.
   const bool keeps = kOpCached[op_] || kOpCacheGroup[op_] != 0;
-  if (keeps && AnsweredFromCache()) return CUDA_SUCCESS;
   Kept kept;
-  if (keeps) {
-    kept.slot = CacheSlot(op_);
-    kept.generation = CacheGeneration(kept.slot);
-    kept.key = CacheKey(op_, request_);
-  }
+  if (keeps && FromCache(&kept)) return CUDA_SUCCESS;
   if (AnswersWithoutSlice(op_)) {
     // Before the process holds its worker, the probe answers (attach.h).
     CUresult failed = CUDA_SUCCESS;

@@ -61,6 +61,9 @@ class Call {
   };
   // Run() without its timeline record (client_trace.h); sets mode_ and seq_.
   CUresult Forward();
+  // AnsweredFromCache, leaving in *kept where this call's answer would be kept (its slot, key
+  // and the slot's generation at the look).
+  bool FromCache(Kept* kept);
   // Reads the result from reply_buffer_ (the answer to this call) and keeps a successful
   // answer as *kept says (nullptr: not kept).
   CUresult Answered(Kept* kept);

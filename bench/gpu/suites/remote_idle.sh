@@ -150,8 +150,7 @@ try:
     reread_s = float(reread.split()[1]) if reread.startswith("reread ") else 0.0
     # The driver's own restore of the same process, at once (before the idle timeout comes
     # round again): lock, checkpoint, hold, then restore + unlock timed, the raw driver calls.
-    pids = [p for p in worker_pids(server.pid)
-            if b"gslice-remoted" in open(f"/proc/{p}/cmdline", "rb").read().split(b"\0")[0]]
+    pids = worker_pids(server.pid)
     bench = bin_("gslice-checkpoint-bench")
     if pids and os.path.exists(bench):
         bench_env = dict(env)

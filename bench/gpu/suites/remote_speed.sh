@@ -39,17 +39,11 @@ def result(name, status, detail):
     print(f"RESULT {name} {status} {detail}", flush=True)
 
 
-log_path = os.path.join(OUT, "gslice-remoted.log")
-server = subprocess.Popen([remoted, "--listen", "unix:" + sock, "--listen", "tcp://127.0.0.1:0"], env=env,
-                          stdout=open(log_path, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+sys.path.insert(0, os.path.abspath("bench/gpu/remote"))
+import serve
+server, tcp = serve.start(remoted, env, sock, os.path.join(OUT, "gslice-remoted.log"))
 try:
-    tcp = None
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and (tcp is None or not os.path.exists(sock)):
-        m = re.search(r"listening on (tcp://127\.0\.0\.1:\d+)", open(log_path).read())
-        tcp = m.group(1) if m else None
-        time.sleep(0.05)
-    if tcp is None or not os.path.exists(sock):
+    if tcp is None:
         result("remote_speed.server", "FAIL", "gslice-remoted did not listen")
         sys.exit(1)
     remote_unix = [gslice, "run", "--remote", "unix:" + sock, "--memory", "16GiB", "--"]
@@ -109,15 +103,9 @@ try:
         if waits and asyncs:
             result(f"remote_speed.{case}.async_vs_wait", "INFO", f"{asyncs[0]['sps'] / waits[0]['sps']:.2f}x")
 finally:
-    server.terminate()
-    try:
-        server.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        server.kill()
-    try:
-        os.unlink(sock)
-    except OSError:
-        pass
+    serve.stop(server, sock)
+    for p in (env["GSLICE_LEDGER"], env["GSLICE_SUSPEND_BOARD"]):
+        subprocess.run(["rm", "-rf", p])
 
 print()
 print(f"remote speed, {STEPS} steps after 5 warm-up; ratio to the mean of the local runs")

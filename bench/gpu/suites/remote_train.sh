@@ -58,17 +58,11 @@ def last_err(err):
     return (lines or ["(no output)"])[-1][:200]
 
 
-log_path = os.path.join(OUT, "gslice-remoted.log")
-server = subprocess.Popen([remoted, "--listen", "unix:" + sock, "--listen", "tcp://127.0.0.1:0"], env=env,
-                          stdout=open(log_path, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+sys.path.insert(0, os.path.abspath("bench/gpu/remote"))
+import serve
+server, tcp = serve.start(remoted, env, sock, os.path.join(OUT, "gslice-remoted.log"))
 try:
-    tcp = None
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and (tcp is None or not os.path.exists(sock)):
-        m = re.search(r"listening on (tcp://127\.0\.0\.1:\d+)", open(log_path).read())
-        tcp = m.group(1) if m else None
-        time.sleep(0.05)
-    if tcp is None or not os.path.exists(sock):
+    if tcp is None:
         result("remote_train.server", "FAIL", "gslice-remoted did not listen (remote_train/gslice-remoted.log)")
         sys.exit(1)
     # The client runs where the GPU's device files are out of reach (a mount namespace with
@@ -138,12 +132,8 @@ try:
                       f"(before/after {'/'.join(f'{x:.2f}' for x in local_sps)}) = {r['sps'] / local_mean:.3f}; {r['calls']}")
             result(f"remote_train.{wl}.{side}", "PASS" if same else "FAIL", detail)
 finally:
-    os.killpg(server.pid, signal.SIGTERM)
-    try:
-        server.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        os.killpg(server.pid, signal.SIGKILL)
-    for p in (env["GSLICE_LEDGER"], env["GSLICE_SUSPEND_BOARD"], sock):
+    serve.stop(server, sock)
+    for p in (env["GSLICE_LEDGER"], env["GSLICE_SUSPEND_BOARD"]):
         subprocess.run(["rm", "-rf", p])
     print("\nremote_train: check / workload, result")
     for name, status, detail in rows:
