@@ -22,6 +22,7 @@
 
 #include "calls.h"
 #include "node.h"
+#include "remote_test_support.h"
 #include "shm_ring.h"
 #include "socket_io.h"
 #include "test_support.h"
@@ -39,70 +40,21 @@ const std::string kOn = "calls go through shared memory";
 std::string Prefix() { return "/dev/shm/gslice-test-" + std::to_string(getpid()) + "-shm"; }
 std::string SocketPath() { return "/tmp/gslice-test-" + std::to_string(getpid()) + "-shm.sock"; }
 
-struct Result {
-  int code = -1;
-  std::string out;
-};
+using shared::Direct;
+using shared::Gone;
+using shared::GoneWithin;
+using shared::Remote;
+using shared::Result;
+using shared::WorkerPid;
 
 Result RunProgram(const std::vector<std::string>& argv, const std::vector<std::string>& env = {}) {
-  Child c(argv, env);
-  Result r;
-  r.code = c.Wait(&r.out, 90000);
-  return r;
-}
-
-std::vector<std::string> Direct(const std::string& memory, std::vector<std::string> cmd) {
-  std::vector<std::string> argv = {kBin + "/gslice", "run", "--sim", "--memory", memory, "--"};
-  argv.insert(argv.end(), cmd.begin(), cmd.end());
-  return argv;
-}
-
-std::vector<std::string> Remote(const std::string& address, const std::string& memory, std::vector<std::string> cmd) {
-  std::vector<std::string> argv = {kBin + "/gslice", "run", "--remote", address, "--memory", memory, "--"};
-  argv.insert(argv.end(), cmd.begin(), cmd.end());
-  return argv;
-}
-
-pid_t WorkerPid(const std::string& line) {
-  size_t at = line.find("worker pid ");
-  return at == std::string::npos ? -1 : static_cast<pid_t>(std::stol(line.substr(at + 11)));
-}
-
-bool Gone(pid_t pid) {
-  // read(2), not a stream: reading the file of a process that just ended fails with ESRCH.
-  const int fd = open(("/proc/" + std::to_string(pid) + "/stat").c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return true;
-  char buf[512];
-  const ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0) return true;
-  const std::string text(buf, static_cast<size_t>(n));
-  size_t paren = text.rfind(')');
-  return paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'Z';
-}
-
-bool GoneWithin(pid_t pid, int ms) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
-  while (!Gone(pid) && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return Gone(pid);
+  return shared::RunProgram(argv, env, 90000);
 }
 
 class RemoteShm : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    setenv("GSLICE_SIM_STATE", (Prefix() + "-node").c_str(), 1);
-    setenv("GSLICE_SIM_DEVICES", "1", 1);
-    setenv("GSLICE_SIM_MEMORY", "2GiB", 1);
-    setenv("GSLICE_LEDGER", (Prefix() + "-ledger").c_str(), 1);
-    setenv("GSLICE_SUSPEND_BOARD", (Prefix() + "-board").c_str(), 1);
-    setenv("GSLICE_CONTEXT_OVERHEAD", "64MiB", 1);
-    for (const char* v : {"GSLICE_REMOTE", "GSLICE_SOCKET", "GSLICE_DAEMON", "GSLICE_MEMORY", "GSLICE_LOG",
-                          "GSLICE_CLASS", "GSLICE_COMPUTE", "GSLICE_SHARE", "GSLICE_REMOTE_SHM",
-                          "GSLICE_REMOTE_SHM_SPIN"}) {
-      unsetenv(v);
-    }
+    shared::SetUpSimWorld(Prefix(), {"GSLICE_REMOTE_SHM", "GSLICE_REMOTE_SHM_SPIN"});
     if (const std::string asan = GSLICE_TEST_ASAN_RUNTIME; !asan.empty()) setenv("LD_PRELOAD", asan.c_str(), 1);
     unlink(SocketPath().c_str());
     server_ = new Child({kBin + "/gslice-remoted", "--listen", "unix:" + SocketPath(), "--listen",
@@ -125,10 +77,7 @@ class RemoteShm : public ::testing::Test {
       server_ = nullptr;
     }
     unlink(SocketPath().c_str());
-    std::error_code ec;
-    for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
-      if (entry.path().string().rfind(Prefix(), 0) == 0) std::filesystem::remove_all(entry.path(), ec);
-    }
+    shared::RemoveSimWorld(Prefix());
   }
 
   static std::string Address() { return "unix:" + SocketPath(); }

@@ -22,6 +22,7 @@
 
 #include "calls.h"
 #include "node.h"
+#include "remote_test_support.h"
 #include "socket_io.h"
 #include "test_support.h"
 #include "tls.h"
@@ -38,57 +39,17 @@ const std::string kProbe = GSLICE_TEST_PROBE;
 std::string Prefix() { return "/dev/shm/gslice-test-" + std::to_string(getpid()) + "-remote"; }
 std::string SocketPath() { return "/tmp/gslice-test-" + std::to_string(getpid()) + "-remoted.sock"; }
 
-struct Result {
-  int code = -1;
-  std::string out;
-};
-
-Result RunProgram(const std::vector<std::string>& argv, const std::vector<std::string>& env = {}, int timeout_ms = 60000) {
-  Child c(argv, env);
-  Result r;
-  r.code = c.Wait(&r.out, timeout_ms);
-  return r;
-}
-
-std::vector<std::string> Direct(const std::string& memory, std::vector<std::string> cmd) {
-  std::vector<std::string> argv = {kBin + "/gslice", "run", "--sim", "--memory", memory, "--"};
-  argv.insert(argv.end(), cmd.begin(), cmd.end());
-  return argv;
-}
-
-std::vector<std::string> Remote(const std::string& address, const std::string& memory, std::vector<std::string> cmd) {
-  std::vector<std::string> argv = {kBin + "/gslice", "run", "--remote", address, "--memory", memory, "--"};
-  argv.insert(argv.end(), cmd.begin(), cmd.end());
-  return argv;
-}
-
-// The worker's pid from the client's info log line.
-pid_t WorkerPid(const std::string& line) {
-  size_t at = line.find("worker pid ");
-  return at == std::string::npos ? -1 : static_cast<pid_t>(std::stol(line.substr(at + 11)));
-}
-
-bool Gone(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  if (!stat) return true;
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  size_t paren = text.rfind(')');
-  return paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'Z';
-}
+using shared::Direct;
+using shared::Gone;
+using shared::Remote;
+using shared::Result;
+using shared::RunProgram;
+using shared::WorkerPid;
 
 class RemoteSim : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    setenv("GSLICE_SIM_STATE", (Prefix() + "-node").c_str(), 1);
-    setenv("GSLICE_SIM_DEVICES", "1", 1);
-    setenv("GSLICE_SIM_MEMORY", "2GiB", 1);
-    setenv("GSLICE_LEDGER", (Prefix() + "-ledger").c_str(), 1);
-    setenv("GSLICE_SUSPEND_BOARD", (Prefix() + "-board").c_str(), 1);
-    setenv("GSLICE_CONTEXT_OVERHEAD", "64MiB", 1);
-    for (const char* v : {"GSLICE_REMOTE", "GSLICE_SOCKET", "GSLICE_DAEMON", "GSLICE_MEMORY", "GSLICE_LOG",
-                          "GSLICE_CLASS", "GSLICE_COMPUTE", "GSLICE_SHARE"}) {
-      unsetenv(v);
-    }
+    shared::SetUpSimWorld(Prefix());
     // The sanitize build: the ASan runtime first, before the shim gslice run preloads.
     if (const std::string asan = GSLICE_TEST_ASAN_RUNTIME; !asan.empty()) setenv("LD_PRELOAD", asan.c_str(), 1);
     unlink(SocketPath().c_str());
@@ -104,10 +65,7 @@ class RemoteSim : public ::testing::Test {
       server_ = nullptr;
     }
     unlink(SocketPath().c_str());
-    std::error_code ec;
-    for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
-      if (entry.path().string().rfind(Prefix(), 0) == 0) std::filesystem::remove_all(entry.path(), ec);
-    }
+    shared::RemoveSimWorld(Prefix());
   }
 
   static std::string Address() { return "unix:" + SocketPath(); }

@@ -1,0 +1,103 @@
+// What the remote tests on the simulated driver share: the programs run directly on the
+// simulated driver and through the client, the worker's pid from the client's log, whether a
+// process is gone, and the environment of a test suite's world (its /dev/shm prefix).
+// The including test defines GSLICE_TEST_BIN (the build's bin folder).
+#pragma once
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <initializer_list>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_support.h"
+
+namespace gslice::remote::shared {
+
+struct Result {
+  int code = -1;
+  std::string out;
+};
+
+inline Result RunProgram(const std::vector<std::string>& argv, const std::vector<std::string>& env = {},
+                         int timeout_ms = 60000) {
+  gslice::test::Child c(argv, env);
+  Result r;
+  r.code = c.Wait(&r.out, timeout_ms);
+  return r;
+}
+
+// cmd under gslice run on the simulated driver.
+inline std::vector<std::string> Direct(const std::string& memory, std::vector<std::string> cmd) {
+  std::vector<std::string> argv = {std::string(GSLICE_TEST_BIN) + "/gslice", "run", "--sim", "--memory", memory, "--"};
+  argv.insert(argv.end(), cmd.begin(), cmd.end());
+  return argv;
+}
+
+// cmd through the client, to the server at address.
+inline std::vector<std::string> Remote(const std::string& address, const std::string& memory,
+                                       std::vector<std::string> cmd) {
+  std::vector<std::string> argv = {std::string(GSLICE_TEST_BIN) + "/gslice", "run", "--remote", address, "--memory",
+                                   memory, "--"};
+  argv.insert(argv.end(), cmd.begin(), cmd.end());
+  return argv;
+}
+
+// The worker's pid from the client's info log line ("... worker pid N").
+inline pid_t WorkerPid(const std::string& line) {
+  const size_t at = line.find("worker pid ");
+  return at == std::string::npos ? -1 : static_cast<pid_t>(std::stol(line.substr(at + 11)));
+}
+
+// Gone or a zombie. read(2), not a stream: reading the file of a process that just ended
+// fails with ESRCH, which a stream reports as an empty file.
+inline bool Gone(pid_t pid) {
+  const int fd = open(("/proc/" + std::to_string(pid) + "/stat").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return true;
+  char buf[512];
+  const ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return true;
+  const std::string text(buf, static_cast<size_t>(n));
+  const size_t paren = text.rfind(')');
+  return paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'Z';
+}
+
+inline bool GoneWithin(pid_t pid, int ms) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (!Gone(pid) && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return Gone(pid);
+}
+
+// A suite's world: one simulated 2 GiB GPU and a ledger and suspend board of its own under
+// prefix; the caller's gslice settings cleared (and the names in also_unset).
+inline void SetUpSimWorld(const std::string& prefix, std::initializer_list<const char*> also_unset = {}) {
+  setenv("GSLICE_SIM_STATE", (prefix + "-node").c_str(), 1);
+  setenv("GSLICE_SIM_DEVICES", "1", 1);
+  setenv("GSLICE_SIM_MEMORY", "2GiB", 1);
+  setenv("GSLICE_LEDGER", (prefix + "-ledger").c_str(), 1);
+  setenv("GSLICE_SUSPEND_BOARD", (prefix + "-board").c_str(), 1);
+  setenv("GSLICE_CONTEXT_OVERHEAD", "64MiB", 1);
+  for (const char* v : {"GSLICE_REMOTE", "GSLICE_SOCKET", "GSLICE_DAEMON", "GSLICE_MEMORY", "GSLICE_LOG",
+                        "GSLICE_CLASS", "GSLICE_COMPUTE", "GSLICE_SHARE"}) {
+    unsetenv(v);
+  }
+  for (const char* v : also_unset) unsetenv(v);
+}
+
+// Removes what a suite's world left under prefix in /dev/shm.
+inline void RemoveSimWorld(const std::string& prefix) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    if (entry.path().string().rfind(prefix, 0) == 0) std::filesystem::remove_all(entry.path(), ec);
+  }
+}
+
+}  // namespace gslice::remote::shared
