@@ -53,9 +53,9 @@ class Param:
         sem = (sem or "").strip()
         if not sem:
             return
-        m = re.match(r"^(in|out)\[(.+)\]$", sem)
+        m = re.match(r"^(in|out|hostin|hostout)\[(.+)\]$", sem)
         if m:
-            self.sem = m.group(1) + "buf"
+            self.sem = m.group(1) + ("buf" if m.group(1) in ("in", "out") else "")
             self.expr = m.group(2)
         elif sem in ("out", "inout", "cstr", "image", "nullonly"):
             self.sem = sem
@@ -102,7 +102,7 @@ class CallSpec:
             host, dev = flags["split"].split(":")
             names = {p.name: p for p in params}
             hp = names.get(host)
-            if hp is None or dev not in names or hp.sem not in ("inbuf", "outbuf") or hp.expr not in names:
+            if hp is None or dev not in names or hp.sem not in ("inbuf", "outbuf", "hostin", "hostout") or hp.expr not in names:
                 raise ValueError("split=HOST:DEVICE names a buffer sized by a parameter, and a device pointer")
             self.split = (hp, names[dev], names[hp.expr])
         self.collect = "collect" in flags
@@ -157,7 +157,10 @@ def parse(path, lib, calls, canonical):
             if flags.get("drops") and lib is NVML:
                 sys.exit(f"{path}:{lineno}: NVML calls drop no cached answers")
             if flags.get("async") and (kind == "local" or any(p.sem in ("out", "inout", "outbuf") for p in params)):
-                sys.exit(f"{path}:{lineno}: an async call has no outputs but its result and is not local")
+                sys.exit(f"{path}:{lineno}: an async call has no outputs but its result (and hostout) and is not local")
+            if sum(p.sem in ("hostin", "hostout") for p in params) > 1 or (
+                    lib is NVML and any(p.sem in ("hostin", "hostout") for p in params)):
+                sys.exit(f"{path}:{lineno}: hostin/hostout: one per call, driver calls only")
             if flags.get("sync") and flags["sync"] not in [p.name for p in params]:
                 sys.exit(f"{path}:{lineno}: sync= names no parameter")
             if lib is NVML and any(k in flags for k in ("async", "collect", "sync", "split", "after", "before")):
@@ -266,6 +269,12 @@ def gen_client(calls, lib, table, includer):
         for p in c.params:
             if p.sem == "nullonly":
                 out.append(f'  if ({p.name} != nullptr) return {ns}{lib.refuse}Argument("{c.name}", "{p.name}");')
+        hosts = [p for p in c.params if p.sem in ("hostin", "hostout")]
+        for p in hosts:
+            # Host memory shared with the worker (same host): only its address travels.
+            out.append(f"  uint64_t {p.name}_shared = 0;")
+            out.append(f"  const bool {p.name}_is_shared = {p.name} != nullptr && "
+                       f"{ns}SharedHostAddress({p.name}, (uint64_t)({p.expr}), &{p.name}_shared);")
         if c.split:
             host, dev, size = c.split
             char = "const char*" if host.type.startswith("const") else "char*"
@@ -279,7 +288,8 @@ def gen_client(calls, lib, table, includer):
                     args.append("piece")
                 else:
                     args.append(p.name)
-            out.append(f"  if ((uint64_t)({size.name}) > {ns}kSplitBytes && {host.name} != nullptr) {{")
+            unshared = f" && !{host.name}_is_shared" if host.sem in ("hostin", "hostout") else ""
+            out.append(f"  if ((uint64_t)({size.name}) > {ns}kSplitBytes && {host.name} != nullptr{unshared}) {{")
             out.append("    // A large copy: in pieces, in order.")
             out.append(f"    for (uint64_t done = 0; done < (uint64_t)({size.name});) {{")
             out.append(f"      const {size.type} piece = static_cast<{size.type}>(std::min<uint64_t>({ns}kSplitBytes, {size.name} - done));")
@@ -317,6 +327,21 @@ def gen_client(calls, lib, table, includer):
                 if p.sem != "outbuf":
                     out.append("  w.PadTo(16);")
                     out.append(f"  w.PutBytes({n}_bytes, {n}_len);")
+            elif p.sem in ("hostin", "hostout"):
+                out.append(f"  const uint64_t {n}_len = {n} != nullptr ? (uint64_t)({p.expr}) : 0;")
+                out.append(f'  if (!{n}_is_shared && {n}_len > {ns}kMaxBuffer) return {ns}{lib.refuse}Size("{c.name}", "{n}", {n}_len);')
+                out.append(f"  w.Put<uint8_t>({n}_is_shared ? 2 : {n} != nullptr);")
+                out.append(f"  w.Put<uint64_t>({n}_len);")
+                out.append(f"  if ({n}_is_shared) {{")
+                out.append(f"    w.Put<uint64_t>({n}_shared);")
+                if p.sem == "hostin":
+                    out.append("  } else {")
+                    out.append("    w.PadTo(16);")
+                    out.append(f"    w.PutBytes({n}, {n}_len);")
+                out.append("  }")
+                if p.sem == "hostout" and c.is_async:
+                    out.append(f"  // Memory of this host only: the bytes come back in the answer, which is waited for.")
+                    out.append(f"  if (!{n}_is_shared) call.WaitForAnswer();")
             elif p.sem == "cstr":
                 out.append(f"  const uint64_t {n}_len = {n} != nullptr ? strnlen({n}, {ns}kMaxString + 1) : 0;")
                 out.append(f'  if ({n}_len > {ns}kMaxString) return {ns}{lib.refuse}Size("{c.name}", "{n}", {n}_len);')
@@ -344,6 +369,8 @@ def gen_client(calls, lib, table, includer):
                 pass
             elif p.sem == "outbuf":
                 out.append(f"  if ({n} != nullptr && !r.GetInto({n}, {n}_len)) return call.Malformed();")
+            elif p.sem == "hostout":
+                out.append(f"  if ({n} != nullptr && !{n}_is_shared && !r.GetInto({n}, {n}_len)) return call.Malformed();")
         out.append("  if (!r.AtEnd()) return call.Malformed();")
         if c.after:
             out.append(f"  {ns}{c.after}({', '.join(p.name for p in c.params)});")
@@ -388,6 +415,22 @@ def gen_server(calls):
                 decode.append(f"r.GetFlag(&{n}_present)")
                 if p.sem == "inout":
                     decode.append(f"(!{n}_present || r.Get(&{n}_value))")
+            elif p.sem in ("hostin", "hostout"):
+                # 0: NULL, 1: the bytes (hostin) or a buffer here (hostout), 2: shared memory
+                # at the worker's address {n}_shared (shared_host.h).
+                out.append(f"  uint8_t {n}_present = 0;")
+                out.append(f"  uint64_t {n}_len = 0;")
+                out.append(f"  uint64_t {n}_shared = 0;")
+                decode.append(f"r.Get(&{n}_present)")
+                decode.append(f"{n}_present <= 2")
+                decode.append(f"r.Get(&{n}_len)")
+                decode.append(f"({n}_present == 2 || {n}_len <= kMaxBuffer)")
+                decode.append(f"({n}_present || {n}_len == 0)")
+                if p.sem == "hostin":
+                    out.append(f"  const uint8_t* {n}_data = nullptr;")
+                    decode.append(f"({n}_present == 2 ? r.Get(&{n}_shared) : (r.SkipTo(16) && r.GetBytes({n}_len, &{n}_data)))")
+                else:
+                    decode.append(f"({n}_present != 2 || r.Get(&{n}_shared))")
             elif p.sem in ("inbuf", "outbuf", "image", "cstr"):
                 out.append(f"  uint8_t {n}_present = 0;")
                 out.append(f"  uint64_t {n}_len = 0;")
@@ -411,8 +454,13 @@ def gen_server(calls):
                 out.append(f"  (void){p.name};")
         # Lengths agree with their expressions over the decoded values.
         for p in c.params:
-            if p.sem in ("inbuf", "outbuf"):
+            if p.sem in ("inbuf", "outbuf", "hostin", "hostout"):
                 out.append(f"  if ({p.name}_present && {p.name}_len != (uint64_t)({p.expr})) return kMalformed;")
+            if p.sem in ("hostin", "hostout"):
+                out.append(f"  void* {p.name}_host = nullptr;")
+                out.append(f"  if ({p.name}_present == 2 && ({p.name}_host = SharedHostPointer({p.name}_shared, {p.name}_len)) == nullptr) {{")
+                out.append("    return kMalformed;  // no memory this worker shares with its client")
+                out.append("  }")
         args = []
         for p in c.params:
             n = p.name
@@ -427,6 +475,14 @@ def gen_server(calls):
                 args.append(f"{n}_present ? static_cast<{p.type}>(NonNullOut({n}_buf.data())) : nullptr")
             elif p.sem in ("inbuf", "image"):
                 args.append(f"{n}_present ? static_cast<{p.type}>(const_cast<void*>(NonNull({n}_data))) : nullptr")
+            elif p.sem == "hostin":
+                args.append(f"{n}_present == 2 ? static_cast<{p.type}>({n}_host) : "
+                            f"{n}_present ? static_cast<{p.type}>(const_cast<void*>(NonNull({n}_data))) : nullptr")
+            elif p.sem == "hostout":
+                out.append(f"  HostBuffer {n}_buf;")
+                out.append(f"  if ({n}_present == 1 && !{n}_buf.Allocate({n}_len)) return CUDA_ERROR_OUT_OF_MEMORY;")
+                args.append(f"{n}_present == 2 ? static_cast<{p.type}>({n}_host) : "
+                            f"{n}_present ? static_cast<{p.type}>(NonNullOut({n}_buf.data())) : nullptr")
             elif p.sem == "cstr":
                 out.append(f"  std::string {n}_text({n}_present ? reinterpret_cast<const char*>({n}_data) : \"\", {n}_len);")
                 args.append(f"{n}_present ? {n}_text.c_str() : nullptr")
@@ -440,14 +496,18 @@ def gen_server(calls):
         for p in c.params:
             if p.sem == "value" and p.type == "nvmlDevice_t":
                 out.append(f"  if (!NvmlDeviceFromWire(&{p.name})) return static_cast<CUresult>(NVML_ERROR_INVALID_ARGUMENT);")
+        hosts = [p for p in c.params if p.sem in ("hostin", "hostout")]
+        # Shared host memory outlives the message: its copies are the driver's own, asynchronous
+        # ones, and may be captured.
+        by_value = "".join(f"{p.name}_present != 2 && " for p in hosts)
         if c.sync:
             # The host buffer lives in this message: a captured copy would read it at replay.
             op = "kOp_cuStreamIsCapturing_ptsz" if c.name.endswith("_ptsz") else "kOp_cuStreamIsCapturing"
-            out.append(f"  if (StreamCapturing({op}, {c.sync})) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;")
+            out.append(f"  if ({by_value}StreamCapturing({op}, {c.sync})) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;")
         out.append(f"  CUresult res = static_cast<CUresult>(fn({', '.join(args)}));")
         if c.sync:
             op = "kOp_cuStreamSynchronize_ptsz" if c.name.endswith("_ptsz") else "kOp_cuStreamSynchronize"
-            out.append(f"  if (res == CUDA_SUCCESS) res = SynchronizeStream({op}, {c.sync});")
+            out.append(f"  if ({by_value}res == CUDA_SUCCESS) res = SynchronizeStream({op}, {c.sync});")
         if c.sizing:
             # Too small a buffer: the count the caller needs comes back (not the buffers).
             out.append("  if (res != CUDA_SUCCESS && res != static_cast<CUresult>(NVML_ERROR_INSUFFICIENT_SIZE)) return res;")
@@ -467,6 +527,8 @@ def gen_server(calls):
                 pass
             elif p.sem == "outbuf":
                 out.append(f"  if ({n}_present) w.PutBytes({n}_buf.data(), {n}_len);")
+            elif p.sem == "hostout":
+                out.append(f"  if ({n}_present == 1) w.PutBytes({n}_buf.data(), {n}_len);")
         out.append("  return res;")
         out.append("}")
         out.append("")

@@ -48,7 +48,13 @@ constexpr int kHelloTimeoutMs = 30000;
 // A request's name for log lines (the timeline's requests are not calls).
 const char* OpName(uint32_t op) {
   if (op < kOpCount) return kOpNames[op];
-  return op == kOpTraceClock ? "the timeline's clock" : op == kOpTraceFetch ? "the timeline's fetch" : "a request";
+  switch (op) {
+    case kOpTraceClock: return "the timeline's clock";
+    case kOpTraceFetch: return "the timeline's fetch";
+    case kOpHostShare: return "sharing page-locked memory";
+    case kOpHostUnshare: return "unsharing page-locked memory";
+    default: return "a request";
+  }
 }
 
 // A thread waiting for the answer to its request.
@@ -580,8 +586,11 @@ void RemoveWaiterLocked(Waiter* w) {
 // Sends one request (queued when async). On success, a synchronous request's waiter is
 // registered before its frame leaves, so that no answer finds nobody. *sent_seq (when not
 // null) gets the request's seq; flags: kWaitBit for an async call the client waits for
-// (GSLICE_REMOTE_WAIT).
-CUresult Send(uint32_t op, const Writer& request, Waiter* waiter, uint32_t* sent_seq = nullptr, uint32_t flags = 0) {
+// (GSLICE_REMOTE_WAIT). pass_fd >= 0 (a synchronous request on the rings only): the
+// descriptor goes first, on the socket, in a frame of the same op and seq (wire.h:
+// kOpHostShare).
+CUresult Send(uint32_t op, const Writer& request, Waiter* waiter, uint32_t* sent_seq = nullptr, uint32_t flags = 0,
+              int pass_fd = -1) {
   pthread_mutex_lock(&g_send_mu);
   pthread_mutex_lock(&g_mu);
   CUresult result = ConnectLocked();
@@ -597,7 +606,8 @@ CUresult Send(uint32_t op, const Writer& request, Waiter* waiter, uint32_t* sent
     const FrameHeader h{.seq = seq, .op = op | flags};
     const bool sent = waiter == nullptr
                           ? QueueLocked(h, request)
-                          : FlushLocked() && WriteFrame(g_conn.channel, h, request.buffer().data(), request.size());
+                          : FlushLocked() && (pass_fd < 0 || SendFrameWithFd(g_conn.channel.fd, h, nullptr, 0, pass_fd)) &&
+                                WriteFrame(g_conn.channel, h, request.buffer().data(), request.size());
     if (!sent) {
       pthread_mutex_lock(&g_mu);
       if (waiter != nullptr) RemoveWaiterLocked(waiter);
@@ -770,7 +780,7 @@ CUresult Call::Forward() {
   // Before it leaves and again once answered: an answer of the group read in between would
   // be stale (the generation keeps it from being kept).
   if (kOpDrops[op_] != 0) DropCached(kOpDrops[op_]);
-  if (kOpAsync[op_] && !WaitForEveryCall()) {
+  if (kOpAsync[op_] && !wait_ && !WaitForEveryCall()) {
     // Not waited for: its driver error, if any, comes with the next synchronisation.
     const CUresult result = Send(op_, request_, nullptr, &seq_);
     g_async_calls.fetch_add(1, std::memory_order_relaxed);
@@ -809,6 +819,61 @@ CUresult TraceExchange(uint32_t op, std::vector<uint8_t>* reply) {
     result = Fail(kLostResult, std::string("the server's answer to ") + OpName(op) + " is not for it");
   }
   return result;
+}
+
+bool WorkerSharesMemory() {
+  return g_attached.load(std::memory_order_acquire) == getpid() && g_conn.channel.rings != nullptr &&
+         g_failed.load(std::memory_order_relaxed) == CUDA_SUCCESS;
+}
+
+namespace {
+// A synchronous request of wire.h's (not a call of calls.def) on the calling thread's lane,
+// with the current context; *reply is the answer after its i32 result.
+CUresult Exchange(uint32_t op, const Writer& request, std::vector<uint8_t>* reply, int pass_fd = -1) {
+  Waiter waiter;
+  waiter.reply = reply;
+  CUresult result = Send(op, request, &waiter, nullptr, 0, pass_fd);
+  if (result == CUDA_SUCCESS) result = Receive(op, &waiter);
+  if (result == CUDA_SUCCESS && waiter.header.op != (op | kReplyBit)) {
+    result = Fail(kLostResult, std::string("the server's answer to ") + OpName(op) + " is not for it");
+  }
+  return result;
+}
+}  // namespace
+
+CUresult ShareWithWorker(int fd, uint64_t client_addr, uint64_t bytes, uint64_t* worker_addr, uint64_t* device_ptr) {
+  if (!WorkerSharesMemory()) return CUDA_ERROR_NOT_SUPPORTED;
+  Writer request;
+  EncodeRequestPrefix(RequestPrefix{.context = reinterpret_cast<uintptr_t>(CurrentContext()), .lane = Lane()},
+                      &request);
+  request.Put<uint64_t>(client_addr);
+  request.Put<uint64_t>(bytes);
+  std::vector<uint8_t> reply;
+  if (const CUresult r = Exchange(kOpHostShare, request, &reply, fd); r != CUDA_SUCCESS) return r;
+  Reader in(reply.data(), reply.size());
+  int32_t result = 0;
+  if (!in.Get(&result)) return Fail(kLostResult, "the server's answer to sharing page-locked memory is malformed");
+  if (result != CUDA_SUCCESS) return static_cast<CUresult>(result);
+  if (!in.Get(worker_addr) || !in.Get(device_ptr) || !in.AtEnd()) {
+    return Fail(kLostResult, "the server's answer to sharing page-locked memory is malformed");
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult UnshareWithWorker(uint64_t worker_addr) {
+  if (!WorkerSharesMemory()) return CUDA_ERROR_NOT_SUPPORTED;
+  Writer request;
+  EncodeRequestPrefix(RequestPrefix{.context = reinterpret_cast<uintptr_t>(CurrentContext()), .lane = Lane()},
+                      &request);
+  request.Put<uint64_t>(worker_addr);
+  std::vector<uint8_t> reply;
+  if (const CUresult r = Exchange(kOpHostUnshare, request, &reply); r != CUDA_SUCCESS) return r;
+  Reader in(reply.data(), reply.size());
+  int32_t result = 0;
+  if (!in.Get(&result) || !in.AtEnd()) {
+    return Fail(kLostResult, "the server's answer to unsharing page-locked memory is malformed");
+  }
+  return static_cast<CUresult>(result);
 }
 
 CUresult Call::Answered(Kept* kept) {

@@ -50,6 +50,9 @@ class Call {
   // For a call the client keeps answers of (calls.def: cached, cached=GROUP): true, with the
   // reply ready, when it holds this call's answer; nothing is sent either way.
   bool AnsweredFromCache();
+  // For an async call (calls.def: async): this one is waited for, and answered with what the
+  // driver wrote (a copy into memory the worker cannot reach).
+  void WaitForAnswer() { wait_ = true; }
 
  private:
   // Where a successful answer is kept: its cache slot, key, and the slot's generation when
@@ -75,7 +78,21 @@ class Call {
   std::vector<uint8_t> reply_buffer_;
   Reader reader_;
   bool answered_ = false;
+  bool wait_ = false;
 };
+
+// Page-locked memory shared with the worker (remote/client/host_memory.cc, wire.h:
+// kOpHostShare). Whether this process's worker is on the same host, over shared-memory rings
+// (memory can be shared with it then).
+bool WorkerSharesMemory();
+// Passes fd (a sealed memfd of bytes, mapped here at client_addr) to the worker, which maps
+// and registers it: *worker_addr is where it is mapped there, *device_ptr its device pointer.
+CUresult ShareWithWorker(int fd, uint64_t client_addr, uint64_t bytes, uint64_t* worker_addr, uint64_t* device_ptr);
+// The worker unregisters and unmaps what it mapped at worker_addr.
+CUresult UnshareWithWorker(uint64_t worker_addr);
+// For calls.def's hostin/hostout: true, with the worker's address of p in *worker, when
+// [p, p + bytes) lies in memory this process shares with its worker.
+bool SharedHostAddress(const void* p, uint64_t bytes, uint64_t* worker);
 
 // One request of the timeline's (wire.h: Trace; op kOpTraceClock or kOpTraceFetch) on the
 // worker's connection, on the calling thread's lane; *reply is the answer's payload.

@@ -1,13 +1,26 @@
-// Page-locked host memory on a machine with no GPU: the client's own memory. cuMemHostAlloc
-// maps anonymous pages here and cuMemHostRegister records a range; copies from and to them
-// travel like any host memory (their data in the message). What the driver would make of
-// them on the GPU side - a device pointer to host memory, zero-copy access - is not
-// available: cuMemHostGetDevicePointer refuses them with a log line. Pointer attributes of
-// them are answered here (host memory, page-locked), of any other pointer by the worker.
+// Page-locked host memory of the client.
+//
+// With a worker on the same host (the connection on shared-memory rings), cuMemHostAlloc
+// shares its memory with the worker: a memfd sealed against shrinking and growing, mapped
+// here, passed to the worker, which maps it - at the same address when it is free there (else
+// this side moves to the worker's address when that is free here) - and registers it with its
+// driver (remote/server/shared_host.h). Then, as with local page-locked memory: copies from and
+// to it move no bytes through the connection and asynchronous ones stay asynchronous (calls.def:
+// hostin/hostout), and its device pointer (cuMemHostGetDevicePointer, the attribute) reaches
+// it from kernels and memsets (zero-copy). A forked child inherits the mapping as shared
+// memory, but not its sharing with a worker: its copies carry the bytes.
+//
+// Otherwise (another host, GSLICE_REMOTE_SHM=off, or the worker refused) cuMemHostAlloc maps
+// anonymous pages here; and cuMemHostRegister always just records a range: copies from and to
+// them travel like any host memory (their data in the message), and what needs the memory on
+// the GPU's machine - a device pointer to it - is refused with a log line. Pointer attributes
+// of the client's page-locked memory are answered here, of any other pointer by the worker.
 #include <cuda.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdint>
@@ -27,6 +40,12 @@ struct HostRange {
   size_t size;
   unsigned flags;
   bool allocated;  // cuMemHostAlloc (else cuMemHostRegister)
+  // Shared with the worker of process `sharer` (0: not shared): mapped there at `worker`,
+  // `device` its device pointer (0: none). `mapped` bytes are mapped (whole pages).
+  pid_t sharer = 0;
+  uint64_t worker = 0;
+  uint64_t device = 0;
+  size_t mapped = 0;
 };
 
 pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -73,11 +92,17 @@ bool FindContaining(uintptr_t p, HostRange* out) {
   return found;
 }
 
-// An attribute of the client's page-locked memory: host memory with no device address.
+// Whether r is shared with this process's worker and has a device pointer there.
+bool Mapped(const HostRange& r) { return r.sharer == getpid() && r.device != 0; }
+
+// An attribute of the client's page-locked memory: host memory, with a device address when it
+// is shared with the worker.
 void HostAttribute(const HostRange& r, CUpointer_attribute attribute, CUdeviceptr ptr, void* data, uint64_t size) {
   memset(data, 0, size);
   uint64_t value = 0;
   switch (attribute) {
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: value = Mapped(r) ? r.device + (ptr - r.base) : 0; break;
+    case CU_POINTER_ATTRIBUTE_MAPPED: value = Mapped(r) ? 1 : 0; break;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: value = CU_MEMORYTYPE_HOST; break;
     case CU_POINTER_ATTRIBUTE_CONTEXT: value = reinterpret_cast<uintptr_t>(CurrentContext()); break;
     case CU_POINTER_ATTRIBUTE_HOST_POINTER: value = ptr; break;
@@ -99,7 +124,7 @@ bool RemoteAnswerHostPointer(CUresult* result, void* data, CUpointer_attribute a
   HostRange range;
   if (!FindContaining(static_cast<uintptr_t>(ptr), &range)) return false;
   const uint64_t size = PointerAttributeSize(attribute);
-  if (data == nullptr || size > kMaxBuffer || attribute == CU_POINTER_ATTRIBUTE_DEVICE_POINTER) {
+  if (data == nullptr || size > kMaxBuffer || (attribute == CU_POINTER_ATTRIBUTE_DEVICE_POINTER && !Mapped(range))) {
     *result = CUDA_ERROR_INVALID_VALUE;  // as the driver for what does not apply (no device address)
     return true;
   }
@@ -107,6 +132,71 @@ bool RemoteAnswerHostPointer(CUresult* result, void* data, CUpointer_attribute a
   *result = CUDA_SUCCESS;
   return true;
 }
+
+bool SharedHostAddress(const void* p, uint64_t bytes, uint64_t* worker) {
+  HostRange r;
+  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+  if (!FindContaining(at, &r) || r.sharer != getpid()) return false;
+  const uint64_t offset = at - r.base;
+  if (bytes > r.size - offset) return false;
+  *worker = r.worker + offset;
+  return true;
+}
+
+namespace {
+
+// cuMemHostAlloc's memory shared with the worker (see the top): false, with nothing left
+// mapped, when it cannot be (the caller maps private memory instead).
+bool AllocateShared(size_t bytesize, HostRange* out) {
+  if (!WorkerSharesMemory()) return false;
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t mapped = (bytesize + page - 1) / page * page;
+  if (mapped < bytesize) return false;
+  const int fd = memfd_create("gslice-page-locked", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return false;
+  void* p = MAP_FAILED;
+  if (ftruncate(fd, static_cast<off_t>(mapped)) == 0 &&
+      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0) {
+    p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  if (p == MAP_FAILED) {
+    close(fd);
+    return false;
+  }
+  uint64_t worker = 0, device = 0;
+  const CUresult shared = ShareWithWorker(fd, reinterpret_cast<uintptr_t>(p), mapped, &worker, &device);
+  if (shared != CUDA_SUCCESS) {
+    close(fd);
+    munmap(p, mapped);
+    static std::atomic<bool> reported{false};
+    if (!reported.exchange(true, std::memory_order_relaxed)) {
+      gslice::shim::InitLog();
+      gslice::shim::Log(gslice::shim::LogLevel::kWarn,
+                        "remote: page-locked memory is not shared with the worker (%d): its copies carry their "
+                        "bytes and it has no device pointer",
+                        static_cast<int>(shared));
+    }
+    return false;
+  }
+  if (worker != reinterpret_cast<uintptr_t>(p)) {
+    // The worker could not map it at this address: this side moves to the worker's, so that
+    // a host pointer means the same memory on both sides, when that address is free here.
+    void* moved = mmap(reinterpret_cast<void*>(worker), mapped, PROT_READ | PROT_WRITE,
+                       MAP_SHARED | MAP_FIXED_NOREPLACE, fd, 0);
+    if (moved == reinterpret_cast<void*>(worker)) {
+      munmap(p, mapped);
+      p = moved;
+    } else if (moved != MAP_FAILED) {
+      munmap(moved, mapped);
+    }
+  }
+  close(fd);
+  *out = HostRange{.base = reinterpret_cast<uintptr_t>(p), .size = bytesize, .flags = 0, .allocated = true,
+                   .sharer = getpid(), .worker = worker, .device = device, .mapped = mapped};
+  return true;
+}
+
+}  // namespace
 
 }  // namespace gslice::remote
 
@@ -116,12 +206,19 @@ extern "C" CUresult gslice_remote_call_cuMemHostAlloc(void** pp, size_t bytesize
   if (pp == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (CurrentContext() == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   if (bytesize == 0 || (Flags & ~0x7u) != 0) return CUDA_ERROR_INVALID_VALUE;
-  void* p = mmap(nullptr, bytesize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  HostRange range;
+  if (AllocateShared(bytesize, &range)) {
+    range.flags = Flags;
+  } else {
+    void* p = mmap(nullptr, bytesize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+    range = HostRange{.base = reinterpret_cast<uintptr_t>(p), .size = bytesize, .flags = Flags, .allocated = true,
+                      .mapped = bytesize};
+  }
   pthread_mutex_lock(&g_mu);
-  AddLocked({reinterpret_cast<uintptr_t>(p), bytesize, Flags, true});
+  AddLocked(range);
   pthread_mutex_unlock(&g_mu);
-  *pp = p;
+  *pp = reinterpret_cast<void*>(range.base);
   return CUDA_SUCCESS;
 }
 
@@ -133,14 +230,18 @@ extern "C" CUresult gslice_remote_call_cuMemFreeHost(void* p) {
   if (CurrentContext() == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   pthread_mutex_lock(&g_mu);
   HostRange* r = FindLocked(reinterpret_cast<uintptr_t>(p));
-  CUresult result = CUDA_ERROR_INVALID_VALUE;
-  if (r != nullptr && r->allocated) {
-    munmap(p, r->size);
+  HostRange freed{};
+  const bool found = r != nullptr && r->allocated;
+  if (found) {
+    freed = *r;
     EraseLocked(r);
-    result = CUDA_SUCCESS;
   }
   pthread_mutex_unlock(&g_mu);
-  return result;
+  if (!found) return CUDA_ERROR_INVALID_VALUE;
+  // The worker lets go of its mapping first (its driver waits for copies that use it).
+  const CUresult unshared = freed.sharer == getpid() ? UnshareWithWorker(freed.worker) : CUDA_SUCCESS;
+  munmap(p, freed.mapped);
+  return unshared == kLostResult || unshared == kNoServerResult ? unshared : CUDA_SUCCESS;
 }
 
 extern "C" CUresult gslice_remote_call_cuMemHostGetFlags(unsigned int* pFlags, void* p) {
@@ -206,18 +307,24 @@ extern "C" CUresult gslice_remote_call_cuPointerGetAttributes(unsigned int numAt
   return CUDA_SUCCESS;
 }
 
-// Zero-copy access to host memory needs that memory on the GPU's machine.
+// Zero-copy access to host memory needs that memory on the GPU's machine: memory shared with
+// the worker has its device pointer there.
 extern "C" CUresult gslice_remote_call_cuMemHostGetDevicePointer_v2(CUdeviceptr* pdptr, void* p, unsigned int Flags) {
   if (pdptr == nullptr || Flags != 0) return CUDA_ERROR_INVALID_VALUE;
   if (CurrentContext() == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   HostRange r;
   if (!FindContaining(reinterpret_cast<uintptr_t>(p), &r)) return CUDA_ERROR_INVALID_VALUE;
+  if (Mapped(r)) {
+    *pdptr = r.device + (reinterpret_cast<uintptr_t>(p) - r.base);
+    return CUDA_SUCCESS;
+  }
   static std::atomic<bool> reported{false};
   if (!reported.exchange(true, std::memory_order_relaxed)) {
     gslice::shim::InitLog();
     gslice::shim::Log(gslice::shim::LogLevel::kWarn,
                       "remote: cuMemHostGetDevicePointer: page-locked memory of this machine cannot be mapped into "
-                      "the remote GPU's address space (no zero-copy access): CUDA_ERROR_NOT_SUPPORTED");
+                      "the remote GPU's address space (no zero-copy access; memory from cuMemHostAlloc can be when "
+                      "the server is on this host, over a unix: address): CUDA_ERROR_NOT_SUPPORTED");
   }
   return CUDA_ERROR_NOT_SUPPORTED;
 }

@@ -73,6 +73,16 @@ inline constexpr uint32_t kOpProbe = 0x7fff0003u;
 // 0x7fff0004 is kOpRings (shm_ring.h), 0x7fff0005 unused.
 inline constexpr uint32_t kOpTraceClock = 0x7fff0006u;
 inline constexpr uint32_t kOpTraceFetch = 0x7fff0007u;
+// Page-locked host memory shared with a worker on the same host (remote/client/host_memory.cc,
+// remote/server/shared_host.h), only once the connection is on shared-memory rings:
+//   kOpHostShare   request: prefix | u64 client address | u64 bytes (a multiple of the page
+//                  size). Right before it, a frame of the same op and seq, payload empty, went
+//                  on the socket with the memfd of the memory attached (SCM_RIGHTS).
+//                  Answer: i32 result | u64 the worker's address of it | u64 its device
+//                  pointer (0: not mapped into the GPU's address space).
+//   kOpHostUnshare request: prefix | u64 the worker's address. Answer: i32 result.
+inline constexpr uint32_t kOpHostShare = 0x7fff0008u;
+inline constexpr uint32_t kOpHostUnshare = 0x7fff0009u;
 inline constexpr uint32_t kMaxToken = 1024;
 // Bounds of a kOpTraceFetch answer: together (64 MiB of records, 192 MiB of part) within
 // kMaxFrame.

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gslice/nvml_subset.h"
+#include "shared_host.h"
 #include "sizes.h"
 
 namespace gslice::remote {

@@ -47,6 +47,7 @@
 #include "dispatch.h"
 #include "gslice/options.h"
 #include "gslice/trace_format.h"
+#include "shared_host.h"
 #include "shm_ring.h"
 #include "socket_io.h"
 
@@ -64,6 +65,7 @@ struct Request {
   std::vector<uint8_t> payload;
   uint64_t async_before = 0;  // async requests read before this one
   bool waited = false;        // an async call the client waits for (wire.h: kWaitBit)
+  int fd = -1;                // kOpHostShare: the memory's descriptor (closed once served)
 };
 
 // A client thread's serving thread and the requests it has yet to run. REQUIRES g_mu.
@@ -254,6 +256,40 @@ void AnswerTraceFetch(Writer* out) {
   EncodeTraceFetchReply(dropped, served, part, out);
 }
 
+// kOpHostShare and kOpHostUnshare (wire.h), on the lane with the request's context current.
+void ServeHostMemory(Request& request, Reader& in, Writer* out) {
+  if (request.header.op == kOpHostUnshare) {
+    uint64_t worker_addr = 0;
+    if (!in.Get(&worker_addr) || !in.AtEnd()) {
+      out->Put<int32_t>(CUDA_ERROR_INVALID_VALUE);
+      return;
+    }
+    out->Put<int32_t>(UnshareHost(worker_addr));
+    return;
+  }
+  uint64_t client_addr = 0, bytes = 0, worker_addr = 0, device_ptr = 0;
+  std::string why;
+  CUresult r = CUDA_ERROR_INVALID_VALUE;
+  if (!in.Get(&client_addr) || !in.Get(&bytes) || !in.AtEnd()) {
+    why = "a malformed request";
+  } else if (request.fd < 0) {
+    why = "no memory file came with it (only over shared-memory rings)";
+  } else {
+    r = ShareHost(request.fd, client_addr, bytes, &worker_addr, &device_ptr, &why);
+  }
+  if (request.fd >= 0) close(request.fd);
+  request.fd = -1;
+  if (r != CUDA_SUCCESS) {
+    fprintf(stderr, "gslice-remoted[%d]: cannot share %llu bytes of page-locked memory with the client (%s): %d\n",
+            static_cast<int>(getpid()), static_cast<unsigned long long>(bytes), why.c_str(), static_cast<int>(r));
+  }
+  out->Put<int32_t>(r);
+  if (r == CUDA_SUCCESS) {
+    out->Put<uint64_t>(worker_addr);
+    out->Put<uint64_t>(device_ptr);
+  }
+}
+
 // Calls not waited for that failed at least once (logged once each).
 std::atomic<bool> g_async_failed[kOpCount];
 
@@ -283,6 +319,8 @@ bool Serve(Request& request, int32_t* deferred, Writer* out) {
                                       : CUDA_SUCCESS;
              r != CUDA_SUCCESS && op < kOpCount) {
     out->Put<int32_t>(r);
+  } else if (op == kOpHostShare || op == kOpHostUnshare) {
+    ServeHostMemory(request, in, out);
   } else {
     switch (Dispatch(op, in, *out)) {
       case Dispatched::kAnswered:
@@ -380,6 +418,7 @@ int RunWorker(int fd) {
     InitNvmlBeforeFirstCall();
   }
   StartTracing(driver);
+  LoadSharedHost(driver);
   g_ctx_get = reinterpret_cast<CtxGetFn>(dlsym(driver, "cuCtxGetCurrent"));
   g_ctx_set = reinterpret_cast<CtxSetFn>(dlsym(driver, "cuCtxSetCurrent"));
   if (!SendHelloReply(fd, HelloReply{.status = 0, .worker_pid = static_cast<uint32_t>(getpid()), .message = ""})) {
@@ -445,6 +484,25 @@ int RunWorker(int fd) {
       continue;
     }
     if (passed >= 0) close(passed);
+    if (request.header.op == kOpHostShare && from.rings != nullptr) {
+      // Its memory's descriptor came first, on the socket (wire.h). A client that sent none
+      // gets a refusal; one that sent something else loses its connection.
+      pollfd p = {fd, POLLIN, 0};
+      int rc;
+      do {
+        rc = poll(&p, 1, 5000);
+      } while (rc < 0 && errno == EINTR);
+      FrameHeader side;
+      std::vector<uint8_t> empty;
+      if (rc > 0) {
+        if (ReadFrameWithFd(fd, 0, &side, &empty, &request.fd) != FrameRead::kOk || side.op != kOpHostShare ||
+            side.seq != request.header.seq) {
+          fprintf(stderr, "gslice-remoted[%d]: page-locked memory came without its descriptor frame: closing the "
+                  "connection\n", static_cast<int>(getpid()));
+          return 3;
+        }
+      }
+    }
     // A request whose prefix does not decode is answered (refused) on lane 0.
     Reader in(request.payload.data(), request.payload.size());
     RequestPrefix prefix;

@@ -27,6 +27,10 @@
 //                       attributes, event records with flags, globals: values and results
 //   probe memops        stream write-value and wait-value operations
 //   probe hostmap       prints cuMemHostGetDevicePointer's result on page-locked memory
+//   probe hostshare [stats]  page-locked memory from cuMemHostAlloc used as the driver allows:
+//                       its device pointer (a memset and a kernel write it, the host reads),
+//                       asynchronous copies from and to it in stream order, a captured copy
+//                       from it replayed; with "stats", how many of the copies were waited for
 //   probe nvml          NVML (dlopen'ed): devices, names, memory, processes of a CUDA user
 //   probe nvml-missing  prints an NVML call that is not forwarded
 //   probe kept          answers the client keeps (a context's device, function attributes,
@@ -880,6 +884,96 @@ int Nvml(bool cuda) {
   return 0;
 }
 
+// Page-locked memory of cuMemHostAlloc as the driver lets programs use it (see the top).
+int HostShare(bool stats) {
+  CUdevice dev;
+  Setup(&dev);
+  CUmodule module;
+  CUfunction busy, fill;
+  CK(gslice::test::LoadTestKernels(&module, &busy, &fill));
+  constexpr size_t kBytes = 3 * 4096 + 100;  // not whole pages
+  void* pinned = nullptr;
+  CK(cuMemHostAlloc(&pinned, kBytes, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE));
+  auto* bytes = static_cast<uint8_t*>(pinned);
+  CUdeviceptr mapped = 0;
+  const CUresult got = cuMemHostGetDevicePointer(&mapped, pinned, 0);
+  printf("device pointer: %s%s\n", Name(got),
+         got != CUDA_SUCCESS ? "" : mapped == reinterpret_cast<CUdeviceptr>(pinned) ? ", the host pointer" : ", another");
+  if (got == CUDA_SUCCESS) {
+    std::memset(bytes, 0, kBytes);
+    CK(cuMemsetD8(mapped, 0x5a, 4096));
+    CK(gslice::test::LaunchFill(fill, mapped + 4096, 0x01020304u, 1024, nullptr));
+    CK(cuCtxSynchronize());
+    bool seen = true;
+    for (size_t i = 0; i < 4096; ++i) seen = seen && bytes[i] == 0x5a;
+    for (size_t i = 0; i < 1024; ++i) {
+      uint32_t v = 0;
+      std::memcpy(&v, bytes + 4096 + 4 * i, sizeof v);
+      seen = seen && v == 0x01020304u;
+    }
+    printf("memset and kernel through it: %s\n", seen ? "seen on the host" : "NOT seen");
+    CUdeviceptr attribute = 0;
+    CK(cuPointerGetAttribute(&attribute, CU_POINTER_ATTRIBUTE_DEVICE_POINTER, reinterpret_cast<CUdeviceptr>(bytes + 8)));
+    printf("device pointer attribute: %s\n", attribute == mapped + 8 ? "matches" : "differs");
+  }
+  // Asynchronous copies in stream order: host -> device, a kernel over it, device -> host.
+  using StatsFn = void (*)(uint64_t*);
+  auto read_stats = reinterpret_cast<StatsFn>(dlsym(RTLD_DEFAULT, "gslice_remote_stats"));
+  CUstream stream;
+  CK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr a = 0;
+  CK(cuMemAlloc(&a, kBytes));
+  for (size_t i = 0; i < kBytes; ++i) bytes[i] = static_cast<uint8_t>(i * 7 + 1);
+  uint64_t waited = 0;  // round trips of the two copies
+  uint64_t before[3] = {}, after[3] = {};
+  if (read_stats != nullptr) read_stats(before);
+  CK(cuMemcpyHtoDAsync(a, bytes, kBytes, stream));
+  if (read_stats != nullptr) read_stats(after);
+  waited += after[2] - before[2];
+  CK(gslice::test::LaunchFill(fill, a + 4096, 0xa5a5a5a5u, 16, stream));
+  if (read_stats != nullptr) read_stats(before);
+  CK(cuMemcpyDtoHAsync(bytes + 4096, a, kBytes - 4096, stream));
+  if (read_stats != nullptr) read_stats(after);
+  waited += after[2] - before[2];
+  CK(cuStreamSynchronize(stream));
+  bool equal = true;
+  for (size_t i = 0; i < kBytes - 4096; ++i) {
+    // The device copy of the first bytes, with the kernel's 64 bytes at 4096.
+    const uint8_t want = i >= 4096 && i < 4096 + 64 ? 0xa5 : static_cast<uint8_t>(i * 7 + 1);
+    equal = equal && bytes[4096 + i] == want;
+  }
+  printf("asynchronous copies in stream order: %s\n", equal ? "verified" : "WRONG");
+  if (stats) printf("copies waited for: %llu\n", static_cast<unsigned long long>(waited));
+  // A copy from it captured in a graph reads it at every replay.
+  CUstream capture;
+  CK(cuStreamCreate(&capture, CU_STREAM_NON_BLOCKING));
+  CK(cuStreamBeginCapture(capture, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  const CUresult copy = cuMemcpyHtoDAsync(a, bytes, 4096, capture);
+  CUgraph graph = nullptr;
+  const CUresult end = cuStreamEndCapture(capture, &graph);
+  printf("captured copy %s, end capture %s\n", Name(copy), Name(end));
+  if (copy == CUDA_SUCCESS && end == CUDA_SUCCESS) {
+    CUgraphExec exec;
+    CK(cuGraphInstantiate(&exec, graph, 0));
+    bool replayed = true;
+    for (uint8_t round = 1; round <= 2; ++round) {
+      std::memset(bytes, round, 4096);
+      CK(cuGraphLaunch(exec, capture));
+      CK(cuStreamSynchronize(capture));
+      std::vector<uint8_t> back(4096);
+      CK(cuMemcpyDtoH(back.data(), a, back.size()));
+      for (uint8_t b : back) replayed = replayed && b == round;
+    }
+    printf("replayed twice: %s\n", replayed ? "each read the memory then" : "WRONG");
+    CK(cuGraphExecDestroy(exec));
+    CK(cuGraphDestroy(graph));
+  }
+  CK(cuMemFreeHost(pinned));
+  printf("free twice: %s\n", Name(cuMemFreeHost(pinned)));
+  CK(cuMemFree(a));
+  return 0;
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
   const std::string mode = argc > 1 ? argv[1] : "check";
@@ -1050,6 +1144,7 @@ int main(int argc, char** argv) {
     printf("then cuMemAlloc: %s\n", Name(cuMemAlloc(&p, 4096)));
     return 0;
   }
+  if (mode == "hostshare") return HostShare(argc > 2 && std::string(argv[2]) == "stats");
   if (mode == "tables") return Tables();
   if (mode == "threads") {
     // One thread synchronises with a long kernel on its per-thread default stream; another

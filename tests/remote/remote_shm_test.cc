@@ -276,6 +276,44 @@ class RawRings {
     reader.Get(&result);
     return result;
   }
+  // One request on the rings and its answer: the result, and *reply what followed it; -1 when
+  // the worker is gone. pass_fd >= 0: first a frame of the same op and seq on the socket, with
+  // the descriptor (wire.h: kOpHostShare).
+  int Call(uint32_t op, const Writer& payload, std::vector<uint8_t>* reply = nullptr, int pass_fd = -1) {
+    const uint32_t seq = ++seq_;
+    if (pass_fd >= 0 && !SendFrameWithFd(channel_.fd, FrameHeader{.seq = seq, .op = op}, nullptr, 0, pass_fd)) {
+      return -1;
+    }
+    if (!WriteFrame(channel_, FrameHeader{.seq = seq, .op = op}, payload.buffer().data(), payload.size())) return -1;
+    FrameHeader h;
+    std::vector<uint8_t> p;
+    if (ReadFrame(channel_, kMaxFrame, &h, &p) != FrameRead::kOk || h.seq != seq) return -1;
+    int32_t result = -2;
+    Reader reader(p.data(), p.size());
+    reader.Get(&result);
+    if (reply != nullptr) reply->assign(p.begin() + std::min<size_t>(p.size(), sizeof result), p.end());
+    return result;
+  }
+  // cuInit and the primary context, made current for later requests (context()).
+  bool MakeContext() {
+    Writer init;
+    EncodeRequestPrefix(RequestPrefix{}, &init);
+    init.Put<uint32_t>(0);
+    if (Call(kOp_cuInit, init) != CUDA_SUCCESS) return false;
+    Writer retain;
+    EncodeRequestPrefix(RequestPrefix{}, &retain);
+    retain.Put<uint8_t>(1);
+    retain.Put<CUdevice>(0);
+    std::vector<uint8_t> reply;
+    if (Call(kOp_cuDevicePrimaryCtxRetain, retain, &reply) != CUDA_SUCCESS) return false;
+    Reader r(reply.data(), reply.size());
+    return r.Get(&context_);
+  }
+  Writer Request() const {
+    Writer w;
+    EncodeRequestPrefix(RequestPrefix{.context = context_, .lane = 0}, &w);
+    return w;
+  }
   RingView Requests() { return ViewRing(channel_.rings, RingSide::kClient); }
   RingView Replies() { return ViewRing(channel_.rings, RingSide::kWorker); }
   const Channel& channel() const { return channel_; }
@@ -292,7 +330,79 @@ class RawRings {
  private:
   Channel channel_;
   uint32_t seq_ = 0;
+  uint64_t context_ = 0;
 };
+
+// A page-sized memfd for kOpHostShare, sealed as the client seals it unless told otherwise.
+int PageFile(uint64_t bytes, bool sealed) {
+  const int fd = memfd_create("gslice-test-page-locked", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) return -1;
+  if (sealed && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) return -1;
+  return fd;
+}
+
+TEST_F(RemoteShm, SharedPageLockedMemoryIsTheOnlyHostMemoryAClientCanNameToItsWorker) {
+  // A worker maps only a sealed memfd of the announced size, and serves a copy that names
+  // shared memory only within a range it mapped: no other memory of its own is reachable.
+  RawRings raw;
+  const pid_t worker = raw.Start();
+  ASSERT_GT(worker, 0);
+  ASSERT_TRUE(raw.MakeContext());
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  auto share = [&](uint64_t announced, uint64_t file, bool sealed, uint64_t* worker_addr) {
+    const int fd = PageFile(file, sealed);
+    EXPECT_GE(fd, 0);
+    Writer w = raw.Request();
+    w.Put<uint64_t>(0);  // no address wished for
+    w.Put<uint64_t>(announced);
+    std::vector<uint8_t> reply;
+    const int result = raw.Call(kOpHostShare, w, &reply, fd);
+    close(fd);
+    Reader r(reply.data(), reply.size());
+    uint64_t device = 0;
+    if (result == CUDA_SUCCESS) {
+      EXPECT_TRUE(r.Get(worker_addr) && r.Get(&device) && r.AtEnd());
+    }
+    return result;
+  };
+  uint64_t at = 0;
+  EXPECT_EQ(share(page, page, false, &at), CUDA_ERROR_INVALID_VALUE) << "an unsealed file";
+  EXPECT_EQ(share(2 * page, page, true, &at), CUDA_ERROR_INVALID_VALUE) << "a file smaller than announced";
+  EXPECT_EQ(share(page + 1, page + 1, true, &at), CUDA_ERROR_INVALID_VALUE) << "no whole number of pages";
+  ASSERT_EQ(share(page, page, true, &at), CUDA_SUCCESS);
+  ASSERT_NE(at, 0u);
+  Writer alloc = raw.Request();
+  alloc.Put<uint8_t>(1);
+  alloc.Put<uint64_t>(page);
+  std::vector<uint8_t> reply;
+  ASSERT_EQ(raw.Call(kOp_cuMemAlloc_v2, alloc, &reply), CUDA_SUCCESS);
+  CUdeviceptr device = 0;
+  ASSERT_TRUE(Reader(reply.data(), reply.size()).Get(&device));
+  // cuMemcpyHtoD_v2 naming shared memory at `from` for `bytes`.
+  auto copy = [&](uint64_t from, uint64_t bytes) {
+    Writer w = raw.Request();
+    w.Put<CUdeviceptr>(device);
+    w.Put<uint8_t>(2);
+    w.Put<uint64_t>(bytes);
+    w.Put<uint64_t>(from);
+    w.Put<size_t>(bytes);
+    return raw.Call(kOp_cuMemcpyHtoD_v2, w);
+  };
+  EXPECT_EQ(copy(at, page), CUDA_SUCCESS) << "the shared page";
+  EXPECT_EQ(copy(at + 16, page - 16), CUDA_SUCCESS) << "within it";
+  EXPECT_EQ(copy(at + 16, page), CUDA_ERROR_INVALID_VALUE) << "past its end";
+  EXPECT_EQ(copy(at - page, page), CUDA_ERROR_INVALID_VALUE) << "before it";
+  const uint64_t own = reinterpret_cast<uintptr_t>(&raw) & ~(page - 1);  // some address of no range
+  EXPECT_EQ(copy(own, 64), CUDA_ERROR_INVALID_VALUE) << "memory it never shared";
+  Writer unshare = raw.Request();
+  unshare.Put<uint64_t>(at);
+  EXPECT_EQ(raw.Call(kOpHostUnshare, unshare), CUDA_SUCCESS);
+  EXPECT_EQ(raw.Call(kOpHostUnshare, unshare), CUDA_ERROR_INVALID_VALUE) << "twice";
+  EXPECT_EQ(copy(at, page), CUDA_ERROR_INVALID_VALUE) << "after it was unshared";
+  // The worker goes on.
+  EXPECT_EQ(raw.Version(), CUDA_SUCCESS);
+  EXPECT_FALSE(Gone(worker));
+}
 
 TEST_F(RemoteShm, ScribbledRingsEndOnlyTheirOwnWorker) {
   std::mt19937 rng(27);

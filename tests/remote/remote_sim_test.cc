@@ -435,12 +435,33 @@ TEST_F(RemoteSim, NvmlCallsNotForwardedReturnNotSupportedAndAreNamed) {
   EXPECT_NE(r.out.find("nvmlDeviceGetBoardId is not forwarded"), std::string::npos) << r.out;
 }
 
-TEST_F(RemoteSim, PageLockedMemoryIsNotMappedIntoTheRemoteGpuAndSaysSo) {
-  Result r = RunProgram(Remote(Address(), "1GiB", {kProbe, "hostmap"}));
+TEST_F(RemoteSim, PageLockedMemoryOfAnotherHostIsNotMappedIntoTheGpuAndSaysSo) {
+  // Without shared memory with the worker (as from another host): no device pointer, and the
+  // copies carry their bytes (the device-to-host one waited for), with the same results.
+  Result r = RunProgram(Remote(Address(), "1GiB", {kProbe, "hostmap"}), {"GSLICE_REMOTE_SHM=off"});
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("CUDA_ERROR_NOT_SUPPORTED\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("cannot be mapped into the remote GPU's address space"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("then cuMemAlloc: CUDA_SUCCESS"), std::string::npos) << r.out;
+  Result copies = RunProgram(Remote(Address(), "1GiB", {kProbe, "hostshare", "stats"}), {"GSLICE_REMOTE_SHM=off"});
+  EXPECT_EQ(copies.code, 0) << copies.out;
+  for (const char* line : {"device pointer: CUDA_ERROR_NOT_SUPPORTED\n", "asynchronous copies in stream order: verified\n",
+                           "copies waited for: 1\n",
+                           "captured copy CUDA_SUCCESS, end capture CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED\n"}) {
+    EXPECT_NE(copies.out.find(line), std::string::npos) << line << copies.out;
+  }
+}
+
+TEST_F(RemoteSim, PageLockedMemoryIsSharedWithAWorkerOnTheSameHost) {
+  // As the driver itself does it: a device pointer to it (a memset and a kernel write it),
+  // asynchronous copies in stream order, a captured copy reading it at each replay.
+  ExpectSameAsDirect(Address(), "hostshare", "memset and kernel through it: seen on the host\n");
+  Result r = RunProgram(Remote(Address(), "1GiB", {kProbe, "hostshare"}));
+  EXPECT_NE(r.out.find("device pointer: CUDA_SUCCESS, the host pointer\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("replayed twice: each read the memory then\n"), std::string::npos) << r.out;
+  // Neither copy waits for the worker: no bytes to carry back.
+  Result stats = RunProgram(Remote(Address(), "1GiB", {kProbe, "hostshare", "stats"}));
+  EXPECT_NE(stats.out.find("copies waited for: 0\n"), std::string::npos) << stats.out;
 }
 
 // The driver's private tables as the client answers them: size headers, every slot callable
