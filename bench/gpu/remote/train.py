@@ -3,10 +3,13 @@ forwarding client: prints one line per step ("loss STEP VALUE", the loss as a fl
 that runs compare bit for bit), then "steps_per_s X" and, through the client, "calls ..." (the
 client's counters over the timed steps, gslice_remote_stats).
 
-  train.py resnet50|bert STEPS [BATCH]
+  train.py resnet50|resnet50_loader|bert STEPS [BATCH]
                                    training, deterministic, fixed seed, synthetic data (batch:
                                    ResNet-50 32 images, BERT 8 sequences of 128 by default);
-                                   also prints "cpu_per_step S" (the process's CPU time)
+                                   also prints "cpu_per_step S" (the process's CPU time).
+                                   resnet50_loader: as a data loader feeds it, each step's batch
+                                   copied from page-locked host memory (pin_memory(), 4 batches
+                                   in turn) with non_blocking=True
   train.py check NAME              a framework check: tensor, torch_exp, compile, jax,
                                    jax_noautotune (XLA's autotuner off), cupy
 """
@@ -42,6 +45,25 @@ def train(kind, steps, batch=None):
         y = torch.randint(0, 100, (n,), generator=g).to(dev)
         loss_fn = torch.nn.CrossEntropyLoss()
         step_fn = lambda: loss_fn(model(x), y)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    elif kind == "resnet50_loader":
+        import torchvision
+        model = torchvision.models.resnet50(num_classes=100).to(dev)
+        g = torch.Generator(device="cpu").manual_seed(1)
+        n = batch or 32
+        host = [(torch.randn(n, 3, 224, 224, generator=g).pin_memory(),
+                 torch.randint(0, 100, (n,), generator=g).pin_memory()) for _ in range(4)]
+        x = torch.empty(n, 3, 224, 224, device=dev)
+        y = torch.empty(n, dtype=torch.long, device=dev)
+        loss_fn = torch.nn.CrossEntropyLoss()
+        turn = [0]
+
+        def step_fn():
+            hx, hy = host[turn[0] % len(host)]
+            turn[0] += 1
+            x.copy_(hx, non_blocking=True)
+            y.copy_(hy, non_blocking=True)
+            return loss_fn(model(x), y)
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     elif kind == "bert":
         from transformers import BertConfig, BertForSequenceClassification

@@ -4,8 +4,11 @@
 # training run goes locally (gslice run) and through the client, the answers compared. The
 # client runs with the GPU's device files hidden (bench/gpu/remote/without_gpu_files.sh, root).
 #   checks: torch tensor op, expandable segments (torch_exp), torch.compile, JAX, CuPy:
-#           the same value locally and remotely
-#   training: ResNet-50 (batch 32) and BERT-base (batch 8 x 128) for TRAIN_STEPS steps
+#           the same value locally and remotely; hostshare: page-locked memory used as the
+#           driver allows (gslice_remote_probe hostshare: zero-copy memset and kernel, copies
+#           in stream order, a captured copy replayed), the same output locally and remotely
+#   training: ResNet-50 (batch 32; resnet50_loader: each batch copied from page-locked memory
+#           without blocking) and BERT-base (batch 8 x 128) for TRAIN_STEPS steps
 #           (default 100), deterministic, fixed seeds: losses bit for bit equal to local over
 #           unix: with the shared-memory rings (unix, the default) and without them
 #           (unix_socket, GSLICE_REMOTE_SHM=off), and over loopback TCP; steps/s remote / local;
@@ -23,7 +26,7 @@ B = os.environ.get("GSLICE_BUILD", "build")
 OUT = os.path.join(os.environ["OUT"], "remote_train")
 STEPS = int(os.environ.get("TRAIN_STEPS", "100"))
 WORKLOADS = [w for w in os.environ.get("TRAIN_WORKLOADS", "resnet50,bert").split(",") if w]
-CHECKS = [c for c in os.environ.get("TRAIN_CHECKS", "tensor,torch_exp,compile,jax,jax_noautotune,cupy").split(",") if c]
+CHECKS = [c for c in os.environ.get("TRAIN_CHECKS", "tensor,torch_exp,compile,jax,jax_noautotune,cupy,hostshare").split(",") if c]
 gslice = os.path.join(B, "bin", "gslice")
 remoted = os.path.join(B, "bin", "gslice-remoted")
 script = os.path.abspath("bench/gpu/remote/train.py")
@@ -86,6 +89,14 @@ try:
     for name in CHECKS:
         vals = {}
         for side in ("local", "unix"):
+            if name == "hostshare":
+                # The probe's whole output is the value (every line verified by the probe).
+                argv = sides[side] + [os.path.join(B, "bin", "gslice_remote_probe"), "hostshare"]
+                rc, out, err = run(f"check-{name}-{side}", argv, 300)
+                vals[side] = out.strip().replace("\n", "; ") if rc == 0 and "verified" in out else None
+                if vals[side] is None:
+                    vals[side + "_err"] = f"exit {rc}: {last_err(err or out)}"
+                continue
             rc, out, err = run(f"check-{name}-{side}", sides[side] + [sys.executable, script, "check", name], 300)
             v = [l.split(None, 1)[1] for l in out.splitlines() if l.startswith("value ")]
             vals[side] = v[0] if rc == 0 and v and "ok" in out.splitlines() else None
