@@ -476,7 +476,8 @@ def gen_server(calls):
             elif p.sem in ("inbuf", "image"):
                 args.append(f"{n}_present ? static_cast<{p.type}>(const_cast<void*>(NonNull({n}_data))) : nullptr")
             elif p.sem == "hostin":
-                args.append(f"{n}_present == 2 ? static_cast<{p.type}>({n}_host) : "
+                staging = f"{n}_staging ? static_cast<{p.type}>({n}_staged.data()) : " if c.sync else ""
+                args.append(f"{n}_present == 2 ? static_cast<{p.type}>({n}_host) : {staging}"
                             f"{n}_present ? static_cast<{p.type}>(const_cast<void*>(NonNull({n}_data))) : nullptr")
             elif p.sem == "hostout":
                 out.append(f"  HostBuffer {n}_buf;")
@@ -500,14 +501,30 @@ def gen_server(calls):
         # Shared host memory outlives the message: its copies are the driver's own, asynchronous
         # ones, and may be captured.
         by_value = "".join(f"{p.name}_present != 2 && " for p in hosts)
+        # An asynchronous copy of the message's bytes goes from page-locked staging (staging.h)
+        # instead of waiting for its stream.
+        staged = next((p for p in hosts if p.sem == "hostin"), None) if c.sync else None
+
         if c.sync:
             # The host buffer lives in this message: a captured copy would read it at replay.
             op = "kOp_cuStreamIsCapturing_ptsz" if c.name.endswith("_ptsz") else "kOp_cuStreamIsCapturing"
             out.append(f"  if ({by_value}StreamCapturing({op}, {c.sync})) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;")
+        if staged is not None:
+            n = staged.name
+            out.append(f"  Staged {n}_staged;")
+            out.append(f"  const bool {n}_staging = {n}_present == 1 && {n}_staged.Stage({n}_data, {n}_len);")
         out.append(f"  CUresult res = static_cast<CUresult>(fn({', '.join(args)}));")
         if c.sync:
             op = "kOp_cuStreamSynchronize_ptsz" if c.name.endswith("_ptsz") else "kOp_cuStreamSynchronize"
-            out.append(f"  if ({by_value}res == CUDA_SUCCESS) res = SynchronizeStream({op}, {c.sync});")
+            if staged is not None:
+                pt = "true" if c.name.endswith("_ptsz") else "false"
+                out.append(f"  if ({staged.name}_staging && res == CUDA_SUCCESS) {{")
+                out.append(f"    res = {staged.name}_staged.HandTo({c.sync}, {pt}, {op});")
+                out.append(f"  }} else if ({by_value}res == CUDA_SUCCESS) {{")
+                out.append(f"    res = SynchronizeStream({op}, {c.sync});")
+                out.append("  }")
+            else:
+                out.append(f"  if ({by_value}res == CUDA_SUCCESS) res = SynchronizeStream({op}, {c.sync});")
         if c.sizing:
             # Too small a buffer: the count the caller needs comes back (not the buffers).
             out.append("  if (res != CUDA_SUCCESS && res != static_cast<CUresult>(NVML_ERROR_INSUFFICIENT_SIZE)) return res;")

@@ -12,6 +12,7 @@
 #include "gslice/nvml_subset.h"
 #include "shared_host.h"
 #include "sizes.h"
+#include "staging.h"
 
 namespace gslice::remote {
 

@@ -48,6 +48,7 @@
 #include "gslice/options.h"
 #include "gslice/trace_format.h"
 #include "shared_host.h"
+#include "staging.h"
 #include "shm_ring.h"
 #include "socket_io.h"
 
@@ -419,6 +420,7 @@ int RunWorker(int fd) {
   }
   StartTracing(driver);
   LoadSharedHost(driver);
+  LoadStaging(driver);
   g_ctx_get = reinterpret_cast<CtxGetFn>(dlsym(driver, "cuCtxGetCurrent"));
   g_ctx_set = reinterpret_cast<CtxSetFn>(dlsym(driver, "cuCtxSetCurrent"));
   if (!SendHelloReply(fd, HelloReply{.status = 0, .worker_pid = static_cast<uint32_t>(getpid()), .message = ""})) {

@@ -27,6 +27,9 @@
 //                       attributes, event records with flags, globals: values and results
 //   probe memops        stream write-value and wait-value operations
 //   probe hostmap       prints cuMemHostGetDevicePointer's result on page-locked memory
+//   probe staged        an asynchronous copy from pageable memory behind a long kernel: the
+//                       call does not wait for the stream, the buffer may change right after
+//                       it, and the copy has the bytes of the call
 //   probe hostshare [stats]  page-locked memory from cuMemHostAlloc used as the driver allows:
 //                       its device pointer (a memset and a kernel write it, the host reads),
 //                       asynchronous copies from and to it in stream order, a captured copy
@@ -1145,6 +1148,31 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (mode == "hostshare") return HostShare(argc > 2 && std::string(argv[2]) == "stats");
+  if (mode == "staged") {
+    Setup(&dev);
+    CUmodule module;
+    CUfunction busy, fill;
+    CK(gslice::test::LoadTestKernels(&module, &busy, &fill));
+    CUstream stream;
+    CK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    constexpr size_t kBytes = 1 << 20;
+    CUdeviceptr a = 0;
+    CK(cuMemAlloc(&a, kBytes));
+    std::vector<uint8_t> host(kBytes);
+    for (size_t i = 0; i < kBytes; ++i) host[i] = static_cast<uint8_t>(i * 13 + 5);
+    const std::vector<uint8_t> sent = host;
+    CK(gslice::test::LaunchBusy(busy, 400000, stream));
+    CK(cuMemcpyHtoDAsync(a, host.data(), kBytes, stream));
+    std::fill(host.begin(), host.end(), 0);  // the call has taken the bytes
+    const CUresult query = cuStreamQuery(stream);
+    printf("the stream right after the copy: %s\n", Name(query));
+    CK(cuStreamSynchronize(stream));
+    std::vector<uint8_t> back(kBytes);
+    CK(cuMemcpyDtoH(back.data(), a, kBytes));
+    printf("the copy: %s\n", back == sent ? "the bytes of the call" : "WRONG");
+    CK(cuMemFree(a));
+    return 0;
+  }
   if (mode == "tables") return Tables();
   if (mode == "threads") {
     // One thread synchronises with a long kernel on its per-thread default stream; another

@@ -452,6 +452,18 @@ TEST_F(RemoteSim, PageLockedMemoryOfAnotherHostIsNotMappedIntoTheGpuAndSaysSo) {
   }
 }
 
+TEST_F(RemoteSim, AnAsyncCopyOfTheMessagesBytesDoesNotWaitForItsStream) {
+  // The worker stages the bytes in page-locked memory of its own (remote/server/staging.h),
+  // as the driver does for pageable memory: the copy stays queued behind the kernel, and the
+  // program's buffer is free as soon as the call returned. Over the socket and the rings.
+  for (const char* shm : {"GSLICE_REMOTE_SHM=off", "GSLICE_REMOTE_SHM=on"}) {
+    SCOPED_TRACE(shm);
+    Result r = RunProgram(Remote(Address(), "1GiB", {kProbe, "staged"}), {shm});
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_EQ(r.out, "the stream right after the copy: CUDA_ERROR_NOT_READY\nthe copy: the bytes of the call\n");
+  }
+}
+
 TEST_F(RemoteSim, PageLockedMemoryIsSharedWithAWorkerOnTheSameHost) {
   // As the driver itself does it: a device pointer to it (a memset and a kernel write it),
   // asynchronous copies in stream order, a captured copy reading it at each replay.
