@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "calls.h"
@@ -50,6 +51,10 @@ class Call {
   // For a call the client keeps answers of (calls.def: cached, cached=GROUP): true, with the
   // reply ready, when it holds this call's answer; nothing is sent either way.
   bool AnsweredFromCache();
+  // The handle this call's answers are indexed by (calls.def: cached=GROUP(PARAM)), or the
+  // handle whose answers it drops (drops=GROUP(PARAM)): the parameter's value (HandleBits).
+  // Set before Run or AnsweredFromCache; 0 when the call names none.
+  void set_cache_handle(uint64_t handle) { cache_handle_ = handle; }
 
  private:
   // Where a successful answer is kept: its cache slot, key, and the slot's generation when
@@ -75,7 +80,18 @@ class Call {
   std::vector<uint8_t> reply_buffer_;
   Reader reader_;
   bool answered_ = false;
+  uint64_t cache_handle_ = 0;
 };
+
+// A handle parameter's value as the client's kept answers index it.
+template <typename T>
+uint64_t HandleBits(T value) {
+  if constexpr (std::is_pointer_v<T>) {
+    return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(value));
+  } else {
+    return static_cast<uint64_t>(value);
+  }
+}
 
 // One request of the timeline's (wire.h: Trace; op kOpTraceClock or kOpTraceFetch) on the
 // worker's connection, on the calling thread's lane; *reply is the answer's payload.
@@ -153,6 +169,20 @@ bool RemoteAnswerNotCapturing(CUresult* result, CUstream stream, CUstreamCapture
 bool RemoteSkipKernelAttributeAsSet(CUresult* result, CUfunction_attribute attrib, int val, CUkernel kernel,
                                     CUdevice dev);
 bool RemoteSkipFuncAttributeAsSet(CUresult* result, CUfunction hfunc, CUfunction_attribute attrib, int value);
+// Kernels, functions and libraries' modules the client has seen answered: what a set of one
+// handle's attribute may change (kept_answers.h: its family).
+void RelateKernelFunction(CUkernel kernel, CUfunction function);
+void NoteLibraryModule(CUmodule module);
+void NoteModuleFunction(CUmodule module, CUfunction function);
+inline void RemoteAfterKernelGetFunction(CUfunction* function, CUkernel kernel) {
+  if (function != nullptr) RelateKernelFunction(kernel, *function);
+}
+inline void RemoteAfterLibraryGetModule(CUmodule* module, CUlibrary) {
+  if (module != nullptr) NoteLibraryModule(*module);
+}
+inline void RemoteAfterModuleGetFunction(CUfunction* function, CUmodule module, const char*) {
+  if (function != nullptr) NoteModuleFunction(module, *function);
+}
 template <typename... Args>
 void RemoteForgetKernelLayouts(Args...) {
   ForgetKernelLayouts();
