@@ -19,7 +19,7 @@
 //     client cannot tell which kernel they are, so every per-handle drop drops them too, and a
 //     set on one of them drops the whole group.
 // Relations are never forgotten one by one: a handle value reused after an unload may inherit
-// a stale relation, which only makes a drop larger. Past kMaxRelated related handles the
+// a stale relation, which only makes a drop larger. Past max_related related handles the
 // client stops tracking them and every per-handle drop drops its whole group.
 //
 // In flight: each slot has a generation, counted up by every drop of the slot, whole or per
