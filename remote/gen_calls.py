@@ -136,7 +136,8 @@ class CallSpec:
                 self.drops.append(group)
                 continue
             if self.drop_handle not in (None, param):
-                raise ValueError(f"drops= names two handles ({self.drop_handle}, {param}): one call drops one handle's answers")
+                raise ValueError(f"drops= names two handles ({self.drop_handle}, {param}): "
+                                 "one call drops one handle's answers")
             self.drops_by_handle.append(group)
             self.drop_handle = param
         values = [p.name for p in params if p.sem == "value"]
@@ -273,7 +274,9 @@ def gen_header(calls, h):
         dropper = next((c for c in calls if g in c.drops_by_handle), None)
         if (by_handle or dropper) and len(by_handle) != len(cached_by):
             missing = next(c for c in cached_by if not c.cache_handle)
-            why = f"{dropper.name} drops={g}({dropper.drop_handle})" if dropper else f"{by_handle[0].name} is cached={g}({by_handle[0].cache_handle})"
+            first = dropper or by_handle[0]
+            why = (f"{first.name} drops={g}({first.drop_handle})" if dropper
+                   else f"{first.name} is cached={g}({first.cache_handle})")
             sys.exit(f"calls.def: {why}, but {missing.name} is cached={g} without naming its handle: "
                      f"write cached={g}(PARAM) with the parameter that names the function or kernel")
     out += ["};", "", "// Cache groups (calls.def: cached=GROUP): a call's answer is kept per current context and",

@@ -66,6 +66,10 @@ class CacheFlags(unittest.TestCase):
             ([GET, OCC.replace("cached=attributes(func)", "cached=attributes"), SET],
              "cuOccupancyMaxActiveBlocksPerMultiprocessor is cached=attributes without naming its handle: "
              "write cached=attributes(PARAM)"),
+            # A group whose calls name a handle only in part.
+            ([GET, OCC.replace("cached=attributes(func)", "cached=attributes")],
+             "cuFuncGetAttribute is cached=attributes(hfunc), but cuOccupancyMaxActiveBlocksPerMultiprocessor is "
+             "cached=attributes without naming its handle"),
             ([GET.replace("(hfunc)", "(pi)"), SET], "calls.def:1: cached=GROUP(pi): cuFuncGetAttribute has no value parameter pi"),
             ([GET, SET.replace("attributes(hfunc)", "attributes(nope)")],
              "calls.def:2: drops=GROUP(nope): cuFuncSetAttribute has no value parameter nope"),
