@@ -26,7 +26,24 @@ import re
 import sys
 
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-LINE = re.compile(r"^(forward|local|custom)\s+(?:(const char\*|\w+)\s+)?(\w+)\((.*)\)\s*(.*)$")
+# A cache group, optionally with the parameter that holds the handle its answers are indexed by
+# (cached=GROUP(PARAM)) or whose answers are dropped (drops=GROUP(PARAM)).
+GROUP = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?:\(([A-Za-z_][A-Za-z0-9_]*)\))?$")
+LINE = re.compile(r"^(forward|local|custom)\s+(?:(const char\*|\w+)\s+)?(\w+)\(")
+
+
+def match_line(line):
+    """KIND, RET, SYMBOL, PARAMS, FLAGS of a line, or None. PARAMS end at the parenthesis that
+    closes SYMBOL's (flags such as cached=GROUP(PARAM) hold parentheses too)."""
+    m = LINE.match(line)
+    if not m:
+        return None
+    depth = 1
+    for i in range(m.end(), len(line)):
+        depth += {"(": 1, ")": -1}.get(line[i], 0)
+        if depth == 0:
+            return m.groups() + (line[m.end():i], line[i + 1:].strip())
+    return None
 
 
 class Library:
@@ -108,7 +125,28 @@ class CallSpec:
         self.collect = "collect" in flags
         self.cached = "cached" in flags
         self.cache_group = flags.get("cachedby")
-        self.drops = flags.get("drops", "").split(",") if flags.get("drops") else []
+        self.cache_handle = flags.get("cachehandle")
+        # drops=G1,G2(PARAM): whole groups, and the groups dropped for one handle only.
+        self.drops, self.drops_by_handle, self.drop_handle = [], [], None
+        for item in flags.get("drops", "").split(",") if flags.get("drops") else []:
+            group, param = GROUP.match(item).groups()
+            if group in self.drops or group in self.drops_by_handle:
+                raise ValueError(f"drops= names {group} twice")
+            if param is None:
+                self.drops.append(group)
+                continue
+            if self.drop_handle not in (None, param):
+                raise ValueError(f"drops= names two handles ({self.drop_handle}, {param}): "
+                                 "one call drops one handle's answers")
+            self.drops_by_handle.append(group)
+            self.drop_handle = param
+        values = [p.name for p in params if p.sem == "value"]
+        for what, param in (("cached", self.cache_handle), ("drops", self.drop_handle)):
+            if param is not None and param not in values:
+                raise ValueError(f"{what}=GROUP({param}): {name} has no value parameter {param} (the handle's)")
+        if self.cache_handle and self.drop_handle and self.cache_handle != self.drop_handle:
+            raise ValueError("cached=GROUP(PARAM) and drops=GROUP(PARAM) name different parameters")
+        self.handle = self.cache_handle or self.drop_handle
         self.sizing = "sizing" in flags
         self.noslice = "noslice" in flags
 
@@ -119,10 +157,10 @@ def parse(path, lib, calls, canonical):
             line = raw.split("#")[0].strip()
             if not line:
                 continue
-            m = LINE.match(line)
+            m = match_line(line)
             if not m:
                 sys.exit(f"{path}:{lineno}: expected KIND SYMBOL(PARAMS) [flags]")
-            kind, ret, name, plist, rest = m.groups()
+            kind, ret, name, plist, rest = m
             if ret is not None and (kind != "local" or lib is not NVML):
                 sys.exit(f"{path}:{lineno}: only the NVML list's local calls name a return type")
             params = []
@@ -141,10 +179,13 @@ def parse(path, lib, calls, canonical):
                     flags[tok] = True
                 elif k == "split" and re.match(r"^\w+:\w+$", v):
                     flags[k] = v
-                elif k == "cached" and IDENT.match(v):
-                    flags["cachedby"] = v
-                elif k == "drops" and all(IDENT.match(g) for g in v.split(",")):
+                elif k == "cached" and GROUP.match(v):
+                    flags["cachedby"], flags["cachehandle"] = GROUP.match(v).groups()
+                elif k == "drops" and all(GROUP.match(g) for g in v.split(",")):
                     flags[k] = v
+                elif k in ("cached", "drops"):
+                    sys.exit(f"{path}:{lineno}: bad flag {tok!r}: cached=GROUP or cached=GROUP(PARAM); "
+                             "drops=G1,G2 where each is GROUP or GROUP(PARAM)")
                 elif k not in ("after", "before", "sync") or not eq or not IDENT.match(v):
                     sys.exit(f"{path}:{lineno}: unknown flag {tok!r}")
                 else:
@@ -219,15 +260,28 @@ def gen_header(calls, h):
     out += [f"    {'true' if c.cached else 'false'},  // {c.name}" for c in calls]
     groups = []
     for c in calls:
-        for g in ([c.cache_group] if c.cache_group else []) + c.drops:
+        for g in ([c.cache_group] if c.cache_group else []) + c.drops + c.drops_by_handle:
             if g not in groups:
                 groups.append(g)
     if len(groups) > 32:
         sys.exit("calls.def: more than 32 cache groups")
     for c in calls:
-        for g in c.drops:
+        for g in c.drops + c.drops_by_handle:
             if not any(o.cache_group == g for o in calls):
                 sys.exit(f"calls.def: {c.name} drops={g}, which no call is cached by")
+    # A group whose answers are indexed by handle: every call cached by it names its handle, or
+    # a per-handle drop would miss the answers of the calls that name none.
+    for g in groups:
+        cached_by = [c for c in calls if c.cache_group == g]
+        by_handle = [c for c in cached_by if c.cache_handle]
+        dropper = next((c for c in calls if g in c.drops_by_handle), None)
+        if (by_handle or dropper) and len(by_handle) != len(cached_by):
+            missing = next(c for c in cached_by if not c.cache_handle)
+            first = dropper or by_handle[0]
+            why = (f"{first.name} drops={g}({first.drop_handle})" if dropper
+                   else f"{first.name} is cached={g}({first.cache_handle})")
+            sys.exit(f"calls.def: {why}, but {missing.name} is cached={g} without naming its handle: "
+                     f"write cached={g}(PARAM) with the parameter that names the function or kernel")
     out += ["};", "", "// Cache groups (calls.def: cached=GROUP): a call's answer is kept per current context and",
             "// argument values until a call that drops its group is made.",
             "inline constexpr uint32_t kCacheGroupCount = %d;" % len(groups),
@@ -239,6 +293,10 @@ def gen_header(calls, h):
     out += ["};", "", "// The groups (bits) whose kept answers each call drops (calls.def: drops=G1,G2).",
             "inline constexpr uint32_t kOpDrops[kOpCount] = {"]
     out += [f"    {hex(sum(1 << groups.index(g) for g in c.drops))},  // {c.name}" for c in calls]
+    out += ["};", "", "// The groups (bits) in which each call drops only the answers of its handle's family",
+            "// (calls.def: drops=GROUP(PARAM); remote/client/kept_answers.h).",
+            "inline constexpr uint32_t kOpDropsByHandle[kOpCount] = {"]
+    out += [f"    {hex(sum(1 << groups.index(g) for g in c.drops_by_handle))},  // {c.name}" for c in calls]
     out += ["};", "", "// NVML calls a probe answers before the client holds a slice (nvml_calls.def: noslice).",
             "inline constexpr bool kOpNoSlice[kOpCount] = {"]
     out += [f"    {'true' if c.noslice else 'false'},  // {c.name}" for c in calls]
@@ -300,6 +358,8 @@ def gen_client(calls, lib, table, includer):
             out.append(f"    return {lib.ok};")
             out.append("  }")
         out.append(f"  {ns}{lib.call} call({ns}kOp_{c.name});")
+        if c.handle:
+            out.append(f"  call.set_cache_handle({ns}HandleBits({c.handle}));")
         out.append(f"  {ns}Writer& w = call.request();")
         out.append("  (void)w;")
         for p in c.params:

@@ -20,6 +20,7 @@
 #include "attach.h"
 #include "client_trace.h"
 #include "gslice/options.h"
+#include "kept_answers.h"
 #include "log.h"
 #include "shm_ring.h"
 #include "socket_io.h"
@@ -111,19 +112,19 @@ Probe g_probe;  // REQUIRES g_probe_mu
 bool g_init_replay = false;
 unsigned int g_init_flags = 0;
 
-// Answers the client keeps (calls.def: cached, cached=GROUP), keyed by opcode and arguments
-// (the request without its prefix) and, for a group's calls, the current context: the
-// answers of calls.def's `cached` calls for the process's life, a group's until a call that
-// drops it (calls.def: drops=). Slot 0 holds the former, slot 1 + g the answers of group g.
-// A group's generation counts its drops: an answer is kept only when no drop of its group
-// came while it was in flight. REQUIRES g_cache_mu. Never freed: calls may come during exit.
-using AnswerMap = std::unordered_map<std::string, std::vector<uint8_t>>;
-pthread_mutex_t g_cache_mu = PTHREAD_MUTEX_INITIALIZER;
-AnswerMap* g_cache[1 + kCacheGroupCount] = {};
-uint64_t g_cache_generation[1 + kCacheGroupCount] = {};
-// More answers than this in one slot: the slot is emptied (a program that makes kernels
-// without end does not grow the client without end).
+// Answers the client keeps (calls.def: cached, cached=GROUP, cached=GROUP(PARAM)), keyed by
+// opcode and arguments (the request without its prefix) and, for a group's calls, the current
+// context; indexed by the handle PARAM names (kept_answers.h). Slot 0 holds the answers of
+// `cached` calls for the process's life, slot 1 + g those of group g until a call that drops
+// them (calls.def: drops=GROUP, drops=GROUP(PARAM)). Never freed: calls may come during exit.
+// More answers than kMaxCached in one slot: the slot is emptied; more related kernels and
+// functions than that: every per-handle drop drops its group.
 constexpr size_t kMaxCached = 1 << 16;
+
+KeptAnswers& AnswerStore() {
+  static KeptAnswers* const kept = new KeptAnswers(kCacheGroupCount, kMaxCached, kMaxCached);
+  return *kept;
+}
 
 size_t CacheSlot(uint32_t op) {
   const uint32_t group = kOpCacheGroup[op];
@@ -139,41 +140,11 @@ std::string CacheKey(uint32_t op, const Writer& request) {
   return key;
 }
 
-// Under one lock: true with *reply when the slot keeps key's answer; else *generation is the
-// slot's generation now (what KeepAnswer later compares).
-bool LookUpCached(size_t slot, const std::string& key, std::vector<uint8_t>* reply, uint64_t* generation) {
-  pthread_mutex_lock(&g_cache_mu);
-  bool found = false;
-  if (g_cache[slot] != nullptr) {
-    if (const auto it = g_cache[slot]->find(key); it != g_cache[slot]->end()) {
-      *reply = it->second;
-      found = true;
-    }
-  }
-  *generation = g_cache_generation[slot];
-  pthread_mutex_unlock(&g_cache_mu);
-  return found;
-}
-
-void KeepAnswer(size_t slot, uint64_t generation, std::string key, const std::vector<uint8_t>& reply) {
-  pthread_mutex_lock(&g_cache_mu);
-  if (g_cache_generation[slot] == generation) {
-    if (g_cache[slot] == nullptr) g_cache[slot] = new AnswerMap();
-    if (g_cache[slot]->size() >= kMaxCached) g_cache[slot]->clear();
-    g_cache[slot]->insert_or_assign(std::move(key), reply);
-  }
-  pthread_mutex_unlock(&g_cache_mu);
-}
-
-// Forgets the answers of the groups in mask (calls.def: drops=).
-void DropCached(uint32_t mask) {
-  pthread_mutex_lock(&g_cache_mu);
-  for (uint32_t g = 0; g < kCacheGroupCount; ++g) {
-    if ((mask & (1u << g)) == 0) continue;
-    ++g_cache_generation[1 + g];
-    if (g_cache[1 + g] != nullptr) g_cache[1 + g]->clear();
-  }
-  pthread_mutex_unlock(&g_cache_mu);
+// Forgets what op may change (calls.def: drops=): whole groups, and its handle's answers in
+// the groups it drops per handle.
+void DropCached(uint32_t op, uint64_t handle) {
+  if (kOpDrops[op] != 0) AnswerStore().DropGroups(kOpDrops[op]);
+  if (kOpDropsByHandle[op] != 0) AnswerStore().DropHandle(kOpDropsByHandle[op], handle);
 }
 
 // Fails the connection for good, with one log line (the first failure's). REQUIRES g_mu.
@@ -740,7 +711,7 @@ bool Call::FromCache(Kept* kept) {
   if (!kOpCached[op_] && kOpCacheGroup[op_] == 0) return false;
   kept->slot = CacheSlot(op_);
   kept->key = CacheKey(op_, request_);
-  if (!LookUpCached(kept->slot, kept->key, &reply_buffer_, &kept->generation)) return false;
+  if (!AnswerStore().LookUp(kept->slot, cache_handle_, kept->key, &reply_buffer_, &kept->generation)) return false;
   Log(LogLevel::kDebug, "remote: %s answered from the client's cache", kOpNames[op_]);
   reader_ = Reader(reply_buffer_.data(), reply_buffer_.size());
   int32_t value = 0;
@@ -779,7 +750,7 @@ CUresult Call::Forward() {
   if (const CUresult attached = EnsureAttached(); attached != CUDA_SUCCESS) return attached;
   // Before it leaves and again once answered: an answer of the group read in between would
   // be stale (the generation keeps it from being kept).
-  if (kOpDrops[op_] != 0) DropCached(kOpDrops[op_]);
+  DropCached(op_, cache_handle_);
   if (kOpAsync[op_] && !wait_ && !WaitForEveryCall()) {
     // Not waited for: its driver error, if any, comes with the next synchronisation.
     const CUresult result = Send(op_, request_, nullptr, &seq_);
@@ -798,7 +769,7 @@ CUresult Call::Forward() {
   g_op_trips[op_].fetch_add(1, std::memory_order_relaxed);
   CUresult result = Send(op_, request_, &waiter, &seq_, kOpAsync[op_] ? kWaitBit : 0);
   if (result == CUDA_SUCCESS) result = Receive(op_, &waiter);
-  if (kOpDrops[op_] != 0) DropCached(kOpDrops[op_]);
+  DropCached(op_, cache_handle_);
   if (result != CUDA_SUCCESS) return result;
   if (waiter.header.op != (op_ | kReplyBit)) {
     return Fail(kLostResult, std::string("the server's answer to ") + kOpNames[op_] + " is not for it");
@@ -884,12 +855,24 @@ CUresult Call::Answered(Kept* kept) {
   }
   const CUresult result = static_cast<CUresult>(value);
   answered_ = true;
-  if (kept != nullptr && result == CUDA_SUCCESS) KeepAnswer(kept->slot, kept->generation, std::move(kept->key), reply_buffer_);
+  if (kept != nullptr && result == CUDA_SUCCESS) {
+    AnswerStore().Keep(kept->slot, kept->generation, cache_handle_, std::move(kept->key), reply_buffer_);
+  }
   return result;
 }
 
 CUresult Call::Malformed() {
   return Fail(kLostResult, std::string("the server's answer to ") + kOpNames[op_] + " is malformed");
+}
+
+void RelateKernelFunction(CUkernel kernel, CUfunction function) {
+  AnswerStore().Relate(HandleBits(kernel), HandleBits(function));
+}
+
+void NoteLibraryModule(CUmodule module) { AnswerStore().NoteLibraryModule(HandleBits(module)); }
+
+void NoteModuleFunction(CUmodule module, CUfunction function) {
+  AnswerStore().NoteModuleFunction(HandleBits(module), HandleBits(function));
 }
 
 CUcontext CurrentContext() { return t_depth > 0 ? t_stack[t_depth - 1] : nullptr; }

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "calls.h"
@@ -53,6 +54,10 @@ class Call {
   // For an async call (calls.def: async): this one is waited for, and answered with what the
   // driver wrote (a copy into memory the worker cannot reach).
   void WaitForAnswer() { wait_ = true; }
+  // The handle this call's answers are indexed by (calls.def: cached=GROUP(PARAM)), or the
+  // handle whose answers it drops (drops=GROUP(PARAM)): the parameter's value (HandleBits).
+  // Set before Run or AnsweredFromCache; 0 when the call names none.
+  void set_cache_handle(uint64_t handle) { cache_handle_ = handle; }
 
  private:
   // Where a successful answer is kept: its cache slot, key, and the slot's generation when
@@ -79,6 +84,7 @@ class Call {
   Reader reader_;
   bool answered_ = false;
   bool wait_ = false;
+  uint64_t cache_handle_ = 0;
 };
 
 // Page-locked memory shared with the worker (remote/client/host_memory.cc, wire.h:
@@ -93,6 +99,16 @@ CUresult UnshareWithWorker(uint64_t worker_addr);
 // For calls.def's hostin/hostout: true, with the worker's address of p in *worker, when
 // [p, p + bytes) lies in memory this process shares with its worker.
 bool SharedHostAddress(const void* p, uint64_t bytes, uint64_t* worker);
+
+// A handle parameter's value as the client's kept answers index it.
+template <typename T>
+uint64_t HandleBits(T value) {
+  if constexpr (std::is_pointer_v<T>) {
+    return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(value));
+  } else {
+    return static_cast<uint64_t>(value);
+  }
+}
 
 // One request of the timeline's (wire.h: Trace; op kOpTraceClock or kOpTraceFetch) on the
 // worker's connection, on the calling thread's lane; *reply is the answer's payload.
@@ -170,6 +186,20 @@ bool RemoteAnswerNotCapturing(CUresult* result, CUstream stream, CUstreamCapture
 bool RemoteSkipKernelAttributeAsSet(CUresult* result, CUfunction_attribute attrib, int val, CUkernel kernel,
                                     CUdevice dev);
 bool RemoteSkipFuncAttributeAsSet(CUresult* result, CUfunction hfunc, CUfunction_attribute attrib, int value);
+// Kernels, functions and libraries' modules the client has seen answered: what a set of one
+// handle's attribute may change (kept_answers.h: its family).
+void RelateKernelFunction(CUkernel kernel, CUfunction function);
+void NoteLibraryModule(CUmodule module);
+void NoteModuleFunction(CUmodule module, CUfunction function);
+inline void RemoteAfterKernelGetFunction(CUfunction* function, CUkernel kernel) {
+  if (function != nullptr) RelateKernelFunction(kernel, *function);
+}
+inline void RemoteAfterLibraryGetModule(CUmodule* module, CUlibrary) {
+  if (module != nullptr) NoteLibraryModule(*module);
+}
+inline void RemoteAfterModuleGetFunction(CUfunction* function, CUmodule module, const char*) {
+  if (function != nullptr) NoteModuleFunction(module, *function);
+}
 template <typename... Args>
 void RemoteForgetKernelLayouts(Args...) {
   ForgetKernelLayouts();

@@ -94,6 +94,7 @@ bool RemoteSkipKernelAttributeAsSet(CUresult* result, CUfunction_attribute attri
                                     CUdevice dev) {
   // The request cuKernelGetAttribute(&value, attrib, kernel, dev) makes (calls.def's encoding).
   Call get(kOp_cuKernelGetAttribute);
+  get.set_cache_handle(HandleBits(kernel));  // calls.def: cached=attributes(kernel)
   get.request().Put<uint8_t>(1);
   get.request().Put(attrib);
   get.request().Put(kernel);
@@ -106,6 +107,7 @@ bool RemoteSkipKernelAttributeAsSet(CUresult* result, CUfunction_attribute attri
 bool RemoteSkipFuncAttributeAsSet(CUresult* result, CUfunction hfunc, CUfunction_attribute attrib, int value) {
   // The request cuFuncGetAttribute(&value, attrib, hfunc) makes.
   Call get(kOp_cuFuncGetAttribute);
+  get.set_cache_handle(HandleBits(hfunc));  // calls.def: cached=attributes(hfunc)
   get.request().Put<uint8_t>(1);
   get.request().Put(attrib);
   get.request().Put(hfunc);

@@ -39,6 +39,9 @@
 //   probe kept          answers the client keeps (a context's device, function attributes,
 //                       limits, the primary context's state, capture status): each asked
 //                       twice, then changed, and asked again: the driver's new answers
+//   probe kept-sets     a set of one function's or kernel's attribute: its answers are the
+//                       driver's new ones, another function's stay kept; through the client
+//                       also "round trips: ..." lines (gslice_remote_stats)
 //   probe lt-tables     cuBLASLt's tables: a context's number (tools context slot 4), the
 //                       cuBLASLt data slot 4 declined
 #include <cuda.h>
@@ -792,6 +795,76 @@ int Kept() {
   return 0;
 }
 
+// The client's round trips so far (gslice_remote_stats), or -1 on the driver itself.
+long long RoundTrips() {
+  using StatsFn = void (*)(uint64_t[3]);
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  auto fn = lib != nullptr ? reinterpret_cast<StatsFn>(dlsym(lib, "gslice_remote_stats")) : nullptr;
+  if (fn == nullptr) return -1;
+  uint64_t out[3] = {};
+  fn(out);
+  return static_cast<long long>(out[2]);
+}
+
+// Prints how many round trips were made since *since (through the client only), and resets it.
+void PrintTrips(const char* what, long long* since) {
+  const long long now = RoundTrips();
+  if (now >= 0) printf("round trips: %s: %lld\n", what, now - *since);
+  *since = RoundTrips();
+}
+
+// A set of one handle's attribute: what it changes is asked again, the rest stays kept.
+int KeptSets() {
+  CUdevice dev;
+  Setup(&dev);
+  constexpr CUfunction_attribute kSmem = CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+  CUmodule module;
+  CUfunction busy, fill;  // B and A
+  CK(gslice::test::LoadTestKernels(&module, &busy, &fill));
+  int a = 0, b = 0, blocks = 0;
+  CK(cuFuncGetAttribute(&a, kSmem, fill));
+  CK(cuFuncGetAttribute(&b, kSmem, busy));
+  CK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, busy, 256, 0));
+  long long trips = RoundTrips();
+  const int set_to = a + 4096;
+  CK(cuFuncSetAttribute(fill, kSmem, set_to));
+  PrintTrips("a set of A's attribute to a new value", &trips);
+  CK(cuFuncGetAttribute(&b, kSmem, busy));
+  CK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, busy, 256, 0));
+  printf("B after a set on A: reads %d, occupancy %d\n", b, blocks);
+  PrintTrips("B's attribute and occupancy after a set on A", &trips);
+  CK(cuFuncGetAttribute(&a, kSmem, fill));
+  printf("A after its set: reads %s\n", a == set_to ? "the new value" : "a stale value");
+  PrintTrips("A's attribute after its set", &trips);
+
+  // A library's kernel and its function: a set on either makes both answers the driver's.
+  CUlibrary library;
+  CUkernel kernel;
+  CUfunction from_kernel;
+  CK(cuLibraryLoadData(&library, gslice::test::SimTestImage(), nullptr, nullptr, 0, nullptr, nullptr, 0));
+  CK(cuLibraryGetKernel(&kernel, library, "gslice_fill"));
+  CK(cuKernelGetFunction(&from_kernel, kernel));
+  int k = 0, f = 0;
+  CK(cuKernelGetAttribute(&k, kSmem, kernel, dev));
+  CK(cuFuncGetAttribute(&f, kSmem, from_kernel));
+  CK(cuFuncGetAttribute(&b, kSmem, busy));
+  trips = RoundTrips();
+  CK(cuKernelSetAttribute(kSmem, 8192, kernel, dev));
+  CK(cuFuncGetAttribute(&f, kSmem, from_kernel));
+  CK(cuKernelGetAttribute(&k, kSmem, kernel, dev));
+  printf("after a kernel set: its function reads %d, the kernel %d\n", f, k);
+  PrintTrips("a kernel set, its function's and its attribute", &trips);
+  CK(cuFuncGetAttribute(&b, kSmem, busy));
+  printf("B after a kernel set: reads %d\n", b);
+  PrintTrips("B's attribute after a kernel set", &trips);
+  CK(cuFuncSetAttribute(from_kernel, kSmem, 2048));
+  CK(cuKernelGetAttribute(&k, kSmem, kernel, dev));
+  printf("after a set on the kernel's function: the kernel reads %d\n", k);
+  CK(cuLibraryUnload(library));
+  CK(cuModuleUnload(module));
+  return 0;
+}
+
 int Memops() {
   CUdevice dev;
   Setup(&dev);
@@ -1126,6 +1199,7 @@ int main(int argc, char** argv) {
   if (mode == "memops") return Memops();
   if (mode == "settings") return Settings();
   if (mode == "kept") return Kept();
+  if (mode == "kept-sets") return KeptSets();
   if (mode == "nvml") return Nvml(false);
   if (mode == "nvml-cuda") return Nvml(true);
   if (mode == "nvml-missing") {

@@ -417,6 +417,41 @@ TEST_F(RemoteSim, AnswersTheClientKeepsChangeWhenTheDriversDo) {
   EXPECT_GE(CacheHits(r.out, "cuModuleGetFunction"), 1u) << r.out;
 }
 
+// out without the lines saying how many round trips the client made (kept-sets).
+std::string WithoutRoundTrips(const std::string& out) {
+  std::string kept;
+  for (size_t at = 0; at < out.size();) {
+    size_t end = out.find('\n', at);
+    end = end == std::string::npos ? out.size() : end + 1;
+    if (out.compare(at, 13, "round trips: ") != 0) kept.append(out, at, end - at);
+    at = end;
+  }
+  return kept;
+}
+
+TEST_F(RemoteSim, ASetOfOneFunctionsAttributeDropsTheAnswersOfThatFunctionOnly) {
+  // A's attribute set to a new value: A's attribute is asked again (the driver's new value);
+  // B's attribute and occupancy stay kept. A library kernel's attribute set: the kernel's and
+  // its function's answers are the driver's new ones, B's stay kept.
+  Result direct = RunProgram(Direct("1GiB", {kProbe, "kept-sets"}));
+  Result remote = RunProgram(Remote(Address(), "1GiB", {kProbe, "kept-sets"}));
+  ASSERT_EQ(direct.code, 0) << direct.out;
+  ASSERT_EQ(remote.code, 0) << remote.out;
+  for (const char* must : {"A after its set: reads the new value\n",
+                           "after a kernel set: its function reads 8192, the kernel 8192\n",
+                           "after a set on the kernel's function: the kernel reads 2048\n"}) {
+    EXPECT_NE(direct.out.find(must), std::string::npos) << must << "\n" << direct.out;
+  }
+  EXPECT_EQ(WithoutRoundTrips(remote.out), direct.out);
+  for (const char* trips : {"round trips: a set of A's attribute to a new value: 1\n",
+                            "round trips: B's attribute and occupancy after a set on A: 0\n",
+                            "round trips: A's attribute after its set: 1\n",
+                            "round trips: a kernel set, its function's and its attribute: 3\n",
+                            "round trips: B's attribute after a kernel set: 0\n"}) {
+    EXPECT_NE(remote.out.find(trips), std::string::npos) << trips << "\n" << remote.out;
+  }
+}
+
 TEST_F(RemoteSim, StreamMemoryOperationsAreForwarded) {
   ExpectSameAsDirect(Address(), "memops", "wrote 7 and 123456789");
 }
