@@ -1,0 +1,43 @@
+/* A stand-in for the real libnvidia-ml.so.1 in nvml_table_log.sh's self-test: a few
+ * exports and one private table (size header, three slots, one data word) whose slots take
+ * stack and floating-point arguments, so the logger's forwarders and trampolines are
+ * checked to pass both through. */
+#include <string.h>
+
+static int g_data = 42;
+
+int nvmlInit_v2(void) { return 0; }
+int nvmlShutdown(void) { return 0; }
+int nvmlDeviceGetCount_v2(unsigned *n) {
+  *n = 2;
+  return 0;
+}
+/* Floating-point arguments and result through a plain forwarder. */
+double nvmlFakeScale(double x, float y, int k) { return x * y + k; }
+/* Two stack arguments through a plain forwarder. */
+long nvmlFakeSum8(long a, long b, long c, long d, long e, long f, long g, long h) {
+  return a + 2 * b + 3 * c + 4 * d + 5 * e + 6 * f + 7 * g + 8 * h;
+}
+int *nvmlFakeDataPtr(void) { return &g_data; }
+
+static long slot1(long a, long b, long c, long d, long e, long f, long g, long h) {
+  return a + 2 * b + 3 * c + 4 * d + 5 * e + 6 * f + 7 * g + 8 * h;
+}
+static int slot2(double x, int *out, float y, char *name, unsigned len) {
+  *out = (int)(x * y);
+  strncpy(name, "fake-gpu", len);
+  return 7;
+}
+static double slot3(double a, double b) { return a - b; }
+
+static const void *g_table[5] = {(const void *)(5 * 8), (const void *)slot1, (const void *)slot2,
+                                 (const void *)slot3, (const void *)&g_data};
+static const unsigned char g_uuid[16] = {0x6c, 0x3e, 0xfe, 0xc4, 1, 2, 3, 4,
+                                         5,    6,    7,    8,    9, 10, 11, 12};
+
+int nvmlInternalGetExportTable(const void **table, const void *uuid) {
+  if (!table || !uuid) return 2;
+  if (memcmp(uuid, g_uuid, 16) != 0) return 13;
+  *table = g_table;
+  return 0;
+}
