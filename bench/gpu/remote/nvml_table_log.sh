@@ -2,12 +2,17 @@
 # Logs what nvidia-smi asks of NVML's private tables (nvmlInternalGetExportTable) on a
 # machine with the real driver: builds nvml_table_logger.c into a libnvidia-ml.so.1 that
 # forwards every export of the real library (the forwarders are generated here from
-# `nm -D --defined-only` of it), runs three nvidia-smi views through it, prints a summary
-# (at most 400 lines) and leaves the full log and each view's output in $OUT.
+# `nm -D --defined-only` of it), and the same in front of libcuda.so.1 (where NVML asks
+# the driver's table 69a28e9f), runs nvidia-smi, nvidia-smi --query-gpu=... and
+# nvidia-smi -q (and a short PyTorch NVML/memory query when torch imports) through them,
+# prints a summary (at most 400 lines) and leaves the full log and each view's output in
+# $OUT.
 #   bench/gpu/remote/nvml_table_log.sh
-# Environment: OUT (output folder; default a new /tmp folder), NVML_REAL (the real
-# libnvidia-ml.so.1; default: from `ldconfig -p`), NVIDIA_SMI (default nvidia-smi),
-# NVML_LOG_BYTES (bytes shown per pointer argument, default 64). Needs gcc, nm, x86-64.
+# Environment: OUT (output folder; default a new /tmp folder), NVML_REAL / CUDA_REAL (the
+# real libraries; default: from `ldconfig -p`), NVIDIA_SMI (default nvidia-smi),
+# NVML_LOG_BYTES (bytes shown per pointer argument, default 64), NVL_NO_CUDA=1 (no libcuda
+# logger), NVL_NO_TORCH=1 (no PyTorch view), NVL_PYTHON (default python3). Needs gcc, nm,
+# x86-64.
 # Exit status: 0 when every view ran through the logger with the status it has without
 # it; 1 otherwise; 2 when the logger cannot be built.
 set -u
@@ -35,62 +40,87 @@ work=$(mktemp -d /tmp/nvml_table_build.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/lib"
 
-# Every defined function export of the real library, but the one written by hand.
-nm -D --defined-only "$real" | awk '$2 ~ /^[TWi]$/ { sub(/@.*/, "", $3); print $3 }' |
-  grep -v -x -e nvmlInternalGetExportTable -e _init -e _fini | sort -u >"$work/names"
-n=$(wc -l <"$work/names")
-if [ "$n" -eq 0 ] || [ "$n" -gt 8192 ]; then
-  echo "nvml_table_log: $n exports read from $real" >&2
-  exit 2
+# build_logger REAL SONAME HANDWRITTEN [CFLAGS...]: a logger forwarding every defined
+# function export of REAL but HANDWRITTEN, as $work/lib/SONAME.
+build_logger() {
+  local real=$1 soname=$2 own=$3 d=$work/$2
+  shift 3
+  mkdir -p "$d"
+  nm -D --defined-only "$real" | awk '$2 ~ /^[TWi]$/ { sub(/@.*/, "", $3); print $3 }' |
+    grep -v -x -e "$own" -e _init -e _fini | sort -u >"$d/names"
+  local n
+  n=$(wc -l <"$d/names")
+  if [ "$n" -eq 0 ] || [ "$n" -gt 8192 ]; then
+    echo "nvml_table_log: $n exports read from $real" >&2
+    return 1
+  fi
+  awk 'BEGIN { print ".text" }
+       { printf ".globl %s\n.type %s,@function\n%s:\n  movl $%d, %%r11d\n  jmp nvl_fwd_common\n.size %s, .-%s\n",
+                $1, $1, $1, NR - 1, $1, $1 }
+       END { print ".section .note.GNU-stack,\"\",@progbits" }' "$d/names" >"$d/fwd.S"
+  awk 'BEGIN { print "const char *const nvl_fwd_names[] = {" }
+       { printf "  \"%s\",\n", $1 }
+       END { printf "};\nconst unsigned nvl_fwd_count = %d;\n", NR }' "$d/names" >"$d/names.c"
+  if ! gcc -O2 -fPIC -shared -Wl,-soname,"$soname" -o "$work/lib/$soname" "$@" \
+      "$here/nvml_table_logger.c" "$d/fwd.S" "$d/names.c" -ldl -lpthread 2>"$out/build.$soname.err"; then
+    echo "nvml_table_log: build of $soname failed:" >&2
+    cat "$out/build.$soname.err" >&2
+    return 1
+  fi
+  cp "$d/names" "$out/forwarded.$soname.txt"
+  echo "$soname: $n exports of $real forwarded"
+}
+build_logger "$real" libnvidia-ml.so.1 nvmlInternalGetExportTable || exit 2
+# NVML's own requests to the driver's private tables (69a28e9f) show when NVML loads
+# libcuda.so.1: a second logger in front of it, copying only $NVL_WRAP_ONLY's tables.
+cuda_real=${CUDA_REAL:-$(ldconfig -p 2>/dev/null | awk '$1 == "libcuda.so.1" && /x86-64/ { print $NF; exit }')}
+[ -n "$cuda_real" ] && cuda_real=$(readlink -f "$cuda_real")
+if [ -n "$cuda_real" ] && [ -f "$cuda_real" ] && [ "${NVL_NO_CUDA:-0}" != 1 ]; then
+  build_logger "$cuda_real" libcuda.so.1 cuGetExportTable -DNVL_CUDA || exit 2
+else
+  echo "no libcuda.so.1 logger (CUDA_REAL unset and none in ldconfig -p, or NVL_NO_CUDA=1)"
 fi
-awk 'BEGIN { print ".text" }
-     { printf ".globl %s\n.type %s,@function\n%s:\n  movl $%d, %%r11d\n  jmp nvl_fwd_common\n.size %s, .-%s\n",
-              $1, $1, $1, NR - 1, $1, $1 }
-     END { print ".section .note.GNU-stack,\"\",@progbits" }' "$work/names" >"$work/fwd.S"
-awk 'BEGIN { print "const char *const nvl_fwd_names[] = {" }
-     { printf "  \"%s\",\n", $1 }
-     END { printf "};\nconst unsigned nvl_fwd_count = %d;\n", NR }' "$work/names" >"$work/names.c"
-if ! gcc -O2 -fPIC -shared -Wl,-soname,libnvidia-ml.so.1 -o "$work/lib/libnvidia-ml.so.1" \
-    "$here/nvml_table_logger.c" "$work/fwd.S" "$work/names.c" -ldl -lpthread 2>"$out/build.err"; then
-  echo "nvml_table_log: build failed:" >&2
-  cat "$out/build.err" >&2
-  exit 2
-fi
-cp "$work/names" "$out/forwarded_names.txt"
 
 log=$out/nvml_table.log
 : >"$log"
 status=0
-views=("" "--query-gpu=name,memory.total,memory.used --format=csv" "-q")
-i=0
-echo "real NVML: $real ($n exports forwarded); nvidia-smi: $(command -v "$smi"); log: $log"
-for v in "${views[@]}"; do
-  i=$((i + 1))
-  # shellcheck disable=SC2086 # the view's words are separate arguments
-  timeout 120 "$smi" $v >"$out/view$i.plain.out" 2>&1
+lib_env=(LD_LIBRARY_PATH="$work/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" NVML_REAL="$real"
+         CUDA_REAL="${cuda_real:-}" NVML_TABLE_LOG="$log")
+# run_view N CMD...: CMD without and then through the loggers; when the two exit statuses
+# differ, once more with the real tables handed out, to tell a copy's fault from a slot's.
+run_view() {
+  local i=$1 rc rc_plain
+  shift
+  timeout 120 "$@" >"$out/view$i.plain.out" 2>&1
   rc_plain=$?
-  echo "V $i nvidia-smi $v" >>"$log"
-  # shellcheck disable=SC2086
-  LD_LIBRARY_PATH="$work/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" NVML_REAL="$real" \
-    NVML_TABLE_LOG="$log" timeout 120 "$smi" $v >"$out/view$i.out" 2>&1
+  echo "V $i $*" >>"$log"
+  env "${lib_env[@]}" timeout 120 "$@" >"$out/view$i.out" 2>&1
   rc=$?
-  echo "=== view $i: nvidia-smi $v: rc=$rc through the logger, rc=$rc_plain without it"
+  echo "=== view $i: $*: rc=$rc through the loggers, rc=$rc_plain without them"
   head -n 12 "$out/view$i.out" | cut -c1-160
   if [ "$rc" -ne "$rc_plain" ]; then
     status=1
-    # Tell a table-copy failure from a slot's: hand out the real table once.
-    echo "V $i-passthru nvidia-smi $v" >>"$log"
-    # shellcheck disable=SC2086
-    LD_LIBRARY_PATH="$work/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" NVML_REAL="$real" \
-      NVML_TABLE_LOG="$log" NVML_TABLE_PASSTHRU=1 timeout 120 "$smi" $v >"$out/view$i.passthru.out" 2>&1
-    echo "    with the real table handed out (NVML_TABLE_PASSTHRU=1): rc=$?"
+    echo "V $i-passthru $*" >>"$log"
+    env "${lib_env[@]}" NVML_TABLE_PASSTHRU=1 timeout 120 "$@" >"$out/view$i.passthru.out" 2>&1
+    echo "    with the real tables handed out (NVML_TABLE_PASSTHRU=1): rc=$?"
     head -n 4 "$out/view$i.passthru.out" | cut -c1-160
   fi
-done
+}
+echo "nvidia-smi: $(command -v "$smi"); log: $log"
+run_view 1 "$smi"
+run_view 2 "$smi" --query-gpu=name,memory.total,memory.used --format=csv
+run_view 3 "$smi" -q
+# PyTorch, where NVML was seen asking the driver's table 69a28e9f: NVML's device count,
+# then the CUDA runtime's memory query. Skipped when torch is not importable.
+py=${NVL_PYTHON:-python3}
+if [ "${NVL_NO_TORCH:-0}" != 1 ] && timeout 60 "$py" -c 'import torch' >/dev/null 2>&1; then
+  run_view 4 env PYTORCH_NVML_BASED_CUDA_CHECK=1 "$py" -c \
+    'import torch; print(torch.cuda.device_count(), torch.cuda.is_available()); print(torch.cuda.mem_get_info())'
+fi
 
 {
-  echo "=== tables asked (G: nvmlInternalGetExportTable; W: the copy handed out)"
-  grep -E '^(G|W|E) ' "$log" | sort | uniq -c | cut -c1-400
+  echo "=== tables asked (G nvml: nvmlInternalGetExportTable, G cuda: cuGetExportTable; W: the copy handed out)"
+  grep -E '^(G|W|E) ' "$log" | sed 's/ table=0x[0-9a-f]* / /' | sort | uniq -c | cut -c1-400
   echo "=== slot calls per view (count, table, slot, the NVML call just before, rc of the first)"
   awk '
     /^V / { view = $2 }

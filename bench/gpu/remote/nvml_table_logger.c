@@ -2,15 +2,17 @@
  * LD_LIBRARY_PATH, it loads the real NVML by absolute path ($NVML_REAL), forwards every
  * export to it and logs, to the file $NVML_TABLE_LOG (appended; stderr when unset):
  *   C <name>                          every forwarded call, in order
- *   G <uuid> rc=.. real=.. head=..    every nvmlInternalGetExportTable, with the table's
- *                                     raw first 16 bytes, its size header and slot count
- *   T <pid>.<seq> <uuid> slot=<i> a0..a5 s0 s1 x0 x1 caller=<object>+<offset>
+ *   G nvml <uuid> rc=.. table=.. head=.. size_word=..
+ *                                     every nvmlInternalGetExportTable, with the table's
+ *                                     raw first 16 bytes and its first word, then
+ *   W nvml <uuid> words=.. wrapped=.. code_slots=..   the copy handed out
+ *   T <pid>.n<seq> <uuid> slot=<i> a0..a5 s0 s1 x0 x1 caller=<object>+<offset>
  *                                     a call through a slot of such a table (integer
  *                                     argument registers, the first two stack words,
  *                                     the low halves of xmm0/xmm1, who called), then
- *   M <pid>.<seq> a<k> before|after <ptr> <hex>   the bytes at each pointer-looking
+ *   M <pid>.n<seq> a<k> before|after <ptr> <hex>   the bytes at each pointer-looking
  *                                     argument, before and after the call
- *   R <pid>.<seq> <uuid> slot=<i> rax=.. rdx=.. xmm0=..   its result
+ *   R <pid>.n<seq> <uuid> slot=<i> rax=.. rdx=.. xmm0=..   its result
  *
  * The table handed out is a copy of the real one: words that point into an executable
  * mapping (the slots) become logging trampolines, every other word (the size header, data
@@ -55,6 +57,30 @@
 #error "nvml_table_logger: x86-64 only"
 #endif
 
+/* Built with -DNVL_CUDA the same logger is a libcuda.so.1 ($CUDA_REAL) whose hand-written
+ * export is cuGetExportTable: it shows what NVML (or anything else in the process) asks of
+ * the driver's private tables. There only the tables named in $NVL_WRAP_ONLY (UUID
+ * prefixes, comma-separated; default 69a28e9f) are copied, because cudart checks the
+ * addresses of others (the integrity table's hash binds them); the rest are logged and
+ * handed out as they are. */
+#ifdef NVL_CUDA
+#define NVL_TABLE_FN cuGetExportTable
+#define NVL_TABLE_FN_NAME "cuGetExportTable"
+#define NVL_TAG "cuda"
+#define NVL_SEQ "c" /* call ids: <pid>.c<seq> */
+#define NVL_REAL_ENV "CUDA_REAL"
+#define NVL_MISSING_RC 500 /* CUDA_ERROR_NOT_FOUND */
+#define NVL_WRAP_DEFAULT "69a28e9f"
+#else
+#define NVL_TABLE_FN nvmlInternalGetExportTable
+#define NVL_TABLE_FN_NAME "nvmlInternalGetExportTable"
+#define NVL_TAG "nvml"
+#define NVL_SEQ "n" /* call ids: <pid>.n<seq> */
+#define NVL_REAL_ENV "NVML_REAL"
+#define NVL_MISSING_RC 13 /* NVML_ERROR_FUNCTION_NOT_FOUND */
+#define NVL_WRAP_DEFAULT ""
+#endif
+
 enum { kPool = 4096, kMaxWords = 2048, kMaxFwd = 8192 };
 
 /* Generated next to the forwarders (nvml_table_log.sh); a weak empty default lets the
@@ -69,6 +95,7 @@ static int g_log_fd = 2;
 static int g_mem_fd = -1;
 static unsigned g_bytes = 64;
 static int g_passthru;
+static const char *g_wrap_only;
 static void *g_fwd_target[kMaxFwd];
 static unsigned long g_seq;
 
@@ -100,15 +127,17 @@ static void init_once(void) {
   }
   const char *p = getenv("NVML_TABLE_PASSTHRU");
   g_passthru = p && *p == '1';
-  const char *real = getenv("NVML_REAL");
+  g_wrap_only = getenv("NVL_WRAP_ONLY");
+  if (!g_wrap_only) g_wrap_only = NVL_WRAP_DEFAULT;
+  const char *real = getenv(NVL_REAL_ENV);
   if (!real || real[0] != '/') {
-    log_line("E NVML_REAL must name the real libnvidia-ml.so.1 by absolute path (got %s)",
-             real ? real : "nothing");
+    log_line("E %s %s must name the real library by absolute path (got %s)", NVL_TAG,
+             NVL_REAL_ENV, real ? real : "nothing");
     return;
   }
   g_real = dlopen(real, RTLD_NOW | RTLD_LOCAL);
-  if (!g_real) log_line("E dlopen %s: %s", real, dlerror());
-  else log_line("I real %s pid=%d", real, (int)getpid());
+  if (!g_real) log_line("E %s dlopen %s: %s", NVL_TAG, real, dlerror());
+  else log_line("I %s real %s pid=%d", NVL_TAG, real, (int)getpid());
 }
 
 static void ensure_init(void) { pthread_once(&g_once, init_once); }
@@ -159,12 +188,12 @@ static void log_mem(unsigned long seq, int arg, const char *when, uint64_t ptr) 
   char text[8200];
   size_t got = safe_read((uintptr_t)ptr, buf, g_bytes);
   if (got == 0) {
-    log_line("M %d.%lu a%d %s 0x%llx unreadable", (int)getpid(), seq, arg, when,
+    log_line("M %d." NVL_SEQ "%lu a%d %s 0x%llx unreadable", (int)getpid(), seq, arg, when,
              (unsigned long long)ptr);
     return;
   }
   hex(text, buf, got);
-  log_line("M %d.%lu a%d %s 0x%llx %s", (int)getpid(), seq, arg, when, (unsigned long long)ptr,
+  log_line("M %d." NVL_SEQ "%lu a%d %s 0x%llx %s", (int)getpid(), seq, arg, when, (unsigned long long)ptr,
            text);
 }
 
@@ -184,7 +213,7 @@ void *nvl_fwd_resolve(unsigned idx) {
   if (!fn) {
     /* Every generated name is a defined export of the real library, so this means the
      * real library failed to load; there is nothing sensible to call. */
-    log_line("E %s: no real function (NVML_REAL not loaded)", name);
+    log_line("E %s: no real function (%s not loaded)", name, NVL_REAL_ENV);
     _exit(86);
   }
   return fn;
@@ -255,7 +284,7 @@ void *nvl_slot_before(unsigned k, struct slot_frame *f) {
   if (dladdr((void *)(uintptr_t)f->caller, &info) && info.dli_fname) {
     who = strrchr(info.dli_fname, '/') ? strrchr(info.dli_fname, '/') + 1 : info.dli_fname;
   }
-  log_line("T %d.%lu %s slot=%u tid=%ld a0=0x%llx a1=0x%llx a2=0x%llx a3=0x%llx a4=0x%llx "
+  log_line("T %d." NVL_SEQ "%lu %s slot=%u tid=%ld a0=0x%llx a1=0x%llx a2=0x%llx a3=0x%llx a4=0x%llx "
            "a5=0x%llx s0=0x%llx s1=0x%llx x0=0x%llx x1=0x%llx caller=%s+0x%llx",
            (int)getpid(), seq, u, t->slot, (long)syscall(SYS_gettid),
            (unsigned long long)f->gp[0], (unsigned long long)f->gp[1],
@@ -278,7 +307,7 @@ void nvl_slot_after(unsigned k, struct slot_frame *f) {
     if (looks_like_pointer(f->gp[i])) log_mem(f->seq, i, "after", f->gp[i]);
   uint64_t x0;
   memcpy(&x0, f->ret_xmm0, 8);
-  log_line("R %d.%lu %s slot=%u rax=0x%llx (%d) rdx=0x%llx xmm0=0x%llx", (int)getpid(),
+  log_line("R %d." NVL_SEQ "%lu %s slot=%u rax=0x%llx (%d) rdx=0x%llx xmm0=0x%llx", (int)getpid(),
            (unsigned long)f->seq, u, t->slot, (unsigned long long)f->ret_rax,
            (int)(uint32_t)f->ret_rax, (unsigned long long)f->ret_rdx, (unsigned long long)x0);
 }
@@ -422,23 +451,34 @@ static const void *wrap_table(const unsigned char uuid[16], const void *table) {
     ++wrapped;
     if (sl < sizeof slots - 16) sl += (size_t)snprintf(slots + sl, sizeof slots - sl, "%zu,", i);
   }
-  log_line("W %s words=%zu sized=%d read=%zu wrapped=%u code_slots=%s", u, words, sized, readn,
-           wrapped, slots);
+  log_line("W %s %s words=%zu sized=%d read=%zu wrapped=%u code_slots=%s", NVL_TAG, u, words,
+           sized, readn, wrapped, slots);
   g_wrapped[g_wrapped_n++] = (struct wrapped){.real_table = table, .copy = copy};
   memcpy(g_wrapped[g_wrapped_n - 1].uuid, uuid, 16);
   return copy;
 }
 
-__attribute__((visibility("default"))) int nvmlInternalGetExportTable(const void **ppExportTable,
-                                                                      const void *pExportTableId) {
+/* Whether the table with this UUID text is to be copied (all when the list is empty). */
+static int wrap_wanted(const char *u) {
+  if (!g_wrap_only || !*g_wrap_only) return 1;
+  for (const char *p = g_wrap_only; *p;) {
+    size_t n = strcspn(p, ",");
+    if (n > 0 && n <= 36 && strncmp(u, p, n) == 0) return 1;
+    p += n;
+    if (*p == ',') ++p;
+  }
+  return 0;
+}
+
+__attribute__((visibility("default"))) int NVL_TABLE_FN(const void **ppExportTable,
+                                                        const void *pExportTableId) {
   ensure_init();
-  log_line("C nvmlInternalGetExportTable");
+  log_line("C %s", NVL_TABLE_FN_NAME);
   int (*real)(const void **, const void *) =
-      g_real ? (int (*)(const void **, const void *))dlsym(g_real, "nvmlInternalGetExportTable")
-             : NULL;
+      g_real ? (int (*)(const void **, const void *))dlsym(g_real, NVL_TABLE_FN_NAME) : NULL;
   if (!real) {
-    log_line("E real nvmlInternalGetExportTable missing");
-    return 13; /* NVML_ERROR_FUNCTION_NOT_FOUND */
+    log_line("E %s real %s missing", NVL_TAG, NVL_TABLE_FN_NAME);
+    return NVL_MISSING_RC;
   }
   unsigned char uuid[16] = {0};
   int have_uuid = pExportTableId && safe_read((uintptr_t)pExportTableId, uuid, 16) == 16;
@@ -453,9 +493,9 @@ __attribute__((visibility("default"))) int nvmlInternalGetExportTable(const void
   if (table && safe_read((uintptr_t)table, head, 16) == 16) hex(headtext, head, 16);
   uint64_t size = 0;
   memcpy(&size, head, 8);
-  log_line("G %s rc=%d table=%p head=%s size_word=%llu", u, rc, table, headtext,
+  log_line("G %s %s rc=%d table=%p head=%s size_word=%llu", NVL_TAG, u, rc, table, headtext,
            table ? (unsigned long long)size : 0ull);
-  if (rc != 0 || !table || !have_uuid || g_passthru) return rc;
+  if (rc != 0 || !table || !have_uuid || g_passthru || !wrap_wanted(u)) return rc;
   pthread_mutex_lock(&g_mu);
   const void *copy = wrap_table(uuid, table);
   pthread_mutex_unlock(&g_mu);

@@ -1,24 +1,35 @@
 /* A stand-in for the real libnvidia-ml.so.1 in nvml_table_log.sh's self-test: a few
  * exports and one private table (size header, three slots, one data word) whose slots take
  * stack and floating-point arguments, so the logger's forwarders and trampolines are
- * checked to pass both through. */
+ * checked to pass both through. Built with -DFAKE_CUDA it is a libcuda.so.1 instead: the
+ * same table behind cuGetExportTable, under a UUID starting 69a28e9f. */
 #include <string.h>
+
+#ifdef FAKE_CUDA
+#define P(name) cuFake_##name
+#define TABLE_FN cuGetExportTable
+#define UUID0 0x69, 0xa2, 0x8e, 0x9f
+#else
+#define P(name) nvml##name
+#define TABLE_FN nvmlInternalGetExportTable
+#define UUID0 0x6c, 0x3e, 0xfe, 0xc4
+#endif
 
 static int g_data = 42;
 
-int nvmlInit_v2(void) { return 0; }
-int nvmlShutdown(void) { return 0; }
-int nvmlDeviceGetCount_v2(unsigned *n) {
+int P(Init_v2)(void) { return 0; }
+int P(Shutdown)(void) { return 0; }
+int P(DeviceGetCount_v2)(unsigned *n) {
   *n = 2;
   return 0;
 }
 /* Floating-point arguments and result through a plain forwarder. */
-double nvmlFakeScale(double x, float y, int k) { return x * y + k; }
+double P(FakeScale)(double x, float y, int k) { return x * y + k; }
 /* Two stack arguments through a plain forwarder. */
-long nvmlFakeSum8(long a, long b, long c, long d, long e, long f, long g, long h) {
+long P(FakeSum8)(long a, long b, long c, long d, long e, long f, long g, long h) {
   return a + 2 * b + 3 * c + 4 * d + 5 * e + 6 * f + 7 * g + 8 * h;
 }
-int *nvmlFakeDataPtr(void) { return &g_data; }
+int *P(FakeDataPtr)(void) { return &g_data; }
 
 static long slot1(long a, long b, long c, long d, long e, long f, long g, long h) {
   return a + 2 * b + 3 * c + 4 * d + 5 * e + 6 * f + 7 * g + 8 * h;
@@ -32,10 +43,9 @@ static double slot3(double a, double b) { return a - b; }
 
 static const void *g_table[5] = {(const void *)(5 * 8), (const void *)slot1, (const void *)slot2,
                                  (const void *)slot3, (const void *)&g_data};
-static const unsigned char g_uuid[16] = {0x6c, 0x3e, 0xfe, 0xc4, 1, 2, 3, 4,
-                                         5,    6,    7,    8,    9, 10, 11, 12};
+static const unsigned char g_uuid[16] = {UUID0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
 
-int nvmlInternalGetExportTable(const void **table, const void *uuid) {
+int TABLE_FN(const void **table, const void *uuid) {
   if (!table || !uuid) return 2;
   if (memcmp(uuid, g_uuid, 16) != 0) return 13;
   *table = g_table;

@@ -1,6 +1,7 @@
 /* A stand-in for nvidia-smi in nvml_table_log.sh's self-test: loads libnvidia-ml.so.1 as
  * nvidia-smi does (by soname; $NVML_REAL when none is on the search path), calls plain
- * exports and the private table's slots, and exits 0 only when every result is right. */
+ * exports and the private table's slots, does the same with libcuda.so.1 ($CUDA_REAL) and
+ * its cuGetExportTable, and exits 0 only when every result is right. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,18 +15,20 @@
     }                                                        \
   } while (0)
 
-int main(void) {
-  void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
-  if (!h && getenv("NVML_REAL")) h = dlopen(getenv("NVML_REAL"), RTLD_NOW);
+static int check(const char *soname, const char *env, const char *prefix, const char *table_fn,
+                 unsigned char u0, unsigned char u1, unsigned char u2, unsigned char u3) {
+  char name[64];
+  void *h = dlopen(soname, RTLD_NOW);
+  if (!h && getenv(env)) h = dlopen(getenv(env), RTLD_NOW);
   CHECK(h);
-  int (*init)(void) = (int (*)(void))dlsym(h, "nvmlInit_v2");
-  int (*count)(unsigned *) = (int (*)(unsigned *))dlsym(h, "nvmlDeviceGetCount_v2");
-  double (*scale)(double, float, int) = (double (*)(double, float, int))dlsym(h, "nvmlFakeScale");
+#define SYM(s) (snprintf(name, sizeof name, "%s%s", prefix, s), dlsym(h, name))
+  int (*init)(void) = (int (*)(void))SYM("Init_v2");
+  int (*count)(unsigned *) = (int (*)(unsigned *))SYM("DeviceGetCount_v2");
+  double (*scale)(double, float, int) = (double (*)(double, float, int))SYM("FakeScale");
   long (*sum8)(long, long, long, long, long, long, long, long) =
-      (long (*)(long, long, long, long, long, long, long, long))dlsym(h, "nvmlFakeSum8");
-  int *(*data)(void) = (int *(*)(void))dlsym(h, "nvmlFakeDataPtr");
-  int (*get)(const void **, const void *) =
-      (int (*)(const void **, const void *))dlsym(h, "nvmlInternalGetExportTable");
+      (long (*)(long, long, long, long, long, long, long, long))SYM("FakeSum8");
+  int *(*data)(void) = (int *(*)(void))SYM("FakeDataPtr");
+  int (*get)(const void **, const void *) = (int (*)(const void **, const void *))dlsym(h, table_fn);
   CHECK(init && count && scale && sum8 && data && get);
   CHECK(init() == 0);
   unsigned n = 0;
@@ -33,9 +36,8 @@ int main(void) {
   CHECK(scale(1.5, 4.0f, 3) == 9.0);
   CHECK(sum8(1, 1, 1, 1, 1, 1, 1, 100) == 1 + 2 + 3 + 4 + 5 + 6 + 7 + 800);
 
-  static const unsigned char uuid[16] = {0x6c, 0x3e, 0xfe, 0xc4, 1, 2, 3, 4,
-                                         5,    6,    7,    8,    9, 10, 11, 12};
-  static const unsigned char other[16] = {0x69, 0xa2, 0x8e, 0x9f};
+  const unsigned char uuid[16] = {u0, u1, u2, u3, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  static const unsigned char other[16] = {0xd4, 0x08, 0x20, 0x55};
   const void **t = NULL;
   CHECK(get((const void **)&t, other) == 13);
   CHECK(get((const void **)&t, uuid) == 0 && t);
@@ -45,11 +47,20 @@ int main(void) {
       (long (*)(long, long, long, long, long, long, long, long))t[1];
   CHECK(s1(1, 2, 3, 4, 5, 6, 7, 8) == 1 + 4 + 9 + 16 + 25 + 36 + 49 + 64);
   int out = 0;
-  char name[32] = "";
+  char gpu[32] = "";
   int (*s2)(double, int *, float, char *, unsigned) = (int (*)(double, int *, float, char *, unsigned))t[2];
-  CHECK(s2(2.5, &out, 4.0f, name, sizeof name) == 7 && out == 10 && strcmp(name, "fake-gpu") == 0);
+  CHECK(s2(2.5, &out, 4.0f, gpu, sizeof gpu) == 7 && out == 10 && strcmp(gpu, "fake-gpu") == 0);
   double (*s3)(double, double) = (double (*)(double, double))t[3];
   CHECK(s3(10.25, 0.125) == 10.125);
+  return 0;
+}
+
+int main(void) {
+  if (check("libnvidia-ml.so.1", "NVML_REAL", "nvml", "nvmlInternalGetExportTable", 0x6c, 0x3e,
+            0xfe, 0xc4) != 0)
+    return 1;
+  if (check("libcuda.so.1", "CUDA_REAL", "cuFake_", "cuGetExportTable", 0x69, 0xa2, 0x8e, 0x9f) != 0)
+    return 1;
   printf("fake_smi: all checks passed\n");
   return 0;
 }
