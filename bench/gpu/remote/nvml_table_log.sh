@@ -61,12 +61,18 @@ build_logger() {
   awk 'BEGIN { print "const char *const nvl_fwd_names[] = {" }
        { printf "  \"%s\",\n", $1 }
        END { printf "};\nconst unsigned nvl_fwd_count = %d;\n", NR }' "$d/names" >"$d/names.c"
-  if ! gcc -O2 -fPIC -shared -Wl,-soname,"$soname" -o "$work/lib/$soname" "$@" \
+  # Named like the real file (libnvidia-ml.so.580.xx), found through the soname's link,
+  # as the driver's own library is: a check of the mapped file's name sees the same.
+  local file
+  file=$(basename "$real")
+  [ "$file" = "$soname" ] && file=$soname.logger
+  if ! gcc -O2 -fPIC -shared -Wl,-soname,"$soname" -o "$work/lib/$file" "$@" \
       "$here/nvml_table_logger.c" "$d/fwd.S" "$d/names.c" -ldl -lpthread 2>"$out/build.$soname.err"; then
     echo "nvml_table_log: build of $soname failed:" >&2
     cat "$out/build.$soname.err" >&2
     return 1
   fi
+  ln -sf "$file" "$work/lib/$soname"
   cp "$d/names" "$out/forwarded.$soname.txt"
   echo "$soname: $n exports of $real forwarded"
 }
