@@ -41,13 +41,15 @@ trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/lib"
 
 # build_logger REAL SONAME HANDWRITTEN [CFLAGS...]: a logger forwarding every defined
-# function export of REAL but HANDWRITTEN, as $work/lib/SONAME.
+# function export of REAL but those in HANDWRITTEN (space-separated), as $work/lib/SONAME.
 build_logger() {
   local real=$1 soname=$2 own=$3 d=$work/$2
   shift 3
   mkdir -p "$d"
+  # shellcheck disable=SC2086 # one name per word
+  printf '%s\n' $own _init _fini >"$d/own"
   nm -D --defined-only "$real" | awk '$2 ~ /^[TWi]$/ { sub(/@.*/, "", $3); print $3 }' |
-    grep -v -x -e "$own" -e _init -e _fini | sort -u >"$d/names"
+    grep -v -x -F -f "$d/own" | sort -u >"$d/names"
   local n
   n=$(wc -l <"$d/names")
   if [ "$n" -eq 0 ] || [ "$n" -gt 8192 ]; then
@@ -82,7 +84,8 @@ build_logger "$real" libnvidia-ml.so.1 nvmlInternalGetExportTable || exit 2
 cuda_real=${CUDA_REAL:-$(ldconfig -p 2>/dev/null | awk '$1 == "libcuda.so.1" && /x86-64/ { print $NF; exit }')}
 [ -n "$cuda_real" ] && cuda_real=$(readlink -f "$cuda_real")
 if [ -n "$cuda_real" ] && [ -f "$cuda_real" ] && [ "${NVL_NO_CUDA:-0}" != 1 ]; then
-  build_logger "$cuda_real" libcuda.so.1 cuGetExportTable -DNVL_CUDA || exit 2
+  build_logger "$cuda_real" libcuda.so.1 "cuGetExportTable cuGetProcAddress cuGetProcAddress_v2" \
+    -DNVL_CUDA || exit 2
 else
   echo "no libcuda.so.1 logger (CUDA_REAL unset and none in ldconfig -p, or NVL_NO_CUDA=1)"
 fi

@@ -470,6 +470,59 @@ static int wrap_wanted(const char *u) {
   return 0;
 }
 
+#ifdef NVL_CUDA
+/* cudart (and possibly NVML) take driver entry points from cuGetProcAddress rather than
+ * dlsym: the real one would hand out the real cuGetExportTable and bypass the log. These
+ * forward to the real cuGetProcAddress{,_v2} and swap the three entry points this logger
+ * stands in for (cuGetExportTable and the two lookups themselves) for its own; every
+ * other answer is the driver's. */
+typedef int (*nvl_gpa_fn)(const char *, void **, int, unsigned long long);
+typedef int (*nvl_gpa2_fn)(const char *, void **, int, unsigned long long, void *);
+int cuGetExportTable(const void **, const void *);
+int cuGetProcAddress(const char *, void **, int, unsigned long long);
+int cuGetProcAddress_v2(const char *, void **, int, unsigned long long, void *);
+
+static void swap_own(void **pfn) {
+  static const char *const names[3] = {"cuGetExportTable", "cuGetProcAddress",
+                                       "cuGetProcAddress_v2"};
+  void *const own[3] = {(void *)cuGetExportTable, (void *)cuGetProcAddress,
+                        (void *)cuGetProcAddress_v2};
+  if (!pfn || !*pfn || !g_real) return;
+  for (int i = 0; i < 3; ++i) {
+    void *real = dlsym(g_real, names[i]);
+    if (real && *pfn == real) {
+      *pfn = own[i];
+      return;
+    }
+  }
+}
+
+__attribute__((visibility("default"))) int cuGetProcAddress(const char *symbol, void **pfn,
+                                                            int version,
+                                                            unsigned long long flags) {
+  ensure_init();
+  log_line("C cuGetProcAddress %s", symbol ? symbol : "(null)");
+  nvl_gpa_fn real = g_real ? (nvl_gpa_fn)dlsym(g_real, "cuGetProcAddress") : NULL;
+  if (!real) return NVL_MISSING_RC;
+  int rc = real(symbol, pfn, version, flags);
+  if (rc == 0) swap_own(pfn);
+  return rc;
+}
+
+__attribute__((visibility("default"))) int cuGetProcAddress_v2(const char *symbol, void **pfn,
+                                                               int version,
+                                                               unsigned long long flags,
+                                                               void *status) {
+  ensure_init();
+  log_line("C cuGetProcAddress_v2 %s", symbol ? symbol : "(null)");
+  nvl_gpa2_fn real = g_real ? (nvl_gpa2_fn)dlsym(g_real, "cuGetProcAddress_v2") : NULL;
+  if (!real) return NVL_MISSING_RC;
+  int rc = real(symbol, pfn, version, flags, status);
+  if (rc == 0) swap_own(pfn);
+  return rc;
+}
+#endif
+
 __attribute__((visibility("default"))) int NVL_TABLE_FN(const void **ppExportTable,
                                                         const void *pExportTableId) {
   ensure_init();

@@ -51,3 +51,16 @@ int TABLE_FN(const void **table, const void *uuid) {
   *table = g_table;
   return 0;
 }
+
+#ifdef FAKE_CUDA
+/* Entry points by name, as the driver's cuGetProcAddress hands them out. */
+int cuGetProcAddress_v2(const char *symbol, void **pfn, int version, unsigned long long flags,
+                        void *status) {
+  (void)version, (void)flags, (void)status;
+  if (!symbol || !pfn) return 1;
+  if (strcmp(symbol, "cuGetExportTable") == 0) *pfn = (void *)cuGetExportTable;
+  else if (strcmp(symbol, "cuGetProcAddress") == 0) *pfn = (void *)cuGetProcAddress_v2;
+  else return 500;
+  return 0;
+}
+#endif

@@ -52,6 +52,15 @@ static int check(const char *soname, const char *env, const char *prefix, const 
   CHECK(s2(2.5, &out, 4.0f, gpu, sizeof gpu) == 7 && out == 10 && strcmp(gpu, "fake-gpu") == 0);
   double (*s3)(double, double) = (double (*)(double, double))t[3];
   CHECK(s3(10.25, 0.125) == 10.125);
+  /* The driver's lookup must lead to the same table as dlsym does. */
+  int (*gpa)(const char *, void **, int, unsigned long long, void *) =
+      (int (*)(const char *, void **, int, unsigned long long, void *))dlsym(h, "cuGetProcAddress_v2");
+  if (gpa) {
+    void *fn = NULL;
+    CHECK(gpa("cuGetExportTable", &fn, 13000, 0, NULL) == 0 && fn);
+    const void **t2 = NULL;
+    CHECK(((int (*)(const void **, const void *))fn)((const void **)&t2, uuid) == 0 && t2 == t);
+  }
   return 0;
 }
 

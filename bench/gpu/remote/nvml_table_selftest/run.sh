@@ -29,6 +29,7 @@ expect '^G cuda 69a28e9f-0102-0304-0506-0708090a0b0c rc=0 .* head=28000000000000
 expect '^W cuda 69a28e9f-.* wrapped=3 code_slots=1,2,3,' "$log"
 expect '^T [0-9.nc]+ 69a28e9f-[^ ]* slot=2 .* x0=0x4004000000000000 ' "$log"
 expect '^C cuFake_FakeSum8$' "$log"
+expect '^C cuGetProcAddress_v2 cuGetExportTable$' "$log"
 expect '^T [0-9.nc]+ 6c3efec4-[^ ]* slot=1 .* a0=0x1 a1=0x2 a2=0x3 a3=0x4 a4=0x5 a5=0x6 s0=0x7 s1=0x8' "$log"
 expect '^R [0-9.nc]+ 6c3efec4-[^ ]* slot=1 rax=0xcc ' "$log"
 expect '^R [0-9.nc]+ 6c3efec4-[^ ]* slot=2 rax=0x7 ' "$log"
