@@ -106,7 +106,7 @@ run_view() {
   env "${lib_env[@]}" timeout 120 "$@" >"$out/view$i.out" 2>&1
   rc=$?
   echo "=== view $i: $*: rc=$rc through the loggers, rc=$rc_plain without them"
-  head -n 12 "$out/view$i.out" | cut -c1-160
+  head -n 6 "$out/view$i.out" | cut -c1-160
   if [ "$rc" -ne "$rc_plain" ]; then
     status=1
     echo "V $i-passthru $*" >>"$log"
@@ -145,6 +145,6 @@ fi
   awk '
     /^T / { key = substr($3, 1, 8) " " $4; c[key]++; keep[$2] = (c[key] <= 1) }
     /^[TMR] / && keep[$2] { print substr($0, 1, 300) }' "$log"
-} | head -n 375
+} | head -n 300
 echo "=== full log: $log ($(wc -l <"$log") lines); outputs: $out/view*.out"
 exit $status
