@@ -60,9 +60,10 @@ build_logger() {
        { printf ".globl %s\n.type %s,@function\n%s:\n  movl $%d, %%r11d\n  jmp nvl_fwd_common\n.size %s, .-%s\n",
                 $1, $1, $1, NR - 1, $1, $1 }
        END { print ".section .note.GNU-stack,\"\",@progbits" }' "$d/names" >"$d/fwd.S"
-  awk 'BEGIN { print "const char *const nvl_fwd_names[] = {" }
+  awk 'BEGIN { print "__attribute__((visibility(\"hidden\"))) const char *const nvl_fwd_names[] = {" }
        { printf "  \"%s\",\n", $1 }
-       END { printf "};\nconst unsigned nvl_fwd_count = %d;\n", NR }' "$d/names" >"$d/names.c"
+       END { printf "};\n__attribute__((visibility(\"hidden\"))) const unsigned nvl_fwd_count = %d;\n", NR }' \
+    "$d/names" >"$d/names.c"
   # Named like the real file (libnvidia-ml.so.580.xx), found through the soname's link,
   # as the driver's own library is: a check of the mapped file's name sees the same.
   local file

@@ -83,10 +83,11 @@
 
 enum { kPool = 4096, kMaxWords = 2048, kMaxFwd = 8192 };
 
-/* Generated next to the forwarders (nvml_table_log.sh); a weak empty default lets the
- * logger be built on its own. */
-extern const char *const nvl_fwd_names[] __attribute__((weak));
-extern const unsigned nvl_fwd_count __attribute__((weak));
+/* Generated next to the forwarders (nvml_table_log.sh); weak, so the logger also builds
+ * on its own. Hidden, like every symbol of the logger's own: with two loggers in one
+ * process (libnvidia-ml and libcuda), each must bind to its own list. */
+extern const char *const nvl_fwd_names[] __attribute__((weak, visibility("hidden")));
+extern const unsigned nvl_fwd_count __attribute__((weak, visibility("hidden")));
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -135,7 +136,10 @@ static void init_once(void) {
              NVL_REAL_ENV, real ? real : "nothing");
     return;
   }
-  g_real = dlopen(real, RTLD_NOW | RTLD_LOCAL);
+  /* RTLD_DEEPBIND: the real library's calls to its own exports bind to itself, not to
+   * this logger's forwarders (which may come first in the global scope), so the log holds
+   * the program's calls only and the real library's constructors never re-enter here. */
+  g_real = dlopen(real, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
   if (!g_real) log_line("E %s dlopen %s: %s", NVL_TAG, real, dlerror());
   else log_line("I %s real %s pid=%d", NVL_TAG, real, (int)getpid());
 }

@@ -23,8 +23,13 @@ int P(DeviceGetCount_v2)(unsigned *n) {
   *n = 2;
   return 0;
 }
-/* Floating-point arguments and result through a plain forwarder. */
-double P(FakeScale)(double x, float y, int k) { return x * y + k; }
+/* Floating-point arguments and result through a plain forwarder. It calls an export of
+ * its own, as a library may: that call must stay inside this library (not show in the
+ * log as the caller's). */
+double P(FakeScale)(double x, float y, int k) {
+  if (P(Init_v2)() != 0) return -1;
+  return x * y + k;
+}
 /* Two stack arguments through a plain forwarder. */
 long P(FakeSum8)(long a, long b, long c, long d, long e, long f, long g, long h) {
   return a + 2 * b + 3 * c + 4 * d + 5 * e + 6 * f + 7 * g + 8 * h;

@@ -18,8 +18,11 @@
 static int check(const char *soname, const char *env, const char *prefix, const char *table_fn,
                  unsigned char u0, unsigned char u1, unsigned char u2, unsigned char u3) {
   char name[64];
-  void *h = dlopen(soname, RTLD_NOW);
-  if (!h && getenv(env)) h = dlopen(getenv(env), RTLD_NOW);
+  /* RTLD_GLOBAL: the library's symbols enter the global scope, as for a program linked
+   * against it, the case in which a logger's forwarders could capture the real library's
+   * calls to itself. */
+  void *h = dlopen(soname, RTLD_NOW | RTLD_GLOBAL);
+  if (!h && getenv(env)) h = dlopen(getenv(env), RTLD_NOW | RTLD_GLOBAL);
   CHECK(h);
 #define SYM(s) (snprintf(name, sizeof name, "%s%s", prefix, s), dlsym(h, name))
   int (*init)(void) = (int (*)(void))SYM("Init_v2");

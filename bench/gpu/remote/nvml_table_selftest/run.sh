@@ -41,6 +41,9 @@ expect '^C nvmlFakeSum8$' "$log"
 expect '^C nvmlDeviceGetCount_v2$' "$log"
 expect 'nvmlFakeScale' "$tmp/out/forwarded.libnvidia-ml.so.1.txt"
 expect 'cuFake_FakeScale' "$tmp/out/forwarded.libcuda.so.1.txt"
+# The real library's call to its own export binds to itself: one nvmlInit_v2 per view.
+n=$(grep -c '^C nvmlInit_v2$' "$log")
+[ "$n" -eq 3 ] || { echo "selftest: $n nvmlInit_v2 calls logged, want 3 (one per view)"; fail=1; }
 [ "$fail" -eq 0 ] && echo "selftest: PASS" || echo "selftest: FAIL (log: kept below)"
 [ "$fail" -eq 0 ] || cat "$log"
 exit "$fail"
