@@ -36,6 +36,9 @@
 //                       from it replayed; with "stats", how many of the copies were waited for
 //   probe nvml          NVML (dlopen'ed): devices, names, memory, processes of a CUDA user
 //   probe nvml-missing  prints an NVML call that is not forwarded
+//   probe nvml-table    NVML's private table nvidia-smi asks for (nvmlInternalGetExportTable):
+//                       its size, the bus id and process slots against the public calls, an
+//                       unanswered slot, an unknown table
 //   probe kept          answers the client keeps (a context's device, function attributes,
 //                       limits, the primary context's state, capture status): each asked
 //                       twice, then changed, and asked again: the driver's new answers
@@ -901,6 +904,73 @@ using NvmlErrorFn = const char* (*)(nvmlReturn_t);
 
 // NVML as a monitoring tool reaches it: dlopen, no CUDA unless asked (cuda: a CUDA context
 // with 256 MiB allocated first, so that the slice has a process and usage).
+// The table nvidia-smi asks of NVML (remote/client/nvml_tables.cc), through the client only.
+int NvmlTable() {
+  CUdevice dev;
+  Setup(&dev);
+  CUdeviceptr held = 0;
+  CK(cuMemAlloc(&held, 256ull << 20));  // a process of the slice's to list
+  void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+  if (nvml == nullptr) return 1;
+  using TableFn = nvmlReturn_t (*)(const void**, const void*);
+  auto table_fn = reinterpret_cast<TableFn>(dlsym(nvml, "nvmlInternalGetExportTable"));
+  auto init = reinterpret_cast<NvmlInitFn>(dlsym(nvml, "nvmlInit_v2"));
+  auto handle_fn = reinterpret_cast<NvmlHandleFn>(dlsym(nvml, "nvmlDeviceGetHandleByIndex_v2"));
+  auto pci_fn = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, nvmlPciInfo_t*)>(dlsym(nvml, "nvmlDeviceGetPciInfo_v3"));
+  auto processes_fn = reinterpret_cast<NvmlProcessesFn>(dlsym(nvml, "nvmlDeviceGetComputeRunningProcesses_v3"));
+  if (table_fn == nullptr || init == nullptr || handle_fn == nullptr || pci_fn == nullptr || processes_fn == nullptr) {
+    return 1;
+  }
+  if (init() != NVML_SUCCESS) return 1;
+  const uint8_t smi[16] = {0xc4, 0xfe, 0x3e, 0x6c, 0xc9, 0x8f, 0x6c, 0x4e, 0xa3, 0x27, 0xee, 0x69, 0x6e, 0x12, 0xf7, 0xc4};
+  const void* table = nullptr;
+  printf("table: %d\n", static_cast<int>(table_fn(&table, smi)));
+  if (table == nullptr) return 1;
+  const auto* words = static_cast<const uint64_t*>(table);
+  printf("size word: %llu\n", static_cast<unsigned long long>(words[0]));
+  auto slot = [&](int i) { return reinterpret_cast<void*>(static_cast<uintptr_t>(words[i])); };
+  printf("slot 1: %s, slot 2: %s\n", slot(1) == nullptr ? "null" : "code", slot(2) == nullptr ? "null" : "code");
+  char bus[34] = {};
+  const auto bus_fn = reinterpret_cast<nvmlReturn_t (*)(unsigned, char*, unsigned)>(slot(81));
+  nvmlDevice_t device = nullptr;
+  nvmlPciInfo_t pci = {};
+  if (handle_fn(0, &device) != NVML_SUCCESS || pci_fn(device, &pci) != NVML_SUCCESS) return 1;
+  const nvmlReturn_t bus_result = bus_fn(0, bus, sizeof bus);
+  printf("slot 81: %d, %s\n", static_cast<int>(bus_result),
+         strcmp(bus, pci.busIdLegacy) == 0 && bus[0] != '\0' ? "the device's bus id" : bus);
+  struct Entry {
+    uint32_t pid, zero;
+    uint64_t used;
+    uint32_t gi, ci;
+    uint64_t zero2;
+    char command[4096];
+  };
+  std::vector<Entry> entries(500);
+  unsigned int n = 500;
+  const auto list_fn = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, unsigned*, Entry*)>(slot(213));
+  const nvmlReturn_t listed = list_fn(device, &n, entries.data());
+  unsigned int public_n = 16;
+  std::vector<nvmlProcessInfo_t> infos(public_n);
+  if (processes_fn(device, &public_n, infos.data()) != NVML_SUCCESS) return 1;
+  bool same = listed == NVML_SUCCESS && n == public_n && n > 0;
+  for (unsigned int i = 0; same && i < n; ++i) {
+    same = entries[i].pid == infos[i].pid && entries[i].used == infos[i].usedGpuMemory &&
+           entries[i].gi == infos[i].gpuInstanceId && entries[i].ci == infos[i].computeInstanceId;
+  }
+  printf("slot 213: %d, %s\n", static_cast<int>(listed), same ? "the public list's processes" : "DIFFERENT");
+  unsigned int none = 0;
+  const nvmlReturn_t no_room = list_fn(device, &none, nullptr);
+  printf("slot 213 without room: %d, count %s\n", static_cast<int>(no_room),
+         none == public_n ? "the number needed" : "WRONG");
+  printf("slot 230: %d\n", static_cast<int>(reinterpret_cast<nvmlReturn_t (*)()>(slot(230))()));
+  const uint8_t other[16] = {1, 2, 3, 4};
+  const void* missing = &table;
+  const nvmlReturn_t unknown = table_fn(&missing, other);
+  printf("another table: %d, %s\n", static_cast<int>(unknown), missing == nullptr ? "null" : "set");
+  CK(cuMemFree(held));
+  return 0;
+}
+
 int Nvml(bool cuda) {
   void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW);
   if (nvml == nullptr) {
@@ -1202,6 +1272,7 @@ int main(int argc, char** argv) {
   if (mode == "kept-sets") return KeptSets();
   if (mode == "nvml") return Nvml(false);
   if (mode == "nvml-cuda") return Nvml(true);
+  if (mode == "nvml-table") return NvmlTable();
   if (mode == "nvml-missing") {
     void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW);
     auto fn = nvml != nullptr ? reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, unsigned int*)>(

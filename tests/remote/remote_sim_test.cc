@@ -499,6 +499,20 @@ TEST_F(RemoteSim, AnAsyncCopyOfTheMessagesBytesDoesNotWaitForItsStream) {
   }
 }
 
+// NVML's private table nvidia-smi asks for, answered on the client: its size as the driver's,
+// the bus id and process slots as the public calls say, the rest refused and named.
+TEST_F(RemoteSim, NvidiaSmisPrivateNvmlTableIsAnsweredOnTheClient) {
+  Result r = RunProgram(Remote(Address(), "1GiB", {kProbe, "nvml-table"}));
+  EXPECT_EQ(r.code, 0) << r.out;
+  for (const char* line :
+       {"table: 0\n", "size word: 2160\n", "slot 1: null, slot 2: null\n", "slot 81: 0, the device's bus id\n",
+        "slot 213: 0, the public list's processes\n", "slot 213 without room: 7, count the number needed\n",
+        "slot 230: 3\n", "NVML's private table 6c3efec4 slot 230 is not answered", "another table: 13, null\n",
+        "a private table this client does not know"}) {
+    EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
+  }
+}
+
 TEST_F(RemoteSim, PageLockedMemoryIsSharedWithAWorkerOnTheSameHost) {
   // As the driver itself does it: a device pointer to it (a memset and a kernel write it),
   // asynchronous copies in stream order, a captured copy reading it at each replay.

@@ -76,6 +76,17 @@ typedef struct nvmlMemory_st {
   unsigned long long used;
 } nvmlMemory_t;
 
+// nvmlDeviceGetTemperatureV's argument (version nvmlTemperature_v1: sizeof | 1 << 24).
+typedef struct nvmlTemperature_v1_st {
+  unsigned int version;
+  int sensorType;  // nvmlTemperatureSensors_t
+  int temperature;
+} nvmlTemperature_v1_t;
+typedef nvmlTemperature_v1_t nvmlTemperature_t;
+
+// An NVML event set (opaque).
+typedef struct nvmlEventSet_st* nvmlEventSet_t;
+
 typedef struct nvmlMemory_v2_st {
   unsigned int version;  // set by the caller to nvmlMemory_v2
   unsigned long long total;
