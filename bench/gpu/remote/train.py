@@ -3,13 +3,14 @@ forwarding client: prints one line per step ("loss STEP VALUE", the loss as a fl
 that runs compare bit for bit), then "steps_per_s X" and, through the client, "calls ..." (the
 client's counters over the timed steps, gslice_remote_stats).
 
-  train.py resnet50|resnet50_loader|bert STEPS [BATCH]
+  train.py resnet50|resnet50_bf16|resnet50_loader|bert STEPS [BATCH]
                                    training, deterministic, fixed seed, synthetic data (batch:
                                    ResNet-50 32 images, BERT 8 sequences of 128 by default);
                                    also prints "cpu_per_step S" (the process's CPU time).
                                    resnet50_loader: as a data loader feeds it, each step's batch
                                    copied from page-locked host memory (pin_memory(), 4 batches
-                                   in turn) with non_blocking=True
+                                   in turn) with non_blocking=True; resnet50_bf16: under
+                                   torch.autocast to bfloat16
   train.py check NAME              a framework check: tensor, torch_exp, compile, jax,
                                    jax_noautotune (XLA's autotuner off), cupy
 """
@@ -36,7 +37,7 @@ def train(kind, steps, batch=None):
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     dev = "cuda"
-    if kind == "resnet50":
+    if kind in ("resnet50", "resnet50_bf16"):
         import torchvision
         model = torchvision.models.resnet50(num_classes=100).to(dev)
         g = torch.Generator(device="cpu").manual_seed(1)
@@ -45,6 +46,10 @@ def train(kind, steps, batch=None):
         y = torch.randint(0, 100, (n,), generator=g).to(dev)
         loss_fn = torch.nn.CrossEntropyLoss()
         step_fn = lambda: loss_fn(model(x), y)
+        if kind == "resnet50_bf16":
+            def step_fn():
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    return loss_fn(model(x), y)
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     elif kind == "resnet50_loader":
         import torchvision
