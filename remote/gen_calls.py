@@ -333,6 +333,10 @@ def gen_client(calls, lib, table, includer):
             out.append(f"  uint64_t {p.name}_shared = 0;")
             out.append(f"  const bool {p.name}_is_shared = {p.name} != nullptr && "
                        f"{ns}SharedHostAddress({p.name}, (uint64_t)({p.expr}), &{p.name}_shared);")
+            if p.sem == "hostout" and c.is_async:
+                # The client's own page-locked memory: its bytes come when the copy is done.
+                out.append(f"  const bool {p.name}_deferred = !{p.name}_is_shared && {p.name} != nullptr && "
+                           f"{ns}ClientPinned({p.name}, (uint64_t)({p.expr}));")
         if c.split:
             host, dev, size = c.split
             char = "const char*" if host.type.startswith("const") else "char*"
@@ -390,8 +394,12 @@ def gen_client(calls, lib, table, includer):
             elif p.sem in ("hostin", "hostout"):
                 out.append(f"  const uint64_t {n}_len = {n} != nullptr ? (uint64_t)({p.expr}) : 0;")
                 out.append(f'  if (!{n}_is_shared && {n}_len > {ns}kMaxBuffer) return {ns}{lib.refuse}Size("{c.name}", "{n}", {n}_len);')
-                out.append(f"  w.Put<uint8_t>({n}_is_shared ? 2 : {n} != nullptr);")
+                deferred = p.sem == "hostout" and c.is_async
+                flag = f"{n}_is_shared ? 2 : {n}_deferred ? 3 : {n} != nullptr" if deferred else f"{n}_is_shared ? 2 : {n} != nullptr"
+                out.append(f"  w.Put<uint8_t>({flag});")
                 out.append(f"  w.Put<uint64_t>({n}_len);")
+                if deferred:
+                    out.append(f"  if ({n}_deferred) w.Put<uint64_t>({ns}ExpectDeferred({n}, {n}_len));")
                 out.append(f"  if ({n}_is_shared) {{")
                 out.append(f"    w.Put<uint64_t>({n}_shared);")
                 if p.sem == "hostin":
@@ -401,7 +409,7 @@ def gen_client(calls, lib, table, includer):
                 out.append("  }")
                 if p.sem == "hostout" and c.is_async:
                     out.append(f"  // Memory of this host only: the bytes come back in the answer, which is waited for.")
-                    out.append(f"  if (!{n}_is_shared) call.WaitForAnswer();")
+                    out.append(f"  if (!{n}_is_shared && !{n}_deferred) call.WaitForAnswer();")
             elif p.sem == "cstr":
                 out.append(f"  const uint64_t {n}_len = {n} != nullptr ? strnlen({n}, {ns}kMaxString + 1) : 0;")
                 out.append(f'  if ({n}_len > {ns}kMaxString) return {ns}{lib.refuse}Size("{c.name}", "{n}", {n}_len);')
@@ -430,7 +438,8 @@ def gen_client(calls, lib, table, includer):
             elif p.sem == "outbuf":
                 out.append(f"  if ({n} != nullptr && !r.GetInto({n}, {n}_len)) return call.Malformed();")
             elif p.sem == "hostout":
-                out.append(f"  if ({n} != nullptr && !{n}_is_shared && !r.GetInto({n}, {n}_len)) return call.Malformed();")
+                unsent = f" && !{n}_deferred" if c.is_async else ""
+                out.append(f"  if ({n} != nullptr && !{n}_is_shared{unsent} && !r.GetInto({n}, {n}_len)) return call.Malformed();")
         out.append("  if (!r.AtEnd()) return call.Malformed();")
         if c.after:
             out.append(f"  {ns}{c.after}({', '.join(p.name for p in c.params)});")
@@ -482,13 +491,17 @@ def gen_server(calls):
                 out.append(f"  uint64_t {n}_len = 0;")
                 out.append(f"  uint64_t {n}_shared = 0;")
                 decode.append(f"r.Get(&{n}_present)")
-                decode.append(f"{n}_present <= 2")
+                decode.append(f"{n}_present <= {3 if p.sem == 'hostout' and c.is_async else 2}")
                 decode.append(f"r.Get(&{n}_len)")
                 decode.append(f"({n}_present == 2 || {n}_len <= kMaxBuffer)")
                 decode.append(f"({n}_present || {n}_len == 0)")
                 if p.sem == "hostin":
                     out.append(f"  const uint8_t* {n}_data = nullptr;")
                     decode.append(f"({n}_present == 2 ? r.Get(&{n}_shared) : (r.SkipTo(16) && r.GetBytes({n}_len, &{n}_data)))")
+                elif c.is_async:
+                    # 3: the client's page-locked memory, by token (staging.h: DeferredOut).
+                    out.append(f"  uint64_t {n}_token = 0;")
+                    decode.append(f"({n}_present == 2 ? r.Get(&{n}_shared) : {n}_present != 3 || r.Get(&{n}_token))")
                 else:
                     decode.append(f"({n}_present != 2 || r.Get(&{n}_shared))")
             elif p.sem in ("inbuf", "outbuf", "image", "cstr"):
@@ -542,7 +555,13 @@ def gen_server(calls):
             elif p.sem == "hostout":
                 out.append(f"  HostBuffer {n}_buf;")
                 out.append(f"  if ({n}_present == 1 && !{n}_buf.Allocate({n}_len)) return CUDA_ERROR_OUT_OF_MEMORY;")
-                args.append(f"{n}_present == 2 ? static_cast<{p.type}>({n}_host) : "
+                deferred_arg = ""
+                if c.is_async:
+                    out.append(f"  DeferredOut {n}_later;")
+                    out.append(f"  void* const {n}_later_at = {n}_present == 3 ? {n}_later.Prepare({n}_len) : nullptr;")
+                    out.append(f"  if ({n}_present == 3 && {n}_later_at == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;")
+                    deferred_arg = f"{n}_present == 3 ? static_cast<{p.type}>({n}_later_at) : "
+                args.append(f"{n}_present == 2 ? static_cast<{p.type}>({n}_host) : {deferred_arg}"
                             f"{n}_present ? static_cast<{p.type}>(NonNullOut({n}_buf.data())) : nullptr")
             elif p.sem == "cstr":
                 out.append(f"  std::string {n}_text({n}_present ? reinterpret_cast<const char*>({n}_data) : \"\", {n}_len);")
@@ -560,7 +579,9 @@ def gen_server(calls):
         hosts = [p for p in c.params if p.sem in ("hostin", "hostout")]
         # Shared host memory outlives the message: its copies are the driver's own, asynchronous
         # ones, and may be captured.
-        by_value = "".join(f"{p.name}_present != 2 && " for p in hosts)
+        by_value = "".join(f"{p.name}_present != 2 && " + (f"{p.name}_present != 3 && " if p.sem == "hostout" and c.is_async else "")
+                           for p in hosts)
+        later = next((p for p in hosts if p.sem == "hostout"), None) if c.is_async and c.sync else None
         # An asynchronous copy of the message's bytes goes from page-locked staging (staging.h)
         # instead of waiting for its stream.
         staged = next((p for p in hosts if p.sem == "hostin"), None) if c.sync else None
@@ -568,7 +589,9 @@ def gen_server(calls):
         if c.sync:
             # The host buffer lives in this message: a captured copy would read it at replay.
             op = "kOp_cuStreamIsCapturing_ptsz" if c.name.endswith("_ptsz") else "kOp_cuStreamIsCapturing"
-            out.append(f"  if ({by_value}StreamCapturing({op}, {c.sync})) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;")
+            # A deferred copy's bytes are sent once: a replay's would not be.
+            shared_only = "".join(f"{p.name}_present != 2 && " for p in hosts)
+            out.append(f"  if ({shared_only}StreamCapturing({op}, {c.sync})) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;")
         if staged is not None:
             n = staged.name
             out.append(f"  Staged {n}_staged;")
@@ -576,6 +599,11 @@ def gen_server(calls):
         out.append(f"  CUresult res = static_cast<CUresult>(fn({', '.join(args)}));")
         if c.sync:
             op = "kOp_cuStreamSynchronize_ptsz" if c.name.endswith("_ptsz") else "kOp_cuStreamSynchronize"
+            if later is not None:
+                pt = "true" if c.name.endswith("_ptsz") else "false"
+                out.append(f"  if ({later.name}_present == 3 && res == CUDA_SUCCESS) {{")
+                out.append(f"    res = {later.name}_later.HandTo({later.name}_token, {c.sync}, {pt}, {op});")
+                out.append("  }")
             if staged is not None:
                 pt = "true" if c.name.endswith("_ptsz") else "false"
                 out.append(f"  if ({staged.name}_staging && res == CUDA_SUCCESS) {{")

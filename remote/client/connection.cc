@@ -544,6 +544,38 @@ ProbeAsked AskProbe(uint32_t op, const Writer& request, std::vector<uint8_t>* re
   return asked;
 }
 
+// Deferred copies (wire.h: kOpDeferredData): where each token's bytes go. Never freed (frames
+// may come during exit).
+struct DeferredTarget {
+  void* p;
+  uint64_t bytes;
+};
+pthread_mutex_t g_deferred_mu = PTHREAD_MUTEX_INITIALIZER;
+std::unordered_map<uint64_t, DeferredTarget>* g_deferred = nullptr;  // REQUIRES g_deferred_mu
+uint64_t g_next_token = 0;                                           // REQUIRES g_deferred_mu
+
+// Writes a kOpDeferredData frame's bytes where its token says. False for a token this process
+// did not give out or bytes of another length (the server broke the protocol).
+bool ApplyDeferred(const std::vector<uint8_t>& frame) {
+  uint64_t token = 0;
+  if (frame.size() < sizeof token) return false;
+  std::memcpy(&token, frame.data(), sizeof token);
+  pthread_mutex_lock(&g_deferred_mu);
+  DeferredTarget target{nullptr, 0};
+  bool known = false;
+  if (g_deferred != nullptr) {
+    if (auto it = g_deferred->find(token); it != g_deferred->end()) {
+      target = it->second;
+      known = true;
+      g_deferred->erase(it);
+    }
+  }
+  pthread_mutex_unlock(&g_deferred_mu);
+  if (!known || frame.size() - sizeof token != target.bytes) return false;
+  if (target.bytes != 0) std::memcpy(target.p, frame.data() + sizeof token, target.bytes);
+  return true;
+}
+
 // REQUIRES g_mu.
 void RemoveWaiterLocked(Waiter* w) {
   for (Waiter** at = &g_conn.waiters; *at != nullptr; at = &(*at)->next) {
@@ -604,11 +636,22 @@ CUresult Receive(uint32_t op, Waiter* waiter) {
     FrameHeader h;
     std::vector<uint8_t> frame;
     const FrameRead got = ReadFrame(g_conn.channel, kMaxFrame, &h, &frame);
+    // The bytes of a deferred copy, which come before any answer that says the copy is done.
+    const bool deferred = got == FrameRead::kOk && h.op == kOpDeferredData;
+    const bool applied = deferred && ApplyDeferred(frame);
     pthread_mutex_lock(&g_mu);
     g_conn.reading = false;
     if (got != FrameRead::kOk) {
       FailLocked(kLostResult, std::string("lost the server during ") + OpName(op));
       break;
+    }
+    if (deferred) {
+      if (!applied) {
+        FailLocked(kLostResult, "the server sent the bytes of a copy this process did not make");
+        break;
+      }
+      pthread_cond_broadcast(&g_answered);  // a next reader, should this thread's answer have come
+      continue;
     }
     Waiter* owner = g_conn.waiters;
     while (owner != nullptr && owner->seq != h.seq) owner = owner->next;
@@ -790,6 +833,15 @@ CUresult TraceExchange(uint32_t op, std::vector<uint8_t>* reply) {
     result = Fail(kLostResult, std::string("the server's answer to ") + OpName(op) + " is not for it");
   }
   return result;
+}
+
+uint64_t ExpectDeferred(void* p, uint64_t bytes) {
+  pthread_mutex_lock(&g_deferred_mu);
+  if (g_deferred == nullptr) g_deferred = new std::unordered_map<uint64_t, DeferredTarget>();
+  const uint64_t token = ++g_next_token;
+  (*g_deferred)[token] = DeferredTarget{p, bytes};
+  pthread_mutex_unlock(&g_deferred_mu);
+  return token;
 }
 
 bool WorkerSharesMemory() {

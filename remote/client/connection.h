@@ -99,6 +99,12 @@ CUresult UnshareWithWorker(uint64_t worker_addr);
 // For calls.def's hostin/hostout: true, with the worker's address of p in *worker, when
 // [p, p + bytes) lies in memory this process shares with its worker.
 bool SharedHostAddress(const void* p, uint64_t bytes, uint64_t* worker);
+// For an async copy into the client's own page-locked memory (calls.def: hostout, not shared):
+// whether [p, p + bytes) lies in such memory of this process (host_memory.cc).
+bool ClientPinned(const void* p, uint64_t bytes);
+// Registers where the bytes of a deferred copy go (wire.h: kOpDeferredData) and returns the
+// token its request carries. The connection's reader writes them there when they come.
+uint64_t ExpectDeferred(void* p, uint64_t bytes);
 
 // A handle parameter's value as the client's kept answers index it.
 template <typename T>

@@ -143,6 +143,13 @@ bool SharedHostAddress(const void* p, uint64_t bytes, uint64_t* worker) {
   return true;
 }
 
+bool ClientPinned(const void* p, uint64_t bytes) {
+  HostRange r;
+  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+  if (!FindContaining(at, &r) || r.sharer == getpid()) return false;
+  return bytes <= r.size - (at - r.base);
+}
+
 namespace {
 
 // cuMemHostAlloc's memory shared with the worker (see the top): false, with nothing left

@@ -83,6 +83,11 @@ inline constexpr uint32_t kOpTraceFetch = 0x7fff0007u;
 //   kOpHostUnshare request: prefix | u64 the worker's address. Answer: i32 result.
 inline constexpr uint32_t kOpHostShare = 0x7fff0008u;
 inline constexpr uint32_t kOpHostUnshare = 0x7fff0009u;
+// Worker -> client, seq 0, payload u64 token | the bytes: a device-to-host copy on a stream into
+// the client's page-locked memory (calls.def: hostout, presence 3 with the client's token),
+// sent once the copy completed and before the answer of any request served after that, so the
+// bytes are in the program's memory by the time a synchronisation says the copy is done.
+inline constexpr uint32_t kOpDeferredData = 0x7fff000au;
 inline constexpr uint32_t kMaxToken = 1024;
 // Bounds of a kOpTraceFetch answer: together (64 MiB of records, 192 MiB of part) within
 // kMaxFrame.

@@ -392,8 +392,14 @@ void* ServeLane(void* arg) {
     }
     if (!answer) continue;
     pthread_mutex_lock(&g_write_mu);
-    const bool sent = WriteFrame(g_out, FrameHeader{.seq = request.header.seq, .op = request.header.op | kReplyBit},
-                                 out.buffer().data(), out.size());
+    // Deferred copies that completed go first (staging.h): an answer that says a copy is done
+    // must find its bytes already in the program's memory.
+    const bool sent =
+        SendCompletedDeferred([](const void* p, size_t n) {
+          return WriteFrame(g_out, FrameHeader{.seq = 0, .op = kOpDeferredData}, p, n);
+        }) &&
+        WriteFrame(g_out, FrameHeader{.seq = request.header.seq, .op = request.header.op | kReplyBit},
+                   out.buffer().data(), out.size());
     pthread_mutex_unlock(&g_write_mu);
     if (!sent) _exit(0);  // the client is gone
   }

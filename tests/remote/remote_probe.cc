@@ -30,6 +30,9 @@
 //   probe staged        an asynchronous copy from pageable memory behind a long kernel: the
 //                       call does not wait for the stream, the buffer may change right after
 //                       it, and the copy has the bytes of the call
+//   probe late-copy     device-to-host copies on a stream into page-locked memory behind a long
+//                       kernel: not there when the call returns, there after the stream's
+//                       synchronisation, and after an event query says done
 //   probe hostshare [stats]  page-locked memory from cuMemHostAlloc used as the driver allows:
 //                       its device pointer (a memset and a kernel write it, the host reads),
 //                       asynchronous copies from and to it in stream order, a captured copy
@@ -1293,6 +1296,45 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (mode == "hostshare") return HostShare(argc > 2 && std::string(argv[2]) == "stats");
+  if (mode == "late-copy") {
+    Setup(&dev);
+    CUmodule module;
+    CUfunction busy, fill;
+    CK(gslice::test::LoadTestKernels(&module, &busy, &fill));
+    CUstream stream;
+    CK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    constexpr size_t kBytes = 1 << 20;
+    CUdeviceptr a = 0;
+    CK(cuMemAlloc(&a, kBytes));
+    CK(cuMemsetD8(a, 0x42, kBytes));
+    void* pinned = nullptr;
+    CK(cuMemAllocHost(&pinned, kBytes));
+    auto* bytes = static_cast<uint8_t*>(pinned);
+    std::memset(bytes, 0, kBytes);
+    auto all = [&](uint8_t v) {
+      for (size_t i = 0; i < kBytes; ++i)
+        if (bytes[i] != v) return false;
+      return true;
+    };
+    CK(gslice::test::LaunchBusy(busy, 300000, stream));
+    CK(cuMemcpyDtoHAsync(bytes, a, kBytes, stream));
+    printf("right after the call: %s\n", all(0) ? "not there yet" : "already there");
+    CK(cuStreamSynchronize(stream));
+    printf("after the synchronisation: %s\n", all(0x42) ? "the device's bytes" : "WRONG");
+    CUevent done;
+    CK(cuEventCreate(&done, CU_EVENT_DISABLE_TIMING));
+    CK(gslice::test::LaunchBusy(busy, 100000, stream));
+    CK(cuMemsetD8Async(a, 0x17, kBytes, stream));
+    CK(cuMemcpyDtoHAsync(bytes, a, kBytes, stream));
+    CK(cuEventRecord(done, stream));
+    CUresult q;
+    while ((q = cuEventQuery(done)) == CUDA_ERROR_NOT_READY) usleep(1000);
+    printf("after the event's query said %s: %s\n", Name(q), all(0x17) ? "the device's bytes" : "WRONG");
+    CK(cuEventDestroy(done));
+    CK(cuMemFreeHost(pinned));
+    CK(cuMemFree(a));
+    return 0;
+  }
   if (mode == "staged") {
     Setup(&dev);
     CUmodule module;
