@@ -1033,6 +1033,24 @@ int Nvml(bool cuda) {
   return 0;
 }
 
+// For the copy modes: a context, the busy kernel, a stream of its own and bytes of device memory.
+struct CopyWorld {
+  CUfunction busy;
+  CUstream stream;
+  CUdeviceptr device;
+};
+CopyWorld CopySetup(size_t bytes) {
+  CUdevice dev;
+  Setup(&dev);
+  CUmodule module;
+  CUfunction busy, fill;
+  CK(gslice::test::LoadTestKernels(&module, &busy, &fill));
+  CopyWorld w{.busy = busy, .stream = nullptr, .device = 0};
+  CK(cuStreamCreate(&w.stream, CU_STREAM_NON_BLOCKING));
+  CK(cuMemAlloc(&w.device, bytes));
+  return w;
+}
+
 // Page-locked memory of cuMemHostAlloc as the driver lets programs use it (see the top).
 int HostShare(bool stats) {
   CUdevice dev;
@@ -1297,15 +1315,8 @@ int main(int argc, char** argv) {
   }
   if (mode == "hostshare") return HostShare(argc > 2 && std::string(argv[2]) == "stats");
   if (mode == "late-copy") {
-    Setup(&dev);
-    CUmodule module;
-    CUfunction busy, fill;
-    CK(gslice::test::LoadTestKernels(&module, &busy, &fill));
-    CUstream stream;
-    CK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
     constexpr size_t kBytes = 1 << 20;
-    CUdeviceptr a = 0;
-    CK(cuMemAlloc(&a, kBytes));
+    const auto [busy, stream, a] = CopySetup(kBytes);
     CK(cuMemsetD8(a, 0x42, kBytes));
     void* pinned = nullptr;
     CK(cuMemAllocHost(&pinned, kBytes));
@@ -1336,15 +1347,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (mode == "staged") {
-    Setup(&dev);
-    CUmodule module;
-    CUfunction busy, fill;
-    CK(gslice::test::LoadTestKernels(&module, &busy, &fill));
-    CUstream stream;
-    CK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
     constexpr size_t kBytes = 1 << 20;
-    CUdeviceptr a = 0;
-    CK(cuMemAlloc(&a, kBytes));
+    const auto [busy, stream, a] = CopySetup(kBytes);
     std::vector<uint8_t> host(kBytes);
     for (size_t i = 0; i < kBytes; ++i) host[i] = static_cast<uint8_t>(i * 13 + 5);
     const std::vector<uint8_t> sent = host;
