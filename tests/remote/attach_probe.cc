@@ -4,9 +4,13 @@
 //
 //   attach_probe  1. cuInit, the driver version, the device count, name, an attribute and
 //                    the total memory: prints "queried <count> <total bytes>", waits
-//                 2. allocates 64 MiB, writes a pattern: prints "written", waits
+//                 2. allocates 64 MiB, writes a pattern: prints "written", waits; also 4 MiB
+//                    of page-locked memory (cuMemAllocHost: shared with a same-host worker)
+//                    copied to 4 MiB of device memory
 //                 3. reads it back: prints "intact" or "CORRUPT", then reads it again and
-//                    prints "reread <seconds>" (the same copy with nothing to resume), waits
+//                    prints "reread <seconds>" (the same copy with nothing to resume); copies
+//                    the 4 MiB back into the cleared page-locked memory on a stream: prints
+//                    "pinned intact" or "pinned CORRUPT", waits
 //                 4. frees, exits
 //   attach_probe nvml
 //                 1. NVML only (dlopen'ed): init, the device count, device 0's handle, name,
@@ -21,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -138,6 +143,15 @@ int main(int argc, char** argv) {
   CUdeviceptr p = 0;
   CK(cuMemAlloc(&p, bytes));
   CK(cuMemcpyHtoD(p, data.data(), bytes));
+  constexpr size_t kPinned = 4 << 20;
+  void* pinned = nullptr;
+  CK(cuMemAllocHost(&pinned, kPinned));
+  auto* words = static_cast<uint32_t*>(pinned);
+  for (size_t i = 0; i < kPinned / 4; ++i) words[i] = static_cast<uint32_t>(i * 40503u + 7);
+  CUdeviceptr q = 0;
+  CK(cuMemAlloc(&q, kPinned));
+  CK(cuMemcpyHtoDAsync(q, pinned, kPinned, nullptr));
+  CK(cuCtxSynchronize());
   printf("written\n");
   WaitForLine();
 
@@ -150,7 +164,15 @@ int main(int argc, char** argv) {
   CK(cuMemcpyDtoH(back.data(), p, bytes));
   clock_gettime(CLOCK_MONOTONIC, &t1);
   printf("reread %.6f\n", static_cast<double>(t1.tv_sec - t0.tv_sec) + static_cast<double>(t1.tv_nsec - t0.tv_nsec) / 1e9);
+  std::memset(pinned, 0, kPinned);
+  CK(cuMemcpyDtoHAsync(pinned, q, kPinned, nullptr));
+  CK(cuCtxSynchronize());
+  bool same = true;
+  for (size_t i = 0; i < kPinned / 4; ++i) same = same && words[i] == static_cast<uint32_t>(i * 40503u + 7);
+  printf("pinned %s\n", same ? "intact" : "CORRUPT");
   WaitForLine();
+  CK(cuMemFreeHost(pinned));
+  CK(cuMemFree(q));
   CK(cuMemFree(p));
   CK(cuDevicePrimaryCtxRelease(dev));
   return 0;

@@ -281,6 +281,8 @@ TEST_F(RemoteAttach, AnIdleRemoteSliceIsSuspendedAndTheNextCallResumesItIntact) 
     // The next call resumes it, with the data as it was.
     client.WriteLine("go");
     EXPECT_EQ(client.ReadUntil("intact", 60000), "intact");
+    // Page-locked memory shared with the worker is still its after the release.
+    EXPECT_EQ(client.ReadUntil("pinned", 60000), "pinned intact");
     bool attached = false;
     for (int i = 0; i < 100 && !attached; ++i) {
       slice = remote_slice();

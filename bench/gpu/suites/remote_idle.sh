@@ -148,6 +148,10 @@ try:
            f"first call after the idle release (a 64 MiB read back) took {first_call_s:.2f}s: '{back}'")
     reread = c.line()
     reread_s = float(reread.split()[1]) if reread.startswith("reread ") else 0.0
+    pinned = c.line()
+    result("remote_idle.pinned_after_release", "PASS" if pinned == "pinned intact" else "FAIL",
+           f"4 MiB of page-locked memory (shared with the worker) copied back from the GPU after the "
+           f"release: '{pinned}'")
     # The driver's own restore of the same process, at once (before the idle timeout comes
     # round again): lock, checkpoint, hold, then restore + unlock timed, the raw driver calls.
     pids = worker_pids(server.pid)
