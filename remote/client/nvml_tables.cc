@@ -16,7 +16,9 @@
 //   230-232, 237, 249 (nvidia-smi -q): details of the board, not answered
 // Every other code slot of the table is answered NVML_ERROR_NOT_SUPPORTED with one log line
 // naming it; the words that held no code are null, as they did. Another table UUID is
-// NVML_ERROR_FUNCTION_NOT_FOUND, logged.
+// NVML_ERROR_FUNCTION_NOT_FOUND, logged. A table's UUID names its layout (as the driver's
+// tables do for cudart): an nvidia-smi that expects another layout asks another UUID, which is
+// refused, so no slot is ever called with arguments it was not measured with.
 #include <stdarg.h>
 #include <string.h>
 
