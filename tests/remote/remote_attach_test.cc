@@ -22,6 +22,7 @@
 
 #include "calls.h"
 #include "node.h"
+#include "remote_test_support.h"
 #include "socket_io.h"
 #include "test_support.h"
 #include "wire.h"
@@ -69,16 +70,7 @@ int CountDescendants(pid_t ancestor, const std::string& word) {
 class RemoteAttach : public ::testing::Test {
  protected:
   void SetUp() override {
-    setenv("GSLICE_SIM_STATE", (Prefix() + "-node").c_str(), 1);
-    setenv("GSLICE_SIM_DEVICES", "1", 1);
-    setenv("GSLICE_SIM_MEMORY", "2GiB", 1);
-    setenv("GSLICE_LEDGER", (Prefix() + "-ledger").c_str(), 1);
-    setenv("GSLICE_SUSPEND_BOARD", (Prefix() + "-board").c_str(), 1);
-    setenv("GSLICE_CONTEXT_OVERHEAD", "64MiB", 1);
-    for (const char* v : {"GSLICE_REMOTE", "GSLICE_SOCKET", "GSLICE_DAEMON", "GSLICE_MEMORY", "GSLICE_LOG",
-                          "GSLICE_CLASS", "GSLICE_COMPUTE", "GSLICE_SHARE", "GSLICE_IDLE_TIMEOUT"}) {
-      unsetenv(v);
-    }
+    shared::SetUpSimWorld(Prefix(), {"GSLICE_IDLE_TIMEOUT"});
     if (const std::string asan = GSLICE_TEST_ASAN_RUNTIME; !asan.empty()) setenv("LD_PRELOAD", asan.c_str(), 1);
     std::filesystem::remove_all(Dir());
     ASSERT_EQ(mkdir(Dir().c_str(), 0700), 0);
@@ -87,17 +79,10 @@ class RemoteAttach : public ::testing::Test {
   void TearDown() override {
     std::error_code ec;
     std::filesystem::remove_all(Dir(), ec);
-    for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
-      if (entry.path().string().rfind(Prefix(), 0) == 0) std::filesystem::remove_all(entry.path(), ec);
-    }
+    shared::RemoveSimWorld(Prefix());
   }
 
-  static uint64_t SimUsed() {
-    gslice::sim::Node node;
-    std::string error;
-    if (!gslice::sim::Node::Open(&node, &error)) return ~0ull;
-    return node.Used(0);
-  }
+  static uint64_t SimUsed() { return shared::SimUsed(); }
 
   std::vector<std::string> Remote(const std::string& socket, std::vector<std::string> options) {
     std::vector<std::string> argv = {kBin + "/gslice", "run", "--remote", "unix:" + socket, "--memory", "1GiB"};

@@ -70,24 +70,13 @@ class RemoteShm : public ::testing::Test {
   }
 
   static void TearDownTestSuite() {
-    if (server_ != nullptr) {
-      server_->Kill(SIGTERM);
-      server_->Wait(nullptr, 10000);
-      delete server_;
-      server_ = nullptr;
-    }
-    unlink(SocketPath().c_str());
+    shared::StopServer(&server_, SocketPath());
     shared::RemoveSimWorld(Prefix());
   }
 
   static std::string Address() { return "unix:" + SocketPath(); }
 
-  static uint64_t SimUsed() {
-    sim::Node node;
-    std::string error;
-    if (!sim::Node::Open(&node, &error)) return ~0ull;
-    return node.Used(0);
-  }
+  static uint64_t SimUsed() { return shared::SimUsed(); }
 
   static Child* server_;
   static std::string tcp_;

@@ -1,10 +1,12 @@
 // What the remote tests on the simulated driver share: the programs run directly on the
 // simulated driver and through the client, the worker's pid from the client's log, whether a
-// process is gone, and the environment of a test suite's world (its /dev/shm prefix).
+// process is gone, the environment of a test suite's world (its /dev/shm prefix), the
+// simulated device's memory in use, and stopping a suite's server.
 // The including test defines GSLICE_TEST_BIN (the build's bin folder).
 #pragma once
 
 #include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -15,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "node.h"
 #include "test_support.h"
 
 namespace gslice::remote::shared {
@@ -98,6 +101,25 @@ inline void RemoveSimWorld(const std::string& prefix) {
   for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
     if (entry.path().string().rfind(prefix, 0) == 0) std::filesystem::remove_all(entry.path(), ec);
   }
+}
+
+// The simulated device 0's memory in use (~0 when the node cannot be opened).
+inline uint64_t SimUsed() {
+  gslice::sim::Node node;
+  std::string error;
+  if (!gslice::sim::Node::Open(&node, &error)) return ~0ull;
+  return node.Used(0);
+}
+
+// Stops a suite's gslice-remoted (SIGTERM, then waits for it) and removes its unix socket.
+inline void StopServer(gslice::test::Child** server, const std::string& socket_path) {
+  if (*server != nullptr) {
+    (*server)->Kill(SIGTERM);
+    (*server)->Wait(nullptr, 10000);
+    delete *server;
+    *server = nullptr;
+  }
+  unlink(socket_path.c_str());
 }
 
 }  // namespace gslice::remote::shared
