@@ -331,12 +331,12 @@ def gen_client(calls, lib, table, includer):
         for p in hosts:
             # Host memory shared with the worker (same host): only its address travels.
             out.append(f"  uint64_t {p.name}_shared = 0;")
-            out.append(f"  const bool {p.name}_is_shared = {p.name} != nullptr && "
-                       f"{ns}SharedHostAddress({p.name}, (uint64_t)({p.expr}), &{p.name}_shared);")
+            out.append(f"  const {ns}HostMemory {p.name}_kind = "
+                       f"{ns}LookUpHostMemory({p.name}, (uint64_t)({p.expr}), &{p.name}_shared);")
+            out.append(f"  const bool {p.name}_is_shared = {p.name}_kind == {ns}HostMemory::kShared;")
             if p.sem == "hostout" and c.is_async:
                 # The client's own page-locked memory: its bytes come when the copy is done.
-                out.append(f"  const bool {p.name}_deferred = !{p.name}_is_shared && {p.name} != nullptr && "
-                           f"{ns}ClientPinned({p.name}, (uint64_t)({p.expr}));")
+                out.append(f"  const bool {p.name}_deferred = {p.name}_kind == {ns}HostMemory::kPageLocked;")
         if c.split:
             host, dev, size = c.split
             char = "const char*" if host.type.startswith("const") else "char*"

@@ -96,12 +96,12 @@ bool WorkerSharesMemory();
 CUresult ShareWithWorker(int fd, uint64_t client_addr, uint64_t bytes, uint64_t* worker_addr, uint64_t* device_ptr);
 // The worker unregisters and unmaps what it mapped at worker_addr.
 CUresult UnshareWithWorker(uint64_t worker_addr);
-// For calls.def's hostin/hostout: true, with the worker's address of p in *worker, when
-// [p, p + bytes) lies in memory this process shares with its worker.
-bool SharedHostAddress(const void* p, uint64_t bytes, uint64_t* worker);
-// For an async copy into the client's own page-locked memory (calls.def: hostout, not shared):
-// whether [p, p + bytes) lies in such memory of this process (host_memory.cc).
-bool ClientPinned(const void* p, uint64_t bytes);
+// For calls.def's hostin/hostout: what [p, p + bytes) lies in (host_memory.cc). kShared:
+// memory this process shares with its worker, *worker its address there; kPageLocked: the
+// client's own page-locked memory, not shared; kOther: anything else (NULL, pageable memory,
+// a range that runs past its allocation).
+enum class HostMemory { kOther, kShared, kPageLocked };
+HostMemory LookUpHostMemory(const void* p, uint64_t bytes, uint64_t* worker);
 // Registers where the bytes of a deferred copy go (wire.h: kOpDeferredData) and returns the
 // token its request carries. The connection's reader writes them there when they come.
 uint64_t ExpectDeferred(void* p, uint64_t bytes);

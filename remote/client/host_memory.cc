@@ -50,6 +50,10 @@ struct HostRange {
 
 pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 std::vector<HostRange>* g_ranges = nullptr;  // REQUIRES g_mu; never freed (calls during exit)
+// How many ranges there are, read without the lock: most copies and pointer queries of a
+// program that holds no page-locked memory take no lock. A range is added before its
+// pointer is handed out, so a call about it sees it counted.
+std::atomic<size_t> g_range_count{0};
 
 HostRange* FindLocked(uintptr_t base) {
   if (g_ranges == nullptr) return nullptr;
@@ -68,15 +72,18 @@ bool OverlapsLocked(uintptr_t base, size_t size) {
 void AddLocked(const HostRange& r) {
   if (g_ranges == nullptr) g_ranges = new std::vector<HostRange>();
   g_ranges->push_back(r);
+  g_range_count.store(g_ranges->size(), std::memory_order_release);
 }
 
 void EraseLocked(HostRange* r) {
   *r = g_ranges->back();
   g_ranges->pop_back();
+  g_range_count.store(g_ranges->size(), std::memory_order_release);
 }
 
 // The client's page-locked range that holds p, if any.
 bool FindContaining(uintptr_t p, HostRange* out) {
+  if (g_range_count.load(std::memory_order_acquire) == 0) return false;
   pthread_mutex_lock(&g_mu);
   bool found = false;
   if (g_ranges != nullptr) {
@@ -133,21 +140,15 @@ bool RemoteAnswerHostPointer(CUresult* result, void* data, CUpointer_attribute a
   return true;
 }
 
-bool SharedHostAddress(const void* p, uint64_t bytes, uint64_t* worker) {
+HostMemory LookUpHostMemory(const void* p, uint64_t bytes, uint64_t* worker) {
   HostRange r;
   const uintptr_t at = reinterpret_cast<uintptr_t>(p);
-  if (!FindContaining(at, &r) || r.sharer != getpid()) return false;
+  if (p == nullptr || !FindContaining(at, &r)) return HostMemory::kOther;
   const uint64_t offset = at - r.base;
-  if (bytes > r.size - offset) return false;
+  if (bytes > r.size - offset) return HostMemory::kOther;  // runs past the range
+  if (r.sharer != getpid()) return HostMemory::kPageLocked;
   *worker = r.worker + offset;
-  return true;
-}
-
-bool ClientPinned(const void* p, uint64_t bytes) {
-  HostRange r;
-  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
-  if (!FindContaining(at, &r) || r.sharer == getpid()) return false;
-  return bytes <= r.size - (at - r.base);
+  return HostMemory::kShared;
 }
 
 namespace {
