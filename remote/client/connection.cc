@@ -821,18 +821,26 @@ CUresult Call::Forward() {
   return Answered(keeps ? &kept : nullptr);
 }
 
-CUresult TraceExchange(uint32_t op, std::vector<uint8_t>* reply) {
-  if (g_attached.load(std::memory_order_acquire) != getpid()) return CUDA_ERROR_NOT_INITIALIZED;
-  Writer request;
-  EncodeRequestPrefix(RequestPrefix{.context = 0, .lane = Lane()}, &request);
+namespace {
+// A synchronous request of wire.h's (not a call of calls.def) on the calling thread's lane;
+// *reply is its whole answer. pass_fd >= 0: see Send.
+CUresult Exchange(uint32_t op, const Writer& request, std::vector<uint8_t>* reply, int pass_fd = -1) {
   Waiter waiter;
   waiter.reply = reply;
-  CUresult result = Send(op, request, &waiter);
+  CUresult result = Send(op, request, &waiter, nullptr, 0, pass_fd);
   if (result == CUDA_SUCCESS) result = Receive(op, &waiter);
   if (result == CUDA_SUCCESS && waiter.header.op != (op | kReplyBit)) {
     result = Fail(kLostResult, std::string("the server's answer to ") + OpName(op) + " is not for it");
   }
   return result;
+}
+}  // namespace
+
+CUresult TraceExchange(uint32_t op, std::vector<uint8_t>* reply) {
+  if (g_attached.load(std::memory_order_acquire) != getpid()) return CUDA_ERROR_NOT_INITIALIZED;
+  Writer request;
+  EncodeRequestPrefix(RequestPrefix{.context = 0, .lane = Lane()}, &request);
+  return Exchange(op, request, reply);
 }
 
 uint64_t ExpectDeferred(void* p, uint64_t bytes) {
@@ -848,21 +856,6 @@ bool WorkerSharesMemory() {
   return g_attached.load(std::memory_order_acquire) == getpid() && g_conn.channel.rings != nullptr &&
          g_failed.load(std::memory_order_relaxed) == CUDA_SUCCESS;
 }
-
-namespace {
-// A synchronous request of wire.h's (not a call of calls.def) on the calling thread's lane,
-// with the current context; *reply is the answer after its i32 result.
-CUresult Exchange(uint32_t op, const Writer& request, std::vector<uint8_t>* reply, int pass_fd = -1) {
-  Waiter waiter;
-  waiter.reply = reply;
-  CUresult result = Send(op, request, &waiter, nullptr, 0, pass_fd);
-  if (result == CUDA_SUCCESS) result = Receive(op, &waiter);
-  if (result == CUDA_SUCCESS && waiter.header.op != (op | kReplyBit)) {
-    result = Fail(kLostResult, std::string("the server's answer to ") + OpName(op) + " is not for it");
-  }
-  return result;
-}
-}  // namespace
 
 CUresult ShareWithWorker(int fd, uint64_t client_addr, uint64_t bytes, uint64_t* worker_addr, uint64_t* device_ptr) {
   if (!WorkerSharesMemory()) return CUDA_ERROR_NOT_SUPPORTED;
