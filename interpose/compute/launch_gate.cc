@@ -18,6 +18,7 @@
 #include "gpu_meter.h"
 #include "gslice/ledger.h"
 #include "gslice/options.h"
+#include "gslice/quiet_thread.h"
 #include "gslice/units.h"
 #include "mps_controller.h"
 #include "policy.h"
@@ -962,17 +963,8 @@ void InitOnce(void* (*resolve)(const char*)) {
       if (gate.api.device_get(&gate.visible[gate.visible_count], i) == CUDA_SUCCESS) ++gate.visible_count;
     }
   }
-  pthread_t thread;
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
   // The gate thread must not receive the application's signals.
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  const int rc = pthread_create(&thread, &attr, GateThread, nullptr);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  pthread_attr_destroy(&attr);
+  const int rc = StartQuietThread(GateThread, nullptr);
   if (rc != 0) {
     LogLine("compute: cannot start the gate thread (%s); compute is not limited", strerror(rc));
     return;

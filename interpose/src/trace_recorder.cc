@@ -20,6 +20,7 @@
 
 #include "cuda_exports.h"
 #include "gslice/options.h"
+#include "gslice/quiet_thread.h"
 #include "gslice/trace_format.h"
 #include "launch_gate.h"
 #include "log.h"
@@ -586,17 +587,8 @@ bool Start() {
   g_started_unix = UnixNs();
   g_ready.store(true, std::memory_order_release);
   cupti::Start(g_real_driver, g_cupti_note, sizeof g_cupti_note);
-  pthread_t t;
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  // The thread's signals stay the application's: block them all in it.
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  const int rc = pthread_create(&t, &attr, RecorderThread, nullptr);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  pthread_attr_destroy(&attr);
+  // The thread's signals stay the application's.
+  const int rc = gslice::StartQuietThread(RecorderThread, nullptr);
   if (rc != 0) Log(LogLevel::kWarn, "trace: no recorder thread (%s): counters are not sampled", strerror(rc));
   atexit(AtExit);
   pthread_atfork(nullptr, nullptr, AfterForkInChild);

@@ -20,6 +20,7 @@
 #include "attach.h"
 #include "client_trace.h"
 #include "gslice/options.h"
+#include "gslice/quiet_thread.h"
 #include "kept_answers.h"
 #include "log.h"
 #include "shm_ring.h"
@@ -243,18 +244,8 @@ void StartFlusherLocked() {
     pthread_condattr_destroy(&attr);
   });
   g_flusher_pid = getpid();
-  pthread_t thread;
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  // The flusher never runs application code: it blocks every signal the application could
-  // have meant for its own threads.
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  if (pthread_create(&thread, &attr, Flusher, nullptr) != 0) g_flusher_pid = 0;
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  pthread_attr_destroy(&attr);
+  // The flusher never runs application code: no signal of the application's reaches it.
+  if (StartQuietThread(Flusher, nullptr) != 0) g_flusher_pid = 0;
 }
 
 // Queues an async call's frame; sends the queue when it is full or its oldest frame has
