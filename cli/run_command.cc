@@ -26,6 +26,7 @@
 #include "daemon_client.h"
 #include "daemon_commands.h"
 #include "gpu_query.h"
+#include "gslice/atomic_file.h"
 #include "gslice/ledger.h"
 #include "gslice/options.h"
 #include "gslice/trace_format.h"
@@ -388,8 +389,8 @@ std::string PrepareTrace(TraceRun* t) {
   return "";
 }
 
-// Merges the parts into the file (written whole: a temporary file, then rename) and removes
-// the parts' folder. Says what it wrote on stderr.
+// Merges the parts into the file (written whole, never through a link planted in its folder:
+// AtomicFile) and removes the parts' folder. Says what it wrote on stderr.
 void FinishTrace(const TraceRun& t, const std::string& slice) {
   std::vector<std::string> parts;
   std::string error;
@@ -399,14 +400,8 @@ void FinishTrace(const TraceRun& t, const std::string& slice) {
   }
   TraceMergeResult r;
   const std::string json = MergeTraceParts(parts, slice, &r);
-  const std::string tmp = t.file + ".tmp-" + std::to_string(getpid());
-  FILE* f = fopen(tmp.c_str(), "w");
-  bool ok = f != nullptr && fwrite(json.data(), 1, json.size(), f) == json.size();
-  if (f != nullptr && fclose(f) != 0) ok = false;
-  if (!ok || rename(tmp.c_str(), t.file.c_str()) != 0) {
-    fprintf(stderr, "gslice run: --trace %s: cannot write it: %s (the parts stay in %s)\n", t.file.c_str(),
-            strerror(errno), t.folder.c_str());
-    unlink(tmp.c_str());
+  if (!WriteFileAtomically(t.file, json, 0666, &error)) {
+    fprintf(stderr, "gslice run: --trace: %s (the parts stay in %s)\n", error.c_str(), t.folder.c_str());
     return;
   }
   if (DIR* d = opendir(t.folder.c_str())) {

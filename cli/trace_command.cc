@@ -10,6 +10,7 @@
 #include <string>
 
 #include "daemon_commands.h"
+#include "gslice/atomic_file.h"
 
 namespace gslice::cli {
 
@@ -100,14 +101,9 @@ int TraceCommand(int argc, char** argv) {
   if (out == "-") {
     std::fwrite(reply.body.data(), 1, reply.body.size(), stdout);
   } else {
-    const std::string tmp = out + ".tmp-" + std::to_string(getpid());
-    FILE* f = std::fopen(tmp.c_str(), "w");
-    bool ok = f != nullptr && std::fwrite(reply.body.data(), 1, reply.body.size(), f) == reply.body.size();
-    if (f != nullptr && std::fclose(f) != 0) ok = false;
-    if (!ok || std::rename(tmp.c_str(), out.c_str()) != 0) {
-      const std::string why = strerror(errno);
-      unlink(tmp.c_str());
-      std::fprintf(stderr, "gslice trace: cannot write %s: %s\n", out.c_str(), why.c_str());
+    std::string error;
+    if (!WriteFileAtomically(out, reply.body, 0666, &error)) {
+      std::fprintf(stderr, "gslice trace: %s\n", error.c_str());
       return 1;
     }
   }

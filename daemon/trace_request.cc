@@ -12,6 +12,7 @@
 #include <random>
 #include <thread>
 
+#include "gslice/atomic_file.h"
 #include "gslice/trace_format.h"
 #include "registry.h"
 
@@ -33,29 +34,15 @@ int CountParts(const std::string& folder) {
   return n;
 }
 
-// Writes text to path whole: a temporary file beside it, then rename; mode 0640.
+// Writes text to path whole (AtomicFile), mode 0640 whatever gsliced's umask.
 Status WriteWhole(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp-" + std::to_string(getpid());
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0640);
-  if (fd < 0) return Status::Internal("cannot write " + tmp + ": " + strerror(errno));
-  size_t off = 0;
-  bool ok = true;
-  while (off < text.size()) {
-    const ssize_t n = write(fd, text.data() + off, text.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      ok = false;
-      break;
-    }
-    off += static_cast<size_t>(n);
+  AtomicFile file;
+  std::string error;
+  if (!file.Open(path, 0640, &error)) return Status::Internal(error);
+  if (fchmod(file.fd(), 0640) != 0 || !file.Write(text)) {
+    return Status::Internal("cannot write " + path + ": " + strerror(errno));
   }
-  if (fchmod(fd, 0640) != 0) ok = false;
-  if (close(fd) != 0) ok = false;
-  if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = strerror(errno);
-    unlink(tmp.c_str());
-    return Status::Internal("cannot write " + path + ": " + why);
-  }
+  if (!file.Commit(&error)) return Status::Internal(error);
   return Status::Ok();
 }
 
