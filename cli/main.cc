@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "commands.h"
+#include "gslice/shrink_guard.h"
 #include "daemon_commands.h"
 #include "move_command.h"
 
@@ -47,6 +48,8 @@ void Usage(FILE* out) {
 
 int main(int argc, char** argv) {
   using namespace gslice::cli;
+  // Usage files belong to the slices' users, who may shrink them under a mapping (shrink_guard.h).
+  gslice::InstallShrinkGuard();
   if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
     Usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;

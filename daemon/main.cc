@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "api_server.h"
+#include "gslice/shrink_guard.h"
 #include "config.h"
 #include "gpu_inventory.h"
 #include "gslice/options.h"
@@ -68,6 +69,8 @@ std::string SimDriverDir() {
 
 int main(int argc, char** argv) {
   using namespace gslice;
+  // Usage files belong to the slices' users, who may shrink them under a mapping (shrink_guard.h).
+  gslice::InstallShrinkGuard();
   DaemonConfig config = DefaultConfig();
   std::vector<std::string> overrides;
   std::string config_path;

@@ -15,6 +15,7 @@
 
 #include "gslice/owner_lock.h"
 #include "gslice/pid_namespace.h"
+#include "gslice/shrink_guard.h"
 
 namespace gslice {
 namespace {
@@ -57,6 +58,15 @@ bool LimitsCompatible(const LedgerLimits* l) {
   return h.magic == kLedgerMagic && h.version == kLedgerVersion && h.size == sizeof(LedgerLimits) &&
          h.max_gpus == kLedgerMaxGpus && h.max_slices == kLedgerMaxSlices && h.max_slots == kLedgerMaxSlots &&
          h.compute_per_slice == kLedgerSliceComputeEntries;
+}
+
+void WriteUsageHead(LedgerUsageHead* h, int slice, uint64_t generation) {
+  h->magic = kLedgerUsageMagic;
+  h->version = kLedgerVersion;
+  h->size = sizeof(LedgerUsage);
+  h->slice = static_cast<uint32_t>(slice);
+  h->generation.store(generation, kRlx);
+  h->initialised.store(1, kRel);
 }
 
 bool UsageCompatible(const LedgerUsageHead* h, int slice, uint64_t generation) {
@@ -224,6 +234,7 @@ Ledger::~Ledger() { Close(); }
 
 void Ledger::UnmapUsage(int slice) {
   UsageMap& u = usage_[slice];
+  UnguardMapping(u.guard);
   if (u.map != nullptr) munmap(u.map, sizeof(LedgerUsage));
   if (u.fd >= 0) close(u.fd);  // drops every lock byte this Ledger holds there
   if (u.probe >= 0) close(u.probe);
@@ -461,32 +472,58 @@ LedgerError Ledger::CreateUsage(int slice, uint64_t generation, uint32_t owner_u
     LedgerError e = LedgerError::kOk;
     if (fchmod(u.fd, 0644) != 0 || ftruncate(u.fd, static_cast<off_t>(sizeof(LedgerUsage))) != 0) {
       e = Fail(LedgerError::kOpenFailed, "%s/%s: %s", path_, name, strerror(errno));
-    } else if (owner != geteuid() && fchown(u.fd, owner, static_cast<gid_t>(-1)) != 0) {
-      e = Fail(LedgerError::kNotPermitted, "%s/%s: cannot give it to uid %u: %s", path_, name,
-               static_cast<unsigned>(owner), strerror(errno));
+    } else {
+      // Mapped as the file will be owned (guarded where the owner is another uid), and
+      // given away only once its header is written.
+      e = MapUsageFile(u.fd, owner, /*writable=*/true, name, &u);
     }
-    void* p = e == LedgerError::kOk
-                  ? mmap(nullptr, sizeof(LedgerUsage), PROT_READ | PROT_WRITE, MAP_SHARED, u.fd, 0)
-                  : MAP_FAILED;
-    if (e == LedgerError::kOk && p == MAP_FAILED) e = Fail(LedgerError::kOpenFailed, "%s/%s: mmap: %s", path_, name, strerror(errno));
+    if (e == LedgerError::kOk) {
+      WriteUsageHead(&u.map->head, slice, generation);
+      if (owner != geteuid() && fchown(u.fd, owner, static_cast<gid_t>(-1)) != 0) {
+        e = Fail(LedgerError::kNotPermitted, "%s/%s: cannot give it to uid %u: %s", path_, name,
+                 static_cast<unsigned>(owner), strerror(errno));
+      }
+    }
     if (e != LedgerError::kOk) {
+      UnguardMapping(u.guard);
+      if (u.map != nullptr) munmap(u.map, sizeof(LedgerUsage));
       close(u.fd);
       unlinkat(dir_fd_, name, 0);
       return e;
     }
-    u.map = static_cast<LedgerUsage*>(p);
     u.probe = OpenProbe(u.fd);
   }
-  LedgerUsageHead& h = u.map->head;
-  h.magic = kLedgerUsageMagic;
-  h.version = kLedgerVersion;
-  h.size = sizeof(LedgerUsage);
-  h.slice = static_cast<uint32_t>(slice);
-  h.generation.store(generation, kRlx);
-  h.initialised.store(1, kRel);
+  if (private_) WriteUsageHead(&u.map->head, slice, generation);
   u.writable = true;
   u.generation = generation;
   usage_[slice] = u;
+  return LedgerError::kOk;
+}
+
+// A usage file whose owner is another uid can be shrunk by that owner at any moment, and a
+// mapping of it would then kill this process (SIGBUS): it is mapped only under the shrink
+// guard, which turns such a fault into zeros and tells MapUsage to drop the mapping. The
+// directory's owner (the writer: root for the node ledger) is trusted like the caller.
+LedgerError Ledger::MapUsageFile(int fd, uid_t file_owner, bool writable, const char* name, UsageMap* u) {
+  const bool foreign = file_owner != geteuid() && file_owner != dir_owner_;
+  if (foreign && !InstallShrinkGuard()) {
+    return Fail(LedgerError::kUntrusted,
+                "%s/%s belongs to uid %u, who could shrink it under this process; refused (only gslice's own "
+                "programs, with the shrink guard, map other users' usage files)",
+                path_, name, static_cast<unsigned>(file_owner));
+  }
+  const int prot = PROT_READ | (writable ? PROT_WRITE : 0);
+  void* p = mmap(nullptr, sizeof(LedgerUsage), prot, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return Fail(LedgerError::kOpenFailed, "%s/%s: mmap: %s", path_, name, strerror(errno));
+  if (foreign) {
+    u->guard = GuardMapping(p, sizeof(LedgerUsage), prot);
+    if (u->guard < 0) {
+      munmap(p, sizeof(LedgerUsage));
+      return Fail(LedgerError::kOpenFailed, "%s/%s: every shrink guard entry is taken (%d); not mapped", path_, name,
+                  kMaxGuardedRanges);
+    }
+  }
+  u->map = static_cast<LedgerUsage*>(p);
   return LedgerError::kOk;
 }
 
@@ -496,7 +533,12 @@ LedgerError Ledger::MapUsage(int slice) {
   if (StateOf(s.state.load(kAcq)) != EntryState::kReady) return LedgerError::kNoSliceEntry;
   const uint64_t generation = s.generation.load(kAcq);
   UsageMap& cur = usage_[slice];
-  if (cur.map != nullptr && cur.generation == generation) return LedgerError::kOk;
+  if (cur.map != nullptr && cur.generation == generation) {
+    if (!MappingShrunk(cur.guard)) return LedgerError::kOk;
+    // Its owner shrank the file: what the mapping shows now is zeros, not the file. Map it
+    // again, which refuses it until it has its size back.
+    UnmapUsage(slice);
+  }
   if (private_) return LedgerError::kNoSliceEntry;
   char name[32];
   UsageName(slice, name, sizeof name);
@@ -523,20 +565,21 @@ LedgerError Ledger::MapUsage(int slice) {
       return Fail(LedgerError::kUntrusted, "%s/%s %s (the slice belongs to uid %u); refused", path_, name, bad,
                   static_cast<unsigned>(owner));
     }
-    void* p = mmap(nullptr, sizeof(LedgerUsage), PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) {
+    UsageMap fresh;
+    if (LedgerError e = MapUsageFile(fd, st.st_uid, writable, name, &fresh); e != LedgerError::kOk) {
       close(fd);
-      return Fail(LedgerError::kOpenFailed, "%s/%s: mmap: %s", path_, name, strerror(errno));
+      if (k == 0) continue;
+      return e;
     }
-    auto* map = static_cast<LedgerUsage*>(p);
-    if (!UsageCompatible(&map->head, slice, generation)) {
-      munmap(p, sizeof(LedgerUsage));
+    if (!UsageCompatible(&fresh.map->head, slice, generation) || MappingShrunk(fresh.guard)) {
+      UnguardMapping(fresh.guard);
+      munmap(fresh.map, sizeof(LedgerUsage));
       close(fd);
       if (k == 0) continue;
       return Fail(LedgerError::kNoSliceEntry, "%s/%s: belongs to another generation of the slice (recycled)", path_, name);
     }
     UnmapUsage(slice);
-    cur.map = map;
+    cur = fresh;
     cur.fd = fd;
     cur.probe = OpenProbe(fd);
     cur.writable = writable;
@@ -745,7 +788,17 @@ LedgerError Ledger::UpdateSlice(int slice, SliceClass cls, uint32_t flags, uint3
   if (s.owner_uid != owner_uid && !private_) {
     // Re-own the usage file in place: its counters stay as they are.
     if (LedgerError e = MapUsage(slice); e != LedgerError::kOk) return e;
-    if (fchown(usage_[slice].fd, static_cast<uid_t>(owner_uid), static_cast<gid_t>(-1)) != 0) {
+    UsageMap& u = usage_[slice];
+    // Once the file is another uid's, it may shrink under this mapping (MapUsageFile).
+    if (static_cast<uid_t>(owner_uid) != geteuid() && static_cast<uid_t>(owner_uid) != dir_owner_ && u.guard < 0) {
+      const int prot = PROT_READ | (u.writable ? PROT_WRITE : 0);
+      u.guard = InstallShrinkGuard() ? GuardMapping(u.map, sizeof(LedgerUsage), prot) : -1;
+      if (u.guard < 0) {
+        return Fail(LedgerError::kUntrusted, "%s/slice-%d: not given to uid %u: this process cannot guard its mapping "
+                    "against a shrink (shrink_guard.h)", path_, slice, owner_uid);
+      }
+    }
+    if (fchown(u.fd, static_cast<uid_t>(owner_uid), static_cast<gid_t>(-1)) != 0) {
       return Fail(LedgerError::kNotPermitted, "%s/slice-%d: cannot give it to uid %u: %s", path_, slice, owner_uid,
                   strerror(errno));
     }
@@ -1058,18 +1111,27 @@ ComputeWindow::~ComputeWindow() {
     if (pages_ != nullptr && probe_[s] >= 0) close(probe_[s]);
   }
   if (pages_ != nullptr) munmap(pages_, sizeof(LedgerUsageHead) * kLedgerMaxSlices);
+  if (staging_ != nullptr) munmap(staging_, sizeof(LedgerUsageHead));
 }
 
 bool ComputeWindow::Init(Ledger* ledger, int own_slice) {
-  void* p = mmap(nullptr, sizeof(LedgerUsageHead) * kLedgerMaxSlices, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  // Writable private memory: the gate thread copies other slices' pages into it.
+  void* p = mmap(nullptr, sizeof(LedgerUsageHead) * kLedgerMaxSlices, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return false;
+  void* st = mmap(nullptr, sizeof(LedgerUsageHead), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (st == MAP_FAILED) {
+    munmap(p, sizeof(LedgerUsageHead) * kLedgerMaxSlices);
+    return false;
+  }
   pages_ = static_cast<LedgerUsageHead*>(p);
+  staging_ = static_cast<LedgerUsageHead*>(st);
   ledger_ = ledger;
   for (int& fd : probe_) fd = -1;
   own_slice_ = -1;
   if (own_slice >= 0 && own_slice < kLedgerMaxSlices && ledger->usage_writable(own_slice) && ledger->usage_fd(own_slice) >= 0) {
     own_slice_ = own_slice;
-    MapSlice(own_slice, ledger->usage_fd(own_slice), /*writable=*/true, ledger->usage(own_slice)->head.generation.load());
+    MapOwnSlice(ledger->usage_fd(own_slice), ledger->usage(own_slice)->head.generation.load());
   }
   return true;
 }
@@ -1085,19 +1147,47 @@ int ComputeWindow::index_of(const LedgerComputeEntry* e) const {
   return slice * kLedgerSliceComputeEntries + static_cast<int>(in / sizeof(LedgerComputeEntry));
 }
 
-void ComputeWindow::MapSlice(int slice, int fd, bool writable, uint64_t generation) {
+void ComputeWindow::MapOwnSlice(int fd, uint64_t generation) {
   // MAP_FIXED replaces the page atomically: readers see the old page or the new, never a hole.
-  void* want = &pages_[slice];
-  void* p = mmap(want, sizeof(LedgerUsageHead), PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED | MAP_FIXED, fd, 0);
+  void* want = &pages_[own_slice_];
+  void* p = mmap(want, sizeof(LedgerUsageHead), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
   if (p == MAP_FAILED) return;
+  if (probe_[own_slice_] >= 0) close(probe_[own_slice_]);
+  probe_[own_slice_] = OpenProbe(fd);
+  generation_[own_slice_] = generation;
+  mapped_[own_slice_] = true;
+}
+
+void ComputeWindow::AdoptSlice(int slice, int fd, uint64_t generation) {
+  const int probe = OpenProbe(fd);
+  if (probe < 0) return;
   if (probe_[slice] >= 0) close(probe_[slice]);
-  probe_[slice] = OpenProbe(fd);
+  probe_[slice] = probe;
   generation_[slice] = generation;
   mapped_[slice] = true;
+  CopySlice(slice);
+}
+
+void ComputeWindow::StorePage(int slice, const LedgerUsageHead* from) {
+  // Word by word with atomic stores: launching threads load these words concurrently.
+  auto* to = reinterpret_cast<uint64_t*>(&pages_[slice]);
+  const auto* src = reinterpret_cast<const uint64_t*>(from);
+  for (size_t i = 0; i < sizeof(LedgerUsageHead) / sizeof(uint64_t); ++i) {
+    const uint64_t v = from == nullptr ? 0 : src[i];
+    if (__atomic_load_n(&to[i], __ATOMIC_RELAXED) != v) __atomic_store_n(&to[i], v, __ATOMIC_RELAXED);
+  }
+}
+
+void ComputeWindow::CopySlice(int slice) {
+  // A short read is a file its owner shrank: its entries count as gone until it is whole
+  // again (the same for a header that no longer names this slice and generation).
+  const bool whole = pread(probe_[slice], staging_, sizeof(LedgerUsageHead), 0) == static_cast<ssize_t>(sizeof(LedgerUsageHead)) &&
+                     UsageCompatible(staging_, slice, generation_[slice]);
+  StorePage(slice, whole ? staging_ : nullptr);
 }
 
 void ComputeWindow::ClearSlice(int slice) {
-  mmap(&pages_[slice], sizeof(LedgerUsageHead), PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+  StorePage(slice, nullptr);
   if (probe_[slice] >= 0) close(probe_[slice]);
   probe_[slice] = -1;
   mapped_[slice] = false;
@@ -1115,7 +1205,10 @@ void ComputeWindow::Refresh() {
       if (mapped_[s]) ClearSlice(s);
       continue;
     }
-    if (generation_[s] == generation) continue;  // mapped, or tried and refused, at this generation
+    if (generation_[s] == generation) {  // adopted (copied again here), or tried and refused
+      if (mapped_[s]) CopySlice(s);
+      continue;
+    }
     if (mapped_[s]) ClearSlice(s);
     generation_[s] = generation;
     char name[32];
@@ -1126,13 +1219,17 @@ void ComputeWindow::Refresh() {
       continue;
     }
     struct stat st, dst;
-    LedgerUsageHead head;
     const bool ok = fstat(fd, &st) == 0 && fstat(ledger_->dir_fd(), &dst) == 0 &&
-                    UntrustedFile(st, static_cast<uid_t>(e.owner_uid), dst.st_uid, sizeof(LedgerUsage)) == nullptr &&
-                    pread(fd, &head, sizeof head, 0) == static_cast<ssize_t>(sizeof head) &&
-                    UsageCompatible(&head, s, generation);
-    if (ok) MapSlice(s, fd, /*writable=*/false, generation);
-    close(fd);  // the mapping and the probe keep the inode
+                    UntrustedFile(st, static_cast<uid_t>(e.owner_uid), dst.st_uid, sizeof(LedgerUsage)) == nullptr;
+    if (ok) AdoptSlice(s, fd, generation);
+    close(fd);  // the probe keeps the inode
+  }
+}
+
+void ComputeWindow::Sync(uint64_t slices) {
+  if (pages_ == nullptr) return;
+  for (int s = 0; slices != 0 && s < kLedgerMaxSlices; ++s, slices >>= 1) {
+    if ((slices & 1) != 0 && s != own_slice_ && mapped_[s]) CopySlice(s);
   }
 }
 

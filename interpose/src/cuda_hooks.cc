@@ -19,6 +19,7 @@
 #include "launch_gate.h"
 #include "launch_hooks.h"
 #include "gslice/options.h"
+#include "gslice/shrink_guard.h"
 #include "gslice/units.h"
 #include "log.h"
 #include "real_library.h"
@@ -856,6 +857,7 @@ const HookEntry kHookEntries[] = {
 static_assert(sizeof(kHookEntries) / sizeof(kHookEntries[0]) == ex::kHookCount);
 
 __attribute__((constructor)) void GsliceCudaShimInit() {
+  ForbidShrinkGuard();  // the application's signal handlers are its own (shrink_guard.h)
   InitLog();
   AskMpsForClassPriority();  // compute slices (launch_hooks.h)
   trace::OfferNvtxInjection();  // timelines (trace_recorder.h)

@@ -9,6 +9,7 @@
 
 #include "gslice/nvml_subset.h"
 #include "gslice/options.h"
+#include "gslice/shrink_guard.h"
 #include "log.h"
 #include "nvml_exports.h"
 #include "real_library.h"
@@ -151,6 +152,7 @@ const HookEntry kHookEntries[] = {
 static_assert(sizeof(kHookEntries) / sizeof(kHookEntries[0]) == ex::kHookCount);
 
 __attribute__((constructor)) void GsliceNvmlShimInit() {
+  ForbidShrinkGuard();  // the application's signal handlers are its own (shrink_guard.h)
   InitLog();
   LoadRealLibrary("libnvidia-ml.so.1", OptionValue(Option::RealNvml), "GSLICE_REAL_NVML",
                   reinterpret_cast<const void*>(&GsliceNvmlShimInit), &g_real_library);

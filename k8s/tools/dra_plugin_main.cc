@@ -11,6 +11,7 @@
 #include "gslice/k8s/dra_plugin.h"
 #include "gslice/k8s/tool_flags.h"
 #include "gslice/ledger.h"
+#include "gslice/shrink_guard.h"
 #include "gslice/options.h"
 #include "gslice/suspend_board.h"
 
@@ -49,6 +50,8 @@ int Fail(const std::string& msg) {
 
 int main(int argc, char** argv) {
   using namespace gslice::k8s;
+  // Usage files belong to the slices' users, who may shrink them under a mapping (shrink_guard.h).
+  gslice::InstallShrinkGuard();
   DraPluginConfig config;
   if (const char* n = std::getenv("NODE_NAME")) config.node_name = n;
   std::string gpus = "nvml", nvml = "libnvidia-ml.so.1", apiserver, token_file, ca_file, plugin_dir;

@@ -6,8 +6,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <string.h>
 #include <gtest/gtest.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -19,6 +21,7 @@
 #include <string>
 
 #include "gslice/ledger.h"
+#include "gslice/shrink_guard.h"
 
 namespace gslice {
 namespace {
@@ -44,13 +47,12 @@ struct TestDir {
   std::string path;
 };
 
-// Runs f as user nobody in a forked child; its return value is the child's exit status
+// Runs f as user `uid` in a forked child; its return value is the child's exit status
 // (0: every hostile attempt failed as it must). 77: cannot drop privileges (not root).
-int AsNobody(const std::function<int()>& f) {
+int AsUser(uid_t uid, const std::function<int()>& f) {
   pid_t pid = fork();
   if (pid == 0) {
-    if (setgroups(0, nullptr) != 0 || setresgid(kNobody, kNobody, kNobody) != 0 ||
-        setresuid(kNobody, kNobody, kNobody) != 0) {
+    if (setgroups(0, nullptr) != 0 || setresgid(uid, uid, uid) != 0 || setresuid(uid, uid, uid) != 0) {
       _exit(77);
     }
     _exit(f());
@@ -59,6 +61,7 @@ int AsNobody(const std::function<int()>& f) {
   if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
   return WEXITSTATUS(status);
 }
+int AsNobody(const std::function<int()>& f) { return AsUser(kNobody, f); }
 
 #define SKIP_UNLESS_ROOT() \
   if (geteuid() != 0) GTEST_SKIP() << "needs root (to act as another user)"
@@ -294,5 +297,113 @@ TEST(LedgerSecurity, WithoutTheDaemonEachUserHasALedgerOfItsOwn) {
   EXPECT_LT(node.FindSlice("run-1"), 0);
 }
 
+// Runs f in a forked child (as this user); its exit status, or 128 + the signal that killed it.
+int InChild(const std::function<int()>& f) {
+  pid_t pid = fork();
+  if (pid == 0) _exit(f());
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) != pid) return -1;
+  return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+}
+
+// A tenant may write its own usage file, and so truncate it (write permission is all the
+// kernel asks). Whoever maps it must survive that: gsliced, the device plugin and tools map
+// it under the shrink guard (a fault there reads zeros; the file is then refused until it has
+// its size back), and a process without the guard (the shim) never maps it at all.
+TEST(LedgerSecurity, ATenantShrinkingItsOwnUsageFileKillsNoReader) {
+  SKIP_UNLESS_ROOT();
+  TestDir dir("sec-shrink");
+  NodeLedger node(dir.path);
+  const std::string own_usage = dir.path + "/slice-" + std::to_string(node.own);
+  const int own = node.own;
+  const int own_gpu = node.own_gpu;
+  const int rc = InChild([&]() -> int {
+    Ledger l;  // a reader with the guard, as gsliced
+    if (!InstallShrinkGuard() || l.Open(dir.path.c_str()) != LedgerError::kOk) return 1;
+    if (l.MapUsage(own) != LedgerError::kOk) return 2;
+    // The tenant charges into its own slice, then cuts the file to nothing.
+    if (AsNobody([&]() -> int {
+          Ledger t;
+          SliceHandle h;
+          const uint32_t me = static_cast<uint32_t>(getpid());
+          if (t.Open(dir.path.c_str()) != LedgerError::kOk || t.Attach(own, me, ProcessStartTime(me), &h) != LedgerError::kOk) return 1;
+          if (t.Charge(h, own_gpu, 5 << 20) != ChargeResult::kOk) return 2;
+          return truncate(own_usage.c_str(), 0) == 0 ? 0 : 3;
+        }) != 0) {
+      return 3;
+    }
+    // Every read of the mapping gslice makes: no SIGBUS, only zeros.
+    if (l.SliceUsage(own, own_gpu) != 0 || l.AliveCount(own) != 0 || l.Reap(own) != 0) return 4;
+    if (ShrunkMappingCount() != 1) return 5;
+    // Refused while it is short, with the reason; mapped again once its owner restores it.
+    if (l.MapUsage(own) != LedgerError::kUntrusted || strstr(l.detail(), "another size") == nullptr) return 6;
+    if (AsNobody([&]() -> int { return truncate(own_usage.c_str(), sizeof(LedgerUsage)) == 0 ? 0 : 1; }) != 0) return 7;
+    return l.MapUsage(own) == LedgerError::kNoSliceEntry ? 0 : 8;  // zeros: no header of this generation
+  });
+  EXPECT_EQ(rc, 0) << "the reader " << (rc > 128 ? "died of signal " + std::to_string(rc - 128) : "failed step " + std::to_string(rc));
+}
+
+// The shim runs inside applications and installs no signal handler: it maps no usage file
+// another user owns, and its gate sees other slices' compute entries through copies that a
+// shrink turns into free entries.
+TEST(LedgerSecurity, WithoutTheGuardOtherUsersUsageIsCopiedNeverMapped) {
+  SKIP_UNLESS_ROOT();
+  TestDir dir("sec-copy");
+  NodeLedger node(dir.path);
+  const std::string own_usage = dir.path + "/slice-" + std::to_string(node.own);
+  const int own = node.own;
+  // The tenant writes what it likes into its own page (here: launches of entry 0).
+  ASSERT_EQ(AsNobody([&]() -> int {
+              Ledger t;
+              if (t.Open(dir.path.c_str()) != LedgerError::kOk || t.MapUsage(own) != LedgerError::kOk || !t.usage_writable(own)) return 1;
+              t.usage(own)->head.compute[0].launches.store(4242);
+              return 0;
+            }),
+            0);
+  // A process of another user, as the shim runs: no guard. It reads nobody's page through its
+  // window while nobody cuts the file (the two pipes order the steps).
+  int go[2], ready[2];
+  ASSERT_EQ(pipe(go), 0);
+  ASSERT_EQ(pipe(ready), 0);
+  pid_t reader = fork();
+  if (reader == 0) {
+    const int rc = AsUser(65533, [&]() -> int {
+      ForbidShrinkGuard();
+      if (InstallShrinkGuard()) return 1;
+      Ledger l;
+      if (l.Open(dir.path.c_str()) != LedgerError::kOk) return 2;
+      if (l.MapUsage(node.victim) != LedgerError::kOk) return 3;  // the writer's (root's): trusted
+      // nobody's: refused, with the reason.
+      if (l.MapUsage(own) != LedgerError::kUntrusted || strstr(l.detail(), "could shrink it") == nullptr) return 4;
+      ComputeWindow w;
+      if (!w.Init(&l, -1)) return 5;
+      w.Refresh();
+      const int first = own * kLedgerSliceComputeEntries;
+      if (!w.mapped(own) || w.entry(first).launches.load() != 4242) return 6;
+      char c = 1;
+      if (write(ready[1], &c, 1) != 1 || read(go[0], &c, 1) != 1) return 7;  // nobody truncates now
+      w.Sync(uint64_t{1} << own);
+      for (int i = first; i < first + kLedgerSliceComputeEntries; ++i) {
+        if (w.entry(i).state.load() != 0 || w.entry(i).launches.load() != 0) return 8;
+      }
+      w.Refresh();
+      return w.entry(first).launches.load() == 0 ? 0 : 9;
+    });
+    _exit(rc);
+  }
+  close(ready[1]);  // a reader that stops early ends the wait below
+  close(go[0]);
+  char c = 0;
+  if (read(ready[0], &c, 1) == 1) {
+    EXPECT_EQ(AsNobody([&]() -> int { return truncate(own_usage.c_str(), 0) == 0 ? 0 : 1; }), 0);
+    EXPECT_EQ(write(go[1], &c, 1), 1);
+  }
+  close(go[1]);
+  close(ready[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(reader, &status, 0), reader);
+  EXPECT_TRUE(WIFEXITED(status)) << "the reader died of signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "failed step";
+}
 }  // namespace
 }  // namespace gslice

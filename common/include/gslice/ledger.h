@@ -447,10 +447,12 @@ class Ledger {
     int probe = -1;  // a second open file: F_OFD_GETLK through it sees fd's locks too
     bool writable = false;
     uint64_t generation = 0;
+    int guard = -1;  // its shrink guard entry where another uid owns the file (shrink_guard.h)
   };
   bool LockWriter();
   void UnlockWriter();
   LedgerError CreateUsage(int slice, uint64_t generation, uint32_t owner_uid);
+  LedgerError MapUsageFile(int fd, uid_t file_owner, bool writable, const char* name, UsageMap* u);
   bool RecycleIfIdle(int slice);
   void UnmapUsage(int slice);
   void Close();
@@ -472,12 +474,15 @@ class Ledger {
   char detail_[384] = {};
 };
 
-// A gate's view of every slice's compute entries as one table (interpose/compute): a
-// reserved window of kLedgerMaxSlices pages, page s showing slice s's LedgerUsageHead
-// (MAP_FIXED over the window). Other slices' pages are read-only; the caller's own slice's
-// page is its writable mapping of its own usage file. Slices that are not (yet) mapped show
-// zero pages: every entry FREE. Entries never move, so launching threads read them without
-// locks while the gate thread refreshes the window.
+// A gate's view of every slice's compute entries as one table (interpose/compute): a window
+// of kLedgerMaxSlices pages, page s showing slice s's LedgerUsageHead. The caller's own
+// slice's page is its writable mapping of its own usage file (MAP_FIXED over the window).
+// Other slices' pages are COPIES, refreshed by the gate thread (Refresh every peer scan, Sync
+// every pass for the slices it watches): their files belong to other users, who may shrink
+// them at any moment, and a mapping of such a file kills whoever reads it then (SIGBUS). A
+// copy only ever shows a whole page or zeros. Slices that are not (yet) adopted, or whose
+// file is shrunk, show zero pages: every entry FREE. Entries never move, so launching threads
+// read them without locks while the gate thread refreshes the window.
 class ComputeWindow {
  public:
   ComputeWindow() = default;
@@ -488,9 +493,13 @@ class ComputeWindow {
   // ledger: the caller's open ledger (outlives the window); own_slice: the caller's slice,
   // whose usage the ledger has mapped writable (-1: none). False: no window (out of memory).
   bool Init(Ledger* ledger, int own_slice);
-  // Maps slices that appeared or changed generation, unmaps those that went away. System
-  // calls only on a change; call from one thread (the gate thread).
+  // Adopts slices that appeared or changed generation, clears those that went away, and
+  // copies every adopted slice's page again (one pread each). Call from one thread (the gate
+  // thread), every peer scan.
   void Refresh();
+  // Copies the pages of the adopted slices in the mask (bit s: slice s) again: one pread
+  // each. From the thread that calls Refresh, as often as its readers need fresh entries.
+  void Sync(uint64_t slices);
   LedgerComputeEntry& entry(int index) const {
     return pages_[ComputeSliceOf(index)].compute[ComputeEntryOf(index)];
   }
@@ -498,7 +507,7 @@ class ComputeWindow {
   bool writable(int index) const { return own_slice_ >= 0 && ComputeSliceOf(index) == own_slice_; }
   LedgerUsageHead* own_head() const { return own_slice_ >= 0 ? &pages_[own_slice_] : nullptr; }
   int own_slice() const { return own_slice_; }
-  // Whether slice's compute page is mapped (an unmapped slice's entries are all FREE):
+  // Whether slice's compute page is mapped or adopted (else its entries are all FREE):
   // scanners skip such slices whole instead of loading each of their entries.
   bool mapped(int slice) const { return mapped_[slice]; }
   // Liveness of an ALIVE entry's owner (as Ledger::ComputeOwnerAlive), any slice.
@@ -519,10 +528,14 @@ class ComputeWindow {
   bool OwnerAliveElseFree(int index);
 
  private:
-  void MapSlice(int slice, int fd, bool writable, uint64_t generation);
+  void MapOwnSlice(int fd, uint64_t generation);
+  void AdoptSlice(int slice, int fd, uint64_t generation);
+  void CopySlice(int slice);
+  void StorePage(int slice, const LedgerUsageHead* from);  // nullptr: zeros
   void ClearSlice(int slice);
   Ledger* ledger_ = nullptr;
   LedgerUsageHead* pages_ = nullptr;
+  LedgerUsageHead* staging_ = nullptr;  // one page: where a copy is read before it is stored
   int own_slice_ = -1;
   int probe_[kLedgerMaxSlices];
   uint64_t generation_[kLedgerMaxSlices] = {};

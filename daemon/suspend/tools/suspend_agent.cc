@@ -24,6 +24,7 @@
 #include "gslice/ledger.h"
 
 #include "gslice/options.h"
+#include "gslice/shrink_guard.h"
 #include "gslice/suspend/service.h"
 #include "gslice/units.h"
 
@@ -42,6 +43,8 @@ int Usage(const char* why) {
 
 int main(int argc, char** argv) {
   using namespace gslice::suspend;
+  // Usage files belong to the slices' users, who may shrink them under a mapping (shrink_guard.h).
+  gslice::InstallShrinkGuard();
   ServiceOptions opt;
   opt.ledger_path = gslice::OptionValue(gslice::Option::Ledger);
   opt.board_path = gslice::OptionValue(gslice::Option::SuspendBoard);
