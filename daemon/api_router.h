@@ -1,0 +1,93 @@
+// The API (docs/api.md) as one table of routes — method, path pattern, who may call, handler
+// — and the handlers, on the registry. Transport-independent: the listener
+// (http_listener.h) turns HTTP into an ApiRequest and the ApiResponse back into HTTP, and
+// tests call Handle directly.
+//
+// Before the table: the dashboard's static files are public (they hold no data), and on
+// TCP every other request needs the bearer token. A path no route has is 404; a route's
+// path with another method is 405 with the methods the table has for it (Allow); a name
+// in the path that is not a valid name is 404; an admin route called by a non-admin is
+// 403, before its body is read.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "registry.h"
+
+namespace gslice {
+
+// Requests answered, by HTTP status.
+struct ApiCounters {
+  void Count(int code) {
+    std::lock_guard lock(mu);
+    by_code[code]++;
+  }
+  std::map<int, uint64_t> ByCode() const {
+    std::lock_guard lock(mu);
+    return by_code;
+  }
+  mutable std::mutex mu;
+  std::map<int, uint64_t> by_code;
+};
+
+// One request as the router sees it (transport-independent, so tests can call it directly).
+struct ApiRequest {
+  std::string method;
+  std::string path;  // without the query
+  std::map<std::string, std::string> query;
+  std::string body;
+  std::string authorization;  // the Authorization header
+  bool over_tcp = false;
+  // Who calls; the transport fills it in (peer credentials, or the token). The default
+  // is nobody in particular: it may read, and change nothing.
+  Caller caller;
+};
+
+struct ApiResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::string allow;  // for 405
+};
+
+// The API's error answer: `status` and {"error": message}.
+ApiResponse ErrorResponse(int status, const std::string& message);
+
+class ApiRouter {
+ public:
+  // `trace_dir`: where slices' traces are (trace_files.h: TraceDir); empty: none are kept.
+  ApiRouter(Registry* registry, std::string token, double start_time_seconds, std::string trace_dir = "")
+      : registry_(registry), token_(std::move(token)), start_time_(start_time_seconds),
+        trace_dir_(std::move(trace_dir)) {}
+  ApiResponse Handle(const ApiRequest& request);
+  ApiCounters& counters() { return counters_; }
+  // Whether a request for `path` over TCP with this Authorization header may go on; the
+  // transport asks before reading the body. The dashboard's static files need no token.
+  bool Authorized(const std::string& method, const std::string& path,
+                  const std::string& authorization) const;
+
+ private:
+  friend struct ApiHandlers;  // the routes' handlers (api_router.cc)
+
+  ApiResponse Dispatch(const ApiRequest& request);
+  // Serves GET `key` from the cache while the registry's generation is unchanged.
+  ApiResponse Cached(const std::string& key, const std::function<ApiResponse()>& render);
+
+  Registry* registry_;
+  std::mutex cache_mu_;
+  std::map<std::string, std::pair<uint64_t, ApiResponse>> cache_;
+  std::string token_;
+  double start_time_;
+  std::string trace_dir_;
+  // Traces being read into memory now: at most kTraceReadsAtOnce, so that a few callers
+  // asking for large traces at once cannot take gsliced's memory.
+  std::atomic<int> trace_reads_{0};
+  ApiCounters counters_;
+};
+
+}  // namespace gslice

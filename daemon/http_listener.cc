@@ -1,0 +1,224 @@
+#include "http_listener.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "peer_identity.h"
+
+namespace gslice {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string AddressText(const sockaddr* addr) {
+  char text[INET6_ADDRSTRLEN] = "?";
+  if (addr == nullptr) return text;
+  if (addr->sa_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(addr)->sin_addr, text, sizeof text);
+  } else if (addr->sa_family == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(addr)->sin6_addr, text, sizeof text);
+  }
+  return text;
+}
+
+}  // namespace
+
+Status HttpListener::Start(int fd) {
+  const unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL;
+  auto quiet = +[](void*, const char*, va_list) {};
+  // TCP: the library refuses connections over the per-IP limit as it accepts them. The
+  // unix socket's peers are counted by uid in OnConnection.
+  daemon_ = MHD_start_daemon(
+      flags, 0, nullptr, nullptr, &HttpListener::OnRequest, this,
+      MHD_OPTION_LISTEN_SOCKET, fd,
+      MHD_OPTION_CONNECTION_LIMIT, settings_.max_connections,
+      MHD_OPTION_PER_IP_CONNECTION_LIMIT, settings_.over_tcp ? settings_.per_client : 0u,
+      MHD_OPTION_CONNECTION_TIMEOUT, static_cast<unsigned>(settings_.idle_timeout_s),
+      MHD_OPTION_NOTIFY_CONNECTION, &HttpListener::OnConnection, this,
+      MHD_OPTION_NOTIFY_COMPLETED, &HttpListener::OnCompleted, this,
+      MHD_OPTION_URI_LOG_CALLBACK, &HttpListener::OnRequestLine, this,
+      MHD_OPTION_EXTERNAL_LOGGER, quiet, nullptr,
+      MHD_OPTION_END);
+  if (daemon_ == nullptr) {
+    close(fd);
+    return Status::Unavailable("cannot start serving the API (libmicrohttpd refused its options)");
+  }
+  sweeper_ = std::thread([this] { Sweep(); });
+  return Status::Ok();
+}
+
+void HttpListener::Stop() {
+  if (daemon_ == nullptr) return;
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  stop_cv_.notify_all();
+  sweeper_.join();
+  MHD_stop_daemon(daemon_);  // closes the listening socket and every connection
+  daemon_ = nullptr;
+}
+
+void HttpListener::Sweep() {
+  std::unique_lock lock(mu_);
+  while (!stop_cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stopping_; })) {
+    const Clock::time_point now = Clock::now();
+    for (Connection* conn : connections_) {
+      // The fd is the connection's until OnConnection(CLOSED), which takes mu_ first.
+      if (!conn->shut && conn->deadline <= now) {
+        shutdown(conn->fd, SHUT_RDWR);
+        conn->shut = true;
+      }
+    }
+  }
+}
+
+void HttpListener::OnConnection(void* cls, MHD_Connection* c, void** socket_context,
+                                MHD_ConnectionNotificationCode code) {
+  auto* self = static_cast<HttpListener*>(cls);
+  if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+    auto conn = std::make_unique<Connection>();
+    const MHD_ConnectionInfo* fd = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    conn->fd = fd != nullptr ? fd->connect_fd : -1;
+    if (self->settings_.over_tcp) {
+      const MHD_ConnectionInfo* addr = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+      conn->client = AddressText(addr != nullptr ? addr->client_addr : nullptr);
+    } else {
+      conn->caller = UnixPeerCaller(conn->fd, self->settings_.admin_gid);
+      conn->client = "uid " + std::to_string(conn->caller.uid);
+    }
+    std::lock_guard lock(self->mu_);
+    conn->over_limit = ++self->per_client_[conn->client] > self->settings_.per_client;
+    conn->deadline = Clock::now() + std::chrono::seconds(self->settings_.idle_timeout_s);
+    self->connections_.insert(conn.get());
+    *socket_context = conn.release();
+  } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+    std::unique_ptr<Connection> conn(static_cast<Connection*>(*socket_context));
+    if (conn == nullptr) return;
+    std::lock_guard lock(self->mu_);
+    self->connections_.erase(conn.get());
+    if (--self->per_client_[conn->client] == 0) self->per_client_.erase(conn->client);
+  }
+}
+
+void* HttpListener::OnRequestLine(void* cls, const char*, MHD_Connection* c) {
+  auto* self = static_cast<HttpListener*>(cls);
+  const MHD_ConnectionInfo* info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  auto* conn = info != nullptr ? static_cast<Connection*>(info->socket_context) : nullptr;
+  if (conn == nullptr) return nullptr;
+  conn->request = Request{};
+  // Its headers and body must all arrive within the request timeout.
+  self->SetDeadline(conn, Clock::now() + std::chrono::seconds(self->settings_.request_timeout_s));
+  return conn;
+}
+
+void HttpListener::OnCompleted(void* cls, MHD_Connection*, void** con_cls,
+                               MHD_RequestTerminationCode) {
+  auto* self = static_cast<HttpListener*>(cls);
+  auto* conn = static_cast<Connection*>(*con_cls);
+  if (conn == nullptr) return;
+  conn->request = Request{};
+  self->SetDeadline(conn, Clock::now() + std::chrono::seconds(self->settings_.idle_timeout_s));
+}
+
+MHD_Result HttpListener::Answer(MHD_Connection* c, const ApiResponse& r, bool close) {
+  MHD_Response* response = MHD_create_response_from_buffer(
+      r.body.size(), const_cast<char*>(r.body.data()), MHD_RESPMEM_MUST_COPY);
+  if (response == nullptr) return MHD_NO;
+  MHD_add_response_header(response, "Content-Type", r.content_type.c_str());
+  MHD_add_response_header(response, "Cache-Control", "no-store");
+  MHD_add_response_header(response, "X-Content-Type-Options", "nosniff");
+  if (!r.allow.empty()) MHD_add_response_header(response, "Allow", r.allow.c_str());
+  if (r.content_type.rfind("text/html", 0) == 0) {
+    MHD_add_response_header(response, "Content-Security-Policy",
+                            "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'");
+  }
+  if (close) MHD_add_response_header(response, "Connection", "close");
+  MHD_Result queued = MHD_queue_response(c, static_cast<unsigned>(r.status), response);
+  MHD_destroy_response(response);
+  return queued;
+}
+
+// An answer the transport gives itself, before (or instead of) the router.
+MHD_Result HttpListener::Refuse(MHD_Connection* c, int status, const std::string& message) {
+  router_->counters().Count(status);
+  return Answer(c, ErrorResponse(status, message), /*close=*/true);
+}
+
+MHD_Result HttpListener::OnRequest(void* cls, MHD_Connection* c, const char* url,
+                                   const char* method, const char*, const char* upload,
+                                   size_t* upload_size, void** con_cls) {
+  auto* self = static_cast<HttpListener*>(cls);
+  auto* conn = static_cast<Connection*>(*con_cls);
+  if (conn == nullptr) return MHD_NO;
+  Request& req = conn->request;
+  const Settings& cfg = self->settings_;
+  const char* auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+  if (!req.headers_seen) {
+    // The headers are in; the body (if any) is not read yet.
+    req.headers_seen = true;
+    if (conn->over_limit) {
+      return self->Refuse(c, 429, conn->client + " holds more than " + std::to_string(cfg.per_client) +
+                                      " connections to gsliced (api_connections_per_client): "
+                                      "reuse connections, or close some");
+    }
+    if (cfg.over_tcp && !self->router_->Authorized(method, url, auth ? auth : "")) {
+      return self->Refuse(c, 401, "missing or wrong bearer token: send `Authorization: Bearer "
+                                  "<token>` (the token is in gsliced's token_file)");
+    }
+    if (const char* length = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length")) {
+      errno = 0;
+      char* end = nullptr;
+      unsigned long long n = std::strtoull(length, &end, 10);
+      // Known too large: nothing of it is kept. It is read and dropped and answered 413
+      // at its end (within the request timeout), so a client that sends its whole body
+      // before reading reads the answer rather than a reset.
+      if (errno == ERANGE || n > cfg.max_body) req.too_large = true;
+    }
+    return MHD_YES;
+  }
+  if (*upload_size != 0) {
+    // Whatever the transfer encoding, at most max_body bytes are kept; past that the rest
+    // is read and dropped (the request deadline bounds how long) and the answer is 413.
+    if (!req.too_large && req.body.size() + *upload_size > cfg.max_body) {
+      req.too_large = true;
+      std::string().swap(req.body);
+    }
+    if (!req.too_large) req.body.append(upload, *upload_size);
+    *upload_size = 0;
+    return MHD_YES;
+  }
+  self->SetDeadline(conn, Clock::time_point::max());  // answering: no deadline meanwhile
+  if (req.too_large) {
+    return self->Refuse(c, 413, "request body larger than max_body_bytes (" +
+                                    std::to_string(cfg.max_body) + " bytes)");
+  }
+  ApiRequest request;
+  request.method = std::strcmp(method, "HEAD") == 0 ? "GET" : method;
+  request.path = url;
+  MHD_get_connection_values(
+      c, MHD_GET_ARGUMENT_KIND,
+      +[](void* out, MHD_ValueKind, const char* key, const char* value) -> MHD_Result {
+        static_cast<ApiRequest*>(out)->query[key] = value ? value : "";
+        return MHD_YES;
+      },
+      &request);
+  request.body = std::move(req.body);
+  request.authorization = auth ? auth : "";
+  request.over_tcp = cfg.over_tcp;
+  if (!cfg.over_tcp) {
+    request.caller = conn->caller;
+  } else if (self->router_->Authorized("POST", "/v1", request.authorization)) {
+    request.caller = TokenCaller();
+  }
+  return self->Answer(c, self->router_->Handle(request), /*close=*/false);
+}
+
+}  // namespace gslice
