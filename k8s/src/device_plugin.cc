@@ -47,15 +47,6 @@ int64_t ToInt(const std::string& s, int64_t fallback) {
   return *end == '\0' ? v : fallback;
 }
 
-// A file's identity: inode and change time, so a socket removed and recreated (even on a
-// reused inode) reads as new. Empty when it does not exist.
-std::string FileIdentity(const std::string& path) {
-  struct stat st {};
-  if (stat(path.c_str(), &st) != 0) return {};
-  return std::to_string(st.st_ino) + ":" + std::to_string(st.st_ctim.tv_sec) + "." +
-         std::to_string(st.st_ctim.tv_nsec);
-}
-
 std::string CsvOf(const ContainerAssignment& c) {
   std::string out;
   for (const auto& g : c.gpus) out += (out.empty() ? "" : ",") + g.uuid;
@@ -652,26 +643,17 @@ bool DevicePluginRunner::Start(std::string* error) {
 }
 
 bool DevicePluginRunner::Serve(std::string* error) {
-  if (server_) {
+  if (socket_.serving()) {
     service_->Stop();
-    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-    server_.reset();
+    socket_.Shutdown();
   }
   // A fresh service per server: the old one's streams are over; carry the GPU list over.
   auto fresh = std::make_unique<DevicePluginService>(config_, kube_);
   fresh->SetGpus(service_->gpus());
   service_ = std::move(fresh);
-  std::string path = config_.plugin_dir + "/" + config_.socket_name;
-  unlink(path.c_str());
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("unix://" + path, grpc::InsecureServerCredentials());
-  builder.RegisterService(service_.get());
-  server_ = builder.BuildAndStart();
-  if (!server_) {
-    *error = "cannot serve the device plugin on " + path;
+  if (!socket_.Serve(config_.plugin_dir + "/" + config_.socket_name, service_.get(), "the device plugin", error)) {
     return false;
   }
-  socket_id_ = FileIdentity(path);
   registered_ = false;
   return true;
 }
@@ -731,9 +713,8 @@ void DevicePluginRunner::RunOnce() {
     if (!service_->TidyRemoteCredentials(&err)) Log("remote credentials: " + err);
   }
 
-  std::string socket = config_.plugin_dir + "/" + config_.socket_name;
-  if (FileIdentity(socket) != socket_id_) {
-    Log("plugin socket " + socket + " is gone (kubelet restarted?): serving again");
+  if (socket_.Gone()) {
+    Log("plugin socket " + config_.plugin_dir + "/" + config_.socket_name + " is gone (kubelet restarted?): serving again");
     if (!Serve(&err)) {
       Log(err);
       return;
@@ -751,20 +732,12 @@ void DevicePluginRunner::RunOnce() {
   kubelet_id_ = kubelet;
 }
 
-void DevicePluginRunner::Run(const std::atomic<bool>& stop) {
-  while (!stop) {
-    auto until = std::chrono::steady_clock::now() + config_.poll;
-    while (!stop && std::chrono::steady_clock::now() < until)
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    if (!stop) RunOnce();
-  }
-}
+void DevicePluginRunner::Run(const std::atomic<bool>& stop) { RunPollLoop(config_.poll, stop, [this] { RunOnce(); }); }
 
 void DevicePluginRunner::Stop() {
-  if (!server_) return;
+  if (!socket_.serving()) return;
   service_->Stop();
-  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  server_.reset();
+  socket_.Shutdown();
   unlink((config_.plugin_dir + "/" + config_.socket_name).c_str());
 }
 

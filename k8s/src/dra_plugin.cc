@@ -27,14 +27,6 @@ constexpr const char* kServiceVersion = "v1.DRAPlugin";
 
 void Log(const std::string& msg) { std::fprintf(stderr, "gslice-dra-plugin: %s\n", msg.c_str()); }
 
-// A file's identity (inode and change time): a socket removed and made again reads as new.
-std::string FileIdentity(const std::string& path) {
-  struct stat st {};
-  if (stat(path.c_str(), &st) != 0) return {};
-  return std::to_string(st.st_ino) + ":" + std::to_string(st.st_ctim.tv_sec) + "." +
-         std::to_string(st.st_ctim.tv_nsec);
-}
-
 // Writes path whole or not at all: a temporary file beside it, fsync, rename.
 bool WriteFileAtomically(const std::string& path, const std::string& text, mode_t mode, std::string* error) {
   const std::string tmp = path + ".tmp-" + std::to_string(getpid());
@@ -350,10 +342,8 @@ bool DraPluginRunner::Start(std::string* error) {
 }
 
 bool DraPluginRunner::Serve(std::string* error) {
-  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  if (registration_server_) registration_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  server_.reset();
-  registration_server_.reset();
+  dra_.Shutdown();
+  registration_socket_.Shutdown();
   // A fresh service per server (a service is registered with one server for its life); the
   // prepared claims come back from their record.
   auto fresh = std::make_unique<DraNodeService>(config_, kube_, store_);
@@ -361,28 +351,9 @@ bool DraPluginRunner::Serve(std::string* error) {
   if (!fresh->Load(error)) return false;
   service_ = std::move(fresh);
   // The DRA service first: kubelet calls it as soon as it sees the registration socket.
-  unlink(dra_socket().c_str());
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("unix://" + dra_socket(), grpc::InsecureServerCredentials());
-  builder.RegisterService(service_.get());
-  server_ = builder.BuildAndStart();
-  if (!server_) {
-    *error = "cannot serve the DRA service on " + dra_socket();
-    return false;
-  }
+  if (!dra_.Serve(dra_socket(), service_.get(), "the DRA service", error)) return false;
   registration_ = std::make_unique<DraRegistrationService>(config_.driver, dra_socket());
-  unlink(registration_socket().c_str());
-  grpc::ServerBuilder reg;
-  reg.AddListeningPort("unix://" + registration_socket(), grpc::InsecureServerCredentials());
-  reg.RegisterService(registration_.get());
-  registration_server_ = reg.BuildAndStart();
-  if (!registration_server_) {
-    *error = "cannot serve plugin registration on " + registration_socket();
-    return false;
-  }
-  dra_id_ = FileIdentity(dra_socket());
-  reg_id_ = FileIdentity(registration_socket());
-  return true;
+  return registration_socket_.Serve(registration_socket(), registration_.get(), "plugin registration", error);
 }
 
 bool DraPluginRunner::Publish(std::string* error) {
@@ -444,28 +415,20 @@ void DraPluginRunner::RunOnce() {
     published_.clear();
   }
   if (!Publish(&err)) Log("publishing the ResourceSlice: " + err);
-  if (FileIdentity(dra_socket()) != dra_id_ || FileIdentity(registration_socket()) != reg_id_) {
+  if (dra_.Gone() || registration_socket_.Gone()) {
     Log("a plugin socket is gone (kubelet restarted?): serving again");
     if (!Serve(&err)) Log(err);
   }
 }
 
-void DraPluginRunner::Run(const std::atomic<bool>& stop) {
-  while (!stop) {
-    auto until = std::chrono::steady_clock::now() + config_.poll;
-    while (!stop && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    if (!stop) RunOnce();
-  }
-}
+void DraPluginRunner::Run(const std::atomic<bool>& stop) { RunPollLoop(config_.poll, stop, [this] { RunOnce(); }); }
 
 void DraPluginRunner::Stop() {
-  if (!server_ && !registration_server_) return;
+  if (!dra_.serving() && !registration_socket_.serving()) return;
   // The registration socket first: kubelet stops calling a plugin whose socket is gone.
   unlink(registration_socket().c_str());
-  if (registration_server_) registration_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  registration_server_.reset();
-  server_.reset();
+  registration_socket_.Shutdown();
+  dra_.Shutdown();
   unlink(dra_socket().c_str());
 }
 

@@ -29,6 +29,7 @@
 #include "api.grpc.pb.h"
 #include "gslice/k8s/gpu_source.h"
 #include "gslice/k8s/kube_client.h"
+#include "gslice/k8s/kubelet_plugin.h"
 #include "gslice/k8s/remote_credentials.h"
 #include "gslice/k8s/resources.h"
 
@@ -218,11 +219,10 @@ class DevicePluginRunner {
   GpuSource* source_;
   const KubeClient* kube_;
   std::unique_ptr<DevicePluginService> service_;
-  std::unique_ptr<grpc::Server> server_;
+  PluginSocket socket_;  // declared after service_: destroyed (shut down) before it
   std::atomic<int> registrations_{0};
   bool registered_ = false;
   std::string kubelet_id_;  // identity of the kubelet.sock we registered with
-  std::string socket_id_;   // identity of our socket when we served it
   std::string published_;
   std::chrono::steady_clock::time_point next_tidy_{};
 };

@@ -29,6 +29,7 @@
 #include "gslice/k8s/dra_claims.h"
 #include "gslice/k8s/gpu_source.h"
 #include "gslice/k8s/kube_client.h"
+#include "gslice/k8s/kubelet_plugin.h"
 #include "pluginregistration/v1/api.grpc.pb.h"
 
 namespace grpc {
@@ -157,13 +158,13 @@ class DraPluginRunner {
   SliceStore* store_;
   std::unique_ptr<DraNodeService> service_;  // null until Start
   std::unique_ptr<DraRegistrationService> registration_;
-  std::unique_ptr<grpc::Server> server_, registration_server_;
+  // Declared after the services they serve: destroyed (shut down) before them.
+  PluginSocket dra_, registration_socket_;
   std::vector<GpuInfo> gpus_;
   std::string published_;  // the devices last published (JSON), "" when not yet
   static constexpr int kRecheckPolls = 60;
   int polls_since_check_ = 0;
   int64_t generation_ = 0;
-  std::string dra_id_, reg_id_;  // identities of the sockets when served
 };
 
 }  // namespace gslice::k8s
