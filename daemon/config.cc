@@ -105,6 +105,20 @@ const Option kOptions[] = {
     {"default_project", R"("default")",
      "Project of slices created without one; it always exists and has no quota.",
      &DaemonConfig::default_project},
+    {"slices_per_user", "16",
+     "Slices one user may hold in the node's slice table (the ledger's 64 entries, one per\n"
+     "slice: the API's, `gslice run`'s and pods'), counting its slices deleted while their\n"
+     "processes run on; more are refused (409). Admins' are not limited. 0: no limit.",
+     Integer{&DaemonConfig::slices_per_user, 0, 64}},
+    {"slices_per_project", "32",
+     "Slices one project other than default_project may hold in the table, whoever owns\n"
+     "them; more are refused (409), except admins' own. 0: no limit.",
+     Integer{&DaemonConfig::slices_per_project, 0, 64}},
+    {"slices_reserved_for_admins", "8",
+     "Entries of the slice table kept for admins (root, admin_group): other users' new\n"
+     "slices are refused (409) while no more than this many are free, so an admin can\n"
+     "always create and run. 0: none.",
+     Integer{&DaemonConfig::slices_reserved_for_admins, 0, 63}},
     {"kubernetes.node", R"("")",
      "Kubernetes node gsliced runs on; empty: $NODE_NAME. With a node name, gsliced labels\n"
      "its GPU processes (metrics, API) with their pod, namespace and container; without\n"

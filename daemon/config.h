@@ -29,6 +29,10 @@ struct DaemonConfig {
   int64_t api_idle_timeout_s = 30;      // a keep-alive connection may idle this long
   uint64_t max_body_bytes = 65536;
   std::string default_project;
+  // Shares of the node's slice table (Registry::Options::shares); 0: no limit.
+  int64_t slices_per_user = 16;
+  int64_t slices_per_project = 32;
+  int64_t slices_reserved_for_admins = 8;
   // Pod labels for GPU processes (daemon/pod_resolver.h); off without a node name.
   std::string kubernetes_node;        // empty: $NODE_NAME
   std::string kubernetes_apiserver;   // empty: in-cluster

@@ -175,6 +175,10 @@ int main(int argc, char** argv) {
 
   Registry::Options options;
   options.default_project = config.default_project;
+  options.shares = {.per_user = static_cast<int>(config.slices_per_user),
+                    .per_project = static_cast<int>(config.slices_per_project),
+                    .reserved_for_admins = static_cast<int>(config.slices_reserved_for_admins)};
+  options.admin_group = config.admin_group;
   options.history_samples =
       static_cast<size_t>(config.history_seconds * 1000 / config.sample_interval_ms) + 1;
   // Suspend/resume, idle reclaim and preemption (daemon/suspend, docs/suspend.md).

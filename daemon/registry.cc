@@ -1,5 +1,8 @@
 #include "registry.h"
 
+#include <grp.h>
+#include <pwd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -99,7 +102,103 @@ std::string HeldText(const Slice& slice, const std::map<std::string, uint64_t>& 
   return out;
 }
 
+// Whether uid's account is in group `name`: its primary group, or a member by the group database.
+bool AccountInGroup(int64_t uid, const std::string& name) {
+  if (name.empty() || uid < 0) return false;
+  std::vector<char> buf(16384);
+  group gr{};
+  group* found_group = nullptr;
+  if (getgrnam_r(name.c_str(), &gr, buf.data(), buf.size(), &found_group) != 0 || found_group == nullptr) {
+    return false;
+  }
+  const gid_t gid = found_group->gr_gid;
+  std::vector<char> pbuf(16384);
+  passwd pw{};
+  passwd* account = nullptr;
+  if (getpwuid_r(static_cast<uid_t>(uid), &pw, pbuf.data(), pbuf.size(), &account) != 0 || account == nullptr) {
+    return false;
+  }
+  if (account->pw_gid == gid) return true;
+  int n = 64;
+  std::vector<gid_t> groups(static_cast<size_t>(n));
+  if (getgrouplist(account->pw_name, account->pw_gid, groups.data(), &n) < 0) {
+    groups.resize(static_cast<size_t>(n));  // n is now how many there are
+    if (getgrouplist(account->pw_name, account->pw_gid, groups.data(), &n) < 0) return false;
+  }
+  groups.resize(static_cast<size_t>(n));
+  return std::find(groups.begin(), groups.end(), gid) != groups.end();
+}
+
+// Whether the owner of a new slice is an admin for the slice table's shares: root, no uid (only
+// admins make such slices: CreateSlice), or an account in admin_group.
+bool OwnerIsAdmin(int64_t owner_uid, const std::string& admin_group) {
+  return owner_uid <= 0 || AccountInGroup(owner_uid, admin_group);
+}
+
+// "nobody (uid 65534)", or the name alone when the uid is not known.
+std::string OwnerText(const Slice& slice) {
+  return slice.user + (slice.owner_uid >= 0 ? " (uid " + std::to_string(slice.owner_uid) + ")" : "");
+}
+
 }  // namespace
+
+Status AdmitToTable(const Slice& candidate, bool admin, const std::vector<Slice>& slices,
+                    const std::vector<Slice>& deleted_running, int other_entries, const SliceTableShares& shares,
+                    const std::string& default_project) {
+  const int in_use = static_cast<int>(slices.size() + deleted_running.size()) + other_entries;
+  const std::string size = std::to_string(shares.entries);
+  if (in_use >= shares.entries) {
+    return Status::Conflict("the node's slice table is full: all " + size +
+                            " entries (one per slice) are taken; delete a slice that is no longer needed "
+                            "(`gslice ls` lists them), then try again");
+  }
+  if (admin) return Status::Ok();
+  const std::string ask = "ask an admin (root or a member of gsliced's admin_group) to raise ";
+  // (holds, of which deleted with processes still running)
+  auto count = [&](auto same) {
+    std::pair<int, int> n{0, 0};
+    for (const Slice& s : slices) n.first += same(s) ? 1 : 0;
+    for (const Slice& s : deleted_running) {
+      n.first += same(s) ? 1 : 0;
+      n.second += same(s) ? 1 : 0;
+    }
+    return n;
+  };
+  auto held_text = [](std::pair<int, int> n) {
+    std::string out = std::to_string(n.first) + " slice" + (n.first == 1 ? "" : "s");
+    if (n.second > 0) out += " (" + std::to_string(n.second) + " of them deleted, their processes still running)";
+    return out;
+  };
+  if (shares.per_user > 0) {
+    const auto held = count([&](const Slice& s) {
+      return s.owner_uid >= 0 ? s.owner_uid == candidate.owner_uid : s.user == candidate.user;
+    });
+    if (held.first >= shares.per_user) {
+      return Status::Conflict(OwnerText(candidate) + " holds " + held_text(held) + ", the most one user may hold (" +
+                              "slices_per_user = " + std::to_string(shares.per_user) +
+                              " in gsliced's configuration): delete one that is no longer needed (`gslice ls`, "
+                              "`gslice delete NAME`), or " + ask + "slices_per_user");
+    }
+  }
+  if (shares.per_project > 0 && candidate.project != default_project) {
+    const auto held = count([&](const Slice& s) { return s.project == candidate.project; });
+    if (held.first >= shares.per_project) {
+      return Status::Conflict("project " + candidate.project + " holds " + held_text(held) +
+                              ", the most one project may hold (slices_per_project = " +
+                              std::to_string(shares.per_project) + " in gsliced's configuration): delete one of its "
+                              "slices that is no longer needed, or " + ask + "slices_per_project");
+    }
+  }
+  const int free_entries = shares.entries - in_use;
+  if (free_entries <= shares.reserved_for_admins) {
+    return Status::Conflict("the node's slice table has " + std::to_string(free_entries) + " of its " + size +
+                            " entries free, and the last " + std::to_string(shares.reserved_for_admins) +
+                            " are kept for admins (slices_reserved_for_admins in gsliced's configuration): "
+                            "delete a slice that is no longer needed, or ask an admin (root or a member of "
+                            "gsliced's admin_group) to make room");
+  }
+  return Status::Ok();
+}
 
 std::string Caller::Describe() const {
   if (uid < 0) return user == "token" ? "the token's holder" : user;
@@ -429,6 +528,11 @@ void Registry::Sample() {
   if (gpus.ok()) gpus_ = std::move(gpus.value());
   if (processes.ok()) {
     processes_ = std::move(processes.value());
+    // A deleted slice's processes show under "~NAME" (its entry set aside) until they exit.
+    std::erase_if(deleted_running_, [this](const Slice& s) {
+      return std::none_of(processes_.begin(), processes_.end(),
+                          [&](const ProcessUsage& p) { return p.slice == "~" + s.name; });
+    });
     // Compute used: GPU busy time gained since a snapshot at least a second old, over the
     // time between (so fast sampling does not turn the meter's granularity into noise).
     std::map<std::pair<int, std::string>, uint64_t> busy;
@@ -565,6 +669,18 @@ Result<SliceView> Registry::GetSlice(const std::string& name) {
   return Status::NotFound("no slice named '" + name + "': `gslice ls` lists the slices");
 }
 
+int Registry::OtherEntries() const {
+  std::set<std::string> known;
+  for (const Slice& s : slices_) known.insert(s.name);
+  // Before the next sample its processes still show under its own name.
+  for (const Slice& s : deleted_running_) known.insert({s.name, "~" + s.name});
+  std::set<std::string> other;
+  for (const ProcessUsage& p : processes_) {
+    if (known.count(p.slice) == 0) other.insert(p.slice);
+  }
+  return static_cast<int>(other.size());
+}
+
 const Project* Registry::FindProject(const std::string& name) const {
   for (const Project& p : projects_) {
     if (p.name == name) return &p;
@@ -603,10 +719,13 @@ Status Registry::ResolveGpus(const SliceRequest& request, Slice* slice) {
 
 Result<Slice> Registry::CreateSlice(const SliceRequest& request) {
   if (Status s = ValidateName("user", request.user); !s.ok()) return s;
+  const int64_t owner_uid = request.owner_uid >= 0 && request.owner_uid <= kMaxUid ? request.owner_uid : -1;
+  // Outside the lock: the passwd and group databases may be slow to answer (LDAP).
+  const bool admin = OwnerIsAdmin(owner_uid, options_.admin_group);
   std::lock_guard lock(mu_);
   Slice slice;
   slice.user = request.user;
-  slice.owner_uid = request.owner_uid >= 0 && request.owner_uid <= kMaxUid ? request.owner_uid : -1;
+  slice.owner_uid = owner_uid;
   slice.project = request.project.empty() ? options_.default_project : request.project;
   if (Status s = ValidateName("project", slice.project); !s.ok()) return s;
   const Project* project = FindProject(slice.project);
@@ -637,10 +756,13 @@ Result<Slice> Registry::CreateSlice(const SliceRequest& request) {
   slice.remote_client = request.remote_client;
   slice.created_at = static_cast<int64_t>(std::time(nullptr));
   if (Status s = ResolveGpus(request, &slice); !s.ok()) return s;
-  if (Status s = Admit(slice, gpus_, slices_, *project); !s.ok()) {
+  Status admitted = AdmitToTable(slice, admin, slices_, deleted_running_, OtherEntries(), options_.shares,
+                                 options_.default_project);
+  if (admitted.ok()) admitted = Admit(slice, gpus_, slices_, *project);
+  if (!admitted.ok()) {
     counters_.admission_refusals++;
     generation_++;
-    return s;
+    return admitted;
   }
   // The database first, in one transaction; the ledger inside it, so that a failed
   // statement leaves the ledger untouched and a failed commit withdraws what was published.
@@ -687,7 +809,9 @@ Result<Slice*> Registry::SliceToChange(const std::string& name, const Caller& ca
 
 Status Registry::DeleteSlice(const std::string& name, const Caller& caller) {
   std::lock_guard lock(mu_);
-  if (Result<Slice*> found = SliceToChange(name, caller, "delete"); !found.ok()) return found.status();
+  Result<Slice*> found = SliceToChange(name, caller, "delete");
+  if (!found.ok()) return found.status();
+  const Slice gone = *found.value();
   // Its processes, if any, run on under their limits until they exit; the slice is gone
   // from the registry and, withdrawn from the ledger, never adopted back.
   int running = 0;
@@ -695,6 +819,7 @@ Status Registry::DeleteSlice(const std::string& name, const Caller& caller) {
   std::string detail;
   if (running > 0) detail = std::to_string(running) + " process(es) run on under its limits until they exit";
   if (Status s = RemoveSlice(name, NodeLedger::Withdrawal::kDeleted, "delete", detail); !s.ok()) return s;
+  if (running > 0) deleted_running_.push_back(gone);  // its entry stays taken meanwhile
   counters_.slices_deleted++;
   return Status::Ok();
 }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "gpu_inventory.h"
+#include "gslice/ledger.h"
 #include "gslice/pid_namespace.h"
 #include "history.h"
 #include "model.h"
@@ -113,6 +114,29 @@ struct SliceRequest {
   PidIdentity holder;
 };
 
+// Shares of the node's slice table: the node ledger's entries, one per slice on the node (the
+// API's, `gslice run`'s, pods'), so that no one user or project fills it and admins can always
+// create and run. 0: no such limit.
+struct SliceTableShares {
+  int entries = kLedgerMaxSlices;  // the table's size (smaller in tests)
+  int per_user = 0;                // slices one owner who is not an admin may hold
+  int per_project = 0;             // slices a project other than the default one may hold
+  int reserved_for_admins = 0;     // the table's last free entries, which only admins' slices take
+};
+
+// Whether one more slice, `candidate` (owner and project set), may take an entry of the table.
+// Its owner is `admin` or not (Registry::CreateSlice says who is). Not an admin: refused when
+// the owner would hold more than per_user, its project (unless `default_project`) more than
+// per_project, or the table would have fewer than reserved_for_admins entries free. An admin's
+// slice is refused only when the table is full. What holds entries now: `slices` (the
+// registry's), `deleted_running` (deleted while their processes run on: their entries stay
+// taken until those exit) and `other_entries` held by none of them. An owner holds the slices
+// it may change as their owner (MayChange). The refusal (409, as a project's quota) says which
+// limit, what the owner or project holds, and who may raise it.
+Status AdmitToTable(const Slice& candidate, bool admin, const std::vector<Slice>& slices,
+                    const std::vector<Slice>& deleted_running, int other_entries, const SliceTableShares& shares,
+                    const std::string& default_project);
+
 // What `gslice set` and PATCH /v1/slices/NAME change in a slice; what is not given stays.
 struct SliceChange {
   // Memory limits: empty: unchanged; one size for every GPU of the slice, or one per GPU in
@@ -143,6 +167,11 @@ class Registry {
     // the ledger and its holder is gone, or unknown (after a restart) and the registration is
     // older than this: time for a program to reach the driver after `gslice run` registered it.
     int64_t registration_grace_s = 30;
+    // Enforced by CreateSlice (AdmitToTable); gsliced sets them from its configuration.
+    SliceTableShares shares;
+    // Owners who are members of this group (their primary group, or by the group database) are
+    // admins for `shares`, as root is; empty: root only. See CreateSlice.
+    std::string admin_group = {};
   };
   // `pods` (may be null: not on Kubernetes) names the pod of each sampled process.
   Registry(Options options, std::unique_ptr<Store> store, std::unique_ptr<GpuInventory> gpus,
@@ -163,6 +192,12 @@ class Registry {
   std::vector<HistorySample> HistorySince(int64_t since_ms);
   Result<SliceView> GetSlice(const std::string& name);
 
+  // Every new slice the API makes (`gslice create`, a `gslice run` registration, a pod's claim)
+  // passes here: its name, its project, its share of the slice table (Options::shares,
+  // AdmitToTable) and admission (admission.h). The table's shares go by the slice's owner: an
+  // admin is root, a member of Options::admin_group, or an owner without a uid (the API gives
+  // every slice a non-admin creates its creator's uid; only admins make others). Slices found in
+  // the ledger are adopted without this check (their processes already run) but count.
   Result<Slice> CreateSlice(const SliceRequest& request);
   // Each checks MayChange(slice, caller) under the registry's lock, so the slice checked is
   // the slice changed.
@@ -241,6 +276,9 @@ class Registry {
   // the commit fails. REQUIRES: mu_ held.
   Status RemoveSlice(const std::string& name, NodeLedger::Withdrawal how, const std::string& event,
                      const std::string& detail);
+  // Entries of the ledger held by no slice of the registry, as the last sample saw them: deleted
+  // slices' processes, the ledger's own, processes of a slice not adopted yet. REQUIRES: mu_ held.
+  int OtherEntries() const;
   // Gives slices without pod labels those of their processes, when they all run in one
   // pod. REQUIRES: mu_ held.
   void LabelSlicesWithPods();
@@ -266,6 +304,10 @@ class Registry {
   std::vector<ProcessUsage> processes_;  // as of the last sample
   std::map<std::string, bool> throttled_;
   std::map<std::string, PidIdentity> holders_;  // by slice; see SliceRequest::holder
+  // Slices deleted while their processes ran on: their ledger entries stay taken until those
+  // processes exit (the next sample that shows none drops them), and count for their owner and
+  // project meanwhile (AdmitToTable).
+  std::vector<Slice> deleted_running_;
   std::map<std::string, std::string> pod_asked_;  // by slice: the annotations last acted on
   PidResolver holder_pids_;                      // REQUIRES: mu_ held
   std::map<std::string, double> compute_used_;  // by slice, 0..1 per GPU summed
