@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <gtest/gtest.h>
+#include <pwd.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -28,6 +29,8 @@
 #include <vector>
 
 #include "daemon_test_support.h"
+#include "gslice/ledger.h"
+#include "gslice/pid_namespace.h"
 
 namespace gslice {
 namespace {
@@ -221,13 +224,18 @@ class ApiHostileTest : public ::testing::Test {
   // `groups`, in a child that drops privileges before it connects.
   Reply CallAsNobody(const std::string& method, const std::string& path, const std::string& body = "",
                      std::vector<gid_t> groups = {}) {
+    return CallAs(kNobody, kNogroup, method, path, body, groups);
+  }
+  // The same as uid and gid.
+  Reply CallAs(uid_t uid, gid_t gid, const std::string& method, const std::string& path, const std::string& body = "",
+               std::vector<gid_t> groups = {}) {
     int out[2];
     EXPECT_EQ(pipe(out), 0);
     pid_t child = fork();
     if (child == 0) {
       close(out[0]);
-      if (setgroups(groups.size(), groups.data()) != 0 || setresgid(kNogroup, kNogroup, kNogroup) != 0 ||
-          setresuid(kNobody, kNobody, kNobody) != 0) {
+      if (setgroups(groups.size(), groups.data()) != 0 || setresgid(gid, gid, gid) != 0 ||
+          setresuid(uid, uid, uid) != 0) {
         _exit(3);
       }
       Reply r = CallUnix(socket_, method, path, body);
@@ -242,7 +250,7 @@ class ApiHostileTest : public ::testing::Test {
     close(out[0]);
     int status = 0;
     waitpid(child, &status, 0);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child could not become nobody";
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child could not become uid " << uid;
     Reply r;
     r.status = std::atoi(msg.c_str());
     if (auto nl = msg.find('\n'); nl != std::string::npos) r.body = msg.substr(nl + 1);
@@ -396,6 +404,95 @@ TEST_F(ApiHostileTest, ASlicesTraceIsServedOnlyToItsOwnerAndAdmins) {
   Reply link = CallAsNobody("GET", "/v1/slices/nobodys/trace");
   EXPECT_EQ(link.status, 500) << link.body;
   EXPECT_NE(Error(link).find("symbolic link"), std::string::npos) << link.body;
+  EXPECT_EQ(CallUnix(socket_, "GET", "/healthz").status, 200);
+}
+
+// A small opportunistic slice, and a `gslice run` registration held by this test's process.
+std::string SmallSlice(const std::string& name) { return SliceBody(name, R"(,"class":"opportunistic")"); }
+std::string RunRegistration(const std::string& name) {
+  const uint32_t self = static_cast<uint32_t>(getpid());
+  return json{{"name", name}, {"gpus", json::array({"0"})}, {"memory", "1GiB"}, {"origin", "run"},
+              {"holder", {{"pid", self}, {"pid_ns", SelfPidNamespace()}, {"start_time", ProcessStartTime(self)}}}}
+      .dump();
+}
+
+// The node ledger holds 64 slices for everyone; one user fills only its share of them
+// (slices_per_user), and root creates and runs after it.
+TEST_F(ApiHostileTest, OneUserFillsOnlyItsShareOfTheSliceTable) {
+  WriteConfig();  // the defaults: 16 slices per user
+  Start();
+  for (int i = 1; i <= 16; ++i) {
+    Reply r = CallAsNobody("POST", "/v1/slices", SmallSlice("flood-" + std::to_string(i)));
+    ASSERT_EQ(r.status, 201) << i << ": " << r.body;
+  }
+  for (const std::string& body : {SmallSlice("flood-17"), RunRegistration("flood-run")}) {
+    Reply refused = CallAsNobody("POST", "/v1/slices", body);
+    EXPECT_EQ(refused.status, 409) << refused.body;
+    EXPECT_NE(Error(refused).find("nobody (uid 65534) holds 16 slices, the most one user may hold (slices_per_user = "
+                                  "16 in gsliced's configuration)"),
+              std::string::npos)
+        << refused.body;
+    EXPECT_NE(Error(refused).find("ask an admin (root or a member of gsliced's admin_group)"), std::string::npos)
+        << refused.body;
+  }
+  // Root creates, and registers a program to run.
+  Reply created = CallUnix(socket_, "POST", "/v1/slices", SmallSlice("roots"));
+  EXPECT_EQ(created.status, 201) << created.body;
+  Reply run = CallUnix(socket_, "POST", "/v1/slices", RunRegistration("roots-run"));
+  EXPECT_EQ(run.status, 201) << run.body;
+  Ledger ledger;
+  ASSERT_EQ(ledger.Open(ledger_.c_str()), LedgerError::kOk);
+  EXPECT_GE(ledger.FindSlice("roots-run"), 0) << "the program's slice is not in the node ledger";
+  EXPECT_LT(ledger.FindSlice("flood-17"), 0);
+  // The share is counted from what gsliced holds: one deleted, one more may be made.
+  ASSERT_EQ(CallAsNobody("DELETE", "/v1/slices/flood-3").status, 200);
+  EXPECT_EQ(CallAsNobody("POST", "/v1/slices", SmallSlice("flood-17")).status, 201);
+  EXPECT_EQ(CallAsNobody("POST", "/v1/slices", SmallSlice("flood-18")).status, 409);
+}
+
+// With no share per user, one user still leaves the table's last entries (8) to admins: root
+// and members of admin_group create and run after any flood.
+TEST_F(ApiHostileTest, TheLastEntriesOfTheSliceTableStayForAdmins) {
+  passwd* daemon_user = getpwnam("daemon");
+  ASSERT_NE(daemon_user, nullptr) << "this test needs the user 'daemon' (an admin by its own group)";
+  const uid_t admin_uid = daemon_user->pw_uid;
+  const gid_t admin_gid = daemon_user->pw_gid;
+  group* admins = getgrgid(admin_gid);
+  ASSERT_NE(admins, nullptr);
+  WriteConfig("slices_per_user = 0\nadmin_group = \"" + std::string(admins->gr_name) + "\"\n");
+  Start();
+  int created = 0;
+  Reply refused;
+  for (int i = 0; i < kLedgerMaxSlices; ++i) {
+    Reply r = CallAsNobody("POST", "/v1/slices", SmallSlice("flood-" + std::to_string(i)));
+    if (r.status != 201) {
+      refused = r;
+      break;
+    }
+    ++created;
+  }
+  EXPECT_EQ(created, kLedgerMaxSlices - 8);
+  EXPECT_EQ(refused.status, 409) << refused.body;
+  EXPECT_NE(Error(refused).find("the node's slice table has 8 of its 64 entries free, and the last 8 are kept for "
+                                "admins (slices_reserved_for_admins in gsliced's configuration)"),
+            std::string::npos)
+      << refused.body;
+  // Admins take them: root creates and registers a program, a member of admin_group creates.
+  Reply root = CallUnix(socket_, "POST", "/v1/slices", SmallSlice("roots"));
+  EXPECT_EQ(root.status, 201) << root.body;
+  Reply run = CallUnix(socket_, "POST", "/v1/slices", RunRegistration("roots-run"));
+  EXPECT_EQ(run.status, 201) << run.body;
+  Reply member = CallAs(admin_uid, admin_gid, "POST", "/v1/slices", SmallSlice("admins"));
+  EXPECT_EQ(member.status, 201) << member.body;
+  Ledger ledger;
+  ASSERT_EQ(ledger.Open(ledger_.c_str()), LedgerError::kOk);
+  for (const char* name : {"roots", "roots-run", "admins"}) EXPECT_GE(ledger.FindSlice(name), 0) << name;
+  // What admins took is not handed back to others: deleting one of its own, nobody still
+  // finds no more than the reserve free.
+  ASSERT_EQ(CallAsNobody("DELETE", "/v1/slices/flood-0").status, 200);
+  Reply still = CallAsNobody("POST", "/v1/slices", SmallSlice("flood-again"));
+  EXPECT_EQ(still.status, 409) << still.body;
+  EXPECT_NE(Error(still).find("has 6 of its 64 entries free"), std::string::npos) << still.body;
   EXPECT_EQ(CallUnix(socket_, "GET", "/healthz").status, 200);
 }
 
