@@ -1,0 +1,192 @@
+// The launch gate's state, shared by its two halves: the launch path (launch_gate.cc:
+// BeforeLaunch, AfterLaunch and what they call) and the gate thread (gate_thread.cc:
+// initialisation, registering GPUs, the peer scan, following the slice's policy, polling the
+// meters, the opportunistic control loop, the exit handshake). Internal to the gate: the rest
+// of the shim uses launch_gate.h. The decisions are pure units of their own (policy.h,
+// peers.h, share_turn.h, the controllers); what is here is what they are sampled from and
+// applied to.
+//
+// Concurrency:
+//  - Gate is set up by InitLaunchGate before the gate thread starts. Devices are appended
+//    under devices_mu and published by device_count (release); a Device is never removed
+//    (ForgetContext only unbinds its context).
+//  - A Device's policy, peers and control are written by the gate thread only (and by
+//    AddDevice before the device is published); launching threads load them whole, relaxed.
+//  - turn: launching threads of the GPU, under turn_mu (DepthBounded reads running() without).
+//  - opp: the controller's decision is written by the gate thread, near and tat by both.
+//  - meter: its stream table under streams_mu (appended, never shrunk), polls under poll_mu.
+//  - Once a GPU and a stream are known, the launch path takes no lock other than these and
+//    makes no system call beyond the driver's own calls and its sleeps; a context's first
+//    launch registers the GPU (AddDevice), a stream's first launch allocates its meter.
+#pragma once
+
+#include <cuda.h>
+#include <time.h>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+
+#include "controller.h"
+#include "gpu_meter.h"
+#include "gslice/ledger.h"
+#include "launch_gate.h"
+#include "mps_controller.h"
+#include "peers.h"
+#include "policy.h"
+#include "share_turn.h"
+#include "time_sliced_controller.h"
+
+namespace gslice::compute {
+
+inline constexpr auto kRlx = std::memory_order_relaxed;
+inline constexpr int kMaxContexts = 16;  // GPUs (contexts) of one process the gate follows
+inline constexpr int kMaxStreams = 256;  // metered streams per GPU; launches on more pass unmetered
+// The mean launch cost (the depth bound's estimate of queued work) before any is measured.
+inline constexpr int64_t kInitialMeanLaunchNs = 20'000;
+
+inline int64_t NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+inline void SleepNs(int64_t ns) {
+  timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+  nanosleep(&ts, nullptr);
+}
+
+// This process's GPU time on one device: its streams' meters and what they add up to.
+struct DeviceMeter {
+  EventPool pool;
+  std::mutex streams_mu;
+  // Allocated on first use (each holds a marker ring): a process pays for the streams it
+  // launches on, not for the table.
+  std::atomic<StreamMeter*> streams[kMaxStreams] = {};
+  std::atomic<int> stream_count{0};
+  std::atomic<int64_t> busy_total{0};
+  std::atomic<int64_t> mean_launch_ns{kInitialMeanLaunchNs};
+  std::mutex poll_mu;
+  uint64_t last_done = 0;  // launches completed at the previous poll (poll_mu)
+};
+
+// The other alive entries on this GPU (ClassifyPeers' PeerList), as the gate thread's last
+// peer scan published it.
+struct PeerSet {
+  std::atomic<int> count{0};
+  std::atomic<uint32_t> words[kMaxPeers] = {};  // PackPeer
+  std::atomic<int> opportunistic{0};
+  std::atomic<int> guaranteed{0};
+  std::atomic<bool> share_peer{false};
+};
+
+// What the opportunistic controller decided (ControlDecision), as launching threads read it:
+// while guaranteed work is busy, opportunistic work may use rate_permille of the GPU's time
+// (GCRA on tat), or at rate 0 enter only gaps longer than gap_ns; during a probe none.
+struct OpportunisticLimits {
+  std::atomic<int64_t> tat{0};
+  std::atomic<uint32_t> rate_permille{0};
+  std::atomic<int64_t> gap_ns{0};
+  std::atomic<bool> probe_pause{false};
+  // Near guaranteed work on a time-sliced GPU (DepthNs): the queue is kept short and every
+  // launch is marked. Written by launching threads and the gate thread's passes.
+  std::atomic<bool> near{false};
+};
+
+// The gate thread's side of the controller: it samples the guaranteed peers every pass, and
+// every kControlPeriodNs hands the period to the GPU's controller.
+struct ControlLoop {
+  int64_t next_ns = 0;
+  int64_t last_sample_ns = 0;
+  bool busy_seen = false;  // a guaranteed peer was busy in the period so far
+  // One guaranteed peer's period so far, by its compute entry.
+  struct Sample {
+    int index = -1;              // -1: unused
+    uint64_t owner = 0;          // the entry's state word this record belongs to
+    uint64_t last_launches = 0;  // its launch count at the last period's end
+    int64_t busy_ns = 0;         // time with work queued this period
+    int64_t overlap_ns = 0;      // ... in which this process had work queued too
+  } samples[kMaxPeers];
+  TimeSlicedController time_sliced;
+  MpsController mps;
+};
+
+// One context (one GPU) of this process (declared in launch_gate.h for LaunchTicket).
+struct Device {
+  std::atomic<CUcontext> ctx{nullptr};  // bound at the first gated launch in a context
+  uint8_t uuid[16] = {};
+  // The GPU is shared through MPS (CU_DEVICE_ATTRIBUTE_MPS_ENABLED): processes' kernels run
+  // concurrently, not in turns (mps_controller.h).
+  bool spatial = false;
+  LedgerComputeEntry* entry = nullptr;  // this process's entry in the ledger (or local)
+  LedgerComputeEntry local_entry{};      // used when the ledger has no room
+  DeviceMeter meter;
+  std::atomic<int64_t> cap_tat{0};
+  // The cap's state: the slice's shared word for this GPU in the ledger once found (every
+  // process of the slice charges it, so the cap holds for the slice), else cap_tat.
+  std::atomic<std::atomic<int64_t>*> slice_cap_tat{nullptr};
+  // The policy the gate applies on this GPU (PackPolicy): the process's own under its named
+  // slice's in the ledger (EffectivePolicy), refreshed every peer scan (FollowSlicePolicy).
+  std::atomic<uint64_t> policy{PackPolicy(ComputePolicy{})};
+  int slice_gpu = -1;  // the slice's entry for this GPU in the limits file, once found (-1)
+  PeerSet peers;
+  std::mutex turn_mu;
+  ShareTurnTaker turn;  // turn_mu
+  OpportunisticLimits opp;
+  ControlLoop control;  // gate thread only
+};
+
+struct Gate {
+  DriverApi api;
+  ComputePolicy env;  // the policy this process started with (GSLICE_COMPUTE, _SHARE, _CLASS)
+  // The named slice this process runs in (its index in the limits file; -1: none, or no
+  // ledger) and its class when the gate first saw it (EffectivePolicy's start_class).
+  int slice = -1;
+  int start_class = -1;
+  // Every slice's compute entries as one table (mapped by InitLaunchGate, never unmapped):
+  // this process's slice's page writable, the others' read-only. nullptr: no ledger.
+  ComputeWindow* window = nullptr;
+  Ledger* mapping = nullptr;  // this process's slice: the limits file and GPU entries
+  std::mutex devices_mu;
+  Device devices[kMaxContexts];
+  std::atomic<int> device_count{0};
+  CUdevice visible[kMaxContexts] = {};  // visible devices (set once by InitLaunchGate)
+  int visible_count = 0;
+  bool visible_registered[kMaxContexts] = {};  // gate thread only
+};
+
+// The gate; nullptr until InitLaunchGate ran (then for the process's life).
+extern Gate* g_gate;
+// The controller's decisions and the queue bound's changes (InitLaunchGate); nullptr: none.
+extern ComputeLogFn g_trace;
+
+// The policy the gate applies on d now (one relaxed load: launching threads call it).
+inline ComputePolicy PolicyOf(const Device& d) { return UnpackPolicy(d.policy.load(kRlx)); }
+
+// Calls f(index, word) for each of d's peers (PeerSet) that is guaranteed.
+template <typename F>
+void ForEachGuaranteed(Device& d, F f) {
+  if (g_gate->window == nullptr) return;
+  const int n = d.peers.count.load(std::memory_order_acquire);
+  for (int k = 0; k < n; ++k) {
+    const uint32_t word = d.peers.words[k].load(kRlx);
+    if (PeerGuaranteed(word)) f(PeerIndex(word), word);
+  }
+}
+
+// ---- the launch path's, also run by the gate thread (launch_gate.cc) --------------------
+
+// Consumes completed markers of every stream of d; the gate thread calls it every pass,
+// waiting launchers call it to see their queue shrink.
+void PollDevice(Device& d, int64_t now);
+// Updates d.opp.near (whether opportunistic work is near guaranteed work, DepthNs) while
+// launches are held back and do not.
+void UpdateNear(Device& d, int64_t now);
+
+// ---- the gate thread's, also run by the launch path (gate_thread.cc) --------------------
+
+// Adds a device record (devices_mu held), with its policy, ledger entry and peers. nullptr
+// when the table is full.
+Device* AddDevice(const uint8_t uuid[16], CUdevice dev, CUcontext ctx);
+
+}  // namespace gslice::compute

@@ -1,0 +1,509 @@
+// The launch gate off the launch path: initialisation, the gate thread's passes (registering
+// GPUs, the peer scan, following the slice's policy, polling the meters, the opportunistic
+// control loop), and the handshakes with a pass (ForgetContext, exit). It samples the ledger
+// and applies what the pure units decide (peers.h, policy.h's EffectivePolicy, the
+// controllers). gate_state.h states who writes what.
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mutex>
+
+#include "gate_state.h"
+#include "gslice/options.h"
+#include "gslice/quiet_thread.h"
+#include "gslice/units.h"
+
+namespace gslice::compute {
+
+Gate* g_gate = nullptr;
+ComputeLogFn g_trace = nullptr;
+
+namespace {
+
+// The gate thread's pass while gating: it publishes this process's queued work and samples
+// the guaranteed peers, so its period bounds how stale both are (the lazy markers' spacing).
+constexpr int64_t kPollGateNs = 200'000;
+// ... while only watching for peers, and the peer scan: a guaranteed process that starts is
+// seen this soon, well before a framework's first kernel.
+constexpr int64_t kPollWatchNs = 10'000'000;
+constexpr int64_t kPeerScanNs = 10'000'000;
+
+ComputeLogFn g_log = nullptr;
+std::once_flag g_init_once;
+bool g_init_ok = false;
+
+void LogLine(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+void LogLine(const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  if (g_log != nullptr) {
+    g_log(buf);
+  } else {
+    dprintf(2, "gslice: %s\n", buf);
+  }
+}
+
+// A line of the controller's trace (nothing unless tracing).
+void TraceLine(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+void TraceLine(const char* fmt, ...) {
+  if (g_trace == nullptr) return;
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  g_trace(buf);
+}
+
+// ---- handshakes with a pass ------------------------------------------------------------
+
+// Exit: the gate thread must make no more driver calls once exit handlers run (the driver's
+// own teardown may free the events and streams it would touch). ReleaseEntries, an atexit
+// handler registered after the driver loaded, runs before the driver's destructors: it
+// stops the thread and waits for a pass in progress to end (Dekker-style: the thread
+// raises g_in_pass before it looks at g_stop, exit raises g_stop before it looks at
+// g_in_pass; both seq_cst, so one of them always sees the other).
+std::atomic<bool> g_stop{false};
+std::atomic<bool> g_in_pass{false};
+std::atomic<uint64_t> g_passes{0};  // gate-thread passes ended
+constexpr int64_t kExitWaitStepNs = 10'000;
+constexpr int kExitWaitSteps = 2000;  // at most 20 ms for a pass under way
+
+void ReleaseEntries() {
+  g_stop.store(true, std::memory_order_seq_cst);
+  g_gate_mode.store(static_cast<int>(GateMode::kOff), kRlx);
+  for (int i = 0; i < kExitWaitSteps && g_in_pass.load(std::memory_order_seq_cst); ++i) SleepNs(kExitWaitStepNs);
+  if (g_gate == nullptr || g_gate->window == nullptr) return;
+  const int n = g_gate->device_count.load(std::memory_order_acquire);
+  for (int i = 0; i < n; ++i) {
+    Device& d = g_gate->devices[i];
+    if (d.entry != &d.local_entry) g_gate->window->ReleaseEntry(d.entry);
+  }
+}
+
+// ---- the slice's policy ----------------------------------------------------------------
+
+// d's index in the ledger's compute table; -1 when it has a local entry.
+int EntryIndex(const Device& d) {
+  if (g_gate->window == nullptr || d.entry == &d.local_entry) return -1;
+  return g_gate->window->index_of(d.entry);
+}
+
+// 1 + the slice whose cap compute entry i charges; 0: none.
+uint32_t CapSliceOf(int i) { return i < 0 ? 0 : g_gate->window->entry(i).cap_slice.load(kRlx); }
+
+// Finds the slice's GPU entry for d's GPU, and with it the slice's shared cap word (gate
+// thread, with the peer scan): the slice and its GPU entry appear in the ledger once the
+// memory side (or the slice's writer) has seen the GPU.
+void FindSliceGpu(Device& d) {
+  if (g_gate->slice < 0 || d.slice_gpu >= 0) return;
+  const int gpu = g_gate->mapping->FindGpu(g_gate->slice, d.uuid);
+  if (gpu < 0) return;
+  d.slice_cap_tat.store(&g_gate->window->own_head()->cap_tat[gpu], std::memory_order_release);
+  d.slice_gpu = gpu;
+}
+
+// What d's ledger entry's cap_slice says under policy p: 1 + the slice while p caps it and the
+// slice's cap word for the GPU is found, else 0.
+uint32_t CapSliceFor(const Device& d, const ComputePolicy& p) {
+  return p.capped() && d.slice_cap_tat.load(kRlx) != nullptr ? static_cast<uint32_t>(g_gate->slice) + 1 : 0u;
+}
+
+// Applies a new policy on d: launching threads see it at their next load, and peers see its
+// share, class and cap (the entry's fields) at their next scan. A capped entry names its
+// slice, so that the slice's other processes on this GPU take exclusive turns with it
+// (ClassifyPeers); the share's weight and flag change in place, the turn bits stay.
+void ApplyPolicy(Device& d, const ComputePolicy& p) {
+  d.policy.store(PackPolicy(p), kRlx);
+  if (d.entry == nullptr) return;  // AddDevice claims the entry with this policy
+  uint32_t share = d.entry->share_permille.load(kRlx);
+  uint32_t want;
+  do {
+    want = (share & ~(kComputeShareMask | kComputeShareSet)) | p.share_permille | (p.share_set ? kComputeShareSet : 0u);
+  } while (share != want && !d.entry->share_permille.compare_exchange_weak(share, want, kRlx));
+  d.entry->slice_class.store(static_cast<uint32_t>(p.cls), kRlx);
+  if (EntryIndex(d) >= 0) d.entry->cap_slice.store(CapSliceFor(d, p), kRlx);
+}
+
+// Every peer scan (kPeerScanNs, the gate thread; and AddDevice), on one GPU: the slice's class
+// and, once the slice's entry for the GPU is found, its policy words there (three loads on the
+// mapped limits file), with what changed applied. The gate's mode follows at the same pass's
+// end (WantedMode), so a change applies within one scan.
+void FollowSlicePolicy(Device& d) {
+  if (g_gate->slice < 0) return;
+  FindSliceGpu(d);
+  const LedgerComputePolicy words =
+      d.slice_gpu >= 0 ? g_gate->mapping->ComputePolicy(g_gate->slice, d.slice_gpu) : LedgerComputePolicy{};
+  const SlicePolicy slice = {
+      .cap_permille = words.cap_permille,
+      .share_permille = words.share_permille,
+      .slice_class = static_cast<int>(
+          __atomic_load_n(&g_gate->mapping->limits()->slices[g_gate->slice].slice_class, __ATOMIC_RELAXED)),
+  };
+  const ComputePolicy p = EffectivePolicy(g_gate->env, slice, g_gate->start_class);
+  const uint64_t word = PackPolicy(p);
+  const uint64_t before = d.policy.load(kRlx);
+  // The entry's cap_slice also waits for the slice's cap word (FindSliceGpu), so apply once
+  // when the GPU entry is first found even where the policy is the same.
+  if (word == before && d.entry != nullptr && (EntryIndex(d) < 0 || d.entry->cap_slice.load(kRlx) == CapSliceFor(d, p))) {
+    return;
+  }
+  ApplyPolicy(d, p);
+  if (word != before) {
+    TraceLine("compute: slice policy on this GPU now cap %u permille, share %u permille%s, %s", p.cap_permille,
+              p.share_permille, p.share_set ? "" : " (none given)",
+              p.cls == ComputeClass::kOpportunistic ? "opportunistic" : "guaranteed");
+  }
+}
+
+// ---- the peer scan ---------------------------------------------------------------------
+
+// Refreshes d's peer list (alive entries on the same GPU, not ours, classified by
+// ClassifyPeers) and frees dead ones of our slice, and publishes whether we take turns
+// (kComputeTakesTurns), so that peers that do not are not waited for.
+void ScanPeers(Device& d) {
+  if (g_gate->window == nullptr) return;
+  g_gate->window->Refresh();  // system calls only when a slice came, went or was recycled
+  FollowSlicePolicy(d);
+  ComputeWindow& w = *g_gate->window;
+  const ComputePolicy mine = PolicyOf(d);
+  const PeerSelf self = {.cls = mine.cls, .share_set = mine.share_set, .cap_slice = CapSliceOf(EntryIndex(d))};
+  const LedgerSlice* slices = g_gate->mapping->limits()->slices;
+  PeerFacts found[kMaxPeers];
+  int n = 0;
+  for (int i = 0; i < kLedgerMaxComputeEntries && n < kMaxPeers; ++i) {
+    if (!w.mapped(ComputeSliceOf(i))) {
+      i += kLedgerSliceComputeEntries - 1 - ComputeEntryOf(i);  // the next slice's first entry
+      continue;
+    }
+    LedgerComputeEntry& e = w.entry(i);
+    if (&e == d.entry) continue;
+    if (StateOf(e.state.load(std::memory_order_acquire)) != EntryState::kAlive || memcmp(e.uuid, d.uuid, 16) != 0) continue;
+    if (!w.OwnerAliveElseFree(i)) continue;
+    found[n++] = LoadPeerFacts(i, e, slices[ComputeSliceOf(i)]);
+  }
+  const PeerList list = ClassifyPeers(self, found, n);
+  for (int k = 0; k < list.count; ++k) d.peers.words[k].store(list.words[k], kRlx);
+  d.peers.count.store(list.count, std::memory_order_release);
+  d.peers.opportunistic.store(list.opportunistic, kRlx);
+  d.peers.guaranteed.store(list.guaranteed, kRlx);
+  d.peers.share_peer.store(list.share_peer, kRlx);
+  const bool published = (d.entry->share_permille.load(kRlx) & kComputeTakesTurns) != 0;
+  if (list.share_peer && !published) d.entry->share_permille.fetch_or(kComputeTakesTurns, kRlx);
+  if (!list.share_peer && published) d.entry->share_permille.fetch_and(~kComputeTakesTurns, kRlx);
+}
+
+// Gate when a GPU's policy limits this process (before any GPU is registered: the policy it
+// started with) or peers need it to take part; else only watch.
+GateMode WantedMode() {
+  const auto limits = [](const ComputePolicy& p) { return p.capped() || p.cls == ComputeClass::kOpportunistic; };
+  const int n = g_gate->device_count.load(std::memory_order_acquire);
+  if (n == 0 && limits(g_gate->env)) return GateMode::kGate;
+  for (int i = 0; i < n; ++i) {
+    const Device& d = g_gate->devices[i];
+    if (limits(PolicyOf(d))) return GateMode::kGate;
+    if (d.peers.opportunistic.load(kRlx) > 0 || d.peers.share_peer.load(kRlx)) return GateMode::kGate;
+  }
+  return GateMode::kWatch;
+}
+
+// ---- the opportunistic control loop ----------------------------------------------------
+
+// The sample of the peer in compute entry i (gate thread): found by index, else a record no
+// current peer uses, reset (its owner word no longer matches, so callers treat it as a new
+// process).
+ControlLoop::Sample& SampleOf(Device& d, int i) {
+  ControlLoop& c = d.control;
+  for (ControlLoop::Sample& s : c.samples) {
+    if (s.index == i) return s;
+  }
+  const int n = d.peers.count.load(std::memory_order_acquire);
+  for (ControlLoop::Sample& s : c.samples) {
+    bool in_use = false;
+    for (int k = 0; k < n && s.index >= 0 && !in_use; ++k) in_use = PeerIndex(d.peers.words[k].load(kRlx)) == s.index;
+    if (!in_use) {
+      s = {.index = i};
+      return s;
+    }
+  }
+  return c.samples[0];  // unreachable: there are as many records as peers
+}
+
+// Every gate-thread pass: the time since the last pass counts as busy for each guaranteed
+// peer with work queued, and as overlap where this process had work queued too (both read
+// as inflight_until_ns, which PollDevice has just published for this process). A pass late
+// by more than kMaxSampleNs counts only that much (the state in between is unknown).
+// Returns whether a guaranteed peer has work queued or wanted the GPU at now.
+constexpr int64_t kMaxSampleNs = 5'000'000;
+bool SampleGuaranteed(Device& d, int64_t now) {
+  ControlLoop& c = d.control;
+  int64_t dt = c.last_sample_ns == 0 ? 0 : now - c.last_sample_ns;
+  if (dt > kMaxSampleNs) dt = kMaxSampleNs;
+  c.last_sample_ns = now;
+  bool busy = false;
+  const bool mine = d.entry->inflight_until_ns.load(kRlx) > now;
+  ForEachGuaranteed(d, [&](int i, uint32_t) {
+    const LedgerComputeEntry& e = g_gate->window->entry(i);
+    ControlLoop::Sample& s = SampleOf(d, i);
+    const uint64_t owner = e.state.load(kRlx);
+    if (s.owner != owner) s = {.index = i, .owner = owner, .last_launches = e.launches.load(kRlx)};  // a new process
+    const bool queued = e.inflight_until_ns.load(kRlx) > now;
+    if (queued) s.busy_ns += dt;
+    if (queued && mine) s.overlap_ns += dt;
+    busy |= queued || e.active_until_ns.load(kRlx) > now;
+  });
+  return busy;
+}
+
+// Ends a control period: each sampled guaranteed peer's launches, busy and overlap time in it,
+// with its floor, into period.
+void ClosePeriod(Device& d, ControlPeriod* period) {
+  ForEachGuaranteed(d, [&](int i, uint32_t word) {
+    const LedgerComputeEntry& e = g_gate->window->entry(i);
+    ControlLoop::Sample& s = SampleOf(d, i);
+    if (s.owner != e.state.load(kRlx) || period->count == kMaxControlledPeers) return;  // not sampled yet
+    const uint64_t now_launches = e.launches.load(kRlx);
+    const uint64_t launches = now_launches >= s.last_launches ? now_launches - s.last_launches : now_launches;
+    s.last_launches = now_launches;
+    period->peers[period->count++] = {.id = i, .owner = s.owner, .launches = launches, .busy_ns = s.busy_ns,
+                                      .overlap_ns = s.overlap_ns, .floor_permille = PeerFloor(word)};
+    s.busy_ns = 0;
+    s.overlap_ns = 0;
+  });
+}
+
+// The opportunistic rate controller's loop, run by the gate thread every pass: samples the
+// guaranteed peers, and once per kControlPeriodNs hands the period to the GPU's controller
+// (time-sliced or MPS) and publishes its decision for the launching threads.
+void ControlOpportunisticRate(Device& d, int64_t now) {
+  ControlLoop& c = d.control;
+  if (SampleGuaranteed(d, now)) c.busy_seen = true;
+  if (now < c.next_ns) return;
+  c.next_ns = now + kControlPeriodNs;
+  ControlPeriod period;
+  period.guaranteed_busy = c.busy_seen;
+  period.opportunistic_peers = d.peers.opportunistic.load(kRlx);
+  c.busy_seen = false;
+  ClosePeriod(d, &period);
+  const ControlDecision decision = d.spatial ? c.mps.Decide(period, now) : c.time_sliced.Decide(period);
+  if (decision.forget_budget) d.opp.tat.store(0, kRlx);
+  d.opp.probe_pause.store(decision.probe_pause, kRlx);
+  d.opp.gap_ns.store(decision.gap_ns, kRlx);
+  d.opp.rate_permille.store(decision.rate_permille, kRlx);
+  for (const char* line : decision.trace) {
+    if (line[0] != '\0') TraceLine("%s", line);
+  }
+}
+
+// ---- the gate thread -------------------------------------------------------------------
+
+// Gate thread: registers visible GPUs whose primary context has become active.
+void RegisterActiveDevices() {
+  for (int i = 0; i < g_gate->visible_count; ++i) {
+    if (g_gate->visible_registered[i]) continue;
+    unsigned int flags = 0;
+    int active = 0;
+    CUuuid uuid{};
+    const CUdevice dev = g_gate->visible[i];
+    if (g_gate->api.primary_ctx_get_state(dev, &flags, &active) != CUDA_SUCCESS || !active) continue;
+    if (g_gate->api.device_get_uuid(&uuid, dev) != CUDA_SUCCESS) continue;
+    std::lock_guard<std::mutex> lock(g_gate->devices_mu);
+    bool known = false;
+    const int n = g_gate->device_count.load(std::memory_order_acquire);
+    for (int k = 0; k < n && !known; ++k) known = memcmp(g_gate->devices[k].uuid, uuid.bytes, 16) == 0;
+    if (!known) AddDevice(reinterpret_cast<const uint8_t*>(uuid.bytes), dev, nullptr);
+    g_gate->visible_registered[i] = true;
+  }
+}
+
+void* GateThread(void*) {
+  int64_t last_scan = 0;
+  CUcontext current = nullptr;
+  uint64_t epoch = 0;
+  for (;;) {
+    g_in_pass.store(true, std::memory_order_seq_cst);
+    if (g_stop.load(std::memory_order_seq_cst)) {
+      g_in_pass.store(false, std::memory_order_seq_cst);
+      for (;;) SleepNs(1'000'000'000);  // the process is exiting: no more driver calls
+    }
+    if (const uint64_t e = ContextEpoch(); e != epoch) {
+      epoch = e;
+      current = nullptr;  // it may be gone, and a new context may have its handle
+    }
+    const int64_t now = NowNs();
+    const bool scan = now - last_scan >= kPeerScanNs;
+    if (scan) RegisterActiveDevices();
+    const int n = g_gate->device_count.load(std::memory_order_acquire);
+    const bool gating = g_gate_mode.load(kRlx) == static_cast<int>(GateMode::kGate);
+    for (int i = 0; i < n; ++i) {
+      Device& d = g_gate->devices[i];
+      if (scan) ScanPeers(d);
+      CUcontext ctx = d.ctx.load(std::memory_order_seq_cst);  // seq_cst: ForgetContext's handshake
+      if (!gating || ctx == nullptr) continue;
+      // Lazy markers are recorded on the app's streams from here: the context must be current.
+      if (current != ctx && g_gate->api.ctx_set_current(ctx) == CUDA_SUCCESS) current = ctx;
+      PollDevice(d, now);
+      if (PolicyOf(d).cls == ComputeClass::kOpportunistic) {
+        ControlOpportunisticRate(d, now);
+        UpdateNear(d, now);
+      }
+    }
+    if (scan) {
+      last_scan = now;
+      if (!g_stop.load(std::memory_order_relaxed)) g_gate_mode.store(static_cast<int>(WantedMode()), kRlx);
+    }
+    g_passes.fetch_add(1, std::memory_order_seq_cst);
+    g_in_pass.store(false, std::memory_order_seq_cst);
+    SleepNs(gating ? kPollGateNs : kPollWatchNs);
+  }
+  return nullptr;
+}
+
+void InitOnce(void* (*resolve)(const char*)) {
+  static Gate gate;  // its ledger mapping is never unmapped: the gate thread runs until exit
+  g_gate = &gate;
+  char error[256] = {};
+  if (!ParseComputePolicy(OptionValue(Option::Compute), OptionValue(Option::Share), OptionValue(Option::Class),
+                          &gate.env, error, sizeof error)) {
+    LogLine("%s; compute is not limited for this process", error);
+    return;
+  }
+  const char* missing = nullptr;
+  if (!gate.api.Bind(resolve, &missing)) {
+    LogLine("compute: the driver lacks %s; compute is not limited for this process", missing);
+    return;
+  }
+  const char* path = OptionValue(Option::Ledger);
+  // Leaked on purpose: unmapping at exit would pull the ledger from under the gate thread.
+  // The entries live in this process's slice's usage file (a process outside any slice uses
+  // the ledger's shared "unsliced" slice); the window shows every slice's entries.
+  static Ledger* const mapping = new Ledger;
+  static ComputeWindow* const window = new ComputeWindow;
+  const char* slice_name = OptionValue(Option::Slice);
+  // A name the shim cannot use either (too long) leaves the process outside any slice.
+  const bool sliced = slice_name[0] != '\0' && strlen(slice_name) < static_cast<size_t>(kLedgerNameSize);
+  const uint32_t flags = sliced && strcmp(OptionValue(Option::EphemeralSlice), "0") != 0 ? kSliceEphemeral : 0u;
+  // A slice made here (a compute-only slice) takes GSLICE_PROTECT as the memory side would;
+  // a bad value is the memory side's to report and leaves the default.
+  const ParsedProtect protect = ParseProtect(OptionValue(Option::Protect));
+  const bool opportunistic = strcmp(OptionValue(Option::Class), "opportunistic") == 0;
+  const uint32_t protect_permille = sliced && protect.ok && !opportunistic ? protect.permille : 0;
+  char note[640] = {};
+  int slice = -1;
+  if (OpenSliceLedger(mapping, path, OptionValue(Option::LedgerUsage), sliced ? slice_name : kLedgerUnslicedName,
+                      SliceClass::kGuaranteed, flags, /*create_slice=*/true, &slice, note, sizeof note,
+                      protect_permille) == LedgerError::kOk &&
+      window->Init(mapping, slice)) {
+    gate.window = window;
+    gate.mapping = mapping;
+    window->Refresh();
+    // A named slice's policy in the ledger is followed while the process runs (FollowSlicePolicy).
+    if (sliced && window->own_slice() >= 0) {
+      gate.slice = window->own_slice();
+      gate.start_class =
+          static_cast<int>(__atomic_load_n(&mapping->limits()->slices[gate.slice].slice_class, __ATOMIC_RELAXED));
+    }
+    if (note[0] != '\0') TraceLine("compute: %s", note);
+  } else {
+    LogLine("compute: ledger %s: %s; caps hold within this process, shares and classes do not", path, note);
+  }
+  // The visible GPUs. Each is registered in the ledger once this process uses it: at its
+  // first gated launch, or when the gate thread sees its primary context active (so that
+  // peers see a guaranteed process with no policy, which never takes the gated path,
+  // without a table entry for every GPU of the node).
+  int count = 0;
+  if (gate.api.device_get_count(&count) == CUDA_SUCCESS) {
+    for (int i = 0; i < count && i < kMaxContexts; ++i) {
+      if (gate.api.device_get(&gate.visible[gate.visible_count], i) == CUDA_SUCCESS) ++gate.visible_count;
+    }
+  }
+  // The gate thread must not receive the application's signals.
+  const int rc = StartQuietThread(GateThread, nullptr);
+  if (rc != 0) {
+    LogLine("compute: cannot start the gate thread (%s); compute is not limited", strerror(rc));
+    return;
+  }
+  atexit(ReleaseEntries);
+  g_init_ok = true;
+  g_gate_mode.store(static_cast<int>(WantedMode()), kRlx);
+}
+
+}  // namespace
+
+Device* AddDevice(const uint8_t uuid[16], CUdevice dev, CUcontext ctx) {
+  const int n = g_gate->device_count.load(std::memory_order_acquire);
+  if (n == kMaxContexts) return nullptr;
+  Device& d = g_gate->devices[n];
+  memcpy(d.uuid, uuid, 16);
+  int mps = 0;
+  d.spatial = g_gate->api.device_get_attribute(&mps, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, dev) == CUDA_SUCCESS && mps != 0;
+  // The slice's policy on this GPU where the ledger has it already, else the process's own.
+  d.policy.store(PackPolicy(g_gate->env), kRlx);
+  if (g_gate->window != nullptr) FollowSlicePolicy(d);
+  if (d.spatial && PolicyOf(d).cls == ComputeClass::kOpportunistic) {
+    LogLine("compute: the GPU is shared through MPS; opportunistic work runs beside guaranteed work at low priority");
+  }
+  d.ctx.store(ctx, std::memory_order_release);
+  const ComputePolicy p = PolicyOf(d);
+  if (g_gate->window != nullptr) {
+    d.entry = g_gate->window->ClaimEntry(d.uuid, static_cast<SliceClass>(p.cls),
+                                         p.share_permille | (p.share_set ? kComputeShareSet : 0u));
+  }
+  if (d.entry == nullptr) {
+    if (g_gate->window != nullptr) {
+      LogLine("compute: the ledger's compute table is full; this process's cap holds, but other slices do not see it");
+    }
+    d.entry = &d.local_entry;
+  }
+  ScanPeers(d);
+  g_gate->device_count.store(n + 1, std::memory_order_release);
+  return &d;
+}
+
+bool InitLaunchGate(void* (*resolve)(const char*), ComputeLogFn log, ComputeLogFn trace) {
+  if (log != nullptr) g_log = log;
+  if (trace != nullptr) g_trace = trace;
+  std::call_once(g_init_once, InitOnce, resolve);
+  return g_init_ok;
+}
+
+void ForgetContext(CUcontext ctx) {
+  if (ctx == nullptr) return;
+  g_context_epoch.fetch_add(1, std::memory_order_acq_rel);
+  if (g_gate == nullptr) return;
+  Device* gone[kMaxContexts];
+  int count = 0;
+  {
+    std::lock_guard<std::mutex> lock(g_gate->devices_mu);
+    const int n = g_gate->device_count.load(std::memory_order_acquire);
+    for (int i = 0; i < n; ++i) {
+      Device& d = g_gate->devices[i];
+      if (d.ctx.load(std::memory_order_acquire) != ctx) continue;
+      d.ctx.store(nullptr, std::memory_order_seq_cst);  // the next launch in a context binds it again
+      gone[count++] = &d;
+    }
+  }
+  if (count == 0) return;
+  // A pass that read the context before it was unbound may still be polling it (seq_cst
+  // like exit's handshake: the pass raises g_in_pass before it reads the binding).
+  const uint64_t pass = g_passes.load(std::memory_order_seq_cst);
+  for (int i = 0; i < kExitWaitSteps && g_in_pass.load(std::memory_order_seq_cst) &&
+                  g_passes.load(std::memory_order_seq_cst) == pass;
+       ++i) {
+    SleepNs(kExitWaitStepNs);
+  }
+  for (int k = 0; k < count; ++k) {
+    Device& d = *gone[k];
+    std::lock_guard<std::mutex> lock(d.meter.poll_mu);  // and out of any launching thread's poll
+    const int n = d.meter.stream_count.load(std::memory_order_acquire);
+    for (int i = 0; i < n; ++i) d.meter.streams[i].load(std::memory_order_acquire)->Forget();
+    d.meter.pool.Forget();
+  }
+}
+
+}  // namespace gslice::compute
