@@ -1,8 +1,12 @@
 #include "gslice/k8s/kubelet_plugin.h"
 
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <thread>
 
 namespace gslice::k8s {
@@ -18,15 +22,41 @@ bool PluginSocket::Serve(const std::string& path, grpc::Service* service, const 
                          std::string* error) {
   Shutdown();
   path_ = path;
-  unlink(path.c_str());
+  const std::string cannot = "cannot serve " + what + " on " + path + ": ";
+  // gRPC binds with the process's umask: bind where no one else can reach the socket, set its
+  // mode, then rename it over path (which also replaces a stale socket in one step).
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
+  constexpr const char kPrivate[] = "/.gs-XXXXXX", kBound[] = "/s";
+  constexpr size_t kMaxDir = sizeof(sockaddr_un::sun_path) - sizeof kPrivate - sizeof kBound + 1;
+  if (dir.size() > kMaxDir) {
+    *error = cannot + "its folder's path is too long to bind a unix socket in (at most " + std::to_string(kMaxDir) +
+             " characters)";
+    return false;
+  }
+  std::string private_dir = dir + kPrivate;
+  if (mkdtemp(private_dir.data()) == nullptr) {
+    *error = cannot + "cannot make a private folder beside it: " + std::strerror(errno);
+    return false;
+  }
+  const std::string bound = private_dir + kBound;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort("unix://" + path, grpc::InsecureServerCredentials());
+  builder.AddListeningPort("unix://" + bound, grpc::InsecureServerCredentials());
   builder.RegisterService(service);
   server_ = builder.BuildAndStart();
   if (!server_) {
-    *error = "cannot serve " + what + " on " + path;
+    rmdir(private_dir.c_str());
+    *error = cannot + "gRPC could not listen there";
     return false;
   }
+  if (chmod(bound.c_str(), kPluginSocketMode) != 0 || rename(bound.c_str(), path.c_str()) != 0) {
+    *error = cannot + std::strerror(errno);
+    Shutdown();
+    unlink(bound.c_str());
+    rmdir(private_dir.c_str());
+    return false;
+  }
+  rmdir(private_dir.c_str());
   id_ = FileIdentity(path);
   return true;
 }

@@ -281,6 +281,37 @@ TEST_F(DevicePluginTest, FullSequenceHealthFlipAndKubeletRestart) {
   runner.Stop();
 }
 
+// Whoever may connect to the plugin's socket may set up devices for any pod: it is kubelet's
+// (root's) alone, mode 0600, whatever the umask, when first served and when served again.
+TEST_F(DevicePluginTest, TheSocketIsRootsAloneUnderAnyUmask) {
+  FakeKubelet kubelet(config_.plugin_dir);
+  auto source = MakeFileGpuSource((root_ / "gpus.json").string());
+  DevicePluginRunner runner(config_, source.get(), &kube_);
+  const mode_t old = umask(0);
+  std::string err;
+  const bool started = runner.Start(&err);
+  const fs::path socket = fs::path(config_.plugin_dir) / "gslice.sock";
+  struct stat first {};
+  const int first_stat = stat(socket.c_str(), &first);
+  fs::remove(socket);  // what a kubelet restart does
+  runner.RunOnce();    // serves again
+  struct stat again {};
+  const int again_stat = stat(socket.c_str(), &again);
+  umask(old);
+  ASSERT_TRUE(started) << err;
+  ASSERT_EQ(first_stat, 0);
+  EXPECT_TRUE(S_ISSOCK(first.st_mode));
+  EXPECT_EQ(first.st_mode & 07777, 0600u);
+  ASSERT_EQ(again_stat, 0);
+  EXPECT_EQ(again.st_mode & 07777, 0600u);
+  EXPECT_TRUE(kubelet.WaitForRegistrations(1, 10s));
+  // Nothing else is left in kubelet's folder (the socket is bound in a private folder first).
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(config_.plugin_dir)) names.insert(e.path().filename().string());
+  EXPECT_EQ(names, (std::set<std::string>{"gslice.sock", "kubelet.sock"}));
+  runner.Stop();
+}
+
 TEST_F(DevicePluginTest, MultiContainerPodsAllocateInSpecOrder) {
   json pod = testing::MakePod("team", "two", "u-two", 1, 2048, 10);
   json second = pod["spec"]["containers"][0];
@@ -519,6 +550,14 @@ TEST_F(DevicePluginTest, BinaryRegistersAndStopsOnSigterm) {
   bool registered = kubelet.WaitForRegistrations(1, 20s);
   EXPECT_TRUE(registered);
   EXPECT_TRUE(fs::exists(config_.ledger_host_path));
+  // It maps usage files that pods' users own and may shrink: under the shrink guard, whose
+  // SIGBUS handler is installed (SigCgt).
+  std::ifstream status_file("/proc/" + std::to_string(pid) + "/status");
+  unsigned long long caught = 0;
+  for (std::string line; std::getline(status_file, line);) {
+    if (line.rfind("SigCgt:", 0) == 0) caught = std::stoull(line.substr(7), nullptr, 16);
+  }
+  EXPECT_NE(caught & (1ull << (SIGBUS - 1)), 0u) << "the device plugin does not catch SIGBUS";
   EXPECT_TRUE(fs::is_regular_file(config_.board_host_path + "/service"));  // the board: a directory
   for (int i = 0; i < 250 && !api_.Node("node-a")["metadata"]["annotations"].contains("gslice.io/gpus"); ++i)
     std::this_thread::sleep_for(20ms);

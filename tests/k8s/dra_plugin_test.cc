@@ -3,6 +3,7 @@
 // the test): registration, the published devices, prepare and unprepare, bad parameters, and
 // a restart of the plugin that keeps its prepared claims.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -165,6 +166,24 @@ TEST_F(DraPluginTest, RegistersWithKubeletAsADraPluginServingV1) {
   // Stopped: the registration socket is gone, so kubelet forgets the plugin.
   runner_->Stop();
   EXPECT_FALSE(fs::exists(dir_ / "registry" / "gslice.io-reg.sock"));
+}
+
+// Whoever may connect to the plugin's sockets may prepare devices for any claim: they are
+// kubelet's (root's) alone, mode 0600, whatever the umask.
+TEST_F(DraPluginTest, TheSocketsAreRootsAloneUnderAnyUmask) {
+  const mode_t old = umask(0);
+  Restart();
+  umask(old);
+  for (const fs::path& socket : {dir_ / "plugin" / "dra.sock", dir_ / "registry" / "gslice.io-reg.sock"}) {
+    struct stat st {};
+    ASSERT_EQ(stat(socket.c_str(), &st), 0) << socket;
+    EXPECT_TRUE(S_ISSOCK(st.st_mode)) << socket;
+    EXPECT_EQ(st.st_mode & 07777, 0600u) << socket;
+  }
+  // Nothing else is left in the registry folder kubelet watches.
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir_ / "registry")) names.push_back(e.path().filename().string());
+  EXPECT_EQ(names, std::vector<std::string>{"gslice.io-reg.sock"});
 }
 
 TEST_F(DraPluginTest, PublishesEachGpuWithConsumableMemoryAndCompute) {

@@ -3,6 +3,8 @@
 // clears its plugin folders when it restarts), and the poll loop each plugin runs.
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -17,6 +19,10 @@ namespace gslice::k8s {
 // reused inode) reads as new. Empty when it does not exist.
 std::string FileIdentity(const std::string& path);
 
+// The mode of a plugin's sockets: kubelet (root) is their only client, and whoever may
+// connect may prepare devices for any pod.
+inline constexpr mode_t kPluginSocketMode = 0600;
+
 // One gRPC service on a unix socket. REQUIRES: one thread at a time.
 class PluginSocket {
  public:
@@ -25,9 +31,11 @@ class PluginSocket {
   PluginSocket(const PluginSocket&) = delete;
   PluginSocket& operator=(const PluginSocket&) = delete;
 
-  // Serves `service` on the socket at path, removing whatever was there first. what: the
-  // service, for the error ("cannot serve <what> on <path>"). Shuts down what this served
-  // before. REQUIRES: service outlives the serving (until Shutdown).
+  // Serves `service` on a socket of mode kPluginSocketMode at path, whatever the umask, and
+  // replaces whatever was there. The socket never exists at path with another mode: it is
+  // bound in a fresh folder of mode 0700 beside path, given its mode there and renamed into
+  // place. what: the service, for the error ("cannot serve <what> on <path>: ..."). Shuts
+  // down what this served before. REQUIRES: service outlives the serving (until Shutdown).
   bool Serve(const std::string& path, grpc::Service* service, const std::string& what, std::string* error);
   // Whether the socket at path is no longer the one served (or none is served).
   bool Gone() const { return FileIdentity(path_) != id_ || !server_; }
