@@ -15,44 +15,18 @@
 namespace gslice {
 namespace {
 
+// A part being merged: its header, its clock when it has one, where its lines start.
 struct Part {
-  int64_t pid = 0;
-  int64_t started_mono = 0;
-  int64_t started_unix = 0;
-  int64_t dropped = 0;
-  std::string slice;  // JSON string
-  std::string note;   // JSON string
+  TracePartHeader head;
   bool ok = false;
-  bool aligned = false;     // a clock line: the part's times are another host's
-  int64_t offset = 0;       // added to the part's times to put them on the file's clock
-  int64_t uncertainty = 0;  // +- ns of that offset
-  int64_t reference = 0;    // the part's time at which offset holds
-  double drift_ppb = 0;     // and how much it grows per ns of the part's clock, in 1e-9
-  size_t body = 0;          // where the lines after the header (and clock line) start
-  // A time of this part on the file's clock.
-  int64_t Convert(int64_t t) const {
-    return t + offset + static_cast<int64_t>(static_cast<double>(t - reference) * drift_ppb / 1e9);
-  }
+  bool aligned = false;  // a clock line: the part's times are another host's
+  TracePartClock clock;
+  size_t body = 0;  // where the lines after the header (and clock line) start
+  int64_t Convert(int64_t t) const { return aligned ? clock.Convert(t) : t; }
 };
 
-// The optional clock line after the header: "C <offset_ns> <uncertainty_ns> [<reference_ns>
-// <drift_ppb>]".
-bool ParseClock(const std::string& line, Part* p) {
-  long long offset, uncertainty, reference = 0;
-  double drift = 0;
-  char extra;
-  const int n = sscanf(line.c_str(), "C %lld %lld %lld %lf %c", &offset, &uncertainty, &reference, &drift, &extra);
-  if ((n != 2 && n != 4) || uncertainty < 0 || !(drift > -1e8 && drift < 1e8)) return false;
-  p->aligned = true;
-  p->offset = offset;
-  p->uncertainty = uncertainty;
-  p->reference = reference;
-  p->drift_ppb = drift;
-  return true;
-}
-
-// Parses a JSON string literal at s[*i] (used for the header's two strings); advances *i.
-bool ReadJsonString(const std::string& s, size_t* i, std::string* out) {
+// Parses a JSON string literal at s[*i], after spaces; advances *i past it.
+bool ReadJsonString(std::string_view s, size_t* i, std::string* out) {
   while (*i < s.size() && s[*i] == ' ') ++*i;
   if (*i >= s.size() || s[*i] != '"') return false;
   const size_t start = *i;
@@ -62,26 +36,12 @@ bool ReadJsonString(const std::string& s, size_t* i, std::string* out) {
       continue;
     }
     if (s[j] == '"') {
-      *out = s.substr(start, j + 1 - start);
+      out->assign(s.substr(start, j + 1 - start));
       *i = j + 1;
       return true;
     }
   }
   return false;
-}
-
-bool ParseHeader(const std::string& line, Part* p) {
-  long long pid, mono, unix_ns, dropped;
-  int n = 0;
-  if (sscanf(line.c_str(), "P %lld %lld %lld %lld%n", &pid, &mono, &unix_ns, &dropped, &n) != 4) return false;
-  size_t i = static_cast<size_t>(n);
-  if (!ReadJsonString(line, &i, &p->slice) || !ReadJsonString(line, &i, &p->note)) return false;
-  p->pid = pid;
-  p->started_mono = mono;
-  p->started_unix = unix_ns;
-  p->dropped = dropped;
-  p->ok = true;
-  return true;
 }
 
 // Microseconds with nanosecond precision, as JSON.
@@ -120,26 +80,56 @@ std::string TraceRequestFolder(const std::string& ledger_dir, int slice, uint32_
   return ledger_dir + "/trace-" + std::to_string(slice) + "-" + std::to_string(request);
 }
 
-std::string TraceJsonString(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out + "\"";
+std::string TraceJsonString(std::string_view s) {
+  std::string out;
+  out.reserve(s.size() + 2);
+  PutTraceJsonString(s, [&](const char* p, size_t n) { out.append(p, n); });
+  return out;
+}
+
+std::string TracePartHead(const TracePartHeader& h) {
+  return std::string(kTracePartMagic) + "\nP " + std::to_string(h.pid) + " " + std::to_string(h.started_mono_ns) + " " +
+         std::to_string(h.started_unix_ns) + " " + std::to_string(h.dropped) + " " + h.slice_json + " " + h.note_json +
+         "\n";
+}
+
+std::string TracePartClockLine(const TracePartClock& c) {
+  char line[128];
+  snprintf(line, sizeof line, "C %lld %lld %lld %.3f\n", static_cast<long long>(c.offset_ns),
+           static_cast<long long>(c.uncertainty_ns), static_cast<long long>(c.reference_ns), c.drift_ppb);
+  return line;
+}
+
+bool ParseTracePartHead(std::string_view text, TracePartHeader* h, size_t* body) {
+  const size_t magic = strlen(kTracePartMagic);
+  if (text.size() <= magic || text.compare(0, magic, kTracePartMagic) != 0 || text[magic] != '\n') return false;
+  const size_t nl = text.find('\n', magic + 1);
+  if (nl == std::string_view::npos) return false;
+  const std::string line(text.substr(magic + 1, nl - magic - 1));
+  long long pid, mono, unix_ns, dropped;
+  int n = 0;
+  if (sscanf(line.c_str(), "P %lld %lld %lld %lld%n", &pid, &mono, &unix_ns, &dropped, &n) != 4) return false;
+  size_t i = static_cast<size_t>(n);
+  TracePartHeader out;
+  if (!ReadJsonString(line, &i, &out.slice_json) || !ReadJsonString(line, &i, &out.note_json)) return false;
+  out.pid = pid;
+  out.started_mono_ns = mono;
+  out.started_unix_ns = unix_ns;
+  out.dropped = dropped;
+  *h = std::move(out);
+  *body = nl + 1;
+  return true;
+}
+
+bool ParseTracePartClockLine(std::string_view line, TracePartClock* c) {
+  const std::string text(line);
+  long long offset, uncertainty, reference = 0;
+  double drift = 0;
+  char extra;
+  const int n = sscanf(text.c_str(), "C %lld %lld %lld %lf %c", &offset, &uncertainty, &reference, &drift, &extra);
+  if ((n != 2 && n != 4) || uncertainty < 0 || !(drift > -1e8 && drift < 1e8)) return false;
+  *c = TracePartClock{.offset_ns = offset, .uncertainty_ns = uncertainty, .reference_ns = reference, .drift_ppb = drift};
+  return true;
 }
 
 std::string MergeTraceParts(const std::vector<std::string>& parts, const std::string& slice,
@@ -151,42 +141,40 @@ std::string MergeTraceParts(const std::vector<std::string>& parts, const std::st
   std::string notes;
   for (size_t k = 0; k < parts.size(); ++k) {
     const std::string& text = parts[k];
-    if (text.compare(0, strlen(kTracePartMagic), kTracePartMagic) != 0) continue;
-    const size_t nl = text.find('\n');
-    if (nl == std::string::npos) continue;
-    const size_t nl2 = text.find('\n', nl + 1);
-    if (nl2 == std::string::npos || !ParseHeader(text.substr(nl + 1, nl2 - nl - 1), &heads[k])) continue;
     Part& p = heads[k];
-    p.body = nl2 + 1;
-    if (const size_t nl3 = text.find('\n', nl2 + 1);
-        nl3 != std::string::npos && text.compare(nl2 + 1, 2, "C ") == 0) {
-      if (!ParseClock(text.substr(nl2 + 1, nl3 - nl2 - 1), &p)) {
+    size_t body = 0;
+    if (!ParseTracePartHead(text, &p.head, &body)) continue;
+    p.ok = true;
+    p.body = body;
+    if (const size_t nl = text.find('\n', body); nl != std::string::npos && text.compare(body, 2, "C ") == 0) {
+      if (!ParseTracePartClockLine(std::string_view(text).substr(body, nl - body), &p.clock)) {
         p.ok = false;  // times on an unknown clock would mislead: the part is left out
         continue;
       }
-      p.body = nl3 + 1;
+      p.aligned = true;
+      p.body = nl + 1;
     }
     ++r.parts;
-    r.dropped += p.dropped;
-    const int64_t start = p.Convert(p.started_mono);
+    r.dropped += p.head.dropped;
+    const int64_t start = p.Convert(p.head.started_mono_ns);
     if (base_mono == 0 || start < base_mono) {
       base_mono = start;
-      base_unix = p.started_unix;
+      base_unix = p.head.started_unix_ns;
     }
     if (p.aligned) {
       r.aligned_parts++;
-      r.clock_uncertainty_ns = std::max(r.clock_uncertainty_ns, p.uncertainty);
+      r.clock_uncertainty_ns = std::max(r.clock_uncertainty_ns, p.clock.uncertainty_ns);
     }
-    if (slice_json.empty() || slice_json == "\"\"") slice_json = p.slice;
+    if (slice_json.empty() || slice_json == "\"\"") slice_json = p.head.slice_json;
     if (!notes.empty()) notes += ",";
-    notes += "{\"pid\":" + std::to_string(p.pid) + ",\"dropped_events\":" + std::to_string(p.dropped) +
-             ",\"gpu_activity\":" + p.note;
+    notes += "{\"pid\":" + std::to_string(p.head.pid) + ",\"dropped_events\":" + std::to_string(p.head.dropped) +
+             ",\"gpu_activity\":" + p.head.note_json;
     if (p.aligned) {
       char drift[64];
-      snprintf(drift, sizeof drift, "%.3f", p.drift_ppb);
-      notes += ",\"clock\":{\"offset_ns\":" + std::to_string(p.offset) +
-               ",\"uncertainty_ns\":" + std::to_string(p.uncertainty) +
-               ",\"reference_ns\":" + std::to_string(p.reference) + ",\"drift_ppb\":" + drift + "}";
+      snprintf(drift, sizeof drift, "%.3f", p.clock.drift_ppb);
+      notes += ",\"clock\":{\"offset_ns\":" + std::to_string(p.clock.offset_ns) +
+               ",\"uncertainty_ns\":" + std::to_string(p.clock.uncertainty_ns) +
+               ",\"reference_ns\":" + std::to_string(p.clock.reference_ns) + ",\"drift_ppb\":" + drift + "}";
     }
     notes += "}";
   }
@@ -227,7 +215,7 @@ std::string MergeTraceParts(const std::vector<std::string>& parts, const std::st
       const size_t rest_len = len - static_cast<size_t>(rest - line);
       if (!LooksLikeMembers(rest, rest_len)) continue;
       sep();
-      const int64_t at = part.aligned ? part.Convert(ts) : ts;
+      const int64_t at = part.Convert(ts);
       out += "{\"ts\":";
       AppendMicros(&out, at - base_mono);
       if (dur >= 0) {

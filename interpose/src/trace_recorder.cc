@@ -164,21 +164,9 @@ struct Out {
     va_end(ap);
     if (n > 0) Put(line, static_cast<size_t>(n) < sizeof line ? static_cast<size_t>(n) : sizeof line - 1);
   }
-  // A JSON string literal.
+  // A JSON string literal (the part format's escaping, gslice/trace_format.h).
   void Json(const char* s) {
-    Put("\"", 1);
-    for (; *s != '\0'; ++s) {
-      const unsigned char c = static_cast<unsigned char>(*s);
-      if (c == '"' || c == '\\') {
-        const char esc[2] = {'\\', static_cast<char>(c)};
-        Put(esc, 2);
-      } else if (c < 0x20) {
-        Printf("\\u%04x", c);
-      } else {
-        Put(reinterpret_cast<const char*>(&c), 1);
-      }
-    }
-    Put("\"", 1);
+    PutTraceJsonString(s, [this](const char* p, size_t n) { Put(p, n); });
   }
 };
 
@@ -307,19 +295,18 @@ bool WritePart(const char* folder) {
   char pname[160];
   snprintf(pname, sizeof pname, "%s (slice %s)", comm, slice);
 
-  o.Put(kTracePartMagic);
-  o.Put("\n");
   // Records still being written (or overwritten) now are left out and counted as dropped.
   uint64_t torn = 0;
   for (uint64_t i = first; i < next; ++i) {
     if (g_ring[i & g_mask].seq.load(std::memory_order_acquire) != i + 1) ++torn;
   }
-  o.Printf("P %d %lld %lld %llu ", pid, static_cast<long long>(g_started_mono), static_cast<long long>(g_started_unix),
-           static_cast<unsigned long long>(dropped + torn));
-  o.Json(slice);
-  o.Put(" ");
-  o.Put(g_cupti_note);
-  o.Put("\n");
+  o.Put(TracePartHead(TracePartHeader{.pid = pid,
+                                      .started_mono_ns = g_started_mono,
+                                      .started_unix_ns = g_started_unix,
+                                      .dropped = static_cast<int64_t>(dropped + torn),
+                                      .slice_json = TraceJsonString(slice),
+                                      .note_json = g_cupti_note})
+            .c_str());
   o.Printf("M {\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%d,\"args\":{\"name\":", pid);
   o.Json(pname);
   o.Put("}}\n");

@@ -23,6 +23,7 @@
 #include "calls.h"
 #include "connection.h"
 #include "gslice/options.h"
+#include "gslice/trace_format.h"
 #include "log.h"
 #include "trace_recorder.h"
 #include "wire.h"
@@ -137,22 +138,7 @@ const char* ModeName(uint8_t mode) {
 
 const char* CallName(uint32_t op) { return op < kOpCount ? kOpNames[op] : "?"; }
 
-std::string Json(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20) {
-      char buf[8];
-      snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
-}
+std::string Json(const std::string& s) { return TraceJsonString(s); }
 
 std::string Micros(int64_t ns) {
   char buf[48];
@@ -226,39 +212,6 @@ ClockLine LineThrough(const ClockPoint& first, const ClockPoint& last) {
                    .reference = first.at,
                    .drift_ppb = static_cast<double>(last.offset - first.offset) * 1e9 /
                                 static_cast<double>(last.at - first.at)};
-}
-
-// The part's header fields (gslice/trace_format.h: P).
-struct PartHeader {
-  long long pid = 0, mono = 0, unix_ns = 0, dropped = 0;
-  std::string rest;  // the slice and the note, as JSON strings
-  size_t body = 0;   // where the lines after the header start
-  bool ok = false;
-};
-
-PartHeader ParseHeader(const std::string& part) {
-  PartHeader h;
-  const size_t nl = part.find('\n');
-  if (nl == std::string::npos || part.compare(0, nl, "gslice-trace-part 1") != 0) return h;
-  const size_t nl2 = part.find('\n', nl + 1);
-  if (nl2 == std::string::npos) return h;
-  const std::string line = part.substr(nl + 1, nl2 - nl - 1);
-  int n = 0;
-  if (sscanf(line.c_str(), "P %lld %lld %lld %lld %n", &h.pid, &h.mono, &h.unix_ns, &h.dropped, &n) != 4) return h;
-  h.rest = line.substr(static_cast<size_t>(n));
-  h.body = nl2 + 1;
-  h.ok = !h.rest.empty() && h.rest[0] == '"';
-  return h;
-}
-
-// The slice name, the first JSON string of the header's rest ("" when it has none).
-std::string SliceOf(const PartHeader& h) {
-  if (!h.ok) return "\"\"";
-  for (size_t j = 1; j < h.rest.size(); ++j) {
-    if (h.rest[j] == '\\') ++j;
-    else if (h.rest[j] == '"') return h.rest.substr(0, j + 1);
-  }
-  return "\"\"";
 }
 
 // Writes text to <folder>/<name> whole (a temporary file, then rename), in a folder this user
@@ -358,8 +311,10 @@ void WriteTrace() {
   } else if (failed != CUDA_ERROR_NOT_INITIALIZED) {
     why_no_worker = "the worker answered no clock exchange (its connection failed or it records nothing)";
   }
-  PartHeader worker = ParseHeader(worker_part);
-  if (!worker_part.empty() && !worker.ok) {
+  TracePartHeader worker;
+  size_t worker_body = 0;
+  const bool worker_ok = ParseTracePartHead(worker_part, &worker, &worker_body);
+  if (!worker_part.empty() && !worker_ok) {
     Log(LogLevel::kWarn, "trace: the worker's timeline part is malformed; only the client's side is written");
     worker_part.clear();
     served.clear();
@@ -376,14 +331,16 @@ void WriteTrace() {
   auto flow_id = [&](uint32_t seq) { return std::to_string((static_cast<uint64_t>(pid) << 32) | seq); };
 
   // The client's part.
-  const std::string slice = SliceOf(worker);
-  std::string out = "gslice-trace-part 1\n";
-  out += "P " + std::to_string(pid) + " " + std::to_string(g_started_mono) + " " + std::to_string(g_started_unix) +
-         " " + std::to_string(dropped) + " " + slice + " " +
-         Json(worker.ok ? "none: a remote client; its GPU work is the worker's (pid " + std::to_string(worker.pid) + ")"
-                        : "none: a remote client; " + why_no_worker) +
-         "\n";
-  std::string worker_name = worker.ok ? "worker pid " + std::to_string(worker.pid) : "no worker";
+  std::string out = TracePartHead(TracePartHeader{
+      .pid = pid,
+      .started_mono_ns = g_started_mono,
+      .started_unix_ns = g_started_unix,
+      .dropped = static_cast<int64_t>(dropped),
+      .slice_json = worker_ok ? worker.slice_json : "\"\"",
+      .note_json = Json(worker_ok ? "none: a remote client; its GPU work is the worker's (pid " +
+                                        std::to_string(worker.pid) + ")"
+                                  : "none: a remote client; " + why_no_worker)});
+  std::string worker_name = worker_ok ? "worker pid " + std::to_string(worker.pid) : "no worker";
   out += "M {\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + std::to_string(pid) +
          ",\"args\":{\"name\":" + Json(Comm() + " (remote client, " + worker_name + ")") + "}}\n";
   std::vector<uint32_t> tids;
@@ -424,16 +381,13 @@ void WriteTrace() {
   bool ok = WriteFileInFolder(g_folder, std::to_string(pid) + ".part", out);
 
   // The worker's part: its clock line, then the requests it served (linked to the calls).
-  if (worker.ok) {
-    std::string w = "gslice-trace-part 1\n";
-    w += "P " + std::to_string(worker.pid) + " " + std::to_string(worker.mono) + " " +
-         std::to_string(worker.unix_ns) + " " + std::to_string(worker.dropped + static_cast<long long>(served_dropped)) +
-         " " + worker.rest + "\n";
-    char line[128];
-    snprintf(line, sizeof line, "C %lld %lld %lld %.3f\n", static_cast<long long>(clock.offset),
-             static_cast<long long>(clock.uncertainty), static_cast<long long>(clock.reference), clock.drift_ppb);
-    w += line;
-    w.append(worker_part, worker.body, std::string::npos);
+  if (worker_ok) {
+    TracePartHeader worker_head = worker;
+    worker_head.dropped += static_cast<int64_t>(served_dropped);
+    std::string w = TracePartHead(worker_head);
+    w += TracePartClockLine(TracePartClock{.offset_ns = clock.offset, .uncertainty_ns = clock.uncertainty,
+                                           .reference_ns = clock.reference, .drift_ppb = clock.drift_ppb});
+    w.append(worker_part, worker_body, std::string::npos);
     std::vector<std::pair<uint32_t, uint32_t>> lanes;  // (tid, lane) named once each
     std::vector<const Record*> by_seq(served.size(), nullptr);
     for (const Record& c : calls) {
@@ -463,7 +417,7 @@ void WriteTrace() {
       "trace: wrote the client's timeline (%zu events) and %s into %s; clock offset %lld ns +- %lld ns, "
       "drift %.1f ppb",
       calls.size(),
-      worker.ok ? ("the worker's (" + std::to_string(served.size()) + " served requests)").c_str()
+      worker_ok ? ("the worker's (" + std::to_string(served.size()) + " served requests)").c_str()
                 : why_no_worker.c_str(),
       g_folder, static_cast<long long>(clock.offset), static_cast<long long>(clock.uncertainty), clock.drift_ppb);
 }

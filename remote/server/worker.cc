@@ -194,9 +194,13 @@ std::string EmptyPart() {
   clock_gettime(CLOCK_REALTIME, &wall);
   const std::string slice = OptionValue(Option::Slice);
   const std::string pid = std::to_string(getpid());
-  return "gslice-trace-part 1\nP " + pid + " " + std::to_string(TraceNow()) + " " +
-         std::to_string(static_cast<int64_t>(wall.tv_sec) * 1'000'000'000 + wall.tv_nsec) + " 0 " +
-         TraceJsonString(slice) + " \"none: the worker's driver calls were not recorded\"\n" +
+  return TracePartHead(TracePartHeader{
+             .pid = getpid(),
+             .started_mono_ns = TraceNow(),
+             .started_unix_ns = static_cast<int64_t>(wall.tv_sec) * 1'000'000'000 + wall.tv_nsec,
+             .dropped = 0,
+             .slice_json = TraceJsonString(slice),
+             .note_json = TraceJsonString("none: the worker's driver calls were not recorded")}) +
          "M {\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + pid +
          ",\"args\":{\"name\":" + TraceJsonString("gslice-remoted (slice " + slice + ")") + "}}\n";
 }

@@ -92,6 +92,40 @@ TEST(TraceMerge, NoPartsMakeAnEmptyTraceThatStillParses) {
 
 TEST(TraceMerge, NamesAreEscaped) {
   EXPECT_EQ(TraceJsonString("a\"b\\c\n\x01"), "\"a\\\"b\\\\c\\n\\u0001\"");
+  // The streaming writer the shim uses writes the same bytes.
+  std::string streamed;
+  PutTraceJsonString("x\ty\x1f\xff", [&](const char* p, size_t n) { streamed.append(p, n); });
+  EXPECT_EQ(streamed, TraceJsonString("x\ty\x1f\xff"));
+  EXPECT_EQ(streamed, "\"x\\ty\\u001f\xff\"");
+}
+
+// What the writers write, the reader reads back.
+TEST(TracePart, HeaderAndClockLineRoundTrip) {
+  const TracePartHeader head{.pid = 42, .started_mono_ns = 5, .started_unix_ns = 6, .dropped = 7,
+                             .slice_json = TraceJsonString("tr \"a\""), .note_json = TraceJsonString("cupti")};
+  const std::string text = TracePartHead(head) + TracePartClockLine({.offset_ns = -3, .uncertainty_ns = 2,
+                                                                      .reference_ns = 9, .drift_ppb = 1.5}) +
+                           "E 1 2 \"ph\":\"X\"\n";
+  TracePartHeader back;
+  size_t body = 0;
+  ASSERT_TRUE(ParseTracePartHead(text, &back, &body));
+  EXPECT_EQ(back.pid, 42);
+  EXPECT_EQ(back.started_mono_ns, 5);
+  EXPECT_EQ(back.started_unix_ns, 6);
+  EXPECT_EQ(back.dropped, 7);
+  EXPECT_EQ(back.slice_json, head.slice_json);
+  EXPECT_EQ(back.note_json, "\"cupti\"");
+  const size_t nl = text.find('\n', body);
+  TracePartClock clock;
+  ASSERT_TRUE(ParseTracePartClockLine(std::string_view(text).substr(body, nl - body), &clock));
+  EXPECT_EQ(clock.offset_ns, -3);
+  EXPECT_EQ(clock.uncertainty_ns, 2);
+  EXPECT_EQ(clock.reference_ns, 9);
+  EXPECT_DOUBLE_EQ(clock.drift_ppb, 1.5);
+  // A header cut short or with a bare word for the slice is not a header.
+  EXPECT_FALSE(ParseTracePartHead(text.substr(0, body - 1), &back, &body));
+  EXPECT_FALSE(ParseTracePartHead(std::string(kTracePartMagic) + "\nP 1 2 3 4 tr \"n\"\n", &back, &body));
+  EXPECT_FALSE(ParseTracePartClockLine("C 1", &clock));
 }
 
 }  // namespace

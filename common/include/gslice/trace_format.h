@@ -18,10 +18,16 @@
 // process's otherData clock; the largest as otherData.gslice.clock_uncertainty_ns). A part
 // whose clock line does not parse is left out. Lines that do not parse (a process killed while
 // writing) are skipped; a merge never fails on a part's content.
+//
+// This header is the format's one reader and one writer: whoever writes a part's header, clock
+// line or a JSON string in one (the shim's recorder, the remote client and worker) uses the
+// writer below, and whoever reads one (the merge, the remote client) the reader.
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace gslice {
@@ -30,6 +36,76 @@ inline constexpr const char* kTracePartMagic = "gslice-trace-part 1";
 inline constexpr int kTraceFormatVersion = 1;
 // GPU stream tracks: tid = kTraceStreamTidBase + the stream's per-process number.
 inline constexpr int64_t kTraceStreamTidBase = 1000000000;
+
+// ---- writing and reading a part's header ---------------------------------------------------
+
+// A part's P line.
+struct TracePartHeader {
+  int64_t pid = 0;
+  int64_t started_mono_ns = 0;
+  int64_t started_unix_ns = 0;
+  int64_t dropped = 0;             // events the process could not keep
+  std::string slice_json = "\"\"";  // the slice's name, as a JSON string literal
+  std::string note_json = "\"\"";   // what the process says of its GPU activity, likewise
+};
+
+// A part's optional clock line (C): the part's times are another host's; t on the part's
+// clock is Convert(t) on the file's.
+struct TracePartClock {
+  int64_t offset_ns = 0;       // added to the part's times
+  int64_t uncertainty_ns = 0;  // +- ns of that offset
+  int64_t reference_ns = 0;    // the part's time at which offset holds
+  double drift_ppb = 0;        // how much offset grows per ns of the part's clock, in 1e-9
+  int64_t Convert(int64_t t) const {
+    return t + offset_ns + static_cast<int64_t>(static_cast<double>(t - reference_ns) * drift_ppb / 1e9);
+  }
+};
+
+// The magic line and the P line, each ending in a newline.
+std::string TracePartHead(const TracePartHeader& header);
+// The C line, ending in a newline.
+std::string TracePartClockLine(const TracePartClock& clock);
+
+// Reads the magic line and the P line at the start of text. False when they are not there or
+// do not parse (the slice and the note must be JSON string literals); else *body is where
+// the next line starts.
+bool ParseTracePartHead(std::string_view text, TracePartHeader* header, size_t* body);
+// Reads a C line (without its newline). False when it does not parse.
+bool ParseTracePartClockLine(std::string_view line, TracePartClock* clock);
+
+// Calls put(const char*, size_t) with s as a JSON string literal (quotes included): `"` and
+// `\` escaped, newline, tab and return as \n \t \r, other control characters as \u00XX,
+// everything else (invalid UTF-8 too) as it is. No allocation: the shim's recorder streams it.
+template <typename Put>
+void PutTraceJsonString(std::string_view s, Put&& put) {
+  put("\"", 1);
+  size_t from = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c != '"' && c != '\\') continue;
+    if (i > from) put(s.data() + from, i - from);
+    from = i + 1;
+    char esc[8];
+    int n = 2;
+    esc[0] = '\\';
+    switch (c) {
+      case '"': esc[1] = '"'; break;
+      case '\\': esc[1] = '\\'; break;
+      case '\n': esc[1] = 'n'; break;
+      case '\t': esc[1] = 't'; break;
+      case '\r': esc[1] = 'r'; break;
+      default: n = snprintf(esc, sizeof esc, "\\u%04x", c);
+    }
+    put(esc, static_cast<size_t>(n));
+  }
+  if (s.size() > from) put(s.data() + from, s.size() - from);
+  put("\"", 1);
+}
+
+// JSON string literal of s (quotes included), as PutTraceJsonString writes it.
+std::string TraceJsonString(std::string_view s);
+
+// ---- merging parts -------------------------------------------------------------------------
 
 // The folder into which the processes of slice `slice` of the ledger at ledger_dir write their
 // parts for request `request` (Ledger::SetTraceRequest): made by the ledger's writer, owned by
@@ -60,7 +136,5 @@ inline constexpr int64_t kTraceMaxPartsBytes = int64_t{256} << 20;
 bool ReadTraceParts(const std::string& dir, std::vector<std::string>* parts, std::string* error,
                     int64_t owner = -1);
 
-// JSON string literal of s (quotes included), control characters escaped, invalid UTF-8 kept.
-std::string TraceJsonString(const std::string& s);
 
 }  // namespace gslice
