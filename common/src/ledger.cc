@@ -1195,6 +1195,7 @@ void ComputeWindow::ClearSlice(int slice) {
 
 void ComputeWindow::Refresh() {
   if (pages_ == nullptr || ledger_ == nullptr || ledger_->dir_fd() < 0) return;
+  std::lock_guard<std::mutex> lock(refresh_mu_);
   const LedgerLimits* l = ledger_->limits();
   for (int s = 0; s < kLedgerMaxSlices; ++s) {
     if (s == own_slice_) continue;
@@ -1228,6 +1229,7 @@ void ComputeWindow::Refresh() {
 
 void ComputeWindow::Sync(uint64_t slices) {
   if (pages_ == nullptr) return;
+  std::lock_guard<std::mutex> lock(refresh_mu_);
   for (int s = 0; slices != 0 && s < kLedgerMaxSlices; ++s, slices >>= 1) {
     if ((slices & 1) != 0 && s != own_slice_ && mapped_[s]) CopySlice(s);
   }

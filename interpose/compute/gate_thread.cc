@@ -168,7 +168,7 @@ void FollowSlicePolicy(Device& d) {
 // (kComputeTakesTurns), so that peers that do not are not waited for.
 void ScanPeers(Device& d) {
   if (g_gate->window == nullptr) return;
-  g_gate->window->Refresh();  // system calls only when a slice came, went or was recycled
+  g_gate->window->Refresh();  // adopts, clears and copies other slices' pages
   FollowSlicePolicy(d);
   ComputeWindow& w = *g_gate->window;
   const ComputePolicy mine = PolicyOf(d);
@@ -321,6 +321,20 @@ void RegisterActiveDevices() {
   }
 }
 
+// Other slices' compute pages are copies (ComputeWindow): besides the peer scan's full
+// refresh, the pages of the slices that hold a peer of ours are copied again every pass, so
+// that launching threads read their activity times (kActiveHoldNs ahead) fresh. One pread per
+// such slice.
+void SyncPeerPages(int devices) {
+  uint64_t slices = 0;
+  for (int i = 0; i < devices; ++i) {
+    const Device& d = g_gate->devices[i];
+    const int count = d.peers.count.load(std::memory_order_acquire);
+    for (int k = 0; k < count; ++k) slices |= uint64_t{1} << ComputeSliceOf(PeerIndex(d.peers.words[k].load(kRlx)));
+  }
+  if (slices != 0) g_gate->window->Sync(slices);
+}
+
 void* GateThread(void*) {
   int64_t last_scan = 0;
   CUcontext current = nullptr;
@@ -340,6 +354,7 @@ void* GateThread(void*) {
     if (scan) RegisterActiveDevices();
     const int n = g_gate->device_count.load(std::memory_order_acquire);
     const bool gating = g_gate_mode.load(kRlx) == static_cast<int>(GateMode::kGate);
+    if (gating && !scan && g_gate->window != nullptr) SyncPeerPages(n);
     for (int i = 0; i < n; ++i) {
       Device& d = g_gate->devices[i];
       if (scan) ScanPeers(d);

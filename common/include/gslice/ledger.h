@@ -41,6 +41,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 
 namespace gslice {
 
@@ -494,11 +495,11 @@ class ComputeWindow {
   // whose usage the ledger has mapped writable (-1: none). False: no window (out of memory).
   bool Init(Ledger* ledger, int own_slice);
   // Adopts slices that appeared or changed generation, clears those that went away, and
-  // copies every adopted slice's page again (one pread each). Call from one thread (the gate
-  // thread), every peer scan.
+  // copies every adopted slice's page again (one pread each): every peer scan. Refresh and
+  // Sync take the window's own lock (the gate thread and a thread adding a GPU may both call).
   void Refresh();
   // Copies the pages of the adopted slices in the mask (bit s: slice s) again: one pread
-  // each. From the thread that calls Refresh, as often as its readers need fresh entries.
+  // each, as often as the readers need fresh entries.
   void Sync(uint64_t slices);
   LedgerComputeEntry& entry(int index) const {
     return pages_[ComputeSliceOf(index)].compute[ComputeEntryOf(index)];
@@ -536,6 +537,7 @@ class ComputeWindow {
   Ledger* ledger_ = nullptr;
   LedgerUsageHead* pages_ = nullptr;
   LedgerUsageHead* staging_ = nullptr;  // one page: where a copy is read before it is stored
+  std::mutex refresh_mu_;               // Refresh and Sync: staging_, probe_, generation_, mapped_
   int own_slice_ = -1;
   int probe_[kLedgerMaxSlices];
   uint64_t generation_[kLedgerMaxSlices] = {};
