@@ -30,6 +30,7 @@ class NvmlInventory final : public GpuInventory {
     if (!ok) return Status::Unavailable("NVML (" + library + ") lacks " + missing_);
     Sym("nvmlDeviceGetUtilizationRates", get_utilization_);  // optional
     Sym("nvmlDeviceGetComputeRunningProcesses_v3", get_processes_);  // optional
+    Sym("nvmlDeviceGetComputeMode", get_compute_mode_);  // optional: unknown without it
     nvmlReturn_t rc = init_();
     if (rc != NVML_SUCCESS) {
       shutdown_ = nullptr;
@@ -67,6 +68,8 @@ class NvmlInventory final : public GpuInventory {
       if (get_utilization_ && get_utilization_(dev, &util) == NVML_SUCCESS) {
         g.utilization = util.gpu / 100.0;
       }
+      nvmlComputeMode_t mode{};
+      if (get_compute_mode_ && get_compute_mode_(dev, &mode) == NVML_SUCCESS) g.compute_mode = static_cast<int>(mode);
       out.push_back(std::move(g));
     }
     return out;
@@ -123,6 +126,7 @@ class NvmlInventory final : public GpuInventory {
   nvmlReturn_t (*get_memory_)(nvmlDevice_t, nvmlMemory_t*) = nullptr;
   nvmlReturn_t (*get_utilization_)(nvmlDevice_t, nvmlUtilization_t*) = nullptr;
   nvmlReturn_t (*get_processes_)(nvmlDevice_t, unsigned*, nvmlProcessInfo_t*) = nullptr;
+  nvmlReturn_t (*get_compute_mode_)(nvmlDevice_t, nvmlComputeMode_t*) = nullptr;
 };
 
 }  // namespace

@@ -21,6 +21,7 @@ struct GpuInfo {
   uint64_t memory_total = 0;  // bytes
   uint64_t memory_used = 0;   // bytes, whole device, every process
   double utilization = -1;    // 0..1, -1 when the driver does not say
+  int compute_mode = -1;      // NVML's nvmlComputeMode_t; -1 when the driver does not say
 };
 
 // SliceClass (guaranteed, opportunistic) is the node ledger's: one definition.

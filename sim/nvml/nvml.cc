@@ -215,6 +215,16 @@ GSLICE_NVML_EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char* nam
   return CopyString(node->device(static_cast<uint32_t>(index)).name, name, length);
 }
 
+// Simulated devices run any number of contexts, as a GPU in compute mode DEFAULT does.
+GSLICE_NVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeMode_t* mode) {
+  REQUIRE_NVML(node);
+  REQUIRE_HANDLE(node, device, index);
+  (void)index;
+  if (mode == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *mode = NVML_COMPUTEMODE_DEFAULT;
+  return NVML_SUCCESS;
+}
+
 GSLICE_NVML_EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid,
                                                   unsigned int length) {
   REQUIRE_NVML(node);

@@ -102,6 +102,14 @@ typedef struct nvmlUtilization_st {
   unsigned int memory;  // percent of the period device memory was read or written
 } nvmlUtilization_t;
 
+// Who may make a context on a device (nvmlDeviceGetComputeMode). gslice reads it, never sets it.
+typedef enum nvmlComputeMode_enum {
+  NVML_COMPUTEMODE_DEFAULT = 0,            // any number of contexts, from any process
+  NVML_COMPUTEMODE_EXCLUSIVE_THREAD = 1,   // deprecated
+  NVML_COMPUTEMODE_PROHIBITED = 2,         // no context at all
+  NVML_COMPUTEMODE_EXCLUSIVE_PROCESS = 3,  // one process's contexts (with MPS: the MPS server's)
+} nvmlComputeMode_t;
+
 typedef struct nvmlProcessInfo_v1_st {
   unsigned int pid;
   unsigned long long usedGpuMemory;
@@ -147,6 +155,7 @@ nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char* name, unsigned int len
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid, unsigned int length);
 nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int* index);
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory);
+nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeMode_t* mode);
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* memory);
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t* utilization);
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int* infoCount,

@@ -1,0 +1,91 @@
+// Which GPUs gsliced shares through NVIDIA MPS, for which uid, and why: the pure decision
+// (no process, file or clock) that mps_service.h carries out and the registry shows.
+//
+// Facts about MPS it is built on (NVIDIA's nvidia-cuda-mps-control(1)):
+//  - a control daemon serves the GPUs visible to it when it starts; the server it starts
+//    serves all of them, for one uid at a time;
+//  - a client whose uid differs from the running server's waits, inside CUDA's
+//    initialisation, until every client of that server has exited;
+//  - a program that cannot reach the control daemon runs as it would without MPS;
+//  - in compute mode DEFAULT a context outside MPS runs beside the MPS server, the GPU
+//    time-slicing between them; in EXCLUSIVE_PROCESS only the server may hold a context.
+//
+// So gsliced runs one control daemon per GPU (a user on GPU 1 never waits for one on GPU 0),
+// and on each GPU one uid at a time, its tenant, is given MPS: the tenant's slices there run
+// on MPS, every other slice there runs time-sliced beside it, and no program ever waits at
+// CUDA initialisation behind another tenant's work. The tenant is the uid of the GPU's
+// oldest slice that can use MPS; it stays while any of its slices there exists (deleted ones
+// whose processes still run included) or its server still has clients, and only then passes
+// on (Invariant: a GPU's tenant changes only when no client of the old one is left).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "model.h"
+
+namespace gslice {
+
+// gsliced's `mps` option.
+enum class MpsMode {
+  kOff,   // never run MPS
+  kAuto,  // run it where the control binary exists and the GPU's compute mode allows it
+  kOn,    // as auto, but a GPU that cannot use it is an error worth a log line at start
+};
+bool ParseMpsMode(std::string_view text, MpsMode* out);
+std::string_view ToString(MpsMode mode);
+
+// How one GPU's work is shared, and a short stable code of why (metrics' label).
+struct GpuSharing {
+  bool mps = false;        // a control daemon of gsliced serves this GPU now
+  std::string reason = {}; // "serving", "mps-off", "no-control", "compute-mode", "daemon-down"
+  std::string why = {};    // a sentence a person can act on
+  int64_t tenant_uid = -1; // the uid whose slices run on its MPS; -1: none yet
+  std::string tenant_why = {};  // why that uid (or why none)
+};
+
+// Whether gsliced runs MPS on a GPU at all, before any slice: the mode, whether the control
+// binary was found (`control` names it for messages), the GPU's compute mode (NVML's value,
+// -1 unknown) and its index (for messages). `daemon_up`/`daemon_problem`: the state of the
+// GPU's control daemon as mps_service.h last saw it (ignored when MPS cannot serve anyway).
+GpuSharing DecideGpuSharing(MpsMode mode, bool control_found, const std::string& control, int compute_mode,
+                            unsigned index, bool daemon_up, const std::string& daemon_problem);
+
+// A slice as the plan sees it on the GPUs it uses.
+struct MpsCandidate {
+  std::string slice;
+  int64_t uid = -1;              // the uid its programs run as (-1: not known)
+  std::vector<std::string> gpus; // UUIDs
+  int64_t created_at = 0;        // unix seconds: the oldest slice of a free GPU makes its tenant
+  bool deleted = false;          // deleted while its processes run on (holds, never takes)
+};
+
+// One GPU's state as the plan needs it.
+struct MpsGpuState {
+  std::string uuid;
+  unsigned index = 0;
+  GpuSharing sharing;        // DecideGpuSharing's answer (tenant fields ignored)
+  int64_t tenant_uid = -1;   // the tenant it has now (-1: none)
+  int64_t busy_uid = -1;     // uid of a server seen with clients (-1: none seen)
+};
+
+// A slice's sharing on one GPU.
+struct SliceSharing {
+  bool mps = false;
+  std::string why;
+};
+
+struct MpsPlan {
+  std::map<std::string, GpuSharing> gpus;                                  // by UUID
+  std::map<std::pair<std::string, std::string>, SliceSharing> slices;      // by (slice, UUID)
+};
+
+// The plan for `gpus` and the slices on them (see the top of this file). A GPU that does not
+// serve MPS has no tenant; slices on GPUs not in `gpus` are left out.
+MpsPlan PlanMps(const std::vector<MpsGpuState>& gpus, const std::vector<MpsCandidate>& slices);
+
+}  // namespace gslice
