@@ -392,15 +392,21 @@ std::string PrepareTrace(TraceRun* t) {
 // Merges the parts into the file (written whole, never through a link planted in its folder:
 // AtomicFile) and removes the parts' folder. Says what it wrote on stderr.
 void FinishTrace(const TraceRun& t, const std::string& slice) {
-  std::vector<std::string> parts;
   std::string error;
-  if (!ReadTraceParts(t.folder, &parts, &error)) {
-    fprintf(stderr, "gslice run: --trace: %s\n", error.c_str());
-    return;
-  }
+  AtomicFile file;
   TraceMergeResult r;
-  const std::string json = MergeTraceParts(parts, slice, &r);
-  if (!WriteFileAtomically(t.file, json, 0666, &error)) {
+  bool ok = file.Open(t.file, 0666, &error);
+  if (ok) {
+    ok = MergeTracePartsInFolder(
+        t.folder, slice, /*owner=*/-1, TraceMergeLimits{},
+        [&](std::string_view piece) {
+          if (file.Write(piece)) return true;
+          error = "cannot write " + t.file + ": " + strerror(errno);
+          return false;
+        },
+        &r, &error);
+  }
+  if (!ok || !file.Commit(&error)) {
     fprintf(stderr, "gslice run: --trace: %s (the parts stay in %s)\n", error.c_str(), t.folder.c_str());
     return;
   }
@@ -416,6 +422,15 @@ void FinishTrace(const TraceRun& t, const std::string& slice) {
           r.dropped > 0 ? (", " + std::to_string(r.dropped) + " dropped: the ring was full").c_str() : "");
   if (r.parts == 0) {
     fprintf(stderr, "gslice run: no process of the program used the GPU through the shim; the trace is empty\n");
+  }
+  if (r.read_cut || r.parts_left_out > 0 || r.long_lines > 0) {
+    fprintf(stderr,
+            "gslice run: --trace: left out %d part(s) past the first %d or not regular files, %lld line(s) over %lld "
+            "bytes%s\n",
+            r.parts_left_out, kTraceMaxParts, static_cast<long long>(r.long_lines),
+            static_cast<long long>(kTraceMaxLineBytes),
+            r.read_cut ? (" and all past the first " + std::to_string(kTraceMaxPartsBytes >> 20) + " MiB of parts").c_str()
+                       : "");
   }
 }
 

@@ -43,9 +43,10 @@ Result<std::string> ReadTraceFile(const std::string& path, uint64_t max_bytes) {
     return Status::Internal(too_large);
   }
   // The file is replaced by rename, never written in place, but read no more than the bound
-  // whatever its size says.
+  // whatever its size says. One byte more than its size: the end is seen without growing (and
+  // so copying) the buffer.
   std::string out;
-  out.resize(static_cast<size_t>(st.st_size));
+  out.resize(static_cast<size_t>(st.st_size) + 1);
   size_t have = 0;
   for (;;) {
     if (have == out.size()) {

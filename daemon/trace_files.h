@@ -1,8 +1,8 @@
 // Where gsliced keeps each slice's latest trace (docs/trace.md) and how it reads one back.
 //
 // A slice's trace is `<state dir>/traces/<slice name>.json`, the state dir being the folder of
-// gsliced's `database`. The file is written whole (a temp file renamed over it), so a reader
-// sees the previous trace or the new one, never part of one. Slice names are validated names
+// gsliced's `database`. The file is written whole (AtomicFile), so a reader sees the previous
+// trace or the new one, never part of one. Slice names are validated names
 // (model.h: ValidateName), so a path built from one never leaves the traces folder.
 #pragma once
 
@@ -14,7 +14,8 @@
 
 namespace gslice {
 
-// The largest trace gsliced serves: a trace is read whole into memory to be answered.
+// The largest trace gsliced serves, and so keeps: a trace is read whole into memory to be
+// answered, and a recording's merge leaves out the events past it.
 inline constexpr uint64_t kMaxServedTraceBytes = 64ull << 20;
 
 // `<folder of config.database>/traces`.

@@ -22,6 +22,7 @@
 #include "daemon_test_support.h"
 #include "sim_gsliced_fixture.h"
 #include "gslice/ledger.h"
+#include "gslice/trace_format.h"
 
 namespace gslice {
 namespace {
@@ -122,6 +123,67 @@ TEST_F(TraceRequest, ACallWaitingWhileSuspendedShowsInTheTimeline) {
   }
   EXPECT_GE(waited, 400000) << "the call waited about 600 ms for the resume";
   EXPECT_EQ(call.rfind("cu", 0), 0u) << call;
+}
+
+int64_t PeakRssKiB(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::strtoll(line.c_str() + 6, nullptr, 10);
+  }
+  return -1;
+}
+
+// The slice's processes write their parts themselves: a hostile one writes a part of a GiB
+// (sparse: a header, one event, then zeros without a newline). gsliced streams it, reads no
+// more than its bound of the parts, holds none of it whole, says so in its log and still
+// answers with a trace that has the part's event.
+TEST_F(TraceRequest, AHugePartIsStreamedWithinTheReadBoundNotHeld) {
+  Start();
+  std::string out, err;
+  ASSERT_EQ(Cli("create huge --gpus 0 --memory 1GiB", &out, &err), 0) << err;
+  const int64_t peak_before = PeakRssKiB(pid_);
+  ASSERT_GT(peak_before, 0);
+  const std::string file = dir_ + "/huge.json";
+  std::string trace_out, trace_err;
+  int rc = -1;
+  std::thread cli([&] { rc = Cli("trace huge --seconds 1 -o " + file, &trace_out, &trace_err); });
+  // The request's folder, from the slice's request word in the ledger.
+  Ledger ledger;
+  ASSERT_EQ(ledger.Open(ledger_.c_str(), 2000, /*create=*/false), LedgerError::kOk) << ledger.detail();
+  const int slice = ledger.FindSlice("huge");
+  ASSERT_GE(slice, 0);
+  uint32_t request = 0;
+  for (int i = 0; i < 400 && request == 0; ++i) {
+    request = ledger.TraceRequestWord(slice)->load();
+    if (request == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_NE(request, 0u);
+  const std::string part = TraceRequestFolder(ledger_, slice, request) + "/666666.part";
+  {
+    const int fd = open(part.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    ASSERT_GE(fd, 0) << part << ": " << strerror(errno);
+    const std::string head =
+        TracePartHead({.pid = 666666, .started_mono_ns = 1, .started_unix_ns = 2, .dropped = 0,
+                       .slice_json = "\"huge\"", .note_json = "\"hostile\""}) +
+        "E 10 5 \"ph\":\"X\",\"cat\":\"api\",\"name\":\"before the zeros\",\"pid\":666666,\"tid\":1\n";
+    ASSERT_EQ(write(fd, head.data(), head.size()), static_cast<ssize_t>(head.size()));
+    ASSERT_EQ(ftruncate(fd, int64_t{1} << 30), 0);
+    close(fd);
+  }
+  cli.join();
+  ASSERT_EQ(rc, 0) << trace_err;
+  const json t = json::parse(ReadAll(file), nullptr, false);
+  ASSERT_TRUE(t.is_object()) << ReadAll(file).substr(0, 2000);
+  bool seen = false;
+  for (const json& e : t["traceEvents"]) seen = seen || e.value("name", "") == "before the zeros";
+  EXPECT_TRUE(seen) << "the part's event before the zeros";
+  EXPECT_NE(ReadAll(dir_ + "/gsliced.log").find("trace of slice huge: its processes' parts went past gsliced's "
+                                                 "bounds: read only the first 256 MiB of the parts"),
+            std::string::npos)
+      << ReadAll(dir_ + "/gsliced.log");
+  // Holding what it read would take 256 MiB at least; streaming takes a buffer of a line.
+  const int64_t grew = PeakRssKiB(pid_) - peak_before;
+  EXPECT_LT(grew, 64 * 1024) << "gsliced's peak memory grew by " << grew << " KiB";
 }
 
 TEST_F(TraceRequest, OnlyTheOwnerOrAnAdminMayRecordAndBadRequestsSayWhy) {

@@ -1,8 +1,13 @@
 // The merge of per-process parts into one trace file (gslice/trace_format.h).
 #include "gslice/trace_format.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 namespace gslice {
@@ -126,6 +131,116 @@ TEST(TracePart, HeaderAndClockLineRoundTrip) {
   EXPECT_FALSE(ParseTracePartHead(text.substr(0, body - 1), &back, &body));
   EXPECT_FALSE(ParseTracePartHead(std::string(kTracePartMagic) + "\nP 1 2 3 4 tr \"n\"\n", &back, &body));
   EXPECT_FALSE(ParseTracePartClockLine("C 1", &clock));
+}
+
+std::string Event(int i) {
+  return "E " + std::to_string(1000 + i) + " 5 \"ph\":\"X\",\"cat\":\"api\",\"name\":\"call " + std::to_string(i) +
+         "\",\"pid\":7,\"tid\":7\n";
+}
+
+std::string Head(int pid) {
+  return TracePartHead({.pid = pid, .started_mono_ns = 1000, .started_unix_ns = 5, .dropped = 0,
+                        .slice_json = "\"s\"", .note_json = "\"n\""});
+}
+
+// A merge bounded in size leaves out the events that would pass the bound, says how many, and
+// is still a whole file.
+TEST(TraceMergeBounds, EventsPastTheOutputBoundAreLeftOutAndCounted) {
+  std::string part = Head(7);
+  for (int i = 0; i < 200; ++i) part += Event(i);
+  TraceMergeResult unbounded;
+  const std::string whole = MergeTraceParts({part}, "", &unbounded);
+  ASSERT_EQ(unbounded.events, 200);
+  EXPECT_EQ(unbounded.cut_events, 0);
+  EXPECT_EQ(json::parse(whole)["otherData"]["gslice"].count("cut_events"), 0u);
+
+  TraceMergeResult r;
+  const std::string cut = MergeTraceParts({part}, "", &r, {.max_output_bytes = 4096});
+  EXPECT_LE(cut.size(), 4096u);
+  EXPECT_EQ(r.output_bytes, static_cast<int64_t>(cut.size()));
+  EXPECT_GT(r.events, 0);
+  EXPECT_GT(r.cut_events, 0);
+  EXPECT_EQ(r.events + r.cut_events, 200);
+  const json t = json::parse(cut);
+  EXPECT_EQ(t["traceEvents"].size(), static_cast<size_t>(r.events));
+  EXPECT_EQ(t["traceEvents"].back()["name"], "call " + std::to_string(r.events - 1)) << "the first ones are kept";
+  EXPECT_EQ(t["otherData"]["gslice"]["cut_events"], r.cut_events);
+  EXPECT_EQ(t["otherData"]["gslice"]["max_bytes"], 4096);
+}
+
+// A line longer than the bound is skipped, whatever it holds; the lines around it stand.
+TEST(TraceMergeBounds, ALineLongerThanTheBoundIsSkipped) {
+  const std::string part = Head(7) + Event(1) + "E 1 2 \"name\":\"" + std::string(300, 'x') + "\"\n" + Event(2);
+  TraceMergeResult r;
+  const json t = json::parse(MergeTraceParts({part}, "", &r, {.max_line_bytes = 200}));
+  EXPECT_EQ(r.long_lines, 1);
+  ASSERT_EQ(t["traceEvents"].size(), 2u);
+  EXPECT_EQ(t["traceEvents"][1]["name"], "call 2");
+}
+
+// Parts in a folder (the slice owner's): only regular, single-linked files are read, streamed
+// within the read bound, and a part of any size is never read past it.
+class TraceFolder : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/gslice-trace-folder-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void Write(const std::string& name, const std::string& text) { std::ofstream(dir_ + "/" + name) << text; }
+  bool Merge(const TraceMergeLimits& limits, std::string* out, TraceMergeResult* r) {
+    std::string error;
+    const bool ok = MergeTracePartsInFolder(
+        dir_, "s", -1, limits,
+        [&](std::string_view piece) {
+          out->append(piece);
+          return true;
+        },
+        r, &error);
+    EXPECT_TRUE(ok) << error;
+    return ok;
+  }
+  std::string dir_;
+};
+
+TEST_F(TraceFolder, OnlyRegularSingleLinkedPartsAreRead) {
+  Write("1.part", Head(1) + Event(1));
+  ASSERT_EQ(symlink((dir_ + "/1.part").c_str(), (dir_ + "/2.part").c_str()), 0);
+  ASSERT_EQ(mkfifo((dir_ + "/3.part").c_str(), 0600), 0);  // would block a reader that opened it
+  Write("4.part", Head(4) + Event(4));
+  ASSERT_EQ(link((dir_ + "/4.part").c_str(), (dir_ + "/4-again").c_str()), 0);
+  Write("5.txt", Head(5) + Event(5));  // not a part
+  std::string out;
+  TraceMergeResult r;
+  ASSERT_TRUE(Merge({}, &out, &r));
+  EXPECT_EQ(r.parts, 1);
+  EXPECT_EQ(r.parts_left_out, 3);
+  const json t = json::parse(out);
+  ASSERT_EQ(t["traceEvents"].size(), 1u);
+  EXPECT_EQ(t["otherData"]["gslice"]["processes"][0]["pid"], 1);
+  // Past max_parts, the rest are left out.
+  std::filesystem::remove(dir_ + "/2.part");
+  std::filesystem::remove(dir_ + "/3.part");
+  std::filesystem::remove(dir_ + "/4-again");
+  out.clear();
+  ASSERT_TRUE(Merge({.max_parts = 1}, &out, &r));
+  EXPECT_EQ(r.parts, 1);
+  EXPECT_EQ(r.parts_left_out, 1);
+}
+
+TEST_F(TraceFolder, AHugePartIsReadOnlyUpToTheReadBound) {
+  // A header, an event, then a GiB of zeros without a newline (sparse: nothing on disk).
+  Write("9.part", Head(9) + Event(9));
+  ASSERT_EQ(truncate((dir_ + "/9.part").c_str(), int64_t{1} << 30), 0);
+  std::string out;
+  TraceMergeResult r;
+  ASSERT_TRUE(Merge({.max_read_bytes = 4 << 20}, &out, &r));
+  EXPECT_TRUE(r.read_cut);
+  EXPECT_LE(r.bytes_read, 4 << 20);
+  const json t = json::parse(out);
+  ASSERT_EQ(t["traceEvents"].size(), 1u);
+  EXPECT_EQ(t["traceEvents"][0]["name"], "call 9");
 }
 
 }  // namespace

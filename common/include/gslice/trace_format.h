@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -112,6 +113,21 @@ std::string TraceJsonString(std::string_view s);
 // the slice's owner, mode 0700.
 std::string TraceRequestFolder(const std::string& ledger_dir, int slice, uint32_t request);
 
+// What a merge reads and writes is bounded: parts are written by the slice's processes, which a
+// reader as privileged as gsliced does not trust. A merge streams each part a line at a time
+// and never holds a part or the merged file whole.
+inline constexpr int kTraceMaxParts = 1024;
+inline constexpr int64_t kTraceMaxPartsBytes = int64_t{256} << 20;
+// No writer makes a longer line (a name is at most 1 KiB before escaping).
+inline constexpr int64_t kTraceMaxLineBytes = int64_t{64} << 10;
+struct TraceMergeLimits {
+  int max_parts = kTraceMaxParts;                // more *.part files are left out
+  int64_t max_read_bytes = kTraceMaxPartsBytes;  // of all parts together; the rest is not read
+  int64_t max_line_bytes = kTraceMaxLineBytes;   // a longer line is skipped
+  int64_t max_output_bytes = 0;                  // > 0: events that would make the file longer
+                                                 // are left out (counted as cut_events)
+};
+
 struct TraceMergeResult {
   int parts = 0;            // parts that had a header
   int64_t events = 0;       // events written
@@ -119,22 +135,33 @@ struct TraceMergeResult {
   int64_t started_unix_ns = 0;
   int aligned_parts = 0;              // parts with a clock line
   int64_t clock_uncertainty_ns = 0;   // the largest of theirs
+  // Where the limits held something back (all 0 for parts within them):
+  int parts_left_out = 0;         // *.part files past max_parts, or not regular, single-linked
+                                  // files of the owner
+  int64_t bytes_read = 0;         // of the parts, headers included
+  bool read_cut = false;          // max_read_bytes was reached: the rest was not read
+  int64_t long_lines = 0;         // lines longer than max_line_bytes, skipped
+  int64_t cut_events = 0;         // events left out to keep the file within max_output_bytes
+  int64_t output_bytes = 0;       // the merged file's size
 };
 
-// Merges the parts (their contents) into one trace file (docs/trace.md): a Chrome trace event
-// JSON object whose otherData.gslice names the slice. slice: the name for otherData ("" takes
-// the first part's).
+// Merges parts into one trace file (docs/trace.md): a Chrome trace event JSON object whose
+// otherData.gslice names the slice. slice: the name for otherData ("" takes the first part's).
+// out receives the file in pieces, in order; when it returns false the merge stops (and
+// returns false). Events and metadata are written in the parts' order, each part's in its
+// lines' order.
+using TraceSink = std::function<bool(std::string_view)>;
+
+// Merges the parts in memory (tests, small inputs).
 std::string MergeTraceParts(const std::vector<std::string>& parts, const std::string& slice,
-                            TraceMergeResult* result = nullptr);
+                            TraceMergeResult* result = nullptr, const TraceMergeLimits& limits = {});
 
-// Reads every regular file named *.part in dir into parts: not through symlinks, single-linked,
-// owned by `owner` (when owner >= 0; a privileged reader of a user's folder takes only that
-// user's own files), at most kTraceMaxParts of them and kTraceMaxPartsBytes in all. Returns
-// false with error set when dir cannot be read.
-inline constexpr int kTraceMaxParts = 1024;
-inline constexpr int64_t kTraceMaxPartsBytes = int64_t{256} << 20;
-bool ReadTraceParts(const std::string& dir, std::vector<std::string>* parts, std::string* error,
-                    int64_t owner = -1);
-
+// Merges every *.part in folder dir: regular files, not through symbolic links,
+// single-linked, owned by `owner` (when owner >= 0: a privileged reader of a user's folder
+// takes only that user's own files), at most limits.max_parts of them. False when dir cannot
+// be read (*error says why) or out returned false (*error untouched: out knows why).
+bool MergeTracePartsInFolder(const std::string& dir, const std::string& slice, int64_t owner,
+                             const TraceMergeLimits& limits, const TraceSink& out, TraceMergeResult* result,
+                             std::string* error);
 
 }  // namespace gslice
