@@ -102,14 +102,14 @@ MpsPlan PlanMps(const std::vector<MpsGpuState>& gpus, const std::vector<MpsCandi
       if (g.tenant_uid >= 0 && holders.count(g.tenant_uid) != 0) {
         sharing.tenant_uid = g.tenant_uid;
         sharing.tenant_why = UidText(g.tenant_uid) + " has slices on " + gpu + "; it keeps its MPS until they are gone";
-      } else if (g.busy_uid >= 0) {
-        sharing.tenant_uid = g.busy_uid;
-        sharing.tenant_why = "programs of " + UidText(g.busy_uid) + " still use " + gpu +
-                             "'s MPS server; another uid gets it once they have exited";
       } else if (oldest != nullptr) {
         sharing.tenant_uid = oldest->uid;
         sharing.tenant_why = UidText(oldest->uid) + " holds the oldest slice on " + gpu + " that can use MPS (" +
                              oldest->slice + ")";
+        if (g.busy_uid >= 0 && g.busy_uid != oldest->uid) {
+          sharing.tenant_why += "; it gets it once the programs of " + UidText(g.busy_uid) +
+                                " still on the MPS server have exited";
+        }
       } else {
         sharing.tenant_why = "no slice on " + gpu + " uses its MPS yet: the next one of a single GPU takes it";
       }
@@ -123,9 +123,14 @@ MpsPlan PlanMps(const std::vector<MpsGpuState>& gpus, const std::vector<MpsCandi
                 std::to_string(c->gpus.size()) + " GPUs is time-sliced on each";
       } else if (c->uid < 0) {
         s.why = "gsliced does not know the uid its programs run as, and an MPS server serves one uid: time-sliced";
-      } else if (c->uid == sharing.tenant_uid) {
+      } else if (c->uid == sharing.tenant_uid && c->uid == g.tenant_uid) {
         s.mps = true;
         s.why = "on " + gpu + "'s MPS server of " + UidText(c->uid);
+      } else if (c->uid == sharing.tenant_uid) {
+        s.why = g.busy_uid >= 0 ? "programs of " + UidText(g.busy_uid) + " still use " + gpu +
+                                      "'s MPS server, and one of " + UidText(c->uid) +
+                                      " would wait at CUDA initialisation until they exit: time-sliced until then"
+                                : gpu + "'s MPS is being given to " + UidText(c->uid) + ": time-sliced until then";
       } else {
         s.why = gpu + "'s MPS serves " + UidText(sharing.tenant_uid) +
                 ", and a server serves one uid at a time: a program of " + UidText(c->uid) +

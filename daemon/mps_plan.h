@@ -11,12 +11,14 @@
 //    time-slicing between them; in EXCLUSIVE_PROCESS only the server may hold a context.
 //
 // So gsliced runs one control daemon per GPU (a user on GPU 1 never waits for one on GPU 0),
-// and on each GPU one uid at a time, its tenant, is given MPS: the tenant's slices there run
-// on MPS, every other slice there runs time-sliced beside it, and no program ever waits at
-// CUDA initialisation behind another tenant's work. The tenant is the uid of the GPU's
-// oldest slice that can use MPS; it stays while any of its slices there exists (deleted ones
-// whose processes still run included) or its server still has clients, and only then passes
-// on (Invariant: a GPU's tenant changes only when no client of the old one is left).
+// and on each GPU one uid at a time, its tenant, may reach that daemon (mps_service.h gives
+// the daemon's socket to that uid alone): the tenant's slices there run on MPS, every other
+// slice there runs time-sliced beside it, and no program ever waits at CUDA initialisation
+// behind another tenant's work. The tenant is the uid of the GPU's oldest slice that can use
+// MPS; it stays while any of its slices there exists (deleted ones whose processes still run
+// included), and only then passes on. The hand-over itself is the service's: it gives the
+// socket to a new uid only once no server of another uid has clients (Invariant: a slice is
+// on MPS only where its uid is the tenant the service has actually given the GPU to).
 #pragma once
 
 #include <cstdint>
@@ -44,7 +46,7 @@ struct GpuSharing {
   bool mps = false;        // a control daemon of gsliced serves this GPU now
   std::string reason = {}; // "serving", "mps-off", "no-control", "compute-mode", "daemon-down"
   std::string why = {};    // a sentence a person can act on
-  int64_t tenant_uid = -1; // the uid whose slices run on its MPS; -1: none yet
+  int64_t tenant_uid = -1; // the uid its MPS is for (PlanMps); -1: none yet
   std::string tenant_why = {};  // why that uid (or why none)
 };
 
@@ -69,8 +71,10 @@ struct MpsGpuState {
   std::string uuid;
   unsigned index = 0;
   GpuSharing sharing;        // DecideGpuSharing's answer (tenant fields ignored)
-  int64_t tenant_uid = -1;   // the tenant it has now (-1: none)
-  int64_t busy_uid = -1;     // uid of a server seen with clients (-1: none seen)
+  int64_t tenant_uid = -1;   // the uid its daemon's socket is given to now (-1: none)
+  // The uid of a server that still had clients when the service last tried to give the GPU to
+  // another uid (-1: none): the hand-over waits for them.
+  int64_t busy_uid = -1;
 };
 
 // A slice's sharing on one GPU.
@@ -84,8 +88,10 @@ struct MpsPlan {
   std::map<std::pair<std::string, std::string>, SliceSharing> slices;      // by (slice, UUID)
 };
 
-// The plan for `gpus` and the slices on them (see the top of this file). A GPU that does not
-// serve MPS has no tenant; slices on GPUs not in `gpus` are left out.
+// The plan for `gpus` and the slices on them (see the top of this file): each GPU's tenant,
+// the uid the service should give it to (a GPU that does not serve MPS has none), and each
+// slice's sharing there: MPS only where its uid is that tenant and the GPU is given to it
+// already. Slices on GPUs not in `gpus` are left out.
 MpsPlan PlanMps(const std::vector<MpsGpuState>& gpus, const std::vector<MpsCandidate>& slices);
 
 }  // namespace gslice

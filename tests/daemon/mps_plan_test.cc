@@ -22,6 +22,16 @@ MpsCandidate Slice(const std::string& name, int64_t uid, std::vector<std::string
   return {.slice = name, .uid = uid, .gpus = std::move(gpus), .created_at = created_at, .deleted = deleted};
 }
 
+// The plan once the service has given each GPU to its tenant (where no busy server stops it).
+MpsPlan Settle(std::vector<MpsGpuState> gpus, const std::vector<MpsCandidate>& slices) {
+  MpsPlan plan = PlanMps(gpus, slices);
+  for (MpsGpuState& g : gpus) {
+    const int64_t target = plan.gpus[g.uuid].tenant_uid;
+    if (g.busy_uid < 0 || g.busy_uid == target) g.tenant_uid = target;
+  }
+  return PlanMps(gpus, slices);
+}
+
 bool OnMps(const MpsPlan& plan, const std::string& slice, const std::string& gpu) {
   auto it = plan.slices.find({slice, gpu});
   return it != plan.slices.end() && it->second.mps;
@@ -76,14 +86,18 @@ TEST(MpsPlan, AGpuServesOnlyWhereEverythingAllowsIt) {
 }
 
 TEST(MpsPlan, OneUserOnAGpuGetsMpsForAllItsSlices) {
-  MpsPlan plan = PlanMps({Gpu("GPU-a")}, {Slice("train", 1000, {"GPU-a"}, 10), Slice("infer", 1000, {"GPU-a"}, 20)});
+  // Planned for uid 1000, but not on MPS before the service has given the GPU to it.
+  MpsPlan before = PlanMps({Gpu("GPU-a")}, {Slice("train", 1000, {"GPU-a"}, 10)});
+  EXPECT_EQ(before.gpus["GPU-a"].tenant_uid, 1000);
+  EXPECT_FALSE(OnMps(before, "train", "GPU-a"));
+  MpsPlan plan = Settle({Gpu("GPU-a")}, {Slice("train", 1000, {"GPU-a"}, 10), Slice("infer", 1000, {"GPU-a"}, 20)});
   EXPECT_EQ(plan.gpus["GPU-a"].tenant_uid, 1000);
   EXPECT_TRUE(OnMps(plan, "train", "GPU-a"));
   EXPECT_TRUE(OnMps(plan, "infer", "GPU-a"));
 }
 
 TEST(MpsPlan, ASecondUserOnTheGpuIsTimeSlicedAndToldWhy) {
-  MpsPlan plan = PlanMps({Gpu("GPU-a")}, {Slice("alice", 1000, {"GPU-a"}, 10), Slice("bob", 1001, {"GPU-a"}, 20)});
+  MpsPlan plan = Settle({Gpu("GPU-a")}, {Slice("alice", 1000, {"GPU-a"}, 10), Slice("bob", 1001, {"GPU-a"}, 20)});
   EXPECT_EQ(plan.gpus["GPU-a"].tenant_uid, 1000) << plan.gpus["GPU-a"].tenant_why;
   EXPECT_TRUE(OnMps(plan, "alice", "GPU-a"));
   EXPECT_FALSE(OnMps(plan, "bob", "GPU-a"));
@@ -92,8 +106,8 @@ TEST(MpsPlan, ASecondUserOnTheGpuIsTimeSlicedAndToldWhy) {
 }
 
 TEST(MpsPlan, EachGpuHasItsOwnTenant) {
-  MpsPlan plan = PlanMps({Gpu("GPU-a", 0), Gpu("GPU-b", 1)},
-                         {Slice("alice", 1000, {"GPU-a"}, 10), Slice("bob", 1001, {"GPU-b"}, 20)});
+  MpsPlan plan = Settle({Gpu("GPU-a", 0), Gpu("GPU-b", 1)},
+                        {Slice("alice", 1000, {"GPU-a"}, 10), Slice("bob", 1001, {"GPU-b"}, 20)});
   EXPECT_TRUE(OnMps(plan, "alice", "GPU-a"));
   EXPECT_TRUE(OnMps(plan, "bob", "GPU-b"));
 }
@@ -118,14 +132,16 @@ TEST(MpsPlan, ADeletedSliceWhoseProcessesRunKeepsItsUidTheTenant) {
 }
 
 TEST(MpsPlan, ClientsOfAServerWithoutSlicesKeepOthersOff) {
-  // alice's slices are gone, but programs of hers still use the server: bob would wait.
-  MpsPlan plan = PlanMps({Gpu("GPU-a", 0, 1000, /*busy=*/1000)}, {Slice("bob", 1001, {"GPU-a"}, 20)});
-  EXPECT_EQ(plan.gpus["GPU-a"].tenant_uid, 1000) << plan.gpus["GPU-a"].tenant_why;
+  // alice's slices are gone, but programs of hers still used the server when the service tried
+  // to give the GPU to bob: bob's slice is planned for it but runs time-sliced meanwhile.
+  MpsPlan plan = PlanMps({Gpu("GPU-a", 0, /*tenant=*/-1, /*busy=*/1000)}, {Slice("bob", 1001, {"GPU-a"}, 20)});
+  EXPECT_EQ(plan.gpus["GPU-a"].tenant_uid, 1001) << plan.gpus["GPU-a"].tenant_why;
+  EXPECT_NE(plan.gpus["GPU-a"].tenant_why.find("uid 1000"), std::string::npos) << plan.gpus["GPU-a"].tenant_why;
   EXPECT_FALSE(OnMps(plan, "bob", "GPU-a"));
-  EXPECT_NE(plan.gpus["GPU-a"].tenant_why.find("still use"), std::string::npos);
-  // Once they have exited, the GPU passes to bob.
-  MpsPlan after = PlanMps({Gpu("GPU-a", 0, 1000)}, {Slice("bob", 1001, {"GPU-a"}, 20)});
-  EXPECT_EQ(after.gpus["GPU-a"].tenant_uid, 1001);
+  EXPECT_NE(Why(plan, "bob", "GPU-a").find("programs of uid 1000 still use"), std::string::npos)
+      << Why(plan, "bob", "GPU-a");
+  // Once the service has given it to bob, bob is on it.
+  MpsPlan after = PlanMps({Gpu("GPU-a", 0, 1001)}, {Slice("bob", 1001, {"GPU-a"}, 20)});
   EXPECT_TRUE(OnMps(after, "bob", "GPU-a"));
 }
 
@@ -164,7 +180,9 @@ TEST(MpsPlan, NeverPutsTwoUidsOnOneServer) {
                              gpus, static_cast<int64_t>(next() % 10), next() % 4 == 0));
     }
     const int64_t tenant = static_cast<int64_t>(next() % 4) - 1 + 1000;
-    MpsPlan plan = PlanMps({Gpu("GPU-a", 0, tenant), Gpu("GPU-b", 1)}, slices);
+    const int64_t busy = static_cast<int64_t>(next() % 3) - 1 + 1000;
+    MpsPlan plan = next() % 2 ? PlanMps({Gpu("GPU-a", 0, tenant, busy), Gpu("GPU-b", 1)}, slices)
+                              : Settle({Gpu("GPU-a", 0, tenant, busy), Gpu("GPU-b", 1)}, slices);
     for (const char* gpu : {"GPU-a", "GPU-b"}) {
       for (const MpsCandidate& c : slices) {
         if (OnMps(plan, c.slice, gpu)) {
