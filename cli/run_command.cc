@@ -378,6 +378,13 @@ std::string PrepareTrace(TraceRun* t) {
   }
   struct stat st;
   if (stat(t->file.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return "--trace " + t->file + ": a folder; name a file";
+  // What FinishTrace's AtomicFile would refuse (a folder anyone may write that is not sticky)
+  // is said now, not after the program ran. The probe leaves nothing behind.
+  {
+    AtomicFile probe;
+    std::string error;
+    if (!probe.Open(t->file, 0666, &error)) return "--trace: " + error;
+  }
   const char* tmp = getenv("TMPDIR");
   std::string pattern = std::string(tmp != nullptr && tmp[0] == '/' ? tmp : "/tmp") + "/gslice-trace-XXXXXX";
   std::vector<char> buf(pattern.begin(), pattern.end());

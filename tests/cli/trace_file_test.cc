@@ -162,6 +162,18 @@ TEST_F(SharedFolder, RefusesAFolderEveryoneMayWriteThatIsNotSticky) {
       << error;
   EXPECT_NE(access(file_.c_str(), F_OK), 0);
   EXPECT_EQ(Leftovers(), 0);
+  // gslice run --trace says so before the program runs.
+  ShimEnv env("cli-tracefile-open");
+  env.vars.erase("LD_PRELOAD");
+  if (std::string(GSLICE_TEST_ASAN_RUNTIME).size() > 0) env.vars["LD_PRELOAD"] = GSLICE_TEST_ASAN_RUNTIME;
+  env.vars["GSLICE_SOCKET"] = dir_ + "/no-gsliced.sock";
+  const std::string marker = dir_ + "/ran";
+  const ChildResult r = env.Run({GsliceBinary(), "run", "--sim", "--no-daemon", "--memory", "96MiB", "--trace", file_,
+                                 "--", "/bin/sh", "-c", "touch " + marker});
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("is writable by every user and not sticky"), std::string::npos) << r.err;
+  EXPECT_NE(access(marker.c_str(), F_OK), 0) << "the program ran";
+  EXPECT_EQ(Leftovers(), 0);
 }
 
 // What cannot be replaced by a file fails with the reason and leaves nothing behind.
