@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <set>
+#include <vector>
 
 #include "gslice/ledger.h"
 #include "gslice/owner_lock.h"
@@ -242,6 +243,219 @@ void ResetShimFields(SuspendShimEntry& e) {
   std::memset(e.mem_request_gpu, 0, sizeof(e.mem_request_gpu));
 }
 
+// "a file of uid 65534": what a name in the board holds, for a log line.
+std::string DescribeObject(const struct stat& st) {
+  const char* kind = S_ISLNK(st.st_mode)   ? "a symbolic link"
+                     : S_ISDIR(st.st_mode) ? "a directory"
+                     : S_ISREG(st.st_mode) ? "a file"
+                                           : "a special file";
+  return std::string(kind) + " of uid " + std::to_string(st.st_uid);
+}
+
+// A uid partition's fallback name (uid-N.X), as opposed to uid-N itself.
+bool IsFallbackName(const std::string& name) { return name.find('.') != std::string::npos; }
+
+// The names in dir_fd that start with prefix and are plain files of owner (at most max).
+std::vector<std::string> OwnedNamesWithPrefix(int dir_fd, const std::string& prefix, uid_t owner, size_t max) {
+  std::vector<std::string> out;
+  int fd = openat(dir_fd, ".", kDirFlags);
+  DIR* d = fd < 0 ? nullptr : fdopendir(fd);
+  if (d == nullptr) {
+    if (fd >= 0) close(fd);
+    return out;
+  }
+  while (dirent* de = readdir(d)) {
+    struct stat st;
+    if (std::strncmp(de->d_name, prefix.c_str(), prefix.size()) != 0 ||
+        fstatat(dir_fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) || st.st_uid != owner) {
+      continue;
+    }
+    out.emplace_back(de->d_name);
+    if (out.size() >= max) break;
+  }
+  closedir(d);
+  return out;
+}
+
+// Marks fd's partition as held by this open file for as long as it is open (a shared lock on
+// its presence byte), then checks that the file still has its name: a remover unlinks only
+// while it holds the byte exclusively, so afterwards the file stays.
+bool HoldPresence(int fd) {
+  struct flock fl {};
+  fl.l_type = F_RDLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = kSuspendPartitionPresenceByte;
+  fl.l_len = 1;
+  struct stat st;
+  return fcntl(fd, F_OFD_SETLK, &fl) == 0 && fstat(fd, &st) == 0 && st.st_nlink == 1;
+}
+
+// Opens (makes, when create) the caller's own uid partition `name` in shim_fd: a plain file
+// of the caller's with mode 0600 (the mode also keeps out a taken name the service is in the
+// middle of removing: it is root's and 0 by then), held (HoldPresence).
+int OpenOwnPartition(int shim_fd, const std::string& name, bool create, std::string* error) {
+  const uid_t me = geteuid();
+  int fd = OpenBoardFile(shim_fd, name.c_str(), O_RDWR, create, 0600, me, me, nullptr, error);
+  if (fd < 0) return -1;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || (st.st_mode & 07777) != 0600) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    close(fd);
+    return Fail(error, EPERM, name + " has mode " + mode + ", not 0600: not trusted");
+  }
+  if (!HoldPresence(fd)) {
+    close(fd);
+    return Fail(error, ESTALE, name + " was removed while it was opened");
+  }
+  return fd;
+}
+
+// Removes the partition `name` of `owner` from dir_fd if no process holds it: nobody holds its
+// presence byte (taken exclusively here first, so no opener can start holding it meanwhile)
+// or any entry's lock byte (a claim holds that). True when it was removed.
+bool RemoveIfUnused(int dir_fd, const char* name, uid_t owner) {
+  int fd = openat(dir_fd, name, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return false;
+  bool removed = false;
+  struct stat st, now;
+  struct flock presence {};
+  presence.l_type = F_WRLCK;
+  presence.l_whence = SEEK_SET;
+  presence.l_start = kSuspendPartitionPresenceByte;
+  presence.l_len = 1;
+  struct flock entries {};
+  entries.l_type = F_WRLCK;
+  entries.l_whence = SEEK_SET;
+  entries.l_start = SuspendEntryLockByte(0);
+  entries.l_len = kSuspendPartitionEntries;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 && st.st_uid == owner &&
+      fcntl(fd, F_OFD_SETLK, &presence) == 0 && fcntl(fd, F_OFD_GETLK, &entries) == 0 && entries.l_type == F_UNLCK &&
+      fstatat(dir_fd, name, &now, AT_SYMLINK_NOFOLLOW) == 0 && now.st_ino == st.st_ino && now.st_dev == st.st_dev) {
+    removed = unlinkat(dir_fd, name, 0) == 0;
+  }
+  close(fd);  // drops the exclusive lock: an opener that waited finds nlink 0
+  return removed;
+}
+
+// The caller's fallback partition in shim_fd: one of its uid-N.X that some process holds
+// (joined), else a new uid-N.<pid>-<tag>. Those no process holds are removed on the way, so
+// a user has one fallback at a time. *name: the one opened.
+int OpenFallbackPartition(int shim_fd, std::string* name, std::string* error) {
+  const uid_t me = geteuid();
+  const std::string prefix = DefaultPartitionName() + ".";
+  int fd = -1;
+  for (const std::string& candidate : OwnedNamesWithPrefix(shim_fd, prefix, me, 2 * kSuspendPartitionsPerUid)) {
+    if (RemoveIfUnused(shim_fd, candidate.c_str(), me)) continue;
+    if (fd < 0 && (fd = OpenOwnPartition(shim_fd, candidate, false, nullptr)) >= 0) *name = candidate;
+  }
+  // A name we make can be removed before we hold it (by a process that falls back at the same
+  // moment): then another.
+  for (int attempt = 0; attempt < 8 && fd < 0; ++attempt) {
+    *name = prefix + std::to_string(getpid()) + "-" + std::to_string(OwnerClaimTag());
+    fd = OpenOwnPartition(shim_fd, *name, true, error);
+  }
+  return fd;
+}
+
+// Makes a directory that is root's (the caller's) and 0700 empty: nobody else can change the
+// names in it, and each folder below is made so before it is read. False when it is not empty
+// yet (more names than *budget, deeper than depth, a name that would not go).
+bool EmptyFrozenDir(int fd, int depth, int* budget) {
+  std::vector<std::string> names;
+  int list = openat(fd, ".", kDirFlags);
+  DIR* d = list < 0 ? nullptr : fdopendir(list);
+  if (d == nullptr) {
+    if (list >= 0) close(list);
+    return false;
+  }
+  bool complete = true;
+  while (dirent* de = readdir(d)) {
+    if (std::strcmp(de->d_name, ".") == 0 || std::strcmp(de->d_name, "..") == 0) continue;
+    if (static_cast<int>(names.size()) >= *budget) {
+      complete = false;
+      break;
+    }
+    names.emplace_back(de->d_name);
+  }
+  closedir(d);
+  *budget -= static_cast<int>(names.size());
+  const uid_t me = geteuid();
+  for (const std::string& n : names) {
+    struct stat st;
+    if (fstatat(fd, n.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    if (!S_ISDIR(st.st_mode)) {
+      complete &= unlinkat(fd, n.c_str(), 0) == 0;
+      continue;
+    }
+    int sub = depth > 0 ? openat(fd, n.c_str(), kDirFlags) : -1;
+    const bool emptied = sub >= 0 && fchown(sub, me, me) == 0 && fchmod(sub, 0700) == 0 &&
+                         EmptyFrozenDir(sub, depth - 1, budget);
+    if (sub >= 0) close(sub);
+    complete &= emptied && unlinkat(fd, n.c_str(), AT_REMOVEDIR) == 0;
+  }
+  return complete;
+}
+
+enum class TakenName {
+  kRemoved,
+  kPending,  // a directory not empty yet: more at the next scan
+  kMoved,    // not at the name any more, or the named uid's own now: look again
+  kLeft,     // left in place (*why)
+};
+
+// shim/NAME (dir_fd, name), named for uid `named`, is somebody else's (*found: what it was).
+// Makes it the caller's (root's), so that its maker can no longer replace what is at the name,
+// with mode 0, so that no shim trusts it meanwhile (the caller's own shims included); checks
+// that it is still at the name; then removes it (a directory emptied first). Something with
+// other names (hard links) is left alone: making it root's would take it from whoever owns
+// those names. Never opens what it removes for reading (a lease of its maker's would stall
+// that): an O_PATH descriptor names it.
+TakenName RemoveTaken(int dir_fd, const char* name, uid_t named, struct stat* found, std::string* why) {
+  int fd = openat(dir_fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    *why = Errno(errno);
+    return errno == ENOENT ? TakenName::kMoved : TakenName::kLeft;
+  }
+  int dir = -1;
+  auto done = [&](TakenName r) {
+    if (dir >= 0) close(dir);
+    close(fd);
+    return r;
+  };
+  auto left = [&](const std::string& reason) {
+    *why = reason;
+    return done(TakenName::kLeft);
+  };
+  if (fstat(fd, found) != 0) return left(Errno(errno));
+  if (found->st_uid == named) return done(TakenName::kMoved);
+  const bool is_dir = S_ISDIR(found->st_mode);
+  if (!is_dir && found->st_nlink != 1) return left("it has other names (hard links)");
+  if (is_dir && (dir = openat(fd, ".", kDirFlags)) < 0) return left(Errno(errno));
+  const uid_t me = geteuid();
+  if (fchownat(fd, "", me, me, AT_EMPTY_PATH) != 0) return left("cannot take it: " + Errno(errno));
+  if (is_dir && fchmod(dir, 0700) != 0) return left("cannot take it: " + Errno(errno));
+  if (S_ISREG(found->st_mode)) {
+    const std::string self = "/proc/self/fd/" + std::to_string(fd);
+    // Only our own shims would trust a file of ours (when the name is ours): for them it must
+    // not look like a partition even for the moment before it goes.
+    if (fchmodat(AT_FDCWD, self.c_str(), 0, 0) != 0 && named == me) return left("cannot take it: " + Errno(errno));
+  }
+  // Its maker may have moved it away before it became ours: then what is at the name now is
+  // for the next scan to judge.
+  struct stat now;
+  if (fstatat(dir_fd, name, &now, AT_SYMLINK_NOFOLLOW) != 0 || now.st_ino != found->st_ino ||
+      now.st_dev != found->st_dev) {
+    return done(TakenName::kMoved);
+  }
+  if (is_dir) {
+    int budget = 4096;
+    if (!EmptyFrozenDir(dir, 8, &budget)) return budget > 0 ? left("cannot empty it") : done(TakenName::kPending);
+  }
+  if (unlinkat(dir_fd, name, is_dir ? AT_REMOVEDIR : 0) != 0) return left(Errno(errno));
+  return done(TakenName::kRemoved);
+}
+
 }  // namespace
 
 bool ValidPartitionName(const char* name) {
@@ -422,19 +636,29 @@ bool SuspendShimBoard::Open(const char* path, const char* partition, std::string
   auto drop_service = [&] { munmap(service, sizeof(SuspendServiceHeader)); };
   int shim = OpenBoardFolder(dir, "shim", owner, error);
   if (shim < 0) return drop_service(), fail(-1, -1);
-  // The partition: ours (made now, or made earlier by us or by the board's owner for us).
-  const uid_t me = geteuid();
-  int fd = OpenBoardFile(shim, name.c_str(), O_RDWR, true, 0600, me, owner, nullptr, error);
-  if (fd < 0 && !chosen) {
-    // Somebody else holds the name (a file of theirs, a link): take a private one.
-    for (int attempt = 0; attempt < 8 && fd < 0; ++attempt) {
-      name = DefaultPartitionName() + "." + std::to_string(getpid()) + "-" + std::to_string(OwnerClaimTag());
-      bool created = false;
-      fd = OpenBoardFile(shim, name.c_str(), O_RDWR, true, 0600, me, me, &created, error);
-      if (fd >= 0 && !created) {
-        close(fd);
-        fd = -1;
-      }
+  notice_.clear();
+  int fd = -1;
+  if (chosen) {
+    // A container's: made by the board's owner (the device plugin) and bind-mounted in, or
+    // made now by the caller.
+    const uid_t me = geteuid();
+    fd = OpenBoardFile(shim, name.c_str(), O_RDWR, true, 0600, me, owner, nullptr, error);
+    if (fd >= 0 && !HoldPresence(fd)) {
+      close(fd);
+      fd = Fail(error, ESTALE, "the partition " + name + " was removed while it was opened");
+    }
+  } else {
+    std::string why;
+    fd = OpenOwnPartition(shim, name, true, &why);
+    if (fd < 0) {
+      // Somebody else took the name (a file, link or directory of theirs) or it is unfit: the
+      // user's fallback, which the service serves as well.
+      struct stat st;
+      const bool theirs = fstatat(shim, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_uid != geteuid();
+      const std::string taken = theirs ? "shim/" + name + " is " + DescribeObject(st) + ", not this user's partition"
+                                       : "shim/" + name + ": " + why;
+      fd = OpenFallbackPartition(shim, &name, error);
+      if (fd >= 0) notice_ = taken + ": using shim/" + name + " instead (gsliced removes names other users take)";
     }
   }
   if (fd < 0) return drop_service(), fail(shim, -1);
@@ -652,6 +876,11 @@ bool SuspendServiceBoard::Open(const char* path, bool manage, std::string* error
   pods_fd_ = OpenBoardFolder(dir_fd_, "pods", owner, error);  // root-only: `gslice move` as a user lacks it
   if (pods_fd_ < 0 && manage) return fail();
   Refresh(true);
+  if (manage) {
+    // What processes that ended while no service ran left behind.
+    Prune();
+    RemoveOrphanGates();
+  }
   return true;
 }
 
@@ -680,7 +909,15 @@ bool SuspendServiceBoard::AddPartition(int dir_fd, const char* name, bool pod) {
     if (!UidOfPartitionName(name, &uid) || uid != st.st_uid) return false;
     int of_uid = 0;
     for (const Partition& p : parts_) of_uid += !p.pod && p.uid == uid;
-    if (of_uid >= kSuspendPartitionsPerUid) return false;
+    if (of_uid >= kSuspendPartitionsPerUid) {
+      if (manage_ && logged_.insert({st.st_dev, st.st_ino}).second) {
+        std::fprintf(stderr,
+                     "gslice suspend: uid %u has %d partitions already: shim/%s is not served, so its processes are "
+                     "not suspended when idle\n",
+                     static_cast<unsigned>(uid), of_uid, name);
+      }
+      return false;
+    }
   }
   int fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return false;
@@ -710,11 +947,109 @@ void SuspendServiceBoard::Scan(int dir_fd, bool pod) {
     close(dup_fd);
     return;
   }
+  std::vector<std::string> names;
   while (dirent* de = readdir(d)) {
-    if (de->d_name[0] == '.') continue;
-    AddPartition(dir_fd, de->d_name, pod);
+    if (de->d_name[0] != '.') names.emplace_back(de->d_name);
   }
   closedir(d);
+  for (const std::string& name : names) {
+    uid_t named = 0;
+    struct stat st;
+    if (!pod && manage_ && UidOfPartitionName(name.c_str(), &named) &&
+        fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_uid != named) {
+      RemoveTakenName(name.c_str(), named);
+      continue;
+    }
+    AddPartition(dir_fd, name.c_str(), pod);
+  }
+}
+
+void SuspendServiceBoard::RemoveTakenName(const char* name, uid_t named) {
+  struct stat found {};
+  std::string why;
+  const unsigned n = static_cast<unsigned>(named);
+  switch (RemoveTaken(shim_fd_, name, named, &found, &why)) {
+    case TakenName::kRemoved:
+      std::fprintf(stderr,
+                   "gslice suspend: shim/%s was %s, not uid %u's (another user took the name): removed, so uid %u's "
+                   "processes get their own partition again\n",
+                   name, DescribeObject(found).c_str(), n, n);
+      break;
+    case TakenName::kPending:
+    case TakenName::kMoved:
+      rescan_ = true;
+      break;
+    case TakenName::kLeft:
+      if (logged_.insert({found.st_dev, found.st_ino}).second) {
+        std::fprintf(stderr,
+                     "gslice suspend: shim/%s is %s, not uid %u's (another user took the name): cannot remove it (%s); "
+                     "uid %u's processes use a partition shim/uid-%u.* instead\n",
+                     name, DescribeObject(found).c_str(), n, why.c_str(), n, n);
+      }
+      break;
+  }
+}
+
+bool SuspendServiceBoard::Prune() {
+  if (service_ == nullptr || !manage_) return false;
+  bool dropped = false;
+  for (size_t i = 0; i < parts_.size();) {
+    const Partition& p = parts_[i];
+    const int dir_fd = p.pod ? pods_fd_ : shim_fd_;
+    struct stat st;
+    bool gone = dir_fd < 0 || fstatat(dir_fd, p.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || st.st_ino != p.ino ||
+                st.st_dev != p.dev;
+    // A fallback goes once no process holds it (its presence byte is free: all have ended).
+    if (!gone && !p.pod && IsFallbackName(p.name) && !OwnerByteLocked(p.fd, kSuspendPartitionPresenceByte)) {
+      gone = RemoveIfUnused(dir_fd, p.name.c_str(), p.uid);
+    }
+    if (!gone) {
+      ++i;
+      continue;
+    }
+    DropPartition(i);
+    dropped = true;
+  }
+  if (logged_.size() > 10'000) logged_.clear();
+  return dropped;
+}
+
+void SuspendServiceBoard::DropPartition(size_t i) {
+  Partition& p = parts_[i];
+  if (p.gates != nullptr) munmap(p.gates, sizeof(SuspendGatesLayout));
+  // Its gates file, unless that was made again for a newer partition of the same name.
+  int fd = openat(gates_fd_, p.name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd >= 0) {
+    SuspendGatesHeader h;
+    if (pread(fd, static_cast<void*>(&h), sizeof h, 0) == static_cast<ssize_t>(sizeof h) && h.partition_dev == p.dev &&
+        h.partition_ino == p.ino) {
+      unlinkat(gates_fd_, p.name.c_str(), 0);
+    }
+    close(fd);
+  }
+  if (p.fd >= 0) close(p.fd);
+  parts_.erase(parts_.begin() + static_cast<std::ptrdiff_t>(i));
+}
+
+void SuspendServiceBoard::RemoveOrphanGates() {
+  int dup_fd = openat(gates_fd_, ".", kDirFlags);
+  DIR* d = dup_fd < 0 ? nullptr : fdopendir(dup_fd);
+  if (d == nullptr) {
+    if (dup_fd >= 0) close(dup_fd);
+    return;
+  }
+  std::vector<std::string> orphans;
+  while (dirent* de = readdir(d)) {
+    uid_t uid = 0;
+    struct stat st;
+    // Gates of a uid partition that is gone. (A container's are the device plugin's.)
+    if (UidOfPartitionName(de->d_name, &uid) && fstatat(shim_fd_, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 &&
+        errno == ENOENT) {
+      orphans.emplace_back(de->d_name);
+    }
+  }
+  closedir(d);
+  for (const std::string& name : orphans) unlinkat(gates_fd_, name.c_str(), 0);
 }
 
 void SuspendServiceBoard::ReadPartition(Partition& p) {
@@ -740,10 +1075,11 @@ void SuspendServiceBoard::Refresh(bool force_scan) {
   const int64_t now = MonotonicNs();
   if (force_scan || now - last_scan_ns_ >= 100'000'000) {
     const int64_t shim_m = MtimeNs(shim_fd_), pods_m = pods_fd_ >= 0 ? MtimeNs(pods_fd_) : -1;
-    if (force_scan || shim_m != shim_mtime_ns_ || pods_m != pods_mtime_ns_) {
+    if (force_scan || rescan_ || shim_m != shim_mtime_ns_ || pods_m != pods_mtime_ns_) {
       last_scan_ns_ = now;
       shim_mtime_ns_ = shim_m;
       pods_mtime_ns_ = pods_m;
+      rescan_ = false;
       Scan(shim_fd_, false);
       Scan(pods_fd_, true);
     }

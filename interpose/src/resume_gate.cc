@@ -46,6 +46,7 @@ void InitOnce() {
     g_disabled.store(true, std::memory_order_relaxed);
     return;
   }
+  if (!g_board->notice().empty()) Log(LogLevel::kWarn, "suspend board: %s", g_board->notice().c_str());
   const uint32_t pid = static_cast<uint32_t>(getpid());
   SuspendShimEntry* e = g_board->Claim(pid, ProcessStartTime(pid));
   if (e == nullptr) {

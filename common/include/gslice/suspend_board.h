@@ -10,7 +10,8 @@
 //   D/gates/             root 0755
 //   D/gates/P            root 0644   SuspendGatesLayout: the service's side of partition P
 //   D/shim/              root 1777   (sticky) partitions of host processes
-//   D/shim/uid-N[.X]     uid N 0600  SuspendPartitionLayout: the shim's side of uid N's processes
+//   D/shim/uid-N         uid N 0600  SuspendPartitionLayout: the shim's side of uid N's processes
+//   D/shim/uid-N.X       uid N 0600  the same, shared by uid N's processes while uid-N is taken
 //   D/pods/              root 0700   partitions of containers, made by the device plugin
 //   D/pods/k8s-S         root 0666   the container of slice S; reached only through its bind mount
 //
@@ -25,9 +26,29 @@
 // else's process is ignored.
 //
 // Trust: the board directory must be owned by root or by the caller and writable by nobody
-// else; D/service, D/gates/* and the folders must belong to the board's owner; a partition to
-// the caller or the board's owner. Every name is opened relative to the board's directory
-// descriptor with O_NOFOLLOW, created with O_EXCL, and checked with fstat before use.
+// else; D/service, D/gates/* and the folders must belong to the board's owner; uid-N and
+// uid-N.X to uid N with mode 0600; a container's partition to the caller or the board's owner.
+// Every name is opened relative to the board's directory descriptor with O_NOFOLLOW, created
+// with O_EXCL, and checked with fstat before use.
+//
+// Taken names. shim/ is writable by everyone, so another user can make uid-N before uid N's
+// first process does (a file, a link, a directory of theirs). Nothing of uid N's may depend on
+// that name, and nothing may be left behind by working around it:
+//   - the shim of uid N then joins uid N's fallback partition, a uid-N.X of its own (made when
+//     there is none, as uid-N.<pid>-<tag>), so all its processes share one, and says so
+//     (notice());
+//   - the service serves every uid-N.X of uid N's like uid-N, and removes the name taken in
+//     shim/ (any uid-N[.X] not owned by N): it makes the object root's first (so its maker can
+//     no longer swap something else in under the name), checks that it is still at the name,
+//     then unlinks it and logs the taker's uid. An object with other names (hard links) is left
+//     where it is: making it root's would take it from whoever owns those names;
+//   - a fallback partition is removed (by the service, or by a later process of uid N that
+//     falls back) once no process holds it. Presence: each process holds a shared lock on the
+//     partition's presence byte for its lifetime, taken right after opening and followed by a
+//     check that the file still has its name (nlink 1); a remover takes that byte exclusively,
+//     checks that no entry's lock byte is held, and only then unlinks. So an opener either
+//     keeps the remover off or sees the file gone and opens another; a partition is never
+//     removed under a process that uses it.
 //
 // Writers (one per field; a process killed at any point blocks nobody):
 //   shim (partition):   owner, start_time, pid_ns, claimed_ns, activity, resume_request,
@@ -42,7 +63,9 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace gslice {
@@ -182,6 +205,8 @@ struct SuspendGatesLayout {
 // (fcntl locks need no data there). Only processes that may write the partition can lock.
 inline constexpr int64_t kSuspendPartitionLockBase = static_cast<int64_t>(sizeof(SuspendPartitionLayout));
 inline constexpr int64_t SuspendEntryLockByte(int entry) { return kSuspendPartitionLockBase + 64 + entry; }
+// Held shared by every process that has the partition open (see "Taken names" above).
+inline constexpr int64_t kSuspendPartitionPresenceByte = kSuspendPartitionLockBase;
 
 // Is name usable as a partition's file name ([A-Za-z0-9._-], not starting with '.', short)?
 bool ValidPartitionName(const char* name);
@@ -214,12 +239,17 @@ class SuspendShimBoard {
 
   // Opens the board at path and this process's partition in it: `partition` (a container's,
   // from GSLICE_SUSPEND_PARTITION), or nullptr/"" for uid-<euid>, made when missing. When that
-  // name is taken by a file the caller may not trust (another owner, a symbolic link), a
-  // private uid-<euid>.<pid>-<tag> is made instead. Never creates the board itself. False
-  // with *error (and errno) when the board is missing, untrusted or of another version.
+  // name is taken by something the caller may not trust (another owner, a symbolic link, a
+  // directory), the user's fallback uid-<euid>.X is joined or made instead, and notice() says
+  // so. Holds the partition's presence byte until the process ends. Never creates the board
+  // itself. False with *error (and errno) when the board is missing, untrusted or of another
+  // version.
   bool Open(const char* path, const char* partition, std::string* error);
   bool is_open() const { return part_ != nullptr; }
   const char* partition_name() const { return name_; }
+  // After Open: why the fallback partition is used (the taken name and who holds it), for the
+  // log; empty when the partition is the usual one.
+  const std::string& notice() const { return notice_; }
   SuspendPartitionLayout* partition() const { return part_; }
   const SuspendGatesLayout* gates() const { return gates_; }
   const SuspendServiceHeader* service() const { return service_; }
@@ -260,6 +290,7 @@ class SuspendShimBoard {
   uint64_t part_dev_ = 0, part_ino_ = 0;
   uid_t board_owner_ = 0;
   char name_[kSuspendPartitionNameMax + 1] = {};
+  std::string notice_;
 };
 
 bool ServiceHeaderAlive(const SuspendServiceHeader* h);
@@ -299,8 +330,14 @@ class SuspendServiceBoard {
   SuspendServiceHeader* header() const { return service_; }
 
   // Looks for new partitions (when a folder changed, at most every 100 ms unless forced),
-  // makes or maps their gates, and reads every partition's entries.
+  // makes or maps their gates, and reads every partition's entries. The service (manage) also
+  // removes names taken in shim/ (a uid-N[.X] not owned by N) and logs who took them.
   void Refresh(bool force_scan = false);
+  // The service (manage): forgets partitions whose file is gone, and removes fallback
+  // partitions (uid-N.X) that no process holds, with their gates. True when it forgot any:
+  // then every Ref taken before is void (indices moved). Never called by Refresh, so Refs
+  // stay valid between two Prune calls.
+  bool Prune();
   std::vector<Partition>& partitions() { return parts_; }
   const SuspendShimEntry& Entry(const Ref& r) const { return parts_[r.part].entries[r.index]; }
   SuspendGateEntry* Gate(const Ref& r) const;
@@ -335,6 +372,10 @@ class SuspendServiceBoard {
   void Close();
   void Scan(int dir_fd, bool pod);
   bool AddPartition(int dir_fd, const char* name, bool pod);
+  // shim/NAME is a uid-N[.X] not owned by N: remove it (see "Taken names").
+  void RemoveTakenName(const char* name, uid_t named_uid);
+  void DropPartition(size_t i);
+  void RemoveOrphanGates();
   SuspendGatesLayout* MapGates(const Partition& p);
   void ReadPartition(Partition& p);
 
@@ -344,7 +385,11 @@ class SuspendServiceBoard {
   bool manage_ = false;
   int64_t last_scan_ns_ = 0;
   int64_t shim_mtime_ns_ = -1, pods_mtime_ns_ = -1;
+  bool rescan_ = false;  // a taken name is not removed yet: look again at the next Refresh
   std::vector<Partition> parts_;
+  // Files already logged as taken names left in place or as partitions not served (by
+  // device and inode), so a scan does not repeat the line.
+  std::set<std::pair<uint64_t, uint64_t>> logged_;
 };
 
 // Futex helpers on shared (non-private) words; the word may be mapped read-only.

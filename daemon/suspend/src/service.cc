@@ -276,6 +276,13 @@ std::optional<SuspendServiceBoard::Ref> SuspendService::EntryOf(int host_pid) {
 std::vector<ProcessSample> SuspendService::Sample() {
   std::vector<ProcessSample> samples;
   std::set<int> seen;
+  // Partitions whose processes are all gone are forgotten here only, before any Ref of this
+  // tick is taken; Refs kept from earlier ticks name partitions by index, so they go too.
+  if (board_.Prune()) {
+    verified_.clear();
+    std::lock_guard<std::mutex> lock(entries_mu_);
+    entry_of_.clear();
+  }
   board_.Refresh();
   for (const SuspendServiceBoard::Ref& r : board_.LiveEntries()) {
     // The driver's checkpoint calls name processes as we see them: a process in a container
