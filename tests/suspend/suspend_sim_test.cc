@@ -439,6 +439,8 @@ TEST_F(SuspendSimTest, GsliceMoveMovesARunningProcessThroughTheService) {
   Client& c = Start(env, 120 * MiB, 0x3c3c);
   ASSERT_TRUE(c.ready());
   service.Start();
+  // gslice move finds the process through the gates the service makes when it takes it up.
+  ASSERT_TRUE(WaitState(service, c.pid(), State::kRunning));
   const GpuInfo before1 = nvml_->Info(1);
   // A GPU that does not exist: refused, and the process stays (running) where it was.
   test::ChildResult bad = env.Run({test::GsliceBinary(), "move", std::to_string(c.pid()), "--to",
