@@ -172,7 +172,8 @@ constexpr uint64_t kMaxSize = kMaxSizeBytes;
 
 // Reads a size given as a byte count or a string ("8GiB"), at most kMaxSize.
 Status ReadSize(const json& v, const std::string& field, uint64_t* out) {
-  if (v.is_number_integer() && !v.is_number_unsigned()) {
+  // Non-negative integers arrive unsigned; only "-0" arrives signed and not negative.
+  if (v.is_number_integer() && !v.is_number_unsigned() && v.get<int64_t>() < 0) {
     return Status::BadRequest(field + ": " + v.dump() + " is negative; expected a byte count or a size like \"8GiB\"");
   }
   if (v.is_number_float()) {
@@ -180,6 +181,8 @@ Status ReadSize(const json& v, const std::string& field, uint64_t* out) {
   }
   if (v.is_number_unsigned()) {
     *out = v.get<uint64_t>();
+  } else if (v.is_number_integer()) {
+    *out = 0;  // -0
   } else if (v.is_string()) {
     ParsedSize p = ParseSize(v.get<std::string>());
     if (!p.ok) {
@@ -217,21 +220,36 @@ Status ReadFraction(const json& v, const std::string& field, double* out, double
   return Status::Ok();
 }
 
-// Seconds from 0 (never) to kMaxIdleTimeoutS.
-Status ReadIdleTimeout(const json& v, int64_t* out) {
-  // A number past int64 arrives unsigned; one past kMaxIdleTimeoutS is refused, not wrapped.
-  if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0)) {
-    return Status::BadRequest("idle_timeout_s: expected a whole number of seconds from 0 (never) to " +
-                              std::to_string(kMaxIdleTimeoutS));
+// A whole number from `lo` to `hi`, as `text` says ("an integer from -1000000 to 1000000").
+struct IntegerRange {
+  int64_t lo, hi;
+  std::string text;
+};
+
+// Reads a whole number in `range`, exactly as written. JSON integers arrive as uint64 (every
+// non-negative one) or int64, and each is compared in its own type before it is converted,
+// so no value wraps, is clamped or loses its sign on the way to the check. A fraction
+// (even 1.0 or 1e6), a string and a number past either end are refused with the range.
+Status ReadInteger(const json& v, const std::string& field, const IntegerRange& range, int64_t* out) {
+  if (!v.is_number_integer()) return Status::BadRequest(field + ": expected " + range.text);
+  bool in_range = false;
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    in_range = range.hi >= 0 && u <= static_cast<uint64_t>(range.hi) &&
+               (range.lo <= 0 || u >= static_cast<uint64_t>(range.lo));
+    if (in_range) *out = static_cast<int64_t>(u);
+  } else {
+    const int64_t i = v.get<int64_t>();
+    in_range = i >= range.lo && i <= range.hi;
+    if (in_range) *out = i;
   }
-  if (v.is_number_unsigned() ? v.get<uint64_t>() > static_cast<uint64_t>(kMaxIdleTimeoutS)
-                             : v.get<int64_t>() > kMaxIdleTimeoutS) {
-    return Status::BadRequest("idle_timeout_s: " + v.dump() + " is out of range: at most " +
-                              std::to_string(kMaxIdleTimeoutS) + " (366 days); 0 means never");
-  }
-  *out = v.get<int64_t>();
+  if (!in_range) return Status::BadRequest(field + ": " + v.dump() + " is out of range: expected " + range.text);
   return Status::Ok();
 }
+
+const IntegerRange kIdleTimeoutRange{0, kMaxIdleTimeoutS,
+                                     "a whole number of seconds from 0 (never) to " +
+                                         std::to_string(kMaxIdleTimeoutS) + " (366 days)"};
 
 // A protection level: a fraction of the slice's solo speed, in thousandths (the ledger's unit).
 Status ReadProtect(const json& v, uint32_t* permille) {
@@ -254,11 +272,10 @@ Status ReadHolder(const json& v, PidIdentity* holder) {
   if (!v.is_object()) return Status::BadRequest("holder: expected {\"pid\": N, \"pid_ns\": N, \"start_time\": N}");
   if (Status s = CheckFields(v, {"pid", "pid_ns", "start_time"}); !s.ok()) return s;
   auto pid = v.find("pid");
-  if (pid == v.end() || !pid->is_number_unsigned() || pid->get<uint64_t>() == 0 ||
-      pid->get<uint64_t>() > UINT32_MAX) {
-    return Status::BadRequest("holder.pid: expected a process id");
-  }
-  holder->pid = static_cast<uint32_t>(pid->get<uint64_t>());
+  if (pid == v.end()) return Status::BadRequest("holder.pid: expected a process id");
+  int64_t number = 0;
+  if (Status s = ReadInteger(*pid, "holder.pid", {1, UINT32_MAX, "a process id"}, &number); !s.ok()) return s;
+  holder->pid = static_cast<uint32_t>(number);  // in range: fits
   for (auto [field, out] : {std::pair{"pid_ns", &holder->pid_ns}, {"start_time", &holder->start_time}}) {
     if (auto f = v.find(field); f != v.end()) {
       if (!f->is_number_unsigned()) return Status::BadRequest(std::string("holder.") + field + ": expected a number");
@@ -343,7 +360,7 @@ Result<SliceRequest> ParseSliceRequest(const json& body) {
     if (Status s = ValidateProtect(r.slice_class, r.protect_permille); !s.ok()) return s;
   }
   if (auto it = body.find("idle_timeout_s"); it != body.end()) {
-    if (Status s = ReadIdleTimeout(*it, &r.idle_timeout_s); !s.ok()) return s;
+    if (Status s = ReadInteger(*it, "idle_timeout_s", kIdleTimeoutRange, &r.idle_timeout_s); !s.ok()) return s;
   }
   if (auto it = body.find("holder"); it != body.end()) {
     if (Status s = ReadHolder(*it, &r.holder); !s.ok()) return s;
@@ -393,7 +410,7 @@ Result<SliceChange> ParseSliceChange(const json& body) {
   }
   if (auto it = body.find("idle_timeout_s"); it != body.end()) {
     int64_t seconds = 0;
-    if (Status s = ReadIdleTimeout(*it, &seconds); !s.ok()) return s;
+    if (Status s = ReadInteger(*it, "idle_timeout_s", kIdleTimeoutRange, &seconds); !s.ok()) return s;
     c.idle_timeout_s = seconds;
   }
   if (auto it = body.find("make_room"); it != body.end()) {
@@ -427,12 +444,12 @@ Result<Project> ParseProject(const json& body, const std::string& name_from_path
     p.compute_quota = it->get<double>();
   }
   if (auto it = body.find("priority"); it != body.end()) {
-    if (!it->is_number_integer() ||
-        (it->is_number_unsigned() ? it->get<uint64_t>() > static_cast<uint64_t>(kMaxProjectPriority)
-                                  : std::llabs(it->get<int64_t>()) > kMaxProjectPriority)) {
-      return Status::BadRequest("priority: expected an integer from -1000000 to 1000000");
-    }
-    p.priority = static_cast<int>(it->get<int64_t>());
+    const IntegerRange range{-kMaxProjectPriority, kMaxProjectPriority,
+                             "an integer from " + std::to_string(-kMaxProjectPriority) + " to " +
+                                 std::to_string(kMaxProjectPriority)};
+    int64_t priority = 0;
+    if (Status s = ReadInteger(*it, "priority", range, &priority); !s.ok()) return s;
+    p.priority = static_cast<int>(priority);  // in range: fits
   }
   return p;
 }
@@ -447,11 +464,13 @@ Result<std::string> ParseUserName(const json& body) {
 
 Result<int> ParseTraceSeconds(const json& body) {
   if (Status s = CheckFields(body, {"seconds"}); !s.ok()) return s;
+  const IntegerRange range{1, kMaxTraceSeconds, "a whole number of seconds to record, 1 to " +
+                                                    std::to_string(kMaxTraceSeconds)};
   auto it = body.find("seconds");
-  if (it == body.end() || !it->is_number_integer()) {
-    return Status::BadRequest("seconds: expected a whole number of seconds to record, 1 to 300");
-  }
-  return it->get<int>();
+  if (it == body.end()) return Status::BadRequest("seconds: expected " + range.text);
+  int64_t seconds = 0;
+  if (Status s = ReadInteger(*it, "seconds", range, &seconds); !s.ok()) return s;
+  return static_cast<int>(seconds);  // in range: fits
 }
 
 }  // namespace gslice

@@ -54,6 +54,8 @@ inline constexpr int64_t kMaxIdleTimeoutS = 366 * 86400;
 // A project's compute quota, in GPUs, and the range of its priority.
 inline constexpr double kMaxComputeQuotaGpus = 4096;
 inline constexpr int64_t kMaxProjectPriority = 1000000;
+// The longest trace a request records (POST /v1/slices/NAME/trace), in seconds.
+inline constexpr int64_t kMaxTraceSeconds = 300;
 // A guaranteed slice's protection level as the API writes it: a fraction of its solo speed.
 // The ledger (ledger.h, where the shims read it) keeps it in thousandths and defines it.
 inline constexpr double kMinProtect = kProtectMinPermille / 1000.0;

@@ -19,10 +19,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
@@ -568,6 +570,113 @@ TEST_F(ApiHostileTest, SlowClientsOnTcpStopNeitherOtherClientsNorTheUnixSocket) 
     close(s);
   }
   EXPECT_EQ(closed, static_cast<int>(slow.size())) << "slow connections still open after the request timeout";
+}
+
+// A JSON number's value, exactly (a long double holds every int64 and uint64); NaN for
+// anything else.
+long double Exact(const json& v) {
+  if (v.is_number_unsigned()) return static_cast<long double>(v.get<uint64_t>());
+  if (v.is_number_integer()) return static_cast<long double>(v.get<int64_t>());
+  if (v.is_number_float()) return v.get<double>();
+  return std::numeric_limits<long double>::quiet_NaN();
+}
+
+// Every number the API takes is stored as given or refused: swept over both ends of each
+// field's range, just past them, the int32, int64 and uint64 boundaries, numbers past any
+// of them, and the same values written as fractions. An accepted value reads back exactly;
+// one out of range is refused with 400 and changes nothing.
+TEST_F(ApiHostileTest, EveryNumberTheApiTakesIsStoredExactlyOrRefused) {
+  WriteConfig();
+  Start();
+  ASSERT_EQ(CallUnix(socket_, "POST", "/v1/projects", R"({"name":"p"})").status, 201);
+  ASSERT_EQ(CallUnix(socket_, "POST", "/v1/slices", SliceBody("s", R"(,"class":"opportunistic")")).status, 201);
+  const std::vector<std::string> values = {
+      "0", "-0", "1", "-1", "2", "300", "301", "4095", "4096", "4097", "1000000", "1000001", "-1000000",
+      "-1000001", "31622400", "31622401", "1073741824", "2147483647", "2147483648", "-2147483648",
+      "-2147483649", "4294967295", "4294967296", "4294967297", "1152921504606846976", "1152921504606846977",
+      "9223372036854775807", "9223372036854775808", "-9223372036854775807", "-9223372036854775808",
+      "18446744073709551615", "18446744073709551616", "-18446744073709551616", "340282366920938463463374607431768211456",
+      "1.0", "1e6", "1E6", "-1e6", "0.5", "1.5", "1e-3", "4096.0", "1e400", "-1e400"};
+  struct Field {
+    std::string name;
+    long double lo, hi;
+    bool whole;  // whole numbers only: a fraction is refused, even 1.0
+    std::function<Reply(const std::string&)> set;
+    std::function<json()> get;
+  };
+  auto project = [&](const char* field) {
+    return [&, field] { return json::parse(CallUnix(socket_, "GET", "/v1/projects/p").body)[field]; };
+  };
+  auto slice = [&](const char* field) {
+    return [&, field] { return json::parse(CallUnix(socket_, "GET", "/v1/slices/s").body)[field]; };
+  };
+  auto put_project = [&](const char* field) {
+    return [&, field](const std::string& v) {
+      return CallUnix(socket_, "PUT", "/v1/projects/p", std::string("{\"") + field + "\":" + v + "}");
+    };
+  };
+  auto patch_slice = [&](const char* field) {
+    return [&, field](const std::string& v) {
+      return CallUnix(socket_, "PATCH", "/v1/slices/s", std::string("{\"") + field + "\":" + v + "}");
+    };
+  };
+  // A slice created with the value, read back and deleted; "absent" when it was not created.
+  json created = "absent";
+  auto create_slice = [&](const std::string& v) {
+    Reply r = CallUnix(socket_, "POST", "/v1/slices", SliceBody("c", R"(,"class":"opportunistic","idle_timeout_s":)" + v));
+    created = r.status == 201 ? json::parse(CallUnix(socket_, "GET", "/v1/slices/c").body)["idle_timeout_s"]
+                              : json("absent");
+    CallUnix(socket_, "DELETE", "/v1/slices/c");
+    return r;
+  };
+  const std::vector<Field> fields = {
+      {"project priority", -1000000, 1000000, true, put_project("priority"), project("priority")},
+      {"project memory_quota", 0, 1152921504606846976.0L, true, put_project("memory_quota"), project("memory_quota_bytes")},
+      {"project compute_quota", 0, 4096, false, put_project("compute_quota"), project("compute_quota")},
+      {"slice idle_timeout_s", 0, 31622400, true, patch_slice("idle_timeout_s"), slice("idle_timeout_s")},
+      {"new slice idle_timeout_s", 0, 31622400, true, create_slice, [&] { return created; }},
+  };
+  for (const Field& f : fields) {
+    for (const std::string& text : values) {
+      const json before = f.get();
+      const Reply r = f.set(text);
+      const json sent = json::parse(text, nullptr, false);  // discarded: past what JSON numbers hold
+      const long double x = Exact(sent);
+      const bool in_range = !std::isnan(x) && !(f.whole && sent.is_number_float()) && x >= f.lo && x <= f.hi;
+      const std::string what = f.name + " = " + text + ": " + std::to_string(r.status) + " " + r.body;
+      if (!in_range) {
+        EXPECT_EQ(r.status, 400) << what;
+        if (f.name.rfind("new ", 0) == 0) {
+          EXPECT_EQ(created, "absent") << what;
+        } else {
+          EXPECT_EQ(f.get(), before) << what;
+        }
+        continue;
+      }
+      if (r.status != 200 && r.status != 201) {
+        ADD_FAILURE() << "refused in range: " << what;
+        continue;
+      }
+      const json got = f.get();
+      if (f.whole) {
+        // As written: an integer read back as the same integer, never one that wrapped.
+        EXPECT_TRUE(got.is_number_integer() && got.dump() == sent.dump()) << what << "; reads back " << got.dump();
+      } else {
+        EXPECT_EQ(Exact(got), x) << what << "; reads back " << got.dump();
+      }
+    }
+  }
+  // Seconds to record a trace are taken, not stored: outside 1..300 they are refused, never
+  // recorded for another number of seconds.
+  for (const std::string& text : values) {
+    const json sent = json::parse(text, nullptr, false);
+    if (sent.is_number_integer() && Exact(sent) >= 1 && Exact(sent) <= 300) continue;
+    Reply r = CallUnix(socket_, "POST", "/v1/slices/s/trace", "{\"seconds\":" + text + "}");
+    EXPECT_EQ(r.status, 400) << "seconds = " << text << ": " << r.body;
+    if (!sent.is_discarded()) {
+      EXPECT_NE(Error(r).find("seconds"), std::string::npos) << "seconds = " << text << ": " << r.body;
+    }
+  }
 }
 
 TEST_F(ApiHostileTest, SixtyFourParallelClientsAllGetAnswers) {
