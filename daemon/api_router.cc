@@ -397,8 +397,10 @@ bool Matches(std::string_view pattern, const std::vector<std::string>& path, std
 
 bool ApiRouter::Authorized(const std::string& method, const std::string& path,
                            const std::string& authorization) const {
-  return IsStaticAsset(method, path) || TokenMatches(authorization, token_);
+  return IsStaticAsset(method, path) || HoldsToken(authorization);
 }
+
+bool ApiRouter::HoldsToken(const std::string& authorization) const { return TokenMatches(authorization, token_); }
 
 ApiResponse ApiRouter::Handle(const ApiRequest& request) {
   ApiResponse r = Dispatch(request);

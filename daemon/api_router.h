@@ -70,6 +70,8 @@ class ApiRouter {
   // transport asks before reading the body. The dashboard's static files need no token.
   bool Authorized(const std::string& method, const std::string& path,
                   const std::string& authorization) const;
+  // Whether this Authorization header carries the token (`Bearer <token>`).
+  bool HoldsToken(const std::string& authorization) const;
 
  private:
   friend struct ApiHandlers;  // the routes' handlers (api_router.cc)

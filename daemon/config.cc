@@ -83,24 +83,26 @@ const Option kOptions[] = {
     {"history_seconds", "600", "How much usage history the dashboard's charts keep, seconds.",
      Integer{&DaemonConfig::history_seconds, 10, 86400}},
     {"api_threads", "256",
-     "Connections each listener (unix socket, TCP) serves at once, each on its own thread;\n"
-     "more wait in the listen backlog. The unix socket and TCP have separate ones.",
+     "Connections each listener (unix socket, TCP) serves at once, each on its own thread.\n"
+     "One more closes a connection that waits for a request (of the client holding the most;\n"
+     "on TCP one without the token first), or is answered 503 when all are being answered.",
      Integer{&DaemonConfig::api_threads, 4, 4096}},
     {"api_connections_per_client", "128",
-     "Connections one client may hold at once: per uid on the unix socket, per IP address on\n"
-     "TCP. Further ones are refused (429 on the unix socket, closed on TCP), so no client\n"
-     "takes every thread.",
+     "Connections one client may hold at once: a uid on the unix socket and on TCP from this\n"
+     "machine (the owner of the peer's socket), an IP address on TCP from elsewhere. Further\n"
+     "ones are answered 429 and closed, so no client takes every thread.",
      Integer{&DaemonConfig::api_connections_per_client, 1, 4096}},
     {"api_request_timeout_s", "10",
-     "A request's headers and body must arrive within this many seconds of its connection\n"
-     "opening or of the previous answer; slower connections are closed.",
+     "A connection's first request (headers and body) must arrive whole within this many\n"
+     "seconds of the connection opening; slower connections are closed.",
      Integer{&DaemonConfig::api_request_timeout_s, 1, 3600}},
     {"api_idle_timeout_s", "30",
-     "A connection with no traffic for this many seconds is closed.",
+     "After an answer, the next request on the connection must arrive whole within this many\n"
+     "seconds; and an answer the client does not read for this long is dropped.",
      Integer{&DaemonConfig::api_idle_timeout_s, 1, 3600}},
     {"max_body_bytes", R"("64KiB")",
      "Largest request body the API accepts, whatever its transfer encoding; larger gets 413\n"
-     "(chunked bodies: the connection is closed when they pass it). 1KiB to 64MiB.",
+     "(read and dropped, never kept, within the request's time). 1KiB to 64MiB.",
      Size{&DaemonConfig::max_body_bytes, 1024, 64ull << 20}},
     {"default_project", R"("default")",
      "Project of slices created without one; it always exists and has no quota.",

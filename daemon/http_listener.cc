@@ -5,17 +5,17 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <tuple>
 
 #include "peer_identity.h"
 
 namespace gslice {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 std::string AddressText(const sockaddr* addr) {
   char text[INET6_ADDRSTRLEN] = "?";
@@ -28,18 +28,24 @@ std::string AddressText(const sockaddr* addr) {
   return text;
 }
 
+// Connections the library may hold past max_connections: those being closed to make room,
+// until their threads end. At its own limit the library would accept a connection and
+// close it unanswered, so it is never reached but in a flood faster than connections close.
+unsigned Headroom(unsigned max_connections) { return std::max(8u, max_connections / 8); }
+
+
 }  // namespace
 
 Status HttpListener::Start(int fd) {
   const unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL;
   auto quiet = +[](void*, const char*, va_list) {};
-  // TCP: the library refuses connections over the per-IP limit as it accepts them. The
-  // unix socket's peers are counted by uid in OnConnection.
+  // Connections per client and max_connections are enforced in OnConnection, on both
+  // transports: the library's own per-address limit would make every local user on TCP one
+  // client, and at its connection limit it closes new connections unanswered.
   daemon_ = MHD_start_daemon(
       flags, 0, nullptr, nullptr, &HttpListener::OnRequest, this,
       MHD_OPTION_LISTEN_SOCKET, fd,
-      MHD_OPTION_CONNECTION_LIMIT, settings_.max_connections,
-      MHD_OPTION_PER_IP_CONNECTION_LIMIT, settings_.over_tcp ? settings_.per_client : 0u,
+      MHD_OPTION_CONNECTION_LIMIT, settings_.max_connections + Headroom(settings_.max_connections),
       MHD_OPTION_CONNECTION_TIMEOUT, static_cast<unsigned>(settings_.idle_timeout_s),
       MHD_OPTION_NOTIFY_CONNECTION, &HttpListener::OnConnection, this,
       MHD_OPTION_NOTIFY_COMPLETED, &HttpListener::OnCompleted, this,
@@ -66,18 +72,48 @@ void HttpListener::Stop() {
   daemon_ = nullptr;
 }
 
+void HttpListener::Shut(Connection* conn) {
+  // The fd is the connection's until OnConnection(CLOSED), which takes mu_ first.
+  shutdown(conn->fd, SHUT_RDWR);
+  conn->shut = true;
+  --open_;
+}
+
 void HttpListener::Sweep() {
   std::unique_lock lock(mu_);
   while (!stop_cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stopping_; })) {
     const Clock::time_point now = Clock::now();
     for (Connection* conn : connections_) {
-      // The fd is the connection's until OnConnection(CLOSED), which takes mu_ first.
-      if (!conn->shut && conn->deadline <= now) {
-        shutdown(conn->fd, SHUT_RDWR);
-        conn->shut = true;
-      }
+      if (!conn->shut && conn->deadline <= now) Shut(conn);
     }
   }
+}
+
+void HttpListener::MakeRoom(Connection* arriving) {
+  if (open_ <= settings_.max_connections) return;
+  // The most expendable waiting connection: over its client's limit; without the token
+  // (TCP); of the client holding the most; waiting longest.
+  Connection* victim = nullptr;
+  auto rank = [&](const Connection* c) {
+    return std::make_tuple(c->over_limit || c->no_room, settings_.over_tcp && !c->token_seen,
+                           per_client_[c->client], Clock::time_point::max() - c->waiting_since);
+  };
+  for (Connection* conn : connections_) {
+    if (conn == arriving || conn->shut || conn->answering) continue;
+    if (victim == nullptr || rank(conn) > rank(victim)) victim = conn;
+  }
+  if (victim != nullptr) {
+    Shut(victim);
+  } else {
+    arriving->no_room = true;  // every other one is being answered
+  }
+}
+
+std::string HttpListener::ClientOf(MHD_Connection* c, Connection* conn) const {
+  if (!settings_.over_tcp) return "uid " + std::to_string(conn->caller.uid);
+  if (std::optional<int64_t> uid = LoopbackPeerUid(conn->fd)) return "uid " + std::to_string(*uid);
+  const MHD_ConnectionInfo* addr = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+  return AddressText(addr != nullptr ? addr->client_addr : nullptr);
 }
 
 void HttpListener::OnConnection(void* cls, MHD_Connection* c, void** socket_context,
@@ -87,35 +123,33 @@ void HttpListener::OnConnection(void* cls, MHD_Connection* c, void** socket_cont
     auto conn = std::make_unique<Connection>();
     const MHD_ConnectionInfo* fd = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     conn->fd = fd != nullptr ? fd->connect_fd : -1;
-    if (self->settings_.over_tcp) {
-      const MHD_ConnectionInfo* addr = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-      conn->client = AddressText(addr != nullptr ? addr->client_addr : nullptr);
-    } else {
-      conn->caller = UnixPeerCaller(conn->fd, self->settings_.admin_gid);
-      conn->client = "uid " + std::to_string(conn->caller.uid);
-    }
+    if (!self->settings_.over_tcp) conn->caller = UnixPeerCaller(conn->fd, self->settings_.admin_gid);
+    conn->client = self->ClientOf(c, conn.get());
     std::lock_guard lock(self->mu_);
     conn->over_limit = ++self->per_client_[conn->client] > self->settings_.per_client;
-    conn->deadline = Clock::now() + std::chrono::seconds(self->settings_.idle_timeout_s);
+    conn->waiting_since = Clock::now();
+    // Its first request must arrive whole within the request timeout of its opening.
+    conn->deadline = conn->waiting_since + std::chrono::seconds(self->settings_.request_timeout_s);
     self->connections_.insert(conn.get());
+    ++self->open_;
+    self->MakeRoom(conn.get());
     *socket_context = conn.release();
   } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
     std::unique_ptr<Connection> conn(static_cast<Connection*>(*socket_context));
     if (conn == nullptr) return;
     std::lock_guard lock(self->mu_);
     self->connections_.erase(conn.get());
+    if (!conn->shut) --self->open_;
     if (--self->per_client_[conn->client] == 0) self->per_client_.erase(conn->client);
   }
 }
 
-void* HttpListener::OnRequestLine(void* cls, const char*, MHD_Connection* c) {
-  auto* self = static_cast<HttpListener*>(cls);
+void* HttpListener::OnRequestLine(void*, const char*, MHD_Connection* c) {
+  // The request's context is the connection's: one request at a time, reset here. Its
+  // deadline stays the one set when the connection opened or its last answer was sent.
   const MHD_ConnectionInfo* info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
   auto* conn = info != nullptr ? static_cast<Connection*>(info->socket_context) : nullptr;
-  if (conn == nullptr) return nullptr;
-  conn->request = Request{};
-  // Its headers and body must all arrive within the request timeout.
-  self->SetDeadline(conn, Clock::now() + std::chrono::seconds(self->settings_.request_timeout_s));
+  if (conn != nullptr) conn->request = Request{};
   return conn;
 }
 
@@ -125,7 +159,11 @@ void HttpListener::OnCompleted(void* cls, MHD_Connection*, void** con_cls,
   auto* conn = static_cast<Connection*>(*con_cls);
   if (conn == nullptr) return;
   conn->request = Request{};
-  self->SetDeadline(conn, Clock::now() + std::chrono::seconds(self->settings_.idle_timeout_s));
+  std::lock_guard lock(self->mu_);
+  conn->answering = false;
+  conn->waiting_since = Clock::now();
+  // Kept alive: its next request must arrive whole within the idle timeout.
+  conn->deadline = conn->waiting_since + std::chrono::seconds(self->settings_.idle_timeout_s);
 }
 
 MHD_Result HttpListener::Answer(MHD_Connection* c, const ApiResponse& r, bool close) {
@@ -159,35 +197,14 @@ MHD_Result HttpListener::OnRequest(void* cls, MHD_Connection* c, const char* url
   auto* conn = static_cast<Connection*>(*con_cls);
   if (conn == nullptr) return MHD_NO;
   Request& req = conn->request;
-  const Settings& cfg = self->settings_;
-  const char* auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
   if (!req.headers_seen) {
-    // The headers are in; the body (if any) is not read yet.
     req.headers_seen = true;
-    if (conn->over_limit) {
-      return self->Refuse(c, 429, conn->client + " holds more than " + std::to_string(cfg.per_client) +
-                                      " connections to gsliced (api_connections_per_client): "
-                                      "reuse connections, or close some");
-    }
-    if (cfg.over_tcp && !self->router_->Authorized(method, url, auth ? auth : "")) {
-      return self->Refuse(c, 401, "missing or wrong bearer token: send `Authorization: Bearer "
-                                  "<token>` (the token is in gsliced's token_file)");
-    }
-    if (const char* length = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length")) {
-      errno = 0;
-      char* end = nullptr;
-      unsigned long long n = std::strtoull(length, &end, 10);
-      // Known too large: nothing of it is kept. It is read and dropped and answered 413
-      // at its end (within the request timeout), so a client that sends its whole body
-      // before reading reads the answer rather than a reset.
-      if (errno == ERANGE || n > cfg.max_body) req.too_large = true;
-    }
-    return MHD_YES;
+    return self->OnHeaders(c, conn, url, method);
   }
   if (*upload_size != 0) {
     // Whatever the transfer encoding, at most max_body bytes are kept; past that the rest
     // is read and dropped (the request deadline bounds how long) and the answer is 413.
-    if (!req.too_large && req.body.size() + *upload_size > cfg.max_body) {
+    if (!req.too_large && req.body.size() + *upload_size > self->settings_.max_body) {
       req.too_large = true;
       std::string().swap(req.body);
     }
@@ -195,11 +212,53 @@ MHD_Result HttpListener::OnRequest(void* cls, MHD_Connection* c, const char* url
     *upload_size = 0;
     return MHD_YES;
   }
-  self->SetDeadline(conn, Clock::time_point::max());  // answering: no deadline meanwhile
-  if (req.too_large) {
-    return self->Refuse(c, 413, "request body larger than max_body_bytes (" +
-                                    std::to_string(cfg.max_body) + " bytes)");
+  return self->OnWholeRequest(c, conn, url, method);
+}
+
+MHD_Result HttpListener::OnHeaders(MHD_Connection* c, Connection* conn, const char* url, const char* method) {
+  const Settings& cfg = settings_;
+  if (conn->no_room) {
+    return Refuse(c, 503, "gsliced is answering as many requests as it has threads for (api_threads = " +
+                              std::to_string(cfg.max_connections) + "): ask again in a moment");
   }
+  if (conn->over_limit) {
+    return Refuse(c, 429, conn->client + " holds more than " + std::to_string(cfg.per_client) +
+                              " connections to gsliced (api_connections_per_client): "
+                              "reuse connections, or close some");
+  }
+  const char* auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+  if (cfg.over_tcp && !router_->Authorized(method, url, auth ? auth : "")) {
+    return Refuse(c, 401, "missing or wrong bearer token: send `Authorization: Bearer "
+                          "<token>` (the token is in gsliced's token_file)");
+  }
+  if (cfg.over_tcp && router_->HoldsToken(auth ? auth : "")) {
+    std::lock_guard lock(mu_);
+    conn->token_seen = true;
+  }
+  if (const char* length = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length")) {
+    errno = 0;
+    char* end = nullptr;
+    unsigned long long n = std::strtoull(length, &end, 10);
+    // Known too large: nothing of it is kept. It is read and dropped and answered 413
+    // at its end (within the request timeout), so a client that sends its whole body
+    // before reading reads the answer rather than a reset.
+    if (errno == ERANGE || n > cfg.max_body) conn->request.too_large = true;
+  }
+  return MHD_YES;
+}
+
+MHD_Result HttpListener::OnWholeRequest(MHD_Connection* c, Connection* conn, const char* url,
+                                        const char* method) {
+  const Settings& cfg = settings_;
+  {
+    std::lock_guard lock(mu_);
+    conn->answering = true;
+    conn->deadline = Clock::time_point::max();  // answering: no deadline meanwhile
+  }
+  if (conn->request.too_large) {
+    return Refuse(c, 413, "request body larger than max_body_bytes (" + std::to_string(cfg.max_body) + " bytes)");
+  }
+  const char* auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
   ApiRequest request;
   request.method = std::strcmp(method, "HEAD") == 0 ? "GET" : method;
   request.path = url;
@@ -210,15 +269,18 @@ MHD_Result HttpListener::OnRequest(void* cls, MHD_Connection* c, const char* url
         return MHD_YES;
       },
       &request);
-  request.body = std::move(req.body);
+  request.body = std::move(conn->request.body);
   request.authorization = auth ? auth : "";
   request.over_tcp = cfg.over_tcp;
+  const bool token = cfg.over_tcp && router_->HoldsToken(request.authorization);
   if (!cfg.over_tcp) {
     request.caller = conn->caller;
-  } else if (self->router_->Authorized("POST", "/v1", request.authorization)) {
+  } else if (token) {
     request.caller = TokenCaller();
   }
-  return self->Answer(c, self->router_->Handle(request), /*close=*/false);
+  // On TCP only the token's holder keeps a connection alive: one without it (the
+  // dashboard's files) is answered and closed, so it never waits for a next request.
+  return Answer(c, router_->Handle(request), /*close=*/cfg.over_tcp && !token);
 }
 
 }  // namespace gslice

@@ -1,11 +1,33 @@
 // One API listener: a libmicrohttpd daemon (a thread per connection) on a socket bound by
-// the caller, and what the library does not do itself: the caller of each connection,
-// connections per client, and deadlines for whole requests (a sweeper shuts down
-// connections that pass theirs; the library closes them). Requests go to an ApiRouter.
+// the caller, and what the library does not do itself. Requests go to an ApiRouter.
 //
-// A request without the token on TCP is refused (401) on its headers, before its body is
-// read; a body over max_body, by Content-Length or counted as chunks arrive, is never
-// buffered: it is dropped as read and answered 413.
+// Clients. Each connection belongs to a client: on the unix socket its peer's uid; on TCP
+// from a loopback address the uid the kernel gives the peer's socket (so the users of one
+// machine are as many clients as on the unix socket, not one address); on TCP from
+// elsewhere its address. A client holds at most per_client connections; the next ones are
+// answered 429 on their headers and closed.
+//
+// Threads. A listener serves at most max_connections connections, each on its own thread;
+// a connection waiting for a request (opened and silent, or kept alive between requests)
+// holds its thread too. So that waiting connections cannot keep others out, a connection
+// that would make one more closes a waiting one first: one its client may not hold (over
+// its limit, or refused for room); on TCP, one whose requests never carried the token
+// before one that did; then one of the client holding the most connections, the one
+// waiting longest. A connection being answered is never closed for room; when all are,
+// the new one is answered 503 on its headers. So a client holding fewer connections than
+// the largest holder always gets in, and a request with the token is never kept out by
+// ones without it.
+//
+// Deadlines (a sweeper shuts down connections that pass theirs; the library closes them).
+// A connection's first request must arrive whole, request line, headers and body, within
+// request_timeout_s of the connection opening; after an answer the next must arrive whole
+// within idle_timeout_s of it. A TCP connection whose request did not carry the token is
+// closed after its answer, so it lives at most request_timeout_s plus its answer. A
+// connection that stops reading its answer is closed after idle_timeout_s without progress.
+//
+// Bodies. A request without the token on TCP is refused (401) on its headers, before its
+// body is read; a body over max_body, by Content-Length or counted as chunks arrive, is
+// never buffered: it is dropped as read and answered 413.
 #pragma once
 
 #include <microhttpd.h>
@@ -43,21 +65,28 @@ class HttpListener {
   void Stop();
 
  private:
+  using Clock = std::chrono::steady_clock;
+
   // What one request has sent so far. One at a time per connection: HTTP/1.1 answers in order.
   struct Request {
     bool headers_seen = false;
     bool too_large = false;
     std::string body;
   };
-  using Clock = std::chrono::steady_clock;
   struct Connection {
     int fd = -1;
-    std::string client;  // "uid 1000", "127.0.0.1": the key of the per-client count
-    Caller caller;
+    std::string client;  // "uid 1000", "192.0.2.7": the key of the per-client count
+    Caller caller;       // on the unix socket
+    // Decided as it opens, before its thread runs.
     bool over_limit = false;  // more connections than per_client: answered 429, closed
-    Clock::time_point deadline = Clock::time_point::max();  // REQUIRES: mu_ held
-    bool shut = false;                                       // REQUIRES: mu_ held
-    Request request;
+    bool no_room = false;     // max_connections were all being answered: answered 503, closed
+    // Fields below: REQUIRES mu_ held.
+    bool token_seen = false;  // TCP: a request on it carried the token
+    bool answering = false;   // its request is complete: being answered, never closed for room
+    Clock::time_point waiting_since;                        // opened, or its last answer sent
+    Clock::time_point deadline = Clock::time_point::max();  // shut down when it passes
+    bool shut = false;
+    Request request;  // only the connection's own thread touches it
   };
 
   static void OnConnection(void* cls, MHD_Connection* c, void** socket_context,
@@ -68,12 +97,18 @@ class HttpListener {
                               void** con_cls);
   static void OnCompleted(void* cls, MHD_Connection* c, void** con_cls,
                           MHD_RequestTerminationCode code);
+  // The first call for a request: its headers are in, its body is not read yet.
+  MHD_Result OnHeaders(MHD_Connection* c, Connection* conn, const char* url, const char* method);
+  // The last call: the whole request is in.
+  MHD_Result OnWholeRequest(MHD_Connection* c, Connection* conn, const char* url, const char* method);
   MHD_Result Answer(MHD_Connection* c, const ApiResponse& r, bool close);
   MHD_Result Refuse(MHD_Connection* c, int status, const std::string& message);
-  void SetDeadline(Connection* conn, Clock::time_point deadline) {
-    std::lock_guard lock(mu_);
-    conn->deadline = deadline;
-  }
+  // The client a new connection belongs to (see the top of this file).
+  std::string ClientOf(MHD_Connection* c, Connection* conn) const;
+  // With `arriving` one connection too many, shuts down one that waits, or marks `arriving`
+  // no_room. REQUIRES: mu_ held.
+  void MakeRoom(Connection* arriving);
+  void Shut(Connection* conn);  // REQUIRES: mu_ held
   void Sweep();
 
   ApiRouter* router_;
@@ -81,8 +116,9 @@ class HttpListener {
   MHD_Daemon* daemon_ = nullptr;
   std::mutex mu_;
   std::condition_variable stop_cv_;
-  bool stopping_ = false;                     // REQUIRES: mu_ held
-  std::set<Connection*> connections_;         // REQUIRES: mu_ held
+  bool stopping_ = false;                       // REQUIRES: mu_ held
+  std::set<Connection*> connections_;           // REQUIRES: mu_ held
+  unsigned open_ = 0;                           // connections_ not shut; REQUIRES: mu_ held
   std::map<std::string, unsigned> per_client_;  // REQUIRES: mu_ held
   std::thread sweeper_;
 };

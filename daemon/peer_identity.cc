@@ -1,11 +1,16 @@
 #include "peer_identity.h"
 
 #include <grp.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
+#include <netinet/in.h>
 #include <pwd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -72,6 +77,92 @@ Caller UnixPeerCaller(int fd, int64_t admin_gid) {
 }
 
 // A TCP caller with the token: an admin without a kernel identity.
+
+namespace {
+
+// The IPv4 address in `a` when it is one (AF_INET, or AF_INET6 mapped), else nothing.
+std::optional<in_addr> Ipv4Of(const sockaddr_storage& a) {
+  if (a.ss_family == AF_INET) return reinterpret_cast<const sockaddr_in&>(a).sin_addr;
+  const auto& six = reinterpret_cast<const sockaddr_in6&>(a);
+  if (a.ss_family != AF_INET6 || !IN6_IS_ADDR_V4MAPPED(&six.sin6_addr)) return std::nullopt;
+  in_addr four{};
+  std::memcpy(&four, &six.sin6_addr.s6_addr[12], sizeof four);
+  return four;
+}
+
+uint16_t PortOf(const sockaddr_storage& a) {
+  return a.ss_family == AF_INET ? reinterpret_cast<const sockaddr_in&>(a).sin_port
+                                : reinterpret_cast<const sockaddr_in6&>(a).sin6_port;
+}
+
+// The owner of the TCP socket of `family` whose own end is `src` and whose peer is `dst`
+// (addresses in network order, 4 or 16 bytes; ports in network order).
+std::optional<int64_t> TcpSocketOwner(uint8_t family, const void* src, uint16_t sport, const void* dst,
+                                      uint16_t dport) {
+  int nl = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+  if (nl < 0) return std::nullopt;
+  struct {
+    nlmsghdr header;
+    inet_diag_req_v2 request;
+  } query{};
+  query.header.nlmsg_len = sizeof query;
+  query.header.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+  query.header.nlmsg_flags = NLM_F_REQUEST;  // one socket by its addresses, not a dump
+  query.request.sdiag_family = family;
+  query.request.sdiag_protocol = IPPROTO_TCP;
+  query.request.idiag_states = ~0u;
+  query.request.id.idiag_sport = sport;
+  query.request.id.idiag_dport = dport;
+  const size_t length = family == AF_INET ? 4 : 16;
+  std::memcpy(query.request.id.idiag_src, src, length);
+  std::memcpy(query.request.id.idiag_dst, dst, length);
+  query.request.id.idiag_cookie[0] = query.request.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
+  sockaddr_nl kernel{};
+  kernel.nl_family = AF_NETLINK;
+  std::optional<int64_t> owner;
+  alignas(nlmsghdr) char reply[8192];
+  if (sendto(nl, &query, sizeof query, 0, reinterpret_cast<sockaddr*>(&kernel), sizeof kernel) ==
+      static_cast<ssize_t>(sizeof query)) {
+    ssize_t n = recv(nl, reply, sizeof reply, 0);
+    // NLMSG_OK compares a signed length with the header's unsigned one.
+    int left = n > 0 ? static_cast<int>(n) : 0;
+    for (auto* h = reinterpret_cast<nlmsghdr*>(reply); NLMSG_OK(h, static_cast<unsigned>(left));
+         h = NLMSG_NEXT(h, left)) {
+      if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY) continue;
+      if (h->nlmsg_len < NLMSG_LENGTH(sizeof(inet_diag_msg))) break;
+      owner = static_cast<const inet_diag_msg*>(NLMSG_DATA(h))->idiag_uid;
+      break;
+    }
+  }
+  close(nl);
+  return owner;
+}
+
+}  // namespace
+
+std::optional<int64_t> LoopbackPeerUid(int fd) {
+  sockaddr_storage local{}, peer{};
+  socklen_t local_len = sizeof local, peer_len = sizeof peer;
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0 ||
+      getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) {
+    return std::nullopt;
+  }
+  // The peer's socket: its own end is our peer's address, its peer ours.
+  std::optional<in_addr> peer4 = Ipv4Of(peer), local4 = Ipv4Of(local);
+  if (peer4 && local4) {
+    if ((ntohl(peer4->s_addr) >> 24) != 127) return std::nullopt;
+    // An IPv4 client of an IPv6 listener has an IPv4 socket; one that connected through an
+    // IPv6 socket to the mapped address has an IPv6 one.
+    if (auto uid = TcpSocketOwner(AF_INET, &*peer4, PortOf(peer), &*local4, PortOf(local))) return uid;
+    if (peer.ss_family != AF_INET6) return std::nullopt;
+  } else if (peer.ss_family != AF_INET6 ||
+             !IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6&>(peer).sin6_addr)) {
+    return std::nullopt;
+  }
+  if (peer.ss_family != AF_INET6 || local.ss_family != AF_INET6) return std::nullopt;
+  return TcpSocketOwner(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(peer).sin6_addr, PortOf(peer),
+                        &reinterpret_cast<const sockaddr_in6&>(local).sin6_addr, PortOf(local));
+}
 
 Caller TokenCaller() { return Caller{.user = "token", .uid = -1, .admin = true}; }
 

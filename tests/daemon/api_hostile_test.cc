@@ -17,6 +17,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -155,6 +157,107 @@ int64_t RssKiB(pid_t pid) {
     if (line.rfind("VmRSS:", 0) == 0) return std::strtoll(line.c_str() + 6, nullptr, 10);
   }
   return -1;
+}
+
+// Reads everything `fd` sends until it closes the connection, or until `timeout_ms` passes.
+std::string ReadUntilClosed(int fd, int timeout_ms = 5000) {
+  std::string raw;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  char buf[65536];
+  for (;;) {
+    int left = static_cast<int>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+    pollfd p{fd, POLLIN, 0};
+    if (left <= 0 || poll(&p, 1, left) <= 0) return raw;
+    ssize_t n = recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) return raw;
+    raw.append(buf, static_cast<size_t>(n));
+  }
+}
+
+// Whether the peer has closed (or reset) `fd` by now; what it sent before is read and dropped.
+bool PeerClosed(int fd) {
+  char buf[4096];
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 0) <= 0) return false;
+    if (recv(fd, buf, sizeof buf, MSG_DONTWAIT) <= 0) return true;
+  }
+}
+
+// A child process that becomes user `uid` (group nogroup, no other groups) and runs `body`,
+// which may Report() lines to the test. The child then waits for Release() before it exits,
+// so that what it connected stays connected meanwhile.
+class ChildAs {
+ public:
+  ChildAs(uid_t uid, const std::function<void(ChildAs&)>& body) {
+    EXPECT_EQ(pipe(report_), 0);
+    EXPECT_EQ(pipe(release_), 0);
+    pid_ = fork();
+    if (pid_ == 0) {
+      close(report_[0]);
+      close(release_[1]);
+      if (setgroups(0, nullptr) != 0 || setresgid(kNogroup, kNogroup, kNogroup) != 0 ||
+          setresuid(uid, uid, uid) != 0) {
+        Report("cannot become uid " + std::to_string(uid));
+        _exit(3);
+      }
+      body(*this);
+      char c;
+      while (read(release_[0], &c, 1) > 0) {
+      }
+      _exit(0);
+    }
+    close(report_[1]);
+    close(release_[0]);
+  }
+  ~ChildAs() { Release(); }
+  // In the child: one line for the test.
+  void Report(const std::string& line) {
+    const std::string text = line + "\n";
+    EXPECT_EQ(write(report_[1], text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  }
+  // In the test: the child's next line, or "" when none comes within `timeout_ms`.
+  std::string NextReport(int timeout_ms = 20000) {
+    const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    for (;;) {
+      if (auto nl = reported_.find('\n'); nl != std::string::npos) {
+        std::string line = reported_.substr(0, nl);
+        reported_.erase(0, nl + 1);
+        return line;
+      }
+      int left = static_cast<int>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+      pollfd p{report_[0], POLLIN, 0};
+      if (left <= 0 || poll(&p, 1, left) <= 0) return "";
+      char buf[4096];
+      ssize_t n = read(report_[0], buf, sizeof buf);
+      if (n <= 0) return "";
+      reported_.append(buf, static_cast<size_t>(n));
+    }
+  }
+  // In the test: lets the child exit (closing what it holds) and waits for it.
+  void Release() {
+    if (pid_ <= 0) return;
+    close(release_[1]);
+    close(report_[0]);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int report_[2] = {-1, -1};
+  int release_[2] = {-1, -1};
+  std::string reported_;
+};
+
+// "STATUS BODY", as a child reports an answer.
+std::string ReportOf(const Reply& r) {
+  std::string line = std::to_string(r.status) + " " + r.body;
+  std::replace(line.begin(), line.end(), '\n', ' ');
+  return line;
 }
 
 class ApiHostileTest : public ::testing::Test {
@@ -572,6 +675,104 @@ TEST_F(ApiHostileTest, SlowClientsOnTcpStopNeitherOtherClientsNorTheUnixSocket) 
   EXPECT_EQ(closed, static_cast<int>(slow.size())) << "slow connections still open after the request timeout";
 }
 
+// Local users on TCP are told apart by the uid the kernel gives each socket, as on the unix
+// socket; all of loopback is not one client. One user's slow connections from 127.0.0.1, a
+// little over its share, refuse only its own further ones (429, saying what to do), never
+// the token holder's requests from the same address.
+TEST_F(ApiHostileTest, OnTcpEachLocalUserHasItsOwnShareOfConnections) {
+  WriteConfig();  // 128 connections per client
+  Start();
+  ChildAs nobody(kNobody, [&](ChildAs& self) {
+    std::vector<int> slow;
+    for (int i = 0; i < 130; ++i) {
+      const int fd = ConnectTcp(port_);
+      if (fd < 0) break;
+      SendAll(fd, "GET /v1/node HTTP/1.1\r\nHost: gsl");  // and nothing more
+      slow.push_back(fd);
+    }
+    self.Report(std::to_string(slow.size()));
+    const int fd = ConnectTcp(port_);
+    Reply r;
+    if (fd >= 0 && SendAll(fd, Request("GET", "/healthz"))) r = ReadReply(fd);
+    self.Report(ReportOf(r));
+  });
+  ASSERT_EQ(nobody.NextReport(), "130");
+  const std::string over = nobody.NextReport();
+  EXPECT_EQ(over.rfind("429 ", 0), 0u) << "nobody's 131st connection: " << over;
+  EXPECT_NE(over.find("uid 65534 holds more than 128 connections to gsliced (api_connections_per_client)"),
+            std::string::npos) << over;
+  // The token's holder, from the same address, is answered meanwhile.
+  const int fd = ConnectTcp(port_);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(SendAll(fd, Request("GET", "/v1/node", "", std::string("Authorization: Bearer ") + kToken + "\r\n")));
+  Reply r = ReadReply(fd);
+  close(fd);
+  EXPECT_EQ(r.status, 200) << "an authenticated request from 127.0.0.1 behind 130 slow connections of another "
+                              "local user: " << r.body;
+}
+
+// A connection that waits (opened and silent, or kept alive between requests) holds one of
+// the listener's threads. Two users holding all their share of idle connections, together
+// every thread, do not keep a third user out: gsliced closes a waiting connection of the
+// client that holds the most to make room.
+TEST_F(ApiHostileTest, TwoUsersHoldingIdleConnectionsLeaveRoomForAThird) {
+  WriteConfig("api_threads = 16\napi_connections_per_client = 8\n");
+  Start();
+  std::vector<int> roots;
+  for (int i = 0; i < 8; ++i) {
+    roots.push_back(ConnectUnix(socket_));
+    ASSERT_GE(roots.back(), 0);
+  }
+  ChildAs nobody(kNobody, [&](ChildAs& self) {
+    int held = 0;
+    for (int i = 0; i < 8; ++i) held += ConnectUnix(socket_) >= 0;
+    self.Report(std::to_string(held));
+  });
+  ASSERT_EQ(nobody.NextReport(), "8");
+  ChildAs third(kNobody - 1, [&](ChildAs& self) { self.Report(ReportOf(CallUnix(socket_, "GET", "/v1/node"))); });
+  const std::string answer = third.NextReport();
+  EXPECT_EQ(answer.rfind("200 ", 0), 0u) << "a third user behind 16 idle connections of two others: " << answer;
+  for (int fd : roots) close(fd);
+}
+
+// The documented timeouts are the real ones. A connection's first request must arrive whole
+// within api_request_timeout_s of the connection opening, however slowly it drips (a
+// request line that never ends included), and a silent one is closed then too; a TCP
+// connection whose request did not carry the token is closed after its answer.
+TEST_F(ApiHostileTest, ARequestMustArriveWithinTheRequestTimeoutOfItsConnectionOpening) {
+  WriteConfig("api_request_timeout_s = 2\napi_idle_timeout_s = 60\n");
+  Start();
+  const int silent = ConnectUnix(socket_);
+  const int drip_unix = ConnectUnix(socket_);
+  const int drip_tcp = ConnectTcp(port_);
+  ASSERT_GE(silent, 0);
+  ASSERT_GE(drip_unix, 0);
+  ASSERT_GE(drip_tcp, 0);
+  // One byte every 250 ms, of a request line that never ends, for at most 20 s: a third of
+  // the idle timeout, ten times the request timeout.
+  const std::string line = "GET /healthz?" + std::string(200, 'x');
+  bool closed[3] = {false, false, false};
+  for (size_t i = 0; i < 80 && !(closed[0] && closed[1] && closed[2]); ++i) {
+    if (!closed[1]) send(drip_unix, &line[i], 1, MSG_NOSIGNAL);
+    if (!closed[2]) send(drip_tcp, &line[i], 1, MSG_NOSIGNAL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    for (int k = 0; k < 3; ++k) closed[k] = closed[k] || PeerClosed(std::array{silent, drip_unix, drip_tcp}[k]);
+  }
+  EXPECT_TRUE(closed[0]) << "a silent unix connection outlived the request timeout";
+  EXPECT_TRUE(closed[1]) << "a unix connection dripping its request line outlived the request timeout";
+  EXPECT_TRUE(closed[2]) << "a TCP connection dripping its request line outlived the request timeout";
+  for (int fd : {silent, drip_unix, drip_tcp}) close(fd);
+
+  // A dashboard file over TCP without the token is answered, and the connection closed.
+  const int fd = ConnectTcp(port_);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(SendAll(fd, Request("GET", "/app.css")));
+  const std::string raw = ReadUntilClosed(fd, 10000);
+  close(fd);
+  EXPECT_EQ(raw.rfind("HTTP/1.1 200 ", 0), 0u) << raw.substr(0, 200);
+  EXPECT_NE(raw.find("Connection: close"), std::string::npos) << raw.substr(0, 400);
+}
+
 // A JSON number's value, exactly (a long double holds every int64 and uint64); NaN for
 // anything else.
 long double Exact(const json& v) {
@@ -726,16 +927,28 @@ TEST_F(ApiHostileTest, OneClientHoldsAtMostItsShareOfConnections) {
   EXPECT_NE(Error(over).find("api_connections_per_client"), std::string::npos) << over.body;
   // Another user is not affected by root's connections.
   EXPECT_EQ(CallAsNobody("GET", "/healthz").status, 200);
-  // On TCP the limit is per address: 127.0.0.2 is refused past 4, 127.0.0.1 is served.
-  std::vector<int> tcp;
-  for (int i = 0; i < 6; ++i) tcp.push_back(ConnectTcp(port_, "127.0.0.2"));
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  int fd = ConnectTcp(port_);
-  ASSERT_GE(fd, 0);
-  SendAll(fd, Request("GET", "/healthz", "", std::string("Authorization: Bearer ") + kToken + "\r\n"));
-  EXPECT_EQ(ReadReply(fd).status, 200);
-  close(fd);
-  for (int t : tcp) if (t >= 0) close(t);
+  // On TCP a local user is one client by its uid, from whichever loopback address: nobody
+  // holding 4 connections from 127.0.0.2 is refused a 5th from 127.0.0.1; root, from
+  // either, is served.
+  ChildAs nobody(kNobody, [&](ChildAs& self) {
+    std::vector<int> tcp;
+    for (int i = 0; i < 4; ++i) tcp.push_back(ConnectTcp(port_, "127.0.0.2"));
+    const int fd = ConnectTcp(port_);
+    Reply r;
+    if (fd >= 0 && SendAll(fd, Request("GET", "/healthz"))) r = ReadReply(fd);
+    self.Report(ReportOf(r));
+  });
+  const std::string fifth = nobody.NextReport();
+  EXPECT_EQ(fifth.rfind("429 ", 0), 0u) << fifth;
+  EXPECT_NE(fifth.find("uid 65534 holds more than 4 connections"), std::string::npos) << fifth;
+  for (const char* source : {"127.0.0.1", "127.0.0.2"}) {
+    int fd = ConnectTcp(port_, source);
+    ASSERT_GE(fd, 0);
+    SendAll(fd, Request("GET", "/healthz", "", std::string("Authorization: Bearer ") + kToken + "\r\n"));
+    EXPECT_EQ(ReadReply(fd).status, 200) << source;
+    close(fd);
+  }
+  nobody.Release();
   // Once root closes one, it is served again.
   close(held.back());
   held.pop_back();
