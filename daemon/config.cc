@@ -59,9 +59,19 @@ const Option kOptions[] = {
      "it (docs/ledger.md). Empty: $GSLICE_LEDGER, else /dev/shm/gslice. \"none\": keep\n"
      "slices in gsliced only (nothing enforces them). The ledger holds at most 64 slices.",
      &DaemonConfig::ledger},
+    {"suspend_board", R"("")",
+     "Suspend board directory (shared memory) where gsliced and the shims agree on suspend\n"
+     "and resume (docs/suspend.md); made if missing. Empty: $GSLICE_SUSPEND_BOARD, else\n"
+     "/dev/shm/gslice-suspend. Programs read theirs from $GSLICE_SUSPEND_BOARD: keep both equal.",
+     &DaemonConfig::suspend_board},
     {"nvml_library", R"("libnvidia-ml.so.1")",
-     "NVML library gsliced dlopens to find the GPUs (a soname or a path).",
+     "NVML library gsliced dlopens to find the GPUs (a soname or a path). --sim: the\n"
+     "simulated one.",
      &DaemonConfig::nvml_library},
+    {"driver_library", R"("libcuda.so.1")",
+     "CUDA driver gsliced dlopens to suspend and resume slices through its checkpoint API\n"
+     "(a soname or a path). --sim: the simulated one.",
+     &DaemonConfig::driver_library},
     {"tcp", R"("")",
      "Also serve the API on TCP, \"host:port\" (e.g. \"127.0.0.1:7470\"). Every request on\n"
      "TCP needs `Authorization: Bearer <token>`, except the dashboard's static files.",
@@ -382,6 +392,9 @@ Status CheckReferences(const DaemonConfig& config) {
   if (Status s = CheckFolder("database", config.database); !s.ok()) return s;
   if (!config.ledger.empty() && config.ledger != "none") {
     if (Status s = CheckFolder("ledger", config.ledger); !s.ok()) return s;
+  }
+  if (!config.suspend_board.empty()) {
+    if (Status s = CheckFolder("suspend_board", config.suspend_board); !s.ok()) return s;
   }
   if (Status s = CheckGroup("socket_group", config.socket_group); !s.ok()) return s;
   if (Status s = CheckGroup("admin_group", config.admin_group); !s.ok()) return s;

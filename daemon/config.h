@@ -16,7 +16,9 @@ struct DaemonConfig {
   std::string socket_group;      // its group, if set
   std::string database;          // SQLite file
   std::string ledger;            // node ledger path
+  std::string suspend_board;     // suspend board directory; empty: $GSLICE_SUSPEND_BOARD or default
   std::string nvml_library;      // what dlopen loads
+  std::string driver_library;    // CUDA driver for checkpoints; empty: libcuda.so.1
   std::string tcp;               // "host:port" or empty
   bool tcp_allow_remote = false; // tcp may bind a non-loopback address
   std::string token_file;        // bearer token for TCP; its holder is an admin
@@ -33,6 +35,10 @@ struct DaemonConfig {
   int64_t slices_per_user = 16;
   int64_t slices_per_project = 32;
   int64_t slices_reserved_for_admins = 8;
+  // NVIDIA MPS as the compute-sharing substrate (daemon/mps_service.h, docs/compute.md).
+  std::string mps;            // "auto", "on" or "off"
+  std::string mps_control;    // nvidia-cuda-mps-control: a path, or a name on $PATH
+  std::string mps_directory;  // the GPUs' pipe and log folders
   // Pod labels for GPU processes (daemon/pod_resolver.h); off without a node name.
   std::string kubernetes_node;        // empty: $NODE_NAME
   std::string kubernetes_apiserver;   // empty: in-cluster
@@ -62,7 +68,7 @@ Status ValidateConfig(const DaemonConfig& config);
 // Checks what the configuration names on this machine: default_project is a valid project
 // name, socket_group and admin_group exist, token_file is a readable regular file of mode
 // 0600 (or stricter), the socket path is free or a socket, and the folders of socket,
-// database and ledger exist or can be created. `gsliced --check-config` and the start run it.
+// database, ledger and suspend_board exist or can be created. `gsliced --check-config` and the start run it.
 Status CheckReferences(const DaemonConfig& config);
 
 // Refuses a socket path that names anything but a socket (or nothing): gsliced replaces a

@@ -115,8 +115,6 @@ int main(int argc, char** argv) {
   for (const std::string& o : overrides) {
     if (Status s = ApplyOverride(o, &config); !s.ok()) return Fail(s.message());
   }
-  // The driver suspend/resume checkpoints through ("": libcuda.so.1, the real one).
-  std::string driver_library;
   if (sim) {
     const std::string dir = SimDriverDir();
     struct stat st;
@@ -125,7 +123,7 @@ int main(int argc, char** argv) {
                   "/libcuda.so.1, libnvidia-ml.so.1): build it with scripts/build");
     }
     config.nvml_library = dir + "/libnvidia-ml.so.1";
-    driver_library = dir + "/libcuda.so.1";
+    config.driver_library = dir + "/libcuda.so.1";
   }
   if (Status s = ValidateConfig(config); !s.ok()) return Fail(s.message());
   std::string token;
@@ -138,6 +136,8 @@ int main(int argc, char** argv) {
     const char* env = std::getenv("GSLICE_LEDGER");
     config.ledger = env && *env ? env : GetOptionInfo(Option::Ledger).default_value;
   }
+  // Like the ledger, the board defaults to what the shims read, so both find the same one.
+  if (config.suspend_board.empty()) config.suspend_board = OptionValue(Option::SuspendBoard);
   if (Status s = CheckReferences(config); !s.ok()) return Fail(s.message());
   if (check_only) {
     std::printf("gsliced: configuration is valid\n");
@@ -164,7 +164,7 @@ int main(int argc, char** argv) {
                  "suspend/resume are simulated on the CPU, and its figures say nothing about real GPUs. "
                  "Run programs with `gslice run --sim`, under the same GSLICE_SIM_STATE (default "
                  "/dev/shm/gslice-sim-<uid>).\n",
-                 driver_library.substr(0, driver_library.rfind('/')).c_str());
+                 config.driver_library.substr(0, config.driver_library.rfind('/')).c_str());
   }
   auto store = Store::Open(config.database);
   if (!store.ok()) return Fail(store.status().message());
@@ -183,15 +183,25 @@ int main(int argc, char** argv) {
       static_cast<size_t>(config.history_seconds * 1000 / config.sample_interval_ms) + 1;
   // Suspend/resume, idle reclaim and preemption (daemon/suspend, docs/suspend.md).
   std::string suspend_note;
-  auto suspender = MakeCheckpointSuspender({config.ledger, "", driver_library, config.nvml_library}, &suspend_note);
+  auto suspender = MakeCheckpointSuspender({.ledger_path = config.ledger,
+                                             .board_path = config.suspend_board,
+                                             .driver_library = config.driver_library,
+                                             .nvml_library = config.nvml_library},
+                                            &suspend_note);
   if (!suspend_note.empty()) std::fprintf(stderr, "gsliced: %s\n", suspend_note.c_str());
   Suspender* suspender_handle = suspender.get();
   // Pod labels for GPU processes when on Kubernetes (docs/kubernetes.md, per-pod metrics).
   std::string pods_note;
   auto pods = MakePodResolver(config, &pods_note);
   if (!pods_note.empty()) std::fprintf(stderr, "gsliced: %s\n", pods_note.c_str());
+  // MPS control daemons for the GPUs (daemon/mps_service.h, docs/compute.md).
+  MpsServiceOptions mps_options{.control = config.mps_control, .directory = config.mps_directory};
+  ParseMpsMode(config.mps, &mps_options.mode);  // ValidateConfig checked it
+  auto mps = std::make_unique<MpsService>(mps_options);
+  if (Status s = mps->Prepare(); !s.ok()) return Fail(s.message());
+  std::fprintf(stderr, "gsliced: mps: %s\n", mps->Describe().c_str());
   Registry registry(options, std::move(store.value()), std::move(inventory.value()),
-                    std::move(ledger.value()), std::move(suspender), std::move(pods));
+                    std::move(ledger.value()), std::move(suspender), std::move(pods), std::move(mps));
   SetIdleTimeouts(suspender_handle, [&registry](const std::string& slice) -> int64_t {
     auto view = registry.GetSlice(slice);
     return view.ok() ? view->slice.idle_timeout_s : 0;
@@ -230,5 +240,6 @@ int main(int argc, char** argv) {
   cv.notify_all();
   sampler.join();
   server.Stop();
+  registry.StopMps();
   return 0;
 }

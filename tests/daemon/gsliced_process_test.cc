@@ -247,6 +247,19 @@ TEST_F(GslicedProcess, RestartKeepsEverythingAndASecondDaemonIsRefused) {
   EXPECT_NE(p->body.find("\"priority\":2"), std::string::npos) << p->body;
 }
 
+// Every path gsliced uses is an option: on the simulator the suspend board comes from
+// --set like the rest, with nothing in the environment.
+TEST_F(GslicedProcess, SuspendBoardAndDriverAreOptions) {
+  unsetenv("GSLICE_SUSPEND_BOARD");
+  const std::string nvml = GSLICE_SIM_NVML;
+  const std::string driver = nvml.substr(0, nvml.rfind('/')) + "/libcuda.so.1";
+  Start({"--set", "suspend_board=" + board_, "--set", "driver_library=" + driver});
+  struct stat st {};
+  ASSERT_EQ(stat(board_.c_str(), &st), 0) << ReadAll(dir_ + "/gsliced.log");
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_EQ(st.st_uid, geteuid());
+}
+
 TEST_F(GslicedProcess, BadConfigIsRefusedWithLineAndKey) {
   std::ofstream(dir_ + "/gsliced.toml", std::ios::app) << "api_thread = 4\n";
   std::string cmd = std::string(GSLICED) + " --config " + dir_ + "/gsliced.toml --check-config > " + dir_ +
