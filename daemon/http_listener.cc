@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -33,12 +34,51 @@ std::string AddressText(const sockaddr* addr) {
 // close it unanswered, so it is never reached but in a flood faster than connections close.
 unsigned Headroom(unsigned max_connections) { return std::max(8u, max_connections / 8); }
 
+// Writes all of `data` to the connected socket `fd`, waiting at most a second for room.
+void WriteAll(int fd, const std::string& data) {
+  size_t sent = 0;
+  for (int waits = 0; sent < data.size() && waits < 10;) {
+    ssize_t n = send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      sent += static_cast<size_t>(n);
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd p{fd, POLLOUT, 0};
+      poll(&p, 1, 100);
+      ++waits;
+    } else if (n < 0 && errno != EINTR) {
+      return;
+    }
+  }
+}
+
+// The connection this thread serves (a thread per connection), for OnLibraryLog; set once
+// its first request line is read. A Connection*, which the anonymous namespace cannot name.
+thread_local void* this_threads_connection = nullptr;
+
+// What libmicrohttpd 0.9.75 logs, with the status and its HTML page, just before it answers
+// a request it cannot read with a page of its own and closes the connection.
+constexpr char kLibraryRefusal[] = "Error processing request (HTTP response code is %u ('%s')). Closing connection.\n";
+
+// The text of an HTML page, without its head and tags: "Your HTTP request has ...".
+std::string PageText(const char* html) {
+  std::string page = html != nullptr ? html : "";
+  if (size_t body = page.find("<body>"); body != std::string::npos) page.erase(0, body + 6);
+  std::string text;
+  bool in_tag = false;
+  for (char ch : page) {
+    if (ch == '<') in_tag = true;
+    if (!in_tag) text += ch;
+    if (ch == '>') in_tag = false;
+  }
+  return text;
+}
 
 }  // namespace
 
 Status HttpListener::Start(int fd) {
-  const unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL;
-  auto quiet = +[](void*, const char*, va_list) {};
+  // MHD_USE_ERROR_LOG: the library logs to OnLibraryLog, which prints nothing.
+  const unsigned flags =
+      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL | MHD_USE_ERROR_LOG;
   // Connections per client and max_connections are enforced in OnConnection, on both
   // transports: the library's own per-address limit would make every local user on TCP one
   // client, and at its connection limit it closes new connections unanswered.
@@ -50,7 +90,7 @@ Status HttpListener::Start(int fd) {
       MHD_OPTION_NOTIFY_CONNECTION, &HttpListener::OnConnection, this,
       MHD_OPTION_NOTIFY_COMPLETED, &HttpListener::OnCompleted, this,
       MHD_OPTION_URI_LOG_CALLBACK, &HttpListener::OnRequestLine, this,
-      MHD_OPTION_EXTERNAL_LOGGER, quiet, nullptr,
+      MHD_OPTION_EXTERNAL_LOGGER, &HttpListener::OnLibraryLog, this,
       MHD_OPTION_END);
   if (daemon_ == nullptr) {
     close(fd);
@@ -150,7 +190,39 @@ void* HttpListener::OnRequestLine(void*, const char*, MHD_Connection* c) {
   const MHD_ConnectionInfo* info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
   auto* conn = info != nullptr ? static_cast<Connection*>(info->socket_context) : nullptr;
   if (conn != nullptr) conn->request = Request{};
+  this_threads_connection = conn;
   return conn;
+}
+
+void HttpListener::OnLibraryLog(void* cls, const char* format, va_list args) {
+  // The library answers some requests it cannot read with a page of its own: a
+  // Content-Length that is not a number (400) or past 2^64 (413), a malformed chunk (400),
+  // headers over its buffer (431). 0.9.75 sends the first two with their status line and
+  // headers twice. So that every answer is the API's, the listener answers first, as the
+  // library is about to, and ends its side of the connection: the library's page is never
+  // sent (its send fails) and it closes the connection. Before the first request line the
+  // thread has no connection yet, and the library's own page goes out (414: a request line
+  // over its buffer).
+  auto* conn = static_cast<Connection*>(this_threads_connection);
+  if (conn == nullptr || std::strcmp(format, kLibraryRefusal) != 0) return;
+  auto* self = static_cast<HttpListener*>(cls);
+  va_list copy;
+  va_copy(copy, args);
+  const unsigned status = va_arg(copy, unsigned);
+  std::string message = PageText(va_arg(copy, const char*));
+  va_end(copy);
+  if (message.empty()) message = "the request could not be read";
+  if (status == 413) {
+    message += " gsliced takes bodies of at most max_body_bytes (" + std::to_string(self->settings_.max_body) +
+               " bytes).";
+  }
+  const ApiResponse r = ErrorResponse(static_cast<int>(status), message);
+  self->router_->counters().Count(r.status);
+  WriteAll(conn->fd, "HTTP/1.1 " + std::to_string(status) + " " + MHD_get_reason_phrase_for(status) +
+                         "\r\nContent-Type: " + r.content_type +
+                         "\r\nCache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\nConnection: "
+                         "close\r\nContent-Length: " + std::to_string(r.body.size()) + "\r\n\r\n" + r.body);
+  shutdown(conn->fd, SHUT_WR);
 }
 
 void HttpListener::OnCompleted(void* cls, MHD_Connection*, void** con_cls,

@@ -27,13 +27,15 @@
 //
 // Bodies. A request without the token on TCP is refused (401) on its headers, before its
 // body is read; a body over max_body, by Content-Length or counted as chunks arrive, is
-// never buffered: it is dropped as read and answered 413.
+// never buffered: it is dropped as read and answered 413. Every answer of the listener's
+// own is the API's JSON error.
 #pragma once
 
 #include <microhttpd.h>
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdarg>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -97,6 +99,8 @@ class HttpListener {
                               void** con_cls);
   static void OnCompleted(void* cls, MHD_Connection* c, void** con_cls,
                           MHD_RequestTerminationCode code);
+  // The library's log: where it says it answers a request itself, the API answers instead.
+  static void OnLibraryLog(void* cls, const char* format, va_list args);
   // The first call for a request: its headers are in, its body is not read yet.
   MHD_Result OnHeaders(MHD_Connection* c, Connection* conn, const char* url, const char* method);
   // The last call: the whole request is in.

@@ -773,6 +773,40 @@ TEST_F(ApiHostileTest, ARequestMustArriveWithinTheRequestTimeoutOfItsConnectionO
   EXPECT_NE(raw.find("Connection: close"), std::string::npos) << raw.substr(0, 400);
 }
 
+// libmicrohttpd refuses a Content-Length it cannot read before gsliced sees the request (400
+// when it is not a number, 413 when it is past 2^64). The answer is still the API's: one
+// status line, its headers once, and {"error": ...} saying what was wrong.
+TEST_F(ApiHostileTest, ABadContentLengthIsAnsweredWithTheApisJsonErrorOnce) {
+  WriteConfig();
+  Start();
+  const std::string token = std::string("Authorization: Bearer ") + kToken + "\r\n";
+  for (bool tcp : {false, true}) {
+    for (auto [length, status] : {std::pair{"12abc", 400}, {"99999999999999999999999", 413}}) {
+      const int fd = tcp ? ConnectTcp(port_) : ConnectUnix(socket_);
+      ASSERT_GE(fd, 0);
+      ASSERT_TRUE(SendAll(fd, std::string("POST /v1/slices HTTP/1.1\r\nHost: gsliced\r\nContent-Type: "
+                                          "application/json\r\nContent-Length: ") +
+                                  length + "\r\n" + (tcp ? token : "") + "\r\n"));
+      const std::string raw = ReadUntilClosed(fd);
+      close(fd);
+      const std::string what = std::string(tcp ? "TCP" : "unix") + ", Content-Length " + length + ": ";
+      EXPECT_EQ(raw.rfind("HTTP/1.1 " + std::to_string(status) + " ", 0), 0u) << what << raw;
+      size_t lines = 0;
+      for (size_t at = raw.find("HTTP/1."); at != std::string::npos; at = raw.find("HTTP/1.", at + 1)) ++lines;
+      EXPECT_EQ(lines, 1u) << what << "the status line is repeated: " << raw;
+      const size_t end = raw.find("\r\n\r\n");
+      ASSERT_NE(end, std::string::npos) << what << raw;
+      std::string head = raw.substr(0, end);
+      for (char& c : head) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      EXPECT_NE(head.find("content-type: application/json"), std::string::npos) << what << raw;
+      const json body = json::parse(raw.substr(end + 4), nullptr, false);
+      ASSERT_TRUE(body.is_object() && body.contains("error")) << what << raw;
+      EXPECT_NE(body["error"].get<std::string>().find("Content-Length"), std::string::npos) << what << raw;
+    }
+  }
+  EXPECT_EQ(CallUnix(socket_, "GET", "/healthz").status, 200);
+}
+
 // A JSON number's value, exactly (a long double holds every int64 and uint64); NaN for
 // anything else.
 long double Exact(const json& v) {
