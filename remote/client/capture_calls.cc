@@ -10,7 +10,9 @@
 
 #include <vector>
 
-#include "connection.h"
+#include "call.h"
+#include "refusals.h"
+#include "seen_state.h"
 #include "sizes.h"
 
 namespace gslice::remote {

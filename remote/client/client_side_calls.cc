@@ -7,7 +7,9 @@
 
 #include <vector>
 
+#include "call.h"
 #include "connection.h"
+#include "refusals.h"
 
 extern "C" CUresult gslice_remote_call_cuModuleLoadData(CUmodule* module, const void* image);
 extern "C" CUresult gslice_remote_call_cuLibraryLoadData(CUlibrary* library, const void* code, CUjit_option* jitOptions,

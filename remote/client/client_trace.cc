@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "calls.h"
-#include "connection.h"
+#include "transport.h"
 #include "gslice/options.h"
 #include "gslice/trace_format.h"
 #include "log.h"

@@ -42,7 +42,7 @@ enum class CallMode : uint8_t {
   kFailed,     // no answer (no server, a lost connection)
 };
 
-// Called once the process holds its worker (connection.cc, after the attach, no lock held):
+// Called once the process holds its worker (worker_attach.cc, after the attach, no lock held):
 // the first clock measurement; the one at exit is the second, and the worker's times are put
 // on the client's clock along the line through both (a drift between two machines' clocks is
 // taken out; on one host it comes to nothing).

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "connection.h"
+#include "call.h"
 
 using namespace gslice::remote;
 

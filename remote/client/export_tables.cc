@@ -50,7 +50,10 @@
 #include <utility>
 #include <vector>
 
-#include "connection.h"
+#include "call.h"
+#include "context_stack.h"
+#include "export_tables.h"
+#include "refusals.h"
 #include "log.h"
 
 extern "C" {

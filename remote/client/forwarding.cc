@@ -12,7 +12,14 @@
 #include <atomic>
 #include <utility>
 
+#include "call.h"
+#include "call_hooks.h"
 #include "connection.h"
+#include "context_stack.h"
+#include "deferred_copies.h"
+#include "host_memory.h"
+#include "image_size.h"
+#include "refusals.h"
 #include "remote_exports.h"
 #include "sizes.h"
 

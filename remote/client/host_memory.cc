@@ -26,9 +26,11 @@
 #include <cstdint>
 #include <vector>
 
-#include "connection.h"
+#include "context_stack.h"
+#include "host_memory.h"
 #include "log.h"
 #include "sizes.h"
+#include "transport.h"
 
 extern "C" CUresult gslice_remote_call_cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr);
 
@@ -54,6 +56,45 @@ std::vector<HostRange>* g_ranges = nullptr;  // REQUIRES g_mu; never freed (call
 // program that holds no page-locked memory take no lock. A range is added before its
 // pointer is handed out, so a call about it sees it counted.
 std::atomic<size_t> g_range_count{0};
+
+// Passes fd (a sealed memfd of bytes, mapped here at client_addr) to the worker, which maps
+// and registers it (wire.h: kOpHostShare): *worker_addr is where it is mapped there,
+// *device_ptr its device pointer.
+CUresult ShareWithWorker(int fd, uint64_t client_addr, uint64_t bytes, uint64_t* worker_addr, uint64_t* device_ptr) {
+  if (!WorkerSharesMemory()) return CUDA_ERROR_NOT_SUPPORTED;
+  Writer request;
+  EncodeRequestPrefix(RequestPrefix{.context = reinterpret_cast<uintptr_t>(CurrentContext()), .lane = Lane()},
+                      &request);
+  request.Put<uint64_t>(client_addr);
+  request.Put<uint64_t>(bytes);
+  std::vector<uint8_t> reply;
+  if (const CUresult r = Exchange(kOpHostShare, request, &reply, fd); r != CUDA_SUCCESS) return r;
+  Reader in(reply.data(), reply.size());
+  int32_t result = 0;
+  if (!in.Get(&result)) return Fail(kLostResult, "the server's answer to sharing page-locked memory is malformed");
+  if (result != CUDA_SUCCESS) return static_cast<CUresult>(result);
+  if (!in.Get(worker_addr) || !in.Get(device_ptr) || !in.AtEnd()) {
+    return Fail(kLostResult, "the server's answer to sharing page-locked memory is malformed");
+  }
+  return CUDA_SUCCESS;
+}
+
+// The worker unregisters and unmaps what it mapped at worker_addr.
+CUresult UnshareWithWorker(uint64_t worker_addr) {
+  if (!WorkerSharesMemory()) return CUDA_ERROR_NOT_SUPPORTED;
+  Writer request;
+  EncodeRequestPrefix(RequestPrefix{.context = reinterpret_cast<uintptr_t>(CurrentContext()), .lane = Lane()},
+                      &request);
+  request.Put<uint64_t>(worker_addr);
+  std::vector<uint8_t> reply;
+  if (const CUresult r = Exchange(kOpHostUnshare, request, &reply); r != CUDA_SUCCESS) return r;
+  Reader in(reply.data(), reply.size());
+  int32_t result = 0;
+  if (!in.Get(&result) || !in.AtEnd()) {
+    return Fail(kLostResult, "the server's answer to unsharing page-locked memory is malformed");
+  }
+  return static_cast<CUresult>(result);
+}
 
 HostRange* FindLocked(uintptr_t base) {
   if (g_ranges == nullptr) return nullptr;

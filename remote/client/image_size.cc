@@ -5,7 +5,8 @@
 
 #include <cstdint>
 
-#include "connection.h"
+#include "image_size.h"
+#include "wire.h"
 
 namespace gslice::remote {
 

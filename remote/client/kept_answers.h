@@ -5,7 +5,7 @@
 // Slots: slot 0 keeps the answers of calls.def's `cached` calls for the process's life, slot
 // 1 + g those of group g. Within a slot answers are indexed by a handle (the value of the call's
 // parameter that cached=GROUP(PARAM) names; 0 for calls that name none) and then by their key
-// (opcode, current context, arguments: connection.cc). Dropping one handle's answers is one
+// (opcode, current context, arguments: call.cc). Dropping one handle's answers is one
 // erase of its index entry: no scan of the slot.
 //
 // Which answers a set on a handle may change (DropHandle): a function's or kernel's attributes

@@ -8,7 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "call.h"
 #include "connection.h"
+#include "context_stack.h"
+#include "local_calls.h"
+#include "refusals.h"
 #include "log.h"
 
 extern "C" CUresult gslice_remote_call_cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t* paramOffset,

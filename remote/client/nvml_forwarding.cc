@@ -68,7 +68,7 @@ void FindTransport() {
 
 }  // namespace
 
-// A request of the NVML client and its reply, as Call is for driver calls (connection.h).
+// A request of the NVML client and its reply, as Call is for driver calls (call.h).
 class NvmlCall {
  public:
   explicit NvmlCall(uint32_t op) : op_(op) { request_.Put<uint64_t>(0); }  // the context slot

@@ -15,7 +15,8 @@
 
 #include <unordered_set>
 
-#include "connection.h"
+#include "call.h"
+#include "seen_state.h"
 
 namespace gslice::remote {
 namespace {

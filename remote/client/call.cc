@@ -1,0 +1,177 @@
+#include "call.h"
+
+#include <string.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "attach.h"
+#include "call_stats.h"
+#include "context_stack.h"
+#include "gslice/options.h"
+#include "kept_answers.h"
+#include "log.h"
+#include "transport.h"
+#include "worker_attach.h"
+
+namespace gslice::remote {
+
+using shim::Log;
+using shim::LogLevel;
+
+namespace {
+
+// Answers the client keeps (calls.def: cached, cached=GROUP, cached=GROUP(PARAM)), keyed by
+// opcode and arguments (the request without its prefix) and, for a group's calls, the current
+// context; indexed by the handle PARAM names (kept_answers.h). Slot 0 holds the answers of
+// `cached` calls for the process's life, slot 1 + g those of group g until a call that drops
+// them (calls.def: drops=GROUP, drops=GROUP(PARAM)). Never freed: calls may come during exit.
+// More answers than kMaxCached in one slot: the slot is emptied; more related kernels and
+// functions than that: every per-handle drop drops its group.
+constexpr size_t kMaxCached = 1 << 16;
+
+KeptAnswers& AnswerStore() {
+  static KeptAnswers* const kept = new KeptAnswers(kCacheGroupCount, kMaxCached, kMaxCached);
+  return *kept;
+}
+
+size_t CacheSlot(uint32_t op) {
+  const uint32_t group = kOpCacheGroup[op];
+  return group == 0 ? 0 : 1 + static_cast<size_t>(__builtin_ctz(group));
+}
+
+std::string CacheKey(uint32_t op, const Writer& request) {
+  // The prefix is the context and the lane; a group's answers depend on the context.
+  const size_t skip = kOpCacheGroup[op] != 0 ? sizeof(uint64_t) : kRequestPrefixSize;
+  std::string key(reinterpret_cast<const char*>(&op), sizeof op);
+  key.append(reinterpret_cast<const char*>(request.buffer().data()) + (kRequestPrefixSize - skip),
+             request.size() - (kRequestPrefixSize - skip));
+  return key;
+}
+
+// Forgets what op may change (calls.def: drops=): whole groups, and its handle's answers in
+// the groups it drops per handle.
+void DropCached(uint32_t op, uint64_t handle) {
+  if (kOpDrops[op] != 0) AnswerStore().DropGroups(kOpDrops[op]);
+  if (kOpDropsByHandle[op] != 0) AnswerStore().DropHandle(kOpDropsByHandle[op], handle);
+}
+
+// GSLICE_REMOTE_WAIT=1: async calls are waited for like the others (their errors then come
+// from the call itself).
+bool WaitForEveryCall() {
+  static const bool wait = [] {
+    const char* v = OptionValue(Option::RemoteWait);
+    return v[0] != '\0' && strcmp(v, "0") != 0;
+  }();
+  return wait;
+}
+
+}  // namespace
+
+Call::Call(uint32_t op) : op_(op) {
+  EncodeRequestPrefix(RequestPrefix{.context = reinterpret_cast<uintptr_t>(CurrentContext()), .lane = Lane()},
+                      &request_);
+}
+
+bool Call::AnsweredFromCache() {
+  Kept kept;
+  return FromCache(&kept);
+}
+
+bool Call::FromCache(Kept* kept) {
+  if (!kOpCached[op_] && kOpCacheGroup[op_] == 0) return false;
+  kept->slot = CacheSlot(op_);
+  kept->key = CacheKey(op_, request_);
+  if (!AnswerStore().LookUp(kept->slot, cache_handle_, kept->key, &reply_buffer_, &kept->generation)) return false;
+  Log(LogLevel::kDebug, "remote: %s answered from the client's cache", kOpNames[op_]);
+  reader_ = Reader(reply_buffer_.data(), reply_buffer_.size());
+  int32_t value = 0;
+  reader_.Get(&value);  // kept only when it held CUDA_SUCCESS
+  answered_ = true;
+  g_cached_calls.Add(op_);
+  mode_ = CallMode::kCached;
+  return true;
+}
+
+CUresult Call::Run() {
+  if (!ClientTracing()) return Forward();
+  const int64_t start = ClientTraceNow();
+  const CUresult result = Forward();
+  RecordCall(op_, mode_, seq_, Lane(), start, ClientTraceNow());
+  return result;
+}
+
+CUresult Call::Forward() {
+  // One key and one look: a miss leaves the key and the generation for keeping the answer.
+  const bool keeps = kOpCached[op_] || kOpCacheGroup[op_] != 0;
+  Kept kept;
+  if (keeps && FromCache(&kept)) return CUDA_SUCCESS;
+  if (AnswersWithoutSlice(op_) && !HoldsWorker()) {
+    // Before the process holds its worker, the probe answers (attach.h).
+    CUresult failed = CUDA_SUCCESS;
+    switch (AskProbe(op_, request_, &reply_buffer_, &failed)) {
+      case ProbeAsked::kFailed: return failed;
+      case ProbeAsked::kAnswered:
+        mode_ = CallMode::kProbe;
+        return Answered(keeps ? &kept : nullptr);
+      case ProbeAsked::kAttached: break;
+    }
+  }
+  if (const CUresult attached = EnsureAttached(); attached != CUDA_SUCCESS) return attached;
+  // Before it leaves and again once answered: an answer of the group read in between would
+  // be stale (the generation keeps it from being kept).
+  DropCached(op_, cache_handle_);
+  if (kOpAsync[op_] && !wait_ && !WaitForEveryCall()) {
+    // Not waited for: its driver error, if any, comes with the next synchronisation.
+    const CUresult result = Send(op_, request_, nullptr, &seq_);
+    g_async_calls.Add(op_);
+    if (result == CUDA_SUCCESS) {
+      reader_ = Reader();
+      answered_ = true;
+      mode_ = CallMode::kAsync;
+    }
+    return result;
+  }
+  Waiter waiter;
+  waiter.reply = &reply_buffer_;
+  g_round_trips.Add(op_);
+  CUresult result = Send(op_, request_, &waiter, &seq_, kOpAsync[op_] ? kWaitBit : 0);
+  if (result == CUDA_SUCCESS) result = Receive(op_, &waiter);
+  DropCached(op_, cache_handle_);
+  if (result != CUDA_SUCCESS) return result;
+  if (waiter.header.op != (op_ | kReplyBit)) {
+    return Fail(kLostResult, std::string("the server's answer to ") + kOpNames[op_] + " is not for it");
+  }
+  mode_ = CallMode::kRoundTrip;
+  return Answered(keeps ? &kept : nullptr);
+}
+
+CUresult Call::Answered(Kept* kept) {
+  reader_ = Reader(reply_buffer_.data(), reply_buffer_.size());
+  int32_t value = 0;
+  if (!reader_.Get(&value)) {
+    return Fail(kLostResult, std::string("the server's answer to ") + kOpNames[op_] + " is empty");
+  }
+  const CUresult result = static_cast<CUresult>(value);
+  answered_ = true;
+  if (kept != nullptr && result == CUDA_SUCCESS) {
+    AnswerStore().Keep(kept->slot, kept->generation, cache_handle_, std::move(kept->key), reply_buffer_);
+  }
+  return result;
+}
+
+CUresult Call::Malformed() {
+  return Fail(kLostResult, std::string("the server's answer to ") + kOpNames[op_] + " is malformed");
+}
+
+void RelateKernelFunction(CUkernel kernel, CUfunction function) {
+  AnswerStore().Relate(HandleBits(kernel), HandleBits(function));
+}
+
+void NoteLibraryModule(CUmodule module) { AnswerStore().NoteLibraryModule(HandleBits(module)); }
+
+void NoteModuleFunction(CUmodule module, CUfunction function) {
+  AnswerStore().NoteModuleFunction(HandleBits(module), HandleBits(function));
+}
+
+}  // namespace gslice::remote

@@ -1,0 +1,57 @@
+// The hooks calls.def names (before=, after=), which the generated calls run with the call's
+// arguments: before= first (true: answered on the client, with *result set), after= once the
+// call succeeded. Each keeps the client's own state in step with
+// the driver's: the context stack, the streams and captures seen, the private tables' context
+// storage, the kept answers' relations and the kernel-parameter layouts.
+#pragma once
+
+#include <cuda.h>
+
+#include "call.h"
+#include "context_stack.h"
+#include "export_tables.h"
+#include "host_memory.h"
+#include "local_calls.h"
+#include "seen_state.h"
+
+namespace gslice::remote {
+
+template <typename... Rest>
+void RemoteAfterCtxCreate(CUcontext* pctx, Rest...) {
+  if (pctx != nullptr) PushContext(*pctx);
+}
+inline void RemoteAfterCtxDestroy(CUcontext ctx) {
+  ForgetContext(ctx);
+  ReleaseContextStorage(ctx);
+}
+inline void RemoteAfterPrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
+  if (pctx != nullptr) RememberPrimaryContext(dev, *pctx);
+}
+inline void RemoteAfterPrimaryCtxReset(CUdevice dev) { ReleasePrimaryContextStorage(dev); }
+
+template <typename... Rest>
+void RemoteAfterStreamCreate(CUstream* stream, Rest...) {
+  if (stream != nullptr) RememberStream(*stream);
+}
+inline void RemoteAfterStreamDestroy(CUstream stream) { ForgetStream(stream); }
+inline void RemoteAfterBeginCapture(CUstream stream, CUstreamCaptureMode) { RememberCapture(stream); }
+inline bool RemoteBeforeEndCapture(CUresult*, CUstream stream, CUgraph*) {
+  ForgetCapture(stream);
+  return false;
+}
+
+inline void RemoteAfterKernelGetFunction(CUfunction* function, CUkernel kernel) {
+  if (function != nullptr) RelateKernelFunction(kernel, *function);
+}
+inline void RemoteAfterLibraryGetModule(CUmodule* module, CUlibrary) {
+  if (module != nullptr) NoteLibraryModule(*module);
+}
+inline void RemoteAfterModuleGetFunction(CUfunction* function, CUmodule module, const char*) {
+  if (function != nullptr) NoteModuleFunction(module, *function);
+}
+template <typename... Args>
+void RemoteForgetKernelLayouts(Args...) {
+  ForgetKernelLayouts();
+}
+
+}  // namespace gslice::remote

@@ -1,0 +1,379 @@
+#include "transport.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "calls.h"
+#include "deferred_copies.h"
+#include "gslice/quiet_thread.h"
+#include "log.h"
+#include "shm_ring.h"
+
+namespace gslice::remote {
+
+using shim::Log;
+using shim::LogLevel;
+
+namespace transport_detail {
+std::atomic<pid_t> g_attached{0};
+__thread uint32_t t_lane = 0;
+}  // namespace transport_detail
+
+using transport_detail::g_attached;
+using transport_detail::t_lane;
+
+namespace {
+
+// Queued async calls are sent with the next call that waits, or once this many bytes or
+// frames wait, or once the oldest has waited kFlushAfterNs (checked as calls are queued, and
+// by a flusher thread for a queue no further call comes to): the GPU gets launches in
+// batches a few tens of microseconds apart, not only at the program's next synchronisation.
+constexpr size_t kQueueBytes = 64 * 1024;
+constexpr size_t kQueueFrames = 64;
+constexpr uint64_t kFlushAfterNs = 50'000;
+
+// The process's one connection (the header's concurrency contract). It is made on the first
+// call that needs a GPU (worker_attach.h).
+struct Connection {
+  Channel channel;
+  pid_t pid = 0;        // the process that connected (a forked child connects anew)
+  uint32_t seq = 0;     // REQUIRES g_send_mu
+  std::vector<uint8_t> queued;  // frames of async calls not sent yet, in call order; REQUIRES g_send_mu
+  size_t queued_frames = 0;     // REQUIRES g_send_mu
+  uint64_t queued_since = 0;    // CLOCK_MONOTONIC ns when the oldest queued frame was queued; REQUIRES g_send_mu
+  bool reading = false;         // a thread is reading answers; REQUIRES g_mu
+  Waiter* waiters = nullptr;    // threads waiting for answers; REQUIRES g_mu
+};
+
+pthread_mutex_t g_send_mu = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+pthread_cond_t g_answered = PTHREAD_COND_INITIALIZER;
+Connection g_conn;
+// Sticky: kNoServerResult or kLostResult once the connection failed (read without a lock on
+// the fast path, written under both locks).
+std::atomic<CUresult> g_failed{CUDA_SUCCESS};
+
+uint64_t NowNs() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<uint64_t>(t.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(t.tv_nsec);
+}
+
+// REQUIRES g_send_mu.
+bool FlushLocked() {
+  if (g_conn.queued.empty()) return true;
+  const bool ok = WriteAll(g_conn.channel, g_conn.queued.data(), g_conn.queued.size());
+  g_conn.queued.clear();
+  g_conn.queued_frames = 0;
+  g_conn.queued_since = 0;
+  return ok;
+}
+
+// The flusher: sends a queue whose oldest frame has waited kFlushAfterNs when no call came to
+// send it. One per process that queued a call (a forked child starts its own).
+pthread_cond_t g_queue_cv = PTHREAD_COND_INITIALIZER;  // with g_send_mu: the queue got its first frame
+pid_t g_flusher_pid = 0;                               // REQUIRES g_send_mu
+
+void* Flusher(void*) {
+  pthread_mutex_lock(&g_send_mu);
+  const pid_t self = getpid();
+  while (g_flusher_pid == self) {
+    if (g_conn.queued.empty()) {
+      pthread_cond_wait(&g_queue_cv, &g_send_mu);
+      continue;
+    }
+    const uint64_t due = g_conn.queued_since + kFlushAfterNs;
+    if (NowNs() < due) {
+      // The condition variable uses CLOCK_MONOTONIC (StartFlusher).
+      timespec until{.tv_sec = static_cast<time_t>(due / 1'000'000'000ull),
+                     .tv_nsec = static_cast<long>(due % 1'000'000'000ull)};
+      pthread_cond_timedwait(&g_queue_cv, &g_send_mu, &until);
+      continue;
+    }
+    if (g_failed.load() == CUDA_SUCCESS && g_conn.pid == self) {
+      if (!FlushLocked()) {
+        pthread_mutex_lock(&g_mu);
+        FailLocked(kLostResult, "lost the server while sending queued calls");
+        pthread_mutex_unlock(&g_mu);
+      }
+    } else {
+      // Nothing will send these (a failed connection, or a forked child's copy).
+      g_conn.queued.clear();
+      g_conn.queued_frames = 0;
+      g_conn.queued_since = 0;
+    }
+  }
+  pthread_mutex_unlock(&g_send_mu);
+  return nullptr;
+}
+
+// REQUIRES g_send_mu. Without a flusher (none could start), queued calls go with the next
+// call that waits or fills the queue, as before.
+void StartFlusherLocked() {
+  if (g_flusher_pid == getpid()) return;
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, [] {
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&g_queue_cv, &attr);
+    pthread_condattr_destroy(&attr);
+  });
+  g_flusher_pid = getpid();
+  // The flusher never runs application code: no signal of the application's reaches it.
+  if (StartQuietThread(Flusher, nullptr) != 0) g_flusher_pid = 0;
+}
+
+// Queues an async call's frame; sends the queue when it is full or its oldest frame has
+// waited long enough. REQUIRES g_send_mu.
+bool QueueLocked(const FrameHeader& h, const Writer& payload) {
+  if (payload.size() + kHeaderSize > kQueueBytes) {
+    return FlushLocked() && WriteFrame(g_conn.channel, h, payload.buffer().data(), payload.size());
+  }
+  uint8_t head[kHeaderSize];
+  FrameHeader sized = h;
+  sized.length = static_cast<uint32_t>(payload.size());
+  EncodeHeader(sized, head);
+  const uint64_t now = NowNs();
+  if (g_conn.queued.empty()) {
+    g_conn.queued_since = now;
+    StartFlusherLocked();
+    pthread_cond_signal(&g_queue_cv);
+  }
+  g_conn.queued.insert(g_conn.queued.end(), head, head + kHeaderSize);
+  g_conn.queued.insert(g_conn.queued.end(), payload.buffer().begin(), payload.buffer().end());
+  ++g_conn.queued_frames;
+  const bool due = g_conn.queued.size() >= kQueueBytes || g_conn.queued_frames >= kQueueFrames ||
+                   now - g_conn.queued_since >= kFlushAfterNs;
+  return !due || FlushLocked();
+}
+
+// REQUIRES g_mu.
+void RemoveWaiterLocked(Waiter* w) {
+  for (Waiter** at = &g_conn.waiters; *at != nullptr; at = &(*at)->next) {
+    if (*at == w) {
+      *at = w->next;
+      return;
+    }
+  }
+}
+
+// REQUIRES g_send_mu and g_mu. The connection the request goes on (attached by
+// EnsureAttached; a process whose worker failed reports it).
+CUresult ConnectLocked() {
+  if (const CUresult failed = g_failed.load(); failed != CUDA_SUCCESS) return failed;
+  if (g_conn.channel.fd >= 0 && g_conn.pid == getpid()) return CUDA_SUCCESS;
+  return FailLocked(kLostResult, "a request without a worker connection");
+}
+
+// Lanes: a number per client thread (its serving thread in the worker), reused after the
+// thread exits. REQUIRES g_mu for the free list.
+pthread_once_t g_lane_once = PTHREAD_ONCE_INIT;
+pthread_key_t g_lane_key;
+std::vector<uint32_t>* g_free_lanes = nullptr;
+uint32_t g_next_lane = 0;
+
+void ReleaseLane(void* value) {
+  const uint32_t lane = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(value)) - 1;
+  pthread_mutex_lock(&g_mu);
+  if (g_free_lanes == nullptr) g_free_lanes = new std::vector<uint32_t>();
+  g_free_lanes->push_back(lane);
+  pthread_mutex_unlock(&g_mu);
+}
+
+void CreateLaneKey() { pthread_key_create(&g_lane_key, ReleaseLane); }
+
+}  // namespace
+
+uint32_t transport_detail::AssignLane() {
+  pthread_once(&g_lane_once, CreateLaneKey);
+  pthread_mutex_lock(&g_mu);
+  uint32_t lane;
+  bool own = true;
+  if (g_free_lanes != nullptr && !g_free_lanes->empty()) {
+    lane = g_free_lanes->back();
+    g_free_lanes->pop_back();
+  } else if (g_next_lane < kMaxLanes) {
+    lane = g_next_lane++;
+  } else {
+    // More threads than lanes: this one shares a lane (its calls wait behind that lane's).
+    lane = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(&t_lane) >> 12) % kMaxLanes;
+    own = false;
+  }
+  pthread_mutex_unlock(&g_mu);
+  if (own) pthread_setspecific(g_lane_key, reinterpret_cast<void*>(static_cast<uintptr_t>(lane) + 1));
+  t_lane = lane + 1;
+  return lane;
+}
+
+// A request's name for log lines (the timeline's requests are not calls).
+const char* OpName(uint32_t op) {
+  if (op < kOpCount) return kOpNames[op];
+  switch (op) {
+    case kOpTraceClock: return "the timeline's clock";
+    case kOpTraceFetch: return "the timeline's fetch";
+    case kOpHostShare: return "sharing page-locked memory";
+    case kOpHostUnshare: return "unsharing page-locked memory";
+    default: return "a request";
+  }
+}
+
+CUresult ConnectionFailure() { return g_failed.load(); }
+
+CUresult FailLocked(CUresult result, const std::string& why) {
+  CUresult expected = CUDA_SUCCESS;
+  if (!g_failed.compare_exchange_strong(expected, result)) return expected;
+  if (g_conn.channel.fd >= 0) shutdown(g_conn.channel.fd, SHUT_RDWR);
+  if (g_conn.channel.rings != nullptr) CloseRings(g_conn.channel.rings);  // wakes a thread waiting on them
+  pthread_cond_broadcast(&g_answered);
+  Log(LogLevel::kError, "remote: %s; every CUDA call now returns %s", why.c_str(),
+      result == kLostResult ? "CUDA_ERROR_DEVICE_UNAVAILABLE" : "CUDA_ERROR_NO_DEVICE");
+  return result;
+}
+
+CUresult Fail(CUresult result, const std::string& why) {
+  pthread_mutex_lock(&g_mu);
+  const CUresult r = FailLocked(result, why);
+  pthread_mutex_unlock(&g_mu);
+  return r;
+}
+
+void LockTransport() {
+  pthread_mutex_lock(&g_send_mu);
+  pthread_mutex_lock(&g_mu);
+}
+
+void UnlockTransport() {
+  pthread_mutex_unlock(&g_mu);
+  pthread_mutex_unlock(&g_send_mu);
+}
+
+bool ConnectedLocked() { return g_conn.channel.fd >= 0 && g_conn.pid == getpid(); }
+
+void ForgetInheritedLocked() {
+  if (g_conn.channel.fd < 0 || g_conn.pid == getpid()) return;
+  // The parent's connection (and worker) stay the parent's.
+  close(g_conn.channel.fd);
+  if (g_conn.channel.rings != nullptr) ForgetInheritedRings(g_conn.channel.rings);
+  g_conn = Connection{};
+  g_failed = CUDA_SUCCESS;
+}
+
+void AdoptLocked(const Channel& channel) {
+  g_conn.channel = channel;
+  g_conn.pid = getpid();
+}
+
+Channel* ChannelLocked() { return &g_conn.channel; }
+
+uint32_t NextSeqLocked() { return ++g_conn.seq; }
+
+void MarkAttachedLocked() { g_attached = getpid(); }
+
+CUresult Send(uint32_t op, const Writer& request, Waiter* waiter, uint32_t* sent_seq, uint32_t flags, int pass_fd) {
+  pthread_mutex_lock(&g_send_mu);
+  pthread_mutex_lock(&g_mu);
+  CUresult result = ConnectLocked();
+  const uint32_t seq = ++g_conn.seq;
+  if (result == CUDA_SUCCESS && waiter != nullptr) {
+    waiter->seq = seq;
+    waiter->next = g_conn.waiters;
+    g_conn.waiters = waiter;
+  }
+  pthread_mutex_unlock(&g_mu);
+  if (result == CUDA_SUCCESS) {
+    if (sent_seq != nullptr) *sent_seq = seq;
+    const FrameHeader h{.seq = seq, .op = op | flags};
+    const bool sent = waiter == nullptr
+                          ? QueueLocked(h, request)
+                          : FlushLocked() && (pass_fd < 0 || SendFrameWithFd(g_conn.channel.fd, h, nullptr, 0, pass_fd)) &&
+                                WriteFrame(g_conn.channel, h, request.buffer().data(), request.size());
+    if (!sent) {
+      pthread_mutex_lock(&g_mu);
+      if (waiter != nullptr) RemoveWaiterLocked(waiter);
+      result = FailLocked(kLostResult, std::string("lost the server while sending ") + OpName(op));
+      pthread_mutex_unlock(&g_mu);
+    }
+  }
+  pthread_mutex_unlock(&g_send_mu);
+  return result;
+}
+
+// Waits for waiter's answer, reading answers for every waiting thread while no other thread
+// does. Returns CUDA_SUCCESS once waiter->done, or the connection's failure.
+CUresult Receive(uint32_t op, Waiter* waiter) {
+  pthread_mutex_lock(&g_mu);
+  while (!waiter->done && g_failed.load() == CUDA_SUCCESS) {
+    if (g_conn.reading) {
+      pthread_cond_wait(&g_answered, &g_mu);
+      continue;
+    }
+    g_conn.reading = true;
+    pthread_mutex_unlock(&g_mu);
+    FrameHeader h;
+    std::vector<uint8_t> frame;
+    const FrameRead got = ReadFrame(g_conn.channel, kMaxFrame, &h, &frame);
+    // The bytes of a deferred copy, which come before any answer that says the copy is done.
+    const bool deferred = got == FrameRead::kOk && h.op == kOpDeferredData;
+    const bool applied = deferred && ApplyDeferred(frame);
+    pthread_mutex_lock(&g_mu);
+    g_conn.reading = false;
+    if (got != FrameRead::kOk) {
+      FailLocked(kLostResult, std::string("lost the server during ") + OpName(op));
+      break;
+    }
+    if (deferred) {
+      if (!applied) {
+        FailLocked(kLostResult, "the server sent the bytes of a copy this process did not make");
+        break;
+      }
+      pthread_cond_broadcast(&g_answered);  // a next reader, should this thread's answer have come
+      continue;
+    }
+    Waiter* owner = g_conn.waiters;
+    while (owner != nullptr && owner->seq != h.seq) owner = owner->next;
+    if (owner == nullptr) {
+      FailLocked(kLostResult, "the server answered a request that was not made (seq " + std::to_string(h.seq) + ")");
+      break;
+    }
+    owner->header = h;
+    *owner->reply = std::move(frame);
+    owner->done = true;
+    RemoveWaiterLocked(owner);
+    pthread_cond_broadcast(&g_answered);  // the owner, and a next reader
+  }
+  if (!waiter->done) RemoveWaiterLocked(waiter);
+  const CUresult result = waiter->done ? CUDA_SUCCESS : g_failed.load();
+  pthread_mutex_unlock(&g_mu);
+  return result;
+}
+
+CUresult Exchange(uint32_t op, const Writer& request, std::vector<uint8_t>* reply, int pass_fd) {
+  Waiter waiter;
+  waiter.reply = reply;
+  CUresult result = Send(op, request, &waiter, nullptr, 0, pass_fd);
+  if (result == CUDA_SUCCESS) result = Receive(op, &waiter);
+  if (result == CUDA_SUCCESS && waiter.header.op != (op | kReplyBit)) {
+    result = Fail(kLostResult, std::string("the server's answer to ") + OpName(op) + " is not for it");
+  }
+  return result;
+}
+
+CUresult TraceExchange(uint32_t op, std::vector<uint8_t>* reply) {
+  if (!HoldsWorker()) return CUDA_ERROR_NOT_INITIALIZED;
+  Writer request;
+  EncodeRequestPrefix(RequestPrefix{.context = 0, .lane = Lane()}, &request);
+  return Exchange(op, request, reply);
+}
+
+bool WorkerSharesMemory() {
+  return HoldsWorker() && g_conn.channel.rings != nullptr && g_failed.load(std::memory_order_relaxed) == CUDA_SUCCESS;
+}
+
+}  // namespace gslice::remote
