@@ -180,7 +180,7 @@ struct ApiHandlers {
     auto request = ParseSliceRequest(body.value());
     if (!request.ok()) return Error(request.status());
     if (Status s = ResolveOwner(req.caller, &request.value()); !s.ok()) return Error(s);
-    auto created = api.registry_->CreateSlice(request.value());
+    auto created = api.registry_->CreateSlice(request.value(), req.caller.admin);
     if (!created.ok()) return Error(created.status());
     auto view = api.registry_->GetSlice(created->name);
     if (!view.ok()) return Json(201, ToJson(created.value()));

@@ -717,12 +717,12 @@ Status Registry::ResolveGpus(const SliceRequest& request, Slice* slice) {
   return Status::Ok();
 }
 
-Result<Slice> Registry::CreateSlice(const SliceRequest& request) {
+Result<Slice> Registry::CreateSlice(const SliceRequest& request, bool by_admin) {
   if (Status s = ValidateName("user", request.user); !s.ok()) return s;
   const int64_t owner_uid = request.owner_uid >= 0 && request.owner_uid <= kMaxUid ? request.owner_uid : -1;
   // Outside the lock: the passwd and group databases may be slow to answer (LDAP).
-  const bool admin = OwnerIsAdmin(owner_uid, options_.admin_group);
-  std::lock_guard lock(mu_);
+  const bool admin = by_admin || OwnerIsAdmin(owner_uid, options_.admin_group);
+  std::unique_lock lock(mu_);
   Slice slice;
   slice.user = request.user;
   slice.owner_uid = owner_uid;

@@ -185,8 +185,12 @@ class Registry {
   Status Start();
 
   // Samples GPUs and the ledger into the history, adopts slices new in the ledger and
-  // expires registrations whose processes are gone; the sampler thread calls it.
+  // expires registrations whose processes are gone, keeps the GPUs' MPS control daemons
+  // running and gives each GPU's MPS to its tenant; the sampler thread calls it.
   void Sample();
+
+  // Asks the GPUs' MPS control daemons to quit (gsliced stops).
+  void StopMps();
 
   NodeSnapshot Snapshot();
   std::vector<HistorySample> HistorySince(int64_t since_ms);
@@ -194,11 +198,13 @@ class Registry {
 
   // Every new slice the API makes (`gslice create`, a `gslice run` registration, a pod's claim)
   // passes here: its name, its project, its share of the slice table (Options::shares,
-  // AdmitToTable) and admission (admission.h). The table's shares go by the slice's owner: an
-  // admin is root, a member of Options::admin_group, or an owner without a uid (the API gives
-  // every slice a non-admin creates its creator's uid; only admins make others). Slices found in
-  // the ledger are adopted without this check (their processes already run) but count.
-  Result<Slice> CreateSlice(const SliceRequest& request);
+  // AdmitToTable) and admission (admission.h). The table's shares are not applied when the
+  // caller is an admin (by_admin: the kernel or the token said so, never the request), nor
+  // when the slice's owner is one: root, a member of Options::admin_group, or an owner without
+  // a uid (the API gives every slice a non-admin creates its creator's uid; only admins make
+  // others). Slices found in the ledger are adopted without this check (their processes
+  // already run) but count.
+  Result<Slice> CreateSlice(const SliceRequest& request, bool by_admin = false);
   // Each checks MayChange(slice, caller) under the registry's lock, so the slice checked is
   // the slice changed.
   Status DeleteSlice(const std::string& name, const Caller& caller = Caller::Daemon());

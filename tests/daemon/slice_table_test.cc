@@ -118,7 +118,7 @@ class SliceTableTest : public ::testing::Test {
   }
   // A small opportunistic slice for `user` (uid), as the API asks for one.
   Result<Slice> Create(const std::string& name, const std::string& user, int64_t uid,
-                       const std::string& origin = "api") {
+                       const std::string& origin = "api", bool by_admin = false) {
     SliceRequest r;
     r.name = name;
     r.user = user;
@@ -126,7 +126,7 @@ class SliceTableTest : public ::testing::Test {
     r.slice_class = SliceClass::kOpportunistic;
     r.origin = origin;
     r.gpus = {{"0", 64ull << 20, 0}};
-    return registry_->CreateSlice(r);
+    return registry_->CreateSlice(r, by_admin);
   }
   // A shimmed process (this test) in slice `name` of the node ledger, made there if missing
   // (`gslice run` without gsliced).
@@ -194,6 +194,16 @@ TEST_F(SliceTableTest, MembersOfTheAdminGroupAreAdmins) {
   // Others are not.
   EXPECT_TRUE(Create("n1", "nobody", kNobody).ok());
   EXPECT_FALSE(Create("n2", "nobody", kNobody).ok());
+}
+
+// An admin (as the API's caller) may make a slice for a user past that user's share and into
+// the admins' reserve: the caller's word comes from the kernel or the token, never the body.
+TEST_F(SliceTableTest, AnAdminCallerMakesSlicesForAUserPastItsShare) {
+  Open({.shares = {.per_user = 1, .reserved_for_admins = 60}});
+  ASSERT_TRUE(Create("n1", "nobody", kNobody).ok());
+  EXPECT_FALSE(Create("n2", "nobody", kNobody).ok());
+  EXPECT_TRUE(Create("n2", "nobody", kNobody, "api", /*by_admin=*/true).ok());
+  EXPECT_FALSE(Create("n3", "nobody", kNobody).ok());
 }
 
 TEST_F(SliceTableTest, ASliceDeletedWhileItsProcessesRunCountsUntilTheyExit) {
