@@ -130,6 +130,9 @@ void ApplyPolicy(Device& d, const ComputePolicy& p) {
   if (EntryIndex(d) >= 0) d.entry->cap_slice.store(CapSliceFor(d, p), kRlx);
 }
 
+// FollowedClass(): -1, or the class of the policy the gate applies (the same on every GPU).
+std::atomic<int> g_followed_class{-1};
+
 // Every peer scan (kPeerScanNs, the gate thread; and AddDevice), on one GPU: the slice's class
 // and, once the slice's entry for the GPU is found, its policy words there (three loads on the
 // mapped limits file), with what changed applied. The gate's mode follows at the same pass's
@@ -146,6 +149,9 @@ void FollowSlicePolicy(Device& d) {
           __atomic_load_n(&g_gate->mapping->limits()->slices[g_gate->slice].slice_class, __ATOMIC_RELAXED)),
   };
   const ComputePolicy p = EffectivePolicy(g_gate->env, slice, g_gate->start_class);
+  if (g_followed_class.load(kRlx) >= 0 || slice.slice_class != g_gate->start_class) {
+    g_followed_class.store(static_cast<int>(p.cls), kRlx);
+  }
   const uint64_t word = PackPolicy(p);
   const uint64_t before = d.policy.load(kRlx);
   // The entry's cap_slice also waits for the slice's cap word (FindSliceGpu), so apply once
@@ -388,6 +394,7 @@ void InitOnce(void* (*resolve)(const char*)) {
     LogLine("%s; compute is not limited for this process", error);
     return;
   }
+  if (OptionIsSet(Option::Class)) g_followed_class.store(static_cast<int>(gate.env.cls), kRlx);
   const char* missing = nullptr;
   if (!gate.api.Bind(resolve, &missing)) {
     LogLine("compute: the driver lacks %s; compute is not limited for this process", missing);
@@ -422,6 +429,10 @@ void InitOnce(void* (*resolve)(const char*)) {
       gate.slice = window->own_slice();
       gate.start_class =
           static_cast<int>(__atomic_load_n(&mapping->limits()->slices[gate.slice].slice_class, __ATOMIC_RELAXED));
+      // A class above the slice's is not the process's from the start (EffectivePolicy).
+      if (g_followed_class.load(kRlx) >= 0) {
+        g_followed_class.store(static_cast<int>(EffectivePolicy(gate.env, {.slice_class = gate.start_class}, gate.start_class).cls), kRlx);
+      }
     }
     if (note[0] != '\0') TraceLine("compute: %s", note);
   } else {
@@ -479,6 +490,8 @@ Device* AddDevice(const uint8_t uuid[16], CUdevice dev, CUcontext ctx) {
   g_gate->device_count.store(n + 1, std::memory_order_release);
   return &d;
 }
+
+int FollowedClass() { return g_followed_class.load(kRlx); }
 
 bool InitLaunchGate(void* (*resolve)(const char*), ComputeLogFn log, ComputeLogFn trace) {
   if (log != nullptr) g_log = log;

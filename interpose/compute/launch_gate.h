@@ -47,6 +47,12 @@ using ComputeLogFn = void (*)(const char* line);
 // whether the gate runs.
 bool InitLaunchGate(void* (*resolve)(const char* name), ComputeLogFn log, ComputeLogFn trace = nullptr);
 
+// The compute class the gate applies to this process now, for the rest the class decides
+// (stream priorities, launch_hooks.cc): -1 while the process has none (no GSLICE_CLASS, and
+// its slice's class not changed since it started), else a ComputeClass. Follows the slice's
+// class in the ledger (`gslice set --class`) within a peer scan, as the gate does.
+int FollowedClass();
+
 // What BeforeLaunch found for the AfterLaunch of the same launch: the context, the stream's
 // meter and how the launch is marked. The launch runs on the calling thread in the context
 // BeforeLaunch looked up, so AfterLaunch looks up and decides none of it again. Empty

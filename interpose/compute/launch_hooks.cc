@@ -36,36 +36,27 @@ void LogCompute(const char* line) { Log(LogLevel::kWarn, "%s", line); }
 void TraceCompute(const char* line) { Log(LogLevel::kDebug, "%s", line); }
 
 // Stream priority of the compute class: guaranteed work at the greatest priority the
-// device offers, opportunistic at the least. kLeavePriority: keep the caller's.
+// device offers, opportunistic at the least. kLeavePriority: keep the caller's. The class is
+// the one the gate applies now (compute::FollowedClass), so `gslice set --class` reaches the
+// streams created after it as it reaches the gate.
 constexpr int kLeavePriority = INT32_MIN;
-constexpr int kUndecided = INT32_MAX;
-std::atomic<int> g_class_priority{kUndecided};
-
-// Whether the default streams get the class's priority (below): the class has one and it is
-// not the default streams' own (0, the device's least).
-std::atomic<bool> g_raise_defaults{false};
+// The device's priority range, asked once (kUnknownRange until the driver answers).
+constexpr int kUnknownRange = INT32_MAX;
+std::atomic<int> g_least_priority{kUnknownRange};
+std::atomic<int> g_greatest_priority{kUnknownRange};
 
 int ClassPriority() {
-  int p = g_class_priority.load(std::memory_order_acquire);
-  if (p != kUndecided) return p;
-  compute::ComputePolicy policy;
-  char error[128];
-  int chosen = kLeavePriority;
-  int least = 0, greatest = 0;
-  if (compute::ParseComputePolicy(nullptr, nullptr, OptionValue(Option::Class), &policy, error, sizeof error) &&
-      OptionIsSet(Option::Class)) {
+  const int cls = compute::FollowedClass();
+  if (cls < 0) return kLeavePriority;
+  int least = g_least_priority.load(std::memory_order_acquire);
+  int greatest = g_greatest_priority.load(std::memory_order_relaxed);
+  if (least == kUnknownRange) {
     auto range = Real<CUresult (*)(int*, int*)>(ex::kSlot_cuCtxGetStreamPriorityRange);
     if (range == nullptr || range(&least, &greatest) != CUDA_SUCCESS) return kLeavePriority;  // ask again later
-    chosen = policy.cls == compute::ComputeClass::kOpportunistic ? least : greatest;
+    g_greatest_priority.store(greatest, std::memory_order_relaxed);
+    g_least_priority.store(least, std::memory_order_release);
   }
-  g_raise_defaults.store(chosen != kLeavePriority && chosen != 0 && chosen != least, std::memory_order_relaxed);
-  g_class_priority.store(chosen, std::memory_order_release);
-  return chosen;
-}
-
-bool RaisesDefaultStreams() {
-  if (g_class_priority.load(std::memory_order_acquire) == kUndecided) ClassPriority();
-  return g_raise_defaults.load(std::memory_order_relaxed);
+  return cls == static_cast<int>(compute::ComputeClass::kOpportunistic) ? least : greatest;
 }
 
 // ---- the default streams at the class's priority --------------------------------------
@@ -76,14 +67,17 @@ bool RaisesDefaultStreams() {
 // class's priority (cuStreamSetAttribute, CU_STREAM_ATTRIBUTE_PRIORITY) before the first
 // kernel or graph launch on them: the legacy stream once per context, a per-thread stream
 // once per thread and context. Work stays on the stream the application put it on, so every
-// ordering the application relies on holds as written. Each thread remembers the streams it
-// raised in its current context until a context goes away (compute::ContextEpoch() moves):
-// a context made later may reuse the handle, and a reset primary context starts over at 0.
+// ordering the application relies on holds as written. Each thread remembers the priority it
+// gave each default stream in its current context until a context goes away
+// (compute::ContextEpoch() moves): a context made later may reuse the handle, and a reset
+// primary context starts over at 0. When the class changes (`gslice set --class`), the next
+// launch on a default stream sets the new class's priority, back to 0 for opportunistic.
+constexpr int kDefaultStreamPriority = 0;  // the default streams' own priority
 struct RaisedStreams {
   CUcontext ctx = nullptr;
   uint64_t epoch = ~uint64_t{0};
-  bool legacy = false;
-  bool per_thread = false;
+  int legacy = kDefaultStreamPriority;      // what this thread last asked for
+  int per_thread = kDefaultStreamPriority;
 };
 thread_local RaisedStreams t_raised;
 
@@ -104,20 +98,22 @@ bool IsPerThread(CUstream s, bool per_thread) { return s == CU_STREAM_PER_THREAD
 }  // namespace
 
 void RaiseDefaultStream(CUstream s, bool per_thread) {
-  if (!RaisesDefaultStreams()) return;
+  const int want = ClassPriority();
+  if (want == kLeavePriority) return;
   const bool legacy = IsLegacy(s, per_thread);
   if (!legacy && !IsPerThread(s, per_thread)) return;
   RaisedStreams& r = t_raised;
   const uint64_t epoch = compute::ContextEpoch();
+  if (want == kDefaultStreamPriority && r.legacy == want && r.per_thread == want) return;  // nothing to change
   CUcontext ctx = CurrentContext();
   if (ctx == nullptr) return;  // the launch fails on its own
-  if (ctx != r.ctx || epoch != r.epoch) r = RaisedStreams{ctx, epoch, false, false};
-  bool& done = legacy ? r.legacy : r.per_thread;
-  if (done) return;
-  done = true;  // one try: a driver that refuses is not asked again on every launch
+  if (ctx != r.ctx || epoch != r.epoch) r = RaisedStreams{.ctx = ctx, .epoch = epoch};
+  int& asked = legacy ? r.legacy : r.per_thread;
+  if (asked == want) return;
+  asked = want;  // one try per priority: a driver that refuses is not asked again on every launch
   auto set = Real<CUresult (*)(CUstream, CUstreamAttrID, const CUstreamAttrValue*)>(ex::kSlot_cuStreamSetAttribute);
   CUstreamAttrValue value{};
-  value.priority = ClassPriority();
+  value.priority = want;
   const CUresult rc = set == nullptr ? CUDA_ERROR_NOT_SUPPORTED
                                      : set(legacy ? CU_STREAM_LEGACY : CU_STREAM_PER_THREAD,
                                            CU_STREAM_ATTRIBUTE_PRIORITY, &value);
@@ -252,8 +248,9 @@ GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuLaunchCooperativeKernel_ptsz(CUfuncti
                                      [&] { return real(f, gx, gy, gz, bx, by, bz, shmem, s, params); });
 }
 
-// Streams the application creates get its class's priority (GSLICE_CLASS given): within
-// the process, and across processes where the GPU honours priorities (MPS).
+// Streams the application creates get its class's priority (GSLICE_CLASS given, or the class
+// its slice was changed to): within the process, and across processes where the GPU honours
+// priorities (MPS). A stream keeps the priority it was created with.
 GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuStreamCreate(CUstream* s, unsigned flags) {
   auto real = REAL_FN(cuStreamCreate);
   FORWARD_OR_UNINIT(real);

@@ -16,6 +16,7 @@
 
 #include <filesystem>
 #include <algorithm>
+#include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
@@ -705,6 +706,37 @@ TEST_F(ComputeSim, DefaultStreamWorkRunsAtTheClassPriority) {
     EXPECT_EQ(count(out, "stream=per-thread priority=0"), 2u) << out;
     EXPECT_EQ(count(out, "priority=-5"), 0u) << out;
   }
+}
+
+// `gslice set NAME --class opportunistic` on a running program reaches all the class decides,
+// not only the gate: streams it creates afterwards get the opportunistic priority (the
+// device's least), and its legacy default stream goes back to it, where both were at the
+// greatest while the slice was guaranteed. The simulated driver traces each launch's priority.
+TEST_F(ComputeSim, AClassChangeReachesNewStreamsAndTheDefaultStream) {
+  gslice::Ledger l;
+  ASSERT_EQ(l.Open(ledger_.c_str()), gslice::LedgerError::kOk) << l.detail();
+  int slice = -1;
+  ASSERT_EQ(l.FindOrCreateSlice("live", gslice::SliceClass::kGuaranteed, 0, &slice), gslice::LedgerError::kOk);
+  const gslice::LedgerSlice& entry = l.limits()->slices[slice];
+  const std::string ready = ledger_ + "-ready", go = ledger_ + "-go";
+  Worker w = StartProgram(std::string(GSLICE_TEST_BIN_DIR) + "/gslice_default_stream_check",
+                          UnderShim({{"GSLICE_SLICE", "live"},
+                                     {"GSLICE_CLASS", "guaranteed"},
+                                     {"GSLICE_SIM_TRACE_LAUNCHES", "1"}}),
+                          {"follow", ready, go}, /*stderr_too=*/true);
+  for (int i = 0; i < 2000 && access(ready.c_str(), F_OK) != 0; ++i) usleep(10'000);
+  ASSERT_EQ(l.UpdateSlice(slice, gslice::SliceClass::kOpportunistic, entry.flags, entry.owner_uid,
+                          entry.protect_permille),
+            gslice::LedgerError::kOk);
+  std::ofstream(go).put('\n');
+  const std::string out = Wait(w).raw;
+  unlink(ready.c_str());
+  unlink(go.c_str());
+  EXPECT_NE(out.find("first=-5 then=0 "), std::string::npos) << out;
+  const size_t last = out.rfind("stream=legacy priority=");
+  ASSERT_NE(last, std::string::npos) << out;
+  EXPECT_EQ(out.compare(last, 25, "stream=legacy priority=0\n"), 0) << out;
+  EXPECT_NE(out.find("stream=legacy priority=-5"), std::string::npos) << out;
 }
 
 // The shim asks MPS for below-normal priority for opportunistic processes (the variable is

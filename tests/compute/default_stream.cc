@@ -17,6 +17,9 @@
 //                                         greatest-priority stream, and after the legacy
 //                                         stream's priority attribute is set (run natively)
 //   gslice_default_stream_check flood S   such a flood, kept up for S seconds
+//   gslice_default_stream_check follow READY GO
+//                                         streams made before and after a class change
+//                                         (Follow below); prints "first=P then=Q rounds=N"
 //   gslice_default_stream_check tiny N    N tiny legacy-stream kernels 5 ms apart, after a
 //                                         300 ms head start; prints "tiny_us median= p90= max="
 //                                         (with `flood` in another process: the priority one
@@ -27,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <string>
@@ -325,11 +329,47 @@ int TinyLoop(CUfunction busy, int n) {
   return 0;
 }
 
+// follow READY GO: a stream with a kernel, and one on the legacy stream, then READY is made;
+// once GO exists (the test changed the slice's class meanwhile), every 10 ms a new stream
+// with a kernel, and one on the legacy stream, until a new stream's priority differs from
+// the first's (at most 1000 rounds); prints "first=P then=Q rounds=N".
+int Follow(CUfunction busy, const char* ready, const char* go) {
+  CUstream first = nullptr;
+  CK(cuStreamCreate(&first, CU_STREAM_NON_BLOCKING));
+  LaunchTiny(busy, first, nullptr);
+  LaunchTiny(busy, CU_STREAM_LEGACY, nullptr);
+  CK(cuCtxSynchronize());
+  int first_priority = 0;
+  CK(cuStreamGetPriority(first, &first_priority));
+  FILE* f = fopen(ready, "w");
+  if (f == nullptr) Fail("cannot make the ready file");
+  fclose(f);
+  const timespec tick{0, 10'000'000};
+  for (int i = 0; access(go, F_OK) != 0; ++i) {
+    if (i == 2000) Fail("no go file within 20 s");
+    nanosleep(&tick, nullptr);
+  }
+  int then = first_priority, rounds = 0;
+  for (; rounds < 1000 && then == first_priority; ++rounds) {
+    nanosleep(&tick, nullptr);
+    CUstream s = nullptr;
+    CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    LaunchTiny(busy, s, nullptr);
+    LaunchTiny(busy, CU_STREAM_LEGACY, nullptr);
+    CK(cuCtxSynchronize());
+    CK(cuStreamGetPriority(s, &then));
+    CK(cuStreamDestroy(s));
+  }
+  printf("first=%d then=%d rounds=%d\n", first_priority, then, rounds);
+  CK(cuStreamDestroy(first));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: gslice_default_stream_check order | latency [D_US K [legacy|per-thread]] | probe | flood S | tiny N\n");
+    fprintf(stderr, "usage: gslice_default_stream_check order | latency [D_US K [legacy|per-thread]] | probe | flood S | tiny N | follow READY GO\n");
     return 2;
   }
   const std::string mode = argv[1];
@@ -366,6 +406,8 @@ int main(int argc, char** argv) {
     rc = FloodFor(busy, atof(argv[2]));
   } else if (mode == "tiny" && argc > 2 && atoi(argv[2]) > 0) {
     rc = TinyLoop(busy, atoi(argv[2]));
+  } else if (mode == "follow" && argc > 3) {
+    rc = Follow(busy, argv[2], argv[3]);
   } else {
     fprintf(stderr, "gslice_default_stream_check: unknown mode %s\n", mode.c_str());
   }
