@@ -47,21 +47,26 @@ struct TestDir {
   std::string path;
 };
 
-// Runs f as user `uid` in a forked child; its return value is the child's exit status
-// (0: every hostile attempt failed as it must). 77: cannot drop privileges (not root).
-int AsUser(uid_t uid, const std::function<int()>& f) {
+constexpr uid_t kThisUser = static_cast<uid_t>(-1);
+
+// Runs f in a forked child, as user `uid` (kThisUser: as this one); returns the child's exit
+// status (0: every hostile attempt failed as it must), 128 + the signal that killed it, or 77:
+// cannot drop privileges (not root).
+int InChild(const std::function<int()>& f, uid_t uid = kThisUser) {
   pid_t pid = fork();
   if (pid == 0) {
-    if (setgroups(0, nullptr) != 0 || setresgid(uid, uid, uid) != 0 || setresuid(uid, uid, uid) != 0) {
+    if (uid != kThisUser &&
+        (setgroups(0, nullptr) != 0 || setresgid(uid, uid, uid) != 0 || setresuid(uid, uid, uid) != 0)) {
       _exit(77);
     }
     _exit(f());
   }
   int status = 0;
-  if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
-  return WEXITSTATUS(status);
+  if (pid < 0 || waitpid(pid, &status, 0) != pid) return -1;
+  return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
 }
-int AsNobody(const std::function<int()>& f) { return AsUser(kNobody, f); }
+int AsUser(uid_t uid, const std::function<int()>& f) { return InChild(f, uid); }
+int AsNobody(const std::function<int()>& f) { return InChild(f, kNobody); }
 
 #define SKIP_UNLESS_ROOT() \
   if (geteuid() != 0) GTEST_SKIP() << "needs root (to act as another user)"
@@ -295,15 +300,6 @@ TEST(LedgerSecurity, WithoutTheDaemonEachUserHasALedgerOfItsOwn) {
   Ledger node;
   ASSERT_EQ(node.Open(dir.path.c_str()), LedgerError::kOk);
   EXPECT_LT(node.FindSlice("run-1"), 0);
-}
-
-// Runs f in a forked child (as this user); its exit status, or 128 + the signal that killed it.
-int InChild(const std::function<int()>& f) {
-  pid_t pid = fork();
-  if (pid == 0) _exit(f());
-  int status = 0;
-  if (pid < 0 || waitpid(pid, &status, 0) != pid) return -1;
-  return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
 }
 
 // A tenant may write its own usage file, and so truncate it (write permission is all the
