@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "call.h"
+#include "client_calls.h"
 #include "refusals.h"
 #include "seen_state.h"
 #include "sizes.h"

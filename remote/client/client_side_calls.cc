@@ -8,16 +8,9 @@
 #include <vector>
 
 #include "call.h"
+#include "client_calls.h"
 #include "connection.h"
 #include "refusals.h"
-
-extern "C" CUresult gslice_remote_call_cuModuleLoadData(CUmodule* module, const void* image);
-extern "C" CUresult gslice_remote_call_cuLibraryLoadData(CUlibrary* library, const void* code, CUjit_option* jitOptions,
-                                                         void** jitOptionsValues, unsigned int numJitOptions,
-                                                         CUlibraryOption* libraryOptions, void** libraryOptionValues,
-                                                         unsigned int numLibraryOptions);
-extern "C" CUresult gslice_remote_call_cuStreamSynchronize(CUstream hStream);
-extern "C" CUresult gslice_remote_call_cuStreamSynchronize_ptsz(CUstream hStream);
 
 namespace {
 

@@ -29,10 +29,4 @@ namespace gslice::remote {
 inline constexpr CUresult kNoServerResult = CUDA_ERROR_NO_DEVICE;
 inline constexpr CUresult kLostResult = CUDA_ERROR_DEVICE_UNAVAILABLE;
 
-// One exported symbol the client answers and its function (generated table).
-struct ClientCall {
-  const char* name;
-  void* fn;
-};
-
 }  // namespace gslice::remote

@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "call.h"
+#include "client_calls.h"
 #include "context_stack.h"
 #include "export_tables.h"
 #include "refusals.h"

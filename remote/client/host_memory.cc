@@ -26,13 +26,12 @@
 #include <cstdint>
 #include <vector>
 
+#include "client_calls.h"
 #include "context_stack.h"
 #include "host_memory.h"
 #include "log.h"
 #include "sizes.h"
 #include "transport.h"
-
-extern "C" CUresult gslice_remote_call_cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr);
 
 namespace gslice::remote {
 namespace {

@@ -9,16 +9,12 @@
 #include <vector>
 
 #include "call.h"
+#include "client_calls.h"
 #include "connection.h"
 #include "context_stack.h"
 #include "local_calls.h"
 #include "refusals.h"
 #include "log.h"
-
-extern "C" CUresult gslice_remote_call_cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t* paramOffset,
-                                                          size_t* paramSize);
-extern "C" CUresult gslice_remote_call_cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t* paramOffset,
-                                                            size_t* paramSize);
 
 namespace gslice::remote {
 

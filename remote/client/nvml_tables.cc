@@ -31,19 +31,7 @@
 
 #include "gslice/nvml_subset.h"
 #include "log.h"
-
-extern "C" nvmlReturn_t gslice_remote_call_nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t* device);
-extern "C" nvmlReturn_t gslice_remote_call_nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t* pci);
-extern "C" nvmlReturn_t gslice_remote_call_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
-                                                                                 unsigned int* count,
-                                                                                 nvmlProcessInfo_t* infos);
-extern "C" nvmlReturn_t gslice_remote_call_nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device,
-                                                                                  unsigned int* count,
-                                                                                  nvmlProcessInfo_t* infos);
-extern "C" nvmlReturn_t gslice_remote_call_nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device,
-                                                                                    unsigned int* count,
-                                                                                    nvmlProcessInfo_t* infos);
-extern "C" nvmlReturn_t gslice_remote_call_nvmlSystemGetProcessName(unsigned int pid, char* name, unsigned int length);
+#include "nvml_client_calls.h"
 
 namespace gslice::remote {
 namespace {

@@ -32,7 +32,7 @@ def generate(lines):
                            capture_output=True, text=True)
         files = {}
         if p.returncode == 0:
-            for name in ("calls.h", "client_calls.inc"):
+            for name in ("calls.h", "client_calls.h", "client_calls.inc"):
                 with open(os.path.join(d, "out", name)) as f:
                     files[name] = f.read()
         return p.returncode, p.stderr, files
@@ -84,6 +84,22 @@ class CacheFlags(unittest.TestCase):
                 code, err, _ = generate(lines)
                 self.assertNotEqual(code, 0)
                 self.assertIn(message, err)
+
+
+class Declarations(unittest.TestCase):
+    def test_every_call_is_declared_once_in_the_generated_header(self):
+        local = "local cuCtxGetCurrent(CUcontext* pctx)"
+        code, err, files = generate([GET, local])
+        self.assertEqual(code, 0, err)
+        h = files["client_calls.h"]
+        # Forwarded and hand-written alike, with the list's signature.
+        self.assertIn("CUresult gslice_remote_call_cuFuncGetAttribute(int* pi, CUfunction_attribute attrib, "
+                      "CUfunction hfunc);", h)
+        self.assertIn("CUresult gslice_remote_call_cuCtxGetCurrent(CUcontext* pctx);", h)
+        # The generated code takes its declarations from the header, not copies of its own.
+        c = files["client_calls.inc"]
+        self.assertIn('#include "client_calls.h"', c)
+        self.assertNotIn("gslice_remote_call_cuCtxGetCurrent(CUcontext* pctx);", c)
 
 
 if __name__ == "__main__":
