@@ -6,9 +6,16 @@
 // dlopen of that path returns the already loaded shim. Programs keep calling nvtxRangePushA
 // (torch.cuda.nvtx.range_push) unchanged.
 //
-// While not recording, each NVTX call costs the program a call and one relaxed load here.
+// While not recording, each NVTX call costs the program a call and two relaxed loads here.
 // Push/pop ranges nest per thread (a stack of at most kMaxDepth open ranges); start/end
 // ranges may end on another thread (a table of kMaxOpen open ones).
+//
+// Under GSLICE_TRACE the process records from its first driver call (cuInit), but programs
+// open ranges before it: a `main` range around everything, a PyTorch script's range around
+// `import torch` and its first tensor. From the shim's constructor to cuInit (the early
+// phase) ranges are opened as if recording, so they keep their true start; ranges that end
+// and marks made in that phase wait in a small buffer that cuInit hands to the recorder
+// (EndEarlyNvtx). Where cuInit turns out not to record, they are dropped.
 #define NVTX_NO_IMPL
 #include <nvtx3/nvToolsExt.h>
 
@@ -18,7 +25,9 @@
 #include <wchar.h>
 
 #include <atomic>
+#include <mutex>
 
+#include "gslice/options.h"
 #include "log.h"
 #include "trace_recorder.h"
 
@@ -36,8 +45,54 @@ struct OpenRange {
   char message[kMaxMessage];
 };
 
-// This thread's push/pop stack. Ranges pushed while not recording are counted (depth) but
-// not kept, so that their pops match.
+// ---- the early phase (before cuInit) -------------------------------------------------------
+
+// True from the shim's constructor (BeginEarlyNvtx, GSLICE_TRACE given) until cuInit;
+// g_early_since: when it began (set before g_early).
+std::atomic<bool> g_early{false};
+int64_t g_early_since = 0;
+
+// Ranges that ended, and marks (end -1), during the early phase: at most kMaxEarly, in order.
+constexpr int kMaxEarly = 64;
+struct EarlyEvent {
+  int64_t start;
+  int64_t end;
+  uint32_t tid;
+  char message[kMaxMessage];
+};
+std::mutex g_early_mu;
+EarlyEvent g_early_events[kMaxEarly];  // g_early_mu
+int g_early_count = 0;                 // g_early_mu
+uint64_t g_early_lost = 0;             // g_early_mu: did not fit
+
+// Whether a range opened now is kept: while recording, or in the early phase.
+bool Keeps() { return Recording() || g_early.load(std::memory_order_acquire); }
+
+// A range that ended (end >= 0) or a mark (end -1): to the recorder while recording, to the
+// early buffer during the early phase, else dropped.
+void Emit(const char* message, int64_t start, int64_t end, uint32_t tid) {
+  if (!Recording()) {
+    std::lock_guard<std::mutex> lock(g_early_mu);
+    if (g_early.load(std::memory_order_relaxed)) {
+      if (g_early_count == kMaxEarly) {
+        ++g_early_lost;
+        return;
+      }
+      EarlyEvent& e = g_early_events[g_early_count++];
+      e = {.start = start, .end = end, .tid = tid, .message = {}};
+      strncpy(e.message, message, kMaxMessage - 1);
+      return;
+    }
+    // The early phase ended while this thread waited: EndEarlyNvtx made Recording() true
+    // first, or nothing records.
+    if (!Recording()) return;
+  }
+  if (end < 0) NvtxMark(message, start);
+  else NvtxRange(message, start, end, tid);
+}
+
+// This thread's push/pop stack. Ranges pushed while not kept (Keeps()) are counted (depth)
+// but not kept, so that their pops match.
 struct Stack {
   int depth = 0;
   bool kept[kMaxDepth];
@@ -93,7 +148,7 @@ int Push(const char* message) {
   Stack& s = t_stack;
   const int level = s.depth;
   if (s.depth < kMaxDepth) {
-    const bool keep = Recording();
+    const bool keep = Keeps();
     s.kept[s.depth] = keep;
     if (keep) {
       s.ranges[s.depth].start = NowNs();
@@ -108,18 +163,18 @@ int Pop() {
   Stack& s = t_stack;
   if (s.depth == 0) return -1;
   --s.depth;
-  if (s.depth < kMaxDepth && s.kept[s.depth] && Recording()) {
-    NvtxRange(s.ranges[s.depth].message, s.ranges[s.depth].start, NowNs(), ThreadId());
+  if (s.depth < kMaxDepth && s.kept[s.depth]) {
+    Emit(s.ranges[s.depth].message, s.ranges[s.depth].start, NowNs(), ThreadId());
   }
   return s.depth;
 }
 
 void Mark(const char* message) {
-  if (Recording()) NvtxMark(message, NowNs());
+  if (Keeps()) Emit(message, NowNs(), -1, ThreadId());
 }
 
 nvtxRangeId_t Start(const char* message) {
-  if (!Recording()) return 0;
+  if (!Keeps()) return 0;
   const uint64_t id = g_next_id.fetch_add(1, std::memory_order_relaxed);
   OpenById& o = g_open[id % kMaxOpen];
   o.start = NowNs();
@@ -133,32 +188,35 @@ void End(nvtxRangeId_t id) {
   if (id == 0) return;
   OpenById& o = g_open[id % kMaxOpen];
   if (o.id.load(std::memory_order_acquire) != id) return;
-  if (Recording()) NvtxRange(o.message, o.start, NowNs(), o.tid);
+  Emit(o.message, o.start, NowNs(), o.tid);
   o.id.store(0, std::memory_order_relaxed);
 }
 
 // ---- the core module (nvtxRangePushA and friends) ----------------------------------------------
 
+// On(): recording; g_early: the early phase. Either way the message is worth reading.
+bool Listening() { return On() || g_early.load(std::memory_order_relaxed); }
+
 void NVTX_API MarkEx(const nvtxEventAttributes_t* a) {
-  if (!On()) return;
+  if (!Listening()) return;
   char m[kMaxMessage];
   Message(a, m, sizeof m);
   Mark(m);
 }
 void NVTX_API MarkA(const char* message) {
-  if (On()) Mark(message);
+  if (Listening()) Mark(message);
 }
 nvtxRangeId_t NVTX_API RangeStartEx(const nvtxEventAttributes_t* a) {
-  if (!On()) return 0;
+  if (!Listening()) return 0;
   char m[kMaxMessage];
   Message(a, m, sizeof m);
   return Start(m);
 }
-nvtxRangeId_t NVTX_API RangeStartA(const char* message) { return On() ? Start(message) : 0; }
+nvtxRangeId_t NVTX_API RangeStartA(const char* message) { return Listening() ? Start(message) : 0; }
 void NVTX_API RangeEnd(nvtxRangeId_t id) { End(id); }
 int NVTX_API RangePushEx(const nvtxEventAttributes_t* a) {
   char m[kMaxMessage];
-  if (On()) Message(a, m, sizeof m);
+  if (Listening()) Message(a, m, sizeof m);
   else m[0] = '\0';
   return Push(m);
 }
@@ -225,6 +283,10 @@ namespace gslice::trace {
 // Called by the shim's constructor: NVTX_INJECTION64_PATH names the shim itself unless the
 // user named another tool.
 void OfferNvtxInjection() {
+  if (OptionValue(Option::Trace)[0] != '\0') {  // the early phase: until cuInit (EndEarlyNvtx)
+    g_early_since = NowNs();
+    g_early.store(true, std::memory_order_release);
+  }
   if (getenv("NVTX_INJECTION64_PATH") != nullptr) return;
   Dl_info info;
   if (dladdr(reinterpret_cast<const void*>(&InitializeInjectionNvtx2), &info) == 0 || info.dli_fname == nullptr ||
@@ -232,6 +294,29 @@ void OfferNvtxInjection() {
     return;
   }
   setenv("NVTX_INJECTION64_PATH", info.dli_fname, /*overwrite=*/0);
+}
+
+}  // namespace gslice::trace
+
+namespace gslice::trace {
+
+int64_t EndEarlyNvtx() {
+  std::lock_guard<std::mutex> lock(g_early_mu);
+  if (!g_early.exchange(false, std::memory_order_acq_rel)) return 0;
+  if (Recording()) {
+    for (int i = 0; i < g_early_count; ++i) {
+      const EarlyEvent& e = g_early_events[i];
+      if (e.end < 0) NvtxMark(e.message, e.start);
+      else NvtxRange(e.message, e.start, e.end, e.tid);
+    }
+    if (g_early_lost > 0) {
+      Log(LogLevel::kWarn, "trace: %llu NVTX ranges and marks before the first CUDA call did not fit (%d kept)",
+          static_cast<unsigned long long>(g_early_lost), kMaxEarly);
+    }
+  }
+  g_early_count = 0;
+  g_early_lost = 0;
+  return g_early_since;
 }
 
 }  // namespace gslice::trace

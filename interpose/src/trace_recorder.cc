@@ -602,10 +602,18 @@ void Init(void* const* real, const char* real_driver_path, shim::SliceAccount* a
       g_env_mode = true;
       detail::g_local_word.store(1, std::memory_order_relaxed);
       detail::g_flag.store(&detail::g_local_word, std::memory_order_release);
-      (void)detail::Start();  // from cuInit on, GPU activity included
+      // From cuInit on, GPU activity included; NVTX ranges from the shim's load (their
+      // early phase), so the part starts there.
+      const bool started = detail::Start();
+      const int64_t since = EndEarlyNvtx();
+      if (started && since > 0 && since < g_started_mono) {
+        g_started_unix -= g_started_mono - since;
+        g_started_mono = since;
+      }
       return;
     }
   }
+  EndEarlyNvtx();  // not recording from the start: what NVTX kept early is dropped
   if (account != nullptr && account->active()) {
     const std::atomic<uint32_t>* word = account->TraceRequestWord();
     if (word != nullptr) detail::g_flag.store(word, std::memory_order_release);

@@ -114,8 +114,15 @@ void Gpu(GpuKind kind, const char* name, uint32_t stream_id, uint32_t device, ui
 void CountCuptiDropped(uint64_t n);
 
 // Called by the shim's constructor: NVTX_INJECTION64_PATH names the shim (trace_nvtx.cc)
-// unless the user set it, so that the program's NVTX calls reach the recorder.
+// unless the user set it, so that the program's NVTX calls reach the recorder. Under
+// GSLICE_TRACE it also opens NVTX's early phase: ranges opened before cuInit keep their true
+// start, and ranges and marks that end before it wait for EndEarlyNvtx.
 void OfferNvtxInjection();
+
+// Called by Init once it decided whether the process records: ends the early phase, handing
+// what it kept to the recorder when Recording(), else dropping it. Returns when the early
+// phase began (CLOCK_MONOTONIC ns; 0: there was none), the part's true start.
+int64_t EndEarlyNvtx();
 
 // This thread's OS id (cached).
 uint32_t ThreadId();

@@ -217,6 +217,37 @@ TEST(Trace, AForkedChildDoesNotRepeatItsParentsEvents) {
   EXPECT_EQ(t["otherData"]["gslice"]["processes"].size(), 1u) << t["otherData"].dump();
 }
 
+// Ranges a program opens before its first CUDA call (a PyTorch script's `main` range, a range
+// around `import torch`) are in the timeline with their true start: "outer" holds "prologue",
+// which ended before CUDA started, the mark made then, and "inner" with its kernel; the file's
+// zero is at or before them.
+TEST(Trace, RangesOpenedBeforeTheFirstCudaCallKeepTheirStart) {
+  CliEnv env("trace-early");
+  TraceFile file;
+  ChildResult r = RunTraced(env, file.path, {"early"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const json t = file.Read();
+  ASSERT_TRUE(t.is_object());
+  auto outer = Events(t, "nvtx", "outer"), prologue = Events(t, "nvtx", "prologue"), inner = Events(t, "nvtx", "inner");
+  auto mark = Events(t, "nvtx", "before-cuda");
+  ASSERT_EQ(outer.size(), 1u) << t.dump();
+  ASSERT_EQ(prologue.size(), 1u) << t.dump();
+  ASSERT_EQ(inner.size(), 1u) << t.dump();
+  ASSERT_EQ(mark.size(), 1u) << t.dump();
+  EXPECT_GE(outer[0]["ts"].get<double>(), 0.0);
+  EXPECT_TRUE(Within(prologue[0], outer[0]));
+  EXPECT_TRUE(Within(inner[0], outer[0]));
+  EXPECT_GE(prologue[0]["dur"].get<double>(), 20000.0);  // the 20 ms asleep, in us
+  EXPECT_LE(End(prologue[0]), mark[0]["ts"].get<double>() + 1);
+  EXPECT_LE(mark[0]["ts"].get<double>(), inner[0]["ts"].get<double>() + 1);
+  EXPECT_EQ(outer[0]["tid"], inner[0]["tid"]);
+  // Everything CUDA did comes after the prologue, and the kernel's launch lies in inner.
+  auto launches = Events(t, "api", "cuLaunchKernel");
+  ASSERT_EQ(launches.size(), 1u);
+  EXPECT_TRUE(Within(launches[0], inner[0]));
+  for (const json& e : Events(t, "api")) EXPECT_GE(e["ts"].get<double>(), End(prologue[0]) - 1) << e.dump();
+}
+
 TEST(Trace, OffByDefaultNothingRecordsAndNoFileAppears) {
   CliEnv env("trace-off");
   env.vars["GSLICE_LOG"] = "info";

@@ -10,6 +10,9 @@
 //   trace_worker wait             runs "step" whenever a line arrives on stdin, until EOF
 //   trace_worker fork             runs "step", then forks a child that exits without CUDA
 //                                 (as a framework's data-loading workers do)
+//   trace_worker early            before any CUDA call opens "outer", runs "prologue" (20 ms
+//                                 asleep) and marks "before-cuda"; then starts CUDA and runs
+//                                 "inner" (a busy kernel of 1 ms) inside "outer"
 #include <cuda.h>
 #include <dlfcn.h>
 #include <nvtx3/nvToolsExt.h>
@@ -111,10 +114,29 @@ void Step() {
   nvtxRangePop();
 }
 
+// A PyTorch script's shape: ranges around everything, opened before CUDA starts.
+void Early() {
+  nvtxRangePushA("outer");
+  nvtxRangePushA("prologue");
+  usleep(20'000);
+  nvtxRangePop();
+  nvtxMarkA("before-cuda");
+  Setup();
+  nvtxRangePushA("inner");
+  Busy(1000);
+  CHECK(d.sync(nullptr));
+  nvtxRangePop();
+  nvtxRangePop();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string cmd = argc > 1 ? argv[1] : "";
+  if (cmd == "early") {
+    Early();
+    return 0;
+  }
   Setup();
   if (cmd == "step") {
     Step();

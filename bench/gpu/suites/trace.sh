@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Timelines on a real GPU (docs/trace.md): a PyTorch ResNet-50 training run traced with
 # torch.cuda.nvtx ranges (gslice run --trace), checked for CUPTI kernels within its NVTX step
-# ranges and launches within forward/backward/optimizer; and what tracing costs ResNet-50
+# ranges and launches within forward/backward/optimizer; a script whose ranges open before
+# torch initialises CUDA, checked for those ranges at their true start; and what tracing costs ResNet-50
 # training: no shim vs the shim with tracing off vs tracing on, interleaved in one run
 # (TRACE_ROUNDS rounds, default 3; TRACE_MODES="noshim off on host" adds tracing without CUPTI,
 # host events only), the medians' ratios printed in a short table last.
@@ -49,7 +50,18 @@ else
   result trace.resnet50_nvtx "${check%% *}" "${check#* } ($(du -h "$out/resnet50.json" | cut -f1))"
 fi
 
-# 2. Overhead, interleaved: no shim, shim with tracing off, shim with tracing on.
+# 2. Ranges opened before torch initialises CUDA keep their true start (early_nvtx.py).
+gslice run --no-daemon --memory 4GiB --trace "$out/early.json" -- \
+  python3 "$here/early_nvtx.py" run >"$out/early.log" 2>&1
+rc=$?
+if [ $rc -ne 0 ] || [ ! -s "$out/early.json" ]; then
+  result trace.early_nvtx FAIL "gslice run --trace exit $rc: $(tail -2 "$out/early.log" | tr '\n' ' ')"
+else
+  check=$(python3 "$here/early_nvtx.py" check "$out/early.json" 2>&1 | tail -1)
+  result trace.early_nvtx "${check%% *}" "${check#* }"
+fi
+
+# 3. Overhead, interleaved: no shim, shim with tracing off, shim with tracing on.
 run_mode() {  # mode round -> prints imgs/s or nothing
   local mode=$1 r=$2 log="$out/overhead-$1-$2.log"
   local train=(python3 "$here/resnet_train.py" --steps "$steps" --warmup 10 --nvtx)
