@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "connection.h"
 #include "context_stack.h"
 #include "local_calls.h"
+#include "launch.h"
 #include "refusals.h"
 #include "log.h"
 
@@ -80,10 +82,6 @@ struct KernelLayout {
 pthread_mutex_t g_layout_mu = PTHREAD_MUTEX_INITIALIZER;
 std::vector<KernelLayout>* g_layouts = nullptr;
 
-constexpr size_t kMaxKernelParams = 4096;
-constexpr uint64_t kMaxParamBytes = 32768;  // the driver's limit on a kernel's parameters
-constexpr unsigned kMaxLaunchAttributes = 64;
-
 CUresult Layout(CUfunction f, std::vector<uint32_t>* sizes) {
   pthread_mutex_lock(&g_layout_mu);
   if (g_layouts != nullptr) {
@@ -127,10 +125,7 @@ CUresult Layout(CUfunction f, std::vector<uint32_t>* sizes) {
   return CUDA_SUCCESS;
 }
 
-// Encodes a launch: u64 f, 7 x u32 (grid, block, shared memory), u64 stream, u32 attribute
-// count and the attributes as they are (cuLaunchKernelEx; 0 for cuLaunchKernel), u8 which
-// (1: kernelParams, 2: extra); kernelParams: u32 count, then u32 size + bytes each; extra:
-// u64 size + bytes. The worker lays the parameters out again (remote/server/dispatch.cc).
+// Sends a launch (launch.h); the worker lays the parameters out again.
 CUresult Launch(uint32_t op, CUfunction f, const unsigned dims[7], CUstream stream, const CUlaunchAttribute* attrs,
                 unsigned num_attrs, void** params, void** extra) {
   // Launches are not waited for: what the client can check, it checks here.
@@ -167,24 +162,12 @@ CUresult Launch(uint32_t op, CUfunction f, const unsigned dims[7], CUstream stre
     if (buffer == nullptr || !have_size || buffer_size > kMaxParamBytes) return CUDA_ERROR_INVALID_VALUE;
   }
   Call call(op);
-  Writer& w = call.request();
-  w.Put(f);
-  for (int i = 0; i < 7; ++i) w.Put(dims[i]);
-  w.Put(stream);
-  w.Put<uint32_t>(num_attrs);
-  if (num_attrs > 0) w.PutBytes(attrs, num_attrs * sizeof(CUlaunchAttribute));
-  w.Put<uint8_t>(static_cast<uint8_t>((params != nullptr ? 1 : 0) | (extra != nullptr ? 2 : 0)));
-  if (params != nullptr) {
-    w.Put<uint32_t>(static_cast<uint32_t>(sizes.size()));
-    for (size_t i = 0; i < sizes.size(); ++i) {
-      if (params[i] == nullptr) return CUDA_ERROR_INVALID_VALUE;
-      w.Put<uint32_t>(sizes[i]);
-      w.PutBytes(params[i], sizes[i]);
-    }
-  }
-  if (extra != nullptr) {
-    w.Put<uint64_t>(buffer_size);
-    w.PutBytes(buffer, buffer_size);
+  LaunchConfig config{.f = f, .stream = stream, .num_attrs = num_attrs, .attrs = attrs};
+  std::copy(dims, dims + 7, config.dims);
+  EncodeLaunchConfig(config, &call.request());
+  if (!EncodeLaunchParams(params, sizes.data(), static_cast<uint32_t>(sizes.size()),
+                          extra != nullptr ? buffer : nullptr, buffer_size, &call.request())) {
+    return CUDA_ERROR_INVALID_VALUE;
   }
   const CUresult res = call.Run();
   if (res != CUDA_SUCCESS) return res;
@@ -199,22 +182,20 @@ CUresult LaunchEx(uint32_t op, const CUlaunchConfig* config, CUfunction f, void*
   return Launch(op, f, dims, config->hStream, config->attrs, config->numAttrs, params, extra);
 }
 
-// Cluster occupancy: the launch configuration as Launch encodes it, then one i32 answered.
+// Cluster occupancy: the launch configuration (launch.h), then one i32 answered.
 CUresult ClusterQuery(uint32_t op, int* out, CUfunction f, const CUlaunchConfig* config) {
   if (out == nullptr || config == nullptr || config->numAttrs > kMaxLaunchAttributes ||
       (config->numAttrs > 0 && config->attrs == nullptr)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   Call call(op);
-  Writer& w = call.request();
-  w.Put(f);
-  for (unsigned d : {config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX, config->blockDimY,
-                     config->blockDimZ, config->sharedMemBytes}) {
-    w.Put(d);
-  }
-  w.Put(config->hStream);
-  w.Put<uint32_t>(config->numAttrs);
-  if (config->numAttrs > 0) w.PutBytes(config->attrs, config->numAttrs * sizeof(CUlaunchAttribute));
+  EncodeLaunchConfig(LaunchConfig{.f = f,
+                                  .dims = {config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX,
+                                           config->blockDimY, config->blockDimZ, config->sharedMemBytes},
+                                  .stream = config->hStream,
+                                  .num_attrs = config->numAttrs,
+                                  .attrs = config->attrs},
+                     &call.request());
   const CUresult res = call.Run();
   if (!call.answered()) return res;
   int32_t value = 0;

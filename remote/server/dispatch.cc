@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gslice/nvml_subset.h"
+#include "launch.h"
 #include "shared_host.h"
 #include "sizes.h"
 #include "staging.h"
@@ -120,43 +121,26 @@ CUresult Serve_cuGetProcAddress_v2(Reader& r, Writer& w) {
 
 namespace {
 
-constexpr uint32_t kMaxKernelParams = 4096;
-constexpr uint64_t kMaxParamBytes = 32768;
-
-constexpr uint32_t kMaxLaunchAttributes = 64;
-
-// The encoding of remote/client/local_calls.cc's Launch.
+// A launch (launch.h).
 CUresult ServeLaunch(uint32_t op, Reader& r) {
-  CUfunction f{};
-  unsigned dims[7];
-  CUstream stream{};
-  uint32_t num_attrs = 0;
-  uint8_t which = 0;
-  if (!r.Get(&f)) return kMalformed;
-  for (unsigned& d : dims)
-    if (!r.Get(&d)) return kMalformed;
-  if (!r.Get(&stream) || !r.Get(&num_attrs) || num_attrs > kMaxLaunchAttributes) return kMalformed;
-  std::vector<CUlaunchAttribute> attrs(num_attrs);
-  if (num_attrs > 0 && !r.GetInto(attrs.data(), num_attrs * sizeof(CUlaunchAttribute))) return kMalformed;
-  if (!r.Get(&which) || which > 3) return kMalformed;
+  LaunchConfig c;
+  std::vector<CUlaunchAttribute> attrs;
+  LaunchParams in;
+  if (!DecodeLaunchConfig(&r, &c, &attrs) || !DecodeLaunchParams(&r, &in)) return kMalformed;
   // Each parameter at a 16-byte aligned offset of one buffer (the driver reads them through
   // the pointers; alignment keeps any type's load legal).
   std::vector<uint64_t> storage;
   std::vector<void*> params;
-  if (which & 1) {
-    uint32_t count = 0;
-    if (!r.Get(&count) || count > kMaxKernelParams) return kMalformed;
-    std::vector<std::pair<const uint8_t*, uint32_t>> raw(count);
+  if (in.which & kLaunchKernelParams) {
     uint64_t total = 0;
-    for (auto& [data, size] : raw) {
-      if (!r.Get(&size) || size > kMaxParamBytes || !r.GetBytes(size, &data)) return kMalformed;
+    for (const auto& [data, size] : in.params) {
       total += (size + 15) / 16 * 16;
       if (total > 2 * kMaxParamBytes) return kMalformed;
     }
     storage.assign(total / 8 + 2, 0);
     auto* base = reinterpret_cast<uint8_t*>(storage.data());
     uint64_t at = 0;
-    for (auto& [data, size] : raw) {
+    for (const auto& [data, size] : in.params) {
       if (size != 0) std::memcpy(base + at, data, size);
       params.push_back(base + at);
       at += (size + 15) / 16 * 16;
@@ -167,59 +151,42 @@ CUresult ServeLaunch(uint32_t op, Reader& r) {
   size_t extra_size = 0;
   void* extra[5] = {CU_LAUNCH_PARAM_BUFFER_POINTER, nullptr, CU_LAUNCH_PARAM_BUFFER_SIZE, &extra_size,
                     CU_LAUNCH_PARAM_END};
-  if (which & 2) {
-    uint64_t size = 0;
-    const uint8_t* data = nullptr;
-    if (!r.Get(&size) || size > kMaxParamBytes || !r.GetBytes(size, &data)) return kMalformed;
-    extra_storage.assign(size / 8 + 2, 0);
-    if (size != 0) std::memcpy(extra_storage.data(), data, size);
+  if (in.which & kLaunchExtra) {
+    extra_storage.assign(in.extra_bytes / 8 + 2, 0);
+    if (in.extra_bytes != 0) std::memcpy(extra_storage.data(), in.extra, in.extra_bytes);
     extra[1] = extra_storage.data();
-    extra_size = size;
+    extra_size = in.extra_bytes;
   }
   if (!r.AtEnd()) return kMalformed;
-  void** p = (which & 1) ? params.data() : nullptr;
-  void** e = (which & 2) ? extra : nullptr;
+  void** p = (in.which & kLaunchKernelParams) ? params.data() : nullptr;
+  void** e = (in.which & kLaunchExtra) ? extra : nullptr;
   if (g_driver[op] == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
   if (op == kOp_cuLaunchKernelEx || op == kOp_cuLaunchKernelEx_ptsz) {
     using Fn = CUresult (*)(const CUlaunchConfig*, CUfunction, void**, void**);
-    CUlaunchConfig config{.gridDimX = dims[0], .gridDimY = dims[1], .gridDimZ = dims[2], .blockDimX = dims[3],
-                          .blockDimY = dims[4], .blockDimZ = dims[5], .sharedMemBytes = dims[6], .hStream = stream,
-                          .attrs = num_attrs > 0 ? attrs.data() : nullptr, .numAttrs = num_attrs};
-    return reinterpret_cast<Fn>(g_driver[op])(&config, f, p, e);
+    const CUlaunchConfig config = ToDriverConfig(c);
+    return reinterpret_cast<Fn>(g_driver[op])(&config, c.f, p, e);
   }
-  if (num_attrs != 0) return kMalformed;
+  if (c.num_attrs != 0) return kMalformed;
   using Fn = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
                           void**, void**);
-  return reinterpret_cast<Fn>(g_driver[op])(f, dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6], stream,
-                                           p, e);
+  return reinterpret_cast<Fn>(g_driver[op])(c.f, c.dims[0], c.dims[1], c.dims[2], c.dims[3], c.dims[4], c.dims[5],
+                                           c.dims[6], c.stream, p, e);
 }
 
 }  // namespace
 
-// Cluster occupancy (cuOccupancyMaxActiveClusters, MaxPotentialClusterSize): f, the launch
-// configuration's 7 x u32 dimensions, u64 stream, u32 attribute count and the attributes;
-// answers i32.
+// Cluster occupancy (cuOccupancyMaxActiveClusters, MaxPotentialClusterSize): the launch
+// configuration (launch.h); answers i32.
 CUresult ServeClusterQuery(uint32_t op, Reader& r, Writer& w) {
-  CUfunction f{};
-  unsigned dims[7];
-  CUstream stream{};
-  uint32_t num_attrs = 0;
-  if (!r.Get(&f)) return kMalformed;
-  for (unsigned& d : dims)
-    if (!r.Get(&d)) return kMalformed;
-  if (!r.Get(&stream) || !r.Get(&num_attrs) || num_attrs > kMaxLaunchAttributes) return kMalformed;
-  std::vector<CUlaunchAttribute> attrs(num_attrs);
-  if (num_attrs > 0 && !r.GetInto(attrs.data(), num_attrs * sizeof(CUlaunchAttribute))) return kMalformed;
-  if (!r.AtEnd()) return kMalformed;
+  LaunchConfig c;
+  std::vector<CUlaunchAttribute> attrs;
+  if (!DecodeLaunchConfig(&r, &c, &attrs) || !r.AtEnd()) return kMalformed;
   using Fn = CUresult (*)(int*, CUfunction, const CUlaunchConfig*);
   auto fn = reinterpret_cast<Fn>(g_driver[op]);
   if (fn == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
-  const CUlaunchConfig config = {.gridDimX = dims[0], .gridDimY = dims[1], .gridDimZ = dims[2],
-                                 .blockDimX = dims[3], .blockDimY = dims[4], .blockDimZ = dims[5],
-                                 .sharedMemBytes = dims[6], .hStream = stream,
-                                 .attrs = num_attrs > 0 ? attrs.data() : nullptr, .numAttrs = num_attrs};
+  const CUlaunchConfig config = ToDriverConfig(c);
   int value = 0;
-  const CUresult res = fn(&value, f, &config);
+  const CUresult res = fn(&value, c.f, &config);
   w.Put<int32_t>(value);
   return res;
 }

@@ -16,6 +16,7 @@
 
 #include "calls.h"
 #include "dispatch.h"
+#include "launch.h"
 #include "token.h"
 #include "wire.h"
 
@@ -291,6 +292,65 @@ TEST(RemoteDispatch, ABufferShorterThanItsArgumentsSayIsRefused) {
   Reader in3(big.buffer().data(), big.size());
   Writer out3;
   EXPECT_EQ(Dispatch(kOp_cuMemcpyDtoH_v2, in3, out3), Dispatched::kRefused);
+}
+
+// A launch as the client writes it (launch.h) decodes on the worker, and every count or part
+// over its limit is refused before anything is read through it.
+TEST(RemoteDispatch, ALaunchInTheSharedFormatDecodesAndItsLimitsHold) {
+  auto launch = [](uint32_t num_attrs, uint32_t count, uint8_t which_override) {
+    Writer w;
+    static const CUlaunchAttribute kAttrs[kMaxLaunchAttributes + 1] = {};
+    EncodeLaunchConfig(LaunchConfig{.f = reinterpret_cast<CUfunction>(0x10),
+                                    .dims = {1, 1, 1, 32, 1, 1, 0},
+                                    .stream = nullptr,
+                                    .num_attrs = num_attrs,
+                                    .attrs = kAttrs},
+                       &w);
+    int value = 7;
+    std::vector<void*> params(count, &value);
+    std::vector<uint32_t> sizes(count, sizeof value);
+    EXPECT_TRUE(EncodeLaunchParams(params.data(), sizes.data(), count, nullptr, 0, &w));
+    if (which_override != 0) w.buffer()[w.size() - (count == 0 ? 4 : 4 + count * 8) - 1] = which_override;
+    return w;
+  };
+  auto serve = [](uint32_t op, const Writer& req) {
+    Reader in(req.buffer().data(), req.size());
+    Writer out;
+    const Dispatched d = Dispatch(op, in, out);
+    return std::make_pair(d, d == Dispatched::kAnswered ? ResultOf(out) : 0);
+  };
+  // Well formed: decodes, and finds no driver here.
+  EXPECT_EQ(serve(kOp_cuLaunchKernel, launch(0, 2, 0)).second, CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(serve(kOp_cuLaunchKernelEx, launch(kMaxLaunchAttributes, 2, 0)).second, CUDA_ERROR_NOT_SUPPORTED);
+  // Too many attributes, too many parameters, a part that does not exist.
+  EXPECT_EQ(serve(kOp_cuLaunchKernelEx, launch(kMaxLaunchAttributes + 1, 2, 0)).first, Dispatched::kRefused);
+  EXPECT_EQ(serve(kOp_cuLaunchKernel, launch(0, kMaxKernelParams + 1, 0)).first, Dispatched::kRefused);
+  EXPECT_EQ(serve(kOp_cuLaunchKernel, launch(0, 2, 4)).first, Dispatched::kRefused);
+
+  // The cluster queries carry the configuration alone; a parameter part after it is refused.
+  Writer query;
+  EncodeLaunchConfig(LaunchConfig{.f = reinterpret_cast<CUfunction>(0x10), .dims = {1, 1, 1, 32, 1, 1, 0}}, &query);
+  EXPECT_EQ(serve(kOp_cuOccupancyMaxActiveClusters, query).second, CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(serve(kOp_cuOccupancyMaxActiveClusters, launch(0, 1, 0)).first, Dispatched::kRefused);
+
+  // Decoding what was encoded gives it back.
+  const Writer w = launch(1, 3, 0);
+  Reader r(w.buffer().data(), w.size());
+  LaunchConfig c;
+  std::vector<CUlaunchAttribute> attrs;
+  LaunchParams p;
+  ASSERT_TRUE(DecodeLaunchConfig(&r, &c, &attrs));
+  ASSERT_TRUE(DecodeLaunchParams(&r, &p));
+  EXPECT_TRUE(r.AtEnd());
+  EXPECT_EQ(c.f, reinterpret_cast<CUfunction>(0x10));
+  EXPECT_EQ(c.dims[3], 32u);
+  EXPECT_EQ(c.num_attrs, 1u);
+  EXPECT_EQ(p.which, kLaunchKernelParams);
+  ASSERT_EQ(p.params.size(), 3u);
+  int got = 0;
+  ASSERT_EQ(p.params[2].second, sizeof got);
+  std::memcpy(&got, p.params[2].first, sizeof got);
+  EXPECT_EQ(got, 7);
 }
 
 TEST(RemoteDispatch, NvmlCallsAreAnsweredInNvmlsOwnCodes) {
