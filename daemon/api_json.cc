@@ -32,7 +32,13 @@ json ToJson(const GpuView& g) {
               {"utilization", g.gpu.utilization < 0 ? json(nullptr) : json(g.gpu.utilization)},
               {"guaranteed_memory_bytes", g.guaranteed_memory},
               {"guaranteed_compute", g.guaranteed_compute},
-              {"slices", g.slices}};
+              {"slices", g.slices},
+              {"sharing", {{"substrate", g.sharing.mps ? "mps" : "time-sliced"},
+                           {"reason", g.sharing.reason},
+                           {"why", g.sharing.why},
+                           {"mps_uid", g.sharing.tenant_uid < 0 ? json(nullptr) : json(g.sharing.tenant_uid)},
+                           {"mps_uid_why", g.sharing.tenant_why},
+                           {"mps_restarts", g.mps_restarts}}}};
 }
 
 json ToJson(const Slice& s) {
@@ -73,6 +79,15 @@ json ToJson(const SliceView& v, const std::vector<GpuView>& gpus) {
     auto it = v.memory_used.find(uuid);
     uint64_t u = it == v.memory_used.end() ? 0 : it->second;
     g["memory_used_bytes"] = u;
+    // On MPS: the environment its programs need (they must run as the server's uid).
+    auto sharing = v.sharing.find(uuid);
+    const bool mps = sharing != v.sharing.end() && sharing->second.mps;
+    g["sharing"] = mps ? "mps" : "time-sliced";
+    g["sharing_why"] = sharing != v.sharing.end() ? sharing->second.why : "";
+    g["mps"] = mps ? json{{"uid", sharing->second.uid},
+                          {"pipe_directory", sharing->second.pipe_directory},
+                          {"log_directory", sharing->second.log_directory}}
+                   : json(nullptr);
     used += u;
     limit += g["memory_limit_bytes"].get<uint64_t>();
   }

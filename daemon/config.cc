@@ -14,6 +14,7 @@
 
 #include "gslice/units.h"
 #include "model.h"
+#include "mps_plan.h"
 
 namespace gslice {
 namespace {
@@ -131,6 +132,19 @@ const Option kOptions[] = {
      "slices are refused (409) while no more than this many are free, so an admin can\n"
      "always create and run. 0: none.",
      Integer{&DaemonConfig::slices_reserved_for_admins, 0, 63}},
+    {"mps", R"("auto")",
+     "Share GPUs through NVIDIA MPS (docs/compute.md): \"auto\" runs an MPS control daemon for\n"
+     "each GPU in compute mode DEFAULT where mps_control exists, \"on\" also refuses to start\n"
+     "without mps_control, \"off\" never runs one. On each GPU one uid at a time uses MPS; the\n"
+     "slices of other uids there are time-sliced beside it. gsliced never changes compute modes.",
+     &DaemonConfig::mps},
+    {"mps_control", R"("nvidia-cuda-mps-control")",
+     "The MPS control program: a path, or a name looked up on $PATH.",
+     &DaemonConfig::mps_control},
+    {"mps_directory", R"("/run/gsliced/mps")",
+     "Where each GPU's MPS pipe and log folders are made (<dir>/<GPU-uuid>/pipe and log), root's\n"
+     "and not listable; only the uid using a GPU's MPS may reach its daemon.",
+     &DaemonConfig::mps_directory},
     {"kubernetes.node", R"("")",
      "Kubernetes node gsliced runs on; empty: $NODE_NAME. With a node name, gsliced labels\n"
      "its GPU processes (metrics, API) with their pod, namespace and container; without\n"
@@ -326,6 +340,12 @@ Status ValidateConfig(const DaemonConfig& config) {
     return Status::BadRequest("sample_interval_ms: " + std::to_string(config.sample_interval_ms) +
                               " is longer than history_seconds (" +
                               std::to_string(config.history_seconds) + " s)");
+  }
+  if (MpsMode mode; !ParseMpsMode(config.mps, &mode)) {
+    return Status::BadRequest("mps: '" + config.mps + "' is not auto, on or off");
+  }
+  if (config.mps != "off" && (config.mps_directory.empty() || config.mps_directory[0] != '/')) {
+    return Status::BadRequest("mps_directory: '" + config.mps_directory + "' is not an absolute path, e.g. \"/run/gsliced/mps\"");
   }
   if (config.kubernetes_proc_root.empty()) {
     return Status::BadRequest("kubernetes.proc_root: must name a folder, e.g. \"/proc\"");

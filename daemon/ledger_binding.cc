@@ -115,6 +115,7 @@ class SharedLedger final : public NodeLedger {
       p.name.assign(s.name, strnlen(s.name, sizeof s.name));
       p.slice_class = static_cast<SliceClass>(s.slice_class);
       p.protect_permille = s.protect_permille;
+      p.owner_uid = s.owner_uid;
       for (int g = 0; g < kLedgerMaxGpus; ++g) {
         if (StateOf(s.gpus[g].state.load()) != EntryState::kReady) continue;
         int64_t limit = s.gpus[g].limit.load();

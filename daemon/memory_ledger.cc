@@ -16,7 +16,7 @@ class MemoryLedger final : public NodeLedger {
   Result<std::vector<ProcessUsage>> Processes() override { return std::vector<ProcessUsage>{}; }
   Status Publish(const Slice& slice) override {
     std::lock_guard lock(mu_);
-    PublishedSlice ls{slice.name, slice.slice_class, slice.gpus, false, slice.protect_permille};
+    PublishedSlice ls{slice.name, slice.slice_class, slice.gpus, false, slice.protect_permille, slice.owner_uid};
     for (PublishedSlice& s : slices_) {
       if (s.name == slice.name) {
         s = ls;
@@ -29,7 +29,7 @@ class MemoryLedger final : public NodeLedger {
   Status PublishNew(const Slice& slice) override {
     std::lock_guard lock(mu_);
     std::erase_if(slices_, [&](const PublishedSlice& s) { return s.name == slice.name; });
-    slices_.push_back(PublishedSlice{slice.name, slice.slice_class, slice.gpus, false, slice.protect_permille});
+    slices_.push_back(PublishedSlice{slice.name, slice.slice_class, slice.gpus, false, slice.protect_permille, slice.owner_uid});
     return Status::Ok();
   }
   Status SetClass(const std::string& name, SliceClass slice_class) override {

@@ -21,6 +21,9 @@ struct PublishedSlice {
   std::vector<SliceGpu> gpus;
   bool throttled = false;  // the compute gate is holding it back right now
   uint32_t protect_permille = 0;  // LedgerSlice::protect_permille
+  // LedgerSlice::owner_uid: the uid whose processes charge the slice (the pod's runAsUser for
+  // Kubernetes' slices); -1 when not known.
+  int64_t owner_uid = -1;
 };
 
 class NodeLedger {

@@ -224,13 +224,15 @@ std::unique_ptr<Suspender> MakeUnavailableSuspender() {
 
 Registry::Registry(Options options, std::unique_ptr<Store> store,
                    std::unique_ptr<GpuInventory> gpus, std::unique_ptr<NodeLedger> ledger,
-                   std::unique_ptr<Suspender> suspender, std::unique_ptr<PodResolver> pods)
+                   std::unique_ptr<Suspender> suspender, std::unique_ptr<PodResolver> pods,
+                   std::unique_ptr<MpsService> mps)
     : options_(std::move(options)),
       store_(std::move(store)),
       inventory_(std::move(gpus)),
       ledger_(std::move(ledger)),
       suspender_(std::move(suspender)),
       pods_(std::move(pods)),
+      mps_(std::move(mps)),
       history_(options_.history_samples) {}
 
 Status Registry::Start() {
@@ -274,7 +276,10 @@ Status Registry::Start() {
     }
   }
   const int imported = AdoptFromLedger(in_ledger.value());
+  for (const PublishedSlice& l : in_ledger.value()) ledger_owners_[l.name] = l.owner_uid;
   counters_.slices_adopted += static_cast<uint64_t>(adopted);
+  // Daemons that run already (gsliced restarted) are adopted with the tenants they have.
+  if (mps_ != nullptr) mps_->Reconcile(gpus_);
   Log("registry: " + std::to_string(gpus_.size()) + " GPU(s), " + std::to_string(slices_.size()) +
       " slice(s): " + std::to_string(adopted) + " re-adopted from " + ledger_->Describe() + ", " +
       std::to_string(republished) + " published again, " + std::to_string(imported) +
@@ -523,6 +528,8 @@ void Registry::Sample() {
   auto processes = ledger_->Processes();
   auto ledger_slices = ledger_->Slices();
   if (processes.ok() && pods_ != nullptr) pods_->Label(&processes.value());
+  // Starting a control daemon again may take seconds: readers must not wait for it either.
+  if (mps_ != nullptr && gpus.ok()) mps_->Reconcile(gpus.value());
   const int64_t now_ms = NowMs();
   std::unique_lock lock(mu_);
   if (gpus.ok()) gpus_ = std::move(gpus.value());
@@ -557,6 +564,12 @@ void Registry::Sample() {
   if (ledger_slices.ok()) {
     throttled_.clear();
     for (const PublishedSlice& l : ledger_slices.value()) throttled_[l.name] = l.throttled;
+    std::map<std::string, int64_t> owners;
+    for (const PublishedSlice& l : ledger_slices.value()) owners[l.name] = l.owner_uid;
+    for (const Slice& d : deleted_running_) {
+      if (auto o = ledger_owners_.find(d.name); o != ledger_owners_.end()) owners.emplace(d.name, o->second);
+    }
+    ledger_owners_ = std::move(owners);
     // Slices that `gslice run` started without registering show up here too. The snapshot
     // was taken without the lock: a slice deleted or expired since then is still in it, so
     // what looks new is adopted only from a look at the ledger taken under the lock.
@@ -606,6 +619,46 @@ void Registry::Sample() {
     store_->RecordEvent(name, "set", "refused: pod annotations: " + updated.status().message());
     generation_++;
   }
+  ApplyMpsPlan();
+}
+
+void Registry::StopMps() {
+  if (mps_ != nullptr) mps_->Stop();
+}
+
+std::vector<MpsCandidate> Registry::MpsCandidates() const {
+  std::vector<MpsCandidate> out;
+  auto add = [&](const Slice& s, bool deleted) {
+    MpsCandidate c{.slice = s.name, .uid = s.owner_uid, .gpus = {}, .created_at = s.created_at, .deleted = deleted};
+    // A slice made for someone without an account here (a pod's namespace), or found in the
+    // ledger: its programs run as the uid its usage is given to.
+    if (auto o = ledger_owners_.find(s.name); c.uid < 0 && o != ledger_owners_.end()) c.uid = o->second;
+    for (const SliceGpu& g : s.gpus) c.gpus.push_back(g.uuid);
+    out.push_back(std::move(c));
+  };
+  for (const Slice& s : slices_) add(s, false);
+  for (const Slice& s : deleted_running_) add(s, true);
+  return out;
+}
+
+void Registry::ApplyMpsPlan() {
+  if (mps_ == nullptr) return;
+  std::vector<std::pair<std::string, int64_t>> hands;
+  {
+    std::lock_guard lock(mu_);
+    std::vector<MpsGpuState> gpus;
+    for (const MpsDaemonState& d : mps_->States()) gpus.push_back(d.gpu);
+    const MpsPlan plan = PlanMps(gpus, MpsCandidates());
+    for (const MpsGpuState& g : gpus) {
+      if (!g.sharing.mps) continue;
+      // The plan's tenant is the one the GPU has, or the uid of its oldest slice that would
+      // use it, or none: a GPU is never given to a uid without such a slice.
+      const int64_t target = plan.gpus.at(g.uuid).tenant_uid;
+      if (target != g.tenant_uid || g.busy_uid >= 0) hands.emplace_back(g.uuid, target);
+    }
+  }
+  for (const auto& [uuid, uid] : hands) mps_->Hand(uuid, uid);
+  if (!hands.empty()) generation_++;
 }
 
 NodeSnapshot Registry::Snapshot() {
@@ -614,6 +667,17 @@ NodeSnapshot Registry::Snapshot() {
   snap.time_ms = NowMs();
   snap.ledger = ledger_->Describe();
   auto commitments = CommitmentsByGpu(slices_);
+  // How each GPU and each slice on it shares (mps_plan.h).
+  std::vector<MpsDaemonState> daemons = mps_ != nullptr ? mps_->States() : std::vector<MpsDaemonState>{};
+  std::vector<MpsGpuState> planned;
+  for (const MpsDaemonState& d : daemons) planned.push_back(d.gpu);
+  const MpsPlan plan = PlanMps(planned, MpsCandidates());
+  auto daemon_of = [&daemons](const std::string& uuid) -> const MpsDaemonState* {
+    for (const MpsDaemonState& d : daemons) {
+      if (d.gpu.uuid == uuid) return &d;
+    }
+    return nullptr;
+  };
   for (const GpuInfo& g : gpus_) {
     GpuView v{g, 0, 0, 0};
     auto it = commitments.find(g.uuid);
@@ -622,6 +686,16 @@ NodeSnapshot Registry::Snapshot() {
       v.guaranteed_compute = it->second.guaranteed_compute;
       v.slices = it->second.slices;
     }
+    if (auto p = plan.gpus.find(g.uuid); p != plan.gpus.end()) {
+      v.sharing = p->second;
+    } else if (mps_ == nullptr) {
+      v.sharing = {.reason = "mps-off", .why = "this gsliced runs no MPS: every slice on GPU " + std::to_string(g.index) +
+                                                   " is time-sliced"};
+    } else {
+      v.sharing = {.reason = "daemon-down", .why = "gsliced has not looked at GPU " + std::to_string(g.index) +
+                                                       "'s MPS yet: time-sliced until it has"};
+    }
+    if (const MpsDaemonState* d = daemon_of(g.uuid); d != nullptr) v.mps_restarts = d->restarts;
     snap.gpus.push_back(std::move(v));
   }
   for (const Slice& s : slices_) {
@@ -636,6 +710,25 @@ NodeSnapshot Registry::Snapshot() {
     v.throttled = t != throttled_.end() && t->second;
     auto c = compute_used_.find(s.name);
     v.compute_used = c == compute_used_.end() ? -1 : c->second;
+    for (const SliceGpu& g : s.gpus) {
+      SliceGpuSharing& sharing = v.sharing[g.uuid];
+      auto p = plan.slices.find({s.name, g.uuid});
+      const MpsDaemonState* d = daemon_of(g.uuid);
+      if (p == plan.slices.end()) {
+        sharing.why = "time-sliced: gsliced runs no MPS on it";
+        for (const GpuView& gv : snap.gpus) {
+          if (gv.gpu.uuid == g.uuid) sharing.why = gv.sharing.why;
+        }
+        continue;
+      }
+      sharing.mps = p->second.mps;
+      sharing.why = p->second.why;
+      if (sharing.mps && d != nullptr) {
+        sharing.uid = d->gpu.tenant_uid;
+        sharing.pipe_directory = d->pipe_directory;
+        sharing.log_directory = d->log_directory;
+      }
+    }
     const std::string observed = s.state == SliceState::kRunning ? suspender_->ObservedState(s.name) : "";
     if (s.state != SliceState::kRunning) {
       v.activity = std::string(ToString(s.state));
@@ -791,6 +884,9 @@ Result<Slice> Registry::CreateSlice(const SliceRequest& request, bool by_admin) 
   if (request.holder.pid != 0) holders_[slice.name] = request.holder;
   counters_.slices_created++;
   generation_++;
+  lock.unlock();
+  // Its GPU's MPS is given to its uid before the answer, where the slice takes it.
+  ApplyMpsPlan();
   return slice;
 }
 
@@ -808,7 +904,7 @@ Result<Slice*> Registry::SliceToChange(const std::string& name, const Caller& ca
 }
 
 Status Registry::DeleteSlice(const std::string& name, const Caller& caller) {
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
   Result<Slice*> found = SliceToChange(name, caller, "delete");
   if (!found.ok()) return found.status();
   const Slice gone = *found.value();
@@ -821,6 +917,8 @@ Status Registry::DeleteSlice(const std::string& name, const Caller& caller) {
   if (Status s = RemoveSlice(name, NodeLedger::Withdrawal::kDeleted, "delete", detail); !s.ok()) return s;
   if (running > 0) deleted_running_.push_back(gone);  // its entry stays taken meanwhile
   counters_.slices_deleted++;
+  lock.unlock();
+  ApplyMpsPlan();  // its GPUs' MPS may pass to another uid
   return Status::Ok();
 }
 

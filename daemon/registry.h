@@ -21,12 +21,23 @@
 #include "gslice/pid_namespace.h"
 #include "history.h"
 #include "model.h"
+#include "mps_plan.h"
+#include "mps_service.h"
 #include "node_ledger.h"
 #include "pod_resolver.h"
 #include "store.h"
 #include "suspender.h"
 
 namespace gslice {
+
+// How a slice shares one of its GPUs (mps_plan.h): on its MPS server, or time-sliced, and why.
+struct SliceGpuSharing {
+  bool mps = false;
+  std::string why;
+  int64_t uid = -1;                 // on MPS: the uid its server serves (its programs must run as it)
+  std::string pipe_directory = {};  // on MPS: CUDA_MPS_PIPE_DIRECTORY
+  std::string log_directory = {};   // on MPS: CUDA_MPS_LOG_DIRECTORY
+};
 
 // Live view of one slice: the record plus what its processes use now.
 struct SliceView {
@@ -37,6 +48,7 @@ struct SliceView {
   std::vector<ProcessUsage> processes;
   // "running", "throttled", "idle" (no process) or the lifecycle state when not running.
   std::string activity;
+  std::map<std::string, SliceGpuSharing> sharing;  // by GPU UUID
 };
 
 struct ProjectView {
@@ -51,6 +63,8 @@ struct GpuView {
   uint64_t guaranteed_memory = 0;
   double guaranteed_compute = 0;
   int slices = 0;
+  GpuSharing sharing = {};  // MPS or time-sliced, why, and its MPS tenant (mps_plan.h)
+  int mps_restarts = 0;     // times its MPS control daemon was found dead and started again
 };
 
 // Everything the API, the metrics and the dashboard show, taken at one instant.
@@ -173,10 +187,12 @@ class Registry {
     // admins for `shares`, as root is; empty: root only. See CreateSlice.
     std::string admin_group = {};
   };
-  // `pods` (may be null: not on Kubernetes) names the pod of each sampled process.
+  // `pods` (may be null: not on Kubernetes) names the pod of each sampled process. `mps` (may
+  // be null: every GPU time-sliced) runs the GPUs' MPS control daemons; the registry plans
+  // which slices use them (mps_plan.h) and gives each GPU to its tenant.
   Registry(Options options, std::unique_ptr<Store> store, std::unique_ptr<GpuInventory> gpus,
            std::unique_ptr<NodeLedger> ledger, std::unique_ptr<Suspender> suspender,
-           std::unique_ptr<PodResolver> pods = nullptr);
+           std::unique_ptr<PodResolver> pods = nullptr, std::unique_ptr<MpsService> mps = nullptr);
 
   // Loads the store, scans GPUs, and reconciles with the ledger: registrations whose
   // processes are gone expire (ExpireRegistrations), slices in both are re-adopted
@@ -285,6 +301,14 @@ class Registry {
   // Entries of the ledger held by no slice of the registry, as the last sample saw them: deleted
   // slices' processes, the ledger's own, processes of a slice not adopted yet. REQUIRES: mu_ held.
   int OtherEntries() const;
+  // The slices as the MPS plan sees them: every slice and every deleted one whose processes
+  // run on, with the uid its processes run as (the ledger's owner of its usage, else its
+  // owner's). REQUIRES: mu_ held.
+  std::vector<MpsCandidate> MpsCandidates() const;
+  // Gives each GPU's MPS to the tenant the plan names for it (mps_service.h: Hand), where that
+  // uid has slices there that would use it; else closes it. Called without mu_ held (the
+  // hand-over asks the control daemon), after every change of the slices and each sample.
+  void ApplyMpsPlan();
   // Gives slices without pod labels those of their processes, when they all run in one
   // pod. REQUIRES: mu_ held.
   void LabelSlicesWithPods();
@@ -300,6 +324,7 @@ class Registry {
   std::unique_ptr<NodeLedger> ledger_;
   std::unique_ptr<Suspender> suspender_;
   std::unique_ptr<PodResolver> pods_;
+  std::unique_ptr<MpsService> mps_;
 
   std::mutex mu_;
   std::set<std::string> tracing_;  // slices being recorded (RecordTrace); REQUIRES: mu_ held
@@ -309,6 +334,7 @@ class Registry {
   std::vector<User> users_;
   std::vector<ProcessUsage> processes_;  // as of the last sample
   std::map<std::string, bool> throttled_;
+  std::map<std::string, int64_t> ledger_owners_;  // by slice: PublishedSlice::owner_uid, as last sampled
   std::map<std::string, PidIdentity> holders_;  // by slice; see SliceRequest::holder
   // Slices deleted while their processes ran on: their ledger entries stay taken until those
   // processes exit (the next sample that shows none drops them), and count for their owner and

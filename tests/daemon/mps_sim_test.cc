@@ -1,0 +1,209 @@
+// gsliced's MPS control daemons on the simulator, with a stand-in control program
+// (mps_control_standin.cc) and a stand-in CUDA program (mps_client_probe.cc): one daemon per
+// GPU with private folders, started again when it dies, asked to quit when gsliced stops;
+// `gslice run` of one user on MPS with its class's priority and its cap as a thread
+// percentage; a second user's slice on that GPU time-sliced, told why, and never waiting.
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <thread>
+
+#include "sim_gsliced_fixture.h"
+
+namespace gslice {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kAlice = 1000, kBob = 1001;
+
+bool Eventually(const std::function<bool()>& done, std::chrono::seconds limit = std::chrono::seconds(15)) {
+  for (const auto until = Clock::now() + limit; Clock::now() < until;) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return done();
+}
+
+bool Alive(int pid) { return pid > 0 && kill(pid, 0) == 0; }
+
+std::string Environ(int pid) {
+  std::string env = testing::ReadAll("/proc/" + std::to_string(pid) + "/environ");
+  for (char& c : env) c = c == '\0' ? '\n' : c;
+  return env;
+}
+
+class MpsSim : public testing::SimGsliced {
+ protected:
+  MpsSim() : SimGsliced("mps") {}
+
+  void SetUp() override {
+    SimGsliced::SetUp();
+    setenv("GSLICE_SIM_DEVICES", "2", 1);
+    mps_ = dir_ + "/mps";
+    chmod(dir_.c_str(), 0755);  // other users' programs run from here
+  }
+  void TearDown() override {
+    SimGsliced::TearDown();  // gsliced asks its daemons to quit
+    for (pid_t p : programs_) {
+      kill(p, SIGKILL);
+      waitpid(p, nullptr, 0);
+    }
+    unsetenv("GSLICE_SIM_DEVICES");
+  }
+
+  void Configure(const std::string& mode, const std::string& control = GSLICE_TEST_MPS_CONTROL) {
+    std::ofstream(dir_ + "/gsliced.toml", std::ios::app)
+        << "mps = \"" << mode << "\"\nmps_control = \"" << control << "\"\nmps_directory = \"" << mps_ << "\"\n";
+  }
+  json Gpu(int index) {
+    json gpus = Get("/v1/gpus")["gpus"];
+    return gpus.is_array() && static_cast<int>(gpus.size()) > index ? gpus[index] : json();
+  }
+  std::string Uuid(int index) { return Gpu(index).value("uuid", std::string()); }
+  std::string Substrate(int index) {
+    json g = Gpu(index);
+    return g.contains("sharing") ? g["sharing"].value("substrate", std::string()) : "";
+  }
+  std::string Pipe(int index) { return mps_ + "/" + Uuid(index) + "/pipe"; }
+  int DaemonPid(int index) {
+    std::ifstream in(Pipe(index) + "/nvidia-cuda-mps-control.pid");
+    int pid = 0;
+    in >> pid;
+    return pid;
+  }
+  // Starts gsliced and lets other users' programs use its simulated node (a real node's
+  // driver is everyone's).
+  void StartForEveryone() {
+    Start();
+    chmod(sim_state_.c_str(), 0666);
+  }
+  bool Serving() {
+    return Substrate(0) == "mps" && Substrate(1) == "mps" && Alive(DaemonPid(0)) && Alive(DaemonPid(1));
+  }
+  // The probe under `gslice run --sim` as `uid`, in the background; its output goes to `out`.
+  pid_t RunInBackground(int uid, const std::string& flags, const std::string& out, const std::string& probe_flags) {
+    const std::string command = "exec setpriv --reuid=" + std::to_string(uid) + " --regid=" + std::to_string(uid) +
+                                " --clear-groups " + GSLICE_CLI + " run --sim " + flags + " -- " +
+                                GSLICE_TEST_MPS_CLIENT + " " + probe_flags + " > " + out + " 2>&1";
+    const pid_t pid = fork();
+    if (pid == 0) {
+      execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    programs_.push_back(pid);
+    return pid;
+  }
+  int Wait(pid_t pid) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    std::erase(programs_, pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  std::string Log() { return testing::ReadAll(dir_ + "/gsliced.log"); }
+
+  std::string mps_;
+  std::vector<pid_t> programs_;
+};
+
+mode_t ModeOf(const std::string& path, uid_t* owner = nullptr) {
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) return 0;
+  if (owner != nullptr) *owner = st.st_uid;
+  return st.st_mode;
+}
+
+TEST_F(MpsSim, RunsOneDaemonPerGpuInFoldersOfItsOwn) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (gsliced gives each GPU's daemon to a uid)";
+  Configure("on");
+  Start();
+  ASSERT_TRUE(Eventually([&] { return Serving(); })) << Get("/v1/gpus").dump(2) << Log();
+  EXPECT_NE(DaemonPid(0), DaemonPid(1));
+  uid_t owner = 99;
+  EXPECT_EQ(ModeOf(mps_, &owner) & 07777, 0711u);
+  EXPECT_EQ(owner, 0u);
+  for (int i = 0; i < 2; ++i) {
+    const std::string gpu = mps_ + "/" + Uuid(i);
+    EXPECT_EQ(ModeOf(gpu) & 07777, 0711u) << gpu;
+    EXPECT_EQ(ModeOf(gpu + "/pipe") & 07777, 0711u);
+    EXPECT_EQ(ModeOf(gpu + "/log") & 07777, 0700u);
+    // The daemon made its socket for anyone; nobody but root reaches it before a tenant.
+    const mode_t socket = ModeOf(gpu + "/pipe/control", &owner);
+    EXPECT_TRUE(S_ISSOCK(socket));
+    EXPECT_EQ(socket & 07777, 0600u);
+    EXPECT_EQ(owner, 0u);
+    EXPECT_EQ(testing::ReadAll(gpu + "/tenant"), "none\n");
+    // Each daemon sees its GPU alone, and its own folders.
+    const std::string env = Environ(DaemonPid(i));
+    EXPECT_NE(env.find("CUDA_VISIBLE_DEVICES=" + Uuid(i) + "\n"), std::string::npos) << env;
+    EXPECT_NE(env.find("CUDA_MPS_PIPE_DIRECTORY=" + gpu + "/pipe\n"), std::string::npos) << env;
+    EXPECT_NE(env.find("CUDA_MPS_LOG_DIRECTORY=" + gpu + "/log\n"), std::string::npos) << env;
+  }
+}
+
+TEST_F(MpsSim, StartsADaemonThatDiesAgain) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root";
+  Configure("on");
+  Start();
+  ASSERT_TRUE(Eventually([&] { return Serving(); })) << Log();
+  const int first = DaemonPid(0);
+  ASSERT_EQ(kill(first, SIGKILL), 0);
+  ASSERT_TRUE(Eventually([&] { return DaemonPid(0) != first && Alive(DaemonPid(0)) && Substrate(0) == "mps"; }))
+      << Log();
+  EXPECT_EQ(Gpu(0)["sharing"]["mps_restarts"], 1);
+  EXPECT_EQ(Gpu(1)["sharing"]["mps_restarts"], 0);
+  EXPECT_NE(Log().find("has exited; starting it again"), std::string::npos) << Log();
+  // The new daemon's socket is closed to others like the first one's.
+  EXPECT_EQ(ModeOf(Pipe(0) + "/control") & 07777, 0600u);
+}
+
+TEST_F(MpsSim, AsksItsDaemonsToQuitWhenStopped) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root";
+  Configure("on");
+  Start();
+  ASSERT_TRUE(Eventually([&] { return Serving(); })) << Log();
+  const int a = DaemonPid(0), b = DaemonPid(1);
+  kill(pid_, SIGTERM);
+  int status = 0;
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << Log();
+  EXPECT_TRUE(Eventually([&] { return !Alive(a) && !Alive(b); }, std::chrono::seconds(5)));
+  EXPECT_NE(Log().find("has quit (gsliced stops)"), std::string::npos) << Log();
+}
+
+TEST_F(MpsSim, OffNeverStartsOne) {
+  Configure("off");
+  Start();
+  EXPECT_EQ(Substrate(0), "time-sliced");
+  EXPECT_EQ(Gpu(0)["sharing"]["reason"], "mps-off");
+  struct stat st {};
+  EXPECT_NE(lstat(mps_.c_str(), &st), 0) << "mps = off made " << mps_;
+}
+
+TEST_F(MpsSim, AutoWithoutTheControlProgramSaysSoAndOnRefusesToStart) {
+  Configure("auto", "/nonexistent/nvidia-cuda-mps-control");
+  Start();
+  EXPECT_EQ(Substrate(0), "time-sliced");
+  EXPECT_EQ(Gpu(0)["sharing"]["reason"], "no-control");
+  EXPECT_NE(Gpu(0)["sharing"]["why"].get<std::string>().find("/nonexistent/nvidia-cuda-mps-control"),
+            std::string::npos);
+  EXPECT_NE(Log().find("no MPS control program"), std::string::npos) << Log();
+  kill(pid_, SIGTERM);
+  waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+
+  const pid_t refused = testing::SpawnGsliced(GSLICED, dir_, {"--sim", "--set", "mps=on"}, true);
+  int status = 0;
+  waitpid(refused, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2);
+  EXPECT_NE(Log().find("mps = \"on\": the MPS control program"), std::string::npos) << Log();
+}
+
+}  // namespace
+}  // namespace gslice
