@@ -12,10 +12,12 @@ namespace {
 
 constexpr const char kLsHelp[] = R"(usage: gslice ls [--json] [--socket PATH]
 
-Lists the node's GPUs (memory in use, what guaranteed slices reserve, utilisation) and
-every slice: its user and project, class, protection level (guaranteed slices: the
-fraction of their solo speed opportunistic work must leave them), state, GPUs, memory used
-of its limit, compute share, and how many processes run in it.
+Lists the node's GPUs (memory in use, what guaranteed slices reserve, utilisation, and
+whether they are shared through MPS, for which uid, or time-sliced, and why) and every
+slice: its user and project, class, protection level (guaranteed slices: the fraction of
+their solo speed opportunistic work must leave them), state, GPUs, memory used of its
+limit, compute share, sharing (mps or time-sliced) and how many processes run in it. A
+slice time-sliced on a GPU that serves MPS is named under the table with the reason.
 
 States: running (processes at work), idle (no process attached), throttled (opportunistic
 work held back while guaranteed work runs), suspending, suspended, resuming, failed.
@@ -49,32 +51,56 @@ void PrintNode(FILE* out, const std::string& node_json, bool with_processes) {
   }
   std::map<std::string, std::string> index_of;
   std::vector<std::vector<std::string>> gpus = {
-      {"GPU", "NAME", "MEMORY USED", "GUARANTEED MEM", "GUARANTEED COMPUTE", "UTIL", "SLICES", "UUID"}};
+      {"GPU", "NAME", "MEMORY USED", "GUARANTEED MEM", "GUARANTEED COMPUTE", "UTIL", "SLICES", "SHARING", "UUID"}};
+  std::vector<std::string> why_gpu;  // how each GPU shares, under the table
   for (const json& g : node["gpus"]) {
     std::string index = std::to_string(g.value("index", 0));
     index_of[Or(g["uuid"], "")] = index;
+    const json& sharing = g["sharing"];
+    std::string how = "-";
+    if (sharing.is_object()) {
+      const bool mps = Or(sharing["substrate"], "") == "mps";
+      how = !mps ? "time-sliced"
+            : sharing["mps_uid"].is_number_integer() ? "MPS (uid " + std::to_string(sharing["mps_uid"].get<int64_t>()) + ")"
+                                                     : "MPS (free)";
+      why_gpu.push_back("  GPU " + index + ": " + Or(sharing["why"], "?") +
+                        (mps ? "; " + Or(sharing["mps_uid_why"], "") : std::string()));
+    }
     gpus.push_back({index, Or(g["name"], "?"),
                     Bytes(U64(g["memory_used_bytes"])) + " / " + Bytes(U64(g["memory_total_bytes"])),
                     Bytes(U64(g["guaranteed_memory_bytes"])), Percent(g.value("guaranteed_compute", 0.0)),
                     g["utilization"].is_number() ? Percent(g["utilization"].get<double>()) : "-",
-                    std::to_string(g.value("slices", 0)), Or(g["uuid"], "?")});
+                    std::to_string(g.value("slices", 0)), how, Or(g["uuid"], "?")});
   }
   PrintTable(out, gpus);
+  for (const std::string& line : why_gpu) std::fprintf(out, "%s\n", line.c_str());
   std::fprintf(out, "\n");
   if (node["slices"].empty()) {
     std::fprintf(out, "no slices: create one with `gslice create NAME --gpus 0 --memory 8GiB`\n");
     return;
   }
   std::vector<std::vector<std::string>> slices = {
-      {"SLICE", "USER", "PROJECT", "CLASS", "PROTECT", "STATE", "GPUS", "MEMORY USED", "COMPUTE", "PROCS"}};
+      {"SLICE", "USER", "PROJECT", "CLASS", "PROTECT", "STATE", "GPUS", "MEMORY USED", "COMPUTE", "SHARING", "PROCS"}};
+  std::vector<std::string> why_slice;  // slices time-sliced on a GPU that serves MPS
   std::vector<std::vector<std::string>> procs = {{"PID", "SLICE", "GPU", "MEMORY"}};
   for (const json& s : node["slices"]) {
-    std::string gpu_list, share;
+    std::string gpu_list, share, sharing;
     for (const json& g : s["gpus"]) {
       std::string uuid = Or(g["uuid"], "?");
       gpu_list += (gpu_list.empty() ? "" : ",") + (index_of.count(uuid) ? index_of[uuid] : uuid);
       double c = g.value("compute_share", 0.0);
       share += (share.empty() ? "" : ",") + (c > 0 ? Percent(c) : "-");
+      const std::string how = Or(g["sharing"], "-");
+      sharing += (sharing.empty() ? "" : ",") + how;
+      bool gpu_serves = false;
+      for (const json& gpu : node["gpus"]) {
+        gpu_serves = gpu_serves || (Or(gpu["uuid"], "") == uuid && gpu["sharing"].is_object() &&
+                                    Or(gpu["sharing"]["substrate"], "") == "mps");
+      }
+      if (how == "time-sliced" && gpu_serves) {
+        why_slice.push_back("  " + Or(s["name"], "?") + ": time-sliced on GPU " +
+                            (index_of.count(uuid) ? index_of[uuid] : uuid) + ": " + Or(g["sharing_why"], "?"));
+      }
     }
     std::string compute = share;
     if (s["compute_used"].is_number()) compute = Percent(s["compute_used"].get<double>()) + " of " + share;
@@ -87,7 +113,7 @@ void PrintNode(FILE* out, const std::string& node_json, bool with_processes) {
     slices.push_back({Or(s["name"], "?"), Or(s["user"], "?"), Or(s["project"], "?"), Or(s["class"], "?"), protect,
                       Or(s["activity"], Or(s["state"], "?")), gpu_list,
                       Bytes(U64(s["memory_used_bytes"])) + " / " + Bytes(U64(s["memory_limit_bytes"])), compute,
-                      std::to_string(s["processes"].size())});
+                      sharing, std::to_string(s["processes"].size())});
     for (const json& p : s["processes"]) {
       std::string uuid = Or(p["gpu"], "-");
       procs.push_back({std::to_string(p.value("pid", 0)), Or(s["name"], "?"),
@@ -95,6 +121,7 @@ void PrintNode(FILE* out, const std::string& node_json, bool with_processes) {
     }
   }
   PrintTable(out, slices);
+  for (const std::string& line : why_slice) std::fprintf(out, "%s\n", line.c_str());
   // Remote slices (the slices of gslice-remoted's workers): whom they serve, and whether the
   // worker holds the GPU or was suspended to host memory until the client's next call.
   for (const json& s : node["slices"]) {

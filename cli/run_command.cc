@@ -28,6 +28,7 @@
 #include "gpu_query.h"
 #include "gslice/atomic_file.h"
 #include "gslice/ledger.h"
+#include "gslice/mps_client.h"
 #include "gslice/options.h"
 #include "gslice/trace_format.h"
 #include "gslice/units.h"
@@ -314,6 +315,35 @@ bool SliceFromDaemon(const std::string& name, std::string* gpus, std::string* me
   *compute = PercentArg(cap_fraction);
   *cls = slice.value("class", std::string("guaranteed"));
   return true;
+}
+
+// Puts the program on its GPU's MPS where gsliced says the slice shares it through MPS
+// (docs/compute.md, "The substrate"): its pipe and log folders, the class's client priority
+// and the cap as a thread percentage. Only for a program of the uid the GPU's MPS serves: one
+// of another uid would wait at CUDA initialisation for that uid's programs to end. Without
+// MPS nothing is set and the slice runs time-sliced. -v says which, and why.
+void JoinMps(const std::string& name, bool opportunistic, const std::string& cap, bool verbose) {
+  DaemonReply reply = DaemonClient(DaemonAddressFromEnvironment()).Call("GET", "/v1/slices/" + name, "", 5000);
+  auto slice = reply.ok() ? nlohmann::json::parse(reply.body, nullptr, false) : nlohmann::json();
+  if (!slice.is_object() || !slice["gpus"].is_array() || slice["gpus"].empty()) return;
+  const auto& gpu = slice["gpus"][0];
+  const auto& mps = gpu["mps"];
+  std::string why = gpu.value("sharing_why", std::string());
+  const int64_t me = static_cast<int64_t>(getuid());
+  if (slice["gpus"].size() == 1 && mps.is_object() && mps["uid"].is_number_integer() && mps["uid"].get<int64_t>() == me) {
+    MpsClientSetting setting{.pipe_directory = mps.value("pipe_directory", std::string()),
+                             .log_directory = mps.value("log_directory", std::string()),
+                             .opportunistic = opportunistic,
+                             .compute_cap = cap.empty() ? 0 : ParsePercent(cap).fraction};
+    for (const auto& [key, value] : MpsClientEnvironment(setting)) setenv(key.c_str(), value.c_str(), 1);
+    if (verbose) fprintf(stderr, "  sharing: MPS (%s)\n", why.c_str());
+    return;
+  }
+  if (mps.is_object()) {
+    why = "its GPU's MPS serves uid " + std::to_string(mps.value("uid", int64_t{-1})) + " and this program runs as uid " +
+          std::to_string(me);
+  }
+  if (verbose) fprintf(stderr, "  sharing: time-sliced (%s)\n", why.c_str());
 }
 
 pid_t g_child = 0;
@@ -744,6 +774,7 @@ int RunCommand(int argc, char** argv) {
   } else if (verbose && link == DaemonLink::kRegistered) {
     fprintf(stderr, "  registered with gsliced\n");
   }
+  if (link != DaemonLink::kNone) JoinMps(name, class_arg == "opportunistic", compute_arg, verbose);
   if (!trace.file.empty()) {
     if (std::string why = PrepareTrace(&trace); !why.empty()) return Fail(why);
     setenv(GetOptionInfo(Option::Trace).env, trace.folder.c_str(), 1);

@@ -205,5 +205,102 @@ TEST_F(MpsSim, AutoWithoutTheControlProgramSaysSoAndOnRefusesToStart) {
   EXPECT_NE(Log().find("mps = \"on\": the MPS control program"), std::string::npos) << Log();
 }
 
+TEST_F(MpsSim, OneUsersSlicesRunOnMpsAtTheirClassesPriority) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (to run programs as other users)";
+  Configure("on");
+  StartForEveryone();
+  ASSERT_TRUE(Eventually([&] { return Serving(); })) << Log();
+  std::string out, err;
+  ASSERT_EQ(Cli("run --sim --gpus 0 --memory 256MiB -- " + std::string(GSLICE_TEST_MPS_CLIENT), &out, &err,
+                std::to_string(kAlice)),
+            0)
+      << out << err << Log();
+  EXPECT_NE(out.find("uid=1000 pipe=" + Pipe(0) + " log=" + mps_ + "/" + Uuid(0) + "/log priority=0 threads=-"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("mps: served by server"), std::string::npos) << out;
+  ASSERT_EQ(Cli("run --sim --gpus 0 --memory 256MiB --class opportunistic --compute 30% -- " +
+                    std::string(GSLICE_TEST_MPS_CLIENT),
+                &out, &err, std::to_string(kAlice)),
+            0)
+      << out << err;
+  EXPECT_NE(out.find("uid=1000 pipe=" + Pipe(0)), std::string::npos) << out;
+  EXPECT_NE(out.find("priority=1 threads=30"), std::string::npos) << out;
+  EXPECT_NE(out.find("mps: served by server"), std::string::npos) << out;
+  // A slice over both GPUs is time-sliced: a program reaches one daemon.
+  ASSERT_EQ(Cli("run --sim --gpus 0,1 --memory 256MiB -- " + std::string(GSLICE_TEST_MPS_CLIENT), &out, &err,
+                std::to_string(kAlice)),
+            0)
+      << out << err;
+  EXPECT_NE(out.find("pipe=- "), std::string::npos) << out;
+  EXPECT_NE(out.find("mps: none"), std::string::npos) << out;
+}
+
+TEST_F(MpsSim, ASecondUserOnTheGpuIsTimeSlicedAndNeverWaits) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (to run programs as other users)";
+  Configure("on");
+  StartForEveryone();
+  ASSERT_TRUE(Eventually([&] { return Serving(); })) << Log();
+  // alice's program holds GPU 0's MPS server.
+  const std::string hold = dir_ + "/release-alice", alice_out = dir_ + "/alice.out";
+  const pid_t alice = RunInBackground(kAlice, "--name alice --gpus 0 --memory 256MiB", alice_out,
+                                      "--hold-file " + hold);
+  ASSERT_TRUE(Eventually([&] { return testing::ReadAll(alice_out).find("mps: served") != std::string::npos; }))
+      << testing::ReadAll(alice_out) << Log();
+
+  // bob's slice on the same GPU gets no MPS, and says why.
+  const std::string bob_out = dir_ + "/bob.out";
+  const pid_t bob = RunInBackground(kBob, "--name bob --gpus 0 --memory 256MiB", bob_out, "--hold-file " + hold);
+  ASSERT_TRUE(Eventually([&] { return testing::ReadAll(bob_out).find("mps: ") != std::string::npos; }))
+      << testing::ReadAll(bob_out);
+  EXPECT_NE(testing::ReadAll(bob_out).find("uid=1001 pipe=- "), std::string::npos) << testing::ReadAll(bob_out);
+  EXPECT_NE(testing::ReadAll(bob_out).find("mps: none"), std::string::npos);
+  json slice = Get("/v1/slices/bob");
+  ASSERT_TRUE(slice.is_object()) << slice;
+  EXPECT_EQ(slice["gpus"][0]["sharing"], "time-sliced");
+  EXPECT_TRUE(slice["gpus"][0]["mps"].is_null());
+  EXPECT_NE(slice["gpus"][0]["sharing_why"].get<std::string>().find("serves uid 1000"), std::string::npos) << slice;
+  EXPECT_EQ(Get("/v1/slices/alice")["gpus"][0]["sharing"], "mps");
+  EXPECT_EQ(Gpu(0)["sharing"]["mps_uid"], kAlice);
+  // The daemon's socket is alice's, and only hers.
+  uid_t owner = 0;
+  EXPECT_EQ(ModeOf(Pipe(0) + "/control", &owner) & 07777, 0600u);
+  EXPECT_EQ(owner, static_cast<uid_t>(kAlice));
+  EXPECT_EQ(testing::ReadAll(mps_ + "/" + Uuid(0) + "/tenant"), "uid 1000\n");
+  // gslice ls says which is which.
+  std::string ls, err;
+  ASSERT_EQ(Cli("ls", &ls, &err), 0) << err;
+  EXPECT_NE(ls.find("MPS (uid 1000)"), std::string::npos) << ls;
+  EXPECT_NE(ls.find("time-sliced"), std::string::npos) << ls;
+
+  // A program of bob's pointed at alice's daemon by hand cannot reach it: it runs without MPS
+  // instead of waiting behind her program.
+  std::string probe;
+  const std::string direct = dir_ + "/bob-direct.out";
+  const int rc = std::system(("CUDA_MPS_PIPE_DIRECTORY=" + Pipe(0) + " setpriv --reuid=1001 --regid=1001 --clear-groups " +
+                              GSLICE_TEST_MPS_CLIENT + " --wait-ms 2000 > " + direct + " 2>&1")
+                                 .c_str());
+  probe = testing::ReadAll(direct);
+  EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << probe;
+  EXPECT_NE(probe.find("mps: not reached (Permission denied)"), std::string::npos) << probe;
+
+  // Once alice's program and slice are gone, the GPU passes to bob's next program.
+  std::ofstream(hold) << "go";
+  EXPECT_EQ(Wait(alice), 0) << testing::ReadAll(alice_out);
+  EXPECT_EQ(Wait(bob), 0) << testing::ReadAll(bob_out);
+  std::string out;
+  ASSERT_TRUE(Eventually([&] { return Gpu(0)["sharing"]["mps_uid"].is_null(); })) << Gpu(0).dump(2);
+  ASSERT_EQ(Cli("run --sim --gpus 0 --memory 256MiB -- " + std::string(GSLICE_TEST_MPS_CLIENT), &out, &err,
+                std::to_string(kBob)),
+            0)
+      << out << err;
+  EXPECT_NE(out.find("uid=1001 pipe=" + Pipe(0)), std::string::npos) << out;
+  EXPECT_NE(out.find("mps: served by server"), std::string::npos) << out;
+  // Nobody ever waited at the stand-in daemon.
+  const std::string control_log = testing::ReadAll(mps_ + "/" + Uuid(0) + "/log/control.log");
+  EXPECT_EQ(control_log.find("WAITING"), std::string::npos) << control_log;
+  EXPECT_NE(control_log.find("SERVED"), std::string::npos) << control_log;
+}
+
 }  // namespace
 }  // namespace gslice
