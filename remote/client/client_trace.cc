@@ -21,12 +21,13 @@
 #include <vector>
 
 #include "calls.h"
-#include "transport.h"
 #include "gslice/options.h"
 #include "gslice/trace_format.h"
 #include "log.h"
 #include "trace_recorder.h"
+#include "transport.h"
 #include "wire.h"
+#include "worker_clock.h"
 
 namespace gslice::trace::detail {
 extern std::atomic<uint32_t> g_local_word;  // defined below: NVTX's "recording" word
@@ -73,9 +74,6 @@ uint64_t g_base = 0;  // the first index of this process's recording (a forked c
 char g_folder[1024];
 int64_t g_started_mono = 0;
 int64_t g_started_unix = 0;
-
-// How many clock exchanges the alignment makes; the shortest round trip wins.
-constexpr int kClockPings = 8;
 
 // NVTX messages by id (1-based), kept until exit; at most kMaxNames different ones.
 constexpr size_t kMaxNames = 65536;
@@ -146,73 +144,10 @@ std::string Micros(int64_t ns) {
   return buf;
 }
 
-// One measurement of the worker's clock against the client's: client time = worker time +
-// offset, +- uncertainty, at worker time `at`.
-struct ClockPoint {
-  bool valid = false;
-  int64_t offset = 0;
-  int64_t uncertainty = 0;
-  int64_t at = 0;
-};
+// The attach's measurement of the worker's clock (worker_clock.h).
 std::mutex g_attach_mu;
 ClockPoint g_attach_clock;  // REQUIRES g_attach_mu
 pid_t g_attach_pid = 0;     // the process it was measured in; REQUIRES g_attach_mu
-
-// The worker's clock against the client's (wire.h: kOpTraceClock): the exchange with the
-// shortest round trip. False when the worker does not answer them.
-bool MeasureClock(ClockPoint* point, CUresult* failed = nullptr) {
-  int64_t* offset = &point->offset;
-  int64_t* uncertainty = &point->uncertainty;
-  int64_t best_rtt = -1;
-  for (int k = 0; k < kClockPings; ++k) {
-    std::vector<uint8_t> reply;
-    const int64_t sent = ClientTraceNow();
-    if (const CUresult r = TraceExchange(kOpTraceClock, &reply); r != CUDA_SUCCESS) {
-      if (failed != nullptr) *failed = r;
-      point->valid = best_rtt >= 0;
-      return point->valid;
-    }
-    const int64_t back = ClientTraceNow();
-    Reader r(reply.data(), reply.size());
-    int32_t status = 0;
-    int64_t worker = 0;
-    if (!r.Get(&status) || status != CUDA_SUCCESS || !r.Get(&worker) || !r.AtEnd()) {
-      point->valid = best_rtt >= 0;
-      return point->valid;
-    }
-    const int64_t rtt = back - sent;
-    if (best_rtt < 0 || rtt < best_rtt) {
-      best_rtt = rtt;
-      *offset = sent + rtt / 2 - worker;  // client time = worker time + offset
-      *uncertainty = (rtt + 1) / 2;
-      point->at = worker;
-    }
-  }
-  point->valid = best_rtt >= 0;
-  return point->valid;
-}
-
-// The line through the attach's and the exit's measurements: worker time -> client time.
-struct ClockLine {
-  int64_t offset = 0;       // at reference
-  int64_t uncertainty = 0;  // the larger of the two
-  int64_t reference = 0;    // worker time
-  double drift_ppb = 0;     // how fast the offset grows per ns of the worker's clock, in 1e-9:
-                            // positive when the worker's clock runs slow
-  int64_t Convert(int64_t t) const {
-    return t + offset + static_cast<int64_t>(static_cast<double>(t - reference) * drift_ppb / 1e9);
-  }
-};
-
-ClockLine LineThrough(const ClockPoint& first, const ClockPoint& last) {
-  if (!first.valid || last.at <= first.at) {
-    return ClockLine{.offset = last.offset, .uncertainty = last.uncertainty, .reference = last.at, .drift_ppb = 0};
-  }
-  return ClockLine{.offset = first.offset, .uncertainty = std::max(first.uncertainty, last.uncertainty),
-                   .reference = first.at,
-                   .drift_ppb = static_cast<double>(last.offset - first.offset) * 1e9 /
-                                static_cast<double>(last.at - first.at)};
-}
 
 // Writes text to <folder>/<name> whole (a temporary file, then rename), in a folder this user
 // owns that no one else may write. False (logged) when it could not.
@@ -470,12 +405,6 @@ __attribute__((constructor)) void StartClientTrace() {
 }
 
 }  // namespace
-
-int64_t ClientTraceNow() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 void ClientTraceAttached() {
   ClockPoint point;

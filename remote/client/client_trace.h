@@ -18,6 +18,8 @@
 // reads (vDSO) and a 40-byte record claimed with one fetch_add. Nothing here fails a call.
 #pragma once
 
+#include <time.h>
+
 #include <atomic>
 #include <cstdint>
 
@@ -31,7 +33,11 @@ extern std::atomic<bool> g_on;
 inline bool ClientTracing() { return client_trace_detail::g_on.load(std::memory_order_relaxed); }
 
 // CLOCK_MONOTONIC in nanoseconds: the client's timeline clock.
-int64_t ClientTraceNow();
+inline int64_t ClientTraceNow() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
 
 // How a forwarded call went.
 enum class CallMode : uint8_t {
