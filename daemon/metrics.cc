@@ -22,6 +22,9 @@ enum MetricId {
   kGpuMemoryGuaranteed,
   kGpuComputeGuaranteed,
   kGpuUtilization,
+  kGpuSharing,
+  kGpuMpsUid,
+  kGpuMpsRestarts,
   kSliceMemoryLimit,
   kSliceMemoryUsed,
   kSliceComputeShare,
@@ -30,6 +33,7 @@ enum MetricId {
   kSliceProcesses,
   kSliceState,
   kSliceThrottled,
+  kSliceMps,
   kProcessMemoryUsed,
   kProjectMemoryQuota,
   kProjectMemoryGuaranteed,
@@ -57,6 +61,12 @@ constexpr MetricDef kMetrics[kMetricCount] = {
      "Compute of the GPU reserved by guaranteed slices (0..1)."},
     {"gslice_gpu_utilization_ratio", Kind::kGauge,
      "Fraction of the last sample period a kernel ran on the GPU (0..1)."},
+    {"gslice_gpu_sharing", Kind::kGauge,
+     "How the GPU is shared (value 1): substrate mps or time-sliced, and the reason: serving, mps-off, "
+     "no-control, compute-mode or daemon-down."},
+    {"gslice_gpu_mps_uid", Kind::kGauge, "The uid the GPU's MPS serves; absent while it serves no one."},
+    {"gslice_gpu_mps_restarts_total", Kind::kCounter,
+     "Times the GPU's MPS control daemon was found dead and started again."},
     {"gslice_slice_memory_limit_bytes", Kind::kGauge, "Memory limit of the slice on the GPU."},
     {"gslice_slice_memory_used_bytes", Kind::kGauge, "Memory the slice's processes use on the GPU."},
     {"gslice_slice_compute_share_ratio", Kind::kGauge, "Compute share of the slice on the GPU (0..1)."},
@@ -68,6 +78,7 @@ constexpr MetricDef kMetrics[kMetricCount] = {
     {"gslice_slice_state", Kind::kGauge,
      "Lifecycle state of the slice: 1 for the current state, 0 for the others."},
     {"gslice_slice_throttled", Kind::kGauge, "1 while the compute gate holds the slice back."},
+    {"gslice_slice_mps", Kind::kGauge, "1 where the slice uses the GPU's MPS server, 0 where it is time-sliced."},
     {"gslice_process_memory_used_bytes", Kind::kGauge,
      "Memory a process of a slice uses on the GPU; pod, namespace and container when known."},
     {"gslice_project_memory_quota_bytes", Kind::kGauge,
@@ -184,6 +195,17 @@ std::string RenderMetrics(const NodeSnapshot& snap, const RegistryCounters& regi
   for (const GpuView& g : snap.gpus) {
     if (g.gpu.utilization >= 0) w.Sample(kGpuUtilization, {{"gpu", g.gpu.uuid}}, g.gpu.utilization);
   }
+  w.Header(kGpuSharing);
+  for (const GpuView& g : snap.gpus) {
+    w.Sample(kGpuSharing,
+             {{"gpu", g.gpu.uuid}, {"substrate", g.sharing.mps ? "mps" : "time-sliced"}, {"reason", g.sharing.reason}}, 1);
+  }
+  w.Header(kGpuMpsUid);
+  for (const GpuView& g : snap.gpus) {
+    if (g.sharing.mps && g.sharing.tenant_uid >= 0) w.Sample(kGpuMpsUid, {{"gpu", g.gpu.uuid}}, double(g.sharing.tenant_uid));
+  }
+  w.Header(kGpuMpsRestarts);
+  for (const GpuView& g : snap.gpus) w.Sample(kGpuMpsRestarts, {{"gpu", g.gpu.uuid}}, g.mps_restarts);
 
   w.Header(kSliceMemoryLimit);
   for (const SliceView& v : snap.slices) {
@@ -222,6 +244,13 @@ std::string RenderMetrics(const NodeSnapshot& snap, const RegistryCounters& regi
   }
   w.Header(kSliceThrottled);
   for (const SliceView& v : snap.slices) w.Sample(kSliceThrottled, SliceLabels(v.slice, ""), v.throttled ? 1 : 0);
+  w.Header(kSliceMps);
+  for (const SliceView& v : snap.slices) {
+    for (const SliceGpu& g : v.slice.gpus) {
+      auto it = v.sharing.find(g.uuid);
+      w.Sample(kSliceMps, SliceLabels(v.slice, g.uuid), it != v.sharing.end() && it->second.mps ? 1 : 0);
+    }
+  }
   w.Header(kProcessMemoryUsed);
   for (const SliceView& v : snap.slices) {
     for (const ProcessUsage& p : v.processes) {

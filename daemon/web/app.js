@@ -282,6 +282,15 @@ function legend(container, items) {
 
 // ---- rendering -------------------------------------------------------------------------
 
+// How a GPU is shared: MPS (for which uid) or time-sliced, the reason on hover.
+function sharingStat(sharing) {
+  if (!sharing) return el('span', {});
+  const mps = sharing.substrate === 'mps';
+  const text = !mps ? 'time-sliced' : sharing.mps_uid === null ? 'MPS (free)' : 'MPS (uid ' + sharing.mps_uid + ')';
+  const why = sharing.why + (mps && sharing.mps_uid_why ? '; ' + sharing.mps_uid_why : '');
+  return el('span', {class: 'sharing', title: why}, 'sharing ', el('b', {text: text}));
+}
+
 function renderGpus(node) {
   const box = document.getElementById('gpus');
   const key = node.gpus.map((g) => g.uuid).join(',');
@@ -306,7 +315,8 @@ function renderGpus(node) {
         el('span', {}, 'memory ', el('b', {text: fmtBytes(g.memory_used_bytes) + ' / ' + fmtBytes(g.memory_total_bytes)})),
         el('span', {}, 'guaranteed ', el('b', {text: fmtBytes(g.guaranteed_memory_bytes) + ', ' + fmtPct(g.guaranteed_compute)})),
         el('span', {}, 'utilisation ', el('b', {text: fmtPct(g.utilization)})),
-        el('span', {}, 'slices ', el('b', {text: String(g.slices)})));
+        el('span', {}, 'slices ', el('b', {text: String(g.slices)})),
+        sharingStat(g.sharing));
     const memPoints = [], slicePoints = [], utilPoints = [];
     for (const s of state.history) {
       const p = s.gpus[g.uuid];
@@ -382,7 +392,10 @@ function renderTables(node) {
                   // Guaranteed: the share of its solo speed opportunistic work must leave it.
                   title: s.protect == null ? '' : 'protected at ' + fmtPct(s.protect) + ' of its solo speed'}),
         stateCell,
-        el('td', {text: s.gpus.map((g) => gpuIndex.has(g.uuid) ? gpuIndex.get(g.uuid) : g.uuid).join(', ')}),
+        // Each GPU, marked where the slice uses its MPS server; why on hover.
+        el('td', {text: s.gpus.map((g) => (gpuIndex.has(g.uuid) ? gpuIndex.get(g.uuid) : g.uuid) +
+                                          (g.sharing === 'mps' ? ' · MPS' : '')).join(', '),
+                  title: s.gpus.map((g) => g.sharing_why || '').filter((w) => w).join('\n')}),
         memCell, el('td', {text: (s.compute_used === null ? '-' : fmtPct(s.compute_used)) + ' / ' + share}),
         el('td', {text: String(s.processes.length)}),
         el('td', {class: 'actions'},

@@ -267,6 +267,20 @@ TEST_F(MpsSim, ASecondUserOnTheGpuIsTimeSlicedAndNeverWaits) {
   EXPECT_EQ(ModeOf(Pipe(0) + "/control", &owner) & 07777, 0600u);
   EXPECT_EQ(owner, static_cast<uid_t>(kAlice));
   EXPECT_EQ(testing::ReadAll(mps_ + "/" + Uuid(0) + "/tenant"), "uid 1000\n");
+  // So do the metrics.
+  auto metrics = Api().Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("gslice_gpu_sharing{gpu=\"" + Uuid(0) + "\",substrate=\"mps\",reason=\"serving\"} 1"),
+            std::string::npos)
+      << metrics->body;
+  EXPECT_NE(metrics->body.find("gslice_gpu_mps_uid{gpu=\"" + Uuid(0) + "\"} 1000"), std::string::npos);
+  EXPECT_NE(metrics->body.find("gslice_slice_mps{gpu=\"" + Uuid(0) + "\",slice=\"bob\""), std::string::npos);
+  for (const char* who : {"alice", "bob"}) {
+    const size_t at = metrics->body.find(std::string("gslice_slice_mps{gpu=\"") + Uuid(0) + "\",slice=\"" + who + "\"");
+    ASSERT_NE(at, std::string::npos) << who;
+    const std::string line = metrics->body.substr(at, metrics->body.find('\n', at) - at);
+    EXPECT_EQ(line.back(), std::string(who) == "alice" ? '1' : '0') << line;
+  }
   // gslice ls says which is which.
   std::string ls, err;
   ASSERT_EQ(Cli("ls", &ls, &err), 0) << err;
