@@ -8,6 +8,10 @@ opcode, and the hash of the list that the handshake compares. `local` and `custo
 declarations only (hand-written in remote/client and remote/server); the client's functions of
 every call are declared in one generated header that the hand-written ones include.
 
+Each argument semantic of calls.def (value, out, in[EXPR], hostout[EXPR] ...) is one Codec
+class: what the client writes and reads for such a parameter and what the worker reads, passes
+to the driver and writes back. The generators run the codecs' phases over the parameters.
+
 With --nvml-calls, a second list in the same syntax for the forwarding libnvidia-ml.so.1: its
 calls return nvmlReturn_t, share the opcode space and the hash, and are looked up in the
 worker's NVML rather than its driver.
@@ -226,6 +230,373 @@ def parse(path, lib, calls, canonical):
             canonical.append(" ".join(line.split()))
 
 
+NS = "::gslice::remote::"
+
+
+class Codec:
+    """How one argument semantic of calls.def crosses the wire. Each method appends the lines of
+    one phase of a generated function for one parameter; the generators run each phase over
+    the parameters in order. A new semantic is one new class here and its entry in CODECS."""
+
+    # The client's function, in this order.
+    def client_refuse(self, c, p, out):
+        """Refusals before anything is sent."""
+
+    def client_locate(self, c, p, out):
+        """Where host memory lies (before a call is split in pieces)."""
+
+    def client_encode(self, c, p, out):
+        """The request's bytes for p (w: the Writer, call: the Call)."""
+
+    def client_read(self, c, p, out):
+        """Outputs read from the reply (r), before a sizing call's early return."""
+
+    def client_read_buffer(self, c, p, out):
+        """Buffers read from the reply, after it."""
+
+    # The worker's handler, in this order.
+    def server_decode(self, c, p, out, decode):
+        """Declarations (out) and the conditions that decode p (decode, all and-ed)."""
+
+    def server_bind(self, c, p, out):
+        """Names the decoded value as size expressions see it on the client."""
+
+    def server_check(self, c, p, out):
+        """Checks of the decoded values against each other."""
+
+    def server_arg(self, c, p, out):
+        """Returns the driver's argument for p (lines it needs go to out)."""
+        raise NotImplementedError
+
+    def server_before_call(self, c, p, out):
+        """Lines right before the driver's call."""
+
+    def server_reply(self, c, p, out):
+        """Outputs written to the reply (w), before a sizing call's early return."""
+
+    def server_reply_buffer(self, c, p, out):
+        """Buffers written to the reply, after it."""
+
+
+class Value(Codec):
+    """A scalar, enum or handle, sent as it is."""
+
+    def client_encode(self, c, p, out):
+        out.append(f"  w.Put({p.name});")
+
+    def server_decode(self, c, p, out, decode):
+        out.append(f"  {p.type} {p.name}{{}};")
+        decode.append(f"r.Get(&{p.name})")
+
+    def server_arg(self, c, p, out):
+        return p.name
+
+    def server_before_call(self, c, p, out):
+        # NVML device handles travel as the device's index + 1 (NvmlDeviceFromWire), so that a
+        # handle a probe gave out names the same device in the worker.
+        if p.type == "nvmlDevice_t":
+            out.append(f"  if (!NvmlDeviceFromWire(&{p.name})) return static_cast<CUresult>(NVML_ERROR_INVALID_ARGUMENT);")
+
+
+class Out(Codec):
+    """T* p: whether it is NULL goes; the worker's T comes back when the call succeeds."""
+
+    def client_encode(self, c, p, out):
+        out.append(f"  w.Put<uint8_t>({p.name} != nullptr);")
+
+    def client_read(self, c, p, out):
+        out.append(f"  if ({p.name} != nullptr && !r.Get({p.name})) return call.Malformed();")
+
+    def server_decode(self, c, p, out, decode):
+        out.append(f"  uint8_t {p.name}_present = 0;")
+        out.append(f"  {p.pointee} {p.name}_value{{}};")
+        decode.append(f"r.GetFlag(&{p.name}_present)")
+
+    def server_bind(self, c, p, out):
+        out.append(f"  {p.pointee}* const {p.name} = {p.name}_present ? &{p.name}_value : nullptr;")
+        out.append(f"  (void){p.name};")
+
+    def server_arg(self, c, p, out):
+        return p.name
+
+    def server_reply(self, c, p, out):
+        n = p.name
+        if p.pointee == "nvmlDevice_t":
+            out.append(f"  if ({n}_present && !NvmlDeviceToWire(&{n}_value)) return static_cast<CUresult>(NVML_ERROR_UNKNOWN);")
+        out.append(f"  if ({n}_present) w.Put({n}_value);")
+
+
+class InOut(Out):
+    """As Out, and the client's T is sent first."""
+
+    def client_encode(self, c, p, out):
+        super().client_encode(c, p, out)
+        out.append(f"  if ({p.name} != nullptr) w.Put(*{p.name});")
+
+    def server_decode(self, c, p, out, decode):
+        super().server_decode(c, p, out, decode)
+        decode.append(f"(!{p.name}_present || r.Get(&{p.name}_value))")
+
+
+class Sized(Codec):
+    """Bytes with a length: a present flag, u64 length, then (when sent) the bytes."""
+    limit = "kMaxBuffer"  # the worker's bound on the length
+    sends_bytes = True    # the bytes travel in the request
+    aligned = True        # at a 16-byte boundary of the request
+
+    def server_decode(self, c, p, out, decode):
+        n = p.name
+        out.append(f"  uint8_t {n}_present = 0;")
+        out.append(f"  uint64_t {n}_len = 0;")
+        decode.append(f"r.GetFlag(&{n}_present)")
+        decode.append(f"r.Get(&{n}_len)")
+        decode.append(f"{n}_len <= {self.limit}")
+        decode.append(f"({n}_present || {n}_len == 0)")
+        if self.sends_bytes:
+            out.append(f"  const uint8_t* {n}_data = nullptr;")
+            if self.aligned:
+                decode.append("r.SkipTo(16)")
+            decode.append(f"r.GetBytes({n}_len, &{n}_data)")
+
+
+class Buffer(Sized):
+    """in[EXPR]: EXPR bytes sent."""
+    sized_by_expr = True
+
+    def client_bytes(self, c, p, out):
+        """Declares {n}_bytes, what is shipped; returns its length's expression."""
+        out.append(f"  const void* {p.name}_bytes = {p.name};")
+        return f"(uint64_t)({p.expr})"
+
+    def client_encode(self, c, p, out):
+        n, lib = p.name, c.lib
+        size = self.client_bytes(c, p, out)
+        out.append(f"  const uint64_t {n}_len = {n}_bytes != nullptr ? {size} : 0;")
+        self.client_refuse_length(c, p, out)
+        out.append(f'  if ({n}_len > {NS}kMaxBuffer) return {NS}{lib.refuse}Size("{c.name}", "{n}", {n}_len);')
+        out.append(f"  w.Put<uint8_t>({n} != nullptr);")
+        out.append(f"  w.Put<uint64_t>({n}_len);")
+        if self.sends_bytes:
+            out.append("  w.PadTo(16);")
+            out.append(f"  w.PutBytes({n}_bytes, {n}_len);")
+
+    def client_refuse_length(self, c, p, out):
+        """Refusals of the length found."""
+
+    def server_check(self, c, p, out):
+        if self.sized_by_expr:
+            out.append(f"  if ({p.name}_present && {p.name}_len != (uint64_t)({p.expr})) return kMalformed;")
+
+    def server_arg(self, c, p, out):
+        return f"{p.name}_present ? static_cast<{p.type}>(const_cast<void*>(NonNull({p.name}_data))) : nullptr"
+
+
+class OutBuffer(Buffer):
+    """out[EXPR]: EXPR bytes received when the call succeeds."""
+    sends_bytes = False
+
+    def client_read_buffer(self, c, p, out):
+        out.append(f"  if ({p.name} != nullptr && !r.GetInto({p.name}, {p.name}_len)) return call.Malformed();")
+
+    def server_arg(self, c, p, out):
+        n = p.name
+        out.append(f"  HostBuffer {n}_buf;")
+        oom = "static_cast<CUresult>(NVML_ERROR_MEMORY)" if c.lib is NVML else "CUDA_ERROR_OUT_OF_MEMORY"
+        out.append(f"  if ({n}_present && !{n}_buf.Allocate({n}_len)) return {oom};")
+        return f"{n}_present ? static_cast<{p.type}>(NonNullOut({n}_buf.data())) : nullptr"
+
+    def server_reply_buffer(self, c, p, out):
+        out.append(f"  if ({p.name}_present) w.PutBytes({p.name}_buf.data(), {p.name}_len);")
+
+
+class Image(Buffer):
+    """A module image, its size found on the client; a fatbin wrapper goes as its fatbin."""
+    sized_by_expr = False
+
+    def client_bytes(self, c, p, out):
+        n = p.name
+        # A fatbin wrapper is shipped as the fatbin it points at.
+        out.append(f"  const void* {n}_bytes = {n} != nullptr ? {NS}ImageBytes({n}) : nullptr;")
+        return f"{NS}ImageSize({n}_bytes)"
+
+    def client_refuse_length(self, c, p, out):
+        out.append(f'  if ({p.name} != nullptr && {p.name}_len == 0) return {NS}{c.lib.refuse}Image("{c.name}");')
+
+
+class CString(Sized):
+    """A NUL-terminated string, sent without its NUL."""
+    limit = "kMaxString"
+    aligned = False
+
+    def client_encode(self, c, p, out):
+        n = p.name
+        out.append(f"  const uint64_t {n}_len = {n} != nullptr ? strnlen({n}, {NS}kMaxString + 1) : 0;")
+        out.append(f'  if ({n}_len > {NS}kMaxString) return {NS}{c.lib.refuse}Size("{c.name}", "{n}", {n}_len);')
+        out.append(f"  w.Put<uint8_t>({n} != nullptr);")
+        out.append(f"  w.Put<uint64_t>({n}_len);")
+        out.append(f"  w.PutBytes({n}, {n}_len);")
+
+    def server_arg(self, c, p, out):
+        n = p.name
+        out.append(f"  std::string {n}_text({n}_present ? reinterpret_cast<const char*>({n}_data) : \"\", {n}_len);")
+        return f"{n}_present ? {n}_text.c_str() : nullptr"
+
+
+class Host(Codec):
+    """hostin/hostout[EXPR]: host memory a copy reads or writes. Memory shared with the worker
+    (same host) goes as the worker's address of it (present 2); else as its bytes (present 1)."""
+
+    def deferred(self, c):
+        """Whether the client's other page-locked memory goes by token (present 3)."""
+        return False
+
+    def client_locate(self, c, p, out):
+        n = p.name
+        # Host memory shared with the worker (same host): only its address travels.
+        out.append(f"  uint64_t {n}_shared = 0;")
+        out.append(f"  const {NS}HostMemory {n}_kind = {NS}LookUpHostMemory({n}, (uint64_t)({p.expr}), &{n}_shared);")
+        out.append(f"  const bool {n}_is_shared = {n}_kind == {NS}HostMemory::kShared;")
+
+    def client_encode(self, c, p, out):
+        n = p.name
+        out.append(f"  const uint64_t {n}_len = {n} != nullptr ? (uint64_t)({p.expr}) : 0;")
+        out.append(f'  if (!{n}_is_shared && {n}_len > {NS}kMaxBuffer) return {NS}{c.lib.refuse}Size("{c.name}", "{n}", {n}_len);')
+        flag = f"{n}_is_shared ? 2 : {n}_deferred ? 3 : {n} != nullptr" if self.deferred(c) else f"{n}_is_shared ? 2 : {n} != nullptr"
+        out.append(f"  w.Put<uint8_t>({flag});")
+        out.append(f"  w.Put<uint64_t>({n}_len);")
+        if self.deferred(c):
+            out.append(f"  if ({n}_deferred) w.Put<uint64_t>({NS}ExpectDeferred({n}, {n}_len));")
+        out.append(f"  if ({n}_is_shared) {{")
+        out.append(f"    w.Put<uint64_t>({n}_shared);")
+        self.client_encode_unshared(c, p, out)
+        out.append("  }")
+        self.client_encode_after(c, p, out)
+
+    def client_encode_unshared(self, c, p, out):
+        """The branch for memory not shared, inside the block for shared memory."""
+
+    def client_encode_after(self, c, p, out):
+        """Lines after the encoding."""
+
+    def server_decode(self, c, p, out, decode):
+        n = p.name
+        # 0: NULL, 1: the bytes (hostin) or a buffer here (hostout), 2: shared memory
+        # at the worker's address {n}_shared (shared_host.h).
+        out.append(f"  uint8_t {n}_present = 0;")
+        out.append(f"  uint64_t {n}_len = 0;")
+        out.append(f"  uint64_t {n}_shared = 0;")
+        decode.append(f"r.Get(&{n}_present)")
+        decode.append(f"{n}_present <= {3 if self.deferred(c) else 2}")
+        decode.append(f"r.Get(&{n}_len)")
+        decode.append(f"({n}_present == 2 || {n}_len <= kMaxBuffer)")
+        decode.append(f"({n}_present || {n}_len == 0)")
+        self.server_decode_rest(c, p, out, decode)
+
+    def server_check(self, c, p, out):
+        n = p.name
+        out.append(f"  if ({n}_present && {n}_len != (uint64_t)({p.expr})) return kMalformed;")
+        out.append(f"  void* {n}_host = nullptr;")
+        out.append(f"  if ({n}_present == 2 && ({n}_host = SharedHostPointer({n}_shared, {n}_len)) == nullptr) {{")
+        out.append("    return kMalformed;  // no memory this worker shares with its client")
+        out.append("  }")
+
+
+class HostIn(Host):
+    def client_encode_unshared(self, c, p, out):
+        out.append("  } else {")
+        out.append("    w.PadTo(16);")
+        out.append(f"    w.PutBytes({p.name}, {p.name}_len);")
+
+    def server_decode_rest(self, c, p, out, decode):
+        n = p.name
+        out.append(f"  const uint8_t* {n}_data = nullptr;")
+        decode.append(f"({n}_present == 2 ? r.Get(&{n}_shared) : (r.SkipTo(16) && r.GetBytes({n}_len, &{n}_data)))")
+
+    def server_arg(self, c, p, out):
+        n = p.name
+        staging = f"{n}_staging ? static_cast<{p.type}>({n}_staged.data()) : " if c.sync else ""
+        return (f"{n}_present == 2 ? static_cast<{p.type}>({n}_host) : {staging}"
+                f"{n}_present ? static_cast<{p.type}>(const_cast<void*>(NonNull({n}_data))) : nullptr")
+
+
+class HostOut(Host):
+    def deferred(self, c):
+        return c.is_async
+
+    def client_locate(self, c, p, out):
+        super().client_locate(c, p, out)
+        if self.deferred(c):
+            # The client's own page-locked memory: its bytes come when the copy is done.
+            out.append(f"  const bool {p.name}_deferred = {p.name}_kind == {NS}HostMemory::kPageLocked;")
+
+    def client_encode_after(self, c, p, out):
+        if c.is_async:
+            out.append(f"  // Memory of this host only: the bytes come back in the answer, which is waited for.")
+            out.append(f"  if (!{p.name}_is_shared && !{p.name}_deferred) call.WaitForAnswer();")
+
+    def client_read_buffer(self, c, p, out):
+        n = p.name
+        unsent = f" && !{n}_deferred" if c.is_async else ""
+        out.append(f"  if ({n} != nullptr && !{n}_is_shared{unsent} && !r.GetInto({n}, {n}_len)) return call.Malformed();")
+
+    def server_decode_rest(self, c, p, out, decode):
+        n = p.name
+        if self.deferred(c):
+            # 3: the client's page-locked memory, by token (staging.h: DeferredOut).
+            out.append(f"  uint64_t {n}_token = 0;")
+            decode.append(f"({n}_present == 2 ? r.Get(&{n}_shared) : {n}_present != 3 || r.Get(&{n}_token))")
+        else:
+            decode.append(f"({n}_present != 2 || r.Get(&{n}_shared))")
+
+    def server_arg(self, c, p, out):
+        n = p.name
+        out.append(f"  HostBuffer {n}_buf;")
+        out.append(f"  if ({n}_present == 1 && !{n}_buf.Allocate({n}_len)) return CUDA_ERROR_OUT_OF_MEMORY;")
+        deferred_arg = ""
+        if self.deferred(c):
+            out.append(f"  DeferredOut {n}_later;")
+            out.append(f"  void* const {n}_later_at = {n}_present == 3 ? {n}_later.Prepare({n}_len) : nullptr;")
+            out.append(f"  if ({n}_present == 3 && {n}_later_at == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;")
+            deferred_arg = f"{n}_present == 3 ? static_cast<{p.type}>({n}_later_at) : "
+        return (f"{n}_present == 2 ? static_cast<{p.type}>({n}_host) : {deferred_arg}"
+                f"{n}_present ? static_cast<{p.type}>(NonNullOut({n}_buf.data())) : nullptr")
+
+    def server_reply_buffer(self, c, p, out):
+        out.append(f"  if ({p.name}_present == 1) w.PutBytes({p.name}_buf.data(), {p.name}_len);")
+
+
+class NullOnly(Codec):
+    """A pointer forwarded only when NULL."""
+
+    def client_refuse(self, c, p, out):
+        out.append(f'  if ({p.name} != nullptr) return {NS}{c.lib.refuse}Argument("{c.name}", "{p.name}");')
+
+    def server_arg(self, c, p, out):
+        return "nullptr"
+
+
+class Const(Codec):
+    """Not sent: the worker passes the list's value."""
+
+    def server_arg(self, c, p, out):
+        return p.expr
+
+
+CODECS = {
+    "value": Value(),
+    "out": Out(),
+    "inout": InOut(),
+    "inbuf": Buffer(),
+    "outbuf": OutBuffer(),
+    "image": Image(),
+    "cstr": CString(),
+    "hostin": HostIn(),
+    "hostout": HostOut(),
+    "nullonly": NullOnly(),
+    "const": Const(),
+}
+
+
 def sig(c):
     return ", ".join(f"{p.type} {p.name}" for p in c.params)
 
@@ -330,9 +701,38 @@ def gen_declarations(calls, lib):
     return "\n".join(out)
 
 
+def gen_client_split(c, out):
+    """calls.def: split=HOST:DEVICE. A copy larger than kSplitBytes calls the client's own
+    function again for each piece, in order."""
+    ns, lib = NS, c.lib
+    host, dev, size = c.split
+    char = "const char*" if host.type.startswith("const") else "char*"
+    args = []
+    for p in c.params:
+        if p is host:
+            args.append(f"static_cast<{char}>({p.name}) + done")
+        elif p is dev:
+            args.append(f"{p.name} + done")
+        elif p is size:
+            args.append("piece")
+        else:
+            args.append(p.name)
+    unshared = f" && !{host.name}_is_shared" if host.sem in ("hostin", "hostout") else ""
+    out.append(f"  if ((uint64_t)({size.name}) > {ns}kSplitBytes && {host.name} != nullptr{unshared}) {{")
+    out.append("    // A large copy: in pieces, in order.")
+    out.append(f"    for (uint64_t done = 0; done < (uint64_t)({size.name});) {{")
+    out.append(f"      const {size.type} piece = static_cast<{size.type}>(std::min<uint64_t>({ns}kSplitBytes, {size.name} - done));")
+    out.append(f"      const {lib.ret} piece_result = gslice_remote_call_{c.name}({', '.join(args)});")
+    out.append(f"      if (piece_result != {lib.ok}) return piece_result;")
+    out.append("      done += piece;")
+    out.append("    }")
+    out.append(f"    return {lib.ok};")
+    out.append("  }")
+
+
 def gen_client(calls, lib, table, includer, declarations):
     calls = [c for c in calls if c.lib is lib]
-    ns = "::gslice::remote::"
+    ns = NS
     out = [f"// Generated by remote/gen_calls.py from remote/{'nvml_' if lib is NVML else ''}calls.def. Do not edit.",
            f"// Included by remote/client/{includer}, inside no namespace.", "",
            f'#include "{declarations}"', ""]
@@ -345,99 +745,18 @@ def gen_client(calls, lib, table, includer, declarations):
             out.append(f"  {c.ret} answered_here;")
             out.append(f"  if ({ns}{c.before}({args})) return answered_here;")
         for p in c.params:
-            if p.sem == "nullonly":
-                out.append(f'  if ({p.name} != nullptr) return {ns}{lib.refuse}Argument("{c.name}", "{p.name}");')
-        hosts = [p for p in c.params if p.sem in ("hostin", "hostout")]
-        for p in hosts:
-            # Host memory shared with the worker (same host): only its address travels.
-            out.append(f"  uint64_t {p.name}_shared = 0;")
-            out.append(f"  const {ns}HostMemory {p.name}_kind = "
-                       f"{ns}LookUpHostMemory({p.name}, (uint64_t)({p.expr}), &{p.name}_shared);")
-            out.append(f"  const bool {p.name}_is_shared = {p.name}_kind == {ns}HostMemory::kShared;")
-            if p.sem == "hostout" and c.is_async:
-                # The client's own page-locked memory: its bytes come when the copy is done.
-                out.append(f"  const bool {p.name}_deferred = {p.name}_kind == {ns}HostMemory::kPageLocked;")
+            CODECS[p.sem].client_refuse(c, p, out)
+        for p in c.params:
+            CODECS[p.sem].client_locate(c, p, out)
         if c.split:
-            host, dev, size = c.split
-            char = "const char*" if host.type.startswith("const") else "char*"
-            args = []
-            for p in c.params:
-                if p is host:
-                    args.append(f"static_cast<{char}>({p.name}) + done")
-                elif p is dev:
-                    args.append(f"{p.name} + done")
-                elif p is size:
-                    args.append("piece")
-                else:
-                    args.append(p.name)
-            unshared = f" && !{host.name}_is_shared" if host.sem in ("hostin", "hostout") else ""
-            out.append(f"  if ((uint64_t)({size.name}) > {ns}kSplitBytes && {host.name} != nullptr{unshared}) {{")
-            out.append("    // A large copy: in pieces, in order.")
-            out.append(f"    for (uint64_t done = 0; done < (uint64_t)({size.name});) {{")
-            out.append(f"      const {size.type} piece = static_cast<{size.type}>(std::min<uint64_t>({ns}kSplitBytes, {size.name} - done));")
-            out.append(f"      const {lib.ret} piece_result = gslice_remote_call_{c.name}({', '.join(args)});")
-            out.append(f"      if (piece_result != {lib.ok}) return piece_result;")
-            out.append("      done += piece;")
-            out.append("    }")
-            out.append(f"    return {lib.ok};")
-            out.append("  }")
+            gen_client_split(c, out)
         out.append(f"  {ns}{lib.call} call({ns}kOp_{c.name});")
         if c.handle:
             out.append(f"  call.set_cache_handle({ns}HandleBits({c.handle}));")
         out.append(f"  {ns}Writer& w = call.request();")
         out.append("  (void)w;")
         for p in c.params:
-            n = p.name
-            if p.sem == "value":
-                out.append(f"  w.Put({n});")
-            elif p.sem == "out":
-                out.append(f"  w.Put<uint8_t>({n} != nullptr);")
-            elif p.sem == "inout":
-                out.append(f"  w.Put<uint8_t>({n} != nullptr);")
-                out.append(f"  if ({n} != nullptr) w.Put(*{n});")
-            elif p.sem in ("inbuf", "outbuf", "image"):
-                size = f"(uint64_t)({p.expr})" if p.sem != "image" else f"{ns}ImageSize({n}_bytes)"
-                if p.sem == "image":
-                    # A fatbin wrapper is shipped as the fatbin it points at.
-                    out.append(f"  const void* {n}_bytes = {n} != nullptr ? {ns}ImageBytes({n}) : nullptr;")
-                else:
-                    out.append(f"  const void* {n}_bytes = {n};")
-                out.append(f"  const uint64_t {n}_len = {n}_bytes != nullptr ? {size} : 0;")
-                if p.sem == "image":
-                    out.append(f'  if ({n} != nullptr && {n}_len == 0) return {ns}{lib.refuse}Image("{c.name}");')
-                out.append(f'  if ({n}_len > {ns}kMaxBuffer) return {ns}{lib.refuse}Size("{c.name}", "{n}", {n}_len);')
-                out.append(f"  w.Put<uint8_t>({n} != nullptr);")
-                out.append(f"  w.Put<uint64_t>({n}_len);")
-                if p.sem != "outbuf":
-                    out.append("  w.PadTo(16);")
-                    out.append(f"  w.PutBytes({n}_bytes, {n}_len);")
-            elif p.sem in ("hostin", "hostout"):
-                out.append(f"  const uint64_t {n}_len = {n} != nullptr ? (uint64_t)({p.expr}) : 0;")
-                out.append(f'  if (!{n}_is_shared && {n}_len > {ns}kMaxBuffer) return {ns}{lib.refuse}Size("{c.name}", "{n}", {n}_len);')
-                deferred = p.sem == "hostout" and c.is_async
-                flag = f"{n}_is_shared ? 2 : {n}_deferred ? 3 : {n} != nullptr" if deferred else f"{n}_is_shared ? 2 : {n} != nullptr"
-                out.append(f"  w.Put<uint8_t>({flag});")
-                out.append(f"  w.Put<uint64_t>({n}_len);")
-                if deferred:
-                    out.append(f"  if ({n}_deferred) w.Put<uint64_t>({ns}ExpectDeferred({n}, {n}_len));")
-                out.append(f"  if ({n}_is_shared) {{")
-                out.append(f"    w.Put<uint64_t>({n}_shared);")
-                if p.sem == "hostin":
-                    out.append("  } else {")
-                    out.append("    w.PadTo(16);")
-                    out.append(f"    w.PutBytes({n}, {n}_len);")
-                out.append("  }")
-                if p.sem == "hostout" and c.is_async:
-                    out.append(f"  // Memory of this host only: the bytes come back in the answer, which is waited for.")
-                    out.append(f"  if (!{n}_is_shared && !{n}_deferred) call.WaitForAnswer();")
-            elif p.sem == "cstr":
-                out.append(f"  const uint64_t {n}_len = {n} != nullptr ? strnlen({n}, {ns}kMaxString + 1) : 0;")
-                out.append(f'  if ({n}_len > {ns}kMaxString) return {ns}{lib.refuse}Size("{c.name}", "{n}", {n}_len);')
-                out.append(f"  w.Put<uint8_t>({n} != nullptr);")
-                out.append(f"  w.Put<uint64_t>({n}_len);")
-                out.append(f"  w.PutBytes({n}, {n}_len);")
-            elif p.sem in ("nullonly", "const"):
-                pass
+            CODECS[p.sem].client_encode(c, p, out)
         out.append(f"  const {lib.ret} res = call.Run();")
         if c.sizing:
             out.append(f"  const bool sized = res == NVML_ERROR_INSUFFICIENT_SIZE && call.answered();")
@@ -446,20 +765,11 @@ def gen_client(calls, lib, table, includer, declarations):
             out.append(f"  if (res != {lib.ok}) return res;")
         out.append(f"  {ns}Reader& r = call.reply();")
         for p in c.params:
-            n = p.name
-            if p.sem in ("out", "inout"):
-                out.append(f"  if ({n} != nullptr && !r.Get({n})) return call.Malformed();")
+            CODECS[p.sem].client_read(c, p, out)
         if c.sizing:
             out.append("  if (sized) return r.AtEnd() ? res : call.Malformed();")
         for p in c.params:
-            n = p.name
-            if p.sem in ("out", "inout"):
-                pass
-            elif p.sem == "outbuf":
-                out.append(f"  if ({n} != nullptr && !r.GetInto({n}, {n}_len)) return call.Malformed();")
-            elif p.sem == "hostout":
-                unsent = f" && !{n}_deferred" if c.is_async else ""
-                out.append(f"  if ({n} != nullptr && !{n}_is_shared{unsent} && !r.GetInto({n}, {n}_len)) return call.Malformed();")
+            CODECS[p.sem].client_read_buffer(c, p, out)
         out.append("  if (!r.AtEnd()) return call.Malformed();")
         if c.after:
             out.append(f"  {ns}{c.after}({', '.join(p.name for p in c.params)});")
@@ -494,108 +804,21 @@ def gen_server(calls):
         out.append(f"  auto fn = reinterpret_cast<Fn>(g_driver[kOp_{c.name}]);")
         decode = []
         for p in c.params:
-            n = p.name
-            if p.sem == "value":
-                out.append(f"  {p.type} {n}{{}};")
-                decode.append(f"r.Get(&{n})")
-            elif p.sem in ("out", "inout"):
-                out.append(f"  uint8_t {n}_present = 0;")
-                out.append(f"  {p.pointee} {n}_value{{}};")
-                decode.append(f"r.GetFlag(&{n}_present)")
-                if p.sem == "inout":
-                    decode.append(f"(!{n}_present || r.Get(&{n}_value))")
-            elif p.sem in ("hostin", "hostout"):
-                # 0: NULL, 1: the bytes (hostin) or a buffer here (hostout), 2: shared memory
-                # at the worker's address {n}_shared (shared_host.h).
-                out.append(f"  uint8_t {n}_present = 0;")
-                out.append(f"  uint64_t {n}_len = 0;")
-                out.append(f"  uint64_t {n}_shared = 0;")
-                decode.append(f"r.Get(&{n}_present)")
-                decode.append(f"{n}_present <= {3 if p.sem == 'hostout' and c.is_async else 2}")
-                decode.append(f"r.Get(&{n}_len)")
-                decode.append(f"({n}_present == 2 || {n}_len <= kMaxBuffer)")
-                decode.append(f"({n}_present || {n}_len == 0)")
-                if p.sem == "hostin":
-                    out.append(f"  const uint8_t* {n}_data = nullptr;")
-                    decode.append(f"({n}_present == 2 ? r.Get(&{n}_shared) : (r.SkipTo(16) && r.GetBytes({n}_len, &{n}_data)))")
-                elif c.is_async:
-                    # 3: the client's page-locked memory, by token (staging.h: DeferredOut).
-                    out.append(f"  uint64_t {n}_token = 0;")
-                    decode.append(f"({n}_present == 2 ? r.Get(&{n}_shared) : {n}_present != 3 || r.Get(&{n}_token))")
-                else:
-                    decode.append(f"({n}_present != 2 || r.Get(&{n}_shared))")
-            elif p.sem in ("inbuf", "outbuf", "image", "cstr"):
-                out.append(f"  uint8_t {n}_present = 0;")
-                out.append(f"  uint64_t {n}_len = 0;")
-                decode.append(f"r.GetFlag(&{n}_present)")
-                decode.append(f"r.Get(&{n}_len)")
-                decode.append(f"{n}_len <= {'kMaxString' if p.sem == 'cstr' else 'kMaxBuffer'}")
-                decode.append(f"({n}_present || {n}_len == 0)")
-                if p.sem != "outbuf":
-                    out.append(f"  const uint8_t* {n}_data = nullptr;")
-                    if p.sem != "cstr":
-                        decode.append("r.SkipTo(16)")
-                    decode.append(f"r.GetBytes({n}_len, &{n}_data)")
+            CODECS[p.sem].server_decode(c, p, out, decode)
         decode.append("r.AtEnd()")
         out.append("  if (!(" + " &&\n        ".join(decode) + ")) {")
         out.append("    return kMalformed;")
         out.append("  }")
         # Outputs by their parameter's name, as size expressions see them on the client.
         for p in c.params:
-            if p.sem in ("out", "inout"):
-                out.append(f"  {p.pointee}* const {p.name} = {p.name}_present ? &{p.name}_value : nullptr;")
-                out.append(f"  (void){p.name};")
+            CODECS[p.sem].server_bind(c, p, out)
         # Lengths agree with their expressions over the decoded values.
         for p in c.params:
-            if p.sem in ("inbuf", "outbuf", "hostin", "hostout"):
-                out.append(f"  if ({p.name}_present && {p.name}_len != (uint64_t)({p.expr})) return kMalformed;")
-            if p.sem in ("hostin", "hostout"):
-                out.append(f"  void* {p.name}_host = nullptr;")
-                out.append(f"  if ({p.name}_present == 2 && ({p.name}_host = SharedHostPointer({p.name}_shared, {p.name}_len)) == nullptr) {{")
-                out.append("    return kMalformed;  // no memory this worker shares with its client")
-                out.append("  }")
-        args = []
-        for p in c.params:
-            n = p.name
-            if p.sem == "value":
-                args.append(n)
-            elif p.sem in ("out", "inout"):
-                args.append(n)
-            elif p.sem == "outbuf":
-                out.append(f"  HostBuffer {n}_buf;")
-                oom = "static_cast<CUresult>(NVML_ERROR_MEMORY)" if c.lib is NVML else "CUDA_ERROR_OUT_OF_MEMORY"
-                out.append(f"  if ({n}_present && !{n}_buf.Allocate({n}_len)) return {oom};")
-                args.append(f"{n}_present ? static_cast<{p.type}>(NonNullOut({n}_buf.data())) : nullptr")
-            elif p.sem in ("inbuf", "image"):
-                args.append(f"{n}_present ? static_cast<{p.type}>(const_cast<void*>(NonNull({n}_data))) : nullptr")
-            elif p.sem == "hostin":
-                staging = f"{n}_staging ? static_cast<{p.type}>({n}_staged.data()) : " if c.sync else ""
-                args.append(f"{n}_present == 2 ? static_cast<{p.type}>({n}_host) : {staging}"
-                            f"{n}_present ? static_cast<{p.type}>(const_cast<void*>(NonNull({n}_data))) : nullptr")
-            elif p.sem == "hostout":
-                out.append(f"  HostBuffer {n}_buf;")
-                out.append(f"  if ({n}_present == 1 && !{n}_buf.Allocate({n}_len)) return CUDA_ERROR_OUT_OF_MEMORY;")
-                deferred_arg = ""
-                if c.is_async:
-                    out.append(f"  DeferredOut {n}_later;")
-                    out.append(f"  void* const {n}_later_at = {n}_present == 3 ? {n}_later.Prepare({n}_len) : nullptr;")
-                    out.append(f"  if ({n}_present == 3 && {n}_later_at == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;")
-                    deferred_arg = f"{n}_present == 3 ? static_cast<{p.type}>({n}_later_at) : "
-                args.append(f"{n}_present == 2 ? static_cast<{p.type}>({n}_host) : {deferred_arg}"
-                            f"{n}_present ? static_cast<{p.type}>(NonNullOut({n}_buf.data())) : nullptr")
-            elif p.sem == "cstr":
-                out.append(f"  std::string {n}_text({n}_present ? reinterpret_cast<const char*>({n}_data) : \"\", {n}_len);")
-                args.append(f"{n}_present ? {n}_text.c_str() : nullptr")
-            elif p.sem == "nullonly":
-                args.append("nullptr")
-            elif p.sem == "const":
-                args.append(p.expr)
+            CODECS[p.sem].server_check(c, p, out)
+        args = [CODECS[p.sem].server_arg(c, p, out) for p in c.params]
         out.append("  if (fn == nullptr) return NotInDriver(kOp_" + c.name + ");")
-        # NVML device handles travel as the device's index + 1 (NvmlDeviceFromWire), so that a
-        # handle a probe gave out names the same device in the worker.
         for p in c.params:
-            if p.sem == "value" and p.type == "nvmlDevice_t":
-                out.append(f"  if (!NvmlDeviceFromWire(&{p.name})) return static_cast<CUresult>(NVML_ERROR_INVALID_ARGUMENT);")
+            CODECS[p.sem].server_before_call(c, p, out)
         hosts = [p for p in c.params if p.sem in ("hostin", "hostout")]
         # Shared host memory outlives the message: its copies are the driver's own, asynchronous
         # ones, and may be captured.
@@ -639,21 +862,11 @@ def gen_server(calls):
         else:
             out.append("  if (res != CUDA_SUCCESS) return res;")
         for p in c.params:
-            n = p.name
-            if p.sem in ("out", "inout") and p.pointee == "nvmlDevice_t":
-                out.append(f"  if ({n}_present && !NvmlDeviceToWire(&{n}_value)) return static_cast<CUresult>(NVML_ERROR_UNKNOWN);")
-            if p.sem in ("out", "inout"):
-                out.append(f"  if ({n}_present) w.Put({n}_value);")
+            CODECS[p.sem].server_reply(c, p, out)
         if c.sizing:
             out.append("  if (res != CUDA_SUCCESS) return res;")
         for p in c.params:
-            n = p.name
-            if p.sem in ("out", "inout"):
-                pass
-            elif p.sem == "outbuf":
-                out.append(f"  if ({n}_present) w.PutBytes({n}_buf.data(), {n}_len);")
-            elif p.sem == "hostout":
-                out.append(f"  if ({n}_present == 1) w.PutBytes({n}_buf.data(), {n}_len);")
+            CODECS[p.sem].server_reply_buffer(c, p, out)
         out.append("  return res;")
         out.append("}")
         out.append("")
