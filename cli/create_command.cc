@@ -23,8 +23,9 @@ they run with `gslice set NAME ...`.
   NAME                 the slice's name (a-z, 0-9, '-', '_', '.'); default USER-N
   --gpus LIST          GPUs by index or UUID: 0 or 0,1 or GPU-8f3e...
   --memory SIZE[,...]  memory per GPU: one size for all, or one per GPU (8GiB, 512MiB)
-  --compute PCT[,...]  guaranteed compute share per GPU (30%); default none: the slice
-                       shares what guaranteed work leaves
+  --share PCT[,...]    guaranteed compute share per GPU (30%); default none: the slice
+                       shares what guaranteed work leaves. (--compute, its old name, still
+                       works in this release, with a warning.) A hard cap: gslice set --cap
   --class CLASS        guaranteed (default: reserved, never suspended) or opportunistic
                        (not reserved; yields and may be suspended)
   --protect F          guaranteed only: the fraction of its solo speed that opportunistic
@@ -39,10 +40,10 @@ they run with `gslice set NAME ...`.
   --socket PATH        gsliced's socket (default $GSLICE_SOCKET or /run/gsliced/gsliced.sock)
 
 examples:
-  gslice create train --gpus 0 --memory 20GiB --compute 50%
+  gslice create train --gpus 0 --memory 20GiB --share 50%
   gslice create --gpus 0,1 --memory 40GiB,10GiB --project vision
   gslice create scratch --gpus 1 --memory 8GiB --class opportunistic
-  gslice create serve --gpus 0 --memory 16GiB --compute 50% --protect 0.9
+  gslice create serve --gpus 0 --memory 16GiB --share 50% --protect 0.9
   gslice create notebook --gpus 0 --memory 10GiB --idle-timeout 30m
 )";
 
@@ -62,7 +63,12 @@ int CreateCommand(int argc, char** argv) {
     std::string* target = nullptr;
     if (a == "--gpus") target = &gpus;
     else if (a == "--memory") target = &memory;
-    else if (a == "--compute") target = &compute;
+    else if (a == "--share") target = &compute;
+    else if (a == "--compute") {  // the old spelling of --share, accepted for one release
+      std::fprintf(stderr, "gslice create: --compute is now --share (the guaranteed compute share); --compute goes "
+                           "in the next release\n");
+      target = &compute;
+    }
     else if (a == "--class") target = &cls;
     else if (a == "--project") target = &project;
     else if (a == "--user") target = &user;
@@ -119,7 +125,7 @@ int CreateCommand(int argc, char** argv) {
     return 2;
   }
   if (computes.size() > 1 && computes.size() != gpu_list.size()) {
-    std::fprintf(stderr, "gslice create: --compute has %zu shares for %zu GPUs: give one, or one per GPU\n",
+    std::fprintf(stderr, "gslice create: --share has %zu shares for %zu GPUs: give one, or one per GPU\n",
                  computes.size(), gpu_list.size());
     return 2;
   }
@@ -154,10 +160,10 @@ int CreateCommand(int argc, char** argv) {
       const std::string& c = computes.size() == 1 ? computes[0] : computes[i];
       ParsedPercent pct = ParsePercent(c);
       if (!pct.ok) {
-        std::fprintf(stderr, "gslice create: --compute %s: %s; write e.g. 30%%\n", c.c_str(), pct.error);
+        std::fprintf(stderr, "gslice create: --share %s: %s; write e.g. 30%%\n", c.c_str(), pct.error);
         return 2;
       }
-      g["compute"] = pct.fraction;
+      g["compute_share"] = pct.fraction;
     }
     body["gpus"].push_back(g);
   }

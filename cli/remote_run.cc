@@ -1,6 +1,6 @@
 // gslice run --remote ADDR: runs a program on this machine (no GPU, no driver needed) whose
 // CUDA driver calls go to gslice-remoted at ADDR, where a worker runs them in a slice of the
-// --memory/--compute/--class asked for here (docs/remote.md). This side only sets the
+// --memory/--cap/--class asked for here (docs/remote.md). This side only sets the
 // environment: the forwarding libcuda.so.1 and libnvidia-ml.so.1 first on LD_LIBRARY_PATH,
 // the address and the slice in GSLICE_* variables that the client sends in its handshake.
 #include <errno.h>

@@ -42,7 +42,7 @@ namespace {
 constexpr uint64_t kMinLimit = 64ull << 20;
 
 const char kRunHelp[] =
-    "usage: gslice run [--gpus LIST] --memory SIZE[,SIZE...] [--compute N%] [--share N%]\n"
+    "usage: gslice run [--gpus LIST] --memory SIZE[,SIZE...] [--cap N%] [--share N%]\n"
     "                  [--class guaranteed|opportunistic] [--protect F] [--name NAME] [--no-daemon]\n"
     "                  [--idle-timeout T] [--sim] [-v] [--remote unix:PATH|tcp://HOST:PORT|tls://HOST:PORT]\n"
     "                  [--trace FILE] -- CMD [ARGS...]\n"
@@ -62,8 +62,9 @@ const char kRunHelp[] =
     "  --memory SIZES  memory limit per GPU: one size for all (\"20GiB\") or one per GPU of --gpus\n"
     "                  (\"40GiB,20GiB\"). Units B, KiB, MiB, GiB, TiB (binary); at least 64 MiB,\n"
     "                  at most the GPU's memory.\n"
-    "  --compute N%    hard compute cap: at most N% of each GPU's time, over any 1 s window, even\n"
+    "  --cap N%        hard compute cap: at most N% of each GPU's time, over any 1 s window, even\n"
     "                  when the slice is alone on the GPU (measured GPU time; docs/compute.md).\n"
+    "                  (--compute, its old name, still works in this release, with a warning.)\n"
     "  --share N%      guaranteed share under contention with slices of the same class; unused\n"
     "                  time goes to the others (work-conserving). Default: equal shares.\n"
     "  --class C       guaranteed (default; never waits for opportunistic work) or opportunistic\n"
@@ -85,7 +86,7 @@ const char kRunHelp[] =
     "                  the slices of its workers).\n"
     "  --sim           run on gslice's simulated driver (build/lib/sim) instead of a real GPU.\n"
     "  --remote ADDR   run CMD here with no GPU or driver: its CUDA calls go to gslice-remoted at\n"
-    "                  ADDR, which runs them in a slice of --memory/--compute/--class on its node\n"
+    "                  ADDR, which runs them in a slice of --memory/--cap/--class on its node\n"
     "                  (docs/remote.md). tls://: the token from GSLICE_REMOTE_TOKEN_FILE, the CA\n"
     "                  from GSLICE_REMOTE_CA.\n"
     "  --trace FILE    record a timeline of CMD and every process it starts (driver calls, GPU\n"
@@ -101,7 +102,7 @@ const char kRunHelp[] =
     "  gslice run --gpus 0,1 --memory 40GiB,20GiB -- python train.py\n"
     "  gslice run --sim --memory 2GiB -- gslice-example\n"
     "  gslice run --memory 10GiB -- nvidia-smi       # shows a 10 GiB GPU\n"
-    "  gslice run --memory 20GiB --compute 30% --class opportunistic -- python train.py\n"
+    "  gslice run --memory 20GiB --cap 30% --class opportunistic -- python train.py\n"
     "  gslice run --memory 20GiB --trace train.json -- python train.py\n"
     "  gslice run --memory 40GiB --protect 0.9 -- python serve.py\n"
     "  gslice create train --gpus 0 --memory 20GiB && gslice run --name train -- python train.py\n";
@@ -542,8 +543,12 @@ int RunCommand(int argc, char** argv) {
       have_gpus = true;
     } else if (a.rfind("--memory", 0) == 0) {
       if (!value("--memory", &memory_arg)) return Fail("--memory needs a value, e.g. --memory 20GiB");
-    } else if (a.rfind("--compute", 0) == 0) {
-      if (!value("--compute", &compute_arg)) return Fail("--compute needs a value, e.g. --compute 30%");
+    } else if (a == "--cap" || a.rfind("--cap=", 0) == 0) {
+      if (!value("--cap", &compute_arg)) return Fail("--cap needs a value, e.g. --cap 30%");
+    } else if (a == "--compute" || a.rfind("--compute=", 0) == 0) {
+      // The old spelling of --cap, accepted for one release (docs/cli.md).
+      if (!value("--compute", &compute_arg)) return Fail("--cap needs a value, e.g. --cap 30%");
+      fprintf(stderr, "gslice run: --compute is now --cap (the hard compute cap); --compute goes in the next release\n");
     } else if (a.rfind("--share", 0) == 0) {
       if (!value("--share", &share_arg)) return Fail("--share needs a value, e.g. --share 30%");
     } else if (a.rfind("--class", 0) == 0) {
@@ -572,7 +577,7 @@ int RunCommand(int argc, char** argv) {
   if (memory_arg.empty() && !name.empty()) {
     if (have_gpus || !compute_arg.empty() || !share_arg.empty() || !class_arg.empty()) {
       return Fail("--name " + name + " without --memory takes the slice's GPUs, compute and class from gsliced: " +
-                  "drop --gpus, --compute, --share and --class (change the slice with gslice set)");
+                  "drop --gpus, --cap, --share and --class (change the slice with gslice set)");
     }
     std::string error;
     if (!SliceFromDaemon(name, &gpus_arg, &memory_arg, &compute_arg, &share_arg, &class_arg, &error)) {
@@ -582,7 +587,7 @@ int RunCommand(int argc, char** argv) {
   }
   if (memory_arg.empty()) return Fail("--memory is required, e.g. --memory 20GiB (see --help)");
   // Compute policy (read by the shim's launch gate, interpose/compute).
-  for (const auto& [flag, arg] : {std::pair<const char*, const std::string&>{"--compute", compute_arg},
+  for (const auto& [flag, arg] : {std::pair<const char*, const std::string&>{"--cap", compute_arg},
                                   std::pair<const char*, const std::string&>{"--share", share_arg}}) {
     if (arg.empty()) continue;
     ParsedPercent pct = ParsePercent(arg);

@@ -10,7 +10,7 @@ const char kSetSummary[] = "change a slice's memory, compute or class while it r
 
 namespace {
 
-constexpr const char kSetHelp[] = R"(usage: gslice set NAME [--memory SIZE[,SIZE...]] [--compute N%] [--share N%]
+constexpr const char kSetHelp[] = R"(usage: gslice set NAME [--memory SIZE[,SIZE...]] [--cap N%] [--share N%]
                        [--class C] [--protect F] [--idle-timeout T] [--make-room] [--json]
                        [--socket PATH]
 
@@ -23,7 +23,8 @@ suspends the slice (its GPU memory moves to host memory), applies the limit and 
 `gslice resume NAME` brings it back.
 
   --memory SIZE[,...]  memory per GPU: one size for all, or one per GPU in the slice's order
-  --compute N%         hard compute cap on each GPU (none: no cap)
+  --cap N%             hard compute cap on each GPU (none: no cap); --compute, its old
+                       name, still works in this release, with a warning
   --share N%           guaranteed compute share on each GPU (none: no guarantee)
   --class C            guaranteed or opportunistic
   --protect F          a guaranteed slice's protection level, 0.5 to 1 (0.9 or 90%): the
@@ -40,7 +41,7 @@ second: their launch gates read the slice's policy from the node ledger every 10
 examples:
   gslice set train --memory 16GiB
   gslice set train --memory 4GiB --make-room
-  gslice set scratch --compute 30% --class opportunistic
+  gslice set scratch --cap 30% --class opportunistic
   gslice set serve --protect 0.9
 )";
 
@@ -48,10 +49,16 @@ examples:
 struct ValueFlag {
   const char* flag;
   const char* field;
+  const char* renamed_to = nullptr;  // an old spelling, accepted for one release with a warning
 };
 constexpr ValueFlag kValueFlags[] = {
-    {"--memory", "memory"},       {"--compute", "compute_cap"},       {"--share", "compute_share"},
-    {"--class", "class"},         {"--idle-timeout", "idle_timeout_s"}, {"--protect", "protect"},
+    {"--memory", "memory"},
+    {"--cap", "compute_cap"},
+    {"--share", "compute_share"},
+    {"--class", "class"},
+    {"--idle-timeout", "idle_timeout_s"},
+    {"--protect", "protect"},
+    {"--compute", "compute_cap", "--cap"},
 };
 
 int Fail(const std::string& message) {
@@ -102,6 +109,10 @@ int SetCommand(int argc, char** argv) {
       name = a;
       continue;
     }
+    if (flag->renamed_to != nullptr) {
+      std::fprintf(stderr, "gslice set: %s is now %s (the hard compute cap); %s goes in the next release\n", flag->flag,
+                   flag->renamed_to, flag->flag);
+    }
     if (i + 1 >= rest.size()) return Fail(std::string(flag->flag) + " needs a value; see gslice set --help");
     const std::string& v = rest[++i];
     const std::string field = flag->field;
@@ -137,7 +148,7 @@ int SetCommand(int argc, char** argv) {
   if (name.empty()) return Fail("name the slice to change, e.g. gslice set train --memory 16GiB (`gslice ls` lists them)");
   if (name.find_first_of("/?%#") != std::string::npos) return Fail("'" + name + "' is not a slice name");
   if (body.empty() || (body.size() == 1 && body.contains("make_room"))) {
-    return Fail("nothing to change: give --memory, --compute, --share, --class, --protect or --idle-timeout");
+    return Fail("nothing to change: give --memory, --cap, --share, --class, --protect or --idle-timeout");
   }
   DaemonReply reply;
   if (!CallDaemon("set", flags, "PATCH", "/v1/slices/" + name, body.dump(), &reply)) return 1;

@@ -300,16 +300,26 @@ Status ReadHolder(const json& v, PidIdentity* holder) {
   return Status::Ok();
 }
 
-// "gpus", each with the top-level "memory" and "compute" unless it gives its own.
+// A slice's guaranteed compute share in `obj`, if given: "compute_share", or "compute", its
+// old name, read for one release (docs/api.md). where: "" or "gpus[]." for messages.
+Status ReadComputeShare(const json& obj, const std::string& where, double* out) {
+  const auto share = obj.find("compute_share"), old = obj.find("compute");
+  if (share != obj.end() && old != obj.end()) {
+    return Status::BadRequest(where + "compute: the old name of " + where + "compute_share; give compute_share only");
+  }
+  if (share != obj.end()) return ReadFraction(*share, where + "compute_share", out, 1.0);
+  if (old != obj.end()) return ReadFraction(*old, where + "compute", out, 1.0);
+  return Status::Ok();
+}
+
+// "gpus", each with the top-level "memory" and "compute_share" unless it gives its own.
 Status ReadGpus(const json& body, std::vector<SliceRequest::Gpu>* out) {
   uint64_t memory = 0;
   double compute = 0;
   if (auto it = body.find("memory"); it != body.end()) {
     if (Status s = ReadSize(*it, "memory", &memory); !s.ok()) return s;
   }
-  if (auto it = body.find("compute"); it != body.end()) {
-    if (Status s = ReadFraction(*it, "compute", &compute, 1.0); !s.ok()) return s;
-  }
+  if (Status s = ReadComputeShare(body, "", &compute); !s.ok()) return s;
   auto gpus = body.find("gpus");
   if (gpus == body.end() || !gpus->is_array() || gpus->empty()) {
     return Status::BadRequest("gpus: expected a non-empty list, e.g. [\"0\"] or [{\"gpu\": \"0\", \"memory\": \"8GiB\"}]");
@@ -322,7 +332,7 @@ Status ReadGpus(const json& body, std::vector<SliceRequest::Gpu>* out) {
     } else if (g.is_number_unsigned() && g.get<uint64_t>() < 4096) {
       gpu.ref = std::to_string(g.get<uint64_t>());
     } else if (g.is_object()) {
-      if (Status s = CheckFields(g, {"gpu", "memory", "compute"}); !s.ok()) return s;
+      if (Status s = CheckFields(g, {"gpu", "memory", "compute_share", "compute"}); !s.ok()) return s;
       auto ref = g.find("gpu");
       if (ref == g.end()) return Status::BadRequest("gpus: each entry needs \"gpu\" (an index or a UUID)");
       if (ref->is_string()) gpu.ref = ref->get<std::string>();
@@ -331,9 +341,7 @@ Status ReadGpus(const json& body, std::vector<SliceRequest::Gpu>* out) {
       if (auto m = g.find("memory"); m != g.end()) {
         if (Status s = ReadSize(*m, "gpus[].memory", &gpu.memory); !s.ok()) return s;
       }
-      if (auto c = g.find("compute"); c != g.end()) {
-        if (Status s = ReadFraction(*c, "gpus[].compute", &gpu.compute, 1.0); !s.ok()) return s;
-      }
+      if (Status s = ReadComputeShare(g, "gpus[].", &gpu.compute); !s.ok()) return s;
     } else {
       return Status::BadRequest("gpus: each entry is an index, a UUID or an object");
     }
@@ -348,7 +356,7 @@ Status ReadGpus(const json& body, std::vector<SliceRequest::Gpu>* out) {
 }  // namespace
 
 Result<SliceRequest> ParseSliceRequest(const json& body) {
-  if (Status s = CheckFields(body, {"name", "user", "project", "class", "protect", "gpus", "memory", "compute",
+  if (Status s = CheckFields(body, {"name", "user", "project", "class", "protect", "gpus", "memory", "compute_share", "compute",
                                     "origin", "pod", "namespace", "idle_timeout_s", "holder",
                                     "remote_client"});
       !s.ok()) {

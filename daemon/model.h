@@ -42,7 +42,7 @@ struct SliceGpu {
   uint64_t memory_limit = 0;  // bytes
   double compute_share = 0;   // 0..1 of the GPU's compute; 0: no compute guarantee
   double compute_cap = 0;     // 0..1: at most this much of the GPU's time, even when alone
-                              // (`gslice run --compute`); 0: no cap
+                              // (`gslice run --cap`); 0: no cap
 };
 
 // The largest uid a slice's owner may have (uid_t is 32 bits; (uid_t)-1 means "none").

@@ -66,7 +66,7 @@ constexpr const char* kMigrations[] = {
     R"sql(
     ALTER TABLE slices ADD COLUMN protect_permille INTEGER NOT NULL DEFAULT 0;
     )sql",
-    // 4 -> 5: a slice's compute cap per GPU (0: none), which `gslice set --compute` changes.
+    // 4 -> 5: a slice's compute cap per GPU (0: none), which `gslice set --cap` changes.
     R"sql(
     ALTER TABLE slice_gpus ADD COLUMN compute_cap REAL NOT NULL DEFAULT 0;
     )sql",

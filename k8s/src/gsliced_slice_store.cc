@@ -21,7 +21,7 @@ class GslicedSliceStore final : public SliceStore {
     json gpus = json::array();
     for (const GpuGrant& g : s.slice.container.gpus) {
       json e = {{"gpu", g.uuid}, {"memory", static_cast<uint64_t>(g.memory_mib) << 20}};
-      if (g.compute_percent > 0) e["compute"] = g.compute_percent / 100.0;
+      if (g.compute_percent > 0) e["compute_share"] = g.compute_percent / 100.0;
       gpus.push_back(e);
     }
     // The pod is left out: gsliced learns it from the processes' cgroups, as for the device

@@ -204,7 +204,7 @@ class Reader {
 struct Hello {
   uint64_t calls_hash = 0;
   std::string memory;   // --memory: "2GiB" or "2GiB,1GiB"
-  std::string compute;  // --compute: "30%" or ""
+  std::string compute;  // the hard cap, gslice run --cap: "30%" or ""
   std::string share;    // --share
   std::string slice_class;  // --class: guaranteed, opportunistic or ""
   std::string idle_timeout;  // --idle-timeout: "30m", "600s" or "" (never)

@@ -412,7 +412,7 @@ int Session(int fd, bool sim, const TlsListening* tls) {
   }
   const std::string gslice = self.substr(0, self.rfind('/') + 1) + "gslice";
   std::vector<std::string> args = {gslice, "run", "--memory=" + hello.memory};
-  if (!hello.compute.empty()) args.push_back("--compute=" + hello.compute);
+  if (!hello.compute.empty()) args.push_back("--cap=" + hello.compute);
   if (!hello.share.empty()) args.push_back("--share=" + hello.share);
   if (!hello.slice_class.empty()) args.push_back("--class=" + hello.slice_class);
   if (!hello.idle_timeout.empty()) args.push_back("--idle-timeout=" + hello.idle_timeout);

@@ -755,7 +755,7 @@ TEST_F(ComputeSim, ShimAsksMpsForLowPriorityForOpportunisticWork) {
 
 namespace {
 
-// `gslice run --compute/--share/--class` sets the policy the shim's gate enforces.
+// `gslice run --cap/--share/--class` sets the policy the shim's gate enforces.
 TEST_F(ComputeSim, GsliceRunFlagsReachTheGate) {
   const std::string gslice = std::string(GSLICE_TEST_BIN_DIR) + "/gslice";
   const std::string worker = std::string(GSLICE_TEST_BIN_DIR) + "/compute_worker";
@@ -772,7 +772,7 @@ TEST_F(ComputeSim, GsliceRunFlagsReachTheGate) {
   };
   // Side by side on the two simulated GPUs.
   const Worker free_worker = start({"--gpus", "0"});
-  const Worker capped_worker = start({"--gpus", "1", "--compute", "40%"});
+  const Worker capped_worker = start({"--gpus", "1", "--cap", "40%"});
   const Result free = Wait(free_worker);
   const Result capped = Wait(capped_worker);
   ASSERT_GT(free.kernels, 150) << free.raw;
@@ -783,7 +783,7 @@ TEST_F(ComputeSim, GsliceRunFlagsReachTheGate) {
 
 TEST_F(ComputeSim, GsliceRunRejectsBadComputeFlags) {
   const std::string gslice = std::string(GSLICE_TEST_BIN_DIR) + "/gslice";
-  for (std::vector<std::string> flags : {std::vector<std::string>{"--compute", "150%"},
+  for (std::vector<std::string> flags : {std::vector<std::string>{"--cap", "150%"},
                                          std::vector<std::string>{"--share", "lots"},
                                          std::vector<std::string>{"--class", "best-effort"}}) {
     std::vector<std::string> args = {"run", "--sim", "--memory", "1GiB"};
@@ -794,6 +794,11 @@ TEST_F(ComputeSim, GsliceRunRejectsBadComputeFlags) {
     EXPECT_NE(r.raw.find(flags[0]), std::string::npos) << r.raw;
     EXPECT_NE(r.raw.find(flags[1]), std::string::npos) << r.raw;
   }
+  // --compute, the old name of --cap, is read as the cap for one release, with a warning.
+  const Result old = Wait(StartProgram(gslice, {}, {"run", "--sim", "--memory", "1GiB", "--compute", "150%", "--", "true"},
+                                       /*stderr_too=*/true));
+  EXPECT_NE(old.raw.find("--compute is now --cap"), std::string::npos) << old.raw;
+  EXPECT_NE(old.raw.find("--cap 150%"), std::string::npos) << old.raw;
 }
 
 }  // namespace

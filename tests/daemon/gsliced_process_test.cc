@@ -190,7 +190,7 @@ TEST_F(GslicedProcess, HostileHttpGetsA4xxAndChangesNothing) {
 
 TEST_F(GslicedProcess, MetricsPassPromtool) {
   Start();
-  Unix().Post("/v1/slices", R"({"name":"a","user":"alice","project":"default","gpus":["0","1"],"memory":"2GiB","compute":"25%"})",
+  Unix().Post("/v1/slices", R"({"name":"a","user":"alice","project":"default","gpus":["0","1"],"memory":"2GiB","compute_share":"25%"})",
               "application/json");
   Unix().Post("/v1/slices", R"({"name":"b","user":"bob","class":"opportunistic","gpus":["1"],"memory":"20GiB"})",
               "application/json");  // refused: more than the GPU
@@ -215,7 +215,7 @@ TEST_F(GslicedProcess, MetricsPassPromtool) {
 TEST_F(GslicedProcess, RestartKeepsEverythingAndASecondDaemonIsRefused) {
   Start();
   Unix().Post("/v1/projects", R"({"name":"ml","memory_quota":"8GiB","priority":2})", "application/json");
-  auto c = Unix().Post("/v1/slices", R"({"name":"s1","user":"alice","project":"ml","gpus":["0"],"memory":"4GiB","compute":0.5})",
+  auto c = Unix().Post("/v1/slices", R"({"name":"s1","user":"alice","project":"ml","gpus":["0"],"memory":"4GiB","compute_share":0.5})",
                        "application/json");
   ASSERT_EQ(c->status, 201) << c->body;
   const std::string before = Slices();
@@ -298,7 +298,7 @@ TEST_F(GslicedProcess, CliCommandsWorkAgainstTheDaemon) {
   EXPECT_NE(err.find("gslice run"), std::string::npos) << err;
 
   Start();
-  ASSERT_EQ(RunCli(socket_, "create train --gpus 0 --memory 8GiB --compute 50% --user alice", &out, &err), 0) << err;
+  ASSERT_EQ(RunCli(socket_, "create train --gpus 0 --memory 8GiB --share 50% --user alice", &out, &err), 0) << err;
   EXPECT_NE(out.find("created slice train"), std::string::npos) << out;
   // Admission refusal reaches the person with what is free.
   EXPECT_EQ(RunCli(socket_, "create big --gpus 0 --memory 10GiB --user bob", &out, &err), 1);
@@ -357,11 +357,49 @@ TEST_F(GslicedProcess, CliCommandsWorkAgainstTheDaemon) {
 // gslice run with gsliced running: the slice passes admission (a refusal stops the program
 // before it starts), shows in the registry while its program runs and leaves with it; a
 // name gsliced already knows (gslice create) is joined, not registered again.
+// One word, one meaning: --share is the guaranteed share (create, set, run), --cap the hard
+// cap (set, run). --compute, which meant the share to create and the cap to set and run, is
+// read as before for one release with a warning naming the new flag; the API's
+// "compute_share" likewise replaces create's "compute".
+TEST_F(GslicedProcess, ShareAndCapAreTheComputeFlagsAndTheOldOneWarns) {
+  Start();
+  std::string out, err;
+  auto gpu0 = [&](const std::string& slice) { return json::parse(Unix().Get("/v1/slices/" + slice)->body)["gpus"][0]; };
+  ASSERT_EQ(RunCli(socket_, "create a --gpus 0 --memory 1GiB --share 20%", &out, &err), 0) << err;
+  EXPECT_EQ(err, "");
+  EXPECT_DOUBLE_EQ(gpu0("a")["compute_share"].get<double>(), 0.2);
+  ASSERT_EQ(RunCli(socket_, "create b --gpus 0 --memory 1GiB --compute 10%", &out, &err), 0) << err;
+  EXPECT_NE(err.find("--compute is now --share"), std::string::npos) << err;
+  EXPECT_DOUBLE_EQ(gpu0("b")["compute_share"].get<double>(), 0.1);
+  ASSERT_EQ(RunCli(socket_, "set a --cap 30%", &out, &err), 0) << err;
+  EXPECT_EQ(err, "");
+  EXPECT_DOUBLE_EQ(gpu0("a")["compute_cap"].get<double>(), 0.3);
+  EXPECT_DOUBLE_EQ(gpu0("a")["compute_share"].get<double>(), 0.2);
+  ASSERT_EQ(RunCli(socket_, "set a --compute 40%", &out, &err), 0) << err;
+  EXPECT_NE(err.find("--compute is now --cap"), std::string::npos) << err;
+  EXPECT_DOUBLE_EQ(gpu0("a")["compute_cap"].get<double>(), 0.4);
+  // The API: "compute_share" at the top and per GPU; both names at once are refused.
+  auto created = Unix().Post("/v1/slices", R"({"name":"c","gpus":[{"gpu":"1","compute_share":"25%"}],"memory":"1GiB"})",
+                             "application/json");
+  ASSERT_TRUE(created);
+  ASSERT_EQ(created->status, 201) << created->body;
+  auto old = Unix().Post("/v1/slices", R"({"name":"e","gpus":["1"],"memory":"1GiB","compute":"15%"})", "application/json");
+  ASSERT_TRUE(old);
+  ASSERT_EQ(old->status, 201) << old->body;
+  EXPECT_DOUBLE_EQ(gpu0("e")["compute_share"].get<double>(), 0.15);
+  auto both = Unix().Post("/v1/slices", R"({"name":"d","gpus":["1"],"memory":"1GiB","compute":0.1,"compute_share":0.1})",
+                          "application/json");
+  ASSERT_TRUE(both);
+  EXPECT_EQ(both->status, 400);
+  EXPECT_NE(both->body.find("give compute_share only"), std::string::npos) << both->body;
+  EXPECT_EQ(Unix().Get("/v1/slices/d")->status, 404);
+}
+
 TEST_F(GslicedProcess, RunRegistersWithTheDaemonWhileItsProgramRuns) {
   Start();
   setenv("GSLICE_LEDGER", ledger_.c_str(), 1);  // the daemon's ledger, not the node's
   std::string out, err;
-  ASSERT_EQ(RunCli(socket_, "create train --gpus 0 --memory 8GiB --compute 50% --user alice", &out, &err), 0) << err;
+  ASSERT_EQ(RunCli(socket_, "create train --gpus 0 --memory 8GiB --share 50% --user alice", &out, &err), 0) << err;
   // Under the sanitize preset the shims are instrumented: the ASan runtime goes first
   // (gslice run keeps what is preloaded already in front of the shims).
   if (!std::string(GSLICE_TEST_ASAN_RUNTIME).empty()) {

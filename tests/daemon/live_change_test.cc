@@ -168,7 +168,7 @@ double KernelRate(const std::string& line, double from_ms, double to_ms) {
   return static_cast<double>(n) / (to_ms - from_ms);
 }
 
-// `gslice set --compute` on a running program: gsliced writes the slice's cap into the ledger
+// `gslice set --cap` on a running program: gsliced writes the slice's cap into the ledger
 // and the program, started with no compute policy, is capped within a second; its kernel rate
 // is taken relative to a program of another slice on the other GPU over the same windows.
 TEST_F(LiveChange, ARunningProgramIsCappedBySet) {
@@ -189,7 +189,7 @@ TEST_F(LiveChange, ARunningProgramIsCappedBySet) {
   auto capped = job("capped");
   auto witness = job("free");
   while (epoch_ms() < start_at + 1500) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  ASSERT_EQ(Cli("set capped --compute 30%", &out, &err), 0) << err;
+  ASSERT_EQ(Cli("set capped --cap 30%", &out, &err), 0) << err;
   const std::string c = capped->ReadLine();
   const std::string f = witness->ReadLine();
   EXPECT_EQ(capped->Stop(), 0);
@@ -208,7 +208,7 @@ TEST_F(LiveChange, SetIsAdmittedLikeACreate) {
   Start();
   std::string out, err;
   ASSERT_EQ(Cli("create a --gpus 0 --memory 4GiB", &out, &err), 0) << err;
-  ASSERT_EQ(Cli("create b --gpus 0 --memory 10GiB --compute 60%", &out, &err), 0) << err;
+  ASSERT_EQ(Cli("create b --gpus 0 --memory 10GiB --share 60%", &out, &err), 0) << err;
   // GPU capacity: 16 GiB, 10 of which b reserves.
   EXPECT_EQ(Cli("set a --memory 8GiB", &out, &err), 1);
   EXPECT_NE(err.find("guaranteed memory free, asked 8 GiB"), std::string::npos) << err;
@@ -216,7 +216,7 @@ TEST_F(LiveChange, SetIsAdmittedLikeACreate) {
   EXPECT_NE(err.find("compute"), std::string::npos) << err;
   EXPECT_EQ(Get("/v1/slices/a")["memory_limit_bytes"], 4 * kGiB);
   // As opportunistic work it reserves nothing, so it fits.
-  ASSERT_EQ(Cli("set a --memory 8GiB --class opportunistic --compute 30% --share 20% --idle-timeout 30m", &out, &err),
+  ASSERT_EQ(Cli("set a --memory 8GiB --class opportunistic --cap 30% --share 20% --idle-timeout 30m", &out, &err),
             0)
       << err;
   json a = Get("/v1/slices/a");

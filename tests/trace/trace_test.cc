@@ -169,7 +169,7 @@ TEST(Trace, NvtxRangesNestAroundTheirKernelsAndCallsWithTheSimulatedKernelTimes)
 TEST(Trace, LaunchesWaitingAtTheComputeGateShowTheWait) {
   CliEnv env("trace-gate");
   TraceFile file;
-  ChildResult r = RunTraced(env, file.path, {"capped", "12", "20"}, {"--compute", "25%"});
+  ChildResult r = RunTraced(env, file.path, {"capped", "12", "20"}, {"--cap", "25%"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const json t = file.Read();
   ASSERT_TRUE(t.is_object());

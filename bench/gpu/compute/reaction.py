@@ -27,7 +27,7 @@ settling is judged by, so a reference taken in another run would decide the resu
     against its own mean: how often the job alone falls below 97% says how much of a
     settle miss its own noise can explain.
 
-Slice cap: two processes started with `gslice run --name capslice --compute 30%` (one
+Slice cap: two processes started with `gslice run --name capslice --cap 30%` (one
 slice) run the 8192^3 products together for 6 s; the GPU's NVML utilisation over the window
 is the slice's time share (target 30 +- 2), and one process alone under the same cap is
 measured next to it.
@@ -203,7 +203,7 @@ def run(args):
         report["opportunistic_busy_speed_x_alone"] = [rate(o_times, s + 1.0, e) / o_alone for s, e in busy]
 
         # A slice's cap across two processes; one process alone under the same cap.
-        cap_prefix = [gs, "run", "--memory=16GiB", "--name=capslice", "--compute=30%", "--"]
+        cap_prefix = [gs, "run", "--memory=16GiB", "--name=capslice", "--cap=30%", "--"]
         for label, count in (("one process", 1), ("two processes", 2)):
             t0 = time.time() + 10
             samples = []

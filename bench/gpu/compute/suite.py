@@ -257,7 +257,7 @@ def phase_plain(state):
         record(state, "cap/solo", run_config("cap/solo", [throughput("matmul", "a")]))
         for cap in CAPS:
             record(state, f"cap/gslice/{cap}",
-                   run_config(f"cap/gslice/{cap}", [throughput("matmul", "a", gslice_prefix(f"--compute={cap}%"))]))
+                   run_config(f"cap/gslice/{cap}", [throughput("matmul", "a", gslice_prefix(f"--cap={cap}%"))]))
     if "2" in CASES:
         record(state, "split/coexec", run_config("split/coexec", [throughput("matmul", "a"), throughput("matmul", "b")]))
         for a, b in SPLITS:

@@ -34,7 +34,7 @@ if [ -x "$bench" ]; then
   echo "RESULT compute.meter.events INFO $ev"
   native=$("$bench" launch 2>&1 | grep -o 'empty-kernel launch [0-9]*' | grep -o '[0-9]*$')
   shim=$("$build/bin/gslice" run --memory=60GiB -- "$bench" launch 2>&1 | grep -o 'empty-kernel launch [0-9]*' | grep -o '[0-9]*$')
-  gated=$("$build/bin/gslice" run --memory=60GiB --compute=99% -- "$bench" launch 2>&1 | grep -o 'empty-kernel launch [0-9]*' | grep -o '[0-9]*$')
+  gated=$("$build/bin/gslice" run --memory=60GiB --cap=99% -- "$bench" launch 2>&1 | grep -o 'empty-kernel launch [0-9]*' | grep -o '[0-9]*$')
   opp=$("$build/bin/gslice" run --memory=60GiB --class=opportunistic -- "$bench" launch 2>&1 | grep -o 'empty-kernel launch [0-9]*' | grep -o '[0-9]*$')
   if [ -n "$native" ] && [ -n "$shim" ] && [ -n "$gated" ]; then
     st=$([ $((shim - native)) -lt 100 ] && echo PASS || echo FAIL)

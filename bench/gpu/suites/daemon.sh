@@ -34,7 +34,7 @@ echo "$node" >"$out/daemon-node-before.json"
 gpu=$(python3 -c 'import json,sys; g=json.load(sys.stdin)["gpus"][0]; print(g.get("name","?"), g.get("memory_total_bytes", g.get("memory_total","?")))' <<<"$node")
 result daemon.discovers_gpu "$( [ -n "$gpu" ] && echo PASS || echo FAIL)" "NVML: $gpu"
 
-if "$build/bin/gslice" create torch --gpus 0 --memory 12GiB --compute 50% >"$out/daemon-create.txt" 2>&1; then
+if "$build/bin/gslice" create torch --gpus 0 --memory 12GiB --share 50% >"$out/daemon-create.txt" 2>&1; then
   result daemon.create_slice PASS "torch: 12 GiB, 50% guaranteed"
 else
   result daemon.create_slice FAIL "$(tail -1 "$out/daemon-create.txt")"

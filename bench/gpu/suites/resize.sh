@@ -98,7 +98,7 @@ ok = bool(torch.isfinite(c).all().item())
 json.dump({"ends": ends, "finite": ok}, open(log, "w"))
 PY
 if gslice create cap --gpus 0 --memory 8GiB >"$out/create-cap.txt" 2>&1 &&
-   gslice set cap --compute 70% >"$out/set-cap70.txt" 2>&1; then
+   gslice set cap --cap 70% >"$out/set-cap70.txt" 2>&1; then
   nvidia-smi --query-gpu=timestamp,utilization.gpu --format=csv,noheader,nounits -lms 250 >"$out/util.csv" 2>/dev/null &
   smi_pid=$!
   start=$(date +%s.%N)
@@ -106,7 +106,7 @@ if gslice create cap --gpus 0 --memory 8GiB >"$out/create-cap.txt" 2>&1 &&
   job_pid=$!
   sleep 14
   switch=$(date +%s.%N)
-  gslice set cap --compute 30% >"$out/set-cap30.txt" 2>&1; set_rc=$?
+  gslice set cap --cap 30% >"$out/set-cap30.txt" 2>&1; set_rc=$?
   wait "$job_pid"; job_rc=$?; job_pid=""
   kill "$smi_pid" 2>/dev/null; smi_pid=""
   python3 - "$out/matmul.json" "$out/util.csv" "$switch" "$set_rc" "$job_rc" <<'PY'
