@@ -546,7 +546,7 @@ int RunCommand(int argc, char** argv) {
     } else if (a == "--cap" || a.rfind("--cap=", 0) == 0) {
       if (!value("--cap", &compute_arg)) return Fail("--cap needs a value, e.g. --cap 30%");
     } else if (a == "--compute" || a.rfind("--compute=", 0) == 0) {
-      // The old spelling of --cap, accepted for one release (docs/cli.md).
+      // The old spelling of --cap, accepted for one release (docs/compute.md).
       if (!value("--compute", &compute_arg)) return Fail("--cap needs a value, e.g. --cap 30%");
       fprintf(stderr, "gslice run: --compute is now --cap (the hard compute cap); --compute goes in the next release\n");
     } else if (a.rfind("--share", 0) == 0) {
