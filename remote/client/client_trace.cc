@@ -228,7 +228,7 @@ void WriteTrace() {
   uint64_t served_dropped = 0;
   std::string why_no_worker = "this process held no worker";
   CUresult failed = CUDA_SUCCESS;
-  if (MeasureClock(&last, &failed)) {
+  if (MeasureClock(&ClientTraceNow, &last, &failed)) {
     std::unique_lock<std::mutex> lock(g_attach_mu);
     const ClockPoint attached = g_attach_pid == getpid() ? g_attach_clock : ClockPoint{};
     lock.unlock();
@@ -408,7 +408,7 @@ __attribute__((constructor)) void StartClientTrace() {
 
 void ClientTraceAttached() {
   ClockPoint point;
-  if (MeasureClock(&point)) {
+  if (MeasureClock(&ClientTraceNow, &point)) {
     std::lock_guard<std::mutex> lock(g_attach_mu);
     g_attach_clock = point;
     g_attach_pid = getpid();

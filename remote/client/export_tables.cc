@@ -182,6 +182,7 @@ CUresult CudartModuleFromFatbin(const void* fatbin, CUmodule* module, void* a3, 
 // The device's primary context, without making it active or current. The worker's driver
 // retains it once per device (the runtime retains it again itself); the handle is remembered,
 // so later asks cost no round trip.
+constexpr int kMaxDevices = 64;
 pthread_mutex_t g_primary_mu = PTHREAD_MUTEX_INITIALIZER;
 CUcontext g_primary[kMaxDevices];
 

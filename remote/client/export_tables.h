@@ -7,9 +7,6 @@
 
 namespace gslice::remote {
 
-// The devices the tables know of (primary contexts, the integrity hash's identities).
-inline constexpr int kMaxDevices = 64;
-
 void ReleaseContextStorage(CUcontext ctx);
 void ReleasePrimaryContextStorage(CUdevice dev);
 void RememberPrimaryContext(CUdevice dev, CUcontext ctx);

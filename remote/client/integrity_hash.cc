@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include "client_calls.h"
-#include "export_tables.h"
 
 namespace gslice::remote {
 
@@ -120,7 +119,7 @@ CUresult IntegrityHash(uint32_t version, uint64_t unix_seconds, const IntegrityT
   Md2 inner;
   inner.Update(key, sizeof key);
   inner.Update(&input, sizeof input);
-  for (int i = 0; i < count && i < kMaxDevices; ++i) {
+  for (int i = 0; i < count && i < kMaxHashedDevices; ++i) {
     DeviceIdentity id = {};
     CUdevice dev = 0;
     r = gslice_remote_call_cuDeviceGet(&dev, i);

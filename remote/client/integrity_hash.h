@@ -18,6 +18,9 @@ struct IntegrityTables {
   const void* integrity_function;
 };
 
+// At most this many devices are hashed (the first ones).
+inline constexpr int kMaxHashedDevices = 64;
+
 // The hash for a request of `version` at `unix_seconds`, into result. A call that fails on the
 // way returns its result (result untouched); NULL result: CUDA_ERROR_INVALID_VALUE.
 CUresult IntegrityHash(uint32_t version, uint64_t unix_seconds, const IntegrityTables& tables, uint64_t result[2]);

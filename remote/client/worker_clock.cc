@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <vector>
 
-#include "client_trace.h"
 #include "transport.h"
 #include "wire.h"
 
@@ -16,19 +15,19 @@ constexpr int kClockPings = 8;
 
 }  // namespace
 
-bool MeasureClock(ClockPoint* point, CUresult* failed) {
+bool MeasureClock(int64_t (*now)(), ClockPoint* point, CUresult* failed) {
   int64_t* offset = &point->offset;
   int64_t* uncertainty = &point->uncertainty;
   int64_t best_rtt = -1;
   for (int k = 0; k < kClockPings; ++k) {
     std::vector<uint8_t> reply;
-    const int64_t sent = ClientTraceNow();
+    const int64_t sent = now();
     if (const CUresult r = TraceExchange(kOpTraceClock, &reply); r != CUDA_SUCCESS) {
       if (failed != nullptr) *failed = r;
       point->valid = best_rtt >= 0;
       return point->valid;
     }
-    const int64_t back = ClientTraceNow();
+    const int64_t back = now();
     Reader r(reply.data(), reply.size());
     int32_t status = 0;
     int64_t worker = 0;

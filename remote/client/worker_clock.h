@@ -19,9 +19,10 @@ struct ClockPoint {
   int64_t at = 0;
 };
 
-// The worker's clock against the client's: the exchange with the shortest round trip. False
-// when the worker does not answer them; *failed (when not null) gets the connection's failure.
-bool MeasureClock(ClockPoint* point, CUresult* failed = nullptr);
+// The worker's clock against the client's, read with now (the client's timeline clock): the
+// exchange with the shortest round trip. False when the worker does not answer them; *failed
+// (when not null) gets the connection's failure.
+bool MeasureClock(int64_t (*now)(), ClockPoint* point, CUresult* failed = nullptr);
 
 // The line through the attach's and the exit's measurements: worker time -> client time.
 struct ClockLine {
