@@ -40,7 +40,8 @@ struct LaunchConfig {
 };
 
 // REQUIRES: c.num_attrs <= kMaxLaunchAttributes, c.attrs non-null when c.num_attrs > 0.
-inline void EncodeLaunchConfig(const LaunchConfig& c, Writer* w) {
+// Inlined: it is on every launch's path, as the writes it replaces were.
+[[gnu::always_inline]] inline void EncodeLaunchConfig(const LaunchConfig& c, Writer* w) {
   w->Put(c.f);
   for (unsigned d : c.dims) w->Put(d);
   w->Put(c.stream);
@@ -76,8 +77,8 @@ inline constexpr uint8_t kLaunchExtra = 2;
 // parameter buffer (extra_bytes bytes). False when one of kernelParams is NULL (what was written
 // is not to be sent). REQUIRES: count <= kMaxKernelParams, every size and extra_bytes at most
 // kMaxParamBytes.
-inline bool EncodeLaunchParams(void* const* params, const uint32_t* sizes, uint32_t count, const void* extra,
-                               uint64_t extra_bytes, Writer* w) {
+[[gnu::always_inline]] inline bool EncodeLaunchParams(void* const* params, const uint32_t* sizes, uint32_t count,
+                                                     const void* extra, uint64_t extra_bytes, Writer* w) {
   w->Put<uint8_t>(static_cast<uint8_t>((params != nullptr ? kLaunchKernelParams : 0) |
                                        (extra != nullptr ? kLaunchExtra : 0)));
   if (params != nullptr) {
