@@ -13,8 +13,10 @@
 #include <grpcpp/grpcpp.h>
 
 #include "gslice/ledger.h"
+#include "gslice/mps_client.h"
 #include "gslice/options.h"
 #include "gslice/suspend_board.h"
+#include "gslice/units.h"
 
 namespace gslice::k8s {
 
@@ -199,6 +201,7 @@ std::optional<PendingContainer> FindPendingContainer(const json& pod_list, const
       p.idle_timeout = Str(ann, std::string(kAnnotationIdleTimeout).c_str());
       p.run_as_user = RunAsUser(*spec, c.name);
       p.run_as_non_root = RunAsNonRoot(*spec, c.name);
+      p.host_ipc = spec->contains("hostIPC") && (*spec)["hostIPC"].is_boolean() && (*spec)["hostIPC"].get<bool>();
       best = std::move(p);
       best_key = key;
     }
@@ -252,6 +255,32 @@ std::string PrepareContainerSlice(const DevicePluginConfig& config, const Pendin
     return "";
   }
   return config.ledger_host_path + "/slice-" + std::to_string(slice);
+}
+
+MpsPlacement PlaceOnMps(const DevicePluginConfig& config, const PendingContainer& p) {
+  if (config.mps_directory.empty()) return {.why = "this plugin gives no MPS (--mps-directory \"\")"};
+  if (p.container.gpus.size() != 1) {
+    return {.why = "a program reaches one MPS control daemon and gsliced runs one per GPU: time-sliced on each"};
+  }
+  const GpuGrant& gpu = p.container.gpus.front();
+  const MpsTenant tenant = ReadMpsTenant(config.mps_directory, gpu.uuid);
+  if (!tenant.serving) return {.why = "gsliced serves no MPS on GPU " + gpu.uuid + " (gslice ls says why)"};
+  if (p.run_as_user < 0) {
+    return {.why = "the pod spec does not say the container's runAsUser, and an MPS server serves one uid"};
+  }
+  if (tenant.uid >= 0 && tenant.uid != p.run_as_user) {
+    return {.why = "GPU " + gpu.uuid + "'s MPS serves uid " + std::to_string(tenant.uid) + ", not the container's " +
+                   std::to_string(p.run_as_user) + ": time-sliced beside it"};
+  }
+  if (!p.host_ipc) {
+    return {.why = "an MPS client shares memory with its server in the host's IPC namespace, and the pod has no "
+                   "hostIPC: true"};
+  }
+  const std::string dir = config.mps_directory + "/" + gpu.uuid;
+  return {.mps = true,
+          .why = "on GPU " + gpu.uuid + "'s MPS server of uid " + std::to_string(p.run_as_user),
+          .pipe_directory = dir + "/pipe",
+          .log_directory = dir + "/log"};
 }
 
 void BuildContainerResponse(const DevicePluginConfig& config, const PendingContainer& p,
@@ -321,6 +350,24 @@ void BuildContainerResponse(const DevicePluginConfig& config, const PendingConta
     d->set_container_path("/dev/" + n);
     d->set_permissions("rw");
   }
+  // MPS where gsliced gives this GPU's to the container's uid (or to no one yet: gsliced then
+  // gives it when it adopts the slice, if still free; a program that starts before gets no
+  // access and runs time-sliced, never waiting).
+  const MpsPlacement mps = PlaceOnMps(config, p);
+  if (mps.mps) {
+    const MpsClientSetting setting{.pipe_directory = mps.pipe_directory,
+                                   .log_directory = mps.log_directory,
+                                   .opportunistic = p.slice_class == SliceClass::kOpportunistic,
+                                   .compute_cap = p.compute_cap.empty() ? 0 : ParsePercent(p.compute_cap).fraction};
+    for (const auto& [key, value] : MpsClientEnvironment(setting)) envs[key] = value;
+    for (const std::string& dir : {mps.pipe_directory, mps.log_directory}) {
+      auto* m = out->add_mounts();
+      m->set_host_path(dir);
+      m->set_container_path(dir);
+      m->set_read_only(true);
+    }
+  }
+  (*out->mutable_annotations())["gslice.io/sharing"] = (mps.mps ? "mps: " : "time-sliced: ") + mps.why;
   (*out->mutable_annotations())["gslice.io/slice"] = SliceNameFor(p);
 }
 

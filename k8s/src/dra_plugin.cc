@@ -118,6 +118,23 @@ int64_t ClaimRunAsUser(const KubeClient& kube, const json& claim) {
   return uid >= 0 ? uid : -1;
 }
 
+// Whether every pod the claim is reserved for runs in the host's IPC namespace (spec.hostIPC),
+// as an MPS client must (PlaceOnMps); false when any does not, or cannot be read.
+bool ClaimHostIpc(const KubeClient& kube, const json& claim) {
+  if (!claim.contains("status") || !claim["status"].is_object() || !claim["status"].contains("reservedFor")) return false;
+  const json& reserved = claim["status"]["reservedFor"];
+  if (!reserved.is_array() || reserved.empty()) return false;
+  const std::string ns = claim["metadata"].value("namespace", "");
+  for (const json& r : reserved) {
+    if (!r.is_object() || r.value("resource", "") != "pods") return false;
+    KubeResult pod = kube.GetPod(ns, r.value("name", ""));
+    if (!pod.ok() || !pod.body.is_object() || !pod.body.contains("spec") || !pod.body["spec"].is_object()) return false;
+    const json& spec = pod.body["spec"];
+    if (!spec.contains("hostIPC") || !spec["hostIPC"].is_boolean() || !spec["hostIPC"].get<bool>()) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 // ---- DraNodeService ------------------------------------------------------------------------
@@ -189,7 +206,11 @@ std::string DraNodeService::Prepare(const drapb::Claim& claim, PreparedClaim* ou
   auto slices = PlanClaim(r.body, config_.driver, config_.node_name, gpus_, &why);
   if (!slices) return why;
   const int64_t owner = ClaimRunAsUser(*kube_, r.body);
-  for (ClaimSlice& s : *slices) s.slice.run_as_user = owner;
+  const bool host_ipc = ClaimHostIpc(*kube_, r.body);
+  for (ClaimSlice& s : *slices) {
+    s.slice.run_as_user = owner;
+    s.slice.host_ipc = host_ipc;
+  }
 
   PreparedClaim p{claim.uid(), claim.namespace_(), claim.name(), {}, {}};
   std::vector<std::string> usage;

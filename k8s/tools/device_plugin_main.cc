@@ -30,6 +30,9 @@ constexpr const char* kUsage = R"(usage: gslice-device-plugin [options]
   --shim-container-dir D  where containers see it (default /usr/lib/gslice)
   --ledger PATH           node ledger directory on the host, created if missing (default /dev/shm/gslice)
   --suspend-board PATH    suspend board (a directory) on the host, created if missing (default /dev/shm/gslice-suspend)
+  --mps-directory DIR     gsliced's MPS folders (its mps_directory, default /run/gsliced/mps); a
+                          pod of one GPU whose MPS gsliced gives to its runAsUser, with hostIPC,
+                          gets the GPU's MPS folders and environment. "": never MPS
   --apiserver URL         API server (default: in-cluster service account)
   --token-file PATH       bearer token for --apiserver
   --ca-file PATH          CA bundle for an https --apiserver
@@ -95,6 +98,7 @@ int main(int argc, char** argv) {
     else if (a == "--shim-dir") config.shim_host_dir = v;
     else if (a == "--shim-container-dir") config.shim_container_dir = v;
     else if (a == "--ledger") config.ledger_host_path = v;
+    else if (a == "--mps-directory") config.mps_directory = v;
     else if (a == "--suspend-board") config.board_host_path = v;
     else if (a == "--apiserver") apiserver = v;
     else if (a == "--token-file") token_file = v;

@@ -32,6 +32,9 @@ constexpr const char* kUsage = R"(usage: gslice-dra-plugin [options]
   --shim-container-dir D  where containers see it (default /usr/lib/gslice)
   --ledger PATH           node ledger directory gsliced writes (default /dev/shm/gslice)
   --suspend-board PATH    suspend board (a directory) on the host, created if missing (default /dev/shm/gslice-suspend)
+  --mps-directory DIR     gsliced's MPS folders (its mps_directory, default /run/gsliced/mps); a
+                          claim of one GPU whose MPS gsliced gives to its pods' runAsUser, with
+                          hostIPC, gets the GPU's MPS folders and environment. "": never MPS
   --apiserver URL         API server (default: in-cluster service account)
   --token-file PATH       bearer token for --apiserver
   --ca-file PATH          CA bundle for an https --apiserver
@@ -77,6 +80,7 @@ int main(int argc, char** argv) {
     else if (a == "--shim-dir") config.container.shim_host_dir = v;
     else if (a == "--shim-container-dir") config.container.shim_container_dir = v;
     else if (a == "--ledger") config.container.ledger_host_path = v;
+    else if (a == "--mps-directory") config.container.mps_directory = v;
     else if (a == "--suspend-board") config.container.board_host_path = v;
     else if (a == "--apiserver") apiserver = v;
     else if (a == "--token-file") token_file = v;

@@ -10,6 +10,8 @@
 #include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -17,6 +19,7 @@
 #include "fake_kubelet.h"
 #include "gslice/k8s/extender.h"
 #include "gslice/ledger.h"
+#include "gslice/mps_client.h"
 
 extern char** environ;
 
@@ -476,6 +479,87 @@ TEST(ContainerSlices, UsageBelongsToTheUidThePodRunsAs) {
   }
   EXPECT_EQ(writable, 2);  // its own usage file and its own board partition, nothing else
   fs::remove_all(config.ledger_host_path);
+}
+
+// MPS for a container (PlaceOnMps): one GPU whose MPS gsliced gives to the container's uid (or
+// to no one yet), a pod in the host's IPC namespace; anything else is time-sliced and says why.
+TEST(ContainerMps, OnlyAContainerOfTheGpusUidGetsItsMps) {
+  if (geteuid() != 0) GTEST_SKIP() << "the plugins trust only root's tenant files";
+  const std::string uuid = "GPU-a0010203-0405-0607-0809-0a0b0c0d0e0f";
+  DevicePluginConfig config;
+  config.mps_directory = (fs::temp_directory_path() / ("gslice-plugin-mps-" + std::to_string(getpid()))).string();
+  fs::remove_all(config.mps_directory);
+  fs::create_directories(config.mps_directory + "/" + uuid);
+  PendingContainer p;
+  p.namespace_name = "ns";
+  p.pod_name = "pod";
+  p.container = {"main", {{uuid, 0, 1024, 0}}};
+  p.slice_class = SliceClass::kOpportunistic;
+  p.compute_cap = "40%";
+  p.run_as_user = 1000;
+  p.host_ipc = true;
+  auto env_of = [&](const PendingContainer& c, v1beta1::ContainerAllocateResponse* resp) {
+    BuildContainerResponse(config, c, "/dev/null", resp);
+    return std::map<std::string, std::string>(resp->envs().begin(), resp->envs().end());
+  };
+
+  // No tenant file: gsliced serves no MPS on the GPU.
+  v1beta1::ContainerAllocateResponse none;
+  EXPECT_EQ(env_of(p, &none).count("CUDA_MPS_PIPE_DIRECTORY"), 0u);
+  EXPECT_NE(none.annotations().at("gslice.io/sharing").find("serves no MPS"), std::string::npos);
+
+  std::string error;
+  ASSERT_TRUE(WriteMpsTenant(config.mps_directory, uuid, true, 1000, &error)) << error;
+  v1beta1::ContainerAllocateResponse on;
+  auto env = env_of(p, &on);
+  const std::string dir = config.mps_directory + "/" + uuid;
+  EXPECT_EQ(env["CUDA_MPS_PIPE_DIRECTORY"], dir + "/pipe");
+  EXPECT_EQ(env["CUDA_MPS_LOG_DIRECTORY"], dir + "/log");
+  EXPECT_EQ(env["CUDA_MPS_CLIENT_PRIORITY"], "1");
+  EXPECT_EQ(env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "40");
+  int mps_mounts = 0;
+  for (const auto& m : on.mounts()) {
+    if (m.host_path().rfind(dir, 0) != 0) continue;
+    ++mps_mounts;
+    EXPECT_TRUE(m.read_only()) << m.host_path();
+    EXPECT_EQ(m.container_path(), m.host_path());
+  }
+  EXPECT_EQ(mps_mounts, 2);
+  EXPECT_EQ(on.annotations().at("gslice.io/sharing").rfind("mps: ", 0), 0u);
+
+  // A GPU given to no one yet: gsliced gives it when it adopts the slice.
+  ASSERT_TRUE(WriteMpsTenant(config.mps_directory, uuid, true, -1, &error)) << error;
+  v1beta1::ContainerAllocateResponse free;
+  EXPECT_EQ(env_of(p, &free).count("CUDA_MPS_PIPE_DIRECTORY"), 1u);
+
+  // Another uid's GPU, an unknown uid, no hostIPC, two GPUs: time-sliced, and why.
+  ASSERT_TRUE(WriteMpsTenant(config.mps_directory, uuid, true, 1001, &error)) << error;
+  struct Case {
+    std::function<void(PendingContainer*)> change;
+    const char* why;
+  };
+  const Case cases[] = {
+      {[](PendingContainer*) {}, "serves uid 1001"},
+      {[](PendingContainer* c) { c->run_as_user = -1; }, "runAsUser"},
+      {[](PendingContainer* c) { c->run_as_user = 1001, c->host_ipc = false; }, "hostIPC"},
+      {[&](PendingContainer* c) { c->run_as_user = 1001, c->container.gpus.push_back({uuid, 1, 1024, 0}); }, "one per GPU"},
+  };
+  for (const Case& k : cases) {
+    PendingContainer c = p;
+    k.change(&c);
+    v1beta1::ContainerAllocateResponse resp;
+    EXPECT_EQ(env_of(c, &resp).count("CUDA_MPS_PIPE_DIRECTORY"), 0u) << k.why;
+    const std::string& sharing = resp.annotations().at("gslice.io/sharing");
+    EXPECT_EQ(sharing.rfind("time-sliced: ", 0), 0u) << sharing;
+    EXPECT_NE(sharing.find(k.why), std::string::npos) << sharing;
+  }
+  // A tenant file anyone could have written is not gsliced's.
+  chmod(MpsTenantPath(config.mps_directory, uuid).c_str(), 0666);
+  v1beta1::ContainerAllocateResponse planted;
+  PendingContainer c = p;
+  c.run_as_user = 1001;
+  EXPECT_EQ(env_of(c, &planted).count("CUDA_MPS_PIPE_DIRECTORY"), 0u);
+  fs::remove_all(config.mps_directory);
 }
 
 // gsliced adopts only names of 1-63 characters of [a-z0-9._-] starting with a letter or digit

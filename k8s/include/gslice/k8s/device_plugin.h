@@ -58,6 +58,11 @@ struct DevicePluginConfig {
   std::string board_host_path = "/dev/shm/gslice-suspend";
   std::string board_container_path = "/dev/shm/gslice-suspend";
   std::string dev_root = "/dev";  // where /dev/nvidia* device nodes are looked for
+  // gsliced's MPS folders (its mps_directory; the same path on the host and here; "": never
+  // MPS): a container of one GPU whose MPS gsliced gives to the container's uid, or to no one
+  // yet (gslice/mps_client.h: the GPU's tenant file), gets the GPU's pipe and log folders
+  // mounted read-only at the same paths and the MPS client environment; see MpsPlacement.
+  std::string mps_directory = "/run/gsliced/mps";
   // Where this node's gslice-remoted serves remote GPUs ("tls://10.0.0.7:7070"), published
   // as kAnnotationNodeRemoteAddress with the inventory; empty: it serves none.
   std::string remote_address;
@@ -97,7 +102,20 @@ struct PendingContainer {
   int64_t run_as_user = -1;
   // securityContext.runAsNonRoot of the container, else of the pod.
   bool run_as_non_root = false;
+  // spec.hostIPC of the pod: an MPS client shares memory with its server, which runs in the
+  // host's IPC namespace.
+  bool host_ipc = false;
 };
+
+// Whether a container goes on its GPU's MPS (docs/kubernetes.md, "MPS"): one GPU, gsliced's
+// MPS serving it (`mps_directory`'s tenant file) for the container's runAsUser or for no one
+// yet, and the pod in the host's IPC namespace. `why` says what decided.
+struct MpsPlacement {
+  bool mps = false;
+  std::string why;
+  std::string pipe_directory = {}, log_directory = {};
+};
+MpsPlacement PlaceOnMps(const DevicePluginConfig& config, const PendingContainer& pending);
 
 // Picks from a PodList (JSON) the pod on `node` waiting for a container of `device_count`
 // GPUs: bind-phase allocating, oldest bind-time first; among equals, the one whose assigned
