@@ -36,7 +36,7 @@ namespace gslice {
 enum class MpsMode {
   kOff,   // never run MPS
   kAuto,  // run it where the control binary exists and the GPU's compute mode allows it
-  kOn,    // as auto, but a GPU that cannot use it is an error worth a log line at start
+  kOn,    // as auto, but gsliced refuses to start without the control program
 };
 bool ParseMpsMode(std::string_view text, MpsMode* out);
 std::string_view ToString(MpsMode mode);
