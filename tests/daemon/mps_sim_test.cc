@@ -49,11 +49,23 @@ class MpsSim : public testing::SimGsliced {
     chmod(dir_.c_str(), 0755);  // other users' programs run from here
   }
   void TearDown() override {
-    SimGsliced::TearDown();  // gsliced asks its daemons to quit
+    if (pid_ > 0) {  // gsliced asks its daemons to quit
+      kill(pid_, SIGTERM);
+      waitpid(pid_, nullptr, 0);
+      pid_ = -1;
+    }
     for (pid_t p : programs_) {
       kill(p, SIGKILL);
       waitpid(p, nullptr, 0);
     }
+    // Daemons of a gsliced the test killed outright.
+    std::error_code ec;
+    for (const auto& gpu : std::filesystem::directory_iterator(mps_, ec)) {
+      std::ifstream in(gpu.path() / "pipe" / "nvidia-cuda-mps-control.pid");
+      int pid = 0;
+      if (in >> pid && pid > 0) kill(pid, SIGKILL);
+    }
+    SimGsliced::TearDown();
     unsetenv("GSLICE_SIM_DEVICES");
   }
 
@@ -175,6 +187,32 @@ TEST_F(MpsSim, AsksItsDaemonsToQuitWhenStopped) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << Log();
   EXPECT_TRUE(Eventually([&] { return !Alive(a) && !Alive(b); }, std::chrono::seconds(5)));
   EXPECT_NE(Log().find("has quit (gsliced stops)"), std::string::npos) << Log();
+}
+
+TEST_F(MpsSim, ARestartedGslicedAdoptsTheRunningDaemonsAndTheirTenants) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (to run programs as other users)";
+  Configure("on");
+  StartForEveryone();
+  ASSERT_TRUE(Eventually([&] { return Serving(); })) << Log();
+  const std::string hold = dir_ + "/release", out = dir_ + "/alice.out";
+  const pid_t alice = RunInBackground(kAlice, "--name alice --gpus 0 --memory 256MiB", out, "--hold-file " + hold);
+  ASSERT_TRUE(Eventually([&] { return testing::ReadAll(out).find("mps: served") != std::string::npos; }))
+      << testing::ReadAll(out) << Log();
+  const int daemon = DaemonPid(0);
+  // gsliced dies outright: its daemons and alice's program run on.
+  kill(pid_, SIGKILL);
+  waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+  ASSERT_TRUE(Alive(daemon));
+  Start();
+  ASSERT_TRUE(Eventually([&] { return Substrate(0) == "mps" && Gpu(0)["sharing"]["mps_uid"] == kAlice; }))
+      << Gpu(0).dump(2) << Log();
+  EXPECT_EQ(DaemonPid(0), daemon);  // the same daemon, not a second one
+  EXPECT_NE(Log().find("adopted its running MPS control daemon (pid " + std::to_string(daemon) + "), given to uid 1000"),
+            std::string::npos)
+      << Log();
+  std::ofstream(hold) << "go";
+  EXPECT_EQ(Wait(alice), 0) << testing::ReadAll(out);
 }
 
 TEST_F(MpsSim, OffNeverStartsOne) {
