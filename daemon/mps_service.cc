@@ -185,15 +185,18 @@ ControlAnswer RunControl(const std::string& control, const MpsDaemonState& s, co
   return a;
 }
 
-std::vector<int> PidsIn(const std::string& text) {
-  std::vector<int> pids;
+// The pids the control program printed, one a line. False when it printed anything else (an
+// error, a version that answers otherwise): then nothing is known.
+bool ParsePids(const std::string& text, std::vector<int>* pids) {
+  pids->clear();
   std::stringstream in(text);
   for (std::string line; std::getline(in, line);) {
     while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
-    if (line.empty() || line.find_first_not_of("0123456789") != std::string::npos || line.size() > 9) continue;
-    pids.push_back(std::stoi(line));
+    if (line.empty()) continue;
+    if (line.find_first_not_of("0123456789") != std::string::npos || line.size() > 9) return false;
+    pids->push_back(std::stoi(line));
   }
-  return pids;
+  return true;
 }
 
 // The real uid of process `pid` (from /proc), -1 when it is gone.
@@ -400,11 +403,12 @@ void MpsService::StopDaemon(Gpu* g, const char* why) {
   if (s.pid <= 0) return;
   const std::string gpu = GpuText(s.gpu.index);
   ControlAnswer servers = RunControl(control_path_, s, "get_server_list", options_.command_timeout);
-  std::vector<int> server_pids = servers.ok ? PidsIn(servers.out) : std::vector<int>{};
+  std::vector<int> server_pids, client_pids;
+  if (!servers.ok || !ParsePids(servers.out, &server_pids)) server_pids.clear();
   size_t clients = 0;
   for (int server : server_pids) {
     ControlAnswer c = RunControl(control_path_, s, "get_client_list " + std::to_string(server), options_.command_timeout);
-    if (c.ok) clients += PidsIn(c.out).size();
+    if (c.ok && ParsePids(c.out, &client_pids)) clients += client_pids.size();
   }
   ControlAnswer quit = RunControl(control_path_, s, "quit", options_.command_timeout);
   const Clock::time_point deadline = Clock::now() + options_.stop_timeout;
@@ -523,17 +527,21 @@ void MpsService::Hand(const std::string& uuid, int64_t uid) {
   s.busy_uid = -1;
   if (uid >= 0) {
     ControlAnswer servers = RunControl(control_path_, g.state, "get_server_list", options_.command_timeout);
-    if (!servers.ok) {
-      Log(gpu + ": cannot ask its MPS control daemon for its servers (" + servers.error + "); it stays closed");
+    std::vector<int> server_pids, client_pids;
+    if (!servers.ok || !ParsePids(servers.out, &server_pids)) {
+      Log(gpu + ": cannot tell its MPS control daemon's servers (" +
+          (servers.ok ? "it answered '" + servers.out.substr(0, 80) + "'" : servers.error) + "); it stays closed");
       Publish(g);
       return;
     }
-    for (int server : PidsIn(servers.out)) {
+    for (int server : server_pids) {
       const int64_t server_uid = UidOf(server);
       if (server_uid < 0 || server_uid == uid) continue;
+      // A server whose clients cannot be told counts as busy: handing over could make the new
+      // uid's programs wait.
       ControlAnswer clients =
           RunControl(control_path_, g.state, "get_client_list " + std::to_string(server), options_.command_timeout);
-      if (!clients.ok || !PidsIn(clients.out).empty()) {
+      if (!clients.ok || !ParsePids(clients.out, &client_pids) || !client_pids.empty()) {
         s.busy_uid = server_uid;
         Log(gpu + ": not given to uid " + std::to_string(uid) + " yet: its MPS server of uid " +
             std::to_string(server_uid) + " (pid " + std::to_string(server) + ") " +

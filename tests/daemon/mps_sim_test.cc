@@ -354,5 +354,50 @@ TEST_F(MpsSim, ASecondUserOnTheGpuIsTimeSlicedAndNeverWaits) {
   EXPECT_NE(control_log.find("SERVED"), std::string::npos) << control_log;
 }
 
+// A program left on a GPU's MPS server after its slice is gone (one that never showed in the
+// ledger) holds the GPU: the next uid's slice stays time-sliced until it exits, then gets MPS.
+TEST_F(MpsSim, TheNextUidGetsTheGpuOnlyOnceTheServersClientsHaveExited) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (to run programs as other users)";
+  Configure("on");
+  StartForEveryone();
+  ASSERT_TRUE(Eventually([&] { return Serving(); })) << Log();
+  const std::string hold = dir_ + "/release", out = dir_ + "/alice.out";
+  const pid_t alice = RunInBackground(kAlice, "--name alice --gpus 0 --memory 256MiB", out, "--hold-file " + hold);
+  ASSERT_TRUE(Eventually([&] { return testing::ReadAll(out).find("mps: served") != std::string::npos; }))
+      << testing::ReadAll(out) << Log();
+  std::string text, err;
+  ASSERT_EQ(Cli("create bobs --gpus 0 --memory 256MiB", &text, &err, std::to_string(kBob)), 0) << err;
+  ASSERT_EQ(Cli("delete alice", &text, &err), 0) << err;
+
+  // alice's program still uses the server: bob's slice waits for the GPU, time-sliced.
+  ASSERT_TRUE(Eventually([&] {
+    json b = Get("/v1/slices/bobs");
+    return b.is_object() && b["gpus"][0].value("sharing_why", "").find("programs of uid 1000 still use") !=
+                                std::string::npos;
+  })) << Get("/v1/slices/bobs").dump(2) << Log();
+  EXPECT_EQ(Get("/v1/slices/bobs")["gpus"][0]["sharing"], "time-sliced");
+  uid_t owner = 99;
+  EXPECT_EQ(ModeOf(Pipe(0) + "/control", &owner) & 07777, 0600u);
+  EXPECT_EQ(owner, 0u) << "the GPU was given on while alice's program used its server";
+  ASSERT_EQ(Cli("run --sim --name bobs -- " + std::string(GSLICE_TEST_MPS_CLIENT) + " --wait-ms 2000", &text, &err,
+                std::to_string(kBob)),
+            0)
+      << text << err;
+  EXPECT_NE(text.find("mps: none"), std::string::npos) << text;
+
+  // Once it has exited, bob's slice takes the GPU's MPS.
+  std::ofstream(hold) << "go";
+  EXPECT_EQ(Wait(alice), 0);
+  ASSERT_TRUE(Eventually([&] { return Get("/v1/slices/bobs")["gpus"][0]["sharing"] == "mps"; }))
+      << Get("/v1/slices/bobs").dump(2) << Log();
+  ASSERT_EQ(Cli("run --sim --name bobs -- " + std::string(GSLICE_TEST_MPS_CLIENT) + " --wait-ms 2000", &text, &err,
+                std::to_string(kBob)),
+            0)
+      << text << err;
+  EXPECT_NE(text.find("mps: served by server"), std::string::npos) << text;
+  const std::string control_log = testing::ReadAll(mps_ + "/" + Uuid(0) + "/log/control.log");
+  EXPECT_EQ(control_log.find("WAITING"), std::string::npos) << control_log;
+}
+
 }  // namespace
 }  // namespace gslice
