@@ -27,6 +27,9 @@ using Clock = std::chrono::steady_clock;
 // The names NVIDIA's control daemon uses in its pipe folder.
 constexpr const char kControlSocket[] = "control";
 constexpr const char kPidFile[] = "nvidia-cuda-mps-control.pid";
+// gsliced's own, beside the pipe folder: the pid of a daemon it asked to quit, which serves its
+// last clients and takes no new one. A later gsliced waits for it instead of adopting it.
+constexpr const char kDrainingFile[] = "draining";
 
 void Log(const std::string& line) { std::fprintf(stderr, "gsliced: mps: %s\n", line.c_str()); }
 
@@ -410,6 +413,15 @@ void MpsService::StopDaemon(Gpu* g, const char* why) {
     ControlAnswer c = RunControl(control_path_, s, "get_client_list " + std::to_string(server), options_.command_timeout);
     if (c.ok && ParsePids(c.out, &client_pids)) clients += client_pids.size();
   }
+  // A quitting daemon takes no new client, and a program that reached it might wait: nobody
+  // but root reaches it from now on (programs that start meanwhile run without MPS).
+  const std::string gpu_dir = options_.directory + "/" + s.gpu.uuid;
+  std::string error;
+  if (!GiveSocket(*g, -1, &error)) Log(gpu + ": " + error);
+  if (FILE* f = std::fopen((gpu_dir + "/" + kDrainingFile).c_str(), "we")) {
+    std::fprintf(f, "%d\n", s.pid);
+    std::fclose(f);
+  }
   ControlAnswer quit = RunControl(control_path_, s, "quit", options_.command_timeout);
   const Clock::time_point deadline = Clock::now() + options_.stop_timeout;
   bool gone = false;
@@ -417,8 +429,10 @@ void MpsService::StopDaemon(Gpu* g, const char* why) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   if (gone) {
+    unlink((gpu_dir + "/" + kDrainingFile).c_str());
     Log(gpu + ": its MPS control daemon (pid " + std::to_string(s.pid) + ") has quit (" + why + ")");
   } else {
+    g->draining_pid = s.pid;
     Log(gpu + ": its MPS control daemon (pid " + std::to_string(s.pid) + ") was asked to quit (" + why + ")" +
         (quit.ok ? "" : " but did not take it: " + quit.error) + " and still runs after " +
         std::to_string(options_.stop_timeout.count()) + " ms" +
@@ -458,8 +472,13 @@ void MpsService::Reconcile(const std::vector<GpuInfo>& gpus) {
       g.adopted_checked = true;
       const int pid = ReadPidFile(g.state.pipe_directory + "/" + kPidFile);
       struct stat st {};
-      if (pid > 0 && RunsProgram(pid, control_path_) &&
-          lstat((g.state.pipe_directory + "/" + kControlSocket).c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
+      const std::string draining = options_.directory + "/" + info.uuid + "/" + kDrainingFile;
+      if (pid > 0 && ReadPidFile(draining) == pid && RunsProgram(pid, control_path_)) {
+        g.draining_pid = pid;
+        Log(gpu + ": its MPS control daemon (pid " + std::to_string(pid) +
+            ") was asked to quit and serves its last clients; a new one starts once it has exited");
+      } else if (pid > 0 && RunsProgram(pid, control_path_) &&
+                 lstat((g.state.pipe_directory + "/" + kControlSocket).c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
         g.state.pid = pid;
         g.state.gpu.tenant_uid = st.st_uid != 0 ? static_cast<int64_t>(st.st_uid) : -1;
         std::string error;
@@ -467,6 +486,15 @@ void MpsService::Reconcile(const std::vector<GpuInfo>& gpus) {
         Log(gpu + ": adopted its running MPS control daemon (pid " + std::to_string(pid) + ")" +
             (g.state.gpu.tenant_uid >= 0 ? ", given to uid " + std::to_string(g.state.gpu.tenant_uid) : ""));
       }
+    }
+    if (g.draining_pid > 0) {
+      if (RunsProgram(g.draining_pid, control_path_)) {
+        g.problem = "its previous daemon (pid " + std::to_string(g.draining_pid) + ") ends with its last clients";
+        Publish(g);
+        continue;
+      }
+      unlink((options_.directory + "/" + info.uuid + "/" + kDrainingFile).c_str());
+      g.draining_pid = 0;
     }
     if (g.state.pid > 0 && RunsProgram(g.state.pid, control_path_)) {
       Publish(g);

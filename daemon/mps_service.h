@@ -11,6 +11,8 @@
 //   <directory>/<GPU-uuid>/log/     0700  CUDA_MPS_LOG_DIRECTORY: the daemon's logs
 //   <directory>/<GPU-uuid>/tenant   0644  whether it serves and to whom (gslice/mps_client.h),
 //                                         for the Kubernetes plugins
+//   <directory>/<GPU-uuid>/draining 0644  the pid of a daemon asked to quit that still has
+//                                         clients: closed to all, it is waited for, never adopted
 // Who reaches a daemon: its socket `control` is given to the GPU's tenant (Hand), mode 0600,
 // so that only that uid (and root) can connect to it: as an MPS client, as the server the
 // daemon starts for it, or with control commands, which then reach that uid's own server
@@ -84,8 +86,9 @@ class MpsService {
   // Every GPU the service knows, in the order Reconcile was given them.
   std::vector<MpsDaemonState> States() const;
 
-  // Asks every daemon to quit and waits (stop_timeout) for each; one whose server still has
-  // clients ends when they do, and the log says so. The folders stay.
+  // Closes every daemon's socket to all but root, asks it to quit and waits (stop_timeout) for
+  // each; one whose server still has clients ends when they do (the log says so), and a later
+  // gsliced waits for it to end before it starts the GPU's next. The folders stay.
   void Stop();
 
  private:
@@ -93,6 +96,7 @@ class MpsService {
     MpsDaemonState state;
     int compute_mode = -1;
     bool adopted_checked = false;
+    int draining_pid = 0;  // a daemon asked to quit that still serves its last clients
     std::string problem;  // why its daemon is not running
     std::chrono::steady_clock::time_point next_attempt{};
     std::chrono::milliseconds backoff{1000};

@@ -18,6 +18,8 @@
 // records "NEW CLIENT <pid> from user <uid>", "SERVED <pid> user <uid>" and "WAITING <pid>
 // from user <uid>", which the tests read. Like the real one it takes its commands from
 // whoever reaches the socket: who may reach it is gsliced's business (mps_service.h).
+// `quit` with clients still served makes it wait for them and take no new client meanwhile (a
+// new one gets no answer: the worst a client of a quitting daemon could meet).
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -88,6 +90,7 @@ struct Server {
 };
 
 volatile sig_atomic_t g_stop = 0;
+bool g_quitting = false;
 std::vector<Connection> g_conns;
 Server g_server;
 int g_listen = -1;
@@ -131,7 +134,7 @@ void Serve(Connection& c) {
 
 // Serves the first waiting clients once the running server has none left.
 void ServeWaiting() {
-  if (Clients() > 0) return;
+  if (Clients() > 0 || g_quitting) return;
   for (Connection& c : g_conns) {
     if (!c.waiting) continue;
     if (g_server.pid > 0 && g_server.uid != c.uid) {
@@ -144,6 +147,11 @@ void ServeWaiting() {
 
 void NewClient(Connection& c) {
   Log("NEW CLIENT " + std::to_string(c.pid) + " from user " + std::to_string(c.uid));
+  if (g_quitting) {
+    c.waiting = true;  // never served: the daemon ends when its clients have
+    Log("WAITING " + std::to_string(c.pid) + " from user " + std::to_string(c.uid) + ": the daemon is quitting");
+    return;
+  }
   if (g_server.pid > 0 && g_server.uid != c.uid) {
     if (Clients() > 0) {
       c.waiting = true;
@@ -260,7 +268,8 @@ int RunDaemon(int ready) {
     }
     g_conns.swap(open);
     ServeWaiting();
-    if (quit) break;
+    if (quit) g_quitting = true;
+    if (g_quitting && Clients() == 0) break;
   }
   Cleanup();
   return 0;

@@ -215,6 +215,49 @@ TEST_F(MpsSim, ARestartedGslicedAdoptsTheRunningDaemonsAndTheirTenants) {
   EXPECT_EQ(Wait(alice), 0) << testing::ReadAll(out);
 }
 
+// Stopped while a client still uses a daemon: gsliced closes it to everyone, so no program
+// queues at a daemon that takes no new clients, and the next gsliced waits for it to end.
+TEST_F(MpsSim, ADaemonStoppedWithClientsIsClosedAndWaitedFor) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (to run programs as other users)";
+  Configure("on");
+  StartForEveryone();
+  ASSERT_TRUE(Eventually([&] { return Serving(); })) << Log();
+  const std::string hold = dir_ + "/release", out = dir_ + "/alice.out";
+  const pid_t alice = RunInBackground(kAlice, "--name alice --gpus 0 --memory 256MiB", out, "--hold-file " + hold);
+  ASSERT_TRUE(Eventually([&] { return testing::ReadAll(out).find("mps: served") != std::string::npos; }))
+      << testing::ReadAll(out) << Log();
+  const int draining = DaemonPid(0);
+  const std::string pipe = Pipe(0);  // named while gsliced answers
+  kill(pid_, SIGTERM);
+  waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+  EXPECT_NE(Log().find("1 program(s) still use its server; it ends when they exit"), std::string::npos) << Log();
+  ASSERT_TRUE(Alive(draining));
+  uid_t owner = 99;
+  EXPECT_EQ(ModeOf(pipe + "/control", &owner) & 07777, 0600u);
+  EXPECT_EQ(owner, 0u);
+  // alice's next program cannot reach it, and runs without MPS instead of waiting.
+  const std::string direct = dir_ + "/alice-direct.out";
+  const int rc = std::system(("CUDA_MPS_PIPE_DIRECTORY=" + pipe + " setpriv --reuid=1000 --regid=1000 --clear-groups " +
+                              GSLICE_TEST_MPS_CLIENT + " --wait-ms 2000 > " + direct + " 2>&1")
+                                 .c_str());
+  EXPECT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << testing::ReadAll(direct);
+  EXPECT_NE(testing::ReadAll(direct).find("mps: not reached (Permission denied)"), std::string::npos);
+
+  // The next gsliced leaves it to its last client, then starts GPU 0's next daemon.
+  Start();
+  ASSERT_TRUE(Eventually([&] { return Substrate(1) == "mps"; })) << Log();
+  EXPECT_EQ(Substrate(0), "time-sliced");
+  EXPECT_NE(Gpu(0)["sharing"]["why"].get<std::string>().find("ends with its last clients"), std::string::npos)
+      << Gpu(0).dump(2);
+  EXPECT_EQ(DaemonPid(0), draining);
+  std::ofstream(hold) << "go";
+  EXPECT_EQ(Wait(alice), 0);
+  ASSERT_TRUE(Eventually([&] { return Substrate(0) == "mps" && DaemonPid(0) != draining && Alive(DaemonPid(0)); }))
+      << Gpu(0).dump(2) << Log();
+  EXPECT_FALSE(Alive(draining));
+}
+
 TEST_F(MpsSim, OffNeverStartsOne) {
   Configure("off");
   Start();
