@@ -300,7 +300,7 @@ TEST_F(MpsSim, OneUsersSlicesRunOnMpsAtTheirClassesPriority) {
             std::string::npos)
       << out;
   EXPECT_NE(out.find("mps: served by server"), std::string::npos) << out;
-  ASSERT_EQ(Cli("run --sim --gpus 0 --memory 256MiB --class opportunistic --compute 30% -- " +
+  ASSERT_EQ(Cli("run --sim --gpus 0 --memory 256MiB --class opportunistic --cap 30% -- " +
                     std::string(GSLICE_TEST_MPS_CLIENT),
                 &out, &err, std::to_string(kAlice)),
             0)

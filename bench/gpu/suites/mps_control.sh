@@ -182,7 +182,7 @@ if [[ "$init" == ok* ]] && [ "$(field pipe a-guaranteed)" = "$pipe" ] && [ "$(fi
 else
   result a_guaranteed FAIL "'$init'; $(head -1 "$OUT/mps_control-a-guaranteed.out"); servers '$servers' uids '$server_uid'"
 fi
-start_program "$A" "--gpus 0 --memory 4GiB --class opportunistic --compute 50%" a-opportunistic
+start_program "$A" "--gpus 0 --memory 4GiB --class opportunistic --cap 50%" a-opportunistic
 init=$(await_init a-opportunistic)
 clients=$(for s in $servers; do control "get_client_list $s"; done | tr '\n' ' ')
 if [[ "$init" == ok* ]] && [ "$(field priority a-opportunistic)" = 1 ] && [ "$(field threads a-opportunistic)" = 50 ]; then
