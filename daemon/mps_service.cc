@@ -512,6 +512,7 @@ void MpsService::Reconcile(const std::vector<GpuInfo>& gpus) {
       g.state.gpu.busy_uid = -1;
       g.state.restarts++;
       g.next_attempt = now;
+      Publish(g);  // readers see it down while the next one starts
     }
     if (now < g.next_attempt) {
       Publish(g);

@@ -165,9 +165,10 @@ TEST_F(MpsSim, StartsADaemonThatDiesAgain) {
   ASSERT_TRUE(Eventually([&] { return Serving(); })) << Log();
   const int first = DaemonPid(0);
   ASSERT_EQ(kill(first, SIGKILL), 0);
-  ASSERT_TRUE(Eventually([&] { return DaemonPid(0) != first && Alive(DaemonPid(0)) && Substrate(0) == "mps"; }))
-      << Log();
-  EXPECT_EQ(Gpu(0)["sharing"]["mps_restarts"], 1);
+  ASSERT_TRUE(Eventually([&] {
+    return Gpu(0)["sharing"]["mps_restarts"] == 1 && Substrate(0) == "mps" && DaemonPid(0) != first &&
+           Alive(DaemonPid(0));
+  })) << Gpu(0).dump(2) << Log();
   EXPECT_EQ(Gpu(1)["sharing"]["mps_restarts"], 0);
   EXPECT_NE(Log().find("has exited; starting it again"), std::string::npos) << Log();
   // The new daemon's socket is closed to others like the first one's.
