@@ -132,11 +132,13 @@ const Option kOptions[] = {
      "slices are refused (409) while no more than this many are free, so an admin can\n"
      "always create and run. 0: none.",
      Integer{&DaemonConfig::slices_reserved_for_admins, 0, 63}},
-    {"mps", R"("auto")",
+    {"mps", R"("off")",
      "Share GPUs through NVIDIA MPS (docs/compute.md): \"auto\" runs an MPS control daemon for\n"
      "each GPU in compute mode DEFAULT where mps_control exists, \"on\" also refuses to start\n"
      "without mps_control, \"off\" never runs one. On each GPU one uid at a time uses MPS; the\n"
-     "slices of other uids there are time-sliced beside it. gsliced never changes compute modes.",
+     "slices of other uids there are time-sliced beside it. gsliced never changes compute modes.\n"
+     "Off unless asked for: a fatal GPU fault of one program on an MPS server ends every program\n"
+     "on that server, guaranteed ones included (docs/compute.md, \"Faults\").",
      &DaemonConfig::mps},
     {"mps_control", R"("nvidia-cuda-mps-control")",
      "The MPS control program: a path, or a name looked up on $PATH.",
