@@ -172,9 +172,9 @@ void FollowSlicePolicy(Device& d) {
 // Refreshes d's peer list (alive entries on the same GPU, not ours, classified by
 // ClassifyPeers) and frees dead ones of our slice, and publishes whether we take turns
 // (kComputeTakesTurns), so that peers that do not are not waited for.
+// REQUIRES: the window refreshed for this scan (ComputeWindow::Refresh, once for all GPUs).
 void ScanPeers(Device& d) {
   if (g_gate->window == nullptr) return;
-  g_gate->window->Refresh();  // adopts, clears and copies other slices' pages
   FollowSlicePolicy(d);
   ComputeWindow& w = *g_gate->window;
   const ComputePolicy mine = PolicyOf(d);
@@ -357,6 +357,8 @@ void* GateThread(void*) {
     }
     const int64_t now = NowNs();
     const bool scan = now - last_scan >= kPeerScanNs;
+    // One refresh of other slices' copied pages per scan, for every GPU's ScanPeers.
+    if (scan && g_gate->window != nullptr) g_gate->window->Refresh();
     if (scan) RegisterActiveDevices();
     const int n = g_gate->device_count.load(std::memory_order_acquire);
     const bool gating = g_gate_mode.load(kRlx) == static_cast<int>(GateMode::kGate);
@@ -486,6 +488,7 @@ Device* AddDevice(const uint8_t uuid[16], CUdevice dev, CUcontext ctx) {
     }
     d.entry = &d.local_entry;
   }
+  if (g_gate->window != nullptr) g_gate->window->Refresh();
   ScanPeers(d);
   g_gate->device_count.store(n + 1, std::memory_order_release);
   return &d;
