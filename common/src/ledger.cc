@@ -1273,6 +1273,7 @@ LedgerComputeEntry* ComputeWindow::ClaimEntry(const uint8_t uuid[16], SliceClass
       e.vtime_ns.store(0, std::memory_order_relaxed);
       e.launches.store(0, std::memory_order_relaxed);
       e.cap_slice.store(0, std::memory_order_relaxed);
+      e.kernel_signal.store(0, std::memory_order_relaxed);
       e.state.store(PackState(EntryState::kAlive, pid), std::memory_order_release);
       return &e;
     }

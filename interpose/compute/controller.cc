@@ -5,28 +5,15 @@
 
 namespace gslice::compute {
 
-double GuaranteedSpeed(const GuaranteedPeriod* jobs, int n) {
-  double expected_ns = 0;
-  int64_t busy_ns = 0;
-  for (int i = 0; i < n; ++i) {
-    if (!jobs[i].judged()) continue;
-    expected_ns += static_cast<double>(jobs[i].launches) / jobs[i].base_per_ns;
-    busy_ns += jobs[i].busy_ns;
-  }
-  return busy_ns < kMinJudgedBusyNs ? -1 : expected_ns / static_cast<double>(busy_ns);
-}
-
 void AddPeriod(GuaranteedPeriod* sum, const GuaranteedPeriod& p) {
   sum->launches += p.launches;
   sum->busy_ns += p.busy_ns;
   sum->overlap_ns += p.overlap_ns;
 }
 
-GuaranteedPeriod PeriodTotal(const GuaranteedPeriod* jobs, int n, bool judged_only) {
+GuaranteedPeriod PeriodTotal(const GuaranteedPeriod* jobs, int n) {
   GuaranteedPeriod t;
-  for (int i = 0; i < n; ++i) {
-    if (!judged_only || jobs[i].judged()) AddPeriod(&t, jobs[i]);
-  }
+  for (int i = 0; i < n; ++i) AddPeriod(&t, jobs[i]);
   return t;
 }
 
@@ -38,13 +25,6 @@ double OverlapBound(const GuaranteedPeriod& total, int opportunistic_peers) {
 double OverlapSpeed(const GuaranteedPeriod* jobs, int n, int opportunistic_peers) {
   const GuaranteedPeriod t = PeriodTotal(jobs, n);
   return t.busy_ns < kMinJudgedBusyNs ? -1 : OverlapBound(t, opportunistic_peers);
-}
-
-double SpatialSpeed(const GuaranteedPeriod* jobs, int n, int opportunistic_peers) {
-  const double measured = GuaranteedSpeed(jobs, n);
-  if (measured < 0) return -1;
-  const double bound = OverlapBound(PeriodTotal(jobs, n, /*judged_only=*/true), opportunistic_peers);
-  return bound > measured ? bound : measured;
 }
 
 double StrictestFloor(const ControlPeriod& period) {

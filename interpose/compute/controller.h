@@ -29,6 +29,9 @@ struct PeerPeriod {
   // Its floor, the share of its solo speed it is kept at: its slice's protection level
   // (gslice/ledger.h, LedgerSlice::protect_permille).
   uint32_t floor_permille = kProtectDefaultPermille;
+  // Its kernels' speed beside opportunistic work as it last published it (a packed
+  // KernelSignal, kernel_clock.h; 0: none): what the MPS controller judges.
+  uint32_t kernel_signal = 0;
 };
 
 // One control period on one GPU, as the gate measured it.
@@ -61,44 +64,29 @@ struct ControlDecision {
 // that what is measured is their speed alone.
 inline constexpr int64_t kProbeGapNs = 20'000'000;
 
-// ---- a period's speed ------------------------------------------------------------------
+// ---- a period's overlap ----------------------------------------------------------------
 //
-// A guaranteed job's speed is its launches per second of time it had work queued on the GPU
-// ("busy"), not per second of wall time: a request-driven server launches at the rate
-// requests arrive, while its launches per busy second follow only how fast the GPU serves
-// it. Opportunistic work that takes the GPU from it (a time slice, or SMs and memory
-// bandwidth under MPS) stretches its busy time, which is what is judged.
+// On a GPU that time-slices processes a guaranteed job loses time to opportunistic work only
+// while both have work queued: its kernels cannot take the GPU from a job that has none.
 struct GuaranteedPeriod {
   uint64_t launches = 0;     // launches issued in the period
   int64_t busy_ns = 0;       // time with work queued in the period
-  double base_per_ns = 0;    // launches per busy ns with opportunistic work paused (0: unknown)
   int64_t overlap_ns = 0;    // ... of which this opportunistic process had work queued too
-  bool judged() const { return base_per_ns > 0 && busy_ns > 0; }  // by GuaranteedSpeed
 };
 inline constexpr int64_t kMinJudgedBusyNs = 20'000'000;  // less busy time says nothing of speed
 
-// The time the period's launches would have taken at each job's baseline speed, over the time
-// they took: 1 = as fast as alone. Jobs without a baseline are left out. -1 when the jobs
-// judged were busy for less than kMinJudgedBusyNs in all.
-double GuaranteedSpeed(const GuaranteedPeriod* jobs, int n);
-// Adds p's launches, busy and overlap time to *sum (its baseline is left as it is).
+// Adds p's launches, busy and overlap time to *sum.
 void AddPeriod(GuaranteedPeriod* sum, const GuaranteedPeriod& p);
-// The jobs' periods summed (judged_only: only those GuaranteedSpeed judges).
-GuaranteedPeriod PeriodTotal(const GuaranteedPeriod* jobs, int n, bool judged_only = false);
+// The jobs' periods summed.
+GuaranteedPeriod PeriodTotal(const GuaranteedPeriod* jobs, int n);
 // 1 - overlap / busy of a total (busy > 0), each other opportunistic process counted as
 // overlapping as much.
 double OverlapBound(const GuaranteedPeriod& total, int opportunistic_peers);
-// The guaranteed jobs can lose time to opportunistic work only while both have work queued:
-// its kernels cannot take the GPU (a time slice, SMs, memory bandwidth) from a job that has
-// none. So 1 - overlap / busy bounds their speed from below whatever their own speed does;
-// no baseline is needed. Each opportunistic process sees only its own overlap; the others
-// (opportunistic_peers) are assumed to overlap as much. -1 as GuaranteedSpeed.
+// So 1 - overlap / busy bounds their speed from below whatever their own speed does; no
+// baseline is needed. Each opportunistic process sees only its own overlap; the others
+// (opportunistic_peers) are assumed to overlap as much. -1 when the jobs were busy for less
+// than kMinJudgedBusyNs in all.
 double OverlapSpeed(const GuaranteedPeriod* jobs, int n, int opportunistic_peers);
-// GuaranteedSpeed, but never below what the overlap allows (OverlapSpeed's argument): a
-// reading the overlap cannot explain is the job's own noise (a server's launches per busy
-// second move with how its requests cluster) and must not cut the rate. Jobs as in
-// GuaranteedSpeed (those with a baseline); -1 as GuaranteedSpeed.
-double SpatialSpeed(const GuaranteedPeriod* jobs, int n, int opportunistic_peers);
 
 // The strictest (highest) floor among the period's peers, as a fraction of solo speed;
 // kProtectDefaultPermille with none. Idle peers count too: the decision holds for the next

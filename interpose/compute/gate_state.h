@@ -30,6 +30,7 @@
 #include "controller.h"
 #include "gpu_meter.h"
 #include "gslice/ledger.h"
+#include "kernel_clock.h"
 #include "launch_gate.h"
 #include "mps_controller.h"
 #include "peers.h"
@@ -111,6 +112,36 @@ struct ControlLoop {
   MpsController mps;
 };
 
+// Kernel timing (kernel_clock.h): a guaranteed process on a GPU shared through MPS with an
+// opportunistic peer brackets every kKernelSampleEvery-th launch of each thread, and the
+// first after kKernelSampleGapNs without one (a job of few, long kernels), with two events;
+// the gate thread reads the completed pairs, tells whether opportunistic work had work queued
+// meanwhile, and publishes the period's reading in the process's compute entry. Two event
+// records per 32 launches: about 20 ns a launch on an H200.
+inline constexpr uint32_t kKernelSampleEvery = 32;
+inline constexpr int64_t kKernelSampleGapNs = 5'000'000;
+inline constexpr int kKernelSampleRing = 256;  // pairs not yet read; a full ring drops samples
+// An opportunistic process on MPS that runs unthrottled publishes no measured queue: its
+// launches say it has work queued for this long after each, which covers the queue a framework
+// keeps ahead of the GPU, so that kernels of guaranteed work timed "alone" are.
+inline constexpr int64_t kUngatedHoldNs = 50'000'000;
+
+struct KernelTiming {
+  // Written by the gate thread: launching threads sample (guaranteed, MPS, an opportunistic
+  // peer present).
+  std::atomic<bool> sampling{false};
+  // The ring: launching threads append under mu at head; the gate thread consumes from tail
+  // without it (entries in [tail, head) are never written).
+  std::mutex mu;
+  KernelSample ring[kKernelSampleRing];
+  std::atomic<uint32_t> head{0}, tail{0};
+  // Gate thread only.
+  KernelClock clock;
+  int64_t opportunistic_busy_ns = 0;  // the newest pass that saw opportunistic work queued
+  int64_t next_period_ns = 0;
+  uint32_t sequence = 0;
+};
+
 // One context (one GPU) of this process (declared in launch_gate.h for LaunchTicket).
 struct Device {
   std::atomic<CUcontext> ctx{nullptr};  // bound at the first gated launch in a context
@@ -134,6 +165,7 @@ struct Device {
   ShareTurnTaker turn;  // turn_mu
   OpportunisticLimits opp;
   ControlLoop control;  // gate thread only
+  KernelTiming kernels;
 };
 
 struct Gate {
@@ -173,6 +205,18 @@ void ForEachGuaranteed(Device& d, F f) {
     if (PeerGuaranteed(word)) f(PeerIndex(word), word);
   }
 }
+
+// A guaranteed process with no cap and no share contention only publishes that it is
+// busy: no waiting, no measurement on the launch path (launch_gate.cc).
+inline bool PublishOnly(const Device& d) {
+  const ComputePolicy p = PolicyOf(d);
+  return p.cls == ComputeClass::kGuaranteed && !p.capped() && !d.peers.share_peer.load(kRlx);
+}
+
+// How long "has queued work" (inflight_until_ns) lasts after a launch or a poll that found
+// work queued, unless refreshed: on MPS a publish-only process's streams are polled once per
+// peer scan (gate_thread.cc), so it must outlast a scan.
+inline int64_t InflightHold(const Device& d) { return d.spatial && PublishOnly(d) ? kUngatedHoldNs : kInflightHoldNs; }
 
 // ---- the launch path's, also run by the gate thread (launch_gate.cc) --------------------
 

@@ -277,7 +277,8 @@ void ClosePeriod(Device& d, ControlPeriod* period) {
     const uint64_t launches = now_launches >= s.last_launches ? now_launches - s.last_launches : now_launches;
     s.last_launches = now_launches;
     period->peers[period->count++] = {.id = i, .owner = s.owner, .launches = launches, .busy_ns = s.busy_ns,
-                                      .overlap_ns = s.overlap_ns, .floor_permille = PeerFloor(word)};
+                                      .overlap_ns = s.overlap_ns, .floor_permille = PeerFloor(word),
+                                      .kernel_signal = e.kernel_signal.load(kRlx)};
     s.busy_ns = 0;
     s.overlap_ns = 0;
   });
@@ -304,6 +305,61 @@ void ControlOpportunisticRate(Device& d, int64_t now) {
   for (const char* line : decision.trace) {
     if (line[0] != '\0') TraceLine("%s", line);
   }
+}
+
+// ---- kernel timing (KernelTiming, kernel_clock.h) -------------------------------------
+
+// Whether an opportunistic peer of d has work queued at now.
+bool OpportunisticQueued(Device& d, int64_t now) {
+  const int n = d.peers.count.load(std::memory_order_acquire);
+  for (int k = 0; k < n; ++k) {
+    const uint32_t word = d.peers.words[k].load(kRlx);
+    if (!PeerGuaranteed(word) && g_gate->window->entry(PeerIndex(word)).inflight_until_ns.load(kRlx) > now) return true;
+  }
+  return false;
+}
+
+// Every pass, for a guaranteed process on MPS: whether launches are sampled, the completed
+// samples into the clock (beside opportunistic work when a pass from just before the launch
+// to now saw its work queued), and once per kControlPeriodNs the period's reading into the
+// compute entry, where opportunistic processes' controllers read it.
+void TimeKernels(Device& d, int64_t now) {
+  KernelTiming& k = d.kernels;
+  const bool sample = d.spatial && g_gate->window != nullptr && PolicyOf(d).cls == ComputeClass::kGuaranteed &&
+                      d.peers.opportunistic.load(kRlx) > 0;
+  if (k.sampling.load(kRlx) != sample) k.sampling.store(sample, kRlx);
+  if (sample && OpportunisticQueued(d, now)) k.opportunistic_busy_ns = now;
+  const uint32_t head = k.head.load(std::memory_order_acquire);
+  uint32_t tail = k.tail.load(kRlx);
+  for (; tail != head; ++tail) {
+    const KernelSample& s = k.ring[tail % kKernelSampleRing];
+    const CUresult done = g_gate->api.event_query(s.end);
+    if (done == CUDA_ERROR_NOT_READY) break;
+    float ms = 0;
+    if (done == CUDA_SUCCESS && g_gate->api.event_elapsed(&ms, s.start, s.end) == CUDA_SUCCESS) {
+      const bool beside = k.opportunistic_busy_ns >= s.launched_ns - kPollGateNs;
+      k.clock.Add(s.key, static_cast<int64_t>(static_cast<double>(ms) * 1e6), beside, now);
+    }
+    d.meter.pool.Put(s.start);
+    d.meter.pool.Put(s.end);
+  }
+  k.tail.store(tail, std::memory_order_release);
+  if (!sample || now < k.next_period_ns) return;
+  k.next_period_ns = now + kControlPeriodNs;
+  if (++k.sequence > 0xffffu) k.sequence = 1;
+  const KernelSignal signal = k.clock.ClosePeriod(now, k.sequence);
+  d.entry->kernel_signal.store(PackKernelSignal(signal), kRlx);
+  if (signal.known() || signal.wants_baseline) {
+    TraceLine("compute: kernels beside opportunistic work at %.3f of their time alone%s (%d kernels timed alone)",
+              signal.speed_permille / 1000.0, signal.wants_baseline ? "; wants a baseline" : "", k.clock.kernels());
+  }
+}
+
+// The pending samples of a context that goes away: dropped (their events go with it).
+// REQUIRES: no gate-thread pass polls d (ForgetContext's handshake).
+void ForgetKernelSamples(Device& d) {
+  std::lock_guard<std::mutex> lock(d.kernels.mu);
+  d.kernels.tail.store(d.kernels.head.load(kRlx), std::memory_order_release);
 }
 
 // ---- the gate thread -------------------------------------------------------------------
@@ -370,7 +426,11 @@ void* GateThread(void*) {
       if (!gating || ctx == nullptr) continue;
       // Lazy markers are recorded on the app's streams from here: the context must be current.
       if (current != ctx && g_gate->api.ctx_set_current(ctx) == CUDA_SUCCESS) current = ctx;
-      PollDevice(d, now);
+      // On MPS nobody judges a publish-only guaranteed process by its measured busy time (the
+      // MPS controller reads its kernels): its streams are marked once per scan, not every
+      // pass, which keeps the gate thread's event records off its launches' driver lock.
+      if (!(d.spatial && PublishOnly(d)) || scan) PollDevice(d, now);
+      if (d.spatial) TimeKernels(d, now);
       if (PolicyOf(d).cls == ComputeClass::kOpportunistic) {
         ControlOpportunisticRate(d, now);
         UpdateNear(d, now);
@@ -533,6 +593,7 @@ void ForgetContext(CUcontext ctx) {
     std::lock_guard<std::mutex> lock(d.meter.poll_mu);  // and out of any launching thread's poll
     const int n = d.meter.stream_count.load(std::memory_order_acquire);
     for (int i = 0; i < n; ++i) d.meter.streams[i].load(std::memory_order_acquire)->Forget();
+    ForgetKernelSamples(d);
     d.meter.pool.Forget();
   }
 }

@@ -116,6 +116,19 @@ int64_t DepthNs(Device& d, int64_t now) {
   return near ? kOpportunisticDepthNs : kCapDepthNs;
 }
 
+// Opportunistic work with no cap and no share peer: only guaranteed peers constrain it.
+bool OpportunisticOnly(const Device& d) {
+  const ComputePolicy p = PolicyOf(d);
+  return p.cls == ComputeClass::kOpportunistic && !p.capped() && !d.peers.share_peer.load(kRlx);
+}
+
+// On a GPU shared through MPS, opportunistic work the controller does not throttle runs as
+// plain MPS at priority 1 runs it: straight through, unmeasured, with no queue bound
+// (mps_controller.h). Its launches only say it has work queued (kUngatedHoldNs).
+bool UnthrottledOnMps(const Device& d) {
+  return d.spatial && OpportunisticOnly(d) && d.opp.rate_permille.load(kRlx) >= 1000 && !d.opp.probe_pause.load(kRlx);
+}
+
 }  // namespace
 
 // ---- also run by the gate thread (gate_state.h) -----------------------------------
@@ -141,9 +154,11 @@ void PollDevice(Device& d, int64_t now) {
     d.meter.mean_launch_ns.store(mean + (sample - mean) / kMeanLaunchPolls, kRlx);
   }
   d.meter.last_done = done;
-  // Publish whether queued work remains (CAS so a launch's fresher store is not lost).
+  // Publish whether queued work remains (CAS so a launch's fresher store is not lost). Work
+  // launched unmetered (UnthrottledOnMps) said so itself, for kUngatedHoldNs.
+  if (UnthrottledOnMps(d)) return;
   int64_t inflight = d.entry->inflight_until_ns.load(kRlx);
-  const int64_t want = outstanding > 0 ? now + kInflightHoldNs : 0;
+  const int64_t want = outstanding > 0 ? now + InflightHold(d) : 0;
   if (outstanding > 0 || inflight != 0) d.entry->inflight_until_ns.compare_exchange_strong(inflight, want, kRlx);
 }
 
@@ -291,12 +306,6 @@ bool DepthBounded(Device& d) {
   return p.capped() || p.cls == ComputeClass::kOpportunistic || d.turn.running();
 }
 
-// Opportunistic work with no cap and no share peer: only guaranteed peers constrain it.
-bool OpportunisticOnly(const Device& d) {
-  const ComputePolicy p = PolicyOf(d);
-  return p.cls == ComputeClass::kOpportunistic && !p.capped() && !d.peers.share_peer.load(kRlx);
-}
-
 // Opportunistic work with no cap and no share peer marks its streams (and checks them for
 // a drain) at most every kOpportunisticMarkerNs: its time only feeds the controller's
 // budget and its queue bound. With a marker and a drain check per launch, a launch-bound
@@ -315,29 +324,69 @@ int64_t MarkerSpacing(const Device& d) {
 // one peer scan (kPeerScanNs), long before its first kernel; only then is the queue bounded.
 bool NothingToYieldTo(const Device& d) { return OpportunisticOnly(d) && d.peers.guaranteed.load(kRlx) == 0; }
 
-// A guaranteed process with no cap and no share contention only publishes that it is
-// busy: no waiting, no measurement, no driver call on the launch path.
-bool PublishOnly(const Device& d) {
-  const ComputePolicy p = PolicyOf(d);
-  return p.cls == ComputeClass::kGuaranteed && !p.capped() && !d.peers.share_peer.load(kRlx);
+// Starts timing this launch where the gate samples this GPU's kernels (KernelTiming): every
+// kKernelSampleEvery-th launch of the calling thread, and its first after kKernelSampleGapNs
+// without one, gets a start event before it. Returns whether it did (the ticket then carries
+// the sample for AfterLaunch).
+bool StartKernelSample(Device& d, CUstream stream, const KernelShape* shape, int64_t now, LaunchTicket* ticket) {
+  static thread_local uint32_t t_launches = 0;
+  static thread_local int64_t t_sampled_ns = 0;
+  if (shape == nullptr || !d.kernels.sampling.load(kRlx)) return false;
+  if (++t_launches % kKernelSampleEvery != 0 && now - t_sampled_ns < kKernelSampleGapNs) return false;
+  t_sampled_ns = now;
+  CUevent start = d.meter.pool.Get(g_gate->api);
+  if (start == nullptr) return false;
+  if (g_gate->api.event_record(start, stream) != CUDA_SUCCESS) {
+    d.meter.pool.Put(start);
+    return false;
+  }
+  *ticket = {.device = &d, .sample = {.start = start, .key = KernelKey(*shape), .launched_ns = now}, .stream = stream};
+  return true;
+}
+
+// The end of a sampled launch: its end event, and the pair into the ring (dropped when full).
+void FinishKernelSample(const LaunchTicket& t) {
+  Device& d = *t.device;
+  KernelSample s = t.sample;
+  s.end = d.meter.pool.Get(g_gate->api);
+  bool kept = false;
+  if (s.end != nullptr && g_gate->api.event_record(s.end, t.stream) == CUDA_SUCCESS) {
+    std::lock_guard<std::mutex> lock(d.kernels.mu);
+    const uint32_t head = d.kernels.head.load(kRlx);
+    if (head - d.kernels.tail.load(std::memory_order_acquire) < kKernelSampleRing) {
+      d.kernels.ring[head % kKernelSampleRing] = s;
+      d.kernels.head.store(head + 1, std::memory_order_release);
+      kept = true;
+    }
+  }
+  if (!kept) {
+    d.meter.pool.Put(s.start);
+    if (s.end != nullptr) d.meter.pool.Put(s.end);
+  }
 }
 
 thread_local uint32_t t_gate_waits = 0;  // sleeps of this thread in BeforeLaunch (WaitsOfThisThread)
 
 }  // namespace
 
-LaunchTicket BeforeLaunch(CUstream stream, bool per_thread) {
+LaunchTicket BeforeLaunch(CUstream stream, bool per_thread, const KernelShape* shape) {
   if (g_gate == nullptr) return {};
   Device* d = CurrentDevice();
   if (d == nullptr || NothingToYieldTo(*d)) return {};
+  if (UnthrottledOnMps(*d)) {
+    d->entry->inflight_until_ns.store(NowNs() + kUngatedHoldNs, kRlx);
+    return {};
+  }
   const bool own_thread_stream = per_thread && (stream == nullptr || stream == CU_STREAM_PER_THREAD);
   StreamMeter* m = FindStream(*d, own_thread_stream ? CU_STREAM_PER_THREAD : stream, own_thread_stream ? ThreadKey() : 0);
   if (PublishOnly(*d) && !own_thread_stream) {
     const int64_t now = NowNs();
     d->entry->active_until_ns.store(now + kActiveHoldNs, kRlx);
-    d->entry->inflight_until_ns.store(now + kInflightHoldNs, kRlx);
+    d->entry->inflight_until_ns.store(now + InflightHold(*d), kRlx);
     d->entry->launches.fetch_add(1, kRlx);
     if (m != nullptr) m->CountLaunch();
+    LaunchTicket sampled;
+    if (StartKernelSample(*d, stream, shape, now, &sampled)) return sampled;
     return {};  // the marker is left to the gate thread
   }
   d->entry->launches.fetch_add(1, kRlx);
@@ -381,6 +430,7 @@ LaunchTicket BeforeLaunch(CUstream stream, bool per_thread) {
 }
 
 void AfterLaunch(const LaunchTicket& ticket) {
+  if (ticket.sample.start != nullptr) FinishKernelSample(ticket);
   if (ticket.meter == nullptr) return;
   ticket.meter->AfterLaunch(g_gate->api, ticket.device->meter.pool, ticket.eager, NowNs(), ticket.marker_spacing_ns);
 }

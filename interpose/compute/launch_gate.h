@@ -34,6 +34,14 @@ extern std::atomic<int> g_gate_mode;
 
 struct Device;
 class StreamMeter;
+struct KernelShape;
+// A launch whose GPU time the gate measures (gate_state.h, KernelTiming): its start event, key
+// and when it was launched.
+struct KernelSample {
+  CUevent start = nullptr, end = nullptr;
+  uint64_t key = 0;
+  int64_t launched_ns = 0;
+};
 
 inline bool LaunchGateActive() { return g_gate_mode.load(std::memory_order_relaxed) == static_cast<int>(GateMode::kGate); }
 
@@ -62,12 +70,15 @@ struct LaunchTicket {
   StreamMeter* meter = nullptr;
   bool eager = false;               // the marker goes right after the launch (see AfterLaunch)
   int64_t marker_spacing_ns = 0;    // the meter's marker spacing for this launch (0: every launch)
+  KernelSample sample = {};         // a timed launch (sample.start set): its end event follows it
+  CUstream stream = nullptr;        // ... on this stream
 };
 
 // Around a launch on stream (per_thread: the _ptsz variant, where stream 0 means the
-// calling thread's default stream). BeforeLaunch may wait; neither ever fails the launch.
+// calling thread's default stream). shape: the kernel (or graph) launched, for kernel timing
+// (nullptr: not timed). BeforeLaunch may wait; neither ever fails the launch.
 // REQUIRES: AfterLaunch on the thread that called BeforeLaunch, with its ticket.
-LaunchTicket BeforeLaunch(CUstream stream, bool per_thread);
+LaunchTicket BeforeLaunch(CUstream stream, bool per_thread, const KernelShape* shape = nullptr);
 void AfterLaunch(const LaunchTicket& ticket);
 
 // ctx is about to be destroyed, or reset or released for the last time as a primary

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "cuda_exports.h"
+#include "kernel_clock.h"
 #include "launch_gate.h"
 #include "log.h"
 #include "policy.h"
@@ -134,8 +135,14 @@ namespace {
 // while the process records a timeline (trace_recorder.h), the launch as an "api" event with
 // its kernel and stream and the time the gate held it as a gate wait. Not recording costs one
 // relaxed load.
+compute::KernelShape Shape(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                           unsigned shmem) {
+  return {.function = f, .grid = {gx, gy, gz}, .block = {bx, by, bz}, .shared_bytes = shmem};
+}
+
 template <typename Launch>
-CUresult LaunchThrough(const char* name, CUfunction f, CUstream s, bool per_thread, Launch launch) {
+CUresult LaunchThrough(const char* name, const compute::KernelShape& shape, CUstream s, bool per_thread, Launch launch) {
+  const CUfunction f = static_cast<CUfunction>(const_cast<void*>(shape.function));
   ResumeGate();
   const bool traced = trace::Recording();
   int64_t start = traced ? trace::NowNs() : 0;
@@ -144,7 +151,7 @@ CUresult LaunchThrough(const char* name, CUfunction f, CUstream s, bool per_thre
     r = launch();
   } else {
     const uint32_t waits = traced ? compute::WaitsOfThisThread() : 0;
-    const compute::LaunchTicket ticket = compute::BeforeLaunch(s, per_thread);
+    const compute::LaunchTicket ticket = compute::BeforeLaunch(s, per_thread, &shape);
     if (traced && compute::WaitsOfThisThread() != waits) {
       const int64_t passed = trace::NowNs();
       trace::GateWait(start, passed);
@@ -165,7 +172,14 @@ template <typename Launch>
 CUresult LaunchEx(const char* name, CUfunction f, const CUlaunchConfig* config, bool per_thread, Launch launch) {
   const CUstream s = config != nullptr ? config->hStream : nullptr;
   if (config != nullptr) RaiseDefaultStream(s, per_thread);
-  return LaunchThrough(name, f, s, per_thread, [&] { return launch(config); });
+  compute::KernelShape shape{.function = f};
+  if (config != nullptr) {
+    shape = {.function = f,
+             .grid = {config->gridDimX, config->gridDimY, config->gridDimZ},
+             .block = {config->blockDimX, config->blockDimY, config->blockDimZ},
+             .shared_bytes = config->sharedMemBytes};
+  }
+  return LaunchThrough(name, shape, s, per_thread, [&] { return launch(config); });
 }
 
 }  // namespace
@@ -197,7 +211,8 @@ GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuLaunchKernel(CUfunction f, unsigned g
   auto real = REAL_FN(cuLaunchKernel);
   FORWARD_OR_UNINIT(real);
   gslice::shim::RaiseDefaultStream(s, false);
-  return gslice::shim::LaunchThrough("cuLaunchKernel", f, s, false,
+  const gslice::compute::KernelShape shape = gslice::shim::Shape(f, gx, gy, gz, bx, by, bz, shmem);
+  return gslice::shim::LaunchThrough("cuLaunchKernel", shape, s, false,
                                      [&] { return real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra); });
 }
 
@@ -207,7 +222,8 @@ GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuLaunchKernel_ptsz(CUfunction f, unsig
   auto real = REAL_FN(cuLaunchKernel_ptsz);
   FORWARD_OR_UNINIT(real);
   gslice::shim::RaiseDefaultStream(s, true);
-  return gslice::shim::LaunchThrough("cuLaunchKernel_ptsz", f, s, true,
+  const gslice::compute::KernelShape shape = gslice::shim::Shape(f, gx, gy, gz, bx, by, bz, shmem);
+  return gslice::shim::LaunchThrough("cuLaunchKernel_ptsz", shape, s, true,
                                      [&] { return real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra); });
 }
 
@@ -233,7 +249,8 @@ GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuLaunchCooperativeKernel(CUfunction f,
   auto real = REAL_FN(cuLaunchCooperativeKernel);
   FORWARD_OR_UNINIT(real);
   gslice::shim::RaiseDefaultStream(s, false);
-  return gslice::shim::LaunchThrough("cuLaunchCooperativeKernel", f, s, false,
+  const gslice::compute::KernelShape shape = gslice::shim::Shape(f, gx, gy, gz, bx, by, bz, shmem);
+  return gslice::shim::LaunchThrough("cuLaunchCooperativeKernel", shape, s, false,
                                      [&] { return real(f, gx, gy, gz, bx, by, bz, shmem, s, params); });
 }
 
@@ -244,7 +261,8 @@ GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuLaunchCooperativeKernel_ptsz(CUfuncti
   auto real = REAL_FN(cuLaunchCooperativeKernel_ptsz);
   FORWARD_OR_UNINIT(real);
   gslice::shim::RaiseDefaultStream(s, true);
-  return gslice::shim::LaunchThrough("cuLaunchCooperativeKernel_ptsz", f, s, true,
+  const gslice::compute::KernelShape shape = gslice::shim::Shape(f, gx, gy, gz, bx, by, bz, shmem);
+  return gslice::shim::LaunchThrough("cuLaunchCooperativeKernel_ptsz", shape, s, true,
                                      [&] { return real(f, gx, gy, gz, bx, by, bz, shmem, s, params); });
 }
 

@@ -16,6 +16,7 @@
 
 #include "allocation_table.h"
 #include "cuda_exports.h"
+#include "kernel_clock.h"
 #include "launch_gate.h"
 #include "launch_hooks.h"
 #include "gslice/options.h"
@@ -810,7 +811,9 @@ GSLICE_EXPORT CUresult gslice_hook_cuGraphLaunch(CUgraphExec exec, CUstream stre
   ResumeGate();
   RaiseDefaultStream(stream, false);  // the default streams at the class's priority
   const bool gated = compute::LaunchGateActive();  // compute slices (launch_gate.h)
-  const compute::LaunchTicket ticket = gated ? compute::BeforeLaunch(stream, false) : compute::LaunchTicket{};
+  // A graph is timed as one kernel (kernel_clock.h).
+  const compute::KernelShape shape{.function = exec};
+  const compute::LaunchTicket ticket = gated ? compute::BeforeLaunch(stream, false, &shape) : compute::LaunchTicket{};
   CUresult r = REAL(cuGraphLaunch)(exec, stream);
   compute::AfterLaunch(ticket);
   if (r == CUDA_SUCCESS && g_graph_memory_seen.load(std::memory_order_relaxed) && Active()) {
@@ -824,7 +827,8 @@ GSLICE_EXPORT CUresult gslice_hook_cuGraphLaunch_ptsz(CUgraphExec exec, CUstream
   ResumeGate();
   RaiseDefaultStream(stream, true);
   const bool gated = compute::LaunchGateActive();  // compute slices (launch_gate.h)
-  const compute::LaunchTicket ticket = gated ? compute::BeforeLaunch(stream, true) : compute::LaunchTicket{};
+  const compute::KernelShape shape{.function = exec};
+  const compute::LaunchTicket ticket = gated ? compute::BeforeLaunch(stream, true, &shape) : compute::LaunchTicket{};
   CUresult r = REAL(cuGraphLaunch_ptsz)(exec, stream);
   compute::AfterLaunch(ticket);
   if (r == CUDA_SUCCESS && g_graph_memory_seen.load(std::memory_order_relaxed) && Active()) {

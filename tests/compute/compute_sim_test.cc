@@ -315,25 +315,16 @@ TEST_F(ComputeSim, OnMpsOpportunisticRunsBesideGuaranteed) {
   };
   // From 2.5 s on: the controller has measured its baseline and settled.
   auto late = [](const Result& r) { return static_cast<double>(r.Between(2500, 6000)); };
-  // No interference (kernels of both fit side by side). After its first baseline probe the
-  // controller lets opportunistic work run free, and it cannot cut before two more periods
-  // (500 ms) have gone by: in between, opportunistic work runs at nearly its solo speed
-  // beside the busy guaranteed job, which a time-sliced GPU would not allow at all. When the
-  // probe ends depends on the machine's load (500-1000 ms), so the best 250 ms window from
-  // 250 ms to 1.75 s is judged. Later the guaranteed job's noise may cost it cuts, but it
-  // keeps running.
+  // No interference (kernels of both fit side by side): the guaranteed job's kernels run as
+  // fast beside opportunistic work as alone, so after the one short pause that gives them a
+  // time alone, the controller never holds opportunistic work back, and it runs at about its
+  // solo speed beside the busy guaranteed job, which a time-sliced GPU would not allow at all.
   auto rs = run("0");
   ASSERT_GT(late(rs[0]), 300) << rs[0].raw;
   EXPECT_GE(late(rs[1]), 0.92 * late(rs[0])) << "guaranteed " << rs[1].raw << "\nsolo " << rs[0].raw;
-  double best = 0;
-  for (int t = 250; t + 250 <= 1750; t += 50) {
-    const double solo = static_cast<double>(rs[0].Between(t, t + 250));
-    if (solo > 0) best = std::max(best, static_cast<double>(rs[2].Between(t, t + 250)) / solo);
-  }
-  EXPECT_GE(best, 0.6) << "opportunistic " << rs[2].raw << "\nsolo " << rs[0].raw;
-  EXPECT_GT(late(rs[2]), 0) << "opportunistic " << rs[2].raw;
-  // Heavy interference (running both at once halves the guaranteed job's speed): the
-  // controller backs off until the guaranteed job is near its solo speed again.
+  EXPECT_GE(late(rs[2]), 0.85 * late(rs[0])) << "opportunistic " << rs[2].raw << "\nsolo " << rs[0].raw;
+  // Heavy interference (running both at once doubles the guaranteed job's kernel times): its
+  // kernels read slow, and the controller backs off until they are near their time alone.
   rs = run("100");
   ASSERT_GT(late(rs[0]), 300) << rs[0].raw;
   // (At the full rate it would run at about half its speed. The margin allows for a 2-core

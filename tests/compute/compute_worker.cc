@@ -24,6 +24,7 @@
 #include <vector>
 
 #ifdef GSLICE_WORKER_DIRECT_GATE
+#include "kernel_clock.h"
 #include "launch_gate.h"
 #endif
 
@@ -108,7 +109,8 @@ int main(int argc, char** argv) {
     for (int k = 0; k < batch; ++k) {
 #ifdef GSLICE_WORKER_DIRECT_GATE
       gslice::compute::LaunchTicket ticket;
-      if (gslice::compute::LaunchGateActive()) ticket = gslice::compute::BeforeLaunch(stream, false);
+      const gslice::compute::KernelShape shape{.function = busy, .grid = {1, 1, 1}, .block = {1, 1, 1}};
+      if (gslice::compute::LaunchGateActive()) ticket = gslice::compute::BeforeLaunch(stream, false, &shape);
 #endif
       Check(cuLaunchKernel(busy, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr), "cuLaunchKernel");
 #ifdef GSLICE_WORKER_DIRECT_GATE

@@ -1,6 +1,7 @@
 // The opportunistic rate controllers the launch gate runs (time_sliced_controller.h,
-// mps_controller.h), driven directly with synthetic periods on simulated time, and the speed
-// judgements they share (controller.h).
+// mps_controller.h), driven directly with synthetic periods on simulated time, the speed
+// judgements they share (controller.h), and the kernel speed the MPS controller judges
+// (kernel_clock.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "controller.h"
+#include "kernel_clock.h"
 #include "mps_controller.h"
 #include "time_sliced_controller.h"
 
@@ -43,45 +45,14 @@ std::string Trace(const ControlDecision& d) { return std::string(d.trace[0]) + "
 
 // ---- speed judgements ------------------------------------------------------------------
 
-TEST(ComputeSpeed, JudgesSpeedWhileBusyNotLaunchRate) {
-  // Two jobs: one at 10 launches per busy ms, one at 1. Their time at baseline speed over
-  // the time they took.
-  GuaranteedPeriod jobs[3] = {{1000, 100'000'000, 1e-5}, {50, 50'000'000, 1e-6}, {7, 30'000'000, 0}};
-  EXPECT_DOUBLE_EQ(GuaranteedSpeed(jobs, 3), 1.0) << "the job with no baseline is left out";
-  jobs[0].busy_ns = 125'000'000;  // the first job needed 25% longer for its launches
-  EXPECT_DOUBLE_EQ(GuaranteedSpeed(jobs, 3), 150e6 / 175e6);
-  GuaranteedPeriod idle[1] = {{10, kMinJudgedBusyNs - 1, 1e-5}};
-  EXPECT_LT(GuaranteedSpeed(idle, 1), 0) << "too little busy time to judge";
-  idle[0].busy_ns = kMinJudgedBusyNs;
-  EXPECT_DOUBLE_EQ(GuaranteedSpeed(idle, 1), 10 / (1e-5 * kMinJudgedBusyNs));
-}
-
 TEST(ComputeSpeed, OverlapBoundsTheLossWithoutABaseline) {
-  GuaranteedPeriod jobs[2] = {{500, 150'000'000, 0, 3'000'000}, {20, 50'000'000, 0, 1'000'000}};
+  GuaranteedPeriod jobs[2] = {{500, 150'000'000, 3'000'000}, {20, 50'000'000, 1'000'000}};
   EXPECT_DOUBLE_EQ(OverlapSpeed(jobs, 2, 0), 1 - 4e6 / 200e6);
   EXPECT_DOUBLE_EQ(OverlapSpeed(jobs, 2, 1), 1 - 8e6 / 200e6) << "another opportunistic process counts as much";
   jobs[0].overlap_ns = 200'000'000;
   EXPECT_DOUBLE_EQ(OverlapSpeed(jobs, 2, 0), 0);
-  GuaranteedPeriod idle[1] = {{10, kMinJudgedBusyNs - 1, 0, 0}};
+  GuaranteedPeriod idle[1] = {{10, kMinJudgedBusyNs - 1, 0}};
   EXPECT_LT(OverlapSpeed(idle, 1, 0), 0) << "too little busy time to judge";
-}
-
-TEST(ComputeSpeed, OnMpsAReadingTheOverlapCannotExplainIsNoise) {
-  // 1000 launches in 200 ms of busy time against a baseline of 1000 per 160 ms: 0.8.
-  constexpr double kBase = 1000 / 160e6;
-  GuaranteedPeriod job{1000, 200'000'000, kBase, 0};
-  EXPECT_DOUBLE_EQ(GuaranteedSpeed(&job, 1), 0.8);
-  EXPECT_DOUBLE_EQ(SpatialSpeed(&job, 1, 0), 1.0) << "no opportunistic work queued: it cost nothing";
-  job.overlap_ns = 20'000'000;
-  EXPECT_DOUBLE_EQ(SpatialSpeed(&job, 1, 0), 0.9) << "queued for 10% of the busy time: at most 10% lost";
-  EXPECT_DOUBLE_EQ(SpatialSpeed(&job, 1, 1), 0.8) << "another opportunistic process counts as much";
-  job.overlap_ns = 150'000'000;
-  EXPECT_DOUBLE_EQ(SpatialSpeed(&job, 1, 0), 0.8) << "the overlap explains the loss: the reading stands";
-  // Jobs without a baseline are left out of both, as in GuaranteedSpeed.
-  GuaranteedPeriod two[2] = {{1000, 200'000'000, kBase, 0}, {50, 100'000'000, 0, 100'000'000}};
-  EXPECT_DOUBLE_EQ(SpatialSpeed(two, 2, 0), 1.0);
-  two[0].base_per_ns = 0;
-  EXPECT_LT(SpatialSpeed(two, 2, 0), 0) << "no job with a baseline: nothing to judge";
 }
 
 TEST(ComputeSpeed, TheStrictestFloorOfThePeersCounts) {
@@ -244,10 +215,76 @@ TEST(ComputeTimeSliced, TheJobsOwnNoiseDoesNotMoveTheController) {
   EXPECT_LE(gap_sum / 400, 16.0);
 }
 
+// ---- kernel speed (kernel_clock.h) ------------------------------------------------------
+
+TEST(ComputeKernels, EachKernelIsJudgedAgainstItselfAlone) {
+  KernelClock k;
+  const uint64_t small = KernelKey({.function = &k, .grid = {1, 1, 1}, .block = {128, 1, 1}});
+  const uint64_t large = KernelKey({.function = &k, .grid = {4096, 1, 1}, .block = {128, 1, 1}});
+  ASSERT_NE(small, large) << "one function with another grid is another kernel";
+  for (int i = 0; i < 4; ++i) {
+    k.Add(small, 10'000, /*beside=*/false, 0);
+    k.Add(large, 1'000'000, false, 0);
+  }
+  EXPECT_DOUBLE_EQ(k.Baseline(small), 10'000);
+  // Beside opportunistic work: the small kernel 20% slower, the large one as fast. A period of
+  // mostly small kernels and one of mostly large ones each read their own kernels' slowdown,
+  // whatever the mix: sum of baselines over sum of times.
+  for (int i = 0; i < 9; ++i) k.Add(small, 12'500, true, 1);
+  KernelSignal s = k.ClosePeriod(1, 1);
+  EXPECT_EQ(s.speed_permille, 800u);
+  EXPECT_EQ(s.sequence, 1u);
+  EXPECT_FALSE(s.wants_baseline);
+  for (int i = 0; i < 9; ++i) k.Add(large, 1'000'000, true, 2);
+  s = k.ClosePeriod(2, 2);
+  EXPECT_EQ(s.speed_permille, 1000u);
+  for (int i = 0; i < kMinSignalSamples - 1; ++i) k.Add(large, 2'000'000, true, 3);
+  EXPECT_FALSE(k.ClosePeriod(3, 3).known()) << "too few samples to tell";
+  // Faster than alone reads as alone.
+  for (int i = 0; i < kMinSignalSamples; ++i) k.Add(small, 5'000, true, 4);
+  EXPECT_EQ(k.ClosePeriod(4, 4).speed_permille, 1000u);
+}
+
+TEST(ComputeKernels, KernelsWithoutABaselineAskForOne) {
+  KernelClock k;
+  for (unsigned i = 0; i < 2 * kMinSignalSamples; ++i) k.Add(KernelKey({.function = &k, .grid = {i, 1, 1}}), 1000, true, 1);
+  KernelSignal s = k.ClosePeriod(1, 1);
+  EXPECT_FALSE(s.known());
+  EXPECT_TRUE(s.wants_baseline) << "none of the kernels beside opportunistic work has a time alone";
+  // Alone samples give baselines; the next period reads.
+  const uint64_t key = KernelKey({.function = &k, .grid = {1, 1, 1}});
+  k.Add(key, 1000, false, 2);
+  for (int i = 0; i < kMinSignalSamples; ++i) k.Add(key, 1000, true, 2);
+  s = k.ClosePeriod(2, 2);
+  EXPECT_EQ(s.speed_permille, 1000u);
+  EXPECT_FALSE(s.wants_baseline);
+  // A stale baseline: asked for again while opportunistic work runs.
+  for (int i = 0; i < kMinSignalSamples; ++i) k.Add(key, 1000, true, 2 + kBaselineRefreshNs + 1);
+  s = k.ClosePeriod(2 + kBaselineRefreshNs + 1, 3);
+  EXPECT_TRUE(s.known());
+  EXPECT_TRUE(s.wants_baseline);
+  EXPECT_FALSE(k.ClosePeriod(2 + kBaselineRefreshNs + 2, 4).wants_baseline) << "no opportunistic work: nothing to judge";
+}
+
+TEST(ComputeKernels, TheSignalPacksIntoOneWord) {
+  const KernelSignal s{.speed_permille = 873, .wants_baseline = true, .sequence = 0xfffe};
+  const KernelSignal t = UnpackKernelSignal(PackKernelSignal(s));
+  EXPECT_EQ(t.speed_permille, 873u);
+  EXPECT_TRUE(t.wants_baseline);
+  EXPECT_EQ(t.sequence, 0xfffeu);
+  EXPECT_EQ(UnpackKernelSignal(PackKernelSignal({.speed_permille = 5000, .sequence = 1})).speed_permille, 1000u);
+  EXPECT_FALSE(UnpackKernelSignal(0).known());
+}
+
 // ---- MPS -------------------------------------------------------------------------------
 
-constexpr MpsTuning kMps{};
-constexpr int kProbeEveryPeriods = static_cast<int>(kMps.probe_every_ns / kControlPeriodNs);
+// A guaranteed peer's period on MPS with its kernel reading (speed 0: none).
+PeerPeriod Kernels(uint32_t speed_permille, uint32_t sequence, uint32_t floor_permille = kProtectDefaultPermille,
+                   bool wants_baseline = false, int id = 7) {
+  PeerPeriod p = Peer(1, 0.5, floor_permille, id);
+  p.kernel_signal = PackKernelSignal({.speed_permille = speed_permille, .wants_baseline = wants_baseline, .sequence = sequence});
+  return p;
+}
 
 // Drives an MpsController on simulated time, one period per call.
 struct MpsClock {
@@ -259,245 +296,86 @@ struct MpsClock {
   }
 };
 
-TEST(ComputeMps, ProbesFirstThenRunsFree) {
+TEST(ComputeMps, WhereTheFloorHoldsUnthrottledNothingIsHeldBack) {
+  // The guaranteed job's kernels at 0.98 of alone, floor 0.97: opportunistic work runs as plain
+  // MPS at priority 1 would, every period, with no probe once baselines exist.
   MpsClock m;
-  ControlDecision d = m.Step(Busy({Peer(1, 0)}));
-  EXPECT_TRUE(d.probe_pause) << "a busy stretch starts with a probe";
-  EXPECT_EQ(d.rate_permille, 0u);
-  d = m.Step(Busy({Peer(1, 0)}));
-  EXPECT_TRUE(d.probe_pause);
-  d = m.Step(Busy({Peer(1, 0)}));
-  EXPECT_FALSE(d.probe_pause) << "the probe lasts probe_periods";
-  EXPECT_EQ(d.rate_permille, kMps.start_permille);
-  EXPECT_NE(Trace(d).find("probe measured 1 guaranteed job(s) alone; back to rate 1000 permille"), std::string::npos) << Trace(d);
-  // Idle guaranteed work: no limit, budget forgotten; busy again: probed again first.
-  d = m.Step(Idle());
+  for (uint32_t seq = 1; seq <= 400; ++seq) {
+    const ControlDecision d = m.Step(Busy({Kernels(980, seq, 970)}));
+    ASSERT_EQ(d.rate_permille, 1000u) << seq << " " << Trace(d);
+    ASSERT_FALSE(d.probe_pause) << seq;
+  }
+  // No reading at all (the guaranteed job runs no timed kernels): the same.
+  for (int i = 0; i < 40; ++i) EXPECT_EQ(m.Step(Busy({Peer(1, 0.5)})).rate_permille, 1000u);
+}
+
+TEST(ComputeMps, AReadingUnderTheFloorCutsAndTheRateComesBack) {
+  MpsClock m;
+  uint32_t seq = 0;
+  EXPECT_EQ(m.Step(Busy({Kernels(960, ++seq, 970)})).rate_permille, 1000u) << "one period a little under: noise";
+  ControlDecision d = m.Step(Busy({Kernels(960, ++seq, 970)}));
+  EXPECT_EQ(d.rate_permille, 500u) << "two in a row: cut " << Trace(d);
+  d = m.Step(Busy({Kernels(800, ++seq, 970)}));
+  EXPECT_EQ(d.rate_permille, 250u) << "far under the floor: cut at once";
+  // The same reading twice (no new period published) is not judged again.
+  EXPECT_EQ(m.Step(Busy({Kernels(800, seq, 970)})).rate_permille, 250u);
+  // Above the floor: the rate grows back, by a quarter and at least kGrowStepPermille.
+  d = m.Step(Busy({Kernels(990, ++seq, 970)}));
+  EXPECT_EQ(d.rate_permille, 312u) << Trace(d);
+  for (int i = 0; i < 20; ++i) d = m.Step(Busy({Kernels(990, ++seq, 970)}));
+  EXPECT_EQ(d.rate_permille, 1000u);
+  // At the floor (within kGrowMargin): it holds where it is.
+  m.Step(Busy({Kernels(900, ++seq, 970)}));
+  const uint32_t held = m.c.rate_permille();
+  EXPECT_EQ(m.Step(Busy({Kernels(975, ++seq, 970)})).rate_permille, held);
+}
+
+TEST(ComputeMps, ALowerFloorKeepsMoreOpportunisticWork) {
+  // The same kernels at 0.92 of alone: under a 0.97 floor, held back; at 0.90, never.
+  MpsClock strict, lax;
+  for (uint32_t seq = 1; seq <= 20; ++seq) {
+    strict.Step(Busy({Kernels(920, seq, 970)}));
+    lax.Step(Busy({Kernels(920, seq, 900)}));
+  }
+  EXPECT_EQ(strict.c.rate_permille(), 0u);
+  EXPECT_EQ(lax.c.rate_permille(), 1000u);
+  // Each peer against its own floor: the strictest binding one decides.
+  MpsClock two;
+  for (uint32_t seq = 1; seq <= 4; ++seq) {
+    two.Step(Busy({Kernels(920, seq, 900, false, 1), Kernels(990, seq, 970, false, 2)}));
+  }
+  EXPECT_EQ(two.c.rate_permille(), 1000u);
+  for (uint32_t seq = 5; seq <= 6; ++seq) {
+    two.Step(Busy({Kernels(880, seq, 900, false, 1), Kernels(990, seq, 970, false, 2)}));
+  }
+  EXPECT_LT(two.c.rate_permille(), 1000u);
+}
+
+TEST(ComputeMps, ABaselineIsAskedForWithAShortPauseNotTooOften) {
+  MpsClock m;
+  ControlDecision d = m.Step(Busy({Kernels(0, 1, 970, /*wants_baseline=*/true)}));
+  EXPECT_TRUE(d.probe_pause) << Trace(d);
+  EXPECT_EQ(d.rate_permille, 1000u);
+  uint32_t seq = 1;
+  int pauses = 0;
+  for (int i = 0; i < 4 * kMinProbeGapNs / kControlPeriodNs; ++i) {
+    pauses += m.Step(Busy({Kernels(0, ++seq, 970, true)})).probe_pause ? 1 : 0;
+  }
+  EXPECT_EQ(pauses, 4) << "one pause per kMinProbeGapNs while a baseline is wanted";
+  // Held back to nothing, the guaranteed job's kernels are never beside opportunistic work and
+  // it publishes no reading: the rate grows again, and the next reading tells.
+  MpsClock held;
+  seq = 0;
+  for (int i = 0; i < 6; ++i) held.Step(Busy({Kernels(500, ++seq, 970)}));
+  EXPECT_EQ(held.c.rate_permille(), 0u);
+  for (uint32_t i = 0; i + 1 < kQuietPeriods; ++i) held.Step(Busy({Kernels(0, ++seq, 970)}));
+  EXPECT_EQ(held.c.rate_permille(), 0u) << "a period or three without a reading is the clocks' phase";
+  held.Step(Busy({Kernels(0, ++seq, 970)}));
+  EXPECT_GT(held.c.rate_permille(), 0u);
+  // Guaranteed work idle: no limit, and the budget is forgotten.
+  d = held.Step(Idle());
+  EXPECT_EQ(d.rate_permille, 1000u);
   EXPECT_TRUE(d.forget_budget);
-  EXPECT_FALSE(d.probe_pause);
-  EXPECT_TRUE(m.Step(Busy({Peer(1, 0)})).probe_pause);
-}
-
-TEST(ComputeMps, ProbesOnScheduleAndAJobWithNoBaselineSoon) {
-  MpsClock m;
-  std::vector<int> probes;
-  bool was = false;
-  for (int period = 0; period < 4 * kProbeEveryPeriods; ++period) {
-    const ControlDecision d = m.Step(Busy({Peer(1, 0)}));
-    if (d.probe_pause && !was) probes.push_back(period);
-    was = d.probe_pause;
-  }
-  ASSERT_GE(probes.size(), 4u);
-  for (size_t i = 1; i < probes.size(); ++i) EXPECT_EQ(probes[i] - probes[i - 1], kProbeEveryPeriods) << i;
-  // A second job appears, busy: it has no baseline, so it is probed within kUnknownJobProbeNs,
-  // not at the next regular probe.
-  int until = -1;
-  for (int period = 0; period < kProbeEveryPeriods && until < 0; ++period) {
-    if (m.Step(Busy({Peer(1, 0), Peer(1, 0, kProtectDefaultPermille, 9)})).probe_pause) until = period;
-  }
-  ASSERT_GE(until, 0);
-  EXPECT_LE(until, static_cast<int>(kUnknownJobProbeNs / kControlPeriodNs) + 1);
-}
-
-// A host for the MPS controller: one busy guaranteed job that opportunistic work at exposure x
-// (its rate, the share of the job's busy time it has work queued) costs cost * x, and whose
-// readings carry a log-normal drift (5% spread, correlation halving in about 1.2 s), 6% of
-// white noise per period and, one period in twenty, a stall to 0.4 of its speed. Returns the
-// job's mean true speed and the mean rate over the second half of `periods`.
-Settled RunMpsHost(double cost, unsigned seed, uint32_t floor_permille = kProtectDefaultPermille, int periods = 2400) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<double> drift(0, 0.05 * std::sqrt(1 - 0.87 * 0.87)), white(0, 0.06);
-  std::uniform_int_distribution<int> stalls(0, 19);
-  MpsClock m;
-  double host = 0;
-  uint32_t rate = 0;
-  bool paused = false;
-  Settled s;
-  for (int period = 0; period < periods; ++period) {
-    host = 0.87 * host + drift(rng);
-    const double x = paused ? 0 : rate / 1000.0;
-    const double truth = 1 - cost * x;
-    const double reading = std::exp(host) * truth * (1 + white(rng)) * (stalls(rng) == 0 ? 0.4 : 1.0);
-    if (period >= periods / 2) {
-      s.rate += x / (periods - periods / 2);
-      s.speed += truth / (periods - periods / 2);
-    }
-    const ControlDecision d = m.Step(Busy({Peer(reading, x, floor_permille)}));
-    rate = d.rate_permille;
-    paused = d.probe_pause;
-  }
-  return s;
-}
-
-TEST(ComputeMps, PairedProbesTellTheCostFromTheHostsDrift) {
-  // Averaged over eight hosts. Harmless work keeps most of its rate (the probes take 8%); work
-  // that costs the job up to 60% at the full rate is held where the job keeps its floor, give
-  // or take the estimate's spread.
-  for (double cost : {0.0, 0.02, 0.05, 0.10, 0.30, 0.60}) {
-    Settled avg;
-    for (unsigned seed = 1; seed <= 8; ++seed) {
-      const Settled s = RunMpsHost(cost, seed);
-      avg.speed += s.speed / 8;
-      avg.rate += s.rate / 8;
-    }
-    SCOPED_TRACE(testing::Message() << "loss at the full rate " << cost << ": speed " << avg.speed << ", rate " << avg.rate);
-    EXPECT_GE(avg.speed, kFloor - 0.01);
-    if (cost <= 0.02) {
-      EXPECT_GE(avg.rate, 0.6) << "the drift and the stalls alone must not cost harmless work its rate";
-    } else {
-      EXPECT_GE(avg.rate, 0.5 * (1 - kFloor) / cost) << "nor hold it far below what the floor allows";
-    }
-  }
-}
-
-TEST(ComputeMps, ALowerFloorGivesOpportunisticWorkMore) {
-  for (double cost : {0.10, 0.30}) {
-    Settled at97, at90;
-    for (unsigned seed = 1; seed <= 8; ++seed) {
-      const Settled a = RunMpsHost(cost, seed, 970), b = RunMpsHost(cost, seed, 900);
-      at97.rate += a.rate / 8;
-      at97.speed += a.speed / 8;
-      at90.rate += b.rate / 8;
-      at90.speed += b.speed / 8;
-    }
-    SCOPED_TRACE(testing::Message() << "cost " << cost << ": rate " << at97.rate << " at 0.97, " << at90.rate << " at 0.90; speed "
-                                    << at97.speed << ", " << at90.speed);
-    EXPECT_GT(at90.rate, 1.5 * at97.rate);
-    EXPECT_GE(at90.speed, 0.90 - 0.01);
-    EXPECT_LT(at90.speed, at97.speed);
-  }
-}
-
-TEST(ComputeMps, ALargeLossCutsAtOnceAndBringsTheProbeForward) {
-  MpsClock m;
-  // Learn a harmless job: probe, then free.
-  ControlDecision d;
-  for (int period = 0; period < 8; ++period) d = m.Step(Busy({Peer(1, 1)}));
-  ASSERT_FALSE(d.probe_pause);
-  const uint32_t before = d.rate_permille;
-  ASSERT_GT(before, 500u);
-  // The job now loses half its speed beside the work: two periods in a row under
-  // kSpatialCutBelow cut the rate to a quarter.
-  for (int period = 0; period < 2; ++period) d = m.Step(Busy({Peer(0.5, 1)}));
-  EXPECT_EQ(d.rate_permille, SpatialCut(before)) << Trace(d);
-  EXPECT_NE(Trace(d).find("cut: guaranteed speed at most 0.500"), std::string::npos) << Trace(d);
-  // ... and the next probe comes reprobe_after_cut_ns after the cut, not probe_every_ns after
-  // the last probe, to measure what the work costs now.
-  int until = -1;
-  for (int period = 1; period < kProbeEveryPeriods && until < 0; ++period) {
-    if (m.Step(Busy({Peer(1, 0)})).probe_pause) until = period;
-  }
-  EXPECT_EQ(until, static_cast<int>(kMps.reprobe_after_cut_ns / kControlPeriodNs));
-}
-
-TEST(ComputeMps, APairThatReadsTheProbeStaleProbesAgain) {
-  // The job warms up through the first probe (a third of its speed), then runs at full speed:
-  // the pair reads it 3x faster than the probe, which is no sample of the loss.
-  MpsClock m;
-  for (int period = 0; period < 1 + static_cast<int>(kMps.probe_periods) - 1; ++period) m.Step(Busy({Peer(0.3, 0)}));
-  ControlDecision d = m.Step(Busy({Peer(0.3, 0)}));  // the probe ends
-  ASSERT_FALSE(d.probe_pause);
-  d = m.Step(Busy({Peer(1, 1)}));
-  d = m.Step(Busy({Peer(1, 1)}));  // the pair's second half ends
-  EXPECT_NE(Trace(d).find("the probe's baseline is stale; probing again"), std::string::npos) << Trace(d);
-  EXPECT_EQ(m.c.loss().count(), 0) << "the pair is no sample";
-  EXPECT_TRUE(m.Step(Busy({Peer(1, 1)})).probe_pause) << "probed again at once";
-}
-
-TEST(ComputeMps, TheLossEstimateSetsTheRate) {
-  // A job that loses 6% at full exposure: the pair samples 0.06 per exposure, and the rate
-  // becomes the exposure that costs the floor's 3%: half.
-  MpsClock m;
-  ControlDecision d;
-  for (int period = 0; period < 3; ++period) d = m.Step(Busy({Peer(1, 0)}));  // probe
-  ASSERT_EQ(d.rate_permille, 1000u);
-  for (int period = 0; period < 2; ++period) d = m.Step(Busy({Peer(0.94, 1)}));  // pair
-  EXPECT_NEAR(m.c.loss().PerExposure(), 0.06, 0.002);
-  EXPECT_EQ(d.rate_permille, std::max(kExplorePermille, RateForLoss(m.c.loss().PerExposure(), 0, kFloor)));
-  EXPECT_NE(Trace(d).find("(sampled, 0 pooled)"), std::string::npos) << Trace(d);
-}
-
-TEST(ComputeMps, TheCostIsTheMedianLossPerExposure) {
-  LossEstimate e;
-  EXPECT_LT(e.PerExposure(), 0) << "nothing known";
-  EXPECT_EQ(RateForLoss(e.PerExposure(), 0, kFloor), 1000u) << "nothing known: no limit";
-  EXPECT_FALSE(e.Add(0.5, kMinExposure / 2)) << "too little exposure to tell";
-  EXPECT_EQ(e.count(), 0);
-  // The median of loss over exposure: 0.04, 0.06 and 0.05.
-  EXPECT_TRUE(e.Add(0.02, 0.5));
-  EXPECT_DOUBLE_EQ(e.PerExposure(), 0.04);
-  EXPECT_TRUE(e.Add(0.06, 1.0));
-  EXPECT_DOUBLE_EQ(e.PerExposure(), 0.05) << "two samples: the middle of both";
-  EXPECT_TRUE(e.Add(0.04, 0.8));
-  EXPECT_DOUBLE_EQ(e.PerExposure(), 0.05);
-  // A probe that caught the job in a slow moment reads it 3.5x faster in the pair: one such
-  // sample moves the median by one place, not the estimate to 0.
-  EXPECT_TRUE(e.Add(1 - 3.5, 0.88));
-  EXPECT_DOUBLE_EQ(e.PerExposure(), 0.045);
-  e.DropNewest();
-  EXPECT_EQ(e.count(), 3);
-  EXPECT_DOUBLE_EQ(e.PerExposure(), 0.05);
-  // Only the newest kLossSamples count.
-  for (int i = 0; i < kLossSamples; ++i) e.Add(0.1, 1.0);
-  e.Add(0.9, 1.0);
-  e.DropNewest();
-  EXPECT_EQ(e.count(), kLossSamples - 1);
-  EXPECT_DOUBLE_EQ(e.PerExposure(), 0.1);
-  for (int i = 0; i < 4; ++i) e.Add(0.02, 1.0);
-  EXPECT_EQ(e.count(), kLossSamples);
-  EXPECT_DOUBLE_EQ(e.PerExposure(), 0.06) << "four samples of 0.1 left and four of 0.02: the middle";
-  // The rate whose exposure costs the floor's share: at 6% per exposure, half at 0.97; the
-  // other opportunistic process takes as much.
-  EXPECT_EQ(RateForLoss(0.06, 0, kFloor), 500u);
-  EXPECT_EQ(RateForLoss(0.06, 1, kFloor), 250u);
-  // A lower floor allows more: at 0.90, work costing 20% per exposure gets half.
-  EXPECT_NEAR(RateForLoss(0.2, 0, 0.90), 500u, 1);
-  EXPECT_EQ(RateForLoss(0.06, 0, 0.90), 1000u);
-  // A job faster beside the work lost nothing.
-  for (int i = 0; i < kLossSamples; ++i) e.Add(-0.02, 1.0);
-  EXPECT_EQ(e.PerExposure(), 0);
-  e.Clear();
-  EXPECT_LT(e.PerExposure(), 0);
-  // After a pair: the estimate's rate where the pair was sampled; otherwise only growing
-  // towards it (step and a quarter), or down to it at once.
-  for (int i = 0; i < kTrustedSamples; ++i) e.Add(0.06, 1.0);
-  EXPECT_EQ(NextSpatialRate(900, e, true, 0, kFloor, kMps.step_permille), 500u);
-  EXPECT_EQ(NextSpatialRate(100, e, true, 0, kFloor, kMps.step_permille), 500u);
-  EXPECT_EQ(NextSpatialRate(100, e, false, 0, kFloor, kMps.step_permille), 100u + kMps.step_permille + 25);
-  EXPECT_EQ(NextSpatialRate(480, e, false, 0, kFloor, kMps.step_permille), 500u);
-  EXPECT_EQ(NextSpatialRate(900, e, false, 0, kFloor, kMps.step_permille), 500u);
-  EXPECT_EQ(SpatialCut(1000), 250u);
-  EXPECT_EQ(SpatialCut(30), 0u);
-}
-
-TEST(ComputeMps, FewSamplesExploreAndSmallOnesPool) {
-  // While the estimate has fewer than kTrustedSamples samples, the rate is at least
-  // kExplorePermille, shared with the other opportunistic processes.
-  LossEstimate f;
-  EXPECT_EQ(EstimateRate(f, 0, kFloor), 1000u) << "nothing known: no limit";
-  EXPECT_TRUE(f.Add(0.5, 0.8));  // 0.625 per exposure: RateForLoss gives 48
-  EXPECT_EQ(RateForLoss(f.PerExposure(), 0, kFloor), 48u);
-  EXPECT_EQ(EstimateRate(f, 0, kFloor), kExplorePermille);
-  EXPECT_EQ(EstimateRate(f, 1, kFloor), kExplorePermille / 2);
-  EXPECT_TRUE(f.Add(0.5, 0.8));
-  EXPECT_TRUE(f.Add(0.5, 0.8));
-  EXPECT_EQ(EstimateRate(f, 0, kFloor), 48u) << "three samples: the estimate decides alone";
-  // The pool: pairs under kMinExposure make one sample once n of them at mean exposure x
-  // have n x^2 >= kMinExposure^2; idle opportunistic work (no exposure) adds nothing.
-  LossEstimate e;
-  EXPECT_TRUE(e.Add(0.2, 1.0));
-  EXPECT_FALSE(e.Add(0.01, 0.05));
-  EXPECT_FALSE(e.Add(0.5, 0.0)) << "idle opportunistic work";
-  EXPECT_FALSE(e.Add(0.0, 0.05));
-  EXPECT_FALSE(e.Add(0.01, 0.05));
-  EXPECT_EQ(e.count(), 1);
-  EXPECT_TRUE(e.Add(0.0, 0.05)) << "four pairs at 0.05 tell as much as one at 0.1";
-  EXPECT_EQ(e.count(), 2);
-  EXPECT_DOUBLE_EQ(e.PerExposure(), (0.2 + 0.1) / 2);
-  EXPECT_FALSE(e.Add(0.01, 0.05));
-  EXPECT_TRUE(e.Add(0.3, 1.0)) << "a pair of enough exposure supersedes the pool";
-  EXPECT_EQ(e.pooled(), 0);
-  e.Clear();
-  EXPECT_EQ(e.count(), 0);
 }
 
 }  // namespace

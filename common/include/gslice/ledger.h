@@ -201,7 +201,9 @@ struct LedgerComputeEntry {
   // 1 + the index of the slice whose cap this entry charges (LedgerUsageHead::cap_tat), 0
   // for none: processes of one capped slice take exclusive turns on a GPU (docs/compute.md).
   std::atomic<uint32_t> cap_slice;
-  uint32_t reserved;
+  // A guaranteed process on a GPU shared through MPS: its kernels' speed beside opportunistic
+  // work, once per control period (interpose/compute/kernel_clock.h, packed; 0: none).
+  std::atomic<uint32_t> kernel_signal;
 };
 static_assert(sizeof(LedgerComputeEntry) == 88);
 inline constexpr uint32_t kComputeShareMask = 0xffffu;        // share_permille: the weight, 1..1000

@@ -1,0 +1,99 @@
+#include "kernel_clock.h"
+
+#include <cstring>
+
+namespace gslice::compute {
+namespace {
+
+constexpr uint32_t kSpeedMask = 0x7ffu;
+constexpr uint32_t kWantsBaseline = 1u << 11;
+constexpr int kSequenceShift = 16;
+
+uint64_t Mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  return h * 0xff51afd7ed558ccdULL;
+}
+
+}  // namespace
+
+uint64_t KernelKey(const KernelShape& shape) {
+  uint64_t h = Mix(0x243f6a8885a308d3ULL, reinterpret_cast<uintptr_t>(shape.function));
+  for (int i = 0; i < 3; ++i) h = Mix(h, (uint64_t{shape.grid[i]} << 32) | shape.block[i]);
+  h = Mix(h, shape.shared_bytes);
+  return h == 0 ? 1 : h;
+}
+
+uint32_t PackKernelSignal(const KernelSignal& s) {
+  const uint32_t speed = s.speed_permille > 1000 ? 1000 : s.speed_permille;
+  return speed | (s.wants_baseline ? kWantsBaseline : 0u) | ((s.sequence & 0xffffu) << kSequenceShift);
+}
+
+KernelSignal UnpackKernelSignal(uint32_t word) {
+  return {.speed_permille = word & kSpeedMask,
+          .wants_baseline = (word & kWantsBaseline) != 0,
+          .sequence = word >> kSequenceShift};
+}
+
+KernelClock::Entry* KernelClock::Find(uint64_t key, bool insert) {
+  // Open addressing, linear probing; entries are never removed, so a free slot ends a search.
+  for (int i = 0; i < kKernelTableSize; ++i) {
+    Entry& e = table_[(key + static_cast<uint64_t>(i)) % kKernelTableSize];
+    if (e.key == key) return &e;
+    if (e.key == 0) {
+      // A full table keeps its kernels: a new one gets no baseline (its samples are left out).
+      if (!insert || used_ >= kKernelTableSize * 3 / 4) return nullptr;
+      e.key = key;
+      ++used_;
+      return &e;
+    }
+  }
+  return nullptr;
+}
+
+void KernelClock::Add(uint64_t key, int64_t gpu_ns, bool beside_opportunistic, int64_t now_ns) {
+  if (gpu_ns <= 0 || key == 0) return;
+  const double t = static_cast<double>(gpu_ns);
+  if (!beside_opportunistic) {
+    Entry* e = Find(key, /*insert=*/true);
+    if (e == nullptr) return;
+    e->base_ns = e->samples == 0 ? t : e->base_ns + kBaselineWeight * (t - e->base_ns);
+    ++e->samples;
+    newest_alone_ns_ = now_ns;
+    any_alone_ = true;
+    return;
+  }
+  ++beside_;
+  const Entry* e = Find(key, /*insert=*/false);
+  if (e == nullptr || e->samples == 0) return;
+  base_sum_ += e->base_ns;
+  time_sum_ += t;
+  ++judged_;
+}
+
+KernelSignal KernelClock::ClosePeriod(int64_t now_ns, uint32_t sequence) {
+  KernelSignal s{.sequence = sequence};
+  if (judged_ >= kMinSignalSamples && time_sum_ > 0) {
+    const double speed = base_sum_ / time_sum_;
+    const double permille = speed >= 1 ? 1000 : speed * 1000 + 0.5;
+    s.speed_permille = permille < 1 ? 1 : static_cast<uint32_t>(permille);
+  }
+  // A baseline is wanted where the period's kernels beside opportunistic work mostly had none,
+  // or where the newest is stale while opportunistic work runs.
+  const bool few = beside_ >= kMinSignalSamples && judged_ * 2 < beside_;
+  const bool stale = beside_ > 0 && (!any_alone_ || now_ns - newest_alone_ns_ > kBaselineRefreshNs);
+  s.wants_baseline = few || stale;
+  base_sum_ = time_sum_ = 0;
+  judged_ = beside_ = 0;
+  return s;
+}
+
+double KernelClock::Baseline(uint64_t key) const {
+  for (int i = 0; i < kKernelTableSize; ++i) {
+    const Entry& e = table_[(key + static_cast<uint64_t>(i)) % kKernelTableSize];
+    if (e.key == key) return e.base_ns;
+    if (e.key == 0) return 0;
+  }
+  return 0;
+}
+
+}  // namespace gslice::compute

@@ -1,0 +1,83 @@
+// How much opportunistic work slows a guaranteed process's kernels on a GPU shared through
+// MPS, measured on the kernels themselves: each sampled kernel's GPU time beside opportunistic
+// work against the same kernel's GPU time alone. Pure: no clock, driver or ledger; the launch
+// gate times sampled launches with a pair of events (gate_thread.cc) and feeds them here.
+//
+// Why per kernel: a job's launches per busy second move with what it runs (a server's
+// requests cluster, a training step's phases differ), 12-16% per 250 ms period for a bursty
+// server alone, so a judgement of the whole job cannot see a 3% floor. One kernel's GPU time
+// with the same grid on the same input size moves little alone; against its own time alone, a
+// slowdown reads as the ratio, whatever the mix of kernels in the period.
+//
+// A kernel is a function with its grid and block (KernelShape): different grids of one
+// function are different kernels. Its time alone (the baseline) is the mean of its recent
+// samples taken while no opportunistic process on the GPU had work queued (kBaselineWeight per
+// new sample). A period's speed is, over its samples taken beside opportunistic work whose
+// kernels have a baseline, the sum of their baselines over the sum of their times: 1 is as
+// fast as alone. Fewer than kMinSignalSamples such samples: no reading.
+#pragma once
+
+#include <cstdint>
+
+namespace gslice::compute {
+
+// A launch as the hooks see it: the function (or the graph executable) and its shape.
+struct KernelShape {
+  const void* function = nullptr;
+  unsigned grid[3] = {0, 0, 0};
+  unsigned block[3] = {0, 0, 0};
+  unsigned shared_bytes = 0;
+};
+// A 64-bit key of a shape (never 0).
+uint64_t KernelKey(const KernelShape& shape);
+
+inline constexpr int kKernelTableSize = 1024;  // kernels with a baseline a process keeps
+inline constexpr double kBaselineWeight = 0.25;
+inline constexpr int kMinSignalSamples = 8;
+// A baseline older than this is stale: the job may run other kernels now (a training job's
+// evaluation) or other sizes; the signal asks for a fresh one (KernelSignal::wants_baseline).
+inline constexpr int64_t kBaselineRefreshNs = 20'000'000'000;
+
+// One period's reading, as published in the ledger (LedgerComputeEntry::kernel_signal):
+// bits 0-10 the speed in permille (0: no reading; at most 1000: faster than alone reads as
+// alone), bit 11 whether the job wants a baseline (too few of its kernels beside
+// opportunistic work had one, or the newest is stale), bits 16-31 the period's number,
+// never 0 once published, so a reader tells a new reading from the one it saw.
+struct KernelSignal {
+  uint32_t speed_permille = 0;
+  bool wants_baseline = false;
+  uint32_t sequence = 0;
+  bool known() const { return speed_permille > 0; }
+};
+uint32_t PackKernelSignal(const KernelSignal& s);
+KernelSignal UnpackKernelSignal(uint32_t word);
+
+class KernelClock {
+ public:
+  // One sampled kernel: its key, its GPU time, and whether opportunistic work had work queued
+  // while it ran (else it was alone). now_ns: when it was found done.
+  void Add(uint64_t key, int64_t gpu_ns, bool beside_opportunistic, int64_t now_ns);
+  // Ends a period at now_ns: its reading, numbered `sequence`, and starts the next.
+  KernelSignal ClosePeriod(int64_t now_ns, uint32_t sequence);
+  // The kernel's baseline, ns (0: none).
+  double Baseline(uint64_t key) const;
+  int kernels() const { return used_; }
+
+ private:
+  struct Entry {
+    uint64_t key = 0;  // 0: free
+    double base_ns = 0;
+    int samples = 0;
+  };
+  Entry* Find(uint64_t key, bool insert);
+  Entry table_[kKernelTableSize];
+  int used_ = 0;
+  bool any_alone_ = false;
+  int64_t newest_alone_ns_ = 0;  // when the newest baseline sample was taken (any_alone_)
+  // The period so far: beside-opportunistic samples with a baseline (their baselines' and
+  // times' sums), and all beside-opportunistic samples.
+  double base_sum_ = 0, time_sum_ = 0;
+  int judged_ = 0, beside_ = 0;
+};
+
+}  // namespace gslice::compute
