@@ -61,8 +61,10 @@ void PrintNode(FILE* out, const std::string& node_json, bool with_processes) {
     if (sharing.is_object()) {
       const bool mps = Or(sharing["substrate"], "") == "mps";
       how = !mps ? "time-sliced"
-            : sharing["mps_uid"].is_number_integer() ? "MPS (uid " + std::to_string(sharing["mps_uid"].get<int64_t>()) + ")"
-                                                     : "MPS (free)";
+            : sharing["mps_uid"].is_number_integer()
+                ? "MPS (uid " + std::to_string(sharing["mps_uid"].get<int64_t>()) +
+                      (Or(sharing["mps_class"], "any") == "any" ? "" : ", " + Or(sharing["mps_class"], "")) + ")"
+                : "MPS (free)";
       why_gpu.push_back("  GPU " + index + ": " + Or(sharing["why"], "?") +
                         (mps ? "; " + Or(sharing["mps_uid_why"], "") : std::string()));
     }

@@ -320,9 +320,10 @@ bool SliceFromDaemon(const std::string& name, std::string* gpus, std::string* me
 
 // Puts the program on its GPU's MPS where gsliced says the slice shares it through MPS
 // (docs/compute.md, "The substrate"): its pipe and log folders, the class's client priority
-// and the cap as a thread percentage. Only for a program of the uid the GPU's MPS serves: one
-// of another uid would wait at CUDA initialisation for that uid's programs to end. Without
-// MPS nothing is set and the slice runs time-sliced. -v says which, and why.
+// and the cap as a thread percentage. Only for a program of the uid and class the GPU's MPS
+// serves: one of another uid would wait at CUDA initialisation for that uid's programs to end,
+// and one of the other class would share its faults (docs/compute.md, "Faults"). Without MPS
+// nothing is set and the slice runs time-sliced. -v says which, and why.
 void JoinMps(const std::string& name, bool opportunistic, const std::string& cap, bool verbose) {
   DaemonReply reply = DaemonClient(DaemonAddressFromEnvironment()).Call("GET", "/v1/slices/" + name, "", 5000);
   auto slice = reply.ok() ? nlohmann::json::parse(reply.body, nullptr, false) : nlohmann::json();
@@ -331,7 +332,10 @@ void JoinMps(const std::string& name, bool opportunistic, const std::string& cap
   const auto& mps = gpu["mps"];
   std::string why = gpu.value("sharing_why", std::string());
   const int64_t me = static_cast<int64_t>(getuid());
-  if (slice["gpus"].size() == 1 && mps.is_object() && mps["uid"].is_number_integer() && mps["uid"].get<int64_t>() == me) {
+  const std::string cls = slice.value("class", std::string(opportunistic ? "opportunistic" : "guaranteed"));
+  const std::string serves = mps.is_object() ? mps.value("class", std::string("any")) : "";
+  if (slice["gpus"].size() == 1 && mps.is_object() && mps["uid"].is_number_integer() && mps["uid"].get<int64_t>() == me &&
+      (serves == "any" || serves == cls)) {
     MpsClientSetting setting{.pipe_directory = mps.value("pipe_directory", std::string()),
                              .log_directory = mps.value("log_directory", std::string()),
                              .opportunistic = opportunistic,
@@ -340,9 +344,11 @@ void JoinMps(const std::string& name, bool opportunistic, const std::string& cap
     if (verbose) fprintf(stderr, "  sharing: MPS (%s)\n", why.c_str());
     return;
   }
-  if (mps.is_object()) {
+  if (mps.is_object() && mps.value("uid", int64_t{-1}) != me) {
     why = "its GPU's MPS serves uid " + std::to_string(mps.value("uid", int64_t{-1})) + " and this program runs as uid " +
           std::to_string(me);
+  } else if (mps.is_object()) {
+    why = "its GPU's MPS serves the " + serves + " slices of uid " + std::to_string(me) + " and this one is " + cls;
   }
   if (verbose) fprintf(stderr, "  sharing: time-sliced (%s)\n", why.c_str());
 }

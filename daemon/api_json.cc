@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "admission.h"
+#include "gslice/mps_client.h"
 #include "gslice/units.h"
 
 namespace gslice {
@@ -37,6 +38,8 @@ json ToJson(const GpuView& g) {
                            {"reason", g.sharing.reason},
                            {"why", g.sharing.why},
                            {"mps_uid", g.sharing.tenant_uid < 0 ? json(nullptr) : json(g.sharing.tenant_uid)},
+                           {"mps_class", g.sharing.tenant_uid < 0 ? json(nullptr)
+                                                                  : json(MpsClassName(g.sharing.tenant_class))},
                            {"mps_uid_why", g.sharing.tenant_why},
                            {"mps_restarts", g.mps_restarts}}}};
 }
@@ -85,6 +88,7 @@ json ToJson(const SliceView& v, const std::vector<GpuView>& gpus) {
     g["sharing"] = mps ? "mps" : "time-sliced";
     g["sharing_why"] = sharing != v.sharing.end() ? sharing->second.why : "";
     g["mps"] = mps ? json{{"uid", sharing->second.uid},
+                          {"class", MpsClassName(sharing->second.slice_class)},
                           {"pipe_directory", sharing->second.pipe_directory},
                           {"log_directory", sharing->second.log_directory}}
                    : json(nullptr);

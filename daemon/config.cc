@@ -140,6 +140,12 @@ const Option kOptions[] = {
      "Off unless asked for: a fatal GPU fault of one program on an MPS server ends every program\n"
      "on that server, guaranteed ones included (docs/compute.md, \"Faults\").",
      &DaemonConfig::mps},
+    {"mps_classes", R"("one")",
+     "Which slices of a GPU's MPS uid share its server: \"one\" class at a time, picked with the\n"
+     "uid (the class of its oldest slice there; its slices of the other class are time-sliced\n"
+     "beside the server), or \"mixed\": both classes, so an opportunistic program's fatal fault\n"
+     "ends the guaranteed work on that server too (docs/compute.md, \"Faults\").",
+     &DaemonConfig::mps_classes},
     {"mps_control", R"("nvidia-cuda-mps-control")",
      "The MPS control program: a path, or a name looked up on $PATH.",
      &DaemonConfig::mps_control},
@@ -345,6 +351,10 @@ Status ValidateConfig(const DaemonConfig& config) {
   }
   if (MpsMode mode; !ParseMpsMode(config.mps, &mode)) {
     return Status::BadRequest("mps: '" + config.mps + "' is not auto, on or off");
+  }
+  if (MpsClasses classes; !ParseMpsClasses(config.mps_classes, &classes)) {
+    return Status::BadRequest("mps_classes: '" + config.mps_classes +
+                              "' is not one (each GPU's MPS serves one class of its uid) or mixed (both classes)");
   }
   if (config.mps != "off" && (config.mps_directory.empty() || config.mps_directory[0] != '/')) {
     return Status::BadRequest("mps_directory: '" + config.mps_directory + "' is not an absolute path, e.g. \"/run/gsliced/mps\"");

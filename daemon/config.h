@@ -37,6 +37,7 @@ struct DaemonConfig {
   int64_t slices_reserved_for_admins = 8;
   // NVIDIA MPS as the compute-sharing substrate (daemon/mps_service.h, docs/compute.md).
   std::string mps;            // "auto", "on" or "off"
+  std::string mps_classes;    // "one" or "mixed" (mps_plan.h)
   std::string mps_control;    // nvidia-cuda-mps-control: a path, or a name on $PATH
   std::string mps_directory;  // the GPUs' pipe and log folders
   // Pod labels for GPU processes (daemon/pod_resolver.h); off without a node name.

@@ -197,6 +197,7 @@ int main(int argc, char** argv) {
   // MPS control daemons for the GPUs (daemon/mps_service.h, docs/compute.md).
   MpsServiceOptions mps_options{.control = config.mps_control, .directory = config.mps_directory};
   ParseMpsMode(config.mps, &mps_options.mode);  // ValidateConfig checked it
+  ParseMpsClasses(config.mps_classes, &mps_options.classes);
   auto mps = std::make_unique<MpsService>(mps_options);
   if (Status s = mps->Prepare(); !s.ok()) return Fail(s.message());
   std::fprintf(stderr, "gsliced: mps: %s\n", mps->Describe().c_str());

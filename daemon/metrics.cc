@@ -2,6 +2,8 @@
 
 #include <charconv>
 
+#include "gslice/mps_client.h"
+
 namespace gslice {
 namespace {
 
@@ -24,6 +26,7 @@ enum MetricId {
   kGpuUtilization,
   kGpuSharing,
   kGpuMpsUid,
+  kGpuMpsClass,
   kGpuMpsRestarts,
   kSliceMemoryLimit,
   kSliceMemoryUsed,
@@ -65,6 +68,9 @@ constexpr MetricDef kMetrics[kMetricCount] = {
      "How the GPU is shared (value 1): substrate mps or time-sliced, and the reason: serving, mps-off, "
      "no-control, compute-mode or daemon-down."},
     {"gslice_gpu_mps_uid", Kind::kGauge, "The uid the GPU's MPS serves; absent while it serves no one."},
+    {"gslice_gpu_mps_class", Kind::kGauge,
+     "The class of that uid's slices the GPU's MPS serves (value 1): guaranteed, opportunistic, or any "
+     "(both, mps_classes \"mixed\"); absent while it serves no one."},
     {"gslice_gpu_mps_restarts_total", Kind::kCounter,
      "Times the GPU's MPS control daemon was found dead and started again."},
     {"gslice_slice_memory_limit_bytes", Kind::kGauge, "Memory limit of the slice on the GPU."},
@@ -203,6 +209,12 @@ std::string RenderMetrics(const NodeSnapshot& snap, const RegistryCounters& regi
   w.Header(kGpuMpsUid);
   for (const GpuView& g : snap.gpus) {
     if (g.sharing.mps && g.sharing.tenant_uid >= 0) w.Sample(kGpuMpsUid, {{"gpu", g.gpu.uuid}}, double(g.sharing.tenant_uid));
+  }
+  w.Header(kGpuMpsClass);
+  for (const GpuView& g : snap.gpus) {
+    if (g.sharing.mps && g.sharing.tenant_uid >= 0) {
+      w.Sample(kGpuMpsClass, {{"gpu", g.gpu.uuid}, {"class", std::string(MpsClassName(g.sharing.tenant_class))}}, 1);
+    }
   }
   w.Header(kGpuMpsRestarts);
   for (const GpuView& g : snap.gpus) w.Sample(kGpuMpsRestarts, {{"gpu", g.gpu.uuid}}, g.mps_restarts);

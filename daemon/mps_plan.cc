@@ -13,6 +13,23 @@ std::string GpuText(unsigned index) { return "GPU " + std::to_string(index); }
 
 std::string UidText(int64_t uid) { return "uid " + std::to_string(uid); }
 
+// Who a GPU's MPS is for: a uid and, under "one", a class of its slices.
+struct Tenant {
+  int64_t uid = -1;
+  std::optional<SliceClass> cls;
+  bool operator==(const Tenant&) const = default;
+  bool operator<(const Tenant& o) const { return std::tie(uid, cls) < std::tie(o.uid, o.cls); }
+};
+
+// Whether `c` came before `than` (nullptr: before anything); ties go by name.
+bool Older(const MpsCandidate& c, const MpsCandidate* than) {
+  return than == nullptr || std::tie(c.created_at, c.slice) < std::tie(than->created_at, than->slice);
+}
+
+std::string TenantText(const Tenant& t) {
+  return t.cls ? "the " + std::string(ToString(*t.cls)) + " slices of " + UidText(t.uid) : UidText(t.uid);
+}
+
 const char* ComputeModeName(int mode) {
   switch (mode) {
     case NVML_COMPUTEMODE_DEFAULT: return "DEFAULT";
@@ -43,6 +60,18 @@ std::string_view ToString(MpsMode mode) {
   }
   return "off";
 }
+
+bool ParseMpsClasses(std::string_view text, MpsClasses* out) {
+  for (MpsClasses c : {MpsClasses::kOne, MpsClasses::kMixed}) {
+    if (text == ToString(c)) {
+      *out = c;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string_view ToString(MpsClasses classes) { return classes == MpsClasses::kMixed ? "mixed" : "one"; }
 
 GpuSharing DecideGpuSharing(MpsMode mode, bool control_found, const std::string& control, int compute_mode,
                             unsigned index, bool daemon_up, const std::string& daemon_problem) {
@@ -76,36 +105,51 @@ GpuSharing DecideGpuSharing(MpsMode mode, bool control_found, const std::string&
   return {.mps = true, .reason = "serving", .why = "gsliced's MPS control daemon serves " + gpu};
 }
 
-MpsPlan PlanMps(const std::vector<MpsGpuState>& gpus, const std::vector<MpsCandidate>& slices) {
+MpsPlan PlanMps(const std::vector<MpsGpuState>& gpus, const std::vector<MpsCandidate>& slices, MpsClasses classes) {
+  // The tenant a slice would make: its uid, and its class where a server serves one.
+  auto tenant_of = [classes](const MpsCandidate& c) {
+    return Tenant{.uid = c.uid, .cls = classes == MpsClasses::kOne ? std::optional(c.slice_class) : std::nullopt};
+  };
   MpsPlan plan;
   for (const MpsGpuState& g : gpus) {
     GpuSharing sharing = g.sharing;
     sharing.tenant_uid = -1;
+    sharing.tenant_class.reset();
     sharing.tenant_why.clear();
     const std::string gpu = GpuText(g.index);
+    const Tenant given{.uid = g.tenant_uid, .cls = g.tenant_class};
     std::vector<const MpsCandidate*> here;
     for (const MpsCandidate& c : slices) {
       if (std::find(c.gpus.begin(), c.gpus.end(), g.uuid) != c.gpus.end()) here.push_back(&c);
     }
+    Tenant planned;
     if (sharing.mps) {
-      // Who holds it: the uids of slices here that can use MPS, deleted ones included.
-      std::set<int64_t> holders;
+      // Who holds it: the tenants of slices here that can use MPS, deleted ones included.
+      std::set<Tenant> holders;
       const MpsCandidate* oldest = nullptr;
+      const MpsCandidate* oldest_of_given = nullptr;  // of the given uid, deleted ones included
       for (const MpsCandidate* c : here) {
         if (c->gpus.size() != 1 || c->uid < 0) continue;
-        holders.insert(c->uid);
-        if (c->deleted) continue;
-        if (oldest == nullptr || std::tie(c->created_at, c->slice) < std::tie(oldest->created_at, oldest->slice)) {
-          oldest = c;
-        }
+        holders.insert(tenant_of(*c));
+        if (c->uid == given.uid && Older(*c, oldest_of_given)) oldest_of_given = c;
+        if (!c->deleted && Older(*c, oldest)) oldest = c;
       }
-      if (g.tenant_uid >= 0 && holders.count(g.tenant_uid) != 0) {
-        sharing.tenant_uid = g.tenant_uid;
-        sharing.tenant_why = UidText(g.tenant_uid) + " has slices on " + gpu + "; it keeps its MPS until they are gone";
+      if (given.uid >= 0 && holders.count(given) != 0) {
+        planned = given;
+        sharing.tenant_why = given.cls ? TenantText(given) + " on " + gpu + " keep its MPS until they are gone"
+                                       : UidText(given.uid) + " has slices on " + gpu +
+                                             "; it keeps its MPS until they are gone";
+      } else if (classes == MpsClasses::kOne && given.uid >= 0 && !given.cls && oldest_of_given != nullptr) {
+        // Given for both classes (by an earlier gsliced, or under "mixed" before a restart): the
+        // uid keeps it, and its server now serves the class of its oldest slice there.
+        planned = tenant_of(*oldest_of_given);
+        sharing.tenant_why = UidText(given.uid) + " has slices on " + gpu + " and keeps its MPS until they are gone, " +
+                             "for " + TenantText(planned) + " (its oldest there, " + oldest_of_given->slice + ")";
       } else if (oldest != nullptr) {
-        sharing.tenant_uid = oldest->uid;
+        planned = tenant_of(*oldest);
         sharing.tenant_why = UidText(oldest->uid) + " holds the oldest slice on " + gpu + " that can use MPS (" +
-                             oldest->slice + ")";
+                             oldest->slice + (planned.cls ? ", " + std::string(ToString(*planned.cls)) : "") + ")";
+        if (planned.cls) sharing.tenant_why += ": its MPS serves " + TenantText(planned);
         if (g.busy_uid >= 0 && g.busy_uid != oldest->uid) {
           sharing.tenant_why += "; it gets it once the programs of " + UidText(g.busy_uid) +
                                 " still on the MPS server have exited";
@@ -113,9 +157,12 @@ MpsPlan PlanMps(const std::vector<MpsGpuState>& gpus, const std::vector<MpsCandi
       } else {
         sharing.tenant_why = "no slice on " + gpu + " uses its MPS yet: the next one of a single GPU takes it";
       }
+      sharing.tenant_uid = planned.uid;
+      sharing.tenant_class = planned.cls;
     }
     for (const MpsCandidate* c : here) {
       SliceSharing s;
+      const Tenant mine = tenant_of(*c);
       if (!sharing.mps) {
         s.why = sharing.why;
       } else if (c->gpus.size() != 1) {
@@ -123,18 +170,28 @@ MpsPlan PlanMps(const std::vector<MpsGpuState>& gpus, const std::vector<MpsCandi
                 std::to_string(c->gpus.size()) + " GPUs is time-sliced on each";
       } else if (c->uid < 0) {
         s.why = "gsliced does not know the uid its programs run as, and an MPS server serves one uid: time-sliced";
-      } else if (c->uid == sharing.tenant_uid && c->uid == g.tenant_uid) {
+      } else if (mine == planned && mine == given) {
         s.mps = true;
-        s.why = "on " + gpu + "'s MPS server of " + UidText(c->uid);
-      } else if (c->uid == sharing.tenant_uid) {
+        s.why = "on " + gpu + "'s MPS server of " + UidText(c->uid) +
+                (mine.cls ? ", which serves its " + std::string(ToString(*mine.cls)) + " slices alone" : "");
+      } else if (mine == planned) {
         s.why = g.busy_uid >= 0 ? "programs of " + UidText(g.busy_uid) + " still use " + gpu +
                                       "'s MPS server, and one of " + UidText(c->uid) +
                                       " would wait at CUDA initialisation until they exit: time-sliced until then"
-                                : gpu + "'s MPS is being given to " + UidText(c->uid) + ": time-sliced until then";
+                                : gpu + "'s MPS is being given to " + TenantText(mine) + ": time-sliced until then";
+      } else if (c->uid == planned.uid) {
+        // Same uid, the other class (only under "one").
+        const bool guaranteed = c->slice_class == SliceClass::kGuaranteed;
+        s.why = gpu + "'s MPS serves " + TenantText(planned) + ", and this slice is " +
+                std::string(ToString(c->slice_class)) + ": " +
+                (guaranteed ? "a fault of theirs would end its guaranteed work on that server"
+                            : "its faults would end the guaranteed work on that server") +
+                " (docs/compute.md, Faults): time-sliced beside it, as gsliced's mps_classes \"one\" has it; a "
+                "program keeps the substrate it started on, after a class change too, until it starts again";
       } else {
-        s.why = gpu + "'s MPS serves " + UidText(sharing.tenant_uid) +
+        s.why = gpu + "'s MPS serves " + UidText(planned.uid) +
                 ", and a server serves one uid at a time: a program of " + UidText(c->uid) +
-                " on it would wait at CUDA initialisation until every program of " + UidText(sharing.tenant_uid) +
+                " on it would wait at CUDA initialisation until every program of " + UidText(planned.uid) +
                 " there has exited, so it runs time-sliced beside them";
       }
       plan.slices[{c->slice, g.uuid}] = std::move(s);

@@ -19,10 +19,21 @@
 // included), and only then passes on. The hand-over itself is the service's: it gives the
 // socket to a new uid only once no server of another uid has clients (Invariant: a slice is
 // on MPS only where its uid is the tenant the service has actually given the GPU to).
+//
+// A fatal fault of one MPS client (an illegal address, a trap, a program killed mid-kernel)
+// ends every client of its server (docs/compute.md, "Faults"). So under gsliced's
+// mps_classes "one" (the default) a GPU's MPS serves one class of its tenant uid too: the
+// tenant is a uid and a class, picked, held and passed on together by the rule above, and the
+// tenant uid's slices of the other class run time-sliced beside the server, where an
+// opportunistic fault cannot end guaranteed work. Under "mixed" both classes of the tenant
+// share its server (Invariant: under "one" the slices on a GPU's MPS are all of one class, the
+// one the service has given it to). A slice whose class changes moves at the next plan; a
+// program keeps the substrate it connected with until it restarts.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -41,13 +52,23 @@ enum class MpsMode {
 bool ParseMpsMode(std::string_view text, MpsMode* out);
 std::string_view ToString(MpsMode mode);
 
+// gsliced's `mps_classes` option: which classes of its tenant uid a GPU's MPS serves.
+enum class MpsClasses {
+  kOne,    // one class at a time, picked with the uid
+  kMixed,  // both: the operator accepts that an opportunistic fault ends guaranteed work
+};
+bool ParseMpsClasses(std::string_view text, MpsClasses* out);
+std::string_view ToString(MpsClasses classes);
+
 // How one GPU's work is shared, and a short stable code of why (metrics' label).
 struct GpuSharing {
   bool mps = false;        // a control daemon of gsliced serves this GPU now
   std::string reason = {}; // "serving", "mps-off", "no-control", "compute-mode", "daemon-down"
   std::string why = {};    // a sentence a person can act on
   int64_t tenant_uid = -1; // the uid its MPS is for (PlanMps); -1: none yet
-  std::string tenant_why = {};  // why that uid (or why none)
+  // The class of that uid's slices it serves; nullopt: both ("mixed"), or no tenant.
+  std::optional<SliceClass> tenant_class = std::nullopt;
+  std::string tenant_why = {};  // why that uid and class (or why none)
 };
 
 // Whether gsliced runs MPS on a GPU at all, before any slice: the mode, whether the control
@@ -64,6 +85,7 @@ struct MpsCandidate {
   std::vector<std::string> gpus; // UUIDs
   int64_t created_at = 0;        // unix seconds: the oldest slice of a free GPU makes its tenant
   bool deleted = false;          // deleted while its processes run on (holds, never takes)
+  SliceClass slice_class = SliceClass::kGuaranteed;
 };
 
 // One GPU's state as the plan needs it.
@@ -72,6 +94,8 @@ struct MpsGpuState {
   unsigned index = 0;
   GpuSharing sharing;        // DecideGpuSharing's answer (tenant fields ignored)
   int64_t tenant_uid = -1;   // the uid its daemon's socket is given to now (-1: none)
+  // The class of that uid's slices the service has given it to (nullopt: both, or none).
+  std::optional<SliceClass> tenant_class = std::nullopt;
   // The uid of a server that still had clients when the service last tried to give the GPU to
   // another uid (-1: none): the hand-over waits for them.
   int64_t busy_uid = -1;
@@ -89,9 +113,10 @@ struct MpsPlan {
 };
 
 // The plan for `gpus` and the slices on them (see the top of this file): each GPU's tenant,
-// the uid the service should give it to (a GPU that does not serve MPS has none), and each
-// slice's sharing there: MPS only where its uid is that tenant and the GPU is given to it
-// already. Slices on GPUs not in `gpus` are left out.
-MpsPlan PlanMps(const std::vector<MpsGpuState>& gpus, const std::vector<MpsCandidate>& slices);
+// the uid and class the service should give it to (a GPU that does not serve MPS has none;
+// the class is nullopt under kMixed), and each slice's sharing there: MPS only where its uid
+// and class are that tenant and the GPU is given to it already. Slices on GPUs not in `gpus`
+// are left out.
+MpsPlan PlanMps(const std::vector<MpsGpuState>& gpus, const std::vector<MpsCandidate>& slices, MpsClasses classes);
 
 }  // namespace gslice

@@ -279,7 +279,9 @@ std::string MpsService::Describe() const {
            "' here, so every GPU is time-sliced (set mps_control to its path to use MPS)";
   }
   return std::string(ToString(options_.mode)) + ": one control daemon per GPU in compute mode DEFAULT (" +
-         control_path_ + "), folders under " + options_.directory;
+         control_path_ + "), folders under " + options_.directory + "; each serves one uid and " +
+         (options_.classes == MpsClasses::kOne ? "one class of its slices at a time (mps_classes = \"one\")"
+                                               : "both classes of its slices (mps_classes = \"mixed\")");
 }
 
 bool MpsService::ShouldServe(const Gpu& g) const {
@@ -292,10 +294,18 @@ void MpsService::Publish(Gpu& g) {
   MpsDaemonState s = g.state;
   s.gpu.sharing = DecideGpuSharing(options_.mode, !control_path_.empty(), options_.control, g.compute_mode,
                                    s.gpu.index, s.pid > 0, g.problem);
-  const std::string tenant = !s.gpu.sharing.mps ? "" : s.gpu.tenant_uid >= 0 ? std::to_string(s.gpu.tenant_uid) : "none";
+  const bool one_class = options_.classes == MpsClasses::kOne;
+  const MpsTenant published{.serving = s.gpu.sharing.mps,
+                            .uid = s.gpu.sharing.mps ? s.gpu.tenant_uid : -1,
+                            .one_class = one_class,
+                            .slice_class = one_class && s.gpu.sharing.mps && s.gpu.tenant_uid >= 0
+                                               ? s.gpu.tenant_class
+                                               : std::nullopt};
+  const std::string tenant = !published.serving ? ""
+                             : std::to_string(published.uid) + " " + std::string(MpsClassName(published.slice_class));
   if (tenant != g.published_tenant && !control_path_.empty()) {
     std::string error;
-    if (WriteMpsTenant(options_.directory, s.gpu.uuid, s.gpu.sharing.mps, s.gpu.tenant_uid, &error)) {
+    if (WriteMpsTenant(options_.directory, s.gpu.uuid, published, &error)) {
       g.published_tenant = tenant;
     } else {
       Log(GpuText(s.gpu.index) + ": " + error);
@@ -391,6 +401,7 @@ bool MpsService::Start(Gpu* g) {
     Log(GpuText(s.gpu.index) + ": " + error + "; its daemon stays root's alone");
     GiveSocket(*g, -1, &error);
     s.gpu.tenant_uid = -1;
+    s.gpu.tenant_class.reset();
   }
   if (!EnsureFolder(gpu_dir, 0711, &error)) {
     g->problem = error;
@@ -441,6 +452,7 @@ void MpsService::StopDaemon(Gpu* g, const char* why) {
   }
   s.pid = 0;
   s.gpu.tenant_uid = -1;
+  s.gpu.tenant_class.reset();
   s.gpu.busy_uid = -1;
 }
 
@@ -481,6 +493,10 @@ void MpsService::Reconcile(const std::vector<GpuInfo>& gpus) {
                  lstat((g.state.pipe_directory + "/" + kControlSocket).c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
         g.state.pid = pid;
         g.state.gpu.tenant_uid = st.st_uid != 0 ? static_cast<int64_t>(st.st_uid) : -1;
+        // The class it served is the one the previous gsliced published with that uid; unknown
+        // (nullopt) otherwise, and then the plan names one, which Hand sets.
+        const MpsTenant was = ReadMpsTenant(options_.directory, info.uuid);
+        if (was.serving && was.uid == g.state.gpu.tenant_uid) g.state.gpu.tenant_class = was.slice_class;
         std::string error;
         if ((st.st_mode & 07777) != 0600 && !GiveSocket(g, g.state.gpu.tenant_uid, &error)) Log(gpu + ": " + error);
         Log(gpu + ": adopted its running MPS control daemon (pid " + std::to_string(pid) + ")" +
@@ -537,13 +553,23 @@ void MpsService::Reconcile(const std::vector<GpuInfo>& gpus) {
   }
 }
 
-void MpsService::Hand(const std::string& uuid, int64_t uid) {
+void MpsService::Hand(const std::string& uuid, int64_t uid, std::optional<SliceClass> cls) {
   std::lock_guard work(work_mu_);
   auto it = gpus_.find(uuid);
   if (it == gpus_.end() || it->second.state.pid <= 0) return;
   Gpu& g = it->second;
   MpsGpuState& s = g.state.gpu;
-  if (s.tenant_uid == uid && s.busy_uid < 0) return;
+  if (uid < 0) cls.reset();
+  if (s.tenant_uid == uid && s.busy_uid < 0) {
+    if (s.tenant_class != cls) {
+      Log(GpuText(s.index) + ": its MPS of uid " + std::to_string(uid) + " now serves its " +
+          (cls ? std::string(ToString(*cls)) : std::string("guaranteed and opportunistic")) + " slices (was " +
+          std::string(MpsClassName(s.tenant_class)) + ")");
+      s.tenant_class = cls;
+      Publish(g);
+    }
+    return;
+  }
   const std::string gpu = GpuText(s.index);
   std::string error;
   // Closed first, so that no new client of the old tenant slips in while the servers are asked.
@@ -553,6 +579,7 @@ void MpsService::Hand(const std::string& uuid, int64_t uid) {
   }
   const int64_t previous = s.tenant_uid;
   s.tenant_uid = -1;
+  s.tenant_class.reset();
   s.busy_uid = -1;
   if (uid >= 0) {
     ControlAnswer servers = RunControl(control_path_, g.state, "get_server_list", options_.command_timeout);
@@ -585,9 +612,12 @@ void MpsService::Hand(const std::string& uuid, int64_t uid) {
       return;
     }
     s.tenant_uid = uid;
+    s.tenant_class = cls;
   }
   if (previous != s.tenant_uid) {
-    Log(gpu + ": its MPS is " + (uid >= 0 ? "given to uid " + std::to_string(uid) : std::string("closed")) +
+    Log(gpu + ": its MPS is " +
+        (uid >= 0 ? "given to uid " + std::to_string(uid) + (cls ? " for its " + std::string(ToString(*cls)) + " slices" : "")
+                  : std::string("closed")) +
         (previous >= 0 ? " (was uid " + std::to_string(previous) + ")" : ""));
   }
   Publish(g);

@@ -9,8 +9,8 @@
 //   <directory>/<GPU-uuid>/pipe/    0711  CUDA_MPS_PIPE_DIRECTORY: the daemon's socket
 //                                         `control`, its pid file, the servers' log pipe
 //   <directory>/<GPU-uuid>/log/     0700  CUDA_MPS_LOG_DIRECTORY: the daemon's logs
-//   <directory>/<GPU-uuid>/tenant   0644  whether it serves and to whom (gslice/mps_client.h),
-//                                         for the Kubernetes plugins
+//   <directory>/<GPU-uuid>/tenant   0644  whether it serves, to which uid and class
+//                                         (gslice/mps_client.h), for the Kubernetes plugins
 //   <directory>/<GPU-uuid>/draining 0644  the pid of a daemon asked to quit that still has
 //                                         clients: closed to all, it is waited for, never adopted
 // Who reaches a daemon: its socket `control` is given to the GPU's tenant (Hand), mode 0600,
@@ -19,7 +19,9 @@
 // alone. A program of any other uid that is pointed at the folder cannot connect and runs
 // without MPS (what CUDA does when it cannot reach a daemon); it never queues behind the
 // tenant. Nothing under <directory> is writable by anyone but root, so the pid file and the
-// socket gsliced talks to are the daemon's.
+// socket gsliced talks to are the daemon's. The class a GPU serves (mps_plan.h) is not a
+// matter of the socket (both classes of a uid run as that uid): it is kept by where gslice run
+// and the plugins put each slice, which they read from the API and the tenant file.
 //
 // Thread-safe. Reconcile, Hand and Stop may take seconds (they run the control program); they
 // are serialised among themselves, and States never waits for them.
@@ -29,6 +31,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +43,7 @@ namespace gslice {
 
 struct MpsServiceOptions {
   MpsMode mode = MpsMode::kAuto;
+  MpsClasses classes = MpsClasses::kOne;  // which classes of its uid a GPU's MPS serves
   std::string control = "nvidia-cuda-mps-control";  // a path, or a name looked up in $PATH
   std::string directory = "/run/gsliced/mps";
   std::chrono::milliseconds start_timeout{5000};    // for `-d` to return and the pid file to show
@@ -77,11 +81,17 @@ class MpsService {
   // longer listed or no longer allowed to quit. Called at start and by the sampler.
   void Reconcile(const std::vector<GpuInfo>& gpus);
 
-  // Gives GPU `uuid`'s daemon to `uid` (-1: to no one but root). Before another uid gets it the
-  // socket is closed to all and the daemon asked for its servers: while one of another uid
-  // still has clients the GPU stays closed and its busy_uid says whose they are (the next Hand
-  // asks again). Does nothing for a GPU without a running daemon.
-  void Hand(const std::string& uuid, int64_t uid);
+  // Gives GPU `uuid`'s daemon to `uid` (-1: to no one but root) for its slices of class `cls`
+  // (nullopt: both; ignored without a uid). Before another uid gets it the socket is closed to
+  // all and the daemon asked for its servers: while one of another uid still has clients the
+  // GPU stays closed and its busy_uid says whose they are (the next Hand asks again). Another
+  // class of the same uid takes it at once: the plan passes the class on only once no slice of
+  // the previous one is left there, its deleted ones still running included. Does nothing for
+  // a GPU without a running daemon.
+  void Hand(const std::string& uuid, int64_t uid, std::optional<SliceClass> cls);
+
+  // The options' mps_classes, for the plan.
+  MpsClasses classes() const { return options_.classes; }
 
   // Every GPU the service knows, in the order Reconcile was given them.
   std::vector<MpsDaemonState> States() const;

@@ -629,7 +629,12 @@ void Registry::StopMps() {
 std::vector<MpsCandidate> Registry::MpsCandidates() const {
   std::vector<MpsCandidate> out;
   auto add = [&](const Slice& s, bool deleted) {
-    MpsCandidate c{.slice = s.name, .uid = s.owner_uid, .gpus = {}, .created_at = s.created_at, .deleted = deleted};
+    MpsCandidate c{.slice = s.name,
+                   .uid = s.owner_uid,
+                   .gpus = {},
+                   .created_at = s.created_at,
+                   .deleted = deleted,
+                   .slice_class = s.slice_class};
     // A slice made for someone without an account here (a pod's namespace), or found in the
     // ledger: its programs run as the uid its usage is given to.
     if (auto o = ledger_owners_.find(s.name); c.uid < 0 && o != ledger_owners_.end()) c.uid = o->second;
@@ -643,21 +648,28 @@ std::vector<MpsCandidate> Registry::MpsCandidates() const {
 
 void Registry::ApplyMpsPlan() {
   if (mps_ == nullptr) return;
-  std::vector<std::pair<std::string, int64_t>> hands;
+  struct Handing {
+    std::string uuid;
+    int64_t uid;
+    std::optional<SliceClass> cls;
+  };
+  std::vector<Handing> hands;
   {
     std::lock_guard lock(mu_);
     std::vector<MpsGpuState> gpus;
     for (const MpsDaemonState& d : mps_->States()) gpus.push_back(d.gpu);
-    const MpsPlan plan = PlanMps(gpus, MpsCandidates());
+    const MpsPlan plan = PlanMps(gpus, MpsCandidates(), mps_->classes());
     for (const MpsGpuState& g : gpus) {
       if (!g.sharing.mps) continue;
-      // The plan's tenant is the one the GPU has, or the uid of its oldest slice that would
-      // use it, or none: a GPU is never given to a uid without such a slice.
-      const int64_t target = plan.gpus.at(g.uuid).tenant_uid;
-      if (target != g.tenant_uid || g.busy_uid >= 0) hands.emplace_back(g.uuid, target);
+      // The plan's tenant is the one the GPU has, or the uid (and class) of its oldest slice
+      // that would use it, or none: a GPU is never given to a uid without such a slice.
+      const GpuSharing& target = plan.gpus.at(g.uuid);
+      if (target.tenant_uid != g.tenant_uid || target.tenant_class != g.tenant_class || g.busy_uid >= 0) {
+        hands.push_back({g.uuid, target.tenant_uid, target.tenant_class});
+      }
     }
   }
-  for (const auto& [uuid, uid] : hands) mps_->Hand(uuid, uid);
+  for (const Handing& h : hands) mps_->Hand(h.uuid, h.uid, h.cls);
   if (!hands.empty()) generation_++;
 }
 
@@ -671,7 +683,7 @@ NodeSnapshot Registry::Snapshot() {
   std::vector<MpsDaemonState> daemons = mps_ != nullptr ? mps_->States() : std::vector<MpsDaemonState>{};
   std::vector<MpsGpuState> planned;
   for (const MpsDaemonState& d : daemons) planned.push_back(d.gpu);
-  const MpsPlan plan = PlanMps(planned, MpsCandidates());
+  const MpsPlan plan = PlanMps(planned, MpsCandidates(), mps_ != nullptr ? mps_->classes() : MpsClasses::kOne);
   auto daemon_of = [&daemons](const std::string& uuid) -> const MpsDaemonState* {
     for (const MpsDaemonState& d : daemons) {
       if (d.gpu.uuid == uuid) return &d;
@@ -725,6 +737,7 @@ NodeSnapshot Registry::Snapshot() {
       sharing.why = p->second.why;
       if (sharing.mps && d != nullptr) {
         sharing.uid = d->gpu.tenant_uid;
+        sharing.slice_class = d->gpu.tenant_class;
         sharing.pipe_directory = d->pipe_directory;
         sharing.log_directory = d->log_directory;
       }
@@ -985,6 +998,7 @@ Result<Slice> Registry::Transition(const std::string& name, bool suspend, const 
 
 Result<SliceUpdate> Registry::UpdateSlice(const std::string& name, const SliceChange& change, const Caller& caller) {
   SliceUpdate update;
+  bool reclassed = false;
   for (int attempt = 0;; ++attempt) {
     std::map<std::string, uint64_t> held;
     std::string holds;
@@ -1021,10 +1035,12 @@ Result<SliceUpdate> Registry::UpdateSlice(const std::string& name, const SliceCh
           }
           return s;
         }
+        reclassed = slice->slice_class != next.slice_class;
         *slice = next;
         generation_++;
         update.slice = next;
-        return update;
+        if (!reclassed) return update;
+        break;  // out of the lock: its GPUs' MPS may pass to its new class (mps_plan.h)
       }
       if (held.empty()) return published;
       holds = HeldText(next, held, gpus_);
@@ -1044,6 +1060,8 @@ Result<SliceUpdate> Registry::UpdateSlice(const std::string& name, const SliceCh
     update.note = "suspended slice '" + name + "' to make room: it held " + holds + "; `gslice resume " + name +
                   "` brings it back (what it restores counts against the new limit)";
   }
+  ApplyMpsPlan();
+  return update;
 }
 
 Result<Project> Registry::CreateProject(const Project& project) {

@@ -35,6 +35,7 @@ struct SliceGpuSharing {
   bool mps = false;
   std::string why;
   int64_t uid = -1;                 // on MPS: the uid its server serves (its programs must run as it)
+  std::optional<SliceClass> slice_class = std::nullopt;  // on MPS: the class it serves; nullopt: both
   std::string pipe_directory = {};  // on MPS: CUDA_MPS_PIPE_DIRECTORY
   std::string log_directory = {};   // on MPS: CUDA_MPS_LOG_DIRECTORY
 };

@@ -31,17 +31,30 @@ std::string MpsTenantPath(const std::string& mps_directory, const std::string& u
   return mps_directory + "/" + uuid + "/tenant";
 }
 
-bool WriteMpsTenant(const std::string& mps_directory, const std::string& uuid, bool serving, int64_t uid,
+bool MpsTakes(const MpsTenant& tenant, int64_t uid, SliceClass cls) {
+  if (!tenant.serving || tenant.uid < 0 || tenant.uid != uid) return false;
+  return !tenant.one_class || tenant.slice_class == cls;
+}
+
+std::string_view MpsClassName(std::optional<SliceClass> cls) {
+  if (!cls) return "any";
+  return *cls == SliceClass::kOpportunistic ? "opportunistic" : "guaranteed";
+}
+
+bool WriteMpsTenant(const std::string& mps_directory, const std::string& uuid, const MpsTenant& tenant,
                     std::string* error) {
   const std::string path = MpsTenantPath(mps_directory, uuid);
-  if (!serving) {
+  if (!tenant.serving) {
     if (unlink(path.c_str()) != 0 && errno != ENOENT) {
       *error = "cannot remove " + path + ": " + std::strerror(errno);
       return false;
     }
     return true;
   }
-  const std::string text = uid >= 0 ? "uid " + std::to_string(uid) + "\n" : "none\n";
+  const std::string who = tenant.uid >= 0 ? "uid " + std::to_string(tenant.uid) : "none";
+  std::string_view cls = "any";
+  if (tenant.one_class) cls = tenant.slice_class ? MpsClassName(tenant.slice_class) : "pending";
+  const std::string text = who + " class " + std::string(cls) + "\n";
   const std::string temp = path + ".new";
   unlink(temp.c_str());
   const int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
@@ -70,13 +83,35 @@ MpsTenant ReadMpsTenant(const std::string& mps_directory, const std::string& uui
   const ssize_t n = trusted ? read(fd, buf, sizeof buf - 1) : -1;
   close(fd);
   if (n <= 0) return {};
-  const std::string text(buf, static_cast<size_t>(n));
-  if (text == "none\n") return {.serving = true, .uid = -1};
-  if (text.rfind("uid ", 0) != 0 || text.back() != '\n') return {};
-  char* end = nullptr;
-  const long long uid = std::strtoll(text.c_str() + 4, &end, 10);
-  if (end == text.c_str() + 4 || *end != '\n' || uid < 0 || uid > 0xfffffffell) return {};
-  return {.serving = true, .uid = uid};
+  std::string text(buf, static_cast<size_t>(n));
+  if (text.back() != '\n') return {};
+  text.pop_back();
+  // "<who>[ class <class>]"; <who> is "none" or "uid N".
+  std::string who = text, cls = "any";
+  if (const size_t at = text.find(" class "); at != std::string::npos) {
+    who = text.substr(0, at);
+    cls = text.substr(at + 7);
+  }
+  MpsTenant tenant{.serving = true};
+  if (who != "none") {
+    if (who.rfind("uid ", 0) != 0 || who.size() == 4 || who.size() > 14 ||
+        who.find_first_not_of("0123456789", 4) != std::string::npos) {
+      return {};
+    }
+    const long long uid = std::strtoll(who.c_str() + 4, nullptr, 10);
+    if (uid > 0xfffffffell) return {};
+    tenant.uid = uid;
+  }
+  if (cls == "guaranteed" || cls == "opportunistic") {
+    if (tenant.uid < 0) return {};  // a class is chosen with the uid that takes the GPU
+    tenant.one_class = true;
+    tenant.slice_class = cls == "guaranteed" ? SliceClass::kGuaranteed : SliceClass::kOpportunistic;
+  } else if (cls == "pending") {
+    tenant.one_class = true;
+  } else if (cls != "any") {
+    return {};
+  }
+  return tenant;
 }
 
 }  // namespace gslice

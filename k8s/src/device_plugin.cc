@@ -272,13 +272,32 @@ MpsPlacement PlaceOnMps(const DevicePluginConfig& config, const PendingContainer
     return {.why = "GPU " + gpu.uuid + "'s MPS serves uid " + std::to_string(tenant.uid) + ", not the container's " +
                    std::to_string(p.run_as_user) + ": time-sliced beside it"};
   }
+  // One class per server (gsliced's mps_classes "one"): a fatal fault of any client ends every
+  // client of the server, so the classes of one uid never share it.
+  const std::string cls(ToString(p.slice_class));
+  const gslice::SliceClass ledger_class =
+      p.slice_class == SliceClass::kOpportunistic ? gslice::SliceClass::kOpportunistic : gslice::SliceClass::kGuaranteed;
+  if (tenant.one_class && !tenant.slice_class) {
+    return {.why = "GPU " + gpu.uuid + "'s MPS serves one class of its uid at a time and which one is not settled " +
+                   (tenant.uid < 0 ? "(it is given to no one yet)" : "yet") +
+                   ": time-sliced, so that no fault of the other class's programs can end this one's "
+                   "(docs/compute.md, Faults)"};
+  }
+  if (tenant.uid >= 0 && !MpsTakes(tenant, p.run_as_user, ledger_class)) {
+    const bool guaranteed = ledger_class == gslice::SliceClass::kGuaranteed;
+    return {.why = "GPU " + gpu.uuid + "'s MPS serves the " + std::string(MpsClassName(tenant.slice_class)) +
+                   " slices of uid " + std::to_string(tenant.uid) + ", and this one is " + cls + ": " +
+                   (guaranteed ? "a fault of theirs would end its work" : "its faults would end the guaranteed work") +
+                   " on that server (docs/compute.md, Faults): time-sliced"};
+  }
   if (!p.host_ipc) {
     return {.why = "an MPS client shares memory with its server in the host's IPC namespace, and the pod has no "
                    "hostIPC: true"};
   }
   const std::string dir = config.mps_directory + "/" + gpu.uuid;
   return {.mps = true,
-          .why = "on GPU " + gpu.uuid + "'s MPS server of uid " + std::to_string(p.run_as_user),
+          .why = "on GPU " + gpu.uuid + "'s MPS server of uid " + std::to_string(p.run_as_user) +
+                 (tenant.one_class ? " for its " + cls + " slices" : std::string()),
           .pipe_directory = dir + "/pipe",
           .log_directory = dir + "/log"};
 }
@@ -350,9 +369,9 @@ void BuildContainerResponse(const DevicePluginConfig& config, const PendingConta
     d->set_container_path("/dev/" + n);
     d->set_permissions("rw");
   }
-  // MPS where gsliced gives this GPU's to the container's uid (or to no one yet: gsliced then
-  // gives it when it adopts the slice, if still free; a program that starts before gets no
-  // access and runs time-sliced, never waiting).
+  // MPS where gsliced gives this GPU's to the container's uid and class (or, under mps_classes
+  // "mixed", to no one yet: gsliced then gives it when it adopts the slice, if still free; a
+  // program that starts before gets no access and runs time-sliced, never waiting).
   const MpsPlacement mps = PlaceOnMps(config, p);
   if (mps.mps) {
     const MpsClientSetting setting{.pipe_directory = mps.pipe_directory,

@@ -2,7 +2,8 @@
 // (mps_control_standin.cc) and a stand-in CUDA program (mps_client_probe.cc): one daemon per
 // GPU with private folders, started again when it dies, asked to quit when gsliced stops;
 // `gslice run` of one user on MPS with its class's priority and its cap as a thread
-// percentage; a second user's slice on that GPU time-sliced, told why, and never waiting.
+// percentage; a second user's slice on that GPU time-sliced, told why, and never waiting; the
+// user's slices of the other class time-sliced beside its server under mps_classes "one".
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -149,7 +150,7 @@ TEST_F(MpsSim, RunsOneDaemonPerGpuInFoldersOfItsOwn) {
     EXPECT_TRUE(S_ISSOCK(socket));
     EXPECT_EQ(socket & 07777, 0600u);
     EXPECT_EQ(owner, 0u);
-    EXPECT_EQ(testing::ReadAll(gpu + "/tenant"), "none\n");
+    EXPECT_EQ(testing::ReadAll(gpu + "/tenant"), "none class pending\n");  // mps_classes "one"
     // Each daemon sees its GPU alone, and its own folders.
     const std::string env = Environ(DaemonPid(i));
     EXPECT_NE(env.find("CUDA_VISIBLE_DEVICES=" + Uuid(i) + "\n"), std::string::npos) << env;
@@ -290,6 +291,9 @@ TEST_F(MpsSim, AutoWithoutTheControlProgramSaysSoAndOnRefusesToStart) {
 TEST_F(MpsSim, OneUsersSlicesRunOnMpsAtTheirClassesPriority) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root (to run programs as other users)";
   Configure("on");
+  // Both classes on one server, one after the other (under "one" the second would wait for
+  // the first slice's entry to be gone).
+  std::ofstream(dir_ + "/gsliced.toml", std::ios::app) << "mps_classes = \"mixed\"\n";
   StartForEveryone();
   ASSERT_TRUE(Eventually([&] { return Serving(); })) << Log();
   std::string out, err;
@@ -348,7 +352,7 @@ TEST_F(MpsSim, ASecondUserOnTheGpuIsTimeSlicedAndNeverWaits) {
   uid_t owner = 0;
   EXPECT_EQ(ModeOf(Pipe(0) + "/control", &owner) & 07777, 0600u);
   EXPECT_EQ(owner, static_cast<uid_t>(kAlice));
-  EXPECT_EQ(testing::ReadAll(mps_ + "/" + Uuid(0) + "/tenant"), "uid 1000\n");
+  EXPECT_EQ(testing::ReadAll(mps_ + "/" + Uuid(0) + "/tenant"), "uid 1000 class guaranteed\n");
   // So do the metrics.
   auto metrics = Api().Get("/metrics");
   ASSERT_TRUE(metrics);
@@ -366,7 +370,7 @@ TEST_F(MpsSim, ASecondUserOnTheGpuIsTimeSlicedAndNeverWaits) {
   // gslice ls says which is which.
   std::string ls, err;
   ASSERT_EQ(Cli("ls", &ls, &err), 0) << err;
-  EXPECT_NE(ls.find("MPS (uid 1000)"), std::string::npos) << ls;
+  EXPECT_NE(ls.find("MPS (uid 1000, guaranteed)"), std::string::npos) << ls;
   EXPECT_NE(ls.find("time-sliced"), std::string::npos) << ls;
 
   // A program of bob's pointed at alice's daemon by hand cannot reach it: it runs without MPS
@@ -396,6 +400,57 @@ TEST_F(MpsSim, ASecondUserOnTheGpuIsTimeSlicedAndNeverWaits) {
   const std::string control_log = testing::ReadAll(mps_ + "/" + Uuid(0) + "/log/control.log");
   EXPECT_EQ(control_log.find("WAITING"), std::string::npos) << control_log;
   EXPECT_NE(control_log.find("SERVED"), std::string::npos) << control_log;
+}
+
+// A fatal fault of one MPS client ends every client of its server (docs/compute.md, "Faults"):
+// under mps_classes "one" a user's opportunistic program runs time-sliced beside the server
+// its guaranteed program uses, and says why; once the guaranteed work is gone the server
+// passes to the other class.
+TEST_F(MpsSim, TheTenantsOtherClassIsTimeSlicedBesideItsServer) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (to run programs as other users)";
+  Configure("on");
+  StartForEveryone();
+  ASSERT_TRUE(Eventually([&] { return Serving(); })) << Log();
+  const std::string hold = dir_ + "/release", train_out = dir_ + "/train.out";
+  const pid_t train = RunInBackground(kAlice, "--name train --gpus 0 --memory 256MiB", train_out, "--hold-file " + hold);
+  ASSERT_TRUE(Eventually([&] { return testing::ReadAll(train_out).find("mps: served") != std::string::npos; }))
+      << testing::ReadAll(train_out) << Log();
+  EXPECT_EQ(testing::ReadAll(mps_ + "/" + Uuid(0) + "/tenant"), "uid 1000 class guaranteed\n");
+  EXPECT_EQ(Gpu(0)["sharing"]["mps_uid"], kAlice);
+  EXPECT_EQ(Gpu(0)["sharing"]["mps_class"], "guaranteed");
+  EXPECT_EQ(Get("/v1/slices/train")["gpus"][0]["mps"]["class"], "guaranteed");
+
+  // alice's opportunistic program on the same GPU: no MPS, and -v says why.
+  std::string out, err;
+  ASSERT_EQ(Cli("run --sim -v --name batch --gpus 0 --memory 256MiB --class opportunistic -- " +
+                    std::string(GSLICE_TEST_MPS_CLIENT),
+                &out, &err, std::to_string(kAlice)),
+            0)
+      << out << err << Log();
+  EXPECT_NE(out.find("uid=1000 pipe=- "), std::string::npos) << out;
+  EXPECT_NE(out.find("mps: none"), std::string::npos) << out;
+  EXPECT_NE(err.find("sharing: time-sliced"), std::string::npos) << err;
+  EXPECT_NE(err.find("its faults would end the guaranteed work on that server"), std::string::npos) << err;
+  auto metrics = Api().Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("gslice_gpu_mps_class{gpu=\"" + Uuid(0) + "\",class=\"guaranteed\"} 1"),
+            std::string::npos)
+      << metrics->body;
+  std::string ls;
+  ASSERT_EQ(Cli("ls", &ls, &err), 0) << err;
+  EXPECT_NE(ls.find("MPS (uid 1000, guaranteed)"), std::string::npos) << ls;
+
+  // Once the guaranteed program and its slice are gone, the next opportunistic one gets MPS.
+  std::ofstream(hold) << "go";
+  EXPECT_EQ(Wait(train), 0) << testing::ReadAll(train_out);
+  ASSERT_TRUE(Eventually([&] { return Gpu(0)["sharing"]["mps_uid"].is_null(); })) << Gpu(0).dump(2);
+  ASSERT_EQ(Cli("run --sim --gpus 0 --memory 256MiB --class opportunistic -- " + std::string(GSLICE_TEST_MPS_CLIENT),
+                &out, &err, std::to_string(kAlice)),
+            0)
+      << out << err;
+  EXPECT_NE(out.find("uid=1000 pipe=" + Pipe(0)), std::string::npos) << out;
+  EXPECT_NE(out.find("priority=1"), std::string::npos) << out;
+  EXPECT_NE(out.find("mps: served by server"), std::string::npos) << out;
 }
 
 // A program left on a GPU's MPS server after its slice is gone (one that never showed in the

@@ -509,7 +509,10 @@ TEST(ContainerMps, OnlyAContainerOfTheGpusUidGetsItsMps) {
   EXPECT_NE(none.annotations().at("gslice.io/sharing").find("serves no MPS"), std::string::npos);
 
   std::string error;
-  ASSERT_TRUE(WriteMpsTenant(config.mps_directory, uuid, true, 1000, &error)) << error;
+  ASSERT_TRUE(WriteMpsTenant(config.mps_directory, uuid,
+                             {.serving = true, .uid = 1000, .one_class = true, .slice_class = gslice::SliceClass::kOpportunistic},
+                             &error))
+      << error;
   v1beta1::ContainerAllocateResponse on;
   auto env = env_of(p, &on);
   const std::string dir = config.mps_directory + "/" + uuid;
@@ -527,13 +530,14 @@ TEST(ContainerMps, OnlyAContainerOfTheGpusUidGetsItsMps) {
   EXPECT_EQ(mps_mounts, 2);
   EXPECT_EQ(on.annotations().at("gslice.io/sharing").rfind("mps: ", 0), 0u);
 
-  // A GPU given to no one yet: gsliced gives it when it adopts the slice.
-  ASSERT_TRUE(WriteMpsTenant(config.mps_directory, uuid, true, -1, &error)) << error;
+  // A GPU given to no one yet under mps_classes "mixed": gsliced gives it when it adopts the
+  // slice.
+  ASSERT_TRUE(WriteMpsTenant(config.mps_directory, uuid, {.serving = true}, &error)) << error;
   v1beta1::ContainerAllocateResponse free;
   EXPECT_EQ(env_of(p, &free).count("CUDA_MPS_PIPE_DIRECTORY"), 1u);
 
   // Another uid's GPU, an unknown uid, no hostIPC, two GPUs: time-sliced, and why.
-  ASSERT_TRUE(WriteMpsTenant(config.mps_directory, uuid, true, 1001, &error)) << error;
+  ASSERT_TRUE(WriteMpsTenant(config.mps_directory, uuid, {.serving = true, .uid = 1001}, &error)) << error;
   struct Case {
     std::function<void(PendingContainer*)> change;
     const char* why;
@@ -554,12 +558,116 @@ TEST(ContainerMps, OnlyAContainerOfTheGpusUidGetsItsMps) {
     EXPECT_NE(sharing.find(k.why), std::string::npos) << sharing;
   }
   // A tenant file anyone could have written is not gsliced's.
+  ASSERT_TRUE(WriteMpsTenant(config.mps_directory, uuid, {.serving = true, .uid = 1001}, &error)) << error;
   chmod(MpsTenantPath(config.mps_directory, uuid).c_str(), 0666);
   v1beta1::ContainerAllocateResponse planted;
   PendingContainer c = p;
   c.run_as_user = 1001;
   EXPECT_EQ(env_of(c, &planted).count("CUDA_MPS_PIPE_DIRECTORY"), 0u);
   fs::remove_all(config.mps_directory);
+}
+
+std::string TenantText(const std::string& mps_directory, const std::string& uuid) {
+  std::ifstream in(MpsTenantPath(mps_directory, uuid));
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// A fatal fault of one MPS client ends every client of its server (docs/compute.md, "Faults"):
+// under gsliced's mps_classes "one" a container joins its GPU's MPS only where the tenant file
+// names its uid and its slice's class; a class not settled yet keeps it off.
+TEST(ContainerMps, OnlyAContainerOfTheServersClassGetsItsMps) {
+  if (geteuid() != 0) GTEST_SKIP() << "the plugins trust only root's tenant files";
+  const std::string uuid = "GPU-a0010203-0405-0607-0809-0a0b0c0d0e10";
+  DevicePluginConfig config;
+  config.mps_directory = (fs::temp_directory_path() / ("gslice-plugin-mpsc-" + std::to_string(getpid()))).string();
+  fs::remove_all(config.mps_directory);
+  fs::create_directories(config.mps_directory + "/" + uuid);
+  PendingContainer p;
+  p.namespace_name = "ns";
+  p.pod_name = "pod";
+  p.container = {"main", {{uuid, 0, 1024, 0}}};
+  p.run_as_user = 1000;
+  p.host_ipc = true;
+  auto place = [&](SliceClass cls) {
+    PendingContainer c = p;
+    c.slice_class = cls;
+    return PlaceOnMps(config, c);
+  };
+  std::string error;
+  ASSERT_TRUE(WriteMpsTenant(config.mps_directory, uuid,
+                             {.serving = true, .uid = 1000, .one_class = true, .slice_class = gslice::SliceClass::kGuaranteed},
+                             &error))
+      << error;
+  EXPECT_EQ(TenantText(config.mps_directory, uuid), "uid 1000 class guaranteed\n");
+  EXPECT_TRUE(place(SliceClass::kGuaranteed).mps) << place(SliceClass::kGuaranteed).why;
+  MpsPlacement off = place(SliceClass::kOpportunistic);
+  EXPECT_FALSE(off.mps);
+  EXPECT_NE(off.why.find("its faults would end the guaranteed work on that server"), std::string::npos) << off.why;
+
+  ASSERT_TRUE(WriteMpsTenant(config.mps_directory, uuid,
+                             {.serving = true, .uid = 1000, .one_class = true, .slice_class = gslice::SliceClass::kOpportunistic},
+                             &error))
+      << error;
+  EXPECT_TRUE(place(SliceClass::kOpportunistic).mps);
+  off = place(SliceClass::kGuaranteed);
+  EXPECT_FALSE(off.mps);
+  EXPECT_NE(off.why.find("a fault of theirs would end its work"), std::string::npos) << off.why;
+
+  // Given to no one yet, or adopted with a class gsliced does not know: neither class, since
+  // the server may end up the other's.
+  for (int64_t uid : {int64_t{-1}, int64_t{1000}}) {
+    ASSERT_TRUE(WriteMpsTenant(config.mps_directory, uuid, {.serving = true, .uid = uid, .one_class = true}, &error))
+        << error;
+    for (SliceClass cls : {SliceClass::kGuaranteed, SliceClass::kOpportunistic}) {
+      MpsPlacement pending = place(cls);
+      EXPECT_FALSE(pending.mps) << uid;
+      EXPECT_NE(pending.why.find("not settled"), std::string::npos) << pending.why;
+    }
+  }
+
+  // "mixed": both classes of the uid.
+  ASSERT_TRUE(WriteMpsTenant(config.mps_directory, uuid, {.serving = true, .uid = 1000}, &error)) << error;
+  EXPECT_EQ(TenantText(config.mps_directory, uuid), "uid 1000 class any\n");
+  EXPECT_TRUE(place(SliceClass::kGuaranteed).mps);
+  EXPECT_TRUE(place(SliceClass::kOpportunistic).mps);
+  fs::remove_all(config.mps_directory);
+}
+
+// The tenant file's lines (gslice/mps_client.h), the one-field lines of earlier versions
+// (which put both classes on a server: class any), and anything else (not serving).
+TEST(MpsTenantFile, ReadsWhatGslicedWritesAndRefusesTheRest) {
+  if (geteuid() != 0) GTEST_SKIP() << "the plugins trust only root's tenant files";
+  const std::string dir = (fs::temp_directory_path() / ("gslice-tenant-" + std::to_string(getpid()))).string();
+  const std::string uuid = "GPU-x";
+  fs::remove_all(dir);
+  fs::create_directories(dir + "/" + uuid);
+  auto read = [&](const std::string& text) {
+    std::ofstream(MpsTenantPath(dir, uuid), std::ios::trunc) << text;
+    chmod(MpsTenantPath(dir, uuid).c_str(), 0644);
+    return ReadMpsTenant(dir, uuid);
+  };
+  MpsTenant t = read("uid 1000 class opportunistic\n");
+  EXPECT_TRUE(t.serving && t.uid == 1000 && t.one_class && t.slice_class == gslice::SliceClass::kOpportunistic);
+  t = read("uid 1000 class any\n");
+  EXPECT_TRUE(t.serving && t.uid == 1000 && !t.one_class && !t.slice_class);
+  t = read("none class pending\n");
+  EXPECT_TRUE(t.serving && t.uid == -1 && t.one_class && !t.slice_class);
+  t = read("none class any\n");
+  EXPECT_TRUE(t.serving && t.uid == -1 && !t.one_class);
+  // An earlier version's lines.
+  t = read("uid 1000\n");
+  EXPECT_TRUE(t.serving && t.uid == 1000 && !t.one_class && !t.slice_class);
+  EXPECT_TRUE(MpsTakes(t, 1000, gslice::SliceClass::kOpportunistic) && MpsTakes(t, 1000, gslice::SliceClass::kGuaranteed));
+  t = read("none\n");
+  EXPECT_TRUE(t.serving && t.uid == -1 && !t.one_class);
+  for (const char* bad : {"uid 1000 class both\n", "uid 1000 class\n", "uid 1000 class guaranteed", "uid x class any\n",
+                          "uid -1 class any\n", "uid 99999999999 class any\n", "none class guaranteed\n",
+                          "uid 1000  class any\n", "\n"}) {
+    EXPECT_FALSE(read(bad).serving) << bad;
+  }
+  EXPECT_EQ(MpsClassName(std::nullopt), "any");
+  EXPECT_EQ(MpsClassName(gslice::SliceClass::kGuaranteed), "guaranteed");
+  fs::remove_all(dir);
 }
 
 // gsliced adopts only names of 1-63 characters of [a-z0-9._-] starting with a letter or digit

@@ -108,8 +108,9 @@ struct PendingContainer {
 };
 
 // Whether a container goes on its GPU's MPS (docs/kubernetes.md, "MPS"): one GPU, gsliced's
-// MPS serving it (`mps_directory`'s tenant file) for the container's runAsUser or for no one
-// yet, and the pod in the host's IPC namespace. `why` says what decided.
+// MPS serving it (`mps_directory`'s tenant file) for the container's runAsUser and its slice's
+// class (or, under gsliced's mps_classes "mixed", for no one yet), and the pod in the host's
+// IPC namespace. `why` says what decided.
 struct MpsPlacement {
   bool mps = false;
   std::string why;
