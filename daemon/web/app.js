@@ -286,7 +286,8 @@ function legend(container, items) {
 function sharingStat(sharing) {
   if (!sharing) return el('span', {});
   const mps = sharing.substrate === 'mps';
-  const text = !mps ? 'time-sliced' : sharing.mps_uid === null ? 'MPS (free)' : 'MPS (uid ' + sharing.mps_uid + ')';
+  const cls = sharing.mps_class && sharing.mps_class !== 'any' ? ', ' + sharing.mps_class : '';
+  const text = !mps ? 'time-sliced' : sharing.mps_uid === null ? 'MPS (free)' : 'MPS (uid ' + sharing.mps_uid + cls + ')';
   const why = sharing.why + (mps && sharing.mps_uid_why ? '; ' + sharing.mps_uid_why : '');
   return el('span', {class: 'sharing', title: why}, 'sharing ', el('b', {text: text}));
 }
