@@ -451,6 +451,19 @@ TEST_F(MpsSim, TheTenantsOtherClassIsTimeSlicedBesideItsServer) {
   EXPECT_NE(out.find("uid=1000 pipe=" + Pipe(0)), std::string::npos) << out;
   EXPECT_NE(out.find("priority=1"), std::string::npos) << out;
   EXPECT_NE(out.find("mps: served by server"), std::string::npos) << out;
+
+  // A class change (gslice set --class) moves a slice at the next plan: the GPU's only slice
+  // made opportunistic takes the server for that class.
+  ASSERT_EQ(Cli("create infer --gpus 0 --memory 256MiB", &out, &err, std::to_string(kAlice)), 0) << err;
+  const std::string tenant = mps_ + "/" + Uuid(0) + "/tenant";
+  ASSERT_TRUE(Eventually([&] { return testing::ReadAll(tenant) == "uid 1000 class guaranteed\n"; }))
+      << testing::ReadAll(tenant) << Log();
+  ASSERT_EQ(Cli("set infer --class opportunistic", &out, &err, std::to_string(kAlice)), 0) << err;
+  ASSERT_TRUE(Eventually([&] { return testing::ReadAll(tenant) == "uid 1000 class opportunistic\n"; }))
+      << testing::ReadAll(tenant) << Log();
+  json infer = Get("/v1/slices/infer");
+  EXPECT_EQ(infer["gpus"][0]["sharing"], "mps") << infer.dump(2);
+  EXPECT_EQ(infer["gpus"][0]["mps"]["class"], "opportunistic") << infer.dump(2);
 }
 
 // A program left on a GPU's MPS server after its slice is gone (one that never showed in the
