@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "gpu_query.h"
+#include "gslice/clock.h"
 #include "gslice/ledger.h"
 #include "gslice/options.h"
 #include "gslice/pid_namespace.h"

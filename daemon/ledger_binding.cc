@@ -12,6 +12,7 @@
 #include <pwd.h>
 #include <unistd.h>
 
+#include "gslice/clock.h"
 #include "gslice/ledger.h"
 #include "gslice/pid_namespace.h"
 #include "gslice/trace_format.h"

@@ -106,12 +106,6 @@ void InitState(NodeState* s, const Config& c) {
 
 }  // namespace
 
-uint64_t MonotonicNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
-
 std::string FormatGpuUuid(const uint8_t u[16]) {
   char buf[48];
   std::snprintf(buf, sizeof buf,

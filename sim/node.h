@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <string>
 
+#include "gslice/clock.h"
+
 namespace gslice::sim {
 
 inline constexpr uint32_t kMaxDevices = 16;
@@ -55,8 +57,6 @@ bool ParseGpuUuid(const std::string& text, uint8_t uuid[16]);
 
 // Path of the state file: GSLICE_SIM_STATE, else /dev/shm/gslice-sim-<uid>.
 std::string StatePath();
-
-uint64_t MonotonicNs();
 
 // Identity of a process that survives pid reuse: pid plus its start time.
 struct ProcessId {

@@ -3,13 +3,14 @@
 #include <fcntl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+
+#include "gslice/clock.h"
 
 namespace gslice {
 namespace {
@@ -23,11 +24,9 @@ constexpr int kNameAttempts = 16;
 std::string RandomName() {
   uint64_t r = 0;
   if (getrandom(&r, sizeof r, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof r)) {
-    timespec ts{};
-    clock_gettime(CLOCK_MONOTONIC, &ts);
     static uint64_t counter = 0;
-    r = (static_cast<uint64_t>(ts.tv_nsec) << 20) ^ static_cast<uint64_t>(ts.tv_sec) ^
-        (static_cast<uint64_t>(getpid()) << 40) ^ (++counter * 0x9e3779b97f4a7c15ull);
+    r = (static_cast<uint64_t>(MonotonicNs()) << 20) ^ (static_cast<uint64_t>(getpid()) << 40) ^
+        (++counter * 0x9e3779b97f4a7c15ull);
   }
   char name[32];
   snprintf(name, sizeof name, ".gslice-%016llx", static_cast<unsigned long long>(r));

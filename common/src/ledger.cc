@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gslice/clock.h"
 #include "gslice/owner_lock.h"
 #include "gslice/pid_namespace.h"
 #include "gslice/shrink_guard.h"
@@ -127,12 +128,6 @@ const char* LedgerErrorString(LedgerError e) {
     case LedgerError::kNotPermitted: return "not permitted: only the ledger's writer (gsliced) creates slices and sets limits";
   }
   return "unknown ledger error";
-}
-
-int64_t MonotonicNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
 uint64_t ProcessStartTime(uint32_t pid) {

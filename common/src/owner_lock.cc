@@ -6,7 +6,8 @@
 
 #include <cerrno>
 
-#include "gslice/ledger.h"  // ProcessAlive, MonotonicNs
+#include "gslice/clock.h"
+#include "gslice/ledger.h"  // ProcessAlive
 
 namespace gslice {
 namespace {

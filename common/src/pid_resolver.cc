@@ -1,16 +1,10 @@
 #include <dirent.h>
-#include <time.h>
 
+#include "gslice/clock.h"
 #include "gslice/pid_namespace.h"
 
 namespace gslice {
 namespace {
-
-int64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 bool ParsePid(const char* s, uint32_t* out) {
   uint64_t v = 0;
@@ -70,7 +64,7 @@ uint32_t PidResolver::Resolve(uint64_t pid_ns, uint32_t pid, uint64_t start_time
       StartTimeIs(hit->second.outer_pid, hit->second.start_time)) {
     return hit->second.outer_pid;
   }
-  const int64_t now = NowNs();
+  const int64_t now = MonotonicNs();
   if (scanned_ && now - last_scan_ns_ < min_rescan_ns_) return 0;
   scanned_ = true;
   last_scan_ns_ = now;

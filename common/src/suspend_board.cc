@@ -18,6 +18,7 @@
 #include <set>
 #include <vector>
 
+#include "gslice/clock.h"
 #include "gslice/ledger.h"
 #include "gslice/owner_lock.h"
 #include "gslice/pid_namespace.h"

@@ -8,6 +8,7 @@
 #include <new>
 #include <string>
 
+#include "gslice/clock.h"
 #include "gslice/ledger.h"
 #include "gslice/options.h"
 #include "cuda_exports.h"

@@ -7,6 +7,7 @@
 
 #include <string_view>
 
+#include "gslice/clock.h"
 #include "gslice/options.h"
 #include "gslice/units.h"
 #include "log.h"

@@ -19,6 +19,7 @@
 #include <new>
 
 #include "cuda_exports.h"
+#include "gslice/clock.h"
 #include "gslice/options.h"
 #include "gslice/quiet_thread.h"
 #include "gslice/trace_format.h"
@@ -120,12 +121,6 @@ std::atomic<bool> g_start_failed{false};
 int64_t g_started_mono = 0;
 int64_t g_started_unix = 0;
 char g_cupti_note[256] = "\"not started\"";
-
-int64_t UnixNs() {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 // ---- writing a part -------------------------------------------------------------------------
 
@@ -480,12 +475,6 @@ uint64_t RingCapacity() {
 int64_t g_clock_shift = 0;
 int64_t g_clock_ppm = 0;
 int64_t g_clock_base = 0;
-
-int64_t MonotonicNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 void ReadClockShift() {
   const char* v = OptionValue(Option::TraceClockShift);

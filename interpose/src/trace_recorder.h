@@ -45,7 +45,8 @@ inline bool Recording() {
   return detail::g_ready.load(std::memory_order_acquire) || detail::Start();
 }
 
-// CLOCK_MONOTONIC in nanoseconds (vDSO: no system call).
+// The recording clock: MonotonicNs (gslice/clock.h), moved by GSLICE_TRACE_CLOCK_SHIFT when a
+// test sets it.
 int64_t NowNs();
 
 // Called by the cuInit hook once the real driver is up: real is the shim's table of real

@@ -8,6 +8,7 @@
 #include "attach.h"
 #include "call_stats.h"
 #include "context_stack.h"
+#include "gslice/clock.h"
 #include "gslice/options.h"
 #include "kept_answers.h"
 #include "log.h"
@@ -95,9 +96,9 @@ bool Call::FromCache(Kept* kept) {
 
 CUresult Call::Run() {
   if (!ClientTracing()) return Forward();
-  const int64_t start = ClientTraceNow();
+  const int64_t start = MonotonicNs();
   const CUresult result = Forward();
-  RecordCall(op_, mode_, seq_, Lane(), start, ClientTraceNow());
+  RecordCall(op_, mode_, seq_, Lane(), start, MonotonicNs());
   return result;
 }
 

@@ -10,7 +10,6 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +20,7 @@
 #include <vector>
 
 #include "calls.h"
+#include "gslice/clock.h"
 #include "gslice/options.h"
 #include "gslice/trace_format.h"
 #include "log.h"
@@ -109,12 +109,6 @@ void Push(const Record& r) {
   std::atomic_thread_fence(std::memory_order_release);
   slot.r = r;
   slot.seq.store(i + 1, std::memory_order_release);
-}
-
-int64_t UnixNs() {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
 uint32_t ThreadId() {
@@ -228,7 +222,7 @@ void WriteTrace() {
   uint64_t served_dropped = 0;
   std::string why_no_worker = "this process held no worker";
   CUresult failed = CUDA_SUCCESS;
-  if (MeasureClock(&ClientTraceNow, &last, &failed)) {
+  if (MeasureClock(&MonotonicNs, &last, &failed)) {
     std::unique_lock<std::mutex> lock(g_attach_mu);
     const ClockPoint attached = g_attach_pid == getpid() ? g_attach_clock : ClockPoint{};
     lock.unlock();
@@ -359,7 +353,7 @@ void WriteTrace() {
 
 void AfterForkInChild() {
   g_base = g_next.load(std::memory_order_relaxed);
-  g_started_mono = ClientTraceNow();
+  g_started_mono = MonotonicNs();
   g_started_unix = UnixNs();
 }
 
@@ -392,7 +386,7 @@ __attribute__((constructor)) void StartClientTrace() {
   snprintf(g_folder, sizeof g_folder, "%s", folder);
   g_ring = static_cast<Slot*>(ring);
   g_mask = cap - 1;
-  g_started_mono = ClientTraceNow();
+  g_started_mono = MonotonicNs();
   g_started_unix = UnixNs();
   pthread_atfork(nullptr, nullptr, AfterForkInChild);
   atexit(WriteTrace);
@@ -408,7 +402,7 @@ __attribute__((constructor)) void StartClientTrace() {
 
 void ClientTraceAttached() {
   ClockPoint point;
-  if (MeasureClock(&ClientTraceNow, &point)) {
+  if (MeasureClock(&MonotonicNs, &point)) {
     std::lock_guard<std::mutex> lock(g_attach_mu);
     g_attach_clock = point;
     g_attach_pid = getpid();
@@ -436,7 +430,7 @@ std::atomic<bool> g_ready{false};
 bool Start() { return g_ready.load(std::memory_order_acquire); }
 }  // namespace detail
 
-int64_t NowNs() { return remote::ClientTraceNow(); }
+int64_t NowNs() { return MonotonicNs(); }
 
 uint32_t ThreadId() { return remote::ThreadId(); }
 

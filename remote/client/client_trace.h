@@ -14,11 +14,11 @@
 // flow and the time outside that execution shown as "request: network + queue" and
 // "reply: network".
 //
+// The client's clock is MonotonicNs (gslice/clock.h).
+//
 // Cost when off: one relaxed load per forwarded call (ClientTracing()). When on: two clock
 // reads (vDSO) and a 40-byte record claimed with one fetch_add. Nothing here fails a call.
 #pragma once
-
-#include <time.h>
 
 #include <atomic>
 #include <cstdint>
@@ -31,13 +31,6 @@ extern std::atomic<bool> g_on;
 
 // True while the process records: the one check on a call's path.
 inline bool ClientTracing() { return client_trace_detail::g_on.load(std::memory_order_relaxed); }
-
-// CLOCK_MONOTONIC in nanoseconds: the client's timeline clock.
-inline int64_t ClientTraceNow() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 // How a forwarded call went.
 enum class CallMode : uint8_t {

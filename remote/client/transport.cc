@@ -11,6 +11,7 @@
 
 #include "calls.h"
 #include "deferred_copies.h"
+#include "gslice/clock.h"
 #include "gslice/quiet_thread.h"
 #include "log.h"
 #include "shm_ring.h"
@@ -36,7 +37,7 @@ namespace {
 // batches a few tens of microseconds apart, not only at the program's next synchronisation.
 constexpr size_t kQueueBytes = 64 * 1024;
 constexpr size_t kQueueFrames = 64;
-constexpr uint64_t kFlushAfterNs = 50'000;
+constexpr int64_t kFlushAfterNs = 50'000;
 
 // The process's one connection (the header's concurrency contract). It is made on the first
 // call that needs a GPU (worker_attach.h).
@@ -46,7 +47,7 @@ struct Connection {
   uint32_t seq = 0;     // REQUIRES g_send_mu
   std::vector<uint8_t> queued;  // frames of async calls not sent yet, in call order; REQUIRES g_send_mu
   size_t queued_frames = 0;     // REQUIRES g_send_mu
-  uint64_t queued_since = 0;    // CLOCK_MONOTONIC ns when the oldest queued frame was queued; REQUIRES g_send_mu
+  int64_t queued_since = 0;     // MonotonicNs when the oldest queued frame was queued; REQUIRES g_send_mu
   bool reading = false;         // a thread is reading answers; REQUIRES g_mu
   Waiter* waiters = nullptr;    // threads waiting for answers; REQUIRES g_mu
 };
@@ -58,12 +59,6 @@ Connection g_conn;
 // Sticky: kNoServerResult or kLostResult once the connection failed (read without a lock on
 // the fast path, written under both locks).
 std::atomic<CUresult> g_failed{CUDA_SUCCESS};
-
-uint64_t NowNs() {
-  timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return static_cast<uint64_t>(t.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(t.tv_nsec);
-}
 
 // REQUIRES g_send_mu.
 bool FlushLocked() {
@@ -88,11 +83,11 @@ void* Flusher(void*) {
       pthread_cond_wait(&g_queue_cv, &g_send_mu);
       continue;
     }
-    const uint64_t due = g_conn.queued_since + kFlushAfterNs;
-    if (NowNs() < due) {
+    const int64_t due = g_conn.queued_since + kFlushAfterNs;
+    if (MonotonicNs() < due) {
       // The condition variable uses CLOCK_MONOTONIC (StartFlusher).
-      timespec until{.tv_sec = static_cast<time_t>(due / 1'000'000'000ull),
-                     .tv_nsec = static_cast<long>(due % 1'000'000'000ull)};
+      timespec until{.tv_sec = static_cast<time_t>(due / 1'000'000'000),
+                     .tv_nsec = static_cast<long>(due % 1'000'000'000)};
       pthread_cond_timedwait(&g_queue_cv, &g_send_mu, &until);
       continue;
     }
@@ -140,7 +135,7 @@ bool QueueLocked(const FrameHeader& h, const Writer& payload) {
   FrameHeader sized = h;
   sized.length = static_cast<uint32_t>(payload.size());
   EncodeHeader(sized, head);
-  const uint64_t now = NowNs();
+  const int64_t now = MonotonicNs();
   if (g_conn.queued.empty()) {
     g_conn.queued_since = now;
     StartFlusherLocked();

@@ -11,13 +11,13 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <new>
 
+#include "gslice/clock.h"
 #include "socket_io.h"
 
 namespace gslice::remote {
@@ -65,12 +65,6 @@ struct SharedRings {
 };
 
 namespace {
-
-uint64_t NowNs() {
-  timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return static_cast<uint64_t>(t.tv_sec) * 1000000000ull + static_cast<uint64_t>(t.tv_nsec);
-}
 
 inline void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -129,7 +123,7 @@ bool Wait(SharedRings* r, std::atomic<uint32_t>* word, std::atomic<uint32_t>* wa
   if (r->spin_us > 0) {
     // Between short bursts of polling the spinner yields its core: a runnable thread there (the
     // peer itself, on a machine with few cores) runs instead of waiting for the spin to end.
-    const uint64_t until = NowNs() + static_cast<uint64_t>(r->spin_us) * 1000;
+    const int64_t until = MonotonicNs() + static_cast<int64_t>(r->spin_us) * 1000;
     do {
       for (int i = 0; i < 16; ++i) {
         if (ready()) return true;
@@ -137,10 +131,10 @@ bool Wait(SharedRings* r, std::atomic<uint32_t>* word, std::atomic<uint32_t>* wa
       }
       if (r->closed.load(std::memory_order_relaxed)) return false;
       sched_yield();
-    } while (NowNs() < until);
+    } while (MonotonicNs() < until);
   }
-  const uint64_t slice_ns = static_cast<uint64_t>(r->wait_slice_ms) * 1000000;
-  uint64_t next_check = NowNs() + slice_ns;
+  const int64_t slice_ns = static_cast<int64_t>(r->wait_slice_ms) * 1000000;
+  int64_t next_check = MonotonicNs() + slice_ns;
   for (;;) {
     const uint32_t seen = word->load();
     waiting->store(1);
@@ -155,7 +149,7 @@ bool Wait(SharedRings* r, std::atomic<uint32_t>* word, std::atomic<uint32_t>* wa
     waiting->store(0, std::memory_order_relaxed);
     if (ready()) return true;
     if (r->closed.load()) return false;
-    if (const uint64_t now = NowNs(); now >= next_check) {
+    if (const int64_t now = MonotonicNs(); now >= next_check) {
       if (PeerGone(r)) return Fail(r, "the peer closed its socket");
       next_check = now + slice_ns;
     }

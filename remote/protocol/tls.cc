@@ -13,6 +13,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "gslice/clock.h"
+
 namespace gslice::remote {
 
 struct TlsSession {
@@ -73,12 +75,6 @@ std::string Errors() {
   return out.empty() ? "no detail from OpenSSL" : out;
 }
 
-long long NowMs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
-}
-
 // Waits for fd to become readable or writable. False on a timeout (timeout_ms < 0: none).
 bool Wait(int fd, short events, int timeout_ms) {
   pollfd p = {fd, events, 0};
@@ -129,7 +125,7 @@ void SetNonBlocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK
 
 // Runs a handshake step (SSL_connect or SSL_accept) on a non-blocking socket until done.
 bool Handshake(SSL* ssl, int fd, bool client, int timeout_ms, std::string* error) {
-  const long long deadline = NowMs() + timeout_ms;
+  const long long deadline = MonotonicMs() + timeout_ms;
   for (;;) {
     int rc, why;
     {
@@ -138,7 +134,7 @@ bool Handshake(SSL* ssl, int fd, bool client, int timeout_ms, std::string* error
       why = rc == 1 ? SSL_ERROR_NONE : g_ssl.SSL_get_error(ssl, rc);
     }
     if (rc == 1) return true;
-    const long long left = deadline - NowMs();
+    const long long left = deadline - MonotonicMs();
     if ((why == SSL_ERROR_WANT_READ || why == SSL_ERROR_WANT_WRITE) && left > 0) {
       if (!Wait(fd, why == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, static_cast<int>(left))) {
         *error = "TLS handshake: no answer within " + std::to_string(timeout_ms / 1000) + " s";
@@ -274,9 +270,9 @@ void TlsSetReadTimeout(TlsSession* s, int timeout_ms) { s->read_timeout_ms = tim
 
 ssize_t TlsRead(TlsSession* s, void* p, size_t n) {
   if (n == 0) return 0;
-  const long long deadline = s->read_timeout_ms > 0 ? NowMs() + s->read_timeout_ms : 0;
+  const long long deadline = s->read_timeout_ms > 0 ? MonotonicMs() + s->read_timeout_ms : 0;
   for (;;) {
-    if (deadline != 0 && NowMs() >= deadline) return -1;
+    if (deadline != 0 && MonotonicMs() >= deadline) return -1;
     pthread_mutex_lock(&s->mu);
     int rc, why;
     {

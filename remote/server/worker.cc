@@ -35,7 +35,6 @@
 #include <unistd.h>
 
 #include <sys/syscall.h>
-#include <time.h>
 
 #include <algorithm>
 #include <atomic>
@@ -45,6 +44,7 @@
 #include <vector>
 
 #include "dispatch.h"
+#include "gslice/clock.h"
 #include "gslice/options.h"
 #include "gslice/trace_format.h"
 #include "shared_host.h"
@@ -143,10 +143,7 @@ uint64_t g_served_taken = 0;  // the first index the next fetch reports; REQUIRE
 pthread_mutex_t g_fetch_mu = PTHREAD_MUTEX_INITIALIZER;
 
 int64_t TraceNow() {
-  if (g_trace_now != nullptr) return g_trace_now();
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+  return g_trace_now != nullptr ? g_trace_now() : MonotonicNs();
 }
 
 bool Tracing() { return g_served != nullptr; }
@@ -190,14 +187,12 @@ void RecordServed(const Request& request, uint32_t lane, int64_t start, int64_t 
 // A part for a worker whose shim recorded nothing (gslice/trace_format.h): its header and its
 // name, as the shim would write them.
 std::string EmptyPart() {
-  timespec wall;
-  clock_gettime(CLOCK_REALTIME, &wall);
   const std::string slice = OptionValue(Option::Slice);
   const std::string pid = std::to_string(getpid());
   return TracePartHead(TracePartHeader{
              .pid = getpid(),
              .started_mono_ns = TraceNow(),
-             .started_unix_ns = static_cast<int64_t>(wall.tv_sec) * 1'000'000'000 + wall.tv_nsec,
+             .started_unix_ns = UnixNs(),
              .dropped = 0,
              .slice_json = TraceJsonString(slice),
              .note_json = TraceJsonString("none: the worker's driver calls were not recorded")}) +

@@ -60,7 +60,7 @@ CUresult DoLock(Driver* d, ProcessSlot& slot, uint32_t timeout_ms) {
     std::lock_guard<std::mutex> g(d->gate_m);
     d->locked = true;
   }
-  const uint64_t deadline = timeout_ms == 0 ? UINT64_MAX : MonotonicNs() + timeout_ms * 1'000'000ull;
+  const uint64_t deadline = timeout_ms == 0 ? UINT64_MAX : static_cast<uint64_t>(gslice::MonotonicNs()) + timeout_ms * 1'000'000ull;
   for (;;) {
     bool quiet;
     {
@@ -68,7 +68,7 @@ CUresult DoLock(Driver* d, ProcessSlot& slot, uint32_t timeout_ms) {
       quiet = d->in_flight == 0;
     }
     if (quiet && AllStreamsIdle(d)) break;
-    if (MonotonicNs() >= deadline) {
+    if (static_cast<uint64_t>(gslice::MonotonicNs()) >= deadline) {
       {
         std::lock_guard<std::mutex> g(d->gate_m);
         d->locked = false;

@@ -1082,7 +1082,7 @@ CUresult EventRecord(CUevent e, CUstream h, bool pt) {
   ev->stream = s;
   ev->seq = Enqueue(s, [ev, gen] {
     std::lock_guard<std::mutex> lg(ev->m);
-    if (ev->generation == gen) ev->time_ns = MonotonicNs();
+    if (ev->generation == gen) ev->time_ns = gslice::MonotonicNs();
   });
   return CUDA_SUCCESS;
 }

@@ -241,7 +241,7 @@ CUresult Launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx
     if (target->sticky_error.load() != CUDA_SUCCESS) return;  // a faulted context runs nothing
     if (behaviour == CUfunc_st::Behaviour::kBusy) {
       const uint64_t start = RunOnDevice(target, priority, args.a * 1000, nullptr);
-      ReportKernel(name, target, stream_id, start, MonotonicNs(), correlation);
+      ReportKernel(name, target, stream_id, start, gslice::MonotonicNs(), correlation);
       return;
     }
     if (args.count > (1ull << 40) || !DeviceRangeValid(args.a, args.count * 4) || args.a % 4 != 0) {
@@ -253,7 +253,7 @@ CUresult Launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx
       auto* p = reinterpret_cast<uint32_t*>(args.a);
       for (uint64_t i = 0; i < args.count; ++i) p[i] = args.pattern;
     });
-    ReportKernel(name, target, stream_id, start, MonotonicNs(), correlation);
+    ReportKernel(name, target, stream_id, start, gslice::MonotonicNs(), correlation);
   });
   return CUDA_SUCCESS;
 }

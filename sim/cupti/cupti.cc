@@ -10,12 +10,12 @@
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <atomic>
 #include <mutex>
 #include <string>
 
+#include "gslice/clock.h"
 #include "sim_activity.h"
 
 #define GSLICE_CUPTI_EXPORT extern "C" __attribute__((visibility("default")))
@@ -47,16 +47,10 @@ std::string* InternName(const char* name) {
   return names[count++];
 }
 
-uint64_t MonotonicNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
-
 // The timestamp callback's clock at a monotonic time: its offset, measured now.
 uint64_t ToClientClock(uint64_t mono) {
   if (g_timestamp == nullptr) return mono;
-  const int64_t offset = static_cast<int64_t>(g_timestamp()) - static_cast<int64_t>(MonotonicNs());
+  const int64_t offset = static_cast<int64_t>(g_timestamp()) - gslice::MonotonicNs();
   return static_cast<uint64_t>(static_cast<int64_t>(mono) + offset);
 }
 
@@ -125,7 +119,7 @@ bool FindDriverHook() {
 
 GSLICE_CUPTI_EXPORT CUptiResult cuptiGetTimestamp(uint64_t* timestamp) {
   if (timestamp == nullptr) return CUPTI_ERROR_INVALID_PARAMETER;
-  *timestamp = g_timestamp != nullptr ? g_timestamp() : MonotonicNs();
+  *timestamp = g_timestamp != nullptr ? g_timestamp() : static_cast<uint64_t>(gslice::MonotonicNs());
   return CUPTI_SUCCESS;
 }
 

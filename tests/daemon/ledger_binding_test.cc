@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <string>
 
+#include "gslice/clock.h"
 #include "gslice/ledger.h"
 #include "gslice/pid_namespace.h"
 #include "ledger_binding.h"

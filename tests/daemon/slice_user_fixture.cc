@@ -14,6 +14,7 @@
 #include <cstring>
 #include <string>
 
+#include "gslice/clock.h"
 #include "gslice/ledger.h"
 
 namespace {

@@ -44,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include "gslice/clock.h"
 #include "gslice/nvml_subset.h"
 
 namespace {
@@ -71,12 +72,6 @@ F Sym(void* h, const char* name) {
     CUresult r_ = (call);                            \
     if (r_ != CUDA_SUCCESS) Die(#call, r_);          \
   } while (0)
-
-int64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
 
 CUcontext g_ctx = nullptr;
 CUdevice g_dev = 0;
@@ -444,14 +439,14 @@ int Churn(unsigned seed) {
 }
 
 int Init() {
-  int64_t t0 = NowNs();
+  int64_t t0 = gslice::MonotonicNs();
   Setup();
   FN(cuMemAlloc_v2);
   FN(cuMemFree_v2);
   CUdeviceptr p = 0;
   CK(cuMemAlloc_v2(&p, 1 << 20));
   CK(cuMemFree_v2(p));
-  int64_t t1 = NowNs();
+  int64_t t1 = gslice::MonotonicNs();
   printf("%lld\n", static_cast<long long>((t1 - t0) / 1000));
   return 0;
 }
@@ -564,13 +559,13 @@ int AllocBench(int n, size_t bytes) {
     // One pair: through the hooks, then through the real driver, back to back, so slow
     // phases (other processes holding the driver's locks) hit both alike.
     CUdeviceptr p = 0;
-    int64_t t0 = NowNs();
+    int64_t t0 = gslice::MonotonicNs();
     CK(cuMemAlloc_v2(&p, bytes));
     CK(cuMemFree_v2(p));
-    int64_t t1 = NowNs();
+    int64_t t1 = gslice::MonotonicNs();
     CK(real_alloc(&p, bytes));
     CK(real_free(p));
-    int64_t t2 = NowNs();
+    int64_t t2 = gslice::MonotonicNs();
     hooked.push_back(t1 - t0);
     direct.push_back(t2 - t1);
     diff.push_back((t1 - t0) - (t2 - t1));

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "gslice/clock.h"
 #include "gslice/nvml_subset.h"
 
 namespace {
@@ -159,11 +160,9 @@ int main(int argc, char** argv) {
   CK(cuMemcpyDtoH(back.data(), p, bytes));
   printf("%s\n", back == data ? "intact" : "CORRUPT");
   fflush(stdout);
-  timespec t0, t1;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
+  const int64_t t0 = gslice::MonotonicNs();
   CK(cuMemcpyDtoH(back.data(), p, bytes));
-  clock_gettime(CLOCK_MONOTONIC, &t1);
-  printf("reread %.6f\n", static_cast<double>(t1.tv_sec - t0.tv_sec) + static_cast<double>(t1.tv_nsec - t0.tv_nsec) / 1e9);
+  printf("reread %.6f\n", static_cast<double>(gslice::MonotonicNs() - t0) / 1e9);
   std::memset(pinned, 0, kPinned);
   CK(cuMemcpyDtoHAsync(pinned, q, kPinned, nullptr));
   CK(cuCtxSynchronize());

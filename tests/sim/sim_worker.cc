@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "gslice/clock.h"
 #include "test_support.h"
 
 namespace {
@@ -149,12 +150,6 @@ int Hold(int ordinal, size_t bytes, uint32_t pattern) {
   return 0;
 }
 
-uint64_t NowMs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000;
-}
-
 int Busy(uint64_t kernel_us, uint64_t duration_ms) {
   OR_DIE(cuInit(0));
   CUdevice dev;
@@ -168,11 +163,11 @@ int Busy(uint64_t kernel_us, uint64_t duration_ms) {
   Say("ready");
   std::string go;
   if (!std::getline(std::cin, go) || go != "go") return 3;
-  const uint64_t start_ms = NowMs();
+  const int64_t end_ms = gslice::MonotonicMs() + static_cast<int64_t>(duration_ms);
   uint64_t kernels = 0;
   // Two kernels in flight keep the device fed without running past the window by much.
   OR_DIE(gslice::test::LaunchBusy(busy, kernel_us, nullptr));
-  while (NowMs() < start_ms + duration_ms) {
+  while (gslice::MonotonicMs() < end_ms) {
     OR_DIE(gslice::test::LaunchBusy(busy, kernel_us, nullptr));
     CUevent e;
     OR_DIE(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));

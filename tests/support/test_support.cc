@@ -12,6 +12,8 @@
 #include <ctime>
 #include <mutex>
 
+#include "gslice/clock.h"
+
 extern char** environ;
 
 namespace gslice::test {
@@ -30,12 +32,6 @@ std::string g_state_path;
 
 void RemoveState() {
   if (!g_state_path.empty()) unlink(g_state_path.c_str());
-}
-
-uint64_t NowMs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000;
 }
 
 }  // namespace
@@ -138,7 +134,7 @@ Child::~Child() {
 }
 
 bool Child::ReadLine(std::string* line, int timeout_ms) {
-  const uint64_t deadline = NowMs() + static_cast<uint64_t>(timeout_ms);
+  const int64_t deadline = MonotonicMs() + timeout_ms;
   for (;;) {
     size_t nl = buffer_.find('\n');
     if (nl != std::string::npos) {
@@ -146,7 +142,7 @@ bool Child::ReadLine(std::string* line, int timeout_ms) {
       buffer_.erase(0, nl + 1);
       return true;
     }
-    uint64_t now = NowMs();
+    int64_t now = MonotonicMs();
     if (now >= deadline || out_fd_ < 0) return false;
     pollfd p{out_fd_, POLLIN, 0};
     int rc = poll(&p, 1, static_cast<int>(deadline - now));
@@ -160,10 +156,10 @@ bool Child::ReadLine(std::string* line, int timeout_ms) {
 }
 
 std::string Child::ReadUntil(const std::string& prefix, int timeout_ms) {
-  const uint64_t deadline = NowMs() + static_cast<uint64_t>(timeout_ms);
+  const int64_t deadline = MonotonicMs() + timeout_ms;
   std::string line;
-  while (NowMs() < deadline) {
-    if (!ReadLine(&line, static_cast<int>(deadline - NowMs()))) return "";
+  while (MonotonicMs() < deadline) {
+    if (!ReadLine(&line, static_cast<int>(deadline - MonotonicMs()))) return "";
     if (line.rfind(prefix, 0) == 0) return line;
   }
   return "";
@@ -188,7 +184,7 @@ int Child::Wait(std::string* rest, int timeout_ms) {
       close(in_fd_);
       in_fd_ = -1;
     }
-    const uint64_t deadline = NowMs() + static_cast<uint64_t>(timeout_ms);
+    const int64_t deadline = MonotonicMs() + timeout_ms;
     for (;;) {
       // Keep draining output so the child never blocks on a full pipe.
       std::string line;
@@ -197,7 +193,7 @@ int Child::Wait(std::string* rest, int timeout_ms) {
       }
       pid_t r = waitpid(pid_, &status_, WNOHANG);
       if (r == pid_) break;
-      if (NowMs() >= deadline) {
+      if (MonotonicMs() >= deadline) {
         kill(pid_, SIGKILL);
         waitpid(pid_, &status_, 0);
         break;

@@ -553,6 +553,5 @@ class ComputeWindow {
 bool ProcessAlive(uint32_t pid, uint64_t expected_start_time);
 // Field 22 of /proc/<pid>/stat (clock ticks since boot), 0 on error.
 uint64_t ProcessStartTime(uint32_t pid);
-int64_t MonotonicNs();
 
 }  // namespace gslice

@@ -1,11 +1,11 @@
 #include "gslice/suspend/manager.h"
 
 #include <signal.h>
-#include <time.h>
 
 #include <cerrno>
 #include <utility>
 
+#include "gslice/clock.h"
 #include "gslice/units.h"
 
 namespace gslice::suspend {
@@ -22,12 +22,6 @@ std::string Size(uint64_t bytes) {
 }
 
 }  // namespace
-
-int64_t MonotonicNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
 
 SuspendManager::SuspendManager(CheckpointDriver* driver, HostMemoryBudget* budget,
                                ManagerOptions options, StateObserver* observer,

@@ -10,6 +10,7 @@
 #include <set>
 #include <tuple>
 
+#include "gslice/clock.h"
 #include "gslice/nvml_subset.h"
 
 namespace gslice::suspend {

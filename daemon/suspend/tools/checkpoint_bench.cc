@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "gslice/clock.h"
 #include "gslice/suspend/driver.h"
 #include "gslice/suspend/host_memory.h"
 #include "gslice/suspend/manager.h"
@@ -28,7 +29,7 @@ namespace {
 
 using gslice::suspend::CheckpointDriver;
 using gslice::suspend::GpuPair;
-using gslice::suspend::MonotonicNs;
+using gslice::MonotonicNs;
 using gslice::suspend::StepTimes;
 
 struct Args {

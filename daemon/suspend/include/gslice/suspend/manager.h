@@ -130,6 +130,4 @@ class SuspendManager {
   std::map<int, ProcessStatus> procs_;  // guarded by mu_
 };
 
-int64_t MonotonicNs();
-
 }  // namespace gslice::suspend
