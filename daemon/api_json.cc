@@ -379,9 +379,9 @@ Result<SliceRequest> ParseSliceRequest(const json& body) {
   }
   std::string cls = "guaranteed";
   if (Status s = ReadString(body, "class", &cls); !s.ok()) return s;
-  if (!ParseSliceClass(cls, &r.slice_class)) {
-    return Status::BadRequest("class: '" + cls + "' is neither guaranteed nor opportunistic");
-  }
+  const std::optional<SliceClass> parsed = ParseSliceClass(cls);
+  if (!parsed) return Status::BadRequest("class: '" + cls + "' is neither guaranteed nor opportunistic");
+  r.slice_class = *parsed;
   if (auto it = body.find("protect"); it != body.end() && !it->is_null()) {
     if (Status s = ReadProtect(*it, &r.protect_permille); !s.ok()) return s;
     if (Status s = ValidateProtect(r.slice_class, r.protect_permille); !s.ok()) return s;
@@ -424,11 +424,9 @@ Result<SliceChange> ParseSliceChange(const json& body) {
   if (body.contains("class")) {
     std::string cls;
     if (Status s = ReadString(body, "class", &cls); !s.ok()) return s;
-    SliceClass parsed;
-    if (!ParseSliceClass(cls, &parsed)) {
-      return Status::BadRequest("class: '" + cls + "' is neither guaranteed nor opportunistic");
-    }
-    c.slice_class = parsed;
+    const std::optional<SliceClass> parsed = ParseSliceClass(cls);
+    if (!parsed) return Status::BadRequest("class: '" + cls + "' is neither guaranteed nor opportunistic");
+    c.slice_class = *parsed;
   }
   if (auto it = body.find("protect"); it != body.end()) {
     uint32_t permille = 0;

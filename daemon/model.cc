@@ -4,10 +4,6 @@
 
 namespace gslice {
 
-std::string_view ToString(SliceClass c) {
-  return c == SliceClass::kGuaranteed ? "guaranteed" : "opportunistic";
-}
-
 std::string_view ToString(SliceState s) {
   switch (s) {
     case SliceState::kRunning: return "running";
@@ -17,17 +13,6 @@ std::string_view ToString(SliceState s) {
     case SliceState::kFailed: return "failed";
   }
   return "failed";
-}
-
-bool ParseSliceClass(std::string_view text, SliceClass* out) {
-  if (text == "guaranteed") {
-    *out = SliceClass::kGuaranteed;
-  } else if (text == "opportunistic") {
-    *out = SliceClass::kOpportunistic;
-  } else {
-    return false;
-  }
-  return true;
 }
 
 bool ParseSliceState(std::string_view text, SliceState* out) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gslice/ledger.h"
+#include "gslice/slice_class.h"
 #include "status.h"
 
 namespace gslice {
@@ -24,16 +25,14 @@ struct GpuInfo {
   int compute_mode = -1;      // NVML's nvmlComputeMode_t; -1 when the driver does not say
 };
 
-// SliceClass (guaranteed, opportunistic) is the node ledger's: one definition.
+// SliceClass (guaranteed, opportunistic), its names and its parser: gslice/slice_class.h.
 
 // Lifecycle of a slice. Transitions (see slice_state.h): running -> suspending ->
 // suspended -> resuming -> running; suspending/resuming -> failed on a mechanism error;
 // failed -> running when the processes are known to run on.
 enum class SliceState { kRunning, kSuspending, kSuspended, kResuming, kFailed };
 
-std::string_view ToString(SliceClass c);
 std::string_view ToString(SliceState s);
-bool ParseSliceClass(std::string_view text, SliceClass* out);
 bool ParseSliceState(std::string_view text, SliceState* out);
 
 // A slice's share of one GPU.

@@ -504,9 +504,9 @@ std::vector<std::pair<std::string, SliceChange>> Registry::ChangesFromPods() {
       else change.compute_cap = p.fraction;
     }
     if (bad.empty() && !cls.empty()) {
-      SliceClass c;
-      if (!ParseSliceClass(cls, &c)) bad = std::string(k8s::kAnnotationClass) + " '" + cls + "': guaranteed or opportunistic";
-      else change.slice_class = c;
+      const std::optional<SliceClass> c = ParseSliceClass(cls);
+      if (!c) bad = std::string(k8s::kAnnotationClass) + " '" + cls + "': guaranteed or opportunistic";
+      else change.slice_class = *c;
     }
     if (!bad.empty()) {
       Log("slice " + s.name + ": pod " + pod + ": " + bad + "; the slice stays as it is");

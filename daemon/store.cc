@@ -220,7 +220,9 @@ Result<std::vector<Slice>> Store::LoadSlices() {
     if (Status st = CheckName("slice", s.name, "slice", s.name); !st.ok()) return st;
     if (Status st = CheckName("slice", s.name, "user", s.user); !st.ok()) return st;
     if (Status st = CheckName("slice", s.name, "project", s.project); !st.ok()) return st;
-    if (!ParseSliceClass(q.Text(3), &s.slice_class)) return BadRow("slice", s.name, "class '" + q.Text(3) + "' is unknown");
+    const std::optional<SliceClass> cls = ParseSliceClass(q.Text(3));
+    if (!cls) return BadRow("slice", s.name, "class '" + q.Text(3) + "' is unknown");
+    s.slice_class = *cls;
     if (!ParseSliceState(q.Text(4), &s.state)) return BadRow("slice", s.name, "state '" + q.Text(4) + "' is unknown");
     s.origin = q.Text(5);
     s.created_at = q.Int(6);

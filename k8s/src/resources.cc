@@ -12,16 +12,6 @@ namespace gslice::k8s {
 
 using nlohmann::json;
 
-std::string_view ToString(SliceClass c) {
-  return c == SliceClass::kGuaranteed ? "guaranteed" : "opportunistic";
-}
-
-std::optional<SliceClass> ParseSliceClass(std::string_view text) {
-  if (text == "guaranteed") return SliceClass::kGuaranteed;
-  if (text == "opportunistic") return SliceClass::kOpportunistic;
-  return std::nullopt;
-}
-
 bool ParseProtectAnnotation(std::string_view value, SliceClass cls, uint32_t* permille, std::string* error) {
   const std::string what = std::string(kAnnotationProtect) + " '" + std::string(value) + "'";
   if (cls != SliceClass::kGuaranteed) {

@@ -43,6 +43,8 @@
 #include <cstdint>
 #include <mutex>
 
+#include "gslice/slice_class.h"
+
 namespace gslice {
 
 inline constexpr uint32_t kLedgerMagic = 0x4c534c47;       // "GLSL" little-endian: the limits file
@@ -84,8 +86,6 @@ inline constexpr uint32_t PidOf(uint64_t word) { return static_cast<uint32_t>(wo
 inline constexpr uint64_t PackState(EntryState s, uint32_t pid, uint32_t tag) {
   return PackState(s, pid) | (static_cast<uint64_t>(tag & 0xffffffu) << 8);
 }
-
-enum class SliceClass : uint32_t { kGuaranteed = 0, kOpportunistic = 1 };
 
 // Slice flags.
 inline constexpr uint32_t kSliceEphemeral = 1u;  // recyclable once no process of it is alive

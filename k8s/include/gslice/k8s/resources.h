@@ -11,6 +11,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "gslice/slice_class.h"
+
 namespace gslice::k8s {
 
 // Extended resources a container puts in resources.limits.
@@ -55,14 +57,12 @@ inline constexpr std::string_view kAnnotationNodeSlicesPerGpu = "gslice.io/slice
 // node serves none. The extender places remote slices only on nodes that have it.
 inline constexpr std::string_view kAnnotationNodeRemoteAddress = "gslice.io/remote-address";
 
-enum class SliceClass { kGuaranteed, kOpportunistic };
-std::string_view ToString(SliceClass c);
-std::optional<SliceClass> ParseSliceClass(std::string_view text);
-
 // A kAnnotationProtect value for a pod of class cls, in thousandths of solo speed (the
 // ledger's protect_permille). False with *error (a message a user can act on) when it is
 // malformed, out of 0.5..1, or set on an opportunistic pod, which has no level.
 bool ParseProtectAnnotation(std::string_view value, SliceClass cls, uint32_t* permille, std::string* error);
+
+using gslice::SliceClass;  // one definition for every layer (gslice/slice_class.h)
 
 enum class Policy { kBinpack, kSpread };
 std::string_view ToString(Policy p);
