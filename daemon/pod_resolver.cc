@@ -37,8 +37,7 @@ PodResolver::~PodResolver() {
   if (worker_.joinable()) worker_.join();
 }
 
-std::map<std::string, std::string> PodResolver::Annotations(const std::string& namespace_name,
-                                                            const std::string& name) const {
+k8s::PodAnnotations PodResolver::Annotations(const std::string& namespace_name, const std::string& name) const {
   std::lock_guard lock(mu_);
   return directory_.Annotations(namespace_name, name);
 }

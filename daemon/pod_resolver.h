@@ -1,5 +1,5 @@
 // Names the Kubernetes pod of each GPU process: /proc/<pid>/cgroup gives the pod's UID and
-// the container's ID (k8s/include/gslice/k8s/pod_identity.h), the API server's list of the
+// the container's ID (k8s/pod/include/gslice/k8s/pod_identity.h), the API server's list of the
 // pods on this node gives their names. gsliced needs the host's PID namespace to read the
 // cgroups of other pods' processes (hostPID: true in its DaemonSet).
 //
@@ -49,9 +49,9 @@ class PodResolver {
   // them on the others. Never waits for the API server (unless load_inline).
   void Label(std::vector<ProcessUsage>* processes);
 
-  // The gslice.io/ annotations of pod namespace_name/name as the last load saw them (empty
-  // when it has none or is not known). Never waits for the API server.
-  std::map<std::string, std::string> Annotations(const std::string& namespace_name, const std::string& name) const;
+  // The annotations of pod namespace_name/name as the last load saw them (none set when it
+  // has none or is not known). Never waits for the API server.
+  k8s::PodAnnotations Annotations(const std::string& namespace_name, const std::string& name) const;
 
   // Loads attempted so far (for tests).
   int loads() const;

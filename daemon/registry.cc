@@ -10,7 +10,7 @@
 #include <tuple>
 
 #include "admission.h"
-#include "gslice/k8s/resources.h"
+#include "gslice/k8s/pod_annotations.h"
 #include "gslice/units.h"
 
 namespace gslice {
@@ -467,13 +467,10 @@ std::vector<std::pair<std::string, SliceChange>> Registry::ChangesFromPods() {
   if (pods_ == nullptr) return changes;
   for (const Slice& s : slices_) {
     if (s.pod.empty()) continue;
-    auto ann = pods_->Annotations(s.pod_namespace, s.pod);
-    auto value = [&ann](std::string_view key) {
-      auto it = ann.find(std::string(key));
-      return it == ann.end() ? std::string() : it->second;
-    };
-    const std::string memory = value(k8s::kAnnotationMemory), cap = value(k8s::kAnnotationComputeCap),
-                      cls = value(k8s::kAnnotationClass);
+    const k8s::PodAnnotations ann = pods_->Annotations(s.pod_namespace, s.pod);
+    const std::string& memory = ann.memory;
+    const std::string& cap = ann.compute_cap;
+    const std::string& cls = ann.slice_class;
     const std::string asked = memory + "|" + cap + "|" + cls;
     auto [last, fresh] = pod_asked_.try_emplace(s.name, asked);
     if (!fresh && last->second == asked) continue;

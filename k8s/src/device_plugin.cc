@@ -12,6 +12,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "gslice/k8s/pod_annotations.h"
+#include "gslice/k8s/pod_user.h"
 #include "gslice/ledger.h"
 #include "gslice/mps_client.h"
 #include "gslice/options.h"
@@ -107,45 +109,6 @@ std::string SliceNameFor(const PendingContainer& p) {
 std::string SuspendPartitionFor(const PendingContainer& p) { return "k8s-" + SliceNameFor(p); }
 
 namespace {
-// securityContext.runAsUser of the named container, else of the pod; -1 when neither says.
-int64_t RunAsUser(const json& spec, const std::string& container) {
-  auto uid_in = [](const json& obj) -> int64_t {
-    auto sc = obj.find("securityContext");
-    if (sc == obj.end() || !sc->is_object()) return -1;
-    auto u = sc->find("runAsUser");
-    if (u == sc->end() || !u->is_number_integer()) return -1;
-    const int64_t v = u->get<int64_t>();
-    return v >= 0 && v < 0xffffffffLL ? v : -1;
-  };
-  if (auto cs = spec.find("containers"); cs != spec.end() && cs->is_array()) {
-    for (const auto& c : *cs) {
-      if (c.is_object() && Str(c, "name") == container) {
-        if (int64_t u = uid_in(c); u >= 0) return u;
-      }
-    }
-  }
-  return uid_in(spec);
-}
-
-// securityContext.runAsNonRoot of the named container, else of the pod.
-bool RunAsNonRoot(const json& spec, const std::string& container) {
-  auto flag_in = [](const json& obj) -> std::optional<bool> {
-    auto sc = obj.find("securityContext");
-    if (sc == obj.end() || !sc->is_object()) return std::nullopt;
-    auto f = sc->find("runAsNonRoot");
-    if (f == sc->end() || !f->is_boolean()) return std::nullopt;
-    return f->get<bool>();
-  };
-  if (auto cs = spec.find("containers"); cs != spec.end() && cs->is_array()) {
-    for (const auto& c : *cs) {
-      if (c.is_object() && Str(c, "name") == container) {
-        if (auto f = flag_in(c)) return *f;
-      }
-    }
-  }
-  return flag_in(spec).value_or(false);
-}
-
 // The pod UIDs of a PodList.
 std::set<std::string> PodUids(const json& pods) {
   std::set<std::string> uids;
@@ -195,12 +158,13 @@ std::optional<PendingContainer> FindPendingContainer(const json& pod_list, const
       p.total = a->containers.size();
       p.slice_class = a->slice_class;
       p.container = c;
-      p.compute_cap = Str(ann, std::string(kAnnotationComputeCap).c_str());
-      p.protect = Str(ann, std::string(kAnnotationProtect).c_str());
+      const PodAnnotations user = ReadPodAnnotations(pod);
+      p.compute_cap = user.compute_cap;
+      p.protect = user.protect;
       p.remote_address = a->remote_address;
-      p.idle_timeout = Str(ann, std::string(kAnnotationIdleTimeout).c_str());
-      p.run_as_user = RunAsUser(*spec, c.name);
-      p.run_as_non_root = RunAsNonRoot(*spec, c.name);
+      p.idle_timeout = user.idle_timeout;
+      p.run_as_user = ContainerRunAsUser(*spec, c.name);
+      p.run_as_non_root = ContainerRunAsNonRoot(*spec, c.name);
       p.host_ipc = spec->contains("hostIPC") && (*spec)["hostIPC"].is_boolean() && (*spec)["hostIPC"].get<bool>();
       best = std::move(p);
       best_key = key;

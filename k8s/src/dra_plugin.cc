@@ -14,6 +14,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "gslice/k8s/pod_user.h"
 #include "gslice/suspend_board.h"
 
 namespace gslice::k8s {
@@ -83,14 +84,6 @@ void Answer(const PreparedClaim& c, drapb::NodePrepareResourceResponse* out) {
   }
 }
 
-int64_t RunAsUserOf(const json& obj) {
-  if (!obj.is_object() || !obj.contains("securityContext") || !obj["securityContext"].is_object()) return -1;
-  const json& u = obj["securityContext"].value("runAsUser", json());
-  if (!u.is_number_integer()) return -1;
-  const int64_t v = u.get<int64_t>();
-  return v >= 0 && v < 0xffffffffLL ? v : -1;
-}
-
 // The uid the containers of the pods that reserved a claim run as (a container's
 // securityContext.runAsUser, else its pod's): -1 unless every container says and all agree
 // (then the slice stays root's; the image's USER is not visible here).
@@ -106,10 +99,10 @@ int64_t ClaimRunAsUser(const KubeClient& kube, const json& claim) {
     KubeResult pod = kube.GetPod(ns, r.value("name", ""));
     if (!pod.ok() || !pod.body.is_object() || !pod.body.contains("spec")) return -1;
     const json& spec = pod.body["spec"];
-    const int64_t pod_uid = RunAsUserOf(spec);
+    const int64_t pod_uid = SecurityContextRunAsUser(spec);
     if (!spec.contains("containers") || !spec["containers"].is_array()) return -1;
     for (const json& c : spec["containers"]) {
-      int64_t u = RunAsUserOf(c);
+      int64_t u = SecurityContextRunAsUser(c);
       if (u < 0) u = pod_uid;
       if (u < 0 || (uid != -2 && u != uid)) return -1;
       uid = u;

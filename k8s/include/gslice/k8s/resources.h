@@ -1,6 +1,7 @@
 // The Kubernetes names gslice owns (resources, annotations, labels) and the translation of a
-// pod's spec into what it asks of the GPUs. One source of truth for every gslice.io/ name:
-// the device plugin, the scheduler extender, the docs and the manifests all use these.
+// pod's spec into what it asks of the GPUs. One source of truth for every gslice.io/ name (the
+// annotations users set are pod_annotations.h's): the device plugin, the scheduler extender,
+// the docs and the manifests all use these.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "gslice/k8s/pod_annotations.h"  // the annotations users set
 #include "gslice/slice_class.h"
 
 namespace gslice::k8s {
@@ -25,24 +27,6 @@ inline constexpr std::string_view kResourceCompute = "gslice.io/gpu-compute"; //
 // the extender's alone, like gslice.io/gpu-memory). gslice.io/gpu-compute applies to it too.
 inline constexpr std::string_view kResourceRemoteGpu = "gslice.io/remote-gpu";       // 1
 inline constexpr std::string_view kResourceRemoteMemory = "gslice.io/remote-memory"; // MiB
-
-// Pod annotations (or labels, for class and policy) that users set.
-inline constexpr std::string_view kAnnotationClass = "gslice.io/class";    // guaranteed|opportunistic
-inline constexpr std::string_view kAnnotationPolicy = "gslice.io/policy";  // binpack|spread
-// Optional hard compute cap ("40%"): the slice never uses more, even on an idle GPU.
-inline constexpr std::string_view kAnnotationComputeCap = "gslice.io/compute-cap";
-// Optional protection level of a guaranteed pod's slices ("0.9" or "90%"): the fraction of
-// their solo speed that opportunistic work on the same GPU must leave them (default 0.97).
-inline constexpr std::string_view kAnnotationProtect = "gslice.io/protect";
-// Optional memory limit per GPU ("16GiB", or "16GiB,8GiB" per GPU; a bare number is MiB, as
-// gslice.io/gpu-memory): the node's gsliced resizes the pod's running slices to it, as
-// `gslice set --memory` does. Changing it (and gslice.io/compute-cap, gslice.io/class) on a
-// running pod resizes its slices in place (docs/kubernetes.md).
-inline constexpr std::string_view kAnnotationMemory = "gslice.io/memory";
-// Optional idle timeout of a pod's remote slices ("30m", "600s"): its worker is suspended to
-// host memory after that long without GPU work, and resumed by the next call
-// (GSLICE_IDLE_TIMEOUT, docs/remote.md).
-inline constexpr std::string_view kAnnotationIdleTimeout = "gslice.io/idle-timeout";
 
 // Pod annotations the extender writes at bind time and the device plugin consumes.
 inline constexpr std::string_view kAnnotationAssignment = "gslice.io/assignment";  // JSON

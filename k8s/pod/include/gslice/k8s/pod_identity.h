@@ -5,13 +5,15 @@
 //             cri-containerd-<container-id>.scope   (also docker-, crio-, cri-o-)
 // The node daemon uses it to label per-process metrics with pod and namespace: the cgroup
 // gives the pod UID and container ID, a PodDirectory (filled from the API server's pod list
-// for this node) turns them into names. No dependency beyond the standard library.
+// for this node, pod_directory_loader.h) turns them into names and annotations.
 #pragma once
 
 #include <map>
 #include <optional>
 #include <string>
 #include <string_view>
+
+#include "gslice/k8s/pod_annotations.h"
 
 namespace gslice::k8s {
 
@@ -42,10 +44,10 @@ class PodDirectory {
   void AddContainer(const std::string& uid, const std::string& container_id,
                     const std::string& container_name);
   std::optional<PodName> Lookup(const PodCgroup& cg) const;
-  // The pod's annotations that the node acts on (gslice.io/...), as the last load saw them.
-  void SetAnnotations(const std::string& uid, std::map<std::string, std::string> annotations);
-  // Those of the pod named namespace_name/name; empty when it has none or is not here.
-  std::map<std::string, std::string> Annotations(const std::string& namespace_name, const std::string& name) const;
+  // The pod's annotations that the node acts on, as the last load saw them.
+  void SetAnnotations(const std::string& uid, PodAnnotations annotations);
+  // Those of the pod named namespace_name/name; none set when it has none or is not here.
+  PodAnnotations Annotations(const std::string& namespace_name, const std::string& name) const;
   void Clear() { pods_.clear(); }
   size_t size() const { return pods_.size(); }
 
@@ -53,7 +55,7 @@ class PodDirectory {
   struct Entry {
     std::string namespace_name, name;
     std::map<std::string, std::string> containers;  // id -> name
-    std::map<std::string, std::string> annotations;
+    PodAnnotations annotations;
   };
   std::map<std::string, Entry> pods_;
 };

@@ -1,7 +1,8 @@
 #include "gslice/k8s/pod_directory_loader.h"
 
-#include <map>
 #include <nlohmann/json.hpp>
+
+#include "gslice/k8s/pod_annotations.h"
 
 namespace gslice::k8s {
 
@@ -26,13 +27,7 @@ size_t FillPodDirectory(const json& pod_list, PodDirectory* dir) {
     if (uid.empty()) continue;
     dir->AddPod(uid, Str(meta, "namespace"), Str(meta, "name"));
     ++added;
-    if (auto ann = meta.find("annotations"); ann != meta.end() && ann->is_object()) {
-      std::map<std::string, std::string> ours;  // gslice.io/...: what the node acts on
-      for (auto it = ann->begin(); it != ann->end(); ++it) {
-        if (it.key().rfind("gslice.io/", 0) == 0 && it->is_string()) ours[it.key()] = it->get<std::string>();
-      }
-      dir->SetAnnotations(uid, std::move(ours));
-    }
+    dir->SetAnnotations(uid, ReadPodAnnotations(pod));
     auto status = pod.find("status");
     if (status == pod.end() || !status->is_object()) continue;
     for (const char* field : {"containerStatuses", "initContainerStatuses"}) {

@@ -12,7 +12,7 @@
 namespace gslice::k8s {
 
 // Adds every pod of a PodList (JSON) with its containers (status.containerStatuses and
-// initContainerStatuses) and its gslice.io/ annotations. Returns the number of pods added.
+// initContainerStatuses) and its annotations (ReadPodAnnotations). Returns the number of pods added.
 size_t FillPodDirectory(const nlohmann::json& pod_list, PodDirectory* dir);
 
 // Replaces *dir with the pods on `node`. False with *error when the API server cannot be read

@@ -113,12 +113,11 @@ void PodDirectory::AddContainer(const std::string& uid, const std::string& conta
   pods_[uid].containers[id] = container_name;
 }
 
-void PodDirectory::SetAnnotations(const std::string& uid, std::map<std::string, std::string> annotations) {
+void PodDirectory::SetAnnotations(const std::string& uid, PodAnnotations annotations) {
   pods_[uid].annotations = std::move(annotations);
 }
 
-std::map<std::string, std::string> PodDirectory::Annotations(const std::string& namespace_name,
-                                                             const std::string& name) const {
+PodAnnotations PodDirectory::Annotations(const std::string& namespace_name, const std::string& name) const {
   for (const auto& [uid, e] : pods_) {
     if (e.namespace_name == namespace_name && e.name == name) return e.annotations;
   }
