@@ -145,6 +145,9 @@ MpsPlan PlanMps(const std::vector<MpsGpuState>& gpus, const std::vector<MpsCandi
         planned = tenant_of(*oldest_of_given);
         sharing.tenant_why = UidText(given.uid) + " has slices on " + gpu + " and keeps its MPS until they are gone, " +
                              "for " + TenantText(planned) + " (its oldest there, " + oldest_of_given->slice + ")";
+        if (g.busy_uid == given.uid) {
+          sharing.tenant_why += ", once the programs still on its server, of either class, have exited";
+        }
       } else if (oldest != nullptr) {
         planned = tenant_of(*oldest);
         sharing.tenant_why = UidText(oldest->uid) + " holds the oldest slice on " + gpu + " that can use MPS (" +
@@ -174,6 +177,10 @@ MpsPlan PlanMps(const std::vector<MpsGpuState>& gpus, const std::vector<MpsCandi
         s.mps = true;
         s.why = "on " + gpu + "'s MPS server of " + UidText(c->uid) +
                 (mine.cls ? ", which serves its " + std::string(ToString(*mine.cls)) + " slices alone" : "");
+      } else if (mine == planned && g.busy_uid == c->uid && given.uid == c->uid) {
+        s.why = "programs of " + UidText(c->uid) + " still use " + gpu + "'s MPS server, and the server cannot tell " +
+                "their class (their slices are gone or changed class while they ran); a fault of theirs could end " +
+                "this slice's work (docs/compute.md, Faults): time-sliced until they exit";
       } else if (mine == planned) {
         s.why = g.busy_uid >= 0 ? "programs of " + UidText(g.busy_uid) + " still use " + gpu +
                                       "'s MPS server, and one of " + UidText(c->uid) +

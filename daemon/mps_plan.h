@@ -97,7 +97,8 @@ struct MpsGpuState {
   // The class of that uid's slices the service has given it to (nullopt: both, or none).
   std::optional<SliceClass> tenant_class = std::nullopt;
   // The uid of a server that still had clients when the service last tried to give the GPU to
-  // another uid (-1: none): the hand-over waits for them.
+  // another uid, or to another class of its uid (then the tenant uid itself, and tenant_class
+  // is nullopt); -1: none. The hand-over waits for them.
   int64_t busy_uid = -1;
 };
 

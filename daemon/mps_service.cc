@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <thread>
 
@@ -553,6 +554,30 @@ void MpsService::Reconcile(const std::vector<GpuInfo>& gpus) {
   }
 }
 
+std::optional<int64_t> MpsService::BusyServer(const Gpu& g, const std::function<bool(int64_t)>& counts,
+                                              std::string* said) const {
+  ControlAnswer servers = RunControl(control_path_, g.state, "get_server_list", options_.command_timeout);
+  std::vector<int> server_pids, client_pids;
+  if (!servers.ok || !ParsePids(servers.out, &server_pids)) {
+    *said = "cannot tell its MPS control daemon's servers (" +
+            (servers.ok ? "it answered '" + servers.out.substr(0, 80) + "'" : servers.error) + ")";
+    return std::nullopt;
+  }
+  for (int server : server_pids) {
+    const int64_t server_uid = UidOf(server);
+    if (server_uid < 0 || !counts(server_uid)) continue;
+    // A server whose clients cannot be told counts as busy.
+    ControlAnswer clients =
+        RunControl(control_path_, g.state, "get_client_list " + std::to_string(server), options_.command_timeout);
+    if (!clients.ok || !ParsePids(clients.out, &client_pids) || !client_pids.empty()) {
+      *said = "its MPS server of uid " + std::to_string(server_uid) + " (pid " + std::to_string(server) + ") " +
+              (clients.ok ? "still has clients" : "does not say its clients (" + clients.error + ")");
+      return server_uid;
+    }
+  }
+  return -1;
+}
+
 void MpsService::Hand(const std::string& uuid, int64_t uid, std::optional<SliceClass> cls) {
   std::lock_guard work(work_mu_);
   auto it = gpus_.find(uuid);
@@ -560,18 +585,34 @@ void MpsService::Hand(const std::string& uuid, int64_t uid, std::optional<SliceC
   Gpu& g = it->second;
   MpsGpuState& s = g.state.gpu;
   if (uid < 0) cls.reset();
-  if (s.tenant_uid == uid && s.busy_uid < 0) {
-    if (s.tenant_class != cls) {
-      Log(GpuText(s.index) + ": its MPS of uid " + std::to_string(uid) + " now serves its " +
-          (cls ? std::string(ToString(*cls)) : std::string("guaranteed and opportunistic")) + " slices (was " +
-          std::string(MpsClassName(s.tenant_class)) + ")");
-      s.tenant_class = cls;
+  if (s.tenant_uid == uid && s.tenant_class == cls && s.busy_uid < 0) return;
+  const std::string gpu = GpuText(s.index);
+  std::string error, said;
+  if (uid >= 0 && s.tenant_uid == uid) {
+    // Another class of the same uid. Its server's clients run as that uid whatever their class
+    // (a program whose slice was gone before a sample saw it, one whose slice changed class
+    // while it ran), so a class is given only once the server has none; meanwhile the class is
+    // pending and gslice run and the plugins put no one on it. The socket stays the uid's, so
+    // nothing waits at CUDA initialisation. Both classes ("mixed") need no wait.
+    const std::optional<int64_t> busy =
+        cls ? BusyServer(g, [uid](int64_t server_uid) { return server_uid == uid; }, &said) : -1;
+    if (!busy || *busy >= 0) {
+      if (s.busy_uid < 0) {
+        Log(gpu + ": its MPS of uid " + std::to_string(uid) + " serves its " + std::string(ToString(*cls)) +
+            " slices once the programs on it have exited: " + said);
+      }
+      s.tenant_class.reset();
+      s.busy_uid = uid;
       Publish(g);
+      return;
     }
+    Log(gpu + ": its MPS of uid " + std::to_string(uid) + " now serves its " +
+        (cls ? std::string(ToString(*cls)) : std::string("guaranteed and opportunistic")) + " slices");
+    s.tenant_class = cls;
+    s.busy_uid = -1;
+    Publish(g);
     return;
   }
-  const std::string gpu = GpuText(s.index);
-  std::string error;
   // Closed first, so that no new client of the old tenant slips in while the servers are asked.
   if (s.tenant_uid >= 0 && !GiveSocket(g, -1, &error)) {
     Log(gpu + ": " + error);
@@ -582,29 +623,19 @@ void MpsService::Hand(const std::string& uuid, int64_t uid, std::optional<SliceC
   s.tenant_class.reset();
   s.busy_uid = -1;
   if (uid >= 0) {
-    ControlAnswer servers = RunControl(control_path_, g.state, "get_server_list", options_.command_timeout);
-    std::vector<int> server_pids, client_pids;
-    if (!servers.ok || !ParsePids(servers.out, &server_pids)) {
-      Log(gpu + ": cannot tell its MPS control daemon's servers (" +
-          (servers.ok ? "it answered '" + servers.out.substr(0, 80) + "'" : servers.error) + "); it stays closed");
+    // A busy server of another uid would make the new uid's programs wait.
+    const std::optional<int64_t> busy =
+        BusyServer(g, [uid](int64_t server_uid) { return server_uid != uid; }, &said);
+    if (!busy) {
+      Log(gpu + ": " + said + "; it stays closed");
       Publish(g);
       return;
     }
-    for (int server : server_pids) {
-      const int64_t server_uid = UidOf(server);
-      if (server_uid < 0 || server_uid == uid) continue;
-      // A server whose clients cannot be told counts as busy: handing over could make the new
-      // uid's programs wait.
-      ControlAnswer clients =
-          RunControl(control_path_, g.state, "get_client_list " + std::to_string(server), options_.command_timeout);
-      if (!clients.ok || !ParsePids(clients.out, &client_pids) || !client_pids.empty()) {
-        s.busy_uid = server_uid;
-        Log(gpu + ": not given to uid " + std::to_string(uid) + " yet: its MPS server of uid " +
-            std::to_string(server_uid) + " (pid " + std::to_string(server) + ") " +
-            (clients.ok ? "still has clients" : "does not say its clients (" + clients.error + ")"));
-        Publish(g);
-        return;
-      }
+    if (*busy >= 0) {
+      s.busy_uid = *busy;
+      Log(gpu + ": not given to uid " + std::to_string(uid) + " yet: " + said);
+      Publish(g);
+      return;
     }
     if (!GiveSocket(g, uid, &error)) {
       Log(gpu + ": " + error);

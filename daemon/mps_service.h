@@ -29,6 +29,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -85,9 +86,10 @@ class MpsService {
   // (nullopt: both; ignored without a uid). Before another uid gets it the socket is closed to
   // all and the daemon asked for its servers: while one of another uid still has clients the
   // GPU stays closed and its busy_uid says whose they are (the next Hand asks again). Another
-  // class of the same uid takes it at once: the plan passes the class on only once no slice of
-  // the previous one is left there, its deleted ones still running included. Does nothing for
-  // a GPU without a running daemon.
+  // class of the same uid is given once that uid's server has no clients (whatever their class:
+  // the daemon cannot tell); meanwhile the socket stays the uid's, its class is pending
+  // (tenant_class nullopt) and busy_uid is the uid itself. Does nothing for a GPU without a
+  // running daemon.
   void Hand(const std::string& uuid, int64_t uid, std::optional<SliceClass> cls);
 
   // The options' mps_classes, for the plan.
@@ -117,6 +119,12 @@ class MpsService {
   bool Start(Gpu* g);
   void StopDaemon(Gpu* g, const char* why);
   bool GiveSocket(const Gpu& g, int64_t uid, std::string* error) const;
+  // Asks g's daemon for its servers and their clients: the uid of the first server whose uid
+  // `counts` and that still has clients, or does not say them (-1: none); nullopt when the
+  // daemon does not say its servers. *said: what was found, for the log.
+  // REQUIRES: work_mu_ held.
+  std::optional<int64_t> BusyServer(const Gpu& g, const std::function<bool(int64_t)>& counts,
+                                    std::string* said) const;
   // Copies g's state for States() and writes its tenant file where that changed.
   // REQUIRES: work_mu_ held.
   void Publish(Gpu& g);

@@ -282,6 +282,21 @@ TEST(MpsPlan, AClassChangeMovesASliceAtTheNextPlan) {
   EXPECT_TRUE(OnMps(plan, "infer", "GPU-a"));
 }
 
+// The service found programs on the uid's server when it tried to give the server to the
+// other class (mps_service.h, Hand): the class is pending, and the slices of the new class
+// wait, time-sliced, until those programs have exited.
+TEST(MpsPlan, AClassWaitsForTheProgramsStillOnItsServer) {
+  const std::vector<MpsCandidate> slices = {Opportunistic("batch", 1000, "GPU-a", 10)};
+  MpsPlan plan = Plan({Gpu("GPU-a", 0, /*tenant=*/1000, /*busy=*/1000, /*cls=*/std::nullopt)}, slices);
+  EXPECT_EQ(plan.gpus["GPU-a"].tenant_uid, 1000);
+  EXPECT_EQ(plan.gpus["GPU-a"].tenant_class, kOpportunistic);
+  EXPECT_NE(plan.gpus["GPU-a"].tenant_why.find("once the programs still on its server"), std::string::npos)
+      << plan.gpus["GPU-a"].tenant_why;
+  EXPECT_FALSE(OnMps(plan, "batch", "GPU-a"));
+  EXPECT_NE(Why(plan, "batch", "GPU-a").find("cannot tell their class"), std::string::npos) << Why(plan, "batch", "GPU-a");
+  EXPECT_TRUE(OnMps(Plan({Gpu("GPU-a", 0, 1000, -1, kOpportunistic)}, slices), "batch", "GPU-a"));
+}
+
 TEST(MpsPlan, MixedPutsBothClassesOfTheTenantUidOnItsServer) {
   const std::vector<MpsCandidate> slices = {Slice("train", 1000, {"GPU-a"}, 10), Opportunistic("batch", 1000, "GPU-a", 20),
                                             Slice("bob", 1001, {"GPU-a"}, 30)};

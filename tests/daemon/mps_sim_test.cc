@@ -467,6 +467,50 @@ TEST_F(MpsSim, TheTenantsOtherClassIsTimeSlicedBesideItsServer) {
 }
 
 // A program left on a GPU's MPS server after its slice is gone (one that never showed in the
+// ledger) keeps the server from passing to the other class of its uid: the server cannot tell
+// a client's class, so the class is pending until the program exits.
+TEST_F(MpsSim, TheOtherClassGetsTheServerOnlyOnceItsClientsHaveExited) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (to run programs as other users)";
+  Configure("on");
+  StartForEveryone();
+  ASSERT_TRUE(Eventually([&] { return Serving(); })) << Log();
+  const std::string hold = dir_ + "/release", out = dir_ + "/train.out";
+  const pid_t train = RunInBackground(kAlice, "--name train --gpus 0 --memory 256MiB", out, "--hold-file " + hold);
+  ASSERT_TRUE(Eventually([&] { return testing::ReadAll(out).find("mps: served") != std::string::npos; }))
+      << testing::ReadAll(out) << Log();
+  std::string text, err;
+  const std::string alice = std::to_string(kAlice), tenant = mps_ + "/" + Uuid(0) + "/tenant";
+  ASSERT_EQ(Cli("create batch --gpus 0 --memory 256MiB --class opportunistic", &text, &err, alice), 0) << err;
+  ASSERT_EQ(Cli("delete train", &text, &err), 0) << err;
+
+  // The guaranteed program still uses the server: the class is pending, the opportunistic
+  // slice waits time-sliced, and says why.
+  ASSERT_TRUE(Eventually([&] { return testing::ReadAll(tenant) == "uid 1000 class pending\n"; }))
+      << testing::ReadAll(tenant) << Log();
+  json batch = Get("/v1/slices/batch");
+  EXPECT_EQ(batch["gpus"][0]["sharing"], "time-sliced") << batch.dump(2);
+  EXPECT_NE(batch["gpus"][0].value("sharing_why", "").find("cannot tell their class"), std::string::npos)
+      << batch.dump(2);
+  ASSERT_EQ(Cli("run --sim --name batch -- " + std::string(GSLICE_TEST_MPS_CLIENT) + " --wait-ms 2000", &text, &err,
+                alice),
+            0)
+      << text << err;
+  EXPECT_NE(text.find("mps: none"), std::string::npos) << text;
+
+  // Once it has exited, the server is the opportunistic slices'.
+  std::ofstream(hold) << "go";
+  EXPECT_EQ(Wait(train), 0);
+  ASSERT_TRUE(Eventually([&] { return testing::ReadAll(tenant) == "uid 1000 class opportunistic\n"; }))
+      << testing::ReadAll(tenant) << Log();
+  ASSERT_EQ(Cli("run --sim --name batch -- " + std::string(GSLICE_TEST_MPS_CLIENT) + " --wait-ms 2000", &text, &err,
+                alice),
+            0)
+      << text << err;
+  EXPECT_NE(text.find("mps: served by server"), std::string::npos) << text;
+  EXPECT_NE(text.find("priority=1"), std::string::npos) << text;
+}
+
+// A program left on a GPU's MPS server after its slice is gone (one that never showed in the
 // ledger) holds the GPU: the next uid's slice stays time-sliced until it exits, then gets MPS.
 TEST_F(MpsSim, TheNextUidGetsTheGpuOnlyOnceTheServersClientsHaveExited) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root (to run programs as other users)";
