@@ -10,9 +10,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "api_server.h"
 #include "gslice/shrink_guard.h"
@@ -67,15 +70,20 @@ std::string SimDriverDir() {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  using namespace gslice;
-  // Usage files belong to the slices' users, who may shrink them under a mapping (shrink_guard.h).
-  gslice::InstallShrinkGuard();
-  DaemonConfig config = DefaultConfig();
-  std::vector<std::string> overrides;
+namespace gslice {
+namespace {
+
+// What the command line asks for.
+struct Arguments {
   std::string config_path;
+  std::vector<std::string> overrides;  // --set KEY=VALUE, in order
   bool check_only = false;
   bool sim = false;
+};
+
+// Reads the command line into *args. An exit status when gsliced is done (--help,
+// --print-config) or the line is wrong; nullopt to go on.
+std::optional<int> ParseArguments(int argc, char** argv, Arguments* args) {
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&](const char* flag) -> const char* {
@@ -90,61 +98,71 @@ int main(int argc, char** argv) {
       std::fputs(DocumentedDefaults().c_str(), stdout);
       return 0;
     } else if (arg == "--check-config") {
-      check_only = true;
+      args->check_only = true;
     } else if (arg == "--sim") {
-      sim = true;
+      args->sim = true;
     } else if (arg == "--config") {
       const char* v = value("--config");
       if (v == nullptr) return Fail("--config needs a file: --config /etc/gslice/gsliced.toml");
-      config_path = v;
+      args->config_path = v;
     } else if (arg.rfind("--config=", 0) == 0) {
-      config_path = arg.substr(9);
+      args->config_path = arg.substr(9);
     } else if (arg == "--set") {
       const char* v = value("--set");
       if (v == nullptr) return Fail("--set needs KEY=VALUE, e.g. --set socket=/tmp/gsliced.sock");
-      overrides.push_back(v);
+      args->overrides.push_back(v);
     } else {
       return Fail("unknown argument '" + arg + "'; see gsliced --help");
     }
   }
-  if (!config_path.empty()) {
-    auto loaded = LoadConfigFile(config_path, config);
+  return std::nullopt;
+}
+
+// Fills *config from the file and the overrides args names, checked, with the defaults the
+// shims share filled in, and *token from its token file. An exit status when gsliced is done
+// (--check-config) or cannot run with it; nullopt to go on.
+std::optional<int> LoadConfiguration(const Arguments& args, DaemonConfig* config, std::string* token) {
+  if (!args.config_path.empty()) {
+    auto loaded = LoadConfigFile(args.config_path, *config);
     if (!loaded.ok()) return Fail(loaded.status().message());
-    config = loaded.value();
+    *config = loaded.value();
   }
-  for (const std::string& o : overrides) {
-    if (Status s = ApplyOverride(o, &config); !s.ok()) return Fail(s.message());
+  for (const std::string& o : args.overrides) {
+    if (Status s = ApplyOverride(o, config); !s.ok()) return Fail(s.message());
   }
-  if (sim) {
+  if (args.sim) {
     const std::string dir = SimDriverDir();
     struct stat st;
     if (stat((dir + "/libnvidia-ml.so.1").c_str(), &st) != 0 || stat((dir + "/libcuda.so.1").c_str(), &st) != 0) {
       return Fail("--sim: the simulated driver is not built (" + dir +
                   "/libcuda.so.1, libnvidia-ml.so.1): build it with scripts/build");
     }
-    config.nvml_library = dir + "/libnvidia-ml.so.1";
-    config.driver_library = dir + "/libcuda.so.1";
+    config->nvml_library = dir + "/libnvidia-ml.so.1";
+    config->driver_library = dir + "/libcuda.so.1";
   }
-  if (Status s = ValidateConfig(config); !s.ok()) return Fail(s.message());
-  std::string token;
-  if (!config.token_file.empty()) {
-    auto t = ReadToken(config.token_file);
+  if (Status s = ValidateConfig(*config); !s.ok()) return Fail(s.message());
+  if (!config->token_file.empty()) {
+    auto t = ReadToken(config->token_file);
     if (!t.ok()) return Fail(t.status().message());
-    token = t.value();
+    *token = t.value();
   }
-  if (config.ledger.empty()) {
+  if (config->ledger.empty()) {
     const char* env = std::getenv("GSLICE_LEDGER");
-    config.ledger = env && *env ? env : GetOptionInfo(Option::Ledger).default_value;
+    config->ledger = env && *env ? env : GetOptionInfo(Option::Ledger).default_value;
   }
   // Like the ledger, the board defaults to what the shims read, so both find the same one.
-  if (config.suspend_board.empty()) config.suspend_board = OptionValue(Option::SuspendBoard);
-  if (Status s = CheckReferences(config); !s.ok()) return Fail(s.message());
-  if (check_only) {
+  if (config->suspend_board.empty()) config->suspend_board = OptionValue(Option::SuspendBoard);
+  if (Status s = CheckReferences(*config); !s.ok()) return Fail(s.message());
+  if (args.check_only) {
     std::printf("gsliced: configuration is valid\n");
     return 0;
   }
+  return std::nullopt;
+}
 
-  // Signals are taken synchronously by this thread; every other thread inherits the mask.
+// Takes SIGTERM, SIGINT and SIGHUP for sigwait (every thread started later inherits the
+// mask), ignores SIGPIPE and lifts the descriptor limit. Returns the signals taken.
+sigset_t TakeSignals() {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
@@ -157,21 +175,24 @@ int main(int argc, char** argv) {
     files.rlim_cur = files.rlim_max;
     setrlimit(RLIMIT_NOFILE, &files);
   }
+  return signals;
+}
 
-  if (sim) {
-    std::fprintf(stderr,
-                 "gsliced: --sim: running on gslice's SIMULATED driver (%s): its GPUs, memory and "
-                 "suspend/resume are simulated on the CPU, and its figures say nothing about real GPUs. "
-                 "Run programs with `gslice run --sim`, under the same GSLICE_SIM_STATE (default "
-                 "/dev/shm/gslice-sim-<uid>).\n",
-                 config.driver_library.substr(0, config.driver_library.rfind('/')).c_str());
-  }
+// For StartRegistry: *error is s's message.
+std::nullptr_t Failed(const Status& s, std::string* error) {
+  *error = s.message();
+  return nullptr;
+}
+
+// The registry on its store, the node's GPUs and ledger, suspend/resume, the pods and MPS,
+// started and sampled once. nullptr with *error when any of them cannot be opened.
+std::unique_ptr<Registry> StartRegistry(const DaemonConfig& config, std::string* error) {
   auto store = Store::Open(config.database);
-  if (!store.ok()) return Fail(store.status().message());
+  if (!store.ok()) return Failed(store.status(), error);
   auto inventory = OpenNvmlInventory(config.nvml_library);
-  if (!inventory.ok()) return Fail(inventory.status().message());
+  if (!inventory.ok()) return Failed(inventory.status(), error);
   auto ledger = OpenNodeLedger(config.ledger);
-  if (!ledger.ok()) return Fail(ledger.status().message());
+  if (!ledger.ok()) return Failed(ledger.status(), error);
 
   Registry::Options options;
   options.default_project = config.default_project;
@@ -199,34 +220,30 @@ int main(int argc, char** argv) {
   ParseMpsMode(config.mps, &mps_options.mode);  // ValidateConfig checked it
   ParseMpsClasses(config.mps_classes, &mps_options.classes);
   auto mps = std::make_unique<MpsService>(mps_options);
-  if (Status s = mps->Prepare(); !s.ok()) return Fail(s.message());
+  if (Status s = mps->Prepare(); !s.ok()) return Failed(s, error);
   std::fprintf(stderr, "gsliced: mps: %s\n", mps->Describe().c_str());
-  Registry registry(options, std::move(store.value()), std::move(inventory.value()),
-                    std::move(ledger.value()), std::move(suspender), std::move(pods), std::move(mps));
-  SetIdleTimeouts(suspender_handle, [&registry](const std::string& slice) -> int64_t {
-    auto view = registry.GetSlice(slice);
+  auto registry = std::make_unique<Registry>(options, std::move(store.value()), std::move(inventory.value()),
+                                             std::move(ledger.value()), std::move(suspender), std::move(pods), std::move(mps));
+  SetIdleTimeouts(suspender_handle, [r = registry.get()](const std::string& slice) -> int64_t {
+    auto view = r->GetSlice(slice);
     return view.ok() ? view->slice.idle_timeout_s : 0;
   });
-  if (Status s = registry.Start(); !s.ok()) return Fail(s.message());
-  registry.Sample();
+  if (Status s = registry->Start(); !s.ok()) return Failed(s, error);
+  registry->Sample();
+  return registry;
+}
 
-  ApiServer server(&registry, config, token);
-  if (Status s = server.Start(); !s.ok()) return Fail(s.message());
-  if (!config.socket.empty()) std::fprintf(stderr, "gsliced: api on unix:%s\n", config.socket.c_str());
-  if (server.tcp_port() > 0) {
-    std::fprintf(stderr, "gsliced: api on tcp %s (port %d)\n", config.tcp.c_str(), server.tcp_port());
-  }
-  std::fflush(stderr);
-
+// Samples the registry every sample interval until one of the signals comes.
+void SampleUntilSignalled(Registry* registry, int64_t interval_ms, const sigset_t& signals) {
   std::mutex mu;
   std::condition_variable cv;
   bool stopping = false;
   std::thread sampler([&] {
     std::unique_lock lock(mu);
-    while (!cv.wait_for(lock, std::chrono::milliseconds(config.sample_interval_ms),
+    while (!cv.wait_for(lock, std::chrono::milliseconds(interval_ms),
                         [&] { return stopping; })) {
       lock.unlock();
-      registry.Sample();
+      registry->Sample();
       lock.lock();
     }
   });
@@ -240,7 +257,46 @@ int main(int argc, char** argv) {
   }
   cv.notify_all();
   sampler.join();
+}
+
+}  // namespace
+}  // namespace gslice
+
+int main(int argc, char** argv) {
+  using namespace gslice;
+  // Usage files belong to the slices' users, who may shrink them under a mapping (shrink_guard.h).
+  gslice::InstallShrinkGuard();
+  Arguments args;
+  if (std::optional<int> done = ParseArguments(argc, argv, &args)) return *done;
+  DaemonConfig config = DefaultConfig();
+  std::string token;
+  if (std::optional<int> done = LoadConfiguration(args, &config, &token)) return *done;
+
+  // Signals are taken synchronously by this thread; every other thread inherits the mask.
+  const sigset_t signals = TakeSignals();
+
+  if (args.sim) {
+    std::fprintf(stderr,
+                 "gsliced: --sim: running on gslice's SIMULATED driver (%s): its GPUs, memory and "
+                 "suspend/resume are simulated on the CPU, and its figures say nothing about real GPUs. "
+                 "Run programs with `gslice run --sim`, under the same GSLICE_SIM_STATE (default "
+                 "/dev/shm/gslice-sim-<uid>).\n",
+                 config.driver_library.substr(0, config.driver_library.rfind('/')).c_str());
+  }
+  std::string error;
+  std::unique_ptr<Registry> registry = StartRegistry(config, &error);
+  if (registry == nullptr) return Fail(error);
+
+  ApiServer server(registry.get(), config, token);
+  if (Status s = server.Start(); !s.ok()) return Fail(s.message());
+  if (!config.socket.empty()) std::fprintf(stderr, "gsliced: api on unix:%s\n", config.socket.c_str());
+  if (server.tcp_port() > 0) {
+    std::fprintf(stderr, "gsliced: api on tcp %s (port %d)\n", config.tcp.c_str(), server.tcp_port());
+  }
+  std::fflush(stderr);
+
+  SampleUntilSignalled(registry.get(), config.sample_interval_ms, signals);
   server.Stop();
-  registry.StopMps();
+  registry->StopMps();
   return 0;
 }

@@ -174,11 +174,8 @@ Labels SliceLabels(const Slice& s, const std::string& gpu) {
   return l;
 }
 
-}  // namespace
-
-std::string RenderMetrics(const NodeSnapshot& snap, const RegistryCounters& registry,
-                          double start_time_seconds) {
-  Writer w;
+// The node's GPUs: what they are, their memory, their guarantees and how they are shared.
+void WriteGpus(Writer& w, const NodeSnapshot& snap) {
   w.Header(kGpuInfo);
   for (const GpuView& g : snap.gpus) {
     w.Sample(kGpuInfo, {{"gpu", g.gpu.uuid}, {"index", std::to_string(g.gpu.index)}, {"name", g.gpu.name}}, 1);
@@ -218,7 +215,10 @@ std::string RenderMetrics(const NodeSnapshot& snap, const RegistryCounters& regi
   }
   w.Header(kGpuMpsRestarts);
   for (const GpuView& g : snap.gpus) w.Sample(kGpuMpsRestarts, {{"gpu", g.gpu.uuid}}, g.mps_restarts);
+}
 
+// Each slice on each of its GPUs, and the processes that run in it.
+void WriteSlices(Writer& w, const NodeSnapshot& snap) {
   w.Header(kSliceMemoryLimit);
   for (const SliceView& v : snap.slices) {
     for (const SliceGpu& g : v.slice.gpus) w.Sample(kSliceMemoryLimit, SliceLabels(v.slice, g.uuid), double(g.memory_limit));
@@ -273,7 +273,10 @@ std::string RenderMetrics(const NodeSnapshot& snap, const RegistryCounters& regi
       w.Sample(kProcessMemoryUsed, l, double(p.memory_used));
     }
   }
+}
 
+// Each project's quotas and what its slices are guaranteed.
+void WriteProjects(Writer& w, const NodeSnapshot& snap) {
   struct ProjectGauge {
     MetricId id;
     double (*value)(const ProjectView&);
@@ -289,7 +292,10 @@ std::string RenderMetrics(const NodeSnapshot& snap, const RegistryCounters& regi
     w.Header(gauge.id);
     for (const ProjectView& p : snap.projects) w.Sample(gauge.id, {{"project", p.project.name}}, gauge.value(p));
   }
+}
 
+// The registry's counters since gsliced started, and when it started.
+void WriteCounters(Writer& w, const RegistryCounters& registry, double start_time_seconds) {
   struct Counter {
     MetricId id;
     const std::atomic<uint64_t>* value;
@@ -305,6 +311,17 @@ std::string RenderMetrics(const NodeSnapshot& snap, const RegistryCounters& regi
   }
   w.Header(kStartTime);
   w.Sample(kStartTime, {}, start_time_seconds);
+}
+
+}  // namespace
+
+std::string RenderMetrics(const NodeSnapshot& snap, const RegistryCounters& registry,
+                          double start_time_seconds) {
+  Writer w;
+  WriteGpus(w, snap);
+  WriteSlices(w, snap);
+  WriteProjects(w, snap);
+  WriteCounters(w, registry, start_time_seconds);
   return w.Take();
 }
 

@@ -99,79 +99,88 @@ bool SuspendManager::HandleExitAfterFailure(int pid, Outcome* out) {
   return true;
 }
 
-Outcome SuspendManager::Suspend(int pid, Cause cause) {
-  Outcome out;
-  out.pid = pid;
-  uint64_t bytes = 0;
+bool SuspendManager::BeginSuspend(int pid, Cause cause, Outcome* out, uint64_t* bytes) {
   ProcessStatus published;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = procs_.find(pid);
     if (it == procs_.end()) {
-      out.reason = "process " + std::to_string(pid) + " is not a known GPU process";
-      return out;
+      out->reason = "process " + std::to_string(pid) + " is not a known GPU process";
+      return false;
     }
     ProcessStatus& s = it->second;
-    out.state = s.state;
+    out->state = s.state;
     if (s.state == State::kSuspended) {
-      out.ok = true;
-      return out;  // already there
+      out->ok = true;
+      return false;  // already there
     }
     if (s.state != State::kRunning) {
-      out.busy = IsTransitional(s.state);
-      out.reason = "process " + std::to_string(pid) + " is " + StateName(s.state);
-      return out;
+      out->busy = IsTransitional(s.state);
+      out->reason = "process " + std::to_string(pid) + " is " + StateName(s.state);
+      return false;
     }
     if (!is_alive_(pid)) {
-      out.reason = "process " + std::to_string(pid) + " exited";
-      out.exited = true;
+      out->reason = "process " + std::to_string(pid) + " exited";
+      out->exited = true;
       procs_.erase(it);
-      if (observer_ != nullptr) observer_->OnForgotten(pid, out.reason);
-      return out;
+      if (observer_ != nullptr) observer_->OnForgotten(pid, out->reason);
+      return false;
     }
-    bytes = s.info.device_bytes;
-    Admission a = budget_->Reserve(bytes);
+    *bytes = s.info.device_bytes;
+    Admission a = budget_->Reserve(*bytes);
     if (!a.ok) {
       s.reason = a.reason;
-      out.reason = a.reason;
-      return out;
+      out->reason = a.reason;
+      return false;
     }
     s.cause = cause;
     published = SetStateLocked(s, State::kSuspending, "");
   }
   Publish(published, State::kRunning);
+  return true;
+}
+
+void SuspendManager::FinishSuspend(int pid, uint64_t bytes, State to, const std::string& reason, Outcome* out) {
+  ProcessStatus st;
+  State prev;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = procs_.find(pid);
+    if (it == procs_.end()) return;
+    prev = it->second.state;
+    if (to == State::kSuspended) {
+      budget_->Commit(bytes);
+      it->second.host_bytes = bytes;
+      ++it->second.suspends;
+    } else {
+      budget_->CancelReservation(bytes);
+      if (to == State::kFailed) ++it->second.failures;
+    }
+    it->second.last = out->times;
+    st = SetStateLocked(it->second, to, reason);
+  }
+  out->state = to;
+  Publish(st, prev);
+}
+
+bool SuspendManager::GoneDuringSuspend(int pid, uint64_t bytes, Outcome* out) {
+  if (is_alive_(pid)) return false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    budget_->CancelReservation(bytes);
+  }
+  return HandleExitAfterFailure(pid, out);
+}
+
+Outcome SuspendManager::Suspend(int pid, Cause cause) {
+  Outcome out;
+  out.pid = pid;
+  uint64_t bytes = 0;
+  if (!BeginSuspend(pid, cause, &out, &bytes)) return out;
 
   // From here on the process is ours until it is running or suspended again.
-  auto finish = [&](State to, std::string reason) {
-    ProcessStatus st;
-    State prev;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = procs_.find(pid);
-      if (it == procs_.end()) return;
-      prev = it->second.state;
-      if (to == State::kSuspended) {
-        budget_->Commit(bytes);
-        it->second.host_bytes = bytes;
-        ++it->second.suspends;
-      } else {
-        budget_->CancelReservation(bytes);
-        if (to == State::kFailed) ++it->second.failures;
-      }
-      it->second.last = out.times;
-      st = SetStateLocked(it->second, to, reason);
-    }
-    out.state = to;
-    Publish(st, prev);
-  };
-  auto gone = [&]() {
-    if (is_alive_(pid)) return false;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      budget_->CancelReservation(bytes);
-    }
-    return HandleExitAfterFailure(pid, &out);
-  };
+  auto finish = [&](State to, const std::string& reason) { FinishSuspend(pid, bytes, to, reason, &out); };
+  auto gone = [&]() { return GoneDuringSuspend(pid, bytes, &out); };
 
   int64_t t0 = MonotonicNs();
   CUresult r = driver_->Lock(pid, options_.lock_timeout_ms);
@@ -237,6 +246,33 @@ Outcome SuspendManager::Suspend(int pid, Cause cause) {
   return out;
 }
 
+void SuspendManager::FinishResume(int pid, bool moved, const std::string& new_gpu_uuid, State to,
+                                  const std::string& reason, Outcome* out) {
+  ProcessStatus st;
+  State prev;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = procs_.find(pid);
+    if (it == procs_.end()) return;
+    prev = it->second.state;
+    if (to == State::kRunning) {
+      budget_->Release(it->second.host_bytes);
+      it->second.host_bytes = 0;
+      ++it->second.resumes;
+      if (moved && !new_gpu_uuid.empty()) {
+        it->second.info.gpu_uuid = new_gpu_uuid;
+        it->second.moved = true;
+      }
+    } else if (to == State::kFailed) {
+      ++it->second.failures;
+    }
+    it->second.last = out->times;
+    st = SetStateLocked(it->second, to, reason);
+  }
+  out->state = to;
+  Publish(st, prev);
+}
+
 Outcome SuspendManager::Resume(int pid, std::span<const GpuPair> pairs,
                                const std::string& new_gpu_uuid) {
   Outcome out;
@@ -267,30 +303,8 @@ Outcome SuspendManager::Resume(int pid, std::span<const GpuPair> pairs,
   }
   Publish(published, previous);
 
-  auto finish = [&](State to, std::string reason) {
-    ProcessStatus st;
-    State prev;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = procs_.find(pid);
-      if (it == procs_.end()) return;
-      prev = it->second.state;
-      if (to == State::kRunning) {
-        budget_->Release(it->second.host_bytes);
-        it->second.host_bytes = 0;
-        ++it->second.resumes;
-        if (!pairs.empty() && !new_gpu_uuid.empty()) {
-          it->second.info.gpu_uuid = new_gpu_uuid;
-          it->second.moved = true;
-        }
-      } else if (to == State::kFailed) {
-        ++it->second.failures;
-      }
-      it->second.last = out.times;
-      st = SetStateLocked(it->second, to, reason);
-    }
-    out.state = to;
-    Publish(st, prev);
+  auto finish = [&](State to, const std::string& reason) {
+    FinishResume(pid, !pairs.empty(), new_gpu_uuid, to, reason, &out);
   };
 
   CUprocessState ds = CU_PROCESS_STATE_CHECKPOINTED;

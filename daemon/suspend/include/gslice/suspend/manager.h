@@ -120,6 +120,17 @@ class SuspendManager {
   // After a failed driver call: if the process is gone, forgets it and fills `out`.
   bool HandleExitAfterFailure(int pid, Outcome* out);
   std::string DriverError(const char* step, CUresult r);
+  // Suspend's steps. BeginSuspend: moves a running, live process to kSuspending with `bytes`
+  // of host memory reserved for it; false with *out saying why not. FinishSuspend: leaves it
+  // in `to` (kSuspended commits the reservation, anything else cancels it). GoneDuringSuspend:
+  // after a failed driver call, whether the process exited (its reservation cancelled).
+  bool BeginSuspend(int pid, Cause cause, Outcome* out, uint64_t* bytes);
+  void FinishSuspend(int pid, uint64_t bytes, State to, const std::string& reason, Outcome* out);
+  bool GoneDuringSuspend(int pid, uint64_t bytes, Outcome* out);
+  // Leaves a resuming process in `to`: kRunning releases its host memory and, after a move
+  // (pairs not empty), records its new GPU.
+  void FinishResume(int pid, bool moved, const std::string& new_gpu_uuid, State to, const std::string& reason,
+                    Outcome* out);
 
   CheckpointDriver* driver_;
   HostMemoryBudget* budget_;
