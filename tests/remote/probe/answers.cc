@@ -7,15 +7,14 @@
 #include <string.h>
 
 #include <cstring>
+#include <initializer_list>
 #include <set>
 #include <string>
 #include <vector>
 
 namespace gslice::probe {
 
-int Repeat(int argc, char** argv) {
-  (void)argc;
-  (void)argv;
+int Repeat(int, char**) {
   // The same device query three times (the client asks the server once).
   CK(cuInit(0));
   int sms[3] = {};
@@ -24,9 +23,7 @@ int Repeat(int argc, char** argv) {
   return 0;
 }
 
-int Pointer(int argc, char** argv) {
-  (void)argc;
-  (void)argv;
+int Pointer(int, char**) {
   CUdevice dev;
   CUcontext ctx = Setup(&dev);
   CUdeviceptr a = 0;
@@ -78,9 +75,7 @@ int Pointer(int argc, char** argv) {
   return 0;
 }
 
-int Settings(int argc, char** argv) {
-  (void)argc;
-  (void)argv;
+int Settings(int, char**) {
   CUdevice dev;
   Setup(&dev);
   size_t stack = 0;
@@ -127,6 +122,14 @@ int Settings(int argc, char** argv) {
 
 namespace {
 
+// The driver's private table of UUID bytes, as a runtime asks for it.
+CUresult ExportTable(std::initializer_list<unsigned> bytes, const void*** out) {
+  CUuuid id;
+  unsigned i = 0;
+  for (unsigned b : bytes) id.bytes[i++] = static_cast<char>(b);
+  return cuGetExportTable(static_cast<const void**>(static_cast<void*>(out)), &id);
+}
+
 const char* CaptureName(CUstreamCaptureStatus s) {
   return s == CU_STREAM_CAPTURE_STATUS_NONE ? "none" : s == CU_STREAM_CAPTURE_STATUS_ACTIVE ? "active" : "invalidated";
 }
@@ -152,9 +155,7 @@ void PrintTrips(const char* what, long long* since) {
 }  // namespace
 
 // Every answer the client may keep, asked twice, changed, asked again.
-int Kept(int argc, char** argv) {
-  (void)argc;
-  (void)argv;
+int Kept(int, char**) {
   CUdevice dev;
   const CUcontext ctx = Setup(&dev);
   for (int i = 0; i < 2; ++i) {
@@ -247,9 +248,7 @@ int Kept(int argc, char** argv) {
 }
 
 // A set of one handle's attribute: what it changes is asked again, the rest stays kept.
-int KeptSets(int argc, char** argv) {
-  (void)argc;
-  (void)argv;
+int KeptSets(int, char**) {
   CUdevice dev;
   Setup(&dev);
   constexpr CUfunction_attribute kSmem = CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
@@ -301,24 +300,16 @@ int KeptSets(int argc, char** argv) {
 }
 
 // The private tables as a runtime sees them (answered by the forwarding client).
-int Tables(int argc, char** argv) {
-  (void)argc;
-  (void)argv;
+int Tables(int, char**) {
   CUdevice dev;
   Setup(&dev);
-  auto table = [](std::initializer_list<unsigned> bytes, const void*** out) {
-    CUuuid id;
-    unsigned i = 0;
-    for (unsigned b : bytes) id.bytes[i++] = static_cast<char>(b);
-    return cuGetExportTable(static_cast<const void**>(static_cast<void*>(out)), &id);
-  };
   const void** cudart = nullptr;
   const void** integrity = nullptr;
   const void** storage = nullptr;
   const void** unknown = reinterpret_cast<const void**>(1);
-  CK(table({0x6b, 0xd5, 0xfb, 0x6c, 0x5b, 0xf4, 0xe7, 0x4a, 0x89, 0x87, 0xd9, 0x39, 0x12, 0xfd, 0x9d, 0xf9}, &cudart));
-  CK(table({0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b, 0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2}, &integrity));
-  CK(table({0xc6, 0x93, 0x33, 0x6e, 0x11, 0x21, 0xdf, 0x11, 0xa8, 0xc3, 0x68, 0xf3, 0x55, 0xd8, 0x95, 0x93}, &storage));
+  CK(ExportTable({0x6b, 0xd5, 0xfb, 0x6c, 0x5b, 0xf4, 0xe7, 0x4a, 0x89, 0x87, 0xd9, 0x39, 0x12, 0xfd, 0x9d, 0xf9}, &cudart));
+  CK(ExportTable({0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b, 0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2}, &integrity));
+  CK(ExportTable({0xc6, 0x93, 0x33, 0x6e, 0x11, 0x21, 0xdf, 0x11, 0xa8, 0xc3, 0x68, 0xf3, 0x55, 0xd8, 0x95, 0x93}, &storage));
   printf("cudart size %zu, integrity size %zu\n", reinterpret_cast<size_t>(cudart[0]),
          reinterpret_cast<size_t>(integrity[0]));
   bool all = true;
@@ -345,30 +336,22 @@ int Tables(int argc, char** argv) {
   printf("storage get: %s\n", got == &value ? "the value put" : "wrong");
   CK(reinterpret_cast<Delete>(const_cast<void*>(storage[1]))(nullptr, &key));
   printf("storage after delete: %s\n", Name(reinterpret_cast<Get>(const_cast<void*>(storage[2]))(&got, nullptr, &key)));
-  const CUresult refused = table({0x01, 0x02, 0x03, 0x04, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x05}, &unknown);
+  const CUresult refused = ExportTable({0x01, 0x02, 0x03, 0x04, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x05}, &unknown);
   printf("unknown table: %s, %s\n", Name(refused), unknown == nullptr ? "null" : "set");
   return 0;
 }
 
 // cuBLASLt's two tables as the client answers them: tools context (21318c60) slot 4, a
 // context's number, and cuBLASLt data (1734dc26) slot 4, declined. Prints one line per fact.
-int LtTables(int argc, char** argv) {
-  (void)argc;
-  (void)argv;
+int LtTables(int, char**) {
   CUdevice dev;
   Setup(&dev);
-  auto table = [](std::initializer_list<unsigned> bytes, const void*** out) {
-    CUuuid id;
-    unsigned i = 0;
-    for (unsigned b : bytes) id.bytes[i++] = static_cast<char>(b);
-    return cuGetExportTable(static_cast<const void**>(static_cast<void*>(out)), &id);
-  };
   const void** tls = nullptr;
   const void** tools = nullptr;
   const void** data = nullptr;
-  CK(table({0x42, 0xd8, 0x5a, 0x81, 0x23, 0xf6, 0xcb, 0x47, 0x82, 0x98, 0xf6, 0xe7, 0x8a, 0x3a, 0xec, 0xdc}, &tls));
-  CK(table({0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2}, &tools));
-  CK(table({0x17, 0x34, 0xdc, 0x26, 0x80, 0x0d, 0x47, 0x45, 0x87, 0x26, 0xc0, 0xf1, 0xe7, 0xdd, 0x8b, 0xca}, &data));
+  CK(ExportTable({0x42, 0xd8, 0x5a, 0x81, 0x23, 0xf6, 0xcb, 0x47, 0x82, 0x98, 0xf6, 0xe7, 0x8a, 0x3a, 0xec, 0xdc}, &tls));
+  CK(ExportTable({0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2}, &tools));
+  CK(ExportTable({0x17, 0x34, 0xdc, 0x26, 0x80, 0x0d, 0x47, 0x45, 0x87, 0x26, 0xc0, 0xf1, 0xe7, 0xdd, 0x8b, 0xca}, &data));
   const size_t tools_slots = reinterpret_cast<size_t>(tools[0]) / sizeof(void*);
   const size_t data_slots = reinterpret_cast<size_t>(data[0]) / sizeof(void*);
   bool all = true;
@@ -429,9 +412,7 @@ int LtTables(int argc, char** argv) {
   return 0;
 }
 
-int Maps(int argc, char** argv) {
-  (void)argc;
-  (void)argv;
+int Maps(int, char**) {
   cuInit(0);
   FILE* f = fopen("/proc/self/maps", "r");
   char line[4096];

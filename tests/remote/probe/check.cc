@@ -9,9 +9,7 @@
 
 namespace gslice::probe {
 
-int Check(int argc, char** argv) {
-  (void)argc;
-  (void)argv;
+int Check(int, char**) {
   CK(cuInit(0));
   int version = 0, count = 0;
   CK(cuDriverGetVersion(&version));

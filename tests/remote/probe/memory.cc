@@ -66,9 +66,7 @@ int BigCopy(int argc, char** argv) {
   return 0;
 }
 
-int Fork(int argc, char** argv) {
-  (void)argc;
-  (void)argv;
+int Fork(int, char**) {
   CUdevice dev;
   // A child forked after the parent's calls uses the driver on its own; the parent's memory
   // and connection are untouched by it.
@@ -98,9 +96,7 @@ int Fork(int argc, char** argv) {
   return 0;
 }
 
-int Unforwarded(int argc, char** argv) {
-  (void)argc;
-  (void)argv;
+int Unforwarded(int, char**) {
   CUdevice dev;
   Setup(&dev);
   CUdeviceptr p = 0;
@@ -113,9 +109,7 @@ int Unforwarded(int argc, char** argv) {
   return 0;
 }
 
-int HostMap(int argc, char** argv) {
-  (void)argc;
-  (void)argv;
+int HostMap(int, char**) {
   CUdevice dev;
   Setup(&dev);
   void* pinned = nullptr;
@@ -218,9 +212,7 @@ int HostShare(int argc, char** argv) {
   return 0;
 }
 
-int LateCopy(int argc, char** argv) {
-  (void)argc;
-  (void)argv;
+int LateCopy(int, char**) {
   constexpr size_t kBytes = 1 << 20;
   const auto [busy, stream, a] = CopySetup(kBytes);
   CK(cuMemsetD8(a, 0x42, kBytes));
@@ -253,9 +245,7 @@ int LateCopy(int argc, char** argv) {
   return 0;
 }
 
-int Staged(int argc, char** argv) {
-  (void)argc;
-  (void)argv;
+int Staged(int, char**) {
   constexpr size_t kBytes = 1 << 20;
   const auto [busy, stream, a] = CopySetup(kBytes);
   std::vector<uint8_t> host(kBytes);

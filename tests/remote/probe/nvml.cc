@@ -85,22 +85,16 @@ int NvmlOf(bool cuda) {
 
 }  // namespace
 
-int Nvml(int argc, char** argv) {
-  (void)argc;
-  (void)argv;
+int Nvml(int, char**) {
   return NvmlOf(false);
 }
 
-int NvmlCuda(int argc, char** argv) {
-  (void)argc;
-  (void)argv;
+int NvmlCuda(int, char**) {
   return NvmlOf(true);
 }
 
 // The table nvidia-smi asks of NVML (remote/client/nvml_tables.cc), through the client only.
-int NvmlTable(int argc, char** argv) {
-  (void)argc;
-  (void)argv;
+int NvmlTable(int, char**) {
   CUdevice dev;
   Setup(&dev);
   CUdeviceptr held = 0;
@@ -166,9 +160,7 @@ int NvmlTable(int argc, char** argv) {
   return 0;
 }
 
-int NvmlMissing(int argc, char** argv) {
-  (void)argc;
-  (void)argv;
+int NvmlMissing(int, char**) {
   void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW);
   auto fn = nvml != nullptr ? reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, unsigned int*)>(
                                   dlsym(nvml, "nvmlDeviceGetBoardId"))

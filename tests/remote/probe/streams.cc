@@ -28,9 +28,7 @@ int Busy(int argc, char** argv) {
   return 0;
 }
 
-int Deferred(int argc, char** argv) {
-  (void)argc;
-  (void)argv;
+int Deferred(int, char**) {
   CUdevice dev;
   // A launch of a function that does not exist, through extra (no parameter layout needed).
   Setup(&dev);
@@ -44,9 +42,7 @@ int Deferred(int argc, char** argv) {
   return 0;
 }
 
-int Graph(int argc, char** argv) {
-  (void)argc;
-  (void)argv;
+int Graph(int, char**) {
   CUdevice dev;
   Setup(&dev);
   constexpr size_t kWords = 1 << 16;
@@ -123,9 +119,7 @@ int Graph(int argc, char** argv) {
   return 0;
 }
 
-int CaptureCopy(int argc, char** argv) {
-  (void)argc;
-  (void)argv;
+int CaptureCopy(int, char**) {
   CUdevice dev;
   Setup(&dev);
   CUstream stream;
@@ -153,9 +147,7 @@ struct Order {
 
 }  // namespace
 
-int Callbacks(int argc, char** argv) {
-  (void)argc;
-  (void)argv;
+int Callbacks(int, char**) {
   CUdevice dev;
   Setup(&dev);
   constexpr size_t kWords = 1 << 16;
@@ -186,9 +178,7 @@ int Callbacks(int argc, char** argv) {
   return 0;
 }
 
-int Memops(int argc, char** argv) {
-  (void)argc;
-  (void)argv;
+int Memops(int, char**) {
   CUdevice dev;
   Setup(&dev);
   CUstream stream;
@@ -254,9 +244,7 @@ int Threads(int argc, char** argv) {
   return 0;
 }
 
-int Handoff(int argc, char** argv) {
-  (void)argc;
-  (void)argv;
+int Handoff(int, char**) {
   CUdevice dev;
   // One thread queues work on a stream; another, told it returned, synchronises the stream
   // and reads the result: the first thread's work must be in the stream before the second's.
