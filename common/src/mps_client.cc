@@ -37,8 +37,7 @@ bool MpsTakes(const MpsTenant& tenant, int64_t uid, SliceClass cls) {
 }
 
 std::string_view MpsClassName(std::optional<SliceClass> cls) {
-  if (!cls) return "any";
-  return *cls == SliceClass::kOpportunistic ? "opportunistic" : "guaranteed";
+  return cls ? ToString(*cls) : "any";
 }
 
 bool WriteMpsTenant(const std::string& mps_directory, const std::string& uuid, const MpsTenant& tenant,

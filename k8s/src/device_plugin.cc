@@ -239,16 +239,14 @@ MpsPlacement PlaceOnMps(const DevicePluginConfig& config, const PendingContainer
   // One class per server (gsliced's mps_classes "one"): a fatal fault of any client ends every
   // client of the server, so the classes of one uid never share it.
   const std::string cls(ToString(p.slice_class));
-  const gslice::SliceClass ledger_class =
-      p.slice_class == SliceClass::kOpportunistic ? gslice::SliceClass::kOpportunistic : gslice::SliceClass::kGuaranteed;
   if (tenant.one_class && !tenant.slice_class) {
     return {.why = "GPU " + gpu.uuid + "'s MPS serves one class of its uid at a time and which one is not settled " +
                    (tenant.uid < 0 ? "(it is given to no one yet)" : "yet") +
                    ": time-sliced, so that no fault of the other class's programs can end this one's "
                    "(docs/compute.md, Faults)"};
   }
-  if (tenant.uid >= 0 && !MpsTakes(tenant, p.run_as_user, ledger_class)) {
-    const bool guaranteed = ledger_class == gslice::SliceClass::kGuaranteed;
+  if (tenant.uid >= 0 && !MpsTakes(tenant, p.run_as_user, p.slice_class)) {
+    const bool guaranteed = p.slice_class == SliceClass::kGuaranteed;
     return {.why = "GPU " + gpu.uuid + "'s MPS serves the " + std::string(MpsClassName(tenant.slice_class)) +
                    " slices of uid " + std::to_string(tenant.uid) + ", and this one is " + cls + ": " +
                    (guaranteed ? "a fault of theirs would end its work" : "its faults would end the guaranteed work") +

@@ -25,7 +25,7 @@
 #include <utility>
 #include <vector>
 
-#include "gslice/ledger.h"
+#include "gslice/slice_class.h"
 
 namespace gslice {
 
