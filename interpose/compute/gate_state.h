@@ -116,10 +116,12 @@ struct ControlLoop {
 // opportunistic peer brackets every kKernelSampleEvery-th launch of each thread, and the
 // first after kKernelSampleGapNs without one (a job of few, long kernels), with two events;
 // the gate thread reads the completed pairs, tells whether opportunistic work had work queued
-// meanwhile, and publishes the period's reading in the process's compute entry. Two event
-// records per 32 launches: about 20 ns a launch on an H200.
-inline constexpr uint32_t kKernelSampleEvery = 32;
-inline constexpr int64_t kKernelSampleGapNs = 5'000'000;
+// meanwhile, and publishes the period's reading in the process's compute entry. A sampled
+// launch costs about 5 us more on an H200 under MPS (two event records and their pool); one
+// in 32 added ~150 ns a launch there, one in 256 adds ~20 ns, and a launch-bound job still
+// gives ~100 samples per second.
+inline constexpr uint32_t kKernelSampleEvery = 256;
+inline constexpr int64_t kKernelSampleGapNs = 10'000'000;
 inline constexpr int kKernelSampleRing = 256;  // pairs not yet read; a full ring drops samples
 // An opportunistic process on MPS that runs unthrottled publishes no measured queue: its
 // launches say it has work queued for this long after each, which covers the queue a framework

@@ -315,10 +315,10 @@ TEST(ComputeMps, AReadingUnderTheFloorCutsAndTheRateComesBack) {
   EXPECT_EQ(m.Step(Busy({Kernels(960, ++seq, 970)})).rate_permille, 1000u) << "one period a little under: noise";
   ControlDecision d = m.Step(Busy({Kernels(960, ++seq, 970)}));
   EXPECT_EQ(d.rate_permille, 500u) << "two in a row: cut " << Trace(d);
-  d = m.Step(Busy({Kernels(800, ++seq, 970)}));
+  d = m.Step(Busy({Kernels(700, ++seq, 970)}));
   EXPECT_EQ(d.rate_permille, 250u) << "far under the floor: cut at once";
   // The same reading twice (no new period published) is not judged again.
-  EXPECT_EQ(m.Step(Busy({Kernels(800, seq, 970)})).rate_permille, 250u);
+  EXPECT_EQ(m.Step(Busy({Kernels(700, seq, 970)})).rate_permille, 250u);
   // Above the floor: the rate grows back, by a quarter and at least kGrowStepPermille.
   d = m.Step(Busy({Kernels(990, ++seq, 970)}));
   EXPECT_EQ(d.rate_permille, 312u) << Trace(d);

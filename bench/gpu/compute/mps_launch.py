@@ -9,6 +9,7 @@ together is compared with its own speed alone in the same run:
   g-gslice        the guaranteed job under gslice run, the opportunistic job plain at priority 1:
                   what gslice costs the guaranteed job by itself (nothing throttles the other)
   gslice          both under gslice run (guaranteed, opportunistic): the product
+  gslice-90       the same with the guaranteed job at --protect=0.9
   ...-base        the same with the build in GSLICE_BUILD_BASE (when set): before and after
 
 Then the launch benchmark (bench/interpose_launch.cc, host mode: the host's cost per launch
@@ -40,8 +41,9 @@ WANT = {c.strip() for c in os.environ.get("MPS_LAUNCH_CONFIGS", "").split(",") i
 LOW = {"CUDA_MPS_CLIENT_PRIORITY": "1"}
 
 
-def gslice(build, cls):
-    return [os.path.join(build, "bin", "gslice"), "run", "--memory=60GiB", f"--class={cls}", "--"]
+def gslice(build, cls, protect=None):
+    extra = [f"--protect={protect}"] if protect else []
+    return [os.path.join(build, "bin", "gslice"), "run", "--memory=60GiB", f"--class={cls}", *extra, "--"]
 
 
 def train_configs():
@@ -51,6 +53,7 @@ def train_configs():
             continue
         out.append((f"g-gslice{tag}", gslice(build, "guaranteed"), ()))
         out.append((f"gslice{tag}", gslice(build, "guaranteed"), gslice(build, "opportunistic")))
+        out.append((f"gslice-90{tag}", gslice(build, "guaranteed", "0.9"), gslice(build, "opportunistic")))
     return [c for c in out if not WANT or c[0] in WANT]
 
 
