@@ -17,13 +17,9 @@
 #include <string>
 #include <vector>
 
-namespace {
+#include "gslice/clock.h"
 
-int64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
+namespace {
 
 void Check(CUresult r, const char* what) {
   if (r != CUDA_SUCCESS) {
@@ -36,9 +32,9 @@ template <typename F>
 double MedianNs(int n, int reps, F body) {
   std::vector<double> per;
   for (int r = 0; r < reps; ++r) {
-    const int64_t t0 = NowNs();
+    const int64_t t0 = gslice::MonotonicNs();
     for (int i = 0; i < n; ++i) body(i);
-    per.push_back(static_cast<double>(NowNs() - t0) / n);
+    per.push_back(static_cast<double>(gslice::MonotonicNs() - t0) / n);
   }
   std::sort(per.begin(), per.end());
   return per[per.size() / 2];
@@ -58,10 +54,10 @@ int LaunchCost(int n, int reps, bool legacy) {
   Check(cuStreamSynchronize(s), "cuStreamSynchronize");
   std::vector<double> per;
   for (int r = 0; r < reps; ++r) {
-    const int64_t t0 = NowNs();
+    const int64_t t0 = gslice::MonotonicNs();
     for (int i = 0; i < n; ++i) cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, s, nullptr, nullptr);
     Check(cuStreamSynchronize(s), "cuStreamSynchronize");
-    per.push_back(static_cast<double>(NowNs() - t0) / n);
+    per.push_back(static_cast<double>(gslice::MonotonicNs() - t0) / n);
   }
   std::sort(per.begin(), per.end());
   printf("empty-kernel launch %.0f ns (median of %d batches of %d%s)\n", per[per.size() / 2], reps, n,

@@ -19,15 +19,10 @@
 #include <algorithm>
 #include <vector>
 
+#include "gslice/clock.h"
 #include "test_support.h"
 
 namespace {
-int64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
-
 bool Ok(CUresult r, const char* what) {
   if (r == CUDA_SUCCESS) return true;
   fprintf(stderr, "launch bench: %s failed (%d)\n", what, static_cast<int>(r));
@@ -71,22 +66,22 @@ int main(int argc, char** argv) {
   for (int r = 0; r < reps && host_only; ++r) {
     int64_t launching = 0;
     for (int done = 0; done < n; done += kBurst) {
-      const int64_t t0 = NowNs();
+      const int64_t t0 = gslice::MonotonicNs();
       for (int i = 0; i < kBurst; ++i) {
         if (gslice::test::LaunchBusy(busy, 0, stream) != CUDA_SUCCESS) return 1;
       }
-      launching += NowNs() - t0;
+      launching += gslice::MonotonicNs() - t0;
       if (!Ok(cuStreamSynchronize(stream), "cuStreamSynchronize")) return 1;
     }
     per_launch.push_back(static_cast<double>(launching) / ((n + kBurst - 1) / kBurst * kBurst));
   }
   for (int r = 0; r < reps && !host_only; ++r) {
-    int64_t t0 = NowNs();
+    int64_t t0 = gslice::MonotonicNs();
     for (int i = 0; i < n; ++i) {
       if (gslice::test::LaunchBusy(busy, 0, stream) != CUDA_SUCCESS) return 1;
     }
     if (!Ok(cuStreamSynchronize(stream), "cuStreamSynchronize")) return 1;
-    per_launch.push_back(static_cast<double>(NowNs() - t0) / n);
+    per_launch.push_back(static_cast<double>(gslice::MonotonicNs() - t0) / n);
   }
   std::sort(per_launch.begin(), per_launch.end());
   printf("%.1f\n", per_launch[per_launch.size() / 2]);

@@ -18,14 +18,10 @@
 #include <vector>
 
 #include "allocation_table.h"
+#include "gslice/clock.h"
 #include "gslice/ledger.h"
 
 namespace {
-int64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -52,7 +48,7 @@ int main(int argc, char** argv) {
       std::vector<double> batches;
       uint64_t key = 0x7f0000000000ull + (static_cast<uint64_t>(p) << 32);
       for (int b = 0; b < pairs / kBatch; ++b) {
-        int64_t t0 = NowNs();
+        int64_t t0 = gslice::MonotonicNs();
         for (int i = 0; i < kBatch; ++i) {
           key += 2 << 20;
           if (ledger.Charge(h, gpu, 2 << 20) != ChargeResult::kOk) _exit(5);
@@ -61,7 +57,7 @@ int main(int argc, char** argv) {
           table.Erase(key, shim::AllocKind::kLinear, &rec);
           ledger.Release(h, rec.gpu, rec.bytes);
         }
-        batches.push_back(static_cast<double>(NowNs() - t0) / kBatch);
+        batches.push_back(static_cast<double>(gslice::MonotonicNs() - t0) / kBatch);
       }
       std::sort(batches.begin(), batches.end());
       results[p] = batches[batches.size() / 2];

@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include "gslice/clock.h"
 #include "gslice/ledger.h"
 
 #include <filesystem>
@@ -26,11 +27,8 @@ namespace {
 
 constexpr int kKernelUs = 1000;
 
-double NowMs() {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
-}
+// UnixNs in milliseconds: the start time the test hands its workers and they wait for.
+double NowMs() { return static_cast<double>(gslice::UnixNs()) / 1e6; }
 
 struct Result {
   long kernels = -1;

@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "gslice/clock.h"
+
 #ifdef GSLICE_WORKER_DIRECT_GATE
 #include "kernel_clock.h"
 #include "launch_gate.h"
@@ -30,11 +32,8 @@
 
 namespace {
 
-double NowMs() {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
-}
+// UnixNs in milliseconds: the start time the test hands its workers and they wait for.
+double NowMs() { return static_cast<double>(gslice::UnixNs()) / 1e6; }
 
 void Check(CUresult r, const char* what) {
   if (r != CUDA_SUCCESS) {

@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "gslice/clock.h"
 #include "test_support.h"
 
 namespace {
@@ -50,12 +51,6 @@ namespace {
     CUresult r_ = (call);                     \
     if (r_ != CUDA_SUCCESS) Fail(#call, r_);  \
   } while (0)
-
-int64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 // gslice_busy with `blocks` blocks of 32 threads: each block spins for `us`.
 void LaunchBusyGrid(CUfunction busy, uint64_t us, unsigned blocks, CUstream s) {
@@ -222,10 +217,10 @@ void Measure(const Flood& flood, CUevent tiny, int64_t start, double* tiny_us, d
   while (tiny_ns < 0 || flood_ns < 0) {
     if (tiny_ns < 0) {
       CUresult r = cuEventQuery(tiny);
-      if (r == CUDA_SUCCESS) tiny_ns = NowNs() - start;
+      if (r == CUDA_SUCCESS) tiny_ns = gslice::MonotonicNs() - start;
       else if (r != CUDA_ERROR_NOT_READY) Fail("cuEventQuery(tiny)", r);
     }
-    if (flood_ns < 0 && flood.Done()) flood_ns = NowNs() - start;
+    if (flood_ns < 0 && flood.Done()) flood_ns = gslice::MonotonicNs() - start;
   }
   *tiny_us = static_cast<double>(tiny_ns) / 1e3;
   *flood_us = static_cast<double>(flood_ns) / 1e3;
@@ -240,7 +235,7 @@ int Latency(CUfunction busy, uint64_t flood_us, int flood_kernels, CUstream stre
   flood.Launch(busy, 1, 4);
   LaunchTiny(busy, stream, with_priority);
   CK(cuCtxSynchronize());
-  const int64_t start = NowNs();
+  const int64_t start = gslice::MonotonicNs();
   flood.Launch(busy, flood_us, flood_kernels);
   LaunchTiny(busy, stream, with_priority);
   CK(cuEventRecord(tiny_done, stream));
@@ -283,17 +278,17 @@ int Probe(CUfunction busy) {
 // flood S: keeps the flood going for S seconds (for another process's `tiny`).
 int FloodFor(CUfunction busy, double seconds) {
   Flood flood;
-  const int64_t end = NowNs() + static_cast<int64_t>(seconds * 1e9);
+  const int64_t end = gslice::MonotonicNs() + static_cast<int64_t>(seconds * 1e9);
   long kernels = 0;
   flood.Launch(busy, 2000, 16);
-  while (NowNs() < end) {
+  while (gslice::MonotonicNs() < end) {
     // Two batches in flight: the next one queued before the last one drains.
     flood.Launch(busy, 2000, 16);
     kernels += 16;
     while (!flood.Done()) {
       timespec ts{0, 200'000};
       nanosleep(&ts, nullptr);
-      if (NowNs() >= end) break;
+      if (gslice::MonotonicNs() >= end) break;
     }
   }
   CK(cuCtxSynchronize());
@@ -312,14 +307,14 @@ int TinyLoop(CUfunction busy, int n) {
   nanosleep(&head, nullptr);
   std::vector<double> us;
   for (int i = 0; i < n; ++i) {
-    const int64_t start = NowNs();
+    const int64_t start = gslice::MonotonicNs();
     LaunchTiny(busy, CU_STREAM_LEGACY, nullptr);
     CK(cuEventRecord(done, CU_STREAM_LEGACY));
     CUresult r;
     while ((r = cuEventQuery(done)) == CUDA_ERROR_NOT_READY) {
     }
     if (r != CUDA_SUCCESS) Fail("cuEventQuery(tiny)", r);
-    us.push_back(static_cast<double>(NowNs() - start) / 1e3);
+    us.push_back(static_cast<double>(gslice::MonotonicNs() - start) / 1e3);
     timespec gap{0, 5'000'000};
     nanosleep(&gap, nullptr);
   }

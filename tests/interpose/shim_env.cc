@@ -9,16 +9,15 @@
 #include <unistd.h>
 #include <filesystem>
 
+#include "gslice/clock.h"
+
 extern char** environ;
 
 namespace gslice::test {
 namespace {
 
-double Now() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
+// MonotonicNs in seconds.
+double Now() { return static_cast<double>(gslice::MonotonicNs()) * 1e-9; }
 
 std::vector<std::string> BuildEnv(const std::map<std::string, std::string>& vars) {
   std::vector<std::string> env;

@@ -24,6 +24,8 @@
 #include <string>
 #include <vector>
 
+#include "gslice/clock.h"
+
 namespace {
 
 void* g_cuda = nullptr;
@@ -53,11 +55,8 @@ void Check(CUresult r, const char* what) {
   }
 }
 
-double Now() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
+// MonotonicNs in seconds.
+double Now() { return static_cast<double>(gslice::MonotonicNs()) * 1e-9; }
 
 }  // namespace
 
