@@ -1,10 +1,10 @@
 #include "pod_resolver.h"
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
 
+#include "gslice/clock.h"
 #include "gslice/k8s/kube_client.h"
 #include "gslice/k8s/pod_directory_loader.h"
 
@@ -13,18 +13,12 @@ namespace {
 
 void Log(const std::string& line) { std::fprintf(stderr, "gsliced: kubernetes: %s\n", line.c_str()); }
 
-int64_t SteadyMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 }  // namespace
 
 PodResolver::PodResolver(Options options, Loader loader, Clock clock)
     : options_(std::move(options)),
       loader_(std::move(loader)),
-      clock_(clock ? std::move(clock) : Clock(SteadyMs)) {
+      clock_(clock ? std::move(clock) : Clock(MonotonicMs)) {
   if (!options_.load_inline) worker_ = std::thread([this] { Worker(); });
 }
 

@@ -4,23 +4,17 @@
 #include <pwd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <tuple>
 
 #include "admission.h"
+#include "gslice/clock.h"
 #include "gslice/k8s/pod_annotations.h"
 #include "gslice/units.h"
 
 namespace gslice {
 namespace {
-
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 void Log(const std::string& line) { std::fprintf(stderr, "gsliced: %s\n", line.c_str()); }
 
@@ -527,7 +521,7 @@ void Registry::Sample() {
   if (processes.ok() && pods_ != nullptr) pods_->Label(&processes.value());
   // Starting a control daemon again may take seconds: readers must not wait for it either.
   if (mps_ != nullptr && gpus.ok()) mps_->Reconcile(gpus.value());
-  const int64_t now_ms = NowMs();
+  const int64_t now_ms = UnixMs();
   std::unique_lock lock(mu_);
   if (gpus.ok()) gpus_ = std::move(gpus.value());
   if (processes.ok()) {
@@ -673,7 +667,7 @@ void Registry::ApplyMpsPlan() {
 NodeSnapshot Registry::Snapshot() {
   std::lock_guard lock(mu_);
   NodeSnapshot snap;
-  snap.time_ms = NowMs();
+  snap.time_ms = UnixMs();
   snap.ledger = ledger_->Describe();
   auto commitments = CommitmentsByGpu(slices_);
   // How each GPU and each slice on it shares (mps_plan.h).

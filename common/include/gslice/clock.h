@@ -32,4 +32,7 @@ inline int64_t UnixNs() {
   return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
+// UnixNs in whole milliseconds, as the API and the store give times.
+inline int64_t UnixMs() { return UnixNs() / 1'000'000; }
+
 }  // namespace gslice
