@@ -26,6 +26,7 @@
 #include <gtest/gtest.h>
 
 #include "calls.h"
+#include "remote_test_support.h"
 #include "socket_io.h"
 #include "test_support.h"
 #include "wire.h"
@@ -64,17 +65,7 @@ struct TraceFile {
 class RemoteTrace : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    setenv("GSLICE_SIM_STATE", (Prefix() + "-node").c_str(), 1);
-    setenv("GSLICE_SIM_DEVICES", "1", 1);
-    setenv("GSLICE_SIM_MEMORY", "2GiB", 1);
-    setenv("GSLICE_LEDGER", (Prefix() + "-ledger").c_str(), 1);
-    setenv("GSLICE_SUSPEND_BOARD", (Prefix() + "-board").c_str(), 1);
-    setenv("GSLICE_CONTEXT_OVERHEAD", "64MiB", 1);
-    for (const char* v : {"GSLICE_REMOTE", "GSLICE_SOCKET", "GSLICE_DAEMON", "GSLICE_MEMORY", "GSLICE_LOG",
-                          "GSLICE_CLASS", "GSLICE_COMPUTE", "GSLICE_SHARE", "GSLICE_TRACE",
-                          "GSLICE_TRACE_CLOCK_SHIFT"}) {
-      unsetenv(v);
-    }
+    shared::SetUpSimWorld(Prefix(), {"GSLICE_TRACE", "GSLICE_TRACE_CLOCK_SHIFT"});
     if (const std::string asan = GSLICE_TEST_ASAN_RUNTIME; !asan.empty()) setenv("LD_PRELOAD", asan.c_str(), 1);
     std::filesystem::create_directories(ServerTmp());
     for (const char* which : {"plain", "shifted", "drifting"}) unlink(Socket(which).c_str());
@@ -90,19 +81,12 @@ class RemoteTrace : public ::testing::Test {
   }
 
   static void TearDownTestSuite() {
-    for (Child** server : {&plain_, &shifted_, &drifting_}) {
-      if (*server == nullptr) continue;
-      (*server)->Kill(SIGTERM);
-      (*server)->Wait(nullptr, 10000);
-      delete *server;
-      *server = nullptr;
-    }
+    shared::StopServer(&plain_, Socket("plain"));
+    shared::StopServer(&shifted_, Socket("shifted"));
+    shared::StopServer(&drifting_, Socket("drifting"));
     std::error_code ec;
-    for (const char* which : {"plain", "shifted", "drifting"}) unlink(Socket(which).c_str());
     std::filesystem::remove_all(ServerTmp(), ec);
-    for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
-      if (entry.path().string().rfind(Prefix(), 0) == 0) std::filesystem::remove_all(entry.path(), ec);
-    }
+    shared::RemoveSimWorld(Prefix());
   }
 
   // Runs trace_worker PROGRAM through the client, recording into file.
