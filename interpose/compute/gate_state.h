@@ -52,6 +52,14 @@ inline int64_t NowNs() {
   return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
+// CLOCK_MONOTONIC at the kernel tick's resolution (1-4 ms), for a few ns: the same clock as
+// NowNs, behind it by at most a tick.
+inline int64_t CoarseNowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
 inline void SleepNs(int64_t ns) {
   timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
   nanosleep(&ts, nullptr);
@@ -214,11 +222,6 @@ inline bool PublishOnly(const Device& d) {
   const ComputePolicy p = PolicyOf(d);
   return p.cls == ComputeClass::kGuaranteed && !p.capped() && !d.peers.share_peer.load(kRlx);
 }
-
-// How long "has queued work" (inflight_until_ns) lasts after a launch or a poll that found
-// work queued, unless refreshed: on MPS a publish-only process's streams are polled once per
-// peer scan (gate_thread.cc), so it must outlast a scan.
-inline int64_t InflightHold(const Device& d) { return d.spatial && PublishOnly(d) ? kUngatedHoldNs : kInflightHoldNs; }
 
 // ---- the launch path's, also run by the gate thread (launch_gate.cc) --------------------
 

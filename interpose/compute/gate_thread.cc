@@ -427,9 +427,9 @@ void* GateThread(void*) {
       // Lazy markers are recorded on the app's streams from here: the context must be current.
       if (current != ctx && g_gate->api.ctx_set_current(ctx) == CUDA_SUCCESS) current = ctx;
       // On MPS nobody judges a publish-only guaranteed process by its measured busy time (the
-      // MPS controller reads its kernels): its streams are marked once per scan, not every
-      // pass, which keeps the gate thread's event records off its launches' driver lock.
-      if (!(d.spatial && PublishOnly(d)) || scan) PollDevice(d, now);
+      // MPS controller reads its kernels): its launches meter nothing, and the gate thread
+      // records no markers on its streams, which keeps it off their driver lock.
+      if (!(d.spatial && PublishOnly(d))) PollDevice(d, now);
       if (d.spatial) TimeKernels(d, now);
       if (PolicyOf(d).cls == ComputeClass::kOpportunistic) {
         ControlOpportunisticRate(d, now);

@@ -158,7 +158,7 @@ void PollDevice(Device& d, int64_t now) {
   // launched unmetered (UnthrottledOnMps) said so itself, for kUngatedHoldNs.
   if (UnthrottledOnMps(d)) return;
   int64_t inflight = d.entry->inflight_until_ns.load(kRlx);
-  const int64_t want = outstanding > 0 ? now + InflightHold(d) : 0;
+  const int64_t want = outstanding > 0 ? now + kInflightHoldNs : 0;
   if (outstanding > 0 || inflight != 0) d.entry->inflight_until_ns.compare_exchange_strong(inflight, want, kRlx);
 }
 
@@ -334,13 +334,14 @@ bool StartKernelSample(Device& d, CUstream stream, const KernelShape* shape, int
   if (shape == nullptr || !d.kernels.sampling.load(kRlx)) return false;
   if (++t_launches % kKernelSampleEvery != 0 && now - t_sampled_ns < kKernelSampleGapNs) return false;
   t_sampled_ns = now;
+  const int64_t launched = NowNs();  // when it was launched, to the gate thread's precision
   CUevent start = d.meter.pool.Get(g_gate->api);
   if (start == nullptr) return false;
   if (g_gate->api.event_record(start, stream) != CUDA_SUCCESS) {
     d.meter.pool.Put(start);
     return false;
   }
-  *ticket = {.device = &d, .sample = {.start = start, .key = KernelKey(*shape), .launched_ns = now}, .stream = stream};
+  *ticket = {.device = &d, .sample = {.start = start, .key = KernelKey(*shape), .launched_ns = launched}, .stream = stream};
   return true;
 }
 
@@ -378,15 +379,25 @@ LaunchTicket BeforeLaunch(CUstream stream, bool per_thread, const KernelShape* s
     return {};
   }
   const bool own_thread_stream = per_thread && (stream == nullptr || stream == CU_STREAM_PER_THREAD);
+  if (d->spatial && PublishOnly(*d)) {
+    // On MPS the controller judges a guaranteed process by its timed kernels, not by its
+    // launches or busy time: a launch only says the process has work queued, on the coarse
+    // clock (a few ns, milliseconds of resolution against a 50 ms hold), and is timed now and
+    // then. No meter, no marker, no read-modify-write shared with other processes.
+    const int64_t now = CoarseNowNs();
+    d->entry->active_until_ns.store(now + kActiveHoldNs, kRlx);
+    d->entry->inflight_until_ns.store(now + kUngatedHoldNs, kRlx);
+    LaunchTicket sampled;
+    if (StartKernelSample(*d, own_thread_stream ? CU_STREAM_PER_THREAD : stream, shape, now, &sampled)) return sampled;
+    return {};
+  }
   StreamMeter* m = FindStream(*d, own_thread_stream ? CU_STREAM_PER_THREAD : stream, own_thread_stream ? ThreadKey() : 0);
   if (PublishOnly(*d) && !own_thread_stream) {
     const int64_t now = NowNs();
     d->entry->active_until_ns.store(now + kActiveHoldNs, kRlx);
-    d->entry->inflight_until_ns.store(now + InflightHold(*d), kRlx);
+    d->entry->inflight_until_ns.store(now + kInflightHoldNs, kRlx);
     d->entry->launches.fetch_add(1, kRlx);
     if (m != nullptr) m->CountLaunch();
-    LaunchTicket sampled;
-    if (StartKernelSample(*d, stream, shape, now, &sampled)) return sampled;
     return {};  // the marker is left to the gate thread
   }
   d->entry->launches.fetch_add(1, kRlx);
