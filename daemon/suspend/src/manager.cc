@@ -140,7 +140,8 @@ bool SuspendManager::BeginSuspend(int pid, Cause cause, Outcome* out, uint64_t* 
   return true;
 }
 
-void SuspendManager::FinishSuspend(int pid, uint64_t bytes, State to, const std::string& reason, Outcome* out) {
+void SuspendManager::Finish(int pid, State to, const std::string& reason, Outcome* out,
+                            const std::function<void(ProcessStatus&)>& account) {
   ProcessStatus st;
   State prev;
   {
@@ -148,19 +149,25 @@ void SuspendManager::FinishSuspend(int pid, uint64_t bytes, State to, const std:
     auto it = procs_.find(pid);
     if (it == procs_.end()) return;
     prev = it->second.state;
-    if (to == State::kSuspended) {
-      budget_->Commit(bytes);
-      it->second.host_bytes = bytes;
-      ++it->second.suspends;
-    } else {
-      budget_->CancelReservation(bytes);
-      if (to == State::kFailed) ++it->second.failures;
-    }
+    account(it->second);
     it->second.last = out->times;
     st = SetStateLocked(it->second, to, reason);
   }
   out->state = to;
   Publish(st, prev);
+}
+
+void SuspendManager::FinishSuspend(int pid, uint64_t bytes, State to, const std::string& reason, Outcome* out) {
+  Finish(pid, to, reason, out, [&](ProcessStatus& s) {
+    if (to == State::kSuspended) {
+      budget_->Commit(bytes);
+      s.host_bytes = bytes;
+      ++s.suspends;
+    } else {
+      budget_->CancelReservation(bytes);
+      if (to == State::kFailed) ++s.failures;
+    }
+  });
 }
 
 bool SuspendManager::GoneDuringSuspend(int pid, uint64_t bytes, Outcome* out) {
@@ -248,29 +255,19 @@ Outcome SuspendManager::Suspend(int pid, Cause cause) {
 
 void SuspendManager::FinishResume(int pid, bool moved, const std::string& new_gpu_uuid, State to,
                                   const std::string& reason, Outcome* out) {
-  ProcessStatus st;
-  State prev;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = procs_.find(pid);
-    if (it == procs_.end()) return;
-    prev = it->second.state;
+  Finish(pid, to, reason, out, [&](ProcessStatus& s) {
     if (to == State::kRunning) {
-      budget_->Release(it->second.host_bytes);
-      it->second.host_bytes = 0;
-      ++it->second.resumes;
+      budget_->Release(s.host_bytes);
+      s.host_bytes = 0;
+      ++s.resumes;
       if (moved && !new_gpu_uuid.empty()) {
-        it->second.info.gpu_uuid = new_gpu_uuid;
-        it->second.moved = true;
+        s.info.gpu_uuid = new_gpu_uuid;
+        s.moved = true;
       }
     } else if (to == State::kFailed) {
-      ++it->second.failures;
+      ++s.failures;
     }
-    it->second.last = out->times;
-    st = SetStateLocked(it->second, to, reason);
-  }
-  out->state = to;
-  Publish(st, prev);
+  });
 }
 
 Outcome SuspendManager::Resume(int pid, std::span<const GpuPair> pairs,

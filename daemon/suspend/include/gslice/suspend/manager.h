@@ -120,6 +120,10 @@ class SuspendManager {
   // After a failed driver call: if the process is gone, forgets it and fills `out`.
   bool HandleExitAfterFailure(int pid, Outcome* out);
   std::string DriverError(const char* step, CUresult r);
+  // Leaves pid in `to` (a process no longer tracked is left alone): account(its status) under
+  // the lock, out's times recorded, the change published.
+  void Finish(int pid, State to, const std::string& reason, Outcome* out,
+              const std::function<void(ProcessStatus&)>& account);
   // Suspend's steps. BeginSuspend: moves a running, live process to kSuspending with `bytes`
   // of host memory reserved for it; false with *out saying why not. FinishSuspend: leaves it
   // in `to` (kSuspended commits the reservation, anything else cancels it). GoneDuringSuspend:
