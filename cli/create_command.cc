@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon_commands.h"
+#include "gslice/slice_class.h"
 #include "gslice/units.h"
 
 namespace gslice::cli {
@@ -98,7 +99,7 @@ int CreateCommand(int argc, char** argv) {
     std::fprintf(stderr, "gslice create: --memory is required, e.g. --memory 8GiB\n");
     return 2;
   }
-  if (cls != "guaranteed" && cls != "opportunistic") {
+  if (!ParseSliceClass(cls)) {
     std::fprintf(stderr, "gslice create: --class %s: use guaranteed or opportunistic\n", cls.c_str());
     return 2;
   }
