@@ -14,6 +14,7 @@
 #include "fake_kubelet.h"
 #include "gslice/k8s/device_plugin.h"
 #include "gslice/k8s/extender.h"
+#include "sim_world.h"
 #include "test_support.h"
 
 namespace gslice::k8s {
@@ -35,16 +36,7 @@ std::string Prefix() { return "/dev/shm/gslice-test-" + std::to_string(getpid())
 class RemotePodOnSim : public ::testing::Test {
  protected:
   void SetUp() override {
-    setenv("GSLICE_SIM_STATE", (Prefix() + "-node").c_str(), 1);
-    setenv("GSLICE_SIM_DEVICES", "1", 1);
-    setenv("GSLICE_SIM_MEMORY", "2GiB", 1);
-    setenv("GSLICE_LEDGER", (Prefix() + "-ledger").c_str(), 1);
-    setenv("GSLICE_SUSPEND_BOARD", (Prefix() + "-board").c_str(), 1);
-    setenv("GSLICE_CONTEXT_OVERHEAD", "64MiB", 1);
-    for (const char* v : {"GSLICE_REMOTE", "GSLICE_SOCKET", "GSLICE_DAEMON", "GSLICE_MEMORY", "GSLICE_LOG",
-                          "GSLICE_CLASS", "GSLICE_COMPUTE", "GSLICE_SHARE", "GSLICE_IDLE_TIMEOUT",
-                          "GSLICE_REMOTE_CA", "GSLICE_REMOTE_TOKEN_FILE"})
-      unsetenv(v);
+    gslice::test::SetUpSimWorld(Prefix(), {"GSLICE_IDLE_TIMEOUT", "GSLICE_REMOTE_CA", "GSLICE_REMOTE_TOKEN_FILE"});
     if (const std::string asan = GSLICE_TEST_ASAN_RUNTIME; !asan.empty()) setenv("LD_PRELOAD", asan.c_str(), 1);
     dir_ = "/tmp/gslice-test-" + std::to_string(getpid()) + "-k8s-remote";
     fs::remove_all(dir_);
@@ -67,8 +59,7 @@ class RemotePodOnSim : public ::testing::Test {
   void TearDown() override {
     std::error_code ec;
     fs::remove_all(dir_, ec);
-    for (const auto& entry : fs::directory_iterator("/dev/shm", ec))
-      if (entry.path().string().rfind(Prefix(), 0) == 0) fs::remove_all(entry.path(), ec);
+    gslice::test::RemoveSimWorld(Prefix());
   }
 
   fs::path dir_;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "node.h"
+#include "sim_world.h"
 #include "test_support.h"
 
 namespace gslice::remote::shared {
@@ -79,29 +80,9 @@ inline bool GoneWithin(pid_t pid, int ms) {
   return Gone(pid);
 }
 
-// A suite's world: one simulated 2 GiB GPU and a ledger and suspend board of its own under
-// prefix; the caller's gslice settings cleared (and the names in also_unset).
-inline void SetUpSimWorld(const std::string& prefix, std::initializer_list<const char*> also_unset = {}) {
-  setenv("GSLICE_SIM_STATE", (prefix + "-node").c_str(), 1);
-  setenv("GSLICE_SIM_DEVICES", "1", 1);
-  setenv("GSLICE_SIM_MEMORY", "2GiB", 1);
-  setenv("GSLICE_LEDGER", (prefix + "-ledger").c_str(), 1);
-  setenv("GSLICE_SUSPEND_BOARD", (prefix + "-board").c_str(), 1);
-  setenv("GSLICE_CONTEXT_OVERHEAD", "64MiB", 1);
-  for (const char* v : {"GSLICE_REMOTE", "GSLICE_SOCKET", "GSLICE_DAEMON", "GSLICE_MEMORY", "GSLICE_LOG",
-                        "GSLICE_CLASS", "GSLICE_COMPUTE", "GSLICE_SHARE"}) {
-    unsetenv(v);
-  }
-  for (const char* v : also_unset) unsetenv(v);
-}
-
-// Removes what a suite's world left under prefix in /dev/shm.
-inline void RemoveSimWorld(const std::string& prefix) {
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
-    if (entry.path().string().rfind(prefix, 0) == 0) std::filesystem::remove_all(entry.path(), ec);
-  }
-}
+// A suite's world and its removal (tests/support/sim_world.h).
+using gslice::test::RemoveSimWorld;
+using gslice::test::SetUpSimWorld;
 
 // The simulated device 0's memory in use (~0 when the node cannot be opened).
 inline uint64_t SimUsed() {
