@@ -145,7 +145,11 @@ struct KernelTiming {
   std::mutex mu;
   KernelSample ring[kKernelSampleRing];
   std::atomic<uint32_t> head{0}, tail{0};
+  // Launches while sampling, counted kKernelSampleEvery at a time by each thread (a shared
+  // counter touched once per that many launches), for the job's busy share (kernel_clock.h).
+  std::atomic<uint64_t> launches{0};
   // Gate thread only.
+  uint64_t period_launches = 0;  // launches at the last period's end
   KernelClock clock;
   int64_t opportunistic_busy_ns = 0;  // the newest pass that saw opportunistic work queued
   int64_t next_period_ns = 0;

@@ -345,12 +345,16 @@ void TimeKernels(Device& d, int64_t now) {
   }
   k.tail.store(tail, std::memory_order_release);
   if (!sample || now < k.next_period_ns) return;
+  const int64_t period_ns = k.next_period_ns == 0 ? 0 : now - (k.next_period_ns - kControlPeriodNs);
   k.next_period_ns = now + kControlPeriodNs;
   if (++k.sequence > 0xffffu) k.sequence = 1;
-  const KernelSignal signal = k.clock.ClosePeriod(now, k.sequence);
+  const uint64_t launches = k.launches.load(kRlx);
+  const KernelSignal signal = k.clock.ClosePeriod(now, k.sequence, launches - k.period_launches, period_ns);
+  k.period_launches = launches;
   d.entry->kernel_signal.store(PackKernelSignal(signal), kRlx);
   if (signal.known() || signal.wants_baseline) {
-    TraceLine("compute: kernels beside opportunistic work at %.3f of their time alone%s (%d kernels timed alone)",
+    TraceLine("compute: beside opportunistic work at least %.3f of its speed alone, by its kernels' times%s "
+              "(%d kernels timed alone)",
               signal.speed_permille / 1000.0, signal.wants_baseline ? "; wants a baseline" : "", k.clock.kernels());
   }
 }

@@ -53,6 +53,8 @@ KernelClock::Entry* KernelClock::Find(uint64_t key, bool insert) {
 void KernelClock::Add(uint64_t key, int64_t gpu_ns, bool beside_opportunistic, int64_t now_ns) {
   if (gpu_ns <= 0 || key == 0) return;
   const double t = static_cast<double>(gpu_ns);
+  all_sum_ += t;
+  ++all_;
   if (!beside_opportunistic) {
     Entry* e = Find(key, /*insert=*/true);
     if (e == nullptr) return;
@@ -70,20 +72,26 @@ void KernelClock::Add(uint64_t key, int64_t gpu_ns, bool beside_opportunistic, i
   ++judged_;
 }
 
-KernelSignal KernelClock::ClosePeriod(int64_t now_ns, uint32_t sequence) {
+KernelSignal KernelClock::ClosePeriod(int64_t now_ns, uint32_t sequence, uint64_t launches, int64_t period_ns) {
   KernelSignal s{.sequence = sequence};
   if (judged_ >= kMinSignalSamples && time_sum_ > 0) {
-    const double speed = base_sum_ / time_sum_;
-    const double permille = speed >= 1 ? 1000 : speed * 1000 + 0.5;
-    s.speed_permille = permille < 1 ? 1 : static_cast<uint32_t>(permille);
+    const double r = base_sum_ / time_sum_;
+    double speed = r >= 1 ? 1 : r;
+    if (launches > 0 && period_ns > 0 && all_ > 0 && speed < 1) {
+      double busy = static_cast<double>(launches) * (all_sum_ / all_) * speed / static_cast<double>(period_ns);
+      if (busy > 1) busy = 1;
+      speed = 1 / (1 + busy * (1 / speed - 1));
+    }
+    const double permille = speed * 1000 + 0.5;
+    s.speed_permille = permille < 1 ? 1 : permille > 1000 ? 1000 : static_cast<uint32_t>(permille);
   }
   // A baseline is wanted where the period's kernels beside opportunistic work mostly had none,
   // or where the newest is stale while opportunistic work runs.
   const bool few = beside_ >= kMinSignalSamples && judged_ * 2 < beside_;
   const bool stale = beside_ > 0 && (!any_alone_ || now_ns - newest_alone_ns_ > kBaselineRefreshNs);
   s.wants_baseline = few || stale;
-  base_sum_ = time_sum_ = 0;
-  judged_ = beside_ = 0;
+  base_sum_ = time_sum_ = all_sum_ = 0;
+  judged_ = beside_ = all_ = 0;
   return s;
 }
 

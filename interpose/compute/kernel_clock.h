@@ -12,9 +12,18 @@
 // A kernel is a function with its grid and block (KernelShape): different grids of one
 // function are different kernels. Its time alone (the baseline) is the mean of its recent
 // samples taken while no opportunistic process on the GPU had work queued (kBaselineWeight per
-// new sample). A period's speed is, over its samples taken beside opportunistic work whose
-// kernels have a baseline, the sum of their baselines over the sum of their times: 1 is as
-// fast as alone. Fewer than kMinSignalSamples such samples: no reading.
+// new sample). A period's kernel speed r is, over its samples taken beside opportunistic work
+// whose kernels have a baseline, the sum of their baselines over the sum of their times: 1 is
+// as fast as alone. Fewer than kMinSignalSamples such samples: no reading.
+//
+// What the job loses is at most what its kernels lose on its critical path. A job whose
+// kernels would keep the GPU busy a share b of the time alone loses at most b (1/r - 1) of its
+// time when they take 1/r as long: the reading is 1 / (1 + b (1/r - 1)), never under r (b is
+// at most 1), and r itself for a job that keeps the GPU busy. So a launch-bound job (b well
+// under 1), whose kernels may run slower beside opportunistic work while it loses nothing,
+// is not read as losing all of it; the bound still assumes every GPU second is on the job's
+// critical path, so it errs on the job's side. b is the period's launches times the mean
+// sampled kernel time, times r, over the period (a job of too few launches to count: 1).
 #pragma once
 
 #include <cstdint>
@@ -57,8 +66,9 @@ class KernelClock {
   // One sampled kernel: its key, its GPU time, and whether opportunistic work had work queued
   // while it ran (else it was alone). now_ns: when it was found done.
   void Add(uint64_t key, int64_t gpu_ns, bool beside_opportunistic, int64_t now_ns);
-  // Ends a period at now_ns: its reading, numbered `sequence`, and starts the next.
-  KernelSignal ClosePeriod(int64_t now_ns, uint32_t sequence);
+  // Ends a period of period_ns at now_ns in which the job made `launches` launches (0: not
+  // counted): its reading, numbered `sequence`, and starts the next.
+  KernelSignal ClosePeriod(int64_t now_ns, uint32_t sequence, uint64_t launches = 0, int64_t period_ns = 0);
   // The kernel's baseline, ns (0: none).
   double Baseline(uint64_t key) const;
   int kernels() const { return used_; }
@@ -78,6 +88,8 @@ class KernelClock {
   // times' sums), and all beside-opportunistic samples.
   double base_sum_ = 0, time_sum_ = 0;
   int judged_ = 0, beside_ = 0;
+  double all_sum_ = 0;  // every sample's time, alone or beside (the mean kernel's time)
+  int all_ = 0;
 };
 
 }  // namespace gslice::compute

@@ -332,7 +332,9 @@ bool StartKernelSample(Device& d, CUstream stream, const KernelShape* shape, int
   static thread_local uint32_t t_launches = 0;
   static thread_local int64_t t_sampled_ns = 0;
   if (shape == nullptr || !d.kernels.sampling.load(kRlx)) return false;
-  if (++t_launches % kKernelSampleEvery != 0 && now - t_sampled_ns < kKernelSampleGapNs) return false;
+  const bool counted = ++t_launches % kKernelSampleEvery == 0;
+  if (counted) d.kernels.launches.fetch_add(kKernelSampleEvery, kRlx);
+  if (!counted && now - t_sampled_ns < kKernelSampleGapNs) return false;
   t_sampled_ns = now;
   const int64_t launched = NowNs();  // when it was launched, to the gate thread's precision
   CUevent start = d.meter.pool.Get(g_gate->api);

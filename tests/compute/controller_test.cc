@@ -245,6 +245,25 @@ TEST(ComputeKernels, EachKernelIsJudgedAgainstItselfAlone) {
   EXPECT_EQ(k.ClosePeriod(4, 4).speed_permille, 1000u);
 }
 
+TEST(ComputeKernels, AJobLosesAtMostItsBusyShareOfItsKernelsSlowdown) {
+  KernelClock k;
+  const uint64_t key = KernelKey({.function = &k, .grid = {8, 1, 1}});
+  for (int i = 0; i < 4; ++i) k.Add(key, 100'000, false, 0);
+  k.ClosePeriod(0, 1);
+  // Beside opportunistic work its kernels take 1.25x as long (r = 0.8).
+  const auto period = [&](uint64_t launches) {
+    for (int i = 0; i < kMinSignalSamples; ++i) k.Add(key, 125'000, true, 1);
+    return k.ClosePeriod(1, 1, launches, kControlPeriodNs).speed_permille;
+  };
+  // 2500 launches of 100 us alone in 250 ms: the GPU busy all the time; the job loses all of it.
+  EXPECT_EQ(period(2500), 800u);
+  // 1000 launches: busy 40% of the time alone, so at most 0.4 x 0.25 more time: 1 / 1.1.
+  EXPECT_EQ(period(1000), 909u);
+  // Too few launches to count: read as busy, r.
+  EXPECT_EQ(period(0), 800u);
+  EXPECT_EQ(period(100000), 800u) << "a busy share over 1 (miscounted) is 1";
+}
+
 TEST(ComputeKernels, KernelsWithoutABaselineAskForOne) {
   KernelClock k;
   for (unsigned i = 0; i < 2 * kMinSignalSamples; ++i) k.Add(KernelKey({.function = &k, .grid = {i, 1, 1}}), 1000, true, 1);
