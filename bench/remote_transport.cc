@@ -155,7 +155,7 @@ int main(int argc, char** argv) {
     unsetenv(v);
   }
   g_server = std::make_unique<Child>(
-      std::vector<std::string>{kBin + "/gslice-remoted", "--listen", "unix:" + SocketPath(), "--sim"});
+      std::vector<std::string>{kBin + "/gslice-remoted", "--listen", "unix:" + SocketPath(), "--sim", "--allow-root-tenant"});
   if (g_server->ReadUntil("gslice-remoted: listening on", 20000).empty()) {
     fprintf(stderr, "gslice-remoted did not start\n");
     Cleanup();

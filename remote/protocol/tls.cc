@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/err.h>
+#include <openssl/evp.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 #include <poll.h>
@@ -324,6 +325,16 @@ void TlsFree(TlsSession* s) {
   g_ssl.SSL_free(s->ssl);
   pthread_mutex_destroy(&s->mu);
   delete s;
+}
+
+bool TlsSha256(const void* p, size_t n, unsigned char digest[32], std::string* error) {
+  if (!LoadTls(error)) return false;
+  unsigned int size = 0;
+  if (g_ssl.EVP_Digest(p, n, digest, &size, g_ssl.EVP_sha256(), nullptr) != 1 || size != 32) {
+    *error = "SHA-256: " + Errors();
+    return false;
+  }
+  return true;
 }
 
 }  // namespace gslice::remote

@@ -48,4 +48,8 @@ int TlsFd(const TlsSession* s);
 // Frees the session (not its socket).
 void TlsFree(TlsSession* s);
 
+// The SHA-256 digest of p (libcrypto's, through the libssl this file loads). False, with the
+// reason, when libssl cannot be loaded.
+bool TlsSha256(const void* p, size_t n, unsigned char digest[32], std::string* error);
+
 }  // namespace gslice::remote

@@ -71,7 +71,8 @@ TEST_F(RemotePodOnSim, ANonRootPodReachesItsRemoteGpuWithTheCopiesItWasGiven) {
   ASSERT_TRUE(tls_ok_) << "the openssl command is needed to make the test certificates";
   const fs::path secret = dir_ / "secret";
   Child server({kBin + "/gslice-remoted", "--listen", "tls://127.0.0.1:0", "--cert", (secret / "tls.crt").string(),
-                "--key", (secret / "tls.key").string(), "--token-file", (secret / "token").string(), "--sim"});
+                "--key", (secret / "tls.key").string(), "--token-file", (secret / "token").string(), "--token-user", "root",
+                "--allow-root-tenant", "--sim"});
   const std::string line = server.ReadUntil("gslice-remoted: listening on", 20000);
   const size_t at = line.find("tls://");
   ASSERT_NE(at, std::string::npos) << line;

@@ -39,33 +39,7 @@ const std::string kProgram = GSLICE_TEST_ATTACH_PROBE;
 std::string Prefix() { return "/dev/shm/gslice-test-" + std::to_string(getpid()) + "-attach"; }
 std::string Dir() { return "/tmp/gslice-test-" + std::to_string(getpid()) + "-attach"; }
 
-// The processes whose parent chain reaches `ancestor` and whose command line holds `word`.
-int CountDescendants(pid_t ancestor, const std::string& word) {
-  int n = 0;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
-    const std::string pid = entry.path().filename();
-    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream cmd(entry.path() / "cmdline");
-    std::string cmdline((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
-    if (cmdline.find(word) == std::string::npos) continue;
-    for (pid_t p = std::stoi(pid); p > 1;) {
-      if (p == ancestor) {
-        ++n;
-        break;
-      }
-      std::ifstream stat("/proc/" + std::to_string(p) + "/stat");
-      std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-      const size_t paren = text.rfind(')');
-      if (paren == std::string::npos) break;
-      int ppid = 0;
-      char state = 0;
-      if (sscanf(text.c_str() + paren + 1, " %c %d", &state, &ppid) != 2) break;
-      p = ppid;
-    }
-  }
-  return n;
-}
+using shared::CountDescendants;
 
 class RemoteAttach : public ::testing::Test {
  protected:
@@ -94,7 +68,7 @@ class RemoteAttach : public ::testing::Test {
 
 TEST_F(RemoteAttach, DeviceQueriesHoldNoWorkerAndTheFirstGpuCallAttaches) {
   const std::string socket = Dir() + "/remoted.sock";
-  Child server({kBin + "/gslice-remoted", "--listen", "unix:" + socket, "--sim"});
+  Child server({kBin + "/gslice-remoted", "--listen", "unix:" + socket, "--sim", "--allow-root-tenant"});
   ASSERT_NE(server.ReadUntil("gslice-remoted: listening on", 20000), "");
   {
     Child client(Remote(socket, {}), {"GSLICE_LOG=info"});
@@ -125,7 +99,7 @@ TEST_F(RemoteAttach, DeviceQueriesHoldNoWorkerAndTheFirstGpuCallAttaches) {
 // client that initialised it on the probe.
 TEST_F(RemoteAttach, NvmlQueriesHoldNoWorkerAndTheirHandlesSurviveTheAttach) {
   const std::string socket = Dir() + "/remoted.sock";
-  Child server({kBin + "/gslice-remoted", "--listen", "unix:" + socket, "--sim"});
+  Child server({kBin + "/gslice-remoted", "--listen", "unix:" + socket, "--sim", "--allow-root-tenant"});
   ASSERT_NE(server.ReadUntil("gslice-remoted: listening on", 20000), "");
   // Someone else's program on the GPU node, holding memory.
   Child other({kBin + "/gslice", "run", "--sim", "--memory", "1GiB", "--", kProgram});
@@ -164,7 +138,7 @@ TEST_F(RemoteAttach, NvmlQueriesHoldNoWorkerAndTheirHandlesSurviveTheAttach) {
 // memory is disconnected, and no worker or slice is made for it.
 TEST_F(RemoteAttach, AProbeRefusesCallsThatNeedASlice) {
   const std::string socket = Dir() + "/remoted.sock";
-  Child server({kBin + "/gslice-remoted", "--listen", "unix:" + socket, "--sim"});
+  Child server({kBin + "/gslice-remoted", "--listen", "unix:" + socket, "--sim", "--allow-root-tenant"});
   ASSERT_NE(server.ReadUntil("gslice-remoted: listening on", 20000), "");
   Address address;
   std::string error;
@@ -239,7 +213,7 @@ TEST_F(RemoteAttach, AnIdleRemoteSliceIsSuspendedAndTheNextCallResumesItIntact) 
     if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   ASSERT_TRUE(up);
-  Child server({kBin + "/gslice-remoted", "--listen", "unix:" + socket, "--sim"}, {"GSLICE_SOCKET=" + api});
+  Child server({kBin + "/gslice-remoted", "--listen", "unix:" + socket, "--sim", "--allow-root-tenant"}, {"GSLICE_SOCKET=" + api});
   ASSERT_NE(server.ReadUntil("gslice-remoted: listening on", 20000), "");
   {
     Child client(Remote(socket, {"--idle-timeout", "3s"}));

@@ -58,7 +58,7 @@ class RemoteShm : public ::testing::Test {
     if (const std::string asan = GSLICE_TEST_ASAN_RUNTIME; !asan.empty()) setenv("LD_PRELOAD", asan.c_str(), 1);
     unlink(SocketPath().c_str());
     server_ = new Child({kBin + "/gslice-remoted", "--listen", "unix:" + SocketPath(), "--listen",
-                         "tcp://127.0.0.1:0", "--sim"});
+                         "tcp://127.0.0.1:0", "--sim", "--allow-root-tenant"});
     for (int i = 0; i < 2; ++i) {
       const std::string line = server_->ReadUntil("gslice-remoted: listening on", 20000);
       ASSERT_NE(line, "");

@@ -53,7 +53,7 @@ class RemoteSim : public ::testing::Test {
     // The sanitize build: the ASan runtime first, before the shim gslice run preloads.
     if (const std::string asan = GSLICE_TEST_ASAN_RUNTIME; !asan.empty()) setenv("LD_PRELOAD", asan.c_str(), 1);
     unlink(SocketPath().c_str());
-    server_ = new Child({kBin + "/gslice-remoted", "--listen", "unix:" + SocketPath(), "--sim"});
+    server_ = new Child({kBin + "/gslice-remoted", "--listen", "unix:" + SocketPath(), "--sim", "--allow-root-tenant"});
     ASSERT_NE(server_->ReadUntil("gslice-remoted: listening on", 20000), "");
   }
 
@@ -677,7 +677,7 @@ TEST_F(RemoteSim, ARemoteSliceIsListedByGslicedWhileItsClientRuns) {
       if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     ASSERT_TRUE(up) << listing().out;
-    Child server({kBin + "/gslice-remoted", "--listen", "unix:" + remoted, "--sim"},
+    Child server({kBin + "/gslice-remoted", "--listen", "unix:" + remoted, "--sim", "--allow-root-tenant"},
                  {"GSLICE_SOCKET=" + api, "GSLICE_LEDGER=" + ledger});
     ASSERT_NE(server.ReadUntil("gslice-remoted: listening on", 20000), "");
     {
@@ -731,8 +731,8 @@ TEST_F(RemoteSim, TcpIsServedOnLoopbackAndRefusedElsewhere) {
   // tls:// without its certificate, key and token is refused too.
   Result bare = RunProgram({kBin + "/gslice-remoted", "--listen", "tls://0.0.0.0:0", "--sim"}, {}, 10000);
   EXPECT_EQ(bare.code, 2);
-  EXPECT_NE(bare.out.find("needs --cert FILE, --key FILE and --token-file FILE"), std::string::npos) << bare.out;
-  Child server({kBin + "/gslice-remoted", "--listen", "tcp://127.0.0.1:0", "--sim"});
+  EXPECT_NE(bare.out.find("needs --cert FILE, --key FILE and one of --tenants FILE or --token-file FILE"), std::string::npos) << bare.out;
+  Child server({kBin + "/gslice-remoted", "--listen", "tcp://127.0.0.1:0", "--sim", "--allow-root-tenant"});
   const std::string line = server.ReadUntil("gslice-remoted: listening on", 20000);
   const size_t at = line.find("tcp://");
   ASSERT_NE(at, std::string::npos) << line;
@@ -743,40 +743,7 @@ TEST_F(RemoteSim, TcpIsServedOnLoopbackAndRefusedElsewhere) {
   EXPECT_EQ(server.Wait(nullptr, 10000), 0);
 }
 
-// A test CA, a server certificate it signed (for 127.0.0.1), the server's key and a token,
-// made with the openssl command in a private folder that the destructor removes.
-class TlsFiles {
- public:
-  TlsFiles() : dir_("/tmp/gslice-test-" + std::to_string(getpid()) + "-tls") {
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directory(dir_);
-    // Without the sanitize build's preloaded runtime: openssl is not built with it.
-    const std::string q = "cd " + dir_ + " && unset LD_PRELOAD && ";
-    const std::string ec = " -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes";
-    ok_ = system((q + "openssl req -x509" + ec + " -keyout ca.key -out ca.pem -days 1 -subj /CN=gslice-test-ca"
-                      " 2>/dev/null && openssl req" + ec + " -keyout server.key -out server.csr -subj /CN=gslice-test"
-                      " 2>/dev/null && printf 'subjectAltName=IP:127.0.0.1\\n' > ext && openssl x509 -req -in server.csr"
-                      " -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 1 -extfile ext 2>/dev/null && "
-                      "openssl req -x509" + ec + " -keyout other.key -out other.pem -days 1 -subj /CN=other 2>/dev/null")
-                         .c_str()) == 0;
-    Write("token", "0123456789abcdef0123456789abcdef\n");
-    Write("wrong", "0123456789abcdef0123456789abcdeX\n");
-  }
-  ~TlsFiles() {
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
-  bool ok() const { return ok_; }
-  std::string operator()(const std::string& name) const { return dir_ + "/" + name; }
-
- private:
-  void Write(const std::string& name, const std::string& text) {
-    std::ofstream((*this)(name)) << text;
-    chmod((*this)(name).c_str(), 0600);
-  }
-  std::string dir_;
-  bool ok_ = false;
-};
+using shared::TlsFiles;
 
 // Other machines are served over tls:// only: the server's certificate is verified, a client
 // with the token is served, and a wrong or missing token, a plain client and a failed
@@ -785,7 +752,7 @@ TEST_F(RemoteSim, TlsServesTheTokenAndRefusesEverythingElse) {
   TlsFiles files;
   ASSERT_TRUE(files.ok()) << "the openssl command is needed to make the test certificates";
   Child server({kBin + "/gslice-remoted", "--listen", "tls://127.0.0.1:0", "--cert", files("server.pem"), "--key",
-                files("server.key"), "--token-file", files("token"), "--sim"});
+                files("server.key"), "--token-file", files("token"), "--token-user", "root", "--allow-root-tenant", "--sim"});
   const std::string line = server.ReadUntil("gslice-remoted: listening on", 20000);
   const size_t at = line.find("tls://");
   ASSERT_NE(at, std::string::npos) << line;
@@ -871,7 +838,7 @@ TEST_F(RemoteSim, AKilledTlsClientsWorkerIsGoneWithinOneSecond) {
   TlsFiles files;
   ASSERT_TRUE(files.ok()) << "the openssl command is needed to make the test certificates";
   Child server({kBin + "/gslice-remoted", "--listen", "tls://127.0.0.1:0", "--cert", files("server.pem"), "--key",
-                files("server.key"), "--token-file", files("token"), "--sim"});
+                files("server.key"), "--token-file", files("token"), "--token-user", "root", "--allow-root-tenant", "--sim"});
   const std::string line = server.ReadUntil("gslice-remoted: listening on", 20000);
   const size_t at = line.find("tls://");
   ASSERT_NE(at, std::string::npos) << line;
@@ -902,7 +869,7 @@ TEST_F(RemoteSim, WritingToAClosedTlsConnectionRaisesNoSigpipe) {
   TlsFiles files;
   ASSERT_TRUE(files.ok()) << "the openssl command is needed to make the test certificates";
   Child server({kBin + "/gslice-remoted", "--listen", "tls://127.0.0.1:0", "--cert", files("server.pem"), "--key",
-                files("server.key"), "--token-file", files("token"), "--sim"});
+                files("server.key"), "--token-file", files("token"), "--token-user", "root", "--allow-root-tenant", "--sim"});
   const std::string line = server.ReadUntil("gslice-remoted: listening on", 20000);
   const size_t at = line.find("tls://");
   ASSERT_NE(at, std::string::npos) << line;
@@ -948,7 +915,7 @@ TEST_F(RemoteSim, ATokenFileOthersMayReadIsRefused) {
   ASSERT_TRUE(files.ok()) << "the openssl command is needed to make the test certificates";
   chmod(files("token").c_str(), 0644);
   Result r = RunProgram({kBin + "/gslice-remoted", "--listen", "tls://127.0.0.1:0", "--cert", files("server.pem"),
-                         "--key", files("server.key"), "--token-file", files("token"), "--sim"},
+                         "--key", files("server.key"), "--token-file", files("token"), "--token-user", "root", "--allow-root-tenant", "--sim"},
                         {}, 10000);
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.out.find("chmod 600"), std::string::npos) << r.out;

@@ -1,18 +1,22 @@
 // What the remote tests on the simulated driver share: the programs run directly on the
 // simulated driver and through the client, the worker's pid from the client's log, whether a
 // process is gone, the environment of a test suite's world (its /dev/shm prefix), the
-// simulated device's memory in use, and stopping a suite's server.
+// simulated device's memory in use, stopping a suite's server, and the files of a tls:// server.
 // The including test defines GSLICE_TEST_BIN (the build's bin folder).
 #pragma once
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <initializer_list>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -92,6 +96,35 @@ inline uint64_t SimUsed() {
   return node.Used(0);
 }
 
+// The processes whose parent chain reaches `ancestor` (itself included) and whose command line
+// holds `word`.
+inline int CountDescendants(pid_t ancestor, const std::string& word) {
+  int n = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string pid = entry.path().filename();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream cmd(entry.path() / "cmdline");
+    std::string cmdline((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
+    if (cmdline.find(word) == std::string::npos) continue;
+    for (pid_t p = std::stoi(pid); p > 1;) {
+      if (p == ancestor) {
+        ++n;
+        break;
+      }
+      std::ifstream stat("/proc/" + std::to_string(p) + "/stat");
+      std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+      const size_t paren = text.rfind(')');
+      if (paren == std::string::npos) break;
+      int ppid = 0;
+      char state = 0;
+      if (sscanf(text.c_str() + paren + 1, " %c %d", &state, &ppid) != 2) break;
+      p = ppid;
+    }
+  }
+  return n;
+}
+
 // Stops a suite's gslice-remoted (SIGTERM, then waits for it) and removes its unix socket.
 inline void StopServer(gslice::test::Child** server, const std::string& socket_path) {
   if (*server != nullptr) {
@@ -102,5 +135,40 @@ inline void StopServer(gslice::test::Child** server, const std::string& socket_p
   }
   unlink(socket_path.c_str());
 }
+
+// A test CA, a server certificate it signed (for 127.0.0.1), the server's key and a token,
+// made with the openssl command in a private folder (named by tag) that the destructor removes.
+class TlsFiles {
+ public:
+  explicit TlsFiles(const std::string& tag = "tls") : dir_("/tmp/gslice-test-" + std::to_string(getpid()) + "-" + tag) {
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directory(dir_);
+    // Without the sanitize build's preloaded runtime: openssl is not built with it.
+    const std::string q = "cd " + dir_ + " && unset LD_PRELOAD && ";
+    const std::string ec = " -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes";
+    ok_ = system((q + "openssl req -x509" + ec + " -keyout ca.key -out ca.pem -days 1 -subj /CN=gslice-test-ca"
+                      " 2>/dev/null && openssl req" + ec + " -keyout server.key -out server.csr -subj /CN=gslice-test"
+                      " 2>/dev/null && printf 'subjectAltName=IP:127.0.0.1\\n' > ext && openssl x509 -req -in server.csr"
+                      " -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 1 -extfile ext 2>/dev/null && "
+                      "openssl req -x509" + ec + " -keyout other.key -out other.pem -days 1 -subj /CN=other 2>/dev/null")
+                         .c_str()) == 0;
+    Write("token", "0123456789abcdef0123456789abcdef\n");
+    Write("wrong", "0123456789abcdef0123456789abcdeX\n");
+  }
+  ~TlsFiles() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  bool ok() const { return ok_; }
+  std::string operator()(const std::string& name) const { return dir_ + "/" + name; }
+
+ private:
+  void Write(const std::string& name, const std::string& text) {
+    std::ofstream((*this)(name)) << text;
+    chmod((*this)(name).c_str(), 0600);
+  }
+  std::string dir_;
+  bool ok_ = false;
+};
 
 }  // namespace gslice::remote::shared

@@ -69,13 +69,13 @@ class RemoteTrace : public ::testing::Test {
     if (const std::string asan = GSLICE_TEST_ASAN_RUNTIME; !asan.empty()) setenv("LD_PRELOAD", asan.c_str(), 1);
     std::filesystem::create_directories(ServerTmp());
     for (const char* which : {"plain", "shifted", "drifting"}) unlink(Socket(which).c_str());
-    plain_ = new Child({kBin + "/gslice-remoted", "--listen", "unix:" + Socket("plain"), "--sim"},
+    plain_ = new Child({kBin + "/gslice-remoted", "--listen", "unix:" + Socket("plain"), "--sim", "--allow-root-tenant"},
                        {"TMPDIR=" + ServerTmp()});
     ASSERT_NE(plain_->ReadUntil("gslice-remoted: listening on", 20000), "");
-    shifted_ = new Child({kBin + "/gslice-remoted", "--listen", "unix:" + Socket("shifted"), "--sim"},
+    shifted_ = new Child({kBin + "/gslice-remoted", "--listen", "unix:" + Socket("shifted"), "--sim", "--allow-root-tenant"},
                          {"TMPDIR=" + ServerTmp(), "GSLICE_TRACE_CLOCK_SHIFT=" + std::to_string(kShiftNs)});
     ASSERT_NE(shifted_->ReadUntil("gslice-remoted: listening on", 20000), "");
-    drifting_ = new Child({kBin + "/gslice-remoted", "--listen", "unix:" + Socket("drifting"), "--sim"},
+    drifting_ = new Child({kBin + "/gslice-remoted", "--listen", "unix:" + Socket("drifting"), "--sim", "--allow-root-tenant"},
                           {"TMPDIR=" + ServerTmp(), std::string("GSLICE_TRACE_CLOCK_SHIFT=") + kDrift});
     ASSERT_NE(drifting_->ReadUntil("gslice-remoted: listening on", 20000), "");
   }
@@ -423,7 +423,7 @@ TEST_F(RemoteTrace, WithGslicedTheWorkersSideIsRecordedByGsliceTraceAndFetchedWh
   }
   ASSERT_TRUE(up);
   unlink(socket.c_str());
-  Child server({kBin + "/gslice-remoted", "--listen", "unix:" + socket, "--sim"}, {"GSLICE_SOCKET=" + api});
+  Child server({kBin + "/gslice-remoted", "--listen", "unix:" + socket, "--sim", "--allow-root-tenant"}, {"GSLICE_SOCKET=" + api});
   ASSERT_NE(server.ReadUntil("gslice-remoted: listening on", 20000), "");
   {
     Child client({kBin + "/gslice", "run", "--remote", "unix:" + socket, "--memory", "256MiB", "--",

@@ -6,7 +6,7 @@ import os, re, signal, subprocess, time
 def start(remoted, env, sock, log_path, timeout_s=20):
     """Starts gslice-remoted in a session of its own; returns (process, tcp address), the
     address None when it did not listen on both within timeout_s (see log_path)."""
-    server = subprocess.Popen([remoted, "--listen", "unix:" + sock, "--listen", "tcp://127.0.0.1:0"], env=env,
+    server = subprocess.Popen([remoted, "--listen", "unix:" + sock, "--listen", "tcp://127.0.0.1:0", "--allow-root-tenant"], env=env,
                               stdout=open(log_path, "w"), stderr=subprocess.STDOUT, start_new_session=True)
     tcp = None
     deadline = time.monotonic() + timeout_s

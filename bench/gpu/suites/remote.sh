@@ -51,7 +51,7 @@ def run(label, argv, timeout=120):
 
 
 server_log = open(os.path.join(OUT, "gslice-remoted.log"), "w")
-server = subprocess.Popen([remoted, "--listen", "unix:" + sock] + SIM, env=env, stdout=server_log,
+server = subprocess.Popen([remoted, "--listen", "unix:" + sock, "--allow-root-tenant"] + SIM, env=env, stdout=server_log,
                           stderr=subprocess.STDOUT, start_new_session=True)
 try:
     deadline = time.monotonic() + 20
@@ -226,7 +226,8 @@ print("ok")
         tls_log_path = os.path.join(OUT, "gslice-remoted-tls.log")
         tls_log = open(tls_log_path, "w")
         tls_server = subprocess.Popen([remoted, "--listen", "tls://127.0.0.1:0", "--cert", f"{tls_dir}/server.pem",
-                                       "--key", f"{tls_dir}/server.key", "--token-file", f"{tls_dir}/token"] + SIM,
+                                       "--key", f"{tls_dir}/server.key", "--token-file", f"{tls_dir}/token", "--token-user", "root",
+                                       "--allow-root-tenant"] + SIM,
                                       env=env, stdout=tls_log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             address = None

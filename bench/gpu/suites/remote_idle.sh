@@ -106,7 +106,7 @@ try:
     if node() is None:
         result("remote_idle.start", "FAIL", "gsliced did not answer (remote_idle/gsliced.log)")
         sys.exit(1)
-    server = start("gslice-remoted", [bin_("gslice-remoted"), "--listen", "unix:" + sock] + SIM)
+    server = start("gslice-remoted", [bin_("gslice-remoted"), "--listen", "unix:" + sock, "--allow-root-tenant"] + SIM)
     while not os.path.exists(sock) and time.monotonic() < deadline:
         time.sleep(0.05)
     c = Client([bin_("gslice"), "run", "--remote", "unix:" + sock, "--memory", "2GiB", "--idle-timeout", IDLE,

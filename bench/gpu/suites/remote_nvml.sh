@@ -53,7 +53,7 @@ def workers(server_pid):
 
 
 server_log = open(os.path.join(OUT, "gslice-remoted.log"), "w")
-server = subprocess.Popen([bin_("gslice-remoted"), "--listen", "unix:" + sock] + SIM, env=env, stdout=server_log,
+server = subprocess.Popen([bin_("gslice-remoted"), "--listen", "unix:" + sock, "--allow-root-tenant"] + SIM, env=env, stdout=server_log,
                           stderr=subprocess.STDOUT, start_new_session=True)
 client = None
 try:

@@ -39,7 +39,7 @@ echo "CUPTI: ${GSLICE_CUPTI:-(the shim searches)}"
 python3 -c "import torch, torchvision" || { result remote_trace.torch FAIL "no PyTorch with torchvision here"; exit 1; }
 
 sock="/tmp/gslice-rtrace-$$.sock"
-"$build/bin/gslice-remoted" --listen "unix:$sock" --listen tcp://127.0.0.1:0 >"$out/gslice-remoted.log" 2>&1 &
+"$build/bin/gslice-remoted" --listen "unix:$sock" --listen tcp://127.0.0.1:0 --allow-root-tenant >"$out/gslice-remoted.log" 2>&1 &
 server=$!
 cleanup() { kill "$server" 2>/dev/null; wait "$server" 2>/dev/null; rm -rf "$sock" "$GSLICE_LEDGER" "$GSLICE_SUSPEND_BOARD"; }
 trap cleanup EXIT
