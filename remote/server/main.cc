@@ -77,7 +77,7 @@ const char kUsage[] =
     "  --allow-root-tenant  let a client of uid 0 (or a tenant mapped to it) have a worker as root.\n"
     "  --max-connections N  open connections per tenant (default 32).\n"
     "  --max-workers N  running workers per tenant (default 8).\n"
-    "  --handshakes-per-second N  new connections per tenant a second (default 10).\n"
+    "  --handshakes-per-second N  new connections per tenant a second (default 100).\n"
     "  --handshake-timeout SECONDS  time for TLS, the token and the hello (default 10).\n"
     "  --sim          serve gslice's simulated driver (build/lib/sim) instead of a real GPU.\n"
     "  -h, --help     this text.\n";
@@ -253,7 +253,7 @@ void ReloadTenants(const TenantRules& rules, TenantSource* source, SessionBook* 
 std::string LimitKey(int fd, bool tls) {
   if (tls) {
     std::string peer = PeerName(fd);
-    return "address " + peer.substr(0, peer.rfind(':'));
+    return kAddressKey + peer.substr(0, peer.rfind(':'));
   }
   PeerUser user;
   std::string error;

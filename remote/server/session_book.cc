@@ -35,7 +35,10 @@ std::string SessionBook::Decide(Entry* e, const std::string& request, const Tena
     return why;
   }
   Tenant asked;
-  if (e->tenant.has_value() || !ParseTenantRequest(request, &asked)) return "not a request of this server";
+  // Only a tls:// session (counted by its address until then) names a tenant, and only once.
+  if (e->tenant.has_value() || e->key.rfind(kAddressKey, 0) != 0 || !ParseTenantRequest(request, &asked)) {
+    return "not a request of this server";
+  }
   const Tenant* known = tenants.Same(asked);
   if (known == nullptr) return "the token was revoked";
   const std::string key = "tenant " + known->name;

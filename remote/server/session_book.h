@@ -22,6 +22,9 @@
 
 namespace gslice::remote {
 
+// The key of a tls:// connection before its token names its tenant ("address 10.0.0.5").
+inline constexpr char kAddressKey[] = "address ";
+
 class SessionBook {
  public:
   explicit SessionBook(const LimitConfig& limits) : limits_(limits) {}

@@ -19,7 +19,7 @@ namespace gslice::remote {
 struct LimitConfig {
   int connections = 32;           // open connections (sessions) per key
   int workers = 8;                // running workers per key
-  int handshakes_per_second = 10;  // new connections per key per second, in bursts of as many
+  int handshakes_per_second = 100;  // new connections per key per second, in bursts of as many
 };
 
 class TenantLimits {
