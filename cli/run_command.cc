@@ -84,6 +84,8 @@ const char kRunHelp[] =
     "                  its next CUDA call resumes it. Needs gsliced (its suspend service).\n"
     "  --remote-client TEXT  who the slice serves, shown by gslice ls (gslice-remoted sets it for\n"
     "                  the slices of its workers).\n"
+    "  --project P     register the slice in gsliced's project P (default: gsliced's default\n"
+    "                  project; gslice-remoted sets a tls:// tenant's).\n"
     "  --sim           run on gslice's simulated driver (build/lib/sim) instead of a real GPU.\n"
     "  --remote ADDR   run CMD here with no GPU or driver: its CUDA calls go to gslice-remoted at\n"
     "                  ADDR, which runs them in a slice of --memory/--cap/--class on its node\n"
@@ -195,7 +197,8 @@ std::string NotAnswering(const std::string& configured, const DaemonReply& reply
 // does not answer, or when --no-daemon is asked for while gsliced answers.
 bool LinkWithDaemon(const std::string& name, const std::vector<GpuInfo>& gpus, const std::vector<uint64_t>& limits,
                     double compute, bool opportunistic, uint32_t protect_permille, int64_t idle_timeout_s,
-                    const std::string& remote_client, bool no_daemon, DaemonLink* link, std::string* error) {
+                    const std::string& remote_client, const std::string& project, bool no_daemon, DaemonLink* link,
+                    std::string* error) {
   *link = DaemonLink::kNone;
   DaemonAddress address = DaemonAddressFromEnvironment();
   const std::string configured = DaemonConfiguredBecause(address);
@@ -225,6 +228,7 @@ bool LinkWithDaemon(const std::string& name, const std::vector<GpuInfo>& gpus, c
   slice.protect_permille = protect_permille;
   slice.idle_timeout_s = idle_timeout_s;
   slice.remote_client = remote_client;
+  slice.project = project;
   for (size_t k = 0; k < gpus.size(); ++k) {
     slice.gpus.push_back({gpus[k].uuid, limits.size() == 1 ? limits[0] : limits[k], compute});
   }
@@ -511,7 +515,7 @@ int RunChild(char** command, const std::string& name, bool unregister, const Tra
 
 int RunCommand(int argc, char** argv) {
   std::string gpus_arg, memory_arg, name, compute_arg, share_arg, class_arg, protect_arg, remote_arg, idle_arg,
-      remote_client;
+      remote_client, project;
   TraceRun trace;
   bool sim = false, verbose = false, have_gpus = false, no_daemon = false;
   int i = 1;
@@ -563,6 +567,8 @@ int RunCommand(int argc, char** argv) {
       if (!value("--protect", &protect_arg)) return Fail("--protect needs a value, e.g. --protect 0.9");
     } else if (a.rfind("--idle-timeout", 0) == 0) {
       if (!value("--idle-timeout", &idle_arg)) return Fail("--idle-timeout needs a value, e.g. --idle-timeout 30m");
+    } else if (a.rfind("--project", 0) == 0) {
+      if (!value("--project", &project)) return Fail("--project needs a value: a project of gsliced");
     } else if (a.rfind("--remote-client", 0) == 0) {
       if (!value("--remote-client", &remote_client)) return Fail("--remote-client needs a value");
     } else if (a.rfind("--remote", 0) == 0) {
@@ -619,6 +625,7 @@ int RunCommand(int argc, char** argv) {
     return Fail("--idle-timeout " + idle_arg + ": write e.g. 30m, 2h or 600s");
   }
   if (remote_client.size() > 200) return Fail("--remote-client: at most 200 characters");
+  if (project.size() >= 64) return Fail("--project " + project + ": at most 63 characters");
 
   if (!remote_arg.empty()) {
     // The server's `gslice run` checks the sizes against its GPUs.
@@ -762,7 +769,7 @@ int RunCommand(int argc, char** argv) {
   DaemonLink link = DaemonLink::kNone;
   std::string refusal;
   if (!LinkWithDaemon(name, chosen, limits, compute, class_arg == "opportunistic", protect_permille, idle_timeout_s,
-                      remote_client, no_daemon, &link, &refusal)) {
+                      remote_client, project, no_daemon, &link, &refusal)) {
     return Fail(refusal);
   }
   if (link == DaemonLink::kNone && idle_timeout_s > 0) {

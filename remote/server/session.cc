@@ -165,7 +165,8 @@ void RemoveTraceFolder(const std::string& folder) {
 struct Client {
   Identity identity;
   std::string peer;    // for the log: an address, "a unix socket"
-  std::string tenant;  // tls://: the tenant's name
+  std::string tenant;   // tls://: the tenant's name
+  std::string project;  // tls://: the tenant's project ("" none)
 };
 
 // A TLS client's first frame: its token, and its tenant, which the listener must still know and
@@ -188,6 +189,7 @@ bool CheckToken(const Channel& c, const SessionSetup& setup, Client* client) {
   } else {
     client->identity = Identity{.uid = tenant->uid, .gid = tenant->gid};
     client->tenant = tenant->name;
+    client->project = tenant->project;
     return true;
   }
   fprintf(stderr, "gslice-remoted: refused a client from %s: %s\n", client->peer.c_str(), why.c_str());
@@ -250,8 +252,8 @@ bool ReadHello(const Channel& channel, uint32_t* op, Hello* hello) {
 }
 
 // The worker's command line: `gslice run` with the client's slice, then this build's worker.
-std::vector<std::string> WorkerCommand(const Hello& hello, const std::string& client, bool sim, int worker_fd,
-                                       int log_fd) {
+std::vector<std::string> WorkerCommand(const Hello& hello, const std::string& shown, const std::string& project,
+                                       bool sim, int worker_fd, int log_fd) {
   std::string self = SelfExe();
   std::string worker = self;
   const std::string deleted = " (deleted)";
@@ -267,7 +269,8 @@ std::vector<std::string> WorkerCommand(const Hello& hello, const std::string& cl
   if (!hello.share.empty()) args.push_back("--share=" + hello.share);
   if (!hello.slice_class.empty()) args.push_back("--class=" + hello.slice_class);
   if (!hello.idle_timeout.empty()) args.push_back("--idle-timeout=" + hello.idle_timeout);
-  args.push_back("--remote-client=" + client);
+  args.push_back("--remote-client=" + shown);
+  if (!project.empty()) args.push_back("--project=" + project);
   args.push_back("--name=remote-" + std::to_string(getpid()));
   if (sim) args.push_back("--sim");
   args.insert(args.end(),
@@ -330,7 +333,7 @@ std::string EchoUntilClosed(int fd) {
 
 // The worker's part of the session: `gslice run ... -- gslice-remoted --worker-fd N`, the relay
 // over TLS, and the refusal `gslice run` gave, if any.
-int RunSlice(const Channel& channel, bool sim, const Hello& hello, const std::string& client) {
+int RunSlice(const Channel& channel, bool sim, const Hello& hello, const Client& client) {
   // The worker's socket: the client's own, or over TLS one end of a pair this session relays.
   int worker_fd = channel.fd;
   int pair[2] = {-1, -1};
@@ -345,7 +348,10 @@ int RunSlice(const Channel& channel, bool sim, const Hello& hello, const std::st
   // folder of this session's, removed when the worker ends (worker.cc: Trace).
   const std::string trace_folder = hello.trace ? MakeTraceFolder() : "";
   int errors = -1;
-  const bool started = StartWorker(WorkerCommand(hello, client, sim, worker_fd, log_fd), worker_fd, trace_folder, &errors);
+  std::string shown = ClientOf(channel.fd, hello.host);
+  if (!client.tenant.empty()) shown += ", tenant " + client.tenant;
+  const bool started = StartWorker(WorkerCommand(hello, shown, client.project, sim, worker_fd, log_fd), worker_fd,
+                                   trace_folder, &errors);
   close(log_fd);
   if (!started) return 1;
   Relay relay{.client = channel, .worker = pair[0]};
@@ -405,9 +411,7 @@ int Session(int fd, const SessionSetup& setup) {
     SendRefusal(channel, who + ": " + error);
     return 0;
   }
-  std::string shown = ClientOf(fd, hello.host);
-  if (!client.tenant.empty()) shown += ", tenant " + client.tenant;
-  return RunSlice(channel, setup.sim, hello, shown);
+  return RunSlice(channel, setup.sim, hello, client);
 }
 
 }  // namespace gslice::remote

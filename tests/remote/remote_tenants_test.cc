@@ -254,8 +254,13 @@ TEST_F(RemoteTenants, ARootClientIsRefusedUnlessAllowed) {
 }
 
 // gsliced sees a remote slice as its client's: its owner is the client's uid, and another user
-// can neither delete, suspend nor change it; the client runs on undisturbed.
+// can neither delete, suspend nor change it; the client runs on undisturbed. A tls:// tenant's
+// slice is its user's, in its project.
 TEST_F(RemoteTenants, OneTenantCannotChangeAnothersRemoteSlice) {
+  shared::TlsFiles files("tenants-gsliced");
+  ASSERT_TRUE(files.ok()) << "the openssl command is needed to make the test certificates";
+  const std::string tenants = Dir() + "/tenants";
+  Replace(tenants, "team-b " + b_.name + " vision " + TokenDigest(files("token")) + "\n", 0600);
   const std::string api = Dir() + "/api.sock", socket = Dir() + "/remoted.sock";
   std::ofstream(Dir() + "/gsliced.toml") << "socket = \"" << api << "\"\n"
                                         << "socket_mode = \"0666\"\n"
@@ -275,19 +280,25 @@ TEST_F(RemoteTenants, OneTenantCannotChangeAnothersRemoteSlice) {
     if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   ASSERT_TRUE(up) << out;
-  Child server({kBin + "/gslice-remoted", "--listen", "unix:" + socket, "--socket-mode", "0666", "--sim"},
+  ASSERT_EQ(std::system(("curl -sf --unix-socket " + api + " -X POST -d '{\"name\":\"vision\"}' http://gsliced/v1/projects"
+                         " > /dev/null").c_str()),
+            0);
+  Child server({kBin + "/gslice-remoted", "--listen", "unix:" + socket, "--socket-mode", "0666", "--listen",
+                "tls://127.0.0.1:0", "--cert", files("server.pem"), "--key", files("server.key"), "--tenants", tenants,
+                "--sim"},
                {"GSLICE_SOCKET=" + api});
-  ASSERT_NE(server.ReadUntil("gslice-remoted: listening on", 20000), "");
+  const std::string tls = TlsAddress(&server);
+  ASSERT_NE(tls, "");
   Child client(As(a_, Probe("unix:" + socket)), {"GSLICE_LOG=info"});
   ASSERT_GT(ToWritten(&client), 0);
-  // The remote slice, as the other user lists it.
-  auto remote_slice = [&]() -> json {
+  // The remote slice whose client names `who`, as the other user lists it.
+  auto remote_slice = [&](const std::string& who = "unix pid") -> json {
     std::string listed;
     if (cli(&b_, {"ls", "--json"}, &listed) != 0) return nullptr;
     json node = json::parse(listed, nullptr, false);
     if (!node.is_object()) return nullptr;
     for (const json& s : node["slices"])
-      if (s["remote"].is_object()) return s;
+      if (s["remote"].is_object() && s["remote"]["client"].get<std::string>().find(who) != std::string::npos) return s;
     return nullptr;
   };
   json slice = remote_slice();
@@ -302,6 +313,15 @@ TEST_F(RemoteTenants, OneTenantCannotChangeAnothersRemoteSlice) {
   EXPECT_EQ(slice["remote"]["state"], "attached") << slice;
   EXPECT_NE(slice.dump().find(std::to_string(1ull << 30)), std::string::npos) << slice;
   Finish(&client);
+  Child tenant(Probe(tls), {"GSLICE_REMOTE_TOKEN_FILE=" + files("token"), "GSLICE_REMOTE_CA=" + files("ca.pem")});
+  ASSERT_NE(tenant.ReadUntil("queried", 30000), "");
+  tenant.WriteLine("go");
+  ASSERT_EQ(tenant.ReadUntil("written", 30000), "written");
+  slice = remote_slice("tenant team-b");
+  ASSERT_TRUE(slice.is_object());
+  EXPECT_EQ(slice["owner_uid"], b_.uid) << slice;
+  EXPECT_EQ(slice["project"], "vision") << slice;
+  Finish(&tenant);
   server.Kill(SIGTERM);
   server.Wait(nullptr, 10000);
   daemon.Kill(SIGTERM);
