@@ -29,6 +29,7 @@
 
 #include "controller.h"
 #include "gpu_meter.h"
+#include "gslice/clock.h"
 #include "gslice/ledger.h"
 #include "kernel_clock.h"
 #include "launch_gate.h"
@@ -45,20 +46,6 @@ inline constexpr int kMaxContexts = 16;  // GPUs (contexts) of one process the g
 inline constexpr int kMaxStreams = 256;  // metered streams per GPU; launches on more pass unmetered
 // The mean launch cost (the depth bound's estimate of queued work) before any is measured.
 inline constexpr int64_t kInitialMeanLaunchNs = 20'000;
-
-inline int64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
-// CLOCK_MONOTONIC at the kernel tick's resolution (1-4 ms), for a few ns: the same clock as
-// NowNs, behind it by at most a tick.
-inline int64_t CoarseNowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 inline void SleepNs(int64_t ns) {
   timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};

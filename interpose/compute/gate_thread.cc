@@ -415,7 +415,7 @@ void* GateThread(void*) {
       epoch = e;
       current = nullptr;  // it may be gone, and a new context may have its handle
     }
-    const int64_t now = NowNs();
+    const int64_t now = MonotonicNs();
     const bool scan = now - last_scan >= kPeerScanNs;
     // One refresh of other slices' copied pages per scan, for every GPU's ScanPeers.
     if (scan && g_gate->window != nullptr) g_gate->window->Refresh();

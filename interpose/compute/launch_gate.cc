@@ -336,7 +336,7 @@ bool StartKernelSample(Device& d, CUstream stream, const KernelShape* shape, int
   if (counted) d.kernels.launches.fetch_add(kKernelSampleEvery, kRlx);
   if (!counted && now - t_sampled_ns < kKernelSampleGapNs) return false;
   t_sampled_ns = now;
-  const int64_t launched = NowNs();  // when it was launched, to the gate thread's precision
+  const int64_t launched = MonotonicNs();  // when it was launched, to the gate thread's precision
   CUevent start = d.meter.pool.Get(g_gate->api);
   if (start == nullptr) return false;
   if (g_gate->api.event_record(start, stream) != CUDA_SUCCESS) {
@@ -377,7 +377,7 @@ LaunchTicket BeforeLaunch(CUstream stream, bool per_thread, const KernelShape* s
   Device* d = CurrentDevice();
   if (d == nullptr || NothingToYieldTo(*d)) return {};
   if (UnthrottledOnMps(*d)) {
-    d->entry->inflight_until_ns.store(NowNs() + kUngatedHoldNs, kRlx);
+    d->entry->inflight_until_ns.store(MonotonicNs() + kUngatedHoldNs, kRlx);
     return {};
   }
   const bool own_thread_stream = per_thread && (stream == nullptr || stream == CU_STREAM_PER_THREAD);
@@ -386,7 +386,7 @@ LaunchTicket BeforeLaunch(CUstream stream, bool per_thread, const KernelShape* s
     // launches or busy time: a launch only says the process has work queued, on the coarse
     // clock (a few ns, milliseconds of resolution against a 50 ms hold), and is timed now and
     // then. No meter, no marker, no read-modify-write shared with other processes.
-    const int64_t now = CoarseNowNs();
+    const int64_t now = MonotonicCoarseNs();
     d->entry->active_until_ns.store(now + kActiveHoldNs, kRlx);
     d->entry->inflight_until_ns.store(now + kUngatedHoldNs, kRlx);
     LaunchTicket sampled;
@@ -395,7 +395,7 @@ LaunchTicket BeforeLaunch(CUstream stream, bool per_thread, const KernelShape* s
   }
   StreamMeter* m = FindStream(*d, own_thread_stream ? CU_STREAM_PER_THREAD : stream, own_thread_stream ? ThreadKey() : 0);
   if (PublishOnly(*d) && !own_thread_stream) {
-    const int64_t now = NowNs();
+    const int64_t now = MonotonicNs();
     d->entry->active_until_ns.store(now + kActiveHoldNs, kRlx);
     d->entry->inflight_until_ns.store(now + kInflightHoldNs, kRlx);
     d->entry->launches.fetch_add(1, kRlx);
@@ -403,7 +403,7 @@ LaunchTicket BeforeLaunch(CUstream stream, bool per_thread, const KernelShape* s
     return {};  // the marker is left to the gate thread
   }
   d->entry->launches.fetch_add(1, kRlx);
-  for (int64_t now = NowNs();; now = NowNs()) {
+  for (int64_t now = MonotonicNs();; now = MonotonicNs()) {
     d->entry->active_until_ns.store(now + kActiveHoldNs, kRlx);
     const int64_t wait = WaitBeforeLaunch(*d, now);
     if (wait > 0) {
@@ -433,8 +433,8 @@ LaunchTicket BeforeLaunch(CUstream stream, bool per_thread, const KernelShape* s
   }
   if (m == nullptr) return {};
   const int64_t spacing = MarkerSpacing(*d);  // the meter reads the clock only for spacing
-  const int64_t busy = m->BeforeLaunch(g_gate->api, d->meter.pool, spacing > 0 ? NowNs() : 0, spacing);
-  const int64_t now = NowNs();
+  const int64_t busy = m->BeforeLaunch(g_gate->api, d->meter.pool, spacing > 0 ? MonotonicNs() : 0, spacing);
+  const int64_t now = MonotonicNs();
   Charge(*d, busy, now);
   d->entry->inflight_until_ns.store(now + kInflightHoldNs, kRlx);
   // Eager markers where queued-ahead work is bounded, and on per-thread default streams
@@ -445,7 +445,7 @@ LaunchTicket BeforeLaunch(CUstream stream, bool per_thread, const KernelShape* s
 void AfterLaunch(const LaunchTicket& ticket) {
   if (ticket.sample.start != nullptr) FinishKernelSample(ticket);
   if (ticket.meter == nullptr) return;
-  ticket.meter->AfterLaunch(g_gate->api, ticket.device->meter.pool, ticket.eager, NowNs(), ticket.marker_spacing_ns);
+  ticket.meter->AfterLaunch(g_gate->api, ticket.device->meter.pool, ticket.eager, MonotonicNs(), ticket.marker_spacing_ns);
 }
 
 uint64_t MeasuredBusyNsAllDevices() {
@@ -462,7 +462,7 @@ uint64_t MeasuredBusyNs() {
   if (g_gate == nullptr) return 0;
   Device* d = CurrentDevice();
   if (d == nullptr) return 0;
-  PollDevice(*d, NowNs());
+  PollDevice(*d, MonotonicNs());
   return static_cast<uint64_t>(d->meter.busy_total.load(kRlx));
 }
 

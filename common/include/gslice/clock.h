@@ -21,6 +21,14 @@ inline int64_t MonotonicNs() {
   return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
+// CLOCK_MONOTONIC at the kernel tick's resolution (1-4 ms), behind MonotonicNs by at most a
+// tick, for a few ns where a hot path stores a deadline much longer than a tick.
+inline int64_t MonotonicCoarseNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
 // MonotonicNs in whole milliseconds, for poll(2)-style timeouts.
 inline int64_t MonotonicMs() { return MonotonicNs() / 1'000'000; }
 
