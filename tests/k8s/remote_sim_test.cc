@@ -16,6 +16,7 @@
 #include "gslice/k8s/extender.h"
 #include "sim_world.h"
 #include "test_support.h"
+#include "tls_files.h"
 
 namespace gslice::k8s {
 namespace {
@@ -41,19 +42,7 @@ class RemotePodOnSim : public ::testing::Test {
     dir_ = "/tmp/gslice-test-" + std::to_string(getpid()) + "-k8s-remote";
     fs::remove_all(dir_);
     fs::create_directories(dir_ / "plugins");
-    fs::create_directories(dir_ / "secret");
     chmod(dir_.c_str(), 0755);
-    // A CA, the GPU node's certificate for 127.0.0.1 signed by it, its key, and the token.
-    const std::string q = "cd " + (dir_ / "secret").string() + " && unset LD_PRELOAD && ";
-    const std::string ec = " -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes";
-    tls_ok_ = system((q + "openssl req -x509" + ec + " -keyout ca.key -out ca.crt -days 1 -subj /CN=gslice-test-ca"
-                          " 2>/dev/null && openssl req" + ec + " -keyout tls.key -out tls.csr -subj /CN=gslice-test"
-                          " 2>/dev/null && printf 'subjectAltName=IP:127.0.0.1\\n' > ext && openssl x509 -req -in "
-                          "tls.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out tls.crt -days 1 -extfile ext "
-                          "2>/dev/null")
-                             .c_str()) == 0;
-    std::ofstream(dir_ / "secret/token") << "0123456789abcdef0123456789abcdef\n";
-    chmod((dir_ / "secret/token").c_str(), 0600);
   }
 
   void TearDown() override {
@@ -63,15 +52,15 @@ class RemotePodOnSim : public ::testing::Test {
   }
 
   fs::path dir_;
-  bool tls_ok_ = false;
+  // The GPU node's certificate for 127.0.0.1, its key, the CA that signed it, and the token.
+  gslice::test::TlsFiles tls_{"k8s-remote-tls"};
 };
 
 TEST_F(RemotePodOnSim, ANonRootPodReachesItsRemoteGpuWithTheCopiesItWasGiven) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to run the container as another user";
-  ASSERT_TRUE(tls_ok_) << "the openssl command is needed to make the test certificates";
-  const fs::path secret = dir_ / "secret";
-  Child server({kBin + "/gslice-remoted", "--listen", "tls://127.0.0.1:0", "--cert", (secret / "tls.crt").string(),
-                "--key", (secret / "tls.key").string(), "--token-file", (secret / "token").string(), "--token-user", "root",
+  ASSERT_TRUE(tls_.ok()) << "the openssl command is needed to make the test certificates";
+  Child server({kBin + "/gslice-remoted", "--listen", "tls://127.0.0.1:0", "--cert", tls_("server.pem"),
+                "--key", tls_("server.key"), "--token-file", tls_("token"), "--token-user", "root",
                 "--allow-root-tenant", "--sim"});
   const std::string line = server.ReadUntil("gslice-remoted: listening on", 20000);
   const size_t at = line.find("tls://");
@@ -93,8 +82,8 @@ TEST_F(RemotePodOnSim, ANonRootPodReachesItsRemoteGpuWithTheCopiesItWasGiven) {
   config.socket_name = "gslice-remote.sock";
   config.slices_per_gpu = 2;
   config.remote_lib_host_dir = config.remote_lib_container_dir = kBin + "/../lib/remote";
-  config.remote_credentials = {.ca_file = (secret / "ca.crt").string(),
-                               .token_file = (secret / "token").string(),
+  config.remote_credentials = {.ca_file = tls_("ca.pem"),
+                               .token_file = tls_("token"),
                                .host_dir = (dir_ / "creds").string()};
   config.poll = 50ms;
   FakeKubelet kubelet(config.plugin_dir);

@@ -24,6 +24,7 @@
 #include "node.h"
 #include "sim_world.h"
 #include "test_support.h"
+#include "tls_files.h"
 
 namespace gslice::remote::shared {
 
@@ -136,39 +137,9 @@ inline void StopServer(gslice::test::Child** server, const std::string& socket_p
   unlink(socket_path.c_str());
 }
 
-// A test CA, a server certificate it signed (for 127.0.0.1), the server's key and a token,
-// made with the openssl command in a private folder (named by tag) that the destructor removes.
-class TlsFiles {
- public:
-  explicit TlsFiles(const std::string& tag = "tls") : dir_("/tmp/gslice-test-" + std::to_string(getpid()) + "-" + tag) {
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directory(dir_);
-    // Without the sanitize build's preloaded runtime: openssl is not built with it.
-    const std::string q = "cd " + dir_ + " && unset LD_PRELOAD && ";
-    const std::string ec = " -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes";
-    ok_ = system((q + "openssl req -x509" + ec + " -keyout ca.key -out ca.pem -days 1 -subj /CN=gslice-test-ca"
-                      " 2>/dev/null && openssl req" + ec + " -keyout server.key -out server.csr -subj /CN=gslice-test"
-                      " 2>/dev/null && printf 'subjectAltName=IP:127.0.0.1\\n' > ext && openssl x509 -req -in server.csr"
-                      " -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 1 -extfile ext 2>/dev/null && "
-                      "openssl req -x509" + ec + " -keyout other.key -out other.pem -days 1 -subj /CN=other 2>/dev/null")
-                         .c_str()) == 0;
-    Write("token", "0123456789abcdef0123456789abcdef\n");
-    Write("wrong", "0123456789abcdef0123456789abcdeX\n");
-  }
-  ~TlsFiles() {
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
-  bool ok() const { return ok_; }
-  std::string operator()(const std::string& name) const { return dir_ + "/" + name; }
+// A CA, a server certificate for 127.0.0.1 signed by it and its key, a certificate of
+// another CA, a token and a wrong one (tests/support/tls_files.h).
+using TlsFiles = gslice::test::TlsFiles;
 
- private:
-  void Write(const std::string& name, const std::string& text) {
-    std::ofstream((*this)(name)) << text;
-    chmod((*this)(name).c_str(), 0600);
-  }
-  std::string dir_;
-  bool ok_ = false;
-};
 
 }  // namespace gslice::remote::shared
