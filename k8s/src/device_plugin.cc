@@ -109,13 +109,14 @@ std::string SliceNameFor(const PendingContainer& p) {
 std::string SuspendPartitionFor(const PendingContainer& p) { return "k8s-" + SliceNameFor(p); }
 
 namespace {
-// The pod UIDs of a PodList.
-std::set<std::string> PodUids(const json& pods) {
-  std::set<std::string> uids;
+// The pods of a PodList: UID -> namespace.
+std::map<std::string, std::string> PodNamespaces(const json& pods) {
+  std::map<std::string, std::string> found;
   if (auto items = pods.find("items"); items != pods.end() && items->is_array())
     for (const auto& pod : *items)
-      if (pod.is_object() && pod.contains("metadata")) uids.insert(Str(pod["metadata"], "uid"));
-  return uids;
+      if (pod.is_object() && pod.contains("metadata"))
+        found[Str(pod["metadata"], "uid")] = Str(pod["metadata"], "namespace");
+  return found;
 }
 }  // namespace
 
@@ -607,15 +608,16 @@ grpc::Status DevicePluginService::AllocateRemote(const PendingContainer& p, v1be
     return grpc::Status::OK;
   }
   const RemoteCredentials& creds = config_.remote_credentials;
-  if (creds.token_file.empty())
+  if (!creds.has_tokens())
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         "gslice: pod " + p.namespace_name + "/" + p.pod_name + " uses the remote GPU at " +
                             p.remote_address + ", which wants a token: start the device plugin with "
-                            "--remote-token-file and --remote-ca (docs/kubernetes.md, \"Remote GPUs\")");
+                            "--remote-token-dir (or --remote-token-file) and --remote-ca (docs/kubernetes.md, "
+                            "\"Remote GPUs\")");
   uint32_t owner = 0;
   std::string why;
   if (!RemoteTokenOwner(p, &owner, &why)) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "gslice: " + why);
-  const std::string dir = WriteContainerCredentials(creds, p.pod_uid, p.index, owner, &why);
+  const std::string dir = WriteContainerCredentials(creds, p.pod_uid, p.namespace_name, p.index, owner, &why);
   if (dir.empty())
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         "gslice: pod " + p.namespace_name + "/" + p.pod_name + ": remote GPU credentials: " + why);
@@ -624,8 +626,8 @@ grpc::Status DevicePluginService::AllocateRemote(const PendingContainer& p, v1be
 }
 
 std::string DevicePluginService::TidyRemoteCredentials(const json& pods) {
-  if (config_.remote_credentials.token_file.empty()) return "";
-  return TidyContainerCredentials(config_.remote_credentials, PodUids(pods));
+  if (!config_.remote_credentials.has_tokens()) return "";
+  return TidyContainerCredentials(config_.remote_credentials, PodNamespaces(pods));
 }
 
 bool DevicePluginService::TidyRemoteCredentials(std::string* error) {
@@ -658,8 +660,8 @@ DevicePluginRunner::~DevicePluginRunner() { Stop(); }
 bool DevicePluginRunner::Start(std::string* error) {
   if (config_.remote_client) {
     if (!CheckRemoteCredentials(config_.remote_credentials, error)) return false;
-    if (config_.remote_credentials.token_file.empty())
-      Log("no --remote-token-file: pods whose GPU node serves tls:// will be refused at Allocate");
+    if (!config_.remote_credentials.has_tokens())
+      Log("no --remote-token-dir or --remote-token-file: pods whose GPU node serves tls:// will be refused at Allocate");
   }
   std::vector<GpuInfo> gpus;
   if (!source_->Discover(&gpus, error)) return false;
@@ -735,7 +737,7 @@ void DevicePluginRunner::RunOnce() {
   }
   if (service_->SetGpus(gpus)) Log("device list changed; streaming it to kubelet");
   PublishNode();
-  if (config_.remote_client && !config_.remote_credentials.token_file.empty() &&
+  if (config_.remote_client && config_.remote_credentials.has_tokens() &&
       std::chrono::steady_clock::now() >= next_tidy_) {
     next_tidy_ = std::chrono::steady_clock::now() + config_.remote_credentials_tidy;
     if (!service_->TidyRemoteCredentials(&err)) Log("remote credentials: " + err);

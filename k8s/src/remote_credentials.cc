@@ -49,11 +49,12 @@ bool ReadSource(const std::string& path, std::string* content, struct stat* st, 
   return ok;
 }
 
-bool CheckToken(const std::string& path, std::string* content, struct stat* st, std::string* error) {
+bool CheckToken(const std::string& path, std::string* content, struct stat* st, std::string* error,
+                const char* option = "--remote-token-file") {
   std::string token;
   // The client's own rules, so that what is handed out is what it accepts.
   if (!remote::ReadTokenFile(path, &token, error)) {
-    *error = "--remote-token-file: " + *error;
+    *error = std::string(option) + ": " + *error;
     return false;
   }
   return ReadSource(path, content, st, error);
@@ -150,18 +151,56 @@ bool WriteCopy(const std::string& dir, const char* name, const std::string& cont
   return ok;
 }
 
+// A Kubernetes namespace name (RFC 1123 label), so never a path of more than one part.
+bool IsNamespaceName(const std::string& ns) {
+  if (ns.empty() || ns.size() > 63 || ns.front() == '-' || ns.back() == '-') return false;
+  for (char ch : ns)
+    if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '-')) return false;
+  return true;
+}
+
 }  // namespace
+
+std::string TokenFileFor(const RemoteCredentials& c, const std::string& ns, std::string* error) {
+  if (!c.token_file.empty()) return c.token_file;
+  if (c.token_dir.empty()) {
+    *error = "no token to give: start the device plugin with --remote-token-file or --remote-token-dir";
+    return "";
+  }
+  if (!IsNamespaceName(ns)) {
+    *error = "namespace \"" + ns + "\" is not a Kubernetes namespace name";
+    return "";
+  }
+  const std::string path = c.token_dir + "/" + ns;
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    *error = "no token for namespace " + ns + " (" + path + ": " + std::strerror(errno) +
+             "): add a key \"" + ns + "\" to the Secret mounted at --remote-token-dir, and its token to the "
+             "GPU nodes' --tenants file (docs/kubernetes.md, \"Remote GPUs\")";
+    return "";
+  }
+  return path;
+}
 
 bool CheckRemoteCredentials(const RemoteCredentials& c, std::string* error) {
   std::string content;
   struct stat st;
-  if (c.token_file.empty() && !c.ca_file.empty()) {
-    *error = "--remote-ca " + c.ca_file + " without --remote-token-file: a tls:// GPU node wants both";
+  if (!c.token_file.empty() && !c.token_dir.empty()) {
+    *error = "--remote-token-file and --remote-token-dir: give one (every pod's token, or each namespace's)";
+    return false;
+  }
+  if (!c.has_tokens() && !c.ca_file.empty()) {
+    *error = "--remote-ca " + c.ca_file + " without --remote-token-file or --remote-token-dir: a tls:// GPU node "
+             "wants both";
     return false;
   }
   if (!c.token_file.empty() && !CheckToken(c.token_file, &content, &st, error)) return false;
+  if (!c.token_dir.empty() && (stat(c.token_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))) {
+    *error = "--remote-token-dir " + c.token_dir + ": not a folder (mount the Secret of the namespaces' tokens there)";
+    return false;
+  }
   if (!c.ca_file.empty() && !CheckCa(c.ca_file, &content, &st, error)) return false;
-  if (c.ca_file.empty() && c.token_file.empty()) return true;
+  if (c.ca_file.empty() && !c.has_tokens()) return true;
   if (c.host_dir.empty() || c.host_dir[0] != '/') {
     *error = "--remote-credentials-dir " + c.host_dir + ": must be an absolute path on the host";
     return false;
@@ -180,15 +219,19 @@ bool CheckRemoteCredentials(const RemoteCredentials& c, std::string* error) {
   return true;
 }
 
-std::string WriteContainerCredentials(const RemoteCredentials& c, const std::string& pod_uid, size_t index,
-                                      uint32_t owner, std::string* error) {
+std::string WriteContainerCredentials(const RemoteCredentials& c, const std::string& pod_uid,
+                                      const std::string& pod_namespace, size_t index, uint32_t owner,
+                                      std::string* error) {
   if (!IsPodUid(pod_uid)) {
     *error = "pod UID \"" + pod_uid + "\" is not a UID";
     return "";
   }
+  const std::string token_file = TokenFileFor(c, pod_namespace, error);
+  if (token_file.empty()) return "";
   std::string token, ca;
   struct stat token_st, ca_st;
-  if (!CheckToken(c.token_file, &token, &token_st, error)) return "";
+  if (!CheckToken(token_file, &token, &token_st, error, c.token_file.empty() ? "--remote-token-dir" : "--remote-token-file"))
+    return "";
   if (!c.ca_file.empty() && !CheckCa(c.ca_file, &ca, &ca_st, error)) return "";
   const std::string pod_dir = c.host_dir + "/" + pod_uid;
   const std::string dir = pod_dir + "/" + std::to_string(index);
@@ -198,7 +241,7 @@ std::string WriteContainerCredentials(const RemoteCredentials& c, const std::str
   return dir;
 }
 
-std::string TidyContainerCredentials(const RemoteCredentials& c, const std::set<std::string>& live_pod_uids) {
+std::string TidyContainerCredentials(const RemoteCredentials& c, const std::map<std::string, std::string>& live_pods) {
   std::string errors;
   auto note = [&](const std::string& e) { errors += (errors.empty() ? "" : "; ") + e; };
   std::error_code ec;
@@ -206,19 +249,27 @@ std::string TidyContainerCredentials(const RemoteCredentials& c, const std::set<
   if (ec) return ec == std::errc::no_such_file_or_directory ? "" : c.host_dir + ": " + ec.message();
   for (const auto& pod : pods) {
     const std::string uid = pod.path().filename().string();
-    if (!live_pod_uids.count(uid)) {
+    const auto live = live_pods.find(uid);
+    if (live == live_pods.end()) {
       fs::remove_all(pod.path(), ec);  // symlinks are removed, never followed
       if (ec) note("cannot remove " + pod.path().string() + ": " + ec.message());
       continue;
     }
-    if (c.token_file.empty()) continue;
+    if (!c.has_tokens()) continue;
+    std::string why;
+    if (TokenFileFor(c, live->second, &why).empty()) {
+      // Its namespace's token was revoked: the pod's copies go (its client is refused by the
+      // GPU node anyway once the node's --tenants file drops the token).
+      fs::remove_all(pod.path(), ec);
+      note(why);
+      continue;
+    }
     for (const auto& container : fs::directory_iterator(pod.path(), ec)) {
       const std::string name = container.path().filename().string();
       if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos || name.size() > 6) continue;
       struct stat st;
       if (lstat((container.path() / kRemoteTokenName).c_str(), &st) != 0) continue;
-      std::string why;
-      if (WriteContainerCredentials(c, uid, std::stoul(name), st.st_uid, &why).empty()) note(why);
+      if (WriteContainerCredentials(c, uid, live->second, std::stoul(name), st.st_uid, &why).empty()) note(why);
     }
   }
   return errors;

@@ -46,6 +46,9 @@ constexpr const char* kUsage = R"(usage: gslice-device-plugin [options]
                           --token-file; owner-only mode). Each container of a remote pod gets
                           its own copy, mode 0400, owned by its securityContext.runAsUser (root
                           when unset), as GSLICE_REMOTE_TOKEN_FILE
+  --remote-token-dir DIR  with --remote-client, instead of --remote-token-file: a token per
+                          namespace, the file named after it (a Secret with one key per
+                          namespace); a pod of a namespace without one is refused at Allocate
   --remote-ca FILE        with --remote-client: the PEM CA bundle the GPU nodes' certificates
                           chain to, handed out likewise as GSLICE_REMOTE_CA (default: none,
                           the containers trust their system's roots)
@@ -105,6 +108,7 @@ int main(int argc, char** argv) {
     else if (a == "--ca-file") ca_file = v;
     else if (a == "--remote-address") config.remote_address = v;
     else if (a == "--remote-token-file") config.remote_credentials.token_file = v;
+    else if (a == "--remote-token-dir") config.remote_credentials.token_dir = v;
     else if (a == "--remote-ca") config.remote_credentials.ca_file = v;
     else if (a == "--remote-credentials-dir") config.remote_credentials.host_dir = v;
     else if (a == "--remote-lib-dir") config.remote_lib_host_dir = config.remote_lib_container_dir = v;
@@ -119,9 +123,8 @@ int main(int argc, char** argv) {
     }
   }
   if (config.node_name.empty()) return Fail("no node name: pass --node-name or set NODE_NAME");
-  if (!config.remote_client &&
-      (!config.remote_credentials.token_file.empty() || !config.remote_credentials.ca_file.empty()))
-    return Fail("--remote-token-file and --remote-ca are for --remote-client nodes");
+  if (!config.remote_client && (config.remote_credentials.has_tokens() || !config.remote_credentials.ca_file.empty()))
+    return Fail("--remote-token-file, --remote-token-dir and --remote-ca are for --remote-client nodes");
   std::unique_ptr<GpuSource> source;
   if (config.remote_client) {
     config.resource_name = std::string(kResourceRemoteGpu);

@@ -149,7 +149,7 @@ class RemoteClientPlugin : public ::testing::Test {
     json f = ext.Filter({{"Pod", pod}, {"NodeNames", {"cpu-a"}}});
     ASSERT_EQ(f["NodeNames"].size(), 1u) << f;
     json b = ext.Bind({{"PodName", pod["metadata"]["name"]},
-                       {"PodNamespace", "team"},
+                       {"PodNamespace", pod["metadata"]["namespace"]},
                        {"PodUID", pod["metadata"]["uid"]},
                        {"Node", "cpu-a"}});
     ASSERT_EQ(b["Error"], "") << b;
@@ -276,6 +276,59 @@ TEST_F(RemoteClientPlugin, GivesANonRootContainerItsOwnTokenCopy) {
   ASSERT_TRUE(runner_->service()->TidyRemoteCredentials(&err)) << err;
   EXPECT_FALSE(fs::exists(root_ / "creds/u-nb"));
   EXPECT_TRUE(fs::exists(root_ / "creds"));
+}
+
+// With --remote-token-dir each namespace has a token of its own (the file named after it):
+// its pods get copies of that one, a namespace without one is refused and never given
+// another's, and a namespace whose token is removed loses its pods' copies.
+TEST_F(RemoteClientPlugin, EachNamespaceGetsItsOwnTokenAndNoOther) {
+  const std::string team = "1111111111111111team", lab = "2222222222222222lab";
+  fs::create_directories(root_ / "tokens");
+  WriteFile(root_ / "tokens/team", team + "\n", 0600);
+  WriteFile(root_ / "tokens/lab", lab + "\n", 0600);
+  DevicePluginConfig config = Config();
+  config.remote_credentials.token_file.clear();
+  config.remote_credentials.token_dir = (root_ / "tokens").string();
+  std::string err;
+  ASSERT_TRUE(StartPlugin(config, &err)) << err;
+  const auto allocate = [&](const std::string& ns, const std::string& name, const std::string& device,
+                            v1beta1::AllocateResponse* resp) {
+    json pod = RemotePod(name, "u-" + name, 4096);
+    pod["metadata"]["namespace"] = ns;
+    Schedule(pod);
+    return Allocate(device, resp);
+  };
+  v1beta1::AllocateResponse a, b, c;
+  grpc::Status st = allocate("team", "t1", "remote::0", &a);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  st = allocate("lab", "l1", "remote::1", &b);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(Slurp(root_ / "creds/u-t1/0/token"), team + "\n");
+  EXPECT_EQ(Slurp(root_ / "creds/u-l1/0/token"), lab + "\n");
+  st = allocate("other", "o1", "remote::2", &c);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.error_message().find("no token for namespace other"), std::string::npos) << st.error_message();
+  EXPECT_FALSE(fs::exists(root_ / "creds/u-o1"));
+  // The lab's token is revoked: its pod's copies go, the team's stay.
+  fs::remove(root_ / "tokens/lab");
+  EXPECT_FALSE(runner_->service()->TidyRemoteCredentials(&err));
+  EXPECT_NE(err.find("no token for namespace lab"), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(root_ / "creds/u-l1"));
+  EXPECT_EQ(Slurp(root_ / "creds/u-t1/0/token"), team + "\n");
+  // One way of handing out tokens at a time, and a folder that is one.
+  config.remote_credentials.token_file = (root_ / "secret/token").string();
+  {
+    DevicePluginRunner runner(config, source_.get(), kube_.get());
+    EXPECT_FALSE(runner.Start(&err));
+    EXPECT_NE(err.find("give one"), std::string::npos) << err;
+  }
+  config.remote_credentials.token_file.clear();
+  config.remote_credentials.token_dir = (root_ / "tokens/team").string();
+  {
+    DevicePluginRunner runner(config, source_.get(), kube_.get());
+    EXPECT_FALSE(runner.Start(&err));
+    EXPECT_NE(err.find("not a folder"), std::string::npos) << err;
+  }
 }
 
 TEST_F(RemoteClientPlugin, RefusesAMissingOrExposedTokenFile) {
