@@ -377,17 +377,18 @@ LaunchTicket BeforeLaunch(CUstream stream, bool per_thread, const KernelShape* s
   Device* d = CurrentDevice();
   if (d == nullptr || NothingToYieldTo(*d)) return {};
   if (UnthrottledOnMps(*d)) {
-    d->entry->inflight_until_ns.store(MonotonicNs() + kUngatedHoldNs, kRlx);
+    d->entry->inflight_until_ns.store(MonotonicCoarseNs() + kUngatedHoldNs, kRlx);
     return {};
   }
   const bool own_thread_stream = per_thread && (stream == nullptr || stream == CU_STREAM_PER_THREAD);
   if (d->spatial && PublishOnly(*d)) {
     // On MPS the controller judges a guaranteed process by its timed kernels, not by its
-    // launches or busy time: a launch only says the process has work queued, on the coarse
-    // clock (a few ns, milliseconds of resolution against a 50 ms hold), and is timed now and
-    // then. No meter, no marker, no read-modify-write shared with other processes.
+    // launches or busy time: a launch only says the process wants the GPU and has work queued,
+    // for kUngatedHoldNs on the coarse clock (a few ns; a tick behind, which a 1 ms hold would
+    // not outlast), and is timed now and then. No meter, no marker, no read-modify-write
+    // shared with other processes.
     const int64_t now = MonotonicCoarseNs();
-    d->entry->active_until_ns.store(now + kActiveHoldNs, kRlx);
+    d->entry->active_until_ns.store(now + kUngatedHoldNs, kRlx);
     d->entry->inflight_until_ns.store(now + kUngatedHoldNs, kRlx);
     LaunchTicket sampled;
     if (StartKernelSample(*d, own_thread_stream ? CU_STREAM_PER_THREAD : stream, shape, now, &sampled)) return sampled;
