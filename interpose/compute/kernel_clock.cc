@@ -34,20 +34,24 @@ KernelSignal UnpackKernelSignal(uint32_t word) {
           .sequence = word >> kSequenceShift};
 }
 
-KernelClock::Entry* KernelClock::Find(uint64_t key, bool insert) {
-  // Open addressing, linear probing; entries are never removed, so a free slot ends a search.
+const KernelClock::Entry* KernelClock::Slot(uint64_t key) const {
+  // Open addressing, linear probing; entries are never removed, so a free slot ends a search:
+  // the key's entry, or the free slot where it would go (nullptr: the table is full).
   for (int i = 0; i < kKernelTableSize; ++i) {
-    Entry& e = table_[(key + static_cast<uint64_t>(i)) % kKernelTableSize];
-    if (e.key == key) return &e;
-    if (e.key == 0) {
-      // A full table keeps its kernels: a new one gets no baseline (its samples are left out).
-      if (!insert || used_ >= kKernelTableSize * 3 / 4) return nullptr;
-      e.key = key;
-      ++used_;
-      return &e;
-    }
+    const Entry& e = table_[(key + static_cast<uint64_t>(i)) % kKernelTableSize];
+    if (e.key == key || e.key == 0) return &e;
   }
   return nullptr;
+}
+
+KernelClock::Entry* KernelClock::Find(uint64_t key, bool insert) {
+  Entry* e = const_cast<Entry*>(Slot(key));
+  if (e == nullptr || e->key == key) return e;
+  // A full table keeps its kernels: a new one gets no baseline (its samples are left out).
+  if (!insert || used_ >= kKernelTableSize * 3 / 4) return nullptr;
+  e->key = key;
+  ++used_;
+  return e;
 }
 
 void KernelClock::Add(uint64_t key, int64_t gpu_ns, bool beside_opportunistic, int64_t now_ns) {
@@ -96,12 +100,8 @@ KernelSignal KernelClock::ClosePeriod(int64_t now_ns, uint32_t sequence, uint64_
 }
 
 double KernelClock::Baseline(uint64_t key) const {
-  for (int i = 0; i < kKernelTableSize; ++i) {
-    const Entry& e = table_[(key + static_cast<uint64_t>(i)) % kKernelTableSize];
-    if (e.key == key) return e.base_ns;
-    if (e.key == 0) return 0;
-  }
-  return 0;
+  const Entry* e = Slot(key);
+  return e != nullptr && e->key == key ? e->base_ns : 0;
 }
 
 }  // namespace gslice::compute

@@ -79,6 +79,7 @@ class KernelClock {
     double base_ns = 0;
     int samples = 0;
   };
+  const Entry* Slot(uint64_t key) const;
   Entry* Find(uint64_t key, bool insert);
   Entry table_[kKernelTableSize];
   int used_ = 0;
