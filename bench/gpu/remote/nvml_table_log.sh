@@ -20,15 +20,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-$(mktemp -d /tmp/nvml_table_log.XXXXXX)}
 mkdir -p "$out"
 smi=${NVIDIA_SMI:-nvidia-smi}
-real=${NVML_REAL:-}
-if [ -z "$real" ]; then
-  real=$(ldconfig -p 2>/dev/null | awk '$1 == "libnvidia-ml.so.1" && /x86-64/ { print $NF; exit }')
-fi
-if [ -z "$real" ]; then
-  for c in /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1 /usr/lib64/libnvidia-ml.so.1 /usr/lib/libnvidia-ml.so.1; do
-    [ -e "$c" ] && { real=$c; break; }
-  done
-fi
+# shellcheck source-path=SCRIPTDIR source=nvml_table_log_lib.sh
+. "$here/nvml_table_log_lib.sh"
+real=${NVML_REAL:-$(nvl_find_real libnvidia-ml.so.1)}
 [ -n "$real" ] && real=$(readlink -f "$real")
 if [ -z "$real" ] || [ ! -f "$real" ]; then
   echo "nvml_table_log: no real libnvidia-ml.so.1 (set NVML_REAL)" >&2
@@ -38,54 +32,13 @@ command -v "$smi" >/dev/null || { echo "nvml_table_log: $smi not found (set NVID
 
 work=$(mktemp -d /tmp/nvml_table_build.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/lib"
-
-# build_logger REAL SONAME HANDWRITTEN [CFLAGS...]: a logger forwarding every defined
-# function export of REAL but those in HANDWRITTEN (space-separated), as $work/lib/SONAME.
-build_logger() {
-  local real=$1 soname=$2 own=$3 d=$work/$2
-  shift 3
-  mkdir -p "$d"
-  # shellcheck disable=SC2086 # one name per word
-  printf '%s\n' $own _init _fini >"$d/own"
-  nm -D --defined-only "$real" | awk '$2 ~ /^[TWi]$/ { sub(/@.*/, "", $3); print $3 }' |
-    grep -v -x -F -f "$d/own" | sort -u >"$d/names"
-  local n
-  n=$(wc -l <"$d/names")
-  if [ "$n" -eq 0 ] || [ "$n" -gt 8192 ]; then
-    echo "nvml_table_log: $n exports read from $real" >&2
-    return 1
-  fi
-  awk 'BEGIN { print ".text" }
-       { printf ".globl %s\n.type %s,@function\n%s:\n  movl $%d, %%r11d\n  jmp nvl_fwd_common\n.size %s, .-%s\n",
-                $1, $1, $1, NR - 1, $1, $1 }
-       END { print ".section .note.GNU-stack,\"\",@progbits" }' "$d/names" >"$d/fwd.S"
-  awk 'BEGIN { print "__attribute__((visibility(\"hidden\"))) const char *const nvl_fwd_names[] = {" }
-       { printf "  \"%s\",\n", $1 }
-       END { printf "};\n__attribute__((visibility(\"hidden\"))) const unsigned nvl_fwd_count = %d;\n", NR }' \
-    "$d/names" >"$d/names.c"
-  # Named like the real file (libnvidia-ml.so.580.xx), found through the soname's link,
-  # as the driver's own library is: a check of the mapped file's name sees the same.
-  local file
-  file=$(basename "$real")
-  [ "$file" = "$soname" ] && file=$soname.logger
-  if ! gcc -O2 -fPIC -shared -Wl,-soname,"$soname" -o "$work/lib/$file" "$@" \
-      "$here/nvml_table_logger.c" "$d/fwd.S" "$d/names.c" -ldl -lpthread 2>"$out/build.$soname.err"; then
-    echo "nvml_table_log: build of $soname failed:" >&2
-    cat "$out/build.$soname.err" >&2
-    return 1
-  fi
-  ln -sf "$file" "$work/lib/$soname"
-  cp "$d/names" "$out/forwarded.$soname.txt"
-  echo "$soname: $n exports of $real forwarded"
-}
-build_logger "$real" libnvidia-ml.so.1 nvmlInternalGetExportTable || exit 2
+nvl_build_logger "$real" libnvidia-ml.so.1 nvmlInternalGetExportTable || exit 2
 # NVML's own requests to the driver's private tables (69a28e9f) show when NVML loads
 # libcuda.so.1: a second logger in front of it, copying only $NVL_WRAP_ONLY's tables.
-cuda_real=${CUDA_REAL:-$(ldconfig -p 2>/dev/null | awk '$1 == "libcuda.so.1" && /x86-64/ { print $NF; exit }')}
+cuda_real=${CUDA_REAL:-$(nvl_find_real libcuda.so.1)}
 [ -n "$cuda_real" ] && cuda_real=$(readlink -f "$cuda_real")
 if [ -n "$cuda_real" ] && [ -f "$cuda_real" ] && [ "${NVL_NO_CUDA:-0}" != 1 ]; then
-  build_logger "$cuda_real" libcuda.so.1 "cuGetExportTable cuGetProcAddress cuGetProcAddress_v2" \
+  nvl_build_logger "$cuda_real" libcuda.so.1 "cuGetExportTable cuGetProcAddress cuGetProcAddress_v2" \
     -DNVL_CUDA || exit 2
 else
   echo "no libcuda.so.1 logger (CUDA_REAL unset and none in ldconfig -p, or NVL_NO_CUDA=1)"

@@ -1,10 +1,11 @@
 /* A measuring libnvidia-ml.so.1 (x86-64 Linux, libc + libdl only): put first on
  * LD_LIBRARY_PATH, it loads the real NVML by absolute path ($NVML_REAL), forwards every
  * export to it and logs, to the file $NVML_TABLE_LOG (appended; stderr when unset):
- *   C <name>                          every forwarded call, in order
- *   G nvml <uuid> rc=.. table=.. head=.. size_word=..
+ *   C <name>                          every forwarded call, in order ($NVL_CALLS=once:
+ *                                     each name's first call only)
+ *   G nvml <uuid> rc=.. table=.. head=.. size_word=.. caller=<object>
  *                                     every nvmlInternalGetExportTable, with the table's
- *                                     raw first 16 bytes and its first word, then
+ *                                     raw first 16 bytes, its first word and who asked, then
  *   W nvml <uuid> words=.. wrapped=.. code_slots=..   the copy handed out
  *   T <pid>.n<seq> <uuid> slot=<i> a0..a5 s0 s1 x0 x1 caller=<object>+<offset>
  *                                     a call through a slot of such a table (integer
@@ -13,7 +14,11 @@
  *   M <pid>.n<seq> a<k> before|after <ptr> <hex>   the bytes at each pointer-looking
  *                                     argument, before and after the call
  *   R <pid>.n<seq> <uuid> slot=<i> rax=.. rdx=.. xmm0=..   its result
+ *   S <uuid> slot=<i> caller=<object> calls=<n> logged=<m>
+ *                                     at exit: how often each object called each slot
  *
+ * $NVL_SLOT_LOG_FIRST=N logs only the first N calls of each slot by each calling object in
+ * full (T, M, R); later ones are only counted (S). Unset or 0: every call.
  * The table handed out is a copy of the real one: words that point into an executable
  * mapping (the slots) become logging trampolines, every other word (the size header, data
  * pointers) is kept as it is. $NVML_TABLE_PASSTHRU=1 hands out the real table instead;
@@ -96,8 +101,12 @@ static int g_log_fd = 2;
 static int g_mem_fd = -1;
 static unsigned g_bytes = 64;
 static int g_passthru;
+static int g_calls_once;
+static unsigned long g_slot_log_first;
 static const char *g_wrap_only;
+static const char *g_wrap_except;
 static void *g_fwd_target[kMaxFwd];
+static unsigned char g_fwd_logged[kMaxFwd];
 static unsigned long g_seq;
 
 static void log_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -130,6 +139,11 @@ static void init_once(void) {
   g_passthru = p && *p == '1';
   g_wrap_only = getenv("NVL_WRAP_ONLY");
   if (!g_wrap_only) g_wrap_only = NVL_WRAP_DEFAULT;
+  g_wrap_except = getenv("NVL_WRAP_EXCEPT");
+  const char *calls = getenv("NVL_CALLS");
+  g_calls_once = calls && strcmp(calls, "once") == 0;
+  const char *first = getenv("NVL_SLOT_LOG_FIRST");
+  if (first && *first) g_slot_log_first = strtoul(first, NULL, 10);
   const char *real = getenv(NVL_REAL_ENV);
   if (!real || real[0] != '/') {
     log_line("E %s %s must name the real library by absolute path (got %s)", NVL_TAG,
@@ -213,7 +227,8 @@ void *nvl_fwd_resolve(unsigned idx) {
     fn = dlsym(g_real, name);
     __atomic_store_n(&g_fwd_target[idx], fn, __ATOMIC_RELEASE);
   }
-  log_line("C %s", name);
+  if (!g_calls_once || !__atomic_exchange_n(&g_fwd_logged[idx], 1, __ATOMIC_RELAXED))
+    log_line("C %s", name);
   if (!fn) {
     /* Every generated name is a defined export of the real library, so this means the
      * real library failed to load; there is nothing sensible to call. */
@@ -273,9 +288,42 @@ struct tramp {
 static struct tramp g_tramp[kPool];
 static unsigned g_tramp_used;
 
+/* Calls of each trampoline by each calling object (the first kCallers objects; later ones
+ * share the last row), for the S lines at exit and $NVL_SLOT_LOG_FIRST. */
+enum { kCallers = 6 };
+struct caller_count {
+  const void *base;
+  const char *name; /* dladdr's, valid while the object stays loaded */
+  unsigned long calls;
+};
+static struct caller_count g_counts[kPool][kCallers];
+static pthread_mutex_t g_count_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* Counts this call; returns whether it is logged in full. */
+static int count_call(unsigned k, const void *base, const char *name) {
+  pthread_mutex_lock(&g_count_mu);
+  struct caller_count *row = g_counts[k];
+  int i = 0;
+  while (i < kCallers - 1 && row[i].name && row[i].base != base) ++i;
+  if (!row[i].name) row[i] = (struct caller_count){.base = base, .name = name};
+  else if (row[i].base != base) row[i].name = "(more-callers)"; /* the last row, shared */
+  unsigned long n = ++row[i].calls;
+  pthread_mutex_unlock(&g_count_mu);
+  return g_slot_log_first == 0 || n <= g_slot_log_first;
+}
+
 void *nvl_slot_before(unsigned k, struct slot_frame *f) __attribute__((used, visibility("hidden")));
 void *nvl_slot_before(unsigned k, struct slot_frame *f) {
   const struct tramp *t = &g_tramp[k];
+  Dl_info info;
+  const char *who = "?";
+  if (dladdr((void *)(uintptr_t)f->caller, &info) && info.dli_fname) {
+    who = strrchr(info.dli_fname, '/') ? strrchr(info.dli_fname, '/') + 1 : info.dli_fname;
+  }
+  if (!count_call(k, who[0] != '?' ? info.dli_fbase : NULL, who)) {
+    f->seq = 0; /* counted, not logged */
+    return t->real;
+  }
   char u[40];
   uuid_text(u, t->uuid);
   unsigned long seq = __atomic_add_fetch(&g_seq, 1, __ATOMIC_RELAXED);
@@ -283,11 +331,6 @@ void *nvl_slot_before(unsigned k, struct slot_frame *f) {
   uint64_t x0, x1;
   memcpy(&x0, f->xmm[0], 8);
   memcpy(&x1, f->xmm[1], 8);
-  Dl_info info;
-  const char *who = "?";
-  if (dladdr((void *)(uintptr_t)f->caller, &info) && info.dli_fname) {
-    who = strrchr(info.dli_fname, '/') ? strrchr(info.dli_fname, '/') + 1 : info.dli_fname;
-  }
   log_line("T %d." NVL_SEQ "%lu %s slot=%u tid=%ld a0=0x%llx a1=0x%llx a2=0x%llx a3=0x%llx a4=0x%llx "
            "a5=0x%llx s0=0x%llx s1=0x%llx x0=0x%llx x1=0x%llx caller=%s+0x%llx",
            (int)getpid(), seq, u, t->slot, (long)syscall(SYS_gettid),
@@ -304,6 +347,7 @@ void *nvl_slot_before(unsigned k, struct slot_frame *f) {
 
 void nvl_slot_after(unsigned k, struct slot_frame *f) __attribute__((used, visibility("hidden")));
 void nvl_slot_after(unsigned k, struct slot_frame *f) {
+  if (f->seq == 0) return;
   const struct tramp *t = &g_tramp[k];
   char u[40];
   uuid_text(u, t->uuid);
@@ -462,16 +506,37 @@ static const void *wrap_table(const unsigned char uuid[16], const void *table) {
   return copy;
 }
 
-/* Whether the table with this UUID text is to be copied (all when the list is empty). */
-static int wrap_wanted(const char *u) {
-  if (!g_wrap_only || !*g_wrap_only) return 1;
-  for (const char *p = g_wrap_only; *p;) {
+/* Whether UUID text u starts with one of the comma-separated prefixes in list. */
+static int listed(const char *list, const char *u) {
+  for (const char *p = list; p && *p;) {
     size_t n = strcspn(p, ",");
     if (n > 0 && n <= 36 && strncmp(u, p, n) == 0) return 1;
     p += n;
     if (*p == ',') ++p;
   }
   return 0;
+}
+
+/* Whether the table with this UUID text is to be copied: listed in $NVL_WRAP_ONLY (all when
+ * that is empty) and not in $NVL_WRAP_EXCEPT. */
+static int wrap_wanted(const char *u) {
+  if (listed(g_wrap_except, u)) return 0;
+  return !g_wrap_only || !*g_wrap_only || listed(g_wrap_only, u);
+}
+
+/* At exit (or unload): the S lines, every slot's calls per calling object. */
+__attribute__((destructor)) static void report_counts(void) {
+  pthread_mutex_lock(&g_count_mu);
+  for (unsigned k = 0; k < g_tramp_used && k < kPool; ++k) {
+    char u[40];
+    uuid_text(u, g_tramp[k].uuid);
+    for (int i = 0; i < kCallers && g_counts[k][i].name; ++i) {
+      const struct caller_count *c = &g_counts[k][i];
+      unsigned long logged = g_slot_log_first && c->calls > g_slot_log_first ? g_slot_log_first : c->calls;
+      log_line("S %s slot=%u caller=%s calls=%lu logged=%lu", u, g_tramp[k].slot, c->name, c->calls, logged);
+    }
+  }
+  pthread_mutex_unlock(&g_count_mu);
 }
 
 #ifdef NVL_CUDA
@@ -530,6 +595,7 @@ __attribute__((visibility("default"))) int cuGetProcAddress_v2(const char *symbo
 __attribute__((visibility("default"))) int NVL_TABLE_FN(const void **ppExportTable,
                                                         const void *pExportTableId) {
   ensure_init();
+  const void *ret = __builtin_return_address(0);
   log_line("C %s", NVL_TABLE_FN_NAME);
   int (*real)(const void **, const void *) =
       g_real ? (int (*)(const void **, const void *))dlsym(g_real, NVL_TABLE_FN_NAME) : NULL;
@@ -550,8 +616,12 @@ __attribute__((visibility("default"))) int NVL_TABLE_FN(const void **ppExportTab
   if (table && safe_read((uintptr_t)table, head, 16) == 16) hex(headtext, head, 16);
   uint64_t size = 0;
   memcpy(&size, head, 8);
-  log_line("G %s %s rc=%d table=%p head=%s size_word=%llu", NVL_TAG, u, rc, table, headtext,
-           table ? (unsigned long long)size : 0ull);
+  Dl_info info;
+  const char *who = "?";
+  if (dladdr(ret, &info) && info.dli_fname)
+    who = strrchr(info.dli_fname, '/') ? strrchr(info.dli_fname, '/') + 1 : info.dli_fname;
+  log_line("G %s %s rc=%d table=%p head=%s size_word=%llu caller=%s", NVL_TAG, u, rc, table, headtext,
+           table ? (unsigned long long)size : 0ull, who);
   if (rc != 0 || !table || !have_uuid || g_passthru || !wrap_wanted(u)) return rc;
   pthread_mutex_lock(&g_mu);
   const void *copy = wrap_table(uuid, table);

@@ -48,7 +48,8 @@ static int check(const char *soname, const char *env, const char *prefix, const 
   CHECK(t[4] == (const void *)data());   /* data word kept */
   long (*s1)(long, long, long, long, long, long, long, long) =
       (long (*)(long, long, long, long, long, long, long, long))t[1];
-  CHECK(s1(1, 2, 3, 4, 5, 6, 7, 8) == 1 + 4 + 9 + 16 + 25 + 36 + 49 + 64);
+  /* Twice: a logger that logs only a slot's first calls counts the rest. */
+  for (int i = 0; i < 2; ++i) CHECK(s1(1, 2, 3, 4, 5, 6, 7, 8) == 1 + 4 + 9 + 16 + 25 + 36 + 49 + 64);
   int out = 0;
   char gpu[32] = "";
   int (*s2)(double, int *, float, char *, unsigned) = (int (*)(double, int *, float, char *, unsigned))t[2];
