@@ -9,8 +9,18 @@
 // "legacy" launches on the context's legacy default stream (where PyTorch puts its work)
 // instead of a stream of the bench's own.
 //
-//   gslice_interpose_launch_bench [N=20000] [REPS=9] [host|batch] [own|legacy]
+// "pair" times, like "host", bursts of 256 launch calls, alternating between cuLaunchKernel as
+// the program finds it (under the shim: the shim's hook) and the driver's own cuLaunchKernel
+// (looked up in the libcuda.so.1 the program loaded, past any interposer), burst by burst in
+// one process: what the hook adds per launch, without the run-to-run drift of two processes.
+// Prints "hooked driver difference" (medians, ns per launch) last; with no shim both are the
+// driver's, and the difference is the method's own noise.
+//
+//   gslice_interpose_launch_bench [N=20000] [REPS=9] [host|batch|pair] [own|legacy]
 #include <cuda.h>
+#include <dlfcn.h>
+#include <limits.h>
+#include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,14 +38,68 @@ bool Ok(CUresult r, const char* what) {
   fprintf(stderr, "launch bench: %s failed (%d)\n", what, static_cast<int>(r));
   return false;
 }
+
+using LaunchFn = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                              void**, void**);
+
+// The driver's own cuLaunchKernel. Under the shim, the libcuda.so.1 the program links is the
+// shim, which loads the driver privately by path: the driver is the other loaded libcuda.so*
+// (found by name among the loaded objects, then looked up through its own handle). With no
+// shim it is the one libcuda.so.1.
+struct Found {
+  const char* skip;
+  char path[4096];
+};
+
+int FindOtherDriver(struct dl_phdr_info* info, size_t, void* arg) {
+  auto* f = static_cast<Found*>(arg);
+  const char* name = info->dlpi_name;
+  if (name == nullptr || strstr(name, "libcuda.so") == nullptr) return 0;
+  char real[4096];
+  if (realpath(name, real) == nullptr || strcmp(real, f->skip) == 0) return 0;
+  snprintf(f->path, sizeof f->path, "%s", real);
+  return 1;
+}
+
+LaunchFn DriverLaunch(bool* through_shim) {
+  Dl_info linked{};
+  char linked_path[4096];
+  if (dladdr(reinterpret_cast<void*>(&cuLaunchKernel), &linked) == 0 || linked.dli_fname == nullptr ||
+      realpath(linked.dli_fname, linked_path) == nullptr) {
+    return nullptr;
+  }
+  Found f{.skip = linked_path, .path = {}};
+  *through_shim = dl_iterate_phdr(FindOtherDriver, &f) != 0;
+  void* lib = dlopen(*through_shim ? f.path : linked_path, RTLD_NOW | RTLD_NOLOAD);
+  if (lib == nullptr) return nullptr;
+  return reinterpret_cast<LaunchFn>(dlsym(lib, "cuLaunchKernel"));
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// One burst of empty launches on an empty stream through `launch`: ns per launch call.
+bool TimeBurst(LaunchFn launch, CUfunction busy, CUstream stream, int burst, double* ns) {
+  uint64_t microseconds = 0;
+  void* args[] = {&microseconds};
+  const int64_t t0 = gslice::MonotonicNs();
+  for (int i = 0; i < burst; ++i) {
+    if (!Ok(launch(busy, 1, 1, 1, 1, 1, 1, 0, stream, args, nullptr), "cuLaunchKernel")) return false;
+  }
+  *ns = static_cast<double>(gslice::MonotonicNs() - t0) / burst;
+  return Ok(cuStreamSynchronize(stream), "cuStreamSynchronize");
+}
 }  // namespace
 
 int main(int argc, char** argv) {
   const int n = argc > 1 ? atoi(argv[1]) : 20000;
   const int reps = argc > 2 ? atoi(argv[2]) : 9;
+  const bool pair = argc > 3 && strcmp(argv[3], "pair") == 0;
   const bool host_only = argc > 3 && strcmp(argv[3], "host") == 0;
-  if (argc > 3 && !host_only && strcmp(argv[3], "batch") != 0) {
-    fprintf(stderr, "launch bench: mode %s: expected host or batch\n", argv[3]);
+  if (argc > 3 && !host_only && !pair && strcmp(argv[3], "batch") != 0) {
+    fprintf(stderr, "launch bench: mode %s: expected host, batch or pair\n", argv[3]);
     return 2;
   }
   const bool legacy = argc > 4 && strcmp(argv[4], "legacy") == 0;
@@ -62,6 +126,38 @@ int main(int argc, char** argv) {
   for (int i = 0; i < 1000; ++i)
     if (!Ok(gslice::test::LaunchBusy(busy, 0, stream), "warm-up launch")) return 1;
   if (!Ok(cuStreamSynchronize(stream), "cuStreamSynchronize")) return 1;
+  if (pair) {
+    bool through_shim = false;
+    const LaunchFn driver = DriverLaunch(&through_shim);
+    if (driver == nullptr) {
+      fprintf(stderr, "launch bench: no driver cuLaunchKernel found in this process (%s)\n", dlerror());
+      return 1;
+    }
+    fprintf(stderr, "launch bench: pair: %s\n",
+            through_shim ? "the program's cuLaunchKernel against the driver's, loaded behind it"
+                         : "one libcuda.so.1: both sides are the driver (the method's noise)");
+    // Bursts alternate, each rep's order flipped, so neither side always follows the other.
+    std::vector<double> hooked, direct, diff;
+    for (int r = 0; r < reps; ++r) {
+      double h_sum = 0, d_sum = 0;
+      int bursts = 0;
+      for (int done = 0; done < n; done += kBurst, ++bursts) {
+        double h = 0, d = 0;
+        const bool hooked_first = (r + bursts) % 2 == 0;
+        if (!TimeBurst(hooked_first ? cuLaunchKernel : driver, busy, stream, kBurst, hooked_first ? &h : &d) ||
+            !TimeBurst(hooked_first ? driver : cuLaunchKernel, busy, stream, kBurst, hooked_first ? &d : &h)) {
+          return 1;
+        }
+        h_sum += h;
+        d_sum += d;
+      }
+      hooked.push_back(h_sum / bursts);
+      direct.push_back(d_sum / bursts);
+      diff.push_back((h_sum - d_sum) / bursts);
+    }
+    printf("%.1f %.1f %.1f\n", Median(hooked), Median(direct), Median(diff));
+    return 0;
+  }
   std::vector<double> per_launch;
   for (int r = 0; r < reps && host_only; ++r) {
     int64_t launching = 0;

@@ -15,7 +15,10 @@ together is compared with its own speed alone in the same run:
 Then the launch benchmark (bench/interpose_launch.cc, host mode: the host's cost per launch
 call) natively and under gslice run --class=guaranteed in turn (MPS_LAUNCH_ROUNDS times,
 default 6), alone and beside an opportunistic BERT-base training job under gslice (idle peer:
-warmed up and waiting, its context kept; busy peer: training).
+warmed up and waiting, its context kept; busy peer: training). Each round also runs the
+benchmark's pair mode under gslice and natively: bursts through the shim's hook and through
+the driver's own cuLaunchKernel alternate in one process, so the hook's cost is read without
+two processes' drift (natively both sides are the driver: the method's noise).
 
   mps_launch.py --out FILE.json     runs everything, prints RESULT lines and a table
 Environment: GSLICE_BUILD (the build measured), GSLICE_BUILD_BASE (optional, the one compared),
@@ -83,6 +86,16 @@ def bench_once(build, prefix):
         return None
 
 
+def pair_once(build, prefix):
+    """(hooked, driver, hooked - driver) medians, ns per launch call, of one pair-mode run, or None."""
+    bench = os.path.join(build, "bin", "gslice_interpose_launch_bench")
+    r = subprocess.run([*prefix, bench, "20000", "9", "pair"], capture_output=True, text=True, timeout=120)
+    try:
+        return [float(x) for x in r.stdout.strip().splitlines()[-1].split()] if r.returncode == 0 else None
+    except (ValueError, IndexError):
+        return None
+
+
 def start_peer(prefix, runs):
     """An opportunistic BERT-base training job under gslice: working (runs) or warmed up and
     waiting for a window that never comes (idle, its context kept). Returns (process, folder)."""
@@ -112,15 +125,23 @@ def launch_rounds(build, peer, rounds):
     """Native and gslice run --class=guaranteed in turn, `rounds` times each: the medians, and
     the median of the per-round differences (gslice - native), which the host's drift between
     rounds does not enter."""
-    native, shimmed = [], []
+    native, shimmed, hook, noise = [], [], [], []
     for _ in range(rounds):
         native.append(bench_once(build, []))
         shimmed.append(bench_once(build, gslice(build, "guaranteed")))
+        hook.append(pair_once(build, gslice(build, "guaranteed")))
+        noise.append(pair_once(build, []))
     pairs = [(a, b) for a, b in zip(native, shimmed) if a is not None and b is not None]
-    out = {"peer": peer, "native_ns": native, "gslice_ns": shimmed}
+    out = {"peer": peer, "native_ns": native, "gslice_ns": shimmed, "pair_gslice": hook, "pair_native": noise}
     if pairs:
         out.update(native_median=statistics.median(a for a, _ in pairs), gslice_median=statistics.median(b for _, b in pairs),
                    diff_median=statistics.median(b - a for a, b in pairs))
+    hooks = [h[2] for h in hook if h]
+    noises = [h[2] for h in noise if h]
+    if hooks:
+        out["hook_ns_median"] = statistics.median(hooks)
+    if noises:
+        out["noise_ns_median"] = statistics.median(noises)
     print(f"RESULT mps_launch.launch.{peer} {json.dumps(out)}", flush=True)
     return out
 
@@ -158,10 +179,12 @@ def main():
     for name, v in doc["train"].items():
         f = lambda s: f"{s['ratio']:.3f}" if s else "n/a"  # noqa: E731
         print(f"| {name} | {f(v['g'])} | {f(v['o'])} |")
-    print("\n| launch call (host, ns, medians of turns) | native | gslice guaranteed | gslice - native |")
-    print("|---|---|---|---|")
+    print("\n| launch call (host, ns, medians of turns) | native | gslice guaranteed | gslice - native "
+          "| hook - driver, one process | the same natively (noise) |")
+    print("|---|---|---|---|---|---|")
     for name, v in doc["launch"].items():
-        print(f"| {name} | {v.get('native_median')} | {v.get('gslice_median')} | {v.get('diff_median')} |")
+        print(f"| {name} | {v.get('native_median')} | {v.get('gslice_median')} | {v.get('diff_median')} "
+              f"| {v.get('hook_ns_median')} | {v.get('noise_ns_median')} |")
 
 if __name__ == "__main__":
     main()
