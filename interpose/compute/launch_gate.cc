@@ -168,9 +168,8 @@ namespace {
 
 // ---- devices and streams -----------------------------------------------------------
 
-Device* CurrentDevice() {
-  CUcontext ctx = nullptr;
-  if (g_gate->api.ctx_get_current(&ctx) != CUDA_SUCCESS || ctx == nullptr) return nullptr;
+Device* CurrentDevice(CUcontext ctx) {
+  if (ctx == nullptr && (g_gate->api.ctx_get_current(&ctx) != CUDA_SUCCESS || ctx == nullptr)) return nullptr;
   static thread_local CUcontext cached_ctx = nullptr;
   static thread_local Device* cached = nullptr;
   static thread_local uint64_t cached_epoch = 0;
@@ -372,12 +371,13 @@ thread_local uint32_t t_gate_waits = 0;  // sleeps of this thread in BeforeLaunc
 
 }  // namespace
 
-LaunchTicket BeforeLaunch(CUstream stream, bool per_thread, const KernelShape* shape) {
+LaunchTicket BeforeLaunch(CUstream stream, bool per_thread, const KernelShape* shape, CUcontext ctx) {
   if (g_gate == nullptr) return {};
-  Device* d = CurrentDevice();
+  Device* d = CurrentDevice(ctx);
   if (d == nullptr || NothingToYieldTo(*d)) return {};
   if (UnthrottledOnMps(*d)) {
-    d->entry->inflight_until_ns.store(MonotonicCoarseNs() + kUngatedHoldNs, kRlx);
+    const int64_t until = MonotonicCoarseNs() + kUngatedHoldNs;
+    if (d->entry->inflight_until_ns.load(kRlx) != until) d->entry->inflight_until_ns.store(until, kRlx);
     return {};
   }
   const bool own_thread_stream = per_thread && (stream == nullptr || stream == CU_STREAM_PER_THREAD);
@@ -386,10 +386,12 @@ LaunchTicket BeforeLaunch(CUstream stream, bool per_thread, const KernelShape* s
     // launches or busy time: a launch only says the process wants the GPU and has work queued,
     // for kUngatedHoldNs on the coarse clock (a few ns; a tick behind, which a 1 ms hold would
     // not outlast), and is timed now and then. No meter, no marker, no read-modify-write
-    // shared with other processes.
-    const int64_t now = MonotonicCoarseNs();
-    d->entry->active_until_ns.store(now + kUngatedHoldNs, kRlx);
-    d->entry->inflight_until_ns.store(now + kUngatedHoldNs, kRlx);
+    // shared with other processes. The coarse clock moves every few ms, so most launches
+    // only read the entry's line: stores that change nothing would take it from the readers.
+    const int64_t until = MonotonicCoarseNs() + kUngatedHoldNs;
+    if (d->entry->active_until_ns.load(kRlx) != until) d->entry->active_until_ns.store(until, kRlx);
+    if (d->entry->inflight_until_ns.load(kRlx) != until) d->entry->inflight_until_ns.store(until, kRlx);
+    const int64_t now = until - kUngatedHoldNs;
     LaunchTicket sampled;
     if (StartKernelSample(*d, own_thread_stream ? CU_STREAM_PER_THREAD : stream, shape, now, &sampled)) return sampled;
     return {};
@@ -461,7 +463,7 @@ uint32_t WaitsOfThisThread() { return t_gate_waits; }
 
 uint64_t MeasuredBusyNs() {
   if (g_gate == nullptr) return 0;
-  Device* d = CurrentDevice();
+  Device* d = CurrentDevice(nullptr);
   if (d == nullptr) return 0;
   PollDevice(*d, MonotonicNs());
   return static_cast<uint64_t>(d->meter.busy_total.load(kRlx));

@@ -76,9 +76,12 @@ struct LaunchTicket {
 
 // Around a launch on stream (per_thread: the _ptsz variant, where stream 0 means the
 // calling thread's default stream). shape: the kernel (or graph) launched, for kernel timing
-// (nullptr: not timed). BeforeLaunch may wait; neither ever fails the launch.
+// (nullptr: not timed). ctx: the calling thread's current context where the caller has just
+// read it (the launch path reads it once), nullptr to have it read. BeforeLaunch may wait;
+// neither ever fails the launch.
 // REQUIRES: AfterLaunch on the thread that called BeforeLaunch, with its ticket.
-LaunchTicket BeforeLaunch(CUstream stream, bool per_thread, const KernelShape* shape = nullptr);
+LaunchTicket BeforeLaunch(CUstream stream, bool per_thread, const KernelShape* shape = nullptr,
+                          CUcontext ctx = nullptr);
 void AfterLaunch(const LaunchTicket& ticket);
 
 // ctx is about to be destroyed, or reset or released for the last time as a primary

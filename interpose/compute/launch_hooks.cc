@@ -98,19 +98,19 @@ bool IsPerThread(CUstream s, bool per_thread) { return s == CU_STREAM_PER_THREAD
 
 }  // namespace
 
-void RaiseDefaultStream(CUstream s, bool per_thread) {
+CUcontext RaiseDefaultStream(CUstream s, bool per_thread) {
   const int want = ClassPriority();
-  if (want == kLeavePriority) return;
+  if (want == kLeavePriority) return nullptr;
   const bool legacy = IsLegacy(s, per_thread);
-  if (!legacy && !IsPerThread(s, per_thread)) return;
+  if (!legacy && !IsPerThread(s, per_thread)) return nullptr;
   RaisedStreams& r = t_raised;
   const uint64_t epoch = compute::ContextEpoch();
-  if (want == kDefaultStreamPriority && r.legacy == want && r.per_thread == want) return;  // nothing to change
+  if (want == kDefaultStreamPriority && r.legacy == want && r.per_thread == want) return nullptr;  // nothing to change
   CUcontext ctx = CurrentContext();
-  if (ctx == nullptr) return;  // the launch fails on its own
+  if (ctx == nullptr) return nullptr;  // the launch fails on its own
   if (ctx != r.ctx || epoch != r.epoch) r = RaisedStreams{.ctx = ctx, .epoch = epoch};
   int& asked = legacy ? r.legacy : r.per_thread;
-  if (asked == want) return;
+  if (asked == want) return ctx;
   asked = want;  // one try per priority: a driver that refuses is not asked again on every launch
   auto set = Real<CUresult (*)(CUstream, CUstreamAttrID, const CUstreamAttrValue*)>(ex::kSlot_cuStreamSetAttribute);
   CUstreamAttrValue value{};
@@ -127,6 +127,7 @@ void RaiseDefaultStream(CUstream s, bool per_thread) {
     Log(LogLevel::kInfo, "compute: the default streams of context %p run at stream priority %d",
         static_cast<void*>(ctx), value.priority);
   }
+  return ctx;
 }
 
 namespace {
@@ -141,7 +142,8 @@ compute::KernelShape Shape(CUfunction f, unsigned gx, unsigned gy, unsigned gz, 
 }
 
 template <typename Launch>
-CUresult LaunchThrough(const char* name, const compute::KernelShape& shape, CUstream s, bool per_thread, Launch launch) {
+CUresult LaunchThrough(const char* name, const compute::KernelShape& shape, CUstream s, bool per_thread, CUcontext ctx,
+                       Launch launch) {
   const CUfunction f = static_cast<CUfunction>(const_cast<void*>(shape.function));
   ResumeGate();
   const bool traced = trace::Recording();
@@ -151,7 +153,7 @@ CUresult LaunchThrough(const char* name, const compute::KernelShape& shape, CUst
     r = launch();
   } else {
     const uint32_t waits = traced ? compute::WaitsOfThisThread() : 0;
-    const compute::LaunchTicket ticket = compute::BeforeLaunch(s, per_thread, &shape);
+    const compute::LaunchTicket ticket = compute::BeforeLaunch(s, per_thread, &shape, ctx);
     if (traced && compute::WaitsOfThisThread() != waits) {
       const int64_t passed = trace::NowNs();
       trace::GateWait(start, passed);
@@ -171,7 +173,7 @@ CUresult LaunchThrough(const char* name, const compute::KernelShape& shape, CUst
 template <typename Launch>
 CUresult LaunchEx(const char* name, CUfunction f, const CUlaunchConfig* config, bool per_thread, Launch launch) {
   const CUstream s = config != nullptr ? config->hStream : nullptr;
-  if (config != nullptr) RaiseDefaultStream(s, per_thread);
+  const CUcontext ctx = config != nullptr ? RaiseDefaultStream(s, per_thread) : nullptr;
   compute::KernelShape shape{.function = f};
   if (config != nullptr) {
     shape = {.function = f,
@@ -179,7 +181,7 @@ CUresult LaunchEx(const char* name, CUfunction f, const CUlaunchConfig* config, 
              .block = {config->blockDimX, config->blockDimY, config->blockDimZ},
              .shared_bytes = config->sharedMemBytes};
   }
-  return LaunchThrough(name, shape, s, per_thread, [&] { return launch(config); });
+  return LaunchThrough(name, shape, s, per_thread, ctx, [&] { return launch(config); });
 }
 
 }  // namespace
@@ -210,9 +212,9 @@ GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuLaunchKernel(CUfunction f, unsigned g
                                                         void** params, void** extra) {
   auto real = REAL_FN(cuLaunchKernel);
   FORWARD_OR_UNINIT(real);
-  gslice::shim::RaiseDefaultStream(s, false);
+  const CUcontext ctx = gslice::shim::RaiseDefaultStream(s, false);
   const gslice::compute::KernelShape shape = gslice::shim::Shape(f, gx, gy, gz, bx, by, bz, shmem);
-  return gslice::shim::LaunchThrough("cuLaunchKernel", shape, s, false,
+  return gslice::shim::LaunchThrough("cuLaunchKernel", shape, s, false, ctx,
                                      [&] { return real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra); });
 }
 
@@ -221,9 +223,9 @@ GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuLaunchKernel_ptsz(CUfunction f, unsig
                                                              CUstream s, void** params, void** extra) {
   auto real = REAL_FN(cuLaunchKernel_ptsz);
   FORWARD_OR_UNINIT(real);
-  gslice::shim::RaiseDefaultStream(s, true);
+  const CUcontext ctx = gslice::shim::RaiseDefaultStream(s, true);
   const gslice::compute::KernelShape shape = gslice::shim::Shape(f, gx, gy, gz, bx, by, bz, shmem);
-  return gslice::shim::LaunchThrough("cuLaunchKernel_ptsz", shape, s, true,
+  return gslice::shim::LaunchThrough("cuLaunchKernel_ptsz", shape, s, true, ctx,
                                      [&] { return real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra); });
 }
 
@@ -248,9 +250,9 @@ GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuLaunchCooperativeKernel(CUfunction f,
                                                                    unsigned shmem, CUstream s, void** params) {
   auto real = REAL_FN(cuLaunchCooperativeKernel);
   FORWARD_OR_UNINIT(real);
-  gslice::shim::RaiseDefaultStream(s, false);
+  const CUcontext ctx = gslice::shim::RaiseDefaultStream(s, false);
   const gslice::compute::KernelShape shape = gslice::shim::Shape(f, gx, gy, gz, bx, by, bz, shmem);
-  return gslice::shim::LaunchThrough("cuLaunchCooperativeKernel", shape, s, false,
+  return gslice::shim::LaunchThrough("cuLaunchCooperativeKernel", shape, s, false, ctx,
                                      [&] { return real(f, gx, gy, gz, bx, by, bz, shmem, s, params); });
 }
 
@@ -260,9 +262,9 @@ GSLICE_COMPUTE_HOOK CUresult gslice_hook_cuLaunchCooperativeKernel_ptsz(CUfuncti
                                                                         void** params) {
   auto real = REAL_FN(cuLaunchCooperativeKernel_ptsz);
   FORWARD_OR_UNINIT(real);
-  gslice::shim::RaiseDefaultStream(s, true);
+  const CUcontext ctx = gslice::shim::RaiseDefaultStream(s, true);
   const gslice::compute::KernelShape shape = gslice::shim::Shape(f, gx, gy, gz, bx, by, bz, shmem);
-  return gslice::shim::LaunchThrough("cuLaunchCooperativeKernel_ptsz", shape, s, true,
+  return gslice::shim::LaunchThrough("cuLaunchCooperativeKernel_ptsz", shape, s, true, ctx,
                                      [&] { return real(f, gx, gy, gz, bx, by, bz, shmem, s, params); });
 }
 

@@ -23,7 +23,9 @@ void AskMpsForClassPriority();
 // on a thread's per-thread default stream, that stream gets the class's priority. s: the
 // launch's stream; per_thread: the caller is a _ptsz variant (where nullptr names the
 // per-thread stream). A context that goes away (compute::ForgetContext) is raised afresh.
-void RaiseDefaultStream(CUstream s, bool per_thread);
+// Returns the calling thread's current context where it read it (for compute::BeforeLaunch,
+// so that a launch asks the driver once), else nullptr.
+CUcontext RaiseDefaultStream(CUstream s, bool per_thread);
 
 }  // namespace gslice::shim
 

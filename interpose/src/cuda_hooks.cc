@@ -809,11 +809,11 @@ GSLICE_EXPORT CUresult gslice_hook_cuGraphInstantiateWithParams_ptsz(CUgraphExec
 GSLICE_EXPORT CUresult gslice_hook_cuGraphLaunch(CUgraphExec exec, CUstream stream) {
   trace::ApiScope traced(trace::StreamCall("cuGraphLaunch", trace::ApiKind::kLaunch, stream, false));
   ResumeGate();
-  RaiseDefaultStream(stream, false);  // the default streams at the class's priority
+  const CUcontext ctx = RaiseDefaultStream(stream, false);  // the default streams at the class's priority
   const bool gated = compute::LaunchGateActive();  // compute slices (launch_gate.h)
   // A graph is timed as one kernel (kernel_clock.h).
   const compute::KernelShape shape{.function = exec};
-  const compute::LaunchTicket ticket = gated ? compute::BeforeLaunch(stream, false, &shape) : compute::LaunchTicket{};
+  const compute::LaunchTicket ticket = gated ? compute::BeforeLaunch(stream, false, &shape, ctx) : compute::LaunchTicket{};
   CUresult r = REAL(cuGraphLaunch)(exec, stream);
   compute::AfterLaunch(ticket);
   if (r == CUDA_SUCCESS && g_graph_memory_seen.load(std::memory_order_relaxed) && Active()) {
@@ -825,10 +825,10 @@ GSLICE_EXPORT CUresult gslice_hook_cuGraphLaunch(CUgraphExec exec, CUstream stre
 GSLICE_EXPORT CUresult gslice_hook_cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream) {
   trace::ApiScope traced(trace::StreamCall("cuGraphLaunch_ptsz", trace::ApiKind::kLaunch, stream, true));
   ResumeGate();
-  RaiseDefaultStream(stream, true);
+  const CUcontext ctx = RaiseDefaultStream(stream, true);
   const bool gated = compute::LaunchGateActive();  // compute slices (launch_gate.h)
   const compute::KernelShape shape{.function = exec};
-  const compute::LaunchTicket ticket = gated ? compute::BeforeLaunch(stream, true, &shape) : compute::LaunchTicket{};
+  const compute::LaunchTicket ticket = gated ? compute::BeforeLaunch(stream, true, &shape, ctx) : compute::LaunchTicket{};
   CUresult r = REAL(cuGraphLaunch_ptsz)(exec, stream);
   compute::AfterLaunch(ticket);
   if (r == CUDA_SUCCESS && g_graph_memory_seen.load(std::memory_order_relaxed) && Active()) {
