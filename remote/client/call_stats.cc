@@ -1,5 +1,7 @@
 #include "call_stats.h"
 
+#include "transport.h"
+
 #include <stdio.h>
 
 #include <algorithm>
@@ -49,4 +51,16 @@ extern "C" __attribute__((visibility("default"))) int gslice_remote_write_call_c
             static_cast<unsigned long long>(r.async), static_cast<unsigned long long>(r.trips));
   }
   return fclose(f) == 0 ? 0 : -1;
+}
+
+// What the added delay (GSLICE_REMOTE_ADDED_DELAY_US, benchmarks only; added_delay.h) did so
+// far: out[0] the round trip it adds in ns (0: none), out[1] the pieces it held and then
+// wrote, out[2] the shortest time one was held in ns (UINT64_MAX: none yet), out[3] the most
+// pieces it held at once. For benchmarks and tests, read with dlsym on the loaded client.
+extern "C" __attribute__((visibility("default"))) void gslice_remote_added_delay(uint64_t out[4]) {
+  const gslice::remote::DelayLineStats stats = gslice::remote::AddedDelayStats();
+  out[0] = static_cast<uint64_t>(stats.round_trip_ns);
+  out[1] = stats.pieces;
+  out[2] = stats.least_held_ns < 0 ? UINT64_MAX : static_cast<uint64_t>(stats.least_held_ns);
+  out[3] = stats.most_on_line;
 }

@@ -3,16 +3,19 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <string>
 
+#include "added_delay.h"
 #include "calls.h"
 #include "deferred_copies.h"
 #include "gslice/clock.h"
 #include "gslice/quiet_thread.h"
+#include "gslice/options.h"
 #include "log.h"
 #include "shm_ring.h"
 
@@ -60,10 +63,162 @@ Connection g_conn;
 // the fast path, written under both locks).
 std::atomic<CUresult> g_failed{CUDA_SUCCESS};
 
+// The added delay (added_delay.h; GSLICE_REMOTE_ADDED_DELAY_US, benchmarks only). With it,
+// whatever the transport would write on the connection goes on the delay line instead, and
+// one wire thread per process writes each piece once it is due: from then on only that
+// thread writes the connection (single producer, as the rings require). Lock order: g_send_mu,
+// then g_wire_mu; the wire thread takes g_wire_mu alone, and g_mu (a failure) without it.
+// A sender waits while the line holds kWireBytes (the real connection cannot take them).
+constexpr size_t kWireBytes = 64u << 20;
+// The wire thread sleeps until this long before a piece is due, then polls the clock: a
+// sleep's wake-up is late by a few microseconds, which would add to every delay.
+constexpr int64_t kWireSpinNs = 10'000;
+
+pthread_mutex_t g_wire_mu = PTHREAD_MUTEX_INITIALIZER;
+pthread_cond_t g_wire_cv = PTHREAD_COND_INITIALIZER;  // with g_wire_mu: a piece on an empty line, or room
+DelayLine* g_line = nullptr;                          // REQUIRES g_wire_mu; never freed (calls come during exit)
+pid_t g_wire_pid = 0;                                 // the process whose wire thread runs; REQUIRES g_wire_mu
+
+// The round trip the line adds (0: none), read once; a bad value is logged and adds none.
+int64_t AddedDelayNs() {
+  static const int64_t ns = [] {
+    int64_t parsed = 0;
+    std::string error;
+    if (!ParseAddedDelay(OptionValue(Option::RemoteAddedDelayUs), &parsed, &error)) {
+      Log(LogLevel::kError, "remote: %s; no delay is added", error.c_str());
+      return int64_t{0};
+    }
+    if (parsed > 0) {
+      Log(LogLevel::kWarn, "remote: every message to the worker is delayed by %lld us (GSLICE_REMOTE_ADDED_DELAY_US, "
+          "for benchmarks)", static_cast<long long>(parsed / 1000));
+    }
+    return parsed;
+  }();
+  return ns;
+}
+
+// Sleeps until MonotonicNs() reaches until_ns (the last kWireSpinNs polled).
+void WaitUntil(int64_t until_ns) {
+  const int64_t sleep_until = until_ns - kWireSpinNs;
+  if (MonotonicNs() < sleep_until) {
+    const timespec at{.tv_sec = static_cast<time_t>(sleep_until / 1'000'000'000),
+                      .tv_nsec = static_cast<long>(sleep_until % 1'000'000'000)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, nullptr) == EINTR) {
+    }
+  }
+  while (MonotonicNs() < until_ns) {
+    __builtin_ia32_pause();
+  }
+}
+
+// Writes one piece of the line on the connection: the descriptor it passes first (its
+// frame's header, without the payload, on the socket), then its bytes.
+bool WritePiece(DelayLine::Piece* piece) {
+  bool ok = true;
+  if (piece->pass_fd >= 0) {
+    FrameHeader h;
+    ok = DecodeHeader(piece->bytes.data(), UINT32_MAX, &h);
+    h.length = 0;
+    ok = ok && SendFrameWithFd(g_conn.channel.fd, h, nullptr, 0, piece->pass_fd);
+    close(piece->pass_fd);
+    piece->pass_fd = -1;
+  }
+  return ok && WriteAll(g_conn.channel, piece->bytes.data(), piece->bytes.size());
+}
+
+void* Wire(void*) {
+  // Timer slack would make every sleep up to 50 us late.
+  prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+  const pid_t self = getpid();
+  std::vector<DelayLine::Piece> due;
+  pthread_mutex_lock(&g_wire_mu);
+  while (g_wire_pid == self) {
+    const int64_t next = g_line->NextDue();
+    if (next < 0) {
+      pthread_cond_wait(&g_wire_cv, &g_wire_mu);
+      continue;
+    }
+    if (MonotonicNs() < next) {
+      // Pieces are due in the order they were pushed: none pushed meanwhile is due earlier.
+      pthread_mutex_unlock(&g_wire_mu);
+      WaitUntil(next);
+      pthread_mutex_lock(&g_wire_mu);
+      continue;
+    }
+    g_line->TakeDue(MonotonicNs(), &due);
+    pthread_cond_broadcast(&g_wire_cv);  // room for a waiting sender
+    pthread_mutex_unlock(&g_wire_mu);
+    bool ok = g_failed.load() == CUDA_SUCCESS;
+    for (DelayLine::Piece& piece : due) {
+      ok = ok && WritePiece(&piece);
+      if (piece.pass_fd >= 0) close(piece.pass_fd);
+    }
+    due.clear();
+    if (!ok && g_failed.load() == CUDA_SUCCESS) Fail(kLostResult, "lost the server while sending delayed requests");
+    pthread_mutex_lock(&g_wire_mu);
+    if (g_failed.load() != CUDA_SUCCESS) {
+      g_line->Clear();  // nothing will take these
+      pthread_cond_broadcast(&g_wire_cv);
+    }
+  }
+  pthread_mutex_unlock(&g_wire_mu);
+  return nullptr;
+}
+
+// Puts bytes (and a descriptor to pass before them, dup'ed) on the delay line, starting the
+// wire thread on the process's first piece. REQUIRES g_send_mu. False when the connection
+// failed or no wire thread could start (nothing would ever send them).
+bool PushOnLine(const uint8_t* p, size_t n, int pass_fd) {
+  pthread_mutex_lock(&g_wire_mu);
+  if (g_line == nullptr) g_line = new DelayLine(AddedDelayNs());
+  bool ok = true;
+  if (g_wire_pid != getpid()) {
+    g_wire_pid = getpid();
+    if (StartQuietThread(Wire, nullptr) != 0) {
+      g_wire_pid = 0;
+      ok = false;
+    }
+  }
+  while (ok && !g_line->empty() && g_line->bytes() >= kWireBytes && g_failed.load() == CUDA_SUCCESS) {
+    pthread_cond_wait(&g_wire_cv, &g_wire_mu);
+  }
+  ok = ok && g_failed.load() == CUDA_SUCCESS;
+  if (ok) {
+    const bool was_empty = g_line->empty();
+    DelayLine::Piece piece{.sent_ns = MonotonicNs(), .bytes = std::vector<uint8_t>(p, p + n),
+                           .pass_fd = pass_fd >= 0 ? dup(pass_fd) : -1};
+    ok = pass_fd < 0 || piece.pass_fd >= 0;
+    if (ok) g_line->Push(std::move(piece));
+    if (was_empty) pthread_cond_broadcast(&g_wire_cv);
+  }
+  pthread_mutex_unlock(&g_wire_mu);
+  return ok;
+}
+
+// Writes n bytes on the connection, or puts them on the delay line. REQUIRES g_send_mu.
+bool Transmit(const uint8_t* p, size_t n) {
+  return AddedDelayNs() == 0 ? WriteAll(g_conn.channel, p, n) : PushOnLine(p, n, -1);
+}
+
+// Writes one frame (after passing pass_fd on the socket when >= 0: wire.h's kOpHostShare),
+// or puts it on the delay line. REQUIRES g_send_mu.
+bool TransmitFrame(const FrameHeader& h, const Writer& payload, int pass_fd) {
+  if (AddedDelayNs() == 0) {
+    return (pass_fd < 0 || SendFrameWithFd(g_conn.channel.fd, h, nullptr, 0, pass_fd)) &&
+           WriteFrame(g_conn.channel, h, payload.buffer().data(), payload.size());
+  }
+  std::vector<uint8_t> frame(kHeaderSize + payload.size());
+  FrameHeader sized = h;
+  sized.length = static_cast<uint32_t>(payload.size());
+  EncodeHeader(sized, frame.data());
+  std::copy(payload.buffer().begin(), payload.buffer().end(), frame.begin() + kHeaderSize);
+  return PushOnLine(frame.data(), frame.size(), pass_fd);
+}
+
 // REQUIRES g_send_mu.
 bool FlushLocked() {
   if (g_conn.queued.empty()) return true;
-  const bool ok = WriteAll(g_conn.channel, g_conn.queued.data(), g_conn.queued.size());
+  const bool ok = Transmit(g_conn.queued.data(), g_conn.queued.size());
   g_conn.queued.clear();
   g_conn.queued_frames = 0;
   g_conn.queued_since = 0;
@@ -129,7 +284,7 @@ void StartFlusherLocked() {
 // waited long enough. REQUIRES g_send_mu.
 bool QueueLocked(const FrameHeader& h, const Writer& payload) {
   if (payload.size() + kHeaderSize > kQueueBytes) {
-    return FlushLocked() && WriteFrame(g_conn.channel, h, payload.buffer().data(), payload.size());
+    return FlushLocked() && TransmitFrame(h, payload, -1);
   }
   uint8_t head[kHeaderSize];
   FrameHeader sized = h;
@@ -258,6 +413,11 @@ void ForgetInheritedLocked() {
   if (g_conn.channel.rings != nullptr) ForgetInheritedRings(g_conn.channel.rings);
   g_conn = Connection{};
   g_failed = CUDA_SUCCESS;
+  // The parent's delay line and its wire thread stay the parent's; the lock may have been
+  // held by that thread at the fork (this process has one thread now).
+  pthread_mutex_init(&g_wire_mu, nullptr);
+  pthread_cond_init(&g_wire_cv, nullptr);
+  if (g_line != nullptr) g_line->Clear();
 }
 
 void AdoptLocked(const Channel& channel) {
@@ -287,8 +447,7 @@ CUresult Send(uint32_t op, const Writer& request, Waiter* waiter, uint32_t* sent
     const FrameHeader h{.seq = seq, .op = op | flags};
     const bool sent = waiter == nullptr
                           ? QueueLocked(h, request)
-                          : FlushLocked() && (pass_fd < 0 || SendFrameWithFd(g_conn.channel.fd, h, nullptr, 0, pass_fd)) &&
-                                WriteFrame(g_conn.channel, h, request.buffer().data(), request.size());
+                          : FlushLocked() && TransmitFrame(h, request, pass_fd);
     if (!sent) {
       pthread_mutex_lock(&g_mu);
       if (waiter != nullptr) RemoveWaiterLocked(waiter);
@@ -365,6 +524,13 @@ CUresult TraceExchange(uint32_t op, std::vector<uint8_t>* reply) {
   Writer request;
   EncodeRequestPrefix(RequestPrefix{.context = 0, .lane = Lane()}, &request);
   return Exchange(op, request, reply);
+}
+
+DelayLineStats AddedDelayStats() {
+  pthread_mutex_lock(&g_wire_mu);
+  DelayLineStats stats = g_line != nullptr ? g_line->stats() : DelayLineStats{.round_trip_ns = AddedDelayNs()};
+  pthread_mutex_unlock(&g_wire_mu);
+  return stats;
 }
 
 bool WorkerSharesMemory() {

@@ -10,7 +10,9 @@
 // thread at a time reads them (the reader) and hands each to the thread whose seq it carries,
 // so a thread waiting for a long synchronisation holds up no other.
 // Lock order: the probe's (worker_attach.cc), g_send_mu, g_mu, then the deferred copies'
-// (deferred_copies.cc, taken by the reader with neither of these held).
+// (deferred_copies.cc, taken by the reader with neither of these held). With an added delay
+// (added_delay.h) g_send_mu, then g_wire_mu; the wire thread that writes the connection then
+// takes g_wire_mu alone, and g_mu only with g_wire_mu released.
 //
 // Failures are sticky (connection.h): once the connection failed, every request of every
 // thread returns the same result, never retried silently.
@@ -26,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "added_delay.h"
 #include "connection.h"
 #include "socket_io.h"
 #include "wire.h"
@@ -108,6 +111,9 @@ CUresult Exchange(uint32_t op, const Writer& request, std::vector<uint8_t>* repl
 // worker's connection, on the calling thread's lane; *reply is the answer's payload.
 // CUDA_ERROR_NOT_INITIALIZED when this process holds no worker (nothing to ask).
 CUresult TraceExchange(uint32_t op, std::vector<uint8_t>* reply);
+
+// What the added delay did so far (added_delay.h; round_trip_ns 0: none added).
+DelayLineStats AddedDelayStats();
 
 // Whether this process's worker is on the same host, over shared-memory rings (page-locked
 // memory can be shared with it then: host_memory.h).
