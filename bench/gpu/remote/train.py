@@ -3,14 +3,21 @@ forwarding client: prints one line per step ("loss STEP VALUE", the loss as a fl
 that runs compare bit for bit), then "steps_per_s X" and, through the client, "calls ..." (the
 client's counters over the timed steps, gslice_remote_stats).
 
-  train.py resnet50|resnet50_bf16|resnet50_loader|bert STEPS [BATCH]
+  train.py resnet50|resnet50_bf16|resnet50_bf16_cl|resnet50_loader|bert|transformer STEPS [BATCH]
                                    training, deterministic, fixed seed, synthetic data (batch:
-                                   ResNet-50 32 images, BERT 8 sequences of 128 by default);
-                                   also prints "cpu_per_step S" (the process's CPU time).
+                                   ResNet-50 32 images, BERT 8 sequences of 128, the transformer
+                                   1 sequence of 128 by default); also prints "cpu_per_step S"
+                                   (the process's CPU time) and, through the client, "waits NAME
+                                   N" per call that still waited (round trips per timed step).
                                    resnet50_loader: as a data loader feeds it, each step's batch
                                    copied from page-locked host memory (pin_memory(), 4 batches
                                    in turn) with non_blocking=True; resnet50_bf16: under
-                                   torch.autocast to bfloat16
+                                   torch.autocast to bfloat16; resnet50_bf16_cl: the same with
+                                   the model and the batch channels-last; transformer: a small
+                                   causal language model (4 layers, width 256, 1000 words)
+  train.py cases KIND:BATCH:STEPS,...
+                                   several of the above one after another in one process (one
+                                   start-up), each after a line "case KIND-bBATCH"
   train.py check NAME              a framework check: tensor, torch_exp, compile, jax,
                                    jax_noautotune (XLA's autotuner off), cupy
 """
@@ -29,6 +36,34 @@ def client_stats():
     return list(out)
 
 
+def added_delay():
+    """The client's added delay (GSLICE_REMOTE_ADDED_DELAY_US): round trip ns, messages held, the
+    shortest hold in ns; None locally."""
+    try:
+        fn = ctypes.CDLL("libcuda.so.1").gslice_remote_added_delay
+    except (OSError, AttributeError):
+        return None
+    out = (ctypes.c_uint64 * 4)()
+    fn(out)
+    return list(out)[:3]
+
+
+def call_counts():
+    """The client's per-call counters ({name: (cached, async, round trips)}), or None locally."""
+    try:
+        fn = ctypes.CDLL("libcuda.so.1").gslice_remote_write_call_counts
+    except (OSError, AttributeError):
+        return None
+    path = f"/tmp/gslice-train-counts-{os.getpid()}"
+    if fn(path.encode()) != 0:
+        return None
+    try:
+        with open(path) as f:
+            return {l.split()[0]: tuple(int(v) for v in l.split()[1:4]) for l in f if len(l.split()) == 4}
+    finally:
+        os.unlink(path)
+
+
 def train(kind, steps, batch=None):
     import torch
     torch.manual_seed(0)
@@ -37,16 +72,19 @@ def train(kind, steps, batch=None):
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     dev = "cuda"
-    if kind in ("resnet50", "resnet50_bf16"):
+    if kind in ("resnet50", "resnet50_bf16", "resnet50_bf16_cl"):
         import torchvision
         model = torchvision.models.resnet50(num_classes=100).to(dev)
         g = torch.Generator(device="cpu").manual_seed(1)
         n = batch or 32
         x = torch.randn(n, 3, 224, 224, generator=g).to(dev)
         y = torch.randint(0, 100, (n,), generator=g).to(dev)
+        if kind == "resnet50_bf16_cl":
+            model = model.to(memory_format=torch.channels_last)
+            x = x.contiguous(memory_format=torch.channels_last)
         loss_fn = torch.nn.CrossEntropyLoss()
         step_fn = lambda: loss_fn(model(x), y)
-        if kind == "resnet50_bf16":
+        if kind in ("resnet50_bf16", "resnet50_bf16_cl"):
             def step_fn():
                 with torch.autocast("cuda", dtype=torch.bfloat16):
                     return loss_fn(model(x), y)
@@ -80,6 +118,28 @@ def train(kind, steps, batch=None):
         labels = torch.randint(0, 2, (n,), generator=g).to(dev)
         step_fn = lambda: model(input_ids=ids, labels=labels).loss
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    elif kind == "transformer":
+        # Small enough that every step is launch-bound: the GPU waits on each kernel's launch.
+        vocab, width, length = 1000, 256, 128
+        layer = torch.nn.TransformerEncoderLayer(width, nhead=4, dim_feedforward=4 * width, dropout=0.0,
+                                                 batch_first=True, norm_first=True)
+        model = torch.nn.ModuleDict({"embed": torch.nn.Embedding(vocab, width),
+                                     "blocks": torch.nn.TransformerEncoder(layer, num_layers=4, enable_nested_tensor=False),
+                                     "head": torch.nn.Linear(width, vocab)}).to(dev)
+        g = torch.Generator(device="cpu").manual_seed(1)
+        n = batch or 1
+        ids = torch.randint(0, vocab, (n, length + 1), generator=g).to(dev)
+        mask = torch.nn.Transformer.generate_square_subsequent_mask(length, device=dev)
+        loss_fn = torch.nn.CrossEntropyLoss()
+
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        def step_fn():
+            # The math backend: deterministic with a backward pass (use_deterministic_algorithms).
+            with sdpa_kernel(SDPBackend.MATH):
+                h = model["blocks"](model["embed"](ids[:, :-1]), mask=mask, is_causal=True)
+            return loss_fn(model["head"](h).reshape(-1, vocab), ids[:, 1:].reshape(-1))
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     else:
         sys.exit(f"unknown workload {kind}")
     model.train()
@@ -89,6 +149,7 @@ def train(kind, steps, batch=None):
         if i == warm:
             torch.cuda.synchronize()
             before = client_stats()
+            counts_before = call_counts()
             t0 = time.perf_counter()
             c0 = time.process_time()
         opt.zero_grad(set_to_none=True)
@@ -100,6 +161,7 @@ def train(kind, steps, batch=None):
     dt = time.perf_counter() - t0
     cpu = time.process_time() - c0
     after = client_stats()
+    counts_after = call_counts()
     counts_path = os.environ.get("REMOTE_CALL_COUNTS")
     if counts_path and before is not None:
         # Per call over the whole run (warm-up included): NAME CACHED ASYNC ROUND_TRIPS.
@@ -109,6 +171,29 @@ def train(kind, steps, batch=None):
     if before is not None and after is not None:
         d = [(a - b) / steps for a, b in zip(after, before)]
         print(f"calls per step: {d[0] + d[1] + d[2]:.1f} (cached {d[0]:.1f}, async {d[1]:.1f}, round trips {d[2]:.1f})")
+    delay = added_delay()
+    if delay is not None and delay[0] > 0:
+        print(f"added_delay {delay[0]} {delay[1]} {delay[2]}")
+    if counts_before is not None and counts_after is not None:
+        # The calls that still waited during the timed steps, most first.
+        waits = {name: (c[2] - counts_before.get(name, (0, 0, 0))[2]) / steps for name, c in counts_after.items()}
+        for name, per_step in sorted(waits.items(), key=lambda kv: -kv[1]):
+            if per_step > 0:
+                print(f"waits {name} {per_step:.2f}")
+    return model, opt
+
+
+def cases(spec):
+    """Runs KIND:BATCH:STEPS,... one after another, each after a line "case KIND-bBATCH"."""
+    import gc, torch
+    for item in spec.split(","):
+        kind, batch, steps = item.split(":")
+        print(f"case {kind}-b{batch}", flush=True)
+        state = train(kind, int(steps), int(batch))
+        del state
+        gc.collect()
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
 
 
 def check(name):
@@ -157,5 +242,7 @@ def check(name):
 if __name__ == "__main__":
     if sys.argv[1] == "check":
         check(sys.argv[2])
+    elif sys.argv[1] == "cases":
+        cases(sys.argv[2])
     else:
         train(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else None)
