@@ -40,6 +40,7 @@
 #include "session.h"
 #include "session_book.h"
 #include "socket_io.h"
+#include "syscall_filter.h"
 #include "tenants.h"
 #include "tls.h"
 #include "token.h"
@@ -53,6 +54,7 @@ const char kUsage[] =
     "                      [--cert FILE --key FILE (--tenants FILE | --token-file FILE [--token-user USER])]\n"
     "                      [--allow-root-tenant] [--max-connections N] [--max-workers N]\n"
     "                      [--handshakes-per-second N] [--handshake-timeout SECONDS]\n"
+    "                      [--syscall-filter on|off] [--syscall-log FOLDER]\n"
     "\n"
     "Serves this node's GPUs to programs on other machines or containers that run with\n"
     "gslice's forwarding libcuda.so.1 (gslice run --remote ADDR ...). Every client gets its own\n"
@@ -80,6 +82,11 @@ const char kUsage[] =
     "  --handshakes-per-second N  new connections per tenant a second (default 100).\n"
     "  --handshake-timeout SECONDS  time for TLS, the token and the hello (default 10).\n"
     "  --sim          serve gslice's simulated driver (build/lib/sim) instead of a real GPU.\n"
+    "  --syscall-filter on|off  the system-call filter of sessions and workers (default on:\n"
+    "                 mounts, namespaces, ptrace, bpf, ... refused; docs/security.md); off for\n"
+    "                 debugging only.\n"
+    "  --syscall-log FOLDER  measure: each session writes FOLDER/syscalls-PID.txt, the calls it\n"
+    "                 and its worker made (as the client's user; docs/remote.md, \"System calls\").\n"
     "  -h, --help     this text.\n";
 
 volatile sig_atomic_t g_stop = 0;
@@ -199,6 +206,8 @@ struct Config {
   LimitConfig limits;
   int handshake_timeout_s = 10;
   int worker_fd = -1, log_fd = -1;  // a worker's (started by a session)
+  bool syscall_filter = true;
+  std::string syscall_log;
 };
 
 // Who may connect over tls://: the tenants file, or --token-file's single tenant.
@@ -396,6 +405,8 @@ int Serve(const Config& c, mode_t socket_mode) {
   s.setup.rules = rules;
   s.setup.hidden = HiddenFiles(c);
   s.setup.handshake_timeout_s = c.handshake_timeout_s;
+  s.setup.syscall_filter = c.syscall_filter;
+  s.setup.syscall_log = c.syscall_log;
   for (const Address& a : parsed) {
     Listener l;
     l.address = a;
@@ -468,6 +479,18 @@ const std::vector<OptionRow>& Options() {
        }},
       {"--handshake-timeout",
        [](Config* c, const std::string& v, std::string* why) { return Count(v, 1, 600, &c->handshake_timeout_s, why); }},
+      {"--syscall-filter",
+       [](Config* c, const std::string& v, std::string* why) { return ParseSyscallFilter(v, &c->syscall_filter, why); }},
+      {"--syscall-log",
+       [](Config* c, const std::string& v, std::string* why) {
+         struct stat st;
+         if (v.empty() || v[0] != '/' || stat(v.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+           *why = "'" + v + "': an existing folder, by its absolute path";
+           return false;
+         }
+         c->syscall_log = v;
+         return true;
+       }},
       {"--worker-fd", [](Config* c, const std::string& v, std::string* why) { return Count(v, 0, 1 << 20, &c->worker_fd, why); }},
       {"--log-fd", [](Config* c, const std::string& v, std::string* why) { return Count(v, 0, 1 << 20, &c->log_fd, why); }},
   };

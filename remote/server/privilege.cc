@@ -13,6 +13,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "syscall_filter.h"
+
 namespace gslice::remote {
 namespace {
 
@@ -105,7 +107,8 @@ bool Confine(const Confinement& c, std::string* error) {
     return false;
   }
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return (*error = Errno("cannot set no_new_privs")), false;
-  return true;
+  if (!c.syscall_log.empty() && !StartSyscallLog(c.syscall_log, error)) return false;
+  return !c.syscall_filter || InstallSyscallFilter(error);
 }
 
 }  // namespace gslice::remote

@@ -13,7 +13,10 @@
 //      effective capabilities are empty (uid 0, allowed only by --allow-root-tenant, keeps
 //      them: such a tenant is trusted);
 //   3. no_new_privs set: nothing the process or its children execute gains privilege
-//      (set-user-ID programs, file capabilities).
+//      (set-user-ID programs, file capabilities);
+//   4. the system-call filter (syscall_filter.h), unless --syscall-filter off: from here on
+//      the process and everything it starts cannot reach the calls it refuses (with
+//      --syscall-log, the measuring filter goes in first).
 // Each step's outcome is checked (the capability sets read back): a session that cannot
 // confine itself refuses its client and starts nothing.
 //
@@ -26,9 +29,6 @@
 // of the same uid cannot read the session's memory (the TLS key it still holds) through ptrace
 // or /proc. Nothing may set PR_SET_DUMPABLE back.
 //
-// No seccomp filter is set: what the NVIDIA driver needs from the kernel (ioctls on
-// /dev/nvidia*, mmap of their regions, the UVM device, threads it starts) has not been measured
-// on a GPU, and a filter guessed without it would fail programs in the driver.
 #pragma once
 
 #include <sys/types.h>
@@ -47,6 +47,8 @@ struct Confinement {
   Identity identity;
   std::vector<std::string> hidden;  // absolute paths of regular files
   std::string placeholder;          // MakePlaceholder's file
+  bool syscall_filter = true;       // step 4
+  std::string syscall_log;          // a folder: measure the calls there (syscall_filter.h)
 };
 
 // Makes the placeholder (an empty file mode 0000) in a new folder mode 0700 under /run or /tmp.
@@ -56,7 +58,8 @@ bool MakePlaceholder(std::string* file, std::string* folder, std::string* error)
 void RemovePlaceholder(const std::string& file, const std::string& folder);
 
 // Confines the calling process for good (above). REQUIRES: single-threaded (setuid and the
-// mount namespace apply to the calling thread's process only when no other thread runs).
+// mount namespace apply to the calling thread's process only when no other thread runs; the
+// filter to every thread only when it is the only one).
 bool Confine(const Confinement& c, std::string* error);
 
 }  // namespace gslice::remote

@@ -389,7 +389,11 @@ int Session(int fd, const SessionSetup& setup) {
   Client client;
   if (!Identify(&channel, setup, &client)) return 0;
   std::string error;
-  const Confinement confinement{.identity = client.identity, .hidden = setup.hidden, .placeholder = setup.placeholder};
+  const Confinement confinement{.identity = client.identity,
+                                .hidden = setup.hidden,
+                                .placeholder = setup.placeholder,
+                                .syscall_filter = setup.syscall_filter,
+                                .syscall_log = setup.syscall_log};
   if (!Confine(confinement, &error)) {
     fprintf(stderr, "gslice-remoted: cannot run anything for a client from %s as uid %u: %s\n", client.peer.c_str(),
             static_cast<unsigned>(client.identity.uid), error.c_str());

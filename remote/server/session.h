@@ -30,6 +30,8 @@ struct SessionSetup {
   int control = -1;                       // this session's end of its control pair
   std::vector<std::string> hidden;        // files the client's processes must not see
   std::string placeholder;                // what covers them (privilege.h)
+  bool syscall_filter = true;             // --syscall-filter (privilege.h, step 4)
+  std::string syscall_log;                // --syscall-log
   int handshake_timeout_s = 10;
 };
 
