@@ -525,7 +525,32 @@ void InitOnce(void* (*resolve)(const char*)) {
   g_gate_mode.store(static_cast<int>(WantedMode()), kRlx);
 }
 
+// The share of dev's SMs the calling thread's current context may use, in permille: under
+// MPS, its client's share (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, as the driver applied it); else,
+// or where the driver does not say, all of them.
+uint32_t SmPermille(CUdevice dev) {
+  CUexecAffinityParam affinity{};
+  int sms = 0;
+  if (g_gate->api.ctx_get_exec_affinity == nullptr ||
+      g_gate->api.ctx_get_exec_affinity(&affinity, CU_EXEC_AFFINITY_TYPE_SM_COUNT) != CUDA_SUCCESS ||
+      g_gate->api.device_get_attribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev) != CUDA_SUCCESS ||
+      sms <= 0 || affinity.param.smCount.val == 0) {
+    return 1000;
+  }
+  const uint64_t permille = uint64_t{affinity.param.smCount.val} * 1000 / static_cast<uint64_t>(sms);
+  return permille >= 1000 ? 1000 : static_cast<uint32_t>(permille);
+}
+
 }  // namespace
+
+void LearnSmShare(Device& d, CUdevice dev) {
+  if (!d.spatial) return;
+  const uint32_t permille = SmPermille(dev);
+  if (d.sm_permille.exchange(permille, kRlx) != permille && permille < 1000) {
+    LogLine("compute: MPS gives this process %u.%u%% of the GPU's SMs; its GPU time counts at that share",
+            permille / 10, permille % 10);
+  }
+}
 
 Device* AddDevice(const uint8_t uuid[16], CUdevice dev, CUcontext ctx) {
   const int n = g_gate->device_count.load(std::memory_order_acquire);
@@ -534,6 +559,7 @@ Device* AddDevice(const uint8_t uuid[16], CUdevice dev, CUcontext ctx) {
   memcpy(d.uuid, uuid, 16);
   int mps = 0;
   d.spatial = g_gate->api.device_get_attribute(&mps, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, dev) == CUDA_SUCCESS && mps != 0;
+  if (ctx != nullptr) LearnSmShare(d, dev);
   // The slice's policy on this GPU where the ledger has it already, else the process's own.
   d.policy.store(PackPolicy(g_gate->env), kRlx);
   if (g_gate->window != nullptr) FollowSlicePolicy(d);

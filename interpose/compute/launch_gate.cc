@@ -57,6 +57,9 @@ std::atomic<int64_t>& CapTat(Device& d) {
 void Charge(Device& d, int64_t busy, int64_t now) {
   if (busy <= 0) return;
   d.meter.busy_total.fetch_add(busy, kRlx);
+  // GPU time is busy time times the share of the SMs the kernels could use (Device::sm_permille).
+  const uint32_t sm_permille = d.sm_permille.load(kRlx);
+  if (sm_permille < 1000) busy = busy * sm_permille / 1000;
   const ComputePolicy p = PolicyOf(d);
   d.entry->vtime_ns.fetch_add(VtimeIncrement(busy, p.share_permille), kRlx);
   if (p.capped()) GcraCharge(CapTat(d), now, busy, p.cap_permille);
@@ -192,6 +195,7 @@ Device* CurrentDevice(CUcontext ctx) {
       Device& d = g_gate->devices[i];
       CUcontext c = d.ctx.load(std::memory_order_acquire);
       if (c == ctx || (c == nullptr && memcmp(d.uuid, uuid.bytes, 16) == 0)) {
+        if (c == nullptr) LearnSmShare(d, dev);  // registered by the gate thread, with no context
         d.ctx.store(ctx, std::memory_order_release);
         found = &d;
       }

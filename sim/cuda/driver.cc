@@ -304,7 +304,9 @@ void TakeEngine(CUctx_st* ctx, int priority, std::unique_lock<std::mutex>& l) {
 
 // Under MPS (GSLICE_SIM_MPS): the context runs its kernel without taking the device from
 // other processes; each other process running at the same time stretches every chunk by
-// the node's interference percent. Streams of one context still run one at a time.
+// the node's interference percent, and a context limited to a share of the SMs
+// (CUctx_st::sm_percent) takes that much longer. Streams of one context still run one at a
+// time.
 uint64_t RunConcurrently(CUctx_st* ctx, int priority, uint64_t duration_ns, const std::function<void()>& body) {
   Driver* d = GetDriver();
   Node* node = d->node;
@@ -320,7 +322,7 @@ uint64_t RunConcurrently(CUctx_st* ctx, int priority, uint64_t duration_ns, cons
     const uint64_t start = MonotonicNs();
     const uint64_t chunk = remaining < kChunkNs ? remaining : kChunkNs;
     const uint64_t others = node->MpsOthersRunning(d->slot, dev, start);
-    const uint64_t stretched = chunk * (100 + node->mps_interference_pct() * others) / 100;
+    const uint64_t stretched = chunk * (100 + node->mps_interference_pct() * others) / ctx->sm_percent;
     running.store(start + stretched, std::memory_order_relaxed);
     if (stretched > 0) SleepNs(stretched);
     remaining -= chunk;
@@ -572,12 +574,25 @@ GSLICE_SIM_EXPORT CUresult cuDeviceGetByPCIBusId(CUdevice* dev, const char* bus_
 namespace gslice::sim {
 namespace {
 
+// A client's share of the SMs under MPS, as the driver reads it when the process connects:
+// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, a percentage 1..100 (anything else: all of them).
+uint32_t MpsSmPercent(const Driver* d) {
+  if (!d->node->mps()) return 100;
+  const char* v = getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
+  if (v == nullptr || *v == '\0') return 100;
+  char* end = nullptr;
+  const double pct = strtod(v, &end);
+  if (end == v || *end != '\0' || !(pct >= 1 && pct <= 100)) return 100;
+  return static_cast<uint32_t>(pct);
+}
+
 CUctx_st* NewContext(Driver* d, int ordinal, unsigned flags, bool primary) {
   auto* ctx = new CUctx_st;
   ctx->ordinal = static_cast<uint32_t>(ordinal);
   ctx->device = d->visible[ordinal];
   ctx->flags = flags;
   ctx->primary = primary;
+  ctx->sm_percent = MpsSmPercent(d);
   return ctx;
 }
 
@@ -803,6 +818,18 @@ GSLICE_SIM_EXPORT CUresult cuCtxSynchronize(void) {
   SynchronizeContext(ctx);
   TrimPoolsToThreshold();
   return static_cast<CUresult>(ctx->sticky_error.load());
+}
+
+// The SMs the current context may use: the device's, or under MPS its client's share of them.
+GSLICE_SIM_EXPORT CUresult cuCtxGetExecAffinity(CUexecAffinityParam* param, CUexecAffinityType type) {
+  if (param == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  REQUIRE_INIT(d);
+  REQUIRE_CONTEXT(ctx);
+  if (type != CU_EXEC_AFFINITY_TYPE_SM_COUNT) return CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY;
+  const uint32_t sms = d->node->device(ctx->device).sm_count;
+  param->type = CU_EXEC_AFFINITY_TYPE_SM_COUNT;
+  param->param.smCount.val = std::max<uint32_t>(1, sms * ctx->sm_percent / 100);
+  return CUDA_SUCCESS;
 }
 
 GSLICE_SIM_EXPORT CUresult cuCtxGetStreamPriorityRange(int* least, int* greatest) {

@@ -126,6 +126,9 @@ struct CUctx_st {
   unsigned long long id = 0;
   std::atomic<bool> live{false};
   std::atomic<int> sticky_error{CUDA_SUCCESS};
+  // Under MPS, the share of the device's SMs its kernels may use (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE
+  // when the context was made): a kernel of this context takes 100 / sm_percent times as long.
+  uint32_t sm_percent = 100;
 
   std::mutex m;  // guards streams, per_thread, limits and cache_config
   std::shared_ptr<CUstream_st> legacy;

@@ -331,6 +331,38 @@ TEST_F(ComputeSim, OnMpsOpportunisticRunsBesideGuaranteed) {
                                               << "\nopportunistic " << rs[2].raw;
 }
 
+// On MPS a cap is applied as the process's share of the SMs (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE,
+// which gslice run, the device plugin and the DRA driver set): its kernels take longer, and
+// it holds no more of the GPU than that share however busy it keeps them. The gate charges
+// its busy time at that share, so the cap is held once: a job capped at 50% on half the SMs
+// runs at about half its free speed, not a quarter.
+TEST_F(ComputeSim, OnMpsACapHeldByTheSmsIsNotHeldAgainByTheGate) {
+  unlink(sim_state_.c_str());  // a fresh simulated node, on MPS
+  auto mps = [](int gpu, std::map<std::string, std::string> env) {
+    env["GSLICE_SIM_MPS"] = "0";
+    return OnGpu(gpu, std::move(env));
+  };
+  const auto rs = RunTogether(
+      {mps(1, {}), mps(0, {{"GSLICE_COMPUTE", "50%"}, {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "50"}})}, 2.5);
+  const double free = static_cast<double>(rs[0].kernels), capped = static_cast<double>(rs[1].kernels);
+  ASSERT_GT(free, 200) << rs[0].raw;
+  const std::string counts = "capped " + std::to_string(rs[1].kernels) + " vs free " + std::to_string(rs[0].kernels);
+  EXPECT_GE(capped / free, 0.40) << counts;  // held twice, it would be about 0.25
+  EXPECT_LE(capped / free, 0.56) << counts;
+  // Where the SMs are not enough, the gate still holds the cap: two processes of one slice
+  // capped at 50%, each on half the SMs, would use all of them between them.
+  auto pair_member = [&mps]() {
+    return mps(0, {{"GSLICE_COMPUTE", "50%"}, {"GSLICE_SLICE", "half-sms"}, {"GSLICE_MEMORY", "2GiB"},
+                   {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "50"}});
+  };
+  const auto two = RunTogether({mps(1, {}), pair_member(), pair_member()}, 2.5, {}, /*direct=*/false);
+  const double witness = static_cast<double>(two[0].kernels);
+  const double both = static_cast<double>(two[1].kernels + two[2].kernels);
+  ASSERT_GT(witness, 200) << two[0].raw;
+  EXPECT_LE(both / witness, 0.50 + 0.08) << "two processes " << two[1].kernels << " + " << two[2].kernels << " vs free "
+                                         << two[0].kernels;
+}
+
 // An opportunistic process with no guaranteed process on its GPU has nothing to yield to: its
 // launches go straight through, unmeasured (the gate's measured time stays 0). Beside a
 // guaranteed process, even an idle one, they are measured and bounded again.
