@@ -19,15 +19,19 @@
 //   integrity         d4082055    3     1: the keyed hash that binds the process, the thread,
 //                                       the driver version, the addresses of this table and of
 //                                       the cudart table, and every device's identity
-//   tools context     21318c60   93     4: a context's number (cuBLASLt, about once per matmul)
+//   tools context     21318c60   93     4: a context's number (cuBLASLt, cuFFT; about once per
+//                                       matmul); 51, 39: a stream's object and key (cuBLASLt's
+//                                       per-stream buffers, stream_keys.h)
 //   cuBLASLt data     1734dc26   17     4: declined (cuBLASLt goes on without it)
+//   module functions  6e163fbe    8     7: a module's functions (cuFFT, module_functions.h)
 //
 // A size-header table starts with its size in bytes (slots * 8), as the driver's do. Every
 // slot the client does not answer is a function that logs the table and slot once and returns
-// CUDA_ERROR_NOT_SUPPORTED: a caller never jumps through a null pointer. A UUID not listed is
-// refused with CUDA_ERROR_NOT_FOUND and a warning naming it; f8cff951 (asked for by cudart at
-// start, 3 slots on driver 580) is declined alike, logged at info level: the runtime goes on
-// without it. Hot slots (tools TLS, context checks, context storage) never leave the process;
+// CUDA_ERROR_NOT_SUPPORTED: a caller never jumps through a null pointer; the log line names the
+// library and its call that reached the slot (caller.h). A UUID not listed is refused with
+// CUDA_ERROR_NOT_FOUND and a warning naming it and its caller; the tables in kDeclined (cudart's
+// f8cff951, the compute cache da9151d3 of NVRTC and nvJitLink) are refused alike, logged at
+// info level: their callers go on without them. Hot slots (tools TLS, context checks, context storage) never leave the process;
 // the integrity hash asks the server only for what the client caches (versions, devices).
 //
 // Checked against (the library builds that fetched these tables with this client):
@@ -51,13 +55,16 @@
 #include <vector>
 
 #include "call.h"
+#include "caller.h"
 #include "client_calls.h"
 #include "context_numbers.h"
 #include "context_stack.h"
 #include "export_tables.h"
 #include "integrity_hash.h"
-#include "refusals.h"
 #include "log.h"
+#include "module_functions.h"
+#include "refusals.h"
+#include "stream_keys.h"
 
 namespace gslice::remote {
 namespace {
@@ -76,6 +83,7 @@ enum TableId : int {
   kIntegrity,
   kToolsContext,
   kLtData,
+  kModuleFunctions,
   kTableCount,
 };
 
@@ -103,6 +111,8 @@ constexpr TableSpec kSpecs[kTableCount] = {
      {0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2}, 93, true},
     {"cuBLASLt data",
      {0x17, 0x34, 0xdc, 0x26, 0x80, 0x0d, 0x47, 0x45, 0x87, 0x26, 0xc0, 0xf1, 0xe7, 0xdd, 0x8b, 0xca}, 17, true},
+    {"module functions",
+     {0x6e, 0x16, 0x3f, 0xbe, 0xb9, 0x58, 0x44, 0x4d, 0x83, 0x5c, 0xe1, 0x82, 0xaf, 0xf1, 0x99, 0x1e}, 8, true},
 };
 
 // Tables the client knows and declines, as a driver without them would: the library goes on
@@ -115,6 +125,11 @@ struct DeclinedTable {
 constexpr DeclinedTable kDeclined[] = {
     {{0xf8, 0xcf, 0xf9, 0x51, 0x21, 0x46, 0x8b, 0x4e, 0xb9, 0xe2, 0xfb, 0x46, 0x9e, 0x7c, 0x0d, 0xd9},
      "a runtime start-up table the runtime does without"},
+    // NVRTC and nvJitLink keep compiled code in the driver's compute cache through it (and
+    // 1734dc26, asked for only once this one is given); without it they compile every time
+    // ("[nvrtc cache] failed to get cuda export table" in their code).
+    {{0xda, 0x91, 0x51, 0xd3, 0x3a, 0xe6, 0xcc, 0x41, 0xa5, 0xc0, 0x4f, 0x26, 0xd5, 0x33, 0xe3, 0x28},
+     "the driver's compute cache, which NVRTC and nvJitLink compile without"},
 };
 
 constexpr int kMaxSlots = 96;
@@ -136,9 +151,11 @@ std::atomic<bool> g_unanswered_reported[kTableCount][kMaxSlots];
 CUresult ReportUnanswered(int table, int slot) {
   if (!g_unanswered_reported[table][slot].exchange(true, std::memory_order_relaxed)) {
     shim::InitLog();
+    char caller[256];
+    DescribeCaller(caller, sizeof caller);
     Log(LogLevel::kWarn, "remote: private table %s (%02x%02x%02x%02x...) slot %d is not answered: "
-        "CUDA_ERROR_NOT_SUPPORTED", kSpecs[table].name, kSpecs[table].uuid[0], kSpecs[table].uuid[1],
-        kSpecs[table].uuid[2], kSpecs[table].uuid[3], slot);
+        "CUDA_ERROR_NOT_SUPPORTED to %s", kSpecs[table].name, kSpecs[table].uuid[0], kSpecs[table].uuid[1],
+        kSpecs[table].uuid[2], kSpecs[table].uuid[3], slot, caller);
   }
   return CUDA_ERROR_NOT_SUPPORTED;
 }
@@ -315,7 +332,8 @@ CUresult ContextCheck(CUcontext, uint32_t* status, const void** detail) {
 
 uint32_t ContextCheckFlags() { return 0; }
 
-// ---- Tools context (21318c60): slot 4 is a context's number (context_numbers.h).
+// ---- Tools context (21318c60): slot 4 is a context's number (context_numbers.h); 51 and 39 a
+// stream's object and key (stream_keys.h).
 
 // ---- cuBLASLt's 1734dc26: slot 4 hands out a buffer of bytes (pointer, size) the driver
 // keeps for what cuBLASLt caches it under, slot 13 gives the buffer back. What the bytes say is
@@ -380,7 +398,10 @@ void BuildTables() {
   g_tables[kContextChecks][3] = Fn(&ContextCheckFlags);
   g_tables[kIntegrity][1] = Fn(&IntegrityCheck);
   g_tables[kToolsContext][4] = Fn(&ContextNumber);
+  g_tables[kToolsContext][39] = Fn(&StreamKey);
+  g_tables[kToolsContext][51] = Fn(&StreamObject);
   g_tables[kLtData][4] = Fn(&LtDataDeclined);
+  g_tables[kModuleFunctions][7] = Fn(&ModuleFunctions);
 }
 
 }  // namespace
@@ -436,16 +457,18 @@ extern "C" CUresult gslice_remote_call_cuGetExportTable(const void** ppExportTab
   }
   const auto* b = reinterpret_cast<const unsigned char*>(pExportTableId->bytes);
   gslice::shim::InitLog();
+  char caller[256];
+  DescribeCaller(caller, sizeof caller);
   for (const DeclinedTable& d : kDeclined) {
     if (memcmp(d.uuid, b, 16) == 0) {
       gslice::shim::Log(gslice::shim::LogLevel::kInfo, "remote: cuGetExportTable(%02x%02x%02x%02x...): %s: "
-                        "CUDA_ERROR_NOT_FOUND", b[0], b[1], b[2], b[3], d.why);
+                        "CUDA_ERROR_NOT_FOUND to %s", b[0], b[1], b[2], b[3], d.why, caller);
       return CUDA_ERROR_NOT_FOUND;
     }
   }
   gslice::shim::Log(gslice::shim::LogLevel::kWarn,
       "remote: cuGetExportTable(%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x): "
-      "a private table this client does not know: CUDA_ERROR_NOT_FOUND",
-      b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+      "a private table this client does not know: CUDA_ERROR_NOT_FOUND to %s",
+      b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15], caller);
   return CUDA_ERROR_NOT_FOUND;
 }

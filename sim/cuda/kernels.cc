@@ -337,6 +337,28 @@ GSLICE_SIM_EXPORT CUresult cuModuleGetFunction(CUfunction* out, CUmodule module,
   return CUDA_SUCCESS;
 }
 
+// A module's functions: the sim's own images' kernels; a fatbin library's, those asked for by
+// name so far (the sim does not read fatbins).
+GSLICE_SIM_EXPORT CUresult cuModuleGetFunctionCount(unsigned int* count, CUmodule module) {
+  if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  REQUIRE_INIT(d);
+  std::lock_guard<std::mutex> g(g_modules_mu);
+  auto it = g_modules.find(module);
+  if (it == g_modules.end()) return CUDA_ERROR_INVALID_HANDLE;
+  *count = static_cast<unsigned>(it->second->functions.size());
+  return CUDA_SUCCESS;
+}
+
+GSLICE_SIM_EXPORT CUresult cuModuleEnumerateFunctions(CUfunction* functions, unsigned int n, CUmodule module) {
+  if (functions == nullptr && n > 0) return CUDA_ERROR_INVALID_VALUE;
+  REQUIRE_INIT(d);
+  std::lock_guard<std::mutex> g(g_modules_mu);
+  auto it = g_modules.find(module);
+  if (it == g_modules.end()) return CUDA_ERROR_INVALID_HANDLE;
+  for (unsigned i = 0; i < n && i < it->second->functions.size(); ++i) functions[i] = it->second->functions[i].get();
+  return CUDA_SUCCESS;
+}
+
 GSLICE_SIM_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                                           unsigned bx, unsigned by, unsigned bz, unsigned shmem,
                                           CUstream h, void** params, void** extra) {

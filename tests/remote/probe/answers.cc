@@ -120,15 +120,14 @@ int Settings(int, char**) {
   return 0;
 }
 
-namespace {
-
-// The driver's private table of UUID bytes, as a runtime asks for it.
 CUresult ExportTable(std::initializer_list<unsigned> bytes, const void*** out) {
   CUuuid id;
   unsigned i = 0;
   for (unsigned b : bytes) id.bytes[i++] = static_cast<char>(b);
   return cuGetExportTable(static_cast<const void**>(static_cast<void*>(out)), &id);
 }
+
+namespace {
 
 const char* CaptureName(CUstreamCaptureStatus s) {
   return s == CU_STREAM_CAPTURE_STATUS_NONE ? "none" : s == CU_STREAM_CAPTURE_STATUS_ACTIVE ? "active" : "invalidated";

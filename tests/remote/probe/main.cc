@@ -50,6 +50,9 @@
 //                       also "round trips: ..." lines (gslice_remote_stats)
 //   probe lt-tables     cuBLASLt's tables: a context's number (tools context slot 4), the
 //                       cuBLASLt data slot 4 declined
+//   probe library-tables  the slots cuBLASLt's per-stream buffers and cuFFT call (a stream's
+//                       object and key, a module's functions), the compute cache declined,
+//                       an unanswered slot's caller named
 //
 // One file per concern beside this one (probe.h lists them).
 #include <stdio.h>
@@ -97,6 +100,7 @@ constexpr Mode kModes[] = {
     {"threads", gslice::probe::Threads},
     {"handoff", gslice::probe::Handoff},
     {"lt-tables", gslice::probe::LtTables},
+    {"library-tables", gslice::probe::LibraryTables},
     {"maps", gslice::probe::Maps},
 };
 

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "test_support.h"
@@ -34,6 +35,9 @@ inline void Expect(bool ok, const char* what) {
     exit(1);
   }
 }
+
+// The driver's private table of these UUID bytes, as a runtime asks for it (answers.cc).
+CUresult ExportTable(std::initializer_list<unsigned> bytes, const void*** out);
 
 inline uint64_t Checksum(const std::vector<uint8_t>& v) {
   uint64_t h = 1469598103934665603ull;
@@ -105,6 +109,7 @@ int Kept(int argc, char** argv);
 int KeptSets(int argc, char** argv);
 int Tables(int argc, char** argv);
 int LtTables(int argc, char** argv);
+int LibraryTables(int argc, char** argv);
 int Maps(int argc, char** argv);
 // NVML (nvml.cc).
 int Nvml(int argc, char** argv);

@@ -1,0 +1,59 @@
+#include "caller.h"
+
+#include <dlfcn.h>
+#include <execinfo.h>
+#include <link.h>
+#include <stdio.h>
+#include <string.h>
+
+namespace gslice::remote {
+namespace {
+
+const char* BaseName(const char* path) {
+  const char* slash = strrchr(path, '/');
+  return slash != nullptr ? slash + 1 : path;
+}
+
+}  // namespace
+
+void DescribeCaller(char* out, size_t size) {
+  if (out == nullptr || size == 0) return;
+  snprintf(out, size, "an unknown caller");
+  void* frames[64];
+  const int n = backtrace(frames, 64);
+  Dl_info self;
+  if (dladdr(reinterpret_cast<void*>(&DescribeCaller), &self) == 0) return;
+  // Frames from the innermost: the client's own, then the calling library's, then whatever
+  // called that library (the program, a framework). A return address points just past its
+  // call: one byte back is inside the calling function.
+  int first = 0;
+  Dl_info info;
+  while (first < n && dladdr(static_cast<char*>(frames[first]) - 1, &info) != 0 &&
+         info.dli_fbase == self.dli_fbase) {
+    ++first;
+  }
+  if (first >= n || dladdr(static_cast<char*>(frames[first]) - 1, &info) == 0 || info.dli_fname == nullptr) return;
+  const void* library = info.dli_fbase;
+  const char* library_name = BaseName(info.dli_fname);
+  const char* entry = nullptr;
+  for (int i = first; i < n; ++i) {
+    Dl_info frame;
+    if (dladdr(static_cast<char*>(frames[i]) - 1, &frame) == 0 || frame.dli_fbase != library) break;
+    // Exported symbols only: an internal function shows as the nearest export before it,
+    // which is right only when the address is that export's own code.
+    if (frame.dli_sname != nullptr) {
+      Dl_info exact;
+      void* extra = nullptr;
+      if (dladdr1(static_cast<char*>(frames[i]) - 1, &exact, &extra, RTLD_DL_SYMENT) != 0 && extra != nullptr) {
+        const auto* sym = static_cast<const ElfW(Sym)*>(extra);
+        const char* at = static_cast<char*>(frames[i]) - 1;
+        const char* start = static_cast<const char*>(exact.dli_saddr);
+        if (start != nullptr && at >= start && at < start + sym->st_size) entry = frame.dli_sname;
+      }
+    }
+  }
+  if (entry != nullptr) snprintf(out, size, "%s (in %s)", library_name, entry);
+  else snprintf(out, size, "%s", library_name);
+}
+
+}  // namespace gslice::remote
