@@ -62,6 +62,29 @@ def rng():
     return np.random.RandomState(1234)
 
 
+# ---- The driver alone: what every other check stands on, and the one that runs on the
+# simulated driver too (no framework).
+
+@check("driver", what="the driver API alone (ctypes): a context, an allocation, copies both ways")
+def driver():
+    cuda = ctypes.CDLL("libcuda.so.1")
+    def ck(what, r):
+        if r != 0:
+            raise RuntimeError(f"{what}: CUresult {r}")
+    ck("cuInit", cuda.cuInit(0))
+    dev, ctx, ptr = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
+    ck("cuDeviceGet", cuda.cuDeviceGet(ctypes.byref(dev), 0))
+    ck("cuDevicePrimaryCtxRetain", cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev))
+    ck("cuCtxSetCurrent", cuda.cuCtxSetCurrent(ctx))
+    data = rng().standard_normal(1 << 16).astype(np.float32)
+    back = np.zeros_like(data)
+    ck("cuMemAlloc", cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(data.nbytes)))
+    ck("cuMemcpyHtoD", cuda.cuMemcpyHtoD_v2(ptr, data.ctypes.data_as(ctypes.c_void_p), ctypes.c_size_t(data.nbytes)))
+    ck("cuMemcpyDtoH", cuda.cuMemcpyDtoH_v2(back.ctypes.data_as(ctypes.c_void_p), ptr, ctypes.c_size_t(data.nbytes)))
+    ck("cuMemFree", cuda.cuMemFree_v2(ptr))
+    return {"round_trip": back}
+
+
 # ---- cuFFT: every plan kind PyTorch and CuPy make.
 
 @check("cufft_torch", what="torch.fft c2c/r2c/c2r, 1D/2D/3D, batched, float/double/half, a prime length")

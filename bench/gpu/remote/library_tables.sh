@@ -85,7 +85,7 @@ done
 # private tables"), so listed only in the slots over all checks, not per check.
 known='^(6bd5fb6c|42d85a81|a094798c|c693336e|263e8860|d4082055)'
 {
-  echo "=== per check: tables fetched (G uuid rc size_word caller xcount) and slots called"
+  echo "=== per check: tables fetched (G uuid rc size_word xcount by callers) and slots called"
   echo "    (S uuid8 slot caller calls, outside the start-up tables; calls past NVL_SLOT_LOG_FIRST"
   echo "    per caller are only counted; every slot with its callers: the S lines of CHECK.log)"
   for c in "${checks[@]}"; do
@@ -94,8 +94,10 @@ known='^(6bd5fb6c|42d85a81|a094798c|c693336e|263e8860|d4082055)'
     [ "${verdict[$c]#rc=0}" = "${verdict[$c]}" ] && tail -n 3 "$out/$c.out" | cut -c1-200 | sed 's/^/    | /'
     src=$log
     [ -s "$out/$c.passthru.log" ] && src=$out/$c.passthru.log
-    grep -E '^G cuda ' "$src" | awk '{ print "G", $3, $4, $7, $8 }' | sed 's/size_word=//' |
-      sort | uniq -c | awk '{ c = $1; $1 = ""; print " " $0 " x" c }' | head -n 10
+    # One line per table: its result and size word, how often it was asked, and by whom.
+    grep -E '^G cuda ' "$src" | awk '{ sub(/size_word=/, "", $7); sub(/caller=/, "", $8); k = $3 " " $4 " " $7
+        n[k]++; if (!((k, $8) in seen)) { seen[k, $8] = 1; by[k] = by[k] (by[k] == "" ? "" : ",") $8 } }
+        END { for (k in n) print "  G " k " x" n[k] " by " by[k] }' | sort | cut -c1-240 | head -n 16
     grep -E '^S ' "$log" | awk -v known="$known" 'substr($2, 1, 8) !~ known {
         sub(/slot=/, "", $3); sub(/calls=/, "", $5); sub(/caller=/, "", $4)
         printf "  S %s %3d %-28s %s\n", substr($2, 1, 8), $3, $4, $5 }' | sort -k2,2 -k3,3n | head -n 12

@@ -27,7 +27,7 @@ for c in one two; do
   expect '^G cuda 69a28e9f-.* rc=0 .* caller=fake-smi$' "$tmp/out/$c.log"
 done
 expect '^--- one: rc=0 through the logger' "$tmp/summary"
-expect '^  G 69a28e9f-0102-0304-0506-0708090a0b0c rc=0 40 caller=fake-smi x2$' "$tmp/summary"
+expect '^  G 69a28e9f-0102-0304-0506-0708090a0b0c rc=0 40 x2 by fake-smi$' "$tmp/summary"
 expect '^  S 69a28e9f +1 fake-smi +2$' "$tmp/summary"
 expect '^  69a28e9f 1: one two$' "$tmp/summary"
 expect '^T [0-9.c]+ 69a28e9f-[^ ]* slot=1 .* a0=0x1 a1=0x2 ' "$tmp/summary"
