@@ -36,9 +36,11 @@ void DescribeCaller(char* out, size_t size) {
   const void* library = info.dli_fbase;
   const char* library_name = BaseName(info.dli_fname);
   const char* entry = nullptr;
+  // Frames of other objects between the library's own are skipped (the library may call back
+  // into itself through libc, as through pthread_once on first use).
   for (int i = first; i < n; ++i) {
     Dl_info frame;
-    if (dladdr(static_cast<char*>(frames[i]) - 1, &frame) == 0 || frame.dli_fbase != library) break;
+    if (dladdr(static_cast<char*>(frames[i]) - 1, &frame) == 0 || frame.dli_fbase != library) continue;
     // Exported symbols only: an internal function shows as the nearest export before it,
     // which is right only when the address is that export's own code.
     if (frame.dli_sname != nullptr) {

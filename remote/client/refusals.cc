@@ -1,5 +1,6 @@
 #include "refusals.h"
 
+#include "caller.h"
 #include "log.h"
 #include "wire.h"
 
@@ -10,7 +11,10 @@ using shim::LogLevel;
 
 CUresult RefuseArgument(const char* call, const char* param) {
   shim::InitLog();
-  Log(LogLevel::kWarn, "remote: %s: a non-NULL %s is not forwarded (yet): CUDA_ERROR_NOT_SUPPORTED", call, param);
+  char caller[256];
+  DescribeCaller(caller, sizeof caller);
+  Log(LogLevel::kWarn, "remote: %s: a non-NULL %s is not forwarded (yet): CUDA_ERROR_NOT_SUPPORTED to %s", call, param,
+      caller);
   return CUDA_ERROR_NOT_SUPPORTED;
 }
 
@@ -29,7 +33,9 @@ CUresult RefuseImage(const char* call) {
 
 CUresult NotForwarded(const char* name) {
   shim::InitLog();
-  Log(LogLevel::kWarn, "remote: %s is not forwarded (yet): CUDA_ERROR_NOT_SUPPORTED", name);
+  char caller[256];
+  DescribeCaller(caller, sizeof caller);
+  Log(LogLevel::kWarn, "remote: %s is not forwarded (yet): CUDA_ERROR_NOT_SUPPORTED to %s", name, caller);
   return CUDA_ERROR_NOT_SUPPORTED;
 }
 

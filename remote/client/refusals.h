@@ -1,5 +1,6 @@
 // Refusals on the client: calls and arguments it does not forward, each a CUresult with a log
-// line naming the call, so that a program's failure says what it asked for.
+// line naming the call and who made it (caller.h: the library and its public call), so that a
+// program's failure says what it asked for.
 #pragma once
 
 #include <cuda.h>

@@ -6,6 +6,7 @@
 // log line names.
 #include <unistd.h>
 
+#include <regex>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -91,6 +92,30 @@ TEST_F(RemoteLibraryTables, TheComputeCacheIsDeclinedAndAnUnansweredSlotNamesIts
     EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
   }
 }
+
+// A call the client does not forward names who made it too.
+TEST_F(RemoteLibraryTables, ACallNotForwardedNamesItsCaller) {
+  Result r = RunProgram(Remote(Address(), "1GiB", {kProbe, "unforwarded"}));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("remote: cuMemAllocManaged is not forwarded (yet): CUDA_ERROR_NOT_SUPPORTED to "
+                       "gslice_remote_probe\n"),
+            std::string::npos)
+      << r.out;
+}
+
+#ifdef GSLICE_TEST_CUDART_PROBE
+// Through a library, the line names the library and the call of it the program made, past the
+// library's own frames: cuBLAS's runtime (static inside libcublas) asks for cudart's f8cff951
+// from cublasCreate.
+TEST_F(RemoteLibraryTables, ARefusalNamesTheLibraryAndTheCallOfItThatReachedIt) {
+  Result r = RunProgram(Remote(Address(), "1GiB", {GSLICE_TEST_CUDART_PROBE, "cublas"}),
+                        {"GSLICE_LOG=info", "ASAN_OPTIONS=detect_leaks=0"});
+  if (r.code == 2 && r.out.find("no libcublas") != std::string::npos) GTEST_SKIP() << r.out;
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(CUDA_ERROR_NOT_FOUND to libcublas\.so\.[0-9]+ \(in cublasCreate)")))
+      << r.out;
+}
+#endif
 
 }  // namespace
 }  // namespace gslice::remote
