@@ -13,6 +13,8 @@
 #   bench/gpu/remote/library_tables.sh [CHECK...]     (default: every check of libraries.py)
 # Environment: OUT (default a new /tmp folder), CUDA_REAL (default from `ldconfig -p`),
 # LIBTABLES_PYTHON (default python3), LIBTABLES_TIMEOUT (seconds per check, default 150),
+# LIBTABLES_DEADLINE (seconds for all checks, default 300: later ones are not run),
+# LIBTABLES_JOBS (checks at once, default 3),
 # NVL_SLOT_LOG_FIRST (calls of a slot per calling object logged in full, default 20),
 # NVL_LOG_BYTES (bytes shown per pointer argument, default 64), LIBTABLES_COMMAND (what runs
 # a check instead of `python3 libraries.py`: given "run CHECK OUT.npz"; the self-test's).
@@ -57,28 +59,48 @@ status=0
 summary=$out/summary.txt
 : >"$summary"
 declare -A verdict
-for c in "${checks[@]}"; do
-  log=$out/$c.log
+deadline=$((SECONDS + ${LIBTABLES_DEADLINE:-300}))
+# run_check CHECK: through the logger, its verdict into $out/CHECK.verdict; the last status
+# (1 when the logger changed the check's result) into $out/CHECK.status.
+run_check() {
+  local c=$1 log=$out/$1.log rc rc_plain left line
   : >"$log"
-  env "${logger_env[@]}" NVML_TABLE_LOG="$log" timeout "$limit" "${runner[@]}" run "$c" "$out/$c.npz" \
+  left=$((deadline - SECONDS))
+  if [ "$left" -lt 10 ]; then
+    echo "not run: the script's time (LIBTABLES_DEADLINE) was up" >"$out/$c.verdict"
+    return
+  fi
+  [ "$left" -gt "$limit" ] && left=$limit
+  env "${logger_env[@]}" NVML_TABLE_LOG="$log" timeout "$left" "${runner[@]}" run "$c" "$out/$c.npz" \
     >"$out/$c.out" 2>&1
   rc=$?
   line="rc=$rc through the logger"
   if [ "$rc" -ne 0 ] && [ "$rc" -ne 3 ]; then
     # Without the logger: whether the failure is the check's own or the logger's. When it is
     # the logger's, once more with the real tables handed out (the G lines still show).
-    timeout "$limit" "${runner[@]}" run "$c" >"$out/$c.plain.out" 2>&1
+    timeout "$left" "${runner[@]}" run "$c" >"$out/$c.plain.out" 2>&1
     rc_plain=$?
     line+=", rc=$rc_plain without it"
     if [ "$rc_plain" -ne "$rc" ]; then
-      status=1
-      env "${logger_env[@]}" NVML_TABLE_LOG="$out/$c.passthru.log" NVML_TABLE_PASSTHRU=1 timeout "$limit" \
+      echo 1 >"$out/$c.status"
+      env "${logger_env[@]}" NVML_TABLE_LOG="$out/$c.passthru.log" NVML_TABLE_PASSTHRU=1 timeout "$left" \
         "${runner[@]}" run "$c" >"$out/$c.passthru.out" 2>&1
       line+=", rc=$? with the real tables handed out ($c.passthru.*)"
     fi
   fi
-  verdict[$c]=$line
+  echo "$line" >"$out/$c.verdict"
   echo "ran $c: $line" >&2
+}
+# Checks run LIBTABLES_JOBS at a time (default 3), each a process of its own with its own log.
+for c in "${checks[@]}"; do
+  rm -f "$out/$c.status" "$out/$c.verdict" "$out/$c.passthru.log"
+  while [ "$(jobs -rp | wc -l)" -ge "${LIBTABLES_JOBS:-3}" ]; do wait -n; done
+  run_check "$c" &
+done
+wait
+for c in "${checks[@]}"; do
+  verdict[$c]=$(cat "$out/$c.verdict" 2>/dev/null || echo "no verdict")
+  [ -s "$out/$c.status" ] && status=1
 done
 
 # The tables every cudart program uses from its start: known (docs/remote.md, "The driver's
