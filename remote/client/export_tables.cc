@@ -31,8 +31,9 @@
 // library and its call that reached the slot (caller.h). A UUID not listed is refused with
 // CUDA_ERROR_NOT_FOUND and a warning naming it and its caller; the tables in kDeclined (cudart's
 // f8cff951, the compute cache da9151d3 of NVRTC and nvJitLink) are refused alike, logged at
-// info level: their callers go on without them. Hot slots (tools TLS, context checks, context storage) never leave the process;
-// the integrity hash asks the server only for what the client caches (versions, devices).
+// info level: their callers go on without them. Hot slots (tools TLS, context checks, context
+// storage) never leave the process; the integrity hash asks the server only for what the client
+// caches (versions, devices).
 //
 // Checked against (the library builds that fetched these tables with this client):
 //   libcudart.so.13 (CUDA 13.0 toolkit, /usr/local/cuda/lib64 on the CI machines): starts,
@@ -40,7 +41,10 @@
 //   libcublas.so.13 and libcublasLt.so.13 of the same toolkit: cublasCreate/cublasDestroy (CI),
 //   which calls the integrity check and the context checks, and cublasSgemm as far as its kernel
 //   launch (CI), which calls tools TLS slot 2 and tools context slot 4; cuBLASLt's code read for
-//   what it does with tools context slot 4's answer and with a failed cuBLASLt data slot 4.
+//   what it does with tools context slot 4's answer and with a failed cuBLASLt data slot 4, and
+//   for its per-stream buffers (slots 51, 39); cuFFT's for module functions slot 7 (its callback
+//   keeps the one function; it goes on at a count of 1); NVRTC's and nvJitLink's for how they
+//   take a refused compute cache. The slots' answers themselves: RemoteLibraryTables.* (CI).
 // The UUIDs and slot usage of cuDNN 9.19, NVRTC and PyTorch 2.11's cuBLASLt come from a trace
 // on an H200 with driver 580.159; the GPU suite (bench/gpu/suites/remote.sh) runs them.
 #include <cuda.h>
