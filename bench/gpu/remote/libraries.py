@@ -179,7 +179,7 @@ def cusolver_cupy():
         import cupyx.scipy.sparse as sp
         import cupyx.scipy.sparse.linalg as spl
         m = sp.csr_matrix(s * (cp.abs(s) > 1.0))
-        out["sparse_spsolve"] = spl.spsolve(m, b[:, 0])
+        out["sparse_spsolve"] = spl.spsolve(m, cp.ascontiguousarray(b[:, 0]))
     except Exception as e:  # reported, not fatal: the dense part still says what it says
         print(f"note: cupyx sparse spsolve: {type(e).__name__}: {str(e)[:160]}")
     cp.cuda.Device().synchronize()
