@@ -138,6 +138,6 @@ known='^(6bd5fb6c|42d85a81|a094798c|c693336e|263e8860|d4082055)'
       /^[TMR] / && keep[$2] { print substr($0, 1, 260) }' "$out/$c.log"
   done | awk '/^\[/ { hdr = $0; next } { if (hdr != last) { print hdr; last = hdr } print }'
 } >"$summary"
-head -n 300 "$summary"
+head -n 280 "$summary"  # with the build line and the "ran" lines, at most 300
 echo "=== whole summary: $summary ($(wc -l <"$summary") lines); logs: $out/CHECK.log, outputs: $out/CHECK.out"
 exit $status
