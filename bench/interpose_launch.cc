@@ -16,7 +16,11 @@
 // Prints "hooked driver difference" (medians, ns per launch) last; with no shim both are the
 // driver's, and the difference is the method's own noise.
 //
-//   gslice_interpose_launch_bench [N=20000] [REPS=9] [host|batch|pair] [own|legacy]
+// "parts" times, natively, what a launch path may spend besides the launch, each in bursts of
+// 256 (medians over REPS, ns per call): cuEventRecord on the stream after a launch, the
+// coarse and the precise monotonic clock, and cuCtxGetCurrent. Prints "name ns" lines.
+//
+//   gslice_interpose_launch_bench [N=20000] [REPS=9] [host|batch|pair|parts] [own|legacy]
 #include <cuda.h>
 #include <dlfcn.h>
 #include <limits.h>
@@ -91,15 +95,59 @@ bool TimeBurst(LaunchFn launch, CUfunction busy, CUstream stream, int burst, dou
   *ns = static_cast<double>(gslice::MonotonicNs() - t0) / burst;
   return Ok(cuStreamSynchronize(stream), "cuStreamSynchronize");
 }
+// ns per call of f over bursts of kBurst (f(i) for i in the burst), median of reps; after
+// each burst, after(), untimed.
+template <typename F, typename G>
+double PerCall(int reps, int bursts, F f, G after) {
+  constexpr int kBurst = 256;
+  std::vector<double> v;
+  for (int r = 0; r < reps; ++r) {
+    int64_t spent = 0;
+    for (int b = 0; b < bursts; ++b) {
+      const int64_t t0 = gslice::MonotonicNs();
+      for (int i = 0; i < kBurst; ++i) f(i);
+      spent += gslice::MonotonicNs() - t0;
+      after();
+    }
+    v.push_back(static_cast<double>(spent) / (bursts * kBurst));
+  }
+  return Median(v);
+}
+
+bool TimeParts(int n, int reps, CUfunction busy, CUstream stream) {
+  const int bursts = n / 256 > 0 ? n / 256 : 1;
+  std::vector<CUevent> events(256);
+  for (CUevent& e : events) {
+    if (!Ok(cuEventCreate(&e, CU_EVENT_DEFAULT), "cuEventCreate")) return false;
+  }
+  bool ok = true;
+  auto sync = [&] { ok = ok && Ok(cuStreamSynchronize(stream), "cuStreamSynchronize"); };
+  // A record after each launch, as a sampled launch's end event: the pair's times less the launch's.
+  const double launch = PerCall(reps, bursts, [&](int) { ok = ok && gslice::test::LaunchBusy(busy, 0, stream) == 0; }, sync);
+  const double launch_and_record = PerCall(reps, bursts, [&](int i) {
+    ok = ok && gslice::test::LaunchBusy(busy, 0, stream) == 0 && cuEventRecord(events[i], stream) == 0;
+  }, sync);
+  volatile int64_t sink = 0;
+  const double coarse = PerCall(reps, bursts, [&](int) { sink = sink + gslice::MonotonicCoarseNs(); }, [] {});
+  const double precise = PerCall(reps, bursts, [&](int) { sink = sink + gslice::MonotonicNs(); }, [] {});
+  CUcontext ctx = nullptr;
+  const double get_ctx = PerCall(reps, bursts, [&](int) { ok = ok && cuCtxGetCurrent(&ctx) == 0; }, [] {});
+  for (CUevent e : events) cuEventDestroy(e);
+  if (!ok) return false;
+  printf("launch %.1f\nevent_record %.1f\nclock_coarse %.1f\nclock_precise %.1f\nctx_get_current %.1f\n", launch,
+         launch_and_record - launch, coarse, precise, get_ctx);
+  return true;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
   const int n = argc > 1 ? atoi(argv[1]) : 20000;
   const int reps = argc > 2 ? atoi(argv[2]) : 9;
   const bool pair = argc > 3 && strcmp(argv[3], "pair") == 0;
+  const bool parts = argc > 3 && strcmp(argv[3], "parts") == 0;
   const bool host_only = argc > 3 && strcmp(argv[3], "host") == 0;
-  if (argc > 3 && !host_only && !pair && strcmp(argv[3], "batch") != 0) {
-    fprintf(stderr, "launch bench: mode %s: expected host, batch or pair\n", argv[3]);
+  if (argc > 3 && !host_only && !pair && !parts && strcmp(argv[3], "batch") != 0) {
+    fprintf(stderr, "launch bench: mode %s: expected host, batch, pair or parts\n", argv[3]);
     return 2;
   }
   const bool legacy = argc > 4 && strcmp(argv[4], "legacy") == 0;
@@ -126,6 +174,7 @@ int main(int argc, char** argv) {
   for (int i = 0; i < 1000; ++i)
     if (!Ok(gslice::test::LaunchBusy(busy, 0, stream), "warm-up launch")) return 1;
   if (!Ok(cuStreamSynchronize(stream), "cuStreamSynchronize")) return 1;
+  if (parts) return TimeParts(n, reps, busy, stream) ? 0 : 1;
   if (pair) {
     bool through_shim = false;
     const LaunchFn driver = DriverLaunch(&through_shim);

@@ -96,6 +96,19 @@ def pair_once(build, prefix):
         return None
 
 
+def parts_once(build):
+    """What a launch path may spend besides the launch (the benchmark's parts mode, natively):
+    {name: ns per call}, or None."""
+    bench = os.path.join(build, "bin", "gslice_interpose_launch_bench")
+    r = subprocess.run([bench, "20000", "5", "parts"], capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        return None
+    try:
+        return {k: float(v) for k, v in (line.split() for line in r.stdout.strip().splitlines())}
+    except ValueError:
+        return None
+
+
 def start_peer(prefix, runs):
     """An opportunistic BERT-base training job under gslice: working (runs) or warmed up and
     waiting for a window that never comes (idle, its context kept). Returns (process, folder)."""
@@ -150,7 +163,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
-    state, doc = {}, {"train": {}, "launch": {}}
+    state, doc = {}, {"train": {}, "launch": {}, "parts": None}
     for name, gp, op in train_configs():
         key = f"train/{name}"
         res = suite.run_config(key, [
@@ -165,6 +178,8 @@ def main():
             json.dump(doc, f, indent=1)
     if not WANT or "launch" in WANT:
         rounds = int(os.environ.get("MPS_LAUNCH_ROUNDS", "6"))
+        doc["parts"] = parts_once(BUILD)
+        print(f"RESULT mps_launch.parts {json.dumps(doc['parts'])}", flush=True)
         doc["launch"]["alone"] = launch_rounds(BUILD, "alone", rounds)
         for runs, label in ((False, "idle-peer"), (True, "busy-peer")):
             peer, sync = start_peer(gslice(BUILD, "opportunistic"), runs)
