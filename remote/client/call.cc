@@ -147,6 +147,41 @@ CUresult Call::Forward() {
   return Answered(keeps ? &kept : nullptr);
 }
 
+CUresult Call::RunTogether(Call* const* calls, size_t n, CUresult* results) {
+  for (size_t i = 0; i < n; ++i) results[i] = kLostResult;
+  if (n == 0) return CUDA_SUCCESS;
+  if (const CUresult attached = EnsureAttached(); attached != CUDA_SUCCESS) {
+    for (size_t i = 0; i < n; ++i) results[i] = attached;
+    return attached;
+  }
+  // Registered with the transport until answered: sized once, never moved.
+  std::vector<Waiter> waiters(n);
+  size_t sent = 0;
+  CUresult failure = CUDA_SUCCESS;
+  for (; sent < n; ++sent) {
+    Call& c = *calls[sent];
+    DropCached(c.op_, c.cache_handle_);
+    waiters[sent].reply = &c.reply_buffer_;
+    failure = Send(c.op_, c.request_, &waiters[sent], &c.seq_);
+    if (failure != CUDA_SUCCESS) break;
+  }
+  g_round_trips.Add(calls[0]->op_);
+  for (size_t i = 0; i < sent; ++i) {
+    Call& c = *calls[i];
+    CUresult r = Receive(c.op_, &waiters[i]);
+    if (r == CUDA_SUCCESS && waiters[i].header.op != (c.op_ | kReplyBit)) {
+      r = Fail(kLostResult, std::string("the server's answer to ") + kOpNames[c.op_] + " is not for it");
+    }
+    if (r == CUDA_SUCCESS) {
+      c.mode_ = CallMode::kRoundTrip;
+      r = c.Answered(nullptr);
+    }
+    results[i] = r;
+  }
+  for (size_t i = sent; i < n; ++i) results[i] = failure;
+  return failure != CUDA_SUCCESS ? failure : ConnectionFailure();
+}
+
 CUresult Call::Answered(Kept* kept) {
   reader_ = Reader(reply_buffer_.data(), reply_buffer_.size());
   int32_t value = 0;

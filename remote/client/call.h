@@ -31,6 +31,11 @@ class Call {
   Writer& request() { return request_; }
   // One round trip. Returns the driver's result, or a connection failure.
   CUresult Run();
+  // Runs n calls as one round trip: every request leaves before the first answer is waited
+  // for, so the calling thread waits once. For calls the client neither keeps answers of nor
+  // queues (calls.def: neither cached nor async), made once the process holds its worker or
+  // may attach. results[i] gets calls[i]'s result; returns the connection's failure, if any.
+  static CUresult RunTogether(Call* const* calls, size_t n, CUresult* results);
   // The reply after the result (valid after Run returned CUDA_SUCCESS, or for custom calls
   // that read outputs after an error too).
   Reader& reply() { return reader_; }

@@ -2,13 +2,15 @@
 // arguments: before= first (true: answered on the client, with *result set), after= once the
 // call succeeded. Each keeps the client's own state in step with
 // the driver's: the context stack, the streams and captures seen, the private tables' context
-// storage, the kept answers' relations and the kernel-parameter layouts.
+// storage, the kept answers' relations, the kernel-parameter layouts, the events made ahead
+// and the attribute sets the driver accepts.
 #pragma once
 
 #include <cuda.h>
 
 #include "call.h"
 #include "context_stack.h"
+#include "event_pool.h"
 #include "export_tables.h"
 #include "host_memory.h"
 #include "local_calls.h"
@@ -52,6 +54,20 @@ inline void RemoteAfterModuleGetFunction(CUfunction* function, CUmodule module, 
 template <typename... Args>
 void RemoteForgetKernelLayouts(Args...) {
   ForgetKernelLayouts();
+}
+// An unloaded module's or library's handles may name other functions from now on.
+template <typename Handle>
+void RemoteAfterCodeUnloaded(Handle) {
+  ForgetKernelLayouts();
+  ForgetAcceptedSets();
+}
+// A context may go (destroyed, released, reset): the events made ahead for it, and what was
+// known to hold while it lived (events given out, attribute sets accepted).
+template <typename... Args>
+bool RemoteBeforeContextGoes(CUresult*, Args...) {
+  ReleaseEventsAhead();
+  ForgetAcceptedSets();
+  return false;
 }
 
 }  // namespace gslice::remote

@@ -4,6 +4,18 @@
 // calls around every launch (cudart asks whether the launch's stream captures; cuDNN sets a
 // kernel's dynamic shared memory before each launch).
 //
+// Attribute sets the driver accepts. The driver takes a kernel's or function's maximum dynamic
+// shared memory when 0 <= value and value + its static shared memory <= the device's opt-in
+// maximum; both bounds are fixed for a handle (and a kernel's device), so once a set to V
+// succeeded, every set of that handle to a value in [0, V] succeeds too. Its shared-memory
+// carveout takes any value from -1 (the default) to 100 for a valid handle, and a handle that
+// had a set accepted is valid until its module or context goes. So those sets are sent without
+// waiting (cuDNN sets a kernel's dynamic shared memory before its launches, alternating between
+// a few values), and a driver error would still reach the program, at its next
+// synchronisation. Handles are forgotten when any module or library is loaded or unloaded or a
+// context is destroyed, released or reset (a handle value may then name another function); a
+// set answered across such a forgetting is not remembered (the generation).
+//
 // Streams and captures: every stream the program has comes from this client's cuStreamCreate*
 // (or is the NULL, legacy or per-thread stream), and every capture starts with its
 // cuStreamBeginCapture; so while no capture is under way, a stream the client knows is not
@@ -13,6 +25,9 @@
 #include <cuda.h>
 #include <pthread.h>
 
+#include <unistd.h>
+
+#include <unordered_map>
 #include <unordered_set>
 
 #include "call.h"
@@ -89,10 +104,75 @@ bool KeptAttributeIs(Call& get, int val) {
   return get.reply().Get(&value) && get.reply().AtEnd() && value == val;
 }
 
+// Sets the driver accepted, per (call, handle, device): the largest dynamic shared memory
+// accepted (-1: none yet, only a carveout). REQUIRES g_sets_mu. Never freed.
+struct SetKey {
+  uint32_t op;
+  uint64_t handle;
+  int device;
+  bool operator==(const SetKey&) const = default;
+};
+struct SetKeyHash {
+  size_t operator()(const SetKey& k) const { return std::hash<uint64_t>()(k.handle * 31 + k.op * 7 + k.device); }
+};
+pthread_mutex_t g_sets_mu = PTHREAD_MUTEX_INITIALIZER;
+std::unordered_map<SetKey, int, SetKeyHash>* g_accepted = nullptr;  // REQUIRES g_sets_mu
+uint64_t g_sets_generation = 0;                                     // REQUIRES g_sets_mu: counts forgettings
+pid_t g_sets_pid = 0;  // the process whose worker accepted them (a forked child has its own)
+
+// Whether the driver is known to accept this set; *generation gets the table's generation.
+bool KnownAccepted(const SetKey& key, CUfunction_attribute attrib, int val, uint64_t* generation) {
+  pthread_mutex_lock(&g_sets_mu);
+  if (g_sets_pid != getpid() && g_accepted != nullptr) g_accepted->clear();
+  g_sets_pid = getpid();
+  *generation = g_sets_generation;
+  bool known = false;
+  if (g_accepted != nullptr) {
+    const auto it = g_accepted->find(key);
+    if (it != g_accepted->end()) {
+      known = attrib == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES ? val >= 0 && val <= it->second
+              : attrib == CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT ? val >= -1 && val <= 100
+                                                                           : false;
+    }
+  }
+  pthread_mutex_unlock(&g_sets_mu);
+  return known;
+}
+
+// The driver accepted this set (answered by it), unless handles were forgotten since generation.
+void NoteAccepted(const SetKey& key, CUfunction_attribute attrib, int val, uint64_t generation) {
+  pthread_mutex_lock(&g_sets_mu);
+  if (generation == g_sets_generation) {
+    if (g_accepted == nullptr) g_accepted = new std::unordered_map<SetKey, int, SetKeyHash>();
+    auto [it, added] = g_accepted->emplace(key, -1);
+    if (attrib == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES && val > it->second) it->second = val;
+  }
+  pthread_mutex_unlock(&g_sets_mu);
+}
+
+// Sends a set built in `set` (calls.def: async): without waiting when the driver is known to
+// accept it, else as a round trip.
+CUresult SendSet(Call& set, const SetKey& key, CUfunction_attribute attrib, int val) {
+  uint64_t generation = 0;
+  const bool known = KnownAccepted(key, attrib, val, &generation);
+  if (!known) set.WaitForAnswer();
+  const CUresult result = set.Run();
+  if (known || !set.answered()) return result;
+  if (!set.reply().AtEnd()) return set.Malformed();
+  if (result == CUDA_SUCCESS) NoteAccepted(key, attrib, val, generation);
+  return result;
+}
+
 }  // namespace
 
-bool RemoteSkipKernelAttributeAsSet(CUresult* result, CUfunction_attribute attrib, int val, CUkernel kernel,
-                                    CUdevice dev) {
+void ForgetAcceptedSets() {
+  pthread_mutex_lock(&g_sets_mu);
+  if (g_accepted != nullptr) g_accepted->clear();
+  ++g_sets_generation;
+  pthread_mutex_unlock(&g_sets_mu);
+}
+
+bool RemoteSetKernelAttribute(CUresult* result, CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev) {
   // The request cuKernelGetAttribute(&value, attrib, kernel, dev) makes (calls.def's encoding).
   Call get(kOp_cuKernelGetAttribute);
   get.set_cache_handle(HandleBits(kernel));  // calls.def: cached=attributes(kernel)
@@ -100,20 +180,40 @@ bool RemoteSkipKernelAttributeAsSet(CUresult* result, CUfunction_attribute attri
   get.request().Put(attrib);
   get.request().Put(kernel);
   get.request().Put(dev);
-  if (!KeptAttributeIs(get, val)) return false;
-  *result = CUDA_SUCCESS;
+  if (KeptAttributeIs(get, val)) {
+    *result = CUDA_SUCCESS;
+    return true;
+  }
+  // cuKernelSetAttribute(attrib, val, kernel, dev), as calls.def encodes it.
+  Call set(kOp_cuKernelSetAttribute);
+  set.set_cache_handle(HandleBits(kernel));  // calls.def: drops=attributes(kernel)
+  set.request().Put(attrib);
+  set.request().Put(val);
+  set.request().Put(kernel);
+  set.request().Put(dev);
+  *result = SendSet(set, SetKey{.op = kOp_cuKernelSetAttribute, .handle = HandleBits(kernel), .device = dev}, attrib, val);
   return true;
 }
 
-bool RemoteSkipFuncAttributeAsSet(CUresult* result, CUfunction hfunc, CUfunction_attribute attrib, int value) {
+bool RemoteSetFuncAttribute(CUresult* result, CUfunction hfunc, CUfunction_attribute attrib, int value) {
   // The request cuFuncGetAttribute(&value, attrib, hfunc) makes.
   Call get(kOp_cuFuncGetAttribute);
   get.set_cache_handle(HandleBits(hfunc));  // calls.def: cached=attributes(hfunc)
   get.request().Put<uint8_t>(1);
   get.request().Put(attrib);
   get.request().Put(hfunc);
-  if (!KeptAttributeIs(get, value)) return false;
-  *result = CUDA_SUCCESS;
+  if (KeptAttributeIs(get, value)) {
+    *result = CUDA_SUCCESS;
+    return true;
+  }
+  // cuFuncSetAttribute(hfunc, attrib, value), as calls.def encodes it. A function is of one
+  // context, so of one device.
+  Call set(kOp_cuFuncSetAttribute);
+  set.set_cache_handle(HandleBits(hfunc));  // calls.def: drops=attributes(hfunc)
+  set.request().Put(hfunc);
+  set.request().Put(attrib);
+  set.request().Put(value);
+  *result = SendSet(set, SetKey{.op = kOp_cuFuncSetAttribute, .handle = HandleBits(hfunc), .device = 0}, attrib, value);
   return true;
 }
 

@@ -1,5 +1,6 @@
 // What the client has seen its own program do (seen_state.cc): streams it made, captures
-// under way, and function attributes it knows the value of; answered without a round trip.
+// under way, function attributes it knows the value of and attribute sets the driver accepted;
+// answered, or sent without waiting, without a round trip.
 // Thread-safe (a lock of its own, taken with no other held).
 #pragma once
 
@@ -17,10 +18,15 @@ bool StreamKnownNotCapturing(CUstream stream);
 // cuStreamIsCapturing of a known stream while no capture is under way: NONE, on the client
 // (true with *result and *status set).
 bool RemoteAnswerNotCapturing(CUresult* result, CUstream stream, CUstreamCaptureStatus* status);
-// Setting a function attribute to the value the client knows it has: nothing to do (true with
-// *result set).
-bool RemoteSkipKernelAttributeAsSet(CUresult* result, CUfunction_attribute attrib, int val, CUkernel kernel,
-                                    CUdevice dev);
-bool RemoteSkipFuncAttributeAsSet(CUresult* result, CUfunction hfunc, CUfunction_attribute attrib, int value);
+// A kernel's or function's attribute set (calls.def: before= of cuKernelSetAttribute and
+// cuFuncSetAttribute, which answer every set here: always true with *result set). To the value
+// the client knows it has: nothing to do. One the driver is known to accept (seen_state.cc):
+// sent without waiting, its error (should the driver give one) reported by the thread's next
+// synchronisation. Any other: one round trip, the driver's result returned.
+bool RemoteSetKernelAttribute(CUresult* result, CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev);
+bool RemoteSetFuncAttribute(CUresult* result, CUfunction hfunc, CUfunction_attribute attrib, int value);
+// Forgets which sets the driver accepts: handles may be gone, or reused for other functions
+// (a module or library loaded or unloaded, a context destroyed, released or reset).
+void ForgetAcceptedSets();
 
 }  // namespace gslice::remote

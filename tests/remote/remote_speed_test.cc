@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -60,6 +61,61 @@ TEST_F(RemoteSpeed, TheAddedDelayHoldsEveryMessageAtLeastTheRoundTripOnBothTrans
                              "every message to the worker is delayed by 2000 us"}) {
       EXPECT_NE(r.out.find(must), std::string::npos) << must << "\n" << r.out;
     }
+  }
+}
+
+// out without the lines only one side prints: the client's round trips, the simulated
+// driver's own warnings (on the worker's side they go to the server's log).
+std::string Comparable(const std::string& out) {
+  std::string kept;
+  for (size_t at = 0; at < out.size();) {
+    size_t end = out.find('\n', at);
+    end = end == std::string::npos ? out.size() : end + 1;
+    if (out.compare(at, 13, "round trips: ") != 0 && out.compare(at, 12, "gslice sim: ") != 0) {
+      kept.append(out, at, end - at);
+    }
+    at = end;
+  }
+  return kept;
+}
+
+// Runs a mode of the speed probe on the simulated driver and through the client: the same
+// answers, and each of `trips` ("round trips: WHAT: N") among the client's lines.
+void ExpectAnswersAndTrips(const std::string& address, const std::string& mode, std::vector<std::string> trips) {
+  Result direct = RunProgram(Direct("1GiB", {kProbe, mode}));
+  Result remote = RunProgram(Remote(address, "1GiB", {kProbe, mode}));
+  ASSERT_EQ(direct.code, 0) << direct.out;
+  ASSERT_EQ(remote.code, 0) << remote.out;
+  EXPECT_EQ(Comparable(remote.out), Comparable(direct.out));
+  for (const std::string& line : trips) {
+    EXPECT_NE(remote.out.find("round trips: " + line + "\n"), std::string::npos) << line << "\n" << remote.out;
+  }
+}
+
+TEST_F(RemoteSpeed, AttributeSetsTheDriverIsKnownToAcceptAreNotWaitedFor) {
+  // cuDNN sets a kernel's dynamic shared memory before its launches, alternating between a few
+  // values: after a set to V succeeded, a set to at most V cannot fail.
+  ExpectAnswersAndTrips(Address(), "sets",
+                        {"the first set of a kernel and of a function: 2",
+                         "20 sets of each at or below its first, launches between: 0",
+                         "a carveout of a function whose set was accepted: 0", "a set above the largest accepted: 1",
+                         "a set after an unload: 1"});
+  Result direct = RunProgram(Direct("1GiB", {kProbe, "sets"}));
+  for (const char* must : {"a set the driver refuses: CUDA_ERROR_INVALID_VALUE\n", "then a synchronisation: CUDA_SUCCESS\n",
+                           "the kernel reads 1024, the function 16384\n", "the last launch wrote 19\n"}) {
+    EXPECT_NE(direct.out.find(must), std::string::npos) << must << "\n" << direct.out;
+  }
+}
+
+TEST_F(RemoteSpeed, EventsAreMadeAheadAndDestroyedWithoutWaiting) {
+  // 40 events made and destroyed: a batch of 16 per round trip, no destroy waited for.
+  ExpectAnswersAndTrips(Address(), "events",
+                        {"40 events made, recorded and destroyed: 3", "an event's destroy after its context went: 1"});
+  Result direct = RunProgram(Direct("1GiB", {kProbe, "events"}));
+  for (const char* must : {"a fresh event: CUDA_SUCCESS\n", "timed: yes\n", "a second destroy: CUDA_ERROR_INVALID_HANDLE\n",
+                           "after a context with events went: CUDA_SUCCESS\n",
+                           "an event of that context destroyed: CUDA_ERROR_INVALID_HANDLE\n"}) {
+    EXPECT_NE(direct.out.find(must), std::string::npos) << must << "\n" << direct.out;
   }
 }
 

@@ -5,6 +5,13 @@
 //
 //   speed_probe delay   allocations, 200 queued memsets, a synchronisation and stream queries;
 //                       prints the added delay's counters (GSLICE_REMOTE_ADDED_DELAY_US)
+//   speed_probe sets    a kernel's and a function's dynamic shared memory set between launches,
+//                       as cuDNN does: first sets, alternating sets below them, a carveout, a set
+//                       above, one the driver refuses, sets after an unload; the values read back
+//   speed_probe events  events made, recorded and destroyed, as PyTorch does around its work; a
+//                       fresh event's state, timing, events of a context destroyed afterwards
+// Through the client each group of calls is followed by "round trips: WHAT: N"
+// (gslice_remote_stats); on the driver itself those lines are left out.
 #include <dlfcn.h>
 #include <stdio.h>
 
@@ -21,6 +28,116 @@ template <typename Fn>
 Fn ClientExport(const char* name) {
   void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
   return lib != nullptr ? reinterpret_cast<Fn>(dlsym(lib, name)) : nullptr;
+}
+
+// The client's round trips so far, or -1 on the driver itself.
+long long RoundTrips() {
+  const auto stats = ClientExport<void (*)(uint64_t[3])>("gslice_remote_stats");
+  if (stats == nullptr) return -1;
+  uint64_t out[3] = {};
+  stats(out);
+  return static_cast<long long>(out[2]);
+}
+
+// Prints the round trips made since *since (through the client only), and restarts the count.
+void PrintTrips(const char* what, long long* since) {
+  const long long now = RoundTrips();
+  if (now >= 0) printf("round trips: %s: %lld\n", what, now - *since);
+  *since = RoundTrips();
+}
+
+int Sets() {
+  constexpr CUfunction_attribute kSmem = CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+  CUdevice dev;
+  Setup(&dev);
+  CUmodule module;
+  CUfunction busy, fill;
+  CK(gslice::test::LoadTestKernels(&module, &busy, &fill));
+  CUlibrary library;
+  CUkernel kernel;
+  CK(cuLibraryLoadData(&library, gslice::test::SimTestImage(), nullptr, nullptr, 0, nullptr, nullptr, 0));
+  CK(cuLibraryGetKernel(&kernel, library, "gslice_fill"));
+  CUdeviceptr words;
+  CK(cuMemAlloc(&words, 4096));
+  CK(gslice::test::LaunchFill(fill, words, 1, 1024, nullptr));  // its parameter layout, once
+  long long trips = RoundTrips();
+  CK(cuKernelSetAttribute(kSmem, 8192, kernel, dev));
+  CK(cuFuncSetAttribute(fill, kSmem, 8192));
+  PrintTrips("the first set of a kernel and of a function", &trips);
+  for (int i = 0; i < 20; ++i) {
+    CK(cuKernelSetAttribute(kSmem, i % 2 != 0 ? 1024 : 8192, kernel, dev));
+    CK(cuFuncSetAttribute(fill, kSmem, i % 2 != 0 ? 4096 : 8192));
+    CK(gslice::test::LaunchFill(fill, words, static_cast<uint32_t>(i), 1024, nullptr));
+  }
+  PrintTrips("20 sets of each at or below its first, launches between", &trips);
+  CK(cuFuncSetAttribute(fill, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 50));
+  PrintTrips("a carveout of a function whose set was accepted", &trips);
+  CK(cuFuncSetAttribute(fill, kSmem, 16384));
+  PrintTrips("a set above the largest accepted", &trips);
+  printf("a set the driver refuses: %s\n", Name(cuFuncSetAttribute(fill, kSmem, 1 << 30)));
+  printf("then a synchronisation: %s\n", Name(cuCtxSynchronize()));
+  int k = 0, f = 0;
+  CK(cuKernelGetAttribute(&k, kSmem, kernel, dev));
+  CK(cuFuncGetAttribute(&f, kSmem, fill));
+  printf("the kernel reads %d, the function %d\n", k, f);
+  uint32_t word = 0;
+  CK(cuMemcpyDtoH(&word, words, sizeof word));
+  printf("the last launch wrote %u\n", word);
+  CK(cuModuleUnload(module));
+  CK(gslice::test::LoadTestKernels(&module, &busy, &fill));
+  trips = RoundTrips();
+  CK(cuFuncSetAttribute(fill, kSmem, 1024));
+  PrintTrips("a set after an unload", &trips);
+  CK(cuMemFree(words));
+  CK(cuLibraryUnload(library));
+  CK(cuModuleUnload(module));
+  return 0;
+}
+
+int Events() {
+  CUdevice dev;
+  const CUcontext primary = Setup(&dev);
+  CUstream stream;
+  CK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  long long trips = RoundTrips();
+  for (int i = 0; i < 40; ++i) {
+    CUevent e;
+    CK(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+    CK(cuEventRecord(e, stream));
+    CK(cuEventDestroy(e));
+  }
+  PrintTrips("40 events made, recorded and destroyed", &trips);
+  printf("then the stream: %s\n", Name(cuStreamSynchronize(stream)));
+  CUevent a, b, fresh;
+  CK(cuEventCreate(&a, 0));
+  CK(cuEventCreate(&b, 0));
+  CK(cuEventCreate(&fresh, CU_EVENT_BLOCKING_SYNC));
+  printf("a fresh event: %s\n", Name(cuEventQuery(fresh)));
+  CK(cuEventRecord(a, stream));
+  CK(cuEventRecord(b, stream));
+  CK(cuEventSynchronize(b));
+  float ms = -1;
+  CK(cuEventElapsedTime(&ms, a, b));
+  printf("timed: %s\n", ms >= 0 ? "yes" : "no");
+  CK(cuEventDestroy(a));
+  CK(cuEventDestroy(b));
+  CK(cuEventDestroy(fresh));
+  printf("a second destroy: %s\n", Name(cuEventDestroy(fresh)));
+  // A context of its own, with events made ahead for it, destroyed: nothing of them fails later.
+  CUcontext other;
+  CK(cuCtxCreate(&other, nullptr, 0, dev));
+  CUevent mine, kept;
+  CK(cuEventCreate(&mine, 0));
+  CK(cuEventCreate(&kept, 0));
+  CK(cuEventDestroy(mine));
+  CK(cuCtxDestroy(other));
+  CK(cuCtxSetCurrent(primary));
+  printf("after a context with events went: %s\n", Name(cuCtxSynchronize()));
+  trips = RoundTrips();
+  printf("an event of that context destroyed: %s\n", Name(cuEventDestroy(kept)));
+  PrintTrips("an event's destroy after its context went", &trips);
+  CK(cuStreamDestroy(stream));
+  return 0;
 }
 
 int Delay() {
@@ -59,6 +176,8 @@ struct Mode {
 
 constexpr Mode kModes[] = {
     {"delay", Delay},
+    {"sets", Sets},
+    {"events", Events},
 };
 
 }  // namespace
