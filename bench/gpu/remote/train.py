@@ -15,6 +15,8 @@ client's counters over the timed steps, gslice_remote_stats).
                                    torch.autocast to bfloat16; resnet50_bf16_cl: the same with
                                    the model and the batch channels-last; transformer: a small
                                    causal language model (4 layers, width 256, 1000 words)
+  train.py jax_mlp STEPS [BATCH]   a small MLP (4 layers of 1024) trained under jax.jit, batch 64
+                                   by default, deterministic, XLA's autotuner off
   train.py cases KIND:BATCH:STEPS,...
                                    several of the above one after another in one process (one
                                    start-up), each after a line "case KIND-bBATCH"
@@ -143,21 +145,69 @@ def train(kind, steps, batch=None):
     else:
         sys.exit(f"unknown workload {kind}")
     model.train()
-    warm = 5
-    before = None
-    for i in range(warm + steps):
-        if i == warm:
-            torch.cuda.synchronize()
-            before = client_stats()
-            counts_before = call_counts()
-            t0 = time.perf_counter()
-            c0 = time.process_time()
+
+    def one_step():
         opt.zero_grad(set_to_none=True)
         loss = step_fn()
         loss.backward()
         opt.step()
-        print(f"loss {i} {float(loss.item())!r}", flush=True)
-    torch.cuda.synchronize()
+        return float(loss.item())
+    timed(steps, one_step, torch.cuda.synchronize)
+    return model, opt
+
+
+def train_jax(steps, batch):
+    """A small MLP trained with plain SGD under jax.jit: XLA's own launches, events and copies."""
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    # Deterministic kernels, and no autotuner (which needs page-locked memory mapped into the
+    # GPU, only a same-host worker has: docs/remote.md), so that every side runs the same code.
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                               " --xla_gpu_deterministic_ops=true --xla_gpu_autotune_level=0").strip()
+    import jax, jax.numpy as jnp
+    k = jax.random.PRNGKey(0)
+    sizes = [512, 1024, 1024, 1024, 10]
+    keys = jax.random.split(k, len(sizes) + 1)
+    params = [(jax.random.normal(keys[i], (a, b), jnp.float32) / a ** 0.5, jnp.zeros((b,), jnp.float32))
+              for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:]))]
+    x = jax.random.normal(keys[-2], (batch or 64, sizes[0]), jnp.float32)
+    y = jax.random.randint(keys[-1], (batch or 64,), 0, sizes[-1])
+
+    def loss_fn(p):
+        h = x
+        for w, b in p[:-1]:
+            h = jax.nn.relu(h @ w + b)
+        logits = h @ p[-1][0] + p[-1][1]
+        return -jnp.mean(jax.nn.log_softmax(logits)[jnp.arange(y.shape[0]), y])
+
+    @jax.jit
+    def step(p):
+        loss, g = jax.value_and_grad(loss_fn)(p)
+        return [(w - 0.01 * gw, b - 0.01 * gb) for (w, b), (gw, gb) in zip(p, g)], loss
+
+    state = [params]
+
+    def one_step():
+        state[0], loss = step(state[0])
+        return float(loss)
+    with jax.default_matmul_precision("highest"):
+        timed(steps, one_step, lambda: jax.block_until_ready(state[0]))
+    return state
+
+
+def timed(steps, one_step, sync):
+    """Runs 5 warm-up steps and `steps` timed ones, printing each loss, then steps/s, the
+    process's CPU time per step and, through the client, its counters per timed step."""
+    warm = 5
+    before = None
+    for i in range(warm + steps):
+        if i == warm:
+            sync()
+            before = client_stats()
+            counts_before = call_counts()
+            t0 = time.perf_counter()
+            c0 = time.process_time()
+        print(f"loss {i} {one_step()!r}", flush=True)
+    sync()
     dt = time.perf_counter() - t0
     cpu = time.process_time() - c0
     after = client_stats()
@@ -180,15 +230,19 @@ def train(kind, steps, batch=None):
         for name, per_step in sorted(waits.items(), key=lambda kv: -kv[1]):
             if per_step > 0:
                 print(f"waits {name} {per_step:.2f}")
-    return model, opt
 
 
 def cases(spec):
     """Runs KIND:BATCH:STEPS,... one after another, each after a line "case KIND-bBATCH"."""
-    import gc, torch
+    import gc
     for item in spec.split(","):
         kind, batch, steps = item.split(":")
         print(f"case {kind}-b{batch}", flush=True)
+        if kind == "jax_mlp":
+            state = train_jax(int(steps), int(batch))
+            del state
+            continue
+        import torch
         state = train(kind, int(steps), int(batch))
         del state
         gc.collect()
@@ -244,5 +298,7 @@ if __name__ == "__main__":
         check(sys.argv[2])
     elif sys.argv[1] == "cases":
         cases(sys.argv[2])
+    elif sys.argv[1] == "jax_mlp":
+        train_jax(int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else None)
     else:
         train(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else None)

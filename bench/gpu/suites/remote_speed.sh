@@ -3,8 +3,9 @@
 # client, side by side in one run, the sides interleaved with local ones (first, middle, last).
 #   cases:  KIND:BATCH:STEPS (bench/gpu/remote/train.py's workloads), by default ResNet-50 in
 #           bfloat16 channels-last at batch 32 and 64 and a small transformer at batch 1 (all
-#           three launch-bound on an H200), and ResNet-50 fp32 at batch 32 (the GPU busy);
-#           REMOTE_CASES to change (KIND:BATCH takes TRAIN_STEPS steps)
+#           three launch-bound on an H200), ResNet-50 fp32 at batch 32 (the GPU busy) and a
+#           small MLP under jax.jit (XLA's launches, events and copies); REMOTE_CASES to change
+#           (KIND:BATCH takes TRAIN_STEPS steps)
 #   sides:  local; shm: unix with the same-host shared-memory rings; socket: unix without them
 #           (GSLICE_REMOTE_SHM=off); tcp: loopback TCP; wait: the rings with every call waited
 #           for (GSLICE_REMOTE_WAIT=1); unix: the default (the rings). SIDE+dN adds N us of
@@ -30,7 +31,8 @@ STEPS = int(os.environ.get("TRAIN_STEPS", "30"))
 BUDGET = float(os.environ.get("REMOTE_BUDGET_S", "500"))
 CASES = []
 for c in os.environ.get("REMOTE_CASES",
-                        "resnet50_bf16_cl:32:150,resnet50_bf16_cl:64:100,transformer:1:300,resnet50:32:30").split(","):
+                        "resnet50_bf16_cl:32:150,resnet50_bf16_cl:64:100,transformer:1:300,resnet50:32:30,"
+                        "jax_mlp:64:200").split(","):
     if c:
         f = c.split(":")
         CASES.append((f[0], int(f[1]), int(f[2]) if len(f) > 2 else STEPS))
