@@ -1,7 +1,8 @@
 // Remote tenants on the simulated driver (docs/remote.md, "Tenants"; docs/security.md, "Remote
 // GPUs"): gslice-remoted started as root serves two local users over one unix socket and two
-// tls:// tenants, each client's worker running as its own uid with no capabilities and
-// no_new_privs, in a mount namespace where the server's key and tenants file cannot be opened;
+// tls:// tenants, each client's worker running as its own uid with no capabilities,
+// no_new_privs and the system-call filter, in a mount namespace where the server's key and
+// tenants file cannot be opened;
 // gsliced sees a remote slice as its tenant's, so the other tenant cannot change it; a token
 // removed from the tenants file ends its sessions and no others; one user's flood of
 // connections leaves another user served.
@@ -190,8 +191,9 @@ class RemoteTenants : public ::testing::Test {
 
 // Two local users over one unix socket (mode 0666) and a tls:// tenant of the second user: every
 // worker runs as its client's uid and group, without supplementary groups or capabilities, with
-// no_new_privs, in a mount namespace of its own where the server's key and tenants file (left
-// readable by everyone here, an operator's mistake) cannot be opened and read nothing.
+// no_new_privs, under the system-call filter (Seccomp 2: its clients' programs still run), in a
+// mount namespace of its own where the server's key and tenants file (left readable by everyone
+// here, an operator's mistake) cannot be opened and read nothing.
 TEST_F(RemoteTenants, EveryWorkerRunsAsItsClientWithoutPrivilege) {
   shared::TlsFiles files("tenants-tls");
   ASSERT_TRUE(files.ok()) << "the openssl command is needed to make the test certificates";
@@ -226,6 +228,7 @@ TEST_F(RemoteTenants, EveryWorkerRunsAsItsClientWithoutPrivilege) {
       EXPECT_EQ(status[set], "0000000000000000") << c.user.name << " " << set;
     }
     EXPECT_EQ(status["NoNewPrivs"], "1") << c.user.name;
+    EXPECT_EQ(status["Seccomp"], "2") << c.user.name;
     const std::string root = "/proc/" + std::to_string(worker) + "/root";
     EXPECT_NE(Link("/proc/self/ns/mnt"), Link("/proc/" + std::to_string(worker) + "/ns/mnt")) << c.user.name;
     for (const std::string& secret : {files("server.key"), tenants}) {
@@ -238,6 +241,32 @@ TEST_F(RemoteTenants, EveryWorkerRunsAsItsClientWithoutPrivilege) {
   for (Child* c : {&by_a, &by_b, &over_tls}) Finish(c);
   server.Kill(SIGTERM);
   server.Wait(nullptr, 10000);
+}
+
+// --syscall-filter off (for debugging): the worker runs without a filter, still confined.
+TEST_F(RemoteTenants, TheSyscallFilterCanBeTurnedOff) {
+  const std::string socket = Dir() + "/remoted.sock";
+  Child server({kBin + "/gslice-remoted", "--listen", "unix:" + socket, "--socket-mode", "0666", "--syscall-filter",
+                "off", "--sim"});
+  ASSERT_NE(server.ReadUntil("gslice-remoted: listening on", 20000), "");
+  Child client(As(a_, Probe("unix:" + socket)), {"GSLICE_LOG=info"});
+  const pid_t worker = ToWritten(&client);
+  ASSERT_GT(worker, 0);
+  std::map<std::string, std::string> status = Status(worker);
+  EXPECT_EQ(status["Seccomp"], "0");
+  EXPECT_EQ(status["NoNewPrivs"], "1");
+  Finish(&client);
+  server.Kill(SIGTERM);
+  server.Wait(nullptr, 10000);
+}
+
+// --syscall-filter takes on or off; anything else is refused before the server listens.
+TEST(RemoteServerOptions, AnUnknownSyscallFilterValueIsRefused) {
+  const shared::Result r = shared::RunProgram({kBin + "/gslice-remoted", "--listen", "unix:/nonexistent/remoted.sock",
+                                               "--syscall-filter", "bogus"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("--syscall-filter 'bogus': on"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("listening"), std::string::npos) << r.out;
 }
 
 // A client of uid 0 has no worker unless the server allows root tenants.
