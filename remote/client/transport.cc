@@ -229,13 +229,19 @@ bool FlushLocked() {
 // send it. One per process that queued a call (a forked child starts its own).
 pthread_cond_t g_queue_cv = PTHREAD_COND_INITIALIZER;  // with g_send_mu: the queue got its first frame
 pid_t g_flusher_pid = 0;                               // REQUIRES g_send_mu
+// The flusher waits for a queue to start (not for a due time): only then does a first frame
+// wake it. A flusher waiting for a due time wakes by itself and looks at the queue then, so
+// while calls keep coming no call pays a wake-up. REQUIRES g_send_mu.
+bool g_flusher_idle = false;
 
 void* Flusher(void*) {
   pthread_mutex_lock(&g_send_mu);
   const pid_t self = getpid();
   while (g_flusher_pid == self) {
     if (g_conn.queued.empty()) {
+      g_flusher_idle = true;
       pthread_cond_wait(&g_queue_cv, &g_send_mu);
+      g_flusher_idle = false;
       continue;
     }
     const int64_t due = g_conn.queued_since + kFlushAfterNs;
@@ -276,6 +282,7 @@ void StartFlusherLocked() {
     pthread_condattr_destroy(&attr);
   });
   g_flusher_pid = getpid();
+  g_flusher_idle = false;  // a forked child's copy speaks of its parent's flusher
   // The flusher never runs application code: no signal of the application's reaches it.
   if (StartQuietThread(Flusher, nullptr) != 0) g_flusher_pid = 0;
 }
@@ -294,7 +301,7 @@ bool QueueLocked(const FrameHeader& h, const Writer& payload) {
   if (g_conn.queued.empty()) {
     g_conn.queued_since = now;
     StartFlusherLocked();
-    pthread_cond_signal(&g_queue_cv);
+    if (g_flusher_idle) pthread_cond_signal(&g_queue_cv);
   }
   g_conn.queued.insert(g_conn.queued.end(), head, head + kHeaderSize);
   g_conn.queued.insert(g_conn.queued.end(), payload.buffer().begin(), payload.buffer().end());

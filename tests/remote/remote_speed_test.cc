@@ -1,6 +1,7 @@
 // What the forwarding client's calls cost, counted by its own counters, against gslice-remoted
 // --sim: the added delay that models a network for benchmarks, and the call sequences of
 // training steps that must not wait (docs/remote.md, "Speed"). Counts, never times.
+#include <signal.h>
 #include <unistd.h>
 
 #include <string>
@@ -117,6 +118,21 @@ TEST_F(RemoteSpeed, EventsAreMadeAheadAndDestroyedWithoutWaiting) {
                            "an event of that context destroyed: CUDA_ERROR_INVALID_HANDLE\n"}) {
     EXPECT_NE(direct.out.find(must), std::string::npos) << must << "\n" << direct.out;
   }
+}
+
+TEST_F(RemoteSpeed, AQueuedCallNoFurtherCallFollowsReachesTheWorker) {
+  // The flusher sends a queue that no call comes to, also once it had found the queue empty
+  // and waits for the next one. The worker names the refused memset in the server's log.
+  Child program(Remote(Address(), "1GiB", {kProbe, "alone"}));
+  ASSERT_NE(program.ReadUntil("queued", 20000), "");
+  std::string line;
+  bool named = false;
+  while (!named && server_->ReadLine(&line, 20000)) {
+    named = line.find("cuMemsetD32Async (not waited for) failed") != std::string::npos;
+  }
+  EXPECT_TRUE(named) << "the queued memset never reached the worker";
+  program.Kill(SIGTERM);
+  program.Wait(nullptr, 10000);
 }
 
 TEST_F(RemoteSpeed, NoDelayIsAddedUnlessAskedFor) {

@@ -10,10 +10,13 @@
 //                       above, one the driver refuses, sets after an unload; the values read back
 //   speed_probe events  events made, recorded and destroyed, as PyTorch does around its work; a
 //                       fresh event's state, timing, events of a context destroyed afterwards
+//   speed_probe alone   queues a memset the worker's driver refuses after its queue went idle,
+//                       prints "queued" and makes no further call until stdin closes
 // Through the client each group of calls is followed by "round trips: WHAT: N"
 // (gslice_remote_stats); on the driver itself those lines are left out.
 #include <dlfcn.h>
 #include <stdio.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstring>
@@ -140,6 +143,23 @@ int Events() {
   return 0;
 }
 
+int Alone() {
+  CUdevice dev;
+  Setup(&dev);
+  CUdeviceptr p;
+  CK(cuMemAlloc(&p, 4096));
+  CK(cuMemsetD32Async(p, 7, 1024, nullptr));
+  CK(cuCtxSynchronize());
+  // Long enough for the client's flusher to find its queue empty and wait for the next one.
+  usleep(200 * 1000);
+  CK(cuMemsetD32Async(16, 7, 1024, nullptr));  // no such memory: the worker names the call
+  printf("queued\n");
+  char line[64];
+  while (fgets(line, sizeof line, stdin) != nullptr) {
+  }
+  return 0;
+}
+
 int Delay() {
   CUdevice dev;
   Setup(&dev);
@@ -178,6 +198,7 @@ constexpr Mode kModes[] = {
     {"delay", Delay},
     {"sets", Sets},
     {"events", Events},
+    {"alone", Alone},
 };
 
 }  // namespace
