@@ -8,7 +8,7 @@
 #      counts, and whether any call the filter refuses is among them;
 #   2. enforce: gslice-remoted with its filter on (the default); every program must succeed as
 #      in pass 1.
-# Programs: gslice-example, gslice_remote_probe's modes of the remote suite (graph, pointer,
+# Programs: gslice-example (also under --trace), gslice_remote_probe's modes of the remote suite (graph, pointer,
 # callbacks, memops, settings, nvml-cuda, threads, handoff), gslice_cudart_probe (runtime,
 # cublas, sgemm) where built, and a short PyTorch program (a matmul, a convolution, 20 training
 # steps) where torch imports.
@@ -66,9 +66,13 @@ def result(name, status, detail):
     print(f"RESULT {name} {status} {detail}", flush=True)
 
 
-def programs():
-    """(label, argv after `--`, text the output must hold, memory) of each program."""
-    out = [("example", [os.path.join(B, "bin", "gslice-example")], "all checks passed", "4GiB")]
+def programs(name):
+    """(label, argv after `--`, text the output must hold, memory) of each program; the traced
+    one takes gslice run's --trace (the worker then records through CUPTI)."""
+    example = [os.path.join(B, "bin", "gslice-example")]
+    trace = os.path.join(OUT, f"{name}-example-trace.json")
+    out = [("example", example, "all checks passed", "4GiB"),
+           ("example-traced", example, "all checks passed", "4GiB --trace " + trace)]
     for mode in ("graph", "pointer", "callbacks", "memops", "settings", "nvml-cuda"):
         out.append((f"probe-{mode}", [probe, mode], "", "4GiB"))
     out.append(("probe-threads", [probe, "threads", "2000"], "done while the other thread synchronised: yes", "1GiB"))
@@ -94,12 +98,12 @@ def run_pass(name, extra):
             time.sleep(0.05)
         if not os.path.exists(sock):
             return None
-        for label, argv, want, memory in programs():
+        for label, argv, want, memory in programs(name):
             left = BUDGET - (time.monotonic() - START)
             if left < 5:
                 outcomes[label] = (None, False, "skipped: out of time (SYSCALL_BUDGET)")
                 continue
-            cmd = [gslice, "run", "--remote", "unix:" + sock, "--memory", memory, "--"] + argv
+            cmd = [gslice, "run", "--remote", "unix:" + sock, "--memory"] + memory.split() + ["--"] + argv
             t0 = time.monotonic()
             try:
                 p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=min(60, left))
