@@ -42,11 +42,12 @@ size_t CacheSlot(uint32_t op) {
 }
 
 std::string CacheKey(uint32_t op, const Writer& request) {
-  // The prefix is the context and the lane; a group's answers depend on the context.
-  const size_t skip = kOpCacheGroup[op] != 0 ? sizeof(uint64_t) : kRequestPrefixSize;
+  // The prefix is the context (its first 8 bytes) and the lane. A group's answers depend on
+  // the context, a `cached` call's on neither, and no answer on the lane (threads share them).
+  const char* const bytes = reinterpret_cast<const char*>(request.buffer().data());
   std::string key(reinterpret_cast<const char*>(&op), sizeof op);
-  key.append(reinterpret_cast<const char*>(request.buffer().data()) + (kRequestPrefixSize - skip),
-             request.size() - (kRequestPrefixSize - skip));
+  if (kOpCacheGroup[op] != 0) key.append(bytes, sizeof(uint64_t));
+  key.append(bytes + kRequestPrefixSize, request.size() - kRequestPrefixSize);
   return key;
 }
 

@@ -31,6 +31,7 @@ class RemoteSpeed : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     shared::SetUpSimWorld(Prefix(), {"GSLICE_REMOTE_ADDED_DELAY_US", "GSLICE_REMOTE_WAIT"});
+    setenv("GSLICE_SIM_DEVICES", "2", 1);  // contexts of two devices
     // The sanitize build: the ASan runtime first, before the shim gslice run preloads.
     if (const std::string asan = GSLICE_TEST_ASAN_RUNTIME; !asan.empty()) setenv("LD_PRELOAD", asan.c_str(), 1);
     unlink(SocketPath().c_str());
@@ -118,6 +119,20 @@ TEST_F(RemoteSpeed, EventsAreMadeAheadAndDestroyedWithoutWaiting) {
                            "an event of that context destroyed: CUDA_ERROR_INVALID_HANDLE\n"}) {
     EXPECT_NE(direct.out.find(must), std::string::npos) << must << "\n" << direct.out;
   }
+}
+
+TEST_F(RemoteSpeed, KeptAnswersAreEachContextsOwn) {
+  // A context's device and limits, kept on the client, are that context's: two devices'
+  // primary contexts and a context with a limit of its own, made current in turn.
+  Result direct = RunProgram(Direct("1GiB", {kProbe, "contexts"}));
+  Result remote = RunProgram(Remote(Address(), "1GiB", {kProbe, "contexts"}));
+  ASSERT_EQ(direct.code, 0) << direct.out;
+  ASSERT_EQ(remote.code, 0) << remote.out;
+  for (const char* must : {"device 1's primary: device 1, stack 1024\n", "its own: device 0, stack 8192\n",
+                           "device 0's primary: device 0, stack 1024\n"}) {
+    EXPECT_NE(direct.out.find(must), std::string::npos) << must << "\n" << direct.out;
+  }
+  EXPECT_EQ(remote.out, direct.out);
 }
 
 TEST_F(RemoteSpeed, AQueuedCallNoFurtherCallFollowsReachesTheWorker) {

@@ -12,6 +12,8 @@
 //                       fresh event's state, timing, events of a context destroyed afterwards
 //   speed_probe alone   queues a memset the worker's driver refuses after its queue went idle,
 //                       prints "queued" and makes no further call until stdin closes
+//   speed_probe contexts  two devices' primary contexts and a context of its own, made current
+//                       in turn on two threads: each one's device and limits, asked twice
 // Through the client each group of calls is followed by "round trips: WHAT: N"
 // (gslice_remote_stats); on the driver itself those lines are left out.
 #include <dlfcn.h>
@@ -20,6 +22,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <thread>
 
 #include "probe/probe.h"
 
@@ -143,6 +146,46 @@ int Events() {
   return 0;
 }
 
+// What a context answers about itself, as the current one: its device and a limit set in it.
+void PrintContext(const char* name, CUcontext ctx) {
+  CK(cuCtxSetCurrent(ctx));
+  for (int i = 0; i < 2; ++i) {
+    CUdevice dev = -1;
+    size_t stack = 0;
+    CK(cuCtxGetDevice(&dev));
+    CK(cuCtxGetLimit(&stack, CU_LIMIT_STACK_SIZE));
+    printf("%s: device %d, stack %zu\n", name, dev, stack);
+  }
+}
+
+int Contexts() {
+  CK(cuInit(0));
+  int count = 0;
+  CK(cuDeviceGetCount(&count));
+  Expect(count >= 2, "two devices");
+  CUdevice d0, d1;
+  CK(cuDeviceGet(&d0, 0));
+  CK(cuDeviceGet(&d1, 1));
+  CUcontext c0, c1, own;
+  CK(cuDevicePrimaryCtxRetain(&c0, d0));
+  CK(cuDevicePrimaryCtxRetain(&c1, d1));
+  CK(cuCtxCreate(&own, nullptr, 0, d0));
+  CK(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, 8192));  // in `own`, current once made
+  for (int round = 0; round < 2; ++round) {
+    PrintContext("device 0's primary", c0);
+    PrintContext("device 1's primary", c1);
+    PrintContext("its own", own);
+  }
+  // Another thread asks the same, its context stack starting empty.
+  std::thread other([&] {
+    PrintContext("device 1's primary, another thread", c1);
+    PrintContext("its own, another thread", own);
+  });
+  other.join();
+  CK(cuCtxDestroy(own));
+  return 0;
+}
+
 int Alone() {
   CUdevice dev;
   Setup(&dev);
@@ -199,6 +242,7 @@ constexpr Mode kModes[] = {
     {"sets", Sets},
     {"events", Events},
     {"alone", Alone},
+    {"contexts", Contexts},
 };
 
 }  // namespace
