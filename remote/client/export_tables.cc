@@ -20,10 +20,10 @@
 //                                       the driver version, the addresses of this table and of
 //                                       the cudart table, and every device's identity
 //   tools context     21318c60   93     4: a context's number (cuBLASLt, cuFFT; about once per
-//                                       matmul); 51, 39: a stream's object and key (cuBLASLt's
-//                                       per-stream buffers, stream_keys.h)
+//                                       matmul); 51, 39: a stream's object and key (cuBLAS's
+//                                       per-stream workspaces, stream_keys.h)
 //   cuBLASLt data     1734dc26   17     4: declined (cuBLASLt goes on without it)
-//   module functions  6e163fbe    8     7: a module's functions (cuFFT, module_functions.h)
+//   module functions  6e163fbe   99     7: a module's functions (cuFFT, module_functions.h)
 //
 // A size-header table starts with its size in bytes (slots * 8), as the driver's do. Every
 // slot the client does not answer is a function that logs the table and slot once and returns
@@ -116,7 +116,7 @@ constexpr TableSpec kSpecs[kTableCount] = {
     {"cuBLASLt data",
      {0x17, 0x34, 0xdc, 0x26, 0x80, 0x0d, 0x47, 0x45, 0x87, 0x26, 0xc0, 0xf1, 0xe7, 0xdd, 0x8b, 0xca}, 17, true},
     {"module functions",
-     {0x6e, 0x16, 0x3f, 0xbe, 0xb9, 0x58, 0x44, 0x4d, 0x83, 0x5c, 0xe1, 0x82, 0xaf, 0xf1, 0x99, 0x1e}, 8, true},
+     {0x6e, 0x16, 0x3f, 0xbe, 0xb9, 0x58, 0x44, 0x4d, 0x83, 0x5c, 0xe1, 0x82, 0xaf, 0xf1, 0x99, 0x1e}, 99, true},
 };
 
 // Tables the client knows and declines, as a driver without them would: the library goes on
@@ -136,7 +136,7 @@ constexpr DeclinedTable kDeclined[] = {
      "the driver's compute cache, which NVRTC and nvJitLink compile without"},
 };
 
-constexpr int kMaxSlots = 96;
+constexpr int kMaxSlots = 104;
 static_assert([] {
   for (const TableSpec& s : kSpecs)
     if (s.slots > kMaxSlots) return false;
