@@ -1,9 +1,11 @@
 #include "call.h"
 
+#include <pthread.h>
 #include <string.h>
 #include <unistd.h>
 
 #include <string>
+#include <vector>
 
 #include "attach.h"
 #include "call_stats.h"
@@ -34,6 +36,34 @@ constexpr size_t kMaxCached = 1 << 16;
 KeptAnswers& AnswerStore() {
   static KeptAnswers* const kept = new KeptAnswers(kCacheGroupCount, kMaxCached, kMaxCached);
   return *kept;
+}
+
+// What a thread keeps between its calls: copies of kept answers in front of AnswerStore (read
+// without its lock) and the last call's request buffer (a call then allocates nothing). Made
+// on the thread's first call, freed when it exits.
+constexpr size_t kRequestReserve = 256;
+constexpr size_t kMaxSpareRequest = 64 * 1024;
+struct ThreadState {
+  AnswerCopies copies;
+  std::vector<uint8_t> spare_request;
+};
+static_assert(sizeof(Call) > 0 && AnswerCopies::kReplyBytes == 48, "Call::copied_reply_ holds a copy's reply");
+__thread ThreadState* t_state = nullptr;
+pthread_once_t g_state_once = PTHREAD_ONCE_INIT;
+pthread_key_t g_state_key;
+
+void FreeThreadState(void* state) {
+  delete static_cast<ThreadState*>(state);
+  t_state = nullptr;  // a later call during the thread's exit makes a new one
+}
+
+ThreadState& State() {
+  if (t_state == nullptr) {
+    pthread_once(&g_state_once, [] { pthread_key_create(&g_state_key, FreeThreadState); });
+    t_state = new ThreadState();
+    pthread_setspecific(g_state_key, t_state);
+  }
+  return *t_state;
 }
 
 size_t CacheSlot(uint32_t op) {
@@ -71,8 +101,24 @@ bool WaitForEveryCall() {
 }  // namespace
 
 Call::Call(uint32_t op) : op_(op) {
+  std::vector<uint8_t>& buffer = request_.buffer();
+  buffer.swap(State().spare_request);
+  if (buffer.capacity() < kRequestReserve) buffer.reserve(kRequestReserve);
   EncodeRequestPrefix(RequestPrefix{.context = reinterpret_cast<uintptr_t>(CurrentContext()), .lane = Lane()},
                       &request_);
+}
+
+Call::~Call() {
+  std::vector<uint8_t>& buffer = request_.buffer();
+  if (t_state != nullptr && t_state->spare_request.capacity() == 0 && buffer.capacity() <= kMaxSpareRequest) {
+    buffer.clear();
+    t_state->spare_request.swap(buffer);
+  }
+}
+
+void Call::AnsweredFromCopy(const uint8_t* reply, size_t size) {
+  memcpy(copied_reply_, reply, size);
+  reader_ = Reader(copied_reply_, size);
 }
 
 bool Call::AnsweredFromCache() {
@@ -83,10 +129,22 @@ bool Call::AnsweredFromCache() {
 bool Call::FromCache(Kept* kept) {
   if (!kOpCached[op_] && kOpCacheGroup[op_] == 0) return false;
   kept->slot = CacheSlot(op_);
-  kept->key = CacheKey(op_, request_);
-  if (!AnswerStore().LookUp(kept->slot, cache_handle_, kept->key, &reply_buffer_, &kept->generation)) return false;
+  // The thread's copy first (CacheKey's bytes: the context for a group's calls, the arguments).
+  const uint8_t* const bytes = request_.buffer().data();
+  const size_t head = kOpCacheGroup[op_] != 0 ? sizeof(uint64_t) : 0;
+  size_t copied = 0;
+  if (const uint8_t* reply = State().copies.Find(op_, cache_handle_, bytes, head, bytes + kRequestPrefixSize,
+                                                 request_.size() - kRequestPrefixSize,
+                                                 AnswerStore().Generation(kept->slot), &copied)) {
+    AnsweredFromCopy(reply, copied);
+  } else {
+    kept->key = CacheKey(op_, request_);
+    if (!AnswerStore().LookUp(kept->slot, cache_handle_, kept->key, &reply_buffer_, &kept->generation)) return false;
+    State().copies.Put(op_, cache_handle_, bytes, head, bytes + kRequestPrefixSize, request_.size() - kRequestPrefixSize,
+                       kept->generation, reply_buffer_.data(), reply_buffer_.size());
+    reader_ = Reader(reply_buffer_.data(), reply_buffer_.size());
+  }
   Log(LogLevel::kDebug, "remote: %s answered from the client's cache", kOpNames[op_]);
-  reader_ = Reader(reply_buffer_.data(), reply_buffer_.size());
   int32_t value = 0;
   reader_.Get(&value);  // kept only when it held CUDA_SUCCESS
   answered_ = true;
@@ -192,6 +250,10 @@ CUresult Call::Answered(Kept* kept) {
   const CUresult result = static_cast<CUresult>(value);
   answered_ = true;
   if (kept != nullptr && result == CUDA_SUCCESS) {
+    const uint8_t* const bytes = request_.buffer().data();
+    State().copies.Put(op_, cache_handle_, bytes, kOpCacheGroup[op_] != 0 ? sizeof(uint64_t) : 0,
+                       bytes + kRequestPrefixSize, request_.size() - kRequestPrefixSize, kept->generation,
+                       reply_buffer_.data(), reply_buffer_.size());
     AnswerStore().Keep(kept->slot, kept->generation, cache_handle_, std::move(kept->key), reply_buffer_);
   }
   return result;

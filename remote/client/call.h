@@ -28,6 +28,10 @@ class Call {
  public:
   // Starts the request with the calling thread's current context and lane.
   explicit Call(uint32_t op);
+  // Leaves the request's buffer to the thread's next call.
+  ~Call();
+  Call(const Call&) = delete;
+  Call& operator=(const Call&) = delete;
   Writer& request() { return request_; }
   // One round trip. Returns the driver's result, or a connection failure.
   CUresult Run();
@@ -71,6 +75,9 @@ class Call {
   // answer as *kept says (nullptr: not kept).
   CUresult Answered(Kept* kept);
 
+  // Answers this call from a reply that lives as long as it (the cache's).
+  void AnsweredFromCopy(const uint8_t* reply, size_t size);
+
   uint32_t op_;
   CallMode mode_ = CallMode::kFailed;  // how it went (the timeline's record)
   uint32_t seq_ = 0;                   // the request's frame seq (0: none sent)
@@ -80,6 +87,8 @@ class Call {
   bool answered_ = false;
   bool wait_ = false;
   uint64_t cache_handle_ = 0;
+  // A reply copied from the thread's copies of kept answers (kept_answers.h: AnswerCopies).
+  uint8_t copied_reply_[48];
 };
 
 // A handle parameter's value as the client's kept answers index it.

@@ -1,5 +1,7 @@
 #include "kept_answers.h"
 
+#include <string.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -19,7 +21,7 @@ bool KeptAnswers::LookUp(size_t slot, uint64_t handle, const std::string& key, s
       found = true;
     }
   }
-  *generation = s.generation;
+  *generation = s.generation.load(std::memory_order_relaxed);
   pthread_mutex_unlock(&mu_);
   return found;
 }
@@ -28,7 +30,7 @@ void KeptAnswers::Keep(size_t slot, uint64_t generation, uint64_t handle, std::s
                        const std::vector<uint8_t>& reply) {
   pthread_mutex_lock(&mu_);
   Slot& s = slots_[slot];
-  if (s.generation == generation) {
+  if (s.generation.load(std::memory_order_relaxed) == generation) {
     const auto h = s.by_handle.find(handle);
     const auto it = h != s.by_handle.end() ? h->second.find(key) : AnswerMap::iterator();
     if (h != s.by_handle.end() && it != h->second.end()) {
@@ -59,7 +61,7 @@ void KeptAnswers::DropGroups(uint32_t mask) {
   for (size_t g = 0; g + 1 < slots_.size() && g < 32; ++g) {
     if ((mask & (1u << g)) == 0) continue;
     Slot& s = slots_[1 + g];
-    ++s.generation;
+    s.generation.fetch_add(1, std::memory_order_release);
     ClearLocked(&s);
   }
   pthread_mutex_unlock(&mu_);
@@ -74,7 +76,7 @@ void KeptAnswers::DropHandle(uint32_t mask, uint64_t handle) {
   for (size_t g = 0; g + 1 < slots_.size() && g < 32; ++g) {
     if ((mask & (1u << g)) == 0) continue;
     Slot& s = slots_[1 + g];
-    ++s.generation;
+    s.generation.fetch_add(1, std::memory_order_release);
     if (whole) {
       ClearLocked(&s);
       continue;
@@ -140,6 +142,55 @@ size_t KeptAnswers::Count(size_t slot) {
   const size_t n = slots_[slot].count;
   pthread_mutex_unlock(&mu_);
   return n;
+}
+
+AnswerCopies::AnswerCopies() = default;
+
+size_t AnswerCopies::Index(uint32_t op, uint64_t handle, const uint8_t* head, size_t head_size, const uint8_t* tail,
+                           size_t tail_size) {
+  // Eight bytes at a time (keys are a few words of arguments), seeded with the op and handle.
+  uint64_t h = (static_cast<uint64_t>(op) << 32) ^ handle;
+  const auto mix = [&h](const uint8_t* p, size_t n) {
+    for (; n != 0;) {
+      uint64_t w = 0;
+      const size_t take = n < sizeof w ? n : sizeof w;
+      memcpy(&w, p, take);
+      h = (h ^ w) * 0x9e3779b97f4a7c15ull;
+      h ^= h >> 29;
+      p += take;
+      n -= take;
+    }
+  };
+  mix(head, head_size);
+  mix(tail, tail_size);
+  return static_cast<size_t>(h % kEntries);
+}
+
+const uint8_t* AnswerCopies::Find(uint32_t op, uint64_t handle, const uint8_t* head, size_t head_size,
+                                  const uint8_t* tail, size_t tail_size, uint64_t now, size_t* reply_size) const {
+  if (head_size + tail_size > kKeyBytes) return nullptr;
+  const Entry& e = entries_[Index(op, handle, head, head_size, tail, tail_size)];
+  if (e.op != op || e.handle != handle || e.generation != now || e.key_size != head_size + tail_size ||
+      (head_size != 0 && memcmp(e.key, head, head_size) != 0) ||
+      (tail_size != 0 && memcmp(e.key + head_size, tail, tail_size) != 0)) {
+    return nullptr;
+  }
+  *reply_size = e.reply_size;
+  return e.reply;
+}
+
+void AnswerCopies::Put(uint32_t op, uint64_t handle, const uint8_t* head, size_t head_size, const uint8_t* tail,
+                       size_t tail_size, uint64_t generation, const uint8_t* reply, size_t reply_size) {
+  if (head_size + tail_size > kKeyBytes || reply_size > kReplyBytes) return;
+  Entry& e = entries_[Index(op, handle, head, head_size, tail, tail_size)];
+  e.op = op;
+  e.handle = handle;
+  e.generation = generation;
+  e.key_size = static_cast<uint16_t>(head_size + tail_size);
+  if (head_size != 0) memcpy(e.key, head, head_size);
+  if (tail_size != 0) memcpy(e.key + head_size, tail, tail_size);
+  e.reply_size = static_cast<uint16_t>(reply_size);
+  if (reply_size != 0) memcpy(e.reply, reply, reply_size);
 }
 
 }  // namespace gslice::remote

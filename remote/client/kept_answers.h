@@ -27,11 +27,14 @@
 // made. So an answer in flight across any set of its group is answered but not kept (the next
 // call asks again). A per-handle generation would keep more answers that raced a set of
 // another function, at the cost of a table of generations as large as the handles ever seen;
-// answers race sets only between threads, and then only once.
+// answers race sets only between threads, and then only once. The generation is also read
+// without the lock (Generation): a copy of an answer taken at generation G holds exactly as
+// long as the slot's generation is still G.
 #pragma once
 
 #include <pthread.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -56,6 +59,9 @@ class KeptAnswers {
               uint64_t* generation);
   // Keeps reply unless the slot was dropped (wholly or per handle) since generation.
   void Keep(size_t slot, uint64_t generation, uint64_t handle, std::string key, const std::vector<uint8_t>& reply);
+  // The slot's generation now, without the lock: it has moved on from any generation a copy of
+  // one of its answers was taken at once that answer may be stale.
+  uint64_t Generation(size_t slot) const { return slots_[slot].generation.load(std::memory_order_acquire); }
   // Forgets every answer of the groups in mask (bit g: group g).
   void DropGroups(uint32_t mask);
   // Forgets, in each group of mask, the answers indexed by handle's family (above).
@@ -77,7 +83,7 @@ class KeptAnswers {
   struct Slot {
     std::unordered_map<uint64_t, AnswerMap> by_handle;
     size_t count = 0;
-    uint64_t generation = 0;
+    std::atomic<uint64_t> generation{0};  // written under mu_
   };
   // REQUIRES mu_.
   void ClearLocked(Slot* s);
@@ -94,6 +100,46 @@ class KeptAnswers {
   std::unordered_set<uint64_t> library_modules_;    // REQUIRES mu_
   std::unordered_set<uint64_t> library_functions_;  // REQUIRES mu_
   bool related_unknown_ = false;                    // REQUIRES mu_: past max_related_
+};
+
+// One thread's copies of kept answers, read without a lock: call.cc puts one in front of its
+// KeptAnswers, so that the calls frameworks make around every launch (about ten each) cost a
+// hash and a compare, not a lock, a map look-up and an allocation. Direct-mapped: a copy
+// displaces the one at its index. A copy holds exactly as long as its slot's generation is
+// the one it was taken at (KeptAnswers::Generation): a drop anywhere in the slot makes every
+// copy of that slot stale, so copies are never newer or older than the store. Keys and
+// replies longer than the entry holds are not copied (the store answers them). Not
+// thread-safe: one per thread.
+class AnswerCopies {
+ public:
+  static constexpr size_t kEntries = 256;
+  static constexpr size_t kKeyBytes = 64;
+  static constexpr size_t kReplyBytes = 48;
+
+  AnswerCopies();
+  // The reply copied for (op, handle, key) if its generation is `now` (*reply_size set), else
+  // nullptr. The key is head (head_size bytes) then tail (tail_size bytes). The pointer holds
+  // until the next Put.
+  const uint8_t* Find(uint32_t op, uint64_t handle, const uint8_t* head, size_t head_size, const uint8_t* tail,
+                      size_t tail_size, uint64_t now, size_t* reply_size) const;
+  // Copies reply as the answer for (op, handle, key), kept at generation.
+  void Put(uint32_t op, uint64_t handle, const uint8_t* head, size_t head_size, const uint8_t* tail, size_t tail_size,
+           uint64_t generation, const uint8_t* reply, size_t reply_size);
+
+ private:
+  struct Entry {
+    uint64_t generation = 0;
+    uint64_t handle = 0;
+    uint32_t op = UINT32_MAX;  // UINT32_MAX: empty
+    uint16_t key_size = 0;
+    uint16_t reply_size = 0;
+    uint8_t key[kKeyBytes];
+    uint8_t reply[kReplyBytes];
+  };
+  static size_t Index(uint32_t op, uint64_t handle, const uint8_t* head, size_t head_size, const uint8_t* tail,
+                      size_t tail_size);
+
+  Entry entries_[kEntries];
 };
 
 }  // namespace gslice::remote
