@@ -43,10 +43,15 @@ KeptAnswers& AnswerStore() {
 // on the thread's first call, freed when it exits.
 constexpr size_t kRequestReserve = 256;
 constexpr size_t kMaxSpareRequest = 64 * 1024;
+}  // namespace
+
 struct ThreadState {
   AnswerCopies copies;
   std::vector<uint8_t> spare_request;
 };
+
+namespace {
+
 static_assert(sizeof(Call) > 0 && AnswerCopies::kReplyBytes == 48, "Call::copied_reply_ holds a copy's reply");
 __thread ThreadState* t_state = nullptr;
 pthread_once_t g_state_once = PTHREAD_ONCE_INIT;
@@ -100,9 +105,9 @@ bool WaitForEveryCall() {
 
 }  // namespace
 
-Call::Call(uint32_t op) : op_(op) {
+Call::Call(uint32_t op) : state_(&State()), op_(op) {
   std::vector<uint8_t>& buffer = request_.buffer();
-  buffer.swap(State().spare_request);
+  buffer.swap(state_->spare_request);
   if (buffer.capacity() < kRequestReserve) buffer.reserve(kRequestReserve);
   EncodeRequestPrefix(RequestPrefix{.context = reinterpret_cast<uintptr_t>(CurrentContext()), .lane = Lane()},
                       &request_);
@@ -110,9 +115,9 @@ Call::Call(uint32_t op) : op_(op) {
 
 Call::~Call() {
   std::vector<uint8_t>& buffer = request_.buffer();
-  if (t_state != nullptr && t_state->spare_request.capacity() == 0 && buffer.capacity() <= kMaxSpareRequest) {
+  if (state_->spare_request.capacity() == 0 && buffer.capacity() <= kMaxSpareRequest) {
     buffer.clear();
-    t_state->spare_request.swap(buffer);
+    state_->spare_request.swap(buffer);
   }
 }
 
@@ -133,14 +138,14 @@ bool Call::FromCache(Kept* kept) {
   const uint8_t* const bytes = request_.buffer().data();
   const size_t head = kOpCacheGroup[op_] != 0 ? sizeof(uint64_t) : 0;
   size_t copied = 0;
-  if (const uint8_t* reply = State().copies.Find(op_, cache_handle_, bytes, head, bytes + kRequestPrefixSize,
+  if (const uint8_t* reply = state_->copies.Find(op_, cache_handle_, bytes, head, bytes + kRequestPrefixSize,
                                                  request_.size() - kRequestPrefixSize,
                                                  AnswerStore().Generation(kept->slot), &copied)) {
     AnsweredFromCopy(reply, copied);
   } else {
     kept->key = CacheKey(op_, request_);
     if (!AnswerStore().LookUp(kept->slot, cache_handle_, kept->key, &reply_buffer_, &kept->generation)) return false;
-    State().copies.Put(op_, cache_handle_, bytes, head, bytes + kRequestPrefixSize, request_.size() - kRequestPrefixSize,
+    state_->copies.Put(op_, cache_handle_, bytes, head, bytes + kRequestPrefixSize, request_.size() - kRequestPrefixSize,
                        kept->generation, reply_buffer_.data(), reply_buffer_.size());
     reader_ = Reader(reply_buffer_.data(), reply_buffer_.size());
   }
@@ -148,7 +153,7 @@ bool Call::FromCache(Kept* kept) {
   int32_t value = 0;
   reader_.Get(&value);  // kept only when it held CUDA_SUCCESS
   answered_ = true;
-  g_cached_calls.Add(op_);
+  CountCall(kCachedCall, op_);
   mode_ = CallMode::kCached;
   return true;
 }
@@ -184,7 +189,7 @@ CUresult Call::Forward() {
   if (kOpAsync[op_] && !wait_ && !WaitForEveryCall()) {
     // Not waited for: its driver error, if any, comes with the next synchronisation.
     const CUresult result = Send(op_, request_, nullptr, &seq_);
-    g_async_calls.Add(op_);
+    CountCall(kAsyncCall, op_);
     if (result == CUDA_SUCCESS) {
       reader_ = Reader();
       answered_ = true;
@@ -194,7 +199,7 @@ CUresult Call::Forward() {
   }
   Waiter waiter;
   waiter.reply = &reply_buffer_;
-  g_round_trips.Add(op_);
+  CountCall(kRoundTrip, op_);
   CUresult result = Send(op_, request_, &waiter, &seq_, kOpAsync[op_] ? kWaitBit : 0);
   if (result == CUDA_SUCCESS) result = Receive(op_, &waiter);
   DropCached(op_, cache_handle_);
@@ -224,7 +229,7 @@ CUresult Call::RunTogether(Call* const* calls, size_t n, CUresult* results) {
     failure = Send(c.op_, c.request_, &waiters[sent], &c.seq_);
     if (failure != CUDA_SUCCESS) break;
   }
-  g_round_trips.Add(calls[0]->op_);
+  CountCall(kRoundTrip, calls[0]->op_);
   for (size_t i = 0; i < sent; ++i) {
     Call& c = *calls[i];
     CUresult r = Receive(c.op_, &waiters[i]);
@@ -251,7 +256,7 @@ CUresult Call::Answered(Kept* kept) {
   answered_ = true;
   if (kept != nullptr && result == CUDA_SUCCESS) {
     const uint8_t* const bytes = request_.buffer().data();
-    State().copies.Put(op_, cache_handle_, bytes, kOpCacheGroup[op_] != 0 ? sizeof(uint64_t) : 0,
+    state_->copies.Put(op_, cache_handle_, bytes, kOpCacheGroup[op_] != 0 ? sizeof(uint64_t) : 0,
                        bytes + kRequestPrefixSize, request_.size() - kRequestPrefixSize, kept->generation,
                        reply_buffer_.data(), reply_buffer_.size());
     AnswerStore().Keep(kept->slot, kept->generation, cache_handle_, std::move(kept->key), reply_buffer_);

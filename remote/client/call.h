@@ -23,6 +23,8 @@
 
 namespace gslice::remote {
 
+struct ThreadState;  // what a thread keeps between its calls (call.cc)
+
 // A request being built and its reply.
 class Call {
  public:
@@ -78,6 +80,7 @@ class Call {
   // Answers this call from a reply that lives as long as it (the cache's).
   void AnsweredFromCopy(const uint8_t* reply, size_t size);
 
+  ThreadState* const state_;  // the calling thread's
   uint32_t op_;
   CallMode mode_ = CallMode::kFailed;  // how it went (the timeline's record)
   uint32_t seq_ = 0;                   // the request's frame seq (0: none sent)

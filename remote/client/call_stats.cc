@@ -1,17 +1,80 @@
 #include "call_stats.h"
 
-#include "transport.h"
-
+#include <pthread.h>
 #include <stdio.h>
 
 #include <algorithm>
 #include <vector>
 
+#include "transport.h"
+
 namespace gslice::remote {
 
-CallCounter g_cached_calls;
-CallCounter g_async_calls;
-CallCounter g_round_trips;
+namespace call_stats_detail {
+__thread CallCounts* t_counts = nullptr;
+}  // namespace call_stats_detail
+
+namespace {
+
+using call_stats_detail::t_counts;
+
+pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+std::vector<CallCounts*>* g_blocks = nullptr;  // REQUIRES g_mu; every block, never freed
+std::vector<CallCounts*>* g_free = nullptr;    // REQUIRES g_mu; blocks no thread holds
+pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
+pthread_key_t g_key;
+
+void GiveBack(void* block) {
+  pthread_mutex_lock(&g_mu);
+  g_free->push_back(static_cast<CallCounts*>(block));
+  pthread_mutex_unlock(&g_mu);
+  t_counts = nullptr;  // a count later in the thread's exit takes a block again
+}
+
+}  // namespace
+
+CallCounts* call_stats_detail::TakeCounts() {
+  pthread_once(&g_key_once, [] { pthread_key_create(&g_key, GiveBack); });
+  pthread_mutex_lock(&g_mu);
+  if (g_blocks == nullptr) {
+    g_blocks = new std::vector<CallCounts*>();
+    g_free = new std::vector<CallCounts*>();
+  }
+  CallCounts* block;
+  if (!g_free->empty()) {
+    block = g_free->back();
+    g_free->pop_back();
+  } else {
+    block = new CallCounts();
+    g_blocks->push_back(block);
+  }
+  pthread_mutex_unlock(&g_mu);
+  pthread_setspecific(g_key, block);
+  t_counts = block;
+  return block;
+}
+
+uint64_t CallsOf(CallCost cost, uint32_t op) {
+  uint64_t sum = 0;
+  pthread_mutex_lock(&g_mu);
+  if (g_blocks != nullptr) {
+    for (const CallCounts* b : *g_blocks) sum += b->n[cost][op].load(std::memory_order_relaxed);
+  }
+  pthread_mutex_unlock(&g_mu);
+  return sum;
+}
+
+uint64_t CallsAt(CallCost cost) {
+  uint64_t sum = 0;
+  pthread_mutex_lock(&g_mu);
+  if (g_blocks != nullptr) {
+    for (const CallCounts* b : *g_blocks) {
+      for (uint32_t op = 0; op < kOpCount; ++op) sum += b->n[cost][op].load(std::memory_order_relaxed);
+    }
+  }
+  pthread_mutex_unlock(&g_mu);
+  return sum;
+}
 
 }  // namespace gslice::remote
 
@@ -20,9 +83,9 @@ CallCounter g_round_trips;
 // For benchmarks (bench/gpu/suites/remote_train.sh), read with dlsym on the loaded client.
 extern "C" __attribute__((visibility("default"))) void gslice_remote_stats(uint64_t out[3]) {
   using namespace gslice::remote;
-  out[0] = g_cached_calls.total.load(std::memory_order_relaxed);
-  out[1] = g_async_calls.total.load(std::memory_order_relaxed);
-  out[2] = g_round_trips.total.load(std::memory_order_relaxed);
+  out[0] = CallsAt(kCachedCall);
+  out[1] = CallsAt(kAsyncCall);
+  out[2] = CallsAt(kRoundTrip);
 }
 
 // The same counters per call, written to path as lines "NAME CACHED ASYNC ROUND_TRIPS" for the
@@ -36,9 +99,7 @@ extern "C" __attribute__((visibility("default"))) int gslice_remote_write_call_c
   };
   std::vector<Row> rows;
   for (uint32_t op = 0; op < kOpCount; ++op) {
-    const Row r{op, g_cached_calls.per_op[op].load(std::memory_order_relaxed),
-                g_async_calls.per_op[op].load(std::memory_order_relaxed),
-                g_round_trips.per_op[op].load(std::memory_order_relaxed)};
+    const Row r{op, CallsOf(kCachedCall, op), CallsOf(kAsyncCall, op), CallsOf(kRoundTrip, op)};
     if (r.cached + r.async + r.trips > 0) rows.push_back(r);
   }
   std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {

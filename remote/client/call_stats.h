@@ -1,7 +1,13 @@
 // What the process's forwarded calls cost, per call and in all: answered from the client's
-// cache, sent without waiting (queued), and round trips (the calling thread waited). Counted
-// with relaxed atomics on the call's path; read by benchmarks through the client's two
-// exports gslice_remote_stats and gslice_remote_write_call_counts (call_stats.cc).
+// cache, sent without waiting (queued), and round trips (the calling thread waited). Read by
+// benchmarks through the client's two exports gslice_remote_stats and
+// gslice_remote_write_call_counts (call_stats.cc).
+//
+// Counted on the call's path by each thread in a block of counts of its own, with plain
+// (relaxed, single-writer) loads and stores: a locked add on every call costs as much as
+// answering a kept call. A thread takes a block at its first count and gives it back at its
+// exit, counts kept, for the next thread to go on adding to; so blocks are as many as threads
+// ever ran at once, and readers sum them all (a count may be a call behind its thread).
 #pragma once
 
 #include <atomic>
@@ -11,19 +17,28 @@
 
 namespace gslice::remote {
 
-// One kind of cost: the total and the same per call (op).
-struct CallCounter {
-  std::atomic<uint64_t> total{0};
-  std::atomic<uint64_t> per_op[kOpCount] = {};
+enum CallCost { kCachedCall, kAsyncCall, kRoundTrip, kCallCosts };
 
-  void Add(uint32_t op) {
-    total.fetch_add(1, std::memory_order_relaxed);
-    per_op[op].fetch_add(1, std::memory_order_relaxed);
-  }
+struct CallCounts {
+  std::atomic<uint64_t> n[kCallCosts][kOpCount] = {};
 };
 
-extern CallCounter g_cached_calls;
-extern CallCounter g_async_calls;
-extern CallCounter g_round_trips;
+namespace call_stats_detail {
+// The calling thread's block (nullptr: none yet). __thread: no initialisation wrapper.
+extern __thread CallCounts* t_counts;
+CallCounts* TakeCounts();
+}  // namespace call_stats_detail
+
+// Counts one call of op at that cost. REQUIRES nothing; no lock once the thread has its block.
+inline void CountCall(CallCost cost, uint32_t op) {
+  CallCounts* counts = call_stats_detail::t_counts;
+  if (counts == nullptr) counts = call_stats_detail::TakeCounts();
+  std::atomic<uint64_t>& n = counts->n[cost][op];
+  n.store(n.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+
+// The process's calls of op at cost so far, and of every call.
+uint64_t CallsOf(CallCost cost, uint32_t op);
+uint64_t CallsAt(CallCost cost);
 
 }  // namespace gslice::remote

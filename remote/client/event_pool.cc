@@ -77,7 +77,7 @@ bool RemoteEventFromPool(CUresult* result, CUevent* event, unsigned int flags) {
     ready.pop_back();
     events.given.insert(*event);
     pthread_mutex_unlock(&g_mu);
-    g_cached_calls.Add(kOp_cuEventCreate);
+    CountCall(kCachedCall, kOp_cuEventCreate);
     *result = CUDA_SUCCESS;
     return true;
   }
