@@ -230,6 +230,11 @@ def timed(steps, one_step, sync):
         for name, per_step in sorted(waits.items(), key=lambda kv: -kv[1]):
             if per_step > 0:
                 print(f"waits {name} {per_step:.2f}")
+        # The calls answered on the client, most first (what the client's own cost is made of).
+        kept = {name: (c[0] - counts_before.get(name, (0, 0, 0))[0]) / steps for name, c in counts_after.items()}
+        for name, per_step in sorted(kept.items(), key=lambda kv: -kv[1])[:8]:
+            if per_step > 0:
+                print(f"kept {name} {per_step:.1f}")
 
 
 def cases(spec):

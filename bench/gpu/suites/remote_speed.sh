@@ -67,6 +67,7 @@ def parse_case(lines):
             "losses": [l.split()[2] for l in lines if l.startswith("loss ")],
             "calls": float(m.group(1)) if m else None, "trips": float(m.group(4)) if m else None,
             "waits": [(l.split()[1], float(l.split()[2])) for l in lines if l.startswith("waits ")],
+            "kept": [(l.split()[1], float(l.split()[2])) for l in lines if l.startswith("kept ")],
             "delay": delay}
 
 
@@ -190,6 +191,10 @@ print()
 print("remote speed; ratio to the local runs just before and after each side; 'waits': round trips per step by call")
 for n in notes:
     print("  " + n)
+for case in case_names:
+    g = next((r["cases"][case] for r in runs if r["side"] != "local" and r["cases"].get(case, {}).get("kept")), None)
+    if g:
+        print(f"  {case}: answered on the client per step: " + ", ".join(f"{n} {v:.0f}" for n, v in g["kept"]))
 hdr = ("case", "side", "steps/s", "x local", "calls/step", "round trips/step", "client CPU ms/step", "losses",
        "waits per step (top 6)")
 w = [max(len(str(r[i])) for r in rows + [hdr]) for i in range(len(hdr))]
