@@ -39,19 +39,16 @@ void DescribeCaller(char* out, size_t size) {
   // Frames of other objects between the library's own are skipped (the library may call back
   // into itself through libc, as through pthread_once on first use).
   for (int i = first; i < n; ++i) {
+    const char* at = static_cast<char*>(frames[i]) - 1;
     Dl_info frame;
-    if (dladdr(static_cast<char*>(frames[i]) - 1, &frame) == 0 || frame.dli_fbase != library) continue;
-    // Exported symbols only: an internal function shows as the nearest export before it,
-    // which is right only when the address is that export's own code.
-    if (frame.dli_sname != nullptr) {
-      Dl_info exact;
-      void* extra = nullptr;
-      if (dladdr1(static_cast<char*>(frames[i]) - 1, &exact, &extra, RTLD_DL_SYMENT) != 0 && extra != nullptr) {
-        const auto* sym = static_cast<const ElfW(Sym)*>(extra);
-        const char* at = static_cast<char*>(frames[i]) - 1;
-        const char* start = static_cast<const char*>(exact.dli_saddr);
-        if (start != nullptr && at >= start && at < start + sym->st_size) entry = frame.dli_sname;
-      }
+    void* extra = nullptr;
+    if (dladdr1(at, &frame, &extra, RTLD_DL_SYMENT) == 0 || frame.dli_fbase != library) continue;
+    // Exported symbols only, and only when the address is inside the export's own code: an
+    // internal function shows as the nearest export before it.
+    const auto* sym = static_cast<const ElfW(Sym)*>(extra);
+    const char* start = static_cast<const char*>(frame.dli_saddr);
+    if (frame.dli_sname != nullptr && sym != nullptr && start != nullptr && at >= start && at < start + sym->st_size) {
+      entry = frame.dli_sname;
     }
   }
   if (entry != nullptr) snprintf(out, size, "%s (in %s)", library_name, entry);
