@@ -25,6 +25,7 @@
 #include "call.h"
 #include "call_stats.h"
 #include "context_stack.h"
+#include "transport.h"
 
 namespace gslice::remote {
 namespace {
@@ -45,10 +46,10 @@ Events* g_events = nullptr;  // REQUIRES g_mu. Never freed: calls may come durin
 // REQUIRES g_mu.
 Events& EventsLocked() {
   if (g_events == nullptr) g_events = new Events();
-  if (g_events->pid != getpid()) {
+  if (g_events->pid != ThisProcess()) {
     g_events->ahead.clear();
     g_events->given.clear();
-    g_events->pid = getpid();
+    g_events->pid = ThisProcess();
   }
   return *g_events;
 }

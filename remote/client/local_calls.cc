@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "call.h"
@@ -75,22 +76,17 @@ void RememberProc(const ProcEntry& e) {
 
 // ---- Kernel parameter layouts, from the server's cuFuncGetParamInfo, cached per function.
 
-struct KernelLayout {
-  CUfunction f;
-  std::vector<uint32_t> sizes;  // by parameter index
-};
+// Parameter sizes by function: looked up on every launch (a framework has thousands of kernels).
 pthread_mutex_t g_layout_mu = PTHREAD_MUTEX_INITIALIZER;
-std::vector<KernelLayout>* g_layouts = nullptr;
+std::unordered_map<CUfunction, std::vector<uint32_t>>* g_layouts = nullptr;
 
 CUresult Layout(CUfunction f, std::vector<uint32_t>* sizes) {
   pthread_mutex_lock(&g_layout_mu);
   if (g_layouts != nullptr) {
-    for (const KernelLayout& l : *g_layouts) {
-      if (l.f == f) {
-        *sizes = l.sizes;
-        pthread_mutex_unlock(&g_layout_mu);
-        return CUDA_SUCCESS;
-      }
+    if (const auto it = g_layouts->find(f); it != g_layouts->end()) {
+      sizes->assign(it->second.begin(), it->second.end());
+      pthread_mutex_unlock(&g_layout_mu);
+      return CUDA_SUCCESS;
     }
   }
   pthread_mutex_unlock(&g_layout_mu);
@@ -119,8 +115,8 @@ CUresult Layout(CUfunction f, std::vector<uint32_t>* sizes) {
     sizes->push_back(static_cast<uint32_t>(size));
   }
   pthread_mutex_lock(&g_layout_mu);
-  if (g_layouts == nullptr) g_layouts = new std::vector<KernelLayout>();
-  g_layouts->push_back({f, *sizes});
+  if (g_layouts == nullptr) g_layouts = new std::unordered_map<CUfunction, std::vector<uint32_t>>();
+  g_layouts->emplace(f, *sizes);
   pthread_mutex_unlock(&g_layout_mu);
   return CUDA_SUCCESS;
 }

@@ -32,6 +32,7 @@
 
 #include "call.h"
 #include "seen_state.h"
+#include "transport.h"
 
 namespace gslice::remote {
 namespace {
@@ -123,8 +124,8 @@ pid_t g_sets_pid = 0;  // the process whose worker accepted them (a forked child
 // Whether the driver is known to accept this set; *generation gets the table's generation.
 bool KnownAccepted(const SetKey& key, CUfunction_attribute attrib, int val, uint64_t* generation) {
   pthread_mutex_lock(&g_sets_mu);
-  if (g_sets_pid != getpid() && g_accepted != nullptr) g_accepted->clear();
-  g_sets_pid = getpid();
+  if (g_sets_pid != ThisProcess() && g_accepted != nullptr) g_accepted->clear();
+  g_sets_pid = ThisProcess();
   *generation = g_sets_generation;
   bool known = false;
   if (g_accepted != nullptr) {

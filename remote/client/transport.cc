@@ -25,6 +25,7 @@ using shim::Log;
 using shim::LogLevel;
 
 namespace transport_detail {
+std::atomic<pid_t> g_pid{0};
 std::atomic<pid_t> g_attached{0};
 __thread uint32_t t_lane = 0;
 }  // namespace transport_detail
@@ -33,6 +34,15 @@ using transport_detail::g_attached;
 using transport_detail::t_lane;
 
 namespace {
+
+void KnowThisProcess() { transport_detail::g_pid.store(getpid(), std::memory_order_relaxed); }
+
+// At the library's load, before any call: its fork handler is then registered before any the
+// program registers later, so it runs first in a child.
+__attribute__((constructor)) void KnowThisProcessAtLoad() {
+  KnowThisProcess();
+  pthread_atfork(nullptr, nullptr, KnowThisProcess);
+}
 
 // Queued async calls are sent with the next call that waits, or once this many bytes or
 // frames wait, or once the oldest has waited kFlushAfterNs (checked as calls are queued, and
@@ -129,7 +139,7 @@ bool WritePiece(DelayLine::Piece* piece) {
 void* Wire(void*) {
   // Timer slack would make every sleep up to 50 us late.
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
-  const pid_t self = getpid();
+  const pid_t self = ThisProcess();
   std::vector<DelayLine::Piece> due;
   pthread_mutex_lock(&g_wire_mu);
   while (g_wire_pid == self) {
@@ -172,8 +182,8 @@ bool PushOnLine(const uint8_t* p, size_t n, int pass_fd) {
   pthread_mutex_lock(&g_wire_mu);
   if (g_line == nullptr) g_line = new DelayLine(AddedDelayNs());
   bool ok = true;
-  if (g_wire_pid != getpid()) {
-    g_wire_pid = getpid();
+  if (g_wire_pid != ThisProcess()) {
+    g_wire_pid = ThisProcess();
     if (StartQuietThread(Wire, nullptr) != 0) {
       g_wire_pid = 0;
       ok = false;
@@ -236,7 +246,7 @@ bool g_flusher_idle = false;
 
 void* Flusher(void*) {
   pthread_mutex_lock(&g_send_mu);
-  const pid_t self = getpid();
+  const pid_t self = ThisProcess();
   while (g_flusher_pid == self) {
     if (g_conn.queued.empty()) {
       g_flusher_idle = true;
@@ -272,7 +282,7 @@ void* Flusher(void*) {
 // REQUIRES g_send_mu. Without a flusher (none could start), queued calls go with the next
 // call that waits or fills the queue, as before.
 void StartFlusherLocked() {
-  if (g_flusher_pid == getpid()) return;
+  if (g_flusher_pid == ThisProcess()) return;
   static pthread_once_t once = PTHREAD_ONCE_INIT;
   pthread_once(&once, [] {
     pthread_condattr_t attr;
@@ -281,7 +291,7 @@ void StartFlusherLocked() {
     pthread_cond_init(&g_queue_cv, &attr);
     pthread_condattr_destroy(&attr);
   });
-  g_flusher_pid = getpid();
+  g_flusher_pid = ThisProcess();
   g_flusher_idle = false;  // a forked child's copy speaks of its parent's flusher
   // The flusher never runs application code: no signal of the application's reaches it.
   if (StartQuietThread(Flusher, nullptr) != 0) g_flusher_pid = 0;
@@ -325,7 +335,7 @@ void RemoveWaiterLocked(Waiter* w) {
 // EnsureAttached; a process whose worker failed reports it).
 CUresult ConnectLocked() {
   if (const CUresult failed = g_failed.load(); failed != CUDA_SUCCESS) return failed;
-  if (g_conn.channel.fd >= 0 && g_conn.pid == getpid()) return CUDA_SUCCESS;
+  if (g_conn.channel.fd >= 0 && g_conn.pid == ThisProcess()) return CUDA_SUCCESS;
   return FailLocked(kLostResult, "a request without a worker connection");
 }
 
@@ -411,10 +421,10 @@ void UnlockTransport() {
   pthread_mutex_unlock(&g_send_mu);
 }
 
-bool ConnectedLocked() { return g_conn.channel.fd >= 0 && g_conn.pid == getpid(); }
+bool ConnectedLocked() { return g_conn.channel.fd >= 0 && g_conn.pid == ThisProcess(); }
 
 void ForgetInheritedLocked() {
-  if (g_conn.channel.fd < 0 || g_conn.pid == getpid()) return;
+  if (g_conn.channel.fd < 0 || g_conn.pid == ThisProcess()) return;
   // The parent's connection (and worker) stay the parent's.
   close(g_conn.channel.fd);
   if (g_conn.channel.rings != nullptr) ForgetInheritedRings(g_conn.channel.rings);
@@ -429,26 +439,33 @@ void ForgetInheritedLocked() {
 
 void AdoptLocked(const Channel& channel) {
   g_conn.channel = channel;
-  g_conn.pid = getpid();
+  g_conn.pid = ThisProcess();
 }
 
 Channel* ChannelLocked() { return &g_conn.channel; }
 
 uint32_t NextSeqLocked() { return ++g_conn.seq; }
 
-void MarkAttachedLocked() { g_attached = getpid(); }
+void MarkAttachedLocked() { g_attached = ThisProcess(); }
 
 CUresult Send(uint32_t op, const Writer& request, Waiter* waiter, uint32_t* sent_seq, uint32_t flags, int pass_fd) {
   pthread_mutex_lock(&g_send_mu);
-  pthread_mutex_lock(&g_mu);
-  CUresult result = ConnectLocked();
+  // The connection and its failure are written under both locks, so g_send_mu alone reads them;
+  // g_mu is taken only to register a waiter or to fail (a queued call, the most frequent, takes
+  // one lock).
+  CUresult result = g_failed.load();
+  const bool connected = g_conn.channel.fd >= 0 && g_conn.pid == ThisProcess();
   const uint32_t seq = ++g_conn.seq;
-  if (result == CUDA_SUCCESS && waiter != nullptr) {
-    waiter->seq = seq;
-    waiter->next = g_conn.waiters;
-    g_conn.waiters = waiter;
+  if (waiter != nullptr || (result == CUDA_SUCCESS && !connected)) {
+    pthread_mutex_lock(&g_mu);
+    result = ConnectLocked();
+    if (result == CUDA_SUCCESS && waiter != nullptr) {
+      waiter->seq = seq;
+      waiter->next = g_conn.waiters;
+      g_conn.waiters = waiter;
+    }
+    pthread_mutex_unlock(&g_mu);
   }
-  pthread_mutex_unlock(&g_mu);
   if (result == CUDA_SUCCESS) {
     if (sent_seq != nullptr) *sent_seq = seq;
     const FrameHeader h{.seq = seq, .op = op | flags};

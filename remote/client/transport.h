@@ -45,6 +45,11 @@ struct Waiter {
 };
 
 namespace transport_detail {
+// This process's id, kept: getpid is a system call (glibc has not cached it since 2.25), which
+// costs microseconds under a sandboxing kernel (gVisor), and the client asks on every call.
+// Set at the library's load and, in a forked child, by a fork handler registered then (the
+// first to run in the child).
+extern std::atomic<pid_t> g_pid;
 // The pid of the process whose worker the connection is (0: none yet): the fast path's
 // "attached". Written under g_send_mu and g_mu, read without a lock.
 extern std::atomic<pid_t> g_attached;
@@ -54,9 +59,15 @@ extern __thread uint32_t t_lane;
 uint32_t AssignLane();
 }  // namespace transport_detail
 
+// This process's id (getpid without the system call).
+inline pid_t ThisProcess() {
+  const pid_t pid = transport_detail::g_pid.load(std::memory_order_relaxed);
+  return pid != 0 ? pid : getpid();
+}
+
 // Whether this process holds its worker (the fast path: no lock).
 inline bool HoldsWorker() {
-  return transport_detail::g_attached.load(std::memory_order_acquire) == getpid();
+  return transport_detail::g_attached.load(std::memory_order_acquire) == ThisProcess();
 }
 
 // The calling thread's lane, given on its first request and reused after the thread exits.
