@@ -18,6 +18,8 @@ slice: its user and project, class, protection level (guaranteed slices: the fra
 their solo speed opportunistic work must leave them), state, GPUs, memory used of its
 limit, compute share, sharing (mps or time-sliced) and how many processes run in it. A
 slice time-sliced on a GPU that serves MPS is named under the table with the reason.
+Where gsliced's slice_reads is owner, callers who are not admins see only their own slices
+and the GPUs' totals.
 
 States: running (processes at work), idle (no process attached), throttled (opportunistic
 work held back while guaranteed work runs), suspending, suspended, resuming, failed.
@@ -64,6 +66,7 @@ void PrintNode(FILE* out, const std::string& node_json, bool with_processes) {
             : sharing["mps_uid"].is_number_integer()
                 ? "MPS (uid " + std::to_string(sharing["mps_uid"].get<int64_t>()) +
                       (Or(sharing["mps_class"], "any") == "any" ? "" : ", " + Or(sharing["mps_class"], "")) + ")"
+            : sharing.value("mps_uid_hidden", false) ? "MPS (another uid)"  // slice_reads = owner
                 : "MPS (free)";
       why_gpu.push_back("  GPU " + index + ": " + Or(sharing["why"], "?") +
                         (mps ? "; " + Or(sharing["mps_uid_why"], "") : std::string()));

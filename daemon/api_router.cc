@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string_view>
 #include <vector>
@@ -99,6 +100,71 @@ Status ResolveOwner(const Caller& caller, SliceRequest* r) {
 
 constexpr int kTraceReadsAtOnce = 4;
 
+// What one caller may read (slice_reads): every slice, or only its own. Its own: the slices it
+// may change as their owner (MayChange), their events and history since they were made (a name
+// may have been another's before), its own user, and of each GPU what every tenant may know:
+// totals, and whether its MPS serves this caller, but not whom else.
+class ReadView {
+ public:
+  ReadView(SliceReads reads, const Caller& caller)
+      : all_(reads == SliceReads::kOpen || caller.admin), caller_(caller) {}
+  bool all() const { return all_; }
+  bool Sees(const Slice& s) const { return all_ || MayChange(s, caller_).ok(); }
+
+  json Slices(const NodeSnapshot& snap) const {
+    json out = json::array();
+    for (const SliceView& v : snap.slices) {
+      if (Sees(v.slice)) out.push_back(ToJson(v, snap.gpus));
+    }
+    return out;
+  }
+
+  json Gpus(const NodeSnapshot& snap) const {
+    json out = json::array();
+    for (const GpuView& g : snap.gpus) out.push_back(Gpu(g));
+    return out;
+  }
+
+  json Users(const NodeSnapshot& snap) const {
+    json out = json::array();
+    for (const User& u : snap.users) {
+      if (all_ || u.name == caller_.user) out.push_back(ToJson(u));
+    }
+    return out;
+  }
+
+  // The caller's slices by name, with when each was made (unix seconds).
+  std::map<std::string, int64_t> Own(const NodeSnapshot& snap) const {
+    std::map<std::string, int64_t> own;
+    for (const SliceView& v : snap.slices) {
+      if (Sees(v.slice)) own[v.slice.name] = v.slice.created_at;
+    }
+    return own;
+  }
+
+ private:
+  // The MPS tenant's uid and why it holds the GPU name other users' slices: shown only to the
+  // tenant itself.
+  json Gpu(const GpuView& g) const {
+    json j = ToJson(g);
+    const int64_t tenant = g.sharing.tenant_uid;
+    if (all_ || tenant < 0) return j;
+    json& sharing = j["sharing"];
+    if (tenant == caller_.uid) {
+      sharing["mps_uid_why"] = "its MPS serves your slices (uid " + std::to_string(tenant) + ")";
+      return j;
+    }
+    sharing["mps_uid"] = nullptr;
+    sharing["mps_class"] = nullptr;
+    sharing["mps_uid_hidden"] = true;
+    sharing["mps_uid_why"] = "another user's slices hold its MPS; only admins see whose (gsliced's slice_reads is owner)";
+    return j;
+  }
+
+  bool all_;
+  Caller caller_;
+};
+
 }  // namespace
 
 // The handlers, one per route. `name` is the path's {slice} or {project}, already a valid
@@ -121,25 +187,27 @@ struct ApiHandlers {
     return r;
   }
 
-  static ApiResponse Node(ApiRouter& api, const ApiRequest&, const std::string&) {
-    return api.Cached("/v1/node", [&] {
+  // A view every caller reads alike is cached; one filtered for a caller is rendered for it.
+  static ApiResponse CachedFor(ApiRouter& api, const ReadView& view, const std::string& key,
+                               const std::function<ApiResponse()>& render) {
+    return view.all() ? api.Cached(key, render) : render();
+  }
+
+  static ApiResponse Node(ApiRouter& api, const ApiRequest& req, const std::string&) {
+    const ReadView view(api.slice_reads_, req.caller);
+    return CachedFor(api, view, "/v1/node", [&] {
       NodeSnapshot snap = api.registry_->Snapshot();
-      json gpus = json::array(), slices = json::array(), projects = json::array(), users = json::array();
-      for (const GpuView& g : snap.gpus) gpus.push_back(ToJson(g));
-      for (const SliceView& v : snap.slices) slices.push_back(ToJson(v, snap.gpus));
+      json projects = json::array();
       for (const ProjectView& v : snap.projects) projects.push_back(ToJson(v));
-      for (const User& u : snap.users) users.push_back(ToJson(u));
-      return Json(200, json{{"time_ms", snap.time_ms}, {"ledger", snap.ledger}, {"gpus", gpus},
-                            {"slices", slices}, {"projects", projects}, {"users", users}});
+      return Json(200, json{{"time_ms", snap.time_ms}, {"ledger", snap.ledger}, {"gpus", view.Gpus(snap)},
+                            {"slices", view.Slices(snap)}, {"projects", projects}, {"users", view.Users(snap)}});
     });
   }
 
-  static ApiResponse Gpus(ApiRouter& api, const ApiRequest&, const std::string&) {
-    return api.Cached("/v1/gpus", [&] {
-      json out = json::array();
-      for (const GpuView& g : api.registry_->Snapshot().gpus) out.push_back(ToJson(g));
-      return Json(200, json{{"gpus", out}});
-    });
+  static ApiResponse Gpus(ApiRouter& api, const ApiRequest& req, const std::string&) {
+    const ReadView view(api.slice_reads_, req.caller);
+    return CachedFor(api, view, "/v1/gpus",
+                     [&] { return Json(200, json{{"gpus", view.Gpus(api.registry_->Snapshot())}}); });
   }
 
   static ApiResponse History(ApiRouter& api, const ApiRequest& req, const std::string&) {
@@ -152,26 +220,40 @@ struct ApiHandlers {
         return Error(400, "since: expected unix milliseconds, a whole number >= 0");
       }
     }
+    const ReadView view(api.slice_reads_, req.caller);
+    const std::map<std::string, int64_t> own = view.all() ? std::map<std::string, int64_t>{}
+                                                          : view.Own(api.registry_->Snapshot());
     json samples = json::array();
-    for (const HistorySample& s : api.registry_->HistorySince(since)) samples.push_back(ToJson(s));
+    for (HistorySample& s : api.registry_->HistorySince(since)) {
+      if (!view.all()) {
+        std::erase_if(s.slices, [&](const SlicePoint& p) {
+          auto it = own.find(p.name);
+          return it == own.end() || s.time_ms < it->second * 1000;
+        });
+      }
+      samples.push_back(ToJson(s));
+    }
     return Json(200, json{{"samples", samples}});
   }
 
-  static ApiResponse Events(ApiRouter& api, const ApiRequest&, const std::string&) {
+  static ApiResponse Events(ApiRouter& api, const ApiRequest& req, const std::string&) {
+    const ReadView view(api.slice_reads_, req.caller);
+    const std::map<std::string, int64_t> own = view.all() ? std::map<std::string, int64_t>{}
+                                                          : view.Own(api.registry_->Snapshot());
     auto events = api.registry_->RecentEvents(200);
     if (!events.ok()) return Error(events.status());
     json out = json::array();
-    for (const Store::Event& e : events.value()) out.push_back(ToJson(e));
+    for (const Store::Event& e : events.value()) {
+      auto it = own.find(e.slice);
+      if (view.all() || (it != own.end() && e.time >= it->second)) out.push_back(ToJson(e));
+    }
     return Json(200, json{{"events", out}});
   }
 
-  static ApiResponse ListSlices(ApiRouter& api, const ApiRequest&, const std::string&) {
-    return api.Cached("/v1/slices", [&] {
-      NodeSnapshot snap = api.registry_->Snapshot();
-      json out = json::array();
-      for (const SliceView& v : snap.slices) out.push_back(ToJson(v, snap.gpus));
-      return Json(200, json{{"slices", out}});
-    });
+  static ApiResponse ListSlices(ApiRouter& api, const ApiRequest& req, const std::string&) {
+    const ReadView view(api.slice_reads_, req.caller);
+    return CachedFor(api, view, "/v1/slices",
+                     [&] { return Json(200, json{{"slices", view.Slices(api.registry_->Snapshot())}}); });
   }
 
   static ApiResponse CreateSlice(ApiRouter& api, const ApiRequest& req, const std::string&) {
@@ -307,10 +389,9 @@ struct ApiHandlers {
     return Json(200, json{{"deleted", name}});
   }
 
-  static ApiResponse ListUsers(ApiRouter& api, const ApiRequest&, const std::string&) {
-    json out = json::array();
-    for (const User& u : api.registry_->Snapshot().users) out.push_back(ToJson(u));
-    return Json(200, json{{"users", out}});
+  static ApiResponse ListUsers(ApiRouter& api, const ApiRequest& req, const std::string&) {
+    const ReadView view(api.slice_reads_, req.caller);
+    return Json(200, json{{"users", view.Users(api.registry_->Snapshot())}});
   }
 
   static ApiResponse RegisterUser(ApiRouter& api, const ApiRequest& req, const std::string&) {
@@ -338,6 +419,7 @@ struct Route {
   // kind (model.h: ValidateName), handed to the handler.
   std::string_view pattern;
   Access access;
+  ReadScope reads;  // under slice_reads = owner (api_router.h)
   // For kAdmin: what a non-admin is refused, as the error names it.
   std::string_view action;
   ApiHandlers::Handler handler;
@@ -345,32 +427,47 @@ struct Route {
 
 using A = Access;
 using H = ApiHandlers;
+using R = ReadScope;
 
 // docs/api.md lists the same. For one path, the methods appear in the order of its Allow.
 constexpr Route kRoutes[] = {
-    {"GET", "/healthz", A::kAnyone, "", &H::Health},
-    {"GET", "/metrics", A::kAnyone, "", &H::Metrics},
-    {"GET", "/v1/node", A::kAnyone, "", &H::Node},
-    {"GET", "/v1/gpus", A::kAnyone, "", &H::Gpus},
-    {"GET", "/v1/history", A::kAnyone, "", &H::History},
-    {"GET", "/v1/events", A::kAnyone, "", &H::Events},
-    {"GET", "/v1/slices", A::kAnyone, "", &H::ListSlices},
-    {"POST", "/v1/slices", A::kOwnerOrAdmin, "", &H::CreateSlice},
-    {"GET", "/v1/slices/{slice}", A::kAnyone, "", &H::GetSlice},
-    {"PATCH", "/v1/slices/{slice}", A::kOwnerOrAdmin, "", &H::ChangeSlice},
-    {"DELETE", "/v1/slices/{slice}", A::kOwnerOrAdmin, "", &H::DeleteSlice},
-    {"GET", "/v1/slices/{slice}/trace", A::kOwnerOrAdmin, "", &H::ServeTrace},
-    {"POST", "/v1/slices/{slice}/trace", A::kOwnerOrAdmin, "", &H::RecordTrace},
-    {"POST", "/v1/slices/{slice}/suspend", A::kOwnerOrAdmin, "", &H::Suspend},
-    {"POST", "/v1/slices/{slice}/resume", A::kOwnerOrAdmin, "", &H::Resume},
-    {"GET", "/v1/projects", A::kAnyone, "", &H::ListProjects},
-    {"POST", "/v1/projects", A::kAdmin, "creating a project", &H::CreateProject},
-    {"GET", "/v1/projects/{project}", A::kAnyone, "", &H::GetProject},
-    {"PUT", "/v1/projects/{project}", A::kAdmin, "changing a project", &H::ChangeProject},
-    {"DELETE", "/v1/projects/{project}", A::kAdmin, "deleting a project", &H::DeleteProject},
-    {"GET", "/v1/users", A::kAnyone, "", &H::ListUsers},
-    {"POST", "/v1/users", A::kAdmin, "registering a user", &H::RegisterUser},
+    {"GET", "/healthz", A::kAnyone, R::kNoSlices, "", &H::Health},
+    {"GET", "/metrics", A::kAnyone, R::kAdmins, "", &H::Metrics},
+    {"GET", "/v1/node", A::kAnyone, R::kFiltered, "", &H::Node},
+    {"GET", "/v1/gpus", A::kAnyone, R::kFiltered, "", &H::Gpus},
+    {"GET", "/v1/history", A::kAnyone, R::kFiltered, "", &H::History},
+    {"GET", "/v1/events", A::kAnyone, R::kFiltered, "", &H::Events},
+    {"GET", "/v1/slices", A::kAnyone, R::kFiltered, "", &H::ListSlices},
+    {"POST", "/v1/slices", A::kOwnerOrAdmin, R::kOwnAnswer, "", &H::CreateSlice},
+    {"GET", "/v1/slices/{slice}", A::kAnyone, R::kOneSlice, "", &H::GetSlice},
+    {"PATCH", "/v1/slices/{slice}", A::kOwnerOrAdmin, R::kOneSlice, "", &H::ChangeSlice},
+    {"DELETE", "/v1/slices/{slice}", A::kOwnerOrAdmin, R::kOneSlice, "", &H::DeleteSlice},
+    {"GET", "/v1/slices/{slice}/trace", A::kOwnerOrAdmin, R::kOneSlice, "", &H::ServeTrace},
+    {"POST", "/v1/slices/{slice}/trace", A::kOwnerOrAdmin, R::kOneSlice, "", &H::RecordTrace},
+    {"POST", "/v1/slices/{slice}/suspend", A::kOwnerOrAdmin, R::kOneSlice, "", &H::Suspend},
+    {"POST", "/v1/slices/{slice}/resume", A::kOwnerOrAdmin, R::kOneSlice, "", &H::Resume},
+    // A project's quotas and what its slices guarantee in all: policy every caller needs to
+    // choose one, and totals, as a GPU's.
+    {"GET", "/v1/projects", A::kAnyone, R::kNoSlices, "", &H::ListProjects},
+    {"POST", "/v1/projects", A::kAdmin, R::kAdmins, "creating a project", &H::CreateProject},
+    {"GET", "/v1/projects/{project}", A::kAnyone, R::kNoSlices, "", &H::GetProject},
+    {"PUT", "/v1/projects/{project}", A::kAdmin, R::kAdmins, "changing a project", &H::ChangeProject},
+    {"DELETE", "/v1/projects/{project}", A::kAdmin, R::kAdmins, "deleting a project", &H::DeleteProject},
+    {"GET", "/v1/users", A::kAnyone, R::kFiltered, "", &H::ListUsers},
+    {"POST", "/v1/users", A::kAdmin, R::kAdmins, "registering a user", &H::RegisterUser},
 };
+
+// Every route declares what it reads; a route names a slice exactly when it is kOneSlice (the
+// 404 for another's slice is keyed on it); an admin route is kAdmins.
+constexpr bool EveryRouteDeclaresItsReads() {
+  for (const Route& r : kRoutes) {
+    const bool names_slice = r.pattern.find("{slice}") != std::string_view::npos;
+    if (r.reads == R::kUndeclared || names_slice != (r.reads == R::kOneSlice)) return false;
+    if (r.access == A::kAdmin && r.reads != R::kAdmins) return false;
+  }
+  return true;
+}
+static_assert(EveryRouteDeclaresItsReads(), "each route in kRoutes declares its ReadScope (api_router.h)");
 
 // Whether `path` has the shape of `pattern`: the same number of segments, literals equal.
 // Then `kind` is the capture's kind ("slice") and `value` its segment; both empty if none.
@@ -394,6 +491,18 @@ bool Matches(std::string_view pattern, const std::vector<std::string>& path, std
 }
 
 }  // namespace
+
+std::vector<RouteDeclaration> ApiRoutes() {
+  std::vector<RouteDeclaration> out;
+  for (const Route& r : kRoutes) out.push_back({r.method, r.pattern, r.reads});
+  return out;
+}
+
+bool ApiRouter::Sees(const std::string& name, const Caller& caller) {
+  if (slice_reads_ == SliceReads::kOpen || caller.admin) return true;
+  auto view = registry_->GetSlice(name);
+  return view.ok() && MayChange(view->slice, caller).ok();
+}
 
 bool ApiRouter::Authorized(const std::string& method, const std::string& path,
                            const std::string& authorization) const {
@@ -464,7 +573,21 @@ ApiResponse ApiRouter::Dispatch(const ApiRequest& req) {
     return Error(403, std::string(route->action) + " is for admins (root, members of gsliced's admin_group, "
                       "the token's holder); you are " + req.caller.Describe());
   }
-  return route->handler(*this, req, name);
+  const bool owner_reads = slice_reads_ == SliceReads::kOwner && !req.caller.admin;
+  if (owner_reads && route->reads == ReadScope::kAdmins) {
+    return Error(403, req.path + " is for admins (root, members of gsliced's admin_group, the token's holder) "
+                      "while gsliced's slice_reads is owner: it shows every user's slices; you are " +
+                      req.caller.Describe());
+  }
+  if (owner_reads && route->reads == ReadScope::kOneSlice && !Sees(name, req.caller)) {
+    return Error(NoSuchSlice(name));
+  }
+  ApiResponse r = route->handler(*this, req, name);
+  // The slice may have changed hands since the check: a refusal for not owning it says no more.
+  if (owner_reads && route->reads == ReadScope::kOneSlice && r.status == 403 && !Sees(name, req.caller)) {
+    return Error(NoSuchSlice(name));
+  }
+  return r;
 }
 
 }  // namespace gslice

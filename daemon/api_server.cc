@@ -18,13 +18,22 @@
 #include "trace_files.h"
 
 namespace gslice {
+namespace {
+
+SliceReads SliceReadsOf(const DaemonConfig& config) {
+  SliceReads reads = SliceReads::kOpen;
+  ParseSliceReads(config.slice_reads, &reads);  // ValidateConfig checked it
+  return reads;
+}
+
+}  // namespace
 
 ApiServer::ApiServer(Registry* registry, DaemonConfig config, std::string token)
     : registry_(registry),
       config_(std::move(config)),
       router_(registry, std::move(token),
               std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(),
-              TraceDir(config_)) {}
+              TraceDir(config_), SliceReadsOf(config_)) {}
 
 ApiServer::~ApiServer() { Stop(); }
 

@@ -88,6 +88,13 @@ const Option kOptions[] = {
      "Group whose members may change, suspend and delete every slice and manage projects\n"
      "(as root may); checked against the caller's supplementary groups. Empty: root only.",
      &DaemonConfig::admin_group},
+    {"slice_reads", R"("open")",
+     "What callers who are not admins may read of other users' slices: \"open\", everything\n"
+     "(names, owners, projects, usage, processes, events); \"owner\", nothing: each sees its\n"
+     "own slices, their events and history, and the GPUs' totals, another's slice answers 404\n"
+     "as one that does not exist, and /metrics is for admins. Set \"owner\" where the socket\n"
+     "serves users who must not see each other (socket_mode 0666, remote tenants).",
+     &DaemonConfig::slice_reads},
     {"sample_interval_ms", "1000",
      "How often gsliced reads GPU and slice usage (metrics, dashboard), milliseconds.",
      Integer{&DaemonConfig::sample_interval_ms, 100, 60000}},
@@ -270,6 +277,17 @@ Status ApplyTable(const std::string& path, const std::string& prefix, const toml
 
 }  // namespace
 
+bool ParseSliceReads(std::string_view text, SliceReads* out) {
+  if (text == "open") {
+    *out = SliceReads::kOpen;
+  } else if (text == "owner") {
+    *out = SliceReads::kOwner;
+  } else {
+    return false;
+  }
+  return true;
+}
+
 DaemonConfig DefaultConfig() {
   DaemonConfig config;
   for (const Option& o : kOptions) {
@@ -348,6 +366,10 @@ Status ValidateConfig(const DaemonConfig& config) {
     return Status::BadRequest("sample_interval_ms: " + std::to_string(config.sample_interval_ms) +
                               " is longer than history_seconds (" +
                               std::to_string(config.history_seconds) + " s)");
+  }
+  if (SliceReads reads; !ParseSliceReads(config.slice_reads, &reads)) {
+    return Status::BadRequest("slice_reads: '" + config.slice_reads +
+                              "' is not open (everyone reads every slice) or owner (users read only their own)");
   }
   if (MpsMode mode; !ParseMpsMode(config.mps, &mode)) {
     return Status::BadRequest("mps: '" + config.mps + "' is not auto, on or off");

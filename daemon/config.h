@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "status.h"
@@ -23,6 +24,7 @@ struct DaemonConfig {
   bool tcp_allow_remote = false; // tcp may bind a non-loopback address
   std::string token_file;        // bearer token for TCP; its holder is an admin
   std::string admin_group;       // members may change every slice (root always may)
+  std::string slice_reads;       // "open" or "owner" (SliceReads)
   int64_t sample_interval_ms = 1000;
   int64_t history_seconds = 600;
   int64_t api_threads = 256;            // connections served at once, per listener
@@ -49,6 +51,15 @@ struct DaemonConfig {
   int64_t kubernetes_refresh_seconds = 60;
   int64_t kubernetes_retry_seconds = 10;
 };
+
+// What a caller who is not an admin may read of slices that are not its own (slice_reads):
+// kOpen, everything (one team's node); kOwner, nothing: its own slices, events and history,
+// the GPUs' totals, and 404 for another's slice as for one that does not exist. Admins (root,
+// admin_group, the token's holder) read everything under both.
+enum class SliceReads { kOpen, kOwner };
+
+// "open" or "owner"; false for anything else.
+bool ParseSliceReads(std::string_view text, SliceReads* out);
 
 // The defaults, as the option table states them.
 DaemonConfig DefaultConfig();

@@ -212,6 +212,10 @@ Status MayChange(const Slice& slice, const Caller& caller) {
                            "admin_group) may change it");
 }
 
+Status NoSuchSlice(const std::string& name) {
+  return Status::NotFound("no slice named '" + name + "': `gslice ls` lists the slices");
+}
+
 std::unique_ptr<Suspender> MakeUnavailableSuspender() {
   return std::make_unique<UnavailableSuspender>();
 }
@@ -763,7 +767,7 @@ Result<SliceView> Registry::GetSlice(const std::string& name) {
   for (SliceView& v : snap.slices) {
     if (v.slice.name == name) return std::move(v);
   }
-  return Status::NotFound("no slice named '" + name + "': `gslice ls` lists the slices");
+  return NoSuchSlice(name);
 }
 
 int Registry::OtherEntries() const {
@@ -897,7 +901,7 @@ Result<Slice> Registry::CreateSlice(const SliceRequest& request, bool by_admin) 
 Result<Slice*> Registry::SliceToChange(const std::string& name, const Caller& caller, const char* verb) {
   Slice* slice = FindSlice(name);
   if (slice == nullptr) {
-    return Status::NotFound("no slice named '" + name + "': `gslice ls` lists the slices");
+    return NoSuchSlice(name);
   }
   if (Status s = MayChange(*slice, caller); !s.ok()) return s;
   if (slice->state == SliceState::kSuspending || slice->state == SliceState::kResuming) {
@@ -949,7 +953,7 @@ Result<Slice> Registry::Transition(const std::string& name, bool suspend, const 
     std::lock_guard lock(mu_);
     Slice* slice = FindSlice(name);
     if (slice == nullptr) {
-      return Status::NotFound("no slice named '" + name + "': `gslice ls` lists the slices");
+      return NoSuchSlice(name);
     }
     if (Status s = MayChange(*slice, caller); !s.ok()) return s;
     if (slice->state == to) return *slice;  // already there: nothing to do

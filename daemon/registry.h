@@ -105,6 +105,10 @@ struct Caller {
 // not known). The error (403) says whose slice it is and who may change it.
 Status MayChange(const Slice& slice, const Caller& caller);
 
+// The answer (404) for a slice name that names no slice, and, where callers may read only their
+// own slices (config.h: SliceReads), for another's: the same words, so it tells nothing.
+Status NoSuchSlice(const std::string& name);
+
 // What a caller asks for. GPUs are named by UUID or NVML index ("0").
 struct SliceRequest {
   std::string name;  // empty: "<user>-<n>"
