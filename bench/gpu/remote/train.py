@@ -195,18 +195,24 @@ def train_jax(steps, batch):
 
 
 def timed(steps, one_step, sync):
-    """Runs 5 warm-up steps and `steps` timed ones, printing each loss, then steps/s, the
-    process's CPU time per step and, through the client, its counters per timed step."""
-    warm = 5
-    before = None
-    for i in range(warm + steps):
-        if i == warm:
-            sync()
-            before = client_stats()
-            counts_before = call_counts()
-            t0 = time.perf_counter()
-            c0 = time.process_time()
+    """Runs warm-up steps (at least 5, and for at least TRAIN_WARM_S seconds, 2 by default: a
+    GPU idle during the start-up runs at low clocks at first) and `steps` timed ones, printing
+    each loss (the same sequence whatever the warm-up's length), then steps/s, the process's CPU
+    time per step and, through the client, its counters per timed step."""
+    warm_s = float(os.environ.get("TRAIN_WARM_S", "2"))
+    start = time.perf_counter()
+    i = 0
+    while i < 5 or time.perf_counter() - start < warm_s:
         print(f"loss {i} {one_step()!r}", flush=True)
+        i += 1
+    sync()
+    before = client_stats()
+    counts_before = call_counts()
+    t0 = time.perf_counter()
+    c0 = time.process_time()
+    for _ in range(steps):
+        print(f"loss {i} {one_step()!r}", flush=True)
+        i += 1
     sync()
     dt = time.perf_counter() - t0
     cpu = time.process_time() - c0
