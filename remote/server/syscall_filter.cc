@@ -96,8 +96,10 @@ constexpr SyscallEntry kRefused[] = {
 #ifdef __NR_setns
     GSLICE_REFUSED(setns)
 #endif
-// Other processes' memory and descriptors.
-#ifdef __NR_ptrace
+// Other processes' memory and descriptors. (An AddressSanitizer build keeps ptrace: its leak
+// check at exit stops the process's threads by attaching to them, and a refused attach would
+// fail every confined process's exit. Release builds refuse it.)
+#if defined(__NR_ptrace) && !defined(__SANITIZE_ADDRESS__)
     GSLICE_REFUSED(ptrace)
 #endif
 #ifdef __NR_process_vm_readv
