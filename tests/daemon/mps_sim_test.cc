@@ -555,5 +555,33 @@ TEST_F(MpsSim, TheNextUidGetsTheGpuOnlyOnceTheServersClientsHaveExited) {
   EXPECT_EQ(control_log.find("WAITING"), std::string::npos) << control_log;
 }
 
+// Under slice_reads = owner, whose slices hold a GPU's MPS shows only to that uid and to
+// admins: another user sees that the GPU serves MPS, not for whom.
+TEST_F(MpsSim, UnderOwnerReadsOnlyTheTenantSeesWhoseMpsItIs) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (to run programs as other users)";
+  Configure("on");
+  std::ofstream(dir_ + "/gsliced.toml", std::ios::app) << "slice_reads = \"owner\"\n";
+  StartForEveryone();
+  ASSERT_TRUE(Eventually([&] { return Serving(); })) << Log();
+  std::string out, err;
+  ASSERT_EQ(Cli("create alices-infer --gpus 0 --memory 256MiB", &out, &err, std::to_string(kAlice)), 0) << err;
+  ASSERT_TRUE(Eventually([&] { return Gpu(0)["sharing"]["mps_uid"] == kAlice; })) << Gpu(0).dump(2) << Log();
+  auto sharing_as = [&](int uid) {
+    EXPECT_EQ(Cli("ls --json", &out, &err, std::to_string(uid)), 0) << err;
+    json node = json::parse(out, nullptr, false);
+    return node.is_object() ? node["gpus"][0]["sharing"] : json();
+  };
+  json bobs = sharing_as(kBob);
+  EXPECT_EQ(bobs["substrate"], "mps") << bobs;
+  EXPECT_TRUE(bobs["mps_uid"].is_null()) << bobs;
+  EXPECT_EQ(bobs["mps_uid_hidden"], true) << bobs;
+  EXPECT_EQ(bobs.dump().find("1000"), std::string::npos) << bobs;
+  EXPECT_EQ(bobs.dump().find("alices-infer"), std::string::npos) << bobs;
+  ASSERT_EQ(Cli("ls", &out, &err, std::to_string(kBob)), 0) << err;
+  EXPECT_NE(out.find("MPS (another uid)"), std::string::npos) << out;
+  EXPECT_EQ(out.find("alices-infer"), std::string::npos) << out;
+  EXPECT_EQ(sharing_as(kAlice)["mps_uid"], kAlice);
+}
+
 }  // namespace
 }  // namespace gslice
