@@ -18,16 +18,26 @@
 
 namespace gslice::remote {
 
-template <typename... Rest>
-void RemoteAfterCtxCreate(CUcontext* pctx, Rest...) {
-  if (pctx != nullptr) PushContext(*pctx);
+template <typename Params>
+void RemoteAfterCtxCreate(CUcontext* pctx, Params, unsigned int, CUdevice dev) {
+  if (pctx == nullptr) return;
+  PushContext(*pctx);
+  RememberContextDevice(*pctx, dev, false);
+}
+inline void RemoteAfterCtxCreate(CUcontext* pctx, unsigned int, CUdevice dev) {
+  if (pctx == nullptr) return;
+  PushContext(*pctx);
+  RememberContextDevice(*pctx, dev, false);
 }
 inline void RemoteAfterCtxDestroy(CUcontext ctx) {
   ForgetContext(ctx);
+  ForgetContextDevice(ctx);
   ReleaseContextStorage(ctx);
 }
 inline void RemoteAfterPrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
-  if (pctx != nullptr) RememberPrimaryContext(dev, *pctx);
+  if (pctx == nullptr) return;
+  RememberPrimaryContext(dev, *pctx);
+  RememberContextDevice(*pctx, dev, true);
 }
 inline void RemoteAfterPrimaryCtxReset(CUdevice dev) { ReleasePrimaryContextStorage(dev); }
 
@@ -63,10 +73,17 @@ void RemoteAfterCodeUnloaded(Handle) {
 }
 // A context may go (destroyed, released, reset): the events made ahead for it, and what was
 // known to hold while it lived (events given out, attribute sets accepted).
-template <typename... Args>
-bool RemoteBeforeContextGoes(CUresult*, Args...) {
+inline bool RemoteBeforeContextGoes(CUresult*, CUcontext) {
   ReleaseEventsAhead();
   ForgetAcceptedSets();
+  return false;
+}
+// A device's primary context released or reset: also its device, which the client answered
+// for it (the context may go, and its handle name another context later).
+inline bool RemoteBeforeContextGoes(CUresult*, CUdevice dev) {
+  ReleaseEventsAhead();
+  ForgetAcceptedSets();
+  ForgetPrimaryContextDevice(dev);
   return false;
 }
 

@@ -4,6 +4,12 @@
 // calls around every launch (cudart asks whether the launch's stream captures; cuDNN sets a
 // kernel's dynamic shared memory before each launch).
 //
+// Contexts' devices: a fixed table read without a lock. A writer (under g_contexts_mu) fills an
+// entry's device before its context (release), a reader matches the context (acquire) and then
+// reads the device; a context is forgotten by clearing its entry's context first. A reader can
+// see a wrong device only for a context destroyed while it asks, which the driver does not
+// answer either. More contexts than the table holds are answered the usual way.
+//
 // Attribute sets the driver accepts. The driver takes a kernel's or function's maximum dynamic
 // shared memory when 0 <= value and value + its static shared memory <= the device's opt-in
 // maximum; both bounds are fixed for a handle (and a kernel's device), so once a set to V
@@ -27,14 +33,22 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "call.h"
+#include "call_stats.h"
+#include "context_stack.h"
+#include "log.h"
 #include "seen_state.h"
 #include "transport.h"
 
 namespace gslice::remote {
+
+using shim::Log;
+using shim::LogLevel;
+
 namespace {
 
 pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -44,12 +58,96 @@ std::unordered_set<CUstream>* g_capturing = nullptr;  // cuStreamBeginCapture'd,
 
 bool Special(CUstream s) { return s == nullptr || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD; }
 
+struct ContextDevice {
+  std::atomic<CUcontext> ctx{nullptr};
+  std::atomic<int> device{-1};
+  std::atomic<bool> primary{false};
+};
+constexpr size_t kContextDevices = 64;
+ContextDevice g_context_devices[kContextDevices];
+pthread_mutex_t g_contexts_mu = PTHREAD_MUTEX_INITIALIZER;  // writers of g_context_devices
+// The process whose worker made the contexts (a forked child's worker makes its own, whose
+// handles may equal the parent's).
+std::atomic<pid_t> g_contexts_pid{0};
+
+// The device of ctx as the client saw it made, or -1.
+int DeviceOf(CUcontext ctx) {
+  if (ctx == nullptr || g_contexts_pid.load(std::memory_order_acquire) != ThisProcess()) return -1;
+  for (const ContextDevice& e : g_context_devices) {
+    if (e.ctx.load(std::memory_order_acquire) == ctx) return e.device.load(std::memory_order_relaxed);
+  }
+  return -1;
+}
+
 void Insert(std::unordered_set<CUstream>** set, CUstream s) {
   if (*set == nullptr) *set = new std::unordered_set<CUstream>();
   (*set)->insert(s);
 }
 
 }  // namespace
+
+void RememberContextDevice(CUcontext ctx, CUdevice dev, bool primary) {
+  if (ctx == nullptr || dev < 0) return;
+  pthread_mutex_lock(&g_contexts_mu);
+  if (g_contexts_pid.load(std::memory_order_relaxed) != ThisProcess()) {
+    for (ContextDevice& e : g_context_devices) e.ctx.store(nullptr, std::memory_order_relaxed);
+    g_contexts_pid.store(ThisProcess(), std::memory_order_release);
+  }
+  ContextDevice* free_entry = nullptr;
+  for (ContextDevice& e : g_context_devices) {
+    const CUcontext at = e.ctx.load(std::memory_order_relaxed);
+    if (at == ctx) {  // known already (a primary context retained again)
+      pthread_mutex_unlock(&g_contexts_mu);
+      return;
+    }
+    if (at == nullptr && free_entry == nullptr) free_entry = &e;
+  }
+  if (free_entry != nullptr) {
+    free_entry->device.store(dev, std::memory_order_relaxed);
+    free_entry->primary.store(primary, std::memory_order_relaxed);
+    free_entry->ctx.store(ctx, std::memory_order_release);
+  }
+  pthread_mutex_unlock(&g_contexts_mu);
+}
+
+void ForgetContextDevice(CUcontext ctx) {
+  pthread_mutex_lock(&g_contexts_mu);
+  for (ContextDevice& e : g_context_devices) {
+    if (e.ctx.load(std::memory_order_relaxed) == ctx) e.ctx.store(nullptr, std::memory_order_release);
+  }
+  pthread_mutex_unlock(&g_contexts_mu);
+}
+
+void ForgetPrimaryContextDevice(CUdevice dev) {
+  pthread_mutex_lock(&g_contexts_mu);
+  for (ContextDevice& e : g_context_devices) {
+    if (e.ctx.load(std::memory_order_relaxed) != nullptr && e.primary.load(std::memory_order_relaxed) &&
+        e.device.load(std::memory_order_relaxed) == dev) {
+      e.ctx.store(nullptr, std::memory_order_release);
+    }
+  }
+  pthread_mutex_unlock(&g_contexts_mu);
+}
+
+bool RemoteAnswerContextDevice(CUresult* result, CUdevice* device) {
+  const int dev = DeviceOf(CurrentContext());
+  if (device == nullptr || dev < 0) return false;
+  *device = dev;
+  *result = CUDA_SUCCESS;
+  CountCall(kCachedCall, kOp_cuCtxGetDevice);
+  Log(LogLevel::kDebug, "remote: cuCtxGetDevice answered from the client's cache");
+  return true;
+}
+
+bool RemoteAnswerContextDeviceOf(CUresult* result, CUdevice* device, CUcontext ctx) {
+  const int dev = DeviceOf(ctx != nullptr ? ctx : CurrentContext());
+  if (device == nullptr || dev < 0) return false;
+  *device = dev;
+  *result = CUDA_SUCCESS;
+  CountCall(kCachedCall, kOp_cuCtxGetDevice_v2);
+  Log(LogLevel::kDebug, "remote: cuCtxGetDevice_v2 answered from the client's cache");
+  return true;
+}
 
 // REQUIRES nothing. True with *result set when the stream is known not to capture.
 bool StreamKnownNotCapturing(CUstream stream) {

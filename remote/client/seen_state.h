@@ -8,6 +8,18 @@
 
 namespace gslice::remote {
 
+// Contexts' devices, as the client saw the contexts made: a device's primary context retained,
+// a context created on a device. cuCtxGetDevice (before= of both forms) is answered from them
+// without a lock (frameworks ask it around every launch: 8,600 times a ResNet-50 step), else
+// false (a context the client did not see made: the kept answers or the worker answer).
+void RememberContextDevice(CUcontext ctx, CUdevice dev, bool primary);
+// The context is destroyed: its handle may name another context, on another device, later.
+void ForgetContextDevice(CUcontext ctx);
+// Device dev's primary context is released or reset (it may be destroyed with it).
+void ForgetPrimaryContextDevice(CUdevice dev);
+bool RemoteAnswerContextDevice(CUresult* result, CUdevice* device);
+bool RemoteAnswerContextDeviceOf(CUresult* result, CUdevice* device, CUcontext ctx);
+
 void RememberStream(CUstream stream);
 void ForgetStream(CUstream stream);
 void RememberCapture(CUstream stream);

@@ -182,7 +182,14 @@ int Contexts() {
     PrintContext("its own, another thread", own);
   });
   other.join();
+  // A destroyed context's handle may come back for a context of another device.
   CK(cuCtxDestroy(own));
+  for (int i = 0; i < 4; ++i) {
+    CUcontext next;
+    CK(cuCtxCreate(&next, nullptr, 0, i % 2 == 0 ? d1 : d0));
+    PrintContext(i % 2 == 0 ? "a new one on device 1" : "a new one on device 0", next);
+    CK(cuCtxDestroy(next));
+  }
   return 0;
 }
 
