@@ -1,7 +1,9 @@
 // Events made ahead. An event the driver makes is the same whenever it is made: never
 // recorded, of the context current at its making and of its flags; so events made a batch at a
 // time, in one round trip, and handed out one per cuEventCreate of the same context and flags
-// are the events the program would have got. Each batch is kBatch events; at most one batch's
+// are the events the program would have got. The first batch for a context and flags is
+// kFirstBatch events, each next one twice the last up to kMaxBatch (a program that makes
+// events all along, as PyTorch does, soon pays a round trip per hundred); at most one batch's
 // worth waits per context and flags.
 //
 // Destroying an event the client gave out (from a batch or made one at a time) and has not seen
@@ -15,6 +17,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -30,12 +33,14 @@
 namespace gslice::remote {
 namespace {
 
-constexpr size_t kBatch = 16;
+constexpr size_t kFirstBatch = 16;
+constexpr size_t kMaxBatch = 128;
 constexpr unsigned int kPooledFlags = CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING;
 
 struct Events {
   pid_t pid = 0;  // the process whose worker made them
   std::map<std::pair<CUcontext, unsigned int>, std::vector<CUevent>> ahead;
+  std::map<std::pair<CUcontext, unsigned int>, size_t> last_batch;  // per context and flags
   std::unordered_set<CUevent> given;  // given out, not seen destroyed
   uint64_t generation = 0;            // counts ReleaseEventsAhead: a batch made across one is not kept
 };
@@ -48,6 +53,7 @@ Events& EventsLocked() {
   if (g_events == nullptr) g_events = new Events();
   if (g_events->pid != ThisProcess()) {
     g_events->ahead.clear();
+    g_events->last_batch.clear();
     g_events->given.clear();
     g_events->pid = ThisProcess();
   }
@@ -83,21 +89,24 @@ bool RemoteEventFromPool(CUresult* result, CUevent* event, unsigned int flags) {
     return true;
   }
   const uint64_t generation = events.generation;
+  size_t& last = events.last_batch[key];
+  const size_t batch = last == 0 ? kFirstBatch : std::min(2 * last, kMaxBatch);
+  last = batch;
   pthread_mutex_unlock(&g_mu);
 
-  // cuEventCreate(&event, flags) as calls.def encodes it, kBatch times in one round trip.
+  // cuEventCreate(&event, flags) as calls.def encodes it, batch times in one round trip.
   std::deque<Call> calls;
-  Call* pointers[kBatch];
-  for (size_t i = 0; i < kBatch; ++i) {
+  Call* pointers[kMaxBatch];
+  for (size_t i = 0; i < batch; ++i) {
     calls.emplace_back(kOp_cuEventCreate);
     calls.back().request().Put<uint8_t>(1);
     calls.back().request().Put(flags);
     pointers[i] = &calls.back();
   }
-  CUresult results[kBatch];
-  Call::RunTogether(pointers, kBatch, results);
+  CUresult results[kMaxBatch];
+  Call::RunTogether(pointers, batch, results);
   std::vector<CUevent> made;
-  for (size_t i = 0; i < kBatch; ++i) {
+  for (size_t i = 0; i < batch; ++i) {
     CUevent e = nullptr;
     if (results[i] != CUDA_SUCCESS) continue;
     if (!calls[i].reply().Get(&e) || !calls[i].reply().AtEnd()) {
@@ -146,6 +155,7 @@ void ReleaseEventsAhead() {
   Events& events = EventsLocked();
   for (auto& [key, ready] : events.ahead) ahead.insert(ahead.end(), ready.begin(), ready.end());
   events.ahead.clear();
+  events.last_batch.clear();
   events.given.clear();
   ++events.generation;
   pthread_mutex_unlock(&g_mu);

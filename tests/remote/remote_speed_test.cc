@@ -110,9 +110,10 @@ TEST_F(RemoteSpeed, AttributeSetsTheDriverIsKnownToAcceptAreNotWaitedFor) {
 }
 
 TEST_F(RemoteSpeed, EventsAreMadeAheadAndDestroyedWithoutWaiting) {
-  // 40 events made and destroyed: a batch of 16 per round trip, no destroy waited for.
+  // 400 events made and destroyed: batches of 16, 32, 64, 128, 128 and 128 (one round trip
+  // each), no destroy waited for.
   ExpectAnswersAndTrips(Address(), "events",
-                        {"40 events made, recorded and destroyed: 3", "an event's destroy after its context went: 1"});
+                        {"400 events made, recorded and destroyed: 6", "an event's destroy after its context went: 1"});
   Result direct = RunProgram(Direct("1GiB", {kProbe, "events"}));
   for (const char* must : {"a fresh event: CUDA_SUCCESS\n", "timed: yes\n", "a second destroy: CUDA_ERROR_INVALID_HANDLE\n",
                            "after a context with events went: CUDA_SUCCESS\n",

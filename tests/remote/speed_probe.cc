@@ -106,13 +106,13 @@ int Events() {
   CUstream stream;
   CK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
   long long trips = RoundTrips();
-  for (int i = 0; i < 40; ++i) {
+  for (int i = 0; i < 400; ++i) {
     CUevent e;
     CK(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
     CK(cuEventRecord(e, stream));
     CK(cuEventDestroy(e));
   }
-  PrintTrips("40 events made, recorded and destroyed", &trips);
+  PrintTrips("400 events made, recorded and destroyed", &trips);
   printf("then the stream: %s\n", Name(cuStreamSynchronize(stream)));
   CUevent a, b, fresh;
   CK(cuEventCreate(&a, 0));
