@@ -148,18 +148,17 @@ AnswerCopies::AnswerCopies() = default;
 
 size_t AnswerCopies::Index(uint32_t op, uint64_t handle, const uint8_t* head, size_t head_size, const uint8_t* tail,
                            size_t tail_size) {
-  // Eight bytes at a time (keys are a few words of arguments), seeded with the op and handle.
+  // Eight bytes at a time (keys are a few words of arguments), then the last few one by one;
+  // seeded with the op and handle.
   uint64_t h = (static_cast<uint64_t>(op) << 32) ^ handle;
   const auto mix = [&h](const uint8_t* p, size_t n) {
-    for (; n != 0;) {
-      uint64_t w = 0;
-      const size_t take = n < sizeof w ? n : sizeof w;
-      memcpy(&w, p, take);
+    for (; n >= sizeof(uint64_t); p += sizeof(uint64_t), n -= sizeof(uint64_t)) {
+      uint64_t w;
+      memcpy(&w, p, sizeof w);
       h = (h ^ w) * 0x9e3779b97f4a7c15ull;
       h ^= h >> 29;
-      p += take;
-      n -= take;
     }
+    for (; n != 0; ++p, --n) h = (h ^ *p) * 0x100000001b3ull;
   };
   mix(head, head_size);
   mix(tail, tail_size);
