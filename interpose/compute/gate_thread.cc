@@ -525,10 +525,19 @@ void InitOnce(void* (*resolve)(const char*)) {
   g_gate_mode.store(static_cast<int>(WantedMode()), kRlx);
 }
 
-// The share of dev's SMs the calling thread's current context may use, in permille: under
-// MPS, its client's share (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, as the driver applied it); else,
-// or where the driver does not say, all of them.
+// The share of dev's SMs the calling thread's current context may use, in permille. Under MPS
+// a client's share is its CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, read by the driver when the
+// process connects, and what gslice run, the device plugin and the DRA driver set for a cap.
+// The driver does not report it against the whole GPU (an MPS client's SM count is already
+// its share), so the variable, as the process started with it, is the measure; without it,
+// the context's SM count (cuCtxGetExecAffinity) over the device's, which is all of them
+// unless the driver says otherwise.
 uint32_t SmPermille(CUdevice dev) {
+  if (const char* v = getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"); v != nullptr && *v != '\0') {
+    char* end = nullptr;
+    const double pct = strtod(v, &end);
+    if (end != v && *end == '\0' && pct > 0 && pct < 100) return static_cast<uint32_t>(pct * 10 + 0.5);
+  }
   CUexecAffinityParam affinity{};
   int sms = 0;
   if (g_gate->api.ctx_get_exec_affinity == nullptr ||

@@ -477,6 +477,22 @@ GSLICE_SIM_EXPORT CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
   return CUDA_SUCCESS;
 }
 
+namespace gslice::sim {
+
+// A client's share of the SMs under MPS, as the driver reads it when the process connects:
+// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, a percentage 1..100 (anything else: all of them).
+uint32_t MpsSmPercent(const Driver* d) {
+  if (!d->node->mps()) return 100;
+  const char* v = getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
+  if (v == nullptr || *v == '\0') return 100;
+  char* end = nullptr;
+  const double pct = strtod(v, &end);
+  if (end == v || *end != '\0' || !(pct >= 1 && pct <= 100)) return 100;
+  return static_cast<uint32_t>(pct);
+}
+
+}  // namespace gslice::sim
+
 GSLICE_SIM_EXPORT CUresult cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevice dev) {
   if (pi == nullptr || attrib <= 0 || attrib >= CU_DEVICE_ATTRIBUTE_MAX) {
     return CUDA_ERROR_INVALID_VALUE;
@@ -508,7 +524,11 @@ GSLICE_SIM_EXPORT CUresult cuDeviceGetAttribute(int* pi, CUdevice_attribute attr
     case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: v = 52428800; break;
     case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT: v = 512; break;
     case CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT: v = 32; break;
-    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: v = static_cast<int>(rec.sm_count); break;
+    // An MPS client limited to a share of the SMs is told its share, as the driver does (seen
+    // on an H200: 66 of 132 at CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50).
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
+      v = static_cast<int>(std::max<uint32_t>(1, rec.sm_count * gslice::sim::MpsSmPercent(d) / 100));
+      break;
     case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: v = 2048; break;
     case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR: v = 32; break;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: v = 9; break;
@@ -573,18 +593,6 @@ GSLICE_SIM_EXPORT CUresult cuDeviceGetByPCIBusId(CUdevice* dev, const char* bus_
 
 namespace gslice::sim {
 namespace {
-
-// A client's share of the SMs under MPS, as the driver reads it when the process connects:
-// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, a percentage 1..100 (anything else: all of them).
-uint32_t MpsSmPercent(const Driver* d) {
-  if (!d->node->mps()) return 100;
-  const char* v = getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
-  if (v == nullptr || *v == '\0') return 100;
-  char* end = nullptr;
-  const double pct = strtod(v, &end);
-  if (end == v || *end != '\0' || !(pct >= 1 && pct <= 100)) return 100;
-  return static_cast<uint32_t>(pct);
-}
 
 CUctx_st* NewContext(Driver* d, int ordinal, unsigned flags, bool primary) {
   auto* ctx = new CUctx_st;
@@ -820,7 +828,8 @@ GSLICE_SIM_EXPORT CUresult cuCtxSynchronize(void) {
   return static_cast<CUresult>(ctx->sticky_error.load());
 }
 
-// The SMs the current context may use: the device's, or under MPS its client's share of them.
+// The SMs the current context may use: the device's, or under MPS its client's share of them
+// (the same count as CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT then gives, as on the driver).
 GSLICE_SIM_EXPORT CUresult cuCtxGetExecAffinity(CUexecAffinityParam* param, CUexecAffinityType type) {
   if (param == nullptr) return CUDA_ERROR_INVALID_VALUE;
   REQUIRE_INIT(d);

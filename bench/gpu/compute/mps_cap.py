@@ -40,7 +40,7 @@ def main():
     key = "mps-cap"
     procs = [suite.throughput(WORKLOAD, "free", warmup=3),
              suite.throughput(WORKLOAD, "sms", env=HALF, warmup=3),
-             suite.throughput(WORKLOAD, "capped", suite.gslice_prefix("--cap=0.5", "--class=guaranteed"), env=HALF,
+             suite.throughput(WORKLOAD, "capped", suite.gslice_prefix("--cap=50%", "--class=guaranteed"), env=HALF,
                               warmup=3)]
     res = suite.run_config(key, procs, phases=suite.interleaved([["free"], ["sms"], ["capped"]]))
     state = {key: res}
