@@ -68,7 +68,10 @@ struct Connection {
 pthread_mutex_t g_send_mu = PTHREAD_MUTEX_INITIALIZER;
 pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 pthread_cond_t g_answered = PTHREAD_COND_INITIALIZER;
-Connection g_conn;
+// Never destroyed: calls still come after exit handlers have run (cudart's own destructors
+// release their primary contexts, and the client returns the events it made ahead then), and
+// a destroyed connection's queue would be written after it was freed.
+Connection& g_conn = *new Connection;
 // Sticky: kNoServerResult or kLostResult once the connection failed (read without a lock on
 // the fast path, written under both locks).
 std::atomic<CUresult> g_failed{CUDA_SUCCESS};
@@ -205,14 +208,20 @@ bool PushOnLine(const uint8_t* p, size_t n, int pass_fd) {
   return ok;
 }
 
-// Writes n bytes on the connection, or puts them on the delay line. REQUIRES g_send_mu.
+// Writes on the connection happen under g_write_mu, in the order they were sent: a thread
+// holding g_send_mu takes it to write (a call that waits, a full queue), and the flusher takes it
+// before it lets go of g_send_mu with the queue it took, then writes that queue without
+// g_send_mu (so calls keep being queued meanwhile). Lock order: g_send_mu, g_write_mu, then
+// g_wire_mu; g_mu is never taken with g_write_mu held.
+pthread_mutex_t g_write_mu = PTHREAD_MUTEX_INITIALIZER;
+
+// Writes n bytes on the connection, or puts them on the delay line. REQUIRES g_write_mu.
 bool Transmit(const uint8_t* p, size_t n) {
   return AddedDelayNs() == 0 ? WriteAll(g_conn.channel, p, n) : PushOnLine(p, n, -1);
 }
 
-// Writes one frame (after passing pass_fd on the socket when >= 0: wire.h's kOpHostShare),
-// or puts it on the delay line. REQUIRES g_send_mu.
-bool TransmitFrame(const FrameHeader& h, const Writer& payload, int pass_fd) {
+// TransmitFrame's write. REQUIRES g_write_mu.
+bool TransmitFrameWriting(const FrameHeader& h, const Writer& payload, int pass_fd) {
   if (AddedDelayNs() == 0) {
     return (pass_fd < 0 || SendFrameWithFd(g_conn.channel.fd, h, nullptr, 0, pass_fd)) &&
            WriteFrame(g_conn.channel, h, payload.buffer().data(), payload.size());
@@ -225,24 +234,39 @@ bool TransmitFrame(const FrameHeader& h, const Writer& payload, int pass_fd) {
   return PushOnLine(frame.data(), frame.size(), pass_fd);
 }
 
-// REQUIRES g_send_mu.
+// Writes one frame (after passing pass_fd on the socket when >= 0: wire.h's kOpHostShare),
+// or puts it on the delay line. REQUIRES g_send_mu; takes g_write_mu.
+bool TransmitFrame(const FrameHeader& h, const Writer& payload, int pass_fd) {
+  pthread_mutex_lock(&g_write_mu);
+  const bool ok = TransmitFrameWriting(h, payload, pass_fd);
+  pthread_mutex_unlock(&g_write_mu);
+  return ok;
+}
+// Writes the queue now. REQUIRES g_send_mu; takes g_write_mu.
 bool FlushLocked() {
   if (g_conn.queued.empty()) return true;
+  pthread_mutex_lock(&g_write_mu);
   const bool ok = Transmit(g_conn.queued.data(), g_conn.queued.size());
+  pthread_mutex_unlock(&g_write_mu);
   g_conn.queued.clear();
   g_conn.queued_frames = 0;
   g_conn.queued_since = 0;
   return ok;
 }
 
-// The flusher: sends a queue whose oldest frame has waited kFlushAfterNs when no call came to
-// send it. One per process that queued a call (a forked child starts its own).
+// The flusher: sends a queue once its oldest frame has waited kFlushAfterNs. One per process
+// that queued a call (a forked child starts its own). Queued calls are written by it, not by
+// the threads that make them: a write on the rings wakes the worker's reading thread when it
+// sleeps (a futex system call, microseconds under gVisor) and one on a socket is a system call
+// itself, which a launch-bound step would otherwise pay a few hundred times.
 pthread_cond_t g_queue_cv = PTHREAD_COND_INITIALIZER;  // with g_send_mu: the queue got its first frame
 pid_t g_flusher_pid = 0;                               // REQUIRES g_send_mu
 // The flusher waits for a queue to start (not for a due time): only then does a first frame
 // wake it. A flusher waiting for a due time wakes by itself and looks at the queue then, so
 // while calls keep coming no call pays a wake-up. REQUIRES g_send_mu.
 bool g_flusher_idle = false;
+// The queue the flusher took and writes (its buffer goes back to be the next queue's).
+std::vector<uint8_t> g_flusher_batch;
 
 void* Flusher(void*) {
   pthread_mutex_lock(&g_send_mu);
@@ -263,11 +287,17 @@ void* Flusher(void*) {
       continue;
     }
     if (g_failed.load() == CUDA_SUCCESS && g_conn.pid == self) {
-      if (!FlushLocked()) {
-        pthread_mutex_lock(&g_mu);
-        FailLocked(kLostResult, "lost the server while sending queued calls");
-        pthread_mutex_unlock(&g_mu);
-      }
+      // Takes the queue, and the write order with it, then writes it without g_send_mu.
+      g_flusher_batch.swap(g_conn.queued);
+      g_conn.queued_frames = 0;
+      g_conn.queued_since = 0;
+      pthread_mutex_lock(&g_write_mu);
+      pthread_mutex_unlock(&g_send_mu);
+      const bool ok = Transmit(g_flusher_batch.data(), g_flusher_batch.size());
+      pthread_mutex_unlock(&g_write_mu);
+      g_flusher_batch.clear();
+      if (!ok) Fail(kLostResult, "lost the server while sending queued calls");
+      pthread_mutex_lock(&g_send_mu);
     } else {
       // Nothing will send these (a failed connection, or a forked child's copy).
       g_conn.queued.clear();
@@ -297,8 +327,8 @@ void StartFlusherLocked() {
   if (StartQuietThread(Flusher, nullptr) != 0) g_flusher_pid = 0;
 }
 
-// Queues an async call's frame; sends the queue when it is full or its oldest frame has
-// waited long enough. REQUIRES g_send_mu.
+// Queues an async call's frame; sends the queue when it is full, or when its oldest frame has
+// waited long enough and no flusher runs to send it. REQUIRES g_send_mu.
 bool QueueLocked(const FrameHeader& h, const Writer& payload) {
   if (payload.size() + kHeaderSize > kQueueBytes) {
     return FlushLocked() && TransmitFrame(h, payload, -1);
@@ -316,9 +346,9 @@ bool QueueLocked(const FrameHeader& h, const Writer& payload) {
   g_conn.queued.insert(g_conn.queued.end(), head, head + kHeaderSize);
   g_conn.queued.insert(g_conn.queued.end(), payload.buffer().begin(), payload.buffer().end());
   ++g_conn.queued_frames;
-  const bool due = g_conn.queued.size() >= kQueueBytes || g_conn.queued_frames >= kQueueFrames ||
-                   now - g_conn.queued_since >= kFlushAfterNs;
-  return !due || FlushLocked();
+  const bool full = g_conn.queued.size() >= kQueueBytes || g_conn.queued_frames >= kQueueFrames;
+  const bool late = now - g_conn.queued_since >= kFlushAfterNs && g_flusher_pid != ThisProcess();
+  return !(full || late) || FlushLocked();
 }
 
 // REQUIRES g_mu.
@@ -434,6 +464,7 @@ void ForgetInheritedLocked() {
   // held by that thread at the fork (this process has one thread now).
   pthread_mutex_init(&g_wire_mu, nullptr);
   pthread_cond_init(&g_wire_cv, nullptr);
+  pthread_mutex_init(&g_write_mu, nullptr);  // the parent's flusher may have held it
   if (g_line != nullptr) g_line->Clear();
 }
 
