@@ -26,12 +26,15 @@ void DescribeCaller(char* out, size_t size) {
   // Frames from the innermost: the client's own, then the calling library's, then whatever
   // called that library (the program, a framework). A return address points just past its
   // call: one byte back is inside the calling function.
-  int first = 0;
+  // (Frames before the client's first are backtrace's own wrapper where a sanitizer runtime
+  // intercepts it.)
   Dl_info info;
-  while (first < n && dladdr(static_cast<char*>(frames[first]) - 1, &info) != 0 &&
-         info.dli_fbase == self.dli_fbase) {
-    ++first;
-  }
+  auto own = [&](int i) {
+    return dladdr(static_cast<char*>(frames[i]) - 1, &info) != 0 && info.dli_fbase == self.dli_fbase;
+  };
+  int first = 0;
+  while (first < n && !own(first)) ++first;
+  while (first < n && own(first)) ++first;
   if (first >= n || dladdr(static_cast<char*>(frames[first]) - 1, &info) == 0 || info.dli_fname == nullptr) return;
   const void* library = info.dli_fbase;
   const char* library_name = BaseName(info.dli_fname);
