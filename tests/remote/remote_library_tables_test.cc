@@ -93,6 +93,20 @@ TEST_F(RemoteLibraryTables, TheComputeCacheIsDeclinedAndAnUnansweredSlotNamesIts
   }
 }
 
+// cudaMemcpyDefault's copies (cuMemcpy, cuMemcpyAsync): the client tells host memory from the
+// worker's device memory and makes the typed copy, each way right; an address that is neither
+// is refused. Without them CuPy's cupy.linalg stopped with cudaErrorNotSupported.
+TEST_F(RemoteLibraryTables, CopiesOfUnifiedAddressesGoTheRightWay) {
+  Result r = RunProgram(Remote(Address(), "1GiB", {kProbe, "unified-copies"}));
+  EXPECT_EQ(r.code, 0) << r.out;
+  for (const char* line : {"host to device and back: right\n", "device to device, to page-locked host: right\n",
+                           "page-locked host to device and back: right\n", "host to host: right\n",
+                           "into nothing: CUDA_ERROR_INVALID_VALUE\n",
+                           "0x10 is neither memory of this process nor the worker's device memory"}) {
+    EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
+  }
+}
+
 // A call the client does not forward names who made it too.
 TEST_F(RemoteLibraryTables, ACallNotForwardedNamesItsCaller) {
   Result r = RunProgram(Remote(Address(), "1GiB", {kProbe, "unforwarded"}));

@@ -53,6 +53,7 @@
 //   probe library-tables  the slots cuBLASLt's per-stream buffers and cuFFT call (a stream's
 //                       object and key, a module's functions), the compute cache declined,
 //                       an unanswered slot's caller named
+//   probe unified-copies  cuMemcpy and cuMemcpyAsync (cudaMemcpyDefault) each way, bytes checked
 //
 // One file per concern beside this one (probe.h lists them).
 #include <stdio.h>
@@ -101,6 +102,7 @@ constexpr Mode kModes[] = {
     {"handoff", gslice::probe::Handoff},
     {"lt-tables", gslice::probe::LtTables},
     {"library-tables", gslice::probe::LibraryTables},
+    {"unified-copies", gslice::probe::UnifiedCopies},
     {"maps", gslice::probe::Maps},
 };
 

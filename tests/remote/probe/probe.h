@@ -110,6 +110,7 @@ int KeptSets(int argc, char** argv);
 int Tables(int argc, char** argv);
 int LtTables(int argc, char** argv);
 int LibraryTables(int argc, char** argv);
+int UnifiedCopies(int argc, char** argv);
 int Maps(int argc, char** argv);
 // NVML (nvml.cc).
 int Nvml(int argc, char** argv);
