@@ -61,6 +61,7 @@ struct Connection {
   std::vector<uint8_t> queued;  // frames of async calls not sent yet, in call order; REQUIRES g_send_mu
   size_t queued_frames = 0;     // REQUIRES g_send_mu
   int64_t queued_since = 0;     // MonotonicNs when the oldest queued frame was queued; REQUIRES g_send_mu
+  std::vector<uint8_t> flushing;  // the queue the flusher took and writes; the flusher's own
   bool reading = false;         // a thread is reading answers; REQUIRES g_mu
   Waiter* waiters = nullptr;    // threads waiting for answers; REQUIRES g_mu
 };
@@ -265,8 +266,6 @@ pid_t g_flusher_pid = 0;                               // REQUIRES g_send_mu
 // wake it. A flusher waiting for a due time wakes by itself and looks at the queue then, so
 // while calls keep coming no call pays a wake-up. REQUIRES g_send_mu.
 bool g_flusher_idle = false;
-// The queue the flusher took and writes (its buffer goes back to be the next queue's).
-std::vector<uint8_t> g_flusher_batch;
 
 void* Flusher(void*) {
   pthread_mutex_lock(&g_send_mu);
@@ -288,14 +287,15 @@ void* Flusher(void*) {
     }
     if (g_failed.load() == CUDA_SUCCESS && g_conn.pid == self) {
       // Takes the queue, and the write order with it, then writes it without g_send_mu.
-      g_flusher_batch.swap(g_conn.queued);
+      // (Its buffer goes back to be the next queue's.)
+      g_conn.flushing.swap(g_conn.queued);
       g_conn.queued_frames = 0;
       g_conn.queued_since = 0;
       pthread_mutex_lock(&g_write_mu);
       pthread_mutex_unlock(&g_send_mu);
-      const bool ok = Transmit(g_flusher_batch.data(), g_flusher_batch.size());
+      const bool ok = Transmit(g_conn.flushing.data(), g_conn.flushing.size());
       pthread_mutex_unlock(&g_write_mu);
-      g_flusher_batch.clear();
+      g_conn.flushing.clear();
       if (!ok) Fail(kLostResult, "lost the server while sending queued calls");
       pthread_mutex_lock(&g_send_mu);
     } else {

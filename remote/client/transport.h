@@ -10,9 +10,11 @@
 // thread at a time reads them (the reader) and hands each to the thread whose seq it carries,
 // so a thread waiting for a long synchronisation holds up no other.
 // Lock order: the probe's (worker_attach.cc), g_send_mu, g_mu, then the deferred copies'
-// (deferred_copies.cc, taken by the reader with neither of these held). With an added delay
-// (added_delay.h) g_send_mu, then g_wire_mu; the wire thread that writes the connection then
-// takes g_wire_mu alone, and g_mu only with g_wire_mu released.
+// (deferred_copies.cc, taken by the reader with neither of these held). Writes on the
+// connection: g_send_mu, then g_write_mu (the flusher takes g_write_mu before it lets go of
+// g_send_mu, and writes the queue it took without it), then, with an added delay
+// (added_delay.h), g_wire_mu; the wire thread that then writes the connection takes g_wire_mu
+// alone. g_mu is never taken with g_write_mu or g_wire_mu held.
 //
 // Failures are sticky (connection.h): once the connection failed, every request of every
 // thread returns the same result, never retried silently.
