@@ -12,18 +12,5 @@ export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 dir=bench/gpu/compute
 mkdir -p "$OUT/mps_cap"
 export COMPUTE_LOGS="$OUT/mps_cap"
-mps_dir=$(mktemp -d /tmp/gslice-mps-XXXXXX)
-stop_mps() {
-  if [ -n "${mps_dir:-}" ]; then
-    bash "$dir/mps.sh" stop "$mps_dir" >>"$OUT/mps_cap/mps.log" 2>&1
-    rm -rf "$mps_dir"
-    mps_dir=
-  fi
-}
-trap stop_mps EXIT INT TERM
-if ! bash "$dir/mps.sh" start "$mps_dir" >>"$OUT/mps_cap/mps.log" 2>&1; then
-  echo "RESULT mps_cap.setup FAIL the MPS daemon did not start (mps_cap/mps.log)"
-  exit 1
-fi
-export CUDA_MPS_PIPE_DIRECTORY="$mps_dir/pipe" CUDA_MPS_LOG_DIRECTORY="$mps_dir/log"
-python3 "$dir/mps_cap.py" --out "$OUT/mps_cap.json" 2>&1 | tee "$OUT/mps_cap/run.log" | grep -v '^--- \|^  File\|^gslice: '
+bash "$dir/mps.sh" run "$OUT/mps_cap/mps.log" -- python3 "$dir/mps_cap.py" --out "$OUT/mps_cap.json" 2>&1 |
+  tee "$OUT/mps_cap/run.log" | grep -v '^--- \|^  File\|^gslice: '

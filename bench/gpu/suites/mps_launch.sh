@@ -16,18 +16,5 @@ export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 dir=bench/gpu/compute
 mkdir -p "$OUT/mps_launch"
 export COMPUTE_LOGS="$OUT/mps_launch"
-mps_dir=$(mktemp -d /tmp/gslice-mps-XXXXXX)
-stop_mps() {
-  if [ -n "${mps_dir:-}" ]; then
-    bash "$dir/mps.sh" stop "$mps_dir" >>"$OUT/mps_launch/mps.log" 2>&1
-    rm -rf "$mps_dir"
-    mps_dir=
-  fi
-}
-trap stop_mps EXIT INT TERM
-if ! bash "$dir/mps.sh" start "$mps_dir" >>"$OUT/mps_launch/mps.log" 2>&1; then
-  echo "RESULT mps_launch.setup FAIL the MPS daemon did not start (mps_launch/mps.log)"
-  exit 1
-fi
-export CUDA_MPS_PIPE_DIRECTORY="$mps_dir/pipe" CUDA_MPS_LOG_DIRECTORY="$mps_dir/log"
-python3 "$dir/mps_launch.py" --out "$OUT/mps_launch.json" 2>&1 | tee "$OUT/mps_launch/run.log" | grep -v '^--- \|^  File\|^gslice: '
+bash "$dir/mps.sh" run "$OUT/mps_launch/mps.log" -- python3 "$dir/mps_launch.py" --out "$OUT/mps_launch.json" 2>&1 |
+  tee "$OUT/mps_launch/run.log" | grep -v '^--- \|^  File\|^gslice: '
