@@ -14,7 +14,10 @@ cd "$(dirname "$0")/../../.."
 export OUT="${OUT:-$PWD/gpu-out}" PYTHONUNBUFFERED=1
 mkdir -p "$OUT/tenants"
 exec "${TENANTS_PYTHON:-python3}" - <<'PY'
-import os, shutil, signal, subprocess, sys, tempfile, time
+import os, shutil, subprocess, sys, tempfile, time
+
+sys.path.insert(0, os.path.abspath("bench/gpu/remote"))
+import serve  # noqa: E402
 
 OUT = os.path.join(os.environ["OUT"], "tenants")
 PY = os.environ.get("TENANTS_PYTHON", sys.executable)
@@ -49,16 +52,12 @@ os.mkdir(sock_dir)
 os.chmod(sock_dir, 0o755)
 sock = os.path.join(sock_dir, "remoted.sock")
 env = dict(os.environ, NCCL_NVLS_ENABLE="0", HOME="/tmp")
-log = open(os.path.join(OUT, "gslice-remoted.log"), "w")
-server = subprocess.Popen([os.path.join(build, "bin", "gslice-remoted"), "--listen", "unix:" + sock,
-                           "--socket-mode", "0666"] + (["--sim"] if SIM else []), env=env, stdout=log, stderr=subprocess.STDOUT,
-                          start_new_session=True)
+server, address = serve.start(os.path.join(build, "bin", "gslice-remoted"), env, sock,
+                              os.path.join(OUT, "gslice-remoted.log"), tcp=False,
+                              extra=["--socket-mode", "0666"] + (["--sim"] if SIM else []))
 clients = {}
 try:
-    deadline = time.monotonic() + 20
-    while not os.path.exists(sock) and time.monotonic() < deadline and server.poll() is None:
-        time.sleep(0.05)
-    if not os.path.exists(sock):
+    if address is None:
         result("server", "FAIL", "gslice-remoted did not listen (tenants/gslice-remoted.log)")
         sys.exit(1)
     for uid in USERS:
@@ -105,11 +104,6 @@ try:
         result(f"program_{uid}", "PASS" if rc == 0 and right else "FAIL",
                f"exit {rc}; {(text.strip().splitlines() or ['(no output)'])[-1][:150]}")
 finally:
-    os.killpg(server.pid, signal.SIGTERM)
-    try:
-        server.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        os.killpg(server.pid, signal.SIGKILL)
-    log.close()
+    serve.stop(server, sock)
     shutil.rmtree(top, ignore_errors=True)
 PY
