@@ -31,10 +31,7 @@ class RemoteLibraryTables : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     shared::SetUpSimWorld(Prefix());
-    if (const std::string asan = GSLICE_TEST_ASAN_RUNTIME; !asan.empty()) setenv("LD_PRELOAD", asan.c_str(), 1);
-    unlink(SocketPath().c_str());
-    server_ = new Child({std::string(GSLICE_TEST_BIN) + "/gslice-remoted", "--listen", "unix:" + SocketPath(), "--sim",
-                         "--allow-root-tenant"});
+    server_ = shared::StartSimServer(SocketPath(), GSLICE_TEST_ASAN_RUNTIME);
     ASSERT_NE(server_->ReadUntil("gslice-remoted: listening on", 20000), "");
   }
 

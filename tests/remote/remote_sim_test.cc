@@ -50,10 +50,7 @@ class RemoteSim : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     shared::SetUpSimWorld(Prefix());
-    // The sanitize build: the ASan runtime first, before the shim gslice run preloads.
-    if (const std::string asan = GSLICE_TEST_ASAN_RUNTIME; !asan.empty()) setenv("LD_PRELOAD", asan.c_str(), 1);
-    unlink(SocketPath().c_str());
-    server_ = new Child({kBin + "/gslice-remoted", "--listen", "unix:" + SocketPath(), "--sim", "--allow-root-tenant"});
+    server_ = shared::StartSimServer(SocketPath(), GSLICE_TEST_ASAN_RUNTIME);
     ASSERT_NE(server_->ReadUntil("gslice-remoted: listening on", 20000), "");
   }
 

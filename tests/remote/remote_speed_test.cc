@@ -32,10 +32,7 @@ class RemoteSpeed : public ::testing::Test {
   static void SetUpTestSuite() {
     shared::SetUpSimWorld(Prefix(), {"GSLICE_REMOTE_ADDED_DELAY_US", "GSLICE_REMOTE_WAIT"});
     setenv("GSLICE_SIM_DEVICES", "2", 1);  // contexts of two devices
-    // The sanitize build: the ASan runtime first, before the shim gslice run preloads.
-    if (const std::string asan = GSLICE_TEST_ASAN_RUNTIME; !asan.empty()) setenv("LD_PRELOAD", asan.c_str(), 1);
-    unlink(SocketPath().c_str());
-    server_ = new Child({kBin + "/gslice-remoted", "--listen", "unix:" + SocketPath(), "--sim", "--allow-root-tenant"});
+    server_ = shared::StartSimServer(SocketPath(), GSLICE_TEST_ASAN_RUNTIME);
     ASSERT_NE(server_->ReadUntil("gslice-remoted: listening on", 20000), "");
   }
 

@@ -126,6 +126,17 @@ inline int CountDescendants(pid_t ancestor, const std::string& word) {
   return n;
 }
 
+// Starts a suite's gslice-remoted on the simulated driver, serving socket_path (root clients
+// get workers); before it, asan_runtime (the sanitize build's, else empty) is preloaded for
+// every program the suite starts, ahead of the shim gslice run preloads. The caller waits for
+// "gslice-remoted: listening on" and stops it with StopServer.
+inline gslice::test::Child* StartSimServer(const std::string& socket_path, const std::string& asan_runtime) {
+  if (!asan_runtime.empty()) setenv("LD_PRELOAD", asan_runtime.c_str(), 1);
+  unlink(socket_path.c_str());
+  return new gslice::test::Child({std::string(GSLICE_TEST_BIN) + "/gslice-remoted", "--listen", "unix:" + socket_path,
+                                  "--sim", "--allow-root-tenant"});
+}
+
 // Stops a suite's gslice-remoted (SIGTERM, then waits for it) and removes its unix socket.
 inline void StopServer(gslice::test::Child** server, const std::string& socket_path) {
   if (*server != nullptr) {
