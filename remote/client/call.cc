@@ -76,12 +76,15 @@ size_t CacheSlot(uint32_t op) {
   return group == 0 ? 0 : 1 + static_cast<size_t>(__builtin_ctz(group));
 }
 
+// The bytes of the request prefix an answer is keyed by. The prefix is the context (its first
+// 8 bytes) and the lane: a group's answers depend on the context, a `cached` call's on
+// neither, and no answer on the lane (threads share them).
+size_t KeyedPrefixBytes(uint32_t op) { return kOpCacheGroup[op] != 0 ? sizeof(uint64_t) : 0; }
+
 std::string CacheKey(uint32_t op, const Writer& request) {
-  // The prefix is the context (its first 8 bytes) and the lane. A group's answers depend on
-  // the context, a `cached` call's on neither, and no answer on the lane (threads share them).
   const char* const bytes = reinterpret_cast<const char*>(request.buffer().data());
   std::string key(reinterpret_cast<const char*>(&op), sizeof op);
-  if (kOpCacheGroup[op] != 0) key.append(bytes, sizeof(uint64_t));
+  key.append(bytes, KeyedPrefixBytes(op));
   key.append(bytes + kRequestPrefixSize, request.size() - kRequestPrefixSize);
   return key;
 }
@@ -136,7 +139,7 @@ bool Call::FromCache(Kept* kept) {
   kept->slot = CacheSlot(op_);
   // The thread's copy first (CacheKey's bytes: the context for a group's calls, the arguments).
   const uint8_t* const bytes = request_.buffer().data();
-  const size_t head = kOpCacheGroup[op_] != 0 ? sizeof(uint64_t) : 0;
+  const size_t head = KeyedPrefixBytes(op_);
   size_t copied = 0;
   if (const uint8_t* reply = state_->copies.Find(op_, cache_handle_, bytes, head, bytes + kRequestPrefixSize,
                                                  request_.size() - kRequestPrefixSize,
@@ -256,7 +259,7 @@ CUresult Call::Answered(Kept* kept) {
   answered_ = true;
   if (kept != nullptr && result == CUDA_SUCCESS) {
     const uint8_t* const bytes = request_.buffer().data();
-    state_->copies.Put(op_, cache_handle_, bytes, kOpCacheGroup[op_] != 0 ? sizeof(uint64_t) : 0,
+    state_->copies.Put(op_, cache_handle_, bytes, KeyedPrefixBytes(op_),
                        bytes + kRequestPrefixSize, request_.size() - kRequestPrefixSize, kept->generation,
                        reply_buffer_.data(), reply_buffer_.size());
     AnswerStore().Keep(kept->slot, kept->generation, cache_handle_, std::move(kept->key), reply_buffer_);
