@@ -153,8 +153,7 @@ struct Device {
   // The share of the GPU's SMs this process's kernels may use, in permille (1000: all). Under
   // MPS with an active-thread percentage (how a cap is applied there), a kernel busy for t
   // holds only that share of the GPU, so GPU time is charged as t times it (Charge): the cap
-  // is then held once, by the SMs, not again by the gate. Learnt with a context current
-  // (LearnSmShare), under devices_mu.
+  // is then held once, by the SMs, not again by the gate. Set by AddDevice (LearnSmShare).
   std::atomic<uint32_t> sm_permille{1000};
   LedgerComputeEntry* entry = nullptr;  // this process's entry in the ledger (or local)
   LedgerComputeEntry local_entry{};      // used when the ledger has no room
@@ -234,8 +233,5 @@ void UpdateNear(Device& d, int64_t now);
 // Adds a device record (devices_mu held), with its policy, ledger entry and peers. nullptr
 // when the table is full.
 Device* AddDevice(const uint8_t uuid[16], CUdevice dev, CUcontext ctx);
-// Reads the share of the GPU's SMs the calling thread's current context (on dev) may use into
-// d.sm_permille, where d is shared through MPS. REQUIRES: a context on dev current.
-void LearnSmShare(Device& d, CUdevice dev);
 
 }  // namespace gslice::compute

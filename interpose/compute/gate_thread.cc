@@ -525,41 +525,31 @@ void InitOnce(void* (*resolve)(const char*)) {
   g_gate_mode.store(static_cast<int>(WantedMode()), kRlx);
 }
 
-// The share of dev's SMs the calling thread's current context may use, in permille. Under MPS
-// a client's share is its CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, read by the driver when the
-// process connects, and what gslice run, the device plugin and the DRA driver set for a cap.
-// The driver does not report it against the whole GPU (an MPS client's SM count is already
-// its share), so the variable, as the process started with it, is the measure; without it,
-// the context's SM count (cuCtxGetExecAffinity) over the device's, which is all of them
-// unless the driver says otherwise.
-uint32_t SmPermille(CUdevice dev) {
-  if (const char* v = getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"); v != nullptr && *v != '\0') {
-    char* end = nullptr;
-    const double pct = strtod(v, &end);
-    if (end != v && *end == '\0' && pct > 0 && pct < 100) return static_cast<uint32_t>(pct * 10 + 0.5);
-  }
-  CUexecAffinityParam affinity{};
-  int sms = 0;
-  if (g_gate->api.ctx_get_exec_affinity == nullptr ||
-      g_gate->api.ctx_get_exec_affinity(&affinity, CU_EXEC_AFFINITY_TYPE_SM_COUNT) != CUDA_SUCCESS ||
-      g_gate->api.device_get_attribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev) != CUDA_SUCCESS ||
-      sms <= 0 || affinity.param.smCount.val == 0) {
-    return 1000;
-  }
-  const uint64_t permille = uint64_t{affinity.param.smCount.val} * 1000 / static_cast<uint64_t>(sms);
-  return permille >= 1000 ? 1000 : static_cast<uint32_t>(permille);
+// This process's share of the GPU's SMs, in permille. Under MPS a client's share is its
+// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, read by the driver when the process connects, and what
+// gslice run, the device plugin and the DRA driver set for a cap. The driver cannot say it:
+// an MPS client is told only its own SMs (the device attribute and cuCtxGetExecAffinity both
+// give 66 of an H200's 132 at 50%), so the variable, as the process started with it, is the
+// measure; without it, all of them.
+uint32_t SmPermille() {
+  const char* v = getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
+  if (v == nullptr || *v == '\0') return 1000;
+  char* end = nullptr;
+  const double pct = strtod(v, &end);
+  return end != v && *end == '\0' && pct > 0 && pct < 100 ? static_cast<uint32_t>(pct * 10 + 0.5) : 1000;
 }
 
-}  // namespace
-
-void LearnSmShare(Device& d, CUdevice dev) {
+// Sets d.sm_permille, where d is shared through MPS, to this process's share of its SMs.
+void LearnSmShare(Device& d) {
   if (!d.spatial) return;
-  const uint32_t permille = SmPermille(dev);
+  const uint32_t permille = SmPermille();
   if (d.sm_permille.exchange(permille, kRlx) != permille && permille < 1000) {
     LogLine("compute: MPS gives this process %u.%u%% of the GPU's SMs; its GPU time counts at that share",
             permille / 10, permille % 10);
   }
 }
+
+}  // namespace
 
 Device* AddDevice(const uint8_t uuid[16], CUdevice dev, CUcontext ctx) {
   const int n = g_gate->device_count.load(std::memory_order_acquire);
@@ -568,7 +558,7 @@ Device* AddDevice(const uint8_t uuid[16], CUdevice dev, CUcontext ctx) {
   memcpy(d.uuid, uuid, 16);
   int mps = 0;
   d.spatial = g_gate->api.device_get_attribute(&mps, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, dev) == CUDA_SUCCESS && mps != 0;
-  if (ctx != nullptr) LearnSmShare(d, dev);
+  LearnSmShare(d);
   // The slice's policy on this GPU where the ledger has it already, else the process's own.
   d.policy.store(PackPolicy(g_gate->env), kRlx);
   if (g_gate->window != nullptr) FollowSlicePolicy(d);

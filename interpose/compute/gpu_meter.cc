@@ -32,7 +32,6 @@ bool DriverApi::Bind(void* (*resolve)(const char*), const char** missing) {
     }
     *e.slot = p;
   }
-  ctx_get_exec_affinity = reinterpret_cast<decltype(ctx_get_exec_affinity)>(resolve("cuCtxGetExecAffinity"));
   return true;
 }
 

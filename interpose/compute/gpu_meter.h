@@ -36,11 +36,9 @@ struct DriverApi {
   CUresult (*event_record)(CUevent, CUstream) = nullptr;
   CUresult (*event_query)(CUevent) = nullptr;
   CUresult (*event_elapsed)(float*, CUevent, CUevent) = nullptr;
-  // Optional (nullptr where the driver lacks it): the SMs a context may use under MPS.
-  CUresult (*ctx_get_exec_affinity)(CUexecAffinityParam*, CUexecAffinityType) = nullptr;
 
   // Fills every pointer through resolve(name); false (and names the missing one) if any
-  // required one is absent.
+  // is absent.
   bool Bind(void* (*resolve)(const char* name), const char** missing);
 };
 

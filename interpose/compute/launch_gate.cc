@@ -195,7 +195,6 @@ Device* CurrentDevice(CUcontext ctx) {
       Device& d = g_gate->devices[i];
       CUcontext c = d.ctx.load(std::memory_order_acquire);
       if (c == ctx || (c == nullptr && memcmp(d.uuid, uuid.bytes, 16) == 0)) {
-        if (c == nullptr) LearnSmShare(d, dev);  // registered by the gate thread, with no context
         d.ctx.store(ctx, std::memory_order_release);
         found = &d;
       }
