@@ -114,7 +114,9 @@ struct ControlLoop {
 // meanwhile, and publishes the period's reading in the process's compute entry. A sampled
 // launch costs about 5 us more on an H200 under MPS (two event records and their pool); one
 // in 32 added ~150 ns a launch there, one in 256 adds ~20 ns, and a launch-bound job still
-// gives ~100 samples per second.
+// gives ~100 samples per second. While the process only counts its launches (GateMode::kCount)
+// the same launches are timed, chosen by CountLaunch, and the gate thread asks for the next
+// launch (LaunchCount::time_next) after kKernelSampleGapNs without a timed one.
 inline constexpr uint32_t kKernelSampleEvery = 256;
 inline constexpr int64_t kKernelSampleGapNs = 10'000'000;
 inline constexpr int kKernelSampleRing = 256;  // pairs not yet read; a full ring drops samples
@@ -122,6 +124,21 @@ inline constexpr int kKernelSampleRing = 256;  // pairs not yet read; a full rin
 // launches say it has work queued for this long after each, which covers the queue a framework
 // keeps ahead of the GPU, so that kernels of guaranteed work timed "alone" are.
 inline constexpr int64_t kUngatedHoldNs = 50'000'000;
+
+// kCount's state (launch_gate.h): the launches of the process, all GPUs together, for the
+// job's busy share (kernel_clock.h); and the gate thread's request that the next launch be
+// timed. A timed launch goes through BeforeLaunch, which also says the process wants the GPU
+// and has work queued for kUngatedHoldNs: while it launches, one is timed at least every
+// kKernelSampleGapNs (and a pass), well within that hold.
+// Launching threads increment launches racily, a load and a store on a line of this
+// process's own (as the suspend gate's activity word is). A lost update between threads
+// undercounts, which makes the job's busy share, and so its loss (kernel_clock.h), read
+// smaller by the lost share; threads lose updates only when they launch at the same moment.
+struct LaunchCount {
+  std::atomic<uint64_t> launches{0};
+  std::atomic<bool> time_next{false};
+};
+extern LaunchCount g_counted;
 
 struct KernelTiming {
   // Written by the gate thread: launching threads sample (guaranteed, MPS, an opportunistic
@@ -137,6 +154,8 @@ struct KernelTiming {
   std::atomic<uint64_t> launches{0};
   // Gate thread only.
   uint64_t period_launches = 0;  // launches at the last period's end
+  uint32_t seen_head = 0;        // the ring's head at the pass that last saw it move
+  int64_t newest_sample_ns = 0;  // ... and that pass's time (kCount's time_next)
   KernelClock clock;
   int64_t opportunistic_busy_ns = 0;  // the newest pass that saw opportunistic work queued
   int64_t next_period_ns = 0;
@@ -218,6 +237,11 @@ inline bool PublishOnly(const Device& d) {
   const ComputePolicy p = PolicyOf(d);
   return p.cls == ComputeClass::kGuaranteed && !p.capped() && !d.peers.share_peer.load(kRlx);
 }
+
+// A publish-only process on a GPU shared through MPS: nothing meters or waits its launches;
+// they say it wants the GPU and some are timed (GateMode::kCount where no other GPU of the
+// process needs the gate).
+inline bool CountsOnly(const Device& d) { return d.spatial && PublishOnly(d); }
 
 // ---- the launch path's, also run by the gate thread (launch_gate.cc) --------------------
 

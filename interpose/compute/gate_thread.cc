@@ -205,17 +205,31 @@ void ScanPeers(Device& d) {
 }
 
 // Gate when a GPU's policy limits this process (before any GPU is registered: the policy it
-// started with) or peers need it to take part; else only watch.
+// started with) or peers need it to take part; only count launches where all they need is a
+// guaranteed process's activity and kernel times on MPS (CountsOnly); else only watch.
 GateMode WantedMode() {
   const auto limits = [](const ComputePolicy& p) { return p.capped() || p.cls == ComputeClass::kOpportunistic; };
   const int n = g_gate->device_count.load(std::memory_order_acquire);
   if (n == 0 && limits(g_gate->env)) return GateMode::kGate;
+  GateMode mode = GateMode::kWatch;
   for (int i = 0; i < n; ++i) {
     const Device& d = g_gate->devices[i];
     if (limits(PolicyOf(d))) return GateMode::kGate;
-    if (d.peers.opportunistic.load(kRlx) > 0 || d.peers.share_peer.load(kRlx)) return GateMode::kGate;
+    if (d.peers.opportunistic.load(kRlx) == 0 && !d.peers.share_peer.load(kRlx)) continue;
+    if (!CountsOnly(d)) return GateMode::kGate;
+    mode = GateMode::kCount;
   }
-  return GateMode::kWatch;
+  return mode;
+}
+
+// Sets the gate's mode, with a trace line when it changes.
+void SetMode(GateMode mode) {
+  const int before = g_gate_mode.exchange(static_cast<int>(mode), kRlx);
+  if (before == static_cast<int>(mode)) return;
+  TraceLine("compute: launches %s", mode == GateMode::kGate    ? "pass the gate"
+                                    : mode == GateMode::kCount ? "are counted and some timed (guaranteed work on MPS "
+                                                                 "beside opportunistic work)"
+                                                               : "pass untouched");
 }
 
 // ---- the opportunistic control loop ----------------------------------------------------
@@ -320,18 +334,26 @@ bool OpportunisticQueued(Device& d, int64_t now) {
 }
 
 // Every pass, for a guaranteed process on MPS: whether launches are sampled, the completed
-// samples into the clock (beside opportunistic work when a pass from just before the launch
+// samples into the clock (read_samples: the context is bound, so its events are alive) (beside opportunistic work when a pass from just before the launch
 // to now saw its work queued), and once per kControlPeriodNs the period's reading into the
 // compute entry, where opportunistic processes' controllers read it.
-void TimeKernels(Device& d, int64_t now) {
+void TimeKernels(Device& d, int64_t now, bool read_samples) {
   KernelTiming& k = d.kernels;
   const bool sample = d.spatial && g_gate->window != nullptr && PolicyOf(d).cls == ComputeClass::kGuaranteed &&
                       d.peers.opportunistic.load(kRlx) > 0;
   if (k.sampling.load(kRlx) != sample) k.sampling.store(sample, kRlx);
   if (sample && OpportunisticQueued(d, now)) k.opportunistic_busy_ns = now;
   const uint32_t head = k.head.load(std::memory_order_acquire);
+  if (head != k.seen_head || k.newest_sample_ns == 0) {
+    k.seen_head = head;
+    k.newest_sample_ns = now;
+  }
+  // While counting, the launch after a gap with none timed is (a job of few, long kernels).
+  if (sample && now - k.newest_sample_ns >= kKernelSampleGapNs && !g_counted.time_next.load(kRlx)) {
+    g_counted.time_next.store(true, kRlx);
+  }
   uint32_t tail = k.tail.load(kRlx);
-  for (; tail != head; ++tail) {
+  for (; read_samples && tail != head; ++tail) {
     const KernelSample& s = k.ring[tail % kKernelSampleRing];
     const CUresult done = g_gate->api.event_query(s.end);
     if (done == CUDA_ERROR_NOT_READY) break;
@@ -348,7 +370,8 @@ void TimeKernels(Device& d, int64_t now) {
   const int64_t period_ns = k.next_period_ns == 0 ? 0 : now - (k.next_period_ns - kControlPeriodNs);
   k.next_period_ns = now + kControlPeriodNs;
   if (++k.sequence > 0xffffu) k.sequence = 1;
-  const uint64_t launches = k.launches.load(kRlx);
+  // Launches counted on the gated path and while counting: each moves only in its own mode.
+  const uint64_t launches = k.launches.load(kRlx) + g_counted.launches.load(kRlx);
   const KernelSignal signal = k.clock.ClosePeriod(now, k.sequence, launches - k.period_launches, period_ns);
   k.period_launches = launches;
   d.entry->kernel_signal.store(PackKernelSignal(signal), kRlx);
@@ -421,20 +444,27 @@ void* GateThread(void*) {
     if (scan && g_gate->window != nullptr) g_gate->window->Refresh();
     if (scan) RegisterActiveDevices();
     const int n = g_gate->device_count.load(std::memory_order_acquire);
-    const bool gating = g_gate_mode.load(kRlx) == static_cast<int>(GateMode::kGate);
+    const int mode = g_gate_mode.load(kRlx);
+    const bool gating = mode == static_cast<int>(GateMode::kGate) || mode == static_cast<int>(GateMode::kCount);
     if (gating && !scan && g_gate->window != nullptr) SyncPeerPages(n);
     for (int i = 0; i < n; ++i) {
       Device& d = g_gate->devices[i];
       if (scan) ScanPeers(d);
       CUcontext ctx = d.ctx.load(std::memory_order_seq_cst);  // seq_cst: ForgetContext's handshake
-      if (!gating || ctx == nullptr) continue;
+      if (!gating) continue;
+      // While counting, a GPU the process launches on has no context bound until a launch
+      // there is timed: the gate thread asks for one (TimeKernels), and reads no samples.
+      if (ctx == nullptr) {
+        if (d.spatial) TimeKernels(d, now, /*read_samples=*/false);
+        continue;
+      }
       // Lazy markers are recorded on the app's streams from here: the context must be current.
       if (current != ctx && g_gate->api.ctx_set_current(ctx) == CUDA_SUCCESS) current = ctx;
       // On MPS nobody judges a publish-only guaranteed process by its measured busy time (the
       // MPS controller reads its kernels): its launches meter nothing, and the gate thread
       // records no markers on its streams, which keeps it off their driver lock.
-      if (!(d.spatial && PublishOnly(d))) PollDevice(d, now);
-      if (d.spatial) TimeKernels(d, now);
+      if (!CountsOnly(d)) PollDevice(d, now);
+      if (d.spatial) TimeKernels(d, now, /*read_samples=*/true);
       if (PolicyOf(d).cls == ComputeClass::kOpportunistic) {
         ControlOpportunisticRate(d, now);
         UpdateNear(d, now);
@@ -442,7 +472,7 @@ void* GateThread(void*) {
     }
     if (scan) {
       last_scan = now;
-      if (!g_stop.load(std::memory_order_relaxed)) g_gate_mode.store(static_cast<int>(WantedMode()), kRlx);
+      if (!g_stop.load(std::memory_order_relaxed)) SetMode(WantedMode());
     }
     g_passes.fetch_add(1, std::memory_order_seq_cst);
     g_in_pass.store(false, std::memory_order_seq_cst);
@@ -522,7 +552,7 @@ void InitOnce(void* (*resolve)(const char*)) {
   }
   atexit(ReleaseEntries);
   g_init_ok = true;
-  g_gate_mode.store(static_cast<int>(WantedMode()), kRlx);
+  SetMode(WantedMode());
 }
 
 // This process's share of the GPU's SMs, in permille. Under MPS a client's share is its

@@ -22,6 +22,19 @@ namespace gslice::compute {
 
 std::atomic<int> g_gate_mode{0};
 std::atomic<uint64_t> g_context_epoch{0};
+LaunchCount g_counted;
+
+namespace {
+// Launches of this thread until the next timed one while counting (CountLaunch).
+thread_local uint32_t t_until_timed = kKernelSampleEvery;
+}  // namespace
+
+bool CountLaunch() {
+  g_counted.launches.store(g_counted.launches.load(kRlx) + 1, kRlx);
+  if (--t_until_timed != 0 && !g_counted.time_next.load(kRlx)) return false;
+  t_until_timed = kKernelSampleEvery;
+  return true;
+}
 
 namespace {
 
@@ -328,15 +341,20 @@ bool NothingToYieldTo(const Device& d) { return OpportunisticOnly(d) && d.peers.
 
 // Starts timing this launch where the gate samples this GPU's kernels (KernelTiming): every
 // kKernelSampleEvery-th launch of the calling thread, and its first after kKernelSampleGapNs
-// without one, gets a start event before it. Returns whether it did (the ticket then carries
-// the sample for AfterLaunch).
+// without one, gets a start event before it. While the process only counts its launches
+// (GateMode::kCount) CountLaunch has chosen the launch already: it is timed. Returns whether
+// it did (the ticket then carries the sample for AfterLaunch).
 bool StartKernelSample(Device& d, CUstream stream, const KernelShape* shape, int64_t now, LaunchTicket* ticket) {
   static thread_local uint32_t t_launches = 0;
   static thread_local int64_t t_sampled_ns = 0;
   if (shape == nullptr || !d.kernels.sampling.load(kRlx)) return false;
-  const bool counted = ++t_launches % kKernelSampleEvery == 0;
-  if (counted) d.kernels.launches.fetch_add(kKernelSampleEvery, kRlx);
-  if (!counted && now - t_sampled_ns < kKernelSampleGapNs) return false;
+  if (g_gate_mode.load(kRlx) == static_cast<int>(GateMode::kCount)) {
+    if (g_counted.time_next.load(kRlx)) g_counted.time_next.store(false, kRlx);
+  } else {
+    const bool counted = ++t_launches % kKernelSampleEvery == 0;
+    if (counted) d.kernels.launches.fetch_add(kKernelSampleEvery, kRlx);
+    if (!counted && now - t_sampled_ns < kKernelSampleGapNs) return false;
+  }
   t_sampled_ns = now;
   const int64_t launched = MonotonicNs();  // when it was launched, to the gate thread's precision
   CUevent start = d.meter.pool.Get(g_gate->api);
@@ -384,7 +402,7 @@ LaunchTicket BeforeLaunch(CUstream stream, bool per_thread, const KernelShape* s
     return {};
   }
   const bool own_thread_stream = per_thread && (stream == nullptr || stream == CU_STREAM_PER_THREAD);
-  if (d->spatial && PublishOnly(*d)) {
+  if (CountsOnly(*d)) {
     // On MPS the controller judges a guaranteed process by its timed kernels, not by its
     // launches or busy time: a launch only says the process wants the GPU and has work queued,
     // for kUngatedHoldNs on the coarse clock (a few ns; a tick behind, which a 1 ms hold would

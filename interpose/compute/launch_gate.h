@@ -5,7 +5,7 @@
 //
 // Use from the shim's launch hooks:
 //
-//   if (gslice::compute::LaunchGateActive()) {
+//   if (gslice::compute::LaunchThroughGate()) {
 //     const auto ticket = gslice::compute::BeforeLaunch(stream, per_thread);   // may wait
 //     CUresult r = real_launch(...);
 //     gslice::compute::AfterLaunch(ticket);
@@ -13,8 +13,8 @@
 //   }
 //   return real_launch(...);
 //
-// LaunchGateActive() is one relaxed load: a process with no compute policy and no peers
-// that need it to publish pays nothing else. docs/compute.md explains the design.
+// LaunchThroughGate() is one relaxed load for a process with no compute policy and no peers
+// that need it to publish: it pays nothing else. docs/compute.md explains the design.
 #pragma once
 
 #include <cuda.h>
@@ -28,9 +28,18 @@ enum class GateMode : int {
   kOff = 0,    // not initialised or no policy possible: launches pass untouched
   kWatch = 1,  // registered; a background thread watches for peers, launches pass untouched
   kGate = 2,   // launches go through BeforeLaunch/AfterLaunch
+  // Launches are counted, and now and then one goes through BeforeLaunch/AfterLaunch to be
+  // timed: a guaranteed process with no cap and no share contention whose only peers are
+  // opportunistic ones on GPUs shared through MPS. Nothing judges its launches or waits them
+  // there (mps_controller.h): the timed launches say it wants the GPU and give its kernels'
+  // times (gate_state.h, KernelTiming, LaunchCount).
+  kCount = 3,
 };
 
 extern std::atomic<int> g_gate_mode;
+
+// kCount's side of a launch (launch_gate.cc): counts it and says whether it is to be timed.
+bool CountLaunch();
 
 struct Device;
 class StreamMeter;
@@ -43,7 +52,16 @@ struct KernelSample {
   int64_t launched_ns = 0;
 };
 
+// Whether launches are gated now (kGate): the gate meters this process's GPU time.
 inline bool LaunchGateActive() { return g_gate_mode.load(std::memory_order_relaxed) == static_cast<int>(GateMode::kGate); }
+
+// Whether this launch goes through BeforeLaunch and AfterLaunch: every launch while gating,
+// the timed ones while counting (kCount), none otherwise. The one question a launch hook asks.
+inline bool LaunchThroughGate() {
+  const int mode = g_gate_mode.load(std::memory_order_relaxed);
+  if (mode == static_cast<int>(GateMode::kGate)) return true;
+  return mode == static_cast<int>(GateMode::kCount) && CountLaunch();
+}
 
 using ComputeLogFn = void (*)(const char* line);
 

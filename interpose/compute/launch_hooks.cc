@@ -149,7 +149,7 @@ CUresult LaunchThrough(const char* name, const compute::KernelShape& shape, CUst
   const bool traced = trace::Recording();
   int64_t start = traced ? trace::NowNs() : 0;
   CUresult r;
-  if (!compute::LaunchGateActive()) {
+  if (!compute::LaunchThroughGate()) {
     r = launch();
   } else {
     const uint32_t waits = traced ? compute::WaitsOfThisThread() : 0;

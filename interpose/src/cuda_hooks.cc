@@ -810,7 +810,7 @@ GSLICE_EXPORT CUresult gslice_hook_cuGraphLaunch(CUgraphExec exec, CUstream stre
   trace::ApiScope traced(trace::StreamCall("cuGraphLaunch", trace::ApiKind::kLaunch, stream, false));
   ResumeGate();
   const CUcontext ctx = RaiseDefaultStream(stream, false);  // the default streams at the class's priority
-  const bool gated = compute::LaunchGateActive();  // compute slices (launch_gate.h)
+  const bool gated = compute::LaunchThroughGate();  // compute slices (launch_gate.h)
   // A graph is timed as one kernel (kernel_clock.h).
   const compute::KernelShape shape{.function = exec};
   const compute::LaunchTicket ticket = gated ? compute::BeforeLaunch(stream, false, &shape, ctx) : compute::LaunchTicket{};
@@ -826,7 +826,7 @@ GSLICE_EXPORT CUresult gslice_hook_cuGraphLaunch_ptsz(CUgraphExec exec, CUstream
   trace::ApiScope traced(trace::StreamCall("cuGraphLaunch_ptsz", trace::ApiKind::kLaunch, stream, true));
   ResumeGate();
   const CUcontext ctx = RaiseDefaultStream(stream, true);
-  const bool gated = compute::LaunchGateActive();  // compute slices (launch_gate.h)
+  const bool gated = compute::LaunchThroughGate();  // compute slices (launch_gate.h)
   const compute::KernelShape shape{.function = exec};
   const compute::LaunchTicket ticket = gated ? compute::BeforeLaunch(stream, true, &shape, ctx) : compute::LaunchTicket{};
   CUresult r = REAL(cuGraphLaunch_ptsz)(exec, stream);

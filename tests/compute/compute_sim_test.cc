@@ -20,6 +20,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -361,6 +362,39 @@ TEST_F(ComputeSim, OnMpsACapHeldByTheSmsIsNotHeldAgainByTheGate) {
   ASSERT_GT(witness, 200) << two[0].raw;
   EXPECT_LE(both / witness, 0.50 + 0.08) << "two processes " << two[1].kernels << " + " << two[2].kernels << " vs free "
                                          << two[0].kernels;
+}
+
+// A guaranteed process on MPS beside opportunistic work takes no gate: its launches are only
+// counted, and now and then one is timed. From the count the gate thread says it wants the
+// GPU (so that the opportunistic controller pauses for its kernels' times alone), and the
+// timed launches give the controller its reading.
+TEST_F(ComputeSim, OnMpsGuaranteedLaunchesAreCountedNotGated) {
+  unlink(sim_state_.c_str());  // a fresh simulated node, on MPS, with heavy interference
+  auto mps = [](std::map<std::string, std::string> env) {
+    env["GSLICE_SIM_MPS"] = "100";
+    env["GSLICE_LOG"] = "debug";
+    return OnGpu(0, std::move(env));
+  };
+  const double start_at = NowMs() + 800;
+  const std::string worker = std::string(GSLICE_TEST_BIN_DIR) + "/compute_worker";
+  Worker gw = StartProgram(worker, UnderShim(mps({{"GSLICE_CLASS", "guaranteed"}})), Job(start_at, 3.0),
+                           /*stderr_too=*/true);
+  Worker ow = StartProgram(worker, UnderShim(mps({{"GSLICE_CLASS", "opportunistic"}})), Job(start_at, 3.0),
+                           /*stderr_too=*/true);
+  const std::vector<Result> rs = {Wait(gw), Wait(ow)};
+  const std::string& g = rs[0].raw;
+  ASSERT_GT(rs[0].kernels, 0) << g;
+  EXPECT_NE(g.find("compute: launches are counted and some timed"), std::string::npos) << g;
+  EXPECT_EQ(g.find("compute: launches pass the gate"), std::string::npos) << g;
+  // A reading (n.nnn, not 0.000) of its kernels beside opportunistic work against alone.
+  const std::regex reading(R"(beside opportunistic work at least 0\.([0-9]{3}) of its speed alone, by its kernels' times \()");
+  bool read = false;
+  for (auto it = std::sregex_iterator(g.begin(), g.end(), reading); it != std::sregex_iterator(); ++it) {
+    read |= (*it)[1].str() != "000";
+  }
+  EXPECT_TRUE(read) << g;
+  // The opportunistic controller acted on it: heavy interference reads slow, and it cuts.
+  EXPECT_NE(rs[1].raw.find("of their floor: rate 1000 ->"), std::string::npos) << rs[1].raw;
 }
 
 // An opportunistic process with no guaranteed process on its GPU has nothing to yield to: its

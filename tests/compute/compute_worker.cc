@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
 #ifdef GSLICE_WORKER_DIRECT_GATE
       gslice::compute::LaunchTicket ticket;
       const gslice::compute::KernelShape shape{.function = busy, .grid = {1, 1, 1}, .block = {1, 1, 1}};
-      if (gslice::compute::LaunchGateActive()) ticket = gslice::compute::BeforeLaunch(stream, false, &shape);
+      if (gslice::compute::LaunchThroughGate()) ticket = gslice::compute::BeforeLaunch(stream, false, &shape);
 #endif
       Check(cuLaunchKernel(busy, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr), "cuLaunchKernel");
 #ifdef GSLICE_WORKER_DIRECT_GATE
