@@ -262,6 +262,12 @@ CUresult ResolveStream(CUstream h, bool per_thread_default, std::shared_ptr<CUst
 // REQUIRES the capturing stream's ctx->m.
 void CaptureOp(CUgraph_st* graph, std::function<void()> run);
 
+// The work one launch of f runs on target's device (a kernel node's: sim/cuda/graphs.cc), after
+// the checks cuLaunchKernel makes of the function, its dimensions (grid x, y, z, block x, y, z,
+// shared memory bytes) and its arguments. REQUIRES an initialised driver.
+CUresult MakeKernelWork(CUctx_st* target, CUfunction f, const unsigned dims[7], void** params, void** extra,
+                        int priority, unsigned long long stream_id, std::function<void()>* work);
+
 // Enqueues run on stream s with the legacy-stream ordering rules applied; while s captures,
 // records run into its graph instead and returns the last sequence number submitted.
 uint64_t Enqueue(const std::shared_ptr<CUstream_st>& s, std::function<void()> run,

@@ -202,42 +202,25 @@ CUresult ReadArgs(const CUfunc_st* f, void** params, void** extra, KernelArgs* o
   return CUDA_SUCCESS;
 }
 
-CUresult Launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                unsigned bz, unsigned shmem, CUstream h, void** params, void** extra, bool pt,
-                const int* priority_override) {
-  REQUIRE_INIT(d);
-  REQUIRE_CONTEXT(ctx);
+}  // namespace
+
+CUresult gslice::sim::MakeKernelWork(CUctx_st* target, CUfunction f, const unsigned dims[7], void** params,
+                                     void** extra, int priority, unsigned long long stream_id,
+                                     std::function<void()>* work) {
+  const unsigned gx = dims[0], gy = dims[1], gz = dims[2], bx = dims[3], by = dims[4], bz = dims[5], shmem = dims[6];
   if (f == nullptr || !FunctionLive(f)) return CUDA_ERROR_INVALID_HANDLE;
   if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 || gy > 65535 ||
       gz > 65535 || bx > 1024 || by > 1024 || bz > 64 ||
       static_cast<uint64_t>(bx) * by * bz > 1024 || shmem > 232448) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  std::shared_ptr<CUstream_st> s;
-  CUresult r = ResolveStream(h, pt, &s);
-  if (r != CUDA_SUCCESS) return r;
   if (f->behaviour == CUfunc_st::Behaviour::kForeign) return RefuseForeign(f);
   KernelArgs args;
-  r = ReadArgs(f, params, extra, &args);
+  CUresult r = ReadArgs(f, params, extra, &args);
   if (r != CUDA_SUCCESS) return r;
-  if (CUresult sticky = static_cast<CUresult>(s->ctx->sticky_error.load()); sticky != CUDA_SUCCESS) {
-    return sticky;
-  }
-  ApiGate gate;
-  CUctx_st* target = s->ctx;
-  const int priority = priority_override != nullptr ? *priority_override : s->priority.load();
-  static const bool trace = [] {
-    const char* v = getenv("GSLICE_SIM_TRACE_LAUNCHES");
-    return v != nullptr && strcmp(v, "1") == 0;
-  }();
-  if (trace) {
-    const char* kind = s->kind == StreamKind::kLegacy ? "legacy" : s->kind == StreamKind::kPerThread ? "per-thread" : "user";
-    fprintf(stderr, "gslice sim: launch %s stream=%s priority=%d\n", f->name.c_str(), kind, priority);
-  }
   const auto behaviour = f->behaviour;
-  const unsigned long long stream_id = s->id;
   const uint32_t correlation = g_correlation.fetch_add(1, std::memory_order_relaxed) + 1;
-  Enqueue(s, [target, priority, behaviour, args, name = f->name, stream_id, correlation] {
+  *work = [target, priority, behaviour, args, name = f->name, stream_id, correlation] {
     if (target->sticky_error.load() != CUDA_SUCCESS) return;  // a faulted context runs nothing
     if (behaviour == CUfunc_st::Behaviour::kBusy) {
       const uint64_t start = RunOnDevice(target, priority, args.a * 1000, nullptr);
@@ -254,7 +237,39 @@ CUresult Launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx
       for (uint64_t i = 0; i < args.count; ++i) p[i] = args.pattern;
     });
     ReportKernel(name, target, stream_id, start, gslice::MonotonicNs(), correlation);
-  });
+  };
+  return CUDA_SUCCESS;
+}
+
+namespace {
+
+CUresult Launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                unsigned bz, unsigned shmem, CUstream h, void** params, void** extra, bool pt,
+                const int* priority_override) {
+  REQUIRE_INIT(d);
+  REQUIRE_CONTEXT(ctx);
+  if (f == nullptr || !FunctionLive(f)) return CUDA_ERROR_INVALID_HANDLE;
+  std::shared_ptr<CUstream_st> s;
+  CUresult r = ResolveStream(h, pt, &s);
+  if (r != CUDA_SUCCESS) return r;
+  const int priority = priority_override != nullptr ? *priority_override : s->priority.load();
+  const unsigned dims[7] = {gx, gy, gz, bx, by, bz, shmem};
+  std::function<void()> work;
+  r = MakeKernelWork(s->ctx, f, dims, params, extra, priority, s->id, &work);
+  if (r != CUDA_SUCCESS) return r;
+  if (CUresult sticky = static_cast<CUresult>(s->ctx->sticky_error.load()); sticky != CUDA_SUCCESS) {
+    return sticky;
+  }
+  ApiGate gate;
+  static const bool trace = [] {
+    const char* v = getenv("GSLICE_SIM_TRACE_LAUNCHES");
+    return v != nullptr && strcmp(v, "1") == 0;
+  }();
+  if (trace) {
+    const char* kind = s->kind == StreamKind::kLegacy ? "legacy" : s->kind == StreamKind::kPerThread ? "per-thread" : "user";
+    fprintf(stderr, "gslice sim: launch %s stream=%s priority=%d\n", f->name.c_str(), kind, priority);
+  }
+  Enqueue(s, std::move(work));
   return CUDA_SUCCESS;
 }
 
