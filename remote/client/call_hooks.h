@@ -46,7 +46,11 @@ void RemoteAfterStreamCreate(CUstream* stream, Rest...) {
   if (stream != nullptr) RememberStream(*stream);
 }
 inline void RemoteAfterStreamDestroy(CUstream stream) { ForgetStream(stream); }
-inline void RemoteAfterBeginCapture(CUstream stream, CUstreamCaptureMode) { RememberCapture(stream); }
+// cuStreamBeginCapture and cuStreamBeginCaptureToGraph: the stream captures from now on.
+template <typename... Rest>
+void RemoteAfterBeginCapture(CUstream stream, Rest...) {
+  RememberCapture(stream);
+}
 inline bool RemoteBeforeEndCapture(CUresult*, CUstream stream, CUgraph*) {
   ForgetCapture(stream);
   return false;

@@ -121,50 +121,55 @@ CUresult Layout(CUfunction f, std::vector<uint32_t>* sizes) {
   return CUDA_SUCCESS;
 }
 
+}  // namespace
+
+CUresult ReadKernelArguments(CUfunction f, void** params, void** extra, KernelArguments* out) {
+  if ((params == nullptr) == (extra == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  out->params = params;
+  out->sizes.clear();
+  if (params != nullptr) return Layout(f, &out->sizes);
+  bool have_size = false;
+  for (size_t i = 0;; i += 2) {
+    if (i >= 64) return CUDA_ERROR_INVALID_VALUE;
+    if (extra[i] == CU_LAUNCH_PARAM_END) break;
+    if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) {
+      out->buffer = extra[i + 1];
+    } else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) {
+      if (extra[i + 1] == nullptr) return CUDA_ERROR_INVALID_VALUE;
+      size_t s;
+      memcpy(&s, extra[i + 1], sizeof s);
+      out->buffer_size = s;
+      have_size = true;
+    } else {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  if (out->buffer == nullptr || !have_size || out->buffer_size > kMaxParamBytes) return CUDA_ERROR_INVALID_VALUE;
+  return CUDA_SUCCESS;
+}
+
+bool EncodeKernelArguments(const KernelArguments& a, Writer* w) {
+  return EncodeLaunchParams(a.params, a.sizes.data(), static_cast<uint32_t>(a.sizes.size()),
+                            a.params == nullptr ? a.buffer : nullptr, a.buffer_size, w);
+}
+
+namespace {
+
 // Sends a launch (launch.h); the worker lays the parameters out again.
 CUresult Launch(uint32_t op, CUfunction f, const unsigned dims[7], CUstream stream, const CUlaunchAttribute* attrs,
                 unsigned num_attrs, void** params, void** extra) {
   // Launches are not waited for: what the client can check, it checks here.
   for (int i = 0; i < 6; ++i)
     if (dims[i] == 0) return CUDA_ERROR_INVALID_VALUE;
-  if ((params == nullptr) == (extra == nullptr) || num_attrs > kMaxLaunchAttributes ||
-      (num_attrs > 0 && attrs == nullptr)) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  std::vector<uint32_t> sizes;
-  if (params != nullptr) {
-    CUresult r = Layout(f, &sizes);
-    if (r != CUDA_SUCCESS) return r;
-  }
-  const void* buffer = nullptr;
-  uint64_t buffer_size = 0;
-  bool have_size = false;
-  if (extra != nullptr) {
-    for (size_t i = 0;; i += 2) {
-      if (i >= 64) return CUDA_ERROR_INVALID_VALUE;
-      if (extra[i] == CU_LAUNCH_PARAM_END) break;
-      if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) {
-        buffer = extra[i + 1];
-      } else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) {
-        if (extra[i + 1] == nullptr) return CUDA_ERROR_INVALID_VALUE;
-        size_t s;
-        memcpy(&s, extra[i + 1], sizeof s);
-        buffer_size = s;
-        have_size = true;
-      } else {
-        return CUDA_ERROR_INVALID_VALUE;
-      }
-    }
-    if (buffer == nullptr || !have_size || buffer_size > kMaxParamBytes) return CUDA_ERROR_INVALID_VALUE;
-  }
+  if (num_attrs > kMaxLaunchAttributes || (num_attrs > 0 && attrs == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  KernelArguments arguments;
+  CUresult r = ReadKernelArguments(f, params, extra, &arguments);
+  if (r != CUDA_SUCCESS) return r;
   Call call(op);
   LaunchConfig config{.f = f, .stream = stream, .num_attrs = num_attrs, .attrs = attrs};
   std::copy(dims, dims + 7, config.dims);
   EncodeLaunchConfig(config, &call.request());
-  if (!EncodeLaunchParams(params, sizes.data(), static_cast<uint32_t>(sizes.size()),
-                          extra != nullptr ? buffer : nullptr, buffer_size, &call.request())) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
+  if (!EncodeKernelArguments(arguments, &call.request())) return CUDA_ERROR_INVALID_VALUE;
   const CUresult res = call.Run();
   if (res != CUDA_SUCCESS) return res;
   if (!call.reply().AtEnd()) return call.Malformed();

@@ -119,6 +119,35 @@ CUresult Serve_cuGetProcAddress_v2(Reader& r, Writer& w) {
   return res;
 }
 
+bool DriverKernelArguments::Lay(const LaunchParams& in) {
+  which_ = in.which;
+  if (in.which & kLaunchKernelParams) {
+    // Each parameter at a 16-byte aligned offset of one buffer (the driver reads them through
+    // the pointers; alignment keeps any type's load legal).
+    uint64_t total = 0;
+    for (const auto& [data, size] : in.params) {
+      total += (size + 15) / 16 * 16;
+      if (total > 2 * kMaxParamBytes) return false;
+    }
+    storage_.assign(total / 8 + 2, 0);
+    auto* base = reinterpret_cast<uint8_t*>(storage_.data());
+    uint64_t at = 0;
+    for (const auto& [data, size] : in.params) {
+      if (size != 0) std::memcpy(base + at, data, size);
+      params_.push_back(base + at);
+      at += (size + 15) / 16 * 16;
+    }
+    params_.push_back(nullptr);
+  }
+  if (in.which & kLaunchExtra) {
+    extra_storage_.assign(in.extra_bytes / 8 + 2, 0);
+    if (in.extra_bytes != 0) std::memcpy(extra_storage_.data(), in.extra, in.extra_bytes);
+    extra_[1] = extra_storage_.data();
+    extra_size_ = in.extra_bytes;
+  }
+  return true;
+}
+
 namespace {
 
 // A launch (launch.h).
@@ -127,39 +156,10 @@ CUresult ServeLaunch(uint32_t op, Reader& r) {
   std::vector<CUlaunchAttribute> attrs;
   LaunchParams in;
   if (!DecodeLaunchConfig(&r, &c, &attrs) || !DecodeLaunchParams(&r, &in)) return kMalformed;
-  // Each parameter at a 16-byte aligned offset of one buffer (the driver reads them through
-  // the pointers; alignment keeps any type's load legal).
-  std::vector<uint64_t> storage;
-  std::vector<void*> params;
-  if (in.which & kLaunchKernelParams) {
-    uint64_t total = 0;
-    for (const auto& [data, size] : in.params) {
-      total += (size + 15) / 16 * 16;
-      if (total > 2 * kMaxParamBytes) return kMalformed;
-    }
-    storage.assign(total / 8 + 2, 0);
-    auto* base = reinterpret_cast<uint8_t*>(storage.data());
-    uint64_t at = 0;
-    for (const auto& [data, size] : in.params) {
-      if (size != 0) std::memcpy(base + at, data, size);
-      params.push_back(base + at);
-      at += (size + 15) / 16 * 16;
-    }
-    params.push_back(nullptr);
-  }
-  std::vector<uint64_t> extra_storage;
-  size_t extra_size = 0;
-  void* extra[5] = {CU_LAUNCH_PARAM_BUFFER_POINTER, nullptr, CU_LAUNCH_PARAM_BUFFER_SIZE, &extra_size,
-                    CU_LAUNCH_PARAM_END};
-  if (in.which & kLaunchExtra) {
-    extra_storage.assign(in.extra_bytes / 8 + 2, 0);
-    if (in.extra_bytes != 0) std::memcpy(extra_storage.data(), in.extra, in.extra_bytes);
-    extra[1] = extra_storage.data();
-    extra_size = in.extra_bytes;
-  }
-  if (!r.AtEnd()) return kMalformed;
-  void** p = (in.which & kLaunchKernelParams) ? params.data() : nullptr;
-  void** e = (in.which & kLaunchExtra) ? extra : nullptr;
+  DriverKernelArguments arguments;
+  if (!arguments.Lay(in) || !r.AtEnd()) return kMalformed;
+  void** p = arguments.params();
+  void** e = arguments.extra();
   if (g_driver[op] == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
   if (op == kOp_cuLaunchKernelEx || op == kOp_cuLaunchKernelEx_ptsz) {
     using Fn = CUresult (*)(const CUlaunchConfig*, CUfunction, void**, void**);

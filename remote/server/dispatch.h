@@ -8,7 +8,10 @@
 
 #include <cstdint>
 
+#include <vector>
+
 #include "calls.h"
+#include "launch.h"
 #include "wire.h"
 
 namespace gslice::remote {
@@ -35,6 +38,29 @@ void InitNvmlBeforeFirstCall();
 inline constexpr CUresult kMalformed = static_cast<CUresult>(1021);
 
 using Handler = CUresult (*)(Reader& in, Writer& out);
+
+// A kernel's arguments as read from a request (launch.h: LaunchParams), laid out as the driver
+// takes them: kernelParams pointing into this object's storage, or extra naming its buffer (a
+// launch's, a graph's kernel node's). Not copyable: the pointers point into it.
+class DriverKernelArguments {
+ public:
+  DriverKernelArguments() = default;
+  DriverKernelArguments(const DriverKernelArguments&) = delete;
+  DriverKernelArguments& operator=(const DriverKernelArguments&) = delete;
+  // False when the parameters together are over the driver's limit.
+  bool Lay(const LaunchParams& in);
+  void** params() { return (which_ & kLaunchKernelParams) ? params_.data() : nullptr; }
+  void** extra() { return (which_ & kLaunchExtra) ? extra_ : nullptr; }
+
+ private:
+  uint8_t which_ = 0;
+  std::vector<uint64_t> storage_;
+  std::vector<void*> params_;
+  std::vector<uint64_t> extra_storage_;
+  size_t extra_size_ = 0;
+  void* extra_[5] = {CU_LAUNCH_PARAM_BUFFER_POINTER, nullptr, CU_LAUNCH_PARAM_BUFFER_SIZE, &extra_size_,
+                     CU_LAUNCH_PARAM_END};
+};
 
 enum class Dispatched {
   kAnswered,   // out holds the driver's answer

@@ -356,6 +356,20 @@ TEST_F(RemoteSim, AHostCopyOnACapturingStreamIsRefusedAtTheEndOfTheCapture) {
                    "then not capturing; sync CUDA_SUCCESS\n");
 }
 
+TEST_F(RemoteSim, AGraphBuiltByHandAndByCaptureIntoItRunsAsOnTheSim) {
+  // XLA's command buffers: nodes added by hand (a kernel's arguments among them), work captured
+  // into the graph, conditionals, and the executable graph's nodes set in place.
+  ExpectSameAsDirect(Address(), "graph-nodes", "executable graph's nodes set: results verified");
+}
+
+TEST_F(RemoteSim, ACopyNodeNamingHostMemoryIsRefusedAndNamed) {
+  // The worker's driver would read the worker's own memory at that address.
+  Result r = RunProgram(Remote(Address(), "1GiB", {kProbe, "graph-host-copy"}));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("host-to-device copy node: CUDA_ERROR_NOT_SUPPORTED"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("cuGraphAddMemcpyNode: a copy node with host memory"), std::string::npos) << r.out;
+}
+
 TEST_F(RemoteSim, PointerAttributesAreTheWorkersAndTheClientsPageLockedMemoryIsHost) {
   ExpectSameAsDirect(Address(), "pointer", "attributes of page-locked memory: type host, range from the allocation");
 }

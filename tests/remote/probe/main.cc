@@ -21,6 +21,9 @@
 //                       the integrity hash's constant answers, an unknown UUID refused
 //   probe graph         captures a memset and a launch on a stream, replays the graph, verifies
 //   probe capture-copy  a host-to-device copy on a capturing stream: cuStreamEndCapture's result
+//   probe graph-nodes   a graph built by hand (memset, kernel, copy, empty, child-graph and IF
+//                       nodes) and by capture into it, launched, its nodes set, results verified
+//   probe graph-host-copy  prints the result of a copy node naming host memory
 //   probe pointer       pointer attributes of device, page-locked and plain host memory
 //   probe callbacks     host functions and stream callbacks: their order and status
 //   probe settings      context limits and cache config, function attributes, occupancy, stream
@@ -84,6 +87,8 @@ constexpr Mode kModes[] = {
     {"graph", gslice::probe::Graph},
     {"pointer", gslice::probe::Pointer},
     {"capture-copy", gslice::probe::CaptureCopy},
+    {"graph-nodes", gslice::probe::GraphNodes},
+    {"graph-host-copy", gslice::probe::GraphHostCopy},
     {"callbacks", gslice::probe::Callbacks},
     {"memops", gslice::probe::Memops},
     {"settings", gslice::probe::Settings},

@@ -101,6 +101,9 @@ int Callbacks(int argc, char** argv);
 int Memops(int argc, char** argv);
 int Threads(int argc, char** argv);
 int Handoff(int argc, char** argv);
+// Graphs built by hand and by capture into a graph (graphs.cc).
+int GraphNodes(int argc, char** argv);
+int GraphHostCopy(int argc, char** argv);
 // Answers the client gives or keeps itself (answers.cc).
 int Repeat(int argc, char** argv);
 int Pointer(int argc, char** argv);
