@@ -425,6 +425,59 @@ def nccl():
     return out
 
 
+@check("jax_jit", what="jax.jit with XLA's defaults (command buffers: CUDA graphs built by hand and by "
+                        "capture into them, updated between runs): an MLP's training steps, a loop with a cond")
+def jax_jit():
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    # Deterministic kernels and no autotuner, so that both runs pick the same kernels; command
+    # buffers are left as XLA sets them (on).
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                               " --xla_gpu_deterministic_ops=true --xla_gpu_autotune_level=0").strip()
+    jax = need("jax")
+    import jax.numpy as jnp
+    if not any(d.platform == "gpu" for d in jax.devices()):
+        raise Skip("jax without a GPU backend")
+    r = rng()
+    sizes = [256, 512, 512, 512, 10]
+    params = [(jnp.asarray(r.standard_normal((a, b)).astype(np.float32) / np.sqrt(a)), jnp.zeros((b,), jnp.float32))
+              for a, b in zip(sizes[:-1], sizes[1:])]
+    x = jnp.asarray(r.standard_normal((64, sizes[0])).astype(np.float32))
+    y = jnp.asarray(r.randint(0, sizes[-1], 64))
+
+    def loss_fn(p):
+        h = x
+        for w, b in p[:-1]:
+            h = jax.nn.relu(h @ w + b)
+        logits = h @ p[-1][0] + p[-1][1]
+        return -jnp.mean(jax.nn.log_softmax(logits)[jnp.arange(y.shape[0]), y])
+
+    @jax.jit
+    def step(p):
+        loss, g = jax.value_and_grad(loss_fn)(p)
+        return [(w - 0.01 * gw, b - 0.01 * gb) for (w, b), (gw, gb) in zip(p, g)], loss
+
+    @jax.jit
+    def loop(v, w, n):
+        # A loop whose trip count is an argument and a branch taken on the device: XLA's
+        # while and conditional commands.
+        def body(i, v):
+            return jax.lax.cond(i % 2 == 0, lambda v: jnp.tanh(v @ w), lambda v: v * 0.5 + 1.0, v)
+        return jax.lax.fori_loop(0, n, body, v)
+
+    losses = []
+    with jax.default_matmul_precision("highest"):
+        for _ in range(6):  # the first run records the command buffers, the later ones update them
+            params, loss = step(params)
+            losses.append(float(loss))
+        looped = [loop(x[:, :256], params[1][0][:256, :256], n) for n in (3, 8)]
+    jax.block_until_ready(params)
+    out = {"losses": np.array(losses, dtype=np.float32), "loop_3": np.asarray(looped[0]),
+           "loop_8": np.asarray(looped[1])}
+    for i, (w, b) in enumerate(params):
+        out[f"w{i}"], out[f"b{i}"] = np.asarray(w), np.asarray(b)
+    return out
+
+
 # ---- Running and comparing.
 
 def run(name, path):

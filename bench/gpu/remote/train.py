@@ -160,12 +160,11 @@ def train_jax(steps, batch):
     """A small MLP trained with plain SGD under jax.jit: XLA's own launches, events and copies."""
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     # Deterministic kernels, and no autotuner (which needs page-locked memory mapped into the
-    # GPU, only a same-host worker has: docs/remote.md), so that every side runs the same code;
-    # no command buffers (CUDA graphs built by capture into a graph and by editing nodes, which
-    # the client does not forward: docs/remote.md, "Not yet").
+    # GPU, only a same-host worker has: docs/remote.md), so that every side runs the same code.
+    # XLA's command buffers stay on, as by default: CUDA graphs built by hand and by capture
+    # into a graph, which the client forwards.
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                               " --xla_gpu_deterministic_ops=true --xla_gpu_autotune_level=0"
-                               " --xla_gpu_enable_command_buffer=").strip()
+                               " --xla_gpu_deterministic_ops=true --xla_gpu_autotune_level=0").strip()
     import jax, jax.numpy as jnp
     k = jax.random.PRNGKey(0)
     sizes = [512, 1024, 1024, 1024, 10]

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The CUDA libraries the frameworks load, through the remote client (docs/remote.md, "The
 # driver's private tables"): each check of bench/gpu/remote/libraries.py (cuFFT, cuSOLVER,
-# cuSPARSE, cuRAND, NVRTC, nvJitLink, cuDNN, cuBLASLt, NCCL) runs locally under `gslice run`
+# cuSPARSE, cuRAND, NVRTC, nvJitLink, cuDNN, cuBLASLt, NCCL, and JAX's jit with XLA's defaults:
+# its command buffers, CUDA graphs built by hand and by capture into them) runs locally under `gslice run`
 # and through the client (`gslice run --remote unix:...` against a gslice-remoted this script
 # starts), each a process of its own, and the two runs' results are compared as the check
 # says: bit for bit, or within its stated tolerance. Prints `RESULT remote_lib.NAME

@@ -4,7 +4,8 @@
 #   cases:  KIND:BATCH:STEPS (bench/gpu/remote/train.py's workloads), by default ResNet-50 in
 #           bfloat16 channels-last at batch 32 and 64 and a small transformer at batch 1 (all
 #           three launch-bound on an H200), ResNet-50 fp32 at batch 32 (the GPU busy) and a
-#           small MLP under jax.jit (XLA's launches, events and copies); REMOTE_CASES to change
+#           small MLP under jax.jit (XLA's defaults: its command buffers, graphs built by hand
+#           and by capture into them); REMOTE_CASES to change
 #           (KIND:BATCH takes TRAIN_STEPS steps)
 #   sides:  local; shm: unix with the same-host shared-memory rings; socket: unix without them
 #           (GSLICE_REMOTE_SHM=off); tcp: loopback TCP; wait: the rings with every call waited
