@@ -124,10 +124,11 @@ CUresult Layout(CUfunction f, std::vector<uint32_t>* sizes) {
 }  // namespace
 
 CUresult ReadKernelArguments(CUfunction f, void** params, void** extra, KernelArguments* out) {
-  if ((params == nullptr) == (extra == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  if (params != nullptr && extra != nullptr) return CUDA_ERROR_INVALID_VALUE;
   out->params = params;
   out->sizes.clear();
   if (params != nullptr) return Layout(f, &out->sizes);
+  if (extra == nullptr) return CUDA_SUCCESS;  // a kernel without parameters: the driver decides
   bool have_size = false;
   for (size_t i = 0;; i += 2) {
     if (i >= 64) return CUDA_ERROR_INVALID_VALUE;

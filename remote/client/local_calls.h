@@ -24,7 +24,7 @@ struct KernelArguments {
   const void* buffer = nullptr;  // extra's, when params is NULL
   uint64_t buffer_size = 0;
 };
-// Reads params or extra (exactly one non-NULL) of a kernel f. May make calls of its own (the
+// Reads params or extra (at most one non-NULL; neither: a kernel without parameters) of a kernel f. May make calls of its own (the
 // layout): REQUIRES no Call of this thread under way.
 CUresult ReadKernelArguments(CUfunction f, void** params, void** extra, KernelArguments* out);
 // Writes them as launch.h's EncodeLaunchParams does. False when one of kernelParams is NULL.
