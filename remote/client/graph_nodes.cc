@@ -5,7 +5,8 @@
 // does for the application. A copy node naming host memory is refused here with a line naming
 // the call, and again by the worker. A conditional's body graphs are the worker's: the client
 // keeps the array cuGraphAddNode hands out (phGraph_out) for as long as the process lives, as
-// the driver keeps it for the node's life.
+// the driver keeps it for the node's life. cuGraphExecUpdate_v2 is here too: its result info is
+// the answer that matters when the update fails, which generated calls do not bring back.
 #include <cuda.h>
 #include <pthread.h>
 
@@ -192,6 +193,21 @@ CUresult AddNode(const char* name, uint32_t op, bool with_edges, CUgraphNode* ou
   return res;
 }
 
+// The result info is the driver's answer when the update fails, too.
+CUresult ExecUpdate(CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo* info) {
+  Call call(kOp_cuGraphExecUpdate_v2);
+  call.request().Put(exec);
+  call.request().Put(graph);
+  call.request().Put<uint8_t>(info != nullptr);
+  const CUresult res = call.Run();
+  if (!call.answered()) return res;
+  Reader& r = call.reply();
+  CUgraphExecUpdateResultInfo got{};
+  if ((info != nullptr && !r.GetInto(&got, sizeof got)) || !r.AtEnd()) return call.Malformed();
+  if (info != nullptr) *info = got;
+  return res;
+}
+
 }  // namespace
 }  // namespace gslice::remote
 
@@ -232,4 +248,9 @@ extern "C" CUresult gslice_remote_call_cuGraphAddNode_v2(CUgraphNode* phGraphNod
                                                        CUgraphNodeParams* nodeParams) {
   return AddNode("cuGraphAddNode_v2", kOp_cuGraphAddNode_v2, true, phGraphNode, hGraph, dependencies, dependencyData,
                  numDependencies, nodeParams);
+}
+
+extern "C" CUresult gslice_remote_call_cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph,
+                                                          CUgraphExecUpdateResultInfo* resultInfo) {
+  return ExecUpdate(hGraphExec, hGraph, resultInfo);
 }

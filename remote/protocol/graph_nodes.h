@@ -1,6 +1,7 @@
 // The wire format of the graph calls whose node parameters hold host pointers (calls.def:
 // custom cuGraphAddKernelNode_v2, cuGraphExecKernelNodeSetParams_v2, cuGraphAddMemcpyNode,
-// cuGraphExecMemcpyNodeSetParams, cuGraphAddNode, cuGraphAddNode_v2), after the request
+// cuGraphExecMemcpyNodeSetParams, cuGraphAddNode, cuGraphAddNode_v2) and of cuGraphExecUpdate_v2,
+// whose answer matters when it fails, after the request
 // prefix. The client writes it (remote/client/graph_nodes.cc), the worker reads it
 // (remote/server/graph_nodes.cc); this is the one definition of both.
 //
@@ -14,6 +15,9 @@
 //   copy node      the CUDA_MEMCPY3D as it is, u64 ctx
 //   any node       (cuGraphAddNode) the CUgraphNodeParams as it is; a kernel's is followed by
 //                  launch.h's parameters, whose pointers in it are the worker's to set
+//   exec update    (cuGraphExecUpdate_v2) u64 graph exec, u64 graph, u8 whether the result info
+//                  is wanted; answered, whatever the result, with the CUgraphExecUpdateResultInfo
+//                  when it was
 //
 // Trust: the worker's driver would follow a host address of a copy node in the worker's own
 // memory (a tenant reading or writing what its worker holds), so a copy names device memory on

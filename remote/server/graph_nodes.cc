@@ -156,6 +156,19 @@ CUresult ServeAddNode(uint32_t op, bool with_edges, Reader& r, Writer& w) {
   return res;
 }
 
+CUresult ServeExecUpdate(Reader& r, Writer& w) {
+  CUgraphExec exec{};
+  CUgraph graph{};
+  uint8_t want = 0;
+  if (!r.Get(&exec) || !r.Get(&graph) || !r.GetFlag(&want) || !r.AtEnd()) return kMalformed;
+  using Fn = CUresult (*)(CUgraphExec, CUgraph, CUgraphExecUpdateResultInfo*);
+  auto fn = reinterpret_cast<Fn>(g_driver[kOp_cuGraphExecUpdate_v2]);
+  CUgraphExecUpdateResultInfo info{};
+  const CUresult res = fn != nullptr ? fn(exec, graph, want ? &info : nullptr) : CUDA_ERROR_NOT_SUPPORTED;
+  if (want) w.PutBytes(&info, sizeof info);
+  return res;
+}
+
 }  // namespace
 
 CUresult Serve_cuGraphAddKernelNode_v2(Reader& r, Writer& w) { return ServeAddKernelNode(r, w); }
@@ -164,5 +177,6 @@ CUresult Serve_cuGraphAddMemcpyNode(Reader& r, Writer& w) { return ServeAddCopyN
 CUresult Serve_cuGraphExecMemcpyNodeSetParams(Reader& r, Writer& w) { return ServeSetCopyNode(r, w); }
 CUresult Serve_cuGraphAddNode(Reader& r, Writer& w) { return ServeAddNode(kOp_cuGraphAddNode, false, r, w); }
 CUresult Serve_cuGraphAddNode_v2(Reader& r, Writer& w) { return ServeAddNode(kOp_cuGraphAddNode_v2, true, r, w); }
+CUresult Serve_cuGraphExecUpdate_v2(Reader& r, Writer& w) { return ServeExecUpdate(r, w); }
 
 }  // namespace gslice::remote

@@ -61,6 +61,7 @@ struct CUgraph_st {
 
 struct CUgraphExec_st {
   std::vector<CUgraphNode> nodes;               // the graph's top-level nodes, in order
+  std::vector<CUgraphNodeType> types;           // of nodes
   std::shared_ptr<const WorkList> work;         // nodes[i]'s work (empty: nothing to run)
   std::vector<bool> enabled;
 };
@@ -274,6 +275,7 @@ CUresult Instantiate(CUgraphExec* out, CUgraph h) {
   WorkList work;
   for (const auto& node : graph->nodes) {
     exec->nodes.push_back(Handle(node.get()));
+    exec->types.push_back(node->type);
     work.push_back(NodeWorkLocked(*node));
   }
   exec->work = std::make_shared<const WorkList>(std::move(work));
@@ -647,6 +649,22 @@ GSLICE_SIM_EXPORT CUresult cuGraphNodeGetDependencies_v2(CUgraphNode node, CUgra
 }
 
 GSLICE_SIM_EXPORT CUresult cuGraphAddDependencies_v2(CUgraph graph, const CUgraphNode* from, const CUgraphNode* to,
+                                                     const CUgraphEdgeData* edges, size_t num);
+
+// The forms without edge data (cuda.h names the newer ones cuGraphNodeGetDependencies and
+// cuGraphAddDependencies).
+#undef cuGraphNodeGetDependencies
+#undef cuGraphAddDependencies
+GSLICE_SIM_EXPORT CUresult cuGraphNodeGetDependencies(CUgraphNode node, CUgraphNode* deps, size_t* num) {
+  return cuGraphNodeGetDependencies_v2(node, deps, nullptr, num);
+}
+
+GSLICE_SIM_EXPORT CUresult cuGraphAddDependencies(CUgraph graph, const CUgraphNode* from, const CUgraphNode* to,
+                                                  size_t num) {
+  return cuGraphAddDependencies_v2(graph, from, to, nullptr, num);
+}
+
+GSLICE_SIM_EXPORT CUresult cuGraphAddDependencies_v2(CUgraph graph, const CUgraphNode* from, const CUgraphNode* to,
                                                      const CUgraphEdgeData* edges, size_t num) {
   (void)edges;  // default edges only
   if (num > 0 && (from == nullptr || to == nullptr)) return CUDA_ERROR_INVALID_VALUE;
@@ -813,6 +831,48 @@ GSLICE_SIM_EXPORT CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec exec, 
   return SetExecWorkLocked(exec, node, CU_GRAPH_NODE_TYPE_GRAPH, [list] {
     for (const Work& w : *list) w();
   });
+}
+
+// Takes graph's nodes' work into exec when graph has exec's nodes' kinds in exec's order (the
+// sim's nodes are in the order they were added, so the same building steps give the same order).
+GSLICE_SIM_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec exec, CUgraph graph, CUgraphExecUpdateResultInfo* info) {
+  if (info == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  REQUIRE_INIT(d);
+  std::lock_guard<std::mutex> g(g_graphs_mu);
+  auto it = g_execs.find(exec);
+  std::shared_ptr<CUgraph_st> found = FindGraphLocked(graph);
+  if (it == g_execs.end() || found == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUgraphExec_st& e = *it->second;
+  *info = CUgraphExecUpdateResultInfo{};
+  if (found->nodes.size() != e.nodes.size()) {
+    info->result = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+    return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+  }
+  WorkList work;
+  for (size_t i = 0; i < e.nodes.size(); ++i) {
+    const SimNode& node = *found->nodes[i];
+    if (node.type != e.types[i]) {
+      info->result = CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED;
+      info->errorNode = Handle(found->nodes[i].get());
+      info->errorFromNode = e.nodes[i];
+      return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+    }
+    work.push_back(NodeWorkLocked(node));
+  }
+  e.work = std::make_shared<const WorkList>(std::move(work));
+  info->result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
+  return CUDA_SUCCESS;
+}
+
+// Attributes of a kernel node (priority, access policy): the sim runs nodes without them.
+GSLICE_SIM_EXPORT CUresult cuGraphKernelNodeSetAttribute(CUgraphNode node, CUkernelNodeAttrID attr,
+                                                         const CUkernelNodeAttrValue* value) {
+  (void)attr;
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  REQUIRE_INIT(d);
+  std::lock_guard<std::mutex> g(g_graphs_mu);
+  SimNode* n = FindNodeLocked(node);
+  return n != nullptr && n->type == CU_GRAPH_NODE_TYPE_KERNEL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 GSLICE_SIM_EXPORT CUresult cuGraphNodeSetEnabled(CUgraphExec exec, CUgraphNode node, unsigned int enabled) {

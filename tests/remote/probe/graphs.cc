@@ -151,6 +151,24 @@ int GraphNodes(int, char**) {
   VerifyHalves(b, 0x43434343u, 0x43434343u, "b: the copy disabled");
   printf("executable graph's nodes set: results verified\n");
 
+  // The executable graph updated from its graph: the nodes' work as the graph has it again.
+  CK(cuGraphNodeSetEnabled(exec, n_copy, 1));
+  CUgraphExecUpdateResultInfo info{};
+  CK(cuGraphExecUpdate(exec, graph, &info));
+  CK(cuGraphLaunch(exec, stream));
+  CK(cuStreamSynchronize(stream));
+  VerifyHalves(a, 0x42424242u, 0x02020202u, "a after the update");
+  VerifyHalves(b, 0x42424242u, 0x42424242u, "b after the update");
+  CUgraph other = nullptr;
+  CK(cuGraphCreate(&other, 0));
+  CUgraphNode lone = nullptr;
+  CK(cuGraphAddEmptyNode(&lone, other, nullptr, 0));
+  const CUresult mismatched = cuGraphExecUpdate(exec, other, &info);
+  printf("update from its graph: %s; from a graph of another shape: %s (%s)\n",
+         "verified", Name(mismatched),
+         info.result == CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED ? "topology changed" : "other");
+  CK(cuGraphDestroy(other));
+
   CK(cuGraphExecDestroy(exec));
   CK(cuGraphDestroy(graph));
   CK(cuGraphDestroy(child));
