@@ -268,7 +268,7 @@ int GraphPath() {
   FN(cuGraphAddMemAllocNode);
   FN(cuGraphDestroy);
   CUgraph g = nullptr;
-  CUresult created = cuGraphCreate(&g, 0);  // the simulated driver has no graphs: g stays null
+  CUresult created = cuGraphCreate(&g, 0);  // a driver without graphs leaves g null
   auto add = [&](size_t bytes) {
     CUDA_MEM_ALLOC_NODE_PARAMS p = {};
     p.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
