@@ -2,12 +2,14 @@
 // follows the nodes it depends on: nodes are added after their dependencies (by hand or by
 // capture), so the order of adding is such an order, and the sim keeps it. An instantiated
 // graph runs that list on the stream it is launched on, as one piece of work; its nodes' work
-// is fixed at instantiation (a child graph's nodes are copied in then, as the driver clones
-// them) and changed only by the cuGraphExec*SetParams calls.
+// is fixed at instantiation and changed only by the cuGraphExec*SetParams calls and
+// cuGraphExecUpdate. A child graph node holds a copy of the child made when it was added, as
+// the driver's does.
 //
 // What a graph may hold: work captured on a stream (launches, copies, memsets, host functions),
 // and nodes added by hand: kernels, device-to-device and host copies, memsets, empty nodes,
-// child graphs and IF conditionals. A conditional's value is its handle's default when the
+// child graphs, memory allocations (reserved when added, freed with the graph) and IF
+// conditionals. A conditional's value is its handle's default when the
 // handle assigns it (CU_GRAPH_COND_ASSIGN_DEFAULT), else 0: no kernel of the sim sets one, so
 // WHILE and SWITCH conditionals, which only a kernel ends or steers, are refused. Edges added
 // later (cuGraphAddDependencies) are taken when they agree with the order and refused when not;
