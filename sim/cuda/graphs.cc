@@ -110,17 +110,20 @@ CUresult AddNodeLocked(CUgraph h, const CUgraphNode* deps, size_t num_deps, std:
   return CUDA_SUCCESS;
 }
 
-// Forgets graph h and what it owns: its nodes and its conditionals' bodies. REQUIRES g_graphs_mu.
-void DestroyGraphLocked(CUgraph h) {
+// Forgets graph h and what it owns: its nodes and its conditionals' bodies; adds the memory its
+// allocation nodes hold to *to_free, for the caller to free once it no longer holds g_graphs_mu
+// (freeing takes the driver's locks, which a capture holds while it takes g_graphs_mu).
+// REQUIRES g_graphs_mu.
+void DestroyGraphLocked(CUgraph h, std::vector<CUdeviceptr>* to_free) {
   auto it = g_graphs.find(h);
   if (it == g_graphs.end()) return;
   std::shared_ptr<CUgraph_st> graph = std::move(it->second);
   g_graphs.erase(it);
   for (const auto& node : graph->nodes) {
     g_nodes.erase(Handle(node.get()));
-    if (node->memory != 0) cuMemFree(node->memory);
-    if (node->child != nullptr) DestroyGraphLocked(node->child);
-    for (CUgraph body : node->bodies) DestroyGraphLocked(body);
+    if (node->memory != 0) to_free->push_back(node->memory);
+    if (node->child != nullptr) DestroyGraphLocked(node->child, to_free);
+    for (CUgraph body : node->bodies) DestroyGraphLocked(body, to_free);
   }
   for (auto c = g_conditions.begin(); c != g_conditions.end();) {
     c = c->second->graph == graph.get() ? g_conditions.erase(c) : std::next(c);
@@ -430,7 +433,8 @@ CUresult AddChildNode(CUgraphNode* out, CUgraph h, const CUgraphNode* deps, size
   if (r != CUDA_SUCCESS) return r;
   const CUgraph copy = node->child;
   r = AddNodeLocked(h, deps, num_deps, std::move(node), out);
-  if (r != CUDA_SUCCESS) DestroyGraphLocked(copy);
+  std::vector<CUdeviceptr> none;  // a copy holds no allocation node's memory (CloneGraphLocked)
+  if (r != CUDA_SUCCESS) DestroyGraphLocked(copy, &none);
   return r;
 }
 
@@ -587,9 +591,13 @@ GSLICE_SIM_EXPORT CUresult cuGraphExecDestroy(CUgraphExec exec) {
 
 GSLICE_SIM_EXPORT CUresult cuGraphDestroy(CUgraph graph) {
   REQUIRE_INIT(d);
-  std::lock_guard<std::mutex> g(g_graphs_mu);
-  if (FindGraphLocked(graph) == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  DestroyGraphLocked(graph);
+  std::vector<CUdeviceptr> to_free;
+  {
+    std::lock_guard<std::mutex> g(g_graphs_mu);
+    if (FindGraphLocked(graph) == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    DestroyGraphLocked(graph, &to_free);
+  }
+  for (CUdeviceptr p : to_free) cuMemFree(p);
   return CUDA_SUCCESS;
 }
 
@@ -742,8 +750,10 @@ GSLICE_SIM_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode* out, CUgraph grap
   CUresult r = cuMemAlloc(&node->memory, params->bytesize);
   if (r != CUDA_SUCCESS) return r;
   const CUdeviceptr memory = node->memory;
-  std::lock_guard<std::mutex> g(g_graphs_mu);
-  r = AddNodeLocked(graph, deps, num, std::move(node), out);
+  {
+    std::lock_guard<std::mutex> g(g_graphs_mu);
+    r = AddNodeLocked(graph, deps, num, std::move(node), out);
+  }
   if (r != CUDA_SUCCESS) {
     cuMemFree(memory);
     return r;
