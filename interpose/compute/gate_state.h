@@ -36,6 +36,7 @@
 #include "mps_controller.h"
 #include "peers.h"
 #include "policy.h"
+#include "progress_clock.h"
 #include "share_turn.h"
 #include "time_sliced_controller.h"
 
@@ -157,6 +158,7 @@ struct KernelTiming {
   uint32_t seen_head = 0;        // the ring's head at the pass that last saw it move
   int64_t newest_sample_ns = 0;  // ... and that pass's time (kCount's time_next)
   KernelClock clock;
+  ProgressClock progress;  // fed while counting (GateMode::kCount): exact launch counts
   int64_t opportunistic_busy_ns = 0;  // the newest pass that saw opportunistic work queued
   int64_t next_period_ns = 0;
   uint32_t sequence = 0;

@@ -342,7 +342,13 @@ void TimeKernels(Device& d, int64_t now, bool read_samples) {
   const bool sample = d.spatial && g_gate->window != nullptr && PolicyOf(d).cls == ComputeClass::kGuaranteed &&
                       d.peers.opportunistic.load(kRlx) > 0;
   if (k.sampling.load(kRlx) != sample) k.sampling.store(sample, kRlx);
-  if (sample && OpportunisticQueued(d, now)) k.opportunistic_busy_ns = now;
+  const bool queued = sample && OpportunisticQueued(d, now);
+  if (queued) k.opportunistic_busy_ns = now;
+  if (sample && g_gate_mode.load(kRlx) == static_cast<int>(GateMode::kCount)) {
+    k.progress.Pass(now, g_counted.launches.load(kRlx), queued);
+  } else {
+    k.progress.Pause();
+  }
   const uint32_t head = k.head.load(std::memory_order_acquire);
   if (head != k.seen_head || k.newest_sample_ns == 0) {
     k.seen_head = head;
@@ -372,13 +378,19 @@ void TimeKernels(Device& d, int64_t now, bool read_samples) {
   if (++k.sequence > 0xffffu) k.sequence = 1;
   // Launches counted on the gated path and while counting: each moves only in its own mode.
   const uint64_t launches = k.launches.load(kRlx) + g_counted.launches.load(kRlx);
-  const KernelSignal signal = k.clock.ClosePeriod(now, k.sequence, launches - k.period_launches, period_ns);
+  KernelSignal signal = k.clock.ClosePeriod(now, k.sequence, launches - k.period_launches, period_ns);
   k.period_launches = launches;
+  // A job that launches without pause is read by its launches where they say more than the
+  // bound its kernels give (progress_clock.h).
+  const uint32_t progress = k.progress.ClosePeriod(now);
+  const bool by_launches = progress > signal.speed_permille;
+  if (by_launches) signal.speed_permille = progress;
   d.entry->kernel_signal.store(PackKernelSignal(signal), kRlx);
   if (signal.known() || signal.wants_baseline) {
-    TraceLine("compute: beside opportunistic work at least %.3f of its speed alone, by its kernels' times%s "
+    TraceLine("compute: beside opportunistic work at least %.3f of its speed alone, by its %s%s "
               "(%d kernels timed alone)",
-              signal.speed_permille / 1000.0, signal.wants_baseline ? "; wants a baseline" : "", k.clock.kernels());
+              signal.speed_permille / 1000.0, by_launches ? "launches" : "kernels' times",
+              signal.wants_baseline ? "; wants a baseline" : "", k.clock.kernels());
   }
 }
 

@@ -13,6 +13,7 @@
 #include "controller.h"
 #include "kernel_clock.h"
 #include "mps_controller.h"
+#include "progress_clock.h"
 #include "time_sliced_controller.h"
 
 namespace gslice::compute {
@@ -216,6 +217,82 @@ TEST(ComputeTimeSliced, TheJobsOwnNoiseDoesNotMoveTheController) {
 }
 
 // ---- kernel speed (kernel_clock.h) ------------------------------------------------------
+
+// A job's launches, pass by pass (200 us apart) over ms: launches_per_pass in every pass that
+// moves, and moving in `moving` of every 10 passes. Returns the time after.
+int64_t FeedProgress(ProgressClock& p, int64_t now, uint64_t* launches, double ms, bool beside,
+                     double launches_per_pass, int moving = 10) {
+  const int passes = static_cast<int>(ms * 5);
+  double carry = 0;
+  for (int i = 0; i < passes; ++i) {
+    now += 200'000;
+    if (i % 10 < moving) {
+      carry += launches_per_pass;
+      *launches += static_cast<uint64_t>(carry);
+      carry -= static_cast<uint64_t>(carry);
+    }
+    p.Pass(now, *launches, beside);
+  }
+  return now;
+}
+
+TEST(ComputeProgress, AJobLaunchingWithoutPauseIsReadByItsLaunches) {
+  ProgressClock p;
+  uint64_t n = 0;
+  int64_t now = FeedProgress(p, 1'000'000'000, &n, 250, /*beside=*/false, 40);
+  EXPECT_EQ(p.ClosePeriod(now), 0u);  // alone only: a rate, no reading
+  now = FeedProgress(p, now, &n, 250, /*beside=*/true, 38);
+  EXPECT_NEAR(p.ClosePeriod(now), 950, 2);
+  now = FeedProgress(p, now, &n, 250, /*beside=*/true, 38);
+  EXPECT_NEAR(p.ClosePeriod(now), 950, 2);
+  // Faster beside than alone (noise) reads as alone.
+  now = FeedProgress(p, now, &n, 250, /*beside=*/true, 60);
+  EXPECT_EQ(p.ClosePeriod(now), 1000u);
+}
+
+TEST(ComputeProgress, AJobThatIdlesBetweenBurstsIsNotReadByItsLaunches) {
+  // A server at half load: launches in half the passes alone, so its launches follow its
+  // requests, not its speed; beside opportunistic work it is busier, never read faster.
+  ProgressClock p;
+  uint64_t n = 0;
+  int64_t now = FeedProgress(p, 0, &n, 250, false, 40, /*moving=*/5);
+  EXPECT_EQ(p.ClosePeriod(now), 0u);
+  now = FeedProgress(p, now, &n, 250, true, 40, /*moving=*/10);
+  EXPECT_EQ(p.ClosePeriod(now), 0u);
+  // Saturated alone, then not beside (it waits for the GPU): no reading either.
+  now = FeedProgress(p, now, &n, 250, false, 40);
+  EXPECT_EQ(p.ClosePeriod(now), 0u);
+  now = FeedProgress(p, now, &n, 250, true, 40, /*moving=*/6);
+  EXPECT_EQ(p.ClosePeriod(now), 0u);
+}
+
+TEST(ComputeProgress, ARateAloneGoesStaleAndShortStretchesAreNoSample) {
+  ProgressClock p;
+  uint64_t n = 0;
+  int64_t now = FeedProgress(p, 0, &n, 250, false, 40);
+  EXPECT_EQ(p.ClosePeriod(now), 0u);
+  // Less than kMinStretchNs beside in a period: no reading.
+  now = FeedProgress(p, now, &n, 50, true, 20);
+  now = FeedProgress(p, now, &n, 200, false, 40);
+  EXPECT_EQ(p.ClosePeriod(now), 0u);
+  now = FeedProgress(p, now, &n, 250, true, 20);
+  EXPECT_NEAR(p.ClosePeriod(now), 500, 2);
+  // Beside only for longer than kBaselineRefreshNs: the rate alone is stale.
+  for (int i = 0; i < 90; ++i) {
+    now = FeedProgress(p, now, &n, 250, true, 20);
+    p.ClosePeriod(now);
+  }
+  now = FeedProgress(p, now, &n, 250, true, 20);
+  EXPECT_EQ(p.ClosePeriod(now), 0u);
+  // A pass after a long gap is not split: the launches in between count nowhere.
+  now += 1'000'000'000;
+  n += 1'000'000;
+  p.Pass(now, n, true);
+  now = FeedProgress(p, now, &n, 250, false, 40);
+  EXPECT_EQ(p.ClosePeriod(now), 0u);
+  now = FeedProgress(p, now, &n, 250, true, 40);
+  EXPECT_NEAR(p.ClosePeriod(now), 1000, 2);
+}
 
 TEST(ComputeKernels, EachKernelIsJudgedAgainstItselfAlone) {
   KernelClock k;

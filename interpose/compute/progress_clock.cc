@@ -1,0 +1,54 @@
+#include "progress_clock.h"
+
+#include "kernel_clock.h"
+
+namespace gslice::compute {
+
+bool ProgressClock::Stretch::Saturated() const {
+  return ns >= kMinStretchNs && passes > 0 && moved >= kSaturatedShare * passes;
+}
+
+void ProgressClock::Pass(int64_t now_ns, uint64_t launches, bool beside) {
+  const int64_t dt = now_ns - last_ns_;
+  const uint64_t added = launches - last_launches_;
+  const bool split = started_ && dt > 0 && dt <= kMaxPassGapNs && launches >= last_launches_;
+  started_ = true;
+  last_ns_ = now_ns;
+  last_launches_ = launches;
+  if (!split) return;
+  Stretch& s = beside ? beside_ : alone_;
+  s.ns += dt;
+  s.launches += added;
+  ++s.passes;
+  if (added > 0) ++s.moved;
+}
+
+uint32_t ProgressClock::ClosePeriod(int64_t now_ns) {
+  const auto mix = [](double old, double sample) { return old <= 0 ? sample : old + kProgressWeight * (sample - old); };
+  if (alone_.ns >= kMinStretchNs) {
+    if (alone_.Saturated()) {
+      alone_rate_ = mix(alone_rate_, static_cast<double>(alone_.launches) / static_cast<double>(alone_.ns));
+      alone_at_ = now_ns;
+    } else {
+      alone_rate_ = 0;  // not launching without pause alone: its launches are not its speed
+      ratio_ = 0;
+    }
+  }
+  uint32_t reading = 0;
+  if (beside_.ns >= kMinStretchNs) {
+    const bool fresh = alone_rate_ > 0 && now_ns - alone_at_ <= kBaselineRefreshNs;
+    if (beside_.Saturated() && fresh) {
+      const double rate = static_cast<double>(beside_.launches) / static_cast<double>(beside_.ns);
+      ratio_ = mix(ratio_, rate / alone_rate_);
+      const double permille = ratio_ * 1000.0;
+      reading = permille >= 1000 ? 1000u : permille < 1 ? 1u : static_cast<uint32_t>(permille);
+    } else {
+      ratio_ = 0;
+    }
+  }
+  alone_ = {};
+  beside_ = {};
+  return reading;
+}
+
+}  // namespace gslice::compute

@@ -1,0 +1,62 @@
+// How fast a guaranteed job that launches without pause runs beside opportunistic work on a
+// GPU shared through MPS, against alone, by its own launches. Pure: the gate thread feeds it
+// the job's launch count every pass (GateMode::kCount's counter) and reads it once a period.
+//
+// Why: the kernel reading (kernel_clock.h) is a bound on a job's loss, each GPU second of its
+// kernels counted on its critical path. A job whose host thread launches without pause (a
+// launch-bound training loop) loses less than its kernels slow down: measured on an H200, its
+// readings beside unthrottled opportunistic work spread from 0.60 to 0.98 of alone per period
+// (median about 0.90) while the job ran at 0.91-1.08 of its speed alone, so a floor of 0.90
+// cut opportunistic work every few seconds where plain MPS kept the level. For such a job its
+// launches per second are its speed: a step is a fixed number of launches.
+//
+// Which jobs: one whose launches moved in at least kSaturatedShare of the gate thread's passes
+// (a pass every 200 us), alone and beside opportunistic work. A server below full load idles
+// between requests and is never read so (its launches follow its requests, not its speed):
+// it keeps the kernel reading. A period's time is split pass by pass into alone (no
+// opportunistic work queued) and beside; a part of at least kMinStretchNs, saturated, is a
+// sample: alone ones move the job's launch rate alone (kProgressWeight per sample), beside ones
+// its rate beside over that (the same weight). The reading is their ratio, at most 1; none while
+// the job is not saturated, or its rate alone is older than kBaselineRefreshNs (the pauses that
+// refresh the kernels' baselines refresh it too), or unknown.
+#pragma once
+
+#include <cstdint>
+
+namespace gslice::compute {
+
+inline constexpr double kSaturatedShare = 0.85;
+inline constexpr int64_t kMinStretchNs = 100'000'000;
+inline constexpr double kProgressWeight = 0.5;
+// A pass later than this after the previous one is not split (the state in between is unknown).
+inline constexpr int64_t kMaxPassGapNs = 5'000'000;
+
+class ProgressClock {
+ public:
+  // One gate-thread pass at now_ns: the job's launches so far, and whether opportunistic work
+  // on the GPU had work queued.
+  void Pass(int64_t now_ns, uint64_t launches, bool beside);
+  // Ends a period at now_ns: the job's speed beside opportunistic work against alone, in
+  // permille (at most 1000; 0: no reading).
+  uint32_t ClosePeriod(int64_t now_ns);
+  // Forgets the launch count (the counter is not fed for a while: the next pass starts over).
+  void Pause() { started_ = false; }
+
+ private:
+  struct Stretch {
+    int64_t ns = 0;
+    uint64_t launches = 0;
+    int passes = 0;
+    int moved = 0;  // passes in which the job launched
+    bool Saturated() const;
+  };
+  bool started_ = false;
+  int64_t last_ns_ = 0;
+  uint64_t last_launches_ = 0;
+  Stretch alone_, beside_;
+  double alone_rate_ = 0;  // launches per ns alone (0: unknown)
+  int64_t alone_at_ = 0;   // when the newest alone sample was taken
+  double ratio_ = 0;       // beside over alone (0: none yet)
+};
+
+}  // namespace gslice::compute
