@@ -802,36 +802,34 @@ GSLICE_SIM_EXPORT CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHand
   return CUDA_SUCCESS;
 }
 
+// Makes a node's new work (make: its params checked and turned into Work) and sets it in exec.
+template <typename Make>
+CUresult SetExecWork(CUgraphExec exec, CUgraphNode node, CUgraphNodeType type, Make make) {
+  Work work;
+  const CUresult r = make(&work);
+  if (r != CUDA_SUCCESS) return r;
+  std::lock_guard<std::mutex> g(g_graphs_mu);
+  return SetExecWorkLocked(exec, node, type, std::move(work));
+}
+
 GSLICE_SIM_EXPORT CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec exec, CUgraphNode node,
                                                              const CUDA_KERNEL_NODE_PARAMS* params) {
   REQUIRE_INIT(d);
-  Work work;
-  const CUresult r = KernelNodeWork(params, &work);
-  if (r != CUDA_SUCCESS) return r;
-  std::lock_guard<std::mutex> g(g_graphs_mu);
-  return SetExecWorkLocked(exec, node, CU_GRAPH_NODE_TYPE_KERNEL, std::move(work));
+  return SetExecWork(exec, node, CU_GRAPH_NODE_TYPE_KERNEL, [params](Work* w) { return KernelNodeWork(params, w); });
 }
 
 GSLICE_SIM_EXPORT CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec exec, CUgraphNode node,
                                                           const CUDA_MEMSET_NODE_PARAMS* params, CUcontext ctx) {
   (void)ctx;
   REQUIRE_INIT(d);
-  Work work;
-  const CUresult r = MemsetNodeWork(params, &work);
-  if (r != CUDA_SUCCESS) return r;
-  std::lock_guard<std::mutex> g(g_graphs_mu);
-  return SetExecWorkLocked(exec, node, CU_GRAPH_NODE_TYPE_MEMSET, std::move(work));
+  return SetExecWork(exec, node, CU_GRAPH_NODE_TYPE_MEMSET, [params](Work* w) { return MemsetNodeWork(params, w); });
 }
 
 GSLICE_SIM_EXPORT CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec exec, CUgraphNode node,
                                                           const CUDA_MEMCPY3D* params, CUcontext ctx) {
   (void)ctx;
   REQUIRE_INIT(d);
-  Work work;
-  const CUresult r = MemcpyNodeWork(params, &work);
-  if (r != CUDA_SUCCESS) return r;
-  std::lock_guard<std::mutex> g(g_graphs_mu);
-  return SetExecWorkLocked(exec, node, CU_GRAPH_NODE_TYPE_MEMCPY, std::move(work));
+  return SetExecWork(exec, node, CU_GRAPH_NODE_TYPE_MEMCPY, [params](Work* w) { return MemcpyNodeWork(params, w); });
 }
 
 GSLICE_SIM_EXPORT CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec exec, CUgraphNode node, CUgraph child) {
