@@ -143,6 +143,62 @@ class SelectionTest(unittest.TestCase):
             os.unlink(f.name)
 
 
+class LanesTest(unittest.TestCase):
+    def test_lanes_are_judged_against_their_own_solo_runs(self):
+        # Two lanes of the training pair on two GPUs, the second GPU 10% slower all along:
+        # its configurations are against its own solos, so both read the same.
+        lane0 = doc([train("solo-before", "solo", 40, 30), train("solo-after", "solo", 40, 30),
+                     train("gslice-0.90", "gslice", 38, 24, protect=0.90)])      # 0.95 / 0.80
+        lane1 = doc([train("solo-before", "solo", 36, 27), train("solo-after", "solo", 36, 27),
+                     train("mps-100-p1", "mps", 34.2, 25.65, mps_pct=100)])      # 0.95 / 0.95
+        lane0["lane"], lane1["lane"] = 0, 1
+        d = report.merge([lane0, lane1])
+        rows = {r["config"]: r for r in report.rows(d, "train")}
+        self.assertAlmostEqual(rows["gslice-0.90"]["g"], 0.95)
+        self.assertAlmostEqual(rows["mps-100-p1"]["g"], 0.95)
+        self.assertAlmostEqual(rows["mps-100-p1"]["o"], 0.95)
+        v = by(report.frontier(d, "train"), 0.90)
+        self.assertEqual(v["best"]["config"], "mps-100-p1")
+        self.assertFalse(v["met"])
+        self.assertIn("short of mps-100-p1's 0.950 by 0.150", v["misses"][0])
+        md = report.markdown(d)
+        self.assertIn("**Lanes:** 2", md)
+        self.assertIn("| train (lane 1) | guaranteed steps_per_s | 36.000 | 36.000 | 1.000 |", md)
+        self.assertIn("| mps-100-p1 (lane 1) |", md)
+        self.assertIn("RESULT frontier.train.solo.lane1 INFO", "\n".join(report.result_lines(d)))
+
+    def test_the_plan_splits_into_lanes_each_with_its_own_solo_runs(self):
+        os.environ.update(FRONTIER_PAIRS="train,latency", FRONTIER_PROTECT="0.97,0.90,0.80", FRONTIER_MPS_PCT="100,50",
+                          FRONTIER_MPS_PRIO="1,0", FRONTIER_GSLICE_MPS="only", FRONTIER_WINDOW_S="60",
+                          FRONTIER_LANES="8", FRONTIER_LANE="0")
+        try:
+            frontier = load("frontier")
+        finally:
+            for k in ("FRONTIER_LANES", "FRONTIER_LANE", "FRONTIER_GSLICE_MPS", "FRONTIER_WINDOW_S", "FRONTIER_PROTECT",
+                      "FRONTIER_MPS_PRIO"):
+                os.environ.pop(k, None)
+        everything = frontier.plan()
+        lanes = frontier.lanes(everything)
+        self.assertEqual(len(lanes), 8)
+        dealt = [r.key for lane in lanes for r in lane if r.tier not in (0, 9)]
+        self.assertEqual(sorted(dealt), sorted(r.key for r in everything if r.tier not in (0, 9)))  # each once
+        for lane in lanes:
+            pairs = {r.pair for r in lane}
+            self.assertEqual(len(pairs), 1)  # one pair a lane
+            self.assertEqual((lane[0].name, lane[-1].name), ("solo-before", "solo-after"))
+        # Time-slicing once per pair, in the pair's first lane.
+        ts = [k for k, lane in enumerate(lanes) if "timeslice" in lane[0].configs]
+        self.assertEqual(sorted(lanes[k][0].pair for k in ts), ["latency", "train"])
+        # Within a lane the runs keep their order of importance.
+        for lane in lanes:
+            tiers = [r.tier for r in lane[1:-1]]
+            self.assertEqual(tiers, sorted(tiers))
+        # Every lane fits a call's budget on its estimates.
+        for lane in lanes:
+            self.assertLessEqual(sum(r.estimate() for r in lane) + frontier.SUITE_S + 2 * frontier.MPS_SWITCH_S,
+                                 frontier.BUDGET_S)
+
+
 class RunLoopTest(unittest.TestCase):
     """frontier.run_all with suite.run_config made up: the guaranteed job runs at 40 steps/s
     alone (the server at 10 ms), 30 beside anything; the opportunistic job at 30 alone, 6

@@ -25,6 +25,13 @@ priority's opportunistic clients in turn, so a process's start-up (about 20 s) i
 per run. Each phase measures FRONTIER_WINDOW_S seconds after FRONTIER_SETTLE_S (a gslice
 run's single phase after FRONTIER_LEAD_S, the opportunistic controller's time to learn).
 
+Lanes (FRONTIER_LANES=N, FRONTIER_LANE=k): each lane runs one pair (the lanes split evenly
+between the pairs); a pair's runs other than the solo ones are dealt, in order of importance,
+each to its lane with the least estimated time so far, and every lane gets its own solo runs
+before and after (time-slicing in the pair's first lane): each lane is self-contained, its figures against its own solo runs, so lanes can run at
+once on the GPUs of one machine (frontier.sh's FRONTIER_GPUS) and frontier_report.py merges
+their JSON. `plan` prints every lane; `run` runs lane k.
+
 Runs go in order of importance, the pairs side by side: solo-before, gslice at the first
 protection level, MPS at the first priority, gslice at the other levels, MPS at the other
 priorities, gslice on MPS; solo-after always last, with its time kept aside. A run that would
@@ -69,6 +76,8 @@ WINDOW_S = float(os.environ.get("FRONTIER_WINDOW_S", "15"))
 SETTLE_S = float(os.environ.get("FRONTIER_SETTLE_S", "1"))
 LEAD_S = float(os.environ.get("FRONTIER_LEAD_S", "10"))
 BUDGET_S = float(os.environ.get("FRONTIER_BUDGET_S", "560"))
+LANES = int(os.environ.get("FRONTIER_LANES", "1") or "1")
+LANE = int(os.environ.get("FRONTIER_LANE", "0") or "0")
 # Estimated seconds a run costs beyond its phases: process start, torch import, model build,
 # warm-up (3 s) and the window's tail, in parallel for its processes. bench/results/
 # compute-2026-11-26.md's runs of two such processes spent 19-22 s beyond their phases.
@@ -188,6 +197,29 @@ def plan():
     return runs
 
 
+def lanes(runs):
+    """plan()'s runs in LANES self-contained lanes (see the top). Each lane holds one pair (the
+    lanes split evenly between the pairs, the first pairs getting one more where they do not
+    divide): a pair's runs other than the solo ones are dealt in order to its lane with the
+    least estimated time so far, then each lane gets that pair's solo runs around them, the
+    time-slicing phase in the pair's first lane. With fewer lanes than pairs, pairs share."""
+    if LANES <= 1:
+        return [runs]
+    owners = [PAIRS[k % len(PAIRS)] for k in range(LANES)]  # the pair of each lane
+    firsts = [owners.index(owners[k]) == k for k in range(LANES)]
+    solos = [(solo_run(owners[k], "solo-before", 0, False, firsts[k]), solo_run(owners[k], "solo-after", 9, True, False))
+             for k in range(LANES)]
+    dealt, load = [[] for _ in range(LANES)], [b.estimate() + a.estimate() for b, a in solos]
+    for r in runs:
+        if r.tier in (0, 9):
+            continue
+        mine = [k for k in range(LANES) if owners[k] == r.pair]
+        k = min(mine, key=lambda i: load[i])
+        dealt[k].append(r)
+        load[k] += r.estimate()
+    return [[solos[k][0]] + work + [solos[k][1]] for k, work in enumerate(dealt)]
+
+
 def need_s(runs, i, mps_on):
     """Seconds run i needs before the deadline: its own estimate, an MPS daemon switch, and,
     unless it is kept aside itself, the time kept aside for the runs after it that are."""
@@ -205,10 +237,14 @@ def check_env():
         sys.exit(f"frontier.py: FRONTIER_PROTECT {PROTECT}: levels are fractions of solo speed in (0, 1]")
     if any(not 1 <= t <= 100 for t in MPS_PCT) or any(q not in (0, 1) for q in MPS_PRIO):
         sys.exit("frontier.py: FRONTIER_MPS_PCT takes 1..100, FRONTIER_MPS_PRIO 0 (normal) or 1 (below normal)")
+    if not 1 <= LANES <= 16 or not 0 <= LANE < LANES:
+        sys.exit(f"frontier.py: FRONTIER_LANES={LANES}, FRONTIER_LANE={LANE}: 1 to 16 lanes, and a lane from 0 to "
+                 "FRONTIER_LANES - 1")
 
 
 def settings():
     return {"pairs": PAIRS, "protect": PROTECT, "mps_pct": MPS_PCT, "mps_prio": MPS_PRIO, "gslice_mps": GSLICE_MPS_MODE,
+            "lanes": LANES,
             "window_s": WINDOW_S, "settle_s": SETTLE_S, "lead_s": LEAD_S, "budget_s": BUDGET_S,
             "server_load": suite.SERVER_LOAD}
 
@@ -233,10 +269,13 @@ def command_line(run, ident, argv, env):
     return f"{pipe}{mps + ' ' if mps else ''}{' '.join(shown(a) for a in argv)} --sync DIR"
 
 
-def print_plan(runs):
-    """The runs as run_all would take them if each took its estimate."""
+def print_plan(runs, lane=None):
+    """The runs as run_all would take them if each took its estimate (lane: which one they are)."""
     now, everything, mps_on, skipped = 0.0, 0.0, False, 0
-    print(f"frontier plan: {json.dumps(settings())}")
+    if lane is None:
+        print(f"frontier plan: {json.dumps(settings())}")
+    else:
+        print(f"\n=== lane {lane} of {LANES} (FRONTIER_LANE={lane})")
     if "latency" in PAIRS:
         print("SERVICE_MS: the server's service time, measured alone in latency/solo-before")
     for i, r in enumerate(runs):
@@ -356,8 +395,8 @@ def run_all(json_path, logs, mps_dir):
     os.makedirs(logs, exist_ok=True)
     raw_dir = os.path.join(os.path.dirname(os.path.abspath(json_path)), "frontier", "raw")
     os.makedirs(raw_dir, exist_ok=True)
-    runs = plan()
-    doc = {"started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    runs = lanes(plan())[LANE]
+    doc = {"started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "lane": LANE,
            **gpu_info(), "software": software(), "build": suite.build_dir(),
            "settings": settings(),
            "environment": {k: v for k, v in sorted(os.environ.items()) if k.startswith(("FRONTIER_", "GSLICE_"))},
@@ -434,7 +473,12 @@ def main():
     args = p.parse_args()
     check_env()
     if args.phase == "plan":
-        print_plan(plan())
+        if LANES <= 1:
+            print_plan(plan())
+        else:
+            print(f"frontier plan: {json.dumps(settings())}")
+            for k, runs in enumerate(lanes(plan())):
+                print_plan(runs, k)
         return
     if not (args.json and args.logs and args.mps_dir):
         p.error("run needs --json, --logs and --mps-dir")

@@ -1,7 +1,10 @@
 """The harvest frontier's figures from frontier.py's JSON, and whether gslice meets its goal.
 
-  frontier_report.py FRONTIER.json            markdown body of bench/results/compute-frontier-DATE.md
-  frontier_report.py --table FRONTIER.json    RESULT lines for bench/gpu/run, then a short text table
+  frontier_report.py FRONTIER.json...         markdown body of bench/results/compute-frontier-DATE.md
+  frontier_report.py --table FRONTIER.json... RESULT lines for bench/gpu/run, then a short text table
+
+Several JSON files are lanes of one plan (frontier.py's FRONTIER_LANES, run at once on the GPUs
+of one machine): each configuration is judged against its own lane's solo runs.
 
 Figures, per pair, against the mean of the solo runs before and after (each job alone):
   training pair  guaranteed steps/s × solo; opportunistic steps/s × solo
@@ -40,18 +43,49 @@ def ratio(x, y):
     return None if x is None or not y else x / y
 
 
-def configs(doc, pair):
-    return [c for c in doc.get("configs", []) if c["pair"] == pair]
+def lane_of(c):
+    return c.get("lane", 0)
+
+
+def configs(doc, pair, lane=None):
+    return [c for c in doc.get("configs", []) if c["pair"] == pair and (lane is None or lane_of(c) == lane)]
+
+
+def lanes_of(doc, pair):
+    return sorted({lane_of(c) for c in configs(doc, pair)}) or [0]
+
+
+def row_label(doc, pair, r):
+    """A row's configuration, with its lane where the pair ran in several."""
+    return f"{r['config']} (lane {r['lane']})" if len(lanes_of(doc, pair)) > 1 else r["config"]
+
+
+def merge(docs):
+    """Lanes' documents as one: every configuration and run keeps its lane (its own solo runs);
+    the rest is the first lane's, the wall time the longest."""
+    if len(docs) == 1:
+        return docs[0]
+    out = dict(docs[0])
+    out["configs"] = [dict(c, lane=d.get("lane", i)) for i, d in enumerate(docs) for c in d.get("configs", [])]
+    out["runs"] = [dict(r, lane=d.get("lane", i)) for i, d in enumerate(docs) for r in d.get("runs", [])]
+    out["wall_s"] = max((d.get("wall_s") or 0) for d in docs)
+    out["service_ms"] = {}
+    for i, d in enumerate(docs):
+        for k, v in (d.get("service_ms") or {}).items():
+            out["service_ms"][f"{k}, lane {d.get('lane', i)}"] = v
+    out["lanes"] = [{"lane": d.get("lane", i), "gpu": d.get("gpu"), "started": d.get("started"), "wall_s": d.get("wall_s")}
+                    for i, d in enumerate(docs)]
+    return out
 
 
 def value(c, role, field):
     return (c.get(role) or {}).get(field) if c and c.get("status") == "ok" else None
 
 
-def solo(doc, pair):
-    """The solo runs: each job's figure before and after, their mean (the base) and the drift
-    (after / before). Training: steps/s; the server: p99 and p50 in ms."""
-    by = {c["config"]: c for c in configs(doc, pair)}
+def solo(doc, pair, lane=0):
+    """The solo runs of a lane: each job's figure before and after, their mean (the base) and
+    the drift (after / before). Training: steps/s; the server: p99 and p50 in ms."""
+    by = {c["config"]: c for c in configs(doc, pair, lane)}
     before, after = by.get("solo-before"), by.get("solo-after")
     fields = {"g": ("p99_ms", "p50_ms") if pair == "latency" else ("steps_per_s",), "o": ("steps_per_s",)}
     out = {}
@@ -63,13 +97,15 @@ def solo(doc, pair):
 
 
 def rows(doc, pair):
-    """Every non-solo configuration with its figures against the solo base."""
-    base = solo(doc, pair)
+    """Every non-solo configuration with its figures against its lane's solo base."""
+    bases = {lane: solo(doc, pair, lane) for lane in lanes_of(doc, pair)}
     out = []
     for c in configs(doc, pair):
         if c["kind"] == "solo":
             continue
+        base = bases[lane_of(c)]
         r = {k: c.get(k) for k in ("config", "kind", "protect", "mps_pct", "mps_prio", "status", "error", "run")}
+        r["lane"] = lane_of(c)
         r["o"] = ratio(value(c, "o", "steps_per_s"), base[("o", "steps_per_s")]["base"])
         if pair == "latency":
             r["p99_ms"], r["p50_ms"] = value(c, "g", "p99_ms"), value(c, "g", "p50_ms")
@@ -89,11 +125,11 @@ def kept(pair, r, level):
     return None if r["g"] is None else r["g"] >= level - 1e-9
 
 
-def drift_of(doc, pair, role):
+def drift_of(doc, pair, role, lane=0):
     """|after / before - 1| of the guaranteed job's figure (the server's p99) or the
-    opportunistic job's, or None."""
+    opportunistic job's in a lane, or None."""
     f = ("p99_ms" if pair == "latency" else "steps_per_s") if role == "g" else "steps_per_s"
-    d = solo(doc, pair)[(role, f)]["drift"]
+    d = solo(doc, pair, lane)[(role, f)]["drift"]
     return None if d is None else abs(d - 1.0)
 
 
@@ -122,7 +158,11 @@ def verdict(doc, pair, level, mode, g, best):
         v["misses"].append(f"gslice {why}")
         return v
     g_ok, misses = kept(pair, g, level), []
-    dg, do = drift_of(doc, pair, "g"), drift_of(doc, pair, "o")
+    dg = drift_of(doc, pair, "g", g["lane"])
+    # Against a plain configuration of another lane, either lane's drift may explain a gap.
+    drifts = [x for x in (drift_of(doc, pair, "o", g["lane"]), best and drift_of(doc, pair, "o", best["lane"]))
+              if x is not None]
+    do = max(drifts) if drifts else None
 
     def within(amount, drift):
         return f" (within the solo runs' drift of {drift:.1%})" if drift is not None and amount <= drift else ""
@@ -199,12 +239,15 @@ def result_lines(doc):
     out = [f"RESULT frontier.gpu INFO {doc.get('gpu', '?')}, driver {doc.get('driver', '?')}; "
            f"{doc.get('software', '')}; wall {doc.get('wall_s', '?')} s"]
     for pair in pairs(doc):
-        s = solo(doc, pair)
-        gk = ("g", "p99_ms") if pair == "latency" else ("g", "steps_per_s")
-        solo_ok = s[gk]["base"] is not None and s[("o", "steps_per_s")]["base"] is not None
-        out.append(f"RESULT frontier.{pair}.solo {'INFO' if solo_ok else 'FAIL'} guaranteed {gk[1]} before/after "
-                   f"{f3(s[gk]['before'])}/{f3(s[gk]['after'])}, opportunistic steps/s "
-                   f"{f3(s[('o', 'steps_per_s')]['before'])}/{f3(s[('o', 'steps_per_s')]['after'])}")
+        lanes = lanes_of(doc, pair)
+        for lane in lanes:
+            s = solo(doc, pair, lane)
+            gk = ("g", "p99_ms") if pair == "latency" else ("g", "steps_per_s")
+            solo_ok = s[gk]["base"] is not None and s[("o", "steps_per_s")]["base"] is not None
+            name = f"frontier.{pair}.solo" + (f".lane{lane}" if len(lanes) > 1 else "")
+            out.append(f"RESULT {name} {'INFO' if solo_ok else 'FAIL'} guaranteed {gk[1]} before/after "
+                       f"{f3(s[gk]['before'])}/{f3(s[gk]['after'])}, opportunistic steps/s "
+                       f"{f3(s[('o', 'steps_per_s')]['before'])}/{f3(s[('o', 'steps_per_s')]['after'])}")
         for c in configs(doc, pair):
             if c["status"] != "ok":
                 out.append(f"RESULT frontier.{pair}.{c['config']} {'FAIL' if c['status'] == 'failed' else 'INFO'} "
@@ -223,7 +266,7 @@ def text_table(doc):
         lines.append(f"{PAIR_LABELS[pair]}: guaranteed × solo{' (server p99, p50)' if pair == 'latency' else ''}"
                      f" / opportunistic × solo")
         for r in rows(doc, pair):
-            lines.append(f"  {r['config']:<16} {guaranteed_text(pair, r):<48} {f3(r['o']):<7} "
+            lines.append(f"  {row_label(doc, pair, r):<16} {guaranteed_text(pair, r):<48} {f3(r['o']):<7} "
                          f"{'' if r['status'] == 'ok' else status_text(r)}")
         for v in frontier(doc, pair):
             met = "n/a" if v["met"] is None else ("MET" if v["met"] else "MISSED")
@@ -231,6 +274,14 @@ def text_table(doc):
                          f"best plain {best_text(pair, v['best']):<34} {met}"
                          + (f" ({'; '.join(v['misses'])})" if v["misses"] else ""))
     return "\n".join(lines)
+
+
+def service_text(doc):
+    """The server's service time (each lane's, where lanes measured their own)."""
+    ms = doc.get("service_ms") or {}
+    if "latency" in ms or not ms:
+        return f3(ms.get("latency"))
+    return "; ".join(f"{f3(v)} ({k.split(', ', 1)[-1]})" for k, v in ms.items())
 
 
 def markdown(doc):
@@ -241,13 +292,17 @@ def markdown(doc):
     out.append(f"**GPU:** {doc.get('gpu', '?')} ({doc.get('memory', '?')}), driver {doc.get('driver', '?')}; "
                f"{doc.get('software', '')}.\n")
     out.append(f"**Command** (repository root, wall {doc.get('wall_s', '?')} s):\n\n    {doc.get('command', '')}\n")
+    if doc.get("lanes"):
+        out.append(f"**Lanes:** {len(doc['lanes'])}, run at the same time, one GPU each (frontier.py's FRONTIER_LANES); "
+                   "each configuration is against its own lane's solo runs: "
+                   + ", ".join(f"lane {x['lane']} {x.get('wall_s', '?')} s" for x in doc["lanes"]) + ".\n")
     env = doc.get("environment") or {}
     if env:
         out.append("Variables: " + ", ".join(f"`{k}={v}`" for k, v in env.items()) + ".\n")
     out.append(f"Each configuration measured over {st.get('window_s', '?')} s, after {st.get('settle_s', '?')} s "
                f"unmeasured (gslice: {st.get('lead_s', '?')} s together, unmeasured); figures against the mean of the "
                f"solo runs before and after. The server's request rate is fixed at {st.get('server_load', 0.5)} of "
-               f"its solo service time ({f3(doc.get('service_ms', {}).get('latency'))} ms). The latency pair's level: "
+               f"its solo service time ({service_text(doc)} ms). The latency pair's level: "
                f"p99 ≤ 1 + (1 − level) × {LATENCY_SLACK:.3f} of solo (+5% at 0.97).\n")
     out.append("Configurations: `timeslice` both processes native (the GPU's time-slicing); `mps-T-pQ` both MPS "
                "clients, the opportunistic one at `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=T` and `CUDA_MPS_CLIENT_PRIORITY=Q` "
@@ -258,9 +313,12 @@ def markdown(doc):
     out.append("| pair | job | before | after | after / before |")
     out.append("|---|---|---|---|---|")
     for pair in pairs(doc):
-        for (role, f), s in solo(doc, pair).items():
-            job = {"g": "guaranteed", "o": "opportunistic"}[role]
-            out.append(f"| {pair} | {job} {f} | {f3(s['before'])} | {f3(s['after'])} | {f3(s['drift'])} |")
+        lanes = lanes_of(doc, pair)
+        for lane in lanes:
+            label = f"{pair} (lane {lane})" if len(lanes) > 1 else pair
+            for (role, f), s in solo(doc, pair, lane).items():
+                job = {"g": "guaranteed", "o": "opportunistic"}[role]
+                out.append(f"| {label} | {job} {f} | {f3(s['before'])} | {f3(s['after'])} | {f3(s['drift'])} |")
     out.append("")
     for pair in pairs(doc):
         out.append(f"## {PAIR_LABELS[pair][0].upper() + PAIR_LABELS[pair][1:]}\n")
@@ -274,9 +332,9 @@ def markdown(doc):
             if pair == "latency":
                 p99 = "n/a" if r["p99"] is None else f"{r['p99_ms']:.2f} ({r['p99']:.3f})"
                 p50 = "n/a" if r["p50"] is None else f"{r['p50_ms']:.2f} ({r['p50']:.3f})"
-                out.append(f"| {r['config']} | {p99} | {p50} | {f3(r['o'])} | {status_text(r)} |")
+                out.append(f"| {row_label(doc, pair, r)} | {p99} | {p50} | {f3(r['o'])} | {status_text(r)} |")
             else:
-                out.append(f"| {r['config']} | {f3(r['g'])} | {f3(r['o'])} | {status_text(r)} |")
+                out.append(f"| {row_label(doc, pair, r)} | {f3(r['g'])} | {f3(r['o'])} | {status_text(r)} |")
         out.append("")
     out.append("## At each protection level\n")
     out.append("gslice against the plain configuration (time-slicing or MPS) with the most opportunistic "
@@ -314,13 +372,16 @@ def markdown(doc):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--table", action="store_true", help="RESULT lines and the text table instead of markdown")
-    p.add_argument("json")
+    p.add_argument("json", nargs="+", help="frontier.py's JSON; several: the lanes of one plan")
     args = p.parse_args()
-    try:
-        with open(args.json) as f:
-            doc = json.load(f)
-    except (OSError, ValueError) as e:
-        sys.exit(f"frontier_report.py: cannot read {args.json}: {e}")
+    docs = []
+    for path in args.json:
+        try:
+            with open(path) as f:
+                docs.append(json.load(f))
+        except (OSError, ValueError) as e:
+            sys.exit(f"frontier_report.py: cannot read {path}: {e}")
+    doc = merge(docs)
     if args.table:
         print("\n".join(result_lines(doc)))
         print()

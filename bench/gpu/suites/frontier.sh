@@ -12,11 +12,19 @@
 #   GSLICE_BUILD=$PWD/.carry/build bash bench/gpu/run frontier
 #   OUT=/tmp/out FRONTIER_PAIRS=train bash bench/gpu/suites/frontier.sh
 #   FRONTIER_DRY_RUN=1 bash bench/gpu/suites/frontier.sh     # the runs and commands, no GPU
+#   OUT=/tmp/out FRONTIER_GPUS=0,1,2,3,4,5,6,7 FRONTIER_WINDOW_S=60 bash bench/gpu/suites/frontier.sh
+#
+# FRONTIER_GPUS=LIST splits the plan into one lane a GPU (frontier.py's FRONTIER_LANES: a pair a
+# lane, each lane with its own solo runs before and after) and runs them at once, each lane on
+# its GPU with its own MPS control daemon: $OUT/frontier-laneK.json and $OUT/frontier/laneK/,
+# and one report over all of them. Eight GPUs hold the whole default plan with 60 s windows in
+# one call. FRONTIER_LANES=N FRONTIER_LANE=K without FRONTIER_GPUS runs lane K alone.
 #
 # Environment: FRONTIER_PAIRS (train,latency), FRONTIER_PROTECT (0.97,0.90,0.80),
 # FRONTIER_MPS_PCT (100,50,25,10), FRONTIER_MPS_PRIO (1,0), FRONTIER_GSLICE_MPS (0; 1: gslice
 # with both processes MPS clients too; only: gslice on MPS only), FRONTIER_WINDOW_S (15), FRONTIER_SETTLE_S (1),
-# FRONTIER_LEAD_S (10), FRONTIER_BUDGET_S (560), FRONTIER_DRY_RUN, GSLICE_BUILD.
+# FRONTIER_LEAD_S (10), FRONTIER_BUDGET_S (560), FRONTIER_GPUS, FRONTIER_LANES, FRONTIER_LANE,
+# FRONTIER_DRY_RUN, GSLICE_BUILD.
 # Owns an MPS control daemon with private pipe and log folders (bench/gpu/compute/mps.sh),
 # stopped on exit; never changes compute mode, clocks or power.
 set -uo pipefail
@@ -27,6 +35,9 @@ unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY  # native runs stay off any
 py=python3
 dir=bench/gpu/compute
 
+gpus=()
+[ -n "${FRONTIER_GPUS:-}" ] && IFS=, read -ra gpus <<<"$FRONTIER_GPUS"
+[ ${#gpus[@]} -gt 0 ] && export FRONTIER_LANES=${#gpus[@]}
 if [ "${FRONTIER_DRY_RUN:-0}" = 1 ]; then
   exec $py "$dir/frontier.py" plan
 fi
@@ -42,38 +53,70 @@ $py -c 'import torch, torchvision; assert torch.cuda.is_available()' >"$OUT/fron
 build="${GSLICE_BUILD:-$PWD/build}"
 export GSLICE_BUILD="$build"
 [ -x "$build/bin/gslice" ] || echo "frontier: no $build/bin/gslice; the gslice configurations will fail"
-FRONTIER_COMMAND="$(env | grep -E '^FRONTIER_(PAIRS|PROTECT|MPS_PCT|MPS_PRIO|GSLICE_MPS|WINDOW_S|SETTLE_S|LEAD_S|BUDGET_S)=' | sort | tr '\n' ' ')GSLICE_BUILD=$build bash bench/gpu/suites/frontier.sh"
+FRONTIER_COMMAND="$(env | grep -E '^FRONTIER_(PAIRS|PROTECT|MPS_PCT|MPS_PRIO|GSLICE_MPS|WINDOW_S|SETTLE_S|LEAD_S|BUDGET_S|GPUS|LANES|LANE)=' | sort | tr '\n' ' ')GSLICE_BUILD=$build bash bench/gpu/suites/frontier.sh"
 export FRONTIER_COMMAND
 
-mps_dir=$(mktemp -d /tmp/gslice-mps-XXXXXX)
+# One lane (frontier.py's FRONTIER_LANES/FRONTIER_LANE; the whole plan when there is one) per
+# GPU of FRONTIER_GPUS, at once, each with an MPS control daemon of its own for its GPU; without
+# FRONTIER_GPUS one lane (FRONTIER_LANE, default 0) on the GPUs the call sees.
+mps_dirs=()
 stop_mps() {
-  if [ -n "${mps_dir:-}" ]; then
-    bash "$dir/mps.sh" stop "$mps_dir" >>"$OUT/frontier/mps.log" 2>&1
-    cp -r "$mps_dir/log" "$OUT/frontier/mps-log" 2>/dev/null
-    rm -rf "$mps_dir"
-    mps_dir=
-  fi
+  for d in "${mps_dirs[@]}"; do
+    [ -d "$d" ] || continue
+    bash "$dir/mps.sh" stop "$d" >>"$OUT/frontier/mps.log" 2>&1
+    cp -r "$d/log" "$OUT/frontier/mps-log-$(basename "$d")" 2>/dev/null
+    rm -rf "$d"
+  done
+  mps_dirs=()
 }
 trap stop_mps EXIT INT TERM
 
 # frontier.py skips what would end past FRONTIER_DEADLINE; the timeout stops a run that
 # overstays (SIGTERM: its processes are ended and the JSON keeps what was measured).
-: >"$OUT/frontier/run.log"
-left=$((FRONTIER_DEADLINE - $(date +%s) + 5))
-timeout --signal=TERM --kill-after=20 "$left" $py "$dir/frontier.py" run --json "$OUT/frontier.json" \
-  --logs "$OUT/frontier/logs" --mps-dir "$mps_dir" >"$OUT/frontier/run.log" 2>&1 &
-runner=$!
-tail -n +1 -f "$OUT/frontier/run.log" --pid=$runner | grep --line-buffered -E '^(run |MPS |frontier)'
-wait $runner
-rc=$?
+# run_lane LANE GPU JSON LOGS: GPU empty for the GPUs the call sees.
+run_lane() {
+  local lane=$1 gpu=$2 json=$3 logs=$4 d
+  d=$(mktemp -d /tmp/gslice-mps-XXXXXX)
+  mps_dirs+=("$d")
+  local left=$((FRONTIER_DEADLINE - $(date +%s) + 5))
+  ( [ -n "$gpu" ] && export CUDA_VISIBLE_DEVICES=$gpu
+    [ ${#gpus[@]} -gt 0 ] && export FRONTIER_LANE=$lane
+    exec timeout --signal=TERM --kill-after=20 "$left" $py "$dir/frontier.py" run --json "$json" --logs "$logs" \
+      --mps-dir "$d" ) &
+}
+jsons=()
+runners=()
+if [ ${#gpus[@]} -gt 0 ]; then
+  for i in "${!gpus[@]}"; do
+    mkdir -p "$OUT/frontier/lane$i"
+    rm -f "$OUT/frontier-lane$i.json"
+    run_lane "$i" "${gpus[$i]}" "$OUT/frontier-lane$i.json" "$OUT/frontier/lane$i/logs" >"$OUT/frontier/lane$i/run.log" 2>&1
+    runners+=($!)
+    jsons+=("$OUT/frontier-lane$i.json")
+  done
+  echo "frontier: ${#gpus[@]} lanes on GPUs ${FRONTIER_GPUS} (logs: frontier/lane*/run.log)"
+  rc=0
+  for pid in "${runners[@]}"; do wait "$pid" || rc=$?; done
+  for i in "${!gpus[@]}"; do grep -E '^(run |MPS |frontier)' "$OUT/frontier/lane$i/run.log" | sed "s/^/lane $i: /"; done
+else
+  : >"$OUT/frontier/run.log"
+  run_lane "${FRONTIER_LANE:-0}" "" "$OUT/frontier.json" "$OUT/frontier/logs" >"$OUT/frontier/run.log" 2>&1
+  runner=$!
+  tail -n +1 -f "$OUT/frontier/run.log" --pid=$runner | grep --line-buffered -E '^(run |MPS |frontier)'
+  wait $runner
+  rc=$?
+  jsons=("$OUT/frontier.json")
+fi
 stop_mps
 echo "frontier: $(( $(date +%s) - start )) s"
-if [ ! -s "$OUT/frontier.json" ]; then
-  echo "RESULT frontier.suite FAIL frontier.py wrote no JSON (exit $rc; frontier/run.log)"
-  exit 1
-fi
+for j in "${jsons[@]}"; do
+  if [ ! -s "$j" ]; then
+    echo "RESULT frontier.suite FAIL frontier.py wrote no $(basename "$j") (exit $rc; frontier/run.log)"
+    exit 1
+  fi
+done
 [ $rc -eq 0 ] || echo "RESULT frontier.budget INFO frontier.py stopped before its plan's end (exit $rc): the budget ran out; what it measured is reported"
-$py "$dir/frontier_report.py" "$OUT/frontier.json" >"$OUT/compute-frontier.md" ||
+$py "$dir/frontier_report.py" "${jsons[@]}" >"$OUT/compute-frontier.md" ||
   echo "RESULT frontier.report FAIL frontier_report.py failed"
 tar -czf "$OUT/frontier.tar.gz" -C "$OUT" frontier
-$py "$dir/frontier_report.py" --table "$OUT/frontier.json"
+$py "$dir/frontier_report.py" --table "${jsons[@]}"
