@@ -701,33 +701,34 @@ GSLICE_SIM_EXPORT CUresult cuGraphAddEmptyNode(CUgraphNode* out, CUgraph graph, 
   return AddWorkNode(out, graph, deps, num, CU_GRAPH_NODE_TYPE_EMPTY, nullptr);
 }
 
+// Makes a node's work (make: its params checked and turned into Work) and adds the node.
+template <typename Make>
+CUresult AddMadeNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t num, CUgraphNodeType type,
+                     Make make) {
+  Work work;
+  const CUresult r = make(&work);
+  if (r != CUDA_SUCCESS) return r;
+  return AddWorkNode(out, graph, deps, num, type, std::move(work));
+}
+
 GSLICE_SIM_EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps,
                                                    size_t num, const CUDA_KERNEL_NODE_PARAMS* params) {
   REQUIRE_INIT(d);
-  Work work;
-  const CUresult r = KernelNodeWork(params, &work);
-  if (r != CUDA_SUCCESS) return r;
-  return AddWorkNode(out, graph, deps, num, CU_GRAPH_NODE_TYPE_KERNEL, std::move(work));
+  return AddMadeNode(out, graph, deps, num, CU_GRAPH_NODE_TYPE_KERNEL, [params](Work* w) { return KernelNodeWork(params, w); });
 }
 
 GSLICE_SIM_EXPORT CUresult cuGraphAddMemsetNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t num,
                                                 const CUDA_MEMSET_NODE_PARAMS* params, CUcontext ctx) {
   (void)ctx;
   REQUIRE_INIT(d);
-  Work work;
-  const CUresult r = MemsetNodeWork(params, &work);
-  if (r != CUDA_SUCCESS) return r;
-  return AddWorkNode(out, graph, deps, num, CU_GRAPH_NODE_TYPE_MEMSET, std::move(work));
+  return AddMadeNode(out, graph, deps, num, CU_GRAPH_NODE_TYPE_MEMSET, [params](Work* w) { return MemsetNodeWork(params, w); });
 }
 
 GSLICE_SIM_EXPORT CUresult cuGraphAddMemcpyNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t num,
                                                 const CUDA_MEMCPY3D* params, CUcontext ctx) {
   (void)ctx;
   REQUIRE_INIT(d);
-  Work work;
-  const CUresult r = MemcpyNodeWork(params, &work);
-  if (r != CUDA_SUCCESS) return r;
-  return AddWorkNode(out, graph, deps, num, CU_GRAPH_NODE_TYPE_MEMCPY, std::move(work));
+  return AddMadeNode(out, graph, deps, num, CU_GRAPH_NODE_TYPE_MEMCPY, [params](Work* w) { return MemcpyNodeWork(params, w); });
 }
 
 GSLICE_SIM_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps,
