@@ -387,10 +387,14 @@ void TimeKernels(Device& d, int64_t now, bool read_samples) {
   if (by_launches) signal.speed_permille = progress;
   d.entry->kernel_signal.store(PackKernelSignal(signal), kRlx);
   if (signal.known() || signal.wants_baseline) {
+    const ProgressClock::Seen& seen = k.progress.seen();
     TraceLine("compute: beside opportunistic work at least %.3f of its speed alone, by its %s%s "
-              "(%d kernels timed alone)",
+              "(%d kernels timed alone; launches: %lld ms alone in %d%% of passes, %lld ms beside in %d%%%s)",
               signal.speed_permille / 1000.0, by_launches ? "launches" : "kernels' times",
-              signal.wants_baseline ? "; wants a baseline" : "", k.clock.kernels());
+              signal.wants_baseline ? "; wants a baseline" : "", k.clock.kernels(),
+              static_cast<long long>(seen.alone_ms), seen.alone_moved_permille / 10,
+              static_cast<long long>(seen.beside_ms), seen.beside_moved_permille / 10,
+              seen.fresh ? "" : ", no fresh rate alone");
   }
 }
 

@@ -24,6 +24,9 @@ void ProgressClock::Pass(int64_t now_ns, uint64_t launches, bool beside) {
 }
 
 uint32_t ProgressClock::ClosePeriod(int64_t now_ns) {
+  const auto share = [](const Stretch& x) { return x.passes > 0 ? x.moved * 1000 / x.passes : 0; };
+  seen_ = {.alone_ms = alone_.ns / 1'000'000, .beside_ms = beside_.ns / 1'000'000,
+           .alone_moved_permille = share(alone_), .beside_moved_permille = share(beside_)};
   const auto mix = [](double old, double sample) { return old <= 0 ? sample : old + kProgressWeight * (sample - old); };
   if (alone_.ns >= kMinStretchNs) {
     if (alone_.Saturated()) {
@@ -37,6 +40,7 @@ uint32_t ProgressClock::ClosePeriod(int64_t now_ns) {
   uint32_t reading = 0;
   if (beside_.ns >= kMinStretchNs) {
     const bool fresh = alone_rate_ > 0 && now_ns - alone_at_ <= kBaselineRefreshNs;
+    seen_.fresh = fresh;
     if (beside_.Saturated() && fresh) {
       const double rate = static_cast<double>(beside_.launches) / static_cast<double>(beside_.ns);
       ratio_ = mix(ratio_, rate / alone_rate_);

@@ -42,6 +42,15 @@ class ProgressClock {
   // Forgets the launch count (the counter is not fed for a while: the next pass starts over).
   void Pause() { started_ = false; }
 
+  // What the last ClosePeriod saw, for the trace: time alone and beside (ms), the share of
+  // passes with a launch in each (permille), and whether a rate alone was fresh.
+  struct Seen {
+    int64_t alone_ms = 0, beside_ms = 0;
+    int alone_moved_permille = 0, beside_moved_permille = 0;
+    bool fresh = false;
+  };
+  const Seen& seen() const { return seen_; }
+
  private:
   struct Stretch {
     int64_t ns = 0;
@@ -57,6 +66,7 @@ class ProgressClock {
   double alone_rate_ = 0;  // launches per ns alone (0: unknown)
   int64_t alone_at_ = 0;   // when the newest alone sample was taken
   double ratio_ = 0;       // beside over alone (0: none yet)
+  Seen seen_;
 };
 
 }  // namespace gslice::compute

@@ -245,6 +245,11 @@ TEST(ComputeProgress, AJobLaunchingWithoutPauseIsReadByItsLaunches) {
   EXPECT_NEAR(p.ClosePeriod(now), 950, 2);
   now = FeedProgress(p, now, &n, 250, /*beside=*/true, 38);
   EXPECT_NEAR(p.ClosePeriod(now), 950, 2);
+  // What the period saw, for the trace.
+  EXPECT_EQ(p.seen().alone_ms, 0);
+  EXPECT_EQ(p.seen().beside_ms, 250);
+  EXPECT_EQ(p.seen().beside_moved_permille, 1000);
+  EXPECT_TRUE(p.seen().fresh);
   // Faster beside than alone (noise) reads as alone.
   now = FeedProgress(p, now, &n, 250, /*beside=*/true, 60);
   EXPECT_EQ(p.ClosePeriod(now), 1000u);
