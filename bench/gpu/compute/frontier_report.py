@@ -266,7 +266,7 @@ def text_table(doc):
         lines.append(f"{PAIR_LABELS[pair]}: guaranteed × solo{' (server p99, p50)' if pair == 'latency' else ''}"
                      f" / opportunistic × solo")
         for r in rows(doc, pair):
-            lines.append(f"  {row_label(doc, pair, r):<16} {guaranteed_text(pair, r):<48} {f3(r['o']):<7} "
+            lines.append(f"  {row_label(doc, pair, r):<26} {guaranteed_text(pair, r):<48} {f3(r['o']):<7} "
                          f"{'' if r['status'] == 'ok' else status_text(r)}")
         for v in frontier(doc, pair):
             met = "n/a" if v["met"] is None else ("MET" if v["met"] else "MISSED")
