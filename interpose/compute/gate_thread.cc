@@ -334,9 +334,11 @@ bool OpportunisticQueued(Device& d, int64_t now) {
 }
 
 // Every pass, for a guaranteed process on MPS: whether launches are sampled, the completed
-// samples into the clock (read_samples: the context is bound, so its events are alive) (beside opportunistic work when a pass from just before the launch
-// to now saw its work queued), and once per kControlPeriodNs the period's reading into the
-// compute entry, where opportunistic processes' controllers read it.
+// samples into the clock (beside opportunistic work when a pass from just before the launch
+// to now saw its work queued; read only where read_samples says the context is bound, so
+// their events are alive), the launch count into the progress clock while counting, and once
+// per kControlPeriodNs the period's reading into the compute entry, where opportunistic
+// processes' controllers read it.
 void TimeKernels(Device& d, int64_t now, bool read_samples) {
   KernelTiming& k = d.kernels;
   const bool sample = d.spatial && g_gate->window != nullptr && PolicyOf(d).cls == ComputeClass::kGuaranteed &&
