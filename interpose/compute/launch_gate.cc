@@ -409,6 +409,9 @@ LaunchTicket BeforeLaunch(CUstream stream, bool per_thread, const KernelShape* s
     // not outlast), and is timed now and then. No meter, no marker, no read-modify-write
     // shared with other processes. The coarse clock moves every few ms, so most launches
     // only read the entry's line: stores that change nothing would take it from the readers.
+    // While the process only counts its launches (GateMode::kCount), only the launches
+    // CountLaunch chose to time come here: one at least every kKernelSampleGapNs while it
+    // launches, well within the hold.
     const int64_t until = MonotonicCoarseNs() + kUngatedHoldNs;
     if (d->entry->active_until_ns.load(kRlx) != until) d->entry->active_until_ns.store(until, kRlx);
     if (d->entry->inflight_until_ns.load(kRlx) != until) d->entry->inflight_until_ns.store(until, kRlx);
