@@ -1,5 +1,7 @@
 // The simulated libnvidia-ml.so.1: NVML answers read from the simulated node. Like the
 // real NVML it lists every device of the node (CUDA_VISIBLE_DEVICES does not apply).
+#include <strings.h>
+
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -206,6 +208,28 @@ GSLICE_NVML_EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char* uuid, nvml
     }
   }
   return NVML_ERROR_NOT_FOUND;
+}
+
+// By the bus id nvmlDeviceGetPciInfo_v3 gives, in either of its forms ("00000000:BB:00.0" or
+// "0000:BB:00.0"), in any case (NCCL asks by the runtime's cudaDeviceGetPCIBusId).
+GSLICE_NVML_EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char* bus_id, nvmlDevice_t* device) {
+  REQUIRE_NVML(node);
+  if (bus_id == nullptr || device == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  for (uint32_t i = 0; i < node->device_count(); ++i) {
+    const unsigned bus = node->device(i).pci_bus;
+    char full[32], legacy[32];
+    std::snprintf(full, sizeof full, "%08X:%02X:%02X.0", 0u, bus, 0u);
+    std::snprintf(legacy, sizeof legacy, "%04X:%02X:%02X.0", 0u, bus, 0u);
+    if (strcasecmp(bus_id, full) == 0 || strcasecmp(bus_id, legacy) == 0) {
+      *device = &g_handles[i];
+      return NVML_SUCCESS;
+    }
+  }
+  return NVML_ERROR_NOT_FOUND;
+}
+
+GSLICE_NVML_EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char* bus_id, nvmlDevice_t* device) {
+  return nvmlDeviceGetHandleByPciBusId_v2(bus_id, device);
 }
 
 GSLICE_NVML_EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char* name,

@@ -16,7 +16,9 @@
 //                 1. NVML only (dlopen'ed): init, the device count, device 0's handle, name,
 //                    memory and processes: prints "nvml <count> <total> <used> <processes>", waits
 //                 2. a CUDA allocation of 64 MiB (the client attaches), then the same handle
-//                    again: prints "attached <same name|OTHER NAME> <used>", waits
+//                    again: prints "attached <same name|OTHER NAME> <used>"; then, as NCCL
+//                    finds its GPU, the handle by the device's PCI bus id under the first
+//                    version's name: prints "by bus id <same device|OTHER DEVICE>", waits
 //                 3. nvmlShutdown: prints "shutdown <result>", exits
 #include <cuda.h>
 #include <dlfcn.h>
@@ -81,6 +83,8 @@ int Nvml() {
   auto memory_fn = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_t*)>(sym("nvmlDeviceGetMemoryInfo"));
   auto processes_fn = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, unsigned int*, nvmlProcessInfo_t*)>(
       sym("nvmlDeviceGetComputeRunningProcesses_v3"));
+  auto pci_fn = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, nvmlPciInfo_t*)>(sym("nvmlDeviceGetPciInfo_v3"));
+  auto by_bus_fn = reinterpret_cast<nvmlReturn_t (*)(const char*, nvmlDevice_t*)>(sym("nvmlDeviceGetHandleByPciBusId"));
   NK(init());
   unsigned int count = 0;
   NK(count_fn(&count));
@@ -109,6 +113,11 @@ int Nvml() {
   NK(name_fn(device, again, sizeof again));
   NK(memory_fn(device, &memory));
   printf("attached %s %llu\n", std::string(again) == name ? "same name" : "OTHER NAME", memory.used);
+  nvmlPciInfo_t pci = {};
+  NK(pci_fn(device, &pci));
+  nvmlDevice_t by_bus = nullptr;
+  NK(by_bus_fn(pci.busId, &by_bus));
+  printf("by bus id %s\n", by_bus == device ? "same device" : "OTHER DEVICE");
   WaitForLine();
   printf("shutdown %d\n", static_cast<int>(shutdown()));
   CK(cuMemFree(p));

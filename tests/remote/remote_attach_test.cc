@@ -123,6 +123,8 @@ TEST_F(RemoteAttach, NvmlQueriesHoldNoWorkerAndTheirHandlesSurviveTheAttach) {
     ASSERT_NE(at, std::string::npos) << out;
     EXPECT_GE(std::stoull(out.substr(at + 19)), 64ull << 20) << out;  // the worker's slice, in use
     EXPECT_EQ(CountDescendants(server.pid(), "--worker-fd"), 1) << out;
+    // NCCL looks its GPU up by PCI bus id, under the first version's name.
+    EXPECT_EQ(client.ReadUntil("by bus id", 30000), "by bus id same device");
     client.WriteLine("go");
     EXPECT_EQ(client.ReadUntil("shutdown", 30000), "shutdown 0");
     EXPECT_EQ(client.Wait(&out, 30000), 0) << out;
