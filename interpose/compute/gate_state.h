@@ -110,14 +110,13 @@ struct ControlLoop {
 
 // Kernel timing (kernel_clock.h): a guaranteed process on a GPU shared through MPS with an
 // opportunistic peer brackets every kKernelSampleEvery-th launch of each thread, and the
-// first after kKernelSampleGapNs without one (a job of few, long kernels), with two events;
+// first after the gate thread saw none timed for kKernelSampleGapNs (a job of few, long
+// kernels; LaunchCount::time_next), with two events, CountLaunch picking them;
 // the gate thread reads the completed pairs, tells whether opportunistic work had work queued
 // meanwhile, and publishes the period's reading in the process's compute entry. A sampled
 // launch costs about 5 us more on an H200 under MPS (two event records and their pool); one
 // in 32 added ~150 ns a launch there, one in 256 adds ~20 ns, and a launch-bound job still
-// gives ~100 samples per second. While the process only counts its launches (GateMode::kCount)
-// the same launches are timed, chosen by CountLaunch, and the gate thread asks for the next
-// launch (LaunchCount::time_next) after kKernelSampleGapNs without a timed one.
+// gives ~100 samples per second.
 inline constexpr uint32_t kKernelSampleEvery = 256;
 inline constexpr int64_t kKernelSampleGapNs = 10'000'000;
 inline constexpr int kKernelSampleRing = 256;  // pairs not yet read; a full ring drops samples
@@ -126,10 +125,12 @@ inline constexpr int kKernelSampleRing = 256;  // pairs not yet read; a full rin
 // keeps ahead of the GPU, so that kernels of guaranteed work timed "alone" are.
 inline constexpr int64_t kUngatedHoldNs = 50'000'000;
 
-// kCount's state (launch_gate.h): the launches of the process, all GPUs together, for the
-// job's busy share (kernel_clock.h); and the gate thread's request that the next launch be
-// timed. A timed launch goes through BeforeLaunch, which also says the process wants the GPU
-// and has work queued for kUngatedHoldNs: while it launches, one is timed at least every
+// CountLaunch's state (launch_gate.h): the launches of the process while it samples its
+// kernels (every launch while counting, GateMode::kCount; those that reach kernel timing while
+// gating), all GPUs together, for the job's busy share (kernel_clock.h) and its progress
+// (progress_clock.h); and the gate thread's request that the next launch be timed. A timed
+// launch goes through BeforeLaunch, which also says the process wants the GPU and has work
+// queued for kUngatedHoldNs: while it launches, one is timed at least every
 // kKernelSampleGapNs (and a pass), well within that hold.
 // Launching threads increment launches racily, a load and a store on a line of this
 // process's own (as the suspend gate's activity word is). A lost update between threads
@@ -150,11 +151,8 @@ struct KernelTiming {
   std::mutex mu;
   KernelSample ring[kKernelSampleRing];
   std::atomic<uint32_t> head{0}, tail{0};
-  // Launches while sampling, counted kKernelSampleEvery at a time by each thread (a shared
-  // counter touched once per that many launches), for the job's busy share (kernel_clock.h).
-  std::atomic<uint64_t> launches{0};
   // Gate thread only.
-  uint64_t period_launches = 0;  // launches at the last period's end
+  uint64_t period_launches = 0;  // LaunchCount::launches at the last period's end
   uint32_t seen_head = 0;        // the ring's head at the pass that last saw it move
   int64_t newest_sample_ns = 0;  // ... and that pass's time (kCount's time_next)
   KernelClock clock;

@@ -356,7 +356,7 @@ void TimeKernels(Device& d, int64_t now, bool read_samples) {
     k.seen_head = head;
     k.newest_sample_ns = now;
   }
-  // While counting, the launch after a gap with none timed is (a job of few, long kernels).
+  // The launch after a gap with none timed is (a job of few, long kernels; CountLaunch).
   if (sample && now - k.newest_sample_ns >= kKernelSampleGapNs && !g_counted.time_next.load(kRlx)) {
     g_counted.time_next.store(true, kRlx);
   }
@@ -378,8 +378,7 @@ void TimeKernels(Device& d, int64_t now, bool read_samples) {
   const int64_t period_ns = k.next_period_ns == 0 ? 0 : now - (k.next_period_ns - kControlPeriodNs);
   k.next_period_ns = now + kControlPeriodNs;
   if (++k.sequence > 0xffffu) k.sequence = 1;
-  // Launches counted on the gated path and while counting: each moves only in its own mode.
-  const uint64_t launches = k.launches.load(kRlx) + g_counted.launches.load(kRlx);
+  const uint64_t launches = g_counted.launches.load(kRlx);
   KernelSignal signal = k.clock.ClosePeriod(now, k.sequence, launches - k.period_launches, period_ns);
   k.period_launches = launches;
   // A job that launches without pause is read by its launches where they say more than the

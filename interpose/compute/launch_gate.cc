@@ -25,7 +25,7 @@ std::atomic<uint64_t> g_context_epoch{0};
 LaunchCount g_counted;
 
 namespace {
-// Launches of this thread until the next timed one while counting (CountLaunch).
+// Launches of this thread until the next timed one (CountLaunch).
 thread_local uint32_t t_until_timed = kKernelSampleEvery;
 }  // namespace
 
@@ -339,23 +339,14 @@ int64_t MarkerSpacing(const Device& d) {
 // one peer scan (kPeerScanNs), long before its first kernel; only then is the queue bounded.
 bool NothingToYieldTo(const Device& d) { return OpportunisticOnly(d) && d.peers.guaranteed.load(kRlx) == 0; }
 
-// Starts timing this launch where the gate samples this GPU's kernels (KernelTiming): every
-// kKernelSampleEvery-th launch of the calling thread, and its first after kKernelSampleGapNs
-// without one, gets a start event before it. While the process only counts its launches
-// (GateMode::kCount) CountLaunch has chosen the launch already: it is timed. Returns whether
-// it did (the ticket then carries the sample for AfterLaunch).
-bool StartKernelSample(Device& d, CUstream stream, const KernelShape* shape, int64_t now, LaunchTicket* ticket) {
-  static thread_local uint32_t t_launches = 0;
-  static thread_local int64_t t_sampled_ns = 0;
+// Starts timing this launch where the gate samples this GPU's kernels (KernelTiming) and
+// CountLaunch picks it: while counting (GateMode::kCount) it picked it already, in
+// LaunchThroughGate; while gating it picks here. Returns whether it did (the ticket then
+// carries the sample for AfterLaunch).
+bool StartKernelSample(Device& d, CUstream stream, const KernelShape* shape, LaunchTicket* ticket) {
   if (shape == nullptr || !d.kernels.sampling.load(kRlx)) return false;
-  if (g_gate_mode.load(kRlx) == static_cast<int>(GateMode::kCount)) {
-    if (g_counted.time_next.load(kRlx)) g_counted.time_next.store(false, kRlx);
-  } else {
-    const bool counted = ++t_launches % kKernelSampleEvery == 0;
-    if (counted) d.kernels.launches.fetch_add(kKernelSampleEvery, kRlx);
-    if (!counted && now - t_sampled_ns < kKernelSampleGapNs) return false;
-  }
-  t_sampled_ns = now;
+  if (g_gate_mode.load(kRlx) != static_cast<int>(GateMode::kCount) && !CountLaunch()) return false;
+  if (g_counted.time_next.load(kRlx)) g_counted.time_next.store(false, kRlx);
   const int64_t launched = MonotonicNs();  // when it was launched, to the gate thread's precision
   CUevent start = d.meter.pool.Get(g_gate->api);
   if (start == nullptr) return false;
@@ -410,14 +401,13 @@ LaunchTicket BeforeLaunch(CUstream stream, bool per_thread, const KernelShape* s
     // shared with other processes. The coarse clock moves every few ms, so most launches
     // only read the entry's line: stores that change nothing would take it from the readers.
     // While the process only counts its launches (GateMode::kCount), only the launches
-    // CountLaunch chose to time come here: one at least every kKernelSampleGapNs while it
+    // CountLaunch picked to time come here: one at least every kKernelSampleGapNs while it
     // launches, well within the hold.
     const int64_t until = MonotonicCoarseNs() + kUngatedHoldNs;
     if (d->entry->active_until_ns.load(kRlx) != until) d->entry->active_until_ns.store(until, kRlx);
     if (d->entry->inflight_until_ns.load(kRlx) != until) d->entry->inflight_until_ns.store(until, kRlx);
-    const int64_t now = until - kUngatedHoldNs;
     LaunchTicket sampled;
-    if (StartKernelSample(*d, own_thread_stream ? CU_STREAM_PER_THREAD : stream, shape, now, &sampled)) return sampled;
+    if (StartKernelSample(*d, own_thread_stream ? CU_STREAM_PER_THREAD : stream, shape, &sampled)) return sampled;
     return {};
   }
   StreamMeter* m = FindStream(*d, own_thread_stream ? CU_STREAM_PER_THREAD : stream, own_thread_stream ? ThreadKey() : 0);

@@ -38,7 +38,8 @@ enum class GateMode : int {
 
 extern std::atomic<int> g_gate_mode;
 
-// kCount's side of a launch (launch_gate.cc): counts it and says whether it is to be timed.
+// Counts a launch and says whether it is to be timed (launch_gate.cc): every launch while
+// counting (kCount, from LaunchThroughGate), those that reach kernel timing while gating.
 bool CountLaunch();
 
 struct Device;
