@@ -457,13 +457,14 @@ CUresult AddConditionalNode(CUgraphNode* out, CUgraph h, const CUgraphNode* deps
     g_graphs[b] = std::move(body);
     node->bodies.push_back(b);
   }
-  SimNode* added = node.get();
+  // A refused node is gone when AddNodeLocked returns: its bodies are forgotten by the copy.
+  const std::vector<CUgraph> bodies = node->bodies;
   const CUresult r = AddNodeLocked(h, deps, num_deps, std::move(node), out);
   if (r != CUDA_SUCCESS) {
-    for (CUgraph b : added->bodies) g_graphs.erase(b);
+    for (CUgraph b : bodies) g_graphs.erase(b);
     return r;
   }
-  p->phGraph_out = added->bodies.data();  // valid while the node lives, as the driver's
+  p->phGraph_out = FindNodeLocked(*out)->bodies.data();  // valid while the node lives, as the driver's
   return CUDA_SUCCESS;
 }
 
