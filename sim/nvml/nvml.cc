@@ -216,11 +216,9 @@ GSLICE_NVML_EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char* bus
   REQUIRE_NVML(node);
   if (bus_id == nullptr || device == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   for (uint32_t i = 0; i < node->device_count(); ++i) {
-    const unsigned bus = node->device(i).pci_bus;
-    char full[32], legacy[32];
-    std::snprintf(full, sizeof full, "%08X:%02X:%02X.0", 0u, bus, 0u);
-    std::snprintf(legacy, sizeof legacy, "%04X:%02X:%02X.0", 0u, bus, 0u);
-    if (strcasecmp(bus_id, full) == 0 || strcasecmp(bus_id, legacy) == 0) {
+    nvmlPciInfo_t pci;
+    if (nvmlDeviceGetPciInfo_v3(&g_handles[i], &pci) != NVML_SUCCESS) continue;
+    if (strcasecmp(bus_id, pci.busId) == 0 || strcasecmp(bus_id, pci.busIdLegacy) == 0) {
       *device = &g_handles[i];
       return NVML_SUCCESS;
     }
