@@ -119,6 +119,11 @@ CUresult Serve_cuGetProcAddress_v2(Reader& r, Writer& w) {
   return res;
 }
 
+bool DriverKernelArguments::Read(Reader* r) {
+  LaunchParams in;
+  return DecodeLaunchParams(r, &in) && Lay(in);
+}
+
 bool DriverKernelArguments::Lay(const LaunchParams& in) {
   which_ = in.which;
   if (in.which & kLaunchKernelParams) {
@@ -130,6 +135,7 @@ bool DriverKernelArguments::Lay(const LaunchParams& in) {
       if (total > 2 * kMaxParamBytes) return false;
     }
     storage_.assign(total / 8 + 2, 0);
+    params_.reserve(in.params.size() + 1);
     auto* base = reinterpret_cast<uint8_t*>(storage_.data());
     uint64_t at = 0;
     for (const auto& [data, size] : in.params) {
@@ -154,10 +160,8 @@ namespace {
 CUresult ServeLaunch(uint32_t op, Reader& r) {
   LaunchConfig c;
   std::vector<CUlaunchAttribute> attrs;
-  LaunchParams in;
-  if (!DecodeLaunchConfig(&r, &c, &attrs) || !DecodeLaunchParams(&r, &in)) return kMalformed;
   DriverKernelArguments arguments;
-  if (!arguments.Lay(in) || !r.AtEnd()) return kMalformed;
+  if (!DecodeLaunchConfig(&r, &c, &attrs) || !arguments.Read(&r) || !r.AtEnd()) return kMalformed;
   void** p = arguments.params();
   void** e = arguments.extra();
   if (g_driver[op] == nullptr) return CUDA_ERROR_NOT_SUPPORTED;

@@ -47,12 +47,21 @@ class DriverKernelArguments {
   DriverKernelArguments() = default;
   DriverKernelArguments(const DriverKernelArguments&) = delete;
   DriverKernelArguments& operator=(const DriverKernelArguments&) = delete;
-  // False when the parameters together are over the driver's limit.
-  bool Lay(const LaunchParams& in);
+  // Reads them from r (launch.h: DecodeLaunchParams) and lays them out. False when the request
+  // does not decode or the parameters together are over the driver's limit.
+  bool Read(Reader* r);
   void** params() { return (which_ & kLaunchKernelParams) ? params_.data() : nullptr; }
   void** extra() { return (which_ & kLaunchExtra) ? extra_ : nullptr; }
+  // Points a kernel node's parameters (CUDA_KERNEL_NODE_PARAMS, _v3) at them.
+  template <typename Node>
+  void PointInto(Node* node) {
+    node->kernelParams = params();
+    node->extra = extra();
+  }
 
  private:
+  bool Lay(const LaunchParams& in);
+
   uint8_t which_ = 0;
   std::vector<uint64_t> storage_;
   std::vector<void*> params_;

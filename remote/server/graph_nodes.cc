@@ -17,14 +17,12 @@ CUresult ServeAddKernelNode(Reader& r, Writer& w) {
   CUgraph graph{};
   std::vector<CUgraphNode> deps;
   CUDA_KERNEL_NODE_PARAMS p{};
-  LaunchParams in;
-  if (!r.Get(&graph) || !DecodeDependencies(&r, &deps) || !DecodeKernelNode(&r, &p) || !DecodeLaunchParams(&r, &in)) {
+  DriverKernelArguments arguments;
+  if (!r.Get(&graph) || !DecodeDependencies(&r, &deps) || !DecodeKernelNode(&r, &p) || !arguments.Read(&r) ||
+      !r.AtEnd()) {
     return kMalformed;
   }
-  DriverKernelArguments arguments;
-  if (!arguments.Lay(in) || !r.AtEnd()) return kMalformed;
-  p.kernelParams = arguments.params();
-  p.extra = arguments.extra();
+  arguments.PointInto(&p);
   using Fn = CUresult (*)(CUgraphNode*, CUgraph, const CUgraphNode*, size_t, const CUDA_KERNEL_NODE_PARAMS*);
   auto fn = reinterpret_cast<Fn>(g_driver[kOp_cuGraphAddKernelNode_v2]);
   if (fn == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
@@ -38,12 +36,11 @@ CUresult ServeSetKernelNode(Reader& r, Writer&) {
   CUgraphExec exec{};
   CUgraphNode node{};
   CUDA_KERNEL_NODE_PARAMS p{};
-  LaunchParams in;
-  if (!r.Get(&exec) || !r.Get(&node) || !DecodeKernelNode(&r, &p) || !DecodeLaunchParams(&r, &in)) return kMalformed;
   DriverKernelArguments arguments;
-  if (!arguments.Lay(in) || !r.AtEnd()) return kMalformed;
-  p.kernelParams = arguments.params();
-  p.extra = arguments.extra();
+  if (!r.Get(&exec) || !r.Get(&node) || !DecodeKernelNode(&r, &p) || !arguments.Read(&r) || !r.AtEnd()) {
+    return kMalformed;
+  }
+  arguments.PointInto(&p);
   using Fn = CUresult (*)(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS*);
   auto fn = reinterpret_cast<Fn>(g_driver[kOp_cuGraphExecKernelNodeSetParams_v2]);
   if (fn == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
@@ -112,13 +109,11 @@ CUresult ServeAddNode(uint32_t op, bool with_edges, Reader& r, Writer& w) {
   if (!r.GetInto(&p, sizeof p)) return kMalformed;
   if (!GraphNodeKindForwarded(p.type)) return CUDA_ERROR_NOT_SUPPORTED;
   // Every pointer of the structure is the worker's own from here on.
-  LaunchParams in;
   DriverKernelArguments arguments;
   switch (p.type) {
     case CU_GRAPH_NODE_TYPE_KERNEL:
-      if (!DecodeLaunchParams(&r, &in) || !arguments.Lay(in)) return kMalformed;
-      p.kernel.kernelParams = arguments.params();
-      p.kernel.extra = arguments.extra();
+      if (!arguments.Read(&r)) return kMalformed;
+      arguments.PointInto(&p.kernel);
       break;
     case CU_GRAPH_NODE_TYPE_MEMCPY:
       if (!DeviceCopy(p.memcpy.copyParams)) return CUDA_ERROR_NOT_SUPPORTED;
