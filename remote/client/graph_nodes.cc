@@ -14,17 +14,13 @@
 #include <vector>
 
 #include "call.h"
-#include "caller.h"
 #include "client_calls.h"
 #include "graph_nodes.h"
 #include "local_calls.h"
-#include "log.h"
+#include "refusals.h"
 
 namespace gslice::remote {
 namespace {
-
-using shim::Log;
-using shim::LogLevel;
 
 // What the worker answered as a conditional's bodies, by node. Never freed: the driver's array
 // is valid while the node lives, and the client does not see a node go.
@@ -41,16 +37,8 @@ CUgraph* KeepBodies(CUgraphNode node, std::vector<CUgraph> bodies) {
   return at;
 }
 
-CUresult Refuse(const char* call, const char* what) {
-  shim::InitLog();
-  char caller[256];
-  DescribeCaller(caller, sizeof caller);
-  Log(LogLevel::kWarn, "remote: %s: %s is not forwarded: CUDA_ERROR_NOT_SUPPORTED to %s", call, what, caller);
-  return CUDA_ERROR_NOT_SUPPORTED;
-}
-
 CUresult RefuseHostCopy(const char* call) {
-  return Refuse(call, "a copy node with host memory or an array (only device-to-device copies are)");
+  return RefuseWhat(call, "a copy node with host memory or an array (only device-to-device copies are)");
 }
 
 const char* NodeKindName(CUgraphNodeType type) {
@@ -148,7 +136,7 @@ CUresult SetCopyNode(CUgraphExec exec, CUgraphNode node, const CUDA_MEMCPY3D* p,
 CUresult AddNode(const char* name, uint32_t op, bool with_edges, CUgraphNode* out, CUgraph graph,
                  const CUgraphNode* deps, const CUgraphEdgeData* edges, size_t count, CUgraphNodeParams* p) {
   if (out == nullptr || p == nullptr || !DependenciesValid(deps, count)) return CUDA_ERROR_INVALID_VALUE;
-  if (!GraphNodeKindForwarded(p->type)) return Refuse(name, NodeKindName(p->type));
+  if (!GraphNodeKindForwarded(p->type)) return RefuseWhat(name, NodeKindName(p->type));
   if (p->type == CU_GRAPH_NODE_TYPE_MEMCPY && !DeviceCopy(p->memcpy.copyParams)) return RefuseHostCopy(name);
   if (p->type == CU_GRAPH_NODE_TYPE_CONDITIONAL && p->conditional.size > kMaxConditionalBodies) {
     return CUDA_ERROR_INVALID_VALUE;

@@ -18,6 +18,14 @@ CUresult RefuseArgument(const char* call, const char* param) {
   return CUDA_ERROR_NOT_SUPPORTED;
 }
 
+CUresult RefuseWhat(const char* call, const char* what) {
+  shim::InitLog();
+  char caller[256];
+  DescribeCaller(caller, sizeof caller);
+  Log(LogLevel::kWarn, "remote: %s: %s is not forwarded: CUDA_ERROR_NOT_SUPPORTED to %s", call, what, caller);
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 CUresult RefuseSize(const char* call, const char* param, uint64_t bytes) {
   shim::InitLog();
   Log(LogLevel::kWarn, "remote: %s: %s of %llu bytes is more than one call carries (%llu): CUDA_ERROR_INVALID_VALUE",

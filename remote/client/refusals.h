@@ -15,6 +15,9 @@ CUresult RefuseArgument(const char* call, const char* param);
 CUresult RefuseSize(const char* call, const char* param, uint64_t bytes);
 // A module image whose size cannot be told (image_size.h): CUDA_ERROR_INVALID_IMAGE.
 CUresult RefuseImage(const char* call);
+// What of a call's arguments (a graph node's kind, a kind of copy) the client does not
+// forward: CUDA_ERROR_NOT_SUPPORTED.
+CUresult RefuseWhat(const char* call, const char* what);
 // A driver function the client does not forward (yet): CUDA_ERROR_NOT_SUPPORTED.
 CUresult NotForwarded(const char* name);
 
