@@ -107,11 +107,11 @@ CUresult SetKernelNode(CUgraphExec exec, CUgraphNode node, const CUDA_KERNEL_NOD
 CUresult AddCopyNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t count, const CUDA_MEMCPY3D* p,
                      CUcontext ctx) {
   if (out == nullptr || p == nullptr || !DependenciesValid(deps, count)) return CUDA_ERROR_INVALID_VALUE;
-  if (!DeviceCopy(*p)) return RefuseHostCopy("cuGraphAddMemcpyNode");
+  CUDA_MEMCPY3D copy = *p;
+  if (!ToDeviceCopy(&copy)) return RefuseHostCopy("cuGraphAddMemcpyNode");
   Call call(kOp_cuGraphAddMemcpyNode);
   call.request().Put(graph);
   EncodeDependencies(deps, count, &call.request());
-  const CUDA_MEMCPY3D copy = DeviceCopyOnly(*p);
   call.request().PutBytes(&copy, sizeof copy);
   call.request().Put(ctx);
   return RunForNode(call, out);
@@ -119,11 +119,11 @@ CUresult AddCopyNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, s
 
 CUresult SetCopyNode(CUgraphExec exec, CUgraphNode node, const CUDA_MEMCPY3D* p, CUcontext ctx) {
   if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (!DeviceCopy(*p)) return RefuseHostCopy("cuGraphExecMemcpyNodeSetParams");
+  CUDA_MEMCPY3D copy = *p;
+  if (!ToDeviceCopy(&copy)) return RefuseHostCopy("cuGraphExecMemcpyNodeSetParams");
   Call call(kOp_cuGraphExecMemcpyNodeSetParams);
   call.request().Put(exec);
   call.request().Put(node);
-  const CUDA_MEMCPY3D copy = DeviceCopyOnly(*p);
   call.request().PutBytes(&copy, sizeof copy);
   call.request().Put(ctx);
   const CUresult res = call.Run();
@@ -137,7 +137,9 @@ CUresult AddNode(const char* name, uint32_t op, bool with_edges, CUgraphNode* ou
                  const CUgraphNode* deps, const CUgraphEdgeData* edges, size_t count, CUgraphNodeParams* p) {
   if (out == nullptr || p == nullptr || !DependenciesValid(deps, count)) return CUDA_ERROR_INVALID_VALUE;
   if (!GraphNodeKindForwarded(p->type)) return RefuseWhat(name, NodeKindName(p->type));
-  if (p->type == CU_GRAPH_NODE_TYPE_MEMCPY && !DeviceCopy(p->memcpy.copyParams)) return RefuseHostCopy(name);
+  // The worker sets the structure's pointers itself; none of this process's travels.
+  CUgraphNodeParams sent = *p;
+  if (sent.type == CU_GRAPH_NODE_TYPE_MEMCPY && !ToDeviceCopy(&sent.memcpy.copyParams)) return RefuseHostCopy(name);
   if (p->type == CU_GRAPH_NODE_TYPE_CONDITIONAL && p->conditional.size > kMaxConditionalBodies) {
     return CUDA_ERROR_INVALID_VALUE;
   }
@@ -155,9 +157,6 @@ CUresult AddNode(const char* name, uint32_t op, bool with_edges, CUgraphNode* ou
     w.Put<uint8_t>(edges != nullptr && count > 0);
     if (edges != nullptr && count > 0) w.PutBytes(edges, count * sizeof(CUgraphEdgeData));
   }
-  CUgraphNodeParams sent = *p;
-  // The worker sets the structure's pointers itself; none of this process's travels.
-  if (sent.type == CU_GRAPH_NODE_TYPE_MEMCPY) sent.memcpy.copyParams = DeviceCopyOnly(sent.memcpy.copyParams);
   if (sent.type == CU_GRAPH_NODE_TYPE_KERNEL) sent.kernel.kernelParams = sent.kernel.extra = nullptr;
   if (sent.type == CU_GRAPH_NODE_TYPE_CONDITIONAL) sent.conditional.phGraph_out = nullptr;
   w.PutBytes(&sent, sizeof sent);

@@ -42,20 +42,17 @@ inline constexpr uint64_t kMaxGraphDependencies = 1u << 16;
 // More body graphs than a conditional of a real graph has (a SWITCH's cases).
 inline constexpr uint32_t kMaxConditionalBodies = 1u << 12;
 
-// Whether copy reads and writes device memory only: a copy node the worker's driver may make.
-inline bool DeviceCopy(const CUDA_MEMCPY3D& copy) {
-  return copy.srcMemoryType == CU_MEMORYTYPE_DEVICE && copy.dstMemoryType == CU_MEMORYTYPE_DEVICE;
-}
-
-// copy with every address but the two device pointers cleared. REQUIRES DeviceCopy(copy).
-inline CUDA_MEMCPY3D DeviceCopyOnly(CUDA_MEMCPY3D copy) {
-  copy.srcHost = nullptr;
-  copy.dstHost = nullptr;
-  copy.srcArray = nullptr;
-  copy.dstArray = nullptr;
-  copy.reserved0 = nullptr;
-  copy.reserved1 = nullptr;
-  return copy;
+// Whether *copy reads and writes device memory only (a copy node the worker's driver may make);
+// if so, clears every address in it but the two device pointers, else leaves it as it is.
+inline bool ToDeviceCopy(CUDA_MEMCPY3D* copy) {
+  if (copy->srcMemoryType != CU_MEMORYTYPE_DEVICE || copy->dstMemoryType != CU_MEMORYTYPE_DEVICE) return false;
+  copy->srcHost = nullptr;
+  copy->dstHost = nullptr;
+  copy->srcArray = nullptr;
+  copy->dstArray = nullptr;
+  copy->reserved0 = nullptr;
+  copy->reserved1 = nullptr;
+  return true;
 }
 
 // The kinds of node cuGraphAddNode forwards.

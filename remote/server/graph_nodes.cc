@@ -47,26 +47,16 @@ CUresult ServeSetKernelNode(Reader& r, Writer&) {
   return fn(exec, node, &p);
 }
 
-// A copy node's CUDA_MEMCPY3D: device memory on both sides, every other address cleared. False
-// when the request is short; *refused when it names host memory or an array.
-bool ReadDeviceCopy(Reader& r, CUDA_MEMCPY3D* copy, bool* refused) {
-  if (!r.GetInto(copy, sizeof *copy)) return false;
-  *refused = !DeviceCopy(*copy);
-  *copy = DeviceCopyOnly(*copy);
-  return true;
-}
-
 CUresult ServeAddCopyNode(Reader& r, Writer& w) {
   CUgraph graph{};
   std::vector<CUgraphNode> deps;
   CUDA_MEMCPY3D copy{};
-  bool refused = false;
   CUcontext ctx{};
-  if (!r.Get(&graph) || !DecodeDependencies(&r, &deps) || !ReadDeviceCopy(r, &copy, &refused) || !r.Get(&ctx) ||
+  if (!r.Get(&graph) || !DecodeDependencies(&r, &deps) || !r.GetInto(&copy, sizeof copy) || !r.Get(&ctx) ||
       !r.AtEnd()) {
     return kMalformed;
   }
-  if (refused) return CUDA_ERROR_NOT_SUPPORTED;
+  if (!ToDeviceCopy(&copy)) return CUDA_ERROR_NOT_SUPPORTED;
   using Fn = CUresult (*)(CUgraphNode*, CUgraph, const CUgraphNode*, size_t, const CUDA_MEMCPY3D*, CUcontext);
   auto fn = reinterpret_cast<Fn>(g_driver[kOp_cuGraphAddMemcpyNode]);
   if (fn == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
@@ -80,12 +70,11 @@ CUresult ServeSetCopyNode(Reader& r, Writer&) {
   CUgraphExec exec{};
   CUgraphNode node{};
   CUDA_MEMCPY3D copy{};
-  bool refused = false;
   CUcontext ctx{};
-  if (!r.Get(&exec) || !r.Get(&node) || !ReadDeviceCopy(r, &copy, &refused) || !r.Get(&ctx) || !r.AtEnd()) {
+  if (!r.Get(&exec) || !r.Get(&node) || !r.GetInto(&copy, sizeof copy) || !r.Get(&ctx) || !r.AtEnd()) {
     return kMalformed;
   }
-  if (refused) return CUDA_ERROR_NOT_SUPPORTED;
+  if (!ToDeviceCopy(&copy)) return CUDA_ERROR_NOT_SUPPORTED;
   using Fn = CUresult (*)(CUgraphExec, CUgraphNode, const CUDA_MEMCPY3D*, CUcontext);
   auto fn = reinterpret_cast<Fn>(g_driver[kOp_cuGraphExecMemcpyNodeSetParams]);
   if (fn == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
@@ -116,8 +105,7 @@ CUresult ServeAddNode(uint32_t op, bool with_edges, Reader& r, Writer& w) {
       arguments.PointInto(&p.kernel);
       break;
     case CU_GRAPH_NODE_TYPE_MEMCPY:
-      if (!DeviceCopy(p.memcpy.copyParams)) return CUDA_ERROR_NOT_SUPPORTED;
-      p.memcpy.copyParams = DeviceCopyOnly(p.memcpy.copyParams);
+      if (!ToDeviceCopy(&p.memcpy.copyParams)) return CUDA_ERROR_NOT_SUPPORTED;
       break;
     case CU_GRAPH_NODE_TYPE_CONDITIONAL:
       if (p.conditional.size > kMaxConditionalBodies) return kMalformed;
