@@ -262,11 +262,14 @@ CUresult ResolveStream(CUstream h, bool per_thread_default, std::shared_ptr<CUst
 // REQUIRES the capturing stream's ctx->m.
 void CaptureOp(CUgraph_st* graph, std::function<void()> run);
 
+// The checks cuLaunchKernel makes of the function and its dimensions (grid x, y, z, block x,
+// y, z, shared memory bytes), before it looks at the stream.
+CUresult CheckLaunch(CUfunction f, const unsigned dims[7]);
 // The work one launch of f runs on target's device (a kernel node's: sim/cuda/graphs.cc), after
-// the checks cuLaunchKernel makes of the function, its dimensions (grid x, y, z, block x, y, z,
-// shared memory bytes) and its arguments. REQUIRES an initialised driver.
-CUresult MakeKernelWork(CUctx_st* target, CUfunction f, const unsigned dims[7], void** params, void** extra,
-                        int priority, unsigned long long stream_id, std::function<void()>* work);
+// the checks cuLaunchKernel makes of its arguments. REQUIRES an initialised driver and
+// CheckLaunch(f, ...) passed.
+CUresult MakeKernelWork(CUctx_st* target, CUfunction f, void** params, void** extra, int priority,
+                        unsigned long long stream_id, std::function<void()>* work);
 
 // Enqueues run on stream s with the legacy-stream ordering rules applied; while s captures,
 // records run into its graph instead and returns the last sequence number submitted.

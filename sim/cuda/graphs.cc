@@ -350,7 +350,9 @@ CUresult KernelNodeWork(const CUDA_KERNEL_NODE_PARAMS* p, Work* work) {
   CUfunction f = p->func != nullptr ? p->func : reinterpret_cast<CUfunction>(p->kern);
   const unsigned dims[7] = {p->gridDimX, p->gridDimY, p->gridDimZ, p->blockDimX, p->blockDimY, p->blockDimZ,
                             p->sharedMemBytes};
-  return MakeKernelWork(ctx, f, dims, p->kernelParams, p->extra, 0, 0, work);
+  const CUresult r = CheckLaunch(f, dims);
+  if (r != CUDA_SUCCESS) return r;
+  return MakeKernelWork(ctx, f, p->kernelParams, p->extra, 0, 0, work);
 }
 
 CUresult MemsetNodeWork(const CUDA_MEMSET_NODE_PARAMS* p, Work* work) {

@@ -204,9 +204,7 @@ CUresult ReadArgs(const CUfunc_st* f, void** params, void** extra, KernelArgs* o
 
 }  // namespace
 
-CUresult gslice::sim::MakeKernelWork(CUctx_st* target, CUfunction f, const unsigned dims[7], void** params,
-                                     void** extra, int priority, unsigned long long stream_id,
-                                     std::function<void()>* work) {
+CUresult gslice::sim::CheckLaunch(CUfunction f, const unsigned dims[7]) {
   const unsigned gx = dims[0], gy = dims[1], gz = dims[2], bx = dims[3], by = dims[4], bz = dims[5], shmem = dims[6];
   if (f == nullptr || !FunctionLive(f)) return CUDA_ERROR_INVALID_HANDLE;
   if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 || gy > 65535 ||
@@ -214,6 +212,11 @@ CUresult gslice::sim::MakeKernelWork(CUctx_st* target, CUfunction f, const unsig
       static_cast<uint64_t>(bx) * by * bz > 1024 || shmem > 232448) {
     return CUDA_ERROR_INVALID_VALUE;
   }
+  return CUDA_SUCCESS;
+}
+
+CUresult gslice::sim::MakeKernelWork(CUctx_st* target, CUfunction f, void** params, void** extra, int priority,
+                                     unsigned long long stream_id, std::function<void()>* work) {
   if (f->behaviour == CUfunc_st::Behaviour::kForeign) return RefuseForeign(f);
   KernelArgs args;
   CUresult r = ReadArgs(f, params, extra, &args);
@@ -248,14 +251,15 @@ CUresult Launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx
                 const int* priority_override) {
   REQUIRE_INIT(d);
   REQUIRE_CONTEXT(ctx);
-  if (f == nullptr || !FunctionLive(f)) return CUDA_ERROR_INVALID_HANDLE;
+  const unsigned dims[7] = {gx, gy, gz, bx, by, bz, shmem};
+  CUresult r = CheckLaunch(f, dims);
+  if (r != CUDA_SUCCESS) return r;
   std::shared_ptr<CUstream_st> s;
-  CUresult r = ResolveStream(h, pt, &s);
+  r = ResolveStream(h, pt, &s);
   if (r != CUDA_SUCCESS) return r;
   const int priority = priority_override != nullptr ? *priority_override : s->priority.load();
-  const unsigned dims[7] = {gx, gy, gz, bx, by, bz, shmem};
   std::function<void()> work;
-  r = MakeKernelWork(s->ctx, f, dims, params, extra, priority, s->id, &work);
+  r = MakeKernelWork(s->ctx, f, params, extra, priority, s->id, &work);
   if (r != CUDA_SUCCESS) return r;
   if (CUresult sticky = static_cast<CUresult>(s->ctx->sticky_error.load()); sticky != CUDA_SUCCESS) {
     return sticky;
