@@ -4,8 +4,8 @@
 
 namespace gslice::compute {
 
-bool ProgressClock::Stretch::Saturated() const {
-  return ns >= kMinStretchNs && passes > 0 && moved >= kSaturatedShare * passes;
+bool ProgressClock::Stretch::Moving(double share) const {
+  return ns >= kMinStretchNs && passes > 0 && moved >= share * passes;
 }
 
 void ProgressClock::Pass(int64_t now_ns, uint64_t launches, bool beside) {
@@ -21,27 +21,36 @@ void ProgressClock::Pass(int64_t now_ns, uint64_t launches, bool beside) {
   s.launches += added;
   ++s.passes;
   if (added > 0) ++s.moved;
+  if (!beside) {
+    period_alone_ns_ += dt;
+    ++period_alone_passes_;
+    if (added > 0) ++period_alone_moved_;
+  }
 }
 
 uint32_t ProgressClock::ClosePeriod(int64_t now_ns) {
-  const auto share = [](const Stretch& x) { return x.passes > 0 ? x.moved * 1000 / x.passes : 0; };
-  seen_ = {.alone_ms = alone_.ns / 1'000'000, .beside_ms = beside_.ns / 1'000'000,
-           .alone_moved_permille = share(alone_), .beside_moved_permille = share(beside_)};
+  const auto share = [](int moved, int passes) { return passes > 0 ? moved * 1000 / passes : 0; };
+  seen_ = {.alone_ms = period_alone_ns_ / 1'000'000, .beside_ms = beside_.ns / 1'000'000,
+           .alone_moved_permille = share(period_alone_moved_, period_alone_passes_),
+           .beside_moved_permille = share(beside_.moved, beside_.passes)};
+  period_alone_ns_ = 0;
+  period_alone_passes_ = period_alone_moved_ = 0;
   const auto mix = [](double old, double sample) { return old <= 0 ? sample : old + kProgressWeight * (sample - old); };
   if (alone_.ns >= kMinStretchNs) {
-    if (alone_.Saturated()) {
+    if (alone_.Moving(kSaturatedShare)) {
       alone_rate_ = mix(alone_rate_, static_cast<double>(alone_.launches) / static_cast<double>(alone_.ns));
       alone_at_ = now_ns;
     } else {
       alone_rate_ = 0;  // not launching without pause alone: its launches are not its speed
       ratio_ = 0;
     }
+    alone_ = {};
   }
   uint32_t reading = 0;
   if (beside_.ns >= kMinStretchNs) {
     const bool fresh = alone_rate_ > 0 && now_ns - alone_at_ <= kBaselineRefreshNs;
     seen_.fresh = fresh;
-    if (beside_.Saturated() && fresh) {
+    if (beside_.Moving(kBesideMovedShare) && fresh) {
       const double rate = static_cast<double>(beside_.launches) / static_cast<double>(beside_.ns);
       ratio_ = mix(ratio_, rate / alone_rate_);
       const double permille = ratio_ * 1000.0;
@@ -50,7 +59,6 @@ uint32_t ProgressClock::ClosePeriod(int64_t now_ns) {
       ratio_ = 0;
     }
   }
-  alone_ = {};
   beside_ = {};
   return reading;
 }

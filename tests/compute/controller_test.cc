@@ -264,10 +264,40 @@ TEST(ComputeProgress, AJobThatIdlesBetweenBurstsIsNotReadByItsLaunches) {
   EXPECT_EQ(p.ClosePeriod(now), 0u);
   now = FeedProgress(p, now, &n, 250, true, 40, /*moving=*/10);
   EXPECT_EQ(p.ClosePeriod(now), 0u);
-  // Saturated alone, then not beside (it waits for the GPU): no reading either.
+  // Saturated alone; beside it waits longer for its kernels and launches in fewer passes: read
+  // while it still launches in most of them, not once it launches in fewer than half (it waits
+  // on something its launches do not measure).
   now = FeedProgress(p, now, &n, 250, false, 40);
   EXPECT_EQ(p.ClosePeriod(now), 0u);
   now = FeedProgress(p, now, &n, 250, true, 40, /*moving=*/6);
+  EXPECT_NEAR(p.ClosePeriod(now), 600, 2);
+  now = FeedProgress(p, now, &n, 250, true, 40, /*moving=*/4);
+  EXPECT_EQ(p.ClosePeriod(now), 0u);
+}
+
+TEST(ComputeProgress, ShortStretchesAloneAddUpAcrossPeriods) {
+  // Opportunistic work pauses for less than kMinStretchNs at a time: the job's time alone is
+  // kept across periods until it is a sample.
+  ProgressClock p;
+  uint64_t n = 0;
+  int64_t now = FeedProgress(p, 0, &n, 60, false, 40);
+  now = FeedProgress(p, now, &n, 190, true, 30);
+  EXPECT_EQ(p.ClosePeriod(now), 0u);  // 60 ms alone: no rate yet
+  EXPECT_LE(std::abs(p.seen().alone_ms - 60), 1);
+  EXPECT_FALSE(p.seen().fresh);
+  now = FeedProgress(p, now, &n, 250, true, 30);
+  EXPECT_EQ(p.ClosePeriod(now), 0u);
+  now = FeedProgress(p, now, &n, 60, false, 40);
+  now = FeedProgress(p, now, &n, 190, true, 30);
+  EXPECT_NEAR(p.ClosePeriod(now), 750, 2);  // 120 ms alone in all: a rate, and a reading
+  EXPECT_LE(std::abs(p.seen().alone_ms - 60), 1);
+  EXPECT_TRUE(p.seen().fresh);
+  // Fragments alone in which the job idles undo it: it is not read by its launches.
+  now = FeedProgress(p, now, &n, 60, false, 40, /*moving=*/5);
+  now = FeedProgress(p, now, &n, 190, true, 30);
+  EXPECT_NEAR(p.ClosePeriod(now), 750, 2);
+  now = FeedProgress(p, now, &n, 60, false, 40, /*moving=*/5);
+  now = FeedProgress(p, now, &n, 190, true, 30);
   EXPECT_EQ(p.ClosePeriod(now), 0u);
 }
 
