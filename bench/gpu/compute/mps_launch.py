@@ -23,7 +23,8 @@ two processes' drift (natively both sides are the driver: the method's noise).
   mps_launch.py --out FILE.json     runs everything, prints RESULT lines and a table
 Environment: GSLICE_BUILD (the build measured), GSLICE_BUILD_BASE (optional, the one compared),
 COMPUTE_PHASE_S / COMPUTE_ROUNDS / COMPUTE_SETTLE_S (suite.py's), MPS_LAUNCH_CONFIGS (names
-to run, comma-separated; default all).
+to run, comma-separated; default all), MPS_LAUNCH_PASSES (the training configurations run this
+many times in turn, A B C A B C, so that drift in the call touches each alike; default 1).
 """
 
 import argparse
@@ -74,6 +75,15 @@ def speeds(state, key, ident):
         return None
     return {"alone": statistics.mean(alone), "together": statistics.mean(together),
             "ratio": statistics.mean(together) / statistics.mean(alone)}
+
+
+def mean_of(passes):
+    """Each job's ratio together/alone over the passes of one configuration: their mean."""
+    out = {}
+    for job in ("g", "o"):
+        ratios = [p[job]["ratio"] for p in passes if p.get(job)]
+        out[job] = {"ratio": statistics.mean(ratios), "ratios": ratios} if ratios else None
+    return out
 
 
 def bench_once(build, prefix):
@@ -164,18 +174,21 @@ def main():
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     state, doc = {}, {"train": {}, "launch": {}, "parts": None}
-    for name, gp, op in train_configs():
-        key = f"train/{name}"
-        res = suite.run_config(key, [
-            suite.throughput("resnet50", "g", gp, warmup=3),
-            suite.throughput("bert-train", "o", op, env=(LOW if not op else None), warmup=3)],
-            phases=suite.interleaved(suite.TOGETHER))
-        state[key] = res
-        doc["train"][name] = {"g": speeds(state, key, "g"), "o": speeds(state, key, "o"),
-                              "error": res.get("error")}
-        print(f"RESULT mps_launch.train.{name} {json.dumps(doc['train'][name])}", flush=True)
-        with open(args.out, "w") as f:
-            json.dump(doc, f, indent=1)
+    passes = int(os.environ.get("MPS_LAUNCH_PASSES", "1"))
+    for n in range(passes):
+        for name, gp, op in train_configs():
+            key = f"train/{name}/{n}"
+            res = suite.run_config(key, [
+                suite.throughput("resnet50", "g", gp, warmup=3),
+                suite.throughput("bert-train", "o", op, env=(LOW if not op else None), warmup=3)],
+                phases=suite.interleaved(suite.TOGETHER))
+            state[key] = res
+            one = {"g": speeds(state, key, "g"), "o": speeds(state, key, "o"), "error": res.get("error")}
+            print(f"RESULT mps_launch.train.{name}.{n} {json.dumps(one)}", flush=True)
+            doc["train"].setdefault(name, {"passes": []})["passes"].append(one)
+            doc["train"][name].update(mean_of(doc["train"][name]["passes"]))
+            with open(args.out, "w") as f:
+                json.dump(doc, f, indent=1)
     if not WANT or "launch" in WANT:
         rounds = int(os.environ.get("MPS_LAUNCH_ROUNDS", "6"))
         doc["parts"] = parts_once(BUILD)
@@ -189,10 +202,10 @@ def main():
                 stop_peer(peer, sync)
         with open(args.out, "w") as f:
             json.dump(doc, f, indent=1)
-    print("\n| configuration | guaranteed together/alone | opportunistic together/alone |")
+    print("\n| configuration | guaranteed together/alone (mean; passes) | opportunistic together/alone (mean; passes) |")
     print("|---|---|---|")
     for name, v in doc["train"].items():
-        f = lambda s: f"{s['ratio']:.3f}" if s else "n/a"  # noqa: E731
+        f = lambda s: f"{s['ratio']:.3f}; " + " ".join(f"{r:.3f}" for r in s["ratios"]) if s else "n/a"  # noqa: E731
         print(f"| {name} | {f(v['g'])} | {f(v['o'])} |")
     print("\n| launch call (host, ns, medians of turns) | native | gslice guaranteed | gslice - native "
           "| hook - driver, one process | the same natively (noise) |")
