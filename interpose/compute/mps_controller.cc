@@ -56,7 +56,7 @@ ControlDecision MpsController::Decide(const ControlPeriod& period, int64_t now_n
     return d;
   }
   if (!period.guaranteed_busy) {
-    below_ = 0;
+    judged_count_ = judged_next_ = 0;
     if (rate_ < 1000) AddTrace(&d, "compute: mps: guaranteed work idle: no limit");
     rate_ = 1000;
     d.rate_permille = rate_;
@@ -71,26 +71,30 @@ ControlDecision MpsController::Decide(const ControlPeriod& period, int64_t now_n
     d.rate_permille = rate_;
     return d;
   }
-  if (worst < 2) quiet_ = 0;
-  if (worst < 1) {
-    ++below_;
-    if (worst < 1 - kCutNowMargin || below_ >= kCutPeriods) {
-      const double cut = rate_ * kCutFactor;
-      const uint32_t next = cut < kMinRatePermille ? 0 : static_cast<uint32_t>(cut);
-      AddTrace(&d, "compute: mps: guaranteed kernels at %.3f of their floor: rate %u -> %u permille", worst, rate_, next);
-      rate_ = next;
-      below_ = 0;
+  if (worst >= 2) {
+    if (rate_ < 1000 && ++quiet_ >= kQuietPeriods) {
+      quiet_ = 0;
+      Grow(&d, "no reading while held back");
     }
-  } else {
-    below_ = 0;
-    if (worst >= 2) {
-      if (++quiet_ >= kQuietPeriods) {
-        quiet_ = 0;
-        Grow(&d, "no reading while held back");
-      }
-    } else if (worst >= 1 + kGrowMargin) {
-      Grow(&d, "guaranteed kernels above their floor");
-    }
+    d.rate_permille = rate_;
+    return d;
+  }
+  quiet_ = 0;
+  judged_[judged_next_] = worst;
+  judged_next_ = (judged_next_ + 1) % kJudgePeriods;
+  if (judged_count_ < kJudgePeriods) ++judged_count_;
+  double mean = 0;
+  for (uint32_t i = 0; i < judged_count_; ++i) mean += judged_[i];
+  mean /= judged_count_;
+  if (worst < 1 - kCutNowMargin || (judged_count_ >= kCutPeriods && mean < 1)) {
+    const double cut = rate_ * kCutFactor;
+    const uint32_t next = cut < kMinRatePermille ? 0 : static_cast<uint32_t>(cut);
+    AddTrace(&d, "compute: mps: guaranteed kernels at %.3f of their floor (%.3f over %u periods): rate %u -> %u permille",
+             worst, mean, judged_count_, rate_, next);
+    rate_ = next;
+    judged_count_ = judged_next_ = 0;  // the next judgement is of readings at the new rate
+  } else if (worst >= 1 + kGrowMargin && mean >= 1 + kGrowMargin) {
+    Grow(&d, "guaranteed kernels above their floor");
   }
   d.rate_permille = rate_;
   return d;

@@ -11,13 +11,16 @@
 //  - no guaranteed peer busy: no limit;
 //  - a peer that wants a baseline (too few of its kernels have one, or it is stale) gets a
 //    probe: opportunistic work pauses for kProbePeriods, at most once per kMinProbeGapNs;
-//  - a reading under a peer's floor cuts the rate to kCutFactor of it (under
-//    kMinRatePermille: 0) at once where it is under the floor by more than kCutNowMargin,
-//    else after kCutPeriods such periods in a row. One period's reading is noisy: for
-//    ResNet-50 beside BERT training on an H200, where plain MPS at priority 1 cost it nothing,
-//    one period in ten read under 0.88;
-//  - readings at or above every busy peer's floor (plus kGrowMargin) let the rate grow by
-//    kGrowFactor, at least kGrowStepPermille, up to no limit;
+//  - the floor is judged over the last kJudgePeriods readings (2 s), the level being a job's
+//    speed over a window, not in every 250 ms: where their mean is under it (once there are
+//    kCutPeriods of them), or one reading is under it by more than kCutNowMargin, the rate is
+//    cut to kCutFactor of itself (under kMinRatePermille: 0), and the readings start over.
+//    One period's reading is noisy, and short dips are real but do not move the level: ResNet-50
+//    bf16 beside BERT training on an H200 read 0.80-0.86 for two or three periods at a time in
+//    a pass where it ran at 1.04 of its speed alone overall, and plain MPS at priority 1 (which
+//    never reacts) kept it at 0.96;
+//  - a reading at or above every busy peer's floor (plus kGrowMargin), with the window's mean
+//    there too, lets the rate grow by kGrowFactor, at least kGrowStepPermille, up to no limit;
 //  - while throttled, kQuietPeriods in a row with no new reading (opportunistic work held back
 //    too far to be beside the guaranteed kernels) grow the rate as a reading above the floor
 //    would: the next reading tells. (One period without one is the two clocks' phase.)
@@ -34,6 +37,7 @@ namespace gslice::compute {
 inline constexpr uint32_t kProbePeriods = 1;
 inline constexpr int64_t kMinProbeGapNs = 4'000'000'000;
 inline constexpr uint32_t kCutPeriods = 2;
+inline constexpr uint32_t kJudgePeriods = 8;
 inline constexpr double kCutNowMargin = 0.20;
 inline constexpr double kCutFactor = 0.5;
 inline constexpr uint32_t kMinRatePermille = 20;
@@ -64,7 +68,10 @@ class MpsController {
   uint32_t rate_ = 1000;
   uint32_t probe_left_ = 0;
   int64_t last_probe_ns_ = 0;  // 0: never
-  uint32_t below_ = 0;         // periods in a row with a reading under a floor
+  // The newest readings (each period's lowest over its floor), at most kJudgePeriods: a ring
+  // from index 0, emptied by setting both counts to 0.
+  double judged_[kJudgePeriods] = {};
+  uint32_t judged_count_ = 0, judged_next_ = 0;
   uint32_t quiet_ = 0;         // periods in a row with no new reading
   Seen seen_[kMaxControlledPeers];
 };

@@ -476,10 +476,28 @@ TEST(ComputeMps, ALowerFloorKeepsMoreOpportunisticWork) {
     two.Step(Busy({Kernels(920, seq, 900, false, 1), Kernels(990, seq, 970, false, 2)}));
   }
   EXPECT_EQ(two.c.rate_permille(), 1000u);
-  for (uint32_t seq = 5; seq <= 6; ++seq) {
+  for (uint32_t seq = 5; seq <= 12; ++seq) {
     two.Step(Busy({Kernels(880, seq, 900, false, 1), Kernels(990, seq, 970, false, 2)}));
   }
   EXPECT_LT(two.c.rate_permille(), 1000u);
+}
+
+TEST(ComputeMps, TheFloorIsJudgedOverAWindowNotEachPeriod) {
+  // A job at 1.0 of alone with dips of two periods to 0.85 (floor 0.90): its speed over any
+  // two seconds holds the floor, so nothing is held back.
+  MpsClock m;
+  uint32_t seq = 0;
+  for (int round = 0; round < 10; ++round) {
+    for (int i = 0; i < 6; ++i) ASSERT_EQ(m.Step(Busy({Kernels(1000, ++seq, 900)})).rate_permille, 1000u);
+    for (int i = 0; i < 2; ++i) {
+      const ControlDecision d = m.Step(Busy({Kernels(850, ++seq, 900)}));
+      ASSERT_EQ(d.rate_permille, 1000u) << round << " " << Trace(d);
+    }
+  }
+  // Held under the floor for longer, its mean over the window goes under: cut.
+  ControlDecision d;
+  for (uint32_t i = 0; i < kJudgePeriods && m.c.rate_permille() == 1000u; ++i) d = m.Step(Busy({Kernels(850, ++seq, 900)}));
+  EXPECT_EQ(m.c.rate_permille(), 500u) << Trace(d);
 }
 
 TEST(ComputeMps, ABaselineIsAskedForWithAShortPauseNotTooOften) {
