@@ -119,6 +119,7 @@ class CallSpec:
         self.ret = ret or lib.ret
         self.after = flags.get("after")
         self.before = flags.get("before")
+        self.answered = flags.get("answered")
         self.sync = flags.get("sync")
         self.is_async = "async" in flags
         self.split = None
@@ -193,7 +194,7 @@ def parse(path, lib, calls, canonical):
                 elif k in ("cached", "drops"):
                     sys.exit(f"{path}:{lineno}: bad flag {tok!r}: cached=GROUP or cached=GROUP(PARAM); "
                              "drops=G1,G2 where each is GROUP or GROUP(PARAM)")
-                elif k not in ("after", "before", "sync") or not eq or not IDENT.match(v):
+                elif k not in ("after", "before", "answered", "sync") or not eq or not IDENT.match(v):
                     sys.exit(f"{path}:{lineno}: unknown flag {tok!r}")
                 else:
                     flags[k] = v
@@ -211,10 +212,12 @@ def parse(path, lib, calls, canonical):
                 sys.exit(f"{path}:{lineno}: hostin/hostout: one per call, driver calls only")
             if flags.get("sync") and flags["sync"] not in [p.name for p in params]:
                 sys.exit(f"{path}:{lineno}: sync= names no parameter")
-            if lib is NVML and any(k in flags for k in ("async", "collect", "sync", "split", "after", "before")):
-                sys.exit(f"{path}:{lineno}: NVML calls take no async, collect, sync, split, after or before")
+            if lib is NVML and any(k in flags for k in ("async", "collect", "sync", "split", "after", "before", "answered")):
+                sys.exit(f"{path}:{lineno}: NVML calls take no async, collect, sync, split, after, before or answered")
             if flags.get("before") and kind != "forward":
                 sys.exit(f"{path}:{lineno}: before= is for forwarded calls")
+            if flags.get("answered") and (kind != "forward" or "async" in flags):
+                sys.exit(f"{path}:{lineno}: answered= is for forwarded calls that are waited for (not async)")
             if flags.get("sizing") and (lib is not NVML or kind != "forward"):
                 sys.exit(f"{path}:{lineno}: sizing is for forwarded NVML calls")
             if flags.get("noslice") and (lib is not NVML or kind != "forward"):
@@ -758,6 +761,8 @@ def gen_client(calls, lib, table, includer, declarations):
         for p in c.params:
             CODECS[p.sem].client_encode(c, p, out)
         out.append(f"  const {lib.ret} res = call.Run();")
+        if c.answered:
+            out.append(f"  {ns}{c.answered}({', '.join(['call', 'res'] + [p.name for p in c.params])});")
         if c.sizing:
             out.append(f"  const bool sized = res == NVML_ERROR_INSUFFICIENT_SIZE && call.answered();")
             out.append(f"  if (res != {lib.ok} && !sized) return res;")

@@ -1,6 +1,6 @@
 """remote/gen_calls.py's cache flags on small lists: cached=GROUP(PARAM) and drops=GROUP(PARAM)
 generate the per-handle tables and calls, and every bad use is refused with a message naming
-the line and what to write.
+the line and what to write; answered= hooks see every answer before its outputs are read.
 
   python3 gen_calls_test.py PATH/TO/remote/gen_calls.py
 """
@@ -78,6 +78,36 @@ class CacheFlags(unittest.TestCase):
              "calls.def:3: drops= names two handles (hfunc, attrib)"),
             ([GET.replace("attributes(hfunc)", "attributes(hfunc"), SET], "calls.def:1: bad flag 'cached=attributes(hfunc'"),
             ([GET, SET.replace("attributes(hfunc)", "nothing(hfunc)")], "drops=nothing, which no call is cached by"),
+        ]
+        for lines, message in cases:
+            with self.subTest(message=message):
+                code, err, _ = generate(lines)
+                self.assertNotEqual(code, 0)
+                self.assertIn(message, err)
+
+
+class AnsweredHooks(unittest.TestCase):
+    QUERY = ("forward cuPointerGetAttribute(void* data: out[8], CUpointer_attribute attribute, CUdeviceptr ptr) "
+             "answered=KeepAnswer")
+
+    def test_the_hook_sees_every_answer_before_the_outputs_are_read(self):
+        code, err, files = generate([self.QUERY])
+        self.assertEqual(code, 0, err)
+        c = files["client_calls.inc"]
+        body = c[c.index("gslice_remote_call_cuPointerGetAttribute("):]
+        body = body[:body.index("\n}\n")]
+        hook = "::gslice::remote::KeepAnswer(call, res, data, attribute, ptr);"
+        self.assertIn(hook, body)
+        # Right after the call, before a failure returns and before the outputs are read.
+        self.assertLess(body.index("call.Run();"), body.index(hook))
+        self.assertLess(body.index(hook), body.index("if (res != CUDA_SUCCESS) return res;"))
+
+    def test_bad_uses_are_refused(self):
+        cases = [
+            (["local cuCtxGetCurrent(CUcontext* pctx) answered=KeepAnswer"], "answered= is for forwarded calls"),
+            (["forward cuEventRecord(CUevent hEvent, CUstream hStream) async answered=KeepAnswer"],
+             "answered= is for forwarded calls that are waited for (not async)"),
+            ([self.QUERY.replace("answered=KeepAnswer", "answered=")], "unknown flag 'answered='"),
         ]
         for lines, message in cases:
             with self.subTest(message=message):
