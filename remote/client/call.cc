@@ -14,6 +14,7 @@
 #include "gslice/options.h"
 #include "kept_answers.h"
 #include "log.h"
+#include "pointer_answers.h"
 #include "transport.h"
 #include "worker_attach.h"
 
@@ -48,6 +49,7 @@ constexpr size_t kMaxSpareRequest = 64 * 1024;
 struct ThreadState {
   AnswerCopies copies;
   std::vector<uint8_t> spare_request;
+  NotCudaMemory::ThreadMark queued_mapping;  // pointer_answers.h: queued calls that may map memory
 };
 
 namespace {
@@ -108,7 +110,7 @@ bool WaitForEveryCall() {
 
 }  // namespace
 
-Call::Call(uint32_t op) : state_(&State()), op_(op) {
+Call::Call(uint32_t op) : state_(&State()), op_(op), not_cuda_generation_(NotCudaGeneration()) {
   std::vector<uint8_t>& buffer = request_.buffer();
   buffer.swap(state_->spare_request);
   if (buffer.capacity() < kRequestReserve) buffer.reserve(kRequestReserve);
@@ -189,7 +191,10 @@ CUresult Call::Forward() {
   // Before it leaves and again once answered: an answer of the group read in between would
   // be stale (the generation keeps it from being kept).
   DropCached(op_, cache_handle_);
-  if (kOpAsync[op_] && !wait_ && !WaitForEveryCall()) {
+  const bool queued = kOpAsync[op_] && !wait_ && !WaitForEveryCall();
+  // The same for the addresses kept as not CUDA memory, if this call may map memory.
+  BeforeSending(op_, queued, &state_->queued_mapping);
+  if (queued) {
     // Not waited for: its driver error, if any, comes with the next synchronisation.
     const CUresult result = Send(op_, request_, nullptr, &seq_);
     CountCall(kAsyncCall, op_);
@@ -206,6 +211,7 @@ CUresult Call::Forward() {
   CUresult result = Send(op_, request_, &waiter, &seq_, kOpAsync[op_] ? kWaitBit : 0);
   if (result == CUDA_SUCCESS) result = Receive(op_, &waiter);
   DropCached(op_, cache_handle_);
+  AfterAnswer(op_, result == CUDA_SUCCESS, &state_->queued_mapping);
   if (result != CUDA_SUCCESS) return result;
   if (waiter.header.op != (op_ | kReplyBit)) {
     return Fail(kLostResult, std::string("the server's answer to ") + kOpNames[op_] + " is not for it");
@@ -228,6 +234,7 @@ CUresult Call::RunTogether(Call* const* calls, size_t n, CUresult* results) {
   for (; sent < n; ++sent) {
     Call& c = *calls[sent];
     DropCached(c.op_, c.cache_handle_);
+    BeforeSending(c.op_, false, &c.state_->queued_mapping);
     waiters[sent].reply = &c.reply_buffer_;
     failure = Send(c.op_, c.request_, &waiters[sent], &c.seq_);
     if (failure != CUDA_SUCCESS) break;
@@ -239,6 +246,7 @@ CUresult Call::RunTogether(Call* const* calls, size_t n, CUresult* results) {
     if (r == CUDA_SUCCESS && waiters[i].header.op != (c.op_ | kReplyBit)) {
       r = Fail(kLostResult, std::string("the server's answer to ") + kOpNames[c.op_] + " is not for it");
     }
+    AfterAnswer(c.op_, r == CUDA_SUCCESS, &c.state_->queued_mapping);
     if (r == CUDA_SUCCESS) {
       c.mode_ = CallMode::kRoundTrip;
       r = c.Answered(nullptr);

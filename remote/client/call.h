@@ -59,6 +59,9 @@ class Call {
   // handle whose answers it drops (drops=GROUP(PARAM)): the parameter's value (HandleBits).
   // Set before Run or AnsweredFromCache; 0 when the call names none.
   void set_cache_handle(uint64_t handle) { cache_handle_ = handle; }
+  // The generation of the addresses kept as not CUDA memory when this call was made, before its
+  // request left (pointer_answers.h): an answer about a pointer is kept against it.
+  uint64_t not_cuda_generation() const { return not_cuda_generation_; }
 
  private:
   // Where a successful answer is kept: its cache slot, key, and the slot's generation when
@@ -90,6 +93,7 @@ class Call {
   bool answered_ = false;
   bool wait_ = false;
   uint64_t cache_handle_ = 0;
+  uint64_t not_cuda_generation_;
   // A reply copied from the thread's copies of kept answers (kept_answers.h: AnswerCopies).
   uint8_t copied_reply_[48];
 };

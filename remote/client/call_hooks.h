@@ -1,9 +1,9 @@
-// The hooks calls.def names (before=, after=), which the generated calls run with the call's
-// arguments: before= first (true: answered on the client, with *result set), after= once the
-// call succeeded. Each keeps the client's own state in step with
-// the driver's: the context stack, the streams and captures seen, the private tables' context
-// storage, the kept answers' relations, the kernel-parameter layouts, the events made ahead
-// and the attribute sets the driver accepts.
+// The hooks calls.def names (before=, after=, answered=), which the generated calls run with the
+// call's arguments: before= first (true: answered on the client, with *result set), after= once
+// the call succeeded, answered= once it came back, failed or not. Each keeps the client's own
+// state in step with the driver's: the context stack, the streams and captures seen, the private
+// tables' context storage, the kept answers' relations, the kernel-parameter layouts, the events
+// made ahead, the attribute sets the driver accepts and the pointers that are not CUDA memory.
 #pragma once
 
 #include <cuda.h>
@@ -14,6 +14,7 @@
 #include "export_tables.h"
 #include "host_memory.h"
 #include "local_calls.h"
+#include "pointer_answers.h"
 #include "seen_state.h"
 
 namespace gslice::remote {

@@ -17,6 +17,7 @@
 #include "client_calls.h"
 #include "graph_nodes.h"
 #include "local_calls.h"
+#include "pointer_answers.h"
 #include "refusals.h"
 
 namespace gslice::remote {
@@ -136,6 +137,8 @@ CUresult SetCopyNode(CUgraphExec exec, CUgraphNode node, const CUDA_MEMCPY3D* p,
 CUresult AddNode(const char* name, uint32_t op, bool with_edges, CUgraphNode* out, CUgraph graph,
                  const CUgraphNode* deps, const CUgraphEdgeData* edges, size_t count, CUgraphNodeParams* p) {
   if (out == nullptr || p == nullptr || !DependenciesValid(deps, count)) return CUDA_ERROR_INVALID_VALUE;
+  // Graph launches may map memory from here on, whether or not the kind is forwarded.
+  if (p->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) NoteGraphAllocation();
   if (!GraphNodeKindForwarded(p->type)) return RefuseWhat(name, NodeKindName(p->type));
   // The worker sets the structure's pointers itself; none of this process's travels.
   CUgraphNodeParams sent = *p;

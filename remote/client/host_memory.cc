@@ -14,7 +14,10 @@
 // anonymous pages here; and cuMemHostRegister always just records a range: copies from and to
 // them travel like any host memory (their data in the message), and what needs the memory on
 // the GPU's machine - a device pointer to it - is refused with a log line. Pointer attributes
-// of the client's page-locked memory are answered here, of any other pointer by the worker.
+// of the client's page-locked memory are answered here, of any other pointer by the worker (or
+// from its earlier answer that the pointer is not CUDA memory: pointer_answers.h). Making or
+// registering page-locked memory forgets those answers, though the client's own ranges are
+// looked at first.
 #include <cuda.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -26,10 +29,12 @@
 #include <cstdint>
 #include <vector>
 
+#include "call_stats.h"
 #include "client_calls.h"
 #include "context_stack.h"
 #include "host_memory.h"
 #include "log.h"
+#include "pointer_answers.h"
 #include "sizes.h"
 #include "transport.h"
 
@@ -266,6 +271,7 @@ extern "C" CUresult gslice_remote_call_cuMemHostAlloc(void** pp, size_t bytesize
   pthread_mutex_lock(&g_mu);
   AddLocked(range);
   pthread_mutex_unlock(&g_mu);
+  ForgetNotCudaMemory();
   *pp = reinterpret_cast<void*>(range.base);
   return CUDA_SUCCESS;
 }
@@ -309,7 +315,9 @@ extern "C" CUresult gslice_remote_call_cuMemHostRegister_v2(void* p, size_t byte
   const bool overlaps = OverlapsLocked(base, bytesize);
   if (!overlaps) AddLocked({base, bytesize, Flags, false});
   pthread_mutex_unlock(&g_mu);
-  return overlaps ? CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED : CUDA_SUCCESS;
+  if (overlaps) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+  ForgetNotCudaMemory();
+  return CUDA_SUCCESS;
 }
 
 extern "C" CUresult gslice_remote_call_cuMemHostUnregister(void* p) {
@@ -323,31 +331,42 @@ extern "C" CUresult gslice_remote_call_cuMemHostUnregister(void* p) {
 }
 
 // As the driver: every attribute asked for, each a default (zero) where the pointer is no CUDA
-// pointer or the attribute does not apply to it. One round trip per attribute of device
-// pointers; the client's own page-locked memory is answered here.
+// pointer or the attribute does not apply to it. The client's own page-locked memory is answered
+// here, and so is a pointer the worker said is not CUDA memory (pointer_answers.h); else one
+// round trip per attribute, until the memory type says the pointer is not CUDA memory.
 extern "C" CUresult gslice_remote_call_cuPointerGetAttributes(unsigned int numAttributes,
                                                             CUpointer_attribute* attributes, void** data,
                                                             CUdeviceptr ptr) {
   if (numAttributes == 0 || attributes == nullptr || data == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  HostRange host;
-  const bool is_host = FindContaining(static_cast<uintptr_t>(ptr), &host);
   for (unsigned int i = 0; i < numAttributes; ++i) {
     if (data[i] == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    const uint64_t size = PointerAttributeSize(attributes[i]);
-    if (size > kMaxBuffer) {
+    if (PointerAttributeSize(attributes[i]) > kMaxBuffer) {
       gslice::shim::InitLog();
       gslice::shim::Log(gslice::shim::LogLevel::kWarn,
                         "remote: cuPointerGetAttributes: attribute %d is not forwarded (yet): CUDA_ERROR_NOT_SUPPORTED",
                         static_cast<int>(attributes[i]));
       return CUDA_ERROR_NOT_SUPPORTED;
     }
+  }
+  HostRange host;
+  const bool is_host = FindContaining(static_cast<uintptr_t>(ptr), &host);
+  bool not_cuda = !is_host && KnownNotCudaMemory(ptr);
+  if (not_cuda) CountCall(kCachedCall, kOp_cuPointerGetAttributes);
+  for (unsigned int i = 0; i < numAttributes; ++i) {
+    const uint64_t size = PointerAttributeSize(attributes[i]);
     if (is_host) {
       HostAttribute(host, attributes[i], ptr, data[i], size);
+      continue;
+    }
+    if (not_cuda) {
+      memset(data[i], 0, size);
       continue;
     }
     const CUresult r = gslice_remote_call_cuPointerGetAttribute(data[i], attributes[i], ptr);
     if (r == CUDA_ERROR_INVALID_VALUE) {
       memset(data[i], 0, size);  // not a CUDA pointer, or an attribute it lacks
+      // No memory type: not a CUDA pointer, and every attribute after this one its default.
+      not_cuda = attributes[i] == CU_POINTER_ATTRIBUTE_MEMORY_TYPE;
     } else if (r != CUDA_SUCCESS) {
       return r;
     }

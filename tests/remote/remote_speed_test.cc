@@ -63,14 +63,15 @@ TEST_F(RemoteSpeed, TheAddedDelayHoldsEveryMessageAtLeastTheRoundTripOnBothTrans
   }
 }
 
-// out without the lines only one side prints: the client's round trips, the simulated
-// driver's own warnings (on the worker's side they go to the server's log).
+// out without the lines only one side prints: the client's round trips and answers of its own,
+// the simulated driver's own warnings (on the worker's side they go to the server's log).
 std::string Comparable(const std::string& out) {
   std::string kept;
   for (size_t at = 0; at < out.size();) {
     size_t end = out.find('\n', at);
     end = end == std::string::npos ? out.size() : end + 1;
-    if (out.compare(at, 13, "round trips: ") != 0 && out.compare(at, 12, "gslice sim: ") != 0) {
+    if (out.compare(at, 13, "round trips: ") != 0 && out.compare(at, 24, "answered on the client: ") != 0 &&
+        out.compare(at, 12, "gslice sim: ") != 0) {
       kept.append(out, at, end - at);
     }
     at = end;
@@ -131,6 +132,29 @@ TEST_F(RemoteSpeed, KeptAnswersAreEachContextsOwn) {
     EXPECT_NE(direct.out.find(must), std::string::npos) << must << "\n" << direct.out;
   }
   EXPECT_EQ(remote.out, direct.out);
+}
+
+TEST_F(RemoteSpeed, APointerTheWorkerSaidIsNotCudaMemoryIsAnsweredAgainUntilMemoryMayBeMapped) {
+  // XLA asks for a host buffer's memory type before each copy: asked again, with other
+  // attributes or by a copy that tells its direction from the addresses, the worker's answer is
+  // the client's; a call that may map memory forgets it (an address reserved, then mapped, is
+  // device memory); graph launches forget once the process made a stream-ordered allocation.
+  ExpectAnswersAndTrips(Address(), "pointers",
+                        {"a host buffer asked twice: 1", "its attributes together: 0",
+                         "a copy from the host buffer told from its addresses: 2", "a reserved address asked twice: 1",
+                         "a graph launched, then the host buffer asked twice: 0",
+                         "then a graph launched, and the host buffer asked twice: 2", "then asked a third time: 0"});
+  // Counted where the client's calls are: answered from what it keeps, not a round trip.
+  Result remote = RunProgram(Remote(Address(), "1GiB", {kProbe, "pointers"}));
+  EXPECT_NE(remote.out.find("answered on the client: the second: 1\n"), std::string::npos) << remote.out;
+  Result direct = RunProgram(Direct("1GiB", {kProbe, "pointers"}));
+  for (const char* must : {"a host buffer: CUDA_ERROR_INVALID_VALUE\n", "asked again: CUDA_ERROR_INVALID_VALUE\n",
+                           "its attributes together: CUDA_SUCCESS, context none, type 0, device 0\n",
+                           "a reserved address: CUDA_ERROR_INVALID_VALUE\n",
+                           "the address once mapped: CUDA_SUCCESS, device memory\n",
+                           "the host buffer after a launch: CUDA_ERROR_INVALID_VALUE\n"}) {
+    EXPECT_NE(direct.out.find(must), std::string::npos) << must << "\n" << direct.out;
+  }
 }
 
 TEST_F(RemoteSpeed, AQueuedCallNoFurtherCallFollowsReachesTheWorker) {

@@ -14,8 +14,12 @@
 //                       prints "queued" and makes no further call until stdin closes
 //   speed_probe contexts  two devices' primary contexts and a context of its own, made current
 //                       in turn on two threads: each one's device and limits, asked twice
-// Through the client each group of calls is followed by "round trips: WHAT: N"
-// (gslice_remote_stats); on the driver itself those lines are left out.
+//   speed_probe pointers  the memory type of a host buffer asked again, alone, with others and
+//                       by a unified copy; of an address reserved, then mapped; around graph
+//                       launches before and after the first stream-ordered allocation
+// Through the client each group of calls is followed by "round trips: WHAT: N", and some by
+// "answered on the client: WHAT: N" (gslice_remote_stats); on the driver itself those lines are
+// left out.
 #include <dlfcn.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -43,6 +47,15 @@ long long RoundTrips() {
   uint64_t out[3] = {};
   stats(out);
   return static_cast<long long>(out[2]);
+}
+
+// The calls the client answered itself so far (from the answers it keeps), or -1 on the driver.
+long long AnsweredOnTheClient() {
+  const auto stats = ClientExport<void (*)(uint64_t[3])>("gslice_remote_stats");
+  if (stats == nullptr) return -1;
+  uint64_t out[3] = {};
+  stats(out);
+  return static_cast<long long>(out[0]);
 }
 
 // Prints the round trips made since *since (through the client only), and restarts the count.
@@ -239,6 +252,105 @@ int Delay() {
   return 0;
 }
 
+// The memory type of p as the driver answers it: the result's name, and the type when it is one.
+void PrintMemoryType(const char* what, CUdeviceptr p) {
+  unsigned type = 0;
+  const CUresult r = cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p);
+  printf("%s: %s%s\n", what, Name(r),
+         r != CUDA_SUCCESS ? "" : type == CU_MEMORYTYPE_DEVICE ? ", device memory" : ", other memory");
+}
+
+int Pointers() {
+  CUdevice dev;
+  Setup(&dev);
+  static char host[4096];  // the program's own memory, not CUDA's
+  const CUdeviceptr h = reinterpret_cast<CUdeviceptr>(host);
+  long long trips = RoundTrips();
+  PrintMemoryType("a host buffer", h);
+  const long long kept = AnsweredOnTheClient();
+  PrintMemoryType("asked again", h);
+  if (kept >= 0) printf("answered on the client: the second: %lld\n", AnsweredOnTheClient() - kept);
+  PrintTrips("a host buffer asked twice", &trips);
+  CUpointer_attribute attributes[3] = {CU_POINTER_ATTRIBUTE_CONTEXT, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                       CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
+  CUcontext ctx = reinterpret_cast<CUcontext>(1);
+  unsigned type = 7;
+  int ordinal = 7;
+  void* data[3] = {&ctx, &type, &ordinal};
+  const CUresult together = cuPointerGetAttributes(3, attributes, data, h);
+  printf("its attributes together: %s, context %s, type %u, device %d\n", Name(together),
+         ctx == nullptr ? "none" : "some", type, ordinal);
+  PrintTrips("its attributes together", &trips);
+  CUdeviceptr words;
+  CK(cuMemAlloc(&words, sizeof host));
+  PrintMemoryType("the host buffer after an allocation", h);
+  trips = RoundTrips();
+  CK(cuMemcpy(words, h, sizeof host));  // the direction told from both addresses
+  PrintTrips("a copy from the host buffer told from its addresses", &trips);
+
+  // An address reserved, then mapped: device memory once it is.
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = dev;
+  size_t granularity = 0;
+  CK(cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  CUdeviceptr reserved;
+  CK(cuMemAddressReserve(&reserved, granularity, 0, 0, 0));
+  trips = RoundTrips();
+  PrintMemoryType("a reserved address", reserved);
+  PrintMemoryType("asked again", reserved);
+  PrintTrips("a reserved address asked twice", &trips);
+  CUmemGenericAllocationHandle memory;
+  CK(cuMemCreate(&memory, granularity, &prop, 0));
+  CK(cuMemMap(reserved, granularity, 0, memory, 0));
+  CUmemAccessDesc access{};
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CK(cuMemSetAccess(reserved, granularity, &access, 1));
+  PrintMemoryType("the address once mapped", reserved);
+  CK(cuMemUnmap(reserved, granularity));
+  CK(cuMemRelease(memory));
+  CK(cuMemAddressFree(reserved, granularity));
+
+  // A graph with no allocation of its own: its launches map nothing, until the process makes a
+  // stream-ordered allocation (one captured into a graph is mapped when the graph launches).
+  CUstream stream;
+  CK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  CUgraph graph;
+  CUgraphExec exec;
+  CK(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CK(cuMemsetD32Async(words, 7, sizeof host / 4, stream));
+  CK(cuStreamEndCapture(stream, &graph));
+  CK(cuGraphInstantiate(&exec, graph, 0));
+  PrintMemoryType("the host buffer after a graph is made", h);
+  trips = RoundTrips();
+  CK(cuGraphLaunch(exec, stream));
+  PrintMemoryType("the host buffer after a launch", h);
+  PrintMemoryType("asked again", h);
+  PrintTrips("a graph launched, then the host buffer asked twice", &trips);
+  CK(cuStreamSynchronize(stream));
+  CUdeviceptr ordered;
+  CK(cuMemAllocAsync(&ordered, sizeof host, stream));
+  CK(cuMemFreeAsync(ordered, stream));
+  CK(cuStreamSynchronize(stream));
+  PrintMemoryType("the host buffer after a stream-ordered allocation", h);
+  trips = RoundTrips();
+  CK(cuGraphLaunch(exec, stream));
+  PrintMemoryType("the host buffer after a launch", h);
+  PrintMemoryType("asked again", h);
+  PrintTrips("then a graph launched, and the host buffer asked twice", &trips);
+  PrintMemoryType("asked a third time", h);
+  PrintTrips("then asked a third time", &trips);
+  CK(cuStreamSynchronize(stream));
+  Verify(words, 7, sizeof host / 4, "the graph's memset");
+  CK(cuGraphExecDestroy(exec));
+  CK(cuGraphDestroy(graph));
+  CK(cuStreamDestroy(stream));
+  CK(cuMemFree(words));
+  return 0;
+}
+
 struct Mode {
   const char* name;
   int (*run)();
@@ -250,6 +362,7 @@ constexpr Mode kModes[] = {
     {"events", Events},
     {"alone", Alone},
     {"contexts", Contexts},
+    {"pointers", Pointers},
 };
 
 }  // namespace
