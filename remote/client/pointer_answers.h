@@ -26,8 +26,9 @@
 // when its graph allocates (memory allocation nodes, which come only from stream-ordered
 // allocations captured into a graph: cuGraphAddMemAllocNode is not forwarded and cuGraphAddNode
 // refuses the kind): it is on the list until the process makes its first stream-ordered
-// allocation (or adds an allocation node), and forgets from then on. Instantiating, cloning into
-// a child node and updating an executable graph copy nodes a graph already has, and map nothing.
+// allocation (or adds an allocation node), and forgets from then on. Instantiating a graph,
+// adding it as a child node and updating an executable graph copy the nodes a graph already has:
+// none makes an allocation node of its own (instantiating, which may upload, forgets anyway).
 #pragma once
 
 #include <cuda.h>
