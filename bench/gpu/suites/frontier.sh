@@ -79,6 +79,9 @@ run_lane() {
   d=$(mktemp -d /tmp/gslice-mps-XXXXXX)
   mps_dirs+=("$d")
   local left=$((FRONTIER_DEADLINE - $(date +%s) + 5))
+  # By UUID: an MPS control daemon started on one GPU numbers it 0 for its clients, so an
+  # index other than 0 would name no GPU there; a UUID names the same GPU with MPS and without.
+  [ -n "$gpu" ] && gpu=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i "$gpu" | tr -d ' ')
   ( [ -n "$gpu" ] && export CUDA_VISIBLE_DEVICES=$gpu
     [ ${#gpus[@]} -gt 0 ] && export FRONTIER_LANE=$lane
     exec timeout --signal=TERM --kill-after=20 "$left" $py "$dir/frontier.py" run --json "$json" --logs "$logs" \
