@@ -86,7 +86,7 @@ ControlDecision MpsController::Decide(const ControlPeriod& period, int64_t now_n
   double mean = 0;
   for (uint32_t i = 0; i < judged_count_; ++i) mean += judged_[i];
   mean /= judged_count_;
-  if (worst < 1 - kCutNowMargin || (judged_count_ >= kCutPeriods && mean < 1)) {
+  if (worst < 1 - kCutNowMargin || (judged_count_ >= kJudgePeriods && mean < 1)) {
     const double cut = rate_ * kCutFactor;
     const uint32_t next = cut < kMinRatePermille ? 0 : static_cast<uint32_t>(cut);
     AddTrace(&d, "compute: mps: guaranteed kernels at %.3f of their floor (%.3f over %u periods): rate %u -> %u permille",

@@ -11,10 +11,12 @@
 //  - no guaranteed peer busy: no limit;
 //  - a peer that wants a baseline (too few of its kernels have one, or it is stale) gets a
 //    probe: opportunistic work pauses for kProbePeriods, at most once per kMinProbeGapNs;
-//  - the floor is judged over the last kJudgePeriods readings (2 s), the level being a job's
-//    speed over a window, not in every 250 ms: where their mean is under it (once there are
-//    kCutPeriods of them), or one reading is under it by more than kCutNowMargin, the rate is
-//    cut to kCutFactor of itself (under kMinRatePermille: 0), and the readings start over.
+//  - the floor is judged over kJudgePeriods readings (2 s), the level being a job's speed over
+//    a window, not in every 250 ms: where their mean is under it, or one reading is under it by
+//    more than kCutNowMargin, the rate is cut to kCutFactor of itself (under kMinRatePermille:
+//    0), and the readings start over (the next judgement is of 2 s at the new rate; a window
+//    judged on fewer readings would be the noise of one period again, as "two periods in a
+//    row" was);
 //    One period's reading is noisy, and short dips are real but do not move the level: ResNet-50
 //    bf16 beside BERT training on an H200 read 0.80-0.86 for two or three periods at a time in
 //    a pass where it ran at 1.04 of its speed alone overall, and plain MPS at priority 1 (which
@@ -36,7 +38,6 @@ namespace gslice::compute {
 
 inline constexpr uint32_t kProbePeriods = 1;
 inline constexpr int64_t kMinProbeGapNs = 4'000'000'000;
-inline constexpr uint32_t kCutPeriods = 2;
 inline constexpr uint32_t kJudgePeriods = 8;
 inline constexpr double kCutNowMargin = 0.20;
 inline constexpr double kCutFactor = 0.5;
