@@ -40,23 +40,18 @@ Fn ClientExport(const char* name) {
   return lib != nullptr ? reinterpret_cast<Fn>(dlsym(lib, name)) : nullptr;
 }
 
-// The client's round trips so far, or -1 on the driver itself.
-long long RoundTrips() {
+// The client's counter `index` of gslice_remote_stats (0: calls answered on the client from the
+// answers it keeps, 2: round trips) so far, or -1 on the driver itself.
+long long ClientStat(int index) {
   const auto stats = ClientExport<void (*)(uint64_t[3])>("gslice_remote_stats");
   if (stats == nullptr) return -1;
   uint64_t out[3] = {};
   stats(out);
-  return static_cast<long long>(out[2]);
+  return static_cast<long long>(out[index]);
 }
 
-// The calls the client answered itself so far (from the answers it keeps), or -1 on the driver.
-long long AnsweredOnTheClient() {
-  const auto stats = ClientExport<void (*)(uint64_t[3])>("gslice_remote_stats");
-  if (stats == nullptr) return -1;
-  uint64_t out[3] = {};
-  stats(out);
-  return static_cast<long long>(out[0]);
-}
+long long RoundTrips() { return ClientStat(2); }
+long long AnsweredOnTheClient() { return ClientStat(0); }
 
 // Prints the round trips made since *since (through the client only), and restarts the count.
 void PrintTrips(const char* what, long long* since) {
