@@ -319,22 +319,22 @@ int Pointers() {
   CK(cuStreamEndCapture(stream, &graph));
   CK(cuGraphInstantiate(&exec, graph, 0));
   PrintMemoryType("the host buffer after a graph is made", h);
-  trips = RoundTrips();
-  CK(cuGraphLaunch(exec, stream));
-  PrintMemoryType("the host buffer after a launch", h);
-  PrintMemoryType("asked again", h);
-  PrintTrips("a graph launched, then the host buffer asked twice", &trips);
+  // Launches the graph, then asks about the host buffer twice, and prints the round trips made.
+  const auto launch_and_ask_twice = [&](const char* what) {
+    trips = RoundTrips();
+    CK(cuGraphLaunch(exec, stream));
+    PrintMemoryType("the host buffer after a launch", h);
+    PrintMemoryType("asked again", h);
+    PrintTrips(what, &trips);
+  };
+  launch_and_ask_twice("a graph launched, then the host buffer asked twice");
   CK(cuStreamSynchronize(stream));
   CUdeviceptr ordered;
   CK(cuMemAllocAsync(&ordered, sizeof host, stream));
   CK(cuMemFreeAsync(ordered, stream));
   CK(cuStreamSynchronize(stream));
   PrintMemoryType("the host buffer after a stream-ordered allocation", h);
-  trips = RoundTrips();
-  CK(cuGraphLaunch(exec, stream));
-  PrintMemoryType("the host buffer after a launch", h);
-  PrintMemoryType("asked again", h);
-  PrintTrips("then a graph launched, and the host buffer asked twice", &trips);
+  launch_and_ask_twice("then a graph launched, and the host buffer asked twice");
   PrintMemoryType("asked a third time", h);
   PrintTrips("then asked a third time", &trips);
   CK(cuStreamSynchronize(stream));
