@@ -79,9 +79,6 @@ run_lane() {
   d=$(mktemp -d /tmp/gslice-mps-XXXXXX)
   mps_dirs+=("$d")
   local left=$((FRONTIER_DEADLINE - $(date +%s) + 5))
-  # By UUID: an MPS control daemon started on one GPU numbers it 0 for its clients, so an
-  # index other than 0 would name no GPU there; a UUID names the same GPU with MPS and without.
-  [ -n "$gpu" ] && gpu=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i "$gpu" | tr -d ' ')
   ( [ -n "$gpu" ] && export CUDA_VISIBLE_DEVICES=$gpu
     [ ${#gpus[@]} -gt 0 ] && export FRONTIER_LANE=$lane
     exec timeout --signal=TERM --kill-after=20 "$left" $py "$dir/frontier.py" run --json "$json" --logs "$logs" \
@@ -90,10 +87,22 @@ run_lane() {
 jsons=()
 runners=()
 if [ ${#gpus[@]} -gt 0 ]; then
+  # Each lane's GPU by UUID: an MPS control daemon started on one GPU numbers it 0 for its
+  # clients, so an index other than 0 would name no GPU there; a UUID names the same GPU with
+  # MPS and without.
+  uuids=()
+  for g in "${gpus[@]}"; do
+    u=$(nvidia-smi --query-gpu=uuid --format=csv,noheader -i "$g" 2>/dev/null | tr -d ' ')
+    if [[ "$u" != GPU-* ]]; then
+      echo "frontier: FRONTIER_GPUS=$FRONTIER_GPUS: no GPU $g here (nvidia-smi -i $g gave no UUID)" >&2
+      exit 2
+    fi
+    uuids+=("$u")
+  done
   for i in "${!gpus[@]}"; do
     mkdir -p "$OUT/frontier/lane$i"
     rm -f "$OUT/frontier-lane$i.json"
-    run_lane "$i" "${gpus[$i]}" "$OUT/frontier-lane$i.json" "$OUT/frontier/lane$i/logs" >"$OUT/frontier/lane$i/run.log" 2>&1
+    run_lane "$i" "${uuids[$i]}" "$OUT/frontier-lane$i.json" "$OUT/frontier/lane$i/logs" >"$OUT/frontier/lane$i/run.log" 2>&1
     runners+=($!)
     jsons+=("$OUT/frontier-lane$i.json")
   done
