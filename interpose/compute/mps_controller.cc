@@ -93,7 +93,7 @@ ControlDecision MpsController::Decide(const ControlPeriod& period, int64_t now_n
              worst, mean, judged_count_, rate_, next);
     rate_ = next;
     judged_count_ = judged_next_ = 0;  // the next judgement is of readings at the new rate
-  } else if (worst >= 1 + kGrowMargin && mean >= 1 + kGrowMargin) {
+  } else if (worst >= 1 + kGrowMargin) {
     Grow(&d, "guaranteed kernels above their floor");
   }
   d.rate_permille = rate_;

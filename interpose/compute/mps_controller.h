@@ -21,8 +21,9 @@
 //    bf16 beside BERT training on an H200 read 0.80-0.86 for two or three periods at a time in
 //    a pass where it ran at 1.04 of its speed alone overall, and plain MPS at priority 1 (which
 //    never reacts) kept it at 0.96;
-//  - a reading at or above every busy peer's floor (plus kGrowMargin), with the window's mean
-//    there too, lets the rate grow by kGrowFactor, at least kGrowStepPermille, up to no limit;
+//  - a reading at or above every busy peer's floor (plus kGrowMargin) lets the rate grow by
+//    kGrowFactor, at least kGrowStepPermille, up to no limit (the period's own: one low reading
+//    in the window would otherwise hold a rate a cut left for up to 2 s);
 //  - while throttled, kQuietPeriods in a row with no new reading (opportunistic work held back
 //    too far to be beside the guaranteed kernels) grow the rate as a reading above the floor
 //    would: the next reading tells. (One period without one is the two clocks' phase.)
