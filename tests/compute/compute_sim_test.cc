@@ -632,7 +632,10 @@ TEST_F(ComputeSim, AShareSetInTheLedgerReachesARunningProcess) {
   const double after = relative(2500, 4000);  // from a second after the change
   const std::string counts = "live " + r.raw + "\nshare 50% " + o.raw;
   EXPECT_GT(before, 1.2) << counts;
-  EXPECT_LT(after, 0.5 * before) << counts;
+  // The weights ask for a quarter of before's ratio (2.0 to 0.5); a share that never reached the
+  // process leaves it where it was. On a loaded 2-core machine under the sanitizers the turns
+  // gave 0.62 of before once, so the bound is 0.7 of it.
+  EXPECT_LT(after, 0.7 * before) << counts;
 }
 
 TEST_F(ComputeSim, DeadGuaranteedNeverStallsOpportunistic) {
