@@ -16,25 +16,22 @@ void ProgressClock::Pass(int64_t now_ns, uint64_t launches, bool beside) {
   last_ns_ = now_ns;
   last_launches_ = launches;
   if (!split) return;
-  Stretch& s = beside ? beside_ : alone_;
-  s.ns += dt;
-  s.launches += added;
-  ++s.passes;
-  if (added > 0) ++s.moved;
-  if (!beside) {
-    period_alone_ns_ += dt;
-    ++period_alone_passes_;
-    if (added > 0) ++period_alone_moved_;
-  }
+  const auto add = [&](Stretch& s) {
+    s.ns += dt;
+    s.launches += added;
+    ++s.passes;
+    if (added > 0) ++s.moved;
+  };
+  add(beside ? beside_ : alone_);
+  if (!beside) add(period_alone_);
 }
 
 uint32_t ProgressClock::ClosePeriod(int64_t now_ns) {
   const auto share = [](int moved, int passes) { return passes > 0 ? moved * 1000 / passes : 0; };
-  seen_ = {.alone_ms = period_alone_ns_ / 1'000'000, .beside_ms = beside_.ns / 1'000'000,
-           .alone_moved_permille = share(period_alone_moved_, period_alone_passes_),
+  seen_ = {.alone_ms = period_alone_.ns / 1'000'000, .beside_ms = beside_.ns / 1'000'000,
+           .alone_moved_permille = share(period_alone_.moved, period_alone_.passes),
            .beside_moved_permille = share(beside_.moved, beside_.passes)};
-  period_alone_ns_ = 0;
-  period_alone_passes_ = period_alone_moved_ = 0;
+  period_alone_ = {};
   const auto mix = [](double old, double sample) { return old <= 0 ? sample : old + kProgressWeight * (sample - old); };
   if (alone_.ns >= kMinStretchNs) {
     if (alone_.Moving(kSaturatedShare)) {

@@ -74,8 +74,7 @@ class ProgressClock {
   uint64_t last_launches_ = 0;
   Stretch alone_;       // alone time not yet in a sample, kept across periods
   Stretch beside_;      // this period's beside time
-  int64_t period_alone_ns_ = 0;  // this period's alone time (the trace)
-  int period_alone_passes_ = 0, period_alone_moved_ = 0;
+  Stretch period_alone_;  // this period's alone time (the trace)
   double alone_rate_ = 0;  // launches per ns alone (0: unknown)
   int64_t alone_at_ = 0;   // when the newest alone sample was taken
   double ratio_ = 0;       // beside over alone (0: none yet)
