@@ -67,6 +67,9 @@ PAIRS = [p.strip() for p in os.environ.get("FRONTIER_PAIRS", "train,latency").sp
 PROTECT = floats("FRONTIER_PROTECT", "0.97,0.90,0.80")
 MPS_PCT = ints("FRONTIER_MPS_PCT", "100,50,25,10")
 MPS_PRIO = ints("FRONTIER_MPS_PRIO", "1,0")
+# FRONTIER_MPS_PCT_P0, FRONTIER_MPS_PCT_P1: one priority's thread percentages, where they
+# differ from FRONTIER_MPS_PCT (a call that cannot hold every pairing).
+MPS_PCT_OF = {q: ints(f"FRONTIER_MPS_PCT_P{q}", ",".join(map(str, MPS_PCT))) for q in (0, 1)}
 # FRONTIER_GSLICE_MPS: 0 gslice time-sliced only; 1 also gslice on MPS (after everything
 # else); only: gslice on MPS in the time-sliced runs' places, no time-sliced gslice runs.
 GSLICE_MPS_MODE = os.environ.get("FRONTIER_GSLICE_MPS", "0")
@@ -79,9 +82,10 @@ BUDGET_S = float(os.environ.get("FRONTIER_BUDGET_S", "560"))
 LANES = int(os.environ.get("FRONTIER_LANES", "1") or "1")
 LANE = int(os.environ.get("FRONTIER_LANE", "0") or "0")
 # Estimated seconds a run costs beyond its phases: process start, torch import, model build,
-# warm-up (3 s) and the window's tail, in parallel for its processes. bench/results/
-# compute-2026-11-26.md's runs of two such processes spent 19-22 s beyond their phases.
-STARTUP_S = 20.0
+# warm-up (3 s) and the window's tail, in parallel for its processes. On an H200 with torch
+# 2.11 (bench/results/compute-frontier-2026-11-29.md) runs of two such processes spent 12-15 s
+# beyond their phases (19-22 s on the H100 of bench/results/compute-2026-11-26.md).
+STARTUP_S = 16.0
 # Each process beyond two adds to a run's start-up (more imports and builds at once).
 EXTRA_PROC_S = 2.0
 # The latency pair's first run starts its training job once the server has measured its
@@ -166,7 +170,7 @@ def gslice_run(pair, protect, tier, on_mps):
 def mps_run(pair, prio, tier):
     phases, configs = [], {}
     specs = {"g": ("g", None, mps_client(100, 0), ())}
-    for pct in MPS_PCT:
+    for pct in MPS_PCT_OF[prio]:
         name, ident = f"mps-{pct}-p{prio}", f"o{pct}"
         phases.append((name, {"g": "g", "o": ident}))
         configs[name] = {"kind": "mps", "mps_pct": pct, "mps_prio": prio}
@@ -183,11 +187,10 @@ def plan():
     on_mps = GSLICE_MPS_ONLY
     if PROTECT:
         tiers.append(lambda p: [gslice_run(p, PROTECT[0], 1, on_mps)])
-    if MPS_PRIO and MPS_PCT:
+    if MPS_PRIO and MPS_PCT_OF[MPS_PRIO[0]]:
         tiers.append(lambda p: [mps_run(p, MPS_PRIO[0], 2)])
     tiers.append(lambda p: [gslice_run(p, x, 3, on_mps) for x in PROTECT[1:]])
-    if MPS_PCT:
-        tiers.append(lambda p: [mps_run(p, q, 4) for q in MPS_PRIO[1:]])
+    tiers.append(lambda p: [mps_run(p, q, 4) for q in MPS_PRIO[1:] if MPS_PCT_OF[q]])
     if GSLICE_MPS and not GSLICE_MPS_ONLY:
         tiers.append(lambda p: [gslice_run(p, x, 5, True) for x in PROTECT])
     for tier in tiers:
@@ -235,15 +238,15 @@ def check_env():
         sys.exit(f"frontier.py: FRONTIER_PAIRS names {bad}: the pairs are train and latency")
     if any(not 0 < p <= 1 for p in PROTECT):
         sys.exit(f"frontier.py: FRONTIER_PROTECT {PROTECT}: levels are fractions of solo speed in (0, 1]")
-    if any(not 1 <= t <= 100 for t in MPS_PCT) or any(q not in (0, 1) for q in MPS_PRIO):
-        sys.exit("frontier.py: FRONTIER_MPS_PCT takes 1..100, FRONTIER_MPS_PRIO 0 (normal) or 1 (below normal)")
+    if any(not 1 <= t <= 100 for t in MPS_PCT + MPS_PCT_OF[0] + MPS_PCT_OF[1]) or any(q not in (0, 1) for q in MPS_PRIO):
+        sys.exit("frontier.py: FRONTIER_MPS_PCT(_P0, _P1) take 1..100, FRONTIER_MPS_PRIO 0 (normal) or 1 (below normal)")
     if not 1 <= LANES <= 16 or not 0 <= LANE < LANES:
         sys.exit(f"frontier.py: FRONTIER_LANES={LANES}, FRONTIER_LANE={LANE}: 1 to 16 lanes, and a lane from 0 to "
                  "FRONTIER_LANES - 1")
 
 
 def settings():
-    return {"pairs": PAIRS, "protect": PROTECT, "mps_pct": MPS_PCT, "mps_prio": MPS_PRIO, "gslice_mps": GSLICE_MPS_MODE,
+    return {"pairs": PAIRS, "protect": PROTECT, "mps_pct": MPS_PCT, "mps_pct_of_prio": MPS_PCT_OF, "mps_prio": MPS_PRIO, "gslice_mps": GSLICE_MPS_MODE,
             "lanes": LANES,
             "window_s": WINDOW_S, "settle_s": SETTLE_S, "lead_s": LEAD_S, "budget_s": BUDGET_S,
             "server_load": suite.SERVER_LOAD}
