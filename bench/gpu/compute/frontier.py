@@ -25,12 +25,25 @@ priority's opportunistic clients in turn, so a process's start-up (about 20 s) i
 per run. Each phase measures FRONTIER_WINDOW_S seconds after FRONTIER_SETTLE_S (a gslice
 run's single phase after FRONTIER_LEAD_S, the opportunistic controller's time to learn).
 
+Interleaved (FRONTIER_INTERLEAVE=R): each pair is one run on MPS whose processes stay up
+while every configuration takes its turn: a guaranteed MPS client (alone: the solo phase),
+opportunistic MPS clients, one per thread percentage and priority (the one at 100 and normal
+priority also alone: the other solo phase), and gslice's guaranteed processes, one per
+protection level, beside one gslice opportunistic process. Each of R rounds gives every
+configuration a phase of FRONTIER_WINDOW_S / R seconds, the order rotated a phase a round,
+and each figure is against the solo phases of the same run. Separate runs minutes apart put
+the host's drift into every figure (on a two-GPU H200 host, ResNet-50 alone moved from 50 to
+43 steps/s between the solo runs before and after, both GPUs alike); interleaved, each
+comparison is seconds to minutes apart. No time-slicing configuration (the run is on MPS);
+the latency pair's server measures its service time alone first (latency/calibrate).
+
 Lanes (FRONTIER_LANES=N, FRONTIER_LANE=k): each lane runs one pair (the lanes split evenly
 between the pairs); a pair's runs other than the solo ones are dealt, in order of importance,
 each to its lane with the least estimated time so far, and every lane gets its own solo runs
 before and after (time-slicing in the pair's first lane): each lane is self-contained, its figures against its own solo runs, so lanes can run at
 once on the GPUs of one machine (frontier.sh's FRONTIER_GPUS) and frontier_report.py merges
-their JSON. `plan` prints every lane; `run` runs lane k.
+their JSON. `plan` prints every lane; `run` runs lane k. Interleaved, a lane is a pair's
+run (the pairs in turn, again on further lanes).
 
 Runs go in order of importance, the pairs side by side: solo-before, gslice at the first
 protection level, MPS at the first priority, gslice at the other levels, MPS at the other
@@ -76,6 +89,15 @@ GSLICE_MPS_MODE = os.environ.get("FRONTIER_GSLICE_MPS", "0")
 GSLICE_MPS = GSLICE_MPS_MODE in ("1", "only")
 GSLICE_MPS_ONLY = GSLICE_MPS_MODE == "only"
 WINDOW_S = float(os.environ.get("FRONTIER_WINDOW_S", "15"))
+# FRONTIER_INTERLEAVE=R: each pair in one run whose processes stay up while every
+# configuration takes its turn, R rounds of phases of FRONTIER_WINDOW_S / R seconds (see the top).
+INTERLEAVE = int(os.environ.get("FRONTIER_INTERLEAVE", "0") or "0")
+# Where every configuration's processes share one GPU at once (the interleaved run), each
+# gslice slice's limit, so that together they stay inside the card (not what is measured).
+SHARED_MEMORY = "30GiB"
+# The latency pair's interleaved run takes the server's service time from a short run of the
+# server alone before it (seconds measured).
+CALIBRATE_S = 2.0
 SETTLE_S = float(os.environ.get("FRONTIER_SETTLE_S", "1"))
 LEAD_S = float(os.environ.get("FRONTIER_LEAD_S", "10"))
 BUDGET_S = float(os.environ.get("FRONTIER_BUDGET_S", "560"))
@@ -115,9 +137,14 @@ class Run:
     """One set of processes and its phases. phases: [(configuration, {role: process id})];
     procs(service_ms, mps_env) gives suite.run_config's process list."""
 
-    def __init__(self, pair, name, mps, phases, settle, tier, reserved=False, after=False):
+    def __init__(self, pair, name, mps, phases, settle, tier, reserved=False, after=False, window=None):
         self.pair, self.name, self.mps, self.phases = pair, name, mps, phases
         self.settle, self.tier, self.reserved, self.after = settle, tier, reserved, after
+        self.window = WINDOW_S if window is None else window  # each phase's measured seconds
+        # Whether the latency pair's server measures its service time alone here (the runs
+        # after it take that time).
+        self.calibrates = after
+        self.memory = None  # gslice slices' limit where not suite.gslice_prefix's
         self.configs = {}  # configuration -> its attributes (kind, protect, mps_pct, mps_prio)
         self.proc_specs = {}  # process id -> (role, gslice flags or None, MPS env or None, extra job.py args)
 
@@ -127,13 +154,16 @@ class Run:
 
     def estimate(self):
         return (STARTUP_S + EXTRA_PROC_S * max(0, len(self.proc_specs) - 2) + (AFTER_S if self.after else 0)
-                + len(self.phases) * (self.settle + WINDOW_S))
+                + len(self.phases) * (self.settle + self.window))
 
     def procs(self, service_ms, mps_env):
         out = []
         for ident, (role, gslice_flags, mps, args) in self.proc_specs.items():
             mode, workload = JOBS[self.pair][role]
-            prefix = suite.gslice_prefix(*gslice_flags) if gslice_flags is not None else ()
+            prefix = ()
+            if gslice_flags is not None:
+                prefix = suite.gslice_prefix(*gslice_flags, memory=self.memory) if self.memory else suite.gslice_prefix(
+                    *gslice_flags)
             env = dict(mps_env, **mps) if mps is not None else {}
             if mode == "server":
                 out.append(suite.server(ident, service_ms, prefix, env))
@@ -180,8 +210,46 @@ def mps_run(pair, prio, tier):
     return r
 
 
+def calibrate_run(pair):
+    """The server alone on MPS for CALIBRATE_S, to measure its service time (no configuration)."""
+    r = Run(pair, "calibrate", True, [("calibrate", {"g": "g"})], 0.0, 0, window=CALIBRATE_S)
+    r.calibrates = True
+    r.proc_specs = {"g": ("g", None, mps_client(100, 0), ())}
+    return r
+
+
+def interleaved_run(pair):
+    """Every configuration of a pair on MPS in one run (FRONTIER_INTERLEAVE): a guaranteed MPS
+    client (the solo phases' and the plain MPS configurations'), one opportunistic MPS client
+    per thread percentage and priority, one gslice guaranteed process per protection level and
+    one gslice opportunistic process; each round gives every configuration one phase, rotated."""
+    mps = [(pct, q) for q in MPS_PRIO for pct in MPS_PCT_OF[q]]
+    specs = {"g": ("g", None, mps_client(100, 0), ()), "o100p0": ("o", None, mps_client(100, 0), ())}
+    pattern = [("solo", {"g": "g"}), ("solo", {"o": "o100p0"})]
+    configs = {"solo": {"kind": "solo"}}
+    for pct, q in mps:
+        name, ident = f"mps-{pct}-p{q}", f"o{pct}p{q}"
+        specs[ident] = ("o", None, mps_client(pct, q), ())
+        pattern.append((name, {"g": "g", "o": ident}))
+        configs[name] = {"kind": "mps", "mps_pct": pct, "mps_prio": q}
+    for x in PROTECT:
+        name, ident = f"gslice-mps-{fmt_level(x)}", f"G{fmt_level(x)}"
+        specs[ident] = ("g", ("--class=guaranteed", "--protect", fmt_level(x)), {}, ())
+        pattern.append((name, {"g": ident, "o": "O"}))
+        configs[name] = {"kind": "gslice-mps", "protect": x}
+    if PROTECT:
+        specs["O"] = ("o", ("--class=opportunistic",), {}, ())
+    n = len(pattern)
+    phases = [pattern[(k + i) % n] for k in range(INTERLEAVE) for i in range(n)]
+    r = Run(pair, "interleaved", True, phases, SETTLE_S, 1, window=WINDOW_S / INTERLEAVE)
+    r.configs, r.proc_specs, r.memory = configs, specs, SHARED_MEMORY
+    return r
+
+
 def plan():
     """Every run, most important first; the pairs side by side within each tier."""
+    if INTERLEAVE:
+        return [r for p in PAIRS for r in ([calibrate_run(p)] if p == "latency" else []) + [interleaved_run(p)]]
     runs = []
     tiers = [lambda p: [solo_run(p, "solo-before", 0, False, True)]]
     on_mps = GSLICE_MPS_ONLY
@@ -208,6 +276,8 @@ def lanes(runs):
     time-slicing phase in the pair's first lane. With fewer lanes than pairs, pairs share."""
     if LANES <= 1:
         return [runs]
+    if INTERLEAVE:  # a pair a lane (again on further lanes): its runs are self-contained
+        return [[r for r in plan() if r.pair == PAIRS[k % len(PAIRS)]] for k in range(LANES)]
     owners = [PAIRS[k % len(PAIRS)] for k in range(LANES)]  # the pair of each lane
     firsts = [owners.index(owners[k]) == k for k in range(LANES)]
     solos = [(solo_run(owners[k], "solo-before", 0, False, firsts[k]), solo_run(owners[k], "solo-after", 9, True, False))
@@ -240,6 +310,9 @@ def check_env():
         sys.exit(f"frontier.py: FRONTIER_PROTECT {PROTECT}: levels are fractions of solo speed in (0, 1]")
     if any(not 1 <= t <= 100 for t in MPS_PCT + MPS_PCT_OF[0] + MPS_PCT_OF[1]) or any(q not in (0, 1) for q in MPS_PRIO):
         sys.exit("frontier.py: FRONTIER_MPS_PCT(_P0, _P1) take 1..100, FRONTIER_MPS_PRIO 0 (normal) or 1 (below normal)")
+    if INTERLEAVE < 0 or (INTERLEAVE and WINDOW_S / INTERLEAVE < 5):
+        sys.exit(f"frontier.py: FRONTIER_INTERLEAVE={INTERLEAVE}: rounds of at least 5 s each "
+                 f"(FRONTIER_WINDOW_S={WINDOW_S:g})")
     if not 1 <= LANES <= 16 or not 0 <= LANE < LANES:
         sys.exit(f"frontier.py: FRONTIER_LANES={LANES}, FRONTIER_LANE={LANE}: 1 to 16 lanes, and a lane from 0 to "
                  "FRONTIER_LANES - 1")
@@ -247,7 +320,7 @@ def check_env():
 
 def settings():
     return {"pairs": PAIRS, "protect": PROTECT, "mps_pct": MPS_PCT, "mps_pct_of_prio": MPS_PCT_OF, "mps_prio": MPS_PRIO, "gslice_mps": GSLICE_MPS_MODE,
-            "lanes": LANES,
+            "lanes": LANES, "interleave": INTERLEAVE,
             "window_s": WINDOW_S, "settle_s": SETTLE_S, "lead_s": LEAD_S, "budget_s": BUDGET_S,
             "server_load": suite.SERVER_LOAD}
 
@@ -280,7 +353,7 @@ def print_plan(runs, lane=None):
     else:
         print(f"\n=== lane {lane} of {LANES} (FRONTIER_LANE={lane})")
     if "latency" in PAIRS:
-        print("SERVICE_MS: the server's service time, measured alone in latency/solo-before")
+        print(f"SERVICE_MS: the server's service time, measured alone in latency/{'calibrate' if INTERLEAVE else 'solo-before'}")
     for i, r in enumerate(runs):
         est = r.estimate()
         everything += est + (MPS_SWITCH_S if r.mps != mps_on else 0.0)
@@ -292,13 +365,16 @@ def print_plan(runs, lane=None):
             skipped += 1
         print(f"\nrun {r.key} [{'MPS' if r.mps else 'no MPS'}, tier {r.tier}{', time kept aside' if r.reserved else ''}]"
               f" ~{est:.0f} s" + (f", done at ~{now:.0f} s" if fits else ": SKIPPED within FRONTIER_BUDGET_S"))
-        for i, (cfg, roles) in enumerate(r.phases):
+        shown_phases = r.phases[:len(r.phases) // INTERLEAVE] if r.name == "interleaved" else r.phases
+        for i, (cfg, roles) in enumerate(shown_phases):
             print(f"  phase {i + 1}: {cfg}: {' + '.join(f'{role}={ident}' for role, ident in roles.items())}, "
-                  f"{r.settle:g} s unmeasured + {WINDOW_S:g} s measured")
+                  f"{r.settle:g} s unmeasured + {r.window:g} s measured")
+        if len(shown_phases) < len(r.phases):
+            print(f"  ... {INTERLEAVE} rounds of these, each starting one phase later ({len(r.phases)} phases)")
         # The server's service time, measured in the latency pair's solo-before run, stands in
         # as a placeholder.
         placeholder = 1234.5678
-        calibrating = r.pair != "latency" or r.name == "solo-before"
+        calibrating = r.pair != "latency" or r.calibrates
         for ident, argv, env in r.procs(None if calibrating else placeholder, {}):
             line = command_line(r, ident, argv, env).replace(f"{placeholder:.4f}", "SERVICE_MS")
             print(f"  {ident}: {line}")
@@ -327,6 +403,24 @@ def measure(results, run, settle):
                 m[role] = {"steps_per_s": rate if rate is not None else 0.0, "finite": finite}
                 if rate is None:
                     m[role]["note"] = "fewer than two steps in the window"
+            if len([c for c, _ in run.phases if c == cfg]) > 1:
+                m[role]["rounds"] = round_figures(results, ident, ids, settle, mode == "server")
+    return out
+
+
+def round_figures(results, ident, ids, settle, server):
+    """ident's figure in each phase in which exactly `ids` worked, in order (an interleaved
+    run's rounds): steps/s, or the server's p99 in ms; None where a phase has too few."""
+    if not server:
+        counts = suite.phase_counts({"r": results}, "r", ident, settle) or []
+        return [n / sec if n else None for who, n, sec in counts if sorted(who) == sorted(ids)]
+    out = []
+    reqs = results.get(ident, {}).get("requests_at") or []
+    for a, b, who in results.get("phases", []):
+        if sorted(who) != sorted(ids):
+            continue
+        lat = sorted(latency for t, latency, _ in reqs if a + settle <= t <= b)
+        out.append(lat[min(len(lat) - 1, int(0.99 * len(lat)))] * 1e3 if len(lat) >= 20 else None)
     return out
 
 
@@ -396,7 +490,8 @@ def run_all(json_path, logs, mps_dir):
     suite.LOGS = logs
     suite.LEARN_S = 0  # every run's unmeasured time is its phases' settle (FRONTIER_LEAD_S for gslice)
     os.makedirs(logs, exist_ok=True)
-    raw_dir = os.path.join(os.path.dirname(os.path.abspath(json_path)), "frontier", "raw")
+    # Each lane's raw results beside its logs (lanes write at once).
+    raw_dir = os.path.join(os.path.dirname(os.path.abspath(logs)), "raw")
     os.makedirs(raw_dir, exist_ok=True)
     runs = lanes(plan())[LANE]
     doc = {"started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "lane": LANE,
@@ -413,12 +508,12 @@ def run_all(json_path, logs, mps_dir):
         for i, r in enumerate(runs):
             need = need_s(runs, i, mps.on)
             entry = {"name": r.key, "pair": r.pair, "mps": r.mps, "tier": r.tier, "estimate_s": round(r.estimate()),
-                     "phases": [[cfg, roles] for cfg, roles in r.phases], "settle_s": r.settle, "window_s": WINDOW_S}
+                     "phases": [[cfg, roles] for cfg, roles in r.phases], "settle_s": r.settle, "window_s": r.window}
             error = None
             if time.time() + need > deadline:
                 entry.update(status="skipped", error=f"budget: needs ~{need:.0f} s, {max(0, deadline - time.time()):.0f} s left")
-            elif r.pair == "latency" and r.name != "solo-before" and not service_ms:
-                entry.update(status="failed", error="no server service time: the latency pair's solo-before run failed")
+            elif r.pair == "latency" and not r.calibrates and not service_ms:
+                entry.update(status="failed", error="no server service time: the latency pair's run that measures it failed")
             else:
                 mps.want(r.mps)
                 if r.mps and mps.failed:
@@ -429,7 +524,7 @@ def run_all(json_path, logs, mps_dir):
                     t0 = time.time()
                     try:
                         results = suite.run_config(r.key, procs, phases=[list(roles.values()) for _, roles in r.phases],
-                                                   phase_s=r.settle + WINDOW_S)
+                                                   phase_s=r.settle + r.window)
                     except KeyboardInterrupt as e:
                         results = {"error": f"stopped mid-run ({e}): the suite's time ran out"}
                         stopped = e
@@ -446,7 +541,7 @@ def run_all(json_path, logs, mps_dir):
                             error = f"non-finite output (loss NaN or inf) in {', '.join(bad)}"
                         entry.update(status="failed" if error else "ok", error=error)
                         entry["measured"] = measure(results, r, r.settle)
-                        if r.pair == "latency" and r.name == "solo-before" and not error:
+                        if r.pair == "latency" and r.calibrates and not error:
                             service_ms = results["g"].get("service_ms")
                             doc["service_ms"]["latency"] = service_ms
             doc["runs"].append(entry)

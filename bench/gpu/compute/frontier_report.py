@@ -82,23 +82,45 @@ def value(c, role, field):
     return (c.get(role) or {}).get(field) if c and c.get("status") == "ok" else None
 
 
+def interleaved(doc):
+    """Whether the configurations ran interleaved in one run a pair (frontier.py's
+    FRONTIER_INTERLEAVE): the solo figures are then the same run's solo phases."""
+    return bool(doc.get("settings", {}).get("interleave"))
+
+
 def solo(doc, pair, lane=0):
     """The solo runs of a lane: each job's figure before and after, their mean (the base) and
-    the drift (after / before). Training: steps/s; the server: p99 and p50 in ms."""
+    the drift (after / before). Training: steps/s; the server: p99 and p50 in ms. Interleaved:
+    the base is every solo phase of the run, before and after its first and last round."""
     by = {c["config"]: c for c in configs(doc, pair, lane)}
-    before, after = by.get("solo-before"), by.get("solo-after")
     fields = {"g": ("p99_ms", "p50_ms") if pair == "latency" else ("steps_per_s",), "o": ("steps_per_s",)}
     out = {}
     for role, names in fields.items():
         for f in names:
-            b, a = value(before, role, f), value(after, role, f)
+            if "solo" in by:
+                c = by["solo"]
+                rounds = (c.get(role) or {}).get("rounds") or [] if f != "p50_ms" else []
+                b, a = (rounds[0], rounds[-1]) if len(rounds) >= 2 else (None, None)
+                out[(role, f)] = {"before": b, "after": a, "base": value(c, role, f), "drift": ratio(a, b)}
+                continue
+            b, a = value(by.get("solo-before"), role, f), value(by.get("solo-after"), role, f)
             out[(role, f)] = {"before": b, "after": a, "base": mean([b, a]), "drift": ratio(a, b)}
     return out
+
+
+def round_ratios(c, base, role, server):
+    """An interleaved configuration's figure over the solo phase's, round by round (the
+    server: solo p99 over its p99); [] where the run was not interleaved."""
+    mine, solos = (c.get(role) or {}).get("rounds") or [], (base.get(role) or {}).get("rounds") or []
+    if server:
+        return [y / x for x, y in zip(mine, solos) if x and y]
+    return [x / y for x, y in zip(mine, solos) if x and y]
 
 
 def rows(doc, pair):
     """Every non-solo configuration with its figures against its lane's solo base."""
     bases = {lane: solo(doc, pair, lane) for lane in lanes_of(doc, pair)}
+    solo_cfg = {lane_of(c): c for c in configs(doc, pair) if c["config"] == "solo"}
     out = []
     for c in configs(doc, pair):
         if c["kind"] == "solo":
@@ -106,6 +128,9 @@ def rows(doc, pair):
         base = bases[lane_of(c)]
         r = {k: c.get(k) for k in ("config", "kind", "protect", "mps_pct", "mps_prio", "status", "error", "run")}
         r["lane"] = lane_of(c)
+        s = solo_cfg.get(lane_of(c), {})
+        r["g_rounds"] = round_ratios(c, s, "g", pair == "latency")
+        r["o_rounds"] = round_ratios(c, s, "o", False)
         r["o"] = ratio(value(c, "o", "steps_per_s"), base[("o", "steps_per_s")]["base"])
         if pair == "latency":
             r["p99_ms"], r["p50_ms"] = value(c, "g", "p99_ms"), value(c, "g", "p50_ms")
@@ -196,6 +221,11 @@ def lv(level):
     """A protection level as frontier.py names it: two decimals unless it has more."""
     two = f"{level:.2f}"
     return two if float(two) == level else repr(level)
+
+
+def spread(xs):
+    """Round-by-round figures as text: each, in order."""
+    return ", ".join(f"{x:.2f}" for x in xs) if xs else "n/a"
 
 
 def f3(x):
@@ -299,9 +329,20 @@ def markdown(doc):
     env = doc.get("environment") or {}
     if env:
         out.append("Variables: " + ", ".join(f"`{k}={v}`" for k, v in env.items()) + ".\n")
-    out.append(f"Each configuration measured over {st.get('window_s', '?')} s, after {st.get('settle_s', '?')} s "
-               f"unmeasured (gslice: {st.get('lead_s', '?')} s together, unmeasured); figures against the mean of the "
-               f"solo runs before and after. The server's request rate is fixed at {st.get('server_load', 0.5)} of "
+    if interleaved(doc):
+        k = st["interleave"]
+        out.append(f"Each pair ran as one set of processes on MPS in which every configuration, the solo phases "
+                   f"included, took one phase of {st.get('window_s', 0) / k:g} s (after {st.get('settle_s', '?')} s "
+                   f"unmeasured) in each of {k} rounds, the order rotated one phase a round: each configuration is "
+                   f"measured over {st.get('window_s', '?')} s, against the same run's solo phases, minutes apart "
+                   f"at most. gslice's processes are started once; its controller meets every transition "
+                   f"(a guaranteed job starting beside opportunistic work, and stopping) once a round, inside "
+                   f"the measured time. The solo row's before and after are its first and last round. ")
+    else:
+        out.append(f"Each configuration measured over {st.get('window_s', '?')} s, after {st.get('settle_s', '?')} s "
+                   f"unmeasured (gslice: {st.get('lead_s', '?')} s together, unmeasured); figures against the mean of "
+                   "the solo runs before and after. ")
+    out[-1] += (f"The server's request rate is fixed at {st.get('server_load', 0.5)} of "
                f"its solo service time ({service_text(doc)} ms). The latency pair's level: "
                f"p99 ≤ 1 + (1 − level) × {LATENCY_SLACK:.3f} of solo (+5% at 0.97).\n")
     out.append("Configurations: `timeslice` both processes native (the GPU's time-slicing); `mps-T-pQ` both MPS "
@@ -322,19 +363,26 @@ def markdown(doc):
     out.append("")
     for pair in pairs(doc):
         out.append(f"## {PAIR_LABELS[pair][0].upper() + PAIR_LABELS[pair][1:]}\n")
+        per_round = interleaved(doc)
+        extra_head = (" guaranteed per round | opportunistic per round |" if per_round else "")
         if pair == "latency":
-            out.append("| configuration | server p99 ms (× solo) | server p50 ms (× solo) | opportunistic × solo | status |")
-            out.append("|---|---|---|---|---|")
+            out.append("| configuration | server p99 ms (× solo) | server p50 ms (× solo) | opportunistic × solo |"
+                       + extra_head + " status |")
+            out.append("|---|---|---|---|" + ("---|---|" if per_round else "") + "---|")
         else:
-            out.append("| configuration | guaranteed × solo | opportunistic × solo | status |")
-            out.append("|---|---|---|---|")
+            out.append("| configuration | guaranteed × solo | opportunistic × solo |" + extra_head + " status |")
+            out.append("|---|---|---|" + ("---|---|" if per_round else "") + "---|")
         for r in rows(doc, pair):
+            extra = (f" {spread(r['g_rounds'])} | {spread(r['o_rounds'])} |" if per_round else "")
             if pair == "latency":
                 p99 = "n/a" if r["p99"] is None else f"{r['p99_ms']:.2f} ({r['p99']:.3f})"
                 p50 = "n/a" if r["p50"] is None else f"{r['p50_ms']:.2f} ({r['p50']:.3f})"
-                out.append(f"| {row_label(doc, pair, r)} | {p99} | {p50} | {f3(r['o'])} | {status_text(r)} |")
+                out.append(f"| {row_label(doc, pair, r)} | {p99} | {p50} | {f3(r['o'])} |{extra} {status_text(r)} |")
             else:
-                out.append(f"| {row_label(doc, pair, r)} | {f3(r['g'])} | {f3(r['o'])} | {status_text(r)} |")
+                out.append(f"| {row_label(doc, pair, r)} | {f3(r['g'])} | {f3(r['o'])} |{extra} {status_text(r)} |")
+        if per_round:
+            out.append("\nPer round: the configuration's figure over the solo phase's of the same round (the "
+                       "server: solo p99 over its p99), each round's, in the order run.")
         out.append("")
     out.append("## At each protection level\n")
     out.append("gslice against the plain configuration (time-slicing or MPS) with the most opportunistic "

@@ -88,9 +88,9 @@ def build_dir():
     return os.environ.get("GSLICE_BUILD", os.path.join(HERE, "..", "..", "..", "build"))
 
 
-def gslice_prefix(*flags):
+def gslice_prefix(*flags, memory="60GiB"):
     # The memory limit is set well above what any job here uses: it is not what is measured.
-    return [os.path.join(build_dir(), "bin", "gslice"), "run", "--memory=60GiB", *flags, "--"]
+    return [os.path.join(build_dir(), "bin", "gslice"), "run", f"--memory={memory}", *flags, "--"]
 
 
 def throughput(workload, ident, prefix=(), env=None, warmup=2.0, args=()):
