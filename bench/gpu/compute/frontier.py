@@ -240,7 +240,9 @@ def interleaved_run(pair):
     if PROTECT:
         specs["O"] = ("o", ("--class=opportunistic",), {}, ())
     n = len(pattern)
-    phases = [pattern[(k + i) % n] for k in range(INTERLEAVE) for i in range(n)]
+    # Every process works through its warm-up until the phases start; the first phase, which
+    # nobody works in, lets the GPU drain what they queued.
+    phases = [("drain", {})] + [pattern[(k + i) % n] for k in range(INTERLEAVE) for i in range(n)]
     r = Run(pair, "interleaved", True, phases, SETTLE_S, 1, window=WINDOW_S / INTERLEAVE)
     r.configs, r.proc_specs, r.memory = configs, specs, SHARED_MEMORY
     return r
@@ -365,12 +367,14 @@ def print_plan(runs, lane=None):
             skipped += 1
         print(f"\nrun {r.key} [{'MPS' if r.mps else 'no MPS'}, tier {r.tier}{', time kept aside' if r.reserved else ''}]"
               f" ~{est:.0f} s" + (f", done at ~{now:.0f} s" if fits else ": SKIPPED within FRONTIER_BUDGET_S"))
-        shown_phases = r.phases[:len(r.phases) // INTERLEAVE] if r.name == "interleaved" else r.phases
+        shown_phases = r.phases[:1 + (len(r.phases) - 1) // INTERLEAVE] if r.name == "interleaved" else r.phases
         for i, (cfg, roles) in enumerate(shown_phases):
-            print(f"  phase {i + 1}: {cfg}: {' + '.join(f'{role}={ident}' for role, ident in roles.items())}, "
+            who = ' + '.join(f'{role}={ident}' for role, ident in roles.items()) or "nobody works"
+            print(f"  phase {i + 1}: {cfg}: {who}, "
                   f"{r.settle:g} s unmeasured + {r.window:g} s measured")
         if len(shown_phases) < len(r.phases):
-            print(f"  ... {INTERLEAVE} rounds of these, each starting one phase later ({len(r.phases)} phases)")
+            print(f"  ... {INTERLEAVE} rounds of these after the first, each starting one phase later "
+                  f"({len(r.phases)} phases)")
         # The server's service time, measured in the latency pair's solo-before run, stands in
         # as a placeholder.
         placeholder = 1234.5678
