@@ -1,7 +1,7 @@
 """The harvest frontier's selection and verdicts (bench/gpu/compute/frontier_report.py) on
 made-up figures, and frontier.py's run loop on made-up runs (suite.run_config replaced):
 what is measured from which phase, failed and skipped runs kept, the time kept for the solo
-runs after. No GPU and no torch.
+runs after, and interleaved runs judged round by round. No GPU and no torch.
 
   python3 frontier_report_test.py PATH/TO/bench/gpu/compute
 """
@@ -286,6 +286,139 @@ class RunLoopTest(unittest.TestCase):
         self.assertNotIn("CUDA_MPS_PIPE_DIRECTORY", {i: e for i, _, e in calls[0][1]}["g"])
         # The report reads what the loop wrote.
         self.assertIn("## At each protection level", report.markdown(d))
+
+
+def load_frontier(**env):
+    """frontier.py loaded with FRONTIER_* from env (the rest of the environment's removed)."""
+    saved = {k: v for k, v in os.environ.items() if k.startswith("FRONTIER_")}
+    for k in saved:
+        del os.environ[k]
+    os.environ.update(env)
+    try:
+        return load("frontier")
+    finally:
+        for k in env:
+            os.environ.pop(k, None)
+        os.environ.update(saved)
+
+
+class InterleavedTest(unittest.TestCase):
+    """FRONTIER_INTERLEAVE: every configuration of a pair in one run, rounds rotated, against
+    the same run's solo phases."""
+
+    def test_plan_has_every_configuration_in_each_round_rotated(self):
+        frontier = load_frontier(FRONTIER_PAIRS="train,latency", FRONTIER_PROTECT="0.97,0.90", FRONTIER_MPS_PCT="100,50",
+                                 FRONTIER_MPS_PCT_P0="100", FRONTIER_MPS_PRIO="1,0", FRONTIER_INTERLEAVE="3",
+                                 FRONTIER_WINDOW_S="60", FRONTIER_LANES="2")
+        lanes = frontier.lanes(frontier.plan())
+        self.assertEqual([[r.key for r in lane] for lane in lanes],
+                         [["train/interleaved"], ["latency/calibrate", "latency/interleaved"]])
+        run = lanes[0][0]
+        self.assertEqual(run.window, 20)
+        self.assertEqual(run.phases[0], ("drain", {}))  # nobody works first
+        # Solo twice (each job alone), plain MPS at 100 and 50 below normal and 100 at normal
+        # priority (FRONTIER_MPS_PCT_P0), gslice at each level: each once a round.
+        every = {"solo", "mps-100-p1", "mps-50-p1", "mps-100-p0", "gslice-mps-0.97", "gslice-mps-0.90"}
+        self.assertEqual(len(run.phases), 1 + 3 * 7)
+        rounds = [run.phases[1 + 7 * k:1 + 7 * (k + 1)] for k in range(3)]
+        for r in rounds:
+            self.assertEqual({cfg for cfg, _ in r}, every)
+            self.assertEqual(sum(cfg == "solo" for cfg, _ in r), 2)
+        self.assertEqual(rounds[1][0], rounds[0][1])  # each round starts one phase later
+        self.assertEqual(rounds[2][0], rounds[0][2])
+        self.assertEqual(set(run.configs), every)
+        specs = run.proc_specs
+        self.assertEqual(specs["o50p1"][2]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "50")
+        self.assertEqual(specs["o50p1"][2]["CUDA_MPS_CLIENT_PRIORITY"], "1")
+        self.assertNotIn("o50p0", specs)
+        self.assertIn("--protect", specs["G0.97"][1])
+        self.assertEqual(specs["O"][1], ("--class=opportunistic",))
+        # gslice's four slices share the card: each is limited to less than a quarter of it.
+        argv = {i: a for i, a, _ in run.procs(None, {"CUDA_MPS_PIPE_DIRECTORY": "/p"})}
+        self.assertIn(f"--memory={frontier.SHARED_MEMORY}", argv["G0.90"])
+        self.assertNotIn("--memory=60GiB", argv["O"])
+        self.assertTrue(lanes[1][0].calibrates and not lanes[1][1].calibrates)
+        # Each lane fits a call.
+        for lane in lanes:
+            self.assertLessEqual(sum(r.estimate() for r in lane) + frontier.SUITE_S + frontier.MPS_SWITCH_S, 600)
+
+    def test_rounds_are_judged_against_the_solo_phases_of_the_same_run(self):
+        tmp = tempfile.mkdtemp(prefix=f"frontier-test-{os.getpid()}-")
+        frontier = load_frontier(FRONTIER_PAIRS="train,latency", FRONTIER_PROTECT="0.90", FRONTIER_MPS_PCT="100",
+                                 FRONTIER_MPS_PRIO="1", FRONTIER_INTERLEAVE="2", FRONTIER_WINDOW_S="20",
+                                 FRONTIER_SETTLE_S="0.5")
+        calls = []
+
+        def fake_run_config(name, procs, seconds=None, phases=None, phase_s=None):
+            # The host runs everything 20% slower in the second round; the guaranteed job
+            # loses a tenth beside plain MPS and a twentieth beside gslice's opportunistic job.
+            calls.append((name, procs, phases))
+            out, ends, reqs = {"phases": []}, {}, {}
+            per_round = (len(phases) - 1) // 2 if name.endswith("interleaved") else len(phases)
+            for i, ids in enumerate(phases):
+                a, b = 100 + i * phase_s, 100 + (i + 1) * phase_s
+                out["phases"].append([a, b, ids])
+                slow = 0.8 if name.endswith("interleaved") and i > per_round else 1.0
+                for ident in ids:
+                    if ident in ("g", "G0.90"):
+                        rate = 40 * slow * (1.0 if len(ids) == 1 else 0.9 if ident == "g" else 0.95)
+                    else:
+                        rate = 30 * slow * (1.0 if len(ids) == 1 else 0.5)
+                    ends.setdefault(ident, []).extend(a + 0.6 + k / rate for k in range(int((b - a - 0.7) * rate)))
+                    reqs.setdefault(ident, []).extend(
+                        [t, (0.010 if len(ids) == 1 else 0.011) / slow, 0.005]
+                        for t in [a + 0.6 + k * 0.01 for k in range(int((b - a - 0.7) / 0.01))])
+            for ident, argv, _ in procs:
+                if "server" in argv:
+                    out[ident] = {"service_ms": 5.0, "rate_per_s": 100, "requests_at": reqs.get(ident, []), "finite": True}
+                else:
+                    out[ident] = {"step_ends": ends.get(ident, []), "finite": True}
+            return out
+
+        frontier.suite.run_config = fake_run_config
+        frontier.Mps.want = lambda self, on: setattr(self, "on", on)
+        path = os.path.join(tmp, "frontier.json")
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                frontier.run_all(path, os.path.join(tmp, "logs"), os.path.join(tmp, "mps"))
+            with open(path) as f:
+                d = json.load(f)
+        finally:
+            for root, dirs, files in os.walk(tmp, topdown=False):
+                for x in files:
+                    os.unlink(os.path.join(root, x))
+                for x in dirs:
+                    os.rmdir(os.path.join(root, x))
+            os.rmdir(tmp)
+        self.assertEqual([r["name"] for r in d["runs"]], ["train/interleaved", "latency/calibrate", "latency/interleaved"])
+        self.assertTrue(all(r["status"] == "ok" for r in d["runs"]))
+        # The server's service time comes from the calibration run, alone.
+        self.assertEqual(d["service_ms"]["latency"], 5.0)
+        argv = {name: {i: a for i, a, _ in procs} for name, procs, _ in calls}
+        self.assertNotIn("--service-ms", argv["latency/calibrate"]["g"])
+        self.assertIn("--service-ms", argv["latency/interleaved"]["G0.90"])
+        cfg = {(c["pair"], c["config"]): c for c in d["configs"]}
+        rounds = cfg[("train", "solo")]["g"]["rounds"]
+        self.assertEqual(len(rounds), 2)
+        self.assertAlmostEqual(rounds[1] / rounds[0], 0.8, delta=0.02)
+        rows = {r["config"]: r for r in report.rows(d, "train")}
+        # Round by round against the same round's solo: the host's 20% drops out.
+        self.assertEqual([len(rows[c][k]) for c in ("mps-100-p1", "gslice-mps-0.90") for k in ("g_rounds", "o_rounds")],
+                         [2, 2, 2, 2])
+        for x in rows["mps-100-p1"]["g_rounds"]:
+            self.assertAlmostEqual(x, 0.9, delta=0.02)
+        for x in rows["gslice-mps-0.90"]["g_rounds"]:
+            self.assertAlmostEqual(x, 0.95, delta=0.02)
+        self.assertAlmostEqual(rows["gslice-mps-0.90"]["g"], 0.95, delta=0.02)
+        lat = {r["config"]: r for r in report.rows(d, "latency")}
+        for x in lat["mps-100-p1"]["g_rounds"]:
+            self.assertAlmostEqual(x, 10 / 11, delta=0.02)
+        s = report.solo(d, "train")[("g", "steps_per_s")]
+        self.assertAlmostEqual(s["drift"], 0.8, delta=0.02)
+        md = report.markdown(d)
+        self.assertIn("against the same run's solo phases", md)
+        self.assertIn("| gslice-mps-0.90 | 0.9", md)
+        self.assertRegex(md, r"\| mps-100-p1 \| 0\.90\d \| 0\.50\d \| 0\.9\d, 0\.9\d \|")
 
 
 if __name__ == "__main__":
