@@ -105,7 +105,7 @@ LANES = int(os.environ.get("FRONTIER_LANES", "1") or "1")
 LANE = int(os.environ.get("FRONTIER_LANE", "0") or "0")
 # Estimated seconds a run costs beyond its phases: process start, torch import, model build,
 # warm-up (3 s) and the window's tail, in parallel for its processes. On an H200 with torch
-# 2.11 (bench/results/compute-frontier-2026-11-29.md) runs of two such processes spent 12-15 s
+# 2.11 (bench/results/compute-frontier-h200-2026-11-29-one-level.md) runs of two such processes spent 12-15 s
 # beyond their phases (19-22 s on the H100 of bench/results/compute-2026-11-26.md).
 STARTUP_S = 16.0
 # Each process beyond two adds to a run's start-up (more imports and builds at once).
