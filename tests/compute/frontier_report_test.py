@@ -415,6 +415,16 @@ class InterleavedTest(unittest.TestCase):
             self.assertAlmostEqual(x, 10 / 11, delta=0.02)
         s = report.solo(d, "train")[("g", "steps_per_s")]
         self.assertAlmostEqual(s["drift"], 0.8, delta=0.02)
+        # A miss against plain MPS names the round-by-round difference and its standard error.
+        v = by(report.frontier(d, "train"), 0.90, "gslice-mps")
+        self.assertTrue(v["met"])  # 0.95 of solo kept; the same harvest as plain MPS
+        mean_d, se, n = report.paired([0.50, 0.40, 0.45], [0.52, 0.46, 0.47])
+        self.assertAlmostEqual(mean_d, -0.10 / 3)
+        self.assertAlmostEqual(se, 0.04 / 3)  # differences -0.02, -0.06, -0.02: s = 0.0231
+        self.assertEqual(n, 3)
+        self.assertIsNone(report.paired([0.5], [0.4]))
+        self.assertIn("(within two standard errors)", report.paired_text((-0.02, 0.015, 6), "mps-100-p1"))
+        self.assertNotIn("within", report.paired_text((-0.12, 0.02, 3), "mps-100-p0"))
         md = report.markdown(d)
         self.assertIn("against the same run's solo phases", md)
         self.assertIn("| gslice-mps-0.90 | 0.9", md)

@@ -19,6 +19,8 @@ and whether that is within the solo runs' drift (after / before). No torch, no G
 
 import argparse
 import json
+import math
+import statistics
 import sys
 
 # The latency pair's p99 allowance grows by this much per point of speed a protection level
@@ -106,6 +108,24 @@ def solo(doc, pair, lane=0):
             b, a = value(by.get("solo-before"), role, f), value(by.get("solo-after"), role, f)
             out[(role, f)] = {"before": b, "after": a, "base": mean([b, a]), "drift": ratio(a, b)}
     return out
+
+
+def paired(xs, ys):
+    """The mean of round-by-round differences xs[k] - ys[k] and its standard error, or None
+    for fewer than two rounds: two configurations of one interleaved run are seconds to
+    minutes apart in each round, so the host's drift between rounds drops out of their
+    difference."""
+    d = [x - y for x, y in zip(xs, ys)]
+    if len(d) < 2 or len(xs) != len(ys):
+        return None
+    return statistics.mean(d), statistics.stdev(d) / math.sqrt(len(d)), len(d)
+
+
+def paired_text(p, against):
+    """A paired difference as a miss's note, saying whether it is within two standard errors."""
+    mean_d, se, n = p
+    within = " (within two standard errors)" if abs(mean_d) <= 2 * se else ""
+    return f"; round by round {mean_d:+.3f} ± {se:.3f} against {against} over {n} rounds{within}"
 
 
 def round_ratios(c, base, role, server):
@@ -201,7 +221,9 @@ def verdict(doc, pair, level, mode, g, best):
                           f"{over * 100:.1f} points{within(over, dg)}")
         else:
             short = level - g["g"]
-            misses.append(f"guaranteed {g['g']:.3f}× solo, short of {lv(level)} by {short:.3f}{within(short, dg)}")
+            p = paired(g.get("g_rounds") or [], [level] * len(g.get("g_rounds") or []))
+            misses.append(f"guaranteed {g['g']:.3f}× solo, short of {lv(level)} by {short:.3f}{within(short, dg)}"
+                          + (paired_text(p, "the level") if p else ""))
     harvest_ok = True
     if best is not None:
         if g["o"] is None:
@@ -210,8 +232,10 @@ def verdict(doc, pair, level, mode, g, best):
         elif g["o"] < best["o"] - 1e-9:
             harvest_ok = False
             short = best["o"] - g["o"]
+            p = paired(g.get("o_rounds") or [], best.get("o_rounds") or [])
             misses.append(f"opportunistic {g['o']:.3f}× solo, short of {best['config']}'s {best['o']:.3f} by "
-                          f"{short:.3f} ({short / best['o']:.0%} less){within(short, do)}")
+                          f"{short:.3f} ({short / best['o']:.0%} less){within(short, do)}"
+                          + (paired_text(p, best["config"]) if p else ""))
     v["met"] = bool(g_ok) and harvest_ok
     v["misses"] = misses
     return v
