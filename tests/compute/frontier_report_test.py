@@ -11,6 +11,7 @@ import importlib.util
 import io
 import json
 import os
+import shutil
 import sys
 import tempfile
 import unittest
@@ -199,13 +200,28 @@ class LanesTest(unittest.TestCase):
                                  frontier.BUDGET_S)
 
 
+def run_all(frontier, fake_run_config):
+    """frontier.run_all with suite.run_config replaced and no MPS daemon, in a scratch folder:
+    the JSON it wrote."""
+    frontier.suite.run_config = fake_run_config
+    frontier.Mps.want = lambda self, on: setattr(self, "on", on)
+    tmp = tempfile.mkdtemp(prefix=f"frontier-test-{os.getpid()}-")
+    try:
+        path = os.path.join(tmp, "frontier.json")
+        with contextlib.redirect_stdout(io.StringIO()):
+            frontier.run_all(path, os.path.join(tmp, "logs"), os.path.join(tmp, "mps"))
+        with open(path) as f:
+            return json.load(f)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 class RunLoopTest(unittest.TestCase):
     """frontier.run_all with suite.run_config made up: the guaranteed job runs at 40 steps/s
     alone (the server at 10 ms), 30 beside anything; the opportunistic job at 30 alone, 6
     beside it; the training pair's gslice-0.90 run reports a NaN loss."""
 
     def test_runs_measures_and_keeps_failures(self):
-        tmp = tempfile.mkdtemp(prefix=f"frontier-test-{os.getpid()}-")
         os.environ.update(FRONTIER_PAIRS="train,latency", FRONTIER_MPS_PCT="50,10", FRONTIER_MPS_PRIO="1",
                           FRONTIER_WINDOW_S="15")
         # A clock that each run moves on by its phases and a start-up of 20 s; room for less
@@ -239,21 +255,7 @@ class RunLoopTest(unittest.TestCase):
                     out[ident] = {"step_ends": ends.get(ident, []), "finite": not (name == "train/gslice-0.90")}
             return out
 
-        frontier.suite.run_config = fake_run_config
-        frontier.Mps.want = lambda self, on: setattr(self, "on", on)
-        path = os.path.join(tmp, "frontier.json")
-        try:
-            with contextlib.redirect_stdout(io.StringIO()):
-                frontier.run_all(path, os.path.join(tmp, "logs"), os.path.join(tmp, "mps"))
-            with open(path) as f:
-                d = json.load(f)
-        finally:
-            for root, dirs, files in os.walk(tmp, topdown=False):
-                for x in files:
-                    os.unlink(os.path.join(root, x))
-                for x in dirs:
-                    os.rmdir(os.path.join(root, x))
-            os.rmdir(tmp)
+        d = run_all(frontier, fake_run_config)
         runs = {r["name"]: r for r in d["runs"]}
         # Order: solo-before of both pairs first, the solo runs after last.
         self.assertEqual([r["name"] for r in d["runs"]][:2], ["train/solo-before", "latency/solo-before"])
@@ -343,7 +345,6 @@ class InterleavedTest(unittest.TestCase):
             self.assertLessEqual(sum(r.estimate() for r in lane) + frontier.SUITE_S + frontier.MPS_SWITCH_S, 600)
 
     def test_rounds_are_judged_against_the_solo_phases_of_the_same_run(self):
-        tmp = tempfile.mkdtemp(prefix=f"frontier-test-{os.getpid()}-")
         frontier = load_frontier(FRONTIER_PAIRS="train,latency", FRONTIER_PROTECT="0.90", FRONTIER_MPS_PCT="100",
                                  FRONTIER_MPS_PRIO="1", FRONTIER_INTERLEAVE="2", FRONTIER_WINDOW_S="20",
                                  FRONTIER_SETTLE_S="0.5")
@@ -375,21 +376,7 @@ class InterleavedTest(unittest.TestCase):
                     out[ident] = {"step_ends": ends.get(ident, []), "finite": True}
             return out
 
-        frontier.suite.run_config = fake_run_config
-        frontier.Mps.want = lambda self, on: setattr(self, "on", on)
-        path = os.path.join(tmp, "frontier.json")
-        try:
-            with contextlib.redirect_stdout(io.StringIO()):
-                frontier.run_all(path, os.path.join(tmp, "logs"), os.path.join(tmp, "mps"))
-            with open(path) as f:
-                d = json.load(f)
-        finally:
-            for root, dirs, files in os.walk(tmp, topdown=False):
-                for x in files:
-                    os.unlink(os.path.join(root, x))
-                for x in dirs:
-                    os.rmdir(os.path.join(root, x))
-            os.rmdir(tmp)
+        d = run_all(frontier, fake_run_config)
         self.assertEqual([r["name"] for r in d["runs"]], ["train/interleaved", "latency/calibrate", "latency/interleaved"])
         self.assertTrue(all(r["status"] == "ok" for r in d["runs"]))
         # The server's service time comes from the calibration run, alone.
