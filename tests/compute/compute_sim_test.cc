@@ -116,6 +116,8 @@ class ComputeSim : public ::testing::Test {
     env["GSLICE_SIM_STATE"] = sim_state_;
     env["GSLICE_LEDGER"] = ledger_;
     env.try_emplace("GSLICE_SIM_DEVICES", "1");
+    // GSLICE_TEST_LOG=debug: the workers' shims trace their decisions (to the test's stderr).
+    if (const char* log = getenv("GSLICE_TEST_LOG"); log != nullptr) env.try_emplace("GSLICE_LOG", log);
     std::vector<std::string> envs;
     for (char** e = environ; *e != nullptr; ++e) {
       std::string kv = *e;
@@ -320,11 +322,13 @@ TEST_F(ComputeSim, OnMpsOpportunisticRunsBesideGuaranteed) {
   // fast beside opportunistic work as alone, so after the one short pause that gives them a
   // time alone, the controller never holds opportunistic work back, and it runs at about its
   // solo speed beside the busy guaranteed job, which a time-sliced GPU would not allow at all.
-  // At a floor of 0.80: on a loaded 2-core machine (the sanitizers' build above all) another
-  // busy process's simulated kernels take CPU from the guaranteed job's, which then read a few
-  // percent slower beside it, a real reading under a 0.97 floor that the controller rightly
-  // acts on (with the default floor this failed in 1 to 5 runs of 10 there).
-  auto rs = run("0", 800);
+  // At a floor of 0.60: on a loaded 2-core machine (the sanitizers' build above all) another
+  // busy process's simulated kernels take CPU from the guaranteed job's, which then read
+  // slower beside it, a real reading the controller rightly acts on. Under a 0.97 floor that
+  // failed this in 1 to 5 runs of 10 there; under 0.80, beside a process spinning on one of
+  // the two cores, in 1 of 15 (the opportunistic job at 0.81 of solo, held back where the
+  // spinner slowed both).
+  auto rs = run("0", 600);
   ASSERT_GT(late(rs[0]), 300) << rs[0].raw;
   EXPECT_GE(late(rs[1]), 0.92 * late(rs[0])) << "guaranteed " << rs[1].raw << "\nsolo " << rs[0].raw;
   EXPECT_GE(late(rs[2]), 0.85 * late(rs[0])) << "opportunistic " << rs[2].raw << "\nsolo " << rs[0].raw;

@@ -32,6 +32,10 @@
 
 namespace {
 
+#ifdef GSLICE_WORKER_DIRECT_GATE
+void TraceLine(const char* line) { fprintf(stderr, "gslice[%d]: %s\n", static_cast<int>(getpid()), line); }
+#endif
+
 // UnixNs in milliseconds: the start time the test hands its workers and they wait for.
 double NowMs() { return static_cast<double>(gslice::UnixNs()) / 1e6; }
 
@@ -72,7 +76,10 @@ int main(int argc, char** argv) {
   }
   Check(cuInit(0), "cuInit");
 #ifdef GSLICE_WORKER_DIRECT_GATE
-  if (!gslice::compute::InitLaunchGate(ResolveReal, nullptr)) {
+  // GSLICE_LOG=debug: the gate's decisions on stderr, as the shim writes them.
+  const char* log = getenv("GSLICE_LOG");
+  const bool trace = log != nullptr && strcmp(log, "debug") == 0;
+  if (!gslice::compute::InitLaunchGate(ResolveReal, nullptr, trace ? TraceLine : nullptr)) {
     fprintf(stderr, "compute_worker: the launch gate did not start\n");
   }
 #endif
