@@ -411,6 +411,13 @@ class InterleavedTest(unittest.TestCase):
         self.assertEqual(n, 3)
         self.assertIsNone(report.paired([0.5], [0.4]))
         self.assertIn("(within two standard errors)", report.paired_text((-0.02, 0.015, 6), "mps-100-p1"))
+        # An interleaved run's misses are judged by the rounds, not by the solo drift.
+        short = dict(d, configs=[dict(c, **({"g": {"steps_per_s": 30.6, "finite": True, "rounds": [34.0, 27.2]}}
+                                             if c["pair"] == "train" and c["config"] == "gslice-mps-0.90" else {}))
+                                 for c in d["configs"]])
+        miss = by(report.frontier(short, "train"), 0.90, "gslice-mps")["misses"][0]
+        self.assertIn("round by round", miss)
+        self.assertNotIn("drift", miss)
         self.assertNotIn("within", report.paired_text((-0.12, 0.02, 3), "mps-100-p0"))
         md = report.markdown(d)
         self.assertIn("against the same run's solo phases", md)

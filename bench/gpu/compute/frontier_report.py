@@ -208,6 +208,8 @@ def verdict(doc, pair, level, mode, g, best):
     drifts = [x for x in (drift_of(doc, pair, "o", g["lane"]), best and drift_of(doc, pair, "o", best["lane"]))
               if x is not None]
     do = max(drifts) if drifts else None
+    if interleaved(doc):  # the round-by-round difference says what the noise is, not the drift
+        dg = do = None
 
     def within(amount, drift):
         return f" (within the solo runs' drift of {drift:.1%})" if drift is not None and amount <= drift else ""
