@@ -137,14 +137,15 @@ class Run:
     """One set of processes and its phases. phases: [(configuration, {role: process id})];
     procs(service_ms, mps_env) gives suite.run_config's process list."""
 
-    def __init__(self, pair, name, mps, phases, settle, tier, reserved=False, after=False, window=None):
+    def __init__(self, pair, name, mps, phases, settle, tier, reserved=False, after=False, window=None,
+                 calibrates=False):
         self.pair, self.name, self.mps, self.phases = pair, name, mps, phases
         self.settle, self.tier, self.reserved, self.after = settle, tier, reserved, after
         self.window = WINDOW_S if window is None else window  # each phase's measured seconds
         # Whether the latency pair's server measures its service time alone here (the runs
         # after it take that time).
-        self.calibrates = after
-        self.memory = None  # gslice slices' limit where not suite.gslice_prefix's
+        self.calibrates = calibrates
+        self.memory = suite.GSLICE_MEMORY  # each gslice slice's limit
         self.configs = {}  # configuration -> its attributes (kind, protect, mps_pct, mps_prio)
         self.proc_specs = {}  # process id -> (role, gslice flags or None, MPS env or None, extra job.py args)
 
@@ -160,10 +161,7 @@ class Run:
         out = []
         for ident, (role, gslice_flags, mps, args) in self.proc_specs.items():
             mode, workload = JOBS[self.pair][role]
-            prefix = ()
-            if gslice_flags is not None:
-                prefix = suite.gslice_prefix(*gslice_flags, memory=self.memory) if self.memory else suite.gslice_prefix(
-                    *gslice_flags)
+            prefix = suite.gslice_prefix(*gslice_flags, memory=self.memory) if gslice_flags is not None else ()
             env = dict(mps_env, **mps) if mps is not None else {}
             if mode == "server":
                 out.append(suite.server(ident, service_ms, prefix, env))
@@ -180,7 +178,7 @@ def solo_run(pair, name, tier, reserved, with_timeslice):
     # The latency pair's first run measures the server's service time with the GPU to itself.
     calibrates = pair == "latency" and name == "solo-before"
     phases = [(name, {"g": "g"}), (name, {"o": "o"})] + ([("timeslice", {"g": "g", "o": "o"})] if with_timeslice else [])
-    r = Run(pair, name, False, phases, SETTLE_S, tier, reserved, after=calibrates)
+    r = Run(pair, name, False, phases, SETTLE_S, tier, reserved, after=calibrates, calibrates=calibrates)
     r.configs[name] = {"kind": "solo"}
     if with_timeslice:
         r.configs["timeslice"] = {"kind": "timeslice"}
@@ -212,8 +210,7 @@ def mps_run(pair, prio, tier):
 
 def calibrate_run(pair):
     """The server alone on MPS for CALIBRATE_S, to measure its service time (no configuration)."""
-    r = Run(pair, "calibrate", True, [("calibrate", {"g": "g"})], 0.0, 0, window=CALIBRATE_S)
-    r.calibrates = True
+    r = Run(pair, "calibrate", True, [("calibrate", {"g": "g"})], 0.0, 0, window=CALIBRATE_S, calibrates=True)
     r.proc_specs = {"g": ("g", None, mps_client(100, 0), ())}
     return r
 
@@ -279,7 +276,7 @@ def lanes(runs):
     if LANES <= 1:
         return [runs]
     if INTERLEAVE:  # a pair a lane (again on further lanes): its runs are self-contained
-        return [[r for r in plan() if r.pair == PAIRS[k % len(PAIRS)]] for k in range(LANES)]
+        return [[r for r in runs if r.pair == PAIRS[k % len(PAIRS)]] for k in range(LANES)]
     owners = [PAIRS[k % len(PAIRS)] for k in range(LANES)]  # the pair of each lane
     firsts = [owners.index(owners[k]) == k for k in range(LANES)]
     solos = [(solo_run(owners[k], "solo-before", 0, False, firsts[k]), solo_run(owners[k], "solo-after", 9, True, False))
@@ -391,7 +388,10 @@ def measure(results, run, settle):
     """{configuration: {role: measures}} of one finished run (suite.phase_steps / phase_latency)."""
     state = {run.key: results}
     out = {}
-    for cfg, roles in run.phases:
+    # An interleaved run repeats each phase once a round: each is measured once, over all of them.
+    distinct = {(cfg, tuple(roles.items())): roles for cfg, roles in run.phases}
+    repeated = {cfg for cfg, _ in run.phases if sum(c == cfg for c, _ in run.phases) > 1}
+    for (cfg, _), roles in distinct.items():
         ids = list(roles.values())
         m = out.setdefault(cfg, {})
         for role, ident in roles.items():
@@ -407,7 +407,7 @@ def measure(results, run, settle):
                 m[role] = {"steps_per_s": rate if rate is not None else 0.0, "finite": finite}
                 if rate is None:
                     m[role]["note"] = "fewer than two steps in the window"
-            if len([c for c, _ in run.phases if c == cfg]) > 1:
+            if cfg in repeated:
                 m[role]["rounds"] = round_figures(results, ident, ids, settle, mode == "server")
     return out
 
@@ -419,12 +419,10 @@ def round_figures(results, ident, ids, settle, server):
         counts = suite.phase_counts({"r": results}, "r", ident, settle) or []
         return [n / sec if n else None for who, n, sec in counts if sorted(who) == sorted(ids)]
     out = []
-    reqs = results.get(ident, {}).get("requests_at") or []
-    for a, b, who in results.get("phases", []):
-        if sorted(who) != sorted(ids):
-            continue
-        lat = sorted(latency for t, latency, _ in reqs if a + settle <= t <= b)
-        out.append(lat[min(len(lat) - 1, int(0.99 * len(lat)))] * 1e3 if len(lat) >= 20 else None)
+    for phase in results.get("phases", []):
+        if sorted(phase[2]) == sorted(ids):
+            lat = suite.phase_latency({"r": dict(results, phases=[phase])}, "r", ident, ids, settle)
+            out.append(lat["p99_ms"] if lat and lat["requests"] >= 20 else None)
     return out
 
 

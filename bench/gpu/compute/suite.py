@@ -88,8 +88,11 @@ def build_dir():
     return os.environ.get("GSLICE_BUILD", os.path.join(HERE, "..", "..", "..", "build"))
 
 
-def gslice_prefix(*flags, memory="60GiB"):
-    # The memory limit is set well above what any job here uses: it is not what is measured.
+# gslice run's memory limit, set well above what any job here uses: it is not what is measured.
+GSLICE_MEMORY = "60GiB"
+
+
+def gslice_prefix(*flags, memory=GSLICE_MEMORY):
     return [os.path.join(build_dir(), "bin", "gslice"), "run", f"--memory={memory}", *flags, "--"]
 
 
