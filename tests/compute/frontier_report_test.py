@@ -344,6 +344,39 @@ class InterleavedTest(unittest.TestCase):
         for lane in lanes:
             self.assertLessEqual(sum(r.estimate() for r in lane) + frontier.SUITE_S + frontier.MPS_SWITCH_S, 600)
 
+    def test_gslice_opportunistic_priorities_side_by_side(self):
+        frontier = load_frontier(FRONTIER_PAIRS="train", FRONTIER_PROTECT="0.90", FRONTIER_MPS_PCT="100",
+                                 FRONTIER_MPS_PRIO="1,0", FRONTIER_GSLICE_PRIO="1,0", FRONTIER_INTERLEAVE="4",
+                                 FRONTIER_WINDOW_S="40")
+        run = frontier.plan()[0]
+        self.assertEqual(set(run.configs), {"solo", "mps-100-p1", "mps-100-p0", "gslice-mps-0.90-p1",
+                                            "gslice-mps-0.90-p0"})
+        self.assertEqual(run.configs["gslice-mps-0.90-p0"]["gslice_prio"], 0)
+        self.assertNotIn("O", run.proc_specs)
+        rounds = [run.phases[1 + 6 * k:1 + 6 * (k + 1)] for k in range(4)]
+        for r in rounds:
+            self.assertIn(("gslice-mps-0.90-p0", {"g": "G0.90", "o": "Op0"}), r)
+            self.assertIn(("gslice-mps-0.90-p1", {"g": "G0.90", "o": "Op1"}), r)
+        argv = {i: (a, e) for i, a, e in run.procs(None, {"CUDA_MPS_PIPE_DIRECTORY": "/p"})}
+        # The priority is set in the program's environment, after `gslice run` set its own.
+        a, e = argv["Op0"]
+        self.assertEqual(a[a.index("--") + 1:a.index("--") + 3], ["env", "CUDA_MPS_CLIENT_PRIORITY=0"])
+        self.assertEqual(a[0], os.path.join(frontier.suite.build_dir(), "bin", "gslice"))
+        self.assertEqual(e, {"CUDA_MPS_PIPE_DIRECTORY": "/p"})
+        a, _ = argv["G0.90"]
+        self.assertNotIn("env", a)
+        # Each variant is judged on its own against the same plain configurations.
+        rows = [train("solo", "solo", 40, 30, lane=0), train("mps-100-p0", "mps", 38, 27, mps_pct=100, mps_prio=0),
+                train("gslice-mps-0.90-p1", "gslice-mps", 38, 24, protect=0.90, gslice_prio=1),
+                train("gslice-mps-0.90-p0", "gslice-mps", 37, 27.3, protect=0.90, gslice_prio=0)]
+        vs = report.frontier(doc(rows), "train")
+        self.assertEqual([(v["mode"], v["met"]) for v in vs if v["level"] == 0.90],
+                         [("gslice-mps-p0", True), ("gslice-mps-p1", False)])
+        with self.assertRaises(SystemExit):
+            load_frontier(FRONTIER_GSLICE_PRIO="0").check_env()  # not interleaved
+        with self.assertRaises(SystemExit):
+            load_frontier(FRONTIER_GSLICE_PRIO="2", FRONTIER_INTERLEAVE="2", FRONTIER_WINDOW_S="20").check_env()
+
     def test_rounds_are_judged_against_the_solo_phases_of_the_same_run(self):
         frontier = load_frontier(FRONTIER_PAIRS="train,latency", FRONTIER_PROTECT="0.90", FRONTIER_MPS_PCT="100",
                                  FRONTIER_MPS_PRIO="1", FRONTIER_INTERLEAVE="2", FRONTIER_WINDOW_S="20",

@@ -19,6 +19,9 @@ Configurations, per pair:
                            CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=T and CUDA_MPS_CLIENT_PRIORITY=Q
                            (0 normal, 1 below normal), the guaranteed one at 100 and 0
   gslice-mps-P             gslice-P with both MPS clients (FRONTIER_GSLICE_MPS=1)
+  gslice-mps-P-pQ          interleaved only (FRONTIER_GSLICE_PRIO): gslice-mps-P with the
+                           opportunistic program started at CUDA_MPS_CLIENT_PRIORITY=Q, over
+                           the priority gslice gives it
 A run is one set of processes working through phases (suite.run_config): solo-before's
 processes also give timeslice, and one guaranteed MPS client works beside each of one
 priority's opportunistic clients in turn, so a process's start-up (about 20 s) is paid once
@@ -83,6 +86,10 @@ MPS_PRIO = ints("FRONTIER_MPS_PRIO", "1,0")
 # FRONTIER_MPS_PCT_P0, FRONTIER_MPS_PCT_P1: one priority's thread percentages, where they
 # differ from FRONTIER_MPS_PCT (a call that cannot hold every pairing).
 MPS_PCT_OF = {q: ints(f"FRONTIER_MPS_PCT_P{q}", ",".join(map(str, MPS_PCT))) for q in (0, 1)}
+# FRONTIER_GSLICE_PRIO=Q[,Q]: interleaved, one gslice opportunistic process per client priority
+# Q, its program's environment setting it over gslice's (gslice-mps-P-pQ); unset: one, at the
+# priority gslice gives it (gslice-mps-P).
+GSLICE_PRIO = ints("FRONTIER_GSLICE_PRIO", "")
 # FRONTIER_GSLICE_MPS: 0 gslice time-sliced only; 1 also gslice on MPS (after everything
 # else); only: gslice on MPS in the time-sliced runs' places, no time-sliced gslice runs.
 GSLICE_MPS_MODE = os.environ.get("FRONTIER_GSLICE_MPS", "0")
@@ -147,7 +154,9 @@ class Run:
         self.calibrates = calibrates
         self.memory = suite.GSLICE_MEMORY  # each gslice slice's limit
         self.configs = {}  # configuration -> its attributes (kind, protect, mps_pct, mps_prio)
-        self.proc_specs = {}  # process id -> (role, gslice flags or None, MPS env or None, extra job.py args)
+        # process id -> (role, gslice flags or None, MPS env or None, extra job.py args). A gslice
+        # process's MPS env is what its program's environment sets over what `gslice run` gives.
+        self.proc_specs = {}
 
     @property
     def key(self):
@@ -161,8 +170,11 @@ class Run:
         out = []
         for ident, (role, gslice_flags, mps, args) in self.proc_specs.items():
             mode, workload = JOBS[self.pair][role]
-            prefix = suite.gslice_prefix(*gslice_flags, memory=self.memory) if gslice_flags is not None else ()
-            env = dict(mps_env, **mps) if mps is not None else {}
+            prefix, env = (), dict(mps_env, **mps) if mps is not None else {}
+            if gslice_flags is not None:
+                over = ["env", *(f"{k}={v}" for k, v in sorted((mps or {}).items()))] if mps else []
+                prefix = [*suite.gslice_prefix(*gslice_flags, memory=self.memory), *over]
+                env = dict(mps_env) if mps is not None else {}
             if mode == "server":
                 out.append(suite.server(ident, service_ms, prefix, env))
             else:
@@ -229,13 +241,17 @@ def interleaved_run(pair):
         specs[ident] = ("o", None, mps_client(pct, q), ())
         pattern.append((name, {"g": "g", "o": ident}))
         configs[name] = {"kind": "mps", "mps_pct": pct, "mps_prio": q}
+    # gslice's opportunistic processes: "O" at the priority gslice gives, or "Op<Q>" at each Q.
+    opps = [(f"Op{q}", f"-p{q}", q) for q in GSLICE_PRIO] or [("O", "", None)]
     for x in PROTECT:
-        name, ident = f"gslice-mps-{fmt_level(x)}", f"G{fmt_level(x)}"
+        ident = f"G{fmt_level(x)}"
         specs[ident] = ("g", ("--class=guaranteed", "--protect", fmt_level(x)), {}, ())
-        pattern.append((name, {"g": ident, "o": "O"}))
-        configs[name] = {"kind": "gslice-mps", "protect": x}
-    if PROTECT:
-        specs["O"] = ("o", ("--class=opportunistic",), {}, ())
+        for o, suffix, q in opps:
+            name = f"gslice-mps-{fmt_level(x)}{suffix}"
+            pattern.append((name, {"g": ident, "o": o}))
+            configs[name] = {"kind": "gslice-mps", "protect": x, "gslice_prio": q}
+    for o, _, q in opps if PROTECT else []:
+        specs[o] = ("o", ("--class=opportunistic",), {} if q is None else {"CUDA_MPS_CLIENT_PRIORITY": str(q)}, ())
     n = len(pattern)
     # Every process works through its warm-up until the phases start; the first phase, which
     # nobody works in, lets the GPU drain what they queued.
@@ -309,6 +325,11 @@ def check_env():
         sys.exit(f"frontier.py: FRONTIER_PROTECT {PROTECT}: levels are fractions of solo speed in (0, 1]")
     if any(not 1 <= t <= 100 for t in MPS_PCT + MPS_PCT_OF[0] + MPS_PCT_OF[1]) or any(q not in (0, 1) for q in MPS_PRIO):
         sys.exit("frontier.py: FRONTIER_MPS_PCT(_P0, _P1) take 1..100, FRONTIER_MPS_PRIO 0 (normal) or 1 (below normal)")
+    if any(q not in (0, 1) for q in GSLICE_PRIO) or len(set(GSLICE_PRIO)) < len(GSLICE_PRIO):
+        sys.exit(f"frontier.py: FRONTIER_GSLICE_PRIO {GSLICE_PRIO}: client priorities 0 (normal) or 1 (below normal), "
+                 "each once")
+    if GSLICE_PRIO and not INTERLEAVE:
+        sys.exit("frontier.py: FRONTIER_GSLICE_PRIO needs FRONTIER_INTERLEAVE (gslice's priorities side by side)")
     if INTERLEAVE < 0 or (INTERLEAVE and WINDOW_S / INTERLEAVE < 5):
         sys.exit(f"frontier.py: FRONTIER_INTERLEAVE={INTERLEAVE}: rounds of at least 5 s each "
                  f"(FRONTIER_WINDOW_S={WINDOW_S:g})")
@@ -319,6 +340,7 @@ def check_env():
 
 def settings():
     return {"pairs": PAIRS, "protect": PROTECT, "mps_pct": MPS_PCT, "mps_pct_of_prio": MPS_PCT_OF, "mps_prio": MPS_PRIO, "gslice_mps": GSLICE_MPS_MODE,
+            "gslice_prio": GSLICE_PRIO,
             "lanes": LANES, "interleave": INTERLEAVE,
             "window_s": WINDOW_S, "settle_s": SETTLE_S, "lead_s": LEAD_S, "budget_s": BUDGET_S,
             "server_load": suite.SERVER_LOAD}

@@ -146,7 +146,8 @@ def rows(doc, pair):
         if c["kind"] == "solo":
             continue
         base = bases[lane_of(c)]
-        r = {k: c.get(k) for k in ("config", "kind", "protect", "mps_pct", "mps_prio", "status", "error", "run")}
+        r = {k: c.get(k) for k in ("config", "kind", "protect", "mps_pct", "mps_prio", "gslice_prio", "status", "error",
+                                     "run")}
         r["lane"] = lane_of(c)
         s = solo_cfg.get(lane_of(c), {})
         r["g_rounds"] = round_ratios(c, s, "g", pair == "latency")
@@ -189,10 +190,14 @@ def frontier(doc, pair):
     for level in levels:
         keepers = [r for r in plain if kept(pair, r, level) and r["o"] is not None]
         best = max(keepers, key=lambda r: r["o"]) if keepers else None
-        modes = [k for k in ("gslice", "gslice-mps") if any(r["kind"] == k for r in rs)] or ["gslice"]
-        for mode in modes:
-            g = next((r for r in rs if r["kind"] == mode and r["protect"] is not None and abs(r["protect"] - level) < 1e-9), None)
-            out.append(verdict(doc, pair, level, mode, g, best))
+        # A mode: time-sliced or on MPS, and the opportunistic client priority a run set over
+        # gslice's (FRONTIER_GSLICE_PRIO; None: gslice's own).
+        modes = sorted({(r["kind"], r.get("gslice_prio")) for r in rs if r["kind"] in ("gslice", "gslice-mps")},
+                       key=lambda m: (m[0], -1 if m[1] is None else m[1])) or [("gslice", None)]
+        for kind, q in modes:
+            g = next((r for r in rs if r["kind"] == kind and r.get("gslice_prio") == q and r["protect"] is not None
+                      and abs(r["protect"] - level) < 1e-9), None)
+            out.append(verdict(doc, pair, level, kind + ("" if q is None else f"-p{q}"), g, best))
     return out
 
 
@@ -375,7 +380,8 @@ def markdown(doc):
                "clients, the opportunistic one at `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=T` and `CUDA_MPS_CLIENT_PRIORITY=Q` "
                "(0 normal, 1 below normal), the guaranteed one at 100 and 0; `gslice-P` `gslice run --class guaranteed "
                "--protect P` beside `gslice run --class opportunistic`, time-sliced; `gslice-mps-P` the same as MPS "
-               "clients.\n")
+               "clients; `gslice-mps-P-pQ` that with the opportunistic program's environment setting "
+               "`CUDA_MPS_CLIENT_PRIORITY=Q` over gslice's.\n")
     out.append("## Solo runs\n")
     out.append("| pair | job | before | after | after / before |")
     out.append("|---|---|---|---|---|")
