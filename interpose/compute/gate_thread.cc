@@ -339,11 +339,26 @@ bool OpportunisticQueued(Device& d, int64_t now) {
 // their events are alive), the launch count into the progress clock while counting, and once
 // per kControlPeriodNs the period's reading into the compute entry, where opportunistic
 // processes' controllers read it.
+// The trace's words for a period's waits (TimeKernels).
+struct WaitedWords {
+  char text[48];
+};
+WaitedWords WaitedText(int64_t waited_ns) {
+  WaitedWords w{};
+  if (waited_ns < 0) {
+    snprintf(w.text, sizeof w.text, "the host waited in a full launch queue");
+  } else {
+    snprintf(w.text, sizeof w.text, "the host waited %.1f ms", static_cast<double>(waited_ns) / 1e6);
+  }
+  return w;
+}
+
 void TimeKernels(Device& d, int64_t now, bool read_samples) {
   KernelTiming& k = d.kernels;
   const bool sample = d.spatial && g_gate->window != nullptr && PolicyOf(d).cls == ComputeClass::kGuaranteed &&
                       d.peers.opportunistic.load(kRlx) > 0;
   if (k.sampling.load(kRlx) != sample) k.sampling.store(sample, kRlx);
+  if (sample && !g_counted.count_waits.load(kRlx)) g_counted.count_waits.store(true, kRlx);
   const bool queued = sample && OpportunisticQueued(d, now);
   if (queued) k.opportunistic_busy_ns = now;
   if (sample && g_gate_mode.load(kRlx) == static_cast<int>(GateMode::kCount)) {
@@ -379,7 +394,17 @@ void TimeKernels(Device& d, int64_t now, bool read_samples) {
   k.next_period_ns = now + kControlPeriodNs;
   if (++k.sequence > 0xffffu) k.sequence = 1;
   const uint64_t launches = g_counted.launches.load(kRlx);
-  KernelSignal signal = k.clock.ClosePeriod(now, k.sequence, launches - k.period_launches, period_ns);
+  // The host's waits on the GPU in the period (kernel_clock.h, "the critical path"). No cap
+  // where a launch waited for room in the queue, or where the host made no waiting call at
+  // all (a job that waits by polling an event is not seen waiting). All GPUs' waits
+  // together: a wait on another GPU only makes the cap larger.
+  const uint64_t waits = g_counted.waits.load(kRlx);
+  const int64_t waited = g_counted.waited_ns.load(kRlx);
+  const bool blocked = g_counted.launch_blocked.exchange(false, kRlx);
+  const int64_t waited_ns = blocked || waits == k.period_waits ? -1 : waited - k.period_waited_ns;
+  k.period_waits = waits;
+  k.period_waited_ns = waited;
+  KernelSignal signal = k.clock.ClosePeriod(now, k.sequence, launches - k.period_launches, period_ns, waited_ns);
   k.period_launches = launches;
   // A job that launches without pause is read by its launches where they say more than the
   // bound its kernels give (progress_clock.h).
@@ -390,9 +415,10 @@ void TimeKernels(Device& d, int64_t now, bool read_samples) {
   if (signal.known() || signal.wants_baseline) {
     const ProgressClock::Seen& seen = k.progress.seen();
     TraceLine("compute: beside opportunistic work at least %.3f of its speed alone, by its %s%s "
-              "(%d kernels timed alone; launches: %lld ms alone in %d%% of passes, %lld ms beside in %d%%%s)",
+              "(%d kernels timed alone; %s; launches: %lld ms alone in %d%% of passes, %lld ms "
+              "beside in %d%%%s)",
               signal.speed_permille / 1000.0, by_launches ? "launches" : "kernels' times",
-              signal.wants_baseline ? "; wants a baseline" : "", k.clock.kernels(),
+              signal.wants_baseline ? "; wants a baseline" : "", k.clock.kernels(), WaitedText(waited_ns).text,
               static_cast<long long>(seen.alone_ms), seen.alone_moved_permille / 10,
               static_cast<long long>(seen.beside_ms), seen.beside_moved_permille / 10,
               seen.fresh ? "" : ", no fresh rate alone");

@@ -76,7 +76,8 @@ void KernelClock::Add(uint64_t key, int64_t gpu_ns, bool beside_opportunistic, i
   ++judged_;
 }
 
-KernelSignal KernelClock::ClosePeriod(int64_t now_ns, uint32_t sequence, uint64_t launches, int64_t period_ns) {
+KernelSignal KernelClock::ClosePeriod(int64_t now_ns, uint32_t sequence, uint64_t launches, int64_t period_ns,
+                                      int64_t waited_ns) {
   KernelSignal s{.sequence = sequence};
   if (judged_ >= kMinSignalSamples && time_sum_ > 0) {
     const double r = base_sum_ / time_sum_;
@@ -84,7 +85,10 @@ KernelSignal KernelClock::ClosePeriod(int64_t now_ns, uint32_t sequence, uint64_
     if (launches > 0 && period_ns > 0 && all_ > 0 && speed < 1) {
       double busy = static_cast<double>(launches) * (all_sum_ / all_) * speed / static_cast<double>(period_ns);
       if (busy > 1) busy = 1;
-      speed = 1 / (1 + busy * (1 / speed - 1));
+      double loss = busy * (1 / speed - 1);
+      const double waited = static_cast<double>(waited_ns) / static_cast<double>(period_ns);
+      if (waited_ns >= 0 && waited < loss) loss = waited;
+      speed = 1 / (1 + loss);
     }
     const double permille = speed * 1000 + 0.5;
     s.speed_permille = permille < 1 ? 1 : permille > 1000 ? 1000 : static_cast<uint32_t>(permille);

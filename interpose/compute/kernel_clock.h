@@ -24,6 +24,15 @@
 // is not read as losing all of it; the bound still assumes every GPU second is on the job's
 // critical path, so it errs on the job's side. b is the period's launches times the mean
 // sampled kernel time, times r, over the period (a job of too few launches to count: 1).
+//
+// The critical path. Slower kernels cost the job time only where its host waits for them: in
+// a synchronisation (of a stream, an event or the context, a synchronous copy), or in a launch
+// that finds the driver's queue full. Where no timed launch of the period found it full and
+// the host made a waiting call, its waits w, as a share of the period, bound the loss too: the reading is
+// 1 / (1 + min(b (1/r - 1), w)). A server bound by its host (Python, the launches), whose
+// requests end in a synchronisation that finds the GPU nearly done, loses little however much
+// slower its kernels run; a job that waits on the GPU most of the time keeps the kernel
+// bound. Waits are summed over the process's threads and GPUs, which only makes w larger.
 #pragma once
 
 #include <cstdint>
@@ -67,8 +76,10 @@ class KernelClock {
   // while it ran (else it was alone). now_ns: when it was found done.
   void Add(uint64_t key, int64_t gpu_ns, bool beside_opportunistic, int64_t now_ns);
   // Ends a period of period_ns at now_ns in which the job made `launches` launches (0: not
-  // counted): its reading, numbered `sequence`, and starts the next.
-  KernelSignal ClosePeriod(int64_t now_ns, uint32_t sequence, uint64_t launches = 0, int64_t period_ns = 0);
+  // counted) and its host waited waited_ns on the GPU (-1: not known, or a launch found the
+  // queue full; no cap): its reading, numbered `sequence`, and starts the next.
+  KernelSignal ClosePeriod(int64_t now_ns, uint32_t sequence, uint64_t launches = 0, int64_t period_ns = 0,
+                           int64_t waited_ns = -1);
   // The kernel's baseline, ns (0: none).
   double Baseline(uint64_t key) const;
   int kernels() const { return used_; }

@@ -29,6 +29,13 @@ namespace {
 thread_local uint32_t t_until_timed = kKernelSampleEvery;
 }  // namespace
 
+bool WaitsCounted() { return g_counted.count_waits.load(kRlx); }
+
+void CountWait(int64_t ns) {
+  g_counted.waits.fetch_add(1, kRlx);
+  if (ns > 0) g_counted.waited_ns.fetch_add(ns, kRlx);
+}
+
 bool CountLaunch() {
   g_counted.launches.store(g_counted.launches.load(kRlx) + 1, kRlx);
   if (--t_until_timed != 0 && !g_counted.time_next.load(kRlx)) return false;
@@ -362,6 +369,10 @@ bool StartKernelSample(Device& d, CUstream stream, const KernelShape* shape, Lau
 void FinishKernelSample(const LaunchTicket& t) {
   Device& d = *t.device;
   KernelSample s = t.sample;
+  // The launch's call, with its start event's record: a long one waited for room in the queue.
+  if (MonotonicNs() - s.launched_ns >= kBlockedLaunchNs && !g_counted.launch_blocked.load(kRlx)) {
+    g_counted.launch_blocked.store(true, kRlx);
+  }
   s.end = d.meter.pool.Get(g_gate->api);
   bool kept = false;
   if (s.end != nullptr && g_gate->api.event_record(s.end, t.stream) == CUDA_SUCCESS) {

@@ -42,6 +42,14 @@ extern std::atomic<int> g_gate_mode;
 // counting (kCount, from LaunchThroughGate), those that reach kernel timing while gating.
 bool CountLaunch();
 
+// The host's waits on the GPU (kernel_clock.h, "the critical path"): the synchronising hooks
+// (a stream's, an event's or the context's synchronisation, synchronous copies) time their
+// call and add it with CountWait where WaitsCounted() says the gate wants it: since a GPU of
+// this process was first read on MPS beside opportunistic work (gate_state.h, LaunchCount).
+// Two clock reads on a call that waits for the GPU anyway; nothing on the launch path.
+bool WaitsCounted();
+void CountWait(int64_t ns);
+
 struct Device;
 class StreamMeter;
 struct KernelShape;

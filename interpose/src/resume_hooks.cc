@@ -3,6 +3,8 @@
 #include <atomic>
 
 #include "cuda_exports.h"
+#include "gslice/clock.h"
+#include "launch_gate.h"
 #include "resume_gate.h"
 #include "trace_recorder.h"
 
@@ -49,28 +51,38 @@ namespace ex = gslice::cuda_exports;
   gslice::trace::Api(call, traced_from, gslice::trace::NowNs());             \
   return traced_result;
 
+// The calls in which the host waits for the GPU (a synchronisation, a synchronous copy):
+// TRACED_BODY, and the call's time counted as a wait where the launch gate wants it
+// (launch_gate.h, CountWait; the MPS controller's critical path, kernel_clock.h).
+#define WAITING_BODY(sym, call, ...)                                         \
+  if (!gslice::compute::WaitsCounted()) { TRACED_BODY(sym, call, __VA_ARGS__) } \
+  const int64_t waited_from = gslice::MonotonicNs();                         \
+  const CUresult waited_result = [&]() -> CUresult { TRACED_BODY(sym, call, __VA_ARGS__) }(); \
+  gslice::compute::CountWait(gslice::MonotonicNs() - waited_from);           \
+  return waited_result;
+
 using gslice::trace::PlainCall;
 using gslice::trace::StreamCall;
 using gslice::trace::ApiKind;
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamSynchronize(CUstream s) {
-  TRACED_BODY(cuStreamSynchronize, StreamCall("cuStreamSynchronize", ApiKind::kSync, s, false), s)
+  WAITING_BODY(cuStreamSynchronize, StreamCall("cuStreamSynchronize", ApiKind::kSync, s, false), s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamSynchronize_ptsz(CUstream s) {
-  TRACED_BODY(cuStreamSynchronize_ptsz, StreamCall("cuStreamSynchronize_ptsz", ApiKind::kSync, s, true), s)
+  WAITING_BODY(cuStreamSynchronize_ptsz, StreamCall("cuStreamSynchronize_ptsz", ApiKind::kSync, s, true), s)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuCtxSynchronize(void) {
-  TRACED_BODY(cuCtxSynchronize, PlainCall("cuCtxSynchronize", ApiKind::kSync), )
+  WAITING_BODY(cuCtxSynchronize, PlainCall("cuCtxSynchronize", ApiKind::kSync), )
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuCtxSynchronize_v2(CUcontext ctx) {
-  TRACED_BODY(cuCtxSynchronize_v2, PlainCall("cuCtxSynchronize_v2", ApiKind::kSync), ctx)
+  WAITING_BODY(cuCtxSynchronize_v2, PlainCall("cuCtxSynchronize_v2", ApiKind::kSync), ctx)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuEventSynchronize(CUevent e) {
-  TRACED_BODY(cuEventSynchronize, PlainCall("cuEventSynchronize", ApiKind::kSync), e)
+  WAITING_BODY(cuEventSynchronize, PlainCall("cuEventSynchronize", ApiKind::kSync), e)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuEventRecord(CUevent e, CUstream s) {
@@ -116,11 +128,11 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuStreamIsCapturing_ptsz(CUstream s, CUs
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) {
-  TRACED_BODY(cuMemcpy, PlainCall("cuMemcpy", ApiKind::kCopy, n), dst, src, n)
+  WAITING_BODY(cuMemcpy, PlainCall("cuMemcpy", ApiKind::kCopy, n), dst, src, n)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n) {
-  TRACED_BODY(cuMemcpy_ptds, PlainCall("cuMemcpy_ptds", ApiKind::kCopy, n), dst, src, n)
+  WAITING_BODY(cuMemcpy_ptds, PlainCall("cuMemcpy_ptds", ApiKind::kCopy, n), dst, src, n)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
@@ -132,19 +144,19 @@ GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyAsync_ptsz(CUdeviceptr dst, CUde
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) {
-  TRACED_BODY(cuMemcpyDtoH_v2, PlainCall("cuMemcpyDtoH_v2", ApiKind::kCopy, n), dst, src, n)
+  WAITING_BODY(cuMemcpyDtoH_v2, PlainCall("cuMemcpyDtoH_v2", ApiKind::kCopy, n), dst, src, n)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoH_v2_ptds(void* dst, CUdeviceptr src, size_t n) {
-  TRACED_BODY(cuMemcpyDtoH_v2_ptds, PlainCall("cuMemcpyDtoH_v2_ptds", ApiKind::kCopy, n), dst, src, n)
+  WAITING_BODY(cuMemcpyDtoH_v2_ptds, PlainCall("cuMemcpyDtoH_v2_ptds", ApiKind::kCopy, n), dst, src, n)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) {
-  TRACED_BODY(cuMemcpyHtoD_v2, PlainCall("cuMemcpyHtoD_v2", ApiKind::kCopy, n), dst, src, n)
+  WAITING_BODY(cuMemcpyHtoD_v2, PlainCall("cuMemcpyHtoD_v2", ApiKind::kCopy, n), dst, src, n)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void* src, size_t n) {
-  TRACED_BODY(cuMemcpyHtoD_v2_ptds, PlainCall("cuMemcpyHtoD_v2_ptds", ApiKind::kCopy, n), dst, src, n)
+  WAITING_BODY(cuMemcpyHtoD_v2_ptds, PlainCall("cuMemcpyHtoD_v2_ptds", ApiKind::kCopy, n), dst, src, n)
 }
 
 GSLICE_RESUME_HOOK CUresult gslice_hook_cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, CUstream s) {

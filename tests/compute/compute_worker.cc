@@ -5,6 +5,8 @@
 //                  [--off-after MS]     stop launching after MS (then idle until the end)
 //                  [--on-after MS]      start launching only after MS
 //                  [--pulse-on MS --pulse-off MS]
+//                  [--host-us H]        after each batch's launches, H us of host work (a
+//                                       sleep) before the synchronisation
 //                                       from then on, launch for MS, idle for MS, in turn
 //
 // Output (stdout, one line):
@@ -55,7 +57,7 @@ void* ResolveReal(const char* name) { return dlsym(RTLD_DEFAULT, name); }
 }  // namespace
 
 int main(int argc, char** argv) {
-  double seconds = 2, start_at = 0, off_after = -1, on_after = 0, pulse_on = 0, pulse_off = 0;
+  double seconds = 2, start_at = 0, off_after = -1, on_after = 0, pulse_on = 0, pulse_off = 0, host_us = 0;
   uint64_t kernel_us = 1000;
   int batch = 4;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -69,6 +71,7 @@ int main(int argc, char** argv) {
     else if (a == "--on-after") on_after = v;
     else if (a == "--pulse-on") pulse_on = v;
     else if (a == "--pulse-off") pulse_off = v;
+    else if (a == "--host-us") host_us = v;
     else {
       fprintf(stderr, "compute_worker: unknown flag %s\n", a.c_str());
       return 2;
@@ -123,7 +126,15 @@ int main(int argc, char** argv) {
       gslice::compute::AfterLaunch(ticket);
 #endif
     }
+    if (host_us > 0) usleep(static_cast<useconds_t>(host_us));
+#ifdef GSLICE_WORKER_DIRECT_GATE
+    // The shim's synchronising hooks count the host's waits (launch_gate.h, CountWait).
+    const int64_t waiting_from = gslice::MonotonicNs();
+#endif
     Check(cuStreamSynchronize(stream), "cuStreamSynchronize");
+#ifdef GSLICE_WORKER_DIRECT_GATE
+    if (gslice::compute::WaitsCounted()) gslice::compute::CountWait(gslice::MonotonicNs() - waiting_from);
+#endif
     const double done = NowMs();
     if (done < end) {
       kernels += static_cast<uint64_t>(batch);

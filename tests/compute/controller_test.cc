@@ -376,6 +376,25 @@ TEST(ComputeKernels, AJobLosesAtMostItsBusyShareOfItsKernelsSlowdown) {
   EXPECT_EQ(period(100000), 800u) << "a busy share over 1 (miscounted) is 1";
 }
 
+TEST(ComputeKernels, AJobLosesAtMostWhatItsHostWaitedOnTheGpu) {
+  KernelClock k;
+  const uint64_t key = KernelKey({.function = &k, .grid = {8, 1, 1}});
+  for (int i = 0; i < 4; ++i) k.Add(key, 100'000, false, 0);
+  k.ClosePeriod(0, 1);
+  // Kernels 1.25x as long beside opportunistic work (r = 0.8), the GPU busy all the time.
+  const auto period = [&](int64_t waited_ns) {
+    for (int i = 0; i < kMinSignalSamples; ++i) k.Add(key, 125'000, true, 1);
+    return k.ClosePeriod(1, 1, 2500, kControlPeriodNs, waited_ns).speed_permille;
+  };
+  // The host waited 5 ms of 250 on the GPU: the job lost at most 2% (1 / 1.02).
+  EXPECT_EQ(period(5'000'000), 980u);
+  EXPECT_EQ(period(0), 1000u) << "a host that never waits loses nothing to slower kernels";
+  // Waits longer than the kernels' loss leave the kernel bound.
+  EXPECT_EQ(period(200'000'000), 800u);
+  // Not known (or a launch found the queue full): the kernel bound.
+  EXPECT_EQ(period(-1), 800u);
+}
+
 TEST(ComputeKernels, KernelsWithoutABaselineAskForOne) {
   KernelClock k;
   for (unsigned i = 0; i < 2 * kMinSignalSamples; ++i) k.Add(KernelKey({.function = &k, .grid = {i, 1, 1}}), 1000, true, 1);
