@@ -10,6 +10,7 @@ compute suite's cases 3 and 4, bench/gpu/compute/suite.py):
   train    guaranteed ResNet-50 training, opportunistic BERT-base training
   latency  guaranteed BERT-base inference server at a fixed request rate (~50% load, its
            service time measured alone in the first run), opportunistic ResNet-50 training
+  gpu      both GPU-bound matrix products (not in the default FRONTIER_PAIRS)
 Configurations, per pair:
   solo-before, solo-after  each job alone, before everything and after everything (drift)
   timeslice                both native, no MPS, no gslice (the GPU's time-slicing)
@@ -131,6 +132,9 @@ ERROR_PATTERNS = re.compile(r"CUDA error|CUDA_ERROR_(?!NOT_READY)|cudaError|Trac
 JOBS = {  # pair -> role -> (job.py mode, workload)
     "train": {"g": ("throughput", "resnet50"), "o": ("throughput", "bert-train")},
     "latency": {"g": ("server", "bert-infer"), "o": ("throughput", "resnet50")},
+    # Both GPU-bound (bf16 8192 x 8192 matrix products, eight a step): where a guaranteed job
+    # waits on the GPU all the time, what the controller holds back.
+    "gpu": {"g": ("throughput", "matmul"), "o": ("throughput", "matmul")},
 }
 
 
@@ -320,7 +324,7 @@ def need_s(runs, i, mps_on):
 def check_env():
     bad = [p for p in PAIRS if p not in JOBS]
     if bad:
-        sys.exit(f"frontier.py: FRONTIER_PAIRS names {bad}: the pairs are train and latency")
+        sys.exit(f"frontier.py: FRONTIER_PAIRS names {bad}: the pairs are train, latency and gpu")
     if any(not 0 < p <= 1 for p in PROTECT):
         sys.exit(f"frontier.py: FRONTIER_PROTECT {PROTECT}: levels are fractions of solo speed in (0, 1]")
     if any(not 1 <= t <= 100 for t in MPS_PCT + MPS_PCT_OF[0] + MPS_PCT_OF[1]) or any(q not in (0, 1) for q in MPS_PRIO):

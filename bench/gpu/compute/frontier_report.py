@@ -29,7 +29,8 @@ import sys
 LATENCY_SLACK = 0.05 / 0.03
 PLAIN = ("timeslice", "mps")  # the configurations gslice is compared against
 PAIR_LABELS = {"train": "training pair (ResNet-50 guaranteed, BERT-base training opportunistic)",
-               "latency": "latency pair (BERT-base inference server guaranteed, ResNet-50 training opportunistic)"}
+               "latency": "latency pair (BERT-base inference server guaranteed, ResNet-50 training opportunistic)",
+               "gpu": "GPU-bound pair (bf16 matrix products, both)"}
 
 
 def p99_bound(level):

@@ -21,7 +21,7 @@
 # and one report over all of them. Eight GPUs hold the whole default plan with 60 s windows in
 # one call. FRONTIER_LANES=N FRONTIER_LANE=K without FRONTIER_GPUS runs lane K alone.
 #
-# Environment: FRONTIER_PAIRS (train,latency), FRONTIER_PROTECT (0.97,0.90,0.80),
+# Environment: FRONTIER_PAIRS (train,latency; also gpu: matrix products both, GPU-bound), FRONTIER_PROTECT (0.97,0.90,0.80),
 # FRONTIER_MPS_PCT (100,50,25,10; FRONTIER_MPS_PCT_P0, _P1 for one priority), FRONTIER_MPS_PRIO (1,0), FRONTIER_GSLICE_MPS (0; 1: gslice
 # with both processes MPS clients too; only: gslice on MPS only), FRONTIER_GSLICE_PRIO (interleaved:
 # gslice's opportunistic process at each client priority listed, over gslice's own), FRONTIER_WINDOW_S (15), FRONTIER_SETTLE_S (1),
