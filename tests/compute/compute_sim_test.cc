@@ -368,6 +368,27 @@ TEST_F(ComputeSim, OnMpsAJobThatDoesNotWaitForItsKernelsIsNotProtectedFromTheirS
   EXPECT_GE(late(rs[3]), 0.65 * late(rs[1])) << "opportunistic " << rs[3].raw << "\nsolo " << rs[1].raw;
 }
 
+// A guaranteed job that waits for its GPU-bound work by polling its stream makes no waiting
+// call the hooks see: its host's waits bound nothing, its kernels' reading holds, and heavy
+// interference is cut back as for a job that synchronises.
+TEST_F(ComputeSim, OnMpsAJobThatWaitsByPollingKeepsItsKernelsReading) {
+  MakeSlice("mps-guaranteed", gslice::SliceClass::kGuaranteed, 800);
+  auto mps = [](int gpu, std::map<std::string, std::string> env) {
+    env["GSLICE_SIM_MPS"] = "100";
+    return OnGpu(gpu, std::move(env));
+  };
+  const std::vector<std::string> polling = {"--kernel-us", "2000", "--poll", "1"};
+  const std::vector<std::string> busy = {"--kernel-us", "2000"};
+  const auto rs = RunTogether({mps(1, {}), mps(0, {{"GSLICE_CLASS", "guaranteed"}, {"GSLICE_SLICE", "mps-guaranteed"}}),
+                               mps(0, {{"GSLICE_CLASS", "opportunistic"}})},
+                              6.0, {polling, polling, busy});
+  auto late = [](const Result& r) { return static_cast<double>(r.Between(2500, 6000)); };
+  ASSERT_GT(late(rs[0]), 300) << rs[0].raw;
+  // Unthrottled it would run at about half its speed (OnMpsOpportunisticRunsBesideGuaranteed).
+  EXPECT_GE(late(rs[1]), 0.70 * late(rs[0])) << "guaranteed " << rs[1].raw << "\nsolo " << rs[0].raw
+                                              << "\nopportunistic " << rs[2].raw;
+}
+
 // On MPS a cap is applied as the process's share of the SMs (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE,
 // which gslice run, the device plugin and the DRA driver set): its kernels take longer, and
 // it holds no more of the GPU than that share however busy it keeps them. The gate charges
