@@ -385,6 +385,9 @@ class InterleavedTest(unittest.TestCase):
         self.assertEqual(run.key, "gpu/interleaved")
         for ident, argv, _ in run.procs(None, {}):
             self.assertEqual(argv[argv.index("--workload") + 1], "matmul", ident)
+            # Warm processes wait for the start idle: an opportunistic one held back beside
+            # GPU-bound guaranteed ones would not warm up while they worked.
+            self.assertIn("--rest", argv, ident)
         rows = [dict(train(c, k, g, o, **a), pair="gpu") for c, k, g, o, a in [
             ("solo", "solo", 40, 30, {}), ("mps-100-p1", "mps", 20, 15, {"mps_pct": 100}),
             ("gslice-mps-0.90", "gslice-mps", 37, 3, {"protect": 0.90})]]

@@ -157,6 +157,10 @@ class Run:
         # after it take that time).
         self.calibrates = calibrates
         self.memory = suite.GSLICE_MEMORY  # each gslice slice's limit
+        # Further job.py flags of every throughput process: interleaved, ("--rest",): a warm
+        # process waits for the start without working, so that an opportunistic one held back
+        # beside busy guaranteed ones still warms up (a GPU-bound pair); the first phase drains.
+        self.rest = ()
         self.configs = {}  # configuration -> its attributes (kind, protect, mps_pct, mps_prio)
         # process id -> (role, gslice flags or None, MPS env or None, extra job.py args). A gslice
         # process's MPS env is what its program's environment sets over what `gslice run` gives.
@@ -182,7 +186,7 @@ class Run:
             if mode == "server":
                 out.append(suite.server(ident, service_ms, prefix, env))
             else:
-                out.append(suite.throughput(workload, ident, prefix, env, warmup=3, args=args))
+                out.append(suite.throughput(workload, ident, prefix, env, warmup=3, args=(*args, *self.rest)))
         return out
 
 
@@ -261,7 +265,7 @@ def interleaved_run(pair):
     # nobody works in, lets the GPU drain what they queued.
     phases = [("drain", {})] + [pattern[(k + i) % n] for k in range(INTERLEAVE) for i in range(n)]
     r = Run(pair, "interleaved", True, phases, SETTLE_S, 1, window=WINDOW_S / INTERLEAVE)
-    r.configs, r.proc_specs, r.memory = configs, specs, SHARED_MEMORY
+    r.configs, r.proc_specs, r.memory, r.rest = configs, specs, SHARED_MEMORY, ("--rest",)
     return r
 
 

@@ -213,8 +213,11 @@ def run_throughput(args):
     ready.mark()
     go = None
     while go is None:
-        out = step()
-        torch.cuda.synchronize()
+        if args.rest:
+            time.sleep(0.02)
+        else:
+            out = step()
+            torch.cuda.synchronize()
         go = wait_for_go(args.sync)
     sched = Schedule(go, args.id)
     t0, end = sched.t0, sched.end
@@ -352,6 +355,9 @@ def main():
                    help="throughput: no NVML sampling thread (utilisation, clock, power are not reported)")
     p.add_argument("--after", metavar="ID",
                    help="throughput: start once process ID is warm (its SYNC/ID.ready exists)")
+    p.add_argument("--rest", action="store_true",
+                   help="throughput: once warm, wait for the start without working (so that a partner "
+                        "still warming up, held back beside this one, gets the GPU)")
     p.add_argument("--raise-default-stream", action="store_true",
                    help="throughput: run at the device's greatest priority on the legacy stream (no shim needed)")
     args = p.parse_args()
