@@ -137,9 +137,9 @@ inline constexpr int64_t kUngatedHoldNs = 50'000'000;
 // undercounts, which makes the job's busy share, and so its loss (kernel_clock.h), read
 // smaller by the lost share; threads lose updates only when they launch at the same moment.
 // The host's waits (CountWait: how many, and their time) are added from any thread
-// (fetch_add: a wait is long next to it). A timed launch whose call took kBlockedLaunchNs or longer (the driver's queue was full:
-// the host waited on the GPU inside its launches, where no wait is counted) sets
-// launch_blocked until the period's end.
+// (fetch_add: a wait is long next to it). A timed launch whose call took kBlockedLaunchNs or
+// longer (the driver's queue was full: the host waited on the GPU inside its launches, where
+// no wait is counted) sets launch_blocked until the period's end.
 struct LaunchCount {
   std::atomic<uint64_t> launches{0};
   std::atomic<bool> time_next{false};

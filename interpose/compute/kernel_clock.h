@@ -28,8 +28,8 @@
 // The critical path. Slower kernels cost the job time only where its host waits for them: in
 // a synchronisation (of a stream, an event or the context, a synchronous copy), or in a launch
 // that finds the driver's queue full. Where no timed launch of the period found it full and
-// the host made a waiting call, its waits w, as a share of the period, bound the loss too: the reading is
-// 1 / (1 + min(b (1/r - 1), w)). A server bound by its host (Python, the launches), whose
+// the host made a waiting call, its waits w, as a share of the period, bound the loss too:
+// the reading is 1 / (1 + min(b (1/r - 1), w)). A server bound by its host (Python, the launches), whose
 // requests end in a synchronisation that finds the GPU nearly done, loses little however much
 // slower its kernels run; a job that waits on the GPU most of the time keeps the kernel
 // bound. Waits are summed over the process's threads and GPUs, which only makes w larger.

@@ -3,7 +3,6 @@
 #include <atomic>
 
 #include "cuda_exports.h"
-#include "gslice/clock.h"
 #include "launch_gate.h"
 #include "resume_gate.h"
 #include "trace_recorder.h"
@@ -40,26 +39,26 @@ namespace ex = gslice::cuda_exports;
   return fn(__VA_ARGS__);
 
 // The calls a timeline shows (synchronisations, copies, memsets): GATED_BODY, and an "api"
-// event with the call's bytes and stream while the process records (trace_recorder.h).
-#define TRACED_BODY(sym, call, ...)                                          \
+// event with the call's bytes and stream while the process records (trace_recorder.h). Those
+// in which the host waits for the GPU (a synchronisation, a synchronous copy: WAITING_BODY)
+// also count the call's time as a wait where the launch gate wants it (launch_gate.h,
+// CountWait; the MPS controller's critical path, kernel_clock.h). One pair of clock reads
+// serves both, and neither is read where nothing wants them.
+#define TIMED_BODY(sym, call, waits, ...)                                    \
   auto fn = Real<decltype(&gslice_hook_##sym)>(ex::kSlot_##sym);             \
   if (fn == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                      \
   gslice::shim::ResumeGate();                                                \
-  if (!gslice::trace::Recording()) return fn(__VA_ARGS__);                   \
-  const int64_t traced_from = gslice::trace::NowNs();                        \
-  const CUresult traced_result = fn(__VA_ARGS__);                            \
-  gslice::trace::Api(call, traced_from, gslice::trace::NowNs());             \
-  return traced_result;
-
-// The calls in which the host waits for the GPU (a synchronisation, a synchronous copy):
-// TRACED_BODY, and the call's time counted as a wait where the launch gate wants it
-// (launch_gate.h, CountWait; the MPS controller's critical path, kernel_clock.h).
-#define WAITING_BODY(sym, call, ...)                                         \
-  if (!gslice::compute::WaitsCounted()) { TRACED_BODY(sym, call, __VA_ARGS__) } \
-  const int64_t waited_from = gslice::MonotonicNs();                         \
-  const CUresult waited_result = [&]() -> CUresult { TRACED_BODY(sym, call, __VA_ARGS__) }(); \
-  gslice::compute::CountWait(gslice::MonotonicNs() - waited_from);           \
-  return waited_result;
+  const bool traced = gslice::trace::Recording();                            \
+  const bool counted = (waits) && gslice::compute::WaitsCounted();           \
+  if (!traced && !counted) return fn(__VA_ARGS__);                           \
+  const int64_t called_at = gslice::trace::NowNs();                          \
+  const CUresult result = fn(__VA_ARGS__);                                   \
+  const int64_t returned_at = gslice::trace::NowNs();                        \
+  if (traced) gslice::trace::Api(call, called_at, returned_at);              \
+  if (counted) gslice::compute::CountWait(returned_at - called_at);          \
+  return result;
+#define TRACED_BODY(sym, call, ...) TIMED_BODY(sym, call, false, __VA_ARGS__)
+#define WAITING_BODY(sym, call, ...) TIMED_BODY(sym, call, true, __VA_ARGS__)
 
 using gslice::trace::PlainCall;
 using gslice::trace::StreamCall;
