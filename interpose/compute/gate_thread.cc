@@ -304,12 +304,16 @@ void ClosePeriod(Device& d, ControlPeriod* period) {
 void ControlOpportunisticRate(Device& d, int64_t now) {
   ControlLoop& c = d.control;
   if (SampleGuaranteed(d, now)) c.busy_seen = true;
+  // This process wanted the GPU: it launched (its hold says so) or waits at the gate.
+  const LedgerComputeEntry* own = d.entry;
+  if (own != nullptr && (own->active_until_ns.load(kRlx) > now || own->inflight_until_ns.load(kRlx) > now)) c.wanted_seen = true;
   if (now < c.next_ns) return;
   c.next_ns = now + kControlPeriodNs;
   ControlPeriod period;
   period.guaranteed_busy = c.busy_seen;
   period.opportunistic_peers = d.peers.opportunistic.load(kRlx);
-  c.busy_seen = false;
+  period.wanted = c.wanted_seen;
+  c.busy_seen = c.wanted_seen = false;
   ClosePeriod(d, &period);
   const ControlDecision decision = d.spatial ? c.mps.Decide(period, now) : c.time_sliced.Decide(period);
   if (decision.forget_budget) d.opp.tat.store(0, kRlx);

@@ -57,11 +57,23 @@ ControlDecision MpsController::Decide(const ControlPeriod& period, int64_t now_n
   }
   if (!period.guaranteed_busy) {
     judged_count_ = judged_next_ = 0;
-    if (rate_ < 1000) AddTrace(&d, "compute: mps: guaranteed work idle: no limit");
-    rate_ = 1000;
-    d.rate_permille = rate_;
+    if (idle_since_ns_ < 0) {
+      idle_since_ns_ = now_ns;
+      if (rate_ < 1000) AddTrace(&d, "compute: mps: guaranteed work idle: no limit (%u permille kept for its return)", rate_);
+    }
+    d.rate_permille = 1000;
     d.forget_budget = true;
     return d;
+  }
+  if (idle_since_ns_ >= 0) {
+    if (rate_ < 1000 && now_ns - idle_since_ns_ >= kKeepRateNs) {
+      AddTrace(&d, "compute: mps: guaranteed work back after %lld s idle: rate %u -> 1000 permille",
+               static_cast<long long>((now_ns - idle_since_ns_) / 1'000'000'000), rate_);
+      rate_ = 1000;
+    } else if (rate_ < 1000) {
+      AddTrace(&d, "compute: mps: guaranteed work back: rate %u permille, where it settled", rate_);
+    }
+    idle_since_ns_ = -1;
   }
   if (wants_baseline && (last_probe_ns_ == 0 || now_ns - last_probe_ns_ >= kMinProbeGapNs)) {
     last_probe_ns_ = now_ns;
@@ -72,7 +84,7 @@ ControlDecision MpsController::Decide(const ControlPeriod& period, int64_t now_n
     return d;
   }
   if (worst >= 2) {
-    if (rate_ < 1000 && ++quiet_ >= kQuietPeriods) {
+    if (rate_ < 1000 && period.wanted && ++quiet_ >= kQuietPeriods) {
       quiet_ = 0;
       Grow(&d, "no reading while held back");
     }

@@ -8,7 +8,11 @@
 // The signal is each guaranteed process's kernel speed (kernel_clock.h): its sampled kernels'
 // GPU time beside opportunistic work against the same kernels alone, published once per
 // period in its compute entry. Each period:
-//  - no guaranteed peer busy: no limit;
+//  - no guaranteed peer busy: no limit; the rate is kept for when guaranteed work returns
+//    (within kKeepRateNs), so that a busy stretch starts where the last one settled rather
+//    than unthrottled: each cut halves, so from no limit the rate needs a reading per halving
+//    (on an H200 a GPU-bound guaranteed job beside matrix products lost its first 2 s of every
+//    stretch to that ramp, 0.86 of its speed alone over 5 s phases);
 //  - a peer that wants a baseline (too few of its kernels have one, or it is stale) gets a
 //    probe: opportunistic work pauses for kProbePeriods, at most once per kMinProbeGapNs;
 //  - the floor is judged over kJudgePeriods readings (2 s), the level being a job's speed over
@@ -26,7 +30,9 @@
 //    in the window would otherwise hold a rate a cut left for up to 2 s);
 //  - while throttled, kQuietPeriods in a row with no new reading (opportunistic work held back
 //    too far to be beside the guaranteed kernels) grow the rate as a reading above the floor
-//    would: the next reading tells. (One period without one is the two clocks' phase.)
+//    would: the next reading tells. (One period without one is the two clocks' phase.) Only
+//    periods in which this process wanted the GPU count: one that does not launch is not held
+//    back, and its rate stays where the readings left it until it launches again.
 // So where the floor holds with opportunistic work unthrottled, nothing is ever held back.
 // Pure (controller.h).
 #pragma once
@@ -47,12 +53,16 @@ inline constexpr double kGrowMargin = 0.01;
 inline constexpr double kGrowFactor = 1.25;
 inline constexpr uint32_t kGrowStepPermille = 50;
 inline constexpr uint32_t kQuietPeriods = 4;
+// Guaranteed work idle this long: the rate is forgotten, and the next busy stretch starts
+// unthrottled (the job that comes may be another).
+inline constexpr int64_t kKeepRateNs = 60'000'000'000;
 
 class MpsController {
  public:
   // One period's decision at now_ns (the gate's clock; only differences are used).
   // REQUIRES: called once per kControlPeriodNs.
   ControlDecision Decide(const ControlPeriod& period, int64_t now_ns);
+  // The rate while guaranteed work is busy (kept while it is idle).
   uint32_t rate_permille() const { return rate_; }
   bool probing() const { return probe_left_ > 0; }
 
@@ -75,6 +85,7 @@ class MpsController {
   double judged_[kJudgePeriods] = {};
   uint32_t judged_count_ = 0, judged_next_ = 0;
   uint32_t quiet_ = 0;         // periods in a row with no new reading
+  int64_t idle_since_ns_ = -1;  // when guaranteed work went idle (-1: busy)
   Seen seen_[kMaxControlledPeers];
 };
 

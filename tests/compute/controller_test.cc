@@ -38,6 +38,7 @@ ControlPeriod Busy(std::vector<PeerPeriod> peers, int opportunistic_peers = 0) {
   ControlPeriod p;
   p.guaranteed_busy = true;
   p.opportunistic_peers = opportunistic_peers;
+  p.wanted = true;
   for (const PeerPeriod& x : peers) p.peers[p.count++] = x;
   return p;
 }
@@ -546,6 +547,46 @@ TEST(ComputeMps, ABaselineIsAskedForWithAShortPauseNotTooOften) {
   d = held.Step(Idle());
   EXPECT_EQ(d.rate_permille, 1000u);
   EXPECT_TRUE(d.forget_budget);
+}
+
+TEST(ComputeMps, ABusyStretchStartsWhereTheLastOneSettled) {
+  // A GPU-bound guaranteed job (its kernels at half their speed beside unthrottled
+  // opportunistic work) cuts the rate to nothing over its first periods.
+  MpsClock m;
+  uint32_t seq = 0;
+  int ramp = 0;
+  while (m.c.rate_permille() > 0 && ramp < 20) {
+    m.Step(Busy({Kernels(500, ++seq, 970)}));
+    ++ramp;
+  }
+  ASSERT_EQ(m.c.rate_permille(), 0u);
+  ASSERT_GT(ramp, 3) << "each cut halves";
+  // It rests for 10 s: opportunistic work meanwhile has no limit.
+  for (int i = 0; i < 40; ++i) ASSERT_EQ(m.Step(Idle()).rate_permille, 1000u);
+  // Back: it starts where it settled, not unthrottled.
+  ControlDecision d = m.Step(Busy({Kernels(0, ++seq, 970)}));
+  EXPECT_EQ(d.rate_permille, 0u) << Trace(d);
+  EXPECT_NE(Trace(d).find("where it settled"), std::string::npos) << Trace(d);
+  // Idle for longer than kKeepRateNs, the job that comes may be another: unthrottled.
+  for (int64_t t = 0; t <= kKeepRateNs; t += kControlPeriodNs) m.Step(Idle());
+  d = m.Step(Busy({Kernels(0, ++seq, 970)}));
+  EXPECT_EQ(d.rate_permille, 1000u) << Trace(d);
+}
+
+TEST(ComputeMps, AProcessThatDoesNotLaunchIsNotHeldBackSoItsRateStays) {
+  // Held back to nothing beside a busy guaranteed job, the opportunistic job stops launching
+  // (its input, a checkpoint): the guaranteed job publishes no reading, but nothing is held
+  // back, so the rate does not grow as it would for a process kept off the GPU.
+  MpsClock m;
+  uint32_t seq = 0;
+  for (int i = 0; i < 8; ++i) m.Step(Busy({Kernels(500, ++seq, 970)}));
+  ASSERT_EQ(m.c.rate_permille(), 0u);
+  ControlPeriod resting = Busy({Kernels(0, ++seq, 970)});
+  resting.wanted = false;
+  for (int i = 0; i < 40; ++i) ASSERT_EQ(m.Step(resting).rate_permille, 0u) << i;
+  // Launching again and held back, with no reading: the rate grows as before.
+  for (uint32_t i = 0; i < kQuietPeriods; ++i) m.Step(Busy({Kernels(0, ++seq, 970)}));
+  EXPECT_GT(m.c.rate_permille(), 0u);
 }
 
 }  // namespace
