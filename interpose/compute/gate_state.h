@@ -110,7 +110,8 @@ struct ControlLoop {
 };
 
 // Kernel timing (kernel_clock.h): a guaranteed process on a GPU shared through MPS with an
-// opportunistic peer brackets every kKernelSampleEvery-th launch of each thread, and the
+// opportunistic peer brackets one launch in kKernelSampleEvery of each thread (at random
+// gaps of that mean: a fixed stride aliases with a job's repeating steps), and the
 // first after the gate thread saw none timed for kKernelSampleGapNs (a job of few, long
 // kernels; LaunchCount::time_next), with two events, CountLaunch picking them;
 // the gate thread reads the completed pairs, tells whether opportunistic work had work queued
@@ -119,6 +120,14 @@ struct ControlLoop {
 // in 32 added ~150 ns a launch there, one in 256 adds ~20 ns, and a launch-bound job still
 // gives ~100 samples per second.
 inline constexpr uint32_t kKernelSampleEvery = 256;
+// While the clock wants baselines (its newest reading said so) and no opportunistic work is
+// queued (the pause the controller gives for them), one launch in kKernelSampleDenseEvery of
+// each thread is timed instead: one pause then times most of a job's kernels alone (ResNet-50
+// training runs some 150 kernels; one in 256 of its ~10,000 launches a second timed about ten
+// in a 250 ms pause), so pauses are needed only where baselines go stale, not wherever
+// beside-opportunistic samples find kernels without one. Timed launches cost ~5 us each:
+// ~3 ms of host time per second of such a pause, and pauses are rare.
+inline constexpr uint32_t kKernelSampleDenseEvery = 16;
 inline constexpr int64_t kKernelSampleGapNs = 10'000'000;
 inline constexpr int kKernelSampleRing = 256;  // pairs not yet read; a full ring drops samples
 // An opportunistic process on MPS that runs unthrottled publishes no measured queue: its
@@ -144,6 +153,10 @@ inline constexpr int64_t kUngatedHoldNs = 50'000'000;
 struct LaunchCount {
   std::atomic<uint64_t> launches{0};
   std::atomic<bool> time_next{false};
+  // Every how many launches of a thread one is timed (kKernelSampleEvery, or
+  // kKernelSampleDenseEvery), set by the gate thread; a thread takes a new value at its next
+  // timed launch.
+  std::atomic<uint32_t> every{kKernelSampleEvery};
   std::atomic<bool> count_waits{false};  // set by the gate thread once it first samples
   std::atomic<uint64_t> waits{0};
   std::atomic<int64_t> waited_ns{0};
@@ -170,6 +183,7 @@ struct KernelTiming {
   KernelClock clock;
   ProgressClock progress;  // fed while counting (GateMode::kCount): exact launch counts
   int64_t opportunistic_busy_ns = 0;  // the newest pass that saw opportunistic work queued
+  bool wants_baseline = false;        // the newest reading asked for baselines (dense timing alone)
   int64_t next_period_ns = 0;
   uint32_t sequence = 0;
 };

@@ -357,7 +357,9 @@ WaitedWords WaitedText(int64_t waited_ns) {
   return w;
 }
 
-void TimeKernels(Device& d, int64_t now, bool read_samples) {
+// Returns whether this GPU's launches should be timed densely now: its clock wants baselines
+// and no opportunistic work is queued (kKernelSampleDenseEvery).
+bool TimeKernels(Device& d, int64_t now, bool read_samples) {
   KernelTiming& k = d.kernels;
   const bool sample = d.spatial && g_gate->window != nullptr && PolicyOf(d).cls == ComputeClass::kGuaranteed &&
                       d.peers.opportunistic.load(kRlx) > 0;
@@ -393,7 +395,9 @@ void TimeKernels(Device& d, int64_t now, bool read_samples) {
     d.meter.pool.Put(s.end);
   }
   k.tail.store(tail, std::memory_order_release);
-  if (!sample || now < k.next_period_ns) return;
+  if (!sample) k.wants_baseline = false;
+  const bool dense = sample && !queued && k.wants_baseline;
+  if (!sample || now < k.next_period_ns) return dense;
   const int64_t period_ns = k.next_period_ns == 0 ? 0 : now - (k.next_period_ns - kControlPeriodNs);
   k.next_period_ns = now + kControlPeriodNs;
   if (++k.sequence > 0xffffu) k.sequence = 1;
@@ -410,6 +414,7 @@ void TimeKernels(Device& d, int64_t now, bool read_samples) {
   k.period_waited_ns = waited;
   KernelSignal signal = k.clock.ClosePeriod(now, k.sequence, launches - k.period_launches, period_ns, waited_ns);
   k.period_launches = launches;
+  k.wants_baseline = signal.wants_baseline;
   // A job that launches without pause is read by its launches where they say more than the
   // bound its kernels give (progress_clock.h).
   const uint32_t progress = k.progress.ClosePeriod(now);
@@ -427,6 +432,7 @@ void TimeKernels(Device& d, int64_t now, bool read_samples) {
               static_cast<long long>(seen.beside_ms), seen.beside_moved_permille / 10,
               seen.fresh ? "" : ", no fresh rate alone");
   }
+  return dense;
 }
 
 // The pending samples of a context that goes away: dropped (their events go with it).
@@ -494,6 +500,7 @@ void* GateThread(void*) {
     const int mode = g_gate_mode.load(kRlx);
     const bool gating = mode == static_cast<int>(GateMode::kGate) || mode == static_cast<int>(GateMode::kCount);
     if (gating && !scan && g_gate->window != nullptr) SyncPeerPages(n);
+    bool dense = false;  // some GPU's launches are to be timed densely (TimeKernels)
     for (int i = 0; i < n; ++i) {
       Device& d = g_gate->devices[i];
       if (scan) ScanPeers(d);
@@ -502,7 +509,7 @@ void* GateThread(void*) {
       // While counting, a GPU the process launches on has no context bound until a launch
       // there is timed: the gate thread asks for one (TimeKernels), and reads no samples.
       if (ctx == nullptr) {
-        if (d.spatial) TimeKernels(d, now, /*read_samples=*/false);
+        if (d.spatial) dense |= TimeKernels(d, now, /*read_samples=*/false);
         continue;
       }
       // Lazy markers are recorded on the app's streams from here: the context must be current.
@@ -511,12 +518,14 @@ void* GateThread(void*) {
       // MPS controller reads its kernels): its launches meter nothing, and the gate thread
       // records no markers on its streams, which keeps it off their driver lock.
       if (!CountsOnly(d)) PollDevice(d, now);
-      if (d.spatial) TimeKernels(d, now, /*read_samples=*/true);
+      if (d.spatial) dense |= TimeKernels(d, now, /*read_samples=*/true);
       if (PolicyOf(d).cls == ComputeClass::kOpportunistic) {
         ControlOpportunisticRate(d, now);
         UpdateNear(d, now);
       }
     }
+    const uint32_t every = dense ? kKernelSampleDenseEvery : kKernelSampleEvery;
+    if (g_counted.every.load(kRlx) != every) g_counted.every.store(every, kRlx);
     if (scan) {
       last_scan = now;
       if (!g_stop.load(std::memory_order_relaxed)) SetMode(WantedMode());

@@ -27,6 +27,20 @@ LaunchCount g_counted;
 namespace {
 // Launches of this thread until the next timed one (CountLaunch).
 thread_local uint32_t t_until_timed = kKernelSampleEvery;
+thread_local uint32_t t_gap_state = 0;  // NextTimedGap's generator (0: not seeded)
+
+// The launches until this thread's next timed one: 1 to 2 every - 1, every on average. A fixed
+// stride would time the same few kernels of a job whose step repeats one sequence of launches
+// of a length it divides (a training step), and never the others.
+uint32_t NextTimedGap(uint32_t every) {
+  uint32_t x = t_gap_state;
+  if (x == 0) x = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(&t_gap_state) >> 4) | 1u;
+  x ^= x << 13;  // xorshift32
+  x ^= x >> 17;
+  x ^= x << 5;
+  t_gap_state = x;
+  return every <= 1 ? 1 : 1 + x % (2 * every - 1);
+}
 }  // namespace
 
 bool WaitsCounted() { return g_counted.count_waits.load(kRlx); }
@@ -39,7 +53,7 @@ void CountWait(int64_t ns) {
 bool CountLaunch() {
   g_counted.launches.store(g_counted.launches.load(kRlx) + 1, kRlx);
   if (--t_until_timed != 0 && !g_counted.time_next.load(kRlx)) return false;
-  t_until_timed = kKernelSampleEvery;
+  t_until_timed = NextTimedGap(g_counted.every.load(kRlx));
   return true;
 }
 

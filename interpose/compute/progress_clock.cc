@@ -1,7 +1,5 @@
 #include "progress_clock.h"
 
-#include "kernel_clock.h"
-
 namespace gslice::compute {
 
 bool ProgressClock::Stretch::Moving(double share) const {
@@ -45,7 +43,7 @@ uint32_t ProgressClock::ClosePeriod(int64_t now_ns) {
   }
   uint32_t reading = 0;
   if (beside_.ns >= kMinStretchNs) {
-    const bool fresh = alone_rate_ > 0 && now_ns - alone_at_ <= kBaselineRefreshNs;
+    const bool fresh = alone_rate_ > 0 && now_ns - alone_at_ <= kAloneRateFreshNs;
     seen_.fresh = fresh;
     if (beside_.Moving(kBesideMovedShare) && fresh) {
       const double rate = static_cast<double>(beside_.launches) / static_cast<double>(beside_.ns);

@@ -25,12 +25,14 @@
 // the job's launch rate alone (kProgressWeight per sample). A period's beside time of at least
 // kMinStretchNs is a sample of its rate beside, over the rate alone (the same weight). The
 // reading is their ratio, at most 1; none while the job is not saturated alone, or its rate
-// alone is older than kBaselineRefreshNs, or unknown. The gate thread publishes the larger of
+// alone is older than kAloneRateFreshNs, or unknown. The gate thread publishes the larger of
 // this and the kernel reading, so a reading by launches can only spare opportunistic work a
 // cut the kernels' bound would have made, never cause one.
 #pragma once
 
 #include <cstdint>
+
+#include "kernel_clock.h"
 
 namespace gslice::compute {
 
@@ -38,6 +40,10 @@ inline constexpr double kSaturatedShare = 0.85;
 inline constexpr double kBesideMovedShare = 0.5;
 inline constexpr int64_t kMinStretchNs = 100'000'000;
 inline constexpr double kProgressWeight = 0.5;
+// The newest rate alone is good for this long. Time alone comes in the pauses the kernels'
+// baselines ask for, and the pause that renews stale baselines (kBaselineRefreshNs) comes a
+// period or two after they go stale: the rate taken in the previous pause outlives that.
+inline constexpr int64_t kAloneRateFreshNs = kBaselineRefreshNs + 10'000'000'000;
 // A pass later than this after the previous one is not split (the state in between is unknown).
 inline constexpr int64_t kMaxPassGapNs = 5'000'000;
 

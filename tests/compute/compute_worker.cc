@@ -9,6 +9,7 @@
 //                                       sleep) before the synchronisation
 //                  [--poll 1]           wait for each batch by polling the stream
 //                                       (cuStreamQuery), not synchronising
+//                  [--shapes N]         launch N different kernels in turn (grids 1..N)
 //                                       from then on, launch for MS, idle for MS, in turn
 //
 // Output (stdout, one line):
@@ -62,6 +63,7 @@ int main(int argc, char** argv) {
   double seconds = 2, start_at = 0, off_after = -1, on_after = 0, pulse_on = 0, pulse_off = 0, host_us = 0, poll = 0;
   uint64_t kernel_us = 1000;
   int batch = 4;
+  unsigned shapes = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     double v = atof(argv[i + 1]);
@@ -75,6 +77,7 @@ int main(int argc, char** argv) {
     else if (a == "--pulse-off") pulse_off = v;
     else if (a == "--host-us") host_us = v;
     else if (a == "--poll") poll = v;
+    else if (a == "--shapes" && v >= 1 && v <= 65536) shapes = static_cast<unsigned>(v);
     else {
       fprintf(stderr, "compute_worker: unknown flag %s\n", a.c_str());
       return 2;
@@ -106,7 +109,7 @@ int main(int argc, char** argv) {
   while (NowMs() < start_at) usleep(1000);
   const double end = start_at + seconds * 1e3;
   std::vector<int> buckets(static_cast<size_t>(seconds * 20) + 1, 0);
-  uint64_t kernels = 0;
+  uint64_t kernels = 0, launched = 0;
   void* params[] = {&kernel_us};
   for (double now = NowMs(); now < end; now = NowMs()) {
     const double t = now - start_at;
@@ -119,12 +122,13 @@ int main(int argc, char** argv) {
       continue;
     }
     for (int k = 0; k < batch; ++k) {
+      const unsigned grid = 1 + static_cast<unsigned>(launched++ % shapes);
 #ifdef GSLICE_WORKER_DIRECT_GATE
       gslice::compute::LaunchTicket ticket;
-      const gslice::compute::KernelShape shape{.function = busy, .grid = {1, 1, 1}, .block = {1, 1, 1}};
+      const gslice::compute::KernelShape shape{.function = busy, .grid = {grid, 1, 1}, .block = {1, 1, 1}};
       if (gslice::compute::LaunchThroughGate()) ticket = gslice::compute::BeforeLaunch(stream, false, &shape);
 #endif
-      Check(cuLaunchKernel(busy, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr), "cuLaunchKernel");
+      Check(cuLaunchKernel(busy, grid, 1, 1, 1, 1, 1, 0, stream, params, nullptr), "cuLaunchKernel");
 #ifdef GSLICE_WORKER_DIRECT_GATE
       gslice::compute::AfterLaunch(ticket);
 #endif

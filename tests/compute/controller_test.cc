@@ -313,8 +313,15 @@ TEST(ComputeProgress, ARateAloneGoesStaleAndShortStretchesAreNoSample) {
   EXPECT_EQ(p.ClosePeriod(now), 0u);
   now = FeedProgress(p, now, &n, 250, true, 20);
   EXPECT_NEAR(p.ClosePeriod(now), 500, 2);
-  // Beside only for longer than kBaselineRefreshNs: the rate alone is stale.
-  for (int i = 0; i < 90; ++i) {
+  // Beside only for as long as the kernels' baselines keep, and a period or two more (their
+  // pause comes then): the rate alone still holds.
+  const int64_t alone_at = now;
+  while (now - alone_at < kBaselineRefreshNs + 2 * kControlPeriodNs) {
+    now = FeedProgress(p, now, &n, 250, true, 20);
+    ASSERT_NEAR(p.ClosePeriod(now), 500, 2) << (now - alone_at) / 1'000'000 << " ms after the rate alone";
+  }
+  // Beside only for longer than kAloneRateFreshNs: the rate alone is stale.
+  while (now - alone_at <= kAloneRateFreshNs) {
     now = FeedProgress(p, now, &n, 250, true, 20);
     p.ClosePeriod(now);
   }
