@@ -7,6 +7,7 @@ namespace {
 
 constexpr uint32_t kSpeedMask = 0x7ffu;
 constexpr uint32_t kWantsBaseline = 1u << 11;
+constexpr uint32_t kPending = 1u << 12;
 constexpr int kSequenceShift = 16;
 
 uint64_t Mix(uint64_t h, uint64_t v) {
@@ -25,12 +26,14 @@ uint64_t KernelKey(const KernelShape& shape) {
 
 uint32_t PackKernelSignal(const KernelSignal& s) {
   const uint32_t speed = s.speed_permille > 1000 ? 1000 : s.speed_permille;
-  return speed | (s.wants_baseline ? kWantsBaseline : 0u) | ((s.sequence & 0xffffu) << kSequenceShift);
+  return speed | (s.wants_baseline ? kWantsBaseline : 0u) | (s.pending ? kPending : 0u) |
+         ((s.sequence & 0xffffu) << kSequenceShift);
 }
 
 KernelSignal UnpackKernelSignal(uint32_t word) {
   return {.speed_permille = word & kSpeedMask,
           .wants_baseline = (word & kWantsBaseline) != 0,
+          .pending = (word & kPending) != 0,
           .sequence = word >> kSequenceShift};
 }
 
@@ -68,38 +71,57 @@ void KernelClock::Add(uint64_t key, int64_t gpu_ns, bool beside_opportunistic, i
     any_alone_ = true;
     return;
   }
-  ++beside_;
+  ++period_beside_;
   const Entry* e = Find(key, /*insert=*/false);
   if (e == nullptr || e->samples == 0) return;
   base_sum_ += e->base_ns;
   time_sum_ += t;
   ++judged_;
+  ++period_judged_;
+}
+
+void KernelClock::StartWindow() {
+  base_sum_ = time_sum_ = all_sum_ = 0;
+  judged_ = all_ = 0;
+  launches_ = 0;
+  span_ns_ = waited_ns_ = 0;
+  carried_ = 0;
+  counted_ = true;
 }
 
 KernelSignal KernelClock::ClosePeriod(int64_t now_ns, uint32_t sequence, uint64_t launches, int64_t period_ns,
                                       int64_t waited_ns) {
   KernelSignal s{.sequence = sequence};
+  counted_ = counted_ && launches > 0 && period_ns > 0;
+  launches_ += launches;
+  span_ns_ += period_ns;
+  waited_ns_ = waited_ns < 0 || waited_ns_ < 0 ? -1 : waited_ns_ + waited_ns;
   if (judged_ >= kMinSignalSamples && time_sum_ > 0) {
     const double r = base_sum_ / time_sum_;
     double speed = r >= 1 ? 1 : r;
-    if (launches > 0 && period_ns > 0 && all_ > 0 && speed < 1) {
-      double busy = static_cast<double>(launches) * (all_sum_ / all_) * speed / static_cast<double>(period_ns);
+    if (counted_ && all_ > 0 && speed < 1) {
+      const double span = static_cast<double>(span_ns_);
+      double busy = static_cast<double>(launches_) * (all_sum_ / all_) * speed / span;
       if (busy > 1) busy = 1;
       double loss = busy * (1 / speed - 1);
-      const double waited = static_cast<double>(waited_ns) / static_cast<double>(period_ns);
-      if (waited_ns >= 0 && waited < loss) loss = waited;
+      const double waited = static_cast<double>(waited_ns_) / span;
+      if (waited_ns_ >= 0 && waited < loss) loss = waited;
       speed = 1 / (1 + loss);
     }
     const double permille = speed * 1000 + 0.5;
     s.speed_permille = permille < 1 ? 1 : permille > 1000 ? 1000 : static_cast<uint32_t>(permille);
+    StartWindow();
+  } else if (judged_ == 0 || ++carried_ >= kMaxCarriedPeriods) {
+    StartWindow();  // nothing to carry, or samples too old to read together
+  } else {
+    s.pending = true;
   }
   // A baseline is wanted where the period's kernels beside opportunistic work mostly had none,
   // or where the newest is stale while opportunistic work runs.
-  const bool few = beside_ >= kMinSignalSamples && judged_ * 2 < beside_;
-  const bool stale = beside_ > 0 && (!any_alone_ || now_ns - newest_alone_ns_ > kBaselineRefreshNs);
+  const bool few = period_beside_ >= kMinSignalSamples && period_judged_ * 2 < period_beside_;
+  const bool stale = period_beside_ > 0 && (!any_alone_ || now_ns - newest_alone_ns_ > kBaselineRefreshNs);
   s.wants_baseline = few || stale;
-  base_sum_ = time_sum_ = all_sum_ = 0;
-  judged_ = beside_ = all_ = 0;
+  period_beside_ = period_judged_ = 0;
   return s;
 }
 

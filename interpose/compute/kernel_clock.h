@@ -14,7 +14,13 @@
 // samples taken while no opportunistic process on the GPU had work queued (kBaselineWeight per
 // new sample). A period's kernel speed r is, over its samples taken beside opportunistic work
 // whose kernels have a baseline, the sum of their baselines over the sum of their times: 1 is
-// as fast as alone. Fewer than kMinSignalSamples such samples: no reading.
+// as fast as alone. Fewer than kMinSignalSamples such samples: no reading yet; the period's
+// samples, launches, time and waits are carried into the next, for up to kMaxCarriedPeriods
+// periods, and the signal says a reading is pending (KernelSignal::pending). So a job whose
+// kernels are seldom beside opportunistic work (held back far; few, long kernels) is read over
+// the periods it takes, not taken for one that opportunistic work never comes near: on an
+// H200 a GPU-bound job beside matrix products held back to 10-30% gave a reading one period
+// in three, and each run of periods without one let the rate grow back into a cut.
 //
 // What the job loses is at most what its kernels lose on its critical path. A job whose
 // kernels would keep the GPU busy a share b of the time alone loses at most b (1/r - 1) of its
@@ -52,6 +58,7 @@ uint64_t KernelKey(const KernelShape& shape);
 inline constexpr int kKernelTableSize = 1024;  // kernels with a baseline a process keeps
 inline constexpr double kBaselineWeight = 0.25;
 inline constexpr int kMinSignalSamples = 8;
+inline constexpr int kMaxCarriedPeriods = 8;
 // A baseline older than this is stale: the job may run other kernels now (a training job's
 // evaluation) or other sizes; the signal asks for a fresh one (KernelSignal::wants_baseline).
 inline constexpr int64_t kBaselineRefreshNs = 20'000'000'000;
@@ -59,11 +66,13 @@ inline constexpr int64_t kBaselineRefreshNs = 20'000'000'000;
 // One period's reading, as published in the ledger (LedgerComputeEntry::kernel_signal):
 // bits 0-10 the speed in permille (0: no reading; at most 1000: faster than alone reads as
 // alone), bit 11 whether the job wants a baseline (too few of its kernels beside
-// opportunistic work had one, or the newest is stale), bits 16-31 the period's number,
-// never 0 once published, so a reader tells a new reading from the one it saw.
+// opportunistic work had one, or the newest is stale), bit 12 whether a reading is pending
+// (samples beside opportunistic work are being gathered, too few yet), bits 16-31 the
+// period's number, never 0 once published, so a reader tells a new reading from the one it saw.
 struct KernelSignal {
   uint32_t speed_permille = 0;
   bool wants_baseline = false;
+  bool pending = false;
   uint32_t sequence = 0;
   bool known() const { return speed_permille > 0; }
 };
@@ -77,7 +86,8 @@ class KernelClock {
   void Add(uint64_t key, int64_t gpu_ns, bool beside_opportunistic, int64_t now_ns);
   // Ends a period of period_ns at now_ns in which the job made `launches` launches (0: not
   // counted) and its host waited waited_ns on the GPU (-1: not known, or a launch found the
-  // queue full; no cap): its reading, numbered `sequence`, and starts the next.
+  // queue full; no cap): its reading, numbered `sequence` (over the periods carried into it),
+  // and starts the next.
   KernelSignal ClosePeriod(int64_t now_ns, uint32_t sequence, uint64_t launches = 0, int64_t period_ns = 0,
                            int64_t waited_ns = -1);
   // The kernel's baseline, ns (0: none).
@@ -96,12 +106,21 @@ class KernelClock {
   int used_ = 0;
   bool any_alone_ = false;
   int64_t newest_alone_ns_ = 0;  // when the newest baseline sample was taken (any_alone_)
-  // The period so far: beside-opportunistic samples with a baseline (their baselines' and
-  // times' sums), and all beside-opportunistic samples.
+  void StartWindow();
+  // The reading's window so far (this period and those carried into it): beside-opportunistic
+  // samples with a baseline (their baselines' and times' sums), every sample's time, alone or
+  // beside (the mean kernel's time), and the periods' launches, time and waits.
   double base_sum_ = 0, time_sum_ = 0;
-  int judged_ = 0, beside_ = 0;
-  double all_sum_ = 0;  // every sample's time, alone or beside (the mean kernel's time)
+  int judged_ = 0;
+  double all_sum_ = 0;
   int all_ = 0;
+  uint64_t launches_ = 0;  // 0 once a period's launches were not counted
+  int64_t span_ns_ = 0;    // 0 once a period's length was not known
+  int64_t waited_ns_ = 0;  // -1 once a period's waits were not known
+  int carried_ = 0;        // periods carried into this one
+  bool counted_ = true;    // every period in the window had its launches and length
+  // This period's beside-opportunistic samples, all and with a baseline (wants_baseline).
+  int period_beside_ = 0, period_judged_ = 0;
 };
 
 }  // namespace gslice::compute

@@ -40,11 +40,13 @@ ControlDecision MpsController::Decide(const ControlPeriod& period, int64_t now_n
   // Readings of this period, judged against each peer's own floor.
   double worst = 2;  // the lowest reading over its floor; 2: none
   bool wants_baseline = false;
+  bool pending = false;  // a peer gathers samples beside opportunistic work for a reading
   for (int k = 0; k < period.count; ++k) {
     const PeerPeriod& p = period.peers[k];
     if (!Fresh(p)) continue;
     const KernelSignal s = UnpackKernelSignal(p.kernel_signal);
     wants_baseline |= s.wants_baseline;
+    pending |= s.pending;
     if (!s.known()) continue;
     const double floor = p.floor_permille / 1000.0;
     const double ratio = (s.speed_permille / 1000.0) / (floor > 0 ? floor : 1);
@@ -84,7 +86,10 @@ ControlDecision MpsController::Decide(const ControlPeriod& period, int64_t now_n
     return d;
   }
   if (worst >= 2) {
-    if (rate_ < 1000 && period.wanted && ++quiet_ >= kQuietPeriods) {
+    // A reading that is pending is coming: opportunistic work is beside the guaranteed
+    // kernels, only not yet often enough to read.
+    if (pending) quiet_ = 0;
+    if (rate_ < 1000 && period.wanted && !pending && ++quiet_ >= kQuietPeriods) {
       quiet_ = 0;
       Grow(&d, "no reading while held back");
     }

@@ -30,7 +30,9 @@
 //    in the window would otherwise hold a rate a cut left for up to 2 s);
 //  - while throttled, kQuietPeriods in a row with no new reading (opportunistic work held back
 //    too far to be beside the guaranteed kernels) grow the rate as a reading above the floor
-//    would: the next reading tells. (One period without one is the two clocks' phase.) Only
+//    would: the next reading tells. (One period without one is the two clocks' phase.) A
+//    period in which a peer's reading is pending (kernel_clock.h: samples beside opportunistic
+//    work, too few yet) is not such a period: the reading is coming. Only
 //    periods in which this process wanted the GPU count: one that does not launch is not held
 //    back, and its rate stays where the readings left it until it launches again.
 // So where the floor holds with opportunistic work unthrottled, nothing is ever held back.

@@ -359,10 +359,59 @@ TEST(ComputeKernels, EachKernelIsJudgedAgainstItselfAlone) {
   s = k.ClosePeriod(2, 2);
   EXPECT_EQ(s.speed_permille, 1000u);
   for (int i = 0; i < kMinSignalSamples - 1; ++i) k.Add(large, 2'000'000, true, 3);
-  EXPECT_FALSE(k.ClosePeriod(3, 3).known()) << "too few samples to tell";
+  s = k.ClosePeriod(3, 3);
+  EXPECT_FALSE(s.known()) << "too few samples to tell";
+  EXPECT_TRUE(s.pending);
+  // ... carried into the next period, which reads them together.
+  k.Add(large, 2'000'000, true, 4);
+  s = k.ClosePeriod(4, 4);
+  EXPECT_EQ(s.speed_permille, 500u);
+  EXPECT_FALSE(s.pending);
   // Faster than alone reads as alone.
-  for (int i = 0; i < kMinSignalSamples; ++i) k.Add(small, 5'000, true, 4);
-  EXPECT_EQ(k.ClosePeriod(4, 4).speed_permille, 1000u);
+  for (int i = 0; i < kMinSignalSamples; ++i) k.Add(small, 5'000, true, 5);
+  EXPECT_EQ(k.ClosePeriod(5, 5).speed_permille, 1000u);
+}
+
+TEST(ComputeKernels, SamplesTooFewToReadAreCarriedForAFewPeriods) {
+  KernelClock k;
+  const uint64_t key = KernelKey({.function = &k, .grid = {2, 1, 1}});
+  for (int i = 0; i < 4; ++i) k.Add(key, 100'000, false, 0);
+  k.ClosePeriod(0, 0);
+  // Two samples a period beside opportunistic work, each twice as slow as alone: a reading
+  // once four periods have eight, over their launches, time and waits together (the GPU busy
+  // alone 40% of the time: 1 / (1 + 0.4)).
+  KernelSignal s;
+  for (uint32_t p = 1; p <= 4; ++p) {
+    for (int i = 0; i < 2; ++i) k.Add(key, 200'000, true, p);
+    s = k.ClosePeriod(p, p, 1000, kControlPeriodNs, -1);
+    if (p < 4) {
+      EXPECT_FALSE(s.known()) << p;
+      EXPECT_TRUE(s.pending) << p;
+    }
+  }
+  EXPECT_EQ(s.speed_permille, 714u);
+  EXPECT_FALSE(s.pending);
+  // Waits known in every period bound it over their sum; one period's unknown waits, not.
+  for (uint32_t p = 5; p <= 8; ++p) {
+    for (int i = 0; i < 2; ++i) k.Add(key, 200'000, true, p);
+    s = k.ClosePeriod(p, p, 1000, kControlPeriodNs, 2'500'000);
+  }
+  EXPECT_EQ(s.speed_permille, 990u) << "waited 10 ms of 1 s";
+  for (uint32_t p = 9; p <= 12; ++p) {
+    for (int i = 0; i < 2; ++i) k.Add(key, 200'000, true, p);
+    s = k.ClosePeriod(p, p, 1000, kControlPeriodNs, p == 10 ? -1 : 2'500'000);
+  }
+  EXPECT_EQ(s.speed_permille, 714u);
+  // Three samples, then none: after kMaxCarriedPeriods they are dropped, too old to read
+  // together, and no reading is pending.
+  for (int i = 0; i < 3; ++i) k.Add(key, 200'000, true, 13);
+  for (uint32_t p = 13; p < 13 + kMaxCarriedPeriods; ++p) {
+    s = k.ClosePeriod(p, p);
+    EXPECT_FALSE(s.known()) << p;
+    EXPECT_EQ(s.pending, p + 1 < 13 + kMaxCarriedPeriods) << p;
+  }
+  // A period with none beside opportunistic work has nothing pending.
+  EXPECT_FALSE(k.ClosePeriod(30, 30).pending);
 }
 
 TEST(ComputeKernels, AJobLosesAtMostItsBusyShareOfItsKernelsSlowdown) {
@@ -578,6 +627,24 @@ TEST(ComputeMps, ABusyStretchStartsWhereTheLastOneSettled) {
   for (int64_t t = 0; t <= kKeepRateNs; t += kControlPeriodNs) m.Step(Idle());
   d = m.Step(Busy({Kernels(0, ++seq, 970)}));
   EXPECT_EQ(d.rate_permille, 1000u) << Trace(d);
+}
+
+TEST(ComputeMps, APendingReadingIsWaitedForNotTakenForNoneComing) {
+  // Held back to a tenth, opportunistic work is beside the guaranteed kernels too seldom for a
+  // reading every period: the peer says one is pending, and the rate does not grow meanwhile.
+  MpsClock m;
+  uint32_t seq = 0;
+  for (int i = 0; i < 4; ++i) m.Step(Busy({Kernels(500, ++seq, 970)}));
+  const uint32_t held = m.c.rate_permille();
+  ASSERT_LT(held, 100u);
+  PeerPeriod gathering = Kernels(0, 0, 970);
+  for (int i = 0; i < 3 * static_cast<int>(kQuietPeriods); ++i) {
+    gathering.kernel_signal = PackKernelSignal({.pending = true, .sequence = ++seq});
+    ASSERT_EQ(m.Step(Busy({gathering})).rate_permille, held) << i;
+  }
+  // The reading comes, under the floor: cut.
+  m.Step(Busy({Kernels(600, ++seq, 970)}));
+  EXPECT_LT(m.c.rate_permille(), held);
 }
 
 TEST(ComputeMps, AProcessThatDoesNotLaunchIsNotHeldBackSoItsRateStays) {
