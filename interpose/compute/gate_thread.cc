@@ -423,14 +423,21 @@ bool TimeKernels(Device& d, int64_t now, bool read_samples) {
   d.entry->kernel_signal.store(PackKernelSignal(signal), kRlx);
   if (signal.known() || signal.wants_baseline) {
     const ProgressClock::Seen& seen = k.progress.seen();
+    // The launches' reading where it did not win: a loss off the GPU (the host's) shows there
+    // and in neither the kernels' times nor the waits.
+    char rate[48] = "";
+    if (!seen.fresh) {
+      snprintf(rate, sizeof rate, ", no fresh rate alone");
+    } else if (progress > 0 && !by_launches) {
+      snprintf(rate, sizeof rate, ", at %.3f of the rate alone", progress / 1000.0);
+    }
     TraceLine("compute: beside opportunistic work at least %.3f of its speed alone, by its %s%s "
               "(%d kernels timed alone; %s; launches: %lld ms alone in %d%% of passes, %lld ms "
               "beside in %d%%%s)",
               signal.speed_permille / 1000.0, by_launches ? "launches" : "kernels' times",
               signal.wants_baseline ? "; wants a baseline" : "", k.clock.kernels(), WaitedText(waited_ns).text,
               static_cast<long long>(seen.alone_ms), seen.alone_moved_permille / 10,
-              static_cast<long long>(seen.beside_ms), seen.beside_moved_permille / 10,
-              seen.fresh ? "" : ", no fresh rate alone");
+              static_cast<long long>(seen.beside_ms), seen.beside_moved_permille / 10, rate);
   }
   return dense;
 }
