@@ -311,18 +311,18 @@ class InterleavedTest(unittest.TestCase):
     def test_plan_has_every_configuration_in_each_round_rotated(self):
         frontier = load_frontier(FRONTIER_PAIRS="train,latency", FRONTIER_PROTECT="0.97,0.90", FRONTIER_MPS_PCT="100,50",
                                  FRONTIER_MPS_PCT_P0="100", FRONTIER_MPS_PRIO="1,0", FRONTIER_INTERLEAVE="3",
-                                 FRONTIER_WINDOW_S="60", FRONTIER_LANES="2")
+                                 FRONTIER_WINDOW_S="54", FRONTIER_LANES="2")
         lanes = frontier.lanes(frontier.plan())
         self.assertEqual([[r.key for r in lane] for lane in lanes],
                          [["train/interleaved"], ["latency/calibrate", "latency/interleaved"]])
         run = lanes[0][0]
-        self.assertEqual(run.window, 20)
+        self.assertEqual(run.window, 18)
         self.assertEqual(run.phases[0], ("drain", {}))  # nobody works first
         # Solo twice (each job alone), plain MPS at 100 and 50 below normal and 100 at normal
-        # priority (FRONTIER_MPS_PCT_P0), gslice at each level: each once a round.
-        every = {"solo", "mps-100-p1", "mps-50-p1", "mps-100-p0", "gslice-mps-0.97", "gslice-mps-0.90"}
-        self.assertEqual(len(run.phases), 1 + 3 * 7)
-        rounds = [run.phases[1 + 7 * k:1 + 7 * (k + 1)] for k in range(3)]
+        # priority (FRONTIER_MPS_PCT_P0), time-slicing, gslice at each level: each once a round.
+        every = {"solo", "mps-100-p1", "mps-50-p1", "mps-100-p0", "timeslice", "gslice-mps-0.97", "gslice-mps-0.90"}
+        self.assertEqual(len(run.phases), 1 + 3 * 8)
+        rounds = [run.phases[1 + 8 * k:1 + 8 * (k + 1)] for k in range(3)]
         for r in rounds:
             self.assertEqual({cfg for cfg, _ in r}, every)
             self.assertEqual(sum(cfg == "solo" for cfg, _ in r), 2)
@@ -338,6 +338,13 @@ class InterleavedTest(unittest.TestCase):
         # gslice's four slices share the card: each is limited to less than a quarter of it.
         argv = {i: a for i, a, _ in run.procs(None, {"CUDA_MPS_PIPE_DIRECTORY": "/p"})}
         self.assertIn(f"--memory={frontier.SHARED_MEMORY}", argv["G0.90"])
+        # Time-slicing: a native pair, whose MPS pipe folder has no daemon (not MPS clients).
+        self.assertIn(("timeslice", {"g": "gT", "o": "oT"}), rounds[0])
+        envs = {i: e for i, _, e in run.procs(None, {"CUDA_MPS_PIPE_DIRECTORY": "/p"})}
+        self.assertEqual(envs["gT"]["CUDA_MPS_PIPE_DIRECTORY"], frontier.NO_MPS["CUDA_MPS_PIPE_DIRECTORY"])
+        self.assertEqual(envs["oT"]["CUDA_MPS_PIPE_DIRECTORY"], frontier.NO_MPS["CUDA_MPS_PIPE_DIRECTORY"])
+        self.assertNotIn("CUDA_MPS_CLIENT_PRIORITY", envs["oT"])
+        self.assertEqual(envs["g"]["CUDA_MPS_PIPE_DIRECTORY"], "/p")
         self.assertNotIn("--memory=60GiB", argv["O"])
         self.assertTrue(lanes[1][0].calibrates and not lanes[1][1].calibrates)
         # Each lane fits a call.
@@ -347,7 +354,7 @@ class InterleavedTest(unittest.TestCase):
     def test_gslice_opportunistic_priorities_side_by_side(self):
         frontier = load_frontier(FRONTIER_PAIRS="train", FRONTIER_PROTECT="0.90", FRONTIER_MPS_PCT="100",
                                  FRONTIER_MPS_PRIO="1,0", FRONTIER_GSLICE_PRIO="1,0", FRONTIER_INTERLEAVE="4",
-                                 FRONTIER_WINDOW_S="40")
+                                 FRONTIER_WINDOW_S="40", FRONTIER_TIMESLICE="0")
         run = frontier.plan()[0]
         self.assertEqual(set(run.configs), {"solo", "mps-100-p1", "mps-100-p0", "gslice-mps-0.90-p1",
                                             "gslice-mps-0.90-p0"})

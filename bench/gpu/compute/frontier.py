@@ -38,8 +38,11 @@ configuration a phase of FRONTIER_WINDOW_S / R seconds, the order rotated a phas
 and each figure is against the solo phases of the same run. Separate runs minutes apart put
 the host's drift into every figure (on a two-GPU H200 host, ResNet-50 alone moved from 50 to
 43 steps/s between the solo runs before and after, both GPUs alike); interleaved, each
-comparison is seconds to minutes apart. No time-slicing configuration (the run is on MPS);
-the latency pair's server measures its service time alone first (latency/calibrate).
+comparison is seconds to minutes apart. The time-slicing configuration runs a native pair of
+processes (not MPS clients: their MPS pipe folder has no daemon, so CUDA runs them without
+MPS) beside the MPS server, whose clients rest meanwhile, against the MPS clients' solo phases
+(FRONTIER_TIMESLICE=0 leaves it out); the latency pair's server measures its service time
+alone first (latency/calibrate).
 
 Lanes (FRONTIER_LANES=N, FRONTIER_LANE=k): each lane runs one pair (the lanes split evenly
 between the pairs); a pair's runs other than the solo ones are dealt, in order of importance,
@@ -91,6 +94,11 @@ MPS_PCT_OF = {q: ints(f"FRONTIER_MPS_PCT_P{q}", ",".join(map(str, MPS_PCT))) for
 # Q, its program's environment setting it over gslice's (gslice-mps-P-pQ); unset: one, at the
 # priority gslice gives it (gslice-mps-P).
 GSLICE_PRIO = ints("FRONTIER_GSLICE_PRIO", "")
+# FRONTIER_TIMESLICE=0: interleaved, no time-slicing configuration (see the top).
+TIMESLICE = os.environ.get("FRONTIER_TIMESLICE", "1") != "0"
+# The MPS pipe folder of a run's native processes: no daemon is ever there, so CUDA runs them
+# without MPS (time-sliced against the MPS server) whatever the environment says.
+NO_MPS = {"CUDA_MPS_PIPE_DIRECTORY": "/nonexistent/gslice-frontier-native"}
 # FRONTIER_GSLICE_MPS: 0 gslice time-sliced only; 1 also gslice on MPS (after everything
 # else); only: gslice on MPS in the time-sliced runs' places, no time-sliced gslice runs.
 GSLICE_MPS_MODE = os.environ.get("FRONTIER_GSLICE_MPS", "0")
@@ -239,7 +247,8 @@ def interleaved_run(pair):
     """Every configuration of a pair on MPS in one run (FRONTIER_INTERLEAVE): a guaranteed MPS
     client (the solo phases' and the plain MPS configurations'), one opportunistic MPS client
     per thread percentage and priority, one gslice guaranteed process per protection level and
-    one gslice opportunistic process; each round gives every configuration one phase, rotated."""
+    one gslice opportunistic process, and a native pair for time-slicing (FRONTIER_TIMESLICE);
+    each round gives every configuration one phase, rotated."""
     mps = [(pct, q) for q in MPS_PRIO for pct in MPS_PCT_OF[q]]
     specs = {"g": ("g", None, mps_client(100, 0), ()), "o100p0": ("o", None, mps_client(100, 0), ())}
     pattern = [("solo", {"g": "g"}), ("solo", {"o": "o100p0"})]
@@ -249,6 +258,10 @@ def interleaved_run(pair):
         specs[ident] = ("o", None, mps_client(pct, q), ())
         pattern.append((name, {"g": "g", "o": ident}))
         configs[name] = {"kind": "mps", "mps_pct": pct, "mps_prio": q}
+    if TIMESLICE:
+        specs["gT"], specs["oT"] = ("g", None, NO_MPS, ()), ("o", None, NO_MPS, ())
+        pattern.append(("timeslice", {"g": "gT", "o": "oT"}))
+        configs["timeslice"] = {"kind": "timeslice"}
     # gslice's opportunistic processes: "O" at the priority gslice gives, or "Op<Q>" at each Q.
     opps = [(f"Op{q}", f"-p{q}", q) for q in GSLICE_PRIO] or [("O", "", None)]
     for x in PROTECT:
@@ -370,7 +383,8 @@ def shown(arg):
 def command_line(run, ident, argv, env):
     mps = " ".join(f"{k}={v}" for k, v in env.items() if k.startswith("CUDA_MPS_") and k not in (
         "CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"))
-    pipe = "CUDA_MPS_PIPE_DIRECTORY=… " if run.mps else ""
+    native = env.get("CUDA_MPS_PIPE_DIRECTORY") == NO_MPS["CUDA_MPS_PIPE_DIRECTORY"]
+    pipe = "(not an MPS client) " if native else "CUDA_MPS_PIPE_DIRECTORY=… " if run.mps else ""
     return f"{pipe}{mps + ' ' if mps else ''}{' '.join(shown(a) for a in argv)} --sync DIR"
 
 

@@ -370,6 +370,9 @@ def markdown(doc):
                    f"at most. gslice's processes are started once; its controller meets every transition "
                    f"(a guaranteed job starting beside opportunistic work, and stopping) once a round, inside "
                    f"the measured time. The solo row's before and after are its first and last round. ")
+        if any(c.get("kind") == "timeslice" for c in doc.get("configs", [])):
+            out.append("`timeslice` is a native pair of processes (not MPS clients) beside the MPS server, whose "
+                       "clients rest meanwhile, against the MPS clients' solo phases. ")
     else:
         out.append(f"Each configuration measured over {st.get('window_s', '?')} s, after {st.get('settle_s', '?')} s "
                    f"unmeasured (gslice: {st.get('lead_s', '?')} s together, unmeasured); figures against the mean of "
