@@ -351,6 +351,34 @@ class InterleavedTest(unittest.TestCase):
         for lane in lanes:
             self.assertLessEqual(sum(r.estimate() for r in lane) + frontier.SUITE_S + frontier.MPS_SWITCH_S, 600)
 
+    def test_split_deals_a_pairs_configurations_over_lanes(self):
+        frontier = load_frontier(FRONTIER_PAIRS="train,latency", FRONTIER_PROTECT="0.97,0.90,0.80",
+                                 FRONTIER_MPS_PCT="100,50", FRONTIER_MPS_PCT_P0="100", FRONTIER_MPS_PRIO="1,0",
+                                 FRONTIER_INTERLEAVE="4", FRONTIER_WINDOW_S="60", FRONTIER_LANES="4",
+                                 FRONTIER_SPLIT="2")
+        lanes = frontier.lanes(frontier.plan())
+        self.assertEqual([[r.key for r in lane] for lane in lanes],
+                         [["train/interleaved-1of2"], ["latency/calibrate", "latency/interleaved-1of2"],
+                          ["train/interleaved-2of2"], ["latency/calibrate", "latency/interleaved-2of2"]])
+        parts = [lanes[0][0], lanes[2][0]]
+        # In order of importance, dealt in turn: every configuration in exactly one part.
+        self.assertEqual(set(parts[0].configs), {"solo", "mps-100-p1", "mps-100-p0", "gslice-mps-0.97",
+                                                 "gslice-mps-0.80"})
+        self.assertEqual(set(parts[1].configs), {"solo", "mps-50-p1", "timeslice", "gslice-mps-0.90"})
+        for part in parts:
+            self.assertEqual(part.window, 15)
+            names = [cfg for cfg, _ in part.phases[1:]]
+            self.assertEqual(names.count("solo"), 2 * 4)  # each part has solo phases of its own
+            # Only the processes its phases need.
+            used = {i for _, roles in part.phases for i in roles.values()}
+            self.assertEqual(set(part.proc_specs), used)
+        self.assertNotIn("gT", parts[0].proc_specs)
+        self.assertNotIn("G0.90", parts[0].proc_specs)
+        self.assertIn("O", parts[1].proc_specs)
+        # The whole frontier at 60 s windows fits one call of a four-GPU machine.
+        for lane in lanes:
+            self.assertLessEqual(sum(r.estimate() for r in lane) + frontier.SUITE_S + frontier.MPS_SWITCH_S, 600)
+
     def test_gslice_opportunistic_priorities_side_by_side(self):
         frontier = load_frontier(FRONTIER_PAIRS="train", FRONTIER_PROTECT="0.90", FRONTIER_MPS_PCT="100",
                                  FRONTIER_MPS_PRIO="1,0", FRONTIER_GSLICE_PRIO="1,0", FRONTIER_INTERLEAVE="4",

@@ -50,7 +50,10 @@ each to its lane with the least estimated time so far, and every lane gets its o
 before and after (time-slicing in the pair's first lane): each lane is self-contained, its figures against its own solo runs, so lanes can run at
 once on the GPUs of one machine (frontier.sh's FRONTIER_GPUS) and frontier_report.py merges
 their JSON. `plan` prints every lane; `run` runs lane k. Interleaved, a lane is a pair's
-run (the pairs in turn, again on further lanes).
+run (the pairs in turn, again on further lanes); with FRONTIER_SPLIT=S a pair's
+configurations are split over S runs, each with its own solo phases, a lane each (the pairs
+in turn, then each pair's next part): a pair's every configuration at 60 s windows takes
+more than a call on one GPU (nine configurations, ~620 s), in S lanes it takes one.
 
 Runs go in order of importance, the pairs side by side: solo-before, gslice at the first
 protection level, MPS at the first priority, gslice at the other levels, MPS at the other
@@ -94,6 +97,9 @@ MPS_PCT_OF = {q: ints(f"FRONTIER_MPS_PCT_P{q}", ",".join(map(str, MPS_PCT))) for
 # Q, its program's environment setting it over gslice's (gslice-mps-P-pQ); unset: one, at the
 # priority gslice gives it (gslice-mps-P).
 GSLICE_PRIO = ints("FRONTIER_GSLICE_PRIO", "")
+# FRONTIER_SPLIT=S: interleaved, each pair's configurations split over S runs, each with its
+# own solo phases: with FRONTIER_GPUS, a run a GPU (see the top).
+SPLIT = max(1, int(os.environ.get("FRONTIER_SPLIT", "1") or "1"))
 # FRONTIER_TIMESLICE=0: interleaved, no time-slicing configuration (see the top).
 TIMESLICE = os.environ.get("FRONTIER_TIMESLICE", "1") != "0"
 # The MPS pipe folder of a run's native processes: no daemon is ever there, so CUDA runs them
@@ -170,6 +176,7 @@ class Run:
         # beside busy guaranteed ones still warms up (a GPU-bound pair); the first phase drains.
         self.rest = ()
         self.configs = {}  # configuration -> its attributes (kind, protect, mps_pct, mps_prio)
+        self.part = None  # interleaved: which of the pair's FRONTIER_SPLIT runs
         # process id -> (role, gslice flags or None, MPS env or None, extra job.py args). A gslice
         # process's MPS env is what its program's environment sets over what `gslice run` gives.
         self.proc_specs = {}
@@ -243,49 +250,55 @@ def calibrate_run(pair):
     return r
 
 
-def interleaved_run(pair):
+def interleaved_run(pair, part=0):
     """Every configuration of a pair on MPS in one run (FRONTIER_INTERLEAVE): a guaranteed MPS
     client (the solo phases' and the plain MPS configurations'), one opportunistic MPS client
     per thread percentage and priority, one gslice guaranteed process per protection level and
     one gslice opportunistic process, and a native pair for time-slicing (FRONTIER_TIMESLICE);
-    each round gives every configuration one phase, rotated."""
-    mps = [(pct, q) for q in MPS_PRIO for pct in MPS_PCT_OF[q]]
+    each round gives every configuration one phase, rotated. With FRONTIER_SPLIT=S, part k of
+    S: the configurations in order of importance dealt in turn (the k-th, the k+S-th, ...),
+    each part with solo phases of its own, and only the processes its phases need."""
     specs = {"g": ("g", None, mps_client(100, 0), ()), "o100p0": ("o", None, mps_client(100, 0), ())}
-    pattern = [("solo", {"g": "g"}), ("solo", {"o": "o100p0"})]
-    configs = {"solo": {"kind": "solo"}}
-    for pct, q in mps:
-        name, ident = f"mps-{pct}-p{q}", f"o{pct}p{q}"
+    solos = [("solo", {"g": "g"}), ("solo", {"o": "o100p0"})]
+    entries = []  # (configuration, its roles' processes, its attributes), in order of importance
+    for pct, q in [(pct, q) for q in MPS_PRIO for pct in MPS_PCT_OF[q]]:
+        ident = f"o{pct}p{q}"
         specs[ident] = ("o", None, mps_client(pct, q), ())
-        pattern.append((name, {"g": "g", "o": ident}))
-        configs[name] = {"kind": "mps", "mps_pct": pct, "mps_prio": q}
+        entries.append((f"mps-{pct}-p{q}", {"g": "g", "o": ident}, {"kind": "mps", "mps_pct": pct, "mps_prio": q}))
     if TIMESLICE:
         specs["gT"], specs["oT"] = ("g", None, NO_MPS, ()), ("o", None, NO_MPS, ())
-        pattern.append(("timeslice", {"g": "gT", "o": "oT"}))
-        configs["timeslice"] = {"kind": "timeslice"}
+        entries.append(("timeslice", {"g": "gT", "o": "oT"}, {"kind": "timeslice"}))
     # gslice's opportunistic processes: "O" at the priority gslice gives, or "Op<Q>" at each Q.
     opps = [(f"Op{q}", f"-p{q}", q) for q in GSLICE_PRIO] or [("O", "", None)]
     for x in PROTECT:
         ident = f"G{fmt_level(x)}"
         specs[ident] = ("g", ("--class=guaranteed", "--protect", fmt_level(x)), {}, ())
         for o, suffix, q in opps:
-            name = f"gslice-mps-{fmt_level(x)}{suffix}"
-            pattern.append((name, {"g": ident, "o": o}))
-            configs[name] = {"kind": "gslice-mps", "protect": x, "gslice_prio": q}
+            entries.append((f"gslice-mps-{fmt_level(x)}{suffix}", {"g": ident, "o": o},
+                            {"kind": "gslice-mps", "protect": x, "gslice_prio": q}))
     for o, _, q in opps if PROTECT else []:
         specs[o] = ("o", ("--class=opportunistic",), {} if q is None else {"CUDA_MPS_CLIENT_PRIORITY": str(q)}, ())
+    mine = entries[part::SPLIT]
+    pattern = solos + [(name, roles) for name, roles, _ in mine]
+    configs = {"solo": {"kind": "solo"}, **{name: attrs for name, _, attrs in mine}}
+    used = {ident for _, roles in pattern for ident in roles.values()}
+    specs = {ident: spec for ident, spec in specs.items() if ident in used}
     n = len(pattern)
     # Every process works through its warm-up until the phases start; the first phase, which
     # nobody works in, lets the GPU drain what they queued.
     phases = [("drain", {})] + [pattern[(k + i) % n] for k in range(INTERLEAVE) for i in range(n)]
-    r = Run(pair, "interleaved", True, phases, SETTLE_S, 1, window=WINDOW_S / INTERLEAVE)
+    name = "interleaved" if SPLIT == 1 else f"interleaved-{part + 1}of{SPLIT}"
+    r = Run(pair, name, True, phases, SETTLE_S, 1, window=WINDOW_S / INTERLEAVE)
     r.configs, r.proc_specs, r.memory, r.rest = configs, specs, SHARED_MEMORY, ("--rest",)
+    r.part = part
     return r
 
 
 def plan():
     """Every run, most important first; the pairs side by side within each tier."""
     if INTERLEAVE:
-        return [r for p in PAIRS for r in ([calibrate_run(p)] if p == "latency" else []) + [interleaved_run(p)]]
+        return [r for p in PAIRS
+                for r in ([calibrate_run(p)] if p == "latency" else []) + [interleaved_run(p, k) for k in range(SPLIT)]]
     runs = []
     tiers = [lambda p: [solo_run(p, "solo-before", 0, False, True)]]
     on_mps = GSLICE_MPS_ONLY
@@ -312,8 +325,11 @@ def lanes(runs):
     time-slicing phase in the pair's first lane. With fewer lanes than pairs, pairs share."""
     if LANES <= 1:
         return [runs]
-    if INTERLEAVE:  # a pair a lane (again on further lanes): its runs are self-contained
-        return [[r for r in runs if r.pair == PAIRS[k % len(PAIRS)]] for k in range(LANES)]
+    if INTERLEAVE:  # a pair's part a lane (again on further lanes): its runs are self-contained
+        def mine(k, r):
+            part = (k // len(PAIRS)) % SPLIT
+            return r.pair == PAIRS[k % len(PAIRS)] and r.part in (None, part)
+        return [[r for r in runs if mine(k, r)] for k in range(LANES)]
     owners = [PAIRS[k % len(PAIRS)] for k in range(LANES)]  # the pair of each lane
     firsts = [owners.index(owners[k]) == k for k in range(LANES)]
     solos = [(solo_run(owners[k], "solo-before", 0, False, firsts[k]), solo_run(owners[k], "solo-after", 9, True, False))
@@ -408,7 +424,7 @@ def print_plan(runs, lane=None):
             skipped += 1
         print(f"\nrun {r.key} [{'MPS' if r.mps else 'no MPS'}, tier {r.tier}{', time kept aside' if r.reserved else ''}]"
               f" ~{est:.0f} s" + (f", done at ~{now:.0f} s" if fits else ": SKIPPED within FRONTIER_BUDGET_S"))
-        shown_phases = r.phases[:1 + (len(r.phases) - 1) // INTERLEAVE] if r.name == "interleaved" else r.phases
+        shown_phases = r.phases[:1 + (len(r.phases) - 1) // INTERLEAVE] if r.name.startswith("interleaved") else r.phases
         for i, (cfg, roles) in enumerate(shown_phases):
             who = ' + '.join(f'{role}={ident}' for role, ident in roles.items()) or "nobody works"
             print(f"  phase {i + 1}: {cfg}: {who}, "

@@ -14,6 +14,8 @@
 #   FRONTIER_DRY_RUN=1 bash bench/gpu/suites/frontier.sh     # the runs and commands, no GPU
 #   OUT=/tmp/out FRONTIER_GPUS=0,1,2,3,4,5,6,7 FRONTIER_WINDOW_S=60 bash bench/gpu/suites/frontier.sh
 #   OUT=/tmp/out FRONTIER_GPUS=0,1 FRONTIER_INTERLEAVE=3 FRONTIER_WINDOW_S=54 bash bench/gpu/suites/frontier.sh
+#   OUT=/tmp/out FRONTIER_GPUS=0,1,2,3 FRONTIER_SPLIT=2 FRONTIER_INTERLEAVE=4 FRONTIER_WINDOW_S=60 \
+#     FRONTIER_MPS_PCT=100,50 FRONTIER_MPS_PCT_P0=100 bash bench/gpu/suites/frontier.sh
 #
 # FRONTIER_GPUS=LIST splits the plan into one lane a GPU (frontier.py's FRONTIER_LANES: a pair a
 # lane, each lane with its own solo runs before and after) and runs them at once, each lane on
