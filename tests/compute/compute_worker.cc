@@ -77,8 +77,13 @@ int main(int argc, char** argv) {
     else if (a == "--pulse-off") pulse_off = v;
     else if (a == "--host-us") host_us = v;
     else if (a == "--poll") poll = v;
-    else if (a == "--shapes" && v >= 1 && v <= 65536) shapes = static_cast<unsigned>(v);
-    else {
+    else if (a == "--shapes") {
+      if (!(v >= 1 && v <= 65536)) {
+        fprintf(stderr, "compute_worker: --shapes takes 1 to 65536, not %s\n", argv[i + 1]);
+        return 2;
+      }
+      shapes = static_cast<unsigned>(v);
+    } else {
       fprintf(stderr, "compute_worker: unknown flag %s\n", a.c_str());
       return 2;
     }
