@@ -306,7 +306,9 @@ void ControlOpportunisticRate(Device& d, int64_t now) {
   if (SampleGuaranteed(d, now)) c.busy_seen = true;
   // This process wanted the GPU: it launched (its hold says so) or waits at the gate.
   const LedgerComputeEntry* own = d.entry;
-  if (own != nullptr && (own->active_until_ns.load(kRlx) > now || own->inflight_until_ns.load(kRlx) > now)) c.wanted_seen = true;
+  if (own != nullptr && (own->active_until_ns.load(kRlx) > now || own->inflight_until_ns.load(kRlx) > now)) {
+    c.wanted_seen = true;
+  }
   if (now < c.next_ns) return;
   c.next_ns = now + kControlPeriodNs;
   ControlPeriod period;

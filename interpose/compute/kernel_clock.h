@@ -35,10 +35,10 @@
 // a synchronisation (of a stream, an event or the context, a synchronous copy), or in a launch
 // that finds the driver's queue full. Where no timed launch of the period found it full and
 // the host made a waiting call, its waits w, as a share of the period, bound the loss too:
-// the reading is 1 / (1 + min(b (1/r - 1), w)). A server bound by its host (Python, the launches), whose
-// requests end in a synchronisation that finds the GPU nearly done, loses little however much
-// slower its kernels run; a job that waits on the GPU most of the time keeps the kernel
-// bound. Waits are summed over the process's threads and GPUs, which only makes w larger.
+// the reading is 1 / (1 + min(b (1/r - 1), w)). A server bound by its host (Python, the
+// launches), whose requests end in a synchronisation that finds the GPU nearly done, loses
+// little however much slower its kernels run; a job that waits on the GPU most of the time
+// keeps the kernel bound. Waits are summed over the process's threads and GPUs, which only makes w larger.
 #pragma once
 
 #include <cstdint>
@@ -114,8 +114,8 @@ class KernelClock {
   int judged_ = 0;
   double all_sum_ = 0;
   int all_ = 0;
-  uint64_t launches_ = 0;  // 0 once a period's launches were not counted
-  int64_t span_ns_ = 0;    // 0 once a period's length was not known
+  uint64_t launches_ = 0;  // the periods' launches (used only where counted_)
+  int64_t span_ns_ = 0;    // the periods' length (used only where counted_)
   int64_t waited_ns_ = 0;  // -1 once a period's waits were not known
   int carried_ = 0;        // periods carried into this one
   bool counted_ = true;    // every period in the window had its launches and length

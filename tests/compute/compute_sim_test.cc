@@ -210,6 +210,21 @@ class ComputeSim : public ::testing::Test {
     munmap(p, sizeof(gslice::LedgerLimits));
   }
 
+  // A guaranteed and an opportunistic job under the shim on a fresh simulated node shared
+  // through MPS (GSLICE_SIM_MPS=interference), both tracing, together for 3 s; guaranteed_args:
+  // the guaranteed job's further flags. Their results, stderr included.
+  std::vector<Result> TracedPairOnMps(const char* interference, std::vector<std::string> guaranteed_args = {}) {
+    unlink(sim_state_.c_str());
+    auto mps = [interference](const char* cls) {
+      return UnderShim(OnGpu(0, {{"GSLICE_SIM_MPS", interference}, {"GSLICE_LOG", "debug"}, {"GSLICE_CLASS", cls}}));
+    };
+    const double start_at = NowMs() + 800;
+    const std::string worker = std::string(GSLICE_TEST_BIN_DIR) + "/compute_worker";
+    Worker gw = StartProgram(worker, mps("guaranteed"), Job(start_at, 3.0, std::move(guaranteed_args)), /*stderr_too=*/true);
+    Worker ow = StartProgram(worker, mps("opportunistic"), Job(start_at, 3.0), /*stderr_too=*/true);
+    return {Wait(gw), Wait(ow)};
+  }
+
   // A guaranteed job (direct) of slice (empty: none) and an opportunistic one under the shim
   // tracing its controller's decisions, together for seconds: the opportunistic job's result.
   Result GuaranteedBesideTracedOpportunistic(const char* slice, double seconds) {
@@ -426,19 +441,7 @@ TEST_F(ComputeSim, OnMpsACapHeldByTheSmsIsNotHeldAgainByTheGate) {
 // GPU (so that the opportunistic controller pauses for its kernels' times alone), and the
 // timed launches give the controller its reading.
 TEST_F(ComputeSim, OnMpsGuaranteedLaunchesAreCountedNotGated) {
-  unlink(sim_state_.c_str());  // a fresh simulated node, on MPS, with heavy interference
-  auto mps = [](std::map<std::string, std::string> env) {
-    env["GSLICE_SIM_MPS"] = "100";
-    env["GSLICE_LOG"] = "debug";
-    return OnGpu(0, std::move(env));
-  };
-  const double start_at = NowMs() + 800;
-  const std::string worker = std::string(GSLICE_TEST_BIN_DIR) + "/compute_worker";
-  Worker gw = StartProgram(worker, UnderShim(mps({{"GSLICE_CLASS", "guaranteed"}})), Job(start_at, 3.0),
-                           /*stderr_too=*/true);
-  Worker ow = StartProgram(worker, UnderShim(mps({{"GSLICE_CLASS", "opportunistic"}})), Job(start_at, 3.0),
-                           /*stderr_too=*/true);
-  const std::vector<Result> rs = {Wait(gw), Wait(ow)};
+  const std::vector<Result> rs = TracedPairOnMps("100");  // heavy interference
   const std::string& g = rs[0].raw;
   ASSERT_GT(rs[0].kernels, 0) << g;
   EXPECT_NE(g.find("compute: launches are counted and some timed"), std::string::npos) << g;
@@ -461,20 +464,7 @@ TEST_F(ComputeSim, OnMpsGuaranteedLaunchesAreCountedNotGated) {
 // (the job repeats its 64 kernels in turn, which a fixed stride would alias with): the first
 // pause gives most of its kernels a baseline, so it need not ask again for each of them.
 TEST_F(ComputeSim, OnMpsOnePauseTimesMostOfAJobsKernelsAlone) {
-  unlink(sim_state_.c_str());  // a fresh simulated node
-  auto mps = [](std::map<std::string, std::string> env) {
-    env["GSLICE_SIM_MPS"] = "10";
-    env["GSLICE_LOG"] = "debug";
-    return OnGpu(0, std::move(env));
-  };
-  const double start_at = NowMs() + 800;
-  const std::string worker = std::string(GSLICE_TEST_BIN_DIR) + "/compute_worker";
-  Worker gw = StartProgram(worker, UnderShim(mps({{"GSLICE_CLASS", "guaranteed"}})),
-                           Job(start_at, 3.0, {"--kernel-us", "100", "--batch", "16", "--shapes", "64"}),
-                           /*stderr_too=*/true);
-  Worker ow = StartProgram(worker, UnderShim(mps({{"GSLICE_CLASS", "opportunistic"}})), Job(start_at, 3.0),
-                           /*stderr_too=*/true);
-  const std::vector<Result> rs = {Wait(gw), Wait(ow)};
+  const std::vector<Result> rs = TracedPairOnMps("10", {"--kernel-us", "100", "--batch", "16", "--shapes", "64"});
   const std::string& g = rs[0].raw;
   ASSERT_GT(rs[0].kernels, 0) << g;
   ASSERT_NE(g.find("wants a baseline"), std::string::npos) << g;

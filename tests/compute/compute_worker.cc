@@ -5,12 +5,12 @@
 //                  [--off-after MS]     stop launching after MS (then idle until the end)
 //                  [--on-after MS]      start launching only after MS
 //                  [--pulse-on MS --pulse-off MS]
+//                                       from then on, launch for MS, idle for MS, in turn
 //                  [--host-us H]        after each batch's launches, H us of host work (a
 //                                       sleep) before the synchronisation
 //                  [--poll 1]           wait for each batch by polling the stream
 //                                       (cuStreamQuery), not synchronising
 //                  [--shapes N]         launch N different kernels in turn (grids 1..N)
-//                                       from then on, launch for MS, idle for MS, in turn
 //
 // Output (stdout, one line):
 //   "kernels=<n> busy_ns=<gate-measured> mps_client_priority=<CUDA_MPS_CLIENT_PRIORITY or -> buckets=<c0>,..."
