@@ -391,7 +391,7 @@ bool TimeKernels(Device& d, int64_t now, bool read_samples) {
     float ms = 0;
     if (done == CUDA_SUCCESS && g_gate->api.event_elapsed(&ms, s.start, s.end) == CUDA_SUCCESS) {
       const bool beside = k.opportunistic_busy_ns >= s.launched_ns - kPollGateNs;
-      k.clock.Add(s.key, static_cast<int64_t>(static_cast<double>(ms) * 1e6), beside, now);
+      k.clock.Add(s.key, static_cast<int64_t>(static_cast<double>(ms) * 1e6), beside);
     }
     d.meter.pool.Put(s.start);
     d.meter.pool.Put(s.end);
@@ -419,7 +419,7 @@ bool TimeKernels(Device& d, int64_t now, bool read_samples) {
   k.wants_baseline = signal.wants_baseline;
   // A job that launches without pause is read by its launches where they say more than the
   // bound its kernels give (progress_clock.h).
-  const uint32_t progress = k.progress.ClosePeriod(now);
+  const uint32_t progress = k.progress.ClosePeriod();
   const bool by_launches = progress > signal.speed_permille;
   if (by_launches) signal.speed_permille = progress;
   d.entry->kernel_signal.store(PackKernelSignal(signal), kRlx);

@@ -1,5 +1,6 @@
 #include "kernel_clock.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace gslice::compute {
@@ -57,17 +58,18 @@ KernelClock::Entry* KernelClock::Find(uint64_t key, bool insert) {
   return e;
 }
 
-void KernelClock::Add(uint64_t key, int64_t gpu_ns, bool beside_opportunistic, int64_t now_ns) {
+void KernelClock::Add(uint64_t key, int64_t gpu_ns, bool beside_opportunistic) {
   if (gpu_ns <= 0 || key == 0) return;
   const double t = static_cast<double>(gpu_ns);
   all_sum_ += t;
   ++all_;
+  ++period_samples_;
   if (!beside_opportunistic) {
     Entry* e = Find(key, /*insert=*/true);
     if (e == nullptr) return;
     e->base_ns = e->samples == 0 ? t : e->base_ns + kBaselineWeight * (t - e->base_ns);
     ++e->samples;
-    newest_alone_ns_ = now_ns;
+    ran_since_alone_ns_ = 0;
     any_alone_ = true;
     return;
   }
@@ -92,6 +94,13 @@ void KernelClock::StartWindow() {
 KernelSignal KernelClock::ClosePeriod(int64_t now_ns, uint32_t sequence, uint64_t launches, int64_t period_ns,
                                       int64_t waited_ns) {
   KernelSignal s{.sequence = sequence};
+  // A period that was not timed lasted since the last one closed.
+  const int64_t since_last = last_close_ns_ > 0 && now_ns > last_close_ns_ ? now_ns - last_close_ns_ : 0;
+  last_close_ns_ = now_ns;
+  const int64_t counted_ns = std::min(period_ns > 0 ? period_ns : since_last, kMaxCountedPeriodNs);
+  if (launches > 0 || period_samples_ > 0) ran_since_alone_ns_ += counted_ns;
+  period_samples_ = 0;
+  if (period_ns > kMaxCountedPeriodNs) period_ns = kMaxCountedPeriodNs;
   counted_ = counted_ && launches > 0 && period_ns > 0;
   launches_ += launches;
   span_ns_ += period_ns;
@@ -117,9 +126,10 @@ KernelSignal KernelClock::ClosePeriod(int64_t now_ns, uint32_t sequence, uint64_
     s.pending = true;
   }
   // A baseline is wanted where the period's kernels beside opportunistic work mostly had none,
-  // or where the newest is stale while opportunistic work runs.
+  // or where the newest is stale (the job ran kBaselineRefreshNs since) while opportunistic
+  // work runs.
   const bool few = period_beside_ >= kMinSignalSamples && period_judged_ * 2 < period_beside_;
-  const bool stale = period_beside_ > 0 && (!any_alone_ || now_ns - newest_alone_ns_ > kBaselineRefreshNs);
+  const bool stale = period_beside_ > 0 && (!any_alone_ || ran_since_alone_ns_ > kBaselineRefreshNs);
   s.wants_baseline = few || stale;
   period_beside_ = period_judged_ = 0;
   return s;

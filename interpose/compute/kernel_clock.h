@@ -61,7 +61,14 @@ inline constexpr int kMinSignalSamples = 8;
 inline constexpr int kMaxCarriedPeriods = 8;
 // A baseline older than this is stale: the job may run other kernels now (a training job's
 // evaluation) or other sizes; the signal asks for a fresh one (KernelSignal::wants_baseline).
+// The age counts the periods in which the job ran, not the time it rested: a job that comes
+// back from a rest runs the kernels it ran before (new ones have no baseline and ask for one
+// anyway), so a server between bursts, or a job that waits its turn, does not cost
+// opportunistic work a pause each time it comes back.
 inline constexpr int64_t kBaselineRefreshNs = 20'000'000'000;
+// A period longer than this (no kernel was sampled for longer: the job rested) counts as this
+// long, in a baseline's age and in the share of the period the job kept the GPU busy.
+inline constexpr int64_t kMaxCountedPeriodNs = 1'000'000'000;
 
 // One period's reading, as published in the ledger (LedgerComputeEntry::kernel_signal):
 // bits 0-10 the speed in permille (0: no reading; at most 1000: faster than alone reads as
@@ -82,9 +89,10 @@ KernelSignal UnpackKernelSignal(uint32_t word);
 class KernelClock {
  public:
   // One sampled kernel: its key, its GPU time, and whether opportunistic work had work queued
-  // while it ran (else it was alone). now_ns: when it was found done.
-  void Add(uint64_t key, int64_t gpu_ns, bool beside_opportunistic, int64_t now_ns);
-  // Ends a period of period_ns at now_ns in which the job made `launches` launches (0: not
+  // while it ran (else it was alone).
+  void Add(uint64_t key, int64_t gpu_ns, bool beside_opportunistic);
+  // Ends a period of period_ns at now_ns (0: not timed, since the last ClosePeriod; either
+  // counted at most kMaxCountedPeriodNs) in which the job made `launches` launches (0: not
   // counted) and its host waited waited_ns on the GPU (-1: not known, or a launch found the
   // queue full; no cap): its reading, numbered `sequence` (over the periods carried into it),
   // and starts the next.
@@ -105,7 +113,11 @@ class KernelClock {
   Entry table_[kKernelTableSize];
   int used_ = 0;
   bool any_alone_ = false;
-  int64_t newest_alone_ns_ = 0;  // when the newest baseline sample was taken (any_alone_)
+  // Time the job ran (periods with launches or samples, each at most kMaxCountedPeriodNs)
+  // since its newest baseline sample, and when the last period closed.
+  int64_t ran_since_alone_ns_ = 0;
+  int64_t last_close_ns_ = 0;
+  int period_samples_ = 0;  // the period's samples, alone or beside
   void StartWindow();
   // The reading's window so far (this period and those carried into it): beside-opportunistic
   // samples with a baseline (their baselines' and times' sums), every sample's time, alone or

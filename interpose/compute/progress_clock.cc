@@ -14,6 +14,7 @@ void ProgressClock::Pass(int64_t now_ns, uint64_t launches, bool beside) {
   last_ns_ = now_ns;
   last_launches_ = launches;
   if (!split) return;
+  if (added > 0) ran_since_alone_ns_ += dt;
   const auto add = [&](Stretch& s) {
     s.ns += dt;
     s.launches += added;
@@ -24,7 +25,7 @@ void ProgressClock::Pass(int64_t now_ns, uint64_t launches, bool beside) {
   if (!beside) add(period_alone_);
 }
 
-uint32_t ProgressClock::ClosePeriod(int64_t now_ns) {
+uint32_t ProgressClock::ClosePeriod() {
   const auto share = [](int moved, int passes) { return passes > 0 ? moved * 1000 / passes : 0; };
   seen_ = {.alone_ms = period_alone_.ns / 1'000'000, .beside_ms = beside_.ns / 1'000'000,
            .alone_moved_permille = share(period_alone_.moved, period_alone_.passes),
@@ -34,7 +35,7 @@ uint32_t ProgressClock::ClosePeriod(int64_t now_ns) {
   if (alone_.ns >= kMinStretchNs) {
     if (alone_.Moving(kSaturatedShare)) {
       alone_rate_ = mix(alone_rate_, static_cast<double>(alone_.launches) / static_cast<double>(alone_.ns));
-      alone_at_ = now_ns;
+      ran_since_alone_ns_ = 0;
     } else {
       alone_rate_ = 0;  // not launching without pause alone: its launches are not its speed
       ratio_ = 0;
@@ -43,7 +44,7 @@ uint32_t ProgressClock::ClosePeriod(int64_t now_ns) {
   }
   uint32_t reading = 0;
   if (beside_.ns >= kMinStretchNs) {
-    const bool fresh = alone_rate_ > 0 && now_ns - alone_at_ <= kAloneRateFreshNs;
+    const bool fresh = alone_rate_ > 0 && ran_since_alone_ns_ <= kAloneRateFreshNs;
     seen_.fresh = fresh;
     if (beside_.Moving(kBesideMovedShare) && fresh) {
       const double rate = static_cast<double>(beside_.launches) / static_cast<double>(beside_.ns);

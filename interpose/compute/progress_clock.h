@@ -40,9 +40,11 @@ inline constexpr double kSaturatedShare = 0.85;
 inline constexpr double kBesideMovedShare = 0.5;
 inline constexpr int64_t kMinStretchNs = 100'000'000;
 inline constexpr double kProgressWeight = 0.5;
-// The newest rate alone is good for this long. Time alone comes in the pauses the kernels'
-// baselines ask for, and the pause that renews stale baselines (kBaselineRefreshNs) comes a
-// period or two after they go stale: the rate taken in the previous pause outlives that.
+// The newest rate alone is good while the job has launched for this long since (its passes
+// with a launch; a rest does not age it, as it does not age the kernels' baselines). Time
+// alone comes in the pauses the kernels' baselines ask for, and the pause that renews stale
+// baselines (kBaselineRefreshNs) comes a period or two after they go stale: the rate taken in
+// the previous pause outlives that.
 inline constexpr int64_t kAloneRateFreshNs = kBaselineRefreshNs + 10'000'000'000;
 // A pass later than this after the previous one is not split (the state in between is unknown).
 inline constexpr int64_t kMaxPassGapNs = 5'000'000;
@@ -52,9 +54,9 @@ class ProgressClock {
   // One gate-thread pass at now_ns: the job's launches so far, and whether opportunistic work
   // on the GPU had work queued.
   void Pass(int64_t now_ns, uint64_t launches, bool beside);
-  // Ends a period at now_ns: the job's speed beside opportunistic work against alone, in
-  // permille (at most 1000; 0: no reading).
-  uint32_t ClosePeriod(int64_t now_ns);
+  // Ends a period: the job's speed beside opportunistic work against alone, in permille (at
+  // most 1000; 0: no reading).
+  uint32_t ClosePeriod();
   // Forgets the launch count (the counter is not fed for a while: the next pass starts over).
   void Pause() { started_ = false; }
 
@@ -82,7 +84,7 @@ class ProgressClock {
   Stretch beside_;      // this period's beside time
   Stretch period_alone_;  // this period's alone time (the trace)
   double alone_rate_ = 0;  // launches per ns alone (0: unknown)
-  int64_t alone_at_ = 0;   // when the newest alone sample was taken
+  int64_t ran_since_alone_ns_ = 0;  // passes with a launch since the newest alone sample
   double ratio_ = 0;       // beside over alone (0: none yet)
   Seen seen_;
 };

@@ -241,11 +241,11 @@ TEST(ComputeProgress, AJobLaunchingWithoutPauseIsReadByItsLaunches) {
   ProgressClock p;
   uint64_t n = 0;
   int64_t now = FeedProgress(p, 1'000'000'000, &n, 250, /*beside=*/false, 40);
-  EXPECT_EQ(p.ClosePeriod(now), 0u);  // alone only: a rate, no reading
+  EXPECT_EQ(p.ClosePeriod(), 0u);  // alone only: a rate, no reading
   now = FeedProgress(p, now, &n, 250, /*beside=*/true, 38);
-  EXPECT_NEAR(p.ClosePeriod(now), 950, 2);
+  EXPECT_NEAR(p.ClosePeriod(), 950, 2);
   now = FeedProgress(p, now, &n, 250, /*beside=*/true, 38);
-  EXPECT_NEAR(p.ClosePeriod(now), 950, 2);
+  EXPECT_NEAR(p.ClosePeriod(), 950, 2);
   // What the period saw, for the trace.
   EXPECT_EQ(p.seen().alone_ms, 0);
   EXPECT_EQ(p.seen().beside_ms, 250);
@@ -253,7 +253,7 @@ TEST(ComputeProgress, AJobLaunchingWithoutPauseIsReadByItsLaunches) {
   EXPECT_TRUE(p.seen().fresh);
   // Faster beside than alone (noise) reads as alone.
   now = FeedProgress(p, now, &n, 250, /*beside=*/true, 60);
-  EXPECT_EQ(p.ClosePeriod(now), 1000u);
+  EXPECT_EQ(p.ClosePeriod(), 1000u);
 }
 
 TEST(ComputeProgress, AJobThatIdlesBetweenBurstsIsNotReadByItsLaunches) {
@@ -262,18 +262,18 @@ TEST(ComputeProgress, AJobThatIdlesBetweenBurstsIsNotReadByItsLaunches) {
   ProgressClock p;
   uint64_t n = 0;
   int64_t now = FeedProgress(p, 0, &n, 250, false, 40, /*moving=*/5);
-  EXPECT_EQ(p.ClosePeriod(now), 0u);
+  EXPECT_EQ(p.ClosePeriod(), 0u);
   now = FeedProgress(p, now, &n, 250, true, 40, /*moving=*/10);
-  EXPECT_EQ(p.ClosePeriod(now), 0u);
+  EXPECT_EQ(p.ClosePeriod(), 0u);
   // Saturated alone; beside it waits longer for its kernels and launches in fewer passes: read
   // while it still launches in most of them, not once it launches in fewer than half (it waits
   // on something its launches do not measure).
   now = FeedProgress(p, now, &n, 250, false, 40);
-  EXPECT_EQ(p.ClosePeriod(now), 0u);
+  EXPECT_EQ(p.ClosePeriod(), 0u);
   now = FeedProgress(p, now, &n, 250, true, 40, /*moving=*/6);
-  EXPECT_NEAR(p.ClosePeriod(now), 600, 2);
+  EXPECT_NEAR(p.ClosePeriod(), 600, 2);
   now = FeedProgress(p, now, &n, 250, true, 40, /*moving=*/4);
-  EXPECT_EQ(p.ClosePeriod(now), 0u);
+  EXPECT_EQ(p.ClosePeriod(), 0u);
 }
 
 TEST(ComputeProgress, ShortStretchesAloneAddUpAcrossPeriods) {
@@ -283,58 +283,84 @@ TEST(ComputeProgress, ShortStretchesAloneAddUpAcrossPeriods) {
   uint64_t n = 0;
   int64_t now = FeedProgress(p, 0, &n, 60, false, 40);
   now = FeedProgress(p, now, &n, 190, true, 30);
-  EXPECT_EQ(p.ClosePeriod(now), 0u);  // 60 ms alone: no rate yet
+  EXPECT_EQ(p.ClosePeriod(), 0u);  // 60 ms alone: no rate yet
   EXPECT_LE(std::abs(p.seen().alone_ms - 60), 1);
   EXPECT_FALSE(p.seen().fresh);
   now = FeedProgress(p, now, &n, 250, true, 30);
-  EXPECT_EQ(p.ClosePeriod(now), 0u);
+  EXPECT_EQ(p.ClosePeriod(), 0u);
   now = FeedProgress(p, now, &n, 60, false, 40);
   now = FeedProgress(p, now, &n, 190, true, 30);
-  EXPECT_NEAR(p.ClosePeriod(now), 750, 2);  // 120 ms alone in all: a rate, and a reading
+  EXPECT_NEAR(p.ClosePeriod(), 750, 2);  // 120 ms alone in all: a rate, and a reading
   EXPECT_LE(std::abs(p.seen().alone_ms - 60), 1);
   EXPECT_TRUE(p.seen().fresh);
   // Fragments alone in which the job idles undo it: it is not read by its launches.
   now = FeedProgress(p, now, &n, 60, false, 40, /*moving=*/5);
   now = FeedProgress(p, now, &n, 190, true, 30);
-  EXPECT_NEAR(p.ClosePeriod(now), 750, 2);
+  EXPECT_NEAR(p.ClosePeriod(), 750, 2);
   now = FeedProgress(p, now, &n, 60, false, 40, /*moving=*/5);
   now = FeedProgress(p, now, &n, 190, true, 30);
-  EXPECT_EQ(p.ClosePeriod(now), 0u);
+  EXPECT_EQ(p.ClosePeriod(), 0u);
 }
 
 TEST(ComputeProgress, ARateAloneGoesStaleAndShortStretchesAreNoSample) {
   ProgressClock p;
   uint64_t n = 0;
   int64_t now = FeedProgress(p, 0, &n, 250, false, 40);
-  EXPECT_EQ(p.ClosePeriod(now), 0u);
+  EXPECT_EQ(p.ClosePeriod(), 0u);
   // Less than kMinStretchNs beside in a period: no reading.
   now = FeedProgress(p, now, &n, 50, true, 20);
   now = FeedProgress(p, now, &n, 200, false, 40);
-  EXPECT_EQ(p.ClosePeriod(now), 0u);
+  EXPECT_EQ(p.ClosePeriod(), 0u);
   now = FeedProgress(p, now, &n, 250, true, 20);
-  EXPECT_NEAR(p.ClosePeriod(now), 500, 2);
+  EXPECT_NEAR(p.ClosePeriod(), 500, 2);
   // Beside only for as long as the kernels' baselines keep, and a period or two more (their
   // pause comes then): the rate alone still holds.
   const int64_t alone_at = now;
   while (now - alone_at < kBaselineRefreshNs + 2 * kControlPeriodNs) {
     now = FeedProgress(p, now, &n, 250, true, 20);
-    ASSERT_NEAR(p.ClosePeriod(now), 500, 2) << (now - alone_at) / 1'000'000 << " ms after the rate alone";
+    ASSERT_NEAR(p.ClosePeriod(), 500, 2) << (now - alone_at) / 1'000'000 << " ms after the rate alone";
   }
   // Beside only for longer than kAloneRateFreshNs: the rate alone is stale.
   while (now - alone_at <= kAloneRateFreshNs) {
     now = FeedProgress(p, now, &n, 250, true, 20);
-    p.ClosePeriod(now);
+    p.ClosePeriod();
   }
   now = FeedProgress(p, now, &n, 250, true, 20);
-  EXPECT_EQ(p.ClosePeriod(now), 0u);
+  EXPECT_EQ(p.ClosePeriod(), 0u);
   // A pass after a long gap is not split: the launches in between count nowhere.
   now += 1'000'000'000;
   n += 1'000'000;
   p.Pass(now, n, true);
   now = FeedProgress(p, now, &n, 250, false, 40);
-  EXPECT_EQ(p.ClosePeriod(now), 0u);
+  EXPECT_EQ(p.ClosePeriod(), 0u);
   now = FeedProgress(p, now, &n, 250, true, 40);
-  EXPECT_NEAR(p.ClosePeriod(now), 1000, 2);
+  EXPECT_NEAR(p.ClosePeriod(), 1000, 2);
+}
+
+TEST(ComputeProgress, ARateAloneAgesWhileTheJobLaunchesNotWhileItRests) {
+  ProgressClock p;
+  uint64_t n = 0;
+  int64_t now = FeedProgress(p, 0, &n, 250, false, 40);
+  EXPECT_EQ(p.ClosePeriod(), 0u);
+  // Beside for most of kAloneRateFreshNs, then resting beside opportunistic work (passes
+  // without a launch) for longer than it, then launching again: the rate alone holds.
+  for (int64_t ran = 0; ran < kAloneRateFreshNs - 2 * kControlPeriodNs; ran += kControlPeriodNs) {
+    now = FeedProgress(p, now, &n, 250, true, 20);
+    ASSERT_NEAR(p.ClosePeriod(), 500, 2) << ran;
+  }
+  for (int64_t rest = 0; rest <= kAloneRateFreshNs; rest += kControlPeriodNs) {
+    now = FeedProgress(p, now, &n, 250, true, 20, /*moving=*/0);
+    p.ClosePeriod();
+  }
+  now = FeedProgress(p, now, &n, 250, true, 20);
+  EXPECT_NEAR(p.ClosePeriod(), 500, 2) << "a rest does not age the rate alone";
+  // Launching on past kAloneRateFreshNs: stale.
+  for (int i = 0; i < 8; ++i) {
+    now = FeedProgress(p, now, &n, 250, true, 20);
+    p.ClosePeriod();
+  }
+  now = FeedProgress(p, now, &n, 250, true, 20);
+  EXPECT_EQ(p.ClosePeriod(), 0u);
 }
 
 TEST(ComputeKernels, EachKernelIsJudgedAgainstItselfAlone) {
@@ -343,46 +369,46 @@ TEST(ComputeKernels, EachKernelIsJudgedAgainstItselfAlone) {
   const uint64_t large = KernelKey({.function = &k, .grid = {4096, 1, 1}, .block = {128, 1, 1}});
   ASSERT_NE(small, large) << "one function with another grid is another kernel";
   for (int i = 0; i < 4; ++i) {
-    k.Add(small, 10'000, /*beside=*/false, 0);
-    k.Add(large, 1'000'000, false, 0);
+    k.Add(small, 10'000, /*beside=*/false);
+    k.Add(large, 1'000'000, false);
   }
   EXPECT_DOUBLE_EQ(k.Baseline(small), 10'000);
   // Beside opportunistic work: the small kernel 20% slower, the large one as fast. A period of
   // mostly small kernels and one of mostly large ones each read their own kernels' slowdown,
   // whatever the mix: sum of baselines over sum of times.
-  for (int i = 0; i < 9; ++i) k.Add(small, 12'500, true, 1);
+  for (int i = 0; i < 9; ++i) k.Add(small, 12'500, true);
   KernelSignal s = k.ClosePeriod(1, 1);
   EXPECT_EQ(s.speed_permille, 800u);
   EXPECT_EQ(s.sequence, 1u);
   EXPECT_FALSE(s.wants_baseline);
-  for (int i = 0; i < 9; ++i) k.Add(large, 1'000'000, true, 2);
+  for (int i = 0; i < 9; ++i) k.Add(large, 1'000'000, true);
   s = k.ClosePeriod(2, 2);
   EXPECT_EQ(s.speed_permille, 1000u);
-  for (int i = 0; i < kMinSignalSamples - 1; ++i) k.Add(large, 2'000'000, true, 3);
+  for (int i = 0; i < kMinSignalSamples - 1; ++i) k.Add(large, 2'000'000, true);
   s = k.ClosePeriod(3, 3);
   EXPECT_FALSE(s.known()) << "too few samples to tell";
   EXPECT_TRUE(s.pending);
   // ... carried into the next period, which reads them together.
-  k.Add(large, 2'000'000, true, 4);
+  k.Add(large, 2'000'000, true);
   s = k.ClosePeriod(4, 4);
   EXPECT_EQ(s.speed_permille, 500u);
   EXPECT_FALSE(s.pending);
   // Faster than alone reads as alone.
-  for (int i = 0; i < kMinSignalSamples; ++i) k.Add(small, 5'000, true, 5);
+  for (int i = 0; i < kMinSignalSamples; ++i) k.Add(small, 5'000, true);
   EXPECT_EQ(k.ClosePeriod(5, 5).speed_permille, 1000u);
 }
 
 TEST(ComputeKernels, SamplesTooFewToReadAreCarriedForAFewPeriods) {
   KernelClock k;
   const uint64_t key = KernelKey({.function = &k, .grid = {2, 1, 1}});
-  for (int i = 0; i < 4; ++i) k.Add(key, 100'000, false, 0);
+  for (int i = 0; i < 4; ++i) k.Add(key, 100'000, false);
   k.ClosePeriod(0, 0);
   // Two samples a period beside opportunistic work, each twice as slow as alone: a reading
   // once four periods have eight, over their launches, time and waits together (the GPU busy
   // alone 40% of the time: 1 / (1 + 0.4)).
   KernelSignal s;
   for (uint32_t p = 1; p <= 4; ++p) {
-    for (int i = 0; i < 2; ++i) k.Add(key, 200'000, true, p);
+    for (int i = 0; i < 2; ++i) k.Add(key, 200'000, true);
     s = k.ClosePeriod(p, p, 1000, kControlPeriodNs, -1);
     if (p < 4) {
       EXPECT_FALSE(s.known()) << p;
@@ -393,18 +419,18 @@ TEST(ComputeKernels, SamplesTooFewToReadAreCarriedForAFewPeriods) {
   EXPECT_FALSE(s.pending);
   // Waits known in every period bound it over their sum; one period's unknown waits, not.
   for (uint32_t p = 5; p <= 8; ++p) {
-    for (int i = 0; i < 2; ++i) k.Add(key, 200'000, true, p);
+    for (int i = 0; i < 2; ++i) k.Add(key, 200'000, true);
     s = k.ClosePeriod(p, p, 1000, kControlPeriodNs, 2'500'000);
   }
   EXPECT_EQ(s.speed_permille, 990u) << "waited 10 ms of 1 s";
   for (uint32_t p = 9; p <= 12; ++p) {
-    for (int i = 0; i < 2; ++i) k.Add(key, 200'000, true, p);
+    for (int i = 0; i < 2; ++i) k.Add(key, 200'000, true);
     s = k.ClosePeriod(p, p, 1000, kControlPeriodNs, p == 10 ? -1 : 2'500'000);
   }
   EXPECT_EQ(s.speed_permille, 714u);
   // Three samples, then none: after kMaxCarriedPeriods they are dropped, too old to read
   // together, and no reading is pending.
-  for (int i = 0; i < 3; ++i) k.Add(key, 200'000, true, 13);
+  for (int i = 0; i < 3; ++i) k.Add(key, 200'000, true);
   for (uint32_t p = 13; p < 13 + kMaxCarriedPeriods; ++p) {
     s = k.ClosePeriod(p, p);
     EXPECT_FALSE(s.known()) << p;
@@ -417,11 +443,11 @@ TEST(ComputeKernels, SamplesTooFewToReadAreCarriedForAFewPeriods) {
 TEST(ComputeKernels, AJobLosesAtMostItsBusyShareOfItsKernelsSlowdown) {
   KernelClock k;
   const uint64_t key = KernelKey({.function = &k, .grid = {8, 1, 1}});
-  for (int i = 0; i < 4; ++i) k.Add(key, 100'000, false, 0);
+  for (int i = 0; i < 4; ++i) k.Add(key, 100'000, false);
   k.ClosePeriod(0, 1);
   // Beside opportunistic work its kernels take 1.25x as long (r = 0.8).
   const auto period = [&](uint64_t launches) {
-    for (int i = 0; i < kMinSignalSamples; ++i) k.Add(key, 125'000, true, 1);
+    for (int i = 0; i < kMinSignalSamples; ++i) k.Add(key, 125'000, true);
     return k.ClosePeriod(1, 1, launches, kControlPeriodNs).speed_permille;
   };
   // 2500 launches of 100 us alone in 250 ms: the GPU busy all the time; the job loses all of it.
@@ -436,11 +462,11 @@ TEST(ComputeKernels, AJobLosesAtMostItsBusyShareOfItsKernelsSlowdown) {
 TEST(ComputeKernels, AJobLosesAtMostWhatItsHostWaitedOnTheGpu) {
   KernelClock k;
   const uint64_t key = KernelKey({.function = &k, .grid = {8, 1, 1}});
-  for (int i = 0; i < 4; ++i) k.Add(key, 100'000, false, 0);
+  for (int i = 0; i < 4; ++i) k.Add(key, 100'000, false);
   k.ClosePeriod(0, 1);
   // Kernels 1.25x as long beside opportunistic work (r = 0.8), the GPU busy all the time.
   const auto period = [&](int64_t waited_ns) {
-    for (int i = 0; i < kMinSignalSamples; ++i) k.Add(key, 125'000, true, 1);
+    for (int i = 0; i < kMinSignalSamples; ++i) k.Add(key, 125'000, true);
     return k.ClosePeriod(1, 1, 2500, kControlPeriodNs, waited_ns).speed_permille;
   };
   // The host waited 5 ms of 250 on the GPU: the job lost at most 2% (1 / 1.02).
@@ -454,23 +480,64 @@ TEST(ComputeKernels, AJobLosesAtMostWhatItsHostWaitedOnTheGpu) {
 
 TEST(ComputeKernels, KernelsWithoutABaselineAskForOne) {
   KernelClock k;
-  for (unsigned i = 0; i < 2 * kMinSignalSamples; ++i) k.Add(KernelKey({.function = &k, .grid = {i, 1, 1}}), 1000, true, 1);
+  for (unsigned i = 0; i < 2 * kMinSignalSamples; ++i) k.Add(KernelKey({.function = &k, .grid = {i, 1, 1}}), 1000, true);
   KernelSignal s = k.ClosePeriod(1, 1);
   EXPECT_FALSE(s.known());
   EXPECT_TRUE(s.wants_baseline) << "none of the kernels beside opportunistic work has a time alone";
   // Alone samples give baselines; the next period reads.
   const uint64_t key = KernelKey({.function = &k, .grid = {1, 1, 1}});
-  k.Add(key, 1000, false, 2);
-  for (int i = 0; i < kMinSignalSamples; ++i) k.Add(key, 1000, true, 2);
+  k.Add(key, 1000, false);
+  for (int i = 0; i < kMinSignalSamples; ++i) k.Add(key, 1000, true);
   s = k.ClosePeriod(2, 2);
   EXPECT_EQ(s.speed_permille, 1000u);
   EXPECT_FALSE(s.wants_baseline);
-  // A stale baseline: asked for again while opportunistic work runs.
-  for (int i = 0; i < kMinSignalSamples; ++i) k.Add(key, 1000, true, 2 + kBaselineRefreshNs + 1);
-  s = k.ClosePeriod(2 + kBaselineRefreshNs + 1, 3);
-  EXPECT_TRUE(s.known());
+  // A stale baseline, once the job ran kBaselineRefreshNs beside opportunistic work: asked for
+  // again while opportunistic work runs.
+  int64_t now = 2;
+  uint32_t seq = 3;
+  for (int64_t ran = 0; ran <= kBaselineRefreshNs; ran += kControlPeriodNs) {
+    for (int i = 0; i < kMinSignalSamples; ++i) k.Add(key, 1000, true);
+    now += kControlPeriodNs;
+    s = k.ClosePeriod(now, seq++, 100, kControlPeriodNs);
+    EXPECT_TRUE(s.known());
+    if (ran + kControlPeriodNs < kBaselineRefreshNs) {
+      ASSERT_FALSE(s.wants_baseline) << ran;
+    }
+  }
   EXPECT_TRUE(s.wants_baseline);
-  EXPECT_FALSE(k.ClosePeriod(2 + kBaselineRefreshNs + 2, 4).wants_baseline) << "no opportunistic work: nothing to judge";
+  EXPECT_FALSE(k.ClosePeriod(now + 1, seq++).wants_baseline) << "no opportunistic work: nothing to judge";
+}
+
+TEST(ComputeKernels, ABaselineAgesWhileTheJobRunsNotWhileItRests) {
+  KernelClock k;
+  const uint64_t key = KernelKey({.function = &k, .grid = {7, 1, 1}});
+  int64_t now = 1;
+  uint32_t seq = 1;
+  k.Add(key, 1000, false);
+  k.ClosePeriod(now, seq++, 100, kControlPeriodNs);
+  // Beside opportunistic work for half the refresh time, a minute's rest, and back: the
+  // periods spanning rests (not timed, or timed across the rest) count at most a second.
+  const auto run = [&](int64_t for_ns) {
+    KernelSignal s;
+    for (int64_t t = 0; t < for_ns; t += kControlPeriodNs) {
+      for (int i = 0; i < kMinSignalSamples; ++i) k.Add(key, 1000, true);
+      now += kControlPeriodNs;
+      s = k.ClosePeriod(now, seq++, 100, kControlPeriodNs);
+    }
+    return s;
+  };
+  EXPECT_FALSE(run(kBaselineRefreshNs / 2).wants_baseline);
+  now += 60'000'000'000;
+  for (int i = 0; i < kMinSignalSamples; ++i) k.Add(key, 1000, true);
+  EXPECT_FALSE(k.ClosePeriod(now, seq++, 100, 60'000'000'000).wants_baseline) << "a rest timed as one period";
+  now += 60'000'000'000;
+  for (int i = 0; i < kMinSignalSamples; ++i) k.Add(key, 1000, true);
+  EXPECT_FALSE(k.ClosePeriod(now, seq++).wants_baseline) << "a rest in a period not timed";
+  EXPECT_FALSE(run(kBaselineRefreshNs / 2 - 3 * kMaxCountedPeriodNs).wants_baseline);
+  EXPECT_TRUE(run(4 * kMaxCountedPeriodNs).wants_baseline) << "it ran past the refresh time: stale";
+  // A fresh alone sample renews it.
+  k.Add(key, 1000, false);
+  EXPECT_FALSE(run(kControlPeriodNs).wants_baseline);
 }
 
 TEST(ComputeKernels, TheSignalPacksIntoOneWord) {
