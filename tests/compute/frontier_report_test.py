@@ -326,8 +326,16 @@ class InterleavedTest(unittest.TestCase):
         for r in rounds:
             self.assertEqual({cfg for cfg, _ in r}, every)
             self.assertEqual(sum(cfg == "solo" for cfg, _ in r), 2)
-        self.assertEqual(rounds[1][0], rounds[0][1])  # each round starts one phase later
+        # Each round starts one phase later, every other round backwards: the phase after
+        # gslice-mps-0.97 in one round comes before it in the next.
+        self.assertEqual(rounds[1][::-1][0], rounds[0][1])
         self.assertEqual(rounds[2][0], rounds[0][2])
+        self.assertEqual(rounds[1], rounds[0][:1] + rounds[0][1:][::-1])
+        def after(phases, cfg):
+            names = [c for c, _ in phases]
+            i = names.index(cfg) + 1
+            return names[i] if i < len(names) else None
+        self.assertNotEqual(after(rounds[0], "gslice-mps-0.97"), after(rounds[1], "gslice-mps-0.97"))
         self.assertEqual(set(run.configs), every)
         specs = run.proc_specs
         self.assertEqual(specs["o50p1"][2]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "50")

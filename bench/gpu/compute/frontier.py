@@ -34,8 +34,9 @@ while every configuration takes its turn: a guaranteed MPS client (alone: the so
 opportunistic MPS clients, one per thread percentage and priority (the one at 100 and normal
 priority also alone: the other solo phase), and gslice's guaranteed processes, one per
 protection level, beside one gslice opportunistic process. Each of R rounds gives every
-configuration a phase of FRONTIER_WINDOW_S / R seconds, the order rotated a phase a round,
-and each figure is against the solo phases of the same run. Separate runs minutes apart put
+configuration a phase of FRONTIER_WINDOW_S / R seconds, the order rotated a phase a round
+and every other round run backwards (so no configuration always comes first after another, or
+after a process's rest), and each figure is against the solo phases of the same run. Separate runs minutes apart put
 the host's drift into every figure (on a two-GPU H200 host, ResNet-50 alone moved from 50 to
 43 steps/s between the solo runs before and after, both GPUs alike); interleaved, each
 comparison is seconds to minutes apart. The time-slicing configuration runs a native pair of
@@ -255,7 +256,7 @@ def interleaved_run(pair, part=0):
     client (the solo phases' and the plain MPS configurations'), one opportunistic MPS client
     per thread percentage and priority, one gslice guaranteed process per protection level and
     one gslice opportunistic process, and a native pair for time-slicing (FRONTIER_TIMESLICE);
-    each round gives every configuration one phase, rotated. With FRONTIER_SPLIT=S, part k of
+    each round gives every configuration one phase, rotated, every other round backwards. With FRONTIER_SPLIT=S, part k of
     S: the configurations in order of importance dealt in turn (the k-th, the k+S-th, ...),
     each part with solo phases of its own, and only the processes its phases need."""
     specs = {"g": ("g", None, mps_client(100, 0), ()), "o100p0": ("o", None, mps_client(100, 0), ())}
@@ -286,7 +287,14 @@ def interleaved_run(pair, part=0):
     n = len(pattern)
     # Every process works through its warm-up until the phases start; the first phase, which
     # nobody works in, lets the GPU drain what they queued.
-    phases = [("drain", {})] + [pattern[(k + i) % n] for k in range(INTERLEAVE) for i in range(n)]
+    # Round k starts at the pattern's k-th entry, and every other round runs backwards: a process
+    # that rests between its phases comes back in a different configuration round by round
+    # (gslice's opportunistic one works through its levels' phases back to back, so rotated
+    # alone its first level would always take the cost of its return).
+    def round_order(k):
+        order = [pattern[(k + i) % n] for i in range(n)]
+        return order[::-1] if k % 2 else order
+    phases = [("drain", {})] + [p for k in range(INTERLEAVE) for p in round_order(k)]
     name = "interleaved" if SPLIT == 1 else f"interleaved-{part + 1}of{SPLIT}"
     r = Run(pair, name, True, phases, SETTLE_S, 1, window=WINDOW_S / INTERLEAVE)
     r.configs, r.proc_specs, r.memory, r.rest = configs, specs, SHARED_MEMORY, ("--rest",)
@@ -379,6 +387,7 @@ def settings():
     return {"pairs": PAIRS, "protect": PROTECT, "mps_pct": MPS_PCT, "mps_pct_of_prio": MPS_PCT_OF, "mps_prio": MPS_PRIO, "gslice_mps": GSLICE_MPS_MODE,
             "gslice_prio": GSLICE_PRIO,
             "lanes": LANES, "interleave": INTERLEAVE,
+            "round_order": "rotated one phase a round, every other round backwards",
             "window_s": WINDOW_S, "settle_s": SETTLE_S, "lead_s": LEAD_S, "budget_s": BUDGET_S,
             "server_load": suite.SERVER_LOAD}
 
@@ -430,7 +439,7 @@ def print_plan(runs, lane=None):
             print(f"  phase {i + 1}: {cfg}: {who}, "
                   f"{r.settle:g} s unmeasured + {r.window:g} s measured")
         if len(shown_phases) < len(r.phases):
-            print(f"  ... {INTERLEAVE} rounds of these after the first, each starting one phase later "
+            print(f"  ... {INTERLEAVE} rounds of these after the first, each starting one phase later, every other one backwards "
                   f"({len(r.phases)} phases)")
         # The server's service time, measured in the latency pair's solo-before run, stands in
         # as a placeholder.

@@ -365,7 +365,8 @@ def markdown(doc):
         k = st["interleave"]
         out.append(f"Each pair ran as one set of processes on MPS in which every configuration, the solo phases "
                    f"included, took one phase of {st.get('window_s', 0) / k:g} s (after {st.get('settle_s', '?')} s "
-                   f"unmeasured) in each of {k} rounds, the order rotated one phase a round: each configuration is "
+                   f"unmeasured) in each of {k} rounds, the order {st.get('round_order', 'rotated one phase a round')}: "
+                   f"each configuration is "
                    f"measured over {st.get('window_s', '?')} s, against the same run's solo phases, minutes apart "
                    f"at most. gslice's processes are started once; its controller meets every transition "
                    f"(a guaranteed job starting beside opportunistic work, and stopping) once a round, inside "
