@@ -508,6 +508,19 @@ TEST(ComputeKernels, KernelsWithoutABaselineAskForOne) {
   EXPECT_FALSE(k.ClosePeriod(now + 1, seq++).wants_baseline) << "no opportunistic work: nothing to judge";
 }
 
+TEST(ComputeKernels, APeriodAcrossARestIsNotReadAsIdle) {
+  // A job that keeps the GPU half busy alone (500 launches of 1 ms kernels a second), back from
+  // a minute's rest beside opportunistic work that doubles its kernels' times: the period timed
+  // across the rest counts 1 s, not 61, so the reading is 1 / (1 + 0.5 (2 - 1)), not nearly 1.
+  KernelClock k;
+  const uint64_t key = KernelKey({.function = &k, .grid = {9, 1, 1}});
+  k.Add(key, 1'000'000, false);
+  k.ClosePeriod(1, 1, 100, kControlPeriodNs);
+  for (int i = 0; i < kMinSignalSamples; ++i) k.Add(key, 2'000'000, true);
+  const KernelSignal s = k.ClosePeriod(1 + 61'000'000'000, 2, 500, 61'000'000'000);
+  EXPECT_NEAR(s.speed_permille, 667, 2);
+}
+
 TEST(ComputeKernels, ABaselineAgesWhileTheJobRunsNotWhileItRests) {
   KernelClock k;
   const uint64_t key = KernelKey({.function = &k, .grid = {7, 1, 1}});
