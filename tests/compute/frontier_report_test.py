@@ -144,6 +144,20 @@ class SelectionTest(unittest.TestCase):
             os.unlink(f.name)
 
 
+class SoloOutlierTest(unittest.TestCase):
+    def test_a_solo_round_far_over_the_others_is_named(self):
+        solo = latency("solo", "solo", 60.0, 20)
+        solo["g"]["rounds"] = [24.0, 32.0, 272.0, 37.0]
+        d = doc([solo, latency("mps-100-p1", "mps", 33.0, 19, mps_pct=100, mps_prio=1)])
+        d["settings"]["interleave"] = 4
+        self.assertEqual(report.solo_outliers(d, "latency"), [(0, 3, 272.0, 32.0)])
+        self.assertIn("**Solo round 3 of lane 0:** the server's p99 272.0 ms, 8.5× the other solo rounds' median",
+                      report.markdown(d))
+        solo["g"]["rounds"] = [24.0, 32.0, 90.0, 37.0]  # under 3× the others' median: noise, not named
+        self.assertEqual(report.solo_outliers(d, "latency"), [])
+        self.assertNotIn("Solo round", report.markdown(d))
+
+
 class LanesTest(unittest.TestCase):
     def test_lanes_are_judged_against_their_own_solo_runs(self):
         # Two lanes of the training pair on two GPUs, the second GPU 10% slower all along:

@@ -111,6 +111,28 @@ def solo(doc, pair, lane=0):
     return out
 
 
+# A solo round's server p99 over the median of the run's other solo rounds above which the
+# report says the lane's p99 ratios rest on that round (one hiccup in a short phase).
+SOLO_OUTLIER = 3.0
+
+
+def solo_outliers(doc, pair):
+    """The latency pair's interleaved solo rounds whose p99 is over SOLO_OUTLIER times the
+    median of the others, as (lane, round number from 1, its p99, the others' median)."""
+    if pair != "latency" or not interleaved(doc):
+        return []
+    out = []
+    for c in configs(doc, pair):
+        if c["config"] != "solo":
+            continue
+        rounds = (c.get("g") or {}).get("rounds") or []
+        for i, x in enumerate(rounds):
+            others = [y for j, y in enumerate(rounds) if j != i and y]
+            if x and len(others) >= 2 and x > SOLO_OUTLIER * statistics.median(others):
+                out.append((lane_of(c), i + 1, x, statistics.median(others)))
+    return out
+
+
 def paired(xs, ys):
     """The mean of round-by-round differences xs[k] - ys[k] and its standard error, or None
     for fewer than two rounds: two configurations of one interleaved run are seconds to
@@ -420,6 +442,10 @@ def markdown(doc):
         if per_round:
             out.append("\nPer round: the configuration's figure over the solo phase's of the same round (the "
                        "server: solo p99 over its p99), each round's, in the order run.")
+        for lane, k, x, m in solo_outliers(doc, pair):
+            out.append(f"\n**Solo round {k} of lane {lane}:** the server's p99 {x:.1f} ms, {x / m:.1f}× the other "
+                       f"solo rounds' median ({m:.1f} ms): the lane's p99 ratios (× solo) rest on that one phase; "
+                       "its other rounds' figures are in the per-round column.")
         out.append("")
     out.append("## At each protection level\n")
     out.append("gslice against the plain configuration (time-slicing or MPS) with the most opportunistic "
