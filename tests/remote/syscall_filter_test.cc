@@ -175,13 +175,25 @@ TEST(SyscallFilter, LetsAWorkerWork) {
 #if defined(__x86_64__)
 TEST(SyscallFilter, KillsOtherArchitecturesCalls) {
   // i386's getpid (20) through int 0x80: another architecture's numbers.
-  const ChildEnd i386 = InChild([](int fd) {
-    Install(fd);
-    long rc = 20;
-    asm volatile("int $0x80" : "+a"(rc) : : "memory");
-    Say(fd, "an i386 call returned " + std::to_string(rc));
-  });
-  EXPECT_TRUE(WIFSIGNALED(i386.status) && WTERMSIG(i386.status) == SIGSYS) << "status " << i386.status << ": " << i386.said;
+  const auto i386_call = [](bool filtered) {
+    return InChild([filtered](int fd) {
+      if (filtered) Install(fd);
+      long rc = 20;
+      asm volatile("int $0x80" : "+a"(rc) : : "memory");
+      Say(fd, "an i386 call returned " + std::to_string(rc));
+    });
+  };
+  // A kernel without i386 emulation (ia32_emulation=0) faults on int 0x80 before any filter
+  // sees it (a SIGSEGV, or a sanitizer's report of one): there the call cannot return either,
+  // and that is all the filter could add.
+  const ChildEnd bare = i386_call(false);
+  const ChildEnd i386 = i386_call(true);
+  if (bare.said.find("returned") == std::string::npos) {
+    EXPECT_EQ(i386.said.find("returned"), std::string::npos) << i386.said;
+    EXPECT_FALSE(WIFEXITED(i386.status) && WEXITSTATUS(i386.status) == 0) << "this kernel has no i386 entry";
+  } else {
+    EXPECT_TRUE(WIFSIGNALED(i386.status) && WTERMSIG(i386.status) == SIGSYS) << "status " << i386.status << ": " << i386.said;
+  }
   // x32's getpid (39 | 0x40000000).
   const ChildEnd x32 = InChild([](int fd) {
     Install(fd);
