@@ -401,6 +401,37 @@ class InterleavedTest(unittest.TestCase):
         for lane in lanes:
             self.assertLessEqual(sum(r.estimate() for r in lane) + frontier.SUITE_S + frontier.MPS_SWITCH_S, 600)
 
+    def test_gslice_caps_by_the_sms_and_by_time_side_by_side(self):
+        frontier = load_frontier(FRONTIER_PAIRS="train", FRONTIER_PROTECT="0.97,0.90", FRONTIER_MPS_PCT="100,50",
+                                 FRONTIER_MPS_PRIO="1", FRONTIER_GSLICE_CAP="50", FRONTIER_INTERLEAVE="4",
+                                 FRONTIER_WINDOW_S="40", FRONTIER_TIMESLICE="0")
+        run = frontier.plan()[0]
+        self.assertEqual(set(run.configs), {"solo", "mps-100-p1", "mps-50-p1", "gslice-mps-0.97", "gslice-mps-0.90",
+                                            "gslice-mps-0.97-cap50", "gslice-mps-0.97-cap50-time"})
+        self.assertEqual(run.configs["gslice-mps-0.97-cap50-time"]["cap_by"], "time")
+        rounds = [run.phases[1 + 8 * k:1 + 8 * (k + 1)] for k in range(4)]
+        for r in rounds:
+            self.assertIn(("gslice-mps-0.97-cap50", {"g": "G0.97", "o": "Oc50"}), r)
+            self.assertIn(("gslice-mps-0.97-cap50-time", {"g": "G0.97", "o": "Oc50t"}), r)
+        argv = {i: a for i, a, _ in run.procs(None, {"CUDA_MPS_PIPE_DIRECTORY": "/p"})}
+        # By the SMs: gslice's own MPS settings for the cap; by time: 100% of the SMs over them.
+        a = argv["Oc50"]
+        self.assertIn("--cap=50%", a[:a.index("--")])
+        self.assertEqual(a[a.index("--") + 1], frontier.suite.PY)
+        a = argv["Oc50t"]
+        self.assertIn("--cap=50%", a[:a.index("--")])
+        self.assertEqual(a[a.index("--") + 1:a.index("--") + 3], ["env", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100"])
+        # The report shows them and judges only gslice's own configuration at each level.
+        configs = [dict({"pair": "train", "config": name, "status": "ok", "lane": 0,
+                         "g": {"steps_per_s": 40 * (1 if name == "solo" else 0.95), "finite": True, "rounds": [40] * 4},
+                         "o": {"steps_per_s": 30 * (1 if name == "solo" else 0.5), "finite": True, "rounds": [30] * 4}},
+                        **attrs) for name, attrs in run.configs.items()]
+        d = doc(configs)
+        d["settings"].update(interleave=4, protect=[0.97, 0.90])
+        self.assertEqual({v["mode"] for v in report.frontier(d, "train")}, {"gslice-mps"})
+        md = report.markdown(d)
+        self.assertIn("| gslice-mps-0.97-cap50-time | 0.950 | 0.500 |", md)
+
     def test_gslice_opportunistic_priorities_side_by_side(self):
         frontier = load_frontier(FRONTIER_PAIRS="train", FRONTIER_PROTECT="0.90", FRONTIER_MPS_PCT="100",
                                  FRONTIER_MPS_PRIO="1,0", FRONTIER_GSLICE_PRIO="1,0", FRONTIER_INTERLEAVE="4",

@@ -23,6 +23,10 @@ Configurations, per pair:
   gslice-mps-P-pQ          interleaved only (FRONTIER_GSLICE_PRIO): gslice-mps-P with the
                            opportunistic program started at CUDA_MPS_CLIENT_PRIORITY=Q, over
                            the priority gslice gives it
+  gslice-mps-P-capC(-time) interleaved only (FRONTIER_GSLICE_CAP): the first level's guaranteed
+                           process beside gslice's opportunistic job capped at C%, by the SMs
+                           and the gate (`--cap=C%`), or by time alone (-time: its program at
+                           100% of the SMs over gslice's setting); shown, not judged
 A run is one set of processes working through phases (suite.run_config): solo-before's
 processes also give timeslice, and one guaranteed MPS client works beside each of one
 priority's opportunistic clients in turn, so a process's start-up (about 20 s) is paid once
@@ -98,6 +102,13 @@ MPS_PCT_OF = {q: ints(f"FRONTIER_MPS_PCT_P{q}", ",".join(map(str, MPS_PCT))) for
 # Q, its program's environment setting it over gslice's (gslice-mps-P-pQ); unset: one, at the
 # priority gslice gives it (gslice-mps-P).
 GSLICE_PRIO = ints("FRONTIER_GSLICE_PRIO", "")
+# FRONTIER_GSLICE_CAP=C[,C]: interleaved, beside the first protection level's guaranteed
+# process, gslice's opportunistic job with a hard cap of C%, held two ways: by the SMs
+# (`--cap=C%`: its MPS client at C% of the SMs, the gate holding the rest; gslice-mps-P-capC)
+# and by time alone (the same, its program's environment setting 100% of the SMs over
+# gslice's: gslice-mps-P-capC-time). Which one buys back a loss that plain MPS's thread cap
+# buys back says which actuator a controller needs.
+GSLICE_CAP = ints("FRONTIER_GSLICE_CAP", "")
 # FRONTIER_SPLIT=S: interleaved, each pair's configurations split over S runs, each with its
 # own solo phases: with FRONTIER_GPUS, a run a GPU (see the top).
 SPLIT = max(1, int(os.environ.get("FRONTIER_SPLIT", "1") or "1"))
@@ -279,6 +290,14 @@ def interleaved_run(pair, part=0):
                             {"kind": "gslice-mps", "protect": x, "gslice_prio": q}))
     for o, _, q in opps if PROTECT else []:
         specs[o] = ("o", ("--class=opportunistic",), {} if q is None else {"CUDA_MPS_CLIENT_PRIORITY": str(q)}, ())
+    for cap in GSLICE_CAP if PROTECT else []:
+        x = PROTECT[0]
+        for by, over in (("sms", {}), ("time", {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "100"})):
+            ident = f"Oc{cap}" + ("t" if by == "time" else "")
+            specs[ident] = ("o", ("--class=opportunistic", f"--cap={cap}%"), over, ())
+            entries.append((f"gslice-mps-{fmt_level(x)}-cap{cap}" + ("-time" if by == "time" else ""),
+                            {"g": f"G{fmt_level(x)}", "o": ident},
+                            {"kind": "gslice-mps-cap", "protect": x, "gslice_cap": cap, "cap_by": by}))
     mine = entries[part::SPLIT]
     pattern = solos + [(name, roles) for name, roles, _ in mine]
     configs = {"solo": {"kind": "solo"}, **{name: attrs for name, _, attrs in mine}}
@@ -373,6 +392,10 @@ def check_env():
     if any(q not in (0, 1) for q in GSLICE_PRIO) or len(set(GSLICE_PRIO)) < len(GSLICE_PRIO):
         sys.exit(f"frontier.py: FRONTIER_GSLICE_PRIO {GSLICE_PRIO}: client priorities 0 (normal) or 1 (below normal), "
                  "each once")
+    if any(not 1 <= c <= 100 for c in GSLICE_CAP) or len(set(GSLICE_CAP)) < len(GSLICE_CAP):
+        sys.exit(f"frontier.py: FRONTIER_GSLICE_CAP {GSLICE_CAP}: caps in percent, 1..100, each once")
+    if GSLICE_CAP and not (INTERLEAVE and PROTECT):
+        sys.exit("frontier.py: FRONTIER_GSLICE_CAP needs FRONTIER_INTERLEAVE and a protection level")
     if GSLICE_PRIO and not INTERLEAVE:
         sys.exit("frontier.py: FRONTIER_GSLICE_PRIO needs FRONTIER_INTERLEAVE (gslice's priorities side by side)")
     if INTERLEAVE < 0 or (INTERLEAVE and WINDOW_S / INTERLEAVE < 5):
@@ -385,7 +408,7 @@ def check_env():
 
 def settings():
     return {"pairs": PAIRS, "protect": PROTECT, "mps_pct": MPS_PCT, "mps_pct_of_prio": MPS_PCT_OF, "mps_prio": MPS_PRIO, "gslice_mps": GSLICE_MPS_MODE,
-            "gslice_prio": GSLICE_PRIO,
+            "gslice_prio": GSLICE_PRIO, "gslice_cap": GSLICE_CAP,
             "lanes": LANES, "interleave": INTERLEAVE,
             "round_order": "rotated one phase a round, every other round backwards",
             "window_s": WINDOW_S, "settle_s": SETTLE_S, "lead_s": LEAD_S, "budget_s": BUDGET_S,

@@ -408,7 +408,10 @@ def markdown(doc):
                "(0 normal, 1 below normal), the guaranteed one at 100 and 0; `gslice-P` `gslice run --class guaranteed "
                "--protect P` beside `gslice run --class opportunistic`, time-sliced; `gslice-mps-P` the same as MPS "
                "clients; `gslice-mps-P-pQ` that with the opportunistic program's environment setting "
-               "`CUDA_MPS_CLIENT_PRIORITY=Q` over gslice's.\n")
+               "`CUDA_MPS_CLIENT_PRIORITY=Q` over gslice's; `gslice-mps-P-capC` the opportunistic job with "
+               "`--cap=C%` (on MPS: C% of the SMs, the gate holding the rest), `gslice-mps-P-capC-time` the same "
+               "with its program's environment setting `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100` (the cap held by "
+               "time alone); these two are shown, not judged.\n")
     out.append("## Solo runs\n")
     out.append("| pair | job | before | after | after / before |")
     out.append("|---|---|---|---|---|")
