@@ -414,7 +414,7 @@ bool TimeKernels(Device& d, int64_t now, bool read_samples) {
   const int64_t waited_ns = blocked || waits == k.period_waits ? -1 : waited - k.period_waited_ns;
   k.period_waits = waits;
   k.period_waited_ns = waited;
-  KernelSignal signal = k.clock.ClosePeriod(now, k.sequence, launches - k.period_launches, period_ns, waited_ns);
+  KernelSignal signal = k.clock.ClosePeriod(k.sequence, launches - k.period_launches, period_ns, waited_ns);
   k.period_launches = launches;
   k.wants_baseline = signal.wants_baseline;
   // A job that launches without pause is read by its launches where they say more than the

@@ -63,7 +63,6 @@ void KernelClock::Add(uint64_t key, int64_t gpu_ns, bool beside_opportunistic) {
   const double t = static_cast<double>(gpu_ns);
   all_sum_ += t;
   ++all_;
-  ++period_samples_;
   if (!beside_opportunistic) {
     Entry* e = Find(key, /*insert=*/true);
     if (e == nullptr) return;
@@ -91,16 +90,10 @@ void KernelClock::StartWindow() {
   counted_ = true;
 }
 
-KernelSignal KernelClock::ClosePeriod(int64_t now_ns, uint32_t sequence, uint64_t launches, int64_t period_ns,
-                                      int64_t waited_ns) {
+KernelSignal KernelClock::ClosePeriod(uint32_t sequence, uint64_t launches, int64_t period_ns, int64_t waited_ns) {
   KernelSignal s{.sequence = sequence};
-  // A period that was not timed lasted since the last one closed.
-  const int64_t since_last = last_close_ns_ > 0 && now_ns > last_close_ns_ ? now_ns - last_close_ns_ : 0;
-  last_close_ns_ = now_ns;
-  const int64_t counted_ns = std::min(period_ns > 0 ? period_ns : since_last, kMaxCountedPeriodNs);
-  if (launches > 0 || period_samples_ > 0) ran_since_alone_ns_ += counted_ns;
-  period_samples_ = 0;
-  if (period_ns > kMaxCountedPeriodNs) period_ns = kMaxCountedPeriodNs;
+  period_ns = std::min(period_ns, kMaxCountedPeriodNs);
+  if (period_ns > 0 && (launches > 0 || period_beside_ > 0)) ran_since_alone_ns_ += period_ns;
   counted_ = counted_ && launches > 0 && period_ns > 0;
   launches_ += launches;
   span_ns_ += period_ns;

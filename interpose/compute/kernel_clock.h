@@ -91,13 +91,11 @@ class KernelClock {
   // One sampled kernel: its key, its GPU time, and whether opportunistic work had work queued
   // while it ran (else it was alone).
   void Add(uint64_t key, int64_t gpu_ns, bool beside_opportunistic);
-  // Ends a period of period_ns at now_ns (0: not timed, since the last ClosePeriod; either
-  // counted at most kMaxCountedPeriodNs) in which the job made `launches` launches (0: not
-  // counted) and its host waited waited_ns on the GPU (-1: not known, or a launch found the
+  // Ends a period of period_ns (0: not timed; counted at most kMaxCountedPeriodNs)
+  // in which the job made `launches` launches (0: not counted) and its host waited waited_ns on the GPU (-1: not known, or a launch found the
   // queue full; no cap): its reading, numbered `sequence` (over the periods carried into it),
   // and starts the next.
-  KernelSignal ClosePeriod(int64_t now_ns, uint32_t sequence, uint64_t launches = 0, int64_t period_ns = 0,
-                           int64_t waited_ns = -1);
+  KernelSignal ClosePeriod(uint32_t sequence, uint64_t launches = 0, int64_t period_ns = 0, int64_t waited_ns = -1);
   // The kernel's baseline, ns (0: none).
   double Baseline(uint64_t key) const;
   int kernels() const { return used_; }
@@ -113,11 +111,9 @@ class KernelClock {
   Entry table_[kKernelTableSize];
   int used_ = 0;
   bool any_alone_ = false;
-  // Time the job ran (periods with launches or samples, each at most kMaxCountedPeriodNs)
-  // since its newest baseline sample, and when the last period closed.
+  // Time the job ran (timed periods with launches or samples beside opportunistic work, each
+  // at most kMaxCountedPeriodNs) since its newest baseline sample.
   int64_t ran_since_alone_ns_ = 0;
-  int64_t last_close_ns_ = 0;
-  int period_samples_ = 0;  // the period's samples, alone or beside
   void StartWindow();
   // The reading's window so far (this period and those carried into it): beside-opportunistic
   // samples with a baseline (their baselines' and times' sums), every sample's time, alone or

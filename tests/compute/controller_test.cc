@@ -377,39 +377,39 @@ TEST(ComputeKernels, EachKernelIsJudgedAgainstItselfAlone) {
   // mostly small kernels and one of mostly large ones each read their own kernels' slowdown,
   // whatever the mix: sum of baselines over sum of times.
   for (int i = 0; i < 9; ++i) k.Add(small, 12'500, true);
-  KernelSignal s = k.ClosePeriod(1, 1);
+  KernelSignal s = k.ClosePeriod(1);
   EXPECT_EQ(s.speed_permille, 800u);
   EXPECT_EQ(s.sequence, 1u);
   EXPECT_FALSE(s.wants_baseline);
   for (int i = 0; i < 9; ++i) k.Add(large, 1'000'000, true);
-  s = k.ClosePeriod(2, 2);
+  s = k.ClosePeriod(2);
   EXPECT_EQ(s.speed_permille, 1000u);
   for (int i = 0; i < kMinSignalSamples - 1; ++i) k.Add(large, 2'000'000, true);
-  s = k.ClosePeriod(3, 3);
+  s = k.ClosePeriod(3);
   EXPECT_FALSE(s.known()) << "too few samples to tell";
   EXPECT_TRUE(s.pending);
   // ... carried into the next period, which reads them together.
   k.Add(large, 2'000'000, true);
-  s = k.ClosePeriod(4, 4);
+  s = k.ClosePeriod(4);
   EXPECT_EQ(s.speed_permille, 500u);
   EXPECT_FALSE(s.pending);
   // Faster than alone reads as alone.
   for (int i = 0; i < kMinSignalSamples; ++i) k.Add(small, 5'000, true);
-  EXPECT_EQ(k.ClosePeriod(5, 5).speed_permille, 1000u);
+  EXPECT_EQ(k.ClosePeriod(5).speed_permille, 1000u);
 }
 
 TEST(ComputeKernels, SamplesTooFewToReadAreCarriedForAFewPeriods) {
   KernelClock k;
   const uint64_t key = KernelKey({.function = &k, .grid = {2, 1, 1}});
   for (int i = 0; i < 4; ++i) k.Add(key, 100'000, false);
-  k.ClosePeriod(0, 0);
+  k.ClosePeriod(0);
   // Two samples a period beside opportunistic work, each twice as slow as alone: a reading
   // once four periods have eight, over their launches, time and waits together (the GPU busy
   // alone 40% of the time: 1 / (1 + 0.4)).
   KernelSignal s;
   for (uint32_t p = 1; p <= 4; ++p) {
     for (int i = 0; i < 2; ++i) k.Add(key, 200'000, true);
-    s = k.ClosePeriod(p, p, 1000, kControlPeriodNs, -1);
+    s = k.ClosePeriod(p, 1000, kControlPeriodNs, -1);
     if (p < 4) {
       EXPECT_FALSE(s.known()) << p;
       EXPECT_TRUE(s.pending) << p;
@@ -420,35 +420,35 @@ TEST(ComputeKernels, SamplesTooFewToReadAreCarriedForAFewPeriods) {
   // Waits known in every period bound it over their sum; one period's unknown waits, not.
   for (uint32_t p = 5; p <= 8; ++p) {
     for (int i = 0; i < 2; ++i) k.Add(key, 200'000, true);
-    s = k.ClosePeriod(p, p, 1000, kControlPeriodNs, 2'500'000);
+    s = k.ClosePeriod(p, 1000, kControlPeriodNs, 2'500'000);
   }
   EXPECT_EQ(s.speed_permille, 990u) << "waited 10 ms of 1 s";
   for (uint32_t p = 9; p <= 12; ++p) {
     for (int i = 0; i < 2; ++i) k.Add(key, 200'000, true);
-    s = k.ClosePeriod(p, p, 1000, kControlPeriodNs, p == 10 ? -1 : 2'500'000);
+    s = k.ClosePeriod(p, 1000, kControlPeriodNs, p == 10 ? -1 : 2'500'000);
   }
   EXPECT_EQ(s.speed_permille, 714u);
   // Three samples, then none: after kMaxCarriedPeriods they are dropped, too old to read
   // together, and no reading is pending.
   for (int i = 0; i < 3; ++i) k.Add(key, 200'000, true);
   for (uint32_t p = 13; p < 13 + kMaxCarriedPeriods; ++p) {
-    s = k.ClosePeriod(p, p);
+    s = k.ClosePeriod(p);
     EXPECT_FALSE(s.known()) << p;
     EXPECT_EQ(s.pending, p + 1 < 13 + kMaxCarriedPeriods) << p;
   }
   // A period with none beside opportunistic work has nothing pending.
-  EXPECT_FALSE(k.ClosePeriod(30, 30).pending);
+  EXPECT_FALSE(k.ClosePeriod(30).pending);
 }
 
 TEST(ComputeKernels, AJobLosesAtMostItsBusyShareOfItsKernelsSlowdown) {
   KernelClock k;
   const uint64_t key = KernelKey({.function = &k, .grid = {8, 1, 1}});
   for (int i = 0; i < 4; ++i) k.Add(key, 100'000, false);
-  k.ClosePeriod(0, 1);
+  k.ClosePeriod(1);
   // Beside opportunistic work its kernels take 1.25x as long (r = 0.8).
   const auto period = [&](uint64_t launches) {
     for (int i = 0; i < kMinSignalSamples; ++i) k.Add(key, 125'000, true);
-    return k.ClosePeriod(1, 1, launches, kControlPeriodNs).speed_permille;
+    return k.ClosePeriod(1, launches, kControlPeriodNs).speed_permille;
   };
   // 2500 launches of 100 us alone in 250 ms: the GPU busy all the time; the job loses all of it.
   EXPECT_EQ(period(2500), 800u);
@@ -463,11 +463,11 @@ TEST(ComputeKernels, AJobLosesAtMostWhatItsHostWaitedOnTheGpu) {
   KernelClock k;
   const uint64_t key = KernelKey({.function = &k, .grid = {8, 1, 1}});
   for (int i = 0; i < 4; ++i) k.Add(key, 100'000, false);
-  k.ClosePeriod(0, 1);
+  k.ClosePeriod(1);
   // Kernels 1.25x as long beside opportunistic work (r = 0.8), the GPU busy all the time.
   const auto period = [&](int64_t waited_ns) {
     for (int i = 0; i < kMinSignalSamples; ++i) k.Add(key, 125'000, true);
-    return k.ClosePeriod(1, 1, 2500, kControlPeriodNs, waited_ns).speed_permille;
+    return k.ClosePeriod(1, 2500, kControlPeriodNs, waited_ns).speed_permille;
   };
   // The host waited 5 ms of 250 on the GPU: the job lost at most 2% (1 / 1.02).
   EXPECT_EQ(period(5'000'000), 980u);
@@ -481,31 +481,29 @@ TEST(ComputeKernels, AJobLosesAtMostWhatItsHostWaitedOnTheGpu) {
 TEST(ComputeKernels, KernelsWithoutABaselineAskForOne) {
   KernelClock k;
   for (unsigned i = 0; i < 2 * kMinSignalSamples; ++i) k.Add(KernelKey({.function = &k, .grid = {i, 1, 1}}), 1000, true);
-  KernelSignal s = k.ClosePeriod(1, 1);
+  KernelSignal s = k.ClosePeriod(1);
   EXPECT_FALSE(s.known());
   EXPECT_TRUE(s.wants_baseline) << "none of the kernels beside opportunistic work has a time alone";
   // Alone samples give baselines; the next period reads.
   const uint64_t key = KernelKey({.function = &k, .grid = {1, 1, 1}});
   k.Add(key, 1000, false);
   for (int i = 0; i < kMinSignalSamples; ++i) k.Add(key, 1000, true);
-  s = k.ClosePeriod(2, 2);
+  s = k.ClosePeriod(2);
   EXPECT_EQ(s.speed_permille, 1000u);
   EXPECT_FALSE(s.wants_baseline);
   // A stale baseline, once the job ran kBaselineRefreshNs beside opportunistic work: asked for
   // again while opportunistic work runs.
-  int64_t now = 2;
   uint32_t seq = 3;
   for (int64_t ran = 0; ran <= kBaselineRefreshNs; ran += kControlPeriodNs) {
     for (int i = 0; i < kMinSignalSamples; ++i) k.Add(key, 1000, true);
-    now += kControlPeriodNs;
-    s = k.ClosePeriod(now, seq++, 100, kControlPeriodNs);
+    s = k.ClosePeriod(seq++, 100, kControlPeriodNs);
     EXPECT_TRUE(s.known());
     if (ran + kControlPeriodNs < kBaselineRefreshNs) {
       ASSERT_FALSE(s.wants_baseline) << ran;
     }
   }
   EXPECT_TRUE(s.wants_baseline);
-  EXPECT_FALSE(k.ClosePeriod(now + 1, seq++).wants_baseline) << "no opportunistic work: nothing to judge";
+  EXPECT_FALSE(k.ClosePeriod(seq++).wants_baseline) << "no opportunistic work: nothing to judge";
 }
 
 TEST(ComputeKernels, APeriodAcrossARestIsNotReadAsIdle) {
@@ -515,37 +513,33 @@ TEST(ComputeKernels, APeriodAcrossARestIsNotReadAsIdle) {
   KernelClock k;
   const uint64_t key = KernelKey({.function = &k, .grid = {9, 1, 1}});
   k.Add(key, 1'000'000, false);
-  k.ClosePeriod(1, 1, 100, kControlPeriodNs);
+  k.ClosePeriod(1, 100, kControlPeriodNs);
   for (int i = 0; i < kMinSignalSamples; ++i) k.Add(key, 2'000'000, true);
-  const KernelSignal s = k.ClosePeriod(1 + 61'000'000'000, 2, 500, 61'000'000'000);
+  const KernelSignal s = k.ClosePeriod(2, 500, 61'000'000'000);
   EXPECT_NEAR(s.speed_permille, 667, 2);
 }
 
 TEST(ComputeKernels, ABaselineAgesWhileTheJobRunsNotWhileItRests) {
   KernelClock k;
   const uint64_t key = KernelKey({.function = &k, .grid = {7, 1, 1}});
-  int64_t now = 1;
   uint32_t seq = 1;
   k.Add(key, 1000, false);
-  k.ClosePeriod(now, seq++, 100, kControlPeriodNs);
-  // Beside opportunistic work for half the refresh time, a minute's rest, and back: the
-  // periods spanning rests (not timed, or timed across the rest) count at most a second.
+  k.ClosePeriod(seq++, 100, kControlPeriodNs);
+  // Beside opportunistic work for half the refresh time, a minute's rest, and back: a period
+  // timed across a rest counts at most a second, one not timed nothing.
   const auto run = [&](int64_t for_ns) {
     KernelSignal s;
     for (int64_t t = 0; t < for_ns; t += kControlPeriodNs) {
       for (int i = 0; i < kMinSignalSamples; ++i) k.Add(key, 1000, true);
-      now += kControlPeriodNs;
-      s = k.ClosePeriod(now, seq++, 100, kControlPeriodNs);
+      s = k.ClosePeriod(seq++, 100, kControlPeriodNs);
     }
     return s;
   };
   EXPECT_FALSE(run(kBaselineRefreshNs / 2).wants_baseline);
-  now += 60'000'000'000;
   for (int i = 0; i < kMinSignalSamples; ++i) k.Add(key, 1000, true);
-  EXPECT_FALSE(k.ClosePeriod(now, seq++, 100, 60'000'000'000).wants_baseline) << "a rest timed as one period";
-  now += 60'000'000'000;
+  EXPECT_FALSE(k.ClosePeriod(seq++, 100, 60'000'000'000).wants_baseline) << "a rest timed as one period";
   for (int i = 0; i < kMinSignalSamples; ++i) k.Add(key, 1000, true);
-  EXPECT_FALSE(k.ClosePeriod(now, seq++).wants_baseline) << "a rest in a period not timed";
+  EXPECT_FALSE(k.ClosePeriod(seq++).wants_baseline) << "a rest in a period not timed";
   EXPECT_FALSE(run(kBaselineRefreshNs / 2 - 3 * kMaxCountedPeriodNs).wants_baseline);
   EXPECT_TRUE(run(4 * kMaxCountedPeriodNs).wants_baseline) << "it ran past the refresh time: stale";
   // A fresh alone sample renews it.
