@@ -267,9 +267,10 @@ def interleaved_run(pair, part=0):
     client (the solo phases' and the plain MPS configurations'), one opportunistic MPS client
     per thread percentage and priority, one gslice guaranteed process per protection level and
     one gslice opportunistic process, and a native pair for time-slicing (FRONTIER_TIMESLICE);
-    each round gives every configuration one phase, rotated, every other round backwards. With FRONTIER_SPLIT=S, part k of
-    S: the configurations in order of importance dealt in turn (the k-th, the k+S-th, ...),
-    each part with solo phases of its own, and only the processes its phases need."""
+    each round gives every configuration one phase, rotated, every other round backwards. With
+    FRONTIER_SPLIT=S, part k of S: the configurations in order of importance dealt in turn (the
+    k-th, the k+S-th, ...), each part with solo phases of its own, and only the processes its
+    phases need."""
     specs = {"g": ("g", None, mps_client(100, 0), ()), "o100p0": ("o", None, mps_client(100, 0), ())}
     solos = [("solo", {"g": "g"}), ("solo", {"o": "o100p0"})]
     entries = []  # (configuration, its roles' processes, its attributes), in order of importance
@@ -290,14 +291,13 @@ def interleaved_run(pair, part=0):
                             {"kind": "gslice-mps", "protect": x, "gslice_prio": q}))
     for o, _, q in opps if PROTECT else []:
         specs[o] = ("o", ("--class=opportunistic",), {} if q is None else {"CUDA_MPS_CLIENT_PRIORITY": str(q)}, ())
-    for cap in GSLICE_CAP if PROTECT else []:
-        x = PROTECT[0]
-        for by, over in (("sms", {}), ("time", {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "100"})):
-            ident = f"Oc{cap}" + ("t" if by == "time" else "")
-            specs[ident] = ("o", ("--class=opportunistic", f"--cap={cap}%"), over, ())
-            entries.append((f"gslice-mps-{fmt_level(x)}-cap{cap}" + ("-time" if by == "time" else ""),
-                            {"g": f"G{fmt_level(x)}", "o": ident},
-                            {"kind": "gslice-mps-cap", "protect": x, "gslice_cap": cap, "cap_by": by}))
+    # The cap by the SMs ("Oc<C>"), and by time alone ("Oc<C>t": 100% of the SMs over gslice's).
+    ways = (("sms", "", {}), ("time", "-time", {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "100"}))
+    for cap, (by, suffix, over) in [(c, w) for c in GSLICE_CAP for w in ways] if PROTECT else []:
+        x, ident = PROTECT[0], f"Oc{cap}{'t' if over else ''}"
+        specs[ident] = ("o", ("--class=opportunistic", f"--cap={cap}%"), over, ())
+        entries.append((f"gslice-mps-{fmt_level(x)}-cap{cap}{suffix}", {"g": f"G{fmt_level(x)}", "o": ident},
+                        {"kind": "gslice-mps-cap", "protect": x, "gslice_cap": cap, "cap_by": by}))
     mine = entries[part::SPLIT]
     pattern = solos + [(name, roles) for name, roles, _ in mine]
     configs = {"solo": {"kind": "solo"}, **{name: attrs for name, _, attrs in mine}}
@@ -313,6 +313,7 @@ def interleaved_run(pair, part=0):
     def round_order(k):
         order = [pattern[(k + i) % n] for i in range(n)]
         return order[::-1] if k % 2 else order
+
     phases = [("drain", {})] + [p for k in range(INTERLEAVE) for p in round_order(k)]
     name = "interleaved" if SPLIT == 1 else f"interleaved-{part + 1}of{SPLIT}"
     r = Run(pair, name, True, phases, SETTLE_S, 1, window=WINDOW_S / INTERLEAVE)
