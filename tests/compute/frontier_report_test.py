@@ -403,16 +403,19 @@ class InterleavedTest(unittest.TestCase):
 
     def test_gslice_caps_by_the_sms_and_by_time_side_by_side(self):
         frontier = load_frontier(FRONTIER_PAIRS="train", FRONTIER_PROTECT="0.97,0.90", FRONTIER_MPS_PCT="100,50",
-                                 FRONTIER_MPS_PRIO="1", FRONTIER_GSLICE_CAP="50", FRONTIER_INTERLEAVE="4",
-                                 FRONTIER_WINDOW_S="40", FRONTIER_TIMESLICE="0")
+                                 FRONTIER_MPS_PRIO="1", FRONTIER_GSLICE_CAP="50", FRONTIER_GSLICE_SMS="50",
+                                 FRONTIER_INTERLEAVE="4", FRONTIER_WINDOW_S="40", FRONTIER_TIMESLICE="0")
         run = frontier.plan()[0]
         self.assertEqual(set(run.configs), {"solo", "mps-100-p1", "mps-50-p1", "gslice-mps-0.97", "gslice-mps-0.90",
-                                            "gslice-mps-0.97-cap50", "gslice-mps-0.97-cap50-time"})
+                                            "gslice-mps-0.97-cap50", "gslice-mps-0.97-cap50-time",
+                                            "gslice-mps-0.97-sms50"})
         self.assertEqual(run.configs["gslice-mps-0.97-cap50-time"]["cap_by"], "time")
-        rounds = [run.phases[1 + 8 * k:1 + 8 * (k + 1)] for k in range(4)]
+        self.assertEqual(run.configs["gslice-mps-0.97-sms50"]["kind"], "gslice-mps-sms")
+        rounds = [run.phases[1 + 9 * k:1 + 9 * (k + 1)] for k in range(4)]
         for r in rounds:
             self.assertIn(("gslice-mps-0.97-cap50", {"g": "G0.97", "o": "Oc50"}), r)
             self.assertIn(("gslice-mps-0.97-cap50-time", {"g": "G0.97", "o": "Oc50t"}), r)
+            self.assertIn(("gslice-mps-0.97-sms50", {"g": "G0.97", "o": "Os50"}), r)
         argv = {i: a for i, a, _ in run.procs(None, {"CUDA_MPS_PIPE_DIRECTORY": "/p"})}
         # By the SMs: gslice's own MPS settings for the cap; by time: 100% of the SMs over them.
         a = argv["Oc50"]
@@ -421,6 +424,10 @@ class InterleavedTest(unittest.TestCase):
         a = argv["Oc50t"]
         self.assertIn("--cap=50%", a[:a.index("--")])
         self.assertEqual(a[a.index("--") + 1:a.index("--") + 3], ["env", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100"])
+        # The SMs alone: no cap, its program at 50% of the SMs over gslice's settings.
+        a = argv["Os50"]
+        self.assertFalse([x for x in a[:a.index("--")] if x.startswith("--cap")])
+        self.assertEqual(a[a.index("--") + 1:a.index("--") + 3], ["env", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50"])
         # The report shows them and judges only gslice's own configuration at each level.
         configs = [dict({"pair": "train", "config": name, "status": "ok", "lane": 0,
                          "g": {"steps_per_s": 40 * (1 if name == "solo" else 0.95), "finite": True, "rounds": [40] * 4},
@@ -431,6 +438,27 @@ class InterleavedTest(unittest.TestCase):
         self.assertEqual({v["mode"] for v in report.frontier(d, "train")}, {"gslice-mps"})
         md = report.markdown(d)
         self.assertIn("| gslice-mps-0.97-cap50-time | 0.950 | 0.500 |", md)
+        self.assertIn("| gslice-mps-0.97-sms50 | 0.950 | 0.500 |", md)
+
+    def test_lanes_share_the_servers_service_time(self):
+        # Two lanes of the latency pair each measure the server alone; both take the larger.
+        with tempfile.TemporaryDirectory() as shared:
+            env = dict(FRONTIER_PAIRS="latency", FRONTIER_PROTECT="0.97,0.90", FRONTIER_MPS_PCT="100",
+                       FRONTIER_MPS_PRIO="1", FRONTIER_INTERLEAVE="4", FRONTIER_WINDOW_S="40", FRONTIER_SPLIT="2",
+                       FRONTIER_LANES="2", FRONTIER_SHARED=shared)
+            lane0 = load_frontier(FRONTIER_LANE="0", **env)
+            lane1 = load_frontier(FRONTIER_LANE="1", **env)
+            lane1.SHARED_WAIT_S = 0.5
+            self.assertEqual(lane1.shared_service_ms(8.25), (8.25, {1: 8.25}))  # lane 0 has not given yet
+            self.assertEqual(lane0.shared_service_ms(5.5), (8.25, {0: 5.5, 1: 8.25}))
+            self.assertEqual(lane1.shared_service_ms(8.25), (8.25, {0: 5.5, 1: 8.25}))
+            # A lane whose measurement failed gives none: the others go on with theirs.
+            os.remove(os.path.join(shared, "service-latency-lane0"))
+            lane0.shared_service_ms(None)
+            self.assertEqual(lane1.shared_service_ms(8.25), (8.25, {1: 8.25}))
+        # Without the shared folder (one lane, or lanes run apart) a lane keeps its own.
+        alone = load_frontier(FRONTIER_PAIRS="latency", FRONTIER_INTERLEAVE="4")
+        self.assertEqual(alone.shared_service_ms(5.5), (5.5, {0: 5.5}))
 
     def test_gslice_opportunistic_priorities_side_by_side(self):
         frontier = load_frontier(FRONTIER_PAIRS="train", FRONTIER_PROTECT="0.90", FRONTIER_MPS_PCT="100",

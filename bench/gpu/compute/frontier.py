@@ -27,6 +27,10 @@ Configurations, per pair:
                            process beside gslice's opportunistic job capped at C%, by the SMs
                            and the gate (`--cap=C%`), or by time alone (-time: its program at
                            100% of the SMs over gslice's setting); shown, not judged
+  gslice-mps-P-smsS        interleaved only (FRONTIER_GSLICE_SMS): the first level's guaranteed
+                           process beside gslice's opportunistic job with no cap, its program
+                           at CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=S (S% of the SMs, no time held
+                           back by a cap); shown, not judged
 A run is one set of processes working through phases (suite.run_config): solo-before's
 processes also give timeslice, and one guaranteed MPS client works beside each of one
 priority's opportunistic clients in turn, so a process's start-up (about 20 s) is paid once
@@ -47,7 +51,7 @@ comparison is seconds to minutes apart. The time-slicing configuration runs a na
 processes (not MPS clients: their MPS pipe folder has no daemon, so CUDA runs them without
 MPS) beside the MPS server, whose clients rest meanwhile, against the MPS clients' solo phases
 (FRONTIER_TIMESLICE=0 leaves it out); the latency pair's server measures its service time
-alone first (latency/calibrate).
+alone first (latency/calibrate; lanes run at once take the largest of theirs, FRONTIER_SHARED).
 
 Lanes (FRONTIER_LANES=N, FRONTIER_LANE=k): each lane runs one pair (the lanes split evenly
 between the pairs); a pair's runs other than the solo ones are dealt, in order of importance,
@@ -109,6 +113,11 @@ GSLICE_PRIO = ints("FRONTIER_GSLICE_PRIO", "")
 # gslice's: gslice-mps-P-capC-time). Which one buys back a loss that plain MPS's thread cap
 # buys back says which actuator a controller needs.
 GSLICE_CAP = ints("FRONTIER_GSLICE_CAP", "")
+# FRONTIER_GSLICE_SMS=S[,S]: interleaved, beside the first protection level's guaranteed
+# process, gslice's opportunistic job with no cap, its program's environment setting
+# CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=S (gslice-mps-P-smsS): the SMs alone as the actuator, as
+# plain MPS's thread percentage is, with gslice's controller and gate as they are.
+GSLICE_SMS = ints("FRONTIER_GSLICE_SMS", "")
 # FRONTIER_SPLIT=S: interleaved, each pair's configurations split over S runs, each with its
 # own solo phases: with FRONTIER_GPUS, a run a GPU (see the top).
 SPLIT = max(1, int(os.environ.get("FRONTIER_SPLIT", "1") or "1"))
@@ -132,6 +141,14 @@ SHARED_MEMORY = "30GiB"
 # The latency pair's interleaved run takes the server's service time from a short run of the
 # server alone before it (seconds measured).
 CALIBRATE_S = 2.0
+# FRONTIER_SHARED=DIR (frontier.sh sets it for lanes run at once): the lanes that measure the
+# server's service time each write theirs there and all take the largest, so the server's
+# request rate is the same in every lane and its load at most 0.5 in each. Measured alone, the
+# same server on two GPUs of one host gave 8.27 and 5.98 ms in one call; the second lane's
+# server then ran at 0.67 of its time (its solo p99 95 ms against 48 ms), and the two lanes'
+# figures, which the report compares, were of different pairs.
+SHARED = os.environ.get("FRONTIER_SHARED", "")
+SHARED_WAIT_S = 120.0
 SETTLE_S = float(os.environ.get("FRONTIER_SETTLE_S", "1"))
 LEAD_S = float(os.environ.get("FRONTIER_LEAD_S", "10"))
 BUDGET_S = float(os.environ.get("FRONTIER_BUDGET_S", "560"))
@@ -298,6 +315,11 @@ def interleaved_run(pair, part=0):
         specs[ident] = ("o", ("--class=opportunistic", f"--cap={cap}%"), over, ())
         entries.append((f"gslice-mps-{fmt_level(x)}-cap{cap}{suffix}", {"g": f"G{fmt_level(x)}", "o": ident},
                         {"kind": "gslice-mps-cap", "protect": x, "gslice_cap": cap, "cap_by": by}))
+    for sms in GSLICE_SMS if PROTECT else []:
+        x, ident = PROTECT[0], f"Os{sms}"
+        specs[ident] = ("o", ("--class=opportunistic",), {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(sms)}, ())
+        entries.append((f"gslice-mps-{fmt_level(x)}-sms{sms}", {"g": f"G{fmt_level(x)}", "o": ident},
+                        {"kind": "gslice-mps-sms", "protect": x, "gslice_sms": sms}))
     mine = entries[part::SPLIT]
     pattern = solos + [(name, roles) for name, roles, _ in mine]
     configs = {"solo": {"kind": "solo"}, **{name: attrs for name, _, attrs in mine}}
@@ -397,6 +419,10 @@ def check_env():
         sys.exit(f"frontier.py: FRONTIER_GSLICE_CAP {GSLICE_CAP}: caps in percent, 1..100, each once")
     if GSLICE_CAP and not (INTERLEAVE and PROTECT):
         sys.exit("frontier.py: FRONTIER_GSLICE_CAP needs FRONTIER_INTERLEAVE and a protection level")
+    if any(not 1 <= c <= 100 for c in GSLICE_SMS) or len(set(GSLICE_SMS)) < len(GSLICE_SMS):
+        sys.exit(f"frontier.py: FRONTIER_GSLICE_SMS {GSLICE_SMS}: shares of the SMs in percent, 1..100, each once")
+    if GSLICE_SMS and not (INTERLEAVE and PROTECT):
+        sys.exit("frontier.py: FRONTIER_GSLICE_SMS needs FRONTIER_INTERLEAVE and a protection level")
     if GSLICE_PRIO and not INTERLEAVE:
         sys.exit("frontier.py: FRONTIER_GSLICE_PRIO needs FRONTIER_INTERLEAVE (gslice's priorities side by side)")
     if INTERLEAVE < 0 or (INTERLEAVE and WINDOW_S / INTERLEAVE < 5):
@@ -409,7 +435,7 @@ def check_env():
 
 def settings():
     return {"pairs": PAIRS, "protect": PROTECT, "mps_pct": MPS_PCT, "mps_pct_of_prio": MPS_PCT_OF, "mps_prio": MPS_PRIO, "gslice_mps": GSLICE_MPS_MODE,
-            "gslice_prio": GSLICE_PRIO, "gslice_cap": GSLICE_CAP,
+            "gslice_prio": GSLICE_PRIO, "gslice_cap": GSLICE_CAP, "gslice_sms": GSLICE_SMS,
             "lanes": LANES, "interleave": INTERLEAVE,
             "round_order": "rotated one phase a round, every other round backwards",
             "window_s": WINDOW_S, "settle_s": SETTLE_S, "lead_s": LEAD_S, "budget_s": BUDGET_S,
@@ -637,8 +663,11 @@ def run_all(json_path, logs, mps_dir):
                         entry.update(status="failed" if error else "ok", error=error)
                         entry["measured"] = measure(results, r, r.settle)
                         if r.pair == "latency" and r.calibrates and not error:
-                            service_ms = results["g"].get("service_ms")
+                            service_ms, measured = shared_service_ms(results["g"].get("service_ms"))
                             doc["service_ms"]["latency"] = service_ms
+                            doc["service_measured_ms"] = {f"lane {k}": v for k, v in sorted(measured.items())}
+                if r.pair == "latency" and r.calibrates and entry.get("status") != "ok":
+                    shared_service_ms(None)  # the other lanes wait for no measurement from this one
             doc["runs"].append(entry)
             for cfg, attrs in r.configs.items():
                 c = {"pair": r.pair, "config": cfg, **attrs, "run": r.key, "status": entry["status"],
@@ -655,6 +684,38 @@ def run_all(json_path, logs, mps_dir):
         mps.want(False)
         doc["wall_s"] = round(time.time() - t_start, 1)
         write(json_path, doc)
+
+
+def shared_service_ms(own):
+    """The service time every calibrating lane uses: the largest of the lanes' measurements
+    (FRONTIER_SHARED), own alone without it or once SHARED_WAIT_S passes; and the lanes'."""
+    if not SHARED:
+        return own, {LANE: own}
+    want = [k for k, lane in enumerate(lanes(plan())) if any(r.pair == "latency" and r.calibrates for r in lane)]
+    path = os.path.join(SHARED, f"service-latency-lane{LANE}")
+    with open(path + ".tmp", "w") as f:
+        f.write(repr(own) if own else "none")  # "none": this lane has no measurement to give
+    os.replace(path + ".tmp", path)
+    seen, until = {}, time.time() + SHARED_WAIT_S
+    while True:
+        for k in want:
+            try:
+                with open(os.path.join(SHARED, f"service-latency-lane{k}")) as f:
+                    text = f.read()
+            except OSError:
+                continue
+            try:
+                seen[k] = float(text)
+            except ValueError:
+                seen[k] = None
+        if len(seen) == len(want) or time.time() > until:
+            break
+        time.sleep(0.5)
+    missing = [k for k in want if seen.get(k) is None]
+    if missing:
+        print(f"frontier: lanes {missing} gave no service time; the largest of the others'", flush=True)
+    given = {k: v for k, v in seen.items() if v is not None}
+    return (max(given.values()) if given else own), given
 
 
 def main():

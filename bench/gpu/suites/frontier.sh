@@ -28,7 +28,8 @@
 # with both processes MPS clients too; only: gslice on MPS only), FRONTIER_GSLICE_PRIO (interleaved:
 # gslice's opportunistic process at each client priority listed, over gslice's own), FRONTIER_GSLICE_CAP
 # (interleaved: gslice's opportunistic job capped at each C% listed, by the SMs and by time alone, beside the
-# first level's guaranteed job), FRONTIER_WINDOW_S (15), FRONTIER_SETTLE_S (1),
+# first level's guaranteed job), FRONTIER_GSLICE_SMS (interleaved: gslice's opportunistic job uncapped, its program
+# at each S% of the SMs listed, beside the first level's guaranteed job), FRONTIER_WINDOW_S (15), FRONTIER_SETTLE_S (1),
 # FRONTIER_LEAD_S (10), FRONTIER_BUDGET_S (560), FRONTIER_INTERLEAVE (0; R: every configuration
 # of a pair in one run on MPS, R rounds; FRONTIER_SPLIT=S: a pair's configurations over S runs,
 # a GPU each; FRONTIER_TIMESLICE=0: no time-slicing), FRONTIER_GPUS, FRONTIER_LANES, FRONTIER_LANE,
@@ -61,7 +62,7 @@ $py -c 'import torch, torchvision; assert torch.cuda.is_available()' >"$OUT/fron
 build="${GSLICE_BUILD:-$PWD/build}"
 export GSLICE_BUILD="$build"
 [ -x "$build/bin/gslice" ] || echo "frontier: no $build/bin/gslice; the gslice configurations will fail"
-FRONTIER_COMMAND="$(env | grep -E '^FRONTIER_(PAIRS|PROTECT|MPS_PCT|MPS_PCT_P0|MPS_PCT_P1|MPS_PRIO|GSLICE_MPS|GSLICE_PRIO|GSLICE_CAP|WINDOW_S|SETTLE_S|LEAD_S|BUDGET_S|INTERLEAVE|SPLIT|TIMESLICE|GPUS|LANES|LANE)=' | sort | tr '\n' ' ')GSLICE_BUILD=$build bash bench/gpu/suites/frontier.sh"
+FRONTIER_COMMAND="$(env | grep -E '^FRONTIER_(PAIRS|PROTECT|MPS_PCT|MPS_PCT_P0|MPS_PCT_P1|MPS_PRIO|GSLICE_MPS|GSLICE_PRIO|GSLICE_CAP|GSLICE_SMS|WINDOW_S|SETTLE_S|LEAD_S|BUDGET_S|INTERLEAVE|SPLIT|TIMESLICE|GPUS|LANES|LANE)=' | sort | tr '\n' ' ')GSLICE_BUILD=$build bash bench/gpu/suites/frontier.sh"
 export FRONTIER_COMMAND
 
 # One lane (frontier.py's FRONTIER_LANES/FRONTIER_LANE; the whole plan when there is one) per
@@ -107,6 +108,9 @@ if [ ${#gpus[@]} -gt 0 ]; then
     fi
     uuids+=("$u")
   done
+  # The lanes' shared folder (frontier.py's FRONTIER_SHARED: one service time for the server).
+  FRONTIER_SHARED=$(mktemp -d /tmp/gslice-frontier-XXXXXX)
+  export FRONTIER_SHARED
   for i in "${!gpus[@]}"; do
     mkdir -p "$OUT/frontier/lane$i"
     rm -f "$OUT/frontier-lane$i.json"
@@ -117,6 +121,7 @@ if [ ${#gpus[@]} -gt 0 ]; then
   echo "frontier: ${#gpus[@]} lanes on GPUs ${FRONTIER_GPUS} (logs: frontier/lane*/run.log)"
   rc=0
   for pid in "${runners[@]}"; do wait "$pid" || rc=$?; done
+  rm -rf "$FRONTIER_SHARED"
   for i in "${!gpus[@]}"; do grep -E '^(run |MPS |frontier)' "$OUT/frontier/lane$i/run.log" | sed "s/^/lane $i: /"; done
 else
   : >"$OUT/frontier/run.log"
