@@ -440,6 +440,30 @@ class InterleavedTest(unittest.TestCase):
         self.assertIn("| gslice-mps-0.97-cap50-time | 0.950 | 0.500 |", md)
         self.assertIn("| gslice-mps-0.97-sms50 | 0.950 | 0.500 |", md)
 
+    def test_gslice_guaranteed_alone_is_shown_against_the_plain_solo(self):
+        frontier = load_frontier(FRONTIER_PAIRS="train", FRONTIER_PROTECT="0.97", FRONTIER_MPS_PCT="100",
+                                 FRONTIER_MPS_PRIO="1", FRONTIER_GSLICE_SOLO="1", FRONTIER_INTERLEAVE="4",
+                                 FRONTIER_WINDOW_S="40", FRONTIER_TIMESLICE="0")
+        run = frontier.plan()[0]
+        self.assertEqual(run.configs["gslice-solo-0.97"], {"kind": "gslice-solo", "protect": 0.97})
+        rounds = [run.phases[1 + 5 * k:1 + 5 * (k + 1)] for k in range(4)]
+        for r in rounds:
+            self.assertIn(("gslice-solo-0.97", {"g": "G0.97"}), r)  # alone: no opportunistic process
+        configs = []
+        for name, attrs in run.configs.items():
+            c = dict({"pair": "train", "config": name, "status": "ok", "lane": 0,
+                      "g": {"steps_per_s": 40 * (1 if name == "solo" else 0.96), "finite": True, "rounds": [40] * 4}},
+                     **attrs)
+            if name != "gslice-solo-0.97":
+                c["o"] = {"steps_per_s": 30 * (1 if name == "solo" else 0.5), "finite": True, "rounds": [30] * 4}
+            configs.append(c)
+        d = doc(configs)
+        d["settings"].update(interleave=4, protect=[0.97])
+        self.assertEqual({v["mode"] for v in report.frontier(d, "train")}, {"gslice-mps"})
+        md = report.markdown(d)
+        self.assertIn("| gslice-solo-0.97 | 0.960 | n/a |", md)
+        self.assertIn("gslice-solo-0.97", report.text_table(d))
+
     def test_lanes_share_the_servers_service_time(self):
         # Two lanes of the latency pair each measure the server alone; both take the larger.
         with tempfile.TemporaryDirectory() as shared:
@@ -449,13 +473,17 @@ class InterleavedTest(unittest.TestCase):
             lane0 = load_frontier(FRONTIER_LANE="0", **env)
             lane1 = load_frontier(FRONTIER_LANE="1", **env)
             lane1.SHARED_WAIT_S = 0.5
-            self.assertEqual(lane1.shared_service_ms(8.25), (8.25, {1: 8.25}))  # lane 0 has not given yet
+            said = io.StringIO()
+            with contextlib.redirect_stdout(said):
+                self.assertEqual(lane1.shared_service_ms(8.25), (8.25, {1: 8.25}))  # lane 0 has not given yet
+            self.assertIn("lanes [0] gave no service time", said.getvalue())
             self.assertEqual(lane0.shared_service_ms(5.5), (8.25, {0: 5.5, 1: 8.25}))
             self.assertEqual(lane1.shared_service_ms(8.25), (8.25, {0: 5.5, 1: 8.25}))
             # A lane whose measurement failed gives none: the others go on with theirs.
             os.remove(os.path.join(shared, "service-latency-lane0"))
-            lane0.shared_service_ms(None)
-            self.assertEqual(lane1.shared_service_ms(8.25), (8.25, {1: 8.25}))
+            with contextlib.redirect_stdout(io.StringIO()):
+                lane0.shared_service_ms(None)
+                self.assertEqual(lane1.shared_service_ms(8.25), (8.25, {1: 8.25}))
         # Without the shared folder (one lane, or lanes run apart) a lane keeps its own.
         alone = load_frontier(FRONTIER_PAIRS="latency", FRONTIER_INTERLEAVE="4")
         self.assertEqual(alone.shared_service_ms(5.5), (5.5, {0: 5.5}))

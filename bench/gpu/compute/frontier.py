@@ -27,6 +27,10 @@ Configurations, per pair:
                            process beside gslice's opportunistic job capped at C%, by the SMs
                            and the gate (`--cap=C%`), or by time alone (-time: its program at
                            100% of the SMs over gslice's setting); shown, not judged
+  gslice-solo-P            interleaved only (FRONTIER_GSLICE_SOLO=1): gslice's guaranteed
+                           process at level P alone, its opportunistic process resting (what
+                           gslice costs the job with nothing to protect it from); shown, not
+                           judged
   gslice-mps-P-smsS        interleaved only (FRONTIER_GSLICE_SMS): the first level's guaranteed
                            process beside gslice's opportunistic job with no cap, its program
                            at CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=S (S% of the SMs, no time held
@@ -118,6 +122,10 @@ GSLICE_CAP = ints("FRONTIER_GSLICE_CAP", "")
 # CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=S (gslice-mps-P-smsS): the SMs alone as the actuator, as
 # plain MPS's thread percentage is, with gslice's controller and gate as they are.
 GSLICE_SMS = ints("FRONTIER_GSLICE_SMS", "")
+# FRONTIER_GSLICE_SOLO=1: interleaved, each level's gslice guaranteed process also works a phase
+# alone (gslice-solo-P), against the plain guaranteed process's solo phases: gslice's own cost to
+# the job, apart from what sharing costs it.
+GSLICE_SOLO = os.environ.get("FRONTIER_GSLICE_SOLO", "0") == "1"
 # FRONTIER_SPLIT=S: interleaved, each pair's configurations split over S runs, each with its
 # own solo phases: with FRONTIER_GPUS, a run a GPU (see the top).
 SPLIT = max(1, int(os.environ.get("FRONTIER_SPLIT", "1") or "1"))
@@ -306,6 +314,8 @@ def interleaved_run(pair, part=0):
         for o, suffix, q in opps:
             entries.append((f"gslice-mps-{fmt_level(x)}{suffix}", {"g": ident, "o": o},
                             {"kind": "gslice-mps", "protect": x, "gslice_prio": q}))
+    for x in PROTECT if GSLICE_SOLO else []:
+        entries.append((f"gslice-solo-{fmt_level(x)}", {"g": f"G{fmt_level(x)}"}, {"kind": "gslice-solo", "protect": x}))
     for o, _, q in opps if PROTECT else []:
         specs[o] = ("o", ("--class=opportunistic",), {} if q is None else {"CUDA_MPS_CLIENT_PRIORITY": str(q)}, ())
     # The cap by the SMs ("Oc<C>"), and by time alone ("Oc<C>t": 100% of the SMs over gslice's).
@@ -421,6 +431,8 @@ def check_env():
         sys.exit("frontier.py: FRONTIER_GSLICE_CAP needs FRONTIER_INTERLEAVE and a protection level")
     if any(not 1 <= c <= 100 for c in GSLICE_SMS) or len(set(GSLICE_SMS)) < len(GSLICE_SMS):
         sys.exit(f"frontier.py: FRONTIER_GSLICE_SMS {GSLICE_SMS}: shares of the SMs in percent, 1..100, each once")
+    if GSLICE_SOLO and not (INTERLEAVE and PROTECT):
+        sys.exit("frontier.py: FRONTIER_GSLICE_SOLO needs FRONTIER_INTERLEAVE and a protection level")
     if GSLICE_SMS and not (INTERLEAVE and PROTECT):
         sys.exit("frontier.py: FRONTIER_GSLICE_SMS needs FRONTIER_INTERLEAVE and a protection level")
     if GSLICE_PRIO and not INTERLEAVE:
@@ -436,6 +448,7 @@ def check_env():
 def settings():
     return {"pairs": PAIRS, "protect": PROTECT, "mps_pct": MPS_PCT, "mps_pct_of_prio": MPS_PCT_OF, "mps_prio": MPS_PRIO, "gslice_mps": GSLICE_MPS_MODE,
             "gslice_prio": GSLICE_PRIO, "gslice_cap": GSLICE_CAP, "gslice_sms": GSLICE_SMS,
+            "gslice_solo": GSLICE_SOLO,
             "lanes": LANES, "interleave": INTERLEAVE,
             "round_order": "rotated one phase a round, every other round backwards",
             "window_s": WINDOW_S, "settle_s": SETTLE_S, "lead_s": LEAD_S, "budget_s": BUDGET_S,

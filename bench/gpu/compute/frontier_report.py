@@ -412,7 +412,8 @@ def markdown(doc):
                "`--cap=C%` (on MPS: C% of the SMs, the gate holding the rest), `gslice-mps-P-capC-time` the same "
                "with its program's environment setting `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100` (the cap held by "
                "time alone); `gslice-mps-P-smsS` the opportunistic job uncapped, its program's environment setting "
-               "`CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=S` (the SMs alone); these are shown, not judged.\n")
+               "`CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=S` (the SMs alone); `gslice-solo-P` gslice's guaranteed "
+               "process alone; these are shown, not judged.\n")
     out.append("## Solo runs\n")
     out.append("| pair | job | before | after | after / before |")
     out.append("|---|---|---|---|---|")
