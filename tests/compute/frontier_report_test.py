@@ -157,6 +157,13 @@ class SoloOutlierTest(unittest.TestCase):
         self.assertEqual(report.solo_outliers(d, "latency"), [])
         self.assertNotIn("Solo round", report.markdown(d))
 
+    def test_the_load_the_server_offered_alone_is_stated(self):
+        solo = latency("solo", "solo", 60.0, 20)
+        d = doc([solo, latency("mps-100-p1", "mps", 33.0, 19, mps_pct=100, mps_prio=1)])
+        self.assertNotIn("the load it offered", report.markdown(d))  # not measured: not stated
+        solo["g"]["offered_load"] = 0.6713  # the measurement alone came out short
+        self.assertIn("the load it offered in its solo phases: 0.67.", report.markdown(d))
+
 
 class LanesTest(unittest.TestCase):
     def test_lanes_are_judged_against_their_own_solo_runs(self):

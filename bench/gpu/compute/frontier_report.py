@@ -368,6 +368,18 @@ def service_text(doc):
     return "; ".join(f"{f3(v)} ({k.split(', ', 1)[-1]})" for k, v in ms.items())
 
 
+def solo_load_text(doc):
+    """The load the server offered in its solo phases (its request rate times its mean service
+    time there), each lane's: where the measurement alone came out short or long, not 0.5."""
+    loads = []
+    for lane in lanes_of(doc, "latency"):
+        c = next((c for c in configs(doc, "latency", lane) if c["config"] in ("solo", "solo-before")), None)
+        load = value(c, "g", "offered_load")
+        if load is not None:
+            loads.append(f"{load:.2f}" + (f" (lane {lane})" if len(lanes_of(doc, "latency")) > 1 else ""))
+    return ", ".join(loads)
+
+
 def markdown(doc):
     out = []
     date = (doc.get("started") or "")[:10]
@@ -401,7 +413,9 @@ def markdown(doc):
                    f"unmeasured (gslice: {st.get('lead_s', '?')} s together, unmeasured); figures against the mean of "
                    "the solo runs before and after. ")
     out[-1] += (f"The server's request rate is fixed at {st.get('server_load', 0.5)} of "
-               f"its solo service time ({service_text(doc)} ms). The latency pair's level: "
+               f"its solo service time ({service_text(doc)} ms)"
+               + (f"; the load it offered in its solo phases: {solo_load_text(doc)}" if solo_load_text(doc) else "")
+               + ". The latency pair's level: "
                f"p99 ≤ 1 + (1 − level) × {LATENCY_SLACK:.3f} of solo (+5% at 0.97).\n")
     out.append("Configurations: `timeslice` both processes native (the GPU's time-slicing); `mps-T-pQ` both MPS "
                "clients, the opportunistic one at `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=T` and `CUDA_MPS_CLIENT_PRIORITY=Q` "
