@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <atomic>
 #include <cstdint>
@@ -46,9 +47,28 @@ constexpr int kUnknownRange = INT32_MAX;
 std::atomic<int> g_least_priority{kUnknownRange};
 std::atomic<int> g_greatest_priority{kUnknownRange};
 
+// GSLICE_STREAM_PRIORITY, read once: whether the class sets stream priorities (class) or the
+// program keeps its own (program). Any other value: class, and a warning.
+std::atomic<int> g_class_sets_priorities{-1};  // -1: not read yet
+
+bool ClassSetsPriorities() {
+  int sets = g_class_sets_priorities.load(std::memory_order_relaxed);
+  if (sets >= 0) return sets != 0;
+  const char* v = OptionValue(Option::StreamPriority);
+  sets = strcmp(v, "program") == 0 ? 0 : 1;
+  // Threads that race here read the same variable; one of them warns.
+  int unread = -1;
+  if (g_class_sets_priorities.compare_exchange_strong(unread, sets, std::memory_order_relaxed) && sets != 0 &&
+      strcmp(v, "class") != 0 && v[0] != '\0') {
+    Log(LogLevel::kWarn, "%s=%s: not class or program; stream priorities follow the class",
+        OptionEnv(Option::StreamPriority), v);
+  }
+  return sets != 0;
+}
+
 int ClassPriority() {
   const int cls = compute::FollowedClass();
-  if (cls < 0) return kLeavePriority;
+  if (cls < 0 || !ClassSetsPriorities()) return kLeavePriority;
   int least = g_least_priority.load(std::memory_order_acquire);
   int greatest = g_greatest_priority.load(std::memory_order_relaxed);
   if (least == kUnknownRange) {

@@ -809,13 +809,15 @@ TEST_F(ComputeSim, ThroughTheShimCapAndClassesHold) {
 // streams the application put them on (so in order with the copies, memsets, event records,
 // blocking streams and per-thread streams around them). Without a class, and for
 // opportunistic work (whose least priority the default streams already have), nothing
-// changes. The simulated driver traces each launch's stream and priority.
+// changes, nor with GSLICE_STREAM_PRIORITY=program. The simulated driver traces each launch's
+// stream and priority.
 TEST_F(ComputeSim, DefaultStreamWorkRunsAtTheClassPriority) {
   const std::string check = std::string(GSLICE_TEST_BIN_DIR) + "/gslice_default_stream_check";
-  auto run = [&](const char* cls, const char* cap = "") {
+  auto run = [&](const char* cls, const char* cap = "", const char* stream_priority = nullptr) {
     std::map<std::string, std::string> env = UnderShim({{"GSLICE_SIM_TRACE_LAUNCHES", "1"}});
     if (cls[0] != '\0') env["GSLICE_CLASS"] = cls;
     if (cap[0] != '\0') env["GSLICE_COMPUTE"] = cap;
+    if (stream_priority != nullptr) env["GSLICE_STREAM_PRIORITY"] = stream_priority;
     Worker w = StartProgram(check, env, {"order"}, /*stderr_too=*/true);
     const std::string out = Wait(w).raw;
     // The gate's markers of a destroyed or reset context are never used again.
@@ -836,6 +838,18 @@ TEST_F(ComputeSim, DefaultStreamWorkRunsAtTheClassPriority) {
   EXPECT_EQ(count(guaranteed, "stream=user priority=-5"), 2u) << guaranteed;
   EXPECT_EQ(count(guaranteed, "stream=per-thread priority=-5"), 2u) << guaranteed;
   EXPECT_EQ(count(guaranteed, "priority=0"), 0u) << guaranteed;
+  // A value other than class or program: the class's priorities, and a warning.
+  const std::string unknown = run("guaranteed", "", "highest");
+  EXPECT_EQ(count(unknown, "stream=legacy priority=-5"), 107u) << unknown;
+  EXPECT_NE(unknown.find("GSLICE_STREAM_PRIORITY=highest: not class or program"), std::string::npos) << unknown;
+  // GSLICE_STREAM_PRIORITY=program: guaranteed work keeps the priorities the program asks for,
+  // its default streams at 0.
+  const std::string program = run("guaranteed", "", "program");
+  ASSERT_NE(program.find("order ok"), std::string::npos) << program;
+  EXPECT_EQ(count(program, "stream=legacy priority=0"), 107u) << program;
+  EXPECT_EQ(count(program, "stream=user priority=0"), 2u) << program;
+  EXPECT_EQ(count(program, "stream=per-thread priority=0"), 2u) << program;
+  EXPECT_EQ(count(program, "priority=-5"), 0u) << program;
   const std::string capped = run("", "50%");
   ASSERT_NE(capped.find("order ok"), std::string::npos) << capped;
   for (const char* cls : {"", "opportunistic"}) {

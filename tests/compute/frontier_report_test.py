@@ -471,6 +471,23 @@ class InterleavedTest(unittest.TestCase):
         self.assertIn("| gslice-solo-0.97 | 0.960 | n/a |", md)
         self.assertIn("gslice-solo-0.97", report.text_table(d))
 
+    def test_gslice_guaranteed_at_the_programs_stream_priorities(self):
+        frontier = load_frontier(FRONTIER_PAIRS="train", FRONTIER_PROTECT="0.97,0.90", FRONTIER_MPS_PCT="100",
+                                 FRONTIER_MPS_PRIO="1", FRONTIER_GSLICE_SOLO="1", FRONTIER_GSLICE_PROGPRIO="1",
+                                 FRONTIER_INTERLEAVE="4", FRONTIER_WINDOW_S="40", FRONTIER_TIMESLICE="0")
+        run = frontier.plan()[0]
+        self.assertEqual(run.configs["gslice-mps-0.97-progprio"]["kind"], "gslice-mps-progprio")
+        for r in [run.phases[1 + 9 * k:1 + 9 * (k + 1)] for k in range(4)]:
+            self.assertIn(("gslice-mps-0.97-progprio", {"g": "G0.97p", "o": "O"}), r)
+            self.assertIn(("gslice-solo-0.97-progprio", {"g": "G0.97p"}), r)
+            self.assertIn(("gslice-solo-0.90", {"g": "G0.90"}), r)
+        argv = {i: a for i, a, _ in run.procs(None, {"CUDA_MPS_PIPE_DIRECTORY": "/p"})}
+        a = argv["G0.97p"]
+        self.assertEqual(a[a.index("--") + 1:a.index("--") + 3], ["env", "GSLICE_STREAM_PRIORITY=program"])
+        self.assertNotIn("env", argv["G0.97"])
+        with self.assertRaises(SystemExit):
+            load_frontier(FRONTIER_PAIRS="train", FRONTIER_GSLICE_PROGPRIO="1").check_env()  # not interleaved
+
     def test_lanes_share_the_servers_service_time(self):
         # Two lanes of the latency pair each measure the server alone; both take the larger.
         with tempfile.TemporaryDirectory() as shared:

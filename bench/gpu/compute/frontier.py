@@ -31,6 +31,11 @@ Configurations, per pair:
                            process at level P alone, its opportunistic process resting (what
                            gslice costs the job with nothing to protect it from); shown, not
                            judged
+  gslice-mps-P-progprio    interleaved only (FRONTIER_GSLICE_PROGPRIO=1): the first level's
+                           guaranteed process with GSLICE_STREAM_PRIORITY=program (its streams
+                           at the program's priorities, not the GPU's greatest) beside gslice's
+                           opportunistic job (with FRONTIER_GSLICE_SOLO also alone:
+                           gslice-solo-P-progprio); shown, not judged
   gslice-mps-P-smsS        interleaved only (FRONTIER_GSLICE_SMS): the first level's guaranteed
                            process beside gslice's opportunistic job with no cap, its program
                            at CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=S (S% of the SMs, no time held
@@ -126,6 +131,11 @@ GSLICE_SMS = ints("FRONTIER_GSLICE_SMS", "")
 # alone (gslice-solo-P), against the plain guaranteed process's solo phases: gslice's own cost to
 # the job, apart from what sharing costs it.
 GSLICE_SOLO = os.environ.get("FRONTIER_GSLICE_SOLO", "0") == "1"
+# FRONTIER_GSLICE_PROGPRIO=1: interleaved, the first level's guaranteed process again with
+# GSLICE_STREAM_PRIORITY=program (gslice-mps-P-progprio): whether the greatest stream priority
+# gslice gives guaranteed work costs a launch-bound job beside opportunistic work (preempting
+# the other client's kernels for each of its own) more than it protects it.
+GSLICE_PROGPRIO = os.environ.get("FRONTIER_GSLICE_PROGPRIO", "0") == "1"
 # FRONTIER_SPLIT=S: interleaved, each pair's configurations split over S runs, each with its
 # own solo phases: with FRONTIER_GPUS, a run a GPU (see the top).
 SPLIT = max(1, int(os.environ.get("FRONTIER_SPLIT", "1") or "1"))
@@ -316,6 +326,15 @@ def interleaved_run(pair, part=0):
                             {"kind": "gslice-mps", "protect": x, "gslice_prio": q}))
     for x in PROTECT if GSLICE_SOLO else []:
         entries.append((f"gslice-solo-{fmt_level(x)}", {"g": f"G{fmt_level(x)}"}, {"kind": "gslice-solo", "protect": x}))
+    if GSLICE_PROGPRIO and PROTECT:
+        x = PROTECT[0]
+        ident = f"G{fmt_level(x)}p"
+        specs[ident] = ("g", ("--class=guaranteed", "--protect", fmt_level(x)), {"GSLICE_STREAM_PRIORITY": "program"}, ())
+        entries.append((f"gslice-mps-{fmt_level(x)}-progprio", {"g": ident, "o": opps[0][0]},
+                        {"kind": "gslice-mps-progprio", "protect": x}))
+        if GSLICE_SOLO:
+            entries.append((f"gslice-solo-{fmt_level(x)}-progprio", {"g": ident},
+                            {"kind": "gslice-solo", "protect": x, "stream_priority": "program"}))
     for o, _, q in opps if PROTECT else []:
         specs[o] = ("o", ("--class=opportunistic",), {} if q is None else {"CUDA_MPS_CLIENT_PRIORITY": str(q)}, ())
     # The cap by the SMs ("Oc<C>"), and by time alone ("Oc<C>t": 100% of the SMs over gslice's).
@@ -431,6 +450,8 @@ def check_env():
         sys.exit("frontier.py: FRONTIER_GSLICE_CAP needs FRONTIER_INTERLEAVE and a protection level")
     if any(not 1 <= c <= 100 for c in GSLICE_SMS) or len(set(GSLICE_SMS)) < len(GSLICE_SMS):
         sys.exit(f"frontier.py: FRONTIER_GSLICE_SMS {GSLICE_SMS}: shares of the SMs in percent, 1..100, each once")
+    if GSLICE_PROGPRIO and not (INTERLEAVE and PROTECT):
+        sys.exit("frontier.py: FRONTIER_GSLICE_PROGPRIO needs FRONTIER_INTERLEAVE and a protection level")
     if GSLICE_SOLO and not (INTERLEAVE and PROTECT):
         sys.exit("frontier.py: FRONTIER_GSLICE_SOLO needs FRONTIER_INTERLEAVE and a protection level")
     if GSLICE_SMS and not (INTERLEAVE and PROTECT):
@@ -448,7 +469,7 @@ def check_env():
 def settings():
     return {"pairs": PAIRS, "protect": PROTECT, "mps_pct": MPS_PCT, "mps_pct_of_prio": MPS_PCT_OF, "mps_prio": MPS_PRIO, "gslice_mps": GSLICE_MPS_MODE,
             "gslice_prio": GSLICE_PRIO, "gslice_cap": GSLICE_CAP, "gslice_sms": GSLICE_SMS,
-            "gslice_solo": GSLICE_SOLO,
+            "gslice_solo": GSLICE_SOLO, "gslice_progprio": GSLICE_PROGPRIO,
             "lanes": LANES, "interleave": INTERLEAVE,
             "round_order": "rotated one phase a round, every other round backwards",
             "window_s": WINDOW_S, "settle_s": SETTLE_S, "lead_s": LEAD_S, "budget_s": BUDGET_S,

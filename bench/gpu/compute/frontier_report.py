@@ -427,7 +427,8 @@ def markdown(doc):
                "with its program's environment setting `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100` (the cap held by "
                "time alone); `gslice-mps-P-smsS` the opportunistic job uncapped, its program's environment setting "
                "`CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=S` (the SMs alone); `gslice-solo-P` gslice's guaranteed "
-               "process alone; these are shown, not judged.\n")
+               "process alone; `-progprio` its guaranteed process with `GSLICE_STREAM_PRIORITY=program` "
+               "(the program's stream priorities, not the GPU's greatest); these are shown, not judged.\n")
     out.append("## Solo runs\n")
     out.append("| pair | job | before | after | after / before |")
     out.append("|---|---|---|---|---|")
