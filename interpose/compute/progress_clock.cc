@@ -14,15 +14,29 @@ void ProgressClock::Pass(int64_t now_ns, uint64_t launches, bool beside) {
   last_ns_ = now_ns;
   last_launches_ = launches;
   if (!split) return;
-  if (added > 0) ran_since_alone_ns_ += dt;
-  const auto add = [&](Stretch& s) {
-    s.ns += dt;
-    s.launches += added;
-    ++s.passes;
-    if (added > 0) ++s.moved;
+  if (added == 0) {
+    Stretch& idle = beside ? idle_beside_ : idle_alone_;
+    idle.ns += dt;
+    ++idle.passes;
+    return;
+  }
+  ran_since_alone_ns_ += dt;
+  const auto add = [](Stretch& to, const Stretch& from) {
+    to.ns += from.ns;
+    to.launches += from.launches;
+    to.passes += from.passes;
+    to.moved += from.moved;
   };
-  add(beside ? beside_ : alone_);
-  if (!beside) add(period_alone_);
+  // The passes since the last launch: the job's work if it came back within kRestNs.
+  if (idle_alone_.ns + idle_beside_.ns <= kRestNs) {
+    add(alone_, idle_alone_);
+    add(period_alone_, idle_alone_);
+    add(beside_, idle_beside_);
+  }
+  idle_alone_ = idle_beside_ = {};
+  const Stretch pass = {.ns = dt, .launches = added, .passes = 1, .moved = 1};
+  add(beside ? beside_ : alone_, pass);
+  if (!beside) add(period_alone_, pass);
 }
 
 uint32_t ProgressClock::ClosePeriod() {

@@ -271,7 +271,9 @@ TEST(ComputeProgress, AJobThatIdlesBetweenBurstsIsNotReadByItsLaunches) {
   now = FeedProgress(p, now, &n, 250, false, 40);
   EXPECT_EQ(p.ClosePeriod(), 0u);
   now = FeedProgress(p, now, &n, 250, true, 40, /*moving=*/6);
-  EXPECT_NEAR(p.ClosePeriod(), 600, 2);
+  // (The period's last passes without a launch go to the next one, with the job's next launch:
+  // 0.8 ms of 250.)
+  EXPECT_NEAR(p.ClosePeriod(), 600, 5);
   now = FeedProgress(p, now, &n, 250, true, 40, /*moving=*/4);
   EXPECT_EQ(p.ClosePeriod(), 0u);
 }
@@ -361,6 +363,52 @@ TEST(ComputeProgress, ARateAloneAgesWhileTheJobLaunchesNotWhileItRests) {
   }
   now = FeedProgress(p, now, &n, 250, true, 20);
   EXPECT_EQ(p.ClosePeriod(), 0u);
+}
+
+TEST(ComputeProgress, ARestIsNeitherAloneNorBeside) {
+  ProgressClock p;
+  uint64_t n = 0;
+  int64_t now = FeedProgress(p, 0, &n, 250, false, 40);
+  EXPECT_EQ(p.ClosePeriod(), 0u);
+  now = FeedProgress(p, now, &n, 250, true, 38);
+  EXPECT_NEAR(p.ClosePeriod(), 950, 2);
+  // The job rests 5 s, opportunistic work resting too (alone, no launch), then comes back
+  // beside it and, in the pause its kernels' baselines ask for, alone for 60 ms: its rate
+  // alone holds, and it is read at once.
+  for (int i = 0; i < 20; ++i) {
+    now = FeedProgress(p, now, &n, 250, false, 40, /*moving=*/0);
+    EXPECT_EQ(p.ClosePeriod(), 0u);
+  }
+  now = FeedProgress(p, now, &n, 60, false, 40);
+  now = FeedProgress(p, now, &n, 190, true, 38);
+  EXPECT_NEAR(p.ClosePeriod(), 950, 2) << "the rest is not read as time alone without launches";
+  EXPECT_TRUE(p.seen().fresh);
+  EXPECT_EQ(p.seen().alone_moved_permille, 1000);
+  now = FeedProgress(p, now, &n, 60, false, 40);
+  now = FeedProgress(p, now, &n, 190, true, 38);
+  EXPECT_NEAR(p.ClosePeriod(), 950, 2);
+  // A rest beside opportunistic work is not read as a job that stopped beside it.
+  for (int i = 0; i < 8; ++i) {
+    now = FeedProgress(p, now, &n, 250, true, 40, /*moving=*/0);
+    EXPECT_EQ(p.ClosePeriod(), 0u);
+  }
+  now = FeedProgress(p, now, &n, 250, true, 38);
+  EXPECT_NEAR(p.ClosePeriod(), 950, 2);
+  // A stop shorter than kRestNs is the job's own time: 300 ms without a launch alone, in a
+  // stretch of 250 ms launching, is not a job that launches without pause.
+  now = FeedProgress(p, now, &n, 250, false, 40);
+  now = FeedProgress(p, now, &n, 300, false, 40, /*moving=*/0);
+  now = FeedProgress(p, now, &n, 1, false, 40);
+  p.ClosePeriod();
+  now = FeedProgress(p, now, &n, 250, true, 38);
+  EXPECT_EQ(p.ClosePeriod(), 0u) << "not saturated alone: no rate, no reading";
+  // Beside, such a stop is the job's time too (it waited on its own work): 100 ms of 251.
+  now = FeedProgress(p, now, &n, 250, false, 40);
+  EXPECT_EQ(p.ClosePeriod(), 0u);
+  now = FeedProgress(p, now, &n, 150, true, 40);
+  now = FeedProgress(p, now, &n, 100, true, 40, /*moving=*/0);
+  now = FeedProgress(p, now, &n, 1, true, 40);
+  EXPECT_NEAR(p.ClosePeriod(), 602, 3);
 }
 
 TEST(ComputeKernels, EachKernelIsJudgedAgainstItselfAlone) {
