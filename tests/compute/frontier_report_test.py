@@ -11,6 +11,7 @@ import importlib.util
 import io
 import json
 import os
+import random
 import shutil
 import sys
 import tempfile
@@ -142,6 +143,53 @@ class SelectionTest(unittest.TestCase):
             self.assertTrue(out.getvalue().startswith("RESULT frontier.gpu INFO NVIDIA H100"))
         finally:
             os.unlink(f.name)
+
+
+class ServiceTimeTest(unittest.TestCase):
+    """The latency server's service time, measured as its phases serve (service_time.py)."""
+
+    def test_the_rate_follows_what_requests_take_at_that_rate(self):
+        service_time = load("service_time")
+
+        class Gpu:
+            """A fake server on a fake clock: a request after an idle gap of over 2 ms takes
+            8 ms (the GPU slowed down meanwhile), one after less 6 ms; one in 40 takes 200 ms
+            (a stall of the host)."""
+
+            def __init__(self):
+                self.clock, self.done, self.served = 1000.0, 1000.0, 0
+
+            def now(self):
+                return self.clock
+
+            def serve(self, arrival):
+                self.clock = max(self.clock, arrival)
+                took = 0.008 if self.clock - self.done > 0.002 else 0.006
+                self.served += 1
+                if self.served % 40 == 0:
+                    took = 0.200
+                self.clock += took
+                self.done = self.clock
+                return took
+
+        def offered(gpu, service, n=4000):
+            """The load a phase then offers: its rate times the (trimmed) mean request."""
+            rng, times, arrival = random.Random(7), [], gpu.now()
+            for _ in range(n):
+                arrival = max(arrival, gpu.now() - service_time.BEHIND_S) + rng.expovariate(0.5 / service)
+                times.append(gpu.serve(arrival))
+            return 0.5 / service * service_time.trimmed_mean(times)
+
+        # The first estimate (requests 5 ms apart) says 6 ms: at that rate the requests take more.
+        self.assertGreater(offered(Gpu(), 0.006), 0.54)
+        gpu = Gpu()
+        service, rounds = service_time.measure(gpu.serve, 0.006, 0.5, rng=random.Random(1), now=gpu.now)
+        self.assertEqual(len(rounds), 2)
+        self.assertGreater(service, 0.0066)
+        self.assertAlmostEqual(offered(gpu, service), 0.5, delta=0.02)
+        # The stalls are left out of the mean (with them it would be 11-12 ms).
+        self.assertLess(service, 0.008)
+        self.assertEqual(service_time.trimmed_mean([1.0] * 18 + [0.0, 100.0]), 1.0)
 
 
 class SoloOutlierTest(unittest.TestCase):

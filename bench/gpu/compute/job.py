@@ -35,6 +35,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import service_time  # noqa: E402
 import workloads  # noqa: E402
 
 TAIL_S = 1.0
@@ -278,7 +279,18 @@ def run_server(args):
             step()
             torch.cuda.synchronize()
             times.append(time.perf_counter() - t)
-        service_ms = statistics.median(times) * 1e3
+        # A first estimate, then rounds served as the phases serve (service_time.py).
+        first_ms = statistics.median(times) * 1e3
+
+        def serve_one(arrival):
+            lat, svc = [], []
+            serve(step, arrival, lat, svc)
+            return svc[0]
+
+        service_s, rounds = service_time.measure(serve_one, first_ms / 1e3, args.load)
+        service_ms = service_s * 1e3
+        print(f"server: service time {first_ms:.3f} ms after 5 ms pauses; served at load {args.load}: "
+              + ", ".join(f"{x * 1e3:.3f}" for x in rounds) + " ms", file=sys.stderr, flush=True)
     rate = args.load / (service_ms / 1e3)
     mark_ready(args.sync, args.id, {"pid": os.getpid(), "service_ms": service_ms})
     warm_rng = random.Random(1)
