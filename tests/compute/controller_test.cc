@@ -372,26 +372,24 @@ TEST(ComputeProgress, ARestIsNeitherAloneNorBeside) {
   EXPECT_EQ(p.ClosePeriod(), 0u);
   now = FeedProgress(p, now, &n, 250, true, 38);
   EXPECT_NEAR(p.ClosePeriod(), 950, 2);
-  // The job rests 5 s, opportunistic work resting too (alone, no launch), then comes back
-  // beside it and, in the pause its kernels' baselines ask for, alone for 60 ms: its rate
-  // alone holds, and it is read at once.
-  for (int i = 0; i < 20; ++i) {
-    now = FeedProgress(p, now, &n, 250, false, 40, /*moving=*/0);
-    EXPECT_EQ(p.ClosePeriod(), 0u);
-  }
+  // A rest of `periods` periods without a launch, opportunistic work queued or not: no reading.
+  const auto rest = [&](int periods, bool beside) {
+    for (int i = 0; i < periods; ++i) {
+      now = FeedProgress(p, now, &n, 250, beside, 40, /*moving=*/0);
+      ASSERT_EQ(p.ClosePeriod(), 0u);
+    }
+  };
+  // The job rests 5 s, opportunistic work resting too, then comes back beside it and, in the
+  // pause its kernels' baselines ask for, alone for 60 ms: its rate alone holds, and it is read
+  // at once.
+  rest(20, /*beside=*/false);
   now = FeedProgress(p, now, &n, 60, false, 40);
   now = FeedProgress(p, now, &n, 190, true, 38);
   EXPECT_NEAR(p.ClosePeriod(), 950, 2) << "the rest is not read as time alone without launches";
   EXPECT_TRUE(p.seen().fresh);
   EXPECT_EQ(p.seen().alone_moved_permille, 1000);
-  now = FeedProgress(p, now, &n, 60, false, 40);
-  now = FeedProgress(p, now, &n, 190, true, 38);
-  EXPECT_NEAR(p.ClosePeriod(), 950, 2);
   // A rest beside opportunistic work is not read as a job that stopped beside it.
-  for (int i = 0; i < 8; ++i) {
-    now = FeedProgress(p, now, &n, 250, true, 40, /*moving=*/0);
-    EXPECT_EQ(p.ClosePeriod(), 0u);
-  }
+  rest(8, /*beside=*/true);
   now = FeedProgress(p, now, &n, 250, true, 38);
   EXPECT_NEAR(p.ClosePeriod(), 950, 2);
   // A stop shorter than kRestNs is the job's own time: 300 ms without a launch alone, in a
