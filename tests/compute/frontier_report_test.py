@@ -268,6 +268,24 @@ class LanesTest(unittest.TestCase):
             self.assertLessEqual(sum(r.estimate() for r in lane) + frontier.SUITE_S + 2 * frontier.MPS_SWITCH_S,
                                  frontier.BUDGET_S)
 
+    def test_a_miss_against_another_lanes_configuration_names_gslices_own_lane(self):
+        # A pair split over two GPUs: the best plain configuration keeping 0.90 ran in lane 0,
+        # gslice in lane 1, where only mps-50-p1 kept it.
+        d = doc([train("solo-before", "solo", 40, 30, lane=0), train("solo-after", "solo", 40, 30, lane=0),
+                 train("solo-before", "solo", 40, 30, lane=1), train("solo-after", "solo", 40, 30, lane=1),
+                 train("mps-100-p1", "mps", 38, 28.5, lane=0, mps_pct=100),   # 0.95 / 0.95
+                 train("mps-50-p1", "mps", 39, 24, lane=1, mps_pct=50),       # 0.975 / 0.80
+                 train("gslice-mps-0.90", "gslice-mps", 38, 27, lane=1, protect=0.90)])  # 0.95 / 0.90
+        d["settings"]["protect"] = [0.90]
+        v = by(report.frontier(d, "train"), 0.90, "gslice-mps")
+        self.assertFalse(v["met"])
+        self.assertIn("across lanes (mps-100-p1 in lane 0, gslice in lane 1; in gslice's lane mps-50-p1 kept it "
+                      "at 0.800)", v["misses"][0])
+        # In one lane nothing is said of lanes.
+        d["configs"][-1]["lane"] = 0
+        v = by(report.frontier(d, "train"), 0.90, "gslice-mps")
+        self.assertNotIn("across lanes", v["misses"][0])
+
 
 def run_all(frontier, fake_run_config):
     """frontier.run_all with suite.run_config replaced and no MPS daemon, in a scratch folder:

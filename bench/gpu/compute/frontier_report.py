@@ -220,11 +220,17 @@ def frontier(doc, pair):
         for kind, q in modes:
             g = next((r for r in rs if r["kind"] == kind and r.get("gslice_prio") == q and r["protect"] is not None
                       and abs(r["protect"] - level) < 1e-9), None)
-            out.append(verdict(doc, pair, level, kind + ("" if q is None else f"-p{q}"), g, best))
+            # With the configurations split over lanes (GPUs), the best may be in another lane
+            # than gslice's: the best of gslice's own lane is named beside it.
+            mine = [r for r in keepers if g is not None and r["lane"] == g["lane"]]
+            local = max(mine, key=lambda r: r["o"]) if mine else None
+            out.append(verdict(doc, pair, level, kind + ("" if q is None else f"-p{q}"), g, best, local))
     return out
 
 
-def verdict(doc, pair, level, mode, g, best):
+def verdict(doc, pair, level, mode, g, best, local=None):
+    """gslice's row g at a level against the best plain row that keeps it; local: the best
+    of g's own lane, named where best ran in another."""
     v = {"pair": pair, "level": level, "mode": mode, "gslice": g, "best": best, "met": None, "misses": []}
     if g is None or g["status"] != "ok":
         why = "not run" if g is None else f"{g['status']}: {g.get('error') or ''}".strip()
@@ -265,10 +271,21 @@ def verdict(doc, pair, level, mode, g, best):
             p = paired(g.get("o_rounds") or [], best.get("o_rounds") or [])
             misses.append(f"opportunistic {g['o']:.3f}× solo, short of {best['config']}'s {best['o']:.3f} by "
                           f"{short:.3f} ({short / best['o']:.0%} less){within(short, do)}"
-                          + (paired_text(p, best["config"]) if p else ""))
+                          + (paired_text(p, best["config"]) if p else "") + lane_text(g, best, local))
     v["met"] = bool(g_ok) and harvest_ok
     v["misses"] = misses
     return v
+
+
+def lane_text(g, best, local):
+    """Where gslice and the best plain configuration ran in different lanes: that, and the best
+    of gslice's own lane (against its own solo phases and the same GPU)."""
+    if best.get("lane") == g.get("lane"):
+        return ""
+    text = f"; across lanes ({best['config']} in lane {best['lane']}, gslice in lane {g['lane']}"
+    if local is None:
+        return text + ", where no plain configuration kept the level)"
+    return text + f"; in gslice's lane {local['config']} kept it at {local['o']:.3f})"
 
 
 def lv(level):
