@@ -47,28 +47,13 @@ constexpr int kUnknownRange = INT32_MAX;
 std::atomic<int> g_least_priority{kUnknownRange};
 std::atomic<int> g_greatest_priority{kUnknownRange};
 
-// GSLICE_STREAM_PRIORITY, read once: whether the class sets stream priorities (class) or the
-// program keeps its own (program). Any other value: class, and a warning.
-std::atomic<int> g_class_sets_priorities{-1};  // -1: not read yet
-
-bool ClassSetsPriorities() {
-  int sets = g_class_sets_priorities.load(std::memory_order_relaxed);
-  if (sets >= 0) return sets != 0;
-  const char* v = OptionValue(Option::StreamPriority);
-  sets = strcmp(v, "program") == 0 ? 0 : 1;
-  // Threads that race here read the same variable; one of them warns.
-  int unread = -1;
-  if (g_class_sets_priorities.compare_exchange_strong(unread, sets, std::memory_order_relaxed) && sets != 0 &&
-      strcmp(v, "class") != 0 && v[0] != '\0') {
-    Log(LogLevel::kWarn, "%s=%s: not class or program; stream priorities follow the class",
-        OptionEnv(Option::StreamPriority), v);
-  }
-  return sets != 0;
-}
+// GSLICE_STREAM_PRIORITY as the shim's constructor read it (ReadStreamPriorityOption):
+// whether the class sets stream priorities (class) or the program keeps its own (program).
+std::atomic<bool> g_class_sets_priorities{true};
 
 int ClassPriority() {
   const int cls = compute::FollowedClass();
-  if (cls < 0 || !ClassSetsPriorities()) return kLeavePriority;
+  if (cls < 0 || !g_class_sets_priorities.load(std::memory_order_relaxed)) return kLeavePriority;
   int least = g_least_priority.load(std::memory_order_acquire);
   int greatest = g_greatest_priority.load(std::memory_order_relaxed);
   if (least == kUnknownRange) {
@@ -211,6 +196,16 @@ void AskMpsForClassPriority() {
   char error[128];
   if (!compute::ParseComputePolicy(nullptr, nullptr, OptionValue(Option::Class), &policy, error, sizeof error)) return;
   if (policy.cls == compute::ComputeClass::kOpportunistic) setenv("CUDA_MPS_CLIENT_PRIORITY", "1", /*overwrite=*/0);
+}
+
+void ReadStreamPriorityOption() {
+  const char* v = OptionValue(Option::StreamPriority);
+  const bool program = strcmp(v, "program") == 0;
+  if (!program && strcmp(v, "class") != 0 && v[0] != '\0') {
+    Log(LogLevel::kWarn, "%s=%s: not class or program; stream priorities follow the class",
+        OptionEnv(Option::StreamPriority), v);
+  }
+  g_class_sets_priorities.store(!program, std::memory_order_relaxed);
 }
 
 void StartLaunchGate(void* const* real, void* real_handle) {

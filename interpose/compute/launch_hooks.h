@@ -17,6 +17,9 @@ void StartLaunchGate(void* const* real, void* real_handle);
 // (CUDA_MPS_CLIENT_PRIORITY=1, read by the driver when it connects to the MPS server, and
 // ignored without MPS). A value the user set is kept.
 void AskMpsForClassPriority();
+// Called by the shim's constructor: reads GSLICE_STREAM_PRIORITY once (class: the class sets
+// stream priorities; program: the program keeps its own), warning of any other value.
+void ReadStreamPriorityOption();
 
 // The default streams at the class's priority (launch_hooks.cc, docs/compute.md): before a
 // guaranteed process's first kernel or graph launch on a context's legacy default stream, or

@@ -864,6 +864,7 @@ __attribute__((constructor)) void GsliceCudaShimInit() {
   ForbidShrinkGuard();  // the application's signal handlers are its own (shrink_guard.h)
   InitLog();
   AskMpsForClassPriority();  // compute slices (launch_hooks.h)
+  ReadStreamPriorityOption();
   trace::OfferNvtxInjection();  // timelines (trace_recorder.h)
   LoadRealLibrary("libcuda.so.1", OptionValue(Option::RealDriver), "GSLICE_REAL_DRIVER",
                   reinterpret_cast<const void*>(&GsliceCudaShimInit), &g_real_library);

@@ -444,18 +444,13 @@ def check_env():
     if any(q not in (0, 1) for q in GSLICE_PRIO) or len(set(GSLICE_PRIO)) < len(GSLICE_PRIO):
         sys.exit(f"frontier.py: FRONTIER_GSLICE_PRIO {GSLICE_PRIO}: client priorities 0 (normal) or 1 (below normal), "
                  "each once")
-    if any(not 1 <= c <= 100 for c in GSLICE_CAP) or len(set(GSLICE_CAP)) < len(GSLICE_CAP):
-        sys.exit(f"frontier.py: FRONTIER_GSLICE_CAP {GSLICE_CAP}: caps in percent, 1..100, each once")
-    if GSLICE_CAP and not (INTERLEAVE and PROTECT):
-        sys.exit("frontier.py: FRONTIER_GSLICE_CAP needs FRONTIER_INTERLEAVE and a protection level")
-    if any(not 1 <= c <= 100 for c in GSLICE_SMS) or len(set(GSLICE_SMS)) < len(GSLICE_SMS):
-        sys.exit(f"frontier.py: FRONTIER_GSLICE_SMS {GSLICE_SMS}: shares of the SMs in percent, 1..100, each once")
-    if GSLICE_PROGPRIO and not (INTERLEAVE and PROTECT):
-        sys.exit("frontier.py: FRONTIER_GSLICE_PROGPRIO needs FRONTIER_INTERLEAVE and a protection level")
-    if GSLICE_SOLO and not (INTERLEAVE and PROTECT):
-        sys.exit("frontier.py: FRONTIER_GSLICE_SOLO needs FRONTIER_INTERLEAVE and a protection level")
-    if GSLICE_SMS and not (INTERLEAVE and PROTECT):
-        sys.exit("frontier.py: FRONTIER_GSLICE_SMS needs FRONTIER_INTERLEAVE and a protection level")
+    for name, shares, what in (("CAP", GSLICE_CAP, "caps"), ("SMS", GSLICE_SMS, "shares of the SMs")):
+        if any(not 1 <= c <= 100 for c in shares) or len(set(shares)) < len(shares):
+            sys.exit(f"frontier.py: FRONTIER_GSLICE_{name} {shares}: {what} in percent, 1..100, each once")
+    # Configurations only the interleaved run has, each with a gslice guaranteed process.
+    for name, wanted in (("CAP", GSLICE_CAP), ("PROGPRIO", GSLICE_PROGPRIO), ("SOLO", GSLICE_SOLO), ("SMS", GSLICE_SMS)):
+        if wanted and not (INTERLEAVE and PROTECT):
+            sys.exit(f"frontier.py: FRONTIER_GSLICE_{name} needs FRONTIER_INTERLEAVE and a protection level")
     if GSLICE_PRIO and not INTERLEAVE:
         sys.exit("frontier.py: FRONTIER_GSLICE_PRIO needs FRONTIER_INTERLEAVE (gslice's priorities side by side)")
     if INTERLEAVE < 0 or (INTERLEAVE and WINDOW_S / INTERLEAVE < 5):

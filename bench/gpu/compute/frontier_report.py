@@ -431,7 +431,7 @@ def markdown(doc):
                    "the solo runs before and after. ")
     out[-1] += (f"The server's request rate is fixed at {st.get('server_load', 0.5)} of "
                f"its solo service time ({service_text(doc)} ms)"
-               + (f"; the load it offered in its solo phases: {solo_load_text(doc)}" if solo_load_text(doc) else "")
+               + (f"; the load it offered in its solo phases: {loads}" if (loads := solo_load_text(doc)) else "")
                + ". The latency pair's level: "
                f"p99 ≤ 1 + (1 − level) × {LATENCY_SLACK:.3f} of solo (+5% at 0.97).\n")
     out.append("Configurations: `timeslice` both processes native (the GPU's time-slicing); `mps-T-pQ` both MPS "
