@@ -1,5 +1,7 @@
 #include "mps_controller.h"
 
+#include <cmath>
+
 #include "kernel_clock.h"
 
 namespace gslice::compute {
@@ -103,11 +105,16 @@ ControlDecision MpsController::Decide(const ControlPeriod& period, int64_t now_n
   double mean = 0;
   for (uint32_t i = 0; i < judged_count_; ++i) mean += judged_[i];
   mean /= judged_count_;
-  if (worst < 1 - kCutNowMargin || (judged_count_ >= kJudgePeriods && mean < 1)) {
+  double spread = 0;  // the readings' sample standard deviation
+  for (uint32_t i = 0; i < judged_count_; ++i) spread += (judged_[i] - mean) * (judged_[i] - mean);
+  spread = judged_count_ > 1 ? std::sqrt(spread / (judged_count_ - 1)) : 0;
+  // The mean's upper bound: under the floor, the shortfall is more than the window's noise.
+  const double upper = mean + kCutConfidenceT * spread / std::sqrt(static_cast<double>(judged_count_));
+  if (worst < 1 - kCutNowMargin || (judged_count_ >= kJudgePeriods && upper < 1)) {
     const double cut = rate_ * kCutFactor;
     const uint32_t next = cut < kMinRatePermille ? 0 : static_cast<uint32_t>(cut);
-    AddTrace(&d, "compute: mps: guaranteed kernels at %.3f of their floor (%.3f over %u periods): rate %u -> %u permille",
-             worst, mean, judged_count_, rate_, next);
+    AddTrace(&d, "compute: mps: guaranteed kernels at %.3f of their floor (%.3f over %u periods, at most %.3f): rate %u -> %u permille",
+             worst, mean, judged_count_, upper, rate_, next);
     rate_ = next;
     judged_count_ = judged_next_ = 0;  // the next judgement is of readings at the new rate
   } else if (worst >= 1 + kGrowMargin) {
