@@ -147,9 +147,9 @@ inline constexpr int64_t kUngatedHoldNs = 50'000'000;
 // undercounts, which makes the job's busy share, and so its loss (kernel_clock.h), read
 // smaller by the lost share; threads lose updates only when they launch at the same moment.
 // The host's waits (CountWait: how many, and their time) are added from any thread
-// (fetch_add: a wait is long next to it). A timed launch whose call took kBlockedLaunchNs or
-// longer (the driver's queue was full: the host waited on the GPU inside its launches, where
-// no wait is counted) sets launch_blocked until the period's end.
+// (fetch_add: a wait is long next to it). Timed launches are counted, and those whose call
+// took kBlockedLaunchNs or longer too (the host may have waited on the GPU inside its
+// launches, where no wait is counted: WaitedInAFullQueue).
 struct LaunchCount {
   std::atomic<uint64_t> launches{0};
   std::atomic<bool> time_next{false};
@@ -160,9 +160,9 @@ struct LaunchCount {
   std::atomic<bool> count_waits{false};  // set by the gate thread once it first samples
   std::atomic<uint64_t> waits{0};
   std::atomic<int64_t> waited_ns{0};
-  std::atomic<bool> launch_blocked{false};
+  std::atomic<uint64_t> timed_launches{0};
+  std::atomic<uint64_t> blocked_launches{0};
 };
-inline constexpr int64_t kBlockedLaunchNs = 200'000;
 extern LaunchCount g_counted;
 
 struct KernelTiming {
@@ -178,6 +178,8 @@ struct KernelTiming {
   uint64_t period_launches = 0;  // LaunchCount::launches at the last period's end
   uint64_t period_waits = 0;      // LaunchCount::waits at the last period's end
   int64_t period_waited_ns = 0;  // LaunchCount::waited_ns at the last period's end
+  uint64_t period_timed = 0;      // LaunchCount::timed_launches at the last period's end
+  uint64_t period_blocked = 0;    // LaunchCount::blocked_launches at the last period's end
   uint32_t seen_head = 0;        // the ring's head at the pass that last saw it move
   int64_t newest_sample_ns = 0;  // ... and that pass's time (kCount's time_next)
   KernelClock clock;

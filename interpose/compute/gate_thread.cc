@@ -410,7 +410,11 @@ bool TimeKernels(Device& d, int64_t now, bool read_samples) {
   // together: a wait on another GPU only makes the cap larger.
   const uint64_t waits = g_counted.waits.load(kRlx);
   const int64_t waited = g_counted.waited_ns.load(kRlx);
-  const bool blocked = g_counted.launch_blocked.exchange(false, kRlx);
+  const uint64_t timed = g_counted.timed_launches.load(kRlx);
+  const uint64_t long_launches = g_counted.blocked_launches.load(kRlx);
+  const bool blocked = WaitedInAFullQueue(timed - k.period_timed, long_launches - k.period_blocked);
+  k.period_timed = timed;
+  k.period_blocked = long_launches;
   const int64_t waited_ns = blocked || waits == k.period_waits ? -1 : waited - k.period_waited_ns;
   k.period_waits = waits;
   k.period_waited_ns = waited;

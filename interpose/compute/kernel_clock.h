@@ -33,8 +33,9 @@
 //
 // The critical path. Slower kernels cost the job time only where its host waits for them: in
 // a synchronisation (of a stream, an event or the context, a synchronous copy), or in a launch
-// that finds the driver's queue full. Where no timed launch of the period found it full and
-// the host made a waiting call, its waits w, as a share of the period, bound the loss too:
+// that finds the driver's queue full (WaitedInAFullQueue). Where the period's timed launches
+// did not find it full and the host made a waiting call, its waits w, as a share of the
+// period, bound the loss too:
 // the reading is 1 / (1 + min(b (1/r - 1), w)). A server bound by its host (Python, the
 // launches), whose requests end in a synchronisation that finds the GPU nearly done, loses
 // little however much slower its kernels run; a job that waits on the GPU most of the time
@@ -54,6 +55,18 @@ struct KernelShape {
 };
 // A 64-bit key of a shape (never 0).
 uint64_t KernelKey(const KernelShape& shape);
+
+// A launch whose call took kBlockedLaunchNs or longer waited for room in the driver's queue.
+// A full queue is a steady state, in which every launch waits for room; a host's scheduling
+// stretches a launch now and then (on the simulator on two busy cores, 0.3-0.6% of a
+// host-bound job's launches took over 200 µs, and one of a period's twenty-odd timed
+// launches was enough to drop its waits bound). So a period's launches found the queue full
+// where at least one in kBlockedLaunchShare of its timed launches took that long.
+inline constexpr int64_t kBlockedLaunchNs = 200'000;
+inline constexpr uint64_t kBlockedLaunchShare = 4;
+inline bool WaitedInAFullQueue(uint64_t timed_launches, uint64_t long_launches) {
+  return long_launches > 0 && long_launches * kBlockedLaunchShare >= timed_launches;
+}
 
 inline constexpr int kKernelTableSize = 1024;  // kernels with a baseline a process keeps
 inline constexpr double kBaselineWeight = 0.25;

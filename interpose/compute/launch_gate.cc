@@ -384,9 +384,8 @@ void FinishKernelSample(const LaunchTicket& t) {
   Device& d = *t.device;
   KernelSample s = t.sample;
   // The launch's call, with its start event's record: a long one waited for room in the queue.
-  if (MonotonicNs() - s.launched_ns >= kBlockedLaunchNs && !g_counted.launch_blocked.load(kRlx)) {
-    g_counted.launch_blocked.store(true, kRlx);
-  }
+  g_counted.timed_launches.fetch_add(1, kRlx);
+  if (MonotonicNs() - s.launched_ns >= kBlockedLaunchNs) g_counted.blocked_launches.fetch_add(1, kRlx);
   s.end = d.meter.pool.Get(g_gate->api);
   bool kept = false;
   if (s.end != nullptr && g_gate->api.event_record(s.end, t.stream) == CUDA_SUCCESS) {

@@ -524,6 +524,20 @@ TEST(ComputeKernels, AJobLosesAtMostWhatItsHostWaitedOnTheGpu) {
   EXPECT_EQ(period(-1), 800u);
 }
 
+TEST(ComputeKernels, AFullQueueIsASteadyStateNotOneLongLaunch) {
+  // One long launch among a period's twenty-odd timed ones is the host's scheduling.
+  EXPECT_FALSE(WaitedInAFullQueue(22, 1));
+  EXPECT_FALSE(WaitedInAFullQueue(22, 5));
+  EXPECT_FALSE(WaitedInAFullQueue(22, 0));
+  EXPECT_FALSE(WaitedInAFullQueue(0, 0));
+  // A quarter of them or more: the queue was full.
+  EXPECT_TRUE(WaitedInAFullQueue(22, 6));
+  EXPECT_TRUE(WaitedInAFullQueue(22, 22));
+  // A job of long kernels times few launches a period; each of them waited.
+  EXPECT_TRUE(WaitedInAFullQueue(1, 1));
+  EXPECT_TRUE(WaitedInAFullQueue(3, 1));
+}
+
 TEST(ComputeKernels, KernelsWithoutABaselineAskForOne) {
   KernelClock k;
   for (unsigned i = 0; i < 2 * kMinSignalSamples; ++i) k.Add(KernelKey({.function = &k, .grid = {i, 1, 1}}), 1000, true);
