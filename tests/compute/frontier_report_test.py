@@ -537,6 +537,47 @@ class InterleavedTest(unittest.TestCase):
         self.assertIn("| gslice-solo-0.97 | 0.960 | n/a |", md)
         self.assertIn("gslice-solo-0.97", report.text_table(d))
 
+    def test_gslice_is_set_beside_plain_mps_round_by_round_over_all_lanes(self):
+        # Two lanes, 3 rounds each; the solo phases move with the host (40, 44, 36) while the
+        # configurations of a round move together: gslice's guaranteed job 0.02 under plain
+        # MPS's in every round, its opportunistic job 0.05 under.
+        def cfg(name, kind, lane, g, o=None, **attrs):
+            c = {"pair": "train", "config": name, "kind": kind, "status": "ok", "lane": lane,
+                 "g": {"steps_per_s": sum(g) / 3, "finite": True, "rounds": g}, **attrs}
+            if o is not None:
+                c["o"] = {"steps_per_s": sum(o) / 3, "finite": True, "rounds": o}
+            return c
+        solo_g, solo_o = [40, 44, 36], [30, 33, 27]
+        configs = []
+        for lane in (0, 1):
+            configs += [cfg("solo", "solo", lane, solo_g, solo_o),
+                        cfg("mps-100-p1", "mps", lane, [x * 0.90 for x in solo_g], [x * 0.90 for x in solo_o],
+                            mps_pct=100, mps_prio=1),
+                        cfg("gslice-mps-0.97", "gslice-mps", lane, [x * 0.88 for x in solo_g],
+                            [x * 0.85 for x in solo_o], protect=0.97),
+                        cfg("gslice-solo-0.97", "gslice-solo", lane, [x * (0.99 + 0.01 * k) for k, x in enumerate(solo_g)],
+                            protect=0.97)]
+        d = doc(configs)
+        d["settings"].update(interleave=3, protect=[0.97], pairs=["train"])
+        side = {c: (a, g, o) for c, a, g, o in report.side_by_side(d, "train")}
+        against, g, o = side["gslice-mps-0.97"]
+        self.assertEqual(against, "mps-100-p1")
+        self.assertAlmostEqual(g[0], -0.02)
+        self.assertAlmostEqual(g[1], 0.0)
+        self.assertEqual(g[2], 6)
+        self.assertAlmostEqual(o[0], -0.05)
+        against, g, o = side["gslice-solo-0.97"]
+        self.assertEqual(against, "solo")
+        self.assertAlmostEqual(g[0], 0.0)  # rounds at 0.99, 1.00, 1.01 of solo, both lanes
+        self.assertAlmostEqual(g[1], (0.0004 / 5) ** 0.5 / 6 ** 0.5)  # differences ±0.01, 0 twice: s² = 0.0004 / 5
+        self.assertIsNone(o)
+        md = report.markdown(d)
+        self.assertIn("| gslice-mps-0.97 | mps-100-p1 | 6 | -0.020 ± 0.000 | -0.050 ± 0.000 |", md)
+        self.assertIn("gslice-mps-0.97 − mps-100-p1, same round: guaranteed -0.020 ± 0.000", report.text_table(d))
+        # Not interleaved: no rounds to set side by side.
+        d["settings"]["interleave"] = 0
+        self.assertEqual(report.side_by_side(d, "train"), [])
+
     def test_gslice_guaranteed_at_the_programs_stream_priorities(self):
         frontier = load_frontier(FRONTIER_PAIRS="train", FRONTIER_PROTECT="0.97,0.90", FRONTIER_MPS_PCT="100",
                                  FRONTIER_MPS_PRIO="1", FRONTIER_GSLICE_SOLO="1", FRONTIER_GSLICE_PROGPRIO="1",

@@ -14,7 +14,9 @@ The goal at a protection level P: gslice's guaranteed job is kept at P (training
 latency: p99 ≤ p99_bound(P) × solo, +5% at 0.97), and its opportunistic throughput is at least
 that of the best plain configuration (time-slicing, or MPS at any thread percentage and
 client priority) that keeps the guaranteed job at P by the same test. A miss says by how much,
-and whether that is within the solo runs' drift (after / before). No torch, no GPU.
+and whether that is within the solo runs' drift (after / before). Interleaved runs also set
+each gslice configuration beside plain MPS at priority 1 round by round (side_by_side), the
+comparison a call resolves best. No torch, no GPU.
 """
 
 import argparse
@@ -369,12 +371,57 @@ def text_table(doc):
         for r in rows(doc, pair):
             lines.append(f"  {row_label(doc, pair, r):<26} {guaranteed_text(pair, r):<48} {f3(r['o']):<7} "
                          f"{'' if r['status'] == 'ok' else status_text(r)}")
+        for cfg, against, g, o in side_by_side(doc, pair):
+            lines.append(f"  {cfg} − {against}, same round: guaranteed {diff_text(g)}, opportunistic {diff_text(o)}"
+                         f" ({g[2] if g else 0} rounds)")
         for v in frontier(doc, pair):
             met = "n/a" if v["met"] is None else ("MET" if v["met"] else "MISSED")
             lines.append(f"  at {lv(v['level'])} {v['mode']:<10} gslice {gslice_text(pair, v['gslice']):<22} "
                          f"best plain {best_text(pair, v['best']):<34} {met}"
                          + (f" ({'; '.join(v['misses'])})" if v["misses"] else ""))
     return "\n".join(lines)
+
+
+# The plain configuration each gslice configuration is set beside, round by round.
+SIDE_BY_SIDE_PLAIN = "mps-100-p1"
+
+
+def side_by_side(doc, pair):
+    """Each gslice configuration of an interleaved run against plain MPS at priority 1 (its
+    guaranteed process alone, `gslice-solo-*`: against the solo phase) in the same round, over
+    all lanes: the mean difference of their figures over solo and its standard error, the
+    guaranteed job's (the server: solo p99 over p99) and the opportunistic job's. Phases of a
+    launch-bound job alone move several percent with the host from one to the next while the
+    configurations of a round move together, so this is the comparison a call resolves.
+    [(config, against, (mean, se, n) or None, (mean, se, n) or None)]."""
+    if not interleaved(doc):
+        return []
+    found = {}
+    for r in rows(doc, pair):
+        if not str(r.get("kind") or "").startswith("gslice") or r.get("status") != "ok":
+            continue
+        alone = r["kind"] == "gslice-solo"
+        base = None if alone else next((b for b in rows(doc, pair) if b["config"] == SIDE_BY_SIDE_PLAIN
+                                        and b["lane"] == r["lane"] and b.get("status") == "ok"), None)
+        if base is None and not alone:
+            continue
+        g_base = [1.0] * len(r["g_rounds"]) if alone else base["g_rounds"]
+        if len(g_base) != len(r["g_rounds"]):
+            continue
+        gd, od = found.setdefault(r["config"], ([], []))
+        gd += [x - y for x, y in zip(r["g_rounds"], g_base)]
+        if not alone and len(r["o_rounds"]) == len(base["o_rounds"]):
+            od += [x - y for x, y in zip(r["o_rounds"], base["o_rounds"])]
+    out = []
+    for cfg, (gd, od) in found.items():
+        stats = [(statistics.mean(d), statistics.stdev(d) / math.sqrt(len(d)), len(d)) if len(d) >= 2 else None
+                 for d in (gd, od)]
+        out.append((cfg, "solo" if cfg.startswith("gslice-solo") else SIDE_BY_SIDE_PLAIN, stats[0], stats[1]))
+    return out
+
+
+def diff_text(p):
+    return "n/a" if p is None else f"{p[0]:+.3f} ± {p[1]:.3f}"
 
 
 def service_text(doc):
@@ -479,6 +526,15 @@ def markdown(doc):
         if per_round:
             out.append("\nPer round: the configuration's figure over the solo phase's of the same round (the "
                        "server: solo p99 over its p99), each round's, in the order run.")
+        side = side_by_side(doc, pair)
+        if side:
+            out.append("\nSide by side in the same round: each gslice configuration's figure over solo minus "
+                       f"`{SIDE_BY_SIDE_PLAIN}`'s in the same round (its guaranteed process alone: minus 1), "
+                       "mean ± standard error over the rounds of all lanes.\n")
+            out.append("| configuration | against | rounds | guaranteed | opportunistic |")
+            out.append("|---|---|---|---|---|")
+            for cfg, against, g, o in side:
+                out.append(f"| {cfg} | {against} | {g[2] if g else 0} | {diff_text(g)} | {diff_text(o)} |")
         for lane, k, x, m in solo_outliers(doc, pair):
             out.append(f"\n**Solo round {k} of lane {lane}:** the server's p99 {x:.1f} ms, {x / m:.1f}× the other "
                        f"solo rounds' median ({m:.1f} ms): the lane's p99 ratios (× solo) rest on that one phase; "
