@@ -672,6 +672,66 @@ class InterleavedTest(unittest.TestCase):
         self.assertTrue(v["met"])  # plain MPS keeps no level; gslice keeps 0.925
         self.assertIn("GPU-bound pair", report.text_table(d))
 
+    def test_the_gpus_state_is_averaged_over_each_configurations_phases(self):
+        frontier = load_frontier(FRONTIER_PAIRS="train", FRONTIER_PROTECT="0.90", FRONTIER_MPS_PCT="100",
+                                 FRONTIER_MPS_PRIO="1", FRONTIER_INTERLEAVE="2", FRONTIER_WINDOW_S="20",
+                                 FRONTIER_SETTLE_S="0.5", FRONTIER_TIMESLICE="0")
+        phases_run = []
+
+        def fake_run_config(name, procs, seconds=None, phases=None, phase_s=None):
+            out, ends = {"phases": []}, {}
+            for i, ids in enumerate(phases):
+                a, b = 100 + i * phase_s, 100 + (i + 1) * phase_s
+                out["phases"].append([a, b, ids])
+                for ident in ids:
+                    ends.setdefault(ident, []).extend(a + 0.6 + k / 20 for k in range(int((b - a - 0.7) * 20)))
+            for ident, _, _ in procs:
+                out[ident] = {"step_ends": ends.get(ident, []), "finite": True}
+            phases_run[:] = out["phases"]
+            return out
+
+        class FakeSampler:
+            # Two processes at work keep the GPU 90% busy, one 60%; samples in a phase's
+            # unmeasured first half second are off the chart and must not count.
+            def __init__(self, path):
+                pass
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                return False
+
+            def samples(self):
+                out = []
+                for a, b, ids in phases_run:
+                    out.append((a + 0.2, {"sm_mhz": 1.0, "busy_pct": 0.0, "power_w": 9999.0}))
+                    t = a + 1
+                    while t < b:
+                        out.append((t, {"sm_mhz": 1980.0, "busy_pct": 90.0 if len(ids) == 2 else 60.0,
+                                        "power_w": 500.0 if len(ids) == 2 else 350.0}))
+                        t += 0.5
+                return out
+
+        frontier.GpuSampler = FakeSampler
+        d = run_all(frontier, fake_run_config)
+        cfg = {c["config"]: c for c in d["configs"]}
+        self.assertEqual(cfg["solo"]["gpu"], {"sm_mhz": 1980.0, "busy_pct": 60.0, "power_w": 350.0})
+        self.assertEqual(cfg["mps-100-p1"]["gpu"], {"sm_mhz": 1980.0, "busy_pct": 90.0, "power_w": 500.0})
+        self.assertEqual(cfg["gslice-mps-0.90"]["gpu"]["busy_pct"], 90.0)
+        md = report.markdown(d)
+        self.assertIn("| configuration | SM clock MHz | GPU busy % | power W |", md)
+        self.assertIn("| mps-100-p1 | 1980 | 90 | 500 |", md)
+        # nvidia-smi's lines: local-time stamps; a field it could not read leaves the line out.
+        text = ("2026/11/30 11:21:37.185, 1980, 73, 406.12\n"
+                "2026/11/30 11:21:37.685, [N/A], 70, 400.00\n"
+                "garbage\n")
+        samples = frontier.parse_gpu_samples(text)
+        self.assertEqual(len(samples), 1)
+        import datetime
+        self.assertAlmostEqual(samples[0][0], datetime.datetime(2026, 11, 30, 11, 21, 37, 185000).timestamp())
+        self.assertEqual(samples[0][1], {"sm_mhz": 1980.0, "busy_pct": 73.0, "power_w": 406.12})
+
     def test_rounds_are_judged_against_the_solo_phases_of_the_same_run(self):
         frontier = load_frontier(FRONTIER_PAIRS="train,latency", FRONTIER_PROTECT="0.90", FRONTIER_MPS_PCT="100",
                                  FRONTIER_MPS_PRIO="1", FRONTIER_INTERLEAVE="2", FRONTIER_WINDOW_S="20",

@@ -79,6 +79,8 @@ priorities, gslice on MPS; solo-after always last, with its time kept aside. A r
 end past the deadline (FRONTIER_DEADLINE, epoch seconds; else now + FRONTIER_BUDGET_S) is
 skipped and recorded as skipped. A run is failed when a process exits non-zero, reports a
 non-finite output, or logs a CUDA error; failed runs are kept in the JSON with their error.
+While a run works, nvidia-smi samples its GPU's SM clock, busy share and power every 0.5 s
+(raw/RUN.gpu.csv); each configuration's phases' means go in the JSON ("gpu").
 """
 
 import argparse
@@ -574,6 +576,81 @@ def round_figures(results, ident, ids, settle, server):
     return out
 
 
+# The GPU's state while a run works: nvidia-smi's samples every GPU_SAMPLE_MS of the lane's GPU
+# (its SM clock, how busy it was, its power), each configuration's phases averaged. A job
+# bound by its host moves with the host, not the GPU: where the SM clock held in every phase
+# and the GPU's busy share followed the job's speed, the host set the pace. Reading only.
+GPU_SAMPLE_MS = 500
+GPU_FIELDS = ("sm_mhz", "busy_pct", "power_w")
+
+
+class GpuSampler:
+    """nvidia-smi sampling the lane's GPU (CUDA_VISIBLE_DEVICES, a UUID in lanes; else GPU 0)
+    into a CSV file while a run works; samples() parses what it wrote."""
+
+    def __init__(self, path):
+        self.path, self.proc = path, None
+
+    def __enter__(self):
+        gpu = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0]
+        try:
+            with open(self.path, "w") as out:
+                self.proc = subprocess.Popen(
+                    ["nvidia-smi", "--query-gpu=timestamp,clocks.sm,utilization.gpu,power.draw",
+                     "--format=csv,noheader,nounits", f"--loop-ms={GPU_SAMPLE_MS}", f"--id={gpu}"],
+                    stdout=out, stderr=subprocess.DEVNULL)
+        except OSError:  # no nvidia-smi: the run goes on without the GPU's state
+            self.proc = None
+        return self
+
+    def __exit__(self, *exc):
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        return False
+
+    def samples(self):
+        try:
+            with open(self.path) as f:
+                return parse_gpu_samples(f.read())
+        except OSError:
+            return []
+
+
+def parse_gpu_samples(text):
+    """[(epoch seconds, {field: value})] of nvidia-smi's CSV lines (its timestamps are the
+    host's local time, as time.time() is read here); lines it could not read are left out."""
+    out = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) != 1 + len(GPU_FIELDS):
+            continue
+        try:
+            t = datetime.datetime.strptime(cells[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
+            values = {k: float(v) for k, v in zip(GPU_FIELDS, cells[1:])}
+        except ValueError:  # "[N/A]", a partial line
+            continue
+        out.append((t, values))
+    return out
+
+
+def gpu_by_config(samples, results, run, settle):
+    """{configuration: {field: mean}} over the samples inside its phases' measured windows."""
+    phases = results.get("phases") or []
+    out = {}
+    for (cfg, _), (a, b, _ids) in zip(run.phases, phases):
+        inside = [v for t, v in samples if a + settle <= t < b]
+        acc = out.setdefault(cfg, {k: [] for k in GPU_FIELDS})
+        for v in inside:
+            for k in GPU_FIELDS:
+                acc[k].append(v[k])
+    return {cfg: {k: round(sum(v) / len(v), 1) for k, v in acc.items()} for cfg, acc in out.items()
+            if all(acc.values())}
+
+
 def log_errors(logs, run):
     """The first CUDA error or traceback line in the run's process logs, or None."""
     for ident in run.proc_specs:
@@ -672,9 +749,12 @@ def run_all(json_path, logs, mps_dir):
                     procs = r.procs(service_ms, mps.env)
                     entry["commands"] = {ident: command_line(r, ident, argv, env) for ident, argv, env in procs}
                     t0 = time.time()
+                    sampler = GpuSampler(os.path.join(raw_dir, r.key.replace("/", "_") + ".gpu.csv"))
                     try:
-                        results = suite.run_config(r.key, procs, phases=[list(roles.values()) for _, roles in r.phases],
-                                                   phase_s=r.settle + r.window)
+                        with sampler:
+                            results = suite.run_config(r.key, procs,
+                                                       phases=[list(roles.values()) for _, roles in r.phases],
+                                                       phase_s=r.settle + r.window)
                     except KeyboardInterrupt as e:
                         results = {"error": f"stopped mid-run ({e}): the suite's time ran out"}
                         stopped = e
@@ -691,6 +771,8 @@ def run_all(json_path, logs, mps_dir):
                             error = f"non-finite output (loss NaN or inf) in {', '.join(bad)}"
                         entry.update(status="failed" if error else "ok", error=error)
                         entry["measured"] = measure(results, r, r.settle)
+                        for cfg, gpu in gpu_by_config(sampler.samples(), results, r, r.settle).items():
+                            entry["measured"].setdefault(cfg, {})["gpu"] = gpu
                         if r.pair == "latency" and r.calibrates and not error:
                             service_ms, measured = shared_service_ms(results["g"].get("service_ms"))
                             doc["service_ms"]["latency"] = service_ms

@@ -535,6 +535,18 @@ def markdown(doc):
             out.append("|---|---|---|---|---|")
             for cfg, against, g, o in side:
                 out.append(f"| {cfg} | {against} | {g[2] if g else 0} | {diff_text(g)} | {diff_text(o)} |")
+        gpu = [c for c in configs(doc, pair) if c.get("gpu")]
+        if gpu:
+            out.append("\nThe GPU in each configuration's measured phases (nvidia-smi every 0.5 s): a job bound by "
+                       "its host moves with the host; where the SM clock held and the GPU's busy share followed "
+                       "the job's speed, the host set the pace.\n")
+            out.append("| configuration | SM clock MHz | GPU busy % | power W |")
+            out.append("|---|---|---|---|")
+            for c in gpu:
+                label = c["config"] + (f" (lane {lane_of(c)})" if len(lanes_of(doc, pair)) > 1 else "")
+                g = c["gpu"]
+                out.append(f"| {label} | {g.get('sm_mhz', 0):.0f} | {g.get('busy_pct', 0):.0f} | "
+                           f"{g.get('power_w', 0):.0f} |")
         for lane, k, x, m in solo_outliers(doc, pair):
             out.append(f"\n**Solo round {k} of lane {lane}:** the server's p99 {x:.1f} ms, {x / m:.1f}× the other "
                        f"solo rounds' median ({m:.1f} ms): the lane's p99 ratios (× solo) rest on that one phase; "
