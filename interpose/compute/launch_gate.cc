@@ -166,6 +166,15 @@ bool UnthrottledOnMps(const Device& d) {
   return d.spatial && OpportunisticOnly(d) && d.opp.rate_permille.load(kRlx) >= 1000 && !d.opp.probe_pause.load(kRlx);
 }
 
+// An ungated launch's word to its peers: work queued for kUngatedHoldNs, on the coarse clock
+// (a few ns; a tick behind, which the hold outlasts). The coarse clock moves every few ms, so
+// most launches only read the entry's line: a store that changes nothing would take it from
+// the readers.
+void SayWorkQueued(Device& d) {
+  const int64_t until = MonotonicCoarseNs() + kUngatedHoldNs;
+  if (d.entry->inflight_until_ns.load(kRlx) != until) d.entry->inflight_until_ns.store(until, kRlx);
+}
+
 }  // namespace
 
 // ---- also run by the gate thread (gate_state.h) -----------------------------------
@@ -410,10 +419,13 @@ thread_local uint32_t t_gate_waits = 0;  // sleeps of this thread in BeforeLaunc
 LaunchTicket BeforeLaunch(CUstream stream, bool per_thread, const KernelShape* shape, CUcontext ctx) {
   if (g_gate == nullptr) return {};
   Device* d = CurrentDevice(ctx);
-  if (d == nullptr || NothingToYieldTo(*d)) return {};
-  if (UnthrottledOnMps(*d)) {
-    const int64_t until = MonotonicCoarseNs() + kUngatedHoldNs;
-    if (d->entry->inflight_until_ns.load(kRlx) != until) d->entry->inflight_until_ns.store(until, kRlx);
+  if (d == nullptr) return {};
+  // On MPS an opportunistic process says it has work queued even where it knows of no
+  // guaranteed peer: each process learns of the other at its own peer scan, and a guaranteed
+  // process that learnt first would time its kernels meanwhile as alone, beside this one's,
+  // and a kernel's baseline can come from one such sample.
+  if (NothingToYieldTo(*d) || UnthrottledOnMps(*d)) {
+    if (d->spatial) SayWorkQueued(*d);
     return {};
   }
   const bool own_thread_stream = per_thread && (stream == nullptr || stream == CU_STREAM_PER_THREAD);

@@ -482,6 +482,38 @@ TEST_F(ComputeSim, OnMpsOnePauseTimesMostOfAJobsKernelsAlone) {
 // An opportunistic process with no guaranteed process on its GPU has nothing to yield to: its
 // launches go straight through, unmeasured (the gate's measured time stays 0). Beside a
 // guaranteed process, even an idle one, they are measured and bounded again.
+// Each process learns of its peers at its own peer scan, so a guaranteed process that starts
+// beside opportunistic work on MPS may learn of it first. Its kernels timed before the other
+// learns of it are times alone only if the opportunistic entry says no work is queued: an
+// opportunistic process says it has work queued even while it knows of nothing to yield to.
+TEST_F(ComputeSim, OnMpsOpportunisticWorkAloneSaysItHasWorkQueued) {
+  unlink(sim_state_.c_str());
+  const double start_at = NowMs() + 300;
+  Worker o = StartProgram(std::string(GSLICE_TEST_BIN_DIR) + "/compute_worker",
+                          UnderShim(OnGpu(0, {{"GSLICE_SIM_MPS", "100"}, {"GSLICE_CLASS", "opportunistic"}})),
+                          Job(start_at, 1.5));
+  gslice::Ledger l;
+  ASSERT_EQ(l.Open(ledger_.c_str()), gslice::LedgerError::kOk) << l.detail();
+  gslice::ComputeWindow w;
+  ASSERT_TRUE(w.Init(&l, -1));
+  int entries = 0, queued = 0;
+  while (NowMs() < start_at + 1200) {
+    usleep(20'000);
+    if (NowMs() < start_at + 200) continue;  // launching by then
+    w.Refresh();
+    const int64_t now = gslice::MonotonicNs();
+    for (int i = 0; i < gslice::kLedgerMaxComputeEntries; ++i) {
+      if (!w.mapped(gslice::ComputeSliceOf(i)) || w.entry(i).state.load() == 0) continue;
+      ++entries;
+      queued += w.entry(i).inflight_until_ns.load() > now ? 1 : 0;
+    }
+  }
+  const Result r = Wait(o);
+  ASSERT_GT(r.kernels, 0) << r.raw;
+  ASSERT_GT(entries, 0) << "the opportunistic process's compute entry";
+  EXPECT_GT(queued, entries / 2) << "its work queued, said in " << queued << " of " << entries << " looks";
+}
+
 TEST_F(ComputeSim, OpportunisticAloneLaunchesStraightThrough) {
   const auto busy_ns = [](const Result& r) {
     const size_t at = r.raw.find("busy_ns=");
