@@ -58,10 +58,9 @@ uint64_t KernelKey(const KernelShape& shape);
 
 // A launch whose call took kBlockedLaunchNs or longer waited for room in the driver's queue.
 // A full queue is a steady state, in which every launch waits for room; a host's scheduling
-// stretches a launch now and then (on the simulator on two busy cores, 0.3-0.6% of a
-// host-bound job's launches took over 200 µs, and one of a period's twenty-odd timed
-// launches was enough to drop its waits bound). So a period's launches found the queue full
-// where at least one in kBlockedLaunchShare of its timed launches took that long.
+// stretches a single launch now and then, and one long launch among a period's twenty-odd
+// timed ones cannot tell the two apart. So a period's launches found the queue full where at
+// least one in kBlockedLaunchShare of its timed launches took that long.
 inline constexpr int64_t kBlockedLaunchNs = 200'000;
 inline constexpr uint64_t kBlockedLaunchShare = 4;
 inline bool WaitedInAFullQueue(uint64_t timed_launches, uint64_t long_launches) {

@@ -23,12 +23,10 @@
 //    0), and the readings start over (the next judgement is of 2 s at the new rate; a window
 //    judged on fewer readings would be the noise of one period again, as "two periods in a
 //    row" was);
-//    A job at its floor reads under it in half its windows by chance: judged on the bare mean,
-//    ResNet-50 bf16 beside BERT training on an H200 (readings about 0.03 apart) was cut 25
-//    times in 60 s at window means of 0.97-1.00 of its floor, each cut undone by the next
-//    readings, and its speed was that of plain MPS at priority 1 beside BERT (0.997 of it)
-//    while BERT lost 12% to the cuts. Only a shortfall larger than the window's noise is one
-//    that holding opportunistic work back can be seen to buy back;
+//    A job at its floor has window means under it half the time by chance, and a cut made on
+//    such a mean is undone by the next readings above it: it costs opportunistic work and
+//    buys the job nothing. Only a shortfall larger than the window's own noise is one that
+//    holding opportunistic work back can be seen to buy back;
 //    One period's reading is noisy, and short dips are real but do not move the level: ResNet-50
 //    bf16 beside BERT training on an H200 read 0.80-0.86 for two or three periods at a time in
 //    a pass where it ran at 1.04 of its speed alone overall, and plain MPS at priority 1 (which
