@@ -396,28 +396,27 @@ def side_by_side(doc, pair):
     [(config, against, (mean, se, n) or None, (mean, se, n) or None)]."""
     if not interleaved(doc):
         return []
-    found = {}
-    for r in rows(doc, pair):
+    rs = rows(doc, pair)
+    plain = {r["lane"]: r for r in rs if r["config"] == SIDE_BY_SIDE_PLAIN and r.get("status") == "ok"}
+    found = {}  # config: (its guaranteed rounds, theirs, its opportunistic rounds, theirs), all lanes
+    for r in rs:
         if not str(r.get("kind") or "").startswith("gslice") or r.get("status") != "ok":
             continue
         alone = r["kind"] == "gslice-solo"
-        base = None if alone else next((b for b in rows(doc, pair) if b["config"] == SIDE_BY_SIDE_PLAIN
-                                        and b["lane"] == r["lane"] and b.get("status") == "ok"), None)
+        base = plain.get(r["lane"])
         if base is None and not alone:
             continue
         g_base = [1.0] * len(r["g_rounds"]) if alone else base["g_rounds"]
         if len(g_base) != len(r["g_rounds"]):
             continue
-        gd, od = found.setdefault(r["config"], ([], []))
-        gd += [x - y for x, y in zip(r["g_rounds"], g_base)]
+        gx, gy, ox, oy = found.setdefault(r["config"], ([], [], [], []))
+        gx += r["g_rounds"]
+        gy += g_base
         if not alone and len(r["o_rounds"]) == len(base["o_rounds"]):
-            od += [x - y for x, y in zip(r["o_rounds"], base["o_rounds"])]
-    out = []
-    for cfg, (gd, od) in found.items():
-        stats = [(statistics.mean(d), statistics.stdev(d) / math.sqrt(len(d)), len(d)) if len(d) >= 2 else None
-                 for d in (gd, od)]
-        out.append((cfg, "solo" if cfg.startswith("gslice-solo") else SIDE_BY_SIDE_PLAIN, stats[0], stats[1]))
-    return out
+            ox += r["o_rounds"]
+            oy += base["o_rounds"]
+    return [(cfg, "solo" if cfg.startswith("gslice-solo") else SIDE_BY_SIDE_PLAIN, paired(gx, gy), paired(ox, oy))
+            for cfg, (gx, gy, ox, oy) in found.items()]
 
 
 def diff_text(p):
@@ -543,10 +542,9 @@ def markdown(doc):
             out.append("| configuration | SM clock MHz | GPU busy % | power W |")
             out.append("|---|---|---|---|")
             for c in gpu:
-                label = c["config"] + (f" (lane {lane_of(c)})" if len(lanes_of(doc, pair)) > 1 else "")
                 g = c["gpu"]
-                out.append(f"| {label} | {g.get('sm_mhz', 0):.0f} | {g.get('busy_pct', 0):.0f} | "
-                           f"{g.get('power_w', 0):.0f} |")
+                out.append(f"| {row_label(doc, pair, dict(c, lane=lane_of(c)))} | {g.get('sm_mhz', 0):.0f} | "
+                           f"{g.get('busy_pct', 0):.0f} | {g.get('power_w', 0):.0f} |")
         for lane, k, x, m in solo_outliers(doc, pair):
             out.append(f"\n**Solo round {k} of lane {lane}:** the server's p99 {x:.1f} ms, {x / m:.1f}× the other "
                        f"solo rounds' median ({m:.1f} ms): the lane's p99 ratios (× solo) rest on that one phase; "
