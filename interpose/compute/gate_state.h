@@ -88,6 +88,10 @@ struct OpportunisticLimits {
   // Near guaranteed work on a time-sliced GPU (DepthNs): the queue is kept short and every
   // launch is marked. Written by launching threads and the gate thread's passes.
   std::atomic<bool> near{false};
+  // Until when this process's unmetered launches and waits said it has work queued
+  // (SayWorkQueued): the metered queue (PollDevice) does not hold that work, so the word stands
+  // until then once launches are metered again.
+  std::atomic<int64_t> said_until{0};
 };
 
 // The gate thread's side of the controller: it samples the guaranteed peers every pass, and
@@ -162,6 +166,10 @@ struct LaunchCount {
   std::atomic<int64_t> waited_ns{0};
   std::atomic<uint64_t> timed_launches{0};
   std::atomic<uint64_t> blocked_launches{0};
+  // Threads inside a waiting call, counted where waits say work is queued (WaitsSayQueued:
+  // set by the gate thread for an opportunistic process on MPS).
+  std::atomic<bool> waits_say_queued{false};
+  std::atomic<int> waiting{0};
 };
 extern LaunchCount g_counted;
 

@@ -514,6 +514,7 @@ void* GateThread(void*) {
     const bool gating = mode == static_cast<int>(GateMode::kGate) || mode == static_cast<int>(GateMode::kCount);
     if (gating && !scan && g_gate->window != nullptr) SyncPeerPages(n);
     bool dense = false;  // some GPU's launches are to be timed densely (TimeKernels)
+    bool waits_queue = false;  // an opportunistic GPU on MPS: waits say work is queued
     for (int i = 0; i < n; ++i) {
       Device& d = g_gate->devices[i];
       if (scan) ScanPeers(d);
@@ -533,12 +534,14 @@ void* GateThread(void*) {
       if (!CountsOnly(d)) PollDevice(d, now);
       if (d.spatial) dense |= TimeKernels(d, now, /*read_samples=*/true);
       if (PolicyOf(d).cls == ComputeClass::kOpportunistic) {
+        waits_queue |= d.spatial;
         ControlOpportunisticRate(d, now);
         UpdateNear(d, now);
       }
     }
     const uint32_t every = dense ? kKernelSampleDenseEvery : kKernelSampleEvery;
     if (g_counted.every.load(kRlx) != every) g_counted.every.store(every, kRlx);
+    if (gating && g_counted.waits_say_queued.load(kRlx) != waits_queue) g_counted.waits_say_queued.store(waits_queue, kRlx);
     if (scan) {
       last_scan = now;
       if (!g_stop.load(std::memory_order_relaxed)) SetMode(WantedMode());

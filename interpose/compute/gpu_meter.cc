@@ -142,6 +142,18 @@ int64_t StreamMeter::BeforeLaunch(const DriverApi& api, EventPool& pool, int64_t
   return busy;
 }
 
+void StreamMeter::CoverQueued(const DriverApi& api, EventPool& pool, int64_t now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // Metered work still queued ahead of it: the busy period goes on through the covered work.
+  // Otherwise the covered work starts one with no completed marker, so its own marker measures
+  // nothing (not the idle time since the last metered work). Where the marker cannot be
+  // recorded (ring full, driver error), the launch's own marker covers it.
+  if (!idle_) ConsumeLocked(api, pool);
+  launches_.fetch_add(1, std::memory_order_relaxed);
+  RecordLocked(api, pool, /*start=*/false, now);
+  idle_ = false;
+}
+
 void StreamMeter::AfterLaunch(const DriverApi& api, EventPool& pool, bool eager, int64_t now, int64_t spacing_ns) {
   if (!eager) return;
   std::lock_guard<std::mutex> lock(mu_);

@@ -77,6 +77,10 @@ class StreamMeter {
   // checks for a drained stream only when the newest marker is older; the poller finds
   // drains in between.
   int64_t BeforeLaunch(const DriverApi& api, EventPool& pool, int64_t now, int64_t spacing_ns = 0);
+  // Launching thread, before a launch: work was queued on the stream that no marker covers
+  // (launched unmetered); it counts as one launch, outstanding until a marker recorded now
+  // completes. Its time is not measured (nothing marks where it began).
+  void CoverQueued(const DriverApi& api, EventPool& pool, int64_t now);
   // Launching thread, publish-only (no measurement needed, no driver call): counts the
   // launch; the poller's lazy markers tell when the stream has drained.
   void CountLaunch() { launches_.fetch_add(1, std::memory_order_relaxed); }

@@ -50,6 +50,10 @@ void CountWait(int64_t ns) {
   if (ns > 0) g_counted.waited_ns.fetch_add(ns, kRlx);
 }
 
+bool WaitsSayQueued() { return g_counted.waits_say_queued.load(kRlx); }
+void WaitBegins() { g_counted.waiting.fetch_add(1, kRlx); }
+void WaitEnds() { g_counted.waiting.fetch_sub(1, kRlx); }
+
 bool CountLaunch() {
   g_counted.launches.store(g_counted.launches.load(kRlx) + 1, kRlx);
   if (--t_until_timed != 0 && !g_counted.time_next.load(kRlx)) return false;
@@ -169,11 +173,18 @@ bool UnthrottledOnMps(const Device& d) {
 // An ungated launch's word to its peers: work queued for kUngatedHoldNs, on the coarse clock
 // (a few ns; a tick behind, which the hold outlasts). The coarse clock moves every few ms, so
 // most launches only read the entry's line: a store that changes nothing would take it from
-// the readers.
+// the readers. The gate thread says it too while a thread of the process waits on the GPU.
 void SayWorkQueued(Device& d) {
   const int64_t until = MonotonicCoarseNs() + kUngatedHoldNs;
-  if (d.entry->inflight_until_ns.load(kRlx) != until) d.entry->inflight_until_ns.store(until, kRlx);
+  if (d.entry->inflight_until_ns.load(kRlx) != until) {
+    d.entry->inflight_until_ns.store(until, kRlx);
+    d.opp.said_until.store(until, kRlx);
+  }
 }
+
+// This thread launched unmetered (NothingToYieldTo, UnthrottledOnMps) on a GPU shared through
+// MPS since its last metered launch: its stream may hold work no marker covers.
+thread_local bool t_unmetered = false;
 
 }  // namespace
 
@@ -200,11 +211,16 @@ void PollDevice(Device& d, int64_t now) {
     d.meter.mean_launch_ns.store(mean + (sample - mean) / kMeanLaunchPolls, kRlx);
   }
   d.meter.last_done = done;
+  // A thread waiting on the GPU has work queued, metered or not (WaitsSayQueued).
+  if (d.spatial && g_counted.waiting.load(kRlx) > 0) SayWorkQueued(d);
   // Publish whether queued work remains (CAS so a launch's fresher store is not lost). Work
-  // launched unmetered (UnthrottledOnMps) said so itself, for kUngatedHoldNs.
+  // launched unmetered (UnthrottledOnMps) said so itself, for kUngatedHoldNs, and that word
+  // stands when launches are metered again: no marker covers that work.
   if (UnthrottledOnMps(d)) return;
   int64_t inflight = d.entry->inflight_until_ns.load(kRlx);
-  const int64_t want = outstanding > 0 ? now + kInflightHoldNs : 0;
+  const int64_t said = d.opp.said_until.load(kRlx);
+  int64_t want = outstanding > 0 ? now + kInflightHoldNs : 0;
+  if (said > now && said > want) want = said;
   if (outstanding > 0 || inflight != 0) d.entry->inflight_until_ns.compare_exchange_strong(inflight, want, kRlx);
 }
 
@@ -425,7 +441,10 @@ LaunchTicket BeforeLaunch(CUstream stream, bool per_thread, const KernelShape* s
   // process that learnt first would time its kernels meanwhile as alone, beside this one's,
   // and a kernel's baseline can come from one such sample.
   if (NothingToYieldTo(*d) || UnthrottledOnMps(*d)) {
-    if (d->spatial) SayWorkQueued(*d);
+    if (d->spatial) {
+      SayWorkQueued(*d);
+      if (!t_unmetered) t_unmetered = true;
+    }
     return {};
   }
   const bool own_thread_stream = per_thread && (stream == nullptr || stream == CU_STREAM_PER_THREAD);
@@ -456,6 +475,16 @@ LaunchTicket BeforeLaunch(CUstream stream, bool per_thread, const KernelShape* s
     return {};  // the marker is left to the gate thread
   }
   d->entry->launches.fetch_add(1, kRlx);
+  // The first metered launch after unmetered ones: the work they queued on this stream counts
+  // as queued until a marker after it completes, so that a guaranteed peer timing its kernels
+  // in a pause the controller gives (or a cut) does not time them beside that work as alone.
+  // Only this stream's: the thread launches on it now, so it is alive, and this thread may
+  // record on it even where it is its per-thread default stream. Work it queued on others is
+  // covered by the launches' word until said_until.
+  if (t_unmetered && d->spatial) {
+    t_unmetered = false;
+    if (m != nullptr) m->CoverQueued(g_gate->api, d->meter.pool, MonotonicNs());
+  }
   for (int64_t now = MonotonicNs();; now = MonotonicNs()) {
     d->entry->active_until_ns.store(now + kActiveHoldNs, kRlx);
     const int64_t wait = WaitBeforeLaunch(*d, now);

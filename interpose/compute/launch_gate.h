@@ -50,6 +50,17 @@ bool CountLaunch();
 bool WaitsCounted();
 void CountWait(int64_t ns);
 
+// An opportunistic process on MPS says it has work queued while one of its threads waits on
+// the GPU (WaitsSayQueued: since the gate thread first saw it there): the same hooks bracket
+// their call with WaitBegins and WaitEnds, and the gate thread says so while any thread is
+// inside (PollDevice). A job that queues a step's kernels and then waits for them stops
+// launching while its kernels run; its launches' hold (kUngatedHoldNs) would lapse, and a
+// guaranteed peer would time its own kernels beside them as alone. Two atomic adds on a call
+// that waits for the GPU anyway.
+bool WaitsSayQueued();
+void WaitBegins();
+void WaitEnds();
+
 struct Device;
 class StreamMeter;
 struct KernelShape;

@@ -42,18 +42,22 @@ namespace ex = gslice::cuda_exports;
 // event with the call's bytes and stream while the process records (trace_recorder.h). Those
 // in which the host waits for the GPU (a synchronisation, a synchronous copy: WAITING_BODY)
 // also count the call's time as a wait where the launch gate wants it (launch_gate.h,
-// CountWait; the MPS controller's critical path, kernel_clock.h). One pair of clock reads
-// serves both, and neither is read where nothing wants them.
+// CountWait; the MPS controller's critical path, kernel_clock.h), and say the process has
+// work queued while they wait where it wants that (WaitsSayQueued). One pair of clock reads
+// serves the first two, and neither is read where nothing wants them.
 #define TIMED_BODY(sym, call, waits, ...)                                    \
   auto fn = Real<decltype(&gslice_hook_##sym)>(ex::kSlot_##sym);             \
   if (fn == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                      \
   gslice::shim::ResumeGate();                                                \
   const bool traced = gslice::trace::Recording();                            \
   const bool counted = (waits) && gslice::compute::WaitsCounted();           \
-  if (!traced && !counted) return fn(__VA_ARGS__);                           \
-  const int64_t called_at = gslice::trace::NowNs();                          \
+  const bool queued = (waits) && gslice::compute::WaitsSayQueued();          \
+  if (!traced && !counted && !queued) return fn(__VA_ARGS__);                \
+  if (queued) gslice::compute::WaitBegins();                                 \
+  const int64_t called_at = traced || counted ? gslice::trace::NowNs() : 0;  \
   const CUresult result = fn(__VA_ARGS__);                                   \
-  const int64_t returned_at = gslice::trace::NowNs();                        \
+  const int64_t returned_at = traced || counted ? gslice::trace::NowNs() : 0; \
+  if (queued) gslice::compute::WaitEnds();                                   \
   if (traced) gslice::trace::Api(call, called_at, returned_at);              \
   if (counted) gslice::compute::CountWait(returned_at - called_at);          \
   return result;

@@ -514,6 +514,39 @@ TEST_F(ComputeSim, OnMpsOpportunisticWorkAloneSaysItHasWorkQueued) {
   EXPECT_GT(queued, entries / 2) << "its work queued, said in " << queued << " of " << entries << " looks";
 }
 
+// A job that queues a step's kernels and then waits for them (a training step ending in
+// loss.item()) stops launching while they run: its launches' word (kUngatedHoldNs, 50 ms)
+// lapses, and a guaranteed peer timing its kernels meanwhile would take them for alone. While a
+// thread of it waits on the GPU, it has work queued, and says so.
+TEST_F(ComputeSim, OnMpsOpportunisticWorkSaysItIsQueuedWhileItWaitsForIt) {
+  unlink(sim_state_.c_str());
+  const double start_at = NowMs() + 300;
+  // Two 100 ms kernels, then a synchronisation: some 150 ms of each 200 ms with no launch.
+  Worker o = StartProgram(std::string(GSLICE_TEST_BIN_DIR) + "/compute_worker",
+                          UnderShim(OnGpu(0, {{"GSLICE_SIM_MPS", "100"}, {"GSLICE_CLASS", "opportunistic"}})),
+                          Job(start_at, 1.5, {"--kernel-us", "100000", "--batch", "2"}));
+  gslice::Ledger l;
+  ASSERT_EQ(l.Open(ledger_.c_str()), gslice::LedgerError::kOk) << l.detail();
+  gslice::ComputeWindow w;
+  ASSERT_TRUE(w.Init(&l, -1));
+  int entries = 0, queued = 0;
+  while (NowMs() < start_at + 1300) {
+    usleep(10'000);
+    if (NowMs() < start_at + 200) continue;  // launching by then
+    w.Refresh();
+    const int64_t now = gslice::MonotonicNs();
+    for (int i = 0; i < gslice::kLedgerMaxComputeEntries; ++i) {
+      if (!w.mapped(gslice::ComputeSliceOf(i)) || w.entry(i).state.load() == 0) continue;
+      ++entries;
+      queued += w.entry(i).inflight_until_ns.load() > now ? 1 : 0;
+    }
+  }
+  const Result r = Wait(o);
+  ASSERT_GT(r.kernels, 0) << r.raw;
+  ASSERT_GT(entries, 0) << "the opportunistic process's compute entry";
+  EXPECT_GE(queued, entries * 9 / 10) << "its work queued, said in " << queued << " of " << entries << " looks";
+}
+
 TEST_F(ComputeSim, OpportunisticAloneLaunchesStraightThrough) {
   const auto busy_ns = [](const Result& r) {
     const size_t at = r.raw.find("busy_ns=");

@@ -137,5 +137,33 @@ TEST_F(MeterTest, SpacingNeedsLazyMarkers) {
   EXPECT_EQ(gpu_.records, 11);
 }
 
+TEST_F(MeterTest, WorkQueuedUnmeteredIsOutstandingUntilItsMarkerCompletes) {
+  // Launched unmetered: the meter has seen nothing, and the stream holds 5 ms of work.
+  EXPECT_EQ(meter_.outstanding(), 0u);
+  meter_.CoverQueued(api_, pool_, 1'000'000);
+  EXPECT_EQ(gpu_.records, 1);
+  EXPECT_EQ(meter_.outstanding(), 1u);
+  EXPECT_EQ(meter_.Poll(api_, pool_, 2'000'000), 0);
+  EXPECT_EQ(meter_.outstanding(), 1u) << "still queued until its marker completes";
+  gpu_.DrainAt(5.0);
+  // Its time is not measured: nothing marked where it began.
+  EXPECT_EQ(meter_.Poll(api_, pool_, 6'000'000), 0);
+  EXPECT_EQ(meter_.outstanding(), 0u);
+  // The stream is idle again: the next launch starts a busy period of its own, and the idle
+  // time since the covered work is not counted.
+  Launch(20'000'000, 0);
+  gpu_.DrainAt(21.0);
+  EXPECT_EQ(meter_.Poll(api_, pool_, 22'000'000), 0);
+}
+
+TEST_F(MeterTest, WorkQueuedUnmeteredBehindMeteredWorkIsOutstandingWithIt) {
+  Launch(1'000'000, 0);  // metered, still running
+  meter_.CoverQueued(api_, pool_, 1'100'000);
+  EXPECT_EQ(meter_.outstanding(), 2u);
+  gpu_.DrainAt(3.0);  // the start marker, the launch's marker and the cover's, all at 3 ms
+  EXPECT_EQ(meter_.Poll(api_, pool_, 4'000'000), 0);
+  EXPECT_EQ(meter_.outstanding(), 0u);
+}
+
 }  // namespace
 }  // namespace gslice::compute
