@@ -595,6 +595,30 @@ class InterleavedTest(unittest.TestCase):
         with self.assertRaises(SystemExit):
             load_frontier(FRONTIER_PAIRS="train", FRONTIER_GSLICE_PROGPRIO="1").check_env()  # not interleaved
 
+    def test_a_base_build_runs_the_first_levels_pair_again_round_by_round(self):
+        with tempfile.TemporaryDirectory() as base:
+            os.makedirs(os.path.join(base, "bin"))
+            gslice = os.path.join(base, "bin", "gslice")
+            with open(gslice, "w") as f:
+                f.write("#!/bin/sh\n")
+            os.chmod(gslice, 0o755)
+            frontier = load_frontier(FRONTIER_PAIRS="train", FRONTIER_PROTECT="0.97,0.90", FRONTIER_MPS_PCT="100",
+                                     FRONTIER_MPS_PRIO="1", FRONTIER_GSLICE_BASE=base, FRONTIER_INTERLEAVE="4",
+                                     FRONTIER_WINDOW_S="40", FRONTIER_TIMESLICE="0")
+            frontier.check_env()
+            run = frontier.plan()[0]
+            self.assertEqual(run.configs["gslice-mps-0.97-base"]["kind"], "gslice-mps-base")
+            for r in [run.phases[1 + 6 * k:1 + 6 * (k + 1)] for k in range(4)]:
+                self.assertIn(("gslice-mps-0.97-base", {"g": "Gb0.97", "o": "Ob"}), r)
+            argv = {i: a for i, a, _ in run.procs(None, {"CUDA_MPS_PIPE_DIRECTORY": "/p"})}
+            for ident in ("Gb0.97", "Ob"):
+                self.assertEqual(argv[ident][0], gslice)
+            for ident in ("G0.97", "G0.90", "O"):
+                self.assertNotEqual(argv[ident][0], gslice)
+        with self.assertRaises(SystemExit):  # no build there
+            load_frontier(FRONTIER_PAIRS="train", FRONTIER_INTERLEAVE="4", FRONTIER_WINDOW_S="40",
+                          FRONTIER_GSLICE_BASE="/nonexistent").check_env()
+
     def test_lanes_share_the_servers_service_time(self):
         # Two lanes of the latency pair each measure the server alone; both take the larger.
         with tempfile.TemporaryDirectory() as shared:

@@ -36,6 +36,8 @@ Configurations, per pair:
                            at the program's priorities, not the GPU's greatest) beside gslice's
                            opportunistic job (with FRONTIER_GSLICE_SOLO also alone:
                            gslice-solo-P-progprio); shown, not judged
+  gslice-mps-P-base        interleaved only (FRONTIER_GSLICE_BASE): the first level's pair again,
+                           both gslice processes from another build; shown, not judged
   gslice-mps-P-smsS        interleaved only (FRONTIER_GSLICE_SMS): the first level's guaranteed
                            process beside gslice's opportunistic job with no cap, its program
                            at CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=S (S% of the SMs, no time held
@@ -129,6 +131,10 @@ GSLICE_CAP = ints("FRONTIER_GSLICE_CAP", "")
 # CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=S (gslice-mps-P-smsS): the SMs alone as the actuator, as
 # plain MPS's thread percentage is, with gslice's controller and gate as they are.
 GSLICE_SMS = ints("FRONTIER_GSLICE_SMS", "")
+# FRONTIER_GSLICE_BASE=DIR: interleaved, the first protection level's gslice pair again, both
+# processes from the build in DIR (its bin/gslice; gslice-mps-P-base): a change to gslice set
+# beside the build before it round by round, on one GPU.
+GSLICE_BASE = os.environ.get("FRONTIER_GSLICE_BASE", "")
 # FRONTIER_GSLICE_SOLO=1: interleaved, each level's gslice guaranteed process also works a phase
 # alone (gslice-solo-P), against the plain guaranteed process's solo phases: gslice's own cost to
 # the job, apart from what sharing costs it.
@@ -229,6 +235,7 @@ class Run:
         # process id -> (role, gslice flags or None, MPS env or None, extra job.py args). A gslice
         # process's MPS env is what its program's environment sets over what `gslice run` gives.
         self.proc_specs = {}
+        self.builds = {}  # process id -> the build its `gslice run` comes from, where not suite's
 
     @property
     def key(self):
@@ -245,7 +252,7 @@ class Run:
             prefix, env = (), dict(mps_env, **mps) if mps is not None else {}
             if gslice_flags is not None:
                 over = ["env", *(f"{k}={v}" for k, v in sorted((mps or {}).items()))] if mps else []
-                prefix = [*suite.gslice_prefix(*gslice_flags, memory=self.memory), *over]
+                prefix = [*suite.gslice_prefix(*gslice_flags, memory=self.memory, build=self.builds.get(ident)), *over]
                 env = dict(mps_env) if mps is not None else {}
             if mode == "server":
                 out.append(suite.server(ident, service_ms, prefix, env))
@@ -351,6 +358,15 @@ def interleaved_run(pair, part=0):
         specs[ident] = ("o", ("--class=opportunistic",), {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(sms)}, ())
         entries.append((f"gslice-mps-{fmt_level(x)}-sms{sms}", {"g": f"G{fmt_level(x)}", "o": ident},
                         {"kind": "gslice-mps-sms", "protect": x, "gslice_sms": sms}))
+    builds = {}
+    if GSLICE_BASE and PROTECT:
+        x = PROTECT[0]
+        g, o = f"Gb{fmt_level(x)}", "Ob"
+        specs[g] = ("g", ("--class=guaranteed", "--protect", fmt_level(x)), {}, ())
+        specs[o] = ("o", ("--class=opportunistic",), {}, ())
+        builds = {g: GSLICE_BASE, o: GSLICE_BASE}
+        entries.append((f"gslice-mps-{fmt_level(x)}-base", {"g": g, "o": o},
+                        {"kind": "gslice-mps-base", "protect": x, "build": GSLICE_BASE}))
     mine = entries[part::SPLIT]
     pattern = solos + [(name, roles) for name, roles, _ in mine]
     configs = {"solo": {"kind": "solo"}, **{name: attrs for name, _, attrs in mine}}
@@ -371,6 +387,7 @@ def interleaved_run(pair, part=0):
     name = "interleaved" if SPLIT == 1 else f"interleaved-{part + 1}of{SPLIT}"
     r = Run(pair, name, True, phases, SETTLE_S, 1, window=WINDOW_S / INTERLEAVE)
     r.configs, r.proc_specs, r.memory, r.rest = configs, specs, SHARED_MEMORY, ("--rest",)
+    r.builds = {ident: b for ident, b in builds.items() if ident in specs}
     r.part = part
     return r
 
@@ -450,9 +467,12 @@ def check_env():
         if any(not 1 <= c <= 100 for c in shares) or len(set(shares)) < len(shares):
             sys.exit(f"frontier.py: FRONTIER_GSLICE_{name} {shares}: {what} in percent, 1..100, each once")
     # Configurations only the interleaved run has, each with a gslice guaranteed process.
-    for name, wanted in (("CAP", GSLICE_CAP), ("PROGPRIO", GSLICE_PROGPRIO), ("SOLO", GSLICE_SOLO), ("SMS", GSLICE_SMS)):
+    for name, wanted in (("CAP", GSLICE_CAP), ("PROGPRIO", GSLICE_PROGPRIO), ("SOLO", GSLICE_SOLO), ("SMS", GSLICE_SMS),
+                         ("BASE", GSLICE_BASE)):
         if wanted and not (INTERLEAVE and PROTECT):
             sys.exit(f"frontier.py: FRONTIER_GSLICE_{name} needs FRONTIER_INTERLEAVE and a protection level")
+    if GSLICE_BASE and not os.access(os.path.join(GSLICE_BASE, "bin", "gslice"), os.X_OK):
+        sys.exit(f"frontier.py: FRONTIER_GSLICE_BASE={GSLICE_BASE}: no bin/gslice there to run")
     if GSLICE_PRIO and not INTERLEAVE:
         sys.exit("frontier.py: FRONTIER_GSLICE_PRIO needs FRONTIER_INTERLEAVE (gslice's priorities side by side)")
     if INTERLEAVE < 0 or (INTERLEAVE and WINDOW_S / INTERLEAVE < 5):
@@ -466,7 +486,7 @@ def check_env():
 def settings():
     return {"pairs": PAIRS, "protect": PROTECT, "mps_pct": MPS_PCT, "mps_pct_of_prio": MPS_PCT_OF, "mps_prio": MPS_PRIO, "gslice_mps": GSLICE_MPS_MODE,
             "gslice_prio": GSLICE_PRIO, "gslice_cap": GSLICE_CAP, "gslice_sms": GSLICE_SMS,
-            "gslice_solo": GSLICE_SOLO, "gslice_progprio": GSLICE_PROGPRIO,
+            "gslice_solo": GSLICE_SOLO, "gslice_progprio": GSLICE_PROGPRIO, "gslice_base": GSLICE_BASE,
             "lanes": LANES, "interleave": INTERLEAVE,
             "round_order": "rotated one phase a round, every other round backwards",
             "window_s": WINDOW_S, "settle_s": SETTLE_S, "lead_s": LEAD_S, "budget_s": BUDGET_S,

@@ -92,8 +92,9 @@ def build_dir():
 GSLICE_MEMORY = "60GiB"
 
 
-def gslice_prefix(*flags, memory=GSLICE_MEMORY):
-    return [os.path.join(build_dir(), "bin", "gslice"), "run", f"--memory={memory}", *flags, "--"]
+def gslice_prefix(*flags, memory=GSLICE_MEMORY, build=None):
+    """build: the build folder whose bin/gslice runs the program (None: build_dir())."""
+    return [os.path.join(build or build_dir(), "bin", "gslice"), "run", f"--memory={memory}", *flags, "--"]
 
 
 def throughput(workload, ident, prefix=(), env=None, warmup=2.0, args=()):

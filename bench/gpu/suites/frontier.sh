@@ -31,7 +31,8 @@
 # first level's guaranteed job), FRONTIER_GSLICE_SMS (interleaved: gslice's opportunistic job uncapped, its program
 # at each S% of the SMs listed, beside the first level's guaranteed job), FRONTIER_GSLICE_SOLO (1: interleaved, gslice's
 # guaranteed processes also alone), FRONTIER_GSLICE_PROGPRIO (1: interleaved, the first level's guaranteed process
-# also at the program's stream priorities, GSLICE_STREAM_PRIORITY=program), FRONTIER_WINDOW_S (15), FRONTIER_SETTLE_S (1),
+# also at the program's stream priorities, GSLICE_STREAM_PRIORITY=program), FRONTIER_GSLICE_BASE (DIR: interleaved,
+# the first level's gslice pair again from the build in DIR), FRONTIER_WINDOW_S (15), FRONTIER_SETTLE_S (1),
 # FRONTIER_LEAD_S (10), FRONTIER_BUDGET_S (560), FRONTIER_INTERLEAVE (0; R: every configuration
 # of a pair in one run on MPS, R rounds; FRONTIER_SPLIT=S: a pair's configurations over S runs,
 # a GPU each; FRONTIER_TIMESLICE=0: no time-slicing), FRONTIER_GPUS, FRONTIER_LANES, FRONTIER_LANE,
@@ -64,7 +65,7 @@ $py -c 'import torch, torchvision; assert torch.cuda.is_available()' >"$OUT/fron
 build="${GSLICE_BUILD:-$PWD/build}"
 export GSLICE_BUILD="$build"
 [ -x "$build/bin/gslice" ] || echo "frontier: no $build/bin/gslice; the gslice configurations will fail"
-FRONTIER_COMMAND="$(env | grep -E '^FRONTIER_(PAIRS|PROTECT|MPS_PCT|MPS_PCT_P0|MPS_PCT_P1|MPS_PRIO|GSLICE_MPS|GSLICE_PRIO|GSLICE_CAP|GSLICE_SMS|GSLICE_SOLO|GSLICE_PROGPRIO|WINDOW_S|SETTLE_S|LEAD_S|BUDGET_S|INTERLEAVE|SPLIT|TIMESLICE|GPUS|LANES|LANE)=' | sort | tr '\n' ' ')GSLICE_BUILD=$build bash bench/gpu/suites/frontier.sh"
+FRONTIER_COMMAND="$(env | grep -E '^FRONTIER_(PAIRS|PROTECT|MPS_PCT|MPS_PCT_P0|MPS_PCT_P1|MPS_PRIO|GSLICE_MPS|GSLICE_PRIO|GSLICE_CAP|GSLICE_SMS|GSLICE_SOLO|GSLICE_PROGPRIO|GSLICE_BASE|WINDOW_S|SETTLE_S|LEAD_S|BUDGET_S|INTERLEAVE|SPLIT|TIMESLICE|GPUS|LANES|LANE)=' | sort | tr '\n' ' ')GSLICE_BUILD=$build bash bench/gpu/suites/frontier.sh"
 export FRONTIER_COMMAND
 
 # One lane (frontier.py's FRONTIER_LANES/FRONTIER_LANE; the whole plan when there is one) per
