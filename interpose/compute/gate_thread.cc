@@ -421,21 +421,20 @@ bool TimeKernels(Device& d, int64_t now, bool read_samples) {
   KernelSignal signal = k.clock.ClosePeriod(k.sequence, launches - k.period_launches, period_ns, waited_ns);
   k.period_launches = launches;
   k.wants_baseline = signal.wants_baseline;
-  // A job that launches without pause is read by its launches where they say more than the
-  // bound its kernels give (progress_clock.h).
+  // A job that launches without pause is read by its launches (progress_clock.h, PeriodSpeed).
   const uint32_t progress = k.progress.ClosePeriod();
-  const bool by_launches = progress > signal.speed_permille;
-  if (by_launches) signal.speed_permille = progress;
+  const uint32_t bound = signal.speed_permille;
+  const bool by_launches = progress > 0;
+  signal.speed_permille = PeriodSpeed(bound, progress);
   d.entry->kernel_signal.store(PackKernelSignal(signal), kRlx);
   if (signal.known() || signal.wants_baseline) {
     const ProgressClock::Seen& seen = k.progress.seen();
-    // The launches' reading where it did not win: a loss off the GPU (the host's) shows there
-    // and in neither the kernels' times nor the waits.
+    // The other reading: the kernels' bound where the launches gave the reading.
     char rate[48] = "";
     if (!seen.fresh) {
       snprintf(rate, sizeof rate, ", no fresh rate alone");
-    } else if (progress > 0 && !by_launches) {
-      snprintf(rate, sizeof rate, ", at %.3f of the rate alone", progress / 1000.0);
+    } else if (by_launches && bound > 0) {
+      snprintf(rate, sizeof rate, ", kernels' times at least %.3f", bound / 1000.0);
     }
     TraceLine("compute: beside opportunistic work at least %.3f of its speed alone, by its %s%s "
               "(%d kernels timed alone; %s; launches: %lld ms alone in %d%% of passes, %lld ms "

@@ -473,10 +473,11 @@ TEST_F(ComputeSim, OnMpsOnePauseTimesMostOfAJobsKernelsAlone) {
   for (auto it = std::sregex_iterator(g.begin(), g.end(), timed); it != std::sregex_iterator(); ++it) {
     most = std::max(most, std::stoi((*it)[1].str()));
   }
-  // About 6,000 launches a second here, 200 ms alone in the pause: some 75 timed launches
-  // (44-53 of the 64 kernels in runs); at a fixed one in kKernelSampleEvery, which 64 divides,
-  // 4-6 of them ever had a baseline.
-  EXPECT_GE(most, 36) << g;
+  // About 6,000 launches a second here, some 150 ms alone in the pause (the opportunistic
+  // job's word from its last unmetered launch stands for the first 50 ms of it): 32-53 of the
+  // 64 kernels in runs; at a fixed one in kKernelSampleEvery, which 64 divides, 4-6 of them
+  // ever had a baseline.
+  EXPECT_GE(most, 24) << g;
 }
 
 // An opportunistic process with no guaranteed process on its GPU has nothing to yield to: its

@@ -256,6 +256,16 @@ TEST(ComputeProgress, AJobLaunchingWithoutPauseIsReadByItsLaunches) {
   EXPECT_EQ(p.ClosePeriod(), 1000u);
 }
 
+TEST(ComputeProgress, ALaunchReadingIsThePeriodsReadingEitherSideOfTheKernelsBound) {
+  // Slower launches beside opportunistic work with kernels as fast as alone: a loss off the GPU.
+  EXPECT_EQ(PeriodSpeed(1000, 880), 880u);
+  // Launches faster than the bound says: the job loses less than its kernels slow down.
+  EXPECT_EQ(PeriodSpeed(800, 950), 950u);
+  // No launch reading (a job that does not launch without pause, no fresh rate alone).
+  EXPECT_EQ(PeriodSpeed(900, 0), 900u);
+  EXPECT_EQ(PeriodSpeed(0, 0), 0u);
+}
+
 TEST(ComputeProgress, AJobThatIdlesBetweenBurstsIsNotReadByItsLaunches) {
   // A server at half load: launches in half the passes alone, so its launches follow its
   // requests, not its speed; beside opportunistic work it is busier, never read faster.
