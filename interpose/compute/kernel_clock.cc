@@ -79,6 +79,7 @@ void KernelClock::Add(uint64_t key, int64_t gpu_ns, bool beside_opportunistic) {
   time_sum_ += t;
   ++judged_;
   ++period_judged_;
+  if (e->samples < kSettledBaselineSamples) ++period_provisional_;
 }
 
 void KernelClock::StartWindow() {
@@ -100,6 +101,7 @@ KernelSignal KernelClock::ClosePeriod(uint32_t sequence, uint64_t launches, int6
   waited_ns_ = waited_ns < 0 || waited_ns_ < 0 ? -1 : waited_ns_ + waited_ns;
   if (judged_ >= kMinSignalSamples && time_sum_ > 0) {
     const double r = base_sum_ / time_sum_;
+    faster_ = r > kFasterThanAlone;
     double speed = r >= 1 ? 1 : r;
     if (counted_ && all_ > 0 && speed < 1) {
       const double span = static_cast<double>(span_ns_);
@@ -118,13 +120,15 @@ KernelSignal KernelClock::ClosePeriod(uint32_t sequence, uint64_t launches, int6
   } else {
     s.pending = true;
   }
-  // A baseline is wanted where the period's kernels beside opportunistic work mostly had none,
-  // or where the newest is stale (the job ran kBaselineRefreshNs since) while opportunistic
-  // work runs.
+  // A baseline is wanted where the period's kernels beside opportunistic work mostly had none
+  // or only a provisional one, where the newest is stale (the job ran kBaselineRefreshNs since)
+  // while opportunistic work runs, or where the newest reading's kernels ran faster than their
+  // baselines.
   const bool few = period_beside_ >= kMinSignalSamples && period_judged_ * 2 < period_beside_;
+  const bool provisional = period_judged_ > 0 && period_provisional_ * 2 > period_judged_;
   const bool stale = period_beside_ > 0 && (!any_alone_ || ran_since_alone_ns_ > kBaselineRefreshNs);
-  s.wants_baseline = few || stale;
-  period_beside_ = period_judged_ = 0;
+  s.wants_baseline = few || provisional || stale || (faster_ && period_beside_ > 0);
+  period_beside_ = period_judged_ = period_provisional_ = 0;
   return s;
 }
 

@@ -78,6 +78,19 @@ inline constexpr int kMaxCarriedPeriods = 8;
 // anyway), so a server between bursts, or a job that waits its turn, does not cost
 // opportunistic work a pause each time it comes back.
 inline constexpr int64_t kBaselineRefreshNs = 20'000'000'000;
+// Kernels beside opportunistic work that took, in sum, under 1 / kFasterThanAlone of their
+// baselines: the baselines are wrong, not the kernels fast (sharing the GPU does not speed a
+// kernel up), and the signal asks for new ones (KernelSignal::wants_baseline) until a reading is
+// not. A baseline can come from samples slower than the kernel runs alone: taken while the
+// GPU's clocks ramped up at the job's start, or (on the simulator, whose kernels take wall time)
+// while every process on the machine started at once; one such sample made a job read 1.000 for
+// the rest of its run, and it never asked for another.
+inline constexpr double kFasterThanAlone = 1.10;
+// A baseline of fewer samples than this is provisional: it reads, and where most of a period's
+// judged samples rest on such baselines the signal asks for more (one pause gives most of a
+// job's kernels a sample or two). One sample alone can be an outlier (the same causes as
+// above, short of kFasterThanAlone: a job then reads its kernels' slowdown short by as much).
+inline constexpr int kSettledBaselineSamples = 2;
 // A period longer than this (no kernel was sampled for longer: the job rested) counts as this
 // long, in a baseline's age and in the share of the period the job kept the GPU busy.
 inline constexpr int64_t kMaxCountedPeriodNs = 1'000'000'000;
@@ -123,6 +136,7 @@ class KernelClock {
   Entry table_[kKernelTableSize];
   int used_ = 0;
   bool any_alone_ = false;
+  bool faster_ = false;  // the newest reading's kernels ran faster than their baselines (kFasterThanAlone)
   // Time the job ran (timed periods with launches or samples beside opportunistic work, each
   // at most kMaxCountedPeriodNs) since its newest baseline sample.
   int64_t ran_since_alone_ns_ = 0;
@@ -141,6 +155,7 @@ class KernelClock {
   bool counted_ = true;    // every period in the window had its launches and length
   // This period's beside-opportunistic samples, all and with a baseline (wants_baseline).
   int period_beside_ = 0, period_judged_ = 0;
+  int period_provisional_ = 0;  // ... judged on a provisional baseline (kSettledBaselineSamples)
 };
 
 }  // namespace gslice::compute

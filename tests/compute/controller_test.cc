@@ -554,16 +554,22 @@ TEST(ComputeKernels, KernelsWithoutABaselineAskForOne) {
   KernelSignal s = k.ClosePeriod(1);
   EXPECT_FALSE(s.known());
   EXPECT_TRUE(s.wants_baseline) << "none of the kernels beside opportunistic work has a time alone";
-  // Alone samples give baselines; the next period reads.
+  // An alone sample gives a baseline, provisional: the next period reads, and asks for more.
   const uint64_t key = KernelKey({.function = &k, .grid = {1, 1, 1}});
   k.Add(key, 1000, false);
   for (int i = 0; i < kMinSignalSamples; ++i) k.Add(key, 1000, true);
   s = k.ClosePeriod(2);
   EXPECT_EQ(s.speed_permille, 1000u);
+  EXPECT_TRUE(s.wants_baseline) << "one sample alone can be an outlier";
+  // A second settles it.
+  k.Add(key, 1000, false);
+  for (int i = 0; i < kMinSignalSamples; ++i) k.Add(key, 1000, true);
+  s = k.ClosePeriod(3);
+  EXPECT_EQ(s.speed_permille, 1000u);
   EXPECT_FALSE(s.wants_baseline);
   // A stale baseline, once the job ran kBaselineRefreshNs beside opportunistic work: asked for
   // again while opportunistic work runs.
-  uint32_t seq = 3;
+  uint32_t seq = 4;
   for (int64_t ran = 0; ran <= kBaselineRefreshNs; ran += kControlPeriodNs) {
     for (int i = 0; i < kMinSignalSamples; ++i) k.Add(key, 1000, true);
     s = k.ClosePeriod(seq++, 100, kControlPeriodNs);
@@ -574,6 +580,35 @@ TEST(ComputeKernels, KernelsWithoutABaselineAskForOne) {
   }
   EXPECT_TRUE(s.wants_baseline);
   EXPECT_FALSE(k.ClosePeriod(seq++).wants_baseline) << "no opportunistic work: nothing to judge";
+}
+
+TEST(ComputeKernels, KernelsFasterBesideThanTheirBaselinesAskForNewOnes) {
+  KernelClock k;
+  const uint64_t key = KernelKey({.function = &k, .grid = {1, 1, 1}});
+  // A baseline from one slow sample (the GPU's clocks still ramping up), then the kernel beside
+  // opportunistic work at 4 ms: faster than "alone", which cannot be.
+  k.Add(key, 5'000'000, false);
+  for (int i = 0; i < kMinSignalSamples; ++i) k.Add(key, 4'000'000, true);
+  KernelSignal s = k.ClosePeriod(1);
+  EXPECT_EQ(s.speed_permille, 1000u);
+  EXPECT_TRUE(s.wants_baseline) << "a baseline slower than the kernel runs beside is wrong";
+  // Asked again in a period with no reading yet (the samples carried).
+  k.Add(key, 4'000'000, true);
+  EXPECT_TRUE(k.ClosePeriod(2).wants_baseline);
+  // The pause it asked for: the kernel alone at 2 ms, and the baseline follows.
+  for (int i = 0; i < 12; ++i) k.Add(key, 2'000'000, false);
+  for (int i = 0; i < kMinSignalSamples; ++i) k.Add(key, 4'000'000, true);
+  s = k.ClosePeriod(3);
+  EXPECT_LT(s.speed_permille, 650u);  // about 2.1 ms alone against 4 ms beside
+  EXPECT_FALSE(s.wants_baseline);
+  // Within the noise of its time alone (5% faster): a reading, no new baseline.
+  KernelClock near;
+  near.Add(key, 2'000'000, false);
+  near.Add(key, 2'000'000, false);
+  for (int i = 0; i < kMinSignalSamples; ++i) near.Add(key, 1'900'000, true);
+  s = near.ClosePeriod(1);
+  EXPECT_EQ(s.speed_permille, 1000u);
+  EXPECT_FALSE(s.wants_baseline);
 }
 
 TEST(ComputeKernels, APeriodAcrossARestIsNotReadAsIdle) {
@@ -593,6 +628,7 @@ TEST(ComputeKernels, ABaselineAgesWhileTheJobRunsNotWhileItRests) {
   KernelClock k;
   const uint64_t key = KernelKey({.function = &k, .grid = {7, 1, 1}});
   uint32_t seq = 1;
+  k.Add(key, 1000, false);
   k.Add(key, 1000, false);
   k.ClosePeriod(seq++, 100, kControlPeriodNs);
   // Beside opportunistic work for half the refresh time, a minute's rest, and back: a period
