@@ -79,7 +79,6 @@ void KernelClock::Add(uint64_t key, int64_t gpu_ns, bool beside_opportunistic) {
   time_sum_ += t;
   ++judged_;
   ++period_judged_;
-  if (e->samples < kSettledBaselineSamples) ++period_provisional_;
 }
 
 void KernelClock::StartWindow() {
@@ -120,15 +119,15 @@ KernelSignal KernelClock::ClosePeriod(uint32_t sequence, uint64_t launches, int6
   } else {
     s.pending = true;
   }
-  // A baseline is wanted where the period's kernels beside opportunistic work mostly had none
-  // or only a provisional one, where the newest is stale (the job ran kBaselineRefreshNs since)
-  // while opportunistic work runs, or where the newest reading's kernels ran faster than their
-  // baselines.
+  // A baseline is wanted where the period's kernels beside opportunistic work mostly had none,
+  // where the newest is stale (the job ran kBaselineRefreshNs since) while opportunistic work
+  // runs, or where the newest reading's kernels ran faster than their baselines. Not where they
+  // rest on one sample alone: a job of some 150 kernels (ResNet-50 training on an H200) then
+  // asked in 45 of 97 periods, and its opportunistic peer paused every 4 s.
   const bool few = period_beside_ >= kMinSignalSamples && period_judged_ * 2 < period_beside_;
-  const bool provisional = period_judged_ > 0 && period_provisional_ * 2 > period_judged_;
   const bool stale = period_beside_ > 0 && (!any_alone_ || ran_since_alone_ns_ > kBaselineRefreshNs);
-  s.wants_baseline = few || provisional || stale || (faster_ && period_beside_ > 0);
-  period_beside_ = period_judged_ = period_provisional_ = 0;
+  s.wants_baseline = few || stale || (faster_ && period_beside_ > 0);
+  period_beside_ = period_judged_ = 0;
   return s;
 }
 

@@ -86,11 +86,6 @@ inline constexpr int64_t kBaselineRefreshNs = 20'000'000'000;
 // while every process on the machine started at once; one such sample made a job read 1.000 for
 // the rest of its run, and it never asked for another.
 inline constexpr double kFasterThanAlone = 1.10;
-// A baseline of fewer samples than this is provisional: it reads, and where most of a period's
-// judged samples rest on such baselines the signal asks for more (one pause gives most of a
-// job's kernels a sample or two). One sample alone can be an outlier (the same causes as
-// above, short of kFasterThanAlone: a job then reads its kernels' slowdown short by as much).
-inline constexpr int kSettledBaselineSamples = 2;
 // A period longer than this (no kernel was sampled for longer: the job rested) counts as this
 // long, in a baseline's age and in the share of the period the job kept the GPU busy.
 inline constexpr int64_t kMaxCountedPeriodNs = 1'000'000'000;
@@ -155,7 +150,6 @@ class KernelClock {
   bool counted_ = true;    // every period in the window had its launches and length
   // This period's beside-opportunistic samples, all and with a baseline (wants_baseline).
   int period_beside_ = 0, period_judged_ = 0;
-  int period_provisional_ = 0;  // ... judged on a provisional baseline (kSettledBaselineSamples)
 };
 
 }  // namespace gslice::compute
