@@ -242,6 +242,39 @@ class ComputeSim : public ::testing::Test {
     return ro;
   }
 
+  // An opportunistic job alone on a simulated MPS GPU for 1.5 s (the worker's flags in extra),
+  // and how often its compute entry said it had work queued: looked at every every_us from
+  // 200 ms after its start (launching by then) to until_ms.
+  struct QueuedLooks {
+    int entries = 0, queued = 0;
+  };
+  QueuedLooks WatchOpportunisticAloneOnMps(std::vector<std::string> extra, double until_ms, useconds_t every_us) {
+    unlink(sim_state_.c_str());
+    const double start_at = NowMs() + 300;
+    Worker o = StartProgram(std::string(GSLICE_TEST_BIN_DIR) + "/compute_worker",
+                            UnderShim(OnGpu(0, {{"GSLICE_SIM_MPS", "100"}, {"GSLICE_CLASS", "opportunistic"}})),
+                            Job(start_at, 1.5, std::move(extra)));
+    QueuedLooks q;
+    gslice::Ledger l;
+    gslice::ComputeWindow w;
+    const bool open = l.Open(ledger_.c_str()) == gslice::LedgerError::kOk && w.Init(&l, -1);
+    EXPECT_TRUE(open) << l.detail();
+    while (open && NowMs() < start_at + until_ms) {
+      usleep(every_us);
+      if (NowMs() < start_at + 200) continue;
+      w.Refresh();
+      const int64_t now = gslice::MonotonicNs();
+      for (int i = 0; i < gslice::kLedgerMaxComputeEntries; ++i) {
+        if (!w.mapped(gslice::ComputeSliceOf(i)) || w.entry(i).state.load() == 0) continue;
+        ++q.entries;
+        q.queued += w.entry(i).inflight_until_ns.load() > now ? 1 : 0;
+      }
+    }
+    const Result r = Wait(o);
+    EXPECT_GT(r.kernels, 0) << r.raw;
+    return q;
+  }
+
   std::string sim_state_, ledger_;
 };
 
@@ -488,31 +521,9 @@ TEST_F(ComputeSim, OnMpsOnePauseTimesMostOfAJobsKernelsAlone) {
 // learns of it are times alone only if the opportunistic entry says no work is queued: an
 // opportunistic process says it has work queued even while it knows of nothing to yield to.
 TEST_F(ComputeSim, OnMpsOpportunisticWorkAloneSaysItHasWorkQueued) {
-  unlink(sim_state_.c_str());
-  const double start_at = NowMs() + 300;
-  Worker o = StartProgram(std::string(GSLICE_TEST_BIN_DIR) + "/compute_worker",
-                          UnderShim(OnGpu(0, {{"GSLICE_SIM_MPS", "100"}, {"GSLICE_CLASS", "opportunistic"}})),
-                          Job(start_at, 1.5));
-  gslice::Ledger l;
-  ASSERT_EQ(l.Open(ledger_.c_str()), gslice::LedgerError::kOk) << l.detail();
-  gslice::ComputeWindow w;
-  ASSERT_TRUE(w.Init(&l, -1));
-  int entries = 0, queued = 0;
-  while (NowMs() < start_at + 1200) {
-    usleep(20'000);
-    if (NowMs() < start_at + 200) continue;  // launching by then
-    w.Refresh();
-    const int64_t now = gslice::MonotonicNs();
-    for (int i = 0; i < gslice::kLedgerMaxComputeEntries; ++i) {
-      if (!w.mapped(gslice::ComputeSliceOf(i)) || w.entry(i).state.load() == 0) continue;
-      ++entries;
-      queued += w.entry(i).inflight_until_ns.load() > now ? 1 : 0;
-    }
-  }
-  const Result r = Wait(o);
-  ASSERT_GT(r.kernels, 0) << r.raw;
-  ASSERT_GT(entries, 0) << "the opportunistic process's compute entry";
-  EXPECT_GT(queued, entries / 2) << "its work queued, said in " << queued << " of " << entries << " looks";
+  const QueuedLooks q = WatchOpportunisticAloneOnMps({}, 1200, 20'000);
+  ASSERT_GT(q.entries, 0) << "the opportunistic process's compute entry";
+  EXPECT_GT(q.queued, q.entries / 2) << "its work queued, said in " << q.queued << " of " << q.entries << " looks";
 }
 
 // A job that queues a step's kernels and then waits for them (a training step ending in
@@ -520,32 +531,10 @@ TEST_F(ComputeSim, OnMpsOpportunisticWorkAloneSaysItHasWorkQueued) {
 // lapses, and a guaranteed peer timing its kernels meanwhile would take them for alone. While a
 // thread of it waits on the GPU, it has work queued, and says so.
 TEST_F(ComputeSim, OnMpsOpportunisticWorkSaysItIsQueuedWhileItWaitsForIt) {
-  unlink(sim_state_.c_str());
-  const double start_at = NowMs() + 300;
   // Two 100 ms kernels, then a synchronisation: some 150 ms of each 200 ms with no launch.
-  Worker o = StartProgram(std::string(GSLICE_TEST_BIN_DIR) + "/compute_worker",
-                          UnderShim(OnGpu(0, {{"GSLICE_SIM_MPS", "100"}, {"GSLICE_CLASS", "opportunistic"}})),
-                          Job(start_at, 1.5, {"--kernel-us", "100000", "--batch", "2"}));
-  gslice::Ledger l;
-  ASSERT_EQ(l.Open(ledger_.c_str()), gslice::LedgerError::kOk) << l.detail();
-  gslice::ComputeWindow w;
-  ASSERT_TRUE(w.Init(&l, -1));
-  int entries = 0, queued = 0;
-  while (NowMs() < start_at + 1300) {
-    usleep(10'000);
-    if (NowMs() < start_at + 200) continue;  // launching by then
-    w.Refresh();
-    const int64_t now = gslice::MonotonicNs();
-    for (int i = 0; i < gslice::kLedgerMaxComputeEntries; ++i) {
-      if (!w.mapped(gslice::ComputeSliceOf(i)) || w.entry(i).state.load() == 0) continue;
-      ++entries;
-      queued += w.entry(i).inflight_until_ns.load() > now ? 1 : 0;
-    }
-  }
-  const Result r = Wait(o);
-  ASSERT_GT(r.kernels, 0) << r.raw;
-  ASSERT_GT(entries, 0) << "the opportunistic process's compute entry";
-  EXPECT_GE(queued, entries * 9 / 10) << "its work queued, said in " << queued << " of " << entries << " looks";
+  const QueuedLooks q = WatchOpportunisticAloneOnMps({"--kernel-us", "100000", "--batch", "2"}, 1300, 10'000);
+  ASSERT_GT(q.entries, 0) << "the opportunistic process's compute entry";
+  EXPECT_GE(q.queued, q.entries * 9 / 10) << "its work queued, said in " << q.queued << " of " << q.entries << " looks";
 }
 
 TEST_F(ComputeSim, OpportunisticAloneLaunchesStraightThrough) {
