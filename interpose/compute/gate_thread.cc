@@ -349,10 +349,12 @@ bool OpportunisticQueued(Device& d, int64_t now) {
 struct WaitedWords {
   char text[48];
 };
-WaitedWords WaitedText(int64_t waited_ns) {
+WaitedWords WaitedText(int64_t waited_ns, bool blocked) {
   WaitedWords w{};
-  if (waited_ns < 0) {
+  if (blocked) {
     snprintf(w.text, sizeof w.text, "the host waited in a full launch queue");
+  } else if (waited_ns < 0) {
+    snprintf(w.text, sizeof w.text, "the host made no waiting call");
   } else {
     snprintf(w.text, sizeof w.text, "the host waited %.1f ms", static_cast<double>(waited_ns) / 1e6);
   }
@@ -440,7 +442,7 @@ bool TimeKernels(Device& d, int64_t now, bool read_samples) {
               "(%d kernels timed alone; %s; launches: %lld ms alone in %d%% of passes, %lld ms "
               "beside in %d%%%s)",
               signal.speed_permille / 1000.0, by_launches ? "launches" : "kernels' times",
-              signal.wants_baseline ? "; wants a baseline" : "", k.clock.kernels(), WaitedText(waited_ns).text,
+              signal.wants_baseline ? "; wants a baseline" : "", k.clock.kernels(), WaitedText(waited_ns, blocked).text,
               static_cast<long long>(seen.alone_ms), seen.alone_moved_permille / 10,
               static_cast<long long>(seen.beside_ms), seen.beside_moved_permille / 10, rate);
   }
