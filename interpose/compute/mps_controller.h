@@ -5,9 +5,10 @@
 // controller starts opportunistic work unthrottled, as plain MPS at priority 1 runs it, and
 // holds it back only when a guaranteed job's own kernels say its floor is broken.
 //
-// The signal is each guaranteed process's kernel speed (kernel_clock.h): its sampled kernels'
-// GPU time beside opportunistic work against the same kernels alone, published once per
-// period in its compute entry. Each period:
+// The signal is each guaranteed process's reading, published once per period in its compute
+// entry: its sampled kernels' GPU time beside opportunistic work against the same kernels alone
+// (kernel_clock.h), or, for a job that launches without pause, its launch rate beside against
+// alone (progress_clock.h, PeriodSpeed). Each period:
 //  - no guaranteed peer busy: no limit; the rate is kept for when guaranteed work returns
 //    (within kKeepRateNs), so that a busy stretch starts where the last one settled rather
 //    than unthrottled: each cut halves, so from no limit the rate needs a reading per halving
