@@ -702,15 +702,47 @@ TEST(ComputeMps, AReadingUnderTheFloorCutsAndTheRateComesBack) {
   EXPECT_EQ(d.rate_permille, 250u) << "far under the floor: cut at once";
   // The same reading twice (no new period published) is not judged again.
   EXPECT_EQ(m.Step(Busy({Kernels(700, seq, 970)})).rate_permille, 250u);
-  // Above the floor: the rate grows back, by a quarter and at least kGrowStepPermille.
+  // Above the floor for a second: the rate grows back, by a quarter and at least
+  // kGrowStepPermille, and the next second is judged at the new rate.
+  for (uint32_t i = 1; i < kGrowPeriods; ++i) {
+    EXPECT_EQ(m.Step(Busy({Kernels(990, ++seq, 970)})).rate_permille, 250u) << "above for less than a second";
+  }
   d = m.Step(Busy({Kernels(990, ++seq, 970)}));
   EXPECT_EQ(d.rate_permille, 312u) << Trace(d);
-  for (int i = 0; i < 20; ++i) d = m.Step(Busy({Kernels(990, ++seq, 970)}));
+  for (uint32_t i = 1; i < kGrowPeriods; ++i) EXPECT_EQ(m.Step(Busy({Kernels(990, ++seq, 970)})).rate_permille, 312u);
+  EXPECT_EQ(m.Step(Busy({Kernels(990, ++seq, 970)})).rate_permille, 390u);
+  for (int i = 0; i < 40; ++i) d = m.Step(Busy({Kernels(990, ++seq, 970)}));
   EXPECT_EQ(d.rate_permille, 1000u);
   // At the floor (within kGrowMargin): it holds where it is.
   m.Step(Busy({Kernels(900, ++seq, 970)}));
   const uint32_t held = m.c.rate_permille();
   EXPECT_EQ(m.Step(Busy({Kernels(975, ++seq, 970)})).rate_permille, held);
+}
+
+TEST(ComputeMps, ACutThatBringsTheJobToItsFloorIsHeld) {
+  // Cut once: the job now reads at its floor, scattering about 0.03 either side of it (mean
+  // 0.995 of the floor). Half its readings are above the floor, none by enough, over a
+  // second, to say the job has room: the rate stays where the cut left it, window after
+  // window, neither grown back into the shortfall nor cut further.
+  MpsClock m;
+  uint32_t seq = 0;
+  for (uint32_t i = 1; i <= kJudgePeriods; ++i) m.Step(Busy({Kernels(930, ++seq, 970)}));
+  ASSERT_EQ(m.c.rate_permille(), 500u);
+  const uint32_t at_floor[kJudgePeriods] = {1000, 930, 985, 945, 990, 940, 975, 957};
+  for (int window = 0; window < 20; ++window) {
+    for (uint32_t speed : at_floor) {
+      const ControlDecision d = m.Step(Busy({Kernels(speed, ++seq, 970)}));
+      ASSERT_EQ(d.rate_permille, 500u) << window << " " << Trace(d);
+    }
+  }
+  // With room over the floor (as fast as alone), it grows within a window.
+  uint32_t periods = 0;
+  while (m.c.rate_permille() == 500u && periods < 2 * kJudgePeriods) {
+    m.Step(Busy({Kernels(1000, ++seq, 970)}));
+    ++periods;
+  }
+  EXPECT_EQ(m.c.rate_permille(), 625u);
+  EXPECT_LE(periods, kJudgePeriods);
 }
 
 TEST(ComputeMps, ALowerFloorKeepsMoreOpportunisticWork) {
