@@ -438,11 +438,12 @@ bool TimeKernels(Device& d, int64_t now, bool read_samples) {
     } else if (by_launches && bound > 0) {
       snprintf(rate, sizeof rate, ", kernels' times at least %.3f", bound / 1000.0);
     }
-    TraceLine("compute: beside opportunistic work at least %.3f of its speed alone, by its %s%s "
+    TraceLine("compute: beside opportunistic work at least %.3f of its speed alone, by its %s%s%s "
               "(%d kernels timed alone; %s; launches: %lld ms alone in %d%% of passes, %lld ms "
               "beside in %d%%%s)",
               signal.speed_permille / 1000.0, by_launches ? "launches" : "kernels' times",
-              signal.wants_baseline ? "; wants a baseline" : "", k.clock.kernels(), WaitedText(waited_ns, blocked).text,
+              signal.wants_baseline ? "; wants a baseline: " : "", k.clock.wanted_because(), k.clock.kernels(),
+              WaitedText(waited_ns, blocked).text,
               static_cast<long long>(seen.alone_ms), seen.alone_moved_permille / 10,
               static_cast<long long>(seen.beside_ms), seen.beside_moved_permille / 10, rate);
   }

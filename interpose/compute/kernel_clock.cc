@@ -68,6 +68,7 @@ void KernelClock::Add(uint64_t key, int64_t gpu_ns, bool beside_opportunistic) {
     if (e == nullptr) return;
     e->base_ns = e->samples == 0 ? t : e->base_ns + kBaselineWeight * (t - e->base_ns);
     ++e->samples;
+    ++alone_samples_;
     ran_since_alone_ns_ = 0;
     any_alone_ = true;
     return;
@@ -101,6 +102,7 @@ KernelSignal KernelClock::ClosePeriod(uint32_t sequence, uint64_t launches, int6
   if (judged_ >= kMinSignalSamples && time_sum_ > 0) {
     const double r = base_sum_ / time_sum_;
     faster_ = r > kFasterThanAlone;
+    if (r <= 1) faster_asked_at_ = -1;  // the stretch of faster readings is over
     double speed = r >= 1 ? 1 : r;
     if (counted_ && all_ > 0 && speed < 1) {
       const double span = static_cast<double>(span_ns_);
@@ -126,7 +128,13 @@ KernelSignal KernelClock::ClosePeriod(uint32_t sequence, uint64_t launches, int6
   // asked in 45 of 97 periods, and its opportunistic peer paused every 4 s.
   const bool few = period_beside_ >= kMinSignalSamples && period_judged_ * 2 < period_beside_;
   const bool stale = period_beside_ > 0 && (!any_alone_ || ran_since_alone_ns_ > kBaselineRefreshNs);
-  s.wants_baseline = few || stale || (faster_ && period_beside_ > 0);
+  bool faster = false;
+  if (faster_ && period_beside_ > 0) {
+    if (faster_asked_at_ < 0) faster_asked_at_ = alone_samples_;
+    faster = alone_samples_ - faster_asked_at_ < kMinSignalSamples;  // asked once (kFasterThanAlone)
+  }
+  s.wants_baseline = few || stale || faster;
+  wanted_because_ = few ? "few kernels have one" : stale ? "stale" : faster ? "kernels faster than alone" : "";
   period_beside_ = period_judged_ = 0;
   return s;
 }

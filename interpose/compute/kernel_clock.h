@@ -85,6 +85,13 @@ inline constexpr int64_t kBaselineRefreshNs = 20'000'000'000;
 // GPU's clocks ramped up at the job's start, or (on the simulator, whose kernels take wall time)
 // while every process on the machine started at once; one such sample made a job read 1.000 for
 // the rest of its run, and it never asked for another.
+// It asks once a stretch of such readings: where the kernels still read faster after
+// kMinSignalSamples samples alone since it asked, the baselines are not what is wrong (a
+// launch-bound job's timed kernels include the host's gaps, which move with the host), and
+// asking again would only pause opportunistic work: on an H200, ResNet-50 bf16 beside BERT
+// training read faster than its baselines in 18-122 of some 250 periods, and its
+// opportunistic peer paused 29-35 times in 112 s, one in every 3-4 s, the most the MPS
+// controller allows. A reading no faster than alone ends the stretch.
 inline constexpr double kFasterThanAlone = 1.10;
 // A period longer than this (no kernel was sampled for longer: the job rested) counts as this
 // long, in a baseline's age and in the share of the period the job kept the GPU busy.
@@ -119,6 +126,8 @@ class KernelClock {
   // The kernel's baseline, ns (0: none).
   double Baseline(uint64_t key) const;
   int kernels() const { return used_; }
+  // Why the newest period's signal wants a baseline, in words for the trace ("" where it does not).
+  const char* wanted_because() const { return wanted_because_; }
 
  private:
   struct Entry {
@@ -132,6 +141,11 @@ class KernelClock {
   int used_ = 0;
   bool any_alone_ = false;
   bool faster_ = false;  // the newest reading's kernels ran faster than their baselines (kFasterThanAlone)
+  // Alone samples taken so far, and their count when the current stretch of faster readings
+  // first asked for a baseline (-1: no such stretch).
+  int64_t alone_samples_ = 0;
+  int64_t faster_asked_at_ = -1;
+  const char* wanted_because_ = "";
   // Time the job ran (timed periods with launches or samples beside opportunistic work, each
   // at most kMaxCountedPeriodNs) since its newest baseline sample.
   int64_t ran_since_alone_ns_ = 0;

@@ -605,6 +605,43 @@ TEST(ComputeKernels, KernelsFasterBesideThanTheirBaselinesAskForNewOnes) {
   EXPECT_FALSE(s.wants_baseline);
 }
 
+TEST(ComputeKernels, KernelsStillFasterAfterNewBaselinesDoNotAskAgain) {
+  // Timed alone at 2.2 ms (a launch-bound job's host gaps in them), beside opportunistic work at
+  // 1.9 ms: faster than alone, and new baselines read the same. One ask, not one a period.
+  KernelClock k;
+  const uint64_t key = KernelKey({.function = &k, .grid = {3, 1, 1}});
+  auto alone = [&k, key]() {
+    for (int i = 0; i < kMinSignalSamples; ++i) k.Add(key, 2'200'000, false);
+  };
+  auto beside = [&k, key](int64_t ns) {
+    for (int i = 0; i < kMinSignalSamples; ++i) k.Add(key, ns, true);
+  };
+  alone();
+  beside(1'900'000);
+  uint32_t seq = 0;
+  KernelSignal s = k.ClosePeriod(++seq);
+  EXPECT_EQ(s.speed_permille, 1000u);
+  EXPECT_TRUE(s.wants_baseline);
+  EXPECT_STREQ(k.wanted_because(), "kernels faster than alone");
+  beside(1'900'000);
+  EXPECT_TRUE(k.ClosePeriod(++seq).wants_baseline) << "still asking: no baseline taken since";
+  // The pause it asked for renews the baselines, and they read as before.
+  alone();
+  for (int i = 0; i < 20; ++i) {
+    beside(1'900'000);
+    s = k.ClosePeriod(++seq);
+    ASSERT_EQ(s.speed_permille, 1000u);
+    ASSERT_FALSE(s.wants_baseline) << i << ": asked once, answered";
+  }
+  // A reading no faster than alone ends the stretch; the next faster one asks again.
+  beside(2'400'000);
+  s = k.ClosePeriod(++seq);
+  EXPECT_LT(s.speed_permille, 1000u);
+  EXPECT_FALSE(s.wants_baseline);
+  beside(1'900'000);
+  EXPECT_TRUE(k.ClosePeriod(++seq).wants_baseline);
+}
+
 TEST(ComputeKernels, APeriodAcrossARestIsNotReadAsIdle) {
   // A job that keeps the GPU half busy alone (500 launches of 1 ms kernels a second), back from
   // a minute's rest beside opportunistic work that doubles its kernels' times: the period timed
