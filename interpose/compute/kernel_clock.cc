@@ -70,7 +70,6 @@ void KernelClock::Add(uint64_t key, int64_t gpu_ns, bool beside_opportunistic) {
     ++e->samples;
     ++alone_samples_;
     ran_since_alone_ns_ = 0;
-    any_alone_ = true;
     return;
   }
   ++period_beside_;
@@ -105,9 +104,11 @@ KernelSignal KernelClock::ClosePeriod(uint32_t sequence, uint64_t launches, int6
     if (r <= 1) faster_asked_at_ = -1;  // the stretch of faster readings is over
     double speed = r >= 1 ? 1 : r;
     if (counted_ && all_ > 0 && speed < 1) {
+      // b over the job's time alone, not over the period (kernel_clock.h).
       const double span = static_cast<double>(span_ns_);
-      double busy = static_cast<double>(launches_) * (all_sum_ / all_) * speed / span;
-      if (busy > 1) busy = 1;
+      double gpu = static_cast<double>(launches_) * (all_sum_ / all_);
+      if (gpu > span) gpu = span;
+      const double busy = gpu * speed / (span - gpu + gpu * speed);
       double loss = busy * (1 / speed - 1);
       const double waited = static_cast<double>(waited_ns_) / span;
       if (waited_ns_ >= 0 && waited < loss) loss = waited;
@@ -122,19 +123,25 @@ KernelSignal KernelClock::ClosePeriod(uint32_t sequence, uint64_t launches, int6
     s.pending = true;
   }
   // A baseline is wanted where the period's kernels beside opportunistic work mostly had none,
-  // where the newest is stale (the job ran kBaselineRefreshNs since) while opportunistic work
-  // runs, or where the newest reading's kernels ran faster than their baselines. Not where they
-  // rest on one sample alone: a job of some 150 kernels (ResNet-50 training on an H200) then
+  // where the job's baselines rest on fewer than kMinBaselineSamples samples alone in all, where
+  // the newest is stale (the job ran kBaselineRefreshNs since) while opportunistic work runs, or
+  // where the newest reading's kernels ran faster than their baselines. Not where each kernel's
+  // rests on one sample alone: a job of some 150 kernels (ResNet-50 training on an H200) then
   // asked in 45 of 97 periods, and its opportunistic peer paused every 4 s.
   const bool few = period_beside_ >= kMinSignalSamples && period_judged_ * 2 < period_beside_;
-  const bool stale = period_beside_ > 0 && (!any_alone_ || ran_since_alone_ns_ > kBaselineRefreshNs);
+  const bool founded = alone_samples_ >= kMinBaselineSamples;
+  const bool stale = period_beside_ > 0 && (!founded || ran_since_alone_ns_ > kBaselineRefreshNs);
   bool faster = false;
   if (faster_ && period_beside_ > 0) {
     if (faster_asked_at_ < 0) faster_asked_at_ = alone_samples_;
     faster = alone_samples_ - faster_asked_at_ < kMinSignalSamples;  // asked once (kFasterThanAlone)
   }
   s.wants_baseline = few || stale || faster;
-  wanted_because_ = few ? "few kernels have one" : stale ? "stale" : faster ? "kernels faster than alone" : "";
+  wanted_because_ = few        ? "few kernels have one"
+                    : !founded ? "too few samples alone"
+                    : stale    ? "stale"
+                    : faster   ? "kernels faster than alone"
+                               : "";
   period_beside_ = period_judged_ = 0;
   return s;
 }

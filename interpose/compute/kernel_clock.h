@@ -28,8 +28,11 @@
 // at most 1), and r itself for a job that keeps the GPU busy. So a launch-bound job (b well
 // under 1), whose kernels may run slower beside opportunistic work while it loses nothing,
 // is not read as losing all of it; the bound still assumes every GPU second is on the job's
-// critical path, so it errs on the job's side. b is the period's launches times the mean
-// sampled kernel time, times r, over the period (a job of too few launches to count: 1).
+// critical path, so it errs on the job's side. b is its kernels' time alone over its time
+// alone: the period's launches times the mean sampled kernel time (their time beside, at most
+// the period) times r, over the period less the time they lost (a job of too few launches to
+// count: 1). Over the period itself it would be r for a job that keeps the GPU busy, which
+// launches only r as many kernels beside as alone, and read 1 / (2 - r), not r.
 //
 // The critical path. Slower kernels cost the job time only where its host waits for them: in
 // a synchronisation (of a stream, an event or the context, a synchronous copy), or in a launch
@@ -93,6 +96,16 @@ inline constexpr int64_t kBaselineRefreshNs = 20'000'000'000;
 // opportunistic peer paused 29-35 times in 112 s, one in every 3-4 s, the most the MPS
 // controller allows. A reading no faster than alone ends the stretch.
 inline constexpr double kFasterThanAlone = 1.10;
+// The samples alone, of all its kernels together, a job's baselines rest on before its readings
+// stand without a pause (KernelSignal::wants_baseline): as many as a reading rests on beside
+// opportunistic work. One sample alone is no measure of a job's kernels alone: its first kernels
+// can run slow (the GPU's clocks ramping up; on the simulator, whose kernels take wall time,
+// every process on the machine starting at once), and a baseline from one such sample hides
+// the slowdown opportunistic work causes for as long as the baseline stands (kFasterThanAlone
+// catches it only where the kernels beside run faster still than that sample): a job that
+// loses half its speed can read above its floor. The pause it asks for times its kernels
+// densely alone, and their samples outweigh the first.
+inline constexpr int kMinBaselineSamples = kMinSignalSamples;
 // A period longer than this (no kernel was sampled for longer: the job rested) counts as this
 // long, in a baseline's age and in the share of the period the job kept the GPU busy.
 inline constexpr int64_t kMaxCountedPeriodNs = 1'000'000'000;
@@ -139,10 +152,10 @@ class KernelClock {
   Entry* Find(uint64_t key, bool insert);
   Entry table_[kKernelTableSize];
   int used_ = 0;
-  bool any_alone_ = false;
   bool faster_ = false;  // the newest reading's kernels ran faster than their baselines (kFasterThanAlone)
-  // Alone samples taken so far, and their count when the current stretch of faster readings
-  // first asked for a baseline (-1: no such stretch).
+  // Samples alone taken so far, all kernels together (kMinBaselineSamples), and their count
+  // when the current stretch of faster readings first asked for a baseline (-1: no such
+  // stretch).
   int64_t alone_samples_ = 0;
   int64_t faster_asked_at_ = -1;
   const char* wanted_because_ = "";
