@@ -578,6 +578,55 @@ class InterleavedTest(unittest.TestCase):
         d["settings"]["interleave"] = 0
         self.assertEqual(report.side_by_side(d, "train"), [])
 
+    def test_any_two_configurations_are_set_side_by_side_on_request(self):
+        # A change beside the build before it: the new build's guaranteed job 0.03 over the base's
+        # in every round of both lanes, its opportunistic job 0.10 under; the host moves both.
+        def cfg(name, kind, lane, g, o=None):
+            c = {"pair": "train", "config": name, "kind": kind, "status": "ok", "lane": lane,
+                 "g": {"steps_per_s": sum(g) / 3, "finite": True, "rounds": g}}
+            if o is not None:
+                c["o"] = {"steps_per_s": sum(o) / 3, "finite": True, "rounds": o}
+            return c
+        solo_g, solo_o = [40, 44, 36], [30, 33, 27]
+        configs = []
+        for lane in (0, 1):
+            configs += [cfg("solo", "solo", lane, solo_g, solo_o),
+                        cfg("gslice-mps-0.97", "gslice-mps", lane, [x * 0.95 for x in solo_g], [x * 0.60 for x in solo_o]),
+                        cfg("gslice-mps-0.97-base", "gslice-mps-base", lane, [x * 0.92 for x in solo_g],
+                            [x * 0.70 for x in solo_o]),
+                        cfg("gslice-solo-0.97", "gslice-solo", lane, [x * 1.01 for x in solo_g])]
+        d = doc(configs)
+        d["settings"].update(interleave=3, protect=[0.97], pairs=["train"])
+        g, o = report.compare(d, "train", "gslice-mps-0.97", "gslice-mps-0.97-base")
+        self.assertAlmostEqual(g[0], 0.03)
+        self.assertEqual(g[2], 6)
+        self.assertAlmostEqual(o[0], -0.10)
+        g, o = report.compare(d, "train", "gslice-solo-0.97", "solo")
+        self.assertAlmostEqual(g[0], 0.01)
+        self.assertIsNone(o)
+        self.assertIsNone(report.compare(d, "train", "gslice-mps-0.97", "mps-100-p1"))  # not in the run
+        out = io.StringIO()
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "f.json")
+            with open(path, "w") as f:
+                json.dump(d, f)
+            argv = sys.argv
+            try:
+                sys.argv = ["frontier_report.py", "--compare", "gslice-mps-0.97:gslice-mps-0.97-base", path]
+                with contextlib.redirect_stdout(out):
+                    report.main()
+                sys.argv = ["frontier_report.py", "--compare", "gslice-mps-0.97", path]
+                with self.assertRaises(SystemExit) as e:
+                    report.main()
+                self.assertIn("A:B", str(e.exception.code))
+            finally:
+                sys.argv = argv
+        self.assertIn("train: gslice-mps-0.97 − gslice-mps-0.97-base, same round: guaranteed +0.030 ± 0.000, "
+                      "opportunistic -0.100 ± 0.000 (6 rounds)", out.getvalue())
+        # Not interleaved: no rounds to compare.
+        d["settings"]["interleave"] = 0
+        self.assertIsNone(report.compare(d, "train", "gslice-mps-0.97", "gslice-mps-0.97-base"))
+
     def test_gslice_guaranteed_at_the_programs_stream_priorities(self):
         frontier = load_frontier(FRONTIER_PAIRS="train", FRONTIER_PROTECT="0.97,0.90", FRONTIER_MPS_PCT="100",
                                  FRONTIER_MPS_PRIO="1", FRONTIER_GSLICE_SOLO="1", FRONTIER_GSLICE_PROGPRIO="1",

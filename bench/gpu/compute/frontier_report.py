@@ -2,6 +2,9 @@
 
   frontier_report.py FRONTIER.json...         markdown body of bench/results/compute-frontier-DATE.md
   frontier_report.py --table FRONTIER.json... RESULT lines for bench/gpu/run, then a short text table
+  frontier_report.py --compare A:B FRONTIER.json...
+                                              configuration A against B round by round (B may be
+                                              solo), each pair's guaranteed and opportunistic job
 
 Several JSON files are lanes of one plan (frontier.py's FRONTIER_LANES, run at once on the GPUs
 of one machine): each configuration is judged against its own lane's solo runs.
@@ -419,6 +422,38 @@ def side_by_side(doc, pair):
             for cfg, (gx, gy, ox, oy) in found.items()]
 
 
+def compare(doc, pair, a, b):
+    """Configuration a against configuration b of an interleaved run in the same round, over all
+    lanes, as side_by_side sets gslice against plain MPS (b "solo": a's guaranteed figure against
+    the solo phase's, as for gslice-solo-*): ((mean, se, n) or None for the guaranteed job,
+    the same for the opportunistic job), or None where the run has no such pair of rounds. Any
+    two configurations: a change beside the build before it (gslice-mps-P-base), two levels,
+    two thread percentages."""
+    if not interleaved(doc):
+        return None
+    rs = [r for r in rows(doc, pair) if r.get("status") == "ok"]
+    mine = {r["lane"]: r for r in rs if r["config"] == a}
+    theirs = {r["lane"]: r for r in rs if r["config"] == b}
+    gx, gy, ox, oy = [], [], [], []
+    for lane, r in mine.items():
+        base = theirs.get(lane)
+        if b == "solo":
+            gx += r["g_rounds"]
+            gy += [1.0] * len(r["g_rounds"])
+            continue
+        if base is None:
+            continue
+        if len(r["g_rounds"]) == len(base["g_rounds"]):
+            gx += r["g_rounds"]
+            gy += base["g_rounds"]
+        if len(r["o_rounds"]) == len(base["o_rounds"]):
+            ox += r["o_rounds"]
+            oy += base["o_rounds"]
+    if not gx and not ox:
+        return None
+    return paired(gx, gy), paired(ox, oy)
+
+
 def diff_text(p):
     return "n/a" if p is None else f"{p[0]:+.3f} ± {p[1]:.3f}"
 
@@ -586,8 +621,16 @@ def markdown(doc):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--table", action="store_true", help="RESULT lines and the text table instead of markdown")
+    p.add_argument("--compare", action="append", default=[], metavar="A:B",
+                   help="configuration A against B in the same round (B may be solo); repeatable")
     p.add_argument("json", nargs="+", help="frontier.py's JSON; several: the lanes of one plan")
     args = p.parse_args()
+    wanted = []
+    for spec in args.compare:
+        a, sep, b = spec.partition(":")
+        if not sep or not a or not b:
+            sys.exit(f"frontier_report.py: --compare {spec}: want two configurations, A:B")
+        wanted.append((a, b))
     docs = []
     for path in args.json:
         try:
@@ -596,7 +639,21 @@ def main():
         except (OSError, ValueError) as e:
             sys.exit(f"frontier_report.py: cannot read {path}: {e}")
     doc = merge(docs)
-    if args.table:
+    if wanted:
+        for a, b in wanted:
+            found = False
+            for pair in pairs(doc):
+                c = compare(doc, pair, a, b)
+                if c is None:
+                    continue
+                found = True
+                g, o = c
+                n = (g or o)[2] if (g or o) else 0
+                print(f"{pair}: {a} − {b}, same round: guaranteed {diff_text(g)}, opportunistic {diff_text(o)} "
+                      f"({n} rounds)")
+            if not found:
+                sys.exit(f"frontier_report.py: --compare {a}:{b}: no interleaved rounds of both")
+    elif args.table:
         print("\n".join(result_lines(doc)))
         print()
         print(text_table(doc))
