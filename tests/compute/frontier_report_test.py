@@ -57,6 +57,15 @@ SOLO = [train("solo-before", "solo", 40, 30), train("solo-after", "solo", 40, 30
         latency("solo-before", "solo", 10.0, 20), latency("solo-after", "solo", 10.4, 20)]
 
 
+def rounds_cfg(name, kind, lane, g, o=None, **attrs):
+    """A training-pair configuration of an interleaved run: its rounds' steps/s, one list a job."""
+    c = {"pair": "train", "config": name, "kind": kind, "status": "ok", "lane": lane,
+         "g": {"steps_per_s": sum(g) / len(g), "finite": True, "rounds": g}, **attrs}
+    if o is not None:
+        c["o"] = {"steps_per_s": sum(o) / len(o), "finite": True, "rounds": o}
+    return c
+
+
 def by(verdicts, level, mode="gslice"):
     return next(v for v in verdicts if abs(v["level"] - level) < 1e-9 and v["mode"] == mode)
 
@@ -541,21 +550,15 @@ class InterleavedTest(unittest.TestCase):
         # Two lanes, 3 rounds each; the solo phases move with the host (40, 44, 36) while the
         # configurations of a round move together: gslice's guaranteed job 0.02 under plain
         # MPS's in every round, its opportunistic job 0.05 under.
-        def cfg(name, kind, lane, g, o=None, **attrs):
-            c = {"pair": "train", "config": name, "kind": kind, "status": "ok", "lane": lane,
-                 "g": {"steps_per_s": sum(g) / 3, "finite": True, "rounds": g}, **attrs}
-            if o is not None:
-                c["o"] = {"steps_per_s": sum(o) / 3, "finite": True, "rounds": o}
-            return c
         solo_g, solo_o = [40, 44, 36], [30, 33, 27]
         configs = []
         for lane in (0, 1):
-            configs += [cfg("solo", "solo", lane, solo_g, solo_o),
-                        cfg("mps-100-p1", "mps", lane, [x * 0.90 for x in solo_g], [x * 0.90 for x in solo_o],
+            configs += [rounds_cfg("solo", "solo", lane, solo_g, solo_o),
+                        rounds_cfg("mps-100-p1", "mps", lane, [x * 0.90 for x in solo_g], [x * 0.90 for x in solo_o],
                             mps_pct=100, mps_prio=1),
-                        cfg("gslice-mps-0.97", "gslice-mps", lane, [x * 0.88 for x in solo_g],
+                        rounds_cfg("gslice-mps-0.97", "gslice-mps", lane, [x * 0.88 for x in solo_g],
                             [x * 0.85 for x in solo_o], protect=0.97),
-                        cfg("gslice-solo-0.97", "gslice-solo", lane, [x * (0.99 + 0.01 * k) for k, x in enumerate(solo_g)],
+                        rounds_cfg("gslice-solo-0.97", "gslice-solo", lane, [x * (0.99 + 0.01 * k) for k, x in enumerate(solo_g)],
                             protect=0.97)]
         d = doc(configs)
         d["settings"].update(interleave=3, protect=[0.97], pairs=["train"])
@@ -581,20 +584,14 @@ class InterleavedTest(unittest.TestCase):
     def test_any_two_configurations_are_set_side_by_side_on_request(self):
         # A change beside the build before it: the new build's guaranteed job 0.03 over the base's
         # in every round of both lanes, its opportunistic job 0.10 under; the host moves both.
-        def cfg(name, kind, lane, g, o=None):
-            c = {"pair": "train", "config": name, "kind": kind, "status": "ok", "lane": lane,
-                 "g": {"steps_per_s": sum(g) / 3, "finite": True, "rounds": g}}
-            if o is not None:
-                c["o"] = {"steps_per_s": sum(o) / 3, "finite": True, "rounds": o}
-            return c
         solo_g, solo_o = [40, 44, 36], [30, 33, 27]
         configs = []
         for lane in (0, 1):
-            configs += [cfg("solo", "solo", lane, solo_g, solo_o),
-                        cfg("gslice-mps-0.97", "gslice-mps", lane, [x * 0.95 for x in solo_g], [x * 0.60 for x in solo_o]),
-                        cfg("gslice-mps-0.97-base", "gslice-mps-base", lane, [x * 0.92 for x in solo_g],
+            configs += [rounds_cfg("solo", "solo", lane, solo_g, solo_o),
+                        rounds_cfg("gslice-mps-0.97", "gslice-mps", lane, [x * 0.95 for x in solo_g], [x * 0.60 for x in solo_o]),
+                        rounds_cfg("gslice-mps-0.97-base", "gslice-mps-base", lane, [x * 0.92 for x in solo_g],
                             [x * 0.70 for x in solo_o]),
-                        cfg("gslice-solo-0.97", "gslice-solo", lane, [x * 1.01 for x in solo_g])]
+                        rounds_cfg("gslice-solo-0.97", "gslice-solo", lane, [x * 1.01 for x in solo_g])]
         d = doc(configs)
         d["settings"].update(interleave=3, protect=[0.97], pairs=["train"])
         g, o = report.compare(d, "train", "gslice-mps-0.97", "gslice-mps-0.97-base")
