@@ -24,13 +24,12 @@ bool MpsController::Fresh(const PeerPeriod& p) {
   return s.sequence != 0;
 }
 
-bool MpsController::Grow(ControlDecision* d, const char* why) {
-  if (rate_ >= 1000) return false;
+void MpsController::Grow(ControlDecision* d, const char* why) {
+  if (rate_ >= 1000) return;
   const double grown = rate_ * kGrowFactor;
   const uint32_t next = grown > rate_ + kGrowStepPermille ? static_cast<uint32_t>(grown) : rate_ + kGrowStepPermille;
   AddTrace(d, "compute: mps: %s: rate %u -> %u permille", why, rate_, next > 1000 ? 1000 : next);
   rate_ = next > 1000 ? 1000 : next;
-  return true;
 }
 
 ControlDecision MpsController::Decide(const ControlPeriod& period, int64_t now_ns) {
@@ -119,10 +118,11 @@ ControlDecision MpsController::Decide(const ControlPeriod& period, int64_t now_n
              worst, mean, judged_count_, upper, rate_, next);
     rate_ = next;
     judged_count_ = judged_next_ = 0;  // the next judgement is of readings at the new rate
-  } else if (judged_count_ >= kGrowPeriods && mean >= 1 + kGrowMargin) {
+  } else if (rate_ < 1000 && judged_count_ >= kGrowPeriods && mean >= 1 + kGrowMargin) {
     char why[96];
     snprintf(why, sizeof why, "guaranteed kernels above their floor (%.3f over %u periods)", mean, judged_count_);
-    if (Grow(&d, why)) judged_count_ = judged_next_ = 0;  // the next judgement is of readings at the new rate
+    Grow(&d, why);
+    judged_count_ = judged_next_ = 0;  // the next judgement is of readings at the new rate
   }
   d.rate_permille = rate_;
   return d;

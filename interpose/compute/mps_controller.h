@@ -93,8 +93,7 @@ class MpsController {
   };
   // Whether p's reading is new since the last period; records it.
   bool Fresh(const PeerPeriod& p);
-  // Returns whether the rate grew (it had a limit).
-  bool Grow(ControlDecision* d, const char* why);
+  void Grow(ControlDecision* d, const char* why);
 
   uint32_t rate_ = 1000;
   uint32_t probe_left_ = 0;
