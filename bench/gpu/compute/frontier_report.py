@@ -389,43 +389,10 @@ def text_table(doc):
 SIDE_BY_SIDE_PLAIN = "mps-100-p1"
 
 
-def side_by_side(doc, pair):
-    """Each gslice configuration of an interleaved run against plain MPS at priority 1 (its
-    guaranteed process alone, `gslice-solo-*`: against the solo phase) in the same round, over
-    all lanes: the mean difference of their figures over solo and its standard error, the
-    guaranteed job's (the server: solo p99 over p99) and the opportunistic job's. Phases of a
-    launch-bound job alone move several percent with the host from one to the next while the
-    configurations of a round move together, so this is the comparison a call resolves.
-    [(config, against, (mean, se, n) or None, (mean, se, n) or None)]."""
-    if not interleaved(doc):
-        return []
-    rs = rows(doc, pair)
-    plain = {r["lane"]: r for r in rs if r["config"] == SIDE_BY_SIDE_PLAIN and r.get("status") == "ok"}
-    found = {}  # config: (its guaranteed rounds, theirs, its opportunistic rounds, theirs), all lanes
-    for r in rs:
-        if not str(r.get("kind") or "").startswith("gslice") or r.get("status") != "ok":
-            continue
-        alone = r["kind"] == "gslice-solo"
-        base = plain.get(r["lane"])
-        if base is None and not alone:
-            continue
-        g_base = [1.0] * len(r["g_rounds"]) if alone else base["g_rounds"]
-        if len(g_base) != len(r["g_rounds"]):
-            continue
-        gx, gy, ox, oy = found.setdefault(r["config"], ([], [], [], []))
-        gx += r["g_rounds"]
-        gy += g_base
-        if not alone and len(r["o_rounds"]) == len(base["o_rounds"]):
-            ox += r["o_rounds"]
-            oy += base["o_rounds"]
-    return [(cfg, "solo" if cfg.startswith("gslice-solo") else SIDE_BY_SIDE_PLAIN, paired(gx, gy), paired(ox, oy))
-            for cfg, (gx, gy, ox, oy) in found.items()]
-
-
 def compare(doc, pair, a, b):
     """Configuration a against configuration b of an interleaved run in the same round, over all
-    lanes, as side_by_side sets gslice against plain MPS (b "solo": a's guaranteed figure against
-    the solo phase's, as for gslice-solo-*): ((mean, se, n) or None for the guaranteed job,
+    lanes (b "solo": a's guaranteed figure against the solo phase's, as for gslice-solo-*; what
+    side_by_side does for gslice against plain MPS): ((mean, se, n) or None for the guaranteed job,
     the same for the opportunistic job), or None where the run has no such pair of rounds. Any
     two configurations: a change beside the build before it (gslice-mps-P-base), two levels,
     two thread percentages."""
@@ -452,6 +419,29 @@ def compare(doc, pair, a, b):
     if not gx and not ox:
         return None
     return paired(gx, gy), paired(ox, oy)
+
+
+def side_by_side(doc, pair):
+    """Each gslice configuration of an interleaved run against plain MPS at priority 1 (its
+    guaranteed process alone, `gslice-solo-*`: against the solo phase) in the same round, over
+    all lanes: the mean difference of their figures over solo and its standard error, the
+    guaranteed job's (the server: solo p99 over p99) and the opportunistic job's. Phases of a
+    launch-bound job alone move several percent with the host from one to the next while the
+    configurations of a round move together, so this is the comparison a call resolves.
+    [(config, against, (mean, se, n) or None, (mean, se, n) or None)]."""
+    if not interleaved(doc):
+        return []
+    kinds = {}  # each gslice configuration once, whatever its lanes
+    for r in rows(doc, pair):
+        if str(r.get("kind") or "").startswith("gslice") and r.get("status") == "ok":
+            kinds.setdefault(r["config"], r["kind"])
+    out = []
+    for cfg, kind in kinds.items():
+        against = "solo" if kind == "gslice-solo" else SIDE_BY_SIDE_PLAIN
+        both = compare(doc, pair, cfg, against)
+        if both is not None:
+            out.append((cfg, against, *both))
+    return out
 
 
 def diff_text(p):
