@@ -26,7 +26,7 @@ uint64_t KernelKey(const KernelShape& shape) {
 }
 
 uint32_t PackKernelSignal(const KernelSignal& s) {
-  const uint32_t speed = s.speed_permille > 1000 ? 1000 : s.speed_permille;
+  const uint32_t speed = s.speed_permille > kMaxSpeedPermille ? kMaxSpeedPermille : s.speed_permille;
   return speed | (s.wants_baseline ? kWantsBaseline : 0u) | (s.pending ? kPending : 0u) |
          ((s.sequence & 0xffffu) << kSequenceShift);
 }
@@ -102,20 +102,20 @@ KernelSignal KernelClock::ClosePeriod(uint32_t sequence, uint64_t launches, int6
     const double r = base_sum_ / time_sum_;
     faster_ = r > kFasterThanAlone;
     if (r <= 1) faster_asked_at_ = -1;  // the stretch of faster readings is over
-    double speed = r >= 1 ? 1 : r;
-    if (counted_ && all_ > 0 && speed < 1) {
+    double speed = r;
+    if (counted_ && all_ > 0) {
       // b over the job's time alone, not over the period (kernel_clock.h).
       const double span = static_cast<double>(span_ns_);
       double gpu = static_cast<double>(launches_) * (all_sum_ / all_);
       if (gpu > span) gpu = span;
-      const double busy = gpu * speed / (span - gpu + gpu * speed);
-      double loss = busy * (1 / speed - 1);
+      const double busy = gpu * r / (span - gpu + gpu * r);
+      double loss = busy * (1 / r - 1);  // under 0: a gain, where the kernels read faster
       const double waited = static_cast<double>(waited_ns_) / span;
-      if (waited_ns_ >= 0 && waited < loss) loss = waited;
+      if (waited_ns_ >= 0) loss = std::clamp(loss, -waited, waited);
       speed = 1 / (1 + loss);
     }
     const double permille = speed * 1000 + 0.5;
-    s.speed_permille = permille < 1 ? 1 : permille > 1000 ? 1000 : static_cast<uint32_t>(permille);
+    s.speed_permille = permille < 1 ? 1 : permille > kMaxSpeedPermille ? kMaxSpeedPermille : static_cast<uint32_t>(permille);
     StartWindow();
   } else if (judged_ == 0 || ++carried_ >= kMaxCarriedPeriods) {
     StartWindow();  // nothing to carry, or samples too old to read together

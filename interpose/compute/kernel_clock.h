@@ -24,8 +24,8 @@
 //
 // What the job loses is at most what its kernels lose on its critical path. A job whose
 // kernels would keep the GPU busy a share b of the time alone loses at most b (1/r - 1) of its
-// time when they take 1/r as long: the reading is 1 / (1 + b (1/r - 1)), never under r (b is
-// at most 1), and r itself for a job that keeps the GPU busy. So a launch-bound job (b well
+// time when they take 1/r as long: the reading is 1 / (1 + b (1/r - 1)), between r and 1 (b
+// is at most 1), and r itself for a job that keeps the GPU busy. So a launch-bound job (b well
 // under 1), whose kernels may run slower beside opportunistic work while it loses nothing,
 // is not read as losing all of it; the bound still assumes every GPU second is on the job's
 // critical path, so it errs on the job's side. b is its kernels' time alone over its time
@@ -39,7 +39,8 @@
 // that finds the driver's queue full (WaitedInAFullQueue). Where the period's timed launches
 // did not find it full and the host made a waiting call, its waits w, as a share of the
 // period, bound the loss too:
-// the reading is 1 / (1 + min(b (1/r - 1), w)). A server bound by its host (Python, the
+// the reading is 1 / (1 + min(b (1/r - 1), w)) (over 1, where the kernels read faster than
+// alone: their gain is bounded by the waits as their loss is). A server bound by its host (Python, the
 // launches), whose requests end in a synchronisation that finds the GPU nearly done, loses
 // little however much slower its kernels run; a job that waits on the GPU most of the time
 // keeps the kernel bound. Waits are summed over the process's threads and GPUs, which only makes w larger.
@@ -111,9 +112,18 @@ inline constexpr int kMinBaselineSamples = kMinSignalSamples;
 // long, in a baseline's age and in the share of the period the job kept the GPU busy.
 inline constexpr int64_t kMaxCountedPeriodNs = 1'000'000'000;
 
+// A reading over 1 (faster than alone) is noise about a job that loses nothing, and is
+// published as it is, up to kMaxSpeedPermille: the MPS controller judges a window's mean, and
+// readings clipped at 1 bias it low by some 0.4 of their spread (a job at its speed alone whose
+// readings spread 0.09 per period reads a mean of 0.96), under a floor of 0.97 while the job
+// loses nothing: the controller cut and never found the mean above the floor to grow again.
+// Clipped at 1.2 instead, such readings' mean is biased by under 0.001, and a reading from
+// baselines slower than the kernels run alone (kFasterThanAlone) moves a window's mean at most
+// as far up as a reading under the floor by kCutNowMargin moves it down.
+inline constexpr uint32_t kMaxSpeedPermille = 1200;
+
 // One period's reading, as published in the ledger (LedgerComputeEntry::kernel_signal):
-// bits 0-10 the speed in permille (0: no reading; at most 1000: faster than alone reads as
-// alone), bit 11 whether the job wants a baseline (too few of its kernels beside
+// bits 0-10 the speed in permille (0: no reading; at most kMaxSpeedPermille), bit 11 whether the job wants a baseline (too few of its kernels beside
 // opportunistic work had one, or the newest is stale), bit 12 whether a reading is pending
 // (samples beside opportunistic work are being gathered, too few yet), bits 16-31 the
 // period's number, never 0 once published, so a reader tells a new reading from the one it saw.

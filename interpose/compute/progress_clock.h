@@ -25,7 +25,8 @@
 // so it is kept across periods until it adds up to kMinStretchNs: that is a sample, and moves
 // the job's launch rate alone (kProgressWeight per sample). A period's beside time of at least
 // kMinStretchNs is a sample of its rate beside, over the rate alone (the same weight). The
-// reading is their ratio, at most 1; none while the job is not saturated alone, or its rate
+// reading is their ratio (over 1 where the job launched faster beside than its rate alone: noise
+// about a job that loses nothing, kept for the controller's mean; kernel_clock.h); none while the job is not saturated alone, or its rate
 // alone is older than kAloneRateFreshNs, or unknown.
 //
 // Where a job has such a reading it is the period's reading (PeriodSpeed), above the kernels'
@@ -77,7 +78,7 @@ class ProgressClock {
   // on the GPU had work queued.
   void Pass(int64_t now_ns, uint64_t launches, bool beside);
   // Ends a period: the job's speed beside opportunistic work against alone, in permille (at
-  // most 1000; 0: no reading).
+  // most kMaxSpeedPermille; 0: no reading).
   uint32_t ClosePeriod();
   // Forgets the launch count (the counter is not fed for a while: the next pass starts over).
   void Pause() {
