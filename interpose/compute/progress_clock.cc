@@ -60,7 +60,7 @@ uint32_t ProgressClock::ClosePeriod() {
   if (beside_.ns >= kMinStretchNs) {
     const bool fresh = alone_rate_ > 0 && ran_since_alone_ns_ <= kAloneRateFreshNs;
     seen_.fresh = fresh;
-    if (beside_.Moving(kBesideMovedShare) && fresh) {
+    if (beside_.Moving(kSaturatedShare) && fresh) {
       const double rate = static_cast<double>(beside_.launches) / static_cast<double>(beside_.ns);
       ratio_ = mix(ratio_, rate / alone_rate_);
       const double permille = ratio_ * 1000.0;

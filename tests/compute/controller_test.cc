@@ -279,14 +279,17 @@ TEST(ComputeProgress, AJobThatIdlesBetweenBurstsIsNotReadByItsLaunches) {
   now = FeedProgress(p, now, &n, 250, true, 40, /*moving=*/10);
   EXPECT_EQ(p.ClosePeriod(), 0u);
   // Saturated alone; beside it waits longer for its kernels and launches in fewer passes: read
-  // while it still launches in most of them, not once it launches in fewer than half (it waits
-  // on something its launches do not measure).
+  // while it still launches in as many as alone, not once it waits on its kernels in more than
+  // kSaturatedShare's rest of them (its kernels' times measure that loss; its launches would be
+  // judged against a rate alone taken at another time).
   now = FeedProgress(p, now, &n, 250, false, 40);
   EXPECT_EQ(p.ClosePeriod(), 0u);
-  now = FeedProgress(p, now, &n, 250, true, 40, /*moving=*/6);
+  now = FeedProgress(p, now, &n, 250, true, 40, /*moving=*/9);
   // (The period's last passes without a launch go to the next one, with the job's next launch:
-  // 0.8 ms of 250.)
-  EXPECT_NEAR(p.ClosePeriod(), 600, 5);
+  // 0.2 ms of 250.)
+  EXPECT_NEAR(p.ClosePeriod(), 900, 5);
+  now = FeedProgress(p, now, &n, 250, true, 40, /*moving=*/8);
+  EXPECT_EQ(p.ClosePeriod(), 0u) << "waits on its kernels in a fifth of its passes";
   now = FeedProgress(p, now, &n, 250, true, 40, /*moving=*/4);
   EXPECT_EQ(p.ClosePeriod(), 0u);
 }
@@ -413,13 +416,13 @@ TEST(ComputeProgress, ARestIsNeitherAloneNorBeside) {
   p.ClosePeriod();
   now = FeedProgress(p, now, &n, 250, true, 38);
   EXPECT_EQ(p.ClosePeriod(), 0u) << "not saturated alone: no rate, no reading";
-  // Beside, such a stop is the job's time too (it waited on its own work): 100 ms of 251.
+  // Beside, such a stop is the job's time too (it waited on its own work): 20 ms of 251.
   now = FeedProgress(p, now, &n, 250, false, 40);
   EXPECT_EQ(p.ClosePeriod(), 0u);
-  now = FeedProgress(p, now, &n, 150, true, 40);
-  now = FeedProgress(p, now, &n, 100, true, 40, /*moving=*/0);
+  now = FeedProgress(p, now, &n, 230, true, 40);
+  now = FeedProgress(p, now, &n, 20, true, 40, /*moving=*/0);
   now = FeedProgress(p, now, &n, 1, true, 40);
-  EXPECT_NEAR(p.ClosePeriod(), 602, 3);
+  EXPECT_NEAR(p.ClosePeriod(), 920, 3);
 }
 
 TEST(ComputeKernels, EachKernelIsJudgedAgainstItselfAlone) {
