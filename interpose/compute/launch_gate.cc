@@ -411,6 +411,9 @@ void FinishKernelSample(const LaunchTicket& t) {
   // The launch's call, with its start event's record: a long one waited for room in the queue.
   g_counted.timed_launches.fetch_add(1, kRlx);
   if (MonotonicNs() - s.launched_ns >= kBlockedLaunchNs) g_counted.blocked_launches.fetch_add(1, kRlx);
+  // Its start event already done: the stream ran dry before the kernel was queued behind it,
+  // and the pair times the host's launch too (MeasuresTheKernel).
+  s.stream_dry = g_gate->api.event_query(s.start) == CUDA_SUCCESS;
   s.end = d.meter.pool.Get(g_gate->api);
   bool kept = false;
   if (s.end != nullptr && g_gate->api.event_record(s.end, t.stream) == CUDA_SUCCESS) {

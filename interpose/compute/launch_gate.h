@@ -64,12 +64,14 @@ void WaitEnds();
 struct Device;
 class StreamMeter;
 struct KernelShape;
-// A launch whose GPU time the gate measures (gate_state.h, KernelTiming): its start event, key
-// and when it was launched.
+// A launch whose GPU time the gate measures (gate_state.h, KernelTiming): its start event, key,
+// when it was launched, and whether its stream had run dry before it (the start event done once
+// the launch returned: MeasuresTheKernel in kernel_clock.h).
 struct KernelSample {
   CUevent start = nullptr, end = nullptr;
   uint64_t key = 0;
   int64_t launched_ns = 0;
+  bool stream_dry = false;
 };
 
 // Whether launches are gated now (kGate): the gate meters this process's GPU time.

@@ -502,7 +502,7 @@ TEST_F(ComputeSim, OnMpsOnePauseTimesMostOfAJobsKernelsAlone) {
   ASSERT_GT(rs[0].kernels, 0) << g;
   ASSERT_NE(g.find("wants a baseline"), std::string::npos) << g;
   int most = 0;
-  const std::regex timed(R"(\(([0-9]+) kernels timed alone;)");
+  const std::regex timed(R"(\(([0-9]+) kernels timed alone,)");
   for (auto it = std::sregex_iterator(g.begin(), g.end(), timed); it != std::sregex_iterator(); ++it) {
     most = std::max(most, std::stoi((*it)[1].str()));
   }

@@ -726,6 +726,16 @@ TEST(ComputeKernels, ABaselineAgesWhileTheJobRunsNotWhileItRests) {
   EXPECT_FALSE(run(kControlPeriodNs).wants_baseline);
 }
 
+TEST(ComputeKernels, ALaunchTimedOnADryStreamMeasuresOnlyALongKernel) {
+  // The stream had work queued when the kernel was launched: the pair times the kernel.
+  EXPECT_TRUE(MeasuresTheKernel(/*stream_dry=*/false, 20'000));
+  // It had run dry: the pair times the host's launch too, some microseconds, which a short
+  // kernel's time cannot carry and a long one's can.
+  EXPECT_FALSE(MeasuresTheKernel(/*stream_dry=*/true, 20'000));
+  EXPECT_FALSE(MeasuresTheKernel(true, kDryStreamMinNs - 1));
+  EXPECT_TRUE(MeasuresTheKernel(true, kDryStreamMinNs));
+}
+
 TEST(ComputeKernels, TheSignalPacksIntoOneWord) {
   const KernelSignal s{.speed_permille = 873, .wants_baseline = true, .sequence = 0xfffe};
   const KernelSignal t = UnpackKernelSignal(PackKernelSignal(s));
