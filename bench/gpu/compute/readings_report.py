@@ -1,0 +1,122 @@
+"""What a guaranteed process on MPS read, period by period, from its log (GSLICE_LOG=debug).
+
+  readings_report.py LOG...     one block per log: the published readings, those by launches
+                                and their kernels' bound, where the job launched in fewer or
+                                more of its passes than the launch reading needs, why it wanted
+                                baselines, and the samples left out on a dry stream
+
+Each period the gate thread of a guaranteed process beside opportunistic work on MPS traces
+
+  compute: beside opportunistic work at least X of its speed alone, by its launches|kernels'
+  times[; wants a baseline: WHY] (N kernels timed alone[, D samples on a dry stream left out];
+  WAITS; launches: A ms alone in P% of passes, B ms beside in Q%[, kernels' times at least K]
+  [, no fresh rate alone])
+
+(interpose/compute/gate_thread.cc). A reading of 0.000 is a period with none (a baseline asked
+for before any): counted, left out of the figures. No GPU, no torch.
+"""
+
+import re
+import statistics
+import sys
+
+# The share of passes a job must launch in, beside as alone, to be read by its launches
+# (kSaturatedShare in interpose/compute/progress_clock.h).
+SATURATED_PERCENT = 85
+
+LINE = re.compile(
+    r"beside opportunistic work at least (?P<value>[0-9.]+) of its speed alone, "
+    r"by its (?P<by>launches|kernels' times)(?:; wants a baseline: (?P<why>[a-z ]+?))? "
+    r"\((?P<kernels>[0-9]+) kernels timed alone(?:, (?P<dry>[0-9]+) samples on a dry stream left out)?; "
+    r"(?P<waits>[^;]*); launches: (?P<alone_ms>[0-9]+) ms alone in (?P<alone_pct>[0-9]+)% of passes, "
+    r"(?P<beside_ms>[0-9]+) ms beside in (?P<beside_pct>[0-9]+)%"
+    r"(?:, kernels' times at least (?P<bound>[0-9.]+))?")
+
+
+def parse(lines):
+    """The periods' readings in a log's lines: a dict per traced period."""
+    out = []
+    for line in lines:
+        m = LINE.search(line)
+        if not m:
+            continue
+        out.append({
+            "value": float(m["value"]),
+            "by_launches": m["by"] == "launches",
+            "why": m["why"],
+            "dry": int(m["dry"]) if m["dry"] is not None else None,
+            "beside_pct": int(m["beside_pct"]),
+            "bound": float(m["bound"]) if m["bound"] is not None else None,
+        })
+    return out
+
+
+def spread(values):
+    """n, mean and p10 / p50 / p90 of values (nearest rank), or None when there are none."""
+    if not values:
+        return None
+    v = sorted(values)
+    n = len(v)
+    return {"n": n, "mean": statistics.fmean(v), "p10": v[n // 10], "p50": v[n // 2], "p90": v[9 * n // 10]}
+
+
+def summarize(periods):
+    read = [p for p in periods if p["value"] > 0]
+    by_launches = [p for p in read if p["by_launches"]]
+    why = {}
+    for p in periods:
+        if p["why"]:
+            why[p["why"]] = why.get(p["why"], 0) + 1
+    dry = [p["dry"] for p in periods if p["dry"] is not None]
+    below = [p for p in by_launches if p["beside_pct"] < SATURATED_PERCENT]
+    return {
+        "periods": len(periods),
+        "published": spread([p["value"] for p in read]),
+        "by_launches": spread([p["value"] for p in by_launches]),
+        "their_bound": spread([p["bound"] for p in by_launches if p["bound"] is not None]),
+        "by_launches_unsaturated": spread([p["value"] for p in below]),
+        "their_bound_unsaturated": spread([p["bound"] for p in below if p["bound"] is not None]),
+        "wanted_baseline": why,
+        "dry_per_period": statistics.fmean(dry) if dry else None,
+    }
+
+
+def text(s):
+    if s is None:
+        return "none"
+    return f"{s['n']} periods, mean {s['mean']:.3f} (p10 {s['p10']:.3f} / p50 {s['p50']:.3f} / p90 {s['p90']:.3f})"
+
+
+def report(name, summary):
+    lines = [f"{name}: {summary['periods']} periods traced",
+             f"  published:          {text(summary['published'])}",
+             f"  by launches:        {text(summary['by_launches'])}",
+             f"    their kernels:    {text(summary['their_bound'])}",
+             f"  by launches under {SATURATED_PERCENT}% of passes beside: {text(summary['by_launches_unsaturated'])}",
+             f"    their kernels:    {text(summary['their_bound_unsaturated'])}"]
+    why = summary["wanted_baseline"]
+    lines.append("  wanted a baseline:  " + (", ".join(f"{k} {why[k]}" for k in sorted(why)) if why else "never"))
+    dry = summary["dry_per_period"]
+    lines.append("  left out on a dry stream: " + ("not traced" if dry is None else f"{dry:.1f} samples a period"))
+    return "\n".join(lines)
+
+
+def main(argv):
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        return 0 if argv else 2
+    status = 0
+    for path in argv:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                periods = parse(f)
+        except OSError as e:
+            print(f"readings_report.py: {path}: {e.strerror}", file=sys.stderr)
+            status = 1
+            continue
+        print(report(path, summarize(periods)))
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,99 @@
+"""A guaranteed process's per-period readings (bench/gpu/compute/readings_report.py) from
+made-up log lines, in the trace's current form and in the form before samples on a dry stream
+were counted. No GPU and no torch.
+
+  python3 readings_report_test.py PATH/TO/bench/gpu/compute
+"""
+
+import contextlib
+import importlib.util
+import io
+import os
+import sys
+import tempfile
+import unittest
+
+HERE = sys.argv.pop(1) if len(sys.argv) > 1 else os.path.join(
+    os.path.dirname(__file__), "..", "..", "bench", "gpu", "compute")
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, name + ".py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+R = load("readings_report")
+
+
+def line(value, by="kernels' times", why=None, dry=None, beside_pct=90, bound=None, fresh=True):
+    wants = f"; wants a baseline: {why}" if why else ""
+    left = f", {dry} samples on a dry stream left out" if dry is not None else ""
+    tail = f", kernels' times at least {bound:.3f}" if bound is not None else ("" if fresh else ", no fresh rate alone")
+    return (f"gslice[7]: compute: beside opportunistic work at least {value:.3f} of its speed alone, by its {by}{wants} "
+            f"(150 kernels timed alone{left}; the host waited 12.5 ms; launches: 20 ms alone in 92% of passes, "
+            f"230 ms beside in {beside_pct}%{tail})\n")
+
+
+class ReadingsReport(unittest.TestCase):
+    def test_every_field_is_read_in_both_forms_of_the_line(self):
+        periods = R.parse([
+            "gslice[7]: compute: launches are counted and some timed\n",
+            line(0.950, by="launches", beside_pct=88, bound=0.97),
+            line(1.2, why="kernels faster than alone", dry=4, beside_pct=70),
+            line(0, why="too few samples alone", fresh=False),
+        ])
+        self.assertEqual(len(periods), 3)
+        self.assertEqual(periods[0], {"value": 0.95, "by_launches": True, "why": None, "dry": None,
+                                      "beside_pct": 88, "bound": 0.97})
+        self.assertEqual(periods[1]["why"], "kernels faster than alone")
+        self.assertEqual(periods[1]["dry"], 4)
+        self.assertFalse(periods[1]["by_launches"])
+        self.assertIsNone(periods[1]["bound"])
+        self.assertEqual(periods[2]["value"], 0)
+
+    def test_the_summary_splits_launch_readings_at_the_saturated_share(self):
+        lines = [line(1.05, by="launches", beside_pct=70, bound=0.89),
+                 line(1.03, by="launches", beside_pct=84, bound=0.91),
+                 line(0.99, by="launches", beside_pct=R.SATURATED_PERCENT, bound=0.98),
+                 line(0.90, why="few kernels have one", dry=2),
+                 line(0, why="few kernels have one", dry=6)]
+        s = R.summarize(R.parse(lines))
+        self.assertEqual(s["periods"], 5)
+        self.assertEqual(s["published"]["n"], 4, "a period with no reading is not a reading")
+        self.assertAlmostEqual(s["published"]["mean"], (1.05 + 1.03 + 0.99 + 0.90) / 4)
+        self.assertEqual(s["by_launches"]["n"], 3)
+        self.assertEqual(s["by_launches_unsaturated"]["n"], 2)
+        self.assertAlmostEqual(s["their_bound_unsaturated"]["mean"], 0.90)
+        self.assertEqual(s["wanted_baseline"], {"few kernels have one": 2})
+        self.assertAlmostEqual(s["dry_per_period"], 4.0)
+        self.assertEqual(s["published"]["p50"], 1.03)
+
+    def test_a_log_with_no_readings_says_so(self):
+        s = R.summarize(R.parse(["gslice[7]: compute: launches pass untouched\n"]))
+        text = R.report("g.log", s)
+        self.assertIn("g.log: 0 periods traced", text)
+        self.assertIn("published:          none", text)
+        self.assertIn("wanted a baseline:  never", text)
+        self.assertIn("left out on a dry stream: not traced", text)
+
+    def test_the_command_reads_files_and_reports_one_it_cannot_open(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "G0.97.log")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(line(0.97, dry=3) + line(1.01, dry=5))
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                status = R.main([path, os.path.join(d, "missing.log")])
+            self.assertEqual(status, 1)
+            self.assertIn("G0.97.log: 2 periods traced", out.getvalue())
+            self.assertIn("mean 0.990", out.getvalue())
+            self.assertIn("4.0 samples a period", out.getvalue())
+            self.assertIn("missing.log", err.getvalue())
+        with contextlib.redirect_stdout(io.StringIO()):
+            self.assertEqual(R.main([]), 2, "no log: usage, and a failing status")
+
+
+if __name__ == "__main__":
+    unittest.main()
