@@ -6,7 +6,9 @@
 # important first, the solo runs after kept). Prints RESULT lines for bench/gpu/run and, last,
 # a short table; $OUT/frontier.json holds every run, $OUT/frontier/ the logs (each process's,
 # each run's raw results, the MPS daemon's), $OUT/compute-frontier.md the markdown of
-# bench/gpu/compute/frontier_report.py, and $OUT/frontier.tar.gz all of $OUT/frontier/ (where
+# bench/gpu/compute/frontier_report.py, $OUT/frontier-readings.txt what each gslice guaranteed
+# process read period by period (bench/gpu/compute/readings_report.py on its log; the readings
+# are traced where GSLICE_LOG=debug), and $OUT/frontier.tar.gz all of $OUT/frontier/ (where
 # only a few files come back from a machine, `rm -rf $OUT/frontier` after the suite loses nothing).
 #
 #   GSLICE_BUILD=$PWD/.carry/build bash bench/gpu/run frontier
@@ -146,5 +148,10 @@ done
 [ $rc -eq 0 ] || echo "RESULT frontier.budget INFO frontier.py stopped before its plan's end (exit $rc): the budget ran out; what it measured is reported"
 $py "$dir/frontier_report.py" "${jsons[@]}" >"$OUT/compute-frontier.md" ||
   echo "RESULT frontier.report FAIL frontier_report.py failed"
+# What each gslice guaranteed process read, period by period (its log's trace: GSLICE_LOG=debug).
+for log in "$OUT"/frontier/logs/*_G*.log "$OUT"/frontier/lane*/logs/*_G*.log; do
+  [ -f "$log" ] || continue
+  $py "$dir/readings_report.py" "$log"
+done >"$OUT/frontier-readings.txt" 2>&1
 tar -czf "$OUT/frontier.tar.gz" -C "$OUT" frontier
 $py "$dir/frontier_report.py" --table "${jsons[@]}"
