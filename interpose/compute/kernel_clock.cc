@@ -115,7 +115,9 @@ KernelSignal KernelClock::ClosePeriod(uint32_t sequence, uint64_t launches, int6
       speed = 1 / (1 + loss);
     }
     const double permille = speed * 1000 + 0.5;
-    s.speed_permille = permille < 1 ? 1 : permille > kMaxSpeedPermille ? kMaxSpeedPermille : static_cast<uint32_t>(permille);
+    s.speed_permille = permille < 1                   ? 1
+                       : permille > kMaxSpeedPermille ? kMaxSpeedPermille
+                                                      : static_cast<uint32_t>(permille);
     StartWindow();
   } else if (judged_ == 0 || ++carried_ >= kMaxCarriedPeriods) {
     StartWindow();  // nothing to carry, or samples too old to read together

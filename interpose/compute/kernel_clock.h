@@ -40,10 +40,11 @@
 // did not find it full and the host made a waiting call, its waits w, as a share of the
 // period, bound the loss too:
 // the reading is 1 / (1 + min(b (1/r - 1), w)) (over 1, where the kernels read faster than
-// alone: their gain is bounded by the waits as their loss is). A server bound by its host (Python, the
-// launches), whose requests end in a synchronisation that finds the GPU nearly done, loses
-// little however much slower its kernels run; a job that waits on the GPU most of the time
-// keeps the kernel bound. Waits are summed over the process's threads and GPUs, which only makes w larger.
+// alone: their gain is bounded by the waits as their loss is). A server bound by its host
+// (Python, the launches), whose requests end in a synchronisation that finds the GPU nearly
+// done, loses little however much slower its kernels run; a job that waits on the GPU most of
+// the time keeps the kernel bound. Waits are summed over the process's threads and GPUs, which
+// only makes w larger.
 #pragma once
 
 #include <cstdint>
@@ -82,7 +83,9 @@ inline bool WaitedInAFullQueue(uint64_t timed_launches, uint64_t long_launches) 
 // launch returned (KernelSample::stream_dry); such a sample measures the kernel only where the
 // kernel is long enough for the launch to be lost in it (kDryStreamMinNs: the launch under 1%).
 inline constexpr int64_t kDryStreamMinNs = 1'000'000;
-inline bool MeasuresTheKernel(bool stream_dry, int64_t gpu_ns) { return !stream_dry || gpu_ns >= kDryStreamMinNs; }
+inline bool MeasuresTheKernel(bool stream_dry, int64_t gpu_ns) {
+  return !stream_dry || gpu_ns >= kDryStreamMinNs;
+}
 
 inline constexpr int kKernelTableSize = 1024;  // kernels with a baseline a process keeps
 inline constexpr double kBaselineWeight = 0.25;
@@ -136,8 +139,9 @@ inline constexpr int64_t kMaxCountedPeriodNs = 1'000'000'000;
 inline constexpr uint32_t kMaxSpeedPermille = 1200;
 
 // One period's reading, as published in the ledger (LedgerComputeEntry::kernel_signal):
-// bits 0-10 the speed in permille (0: no reading; at most kMaxSpeedPermille), bit 11 whether the job wants a baseline (too few of its kernels beside
-// opportunistic work had one, or the newest is stale), bit 12 whether a reading is pending
+// bits 0-10 the speed in permille (0: no reading; at most kMaxSpeedPermille), bit 11 whether
+// the job wants a baseline (too few of its kernels beside opportunistic work had one, or the
+// newest is stale), bit 12 whether a reading is pending
 // (samples beside opportunistic work are being gathered, too few yet), bits 16-31 the
 // period's number, never 0 once published, so a reader tells a new reading from the one it saw.
 struct KernelSignal {

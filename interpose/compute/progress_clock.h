@@ -19,9 +19,9 @@
 // launches are judged against a rate alone taken in an earlier pause, on a host whose speed
 // moves (on an H200, ResNet-50 bf16's solo speed rose from 42 to 51 steps/s over one run).
 // There, beside BERT training, it launched in 57-82% of its passes, its host waited on the GPU
-// 30-100 ms of each 250, its kernels read 0.83-0.97 of alone (mean 0.89) and its launches 0.97-1.15
-// (mean 1.05), and the job ran at 0.84 of its speed alone; in the periods where it launched in
-// 85% or more, its launches read 0.99 and its kernels 0.98.
+// 30-100 ms of each 250, its kernels read 0.83-0.97 of alone (mean 0.89) and its launches
+// 0.97-1.15 (mean 1.05), and the job ran at 0.84 of its speed alone; in the periods where it
+// launched in 85% or more, its launches read 0.99 and its kernels 0.98.
 //
 // A period's time is split pass by pass into alone (no opportunistic work queued) and beside;
 // a rest (no launch for over kRestNs) is in neither.
