@@ -188,7 +188,6 @@ struct KernelTiming {
   int64_t period_waited_ns = 0;  // LaunchCount::waited_ns at the last period's end
   uint64_t period_timed = 0;      // LaunchCount::timed_launches at the last period's end
   uint64_t period_blocked = 0;    // LaunchCount::blocked_launches at the last period's end
-  uint32_t period_dry = 0;       // samples left out this period: timed on a dry stream
   uint32_t seen_head = 0;        // the ring's head at the pass that last saw it move
   int64_t newest_sample_ns = 0;  // ... and that pass's time (kCount's time_next)
   KernelClock clock;

@@ -393,12 +393,7 @@ bool TimeKernels(Device& d, int64_t now, bool read_samples) {
     float ms = 0;
     if (done == CUDA_SUCCESS && g_gate->api.event_elapsed(&ms, s.start, s.end) == CUDA_SUCCESS) {
       const bool beside = k.opportunistic_busy_ns >= s.launched_ns - kPollGateNs;
-      const auto gpu_ns = static_cast<int64_t>(static_cast<double>(ms) * 1e6);
-      if (MeasuresTheKernel(s.stream_dry, gpu_ns)) {
-        k.clock.Add(s.key, gpu_ns, beside);
-      } else {
-        ++k.period_dry;
-      }
+      k.clock.Add(s.key, static_cast<int64_t>(static_cast<double>(ms) * 1e6), beside, s.stream_dry);
     }
     d.meter.pool.Put(s.start);
     d.meter.pool.Put(s.end);
@@ -444,16 +439,15 @@ bool TimeKernels(Device& d, int64_t now, bool read_samples) {
       snprintf(rate, sizeof rate, ", kernels' times at least %.3f", bound / 1000.0);
     }
     TraceLine("compute: beside opportunistic work at least %.3f of its speed alone, by its %s%s%s "
-              "(%d kernels timed alone, %u samples on a dry stream left out; %s; launches: %lld ms alone "
+              "(%d kernels timed alone, %d samples on a dry stream left out; %s; launches: %lld ms alone "
               "in %d%% of passes, %lld ms beside in %d%%%s)",
               signal.speed_permille / 1000.0, by_launches ? "launches" : "kernels' times",
               signal.wants_baseline ? "; wants a baseline: " : "", k.clock.wanted_because(), k.clock.kernels(),
-              k.period_dry,
+              k.clock.dry_left_out(),
               WaitedText(waited_ns, blocked).text,
               static_cast<long long>(seen.alone_ms), seen.alone_moved_permille / 10,
               static_cast<long long>(seen.beside_ms), seen.beside_moved_permille / 10, rate);
   }
-  k.period_dry = 0;
   return dense;
 }
 

@@ -58,7 +58,11 @@ KernelClock::Entry* KernelClock::Find(uint64_t key, bool insert) {
   return e;
 }
 
-void KernelClock::Add(uint64_t key, int64_t gpu_ns, bool beside_opportunistic) {
+void KernelClock::Add(uint64_t key, int64_t gpu_ns, bool beside_opportunistic, bool stream_dry) {
+  if (!MeasuresTheKernel(stream_dry, gpu_ns)) {
+    ++period_dry_;
+    return;
+  }
   if (gpu_ns <= 0 || key == 0) return;
   const double t = static_cast<double>(gpu_ns);
   all_sum_ += t;
@@ -115,9 +119,7 @@ KernelSignal KernelClock::ClosePeriod(uint32_t sequence, uint64_t launches, int6
       speed = 1 / (1 + loss);
     }
     const double permille = speed * 1000 + 0.5;
-    s.speed_permille = permille < 1                   ? 1
-                       : permille > kMaxSpeedPermille ? kMaxSpeedPermille
-                                                      : static_cast<uint32_t>(permille);
+    s.speed_permille = SpeedReading(permille);
     StartWindow();
   } else if (judged_ == 0 || ++carried_ >= kMaxCarriedPeriods) {
     StartWindow();  // nothing to carry, or samples too old to read together
@@ -145,6 +147,8 @@ KernelSignal KernelClock::ClosePeriod(uint32_t sequence, uint64_t launches, int6
                     : faster   ? "kernels faster than alone"
                                : "";
   period_beside_ = period_judged_ = 0;
+  dry_left_out_ = period_dry_;
+  period_dry_ = 0;
   return s;
 }
 

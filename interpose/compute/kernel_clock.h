@@ -137,6 +137,12 @@ inline constexpr int64_t kMaxCountedPeriodNs = 1'000'000'000;
 // baselines slower than the kernels run alone (kFasterThanAlone) moves a window's mean at most
 // as far up as a reading under the floor by kCutNowMargin moves it down.
 inline constexpr uint32_t kMaxSpeedPermille = 1200;
+// A speed in permille as a reading: truncated into [1, kMaxSpeedPermille] (0 is "no reading").
+inline uint32_t SpeedReading(double permille) {
+  return permille < 1                   ? 1u
+         : permille > kMaxSpeedPermille ? kMaxSpeedPermille
+                                        : static_cast<uint32_t>(permille);
+}
 
 // One period's reading, as published in the ledger (LedgerComputeEntry::kernel_signal):
 // bits 0-10 the speed in permille (0: no reading; at most kMaxSpeedPermille), bit 11 whether
@@ -156,9 +162,10 @@ KernelSignal UnpackKernelSignal(uint32_t word);
 
 class KernelClock {
  public:
-  // One sampled kernel: its key, its GPU time, and whether opportunistic work had work queued
-  // while it ran (else it was alone).
-  void Add(uint64_t key, int64_t gpu_ns, bool beside_opportunistic);
+  // One sampled kernel: its key, its GPU time, whether opportunistic work had work queued
+  // while it ran (else it was alone), and whether its stream had run dry before it (a sample
+  // that does not measure its kernel is left out and counted: MeasuresTheKernel).
+  void Add(uint64_t key, int64_t gpu_ns, bool beside_opportunistic, bool stream_dry = false);
   // Ends a period of period_ns (0: not timed; counted at most kMaxCountedPeriodNs)
   // in which the job made `launches` launches (0: not counted) and its host waited waited_ns on the GPU (-1: not known, or a launch found the
   // queue full; no cap): its reading, numbered `sequence` (over the periods carried into it),
@@ -169,6 +176,8 @@ class KernelClock {
   int kernels() const { return used_; }
   // Why the newest period's signal wants a baseline, in words for the trace ("" where it does not).
   const char* wanted_because() const { return wanted_because_; }
+  // The samples the newest period left out, timed on a dry stream (for the trace).
+  int dry_left_out() const { return dry_left_out_; }
 
  private:
   struct Entry {
@@ -203,8 +212,10 @@ class KernelClock {
   int64_t waited_ns_ = 0;  // -1 once a period's waits were not known
   int carried_ = 0;        // periods carried into this one
   bool counted_ = true;    // every period in the window had its launches and length
-  // This period's beside-opportunistic samples, all and with a baseline (wants_baseline).
+  // This period's beside-opportunistic samples, all and with a baseline (wants_baseline), and
+  // its samples left out (dry_left_out: the newest closed period's).
   int period_beside_ = 0, period_judged_ = 0;
+  int period_dry_ = 0, dry_left_out_ = 0;
 };
 
 }  // namespace gslice::compute

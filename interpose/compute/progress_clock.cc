@@ -64,9 +64,7 @@ uint32_t ProgressClock::ClosePeriod() {
       const double rate = static_cast<double>(beside_.launches) / static_cast<double>(beside_.ns);
       ratio_ = mix(ratio_, rate / alone_rate_);
       const double permille = ratio_ * 1000.0;
-      reading = permille >= kMaxSpeedPermille ? kMaxSpeedPermille
-                : permille < 1                  ? 1u
-                                                : static_cast<uint32_t>(permille);
+      reading = SpeedReading(permille);
     } else {
       ratio_ = 0;
     }
