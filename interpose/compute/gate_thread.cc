@@ -439,11 +439,11 @@ bool TimeKernels(Device& d, int64_t now, bool read_samples) {
       snprintf(rate, sizeof rate, ", kernels' times at least %.3f", bound / 1000.0);
     }
     TraceLine("compute: beside opportunistic work at least %.3f of its speed alone, by its %s%s%s "
-              "(%d kernels timed alone, %d samples on a dry stream left out; %s; launches: %lld ms alone "
-              "in %d%% of passes, %lld ms beside in %d%%%s)",
+              "(%d kernels timed alone, %d samples on a dry stream left out, %d alone over %.0fx their "
+              "baseline; %s; launches: %lld ms alone in %d%% of passes, %lld ms beside in %d%%%s)",
               signal.speed_permille / 1000.0, by_launches ? "launches" : "kernels' times",
               signal.wants_baseline ? "; wants a baseline: " : "", k.clock.wanted_because(), k.clock.kernels(),
-              k.clock.dry_left_out(),
+              k.clock.dry_left_out(), k.clock.slow_alone(), kSlowAloneFactor,
               WaitedText(waited_ns, blocked).text,
               static_cast<long long>(seen.alone_ms), seen.alone_moved_permille / 10,
               static_cast<long long>(seen.beside_ms), seen.beside_moved_permille / 10, rate);

@@ -58,6 +58,17 @@ KernelClock::Entry* KernelClock::Find(uint64_t key, bool insert) {
   return e;
 }
 
+double KernelClock::MedianOfRecent(const Entry& e) {
+  const int n = std::min(e.samples, kBaselineSamples);
+  float v[kBaselineSamples];
+  for (int i = 0; i < n; ++i) {  // insertion sort: at most five
+    int j = i;
+    for (; j > 0 && v[j - 1] > e.recent[i]; --j) v[j] = v[j - 1];
+    v[j] = e.recent[i];
+  }
+  return v[(n - 1) / 2];  // the lower middle one where n is even
+}
+
 void KernelClock::Add(uint64_t key, int64_t gpu_ns, bool beside_opportunistic, bool stream_dry) {
   if (!MeasuresTheKernel(stream_dry, gpu_ns)) {
     ++period_dry_;
@@ -70,8 +81,10 @@ void KernelClock::Add(uint64_t key, int64_t gpu_ns, bool beside_opportunistic, b
   if (!beside_opportunistic) {
     Entry* e = Find(key, /*insert=*/true);
     if (e == nullptr) return;
-    e->base_ns = e->samples == 0 ? t : e->base_ns + kBaselineWeight * (t - e->base_ns);
+    if (e->samples >= kBaselineSamples && t > kSlowAloneFactor * e->base_ns) ++period_slow_alone_;
+    e->recent[e->samples % kBaselineSamples] = static_cast<float>(t);
     ++e->samples;
+    e->base_ns = MedianOfRecent(*e);
     ++alone_samples_;
     ran_since_alone_ns_ = 0;
     return;
@@ -149,6 +162,8 @@ KernelSignal KernelClock::ClosePeriod(uint32_t sequence, uint64_t launches, int6
   period_beside_ = period_judged_ = 0;
   dry_left_out_ = period_dry_;
   period_dry_ = 0;
+  slow_alone_ = period_slow_alone_;
+  period_slow_alone_ = 0;
   return s;
 }
 

@@ -10,9 +10,9 @@
 // slowdown reads as the ratio, whatever the mix of kernels in the period.
 //
 // A kernel is a function with its grid and block (KernelShape): different grids of one
-// function are different kernels. Its time alone (the baseline) is the mean of its recent
-// samples taken while no opportunistic process on the GPU had work queued (kBaselineWeight per
-// new sample). A period's kernel speed r is, over its samples taken beside opportunistic work
+// function are different kernels. Its time alone (the baseline) is the median of its newest
+// kBaselineSamples samples taken while no opportunistic process on the GPU had work queued
+// (kBaselineSamples says why a median). A period's kernel speed r is, over its samples taken beside opportunistic work
 // whose kernels have a baseline, the sum of their baselines over the sum of their times: 1 is
 // as fast as alone. Fewer than kMinSignalSamples such samples: no reading yet; the period's
 // samples, launches, time and waits are carried into the next, for up to kMaxCarriedPeriods
@@ -88,7 +88,20 @@ inline bool MeasuresTheKernel(bool stream_dry, int64_t gpu_ns) {
 }
 
 inline constexpr int kKernelTableSize = 1024;  // kernels with a baseline a process keeps
-inline constexpr double kBaselineWeight = 0.25;
+// A kernel's baseline is the median of its newest kBaselineSamples samples alone (the lower
+// one of the middle two where it has an even number), not their mean: one sample alone can be
+// far slower than the kernel runs alone, and a mean carries it for many samples. A pair of
+// events times a kernel's wait for a free SM slot with it (on an H200, a 50 us kernel behind a
+// grid that held every slot read 1895 us: bench/results/compute-cupti-h200-2026-12-01.md), so
+// one sample taken as the GPU's slots emptied weighs 10-100 times a sample of the kernel
+// alone. With a mean (a quarter weight per new sample) one such sample made a kernel's baseline
+// ten times its time alone, and every period that timed the kernel beside opportunistic work
+// read its kernels faster than alone: on an H200, ResNet-50 bf16 beside BERT training read
+// 1.2 (the cap) in one period in six or more, between periods of 0.8-0.9, while it ran at
+// 0.83 of its speed alone, and the baselines it asked for (kFasterThanAlone) did not wash
+// the sample out. A median of five is moved only where three of them are.
+inline constexpr int kBaselineSamples = 5;
+inline constexpr double kSlowAloneFactor = 3;
 inline constexpr int kMinSignalSamples = 8;
 inline constexpr int kMaxCarriedPeriods = 8;
 // A baseline older than this is stale: the job may run other kernels now (a training job's
@@ -178,13 +191,18 @@ class KernelClock {
   const char* wanted_because() const { return wanted_because_; }
   // The samples the newest period left out, timed on a dry stream (for the trace).
   int dry_left_out() const { return dry_left_out_; }
+  // The newest period's samples alone that took over kSlowAloneFactor times their kernel's
+  // baseline (one with kBaselineSamples samples already; for the trace).
+  int slow_alone() const { return slow_alone_; }
 
  private:
   struct Entry {
     uint64_t key = 0;  // 0: free
-    double base_ns = 0;
-    int samples = 0;
+    double base_ns = 0;                   // the median of recent_ (kBaselineSamples)
+    float recent[kBaselineSamples] = {};  // the newest samples alone, ns, oldest overwritten first
+    int samples = 0;                      // samples alone in all
   };
+  static double MedianOfRecent(const Entry& e);
   const Entry* Slot(uint64_t key) const;
   Entry* Find(uint64_t key, bool insert);
   Entry table_[kKernelTableSize];
@@ -216,6 +234,7 @@ class KernelClock {
   // its samples left out (dry_left_out: the newest closed period's).
   int period_beside_ = 0, period_judged_ = 0;
   int period_dry_ = 0, dry_left_out_ = 0;
+  int period_slow_alone_ = 0, slow_alone_ = 0;
 };
 
 }  // namespace gslice::compute

@@ -684,6 +684,32 @@ TEST(ComputeKernels, ABaselineFromOneSampleAloneAsksForMore) {
   EXPECT_FALSE(s.wants_baseline);
 }
 
+// One sample alone that waited for free SM slots (taken as opportunistic work's blocks left
+// them, 2 ms for a 20 us kernel) among the kernel's samples alone: its baseline stays its time
+// alone, and the kernel 10% slower beside opportunistic work reads so, not faster than alone.
+TEST(ComputeKernels, OneSlowSampleAloneDoesNotMoveAKernelsBaseline) {
+  KernelClock k;
+  const uint64_t key = KernelKey({.function = &k, .grid = {64, 1, 1}, .block = {256, 1, 1}});
+  for (int i = 0; i < kMinBaselineSamples - 1; ++i) k.Add(key, 20'000, false);
+  k.Add(key, 2'000'000, false);
+  EXPECT_DOUBLE_EQ(k.Baseline(key), 20'000);
+  for (int i = 0; i < kMinSignalSamples; ++i) k.Add(key, 22'000, true);
+  KernelSignal s = k.ClosePeriod(1);
+  EXPECT_EQ(s.speed_permille, 909u);
+  EXPECT_FALSE(s.wants_baseline);
+  // It stays out as newer samples come, until it is the oldest of five and falls out.
+  for (int i = 0; i < 3; ++i) k.Add(key, 21'000, false);
+  EXPECT_DOUBLE_EQ(k.Baseline(key), 21'000);
+  // Where most of the newest samples alone say the kernel takes longer now, the baseline follows.
+  for (int i = 0; i < 3; ++i) k.Add(key, 30'000, false);
+  EXPECT_DOUBLE_EQ(k.Baseline(key), 30'000);
+  // Two samples: the shorter (errs on the job's side).
+  KernelClock two;
+  two.Add(key, 20'000, false);
+  two.Add(key, 2'000'000, false);
+  EXPECT_DOUBLE_EQ(two.Baseline(key), 20'000);
+}
+
 TEST(ComputeKernels, APeriodAcrossARestIsNotReadAsIdle) {
   // A job that keeps the GPU half busy alone (500 launches of 1 ms kernels a second; 333 beside
   // opportunistic work that doubles its kernels' times), back from a minute's rest: the period

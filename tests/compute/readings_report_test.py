@@ -1,6 +1,6 @@
 """A guaranteed process's per-period readings (bench/gpu/compute/readings_report.py) from
-made-up log lines, in the trace's current form and in the form before samples on a dry stream
-were counted. No GPU and no torch.
+made-up log lines, in the trace's current form and in the forms before samples on a dry stream
+and samples alone far over their baseline were counted. No GPU and no torch.
 
   python3 readings_report_test.py PATH/TO/bench/gpu/compute
 """
@@ -27,9 +27,10 @@ def load(name):
 R = load("readings_report")
 
 
-def line(value, by="kernels' times", why=None, dry=None, beside_pct=90, bound=None, fresh=True):
+def line(value, by="kernels' times", why=None, dry=None, beside_pct=90, bound=None, fresh=True, slow=None):
     wants = f"; wants a baseline: {why}" if why else ""
     left = f", {dry} samples on a dry stream left out" if dry is not None else ""
+    left += f", {slow} alone over 3x their baseline" if slow is not None else ""
     tail = f", kernels' times at least {bound:.3f}" if bound is not None else ("" if fresh else ", no fresh rate alone")
     return (f"gslice[7]: compute: beside opportunistic work at least {value:.3f} of its speed alone, by its {by}{wants} "
             f"(150 kernels timed alone{left}; the host waited 12.5 ms; launches: 20 ms alone in 92% of passes, "
@@ -46,12 +47,19 @@ class ReadingsReport(unittest.TestCase):
         ])
         self.assertEqual(len(periods), 3)
         self.assertEqual(periods[0], {"value": 0.95, "by_launches": True, "why": None, "dry": None,
-                                      "beside_pct": 88, "bound": 0.97})
+                                      "slow_alone": None, "beside_pct": 88, "bound": 0.97})
         self.assertEqual(periods[1]["why"], "kernels faster than alone")
         self.assertEqual(periods[1]["dry"], 4)
         self.assertFalse(periods[1]["by_launches"])
         self.assertIsNone(periods[1]["bound"])
         self.assertEqual(periods[2]["value"], 0)
+        # The newest form counts the samples alone far over their kernel's baseline.
+        newest = R.parse([line(0.91, dry=3, slow=2), line(0.93, dry=1, slow=0)])
+        self.assertEqual([p["slow_alone"] for p in newest], [2, 0])
+        self.assertEqual(newest[0]["dry"], 3)
+        self.assertEqual(R.summarize(newest)["slow_alone"], {"samples": 2, "periods": 1})
+        self.assertIn("alone, over 3x their kernel's baseline: 2 samples in 1 periods",
+                      R.report("g.log", R.summarize(newest)))
 
     def test_the_summary_splits_launch_readings_at_the_saturated_share(self):
         lines = [line(1.05, by="launches", beside_pct=70, bound=0.89),
@@ -77,6 +85,7 @@ class ReadingsReport(unittest.TestCase):
         self.assertIn("published:          none", text)
         self.assertIn("wanted a baseline:  never", text)
         self.assertIn("left out on a dry stream: not traced", text)
+        self.assertIn("alone, over 3x their kernel's baseline: not traced", text)
 
     def test_the_command_reads_files_and_reports_one_it_cannot_open(self):
         with tempfile.TemporaryDirectory() as d:

@@ -3,13 +3,14 @@
   readings_report.py LOG...     one block per log: the published readings, those by launches
                                 and their kernels' bound, where the job launched in fewer or
                                 more of its passes than the launch reading needs, why it wanted
-                                baselines, and the samples left out on a dry stream
+                                baselines, the samples left out on a dry stream, and the
+                                samples alone over 3x their kernel's baseline
 
 Each period the gate thread of a guaranteed process beside opportunistic work on MPS traces
 
   compute: beside opportunistic work at least X of its speed alone, by its launches|kernels'
-  times[; wants a baseline: WHY] (N kernels timed alone[, D samples on a dry stream left out];
-  WAITS; launches: A ms alone in P% of passes, B ms beside in Q%[, kernels' times at least K]
+  times[; wants a baseline: WHY] (N kernels timed alone[, D samples on a dry stream left out
+  [, S alone over Fx their baseline]]; WAITS; launches: A ms alone in P% of passes, B ms beside in Q%[, kernels' times at least K]
   [, no fresh rate alone])
 
 (interpose/compute/gate_thread.cc). A reading of 0.000 is a period with none (a baseline asked
@@ -27,7 +28,8 @@ SATURATED_PERCENT = 85
 LINE = re.compile(
     r"beside opportunistic work at least (?P<value>[0-9.]+) of its speed alone, "
     r"by its (?P<by>launches|kernels' times)(?:; wants a baseline: (?P<why>[a-z ]+?))? "
-    r"\((?P<kernels>[0-9]+) kernels timed alone(?:, (?P<dry>[0-9]+) samples on a dry stream left out)?; "
+    r"\((?P<kernels>[0-9]+) kernels timed alone(?:, (?P<dry>[0-9]+) samples on a dry stream left out)?"
+    r"(?:, (?P<slow>[0-9]+) alone over [0-9.]+x their baseline)?; "
     r"(?P<waits>[^;]*); launches: (?P<alone_ms>[0-9]+) ms alone in (?P<alone_pct>[0-9]+)% of passes, "
     r"(?P<beside_ms>[0-9]+) ms beside in (?P<beside_pct>[0-9]+)%"
     r"(?:, kernels' times at least (?P<bound>[0-9.]+))?")
@@ -45,6 +47,7 @@ def parse(lines):
             "by_launches": m["by"] == "launches",
             "why": m["why"],
             "dry": int(m["dry"]) if m["dry"] is not None else None,
+            "slow_alone": int(m["slow"]) if m["slow"] is not None else None,
             "beside_pct": int(m["beside_pct"]),
             "bound": float(m["bound"]) if m["bound"] is not None else None,
         })
@@ -68,6 +71,7 @@ def summarize(periods):
         if p["why"]:
             why[p["why"]] = why.get(p["why"], 0) + 1
     dry = [p["dry"] for p in periods if p["dry"] is not None]
+    slow = [p["slow_alone"] for p in periods if p.get("slow_alone") is not None]
     below = [p for p in by_launches if p["beside_pct"] < SATURATED_PERCENT]
     return {
         "periods": len(periods),
@@ -78,6 +82,7 @@ def summarize(periods):
         "their_bound_unsaturated": spread([p["bound"] for p in below if p["bound"] is not None]),
         "wanted_baseline": why,
         "dry_per_period": statistics.fmean(dry) if dry else None,
+        "slow_alone": {"samples": sum(slow), "periods": sum(1 for x in slow if x > 0)} if slow else None,
     }
 
 
@@ -98,6 +103,9 @@ def report(name, summary):
     lines.append("  wanted a baseline:  " + (", ".join(f"{k} {why[k]}" for k in sorted(why)) if why else "never"))
     dry = summary["dry_per_period"]
     lines.append("  left out on a dry stream: " + ("not traced" if dry is None else f"{dry:.1f} samples a period"))
+    slow = summary["slow_alone"]
+    lines.append("  alone, over 3x their kernel's baseline: " +
+                 ("not traced" if slow is None else f"{slow['samples']} samples in {slow['periods']} periods"))
     return "\n".join(lines)
 
 
