@@ -14,7 +14,9 @@
 //   how well records time kernels: gslice_busy(D) for D of 5, 50 and 500 us, back to back,
 //   each kernel timed by its record and every 8th also by a pair of events around it; and
 //   gslice_busy(50) launched behind a grid that fills every SM's block slots for 2 ms (does its
-//   record count the wait for a slot, as the events do?);
+//   record count the wait for a slot, as the events do?); gslice's kernel sample (start event,
+//   launch, cuEventQuery of the start, end event) with launches GAP us of host time apart:
+//   what the samples it keeps read against the kernels' records;
 //   detached (cuptiFinalize): the host's cost per launch after, and attached again.
 // Prints "name value" lines, then "records ok" where every check held.
 //
@@ -294,6 +296,48 @@ int main(int argc, char** argv) {
     }
     printf("busy_50_us_behind_a_full_gpu record_median_us %.2f event_median_us %.2f records %zu (%d SMs x %d blocks)\n",
            Median(by_record), Median(by_event), by_record.size(), sms, per_sm);
+  }
+  // The kernel clock's sample as gslice takes it (interpose/compute/launch_gate.cc): a start
+  // event, the launch, cuEventQuery(start) once the launch returned (done: the stream had run
+  // dry, and the sample is left out), an end event. gslice_busy(20) launched every GAP us of
+  // host time: at 0 the GPU falls behind and every kernel queues behind the one before; as the
+  // gap nears the kernel's time the stream empties between launches. What the samples kept
+  // (start not done) read, against the kernels' records.
+  for (int gap_us : {0, 10, 16, 20, 24, 30, 40}) {
+    constexpr int kLaunches = 384;
+    std::vector<CUevent> starts(kLaunches), ends(kLaunches);
+    std::vector<bool> dry(kLaunches);
+    for (int i = 0; i < kLaunches; ++i) {
+      if (!Ok(cuEventCreate(&starts[i], CU_EVENT_DEFAULT), "cuEventCreate") ||
+          !Ok(cuEventCreate(&ends[i], CU_EVENT_DEFAULT), "cuEventCreate")) {
+        return 1;
+      }
+    }
+    for (int i = 0; i < kLaunches; ++i) {
+      const int64_t until = gslice::MonotonicNs() + gap_us * 1000;
+      while (gslice::MonotonicNs() < until) {
+      }
+      if (!Ok(cuEventRecord(starts[i], stream), "cuEventRecord") || !Ok(gslice::test::LaunchBusy(busy, 20, stream), "launch")) {
+        return 1;
+      }
+      dry[i] = cuEventQuery(starts[i]) == CUDA_SUCCESS;
+      if (!Ok(cuEventRecord(ends[i], stream), "cuEventRecord")) return 1;
+    }
+    if (!Ok(cuStreamSynchronize(stream), "sync")) return 1;
+    std::vector<double> kept, left;
+    for (int i = 0; i < kLaunches; ++i) {
+      float ms = 0;
+      if (!Ok(cuEventElapsedTime(&ms, starts[i], ends[i]), "cuEventElapsedTime")) return 1;
+      (dry[i] ? left : kept).push_back(ms * 1e3);
+      cuEventDestroy(starts[i]);
+      cuEventDestroy(ends[i]);
+    }
+    g_api.flush_all(1);
+    TakeRecords(&recs);
+    std::vector<double> by_record;
+    for (const Record& r : recs) by_record.push_back(static_cast<double>(r.end - r.start) / 1e3);
+    printf("busy_20_us_every_%d_us kept %zu pair_median_us %.2f left_out %zu pair_median_us %.2f record_median_us %.2f\n",
+           gap_us, kept.size(), Median(kept), left.size(), Median(left), Median(by_record));
   }
   g_api.disable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
   g_api.flush_all(1);
