@@ -372,7 +372,8 @@ bool TimeKernels(Device& d, int64_t now, bool read_samples) {
   const bool queued = sample && OpportunisticQueued(d, now);
   if (queued) k.opportunistic_busy_ns = now;
   if (sample && g_gate_mode.load(kRlx) == static_cast<int>(GateMode::kCount)) {
-    k.progress.Pass(now, g_counted.launches.load(kRlx), queued);
+    k.progress.Pass(now, g_counted.launches.load(kRlx), queued,
+                    g_counted.count_waits.load(kRlx) ? g_counted.waited_ns.load(kRlx) : -1);
   } else {
     k.progress.Pause();
   }
@@ -423,25 +424,28 @@ bool TimeKernels(Device& d, int64_t now, bool read_samples) {
   KernelSignal signal = k.clock.ClosePeriod(k.sequence, launches - k.period_launches, period_ns, waited_ns);
   k.period_launches = launches;
   k.wants_baseline = signal.wants_baseline;
-  // A job that launches without pause is read by its launches (progress_clock.h, PeriodSpeed).
+  // A job that launches without pause is read by its launches, one whose host keeps busy
+  // alone by its waits (progress_clock.h, PeriodSpeed).
   const uint32_t progress = k.progress.ClosePeriod();
+  const uint32_t by_waits = k.progress.waits_reading();
   const uint32_t bound = signal.speed_permille;
   const bool by_launches = progress > 0;
-  signal.speed_permille = PeriodSpeed(bound, progress);
+  const char* by = by_launches ? "launches" : by_waits > 0 ? "host's waits" : "kernels' times";
+  signal.speed_permille = PeriodSpeed(bound, progress, by_waits);
   d.entry->kernel_signal.store(PackKernelSignal(signal), kRlx);
   if (signal.known() || signal.wants_baseline) {
     const ProgressClock::Seen& seen = k.progress.seen();
-    // The other reading: the kernels' bound where the launches gave the reading.
+    // The other reading: the kernels' bound where the launches or the waits gave the reading.
     char rate[48] = "";
-    if (!seen.fresh) {
-      snprintf(rate, sizeof rate, ", no fresh rate alone");
-    } else if (by_launches && bound > 0) {
+    if ((by_launches || by_waits > 0) && bound > 0) {
       snprintf(rate, sizeof rate, ", kernels' times at least %.3f", bound / 1000.0);
+    } else if (!seen.fresh) {
+      snprintf(rate, sizeof rate, ", no fresh rate alone");
     }
     TraceLine("compute: beside opportunistic work at least %.3f of its speed alone, by its %s%s%s "
               "(%d kernels timed alone, %d samples on a dry stream left out, %d alone over %.0fx their "
               "baseline; %s; launches: %lld ms alone in %d%% of passes, %lld ms beside in %d%%%s)",
-              signal.speed_permille / 1000.0, by_launches ? "launches" : "kernels' times",
+              signal.speed_permille / 1000.0, by,
               signal.wants_baseline ? "; wants a baseline: " : "", k.clock.wanted_because(), k.clock.kernels(),
               k.clock.dry_left_out(), k.clock.slow_alone(), kSlowAloneFactor,
               WaitedText(waited_ns, blocked).text,

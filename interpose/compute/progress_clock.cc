@@ -6,18 +6,27 @@ bool ProgressClock::Stretch::Moving(double share) const {
   return ns >= kMinStretchNs && passes > 0 && moved >= share * passes;
 }
 
-void ProgressClock::Pass(int64_t now_ns, uint64_t launches, bool beside) {
+bool ProgressClock::Stretch::Busy(double share) const {
+  return ns >= kMinStretchNs && waits_known && static_cast<double>(moved_ns + waited) >= share * static_cast<double>(ns);
+}
+
+void ProgressClock::Pass(int64_t now_ns, uint64_t launches, bool beside, int64_t waited_ns) {
   const int64_t dt = now_ns - last_ns_;
   const uint64_t added = launches - last_launches_;
   const bool split = started_ && dt > 0 && dt <= kMaxPassGapNs && launches >= last_launches_;
+  const bool waits_known = waited_ns >= 0 && last_waited_ >= 0 && waited_ns >= last_waited_;
+  const int64_t waited = waits_known ? waited_ns - last_waited_ : 0;
   started_ = true;
   last_ns_ = now_ns;
   last_launches_ = launches;
+  last_waited_ = waited_ns;
   if (!split) return;
   if (added == 0) {
     Stretch& idle = beside ? idle_beside_ : idle_alone_;
     idle.ns += dt;
     ++idle.passes;
+    idle.waited += waited;
+    idle.waits_known = idle.waits_known && waits_known;
     return;
   }
   ran_since_alone_ns_ += dt;
@@ -26,6 +35,9 @@ void ProgressClock::Pass(int64_t now_ns, uint64_t launches, bool beside) {
     to.launches += from.launches;
     to.passes += from.passes;
     to.moved += from.moved;
+    to.moved_ns += from.moved_ns;
+    to.waited += from.waited;
+    to.waits_known = to.waits_known && from.waits_known;
   };
   // The passes since the last launch: the job's work if it came back within kRestNs.
   if (idle_alone_.ns + idle_beside_.ns <= kRestNs) {
@@ -34,7 +46,8 @@ void ProgressClock::Pass(int64_t now_ns, uint64_t launches, bool beside) {
     add(beside_, idle_beside_);
   }
   idle_alone_ = idle_beside_ = {};
-  const Stretch pass = {.ns = dt, .launches = added, .passes = 1, .moved = 1};
+  const Stretch pass = {
+      .ns = dt, .launches = added, .passes = 1, .moved = 1, .moved_ns = dt, .waited = waited, .waits_known = waits_known};
   add(beside ? beside_ : alone_, pass);
   if (!beside) add(period_alone_, pass);
 }
@@ -46,20 +59,34 @@ uint32_t ProgressClock::ClosePeriod() {
            .beside_moved_permille = share(beside_.moved, beside_.passes)};
   period_alone_ = {};
   const auto mix = [](double old, double sample) { return old <= 0 ? sample : old + kProgressWeight * (sample - old); };
+  // The share of a stretch's time its host did not wait on the GPU.
+  const auto free = [](const Stretch& st) {
+    const double w = static_cast<double>(st.waited) / static_cast<double>(st.ns);
+    return w < 1 ? 1 - w : 0;
+  };
   if (alone_.ns >= kMinStretchNs) {
-    if (alone_.Moving(kSaturatedShare)) {
+    const bool moving = alone_.Moving(kSaturatedShare);
+    const bool busy = alone_.Busy(kSaturatedShare) && alone_.Moving(kHostBoundShare);
+    if (moving) {
       alone_rate_ = mix(alone_rate_, static_cast<double>(alone_.launches) / static_cast<double>(alone_.ns));
-      ran_since_alone_ns_ = 0;
     } else {
       alone_rate_ = 0;  // not launching without pause alone: its launches are not its speed
       ratio_ = 0;
     }
+    // Not busy alone: its host idles (a server between requests), or waits on the GPU most of
+    // its time (a job bound by the GPU), and its waits say little of its speed.
+    alone_free_ = busy && free(alone_) > 0 ? mix(alone_free_, free(alone_)) : 0;
+    if (moving || busy) ran_since_alone_ns_ = 0;
     alone_ = {};
   }
   uint32_t reading = 0;
+  waits_reading_ = 0;
   if (beside_.ns >= kMinStretchNs) {
     const bool fresh = alone_rate_ > 0 && ran_since_alone_ns_ <= kAloneRateFreshNs;
     seen_.fresh = fresh;
+    if (alone_free_ > 0 && ran_since_alone_ns_ <= kAloneRateFreshNs && beside_.Busy(kSaturatedShare)) {
+      waits_reading_ = SpeedReading(free(beside_) / alone_free_ * 1000.0 + 0.5);
+    }
     if (beside_.Moving(kSaturatedShare) && fresh) {
       const double rate = static_cast<double>(beside_.launches) / static_cast<double>(beside_.ns);
       ratio_ = mix(ratio_, rate / alone_rate_);

@@ -42,6 +42,23 @@
 // itself) costs a launch-bound job speed no kernel time shows. On an H200, ResNet-50 bf16
 // beside BERT training read 1.000 by its kernels' times in most periods while its launches read
 // 0.88-0.95 of their rate alone, and the job ran at 0.84-0.92 of its speed alone.
+//
+// By its host's waits. A job whose host keeps busy alone (it launches or waits on the GPU in at
+// least kSaturatedShare of its time, and launches in at least kHostBoundShare of its passes:
+// its host, not the GPU, sets its pace) but does not launch without pause beside opportunistic work (it waits on slower
+// kernels there, and launches in fewer passes) is read by the share of its time its host did
+// not wait on the GPU: (1 - w beside) / (1 - w alone), w the waits (CountWait) over the
+// stretch's time. Its host does the same work per step alone and beside; what opportunistic
+// work adds is time in its waits. The share alone comes from the same alone stretches as its
+// launch rate, with the same weight and freshness. Why: such a job's kernels, timed one in 256,
+// read 5-20% faster beside opportunistic work than alone for whole stretches, on an H200
+// ResNet-50 bf16 beside BERT training, while it ran at 0.83-0.87 of its speed alone
+// (bench/results/compute-frontier-h200-2026-12-01.md); by its waits, the same four runs read
+// 0.836-0.943 (their speed 0.833-0.866), from logs of every period's waits. It needs neither a
+// kernel's time alone nor a launch rate, both of which move with the host. A server below full
+// load is not busy alone, and a job bound by the GPU waits most of its time (its share not
+// waiting is small and noisy, and its kernels' bound reads it well): both keep the kernel
+// reading.
 #pragma once
 
 #include <cstdint>
@@ -51,6 +68,7 @@
 namespace gslice::compute {
 
 inline constexpr double kSaturatedShare = 0.85;
+inline constexpr double kHostBoundShare = 0.5;
 inline constexpr int64_t kMinStretchNs = 100'000'000;
 inline constexpr double kProgressWeight = 0.5;
 // The newest rate alone is good while the job has launched for this long since (its passes
@@ -72,19 +90,23 @@ inline constexpr int64_t kMaxPassGapNs = 5'000'000;
 inline constexpr int64_t kRestNs = 1'000'000'000;
 
 // A guaranteed process's reading for a period, in permille: its launch reading where it has
-// one (launches_permille > 0), else its kernels' bound (kernel_permille; 0: none).
-inline uint32_t PeriodSpeed(uint32_t kernel_permille, uint32_t launches_permille) {
-  return launches_permille > 0 ? launches_permille : kernel_permille;
+// one (launches_permille > 0), else its reading by its host's waits (waits_permille > 0), else
+// its kernels' bound (kernel_permille; 0: none).
+inline uint32_t PeriodSpeed(uint32_t kernel_permille, uint32_t launches_permille, uint32_t waits_permille = 0) {
+  return launches_permille > 0 ? launches_permille : waits_permille > 0 ? waits_permille : kernel_permille;
 }
 
 class ProgressClock {
  public:
-  // One gate-thread pass at now_ns: the job's launches so far, and whether opportunistic work
-  // on the GPU had work queued.
-  void Pass(int64_t now_ns, uint64_t launches, bool beside);
-  // Ends a period: the job's speed beside opportunistic work against alone, in permille (at
-  // most kMaxSpeedPermille; 0: no reading).
+  // One gate-thread pass at now_ns: the job's launches so far, whether opportunistic work on
+  // the GPU had work queued, and the host's waits on the GPU so far, ns (-1: not counted).
+  void Pass(int64_t now_ns, uint64_t launches, bool beside, int64_t waited_ns = -1);
+  // Ends a period: the job's speed beside opportunistic work against alone by its launches, in
+  // permille (at most kMaxSpeedPermille; 0: no reading). Its reading by its host's waits is
+  // waits_reading().
   uint32_t ClosePeriod();
+  // The newest period's reading by the host's waits, permille (0: none).
+  uint32_t waits_reading() const { return waits_reading_; }
   // Forgets the launch count (the counter is not fed for a while: the next pass starts over).
   void Pause() {
     started_ = false;
@@ -105,12 +127,18 @@ class ProgressClock {
     int64_t ns = 0;
     uint64_t launches = 0;
     int passes = 0;
-    int moved = 0;  // passes in which the job launched
+    int moved = 0;         // passes in which the job launched
+    int64_t moved_ns = 0;  // their time
+    int64_t waited = 0;    // the host's waits on the GPU that ended in its passes, ns
+    bool waits_known = true;
     bool Moving(double share) const;
+    // The host launched or waited on the GPU in at least `share` of the time.
+    bool Busy(double share) const;
   };
   bool started_ = false;
   int64_t last_ns_ = 0;
   uint64_t last_launches_ = 0;
+  int64_t last_waited_ = -1;
   Stretch alone_;       // alone time not yet in a sample, kept across periods
   Stretch beside_;      // this period's beside time
   Stretch period_alone_;  // this period's alone time (the trace)
@@ -118,6 +146,8 @@ class ProgressClock {
   // when it launches again within kRestNs, left out when later (a rest).
   Stretch idle_alone_, idle_beside_;
   double alone_rate_ = 0;  // launches per ns alone (0: unknown)
+  double alone_free_ = 0;  // the share of its time alone the host did not wait on the GPU (0: unknown)
+  uint32_t waits_reading_ = 0;
   int64_t ran_since_alone_ns_ = 0;  // passes with a launch since the newest alone sample
   double ratio_ = 0;       // beside over alone (0: none yet)
   Seen seen_;

@@ -237,6 +237,80 @@ int64_t FeedProgress(ProgressClock& p, int64_t now, uint64_t* launches, double m
   return now;
 }
 
+// Passes of 200 us for ms: in `moving` of every 10 the job launches, in the next `waiting` its
+// host waits on the GPU the whole pass (the waits counter grows by 200 us), in the rest it
+// idles.
+int64_t FeedWaits(ProgressClock& p, int64_t now, uint64_t* launches, int64_t* waited, double ms, bool beside,
+                  int moving, int waiting) {
+  const int passes = static_cast<int>(ms * 5);
+  for (int i = 0; i < passes; ++i) {
+    now += 200'000;
+    if (i % 10 < moving) {
+      *launches += 4;
+    } else if (i % 10 < moving + waiting) {
+      *waited += 200'000;
+    }
+    p.Pass(now, *launches, beside, *waited);
+  }
+  return now;
+}
+
+// A training loop whose host launches in 90% of its time alone and waits on the GPU the rest,
+// and beside opportunistic work waits 40% of its time (on kernels made slower) and launches in
+// 60%: not launching without pause beside, so no launch reading, but busy in both, and read by
+// the share of its time it did not wait: 0.6 / 0.9.
+TEST(ComputeProgress, AJobWhoseHostKeepsBusyIsReadByItsWaits) {
+  ProgressClock p;
+  uint64_t n = 0;
+  int64_t waited = 0;
+  int64_t now = FeedWaits(p, 1'000'000'000, &n, &waited, 250, /*beside=*/false, 9, 1);
+  EXPECT_EQ(p.ClosePeriod(), 0u);
+  EXPECT_EQ(p.waits_reading(), 0u) << "alone only: no reading";
+  now = FeedWaits(p, now, &n, &waited, 250, /*beside=*/true, 6, 4);
+  const uint32_t by_launches = p.ClosePeriod();
+  EXPECT_EQ(by_launches, 0u) << "launching in 60% of passes beside: not by its launches";
+  EXPECT_NEAR(p.waits_reading(), 667, 3);
+  EXPECT_EQ(PeriodSpeed(1150, by_launches, p.waits_reading()), p.waits_reading())
+      << "a kernel reading of 1.15 does not stand where the waits say 0.667";
+  // Waiting no longer beside than alone: as fast as alone.
+  now = FeedWaits(p, now, &n, &waited, 250, /*beside=*/true, 8, 1);
+  p.ClosePeriod();
+  EXPECT_NEAR(p.waits_reading(), 1000, 5);
+  // Waits not counted (-1): no reading by them.
+  ProgressClock uncounted;
+  uint64_t m = 0;
+  int64_t t = 1'000'000'000;
+  for (int i = 0; i < 2500; ++i) uncounted.Pass(t += 200'000, m += (i % 10 < 9 ? 4 : 0), i >= 1250, -1);
+  uncounted.ClosePeriod();
+  EXPECT_EQ(uncounted.waits_reading(), 0u);
+}
+
+// A server below full load idles between its requests alone (launches in 40% of its time,
+// waits in 10%): its waits say nothing of its speed, and it is not read by them.
+TEST(ComputeProgress, AServerThatIdlesAloneIsNotReadByItsWaits) {
+  ProgressClock p;
+  uint64_t n = 0;
+  int64_t waited = 0;
+  int64_t now = FeedWaits(p, 1'000'000'000, &n, &waited, 250, /*beside=*/false, 4, 1);
+  p.ClosePeriod();
+  now = FeedWaits(p, now, &n, &waited, 250, /*beside=*/true, 4, 5);
+  p.ClosePeriod();
+  EXPECT_EQ(p.waits_reading(), 0u);
+}
+
+// A job bound by the GPU launches in a few passes and waits on the GPU in the rest, alone and
+// beside: busy, but its host does not set its pace; its kernels' bound reads it.
+TEST(ComputeProgress, AJobBoundByTheGpuIsNotReadByItsWaits) {
+  ProgressClock p;
+  uint64_t n = 0;
+  int64_t waited = 0;
+  int64_t now = FeedWaits(p, 1'000'000'000, &n, &waited, 250, /*beside=*/false, 1, 9);
+  p.ClosePeriod();
+  now = FeedWaits(p, now, &n, &waited, 250, /*beside=*/true, 1, 9);
+  p.ClosePeriod();
+  EXPECT_EQ(p.waits_reading(), 0u);
+}
+
 TEST(ComputeProgress, AJobLaunchingWithoutPauseIsReadByItsLaunches) {
   ProgressClock p;
   uint64_t n = 0;

@@ -27,14 +27,15 @@ def load(name):
 R = load("readings_report")
 
 
-def line(value, by="kernels' times", why=None, dry=None, beside_pct=90, bound=None, fresh=True, slow=None):
+def line(value, by="kernels' times", why=None, dry=None, beside_pct=90, bound=None, fresh=True, slow=None,
+         waited="12.5", alone_ms=20, alone_pct=92, beside_ms=230):
     wants = f"; wants a baseline: {why}" if why else ""
     left = f", {dry} samples on a dry stream left out" if dry is not None else ""
     left += f", {slow} alone over 3x their baseline" if slow is not None else ""
     tail = f", kernels' times at least {bound:.3f}" if bound is not None else ("" if fresh else ", no fresh rate alone")
     return (f"gslice[7]: compute: beside opportunistic work at least {value:.3f} of its speed alone, by its {by}{wants} "
-            f"(150 kernels timed alone{left}; the host waited 12.5 ms; launches: 20 ms alone in 92% of passes, "
-            f"230 ms beside in {beside_pct}%{tail})\n")
+            f"(150 kernels timed alone{left}; " + (f"the host waited {waited} ms" if waited else "the host made no waiting call")
+            + f"; launches: {alone_ms} ms alone in {alone_pct}% of passes, {beside_ms} ms beside in {beside_pct}%{tail})\n")
 
 
 class ReadingsReport(unittest.TestCase):
@@ -46,8 +47,9 @@ class ReadingsReport(unittest.TestCase):
             line(0, why="too few samples alone", fresh=False),
         ])
         self.assertEqual(len(periods), 3)
-        self.assertEqual(periods[0], {"value": 0.95, "by_launches": True, "why": None, "dry": None,
-                                      "slow_alone": None, "beside_pct": 88, "bound": 0.97})
+        self.assertEqual(periods[0], {"value": 0.95, "by_launches": True, "by_waits": False, "why": None, "dry": None,
+                                      "slow_alone": None, "beside_pct": 88, "bound": 0.97, "waited_ms": 12.5,
+                                      "alone_ms": 20, "alone_pct": 92, "beside_ms": 230})
         self.assertEqual(periods[1]["why"], "kernels faster than alone")
         self.assertEqual(periods[1]["dry"], 4)
         self.assertFalse(periods[1]["by_launches"])
@@ -77,6 +79,30 @@ class ReadingsReport(unittest.TestCase):
         self.assertEqual(s["wanted_baseline"], {"few kernels have one": 2})
         self.assertAlmostEqual(s["dry_per_period"], 4.0)
         self.assertEqual(s["published"]["p50"], 1.03)
+
+    def test_the_waits_give_the_speed_of_a_job_whose_host_keeps_busy(self):
+        periods = R.parse([
+            # alone (a pause): 10% of its time waiting; one starting up (40% of passes) left out
+            line(0, why="stale", waited="20.0", alone_ms=200, alone_pct=90, beside_ms=0),
+            line(0, waited="100.0", alone_ms=200, alone_pct=40, beside_ms=50),
+            # wholly beside: 25% and 35% waiting; one with no waiting call left out
+            line(0.95, waited="62.5", alone_ms=0, beside_ms=250),
+            line(1.10, waited="87.5", alone_ms=0, beside_ms=250),
+            line(1.00, waited=None, alone_ms=0, beside_ms=250),
+            line(0.722, by="host's waits", waited="75.0", alone_ms=0, beside_ms=250, bound=1.1),
+        ])
+        self.assertTrue(periods[5]["by_waits"])
+        self.assertFalse(periods[5]["by_launches"])
+        self.assertIsNone(periods[4]["waited_ms"])
+        w = R.by_waits(periods)
+        self.assertEqual((w["beside_periods"], w["alone_periods"]), (3, 1))
+        self.assertAlmostEqual(w["beside"], 0.30)
+        self.assertAlmostEqual(w["alone"], 0.10)
+        self.assertAlmostEqual(w["speed"], 0.70 / 0.90)
+        text = R.report("g.log", R.summarize(periods))
+        self.assertIn("by its waits 0.778", text)
+        self.assertIn("by its host's waits: 1 periods, mean 0.722", text)
+        self.assertIsNone(R.by_waits(periods[2:]), "no period alone: no speed by waits")
 
     def test_a_log_with_no_readings_says_so(self):
         s = R.summarize(R.parse(["gslice[7]: compute: launches pass untouched\n"]))
