@@ -8,7 +8,8 @@
 // The signal is each guaranteed process's reading, published once per period in its compute
 // entry: its sampled kernels' GPU time beside opportunistic work against the same kernels alone
 // (kernel_clock.h), or, for a job that launches without pause, its launch rate beside against
-// alone (progress_clock.h, PeriodSpeed); readings over 1, noise about a job that loses nothing,
+// alone, or, for one whose host keeps busy, its share of time not waiting on the GPU beside
+// against alone (progress_clock.h, PeriodSpeed); readings over 1, noise about a job that loses nothing,
 // are published up to kMaxSpeedPermille, so that a window's mean is not biased low. Each period:
 //  - no guaranteed peer busy: no limit; the rate is kept for when guaranteed work returns
 //    (within kKeepRateNs), so that a busy stretch starts where the last one settled rather
