@@ -285,30 +285,26 @@ TEST(ComputeProgress, AJobWhoseHostKeepsBusyIsReadByItsWaits) {
   EXPECT_EQ(uncounted.waits_reading(), 0u);
 }
 
-// A server below full load idles between its requests alone (launches in 40% of its time,
-// waits in 10%): its waits say nothing of its speed, and it is not read by them.
-TEST(ComputeProgress, AServerThatIdlesAloneIsNotReadByItsWaits) {
+// The reading by waits of a job fed a period alone and one beside (FeedWaits's shares).
+uint32_t WaitsReadingOf(int alone_moving, int alone_waiting, int beside_moving, int beside_waiting) {
   ProgressClock p;
   uint64_t n = 0;
   int64_t waited = 0;
-  int64_t now = FeedWaits(p, 1'000'000'000, &n, &waited, 250, /*beside=*/false, 4, 1);
+  const int64_t now = FeedWaits(p, 1'000'000'000, &n, &waited, 250, /*beside=*/false, alone_moving, alone_waiting);
   p.ClosePeriod();
-  now = FeedWaits(p, now, &n, &waited, 250, /*beside=*/true, 4, 5);
+  FeedWaits(p, now, &n, &waited, 250, /*beside=*/true, beside_moving, beside_waiting);
   p.ClosePeriod();
-  EXPECT_EQ(p.waits_reading(), 0u);
+  return p.waits_reading();
 }
 
-// A job bound by the GPU launches in a few passes and waits on the GPU in the rest, alone and
-// beside: busy, but its host does not set its pace; its kernels' bound reads it.
-TEST(ComputeProgress, AJobBoundByTheGpuIsNotReadByItsWaits) {
-  ProgressClock p;
-  uint64_t n = 0;
-  int64_t waited = 0;
-  int64_t now = FeedWaits(p, 1'000'000'000, &n, &waited, 250, /*beside=*/false, 1, 9);
-  p.ClosePeriod();
-  now = FeedWaits(p, now, &n, &waited, 250, /*beside=*/true, 1, 9);
-  p.ClosePeriod();
-  EXPECT_EQ(p.waits_reading(), 0u);
+// A server below full load idles between its requests alone (launches in 40% of its time,
+// waits in 10%): its waits say nothing of its speed. A job bound by the GPU launches in a few
+// passes and waits on the GPU in the rest: busy, but its host does not set its pace, and its
+// kernels' bound reads it. Neither is read by its waits.
+TEST(ComputeProgress, AServerOrAJobBoundByTheGpuIsNotReadByItsWaits) {
+  EXPECT_EQ(WaitsReadingOf(4, 1, 4, 5), 0u) << "a server";
+  EXPECT_EQ(WaitsReadingOf(1, 9, 1, 9), 0u) << "bound by the GPU";
+  EXPECT_NEAR(WaitsReadingOf(9, 1, 6, 4), 667, 3) << "bound by its host, as AJobWhoseHostKeepsBusyIsReadByItsWaits";
 }
 
 TEST(ComputeProgress, AJobLaunchingWithoutPauseIsReadByItsLaunches) {
