@@ -9,18 +9,19 @@
 // with the same grid on the same input size moves little alone; against its own time alone, a
 // slowdown reads as the ratio, whatever the mix of kernels in the period.
 //
-// A kernel is a function with its grid and block (KernelShape): different grids of one
-// function are different kernels. Its time alone (the baseline) is the median of its newest
+// A kernel is a function with its grid and block (KernelShape): different grids of one function
+// are different kernels. Its time alone (the baseline) is the median of its newest
 // kBaselineSamples samples taken while no opportunistic process on the GPU had work queued
-// (kBaselineSamples says why a median). A period's kernel speed r is, over its samples taken beside opportunistic work
-// whose kernels have a baseline, the sum of their baselines over the sum of their times: 1 is
-// as fast as alone. Fewer than kMinSignalSamples such samples: no reading yet; the period's
-// samples, launches, time and waits are carried into the next, for up to kMaxCarriedPeriods
-// periods, and the signal says a reading is pending (KernelSignal::pending). So a job whose
-// kernels are seldom beside opportunistic work (held back far; few, long kernels) is read over
-// the periods it takes, not taken for one that opportunistic work never comes near: on an
-// H200 a GPU-bound job beside matrix products held back to 10-30% gave a reading one period
-// in three, and each run of periods without one let the rate grow back into a cut.
+// (kBaselineSamples says why a median). A period's kernel speed r is, over its samples taken
+// beside opportunistic work whose kernels have a baseline, the sum of their baselines over the
+// sum of their times: 1 is as fast as alone. Fewer than kMinSignalSamples such samples: no
+// reading yet; the period's samples, launches, time and waits are carried into the next, for up
+// to kMaxCarriedPeriods periods, and the signal says a reading is pending
+// (KernelSignal::pending). So a job whose kernels are seldom beside opportunistic work (held
+// back far; few, long kernels) is read over the periods it takes, not taken for one that
+// opportunistic work never comes near: on an H200 a GPU-bound job beside matrix products held
+// back to 10-30% gave a reading one period in three, and each run of periods without one let
+// the rate grow back into a cut.
 //
 // What the job loses is at most what its kernels lose on its critical path. A job whose
 // kernels would keep the GPU busy a share b of the time alone loses at most b (1/r - 1) of its
@@ -94,12 +95,13 @@ inline constexpr int kKernelTableSize = 1024;  // kernels with a baseline a proc
 // events times a kernel's wait for a free SM slot with it (on an H200, a 50 us kernel behind a
 // grid that held every slot read 1895 us: bench/results/compute-cupti-h200-2026-12-01.md), so
 // one sample taken as the GPU's slots emptied weighs 10-100 times a sample of the kernel
-// alone. With a mean (a quarter weight per new sample) one such sample made a kernel's baseline
-// ten times its time alone, and every period that timed the kernel beside opportunistic work
-// read its kernels faster than alone: on an H200, ResNet-50 bf16 beside BERT training read
-// 1.2 (the cap) in one period in six or more, between periods of 0.8-0.9, while it ran at
-// 0.83 of its speed alone, and the baselines it asked for (kFasterThanAlone) did not wash
-// the sample out. A median of five is moved only where three of them are.
+// alone. With a mean (a quarter weight per new sample) such a sample keeps a tenth of itself
+// in the baseline after eight more, and every period that times the kernel beside
+// opportunistic work reads its kernels faster than alone. On an H200, ResNet-50 bf16 beside
+// BERT training took 3 and 22 such samples alone in some 250 periods (kSlowAloneFactor): rare,
+// and not what kept its readings high there (bench/results/compute-frontier-h200-2026-12-01.md),
+// but each would hold a kernel's baseline up for many samples. A median of five is moved only
+// where three of them are.
 inline constexpr int kBaselineSamples = 5;
 inline constexpr double kSlowAloneFactor = 3;
 inline constexpr int kMinSignalSamples = 8;

@@ -9,8 +9,9 @@
 // entry: its sampled kernels' GPU time beside opportunistic work against the same kernels alone
 // (kernel_clock.h), or, for a job that launches without pause, its launch rate beside against
 // alone, or, for one whose host keeps busy, its share of time not waiting on the GPU beside
-// against alone (progress_clock.h, PeriodSpeed); readings over 1, noise about a job that loses nothing,
-// are published up to kMaxSpeedPermille, so that a window's mean is not biased low. Each period:
+// against alone (progress_clock.h, PeriodSpeed); readings over 1, noise about a job that loses
+// nothing, are published up to kMaxSpeedPermille, so that a window's mean is not biased low.
+// Each period:
 //  - no guaranteed peer busy: no limit; the rate is kept for when guaranteed work returns
 //    (within kKeepRateNs), so that a busy stretch starts where the last one settled rather
 //    than unthrottled: each cut halves, so from no limit the rate needs a reading per halving

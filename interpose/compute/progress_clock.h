@@ -45,14 +45,14 @@
 //
 // By its host's waits. A job whose host keeps busy alone (it launches or waits on the GPU in at
 // least kSaturatedShare of its time, and launches in at least kHostBoundShare of its passes:
-// its host, not the GPU, sets its pace) but does not launch without pause beside opportunistic work (it waits on slower
-// kernels there, and launches in fewer passes) is read by the share of its time its host did
-// not wait on the GPU: (1 - w beside) / (1 - w alone), w the waits (CountWait) over the
-// stretch's time. Its host does the same work per step alone and beside; what opportunistic
-// work adds is time in its waits. The share alone comes from the same alone stretches as its
-// launch rate, with the same weight and freshness. Why: such a job's kernels, timed one in 256,
-// read 5-20% faster beside opportunistic work than alone for whole stretches, on an H200
-// ResNet-50 bf16 beside BERT training, while it ran at 0.83-0.87 of its speed alone
+// its host, not the GPU, sets its pace) but does not launch without pause beside opportunistic
+// work (it waits on slower kernels there, and launches in fewer passes) is read by the share of
+// its time its host did not wait on the GPU: (1 - w beside) / (1 - w alone), w the waits
+// (CountWait) over the stretch's time. Its host does the same work per step alone and beside;
+// what opportunistic work adds is time in its waits. The share alone comes from the same alone
+// stretches as its launch rate, with the same weight and freshness. Why: such a job's kernels,
+// timed one in 256, read 5-20% faster beside opportunistic work than alone for whole stretches,
+// on an H200 ResNet-50 bf16 beside BERT training, while it ran at 0.83-0.87 of its speed alone
 // (bench/results/compute-frontier-h200-2026-12-01.md); by its waits, the same four runs read
 // 0.836-0.943 (their speed 0.833-0.866), from logs of every period's waits. It needs neither a
 // kernel's time alone nor a launch rate, both of which move with the host. A server below full
@@ -146,7 +146,7 @@ class ProgressClock {
   // when it launches again within kRestNs, left out when later (a rest).
   Stretch idle_alone_, idle_beside_;
   double alone_rate_ = 0;  // launches per ns alone (0: unknown)
-  double alone_free_ = 0;  // the share of its time alone the host did not wait on the GPU (0: unknown)
+  double alone_free_ = 0;  // its time alone's share the host did not wait on the GPU (0: unknown)
   uint32_t waits_reading_ = 0;
   int64_t ran_since_alone_ns_ = 0;  // passes with a launch since the newest alone sample
   double ratio_ = 0;       // beside over alone (0: none yet)
