@@ -2,17 +2,18 @@
 
   readings_report.py LOG...     one block per log: the published readings, those by launches
                                 and their kernels' bound, where the job launched in fewer or
-                                more of its passes than the launch reading needs, why it wanted
-                                baselines, the samples left out on a dry stream, the
-                                samples alone over 3x their kernel's baseline, and the job's
-                                speed by its host's waits on the GPU (by_waits)
+                                more of its passes than the launch reading needs, those by the
+                                host's waits, why it wanted baselines, the samples left out on
+                                a dry stream, the samples alone over 3x their kernel's
+                                baseline, and the job's speed by its host's waits on the GPU
+                                from the periods' waits (by_waits)
 
 Each period the gate thread of a guaranteed process beside opportunistic work on MPS traces
 
-  compute: beside opportunistic work at least X of its speed alone, by its launches|kernels'
-  times[; wants a baseline: WHY] (N kernels timed alone[, D samples on a dry stream left out
-  [, S alone over Fx their baseline]]; WAITS; launches: A ms alone in P% of passes, B ms beside in Q%[, kernels' times at least K]
-  [, no fresh rate alone])
+  compute: beside opportunistic work at least X of its speed alone, by its launches|host's
+  waits|kernels' times[; wants a baseline: WHY] (N kernels timed alone[, D samples on a dry
+  stream left out[, S alone over Fx their baseline]]; WAITS; launches: A ms alone in P% of
+  passes, B ms beside in Q%[, kernels' times at least K][, no fresh rate alone])
 
 (interpose/compute/gate_thread.cc). A reading of 0.000 is a period with none (a baseline asked
 for before any): counted, left out of the figures. No GPU, no torch.
