@@ -7,7 +7,8 @@ bool ProgressClock::Stretch::Moving(double share) const {
 }
 
 bool ProgressClock::Stretch::Busy(double share) const {
-  return ns >= kMinStretchNs && waits_known && static_cast<double>(moved_ns + waited) >= share * static_cast<double>(ns);
+  const double busy = static_cast<double>(moved_ns + waited), span = static_cast<double>(ns);
+  return ns >= kMinStretchNs && waits_known && busy >= share * span && busy <= kOneHostShare * span;
 }
 
 void ProgressClock::Pass(int64_t now_ns, uint64_t launches, bool beside, int64_t waited_ns) {
@@ -84,7 +85,8 @@ uint32_t ProgressClock::ClosePeriod() {
   if (beside_.ns >= kMinStretchNs) {
     const bool fresh = alone_rate_ > 0 && ran_since_alone_ns_ <= kAloneRateFreshNs;
     seen_.fresh = fresh;
-    if (alone_free_ > 0 && ran_since_alone_ns_ <= kAloneRateFreshNs && beside_.Busy(kSaturatedShare)) {
+    if (alone_free_ > 0 && ran_since_alone_ns_ <= kAloneRateFreshNs && beside_.Busy(kSaturatedShare) &&
+        free(beside_) > 0) {
       waits_reading_ = SpeedReading(free(beside_) / alone_free_ * 1000.0 + 0.5);
     }
     if (beside_.Moving(kSaturatedShare) && fresh) {

@@ -69,6 +69,11 @@ namespace gslice::compute {
 
 inline constexpr double kSaturatedShare = 0.85;
 inline constexpr double kHostBoundShare = 0.5;
+// A stretch whose launching passes and waits add up to more than this share of its time had
+// more than one thread launching or waiting at once (a pass with a launch in which a wait also
+// ended counts twice, by at most a pass): its waits are not one host's time, and it is not read
+// by them.
+inline constexpr double kOneHostShare = 1.15;
 inline constexpr int64_t kMinStretchNs = 100'000'000;
 inline constexpr double kProgressWeight = 0.5;
 // The newest rate alone is good while the job has launched for this long since (its passes
@@ -132,7 +137,8 @@ class ProgressClock {
     int64_t waited = 0;    // the host's waits on the GPU that ended in its passes, ns
     bool waits_known = true;
     bool Moving(double share) const;
-    // The host launched or waited on the GPU in at least `share` of the time.
+    // The host launched or waited on the GPU in at least `share` of the time, and one host
+    // thread did (kOneHostShare).
     bool Busy(double share) const;
   };
   bool started_ = false;

@@ -307,6 +307,25 @@ TEST(ComputeProgress, AServerOrAJobBoundByTheGpuIsNotReadByItsWaits) {
   EXPECT_NEAR(WaitsReadingOf(9, 1, 6, 4), 667, 3) << "bound by its host, as AJobWhoseHostKeepsBusyIsReadByItsWaits";
 }
 
+// Two threads waiting at once: the waits add up to more than the time (a host thread that
+// launches without pause and another that waits on the GPU most of the time). They are not
+// one host's time, and a share not waiting of 0 would read as a job stopped.
+TEST(ComputeProgress, WaitsOfSeveralThreadsAtOnceAreNotReadAsOneHosts) {
+  ProgressClock p;
+  uint64_t n = 0;
+  int64_t waited = 0;
+  int64_t now = FeedWaits(p, 1'000'000'000, &n, &waited, 250, /*beside=*/false, 9, 1);
+  p.ClosePeriod();
+  for (int i = 0; i < 1250; ++i) {
+    now += 200'000;
+    n += 4;
+    waited += 180'000;  // the other thread, waiting 90% of the time
+    p.Pass(now, n, /*beside=*/true, waited);
+  }
+  p.ClosePeriod();
+  EXPECT_EQ(p.waits_reading(), 0u);
+}
+
 TEST(ComputeProgress, AJobLaunchingWithoutPauseIsReadByItsLaunches) {
   ProgressClock p;
   uint64_t n = 0;
