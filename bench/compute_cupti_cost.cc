@@ -39,6 +39,8 @@
 #if __has_include(<cupti_activity.h>)
 #include <cupti_activity.h>
 
+using gslice::test::Median;
+
 namespace {
 bool Ok(CUresult r, const char* what) {
   if (r == CUDA_SUCCESS) return true;
@@ -85,11 +87,6 @@ void CUPTIAPI BufferCompleted(CUcontext, uint32_t, uint8_t* buffer, size_t, size
   g_buffers.fetch_add(1);
 }
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // Host ns per launch call: bursts of 256 on an empty stream, median over reps.
 bool HostPerLaunch(CUfunction busy, CUstream stream, int n, int reps, double* ns) {
@@ -141,10 +138,7 @@ int main(int argc, char** argv) {
   }
   CUdevice dev;
   CUcontext ctx;
-  if (!Ok(cuInit(0), "cuInit") || !Ok(cuDeviceGet(&dev, 0), "cuDeviceGet") ||
-      !Ok(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain") || !Ok(cuCtxSetCurrent(ctx), "cuCtxSetCurrent")) {
-    return 1;
-  }
+  if (!Ok(gslice::test::UsePrimaryContext(0, &dev, &ctx), "the primary context")) return 1;
   CUmodule module;
   CUfunction busy, fill;
   CUstream stream;

@@ -36,6 +36,8 @@
 #include "gslice/clock.h"
 #include "test_support.h"
 
+using gslice::test::Median;
+
 namespace {
 bool Ok(CUresult r, const char* what) {
   if (r == CUDA_SUCCESS) return true;
@@ -79,10 +81,6 @@ LaunchFn DriverLaunch(bool* through_shim) {
   return reinterpret_cast<LaunchFn>(dlsym(lib, "cuLaunchKernel"));
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // One burst of empty launches on an empty stream through `launch`: ns per launch call.
 bool TimeBurst(LaunchFn launch, CUfunction busy, CUstream stream, int burst, double* ns) {
@@ -158,10 +156,7 @@ int main(int argc, char** argv) {
   constexpr int kBurst = 256;  // well inside the launch queue: no call waits for the GPU
   CUdevice dev;
   CUcontext ctx;
-  if (!Ok(cuInit(0), "cuInit") || !Ok(cuDeviceGet(&dev, 0), "cuDeviceGet") ||
-      !Ok(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain") || !Ok(cuCtxSetCurrent(ctx), "cuCtxSetCurrent")) {
-    return 1;
-  }
+  if (!Ok(gslice::test::UsePrimaryContext(0, &dev, &ctx), "the primary context")) return 1;
   CUmodule module;
   CUfunction busy, fill;
   if (!Ok(gslice::test::LoadTestKernels(&module, &busy, &fill), "LoadTestKernels")) return 1;

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -58,6 +59,20 @@ CUresult LoadTestKernels(CUmodule* module, CUfunction* busy, CUfunction* fill) {
 CUresult LaunchBusy(CUfunction busy, uint64_t microseconds, CUstream stream) {
   void* args[] = {&microseconds};
   return cuLaunchKernel(busy, 1, 1, 1, 1, 1, 1, 0, stream, args, nullptr);
+}
+
+CUresult UsePrimaryContext(int ordinal, CUdevice* dev, CUcontext* ctx) {
+  CUresult r = cuInit(0);
+  if (r == CUDA_SUCCESS) r = cuDeviceGet(dev, ordinal);
+  if (r == CUDA_SUCCESS) r = cuDevicePrimaryCtxRetain(ctx, *dev);
+  if (r == CUDA_SUCCESS) r = cuCtxSetCurrent(*ctx);
+  return r;
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
 }
 
 CUresult LaunchFill(CUfunction fill, CUdeviceptr dst, uint32_t pattern, uint64_t count,

@@ -26,6 +26,11 @@ const char* SimTestImage();
 // The embedded PTX of the test kernels ("" when the build had no nvcc).
 const char* TestKernelsPtx();
 
+// cuInit, then device `ordinal`'s primary context retained and made current (benchmarks).
+CUresult UsePrimaryContext(int ordinal, CUdevice* dev, CUcontext* ctx);
+// The median of v (0 where v is empty).
+double Median(std::vector<double> v);
+
 // Launches gslice_busy / gslice_fill with the shapes they expect.
 CUresult LaunchBusy(CUfunction busy, uint64_t microseconds, CUstream stream);
 CUresult LaunchFill(CUfunction fill, CUdeviceptr dst, uint32_t pattern, uint64_t count,
