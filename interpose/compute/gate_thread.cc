@@ -429,15 +429,13 @@ bool TimeKernels(Device& d, int64_t now, bool read_samples) {
   const uint32_t progress = k.progress.ClosePeriod();
   const uint32_t by_waits = k.progress.waits_reading();
   const uint32_t bound = signal.speed_permille;
-  const bool by_launches = progress > 0;
-  const char* by = by_launches ? "launches" : by_waits > 0 ? "host's waits" : "kernels' times";
   signal.speed_permille = PeriodSpeed(bound, progress, by_waits);
   d.entry->kernel_signal.store(PackKernelSignal(signal), kRlx);
   if (signal.known() || signal.wants_baseline) {
     const ProgressClock::Seen& seen = k.progress.seen();
     // The other reading: the kernels' bound where the launches or the waits gave the reading.
     char rate[48] = "";
-    if ((by_launches || by_waits > 0) && bound > 0) {
+    if ((progress > 0 || by_waits > 0) && bound > 0) {
       snprintf(rate, sizeof rate, ", kernels' times at least %.3f", bound / 1000.0);
     } else if (!seen.fresh) {
       snprintf(rate, sizeof rate, ", no fresh rate alone");
@@ -445,7 +443,7 @@ bool TimeKernels(Device& d, int64_t now, bool read_samples) {
     TraceLine("compute: beside opportunistic work at least %.3f of its speed alone, by its %s%s%s "
               "(%d kernels timed alone, %d samples on a dry stream left out, %d alone over %.0fx their "
               "baseline; %s; launches: %lld ms alone in %d%% of passes, %lld ms beside in %d%%%s)",
-              signal.speed_permille / 1000.0, by,
+              signal.speed_permille / 1000.0, PeriodSpeedSource(progress, by_waits),
               signal.wants_baseline ? "; wants a baseline: " : "", k.clock.wanted_because(), k.clock.kernels(),
               k.clock.dry_left_out(), k.clock.slow_alone(), kSlowAloneFactor,
               WaitedText(waited_ns, blocked).text,

@@ -200,7 +200,7 @@ class KernelClock {
  private:
   struct Entry {
     uint64_t key = 0;  // 0: free
-    double base_ns = 0;                   // the median of recent_ (kBaselineSamples)
+    double base_ns = 0;                   // the median of recent (kBaselineSamples), kept
     float recent[kBaselineSamples] = {};  // the newest samples alone, ns, oldest overwritten first
     int samples = 0;                      // samples alone in all
   };

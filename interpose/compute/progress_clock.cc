@@ -76,18 +76,20 @@ uint32_t ProgressClock::ClosePeriod() {
     }
     // Not busy alone: its host idles (a server between requests), or waits on the GPU most of
     // its time (a job bound by the GPU), and its waits say little of its speed.
-    alone_free_ = busy && free(alone_) > 0 ? mix(alone_free_, free(alone_)) : 0;
+    const double free_alone = free(alone_);
+    alone_free_ = busy && free_alone > 0 ? mix(alone_free_, free_alone) : 0;
     if (moving || busy) ran_since_alone_ns_ = 0;
     alone_ = {};
   }
   uint32_t reading = 0;
   waits_reading_ = 0;
   if (beside_.ns >= kMinStretchNs) {
-    const bool fresh = alone_rate_ > 0 && ran_since_alone_ns_ <= kAloneRateFreshNs;
+    const bool recent = ran_since_alone_ns_ <= kAloneRateFreshNs;  // the references alone
+    const bool fresh = alone_rate_ > 0 && recent;
     seen_.fresh = fresh;
-    if (alone_free_ > 0 && ran_since_alone_ns_ <= kAloneRateFreshNs && beside_.Busy(kSaturatedShare) &&
-        free(beside_) > 0) {
-      waits_reading_ = SpeedReading(free(beside_) / alone_free_ * 1000.0 + 0.5);
+    const double free_beside = free(beside_);
+    if (alone_free_ > 0 && recent && beside_.Busy(kSaturatedShare) && free_beside > 0) {
+      waits_reading_ = SpeedReading(free_beside / alone_free_ * 1000.0 + 0.5);
     }
     if (beside_.Moving(kSaturatedShare) && fresh) {
       const double rate = static_cast<double>(beside_.launches) / static_cast<double>(beside_.ns);

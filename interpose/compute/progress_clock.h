@@ -100,6 +100,10 @@ inline constexpr int64_t kRestNs = 1'000'000'000;
 inline uint32_t PeriodSpeed(uint32_t kernel_permille, uint32_t launches_permille, uint32_t waits_permille = 0) {
   return launches_permille > 0 ? launches_permille : waits_permille > 0 ? waits_permille : kernel_permille;
 }
+// Which of them PeriodSpeed took, in the trace's words.
+inline const char* PeriodSpeedSource(uint32_t launches_permille, uint32_t waits_permille) {
+  return launches_permille > 0 ? "launches" : waits_permille > 0 ? "host's waits" : "kernels' times";
+}
 
 class ProgressClock {
  public:
