@@ -423,28 +423,41 @@ bool TimeKernels(Device& d, int64_t now, bool read_samples) {
   k.period_waited_ns = waited;
   KernelSignal signal = k.clock.ClosePeriod(k.sequence, launches - k.period_launches, period_ns, waited_ns);
   k.period_launches = launches;
-  k.wants_baseline = signal.wants_baseline;
   // A job that launches without pause is read by its launches, one whose host keeps busy
-  // alone by its waits (progress_clock.h, PeriodSpeed).
+  // alone by its waits (progress_clock.h, PeriodSpeed); either asks for time alone as its
+  // kernels' baselines do, to renew its references.
   const uint32_t progress = k.progress.ClosePeriod();
   const uint32_t by_waits = k.progress.waits_reading();
+  // (Launches are timed densely alone only for the kernels' baselines: the timing's cost would
+  // lower the launch rate alone taken in the same pause.)
+  k.wants_baseline = signal.wants_baseline;
+  const char* wanted_because = k.clock.wanted_because();
+  if (!signal.wants_baseline && k.progress.wants_alone()) {
+    signal.wants_baseline = true;
+    wanted_because = "references alone to renew";
+  }
   const uint32_t bound = signal.speed_permille;
   signal.speed_permille = PeriodSpeed(bound, progress, by_waits);
   d.entry->kernel_signal.store(PackKernelSignal(signal), kRlx);
   if (signal.known() || signal.wants_baseline) {
     const ProgressClock::Seen& seen = k.progress.seen();
     // The other reading: the kernels' bound where the launches or the waits gave the reading.
-    char rate[48] = "";
+    // And, for a job busy alone and beside, its launch rate against alone (the trace only).
+    char rate[96] = "";
+    int at = 0;
     if ((progress > 0 || by_waits > 0) && bound > 0) {
-      snprintf(rate, sizeof rate, ", kernels' times at least %.3f", bound / 1000.0);
+      at = snprintf(rate, sizeof rate, ", kernels' times at least %.3f", bound / 1000.0);
     } else if (!seen.fresh) {
-      snprintf(rate, sizeof rate, ", no fresh rate alone");
+      at = snprintf(rate, sizeof rate, ", no fresh rate alone");
+    }
+    if (seen.launch_rate_permille > 0 && progress == 0 && at >= 0 && at < static_cast<int>(sizeof rate)) {
+      snprintf(rate + at, sizeof rate - at, ", launch rate %.3f", seen.launch_rate_permille / 1000.0);
     }
     TraceLine("compute: beside opportunistic work at least %.3f of its speed alone, by its %s%s%s "
               "(%d kernels timed alone, %d samples on a dry stream left out, %d alone over %.0fx their "
               "baseline; %s; launches: %lld ms alone in %d%% of passes, %lld ms beside in %d%%%s)",
               signal.speed_permille / 1000.0, PeriodSpeedSource(progress, by_waits),
-              signal.wants_baseline ? "; wants a baseline: " : "", k.clock.wanted_because(), k.clock.kernels(),
+              signal.wants_baseline ? "; wants a baseline: " : "", wanted_because, k.clock.kernels(),
               k.clock.dry_left_out(), k.clock.slow_alone(), kSlowAloneFactor,
               WaitedText(waited_ns, blocked).text,
               static_cast<long long>(seen.alone_ms), seen.alone_moved_permille / 10,

@@ -11,7 +11,9 @@ bool ProgressClock::Stretch::Busy(double share) const {
   return ns >= kMinStretchNs && waits_known && busy >= share * span && busy <= kOneHostShare * span;
 }
 
-void ProgressClock::Pass(int64_t now_ns, uint64_t launches, bool beside, int64_t waited_ns) {
+void ProgressClock::Pass(int64_t now_ns, uint64_t launches, bool queued, int64_t waited_ns) {
+  if (queued) queued_ns_ = now_ns;
+  const bool beside = queued_ns_ >= 0 && now_ns - queued_ns_ < kAloneSettleNs;
   const int64_t dt = now_ns - last_ns_;
   const uint64_t added = launches - last_launches_;
   const bool split = started_ && dt > 0 && dt <= kMaxPassGapNs && launches >= last_launches_;
@@ -68,8 +70,10 @@ uint32_t ProgressClock::ClosePeriod() {
   if (alone_.ns >= kMinStretchNs) {
     const bool moving = alone_.Moving(kSaturatedShare);
     const bool busy = alone_.Busy(kSaturatedShare) && alone_.Moving(kHostBoundShare);
+    const double rate = static_cast<double>(alone_.launches) / static_cast<double>(alone_.ns);
+    alone_busy_rate_ = busy ? mix(alone_busy_rate_, rate) : 0;
     if (moving) {
-      alone_rate_ = mix(alone_rate_, static_cast<double>(alone_.launches) / static_cast<double>(alone_.ns));
+      alone_rate_ = mix(alone_rate_, rate);
     } else {
       alone_rate_ = 0;  // not launching without pause alone: its launches are not its speed
       ratio_ = 0;
@@ -83,13 +87,20 @@ uint32_t ProgressClock::ClosePeriod() {
   }
   uint32_t reading = 0;
   waits_reading_ = 0;
+  wants_alone_ = false;
   if (beside_.ns >= kMinStretchNs) {
     const bool recent = ran_since_alone_ns_ <= kAloneRateFreshNs;  // the references alone
     const bool fresh = alone_rate_ > 0 && recent;
     seen_.fresh = fresh;
+    wants_alone_ = (alone_rate_ > 0 || alone_free_ > 0) && ran_since_alone_ns_ >= kAloneRenewNs;
     const double free_beside = free(beside_);
-    if (alone_free_ > 0 && recent && beside_.Busy(kSaturatedShare) && free_beside > 0) {
+    const bool busy = beside_.Busy(kSaturatedShare);
+    if (alone_free_ > 0 && recent && busy && free_beside > 0) {
       waits_reading_ = SpeedReading(free_beside / alone_free_ * 1000.0 + 0.5);
+    }
+    if (alone_busy_rate_ > 0 && recent && busy) {
+      const double rate = static_cast<double>(beside_.launches) / static_cast<double>(beside_.ns);
+      seen_.launch_rate_permille = SpeedReading(rate / alone_busy_rate_ * 1000.0 + 0.5);
     }
     if (beside_.Moving(kSaturatedShare) && fresh) {
       const double rate = static_cast<double>(beside_.launches) / static_cast<double>(beside_.ns);

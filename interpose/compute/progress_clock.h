@@ -23,8 +23,9 @@
 // 0.97-1.15 (mean 1.05), and the job ran at 0.84 of its speed alone; in the periods where it
 // launched in 85% or more, its launches read 0.99 and its kernels 0.98.
 //
-// A period's time is split pass by pass into alone (no opportunistic work queued) and beside;
-// a rest (no launch for over kRestNs) is in neither.
+// A period's time is split pass by pass into alone (no opportunistic work queued for
+// kAloneSettleNs or longer) and beside (the rest); a rest (no launch for over kRestNs) is in
+// neither.
 // Alone time is short (the pauses that refresh the kernels' baselines, a period or less each),
 // so it is kept across periods until it adds up to kMinStretchNs: that is a sample, and moves
 // the job's launch rate alone (kProgressWeight per sample). A period's beside time of at least
@@ -82,6 +83,23 @@ inline constexpr double kProgressWeight = 0.5;
 // baselines (kBaselineRefreshNs) comes a period or two after they go stale: the rate taken in
 // the previous pause outlives that.
 inline constexpr int64_t kAloneRateFreshNs = kBaselineRefreshNs + 10'000'000'000;
+// Time alone starts this long after opportunistic work was last seen queued. The moments its
+// queue runs empty between its own steps, or between the bursts a cut lets through, are not
+// the job's speed alone: its host still waits on work that ran beside opportunistic kernels
+// (the step's synchronisation comes up to a step later). On an H200, ResNet-50 bf16 beside
+// BERT training spent 40-120 ms of many periods in such moments, launching in 68-83% of its
+// passes there as beside (in a pause, once settled, 83-93%); mixed into its time alone they
+// made its readings by its waits 1.0-1.2 while it ran at 0.81-0.85 of its speed alone
+// (bench/results/compute-frontier-h200-2026-12-01b.md). Two of that job's steps (18-25 ms).
+// Such moments count as beside: they are part of how the job runs beside opportunistic work.
+inline constexpr int64_t kAloneSettleNs = 50'000'000;
+// A job read by its launches or its waits asks for time alone (a pause of opportunistic work,
+// as for its kernels' baselines) once its references alone are this old (its passes with a
+// launch since): they move with the host (on an H200 ResNet-50 bf16's solo speed moved 10-20%
+// over a run), so a reading against a reference of 20 s ago is off by that drift. (A job that
+// launches in 60% of its passes beside asks every 7 s; the controller pauses at most every
+// kMinProbeGapNs, 4 s.)
+inline constexpr int64_t kAloneRenewNs = 4'000'000'000;
 // A pass later than this after the previous one is not split (the state in between is unknown).
 inline constexpr int64_t kMaxPassGapNs = 5'000'000;
 // A run of passes without a launch longer than this is a rest, not part of the job's work: its
@@ -109,13 +127,16 @@ class ProgressClock {
  public:
   // One gate-thread pass at now_ns: the job's launches so far, whether opportunistic work on
   // the GPU had work queued, and the host's waits on the GPU so far, ns (-1: not counted).
-  void Pass(int64_t now_ns, uint64_t launches, bool beside, int64_t waited_ns = -1);
+  void Pass(int64_t now_ns, uint64_t launches, bool queued, int64_t waited_ns = -1);
   // Ends a period: the job's speed beside opportunistic work against alone by its launches, in
   // permille (at most kMaxSpeedPermille; 0: no reading). Its reading by its host's waits is
   // waits_reading().
   uint32_t ClosePeriod();
   // The newest period's reading by the host's waits, permille (0: none).
   uint32_t waits_reading() const { return waits_reading_; }
+  // Whether the job wants time alone to renew its references (kAloneRenewNs): it has one, it
+  // has run kAloneRenewNs since, and the newest period had time beside opportunistic work.
+  bool wants_alone() const { return wants_alone_; }
   // Forgets the launch count (the counter is not fed for a while: the next pass starts over).
   void Pause() {
     started_ = false;
@@ -124,10 +145,13 @@ class ProgressClock {
 
   // What the last ClosePeriod saw, for the trace: time alone and beside (ms), the share of
   // passes with a launch in each (permille), and whether a rate alone was fresh.
+  // For a job busy alone and beside, also its launch rate beside over alone in permille
+  // (launch_rate_permille; 0: none), whether or not it launched without pause.
   struct Seen {
     int64_t alone_ms = 0, beside_ms = 0;
     int alone_moved_permille = 0, beside_moved_permille = 0;
     bool fresh = false;
+    uint32_t launch_rate_permille = 0;
   };
   const Seen& seen() const { return seen_; }
 
@@ -147,6 +171,7 @@ class ProgressClock {
   };
   bool started_ = false;
   int64_t last_ns_ = 0;
+  int64_t queued_ns_ = -1;  // the newest pass that saw opportunistic work queued (-1: none)
   uint64_t last_launches_ = 0;
   int64_t last_waited_ = -1;
   Stretch alone_;       // alone time not yet in a sample, kept across periods
@@ -157,7 +182,9 @@ class ProgressClock {
   Stretch idle_alone_, idle_beside_;
   double alone_rate_ = 0;  // launches per ns alone (0: unknown)
   double alone_free_ = 0;  // its time alone's share the host did not wait on the GPU (0: unknown)
+  double alone_busy_rate_ = 0;  // launches per ns alone while busy (the trace; 0: unknown)
   uint32_t waits_reading_ = 0;
+  bool wants_alone_ = false;
   int64_t ran_since_alone_ns_ = 0;  // passes with a launch since the newest alone sample
   double ratio_ = 0;       // beside over alone (0: none yet)
   Seen seen_;

@@ -385,28 +385,104 @@ TEST(ComputeProgress, AJobThatIdlesBetweenBurstsIsNotReadByItsLaunches) {
 
 TEST(ComputeProgress, ShortStretchesAloneAddUpAcrossPeriods) {
   // Opportunistic work pauses for less than kMinStretchNs at a time: the job's time alone is
-  // kept across periods until it is a sample.
+  // kept across periods until it is a sample. Each pause starts with kAloneSettleNs (50 ms) in
+  // which the job still runs as beside: beside time.
   ProgressClock p;
   uint64_t n = 0;
-  int64_t now = FeedProgress(p, 0, &n, 60, false, 40);
-  now = FeedProgress(p, now, &n, 190, true, 30);
+  int64_t now = FeedProgress(p, 0, &n, 50, true, 30);
+  const auto pause = [&](double alone_ms, int moving) {
+    now = FeedProgress(p, now, &n, kAloneSettleNs / 1'000'000, false, 30);
+    now = FeedProgress(p, now, &n, alone_ms, false, 40, moving);
+  };
+  pause(60, 10);
+  now = FeedProgress(p, now, &n, 140, true, 30);
   EXPECT_EQ(p.ClosePeriod(), 0u);  // 60 ms alone: no rate yet
   EXPECT_LE(std::abs(p.seen().alone_ms - 60), 1);
   EXPECT_FALSE(p.seen().fresh);
   now = FeedProgress(p, now, &n, 250, true, 30);
   EXPECT_EQ(p.ClosePeriod(), 0u);
-  now = FeedProgress(p, now, &n, 60, false, 40);
-  now = FeedProgress(p, now, &n, 190, true, 30);
+  pause(60, 10);
+  now = FeedProgress(p, now, &n, 140, true, 30);
   EXPECT_NEAR(p.ClosePeriod(), 750, 2);  // 120 ms alone in all: a rate, and a reading
   EXPECT_LE(std::abs(p.seen().alone_ms - 60), 1);
   EXPECT_TRUE(p.seen().fresh);
   // Fragments alone in which the job idles undo it: it is not read by its launches.
-  now = FeedProgress(p, now, &n, 60, false, 40, /*moving=*/5);
-  now = FeedProgress(p, now, &n, 190, true, 30);
+  pause(60, 5);
+  now = FeedProgress(p, now, &n, 140, true, 30);
   EXPECT_NEAR(p.ClosePeriod(), 750, 2);
-  now = FeedProgress(p, now, &n, 60, false, 40, /*moving=*/5);
-  now = FeedProgress(p, now, &n, 190, true, 30);
+  pause(60, 5);
+  now = FeedProgress(p, now, &n, 140, true, 30);
   EXPECT_EQ(p.ClosePeriod(), 0u);
+}
+
+// Opportunistic work whose queue runs empty for a few ms between its steps: the job's host
+// still waits on its own work slowed beside it (its step's synchronisation), and those moments
+// are not its speed alone. Alone the job launches in 9 of 10 passes and waits in 1; beside
+// (queue empty in 1 pass of 10) it launches in 6 and waits in 4, whichever pass the queue is
+// empty in. Read against a pause's time alone: 0.6 / 0.9 by its waits, 6 / 9 by its launch
+// rate. Were the empty moments time alone, the reference would be the beside job's own 0.6,
+// and the reading 1.0.
+TEST(ComputeProgress, MomentsBetweenOpportunisticStepsAreNotTimeAlone) {
+  ProgressClock p;
+  uint64_t n = 0;
+  int64_t waited = 0, now = 1'000'000'000;
+  const auto feed = [&](double ms, bool pause) {
+    for (int i = 0; i < static_cast<int>(ms * 5); ++i) {
+      now += 200'000;
+      const int moving = pause ? 9 : 6;
+      if (i % 10 < moving) {
+        n += 4;
+      } else if (i % 10 < moving + (pause ? 1 : 4)) {
+        waited += 200'000;
+      }
+      p.Pass(now, n, /*queued=*/!pause && i % 10 != 7, waited);
+    }
+  };
+  feed(250, /*pause=*/true);
+  p.ClosePeriod();
+  for (int period = 0; period < 8; ++period) {
+    feed(250, /*pause=*/false);
+    p.ClosePeriod();
+    EXPECT_EQ(p.seen().alone_ms, 0) << period;
+    EXPECT_NEAR(p.waits_reading(), 667, 5) << period;
+    EXPECT_NEAR(p.seen().launch_rate_permille, 667, 5) << period;
+  }
+}
+
+// A job read by its waits or launches asks for time alone once its references are
+// kAloneRenewNs old (its passes with a launch since), beside opportunistic work only; a pause
+// renews them.
+TEST(ComputeProgress, AJobReadByItsHostAsksForTimeAloneToRenewItsReferences) {
+  ProgressClock p;
+  uint64_t n = 0;
+  int64_t waited = 0;
+  int64_t now = FeedWaits(p, 1'000'000'000, &n, &waited, 250, /*beside=*/false, 9, 1);
+  p.ClosePeriod();
+  EXPECT_FALSE(p.wants_alone()) << "alone: nothing to compare";
+  int periods = 0;
+  while (!p.wants_alone()) {
+    now = FeedWaits(p, now, &n, &waited, 250, /*beside=*/true, 6, 4);
+    p.ClosePeriod();
+    ASSERT_GT(p.waits_reading(), 0u);
+    ASSERT_LE(++periods, 100);
+  }
+  // Its passes with a launch are 6 in 10: 150 ms of each period.
+  EXPECT_EQ(periods, (kAloneRenewNs + 149'999'999) / 150'000'000);
+  // A pause: settling, then time alone; the next period beside no longer asks.
+  now = FeedWaits(p, now, &n, &waited, kAloneSettleNs / 1'000'000 + 150, /*beside=*/false, 9, 1);
+  now = FeedWaits(p, now, &n, &waited, 250, /*beside=*/true, 6, 4);
+  p.ClosePeriod();
+  EXPECT_FALSE(p.wants_alone());
+  // A server below full load has no reference alone: it never asks.
+  ProgressClock server;
+  uint64_t m = 0;
+  int64_t w = 0, t = FeedWaits(server, 1'000'000'000, &m, &w, 250, /*beside=*/false, 4, 1);
+  server.ClosePeriod();
+  for (int i = 0; i < 2 * periods; ++i) {
+    t = FeedWaits(server, t, &m, &w, 250, /*beside=*/true, 4, 5);
+    server.ClosePeriod();
+    ASSERT_FALSE(server.wants_alone()) << i;
+  }
 }
 
 TEST(ComputeProgress, ARateAloneGoesStaleAndShortStretchesAreNoSample) {
