@@ -28,11 +28,12 @@ R = load("readings_report")
 
 
 def line(value, by="kernels' times", why=None, dry=None, beside_pct=90, bound=None, fresh=True, slow=None,
-         waited="12.5", alone_ms=20, alone_pct=92, beside_ms=230):
+         waited="12.5", alone_ms=20, alone_pct=92, beside_ms=230, rate=None):
     wants = f"; wants a baseline: {why}" if why else ""
     left = f", {dry} samples on a dry stream left out" if dry is not None else ""
     left += f", {slow} alone over 3x their baseline" if slow is not None else ""
     tail = f", kernels' times at least {bound:.3f}" if bound is not None else ("" if fresh else ", no fresh rate alone")
+    tail += f", launch rate {rate:.3f}" if rate is not None else ""
     return (f"gslice[7]: compute: beside opportunistic work at least {value:.3f} of its speed alone, by its {by}{wants} "
             f"(150 kernels timed alone{left}; " + (f"the host waited {waited} ms" if waited else "the host made no waiting call")
             + f"; launches: {alone_ms} ms alone in {alone_pct}% of passes, {beside_ms} ms beside in {beside_pct}%{tail})\n")
@@ -48,7 +49,8 @@ class ReadingsReport(unittest.TestCase):
         ])
         self.assertEqual(len(periods), 3)
         self.assertEqual(periods[0], {"value": 0.95, "by_launches": True, "by_waits": False, "why": None, "dry": None,
-                                      "slow_alone": None, "beside_pct": 88, "bound": 0.97, "waited_ms": 12.5,
+                                      "slow_alone": None, "beside_pct": 88, "bound": 0.97, "launch_rate": None,
+                                      "waited_ms": 12.5,
                                       "alone_ms": 20, "alone_pct": 92, "beside_ms": 230})
         self.assertEqual(periods[1]["why"], "kernels faster than alone")
         self.assertEqual(periods[1]["dry"], 4)
@@ -62,6 +64,14 @@ class ReadingsReport(unittest.TestCase):
         self.assertEqual(R.summarize(newest)["slow_alone"], {"samples": 2, "periods": 1})
         self.assertIn("alone, over 3x their kernel's baseline: 2 samples in 1 periods",
                       R.report("g.log", R.summarize(newest)))
+        # And the launch rate of a job busy alone and beside, after the bound or a stale rate.
+        rated = R.parse([line(0.85, by="host's waits", bound=0.97, rate=0.842, why="references alone to renew"),
+                         line(0.9, fresh=False, rate=0.88), line(0.9)])
+        self.assertEqual([p["launch_rate"] for p in rated], [0.842, 0.88, None])
+        self.assertEqual(rated[0]["why"], "references alone to renew")
+        self.assertEqual(rated[0]["bound"], 0.97)
+        self.assertIn("launch rate (traced where not the reading): 2 periods, mean 0.861",
+                      R.report("g.log", R.summarize(rated)))
 
     def test_the_summary_splits_launch_readings_at_the_saturated_share(self):
         lines = [line(1.05, by="launches", beside_pct=70, bound=0.89),

@@ -5,15 +5,16 @@
                                 more of its passes than the launch reading needs, those by the
                                 host's waits, why it wanted baselines, the samples left out on
                                 a dry stream, the samples alone over 3x their kernel's
-                                baseline, and the job's speed by its host's waits on the GPU
-                                from the periods' waits (by_waits)
+                                baseline, its launch rate against alone where traced, and the
+                                job's speed by its host's waits on the GPU from the periods'
+                                waits (by_waits)
 
 Each period the gate thread of a guaranteed process beside opportunistic work on MPS traces
 
   compute: beside opportunistic work at least X of its speed alone, by its launches|host's
   waits|kernels' times[; wants a baseline: WHY] (N kernels timed alone[, D samples on a dry
   stream left out[, S alone over Fx their baseline]]; WAITS; launches: A ms alone in P% of
-  passes, B ms beside in Q%[, kernels' times at least K][, no fresh rate alone])
+  passes, B ms beside in Q%[, kernels' times at least K][, no fresh rate alone][, launch rate R])
 
 (interpose/compute/gate_thread.cc). A reading of 0.000 is a period with none (a baseline asked
 for before any): counted, left out of the figures. No GPU, no torch.
@@ -34,7 +35,8 @@ LINE = re.compile(
     r"(?:, (?P<slow>[0-9]+) alone over [0-9.]+x their baseline)?; "
     r"(?P<waits>[^;]*); launches: (?P<alone_ms>[0-9]+) ms alone in (?P<alone_pct>[0-9]+)% of passes, "
     r"(?P<beside_ms>[0-9]+) ms beside in (?P<beside_pct>[0-9]+)%"
-    r"(?:, kernels' times at least (?P<bound>[0-9.]+))?")
+    r"(?:, kernels' times at least (?P<bound>[0-9.]+))?(?:, no fresh rate alone)?"
+    r"(?:, launch rate (?P<rate>[0-9.]+))?")
 
 
 WAITED = re.compile(r"^the host waited (?P<ms>[0-9.]+) ms$")
@@ -80,6 +82,7 @@ def parse(lines):
             "slow_alone": int(m["slow"]) if m["slow"] is not None else None,
             "beside_pct": int(m["beside_pct"]),
             "bound": float(m["bound"]) if m["bound"] is not None else None,
+            "launch_rate": float(m["rate"]) if m["rate"] is not None else None,
             "waited_ms": waited_ms(m["waits"]),
             "alone_ms": int(m["alone_ms"]),
             "alone_pct": int(m["alone_pct"]),
@@ -112,6 +115,7 @@ def summarize(periods):
         "published": spread([p["value"] for p in read]),
         "by_launches": spread([p["value"] for p in by_launches]),
         "by_host_waits": spread([p["value"] for p in read if p.get("by_waits")]),
+        "launch_rate": spread([p["launch_rate"] for p in periods if p.get("launch_rate") is not None]),
         "their_bound": spread([p["bound"] for p in by_launches if p["bound"] is not None]),
         "by_launches_unsaturated": spread([p["value"] for p in below]),
         "their_bound_unsaturated": spread([p["bound"] for p in below if p["bound"] is not None]),
@@ -135,7 +139,8 @@ def report(name, summary):
              f"    their kernels:    {text(summary['their_bound'])}",
              f"  by launches under {SATURATED_PERCENT}% of passes beside: {text(summary['by_launches_unsaturated'])}",
              f"    their kernels:    {text(summary['their_bound_unsaturated'])}",
-             f"  by its host's waits: {text(summary['by_host_waits'])}"]
+             f"  by its host's waits: {text(summary['by_host_waits'])}",
+             f"  launch rate (traced where not the reading): {text(summary['launch_rate'])}"]
     why = summary["wanted_baseline"]
     lines.append("  wanted a baseline:  " + (", ".join(f"{k} {why[k]}" for k in sorted(why)) if why else "never"))
     dry = summary["dry_per_period"]
