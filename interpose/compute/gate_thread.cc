@@ -428,22 +428,28 @@ bool TimeKernels(Device& d, int64_t now, bool read_samples) {
   KernelSignal signal = k.clock.ClosePeriod(k.sequence, launches - k.period_launches, period_ns, waited_ns);
   k.period_launches = launches;
   // A job that launches without pause is read by its launches, one whose host keeps busy
-  // alone by its waits (progress_clock.h, PeriodSpeed); either asks for time alone as its
-  // kernels' baselines do, to renew its references.
+  // alone by its waits (progress_clock.h, PeriodSpeed); either asks for time alone to renew
+  // its references (KernelSignal::wants_alone), which the controller grants only near the
+  // floor. Kernels read faster than their baselines ask for new ones only where the kernels
+  // give the reading: otherwise their baselines do not move it, and the pause costs the
+  // opportunistic job a period for nothing (on an H200 such requests were half of the 23
+  // pauses a launch-read job cost its peer in 52 s).
   const uint32_t progress = k.progress.ClosePeriod();
   const uint32_t by_waits = k.progress.waits_reading();
+  const char* wanted_because = k.clock.wanted_because();
+  if (signal.wants_baseline && (progress > 0 || by_waits > 0) && k.clock.wants_only_because_faster()) {
+    signal.wants_baseline = false;
+    wanted_because = "";
+  }
   // (Launches are timed densely alone only for the kernels' baselines: the timing's cost would
   // lower the launch rate alone taken in the same pause.)
   k.wants_baseline = signal.wants_baseline;
-  const char* wanted_because = k.clock.wanted_because();
-  if (!signal.wants_baseline && k.progress.wants_alone()) {
-    signal.wants_baseline = true;
-    wanted_because = "references alone to renew";
-  }
+  signal.wants_alone = k.progress.wants_alone();
+  if (!signal.wants_baseline && signal.wants_alone) wanted_because = "to renew its references";
   const uint32_t bound = signal.speed_permille;
   signal.speed_permille = PeriodSpeed(bound, progress, by_waits);
   d.entry->kernel_signal.store(PackKernelSignal(signal), kRlx);
-  if (signal.known() || signal.wants_baseline) {
+  if (signal.known() || signal.wants_baseline || signal.wants_alone) {
     const ProgressClock::Seen& seen = k.progress.seen();
     // The other reading: the kernels' bound where the launches or the waits gave the reading.
     // And, for a job busy alone and beside, its launch rate against alone (the trace only).
@@ -461,7 +467,8 @@ bool TimeKernels(Device& d, int64_t now, bool read_samples) {
               "(%d kernels timed alone, %d samples on a dry stream left out, %d alone over %.0fx their "
               "baseline; %s; launches: %lld ms alone in %d%% of passes, %lld ms beside in %d%%%s)",
               signal.speed_permille / 1000.0, PeriodSpeedSource(progress, by_waits),
-              signal.wants_baseline ? "; wants a baseline: " : "", wanted_because, k.clock.kernels(),
+              signal.wants_baseline ? "; wants a baseline: " : signal.wants_alone ? "; wants time alone: " : "",
+              wanted_because, k.clock.kernels(),
               k.clock.dry_left_out(), k.clock.slow_alone(), kSlowAloneFactor,
               WaitedText(waited_ns, blocked).text,
               static_cast<long long>(seen.alone_ms), seen.alone_moved_permille / 10,

@@ -9,6 +9,7 @@ namespace {
 constexpr uint32_t kSpeedMask = 0x7ffu;
 constexpr uint32_t kWantsBaseline = 1u << 11;
 constexpr uint32_t kPending = 1u << 12;
+constexpr uint32_t kWantsAlone = 1u << 13;
 constexpr int kSequenceShift = 16;
 
 uint64_t Mix(uint64_t h, uint64_t v) {
@@ -28,13 +29,14 @@ uint64_t KernelKey(const KernelShape& shape) {
 uint32_t PackKernelSignal(const KernelSignal& s) {
   const uint32_t speed = s.speed_permille > kMaxSpeedPermille ? kMaxSpeedPermille : s.speed_permille;
   return speed | (s.wants_baseline ? kWantsBaseline : 0u) | (s.pending ? kPending : 0u) |
-         ((s.sequence & 0xffffu) << kSequenceShift);
+         (s.wants_alone ? kWantsAlone : 0u) | ((s.sequence & 0xffffu) << kSequenceShift);
 }
 
 KernelSignal UnpackKernelSignal(uint32_t word) {
   return {.speed_permille = word & kSpeedMask,
           .wants_baseline = (word & kWantsBaseline) != 0,
           .pending = (word & kPending) != 0,
+          .wants_alone = (word & kWantsAlone) != 0,
           .sequence = word >> kSequenceShift};
 }
 
@@ -154,6 +156,7 @@ KernelSignal KernelClock::ClosePeriod(uint32_t sequence, uint64_t launches, int6
     faster = alone_samples_ - faster_asked_at_ < kMinSignalSamples;  // asked once (kFasterThanAlone)
   }
   s.wants_baseline = few || stale || faster;
+  wants_only_because_faster_ = faster && !few && founded && !stale;
   wanted_because_ = few        ? "few kernels have one"
                     : !founded ? "too few samples alone"
                     : stale    ? "stale"

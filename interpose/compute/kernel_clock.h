@@ -163,12 +163,15 @@ inline uint32_t SpeedReading(double permille) {
 // bits 0-10 the speed in permille (0: no reading; at most kMaxSpeedPermille), bit 11 whether
 // the job wants a baseline (too few of its kernels beside opportunistic work had one, or the
 // newest is stale), bit 12 whether a reading is pending
-// (samples beside opportunistic work are being gathered, too few yet), bits 16-31 the
-// period's number, never 0 once published, so a reader tells a new reading from the one it saw.
+// (samples beside opportunistic work are being gathered, too few yet), bit 13 whether the job
+// wants time alone to renew the references of a reading by its launches or waits
+// (progress_clock.h, kAloneRenewNs), bits 16-31 the period's number, never 0 once published,
+// so a reader tells a new reading from the one it saw.
 struct KernelSignal {
   uint32_t speed_permille = 0;
   bool wants_baseline = false;
   bool pending = false;
+  bool wants_alone = false;
   uint32_t sequence = 0;
   bool known() const { return speed_permille > 0; }
 };
@@ -191,6 +194,9 @@ class KernelClock {
   int kernels() const { return used_; }
   // Why the newest period's signal wants a baseline, in words for the trace ("" where it does not).
   const char* wanted_because() const { return wanted_because_; }
+  // Whether the newest period's signal wants a baseline only because its kernels read faster
+  // than alone (kFasterThanAlone), not for want of baselines.
+  bool wants_only_because_faster() const { return wants_only_because_faster_; }
   // The samples the newest period left out, timed on a dry stream (for the trace).
   int dry_left_out() const { return dry_left_out_; }
   // The newest period's samples alone that took over kSlowAloneFactor times their kernel's
@@ -216,6 +222,7 @@ class KernelClock {
   int64_t alone_samples_ = 0;
   int64_t faster_asked_at_ = -1;
   const char* wanted_because_ = "";
+  bool wants_only_because_faster_ = false;
   // Time the job ran (timed periods with launches or samples beside opportunistic work, each
   // at most kMaxCountedPeriodNs) since its newest baseline sample.
   int64_t ran_since_alone_ns_ = 0;

@@ -43,12 +43,14 @@ ControlDecision MpsController::Decide(const ControlPeriod& period, int64_t now_n
   // Readings of this period, judged against each peer's own floor.
   double worst = 2;  // the lowest reading over its floor; 2: none
   bool wants_baseline = false;
+  bool wants_alone = false;
   bool pending = false;  // a peer gathers samples beside opportunistic work for a reading
   for (int k = 0; k < period.count; ++k) {
     const PeerPeriod& p = period.peers[k];
     if (!Fresh(p)) continue;
     const KernelSignal s = UnpackKernelSignal(p.kernel_signal);
     wants_baseline |= s.wants_baseline;
+    wants_alone |= s.wants_alone;
     pending |= s.pending;
     if (!s.known()) continue;
     const double floor = p.floor_permille / 1000.0;
@@ -80,10 +82,16 @@ ControlDecision MpsController::Decide(const ControlPeriod& period, int64_t now_n
     }
     idle_since_ns_ = -1;
   }
-  if (wants_baseline && (last_probe_ns_ == 0 || now_ns - last_probe_ns_ >= kMinProbeGapNs)) {
+  if (wants_alone && !wants_baseline && judged_count_ >= kGrowPeriods) {
+    double mean = 0;
+    for (uint32_t i = 0; i < judged_count_; ++i) mean += judged_[i];
+    wants_alone = mean / judged_count_ < 1 + kRenewMargin;  // near the floor: the reference matters
+  }
+  if ((wants_baseline || wants_alone) && (last_probe_ns_ == 0 || now_ns - last_probe_ns_ >= kMinProbeGapNs)) {
     last_probe_ns_ = now_ns;
     probe_left_ = kProbePeriods;
-    AddTrace(&d, "compute: mps: a guaranteed job wants its kernels' time alone: pause for %u period(s)", kProbePeriods);
+    AddTrace(&d, "compute: mps: a guaranteed job wants %s alone: pause for %u period(s)",
+             wants_baseline ? "its kernels' time" : "its own time", kProbePeriods);
     d.probe_pause = true;
     d.rate_permille = rate_;
     return d;

@@ -774,6 +774,7 @@ TEST(ComputeKernels, KernelsFasterBesideThanTheirBaselinesAskForNewOnes) {
   KernelSignal s = k.ClosePeriod(1);
   EXPECT_EQ(s.speed_permille, kMaxSpeedPermille);
   EXPECT_TRUE(s.wants_baseline) << "a baseline slower than the kernel runs beside is wrong";
+  EXPECT_FALSE(k.wants_only_because_faster()) << "one sample alone: it wants baselines anyway";
   // Asked again in a period with no reading yet (the samples carried).
   k.Add(key, 4'000'000, true);
   EXPECT_TRUE(k.ClosePeriod(2).wants_baseline);
@@ -810,6 +811,7 @@ TEST(ComputeKernels, KernelsStillFasterAfterNewBaselinesDoNotAskAgain) {
   EXPECT_EQ(s.speed_permille, 1158u);
   EXPECT_TRUE(s.wants_baseline);
   EXPECT_STREQ(k.wanted_because(), "kernels faster than alone");
+  EXPECT_TRUE(k.wants_only_because_faster()) << "a job read by its launches drops such an ask";
   beside(1'900'000);
   EXPECT_TRUE(k.ClosePeriod(++seq).wants_baseline) << "still asking: no baseline taken since";
   // The pause it asked for renews the baselines, and they read as before.
@@ -938,6 +940,11 @@ TEST(ComputeKernels, TheSignalPacksIntoOneWord) {
   EXPECT_EQ(UnpackKernelSignal(PackKernelSignal({.speed_permille = 5000, .sequence = 1})).speed_permille,
             kMaxSpeedPermille);
   EXPECT_FALSE(UnpackKernelSignal(0).known());
+  const KernelSignal alone = UnpackKernelSignal(PackKernelSignal({.speed_permille = 950, .wants_alone = true, .sequence = 3}));
+  EXPECT_TRUE(alone.wants_alone);
+  EXPECT_FALSE(alone.wants_baseline);
+  EXPECT_EQ(alone.speed_permille, 950u);
+  EXPECT_FALSE(t.wants_alone);
 }
 
 // ---- MPS -------------------------------------------------------------------------------
@@ -1144,6 +1151,25 @@ TEST(ComputeMps, ABaselineIsAskedForWithAShortPauseNotTooOften) {
   d = held.Step(Idle());
   EXPECT_EQ(d.rate_permille, 1000u);
   EXPECT_TRUE(d.forget_budget);
+}
+
+// A job read by its launches that wants time alone only to renew its references gets a pause
+// while its readings are near its floor, not while they are far above it.
+TEST(ComputeMps, TimeAloneToRenewReferencesIsGivenOnlyNearTheFloor) {
+  const auto pauses = [](uint32_t speed_permille) {
+    MpsClock m;
+    int n = 0;
+    for (uint32_t seq = 1; seq <= 4 * kMinProbeGapNs / kControlPeriodNs; ++seq) {
+      PeerPeriod p = Kernels(0, seq, 900);
+      p.kernel_signal = PackKernelSignal({.speed_permille = speed_permille, .wants_alone = true, .sequence = seq});
+      const ControlDecision d = m.Step(Busy({p}));
+      n += d.probe_pause ? 1 : 0;
+      EXPECT_EQ(d.rate_permille, 1000u) << Trace(d);
+    }
+    return n;
+  };
+  EXPECT_EQ(pauses(950), 4) << "0.95 over a floor of 0.90: one pause per kMinProbeGapNs";
+  EXPECT_EQ(pauses(1100), 1) << "1.1 over 0.90: only before the readings say so";
 }
 
 TEST(ComputeMps, ABusyStretchStartsWhereTheLastOneSettled) {

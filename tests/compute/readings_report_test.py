@@ -29,7 +29,7 @@ R = load("readings_report")
 
 def line(value, by="kernels' times", why=None, dry=None, beside_pct=90, bound=None, fresh=True, slow=None,
          waited="12.5", alone_ms=20, alone_pct=92, beside_ms=230, rate=None):
-    wants = f"; wants a baseline: {why}" if why else ""
+    wants = (f"; wants time alone: {why}" if why.startswith("to renew") else f"; wants a baseline: {why}") if why else ""
     left = f", {dry} samples on a dry stream left out" if dry is not None else ""
     left += f", {slow} alone over 3x their baseline" if slow is not None else ""
     tail = f", kernels' times at least {bound:.3f}" if bound is not None else ("" if fresh else ", no fresh rate alone")
@@ -65,10 +65,10 @@ class ReadingsReport(unittest.TestCase):
         self.assertIn("alone, over 3x their kernel's baseline: 2 samples in 1 periods",
                       R.report("g.log", R.summarize(newest)))
         # And the launch rate of a job busy alone and beside, after the bound or a stale rate.
-        rated = R.parse([line(0.85, by="host's waits", bound=0.97, rate=0.842, why="references alone to renew"),
+        rated = R.parse([line(0.85, by="host's waits", bound=0.97, rate=0.842, why="to renew its references"),
                          line(0.9, fresh=False, rate=0.88), line(0.9)])
         self.assertEqual([p["launch_rate"] for p in rated], [0.842, 0.88, None])
-        self.assertEqual(rated[0]["why"], "references alone to renew")
+        self.assertEqual(rated[0]["why"], "to renew its references")
         self.assertEqual(rated[0]["bound"], 0.97)
         self.assertIn("launch rate (traced where not the reading): 2 periods, mean 0.861",
                       R.report("g.log", R.summarize(rated)))

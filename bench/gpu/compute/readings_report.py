@@ -12,7 +12,7 @@
 Each period the gate thread of a guaranteed process beside opportunistic work on MPS traces
 
   compute: beside opportunistic work at least X of its speed alone, by its launches|host's
-  waits|kernels' times[; wants a baseline: WHY] (N kernels timed alone[, D samples on a dry
+  waits|kernels' times[; wants a baseline|time alone: WHY] (N kernels timed alone[, D samples on a dry
   stream left out[, S alone over Fx their baseline]]; WAITS; launches: A ms alone in P% of
   passes, B ms beside in Q%[, kernels' times at least K][, no fresh rate alone][, launch rate R])
 
@@ -30,7 +30,7 @@ SATURATED_PERCENT = 85
 
 LINE = re.compile(
     r"beside opportunistic work at least (?P<value>[0-9.]+) of its speed alone, "
-    r"by its (?P<by>launches|host's waits|kernels' times)(?:; wants a baseline: (?P<why>[a-z ]+?))? "
+    r"by its (?P<by>launches|host's waits|kernels' times)(?:; wants (?:a baseline|time alone): (?P<why>[a-z ]+?))? "
     r"\((?P<kernels>[0-9]+) kernels timed alone(?:, (?P<dry>[0-9]+) samples on a dry stream left out)?"
     r"(?:, (?P<slow>[0-9]+) alone over [0-9.]+x their baseline)?; "
     r"(?P<waits>[^;]*); launches: (?P<alone_ms>[0-9]+) ms alone in (?P<alone_pct>[0-9]+)% of passes, "
