@@ -26,7 +26,8 @@
 // A period's time is split pass by pass into alone (no opportunistic work queued for
 // kAloneSettleNs or longer) and beside (the rest); a rest (no launch for over kRestNs) is in
 // neither.
-// Alone time is short (the pauses that refresh the kernels' baselines, a period or less each),
+// Alone time is short (the pauses that refresh the kernels' baselines, and those the job asks
+// for itself to renew its references, kAloneRenewNs: a period or less each),
 // so it is kept across periods until it adds up to kMinStretchNs: that is a sample, and moves
 // the job's launch rate alone (kProgressWeight per sample). A period's beside time of at least
 // kMinStretchNs in which it launched without pause is a sample of its rate beside, over the
