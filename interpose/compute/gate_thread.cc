@@ -432,8 +432,8 @@ bool TimeKernels(Device& d, int64_t now, bool read_samples) {
   // its references (KernelSignal::wants_alone), which the controller grants only near the
   // floor. Kernels read faster than their baselines ask for new ones only where the kernels
   // give the reading: otherwise their baselines do not move it, and the pause costs the
-  // opportunistic job a period for nothing (on an H200 such requests were half of the 23
-  // pauses a launch-read job cost its peer in 52 s).
+  // opportunistic job a period for nothing (on an H200 a job read by its launches in 413 of
+  // 421 periods asked so in 27).
   const uint32_t progress = k.progress.ClosePeriod();
   const uint32_t by_waits = k.progress.waits_reading();
   const char* wanted_because = k.clock.wanted_because();
