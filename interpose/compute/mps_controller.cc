@@ -96,6 +96,15 @@ ControlDecision MpsController::Decide(const ControlPeriod& period, int64_t now_n
     d.rate_permille = rate_;
     return d;
   }
+  if (!period.wanted) {
+    // This process did not launch: the period's readings are not its doing (another
+    // opportunistic process's, or none), and its rate stays where its own last judged it. The
+    // window starts over when it launches again.
+    judged_count_ = judged_next_ = 0;
+    quiet_ = 0;
+    d.rate_permille = rate_;
+    return d;
+  }
   if (worst >= 2) {
     // A reading that is pending is coming: opportunistic work is beside the guaranteed
     // kernels, only not yet often enough to read.

@@ -58,7 +58,12 @@
 //    period in which a peer's reading is pending (kernel_clock.h: samples beside opportunistic
 //    work, too few yet) is not such a period: the reading is coming. Only
 //    periods in which this process wanted the GPU count: one that does not launch is not held
-//    back, and its rate stays where the readings left it until it launches again.
+//    back, and its rate stays where the readings left it until it launches again;
+//  - nor is it judged: a guaranteed job's readings while this process does not launch (or wait
+//    at its gate) are not its doing, and cutting it for another opportunistic process's work
+//    would start it throttled when it comes back (in the frontier each configuration's
+//    opportunistic process rests while another runs beside the same guaranteed jobs, and its
+//    controller went on judging their readings);
 // So where the floor holds with opportunistic work unthrottled, nothing is ever held back.
 // Pure (controller.h).
 #pragma once

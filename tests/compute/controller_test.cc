@@ -1214,6 +1214,33 @@ TEST(ComputeMps, APendingReadingIsWaitedForNotTakenForNoneComing) {
   EXPECT_LT(m.c.rate_permille(), held);
 }
 
+// Another opportunistic process runs beside the guaranteed job and takes it under its floor
+// while this one rests: this one is not cut for it, and comes back where it was. Its window
+// starts over: readings from before its rest are not judged with those after.
+TEST(ComputeMps, AProcessIsNotCutForReadingsWhileItDoesNotLaunch) {
+  MpsClock m;
+  uint32_t seq = 0;
+  for (int i = 0; i < 6; ++i) ASSERT_EQ(m.Step(Busy({Kernels(960, ++seq, 970)})).rate_permille, 1000u);
+  ControlPeriod resting = Busy({Kernels(500, ++seq, 970)});
+  resting.wanted = false;
+  for (int i = 0; i < 40; ++i) {
+    resting.peers[0] = Kernels(500, ++seq, 970);
+    const ControlDecision d = m.Step(resting);
+    ASSERT_EQ(d.rate_permille, 1000u) << i << " " << Trace(d);
+  }
+  // Back, and the job still under its floor beside it: cut at once (a reading 20% under).
+  EXPECT_LT(m.Step(Busy({Kernels(500, ++seq, 970)})).rate_permille, 1000u);
+  // Its window started over at its return: two readings just under the floor after six from
+  // before the rest just under it too are not yet a window of eight.
+  MpsClock w;
+  seq = 0;
+  for (int i = 0; i < 6; ++i) w.Step(Busy({Kernels(950, ++seq, 970)}));
+  ControlPeriod away = Busy({Kernels(0, ++seq, 970)});
+  away.wanted = false;
+  w.Step(away);
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(w.Step(Busy({Kernels(950, ++seq, 970)})).rate_permille, 1000u) << i;
+}
+
 TEST(ComputeMps, AProcessThatDoesNotLaunchIsNotHeldBackSoItsRateStays) {
   // Held back to nothing beside a busy guaranteed job, the opportunistic job stops launching
   // (its input, a checkpoint): the guaranteed job publishes no reading, but nothing is held
