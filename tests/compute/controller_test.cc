@@ -453,35 +453,41 @@ TEST(ComputeProgress, MomentsBetweenOpportunisticStepsAreNotTimeAlone) {
 // kAloneRenewNs old (its passes with a launch since), beside opportunistic work only; a pause
 // renews them.
 TEST(ComputeProgress, AJobReadByItsHostAsksForTimeAloneToRenewItsReferences) {
-  ProgressClock p;
-  uint64_t n = 0;
-  int64_t waited = 0;
-  int64_t now = FeedWaits(p, 1'000'000'000, &n, &waited, 250, /*beside=*/false, 9, 1);
-  p.ClosePeriod();
-  EXPECT_FALSE(p.wants_alone()) << "alone: nothing to compare";
+  // A job fed by FeedWaits, period by period.
+  struct Job {
+    ProgressClock clock;
+    uint64_t launches = 0;
+    int64_t waited = 0, now = 1'000'000'000;
+    void Feed(double ms, bool beside, int moving, int waiting) {
+      now = FeedWaits(clock, now, &launches, &waited, ms, beside, moving, waiting);
+    }
+  };
+  Job job;
+  job.Feed(250, /*beside=*/false, 9, 1);
+  job.clock.ClosePeriod();
+  EXPECT_FALSE(job.clock.wants_alone()) << "alone: nothing to compare";
   int periods = 0;
-  while (!p.wants_alone()) {
-    now = FeedWaits(p, now, &n, &waited, 250, /*beside=*/true, 6, 4);
-    p.ClosePeriod();
-    ASSERT_GT(p.waits_reading(), 0u);
+  while (!job.clock.wants_alone()) {
+    job.Feed(250, /*beside=*/true, 6, 4);
+    job.clock.ClosePeriod();
+    ASSERT_GT(job.clock.waits_reading(), 0u);
     ASSERT_LE(++periods, 100);
   }
   // Its passes with a launch are 6 in 10: 150 ms of each period.
   EXPECT_EQ(periods, (kAloneRenewNs + 149'999'999) / 150'000'000);
   // A pause: settling, then time alone; the next period beside no longer asks.
-  now = FeedWaits(p, now, &n, &waited, kAloneSettleNs / 1'000'000 + 150, /*beside=*/false, 9, 1);
-  now = FeedWaits(p, now, &n, &waited, 250, /*beside=*/true, 6, 4);
-  p.ClosePeriod();
-  EXPECT_FALSE(p.wants_alone());
+  job.Feed(kAloneSettleNs / 1'000'000 + 150, /*beside=*/false, 9, 1);
+  job.Feed(250, /*beside=*/true, 6, 4);
+  job.clock.ClosePeriod();
+  EXPECT_FALSE(job.clock.wants_alone());
   // A server below full load has no reference alone: it never asks.
-  ProgressClock server;
-  uint64_t m = 0;
-  int64_t w = 0, t = FeedWaits(server, 1'000'000'000, &m, &w, 250, /*beside=*/false, 4, 1);
-  server.ClosePeriod();
+  Job server;
+  server.Feed(250, /*beside=*/false, 4, 1);
+  server.clock.ClosePeriod();
   for (int i = 0; i < 2 * periods; ++i) {
-    t = FeedWaits(server, t, &m, &w, 250, /*beside=*/true, 4, 5);
-    server.ClosePeriod();
-    ASSERT_FALSE(server.wants_alone()) << i;
+    server.Feed(250, /*beside=*/true, 4, 5);
+    server.clock.ClosePeriod();
+    ASSERT_FALSE(server.clock.wants_alone()) << i;
   }
 }
 
