@@ -454,7 +454,9 @@ TEST_F(ComputeSim, OnMpsACapHeldByTheSmsIsNotHeldAgainByTheGate) {
   ASSERT_GT(free, 200) << rs[0].raw;
   const std::string counts = "capped " + std::to_string(rs[1].kernels) + " vs free " + std::to_string(rs[0].kernels);
   EXPECT_GE(capped / free, 0.40) << counts;  // held twice, it would be about 0.25
-  EXPECT_LE(capped / free, 0.56) << counts;
+  // Not on all the SMs (about 1.0). The witness's host shares the CPUs with the build and the
+  // other tests: on two busy cores it read 0.56-0.58 in one run of three.
+  EXPECT_LE(capped / free, 0.62) << counts;
   // Where the SMs are not enough, the gate still holds the cap: two processes of one slice
   // capped at 50%, each on half the SMs, would use all of them between them.
   auto pair_member = [&mps]() {
