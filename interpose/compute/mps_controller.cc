@@ -24,6 +24,12 @@ bool MpsController::Fresh(const PeerPeriod& p) {
   return s.sequence != 0;
 }
 
+double MpsController::JudgedMean() const {
+  double sum = 0;
+  for (uint32_t i = 0; i < judged_count_; ++i) sum += judged_[i];
+  return sum / judged_count_;
+}
+
 void MpsController::Grow(ControlDecision* d, const char* why) {
   if (rate_ >= 1000) return;
   const double grown = rate_ * kGrowFactor;
@@ -83,9 +89,7 @@ ControlDecision MpsController::Decide(const ControlPeriod& period, int64_t now_n
     idle_since_ns_ = -1;
   }
   if (wants_alone && !wants_baseline && judged_count_ >= kGrowPeriods) {
-    double mean = 0;
-    for (uint32_t i = 0; i < judged_count_; ++i) mean += judged_[i];
-    wants_alone = mean / judged_count_ < 1 + kRenewMargin;  // near the floor: the reference matters
+    wants_alone = JudgedMean() < 1 + kRenewMargin;  // near the floor: the reference matters
   }
   if ((wants_baseline || wants_alone) && (last_probe_ns_ == 0 || now_ns - last_probe_ns_ >= kMinProbeGapNs)) {
     last_probe_ns_ = now_ns;
@@ -120,9 +124,7 @@ ControlDecision MpsController::Decide(const ControlPeriod& period, int64_t now_n
   judged_[judged_next_] = worst;
   judged_next_ = (judged_next_ + 1) % kJudgePeriods;
   if (judged_count_ < kJudgePeriods) ++judged_count_;
-  double mean = 0;
-  for (uint32_t i = 0; i < judged_count_; ++i) mean += judged_[i];
-  mean /= judged_count_;
+  const double mean = JudgedMean();
   double spread = 0;  // the readings' sample standard deviation
   for (uint32_t i = 0; i < judged_count_; ++i) spread += (judged_[i] - mean) * (judged_[i] - mean);
   spread = judged_count_ > 1 ? std::sqrt(spread / (judged_count_ - 1)) : 0;

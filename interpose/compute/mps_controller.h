@@ -110,6 +110,9 @@ class MpsController {
   };
   // Whether p's reading is new since the last period; records it.
   bool Fresh(const PeerPeriod& p);
+  // The mean of the readings judged since the rate last changed.
+  // REQUIRES: judged_count_ > 0.
+  double JudgedMean() const;
   void Grow(ControlDecision* d, const char* why);
 
   uint32_t rate_ = 1000;

@@ -70,10 +70,9 @@ uint32_t ProgressClock::ClosePeriod() {
   if (alone_.ns >= kMinStretchNs) {
     const bool moving = alone_.Moving(kSaturatedShare);
     const bool busy = alone_.Busy(kSaturatedShare) && alone_.Moving(kHostBoundShare);
-    const double rate = static_cast<double>(alone_.launches) / static_cast<double>(alone_.ns);
-    alone_busy_rate_ = busy ? mix(alone_busy_rate_, rate) : 0;
+    alone_busy_rate_ = busy ? mix(alone_busy_rate_, alone_.Rate()) : 0;
     if (moving) {
-      alone_rate_ = mix(alone_rate_, rate);
+      alone_rate_ = mix(alone_rate_, alone_.Rate());
     } else {
       alone_rate_ = 0;  // not launching without pause alone: its launches are not its speed
       ratio_ = 0;
@@ -99,12 +98,10 @@ uint32_t ProgressClock::ClosePeriod() {
       waits_reading_ = SpeedReading(free_beside / alone_free_ * 1000.0 + 0.5);
     }
     if (alone_busy_rate_ > 0 && recent && busy) {
-      const double rate = static_cast<double>(beside_.launches) / static_cast<double>(beside_.ns);
-      seen_.launch_rate_permille = SpeedReading(rate / alone_busy_rate_ * 1000.0 + 0.5);
+      seen_.launch_rate_permille = SpeedReading(beside_.Rate() / alone_busy_rate_ * 1000.0 + 0.5);
     }
     if (beside_.Moving(kSaturatedShare) && fresh) {
-      const double rate = static_cast<double>(beside_.launches) / static_cast<double>(beside_.ns);
-      ratio_ = mix(ratio_, rate / alone_rate_);
+      ratio_ = mix(ratio_, beside_.Rate() / alone_rate_);
       const double permille = ratio_ * 1000.0;
       reading = SpeedReading(permille);
     } else {

@@ -165,6 +165,7 @@ class ProgressClock {
     int64_t moved_ns = 0;  // their time
     int64_t waited = 0;    // the host's waits on the GPU that ended in its passes, ns
     bool waits_known = true;
+    double Rate() const { return static_cast<double>(launches) / static_cast<double>(ns); }  // per ns
     bool Moving(double share) const;
     // The host launched or waited on the GPU in at least `share` of the time, and one host
     // thread did (kOneHostShare).
