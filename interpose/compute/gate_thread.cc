@@ -405,8 +405,7 @@ bool TimeKernels(Device& d, int64_t now, bool read_samples) {
   }
   k.tail.store(tail, std::memory_order_release);
   if (!sample) k.wants_baseline = false;
-  const bool dense = timed_densely;
-  if (!sample || now < k.next_period_ns) return dense;
+  if (!sample || now < k.next_period_ns) return timed_densely;
   const int64_t period_ns = k.next_period_ns == 0 ? 0 : now - (k.next_period_ns - kControlPeriodNs);
   k.next_period_ns = now + kControlPeriodNs;
   if (++k.sequence > 0xffffu) k.sequence = 1;
@@ -425,8 +424,6 @@ bool TimeKernels(Device& d, int64_t now, bool read_samples) {
   const int64_t waited_ns = blocked || waits == k.period_waits ? -1 : waited - k.period_waited_ns;
   k.period_waits = waits;
   k.period_waited_ns = waited;
-  KernelSignal signal = k.clock.ClosePeriod(k.sequence, launches - k.period_launches, period_ns, waited_ns);
-  k.period_launches = launches;
   // A job that launches without pause is read by its launches, one whose host keeps busy
   // alone by its waits (progress_clock.h, PeriodSpeed); either asks for time alone to renew
   // its references (KernelSignal::wants_alone), which the controller grants only near the
@@ -436,11 +433,10 @@ bool TimeKernels(Device& d, int64_t now, bool read_samples) {
   // 421 periods asked so in 27).
   const uint32_t progress = k.progress.ClosePeriod();
   const uint32_t by_waits = k.progress.waits_reading();
+  KernelSignal signal = k.clock.ClosePeriod(k.sequence, launches - k.period_launches, period_ns, waited_ns,
+                                            /*kernels_read=*/progress == 0 && by_waits == 0);
+  k.period_launches = launches;
   const char* wanted_because = k.clock.wanted_because();
-  if (signal.wants_baseline && (progress > 0 || by_waits > 0) && k.clock.wants_only_because_faster()) {
-    signal.wants_baseline = false;
-    wanted_because = "";
-  }
   // (Launches are timed densely alone only for the kernels' baselines: the timing's cost would
   // lower the launch rate alone taken in the same pause.)
   k.wants_baseline = signal.wants_baseline;
@@ -474,7 +470,7 @@ bool TimeKernels(Device& d, int64_t now, bool read_samples) {
               static_cast<long long>(seen.alone_ms), seen.alone_moved_permille / 10,
               static_cast<long long>(seen.beside_ms), seen.beside_moved_permille / 10, rate);
   }
-  return dense;
+  return timed_densely;
 }
 
 // The pending samples of a context that goes away: dropped (their events go with it).

@@ -109,7 +109,8 @@ void KernelClock::StartWindow() {
   counted_ = true;
 }
 
-KernelSignal KernelClock::ClosePeriod(uint32_t sequence, uint64_t launches, int64_t period_ns, int64_t waited_ns) {
+KernelSignal KernelClock::ClosePeriod(uint32_t sequence, uint64_t launches, int64_t period_ns, int64_t waited_ns,
+                                      bool kernels_read) {
   KernelSignal s{.sequence = sequence};
   period_ns = std::min(period_ns, kMaxCountedPeriodNs);
   if (period_ns > 0 && (launches > 0 || period_beside_ > 0)) ran_since_alone_ns_ += period_ns;
@@ -155,8 +156,8 @@ KernelSignal KernelClock::ClosePeriod(uint32_t sequence, uint64_t launches, int6
     if (faster_asked_at_ < 0) faster_asked_at_ = alone_samples_;
     faster = alone_samples_ - faster_asked_at_ < kMinSignalSamples;  // asked once (kFasterThanAlone)
   }
+  faster = faster && kernels_read;  // (asked or not, the stretch of faster readings is counted)
   s.wants_baseline = few || stale || faster;
-  wants_only_because_faster_ = faster && !few && founded && !stale;
   wanted_because_ = few        ? "few kernels have one"
                     : !founded ? "too few samples alone"
                     : stale    ? "stale"

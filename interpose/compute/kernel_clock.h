@@ -187,16 +187,16 @@ class KernelClock {
   // Ends a period of period_ns (0: not timed; counted at most kMaxCountedPeriodNs)
   // in which the job made `launches` launches (0: not counted) and its host waited waited_ns on the GPU (-1: not known, or a launch found the
   // queue full; no cap): its reading, numbered `sequence` (over the periods carried into it),
-  // and starts the next.
-  KernelSignal ClosePeriod(uint32_t sequence, uint64_t launches = 0, int64_t period_ns = 0, int64_t waited_ns = -1);
+  // and starts the next. kernels_read: whether the kernels give the period's reading (false
+  // where the job's launches or waits do, PeriodSpeed): only then do kernels that read faster
+  // than their baselines ask for new ones, as those baselines move no other reading.
+  KernelSignal ClosePeriod(uint32_t sequence, uint64_t launches = 0, int64_t period_ns = 0, int64_t waited_ns = -1,
+                           bool kernels_read = true);
   // The kernel's baseline, ns (0: none).
   double Baseline(uint64_t key) const;
   int kernels() const { return used_; }
   // Why the newest period's signal wants a baseline, in words for the trace ("" where it does not).
   const char* wanted_because() const { return wanted_because_; }
-  // Whether the newest period's signal wants a baseline only because its kernels read faster
-  // than alone (kFasterThanAlone), not for want of baselines.
-  bool wants_only_because_faster() const { return wants_only_because_faster_; }
   // The samples the newest period left out, timed on a dry stream (for the trace).
   int dry_left_out() const { return dry_left_out_; }
   // The newest period's samples alone that took over kSlowAloneFactor times their kernel's
@@ -222,7 +222,6 @@ class KernelClock {
   int64_t alone_samples_ = 0;
   int64_t faster_asked_at_ = -1;
   const char* wanted_because_ = "";
-  bool wants_only_because_faster_ = false;
   // Time the job ran (timed periods with launches or samples beside opportunistic work, each
   // at most kMaxCountedPeriodNs) since its newest baseline sample.
   int64_t ran_since_alone_ns_ = 0;

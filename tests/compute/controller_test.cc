@@ -780,7 +780,6 @@ TEST(ComputeKernels, KernelsFasterBesideThanTheirBaselinesAskForNewOnes) {
   KernelSignal s = k.ClosePeriod(1);
   EXPECT_EQ(s.speed_permille, kMaxSpeedPermille);
   EXPECT_TRUE(s.wants_baseline) << "a baseline slower than the kernel runs beside is wrong";
-  EXPECT_FALSE(k.wants_only_because_faster()) << "one sample alone: it wants baselines anyway";
   // Asked again in a period with no reading yet (the samples carried).
   k.Add(key, 4'000'000, true);
   EXPECT_TRUE(k.ClosePeriod(2).wants_baseline);
@@ -817,7 +816,6 @@ TEST(ComputeKernels, KernelsStillFasterAfterNewBaselinesDoNotAskAgain) {
   EXPECT_EQ(s.speed_permille, 1158u);
   EXPECT_TRUE(s.wants_baseline);
   EXPECT_STREQ(k.wanted_because(), "kernels faster than alone");
-  EXPECT_TRUE(k.wants_only_because_faster()) << "a job read by its launches drops such an ask";
   beside(1'900'000);
   EXPECT_TRUE(k.ClosePeriod(++seq).wants_baseline) << "still asking: no baseline taken since";
   // The pause it asked for renews the baselines, and they read as before.
@@ -835,6 +833,25 @@ TEST(ComputeKernels, KernelsStillFasterAfterNewBaselinesDoNotAskAgain) {
   EXPECT_FALSE(s.wants_baseline);
   beside(1'900'000);
   EXPECT_TRUE(k.ClosePeriod(++seq).wants_baseline);
+}
+
+// Kernels faster beside than their baselines ask for new ones only in a period whose reading
+// is theirs: a job read by its launches or waits drops such an ask. One whose baselines rest
+// on one sample alone asks whichever reading the period's is.
+TEST(ComputeKernels, KernelsFasterThanAloneAskOnlyWhereTheyGiveTheReading) {
+  const auto faster = [](int alone_samples, bool kernels_read) {
+    KernelClock k;
+    const uint64_t key = KernelKey({.function = &k, .grid = {3, 1, 1}});
+    for (int i = 0; i < alone_samples; ++i) k.Add(key, 2'200'000, false);
+    for (int i = 0; i < kMinSignalSamples; ++i) k.Add(key, 1'900'000, true);
+    const KernelSignal s = k.ClosePeriod(1, 0, 0, -1, kernels_read);
+    return std::make_pair(s.wants_baseline, std::string(k.wanted_because()));
+  };
+  EXPECT_EQ(faster(kMinSignalSamples, true), std::make_pair(true, std::string("kernels faster than alone")));
+  EXPECT_EQ(faster(kMinSignalSamples, false), std::make_pair(false, std::string()))
+      << "a job read by its launches drops such an ask";
+  EXPECT_EQ(faster(1, false), std::make_pair(true, std::string("too few samples alone")))
+      << "one sample alone: it wants baselines anyway";
 }
 
 // A baseline from one slow sample alone (the kernel 1.8x its time alone; kernels beside
