@@ -1,5 +1,6 @@
 #include "mps_controller.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -69,7 +70,8 @@ ControlDecision MpsController::Decide(const ControlPeriod& period, int64_t now_n
     return d;
   }
   if (!period.guaranteed_busy) {
-    judged_count_ = judged_next_ = 0;
+    StartOver();
+    trial_.open = false;
     if (idle_since_ns_ < 0) {
       idle_since_ns_ = now_ns;
       if (rate_ < 1000) AddTrace(&d, "compute: mps: guaranteed work idle: no limit (%u permille kept for its return)", rate_);
@@ -83,6 +85,7 @@ ControlDecision MpsController::Decide(const ControlPeriod& period, int64_t now_n
       AddTrace(&d, "compute: mps: guaranteed work back after %lld s idle: rate %u -> 1000 permille",
                static_cast<long long>((now_ns - idle_since_ns_) / 1'000'000'000), rate_);
       rate_ = 1000;
+      hold_ns_ = kHoldNs;
     } else if (rate_ < 1000) {
       AddTrace(&d, "compute: mps: guaranteed work back: rate %u permille, where it settled", rate_);
     }
@@ -104,7 +107,8 @@ ControlDecision MpsController::Decide(const ControlPeriod& period, int64_t now_n
     // This process did not launch: the period's readings are not its doing (another
     // opportunistic process's, or none), and its rate stays where its own last judged it. The
     // window starts over when it launches again.
-    judged_count_ = judged_next_ = 0;
+    StartOver();
+    trial_.open = false;
     quiet_ = 0;
     d.rate_permille = rate_;
     return d;
@@ -128,20 +132,43 @@ ControlDecision MpsController::Decide(const ControlPeriod& period, int64_t now_n
   double spread = 0;  // the readings' sample standard deviation
   for (uint32_t i = 0; i < judged_count_; ++i) spread += (judged_[i] - mean) * (judged_[i] - mean);
   spread = judged_count_ > 1 ? std::sqrt(spread / (judged_count_ - 1)) : 0;
+  const double error = spread / std::sqrt(static_cast<double>(judged_count_));  // the mean's
   // The mean's upper bound: under the floor, the shortfall is more than the window's noise.
-  const double upper = mean + kCutConfidenceT * spread / std::sqrt(static_cast<double>(judged_count_));
-  if (worst < 1 - kCutNowMargin || (judged_count_ >= kJudgePeriods && upper < 1)) {
+  const double upper = mean + kCutConfidenceT * error;
+  const bool full = judged_count_ >= kJudgePeriods;
+  const bool under = full && upper < 1;
+  if (full && trial_.open) {
+    // The first full window since the last cut: did holding back buy anything?
+    trial_.open = false;
+    const double gain = mean - trial_.mean;
+    const double noise = std::sqrt(error * error + trial_.error * trial_.error);
+    if (under && gain < std::max(kBoughtMargin, noise)) {
+      AddTrace(&d, "compute: mps: holding back bought nothing (%.3f of the floor over %u periods, %.3f before the cut): "
+               "rate %u -> %u permille, no cut on a mean for %lld s",
+               mean, judged_count_, trial_.mean, rate_, trial_.from_rate, static_cast<long long>(hold_ns_ / 1'000'000'000));
+      rate_ = trial_.from_rate;
+      hold_until_ns_ = now_ns + hold_ns_;
+      hold_ns_ = std::min(2 * hold_ns_, kMaxHoldNs);
+      StartOver();
+      d.rate_permille = rate_;
+      return d;
+    }
+    if (under) hold_ns_ = kHoldNs;  // it bought some: the next one that buys nothing holds briefly
+  }
+  if (worst < 1 - kCutNowMargin || (under && now_ns >= hold_until_ns_)) {
     const double cut = rate_ * kCutFactor;
     const uint32_t next = cut < kMinRatePermille ? 0 : static_cast<uint32_t>(cut);
     AddTrace(&d, "compute: mps: guaranteed kernels at %.3f of their floor (%.3f over %u periods, at most %.3f): rate %u -> %u permille",
              worst, mean, judged_count_, upper, rate_, next);
+    if (next < rate_) trial_ = {.open = true, .from_rate = rate_, .mean = mean, .error = error};
     rate_ = next;
-    judged_count_ = judged_next_ = 0;  // the next judgement is of readings at the new rate
+    StartOver();  // the next judgement is of readings at the new rate
   } else if (rate_ < 1000 && judged_count_ >= kGrowPeriods && mean >= 1 + kGrowMargin) {
     char why[96];
     snprintf(why, sizeof why, "guaranteed kernels above their floor (%.3f over %u periods)", mean, judged_count_);
     Grow(&d, why);
-    judged_count_ = judged_next_ = 0;  // the next judgement is of readings at the new rate
+    trial_.open = false;
+    StartOver();  // the next judgement is of readings at the new rate
   }
   d.rate_permille = rate_;
   return d;

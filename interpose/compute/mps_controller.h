@@ -43,6 +43,19 @@
 //    bf16 beside BERT training on an H200 read 0.80-0.86 for two or three periods at a time in
 //    a pass where it ran at 1.04 of its speed alone overall, and plain MPS at priority 1 (which
 //    never reacts) kept it at 0.96;
+//  - a cut is a trial: where the first full window at the new rate is still under the floor
+//    with confidence and its mean no higher than the window that made the cut (by
+//    kBoughtMargin, or by the two windows' noise where that is more), holding opportunistic
+//    work back bought the job nothing, and the rate goes back to where it was, with no cut on a
+//    window's mean for kHoldNs (doubling, to kMaxHoldNs, while cuts keep buying nothing; back
+//    to kHoldNs after one that buys something). A reading under the floor that no rate moves is
+//    not opportunistic work's doing: a reference alone from a host that has since slowed, the
+//    job's own phase, or a host too busy for both jobs' threads. On an H200 where plain MPS at
+//    priority 1 kept ResNet-50 at 0.906 of its speed alone beside BERT training, gslice at
+//    0.90 kept it at 0.930 and harvested 0.10 less than plain MPS: its readings moved 0.08 with
+//    the host, and each halving on such a reading held BERT back for the four seconds growth
+//    takes. Where opportunistic work does cost the job (the same pair on a slower host: the
+//    job at about 0.96 - 0.28 x the harvest), a cut buys its share back and is kept;
 //  - the readings since the rate last changed, at least kGrowPeriods of them (1 s), whose mean
 //    is at or above the floor (plus kGrowMargin) let the rate grow by kGrowFactor, at least
 //    kGrowStepPermille, up to no limit, and the readings start over as after a cut. Growth is
@@ -64,7 +77,9 @@
 //    would start it throttled when it comes back (in the frontier each configuration's
 //    opportunistic process rests while another runs beside the same guaranteed jobs, and its
 //    controller went on judging their readings);
-// So where the floor holds with opportunistic work unthrottled, nothing is ever held back.
+// So where the floor holds with opportunistic work unthrottled, nothing is ever held back, and
+// where it does not, opportunistic work is held back only while that is seen to buy the job's
+// speed back.
 // Pure (controller.h).
 #pragma once
 
@@ -88,6 +103,9 @@ inline constexpr uint32_t kGrowPeriods = 4;
 inline constexpr double kGrowFactor = 1.25;
 inline constexpr uint32_t kGrowStepPermille = 50;
 inline constexpr uint32_t kQuietPeriods = 4;
+inline constexpr double kBoughtMargin = 0.02;
+inline constexpr int64_t kHoldNs = 8'000'000'000;
+inline constexpr int64_t kMaxHoldNs = 64'000'000'000;
 // Guaranteed work idle this long: the rate is forgotten, and the next busy stretch starts
 // unthrottled (the job that comes may be another).
 inline constexpr int64_t kKeepRateNs = 60'000'000'000;
@@ -114,6 +132,8 @@ class MpsController {
   // REQUIRES: judged_count_ > 0.
   double JudgedMean() const;
   void Grow(ControlDecision* d, const char* why);
+  // Empties the window of readings judged (the next judgement is of readings from now on).
+  void StartOver() { judged_count_ = judged_next_ = 0; }
 
   uint32_t rate_ = 1000;
   uint32_t probe_left_ = 0;
@@ -122,6 +142,16 @@ class MpsController {
   // from index 0, emptied by setting both counts to 0.
   double judged_[kJudgePeriods] = {};
   uint32_t judged_count_ = 0, judged_next_ = 0;
+  // The last cut, on trial until the first full window of readings after it: the rate it was
+  // made from and the mean and standard error of the window that made it.
+  struct Trial {
+    bool open = false;
+    uint32_t from_rate = 1000;
+    double mean = 0, error = 0;
+  };
+  Trial trial_;
+  int64_t hold_until_ns_ = 0;  // no cut on a window's mean before this
+  int64_t hold_ns_ = kHoldNs;  // the next hold's length
   uint32_t quiet_ = 0;         // periods in a row with no new reading
   int64_t idle_since_ns_ = -1;  // when guaranteed work went idle (-1: busy)
   Seen seen_[kMaxControlledPeers];

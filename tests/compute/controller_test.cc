@@ -1084,14 +1084,32 @@ TEST(ComputeMps, ACutThatBringsTheJobToItsFloorIsHeld) {
   EXPECT_LE(periods, kJudgePeriods);
 }
 
+// A guaranteed job whose speed beside opportunistic work falls with the rate it is let run at:
+// alone_permille at rate 0, cost_permille less at no limit, with a scatter about that of an
+// H200's ResNet-50 beside BERT training.
+struct Responsive {
+  uint32_t alone_permille;
+  uint32_t cost_permille;
+  uint32_t scatter_permille = 0;
+  uint32_t speed(uint32_t rate_permille, uint32_t seq) const {
+    static constexpr int kScatter[8] = {10, -13, 5, -8, 13, -10, 8, -5};  // tenths of the scatter
+    const int s = static_cast<int>(alone_permille - cost_permille * rate_permille / 1000) +
+                  kScatter[seq % 8] * static_cast<int>(scatter_permille) / 10;
+    return static_cast<uint32_t>(s);
+  }
+};
+
 TEST(ComputeMps, ALowerFloorKeepsMoreOpportunisticWork) {
-  // The same kernels at 0.92 of alone: under a 0.97 floor, held back; at 0.90, never.
+  // Kernels at 0.92 of alone with opportunistic work unthrottled, 1.0 without it: under a 0.97
+  // floor, held back until they reach it; at 0.90, never.
+  const Responsive job{.alone_permille = 1000, .cost_permille = 80};
   MpsClock strict, lax;
   for (uint32_t seq = 1; seq <= 60; ++seq) {
-    strict.Step(Busy({Kernels(920, seq, 970)}));
-    lax.Step(Busy({Kernels(920, seq, 900)}));
+    strict.Step(Busy({Kernels(job.speed(strict.c.rate_permille(), seq), seq, 970)}));
+    lax.Step(Busy({Kernels(job.speed(lax.c.rate_permille(), seq), seq, 900)}));
   }
-  EXPECT_EQ(strict.c.rate_permille(), 0u);
+  EXPECT_LE(strict.c.rate_permille(), 375u);
+  EXPECT_GE(job.speed(strict.c.rate_permille(), 0), 970u);
   EXPECT_EQ(lax.c.rate_permille(), 1000u);
   // Each peer against its own floor: the strictest binding one decides.
   MpsClock two;
@@ -1103,6 +1121,60 @@ TEST(ComputeMps, ALowerFloorKeepsMoreOpportunisticWork) {
     two.Step(Busy({Kernels(880, seq, 900, false, 1), Kernels(990, seq, 970, false, 2)}));
   }
   EXPECT_LT(two.c.rate_permille(), 1000u);
+}
+
+// A job that reads under its floor at every rate (its reference alone taken on a host that has
+// since slowed): a cut buys it nothing, so it is undone, and the next waits kHoldNs, doubling.
+TEST(ComputeMps, ACutThatBuysNothingIsUndoneAndTriedLessAndLessOften) {
+  const Responsive job{.alone_permille = 930, .cost_permille = 0, .scatter_permille = 30};
+  MpsClock m;
+  std::vector<int64_t> cuts, undone;
+  int at_full = 0;
+  const int periods = static_cast<int>(120'000'000'000 / kControlPeriodNs);
+  for (int i = 1; i <= periods; ++i) {
+    const uint32_t before = m.c.rate_permille();
+    const ControlDecision d = m.Step(Busy({Kernels(job.speed(before, i), i, 970)}));
+    ASSERT_GE(d.rate_permille, 500u) << i << " " << Trace(d);
+    if (d.rate_permille < before) cuts.push_back(m.now);
+    if (d.rate_permille > before) {
+      undone.push_back(m.now);
+      EXPECT_NE(Trace(d).find("bought nothing"), std::string::npos) << Trace(d);
+    }
+    at_full += d.rate_permille == 1000u ? 1 : 0;
+  }
+  ASSERT_GE(cuts.size(), 3u);
+  ASSERT_EQ(undone.size(), cuts.size());
+  // Each cut undone a window after it; each hold twice the last, from kHoldNs.
+  for (size_t k = 0; k < cuts.size(); ++k) EXPECT_EQ(undone[k] - cuts[k], kJudgePeriods * kControlPeriodNs) << k;
+  for (size_t k = 1; k < cuts.size(); ++k) {
+    const int64_t hold = std::min(kHoldNs << (k - 1), kMaxHoldNs);
+    EXPECT_GE(cuts[k] - undone[k - 1], hold) << k;
+    EXPECT_LE(cuts[k] - undone[k - 1], hold + kControlPeriodNs) << k;
+  }
+  EXPECT_GT(at_full, periods * 9 / 10) << "opportunistic work unthrottled 9 periods in 10";
+}
+
+// Where opportunistic work does cost the job, each cut that buys its speed back is kept, with
+// the readings' scatter about them: the job is brought to its floor and held there.
+TEST(ComputeMps, ACutThatBuysTheJobsSpeedBackIsKept) {
+  const Responsive job{.alone_permille = 1000, .cost_permille = 240, .scatter_permille = 30};
+  MpsClock m;
+  double speed_sum = 0, rate_sum = 0;
+  int undone = 0;
+  const int periods = static_cast<int>(120'000'000'000 / kControlPeriodNs);
+  for (int i = 1; i <= periods; ++i) {
+    const ControlDecision d = m.Step(Busy({Kernels(job.speed(m.c.rate_permille(), i), i, 900)}));
+    undone += Trace(d).find("bought nothing") != std::string::npos ? 1 : 0;
+    if (i > periods / 4) {
+      speed_sum += job.speed(m.c.rate_permille(), 0);
+      rate_sum += m.c.rate_permille();
+    }
+  }
+  const double n = periods - periods / 4;
+  EXPECT_EQ(undone, 0);
+  EXPECT_GE(speed_sum / n, 895.0) << "the job at its floor of 0.90";
+  EXPECT_GE(rate_sum / n, 250.0) << "and opportunistic work let run as far as that allows";
+  EXPECT_LE(rate_sum / n, 600.0);
 }
 
 TEST(ComputeMps, TheFloorIsJudgedOverAWindowNotEachPeriod) {
