@@ -8,21 +8,28 @@
 
 namespace gslice::compute {
 
-bool MpsController::Fresh(const PeerPeriod& p) {
-  const KernelSignal s = UnpackKernelSignal(p.kernel_signal);
+MpsController::Seen& MpsController::Record(const PeerPeriod& p) {
   Seen* free_slot = nullptr;
   for (Seen& seen : seen_) {
-    if (seen.id == p.id && seen.owner == p.owner) {
-      const bool fresh = s.sequence != 0 && s.sequence != seen.sequence;
-      seen.sequence = s.sequence;
-      return fresh;
-    }
+    if (seen.id == p.id && seen.owner == p.owner) return seen;
     if (free_slot == nullptr && seen.id < 0) free_slot = &seen;
   }
-  // A peer not seen before (or a new process in its entry): its reading is new if it has one.
+  // A peer not seen before (or a new process in its entry).
   if (free_slot == nullptr) free_slot = &seen_[static_cast<unsigned>(p.id) % kMaxControlledPeers];
-  *free_slot = {.id = p.id, .owner = p.owner, .sequence = s.sequence};
-  return s.sequence != 0;
+  *free_slot = {.id = p.id, .owner = p.owner};
+  return *free_slot;
+}
+
+void MpsController::Settle(uint32_t from, Seen* cut_by) {
+  if (rate_ < from && cut_by != nullptr) {
+    cut_by->rate = rate_;
+  } else if (rate_ > from) {
+    // Beside the peers whose readings grew it, or, with none (no reading while held back),
+    // every peer busy now.
+    Seen** beside = read_count_ > 0 ? read_ : active_;
+    const uint32_t n = read_count_ > 0 ? read_count_ : active_count_;
+    for (uint32_t k = 0; k < n; ++k) beside[k]->rate = std::max(beside[k]->rate, rate_);
+  }
 }
 
 double MpsController::JudgedMean() const {
@@ -36,7 +43,9 @@ void MpsController::Grow(ControlDecision* d, const char* why) {
   const double grown = rate_ * kGrowFactor;
   const uint32_t next = grown > rate_ + kGrowStepPermille ? static_cast<uint32_t>(grown) : rate_ + kGrowStepPermille;
   AddTrace(d, "compute: mps: %s: rate %u -> %u permille", why, rate_, next > 1000 ? 1000 : next);
+  const uint32_t from = rate_;
   rate_ = next > 1000 ? 1000 : next;
+  Settle(from, nullptr);
 }
 
 ControlDecision MpsController::Decide(const ControlPeriod& period, int64_t now_ns) {
@@ -47,22 +56,39 @@ ControlDecision MpsController::Decide(const ControlPeriod& period, int64_t now_n
     for (int k = 0; k < period.count && !present; ++k) present = period.peers[k].id == seen.id;
     if (!present) seen = {};
   }
-  // Readings of this period, judged against each peer's own floor.
+  // Readings of this period, judged against each peer's own floor; the rate settled beside
+  // the peers busy now.
   double worst = 2;  // the lowest reading over its floor; 2: none
+  Seen* worst_by = nullptr;
   bool wants_baseline = false;
   bool wants_alone = false;
   bool pending = false;  // a peer gathers samples beside opportunistic work for a reading
+  uint32_t settled = 1000;
+  active_count_ = read_count_ = 0;
   for (int k = 0; k < period.count; ++k) {
     const PeerPeriod& p = period.peers[k];
-    if (!Fresh(p)) continue;
+    Seen& seen = Record(p);
     const KernelSignal s = UnpackKernelSignal(p.kernel_signal);
+    const bool fresh = s.sequence != 0 && s.sequence != seen.sequence;
+    seen.sequence = s.sequence;
+    if (seen.busy_at_ns >= 0 && now_ns - seen.busy_at_ns > kKeepRateNs) seen.rate = 1000;  // the job may be another
+    if (p.busy_ns > 0 || fresh) seen.busy_at_ns = now_ns;
+    if (seen.busy_at_ns >= 0 && now_ns - seen.busy_at_ns <= kActiveNs) {
+      active_[active_count_++] = &seen;
+      settled = std::min(settled, seen.rate);
+    }
+    if (!fresh) continue;
     wants_baseline |= s.wants_baseline;
     wants_alone |= s.wants_alone;
     pending |= s.pending;
     if (!s.known()) continue;
     const double floor = p.floor_permille / 1000.0;
     const double ratio = (s.speed_permille / 1000.0) / (floor > 0 ? floor : 1);
-    if (ratio < worst) worst = ratio;
+    read_[read_count_++] = &seen;
+    if (ratio < worst) {
+      worst = ratio;
+      worst_by = &seen;
+    }
   }
   if (probe_left_ > 0 && --probe_left_ > 0) {
     d.probe_pause = true;
@@ -72,24 +98,28 @@ ControlDecision MpsController::Decide(const ControlPeriod& period, int64_t now_n
   if (!period.guaranteed_busy) {
     StartOver();
     trial_.open = false;
-    if (idle_since_ns_ < 0) {
-      idle_since_ns_ = now_ns;
+    if (!idle_) {
+      idle_ = true;
       if (rate_ < 1000) AddTrace(&d, "compute: mps: guaranteed work idle: no limit (%u permille kept for its return)", rate_);
     }
     d.rate_permille = 1000;
     d.forget_budget = true;
     return d;
   }
-  if (idle_since_ns_ >= 0) {
-    if (rate_ < 1000 && now_ns - idle_since_ns_ >= kKeepRateNs) {
-      AddTrace(&d, "compute: mps: guaranteed work back after %lld s idle: rate %u -> 1000 permille",
-               static_cast<long long>((now_ns - idle_since_ns_) / 1'000'000'000), rate_);
-      rate_ = 1000;
-      hold_ns_ = kHoldNs;
-    } else if (rate_ < 1000) {
-      AddTrace(&d, "compute: mps: guaranteed work back: rate %u permille, where it settled", rate_);
+  if (settled != rate_ || idle_) {
+    // Other guaranteed jobs are busy now (or these are back): the rate is where it settled
+    // beside them, or, beside jobs none of whose was kept, no limit.
+    if (settled != rate_ || rate_ < 1000) {
+      AddTrace(&d, "compute: mps: guaranteed work %s: rate %u -> %u permille, where it settled beside %s",
+               idle_ ? "back" : "beside changed", rate_, settled, settled < 1000 ? "them" : "none of them");
     }
-    idle_since_ns_ = -1;
+    if (settled != rate_) {
+      rate_ = settled;
+      StartOver();
+      trial_.open = false;
+      hold_ns_ = kHoldNs;
+    }
+    idle_ = false;
   }
   if (wants_alone && !wants_baseline && judged_count_ >= kGrowPeriods) {
     wants_alone = JudgedMean() < 1 + kRenewMargin;  // near the floor: the reference matters
@@ -146,7 +176,9 @@ ControlDecision MpsController::Decide(const ControlPeriod& period, int64_t now_n
       AddTrace(&d, "compute: mps: holding back bought nothing (%.3f of the floor over %u periods, %.3f before the cut): "
                "rate %u -> %u permille, no cut on a mean for %lld s",
                mean, judged_count_, trial_.mean, rate_, trial_.from_rate, static_cast<long long>(hold_ns_ / 1'000'000'000));
+      const uint32_t from = rate_;
       rate_ = trial_.from_rate;
+      Settle(from, nullptr);
       hold_until_ns_ = now_ns + hold_ns_;
       hold_ns_ = std::min(2 * hold_ns_, kMaxHoldNs);
       StartOver();
@@ -161,7 +193,9 @@ ControlDecision MpsController::Decide(const ControlPeriod& period, int64_t now_n
     AddTrace(&d, "compute: mps: guaranteed kernels at %.3f of their floor (%.3f over %u periods, at most %.3f): rate %u -> %u permille",
              worst, mean, judged_count_, upper, rate_, next);
     if (next < rate_) trial_ = {.open = true, .from_rate = rate_, .mean = mean, .error = error};
+    const uint32_t from = rate_;
     rate_ = next;
+    Settle(from, worst_by);
     StartOver();  // the next judgement is of readings at the new rate
   } else if (rate_ < 1000 && judged_count_ >= kGrowPeriods && mean >= 1 + kGrowMargin) {
     char why[96];

@@ -12,11 +12,18 @@
 // against alone (progress_clock.h, PeriodSpeed); readings over 1, noise about a job that loses
 // nothing, are published up to kMaxSpeedPermille, so that a window's mean is not biased low.
 // Each period:
-//  - no guaranteed peer busy: no limit; the rate is kept for when guaranteed work returns
-//    (within kKeepRateNs), so that a busy stretch starts where the last one settled rather
-//    than unthrottled: each cut halves, so from no limit the rate needs a reading per halving
-//    (on an H200 a GPU-bound guaranteed job beside matrix products lost its first 2 s of every
-//    stretch to that ramp, 0.86 of its speed alone over 5 s phases);
+//  - no guaranteed peer busy: no limit. The rate is where it settled beside the guaranteed jobs
+//    busy now (those busy within kActiveNs): each job keeps the rate last settled beside it
+//    while it is busy, and for kKeepRateNs after, and beside several the lowest of theirs
+//    holds; beside a job with none kept, no limit. So a busy stretch starts where the last one
+//    beside the same job settled rather than unthrottled: each cut halves, so from no limit the
+//    rate needs a reading per halving (on an H200 a GPU-bound guaranteed job beside matrix
+//    products lost its first 2 s of every stretch to that ramp, 0.86 of its speed alone over
+//    5 s phases). And a rate settled beside one job is not carried to another: a cut made for
+//    a job at 0.97 held back work beside one at 0.90 until growth undid it a quarter a second
+//    (on an H200 one opportunistic process beside ResNet-50 at 0.97 in turn with 0.90 and
+//    0.80 harvested 0.731 at 0.90, where plain MPS at priority 1, which kept the level,
+//    harvested 1.022);
 //  - a peer that wants a baseline (too few of its kernels have one, or it is stale) gets a
 //    probe: opportunistic work pauses for kProbePeriods, at most once per kMinProbeGapNs;
 //    one that wants time alone only to renew the references of its reading by launches or
@@ -106,9 +113,11 @@ inline constexpr uint32_t kQuietPeriods = 4;
 inline constexpr double kBoughtMargin = 0.02;
 inline constexpr int64_t kHoldNs = 8'000'000'000;
 inline constexpr int64_t kMaxHoldNs = 64'000'000'000;
-// Guaranteed work idle this long: the rate is forgotten, and the next busy stretch starts
-// unthrottled (the job that comes may be another).
+// A guaranteed job idle this long: the rate settled beside it is forgotten, and the next busy
+// stretch beside it starts unthrottled (the job that comes may be another).
 inline constexpr int64_t kKeepRateNs = 60'000'000'000;
+// A guaranteed job not busy for this long is not one the rate is held for.
+inline constexpr int64_t kActiveNs = 1'000'000'000;
 
 class MpsController {
  public:
@@ -120,14 +129,21 @@ class MpsController {
   bool probing() const { return probe_left_ > 0; }
 
  private:
-  // The newest reading of each guaranteed peer this controller has seen.
+  // What this controller keeps of each guaranteed peer: its newest reading, when it was last
+  // busy, and the rate last settled beside it.
   struct Seen {
     int id = -1;
     uint64_t owner = 0;
     uint32_t sequence = 0;
+    int64_t busy_at_ns = -1;  // -1: never
+    uint32_t rate = 1000;
   };
-  // Whether p's reading is new since the last period; records it.
-  bool Fresh(const PeerPeriod& p);
+  // p's record (a new one for a peer not seen before).
+  Seen& Record(const PeerPeriod& p);
+  // After the rate changed from `from`: a cut is settled beside the peer whose reading made
+  // it (cut_by), growth beside the peers whose readings made it (with none, every peer busy
+  // now) that had less.
+  void Settle(uint32_t from, Seen* cut_by);
   // The mean of the readings judged since the rate last changed.
   // REQUIRES: judged_count_ > 0.
   double JudgedMean() const;
@@ -153,8 +169,12 @@ class MpsController {
   int64_t hold_until_ns_ = 0;  // no cut on a window's mean before this
   int64_t hold_ns_ = kHoldNs;  // the next hold's length
   uint32_t quiet_ = 0;         // periods in a row with no new reading
-  int64_t idle_since_ns_ = -1;  // when guaranteed work went idle (-1: busy)
+  bool idle_ = false;           // no guaranteed peer was busy in the last period
   Seen seen_[kMaxControlledPeers];
+  Seen* active_[kMaxControlledPeers] = {};  // this period's peers busy within kActiveNs
+  uint32_t active_count_ = 0;
+  Seen* read_[kMaxControlledPeers] = {};  // this period's peers with a new reading
+  uint32_t read_count_ = 0;
 };
 
 }  // namespace gslice::compute

@@ -1279,16 +1279,56 @@ TEST(ComputeMps, ABusyStretchStartsWhereTheLastOneSettled) {
   }
   ASSERT_EQ(m.c.rate_permille(), 0u);
   ASSERT_GT(ramp, 3) << "each cut halves";
-  // It rests for 10 s: opportunistic work meanwhile has no limit.
-  for (int i = 0; i < 40; ++i) ASSERT_EQ(m.Step(Idle()).rate_permille, 1000u);
+  // It rests for 10 s (its entry still there, its busy time 0): opportunistic work meanwhile
+  // has no limit.
+  ControlPeriod resting;
+  resting.wanted = true;
+  resting.peers[resting.count++] = Kernels(0, seq, 970);
+  resting.peers[0].busy_ns = 0;
+  for (int i = 0; i < 40; ++i) ASSERT_EQ(m.Step(resting).rate_permille, 1000u);
   // Back: it starts where it settled, not unthrottled.
   ControlDecision d = m.Step(Busy({Kernels(0, ++seq, 970)}));
   EXPECT_EQ(d.rate_permille, 0u) << Trace(d);
   EXPECT_NE(Trace(d).find("where it settled"), std::string::npos) << Trace(d);
   // Idle for longer than kKeepRateNs, the job that comes may be another: unthrottled.
-  for (int64_t t = 0; t <= kKeepRateNs; t += kControlPeriodNs) m.Step(Idle());
+  for (int64_t t = 0; t <= kKeepRateNs; t += kControlPeriodNs) m.Step(resting);
   d = m.Step(Busy({Kernels(0, ++seq, 970)}));
   EXPECT_EQ(d.rate_permille, 1000u) << Trace(d);
+}
+
+// A rate settled beside one guaranteed job is that job's: beside another that comes while it
+// rests, opportunistic work starts unthrottled, and beside the first again, where it settled.
+TEST(ComputeMps, TheRateIsSettledBesideEachGuaranteedJob) {
+  const auto period = [](PeerPeriod strict, PeerPeriod lax, bool strict_busy) {
+    (strict_busy ? lax : strict).busy_ns = 0;
+    return Busy({strict, lax});
+  };
+  MpsClock m;
+  uint32_t seq = 0, lax_seq = 0;
+  // The strict job (floor 0.97) far under its floor: held back to nothing.
+  for (int i = 0; i < 8; ++i) m.Step(period(Kernels(500, ++seq, 970, false, 1), Kernels(0, 0, 900, false, 2), true));
+  ASSERT_EQ(m.c.rate_permille(), 0u);
+  // It rests; the lax job (0.90) runs and loses nothing. Within kActiveNs of the strict job's
+  // last busy period its rate still holds, then the lax job's own (none: no limit).
+  ControlDecision d;
+  int periods = 0;
+  while (m.c.rate_permille() != 1000u && periods < 40) {
+    d = m.Step(period(Kernels(0, seq, 970, false, 1), Kernels(990, ++lax_seq, 900, false, 2), false));
+    ++periods;
+  }
+  EXPECT_EQ(m.c.rate_permille(), 1000u) << Trace(d);
+  EXPECT_LE(periods, static_cast<int>(kActiveNs / kControlPeriodNs) + 1);
+  EXPECT_NE(Trace(d).find("where it settled"), std::string::npos) << Trace(d);
+  for (int i = 0; i < 40; ++i) {
+    d = m.Step(period(Kernels(0, seq, 970, false, 1), Kernels(990, ++lax_seq, 900, false, 2), false));
+    ASSERT_EQ(d.rate_permille, 1000u) << i << " " << Trace(d);
+  }
+  // The strict job back (the lax one resting): where it settled beside it.
+  d = m.Step(period(Kernels(0, seq, 970, false, 1), Kernels(0, lax_seq, 900, false, 2), true));
+  EXPECT_EQ(d.rate_permille, 0u) << Trace(d);
+  // Both busy: the lower holds.
+  d = m.Step(Busy({Kernels(0, seq, 970, false, 1), Kernels(0, lax_seq, 900, false, 2)}));
+  EXPECT_EQ(d.rate_permille, 0u) << Trace(d);
 }
 
 TEST(ComputeMps, APendingReadingIsWaitedForNotTakenForNoneComing) {
