@@ -188,7 +188,10 @@ ControlDecision MpsController::Decide(const ControlPeriod& period, int64_t now_n
     if (under) hold_ns_ = kHoldNs;  // it bought some: the next one that buys nothing holds briefly
   }
   if (worst < 1 - kCutNowMargin || (under && now_ns >= hold_until_ns_)) {
-    const double cut = rate_ * kCutFactor;
+    // In proportion to the shortfall: a reading's error is some hundredths, and a cut on a
+    // shortfall that small is as likely noise as not.
+    const double shortfall = 1 - (worst < 1 - kCutNowMargin ? worst : mean);
+    const double cut = rate_ * std::max(kCutFactor, 1 - kCutGain * shortfall);
     const uint32_t next = cut < kMinRatePermille ? 0 : static_cast<uint32_t>(cut);
     AddTrace(&d, "compute: mps: guaranteed kernels at %.3f of their floor (%.3f over %u periods, at most %.3f): rate %u -> %u permille",
              worst, mean, judged_count_, upper, rate_, next);
