@@ -24,11 +24,12 @@ void MpsController::Settle(uint32_t from, Seen* cut_by) {
   if (rate_ < from && cut_by != nullptr) {
     cut_by->rate = rate_;
   } else if (rate_ > from) {
-    // Beside the peers whose readings grew it, or, with none (no reading while held back),
-    // every peer busy now.
-    Seen** beside = read_count_ > 0 ? read_ : active_;
-    const uint32_t n = read_count_ > 0 ? read_count_ : active_count_;
-    for (uint32_t k = 0; k < n; ++k) beside[k]->rate = std::max(beside[k]->rate, rate_);
+    // Beside every peer busy in this period: those whose readings grew it, and those busy
+    // without one, whose speed gives no reason to hold back. Not beside one that has stopped
+    // (busy within kActiveNs, not now): its rate still holds for a moment, and is its own.
+    for (uint32_t k = 0; k < active_count_; ++k) {
+      if (active_[k]->busy_at_ns == now_ns_) active_[k]->rate = std::max(active_[k]->rate, rate_);
+    }
   }
 }
 
@@ -64,7 +65,8 @@ ControlDecision MpsController::Decide(const ControlPeriod& period, int64_t now_n
   bool wants_alone = false;
   bool pending = false;  // a peer gathers samples beside opportunistic work for a reading
   uint32_t settled = 1000;
-  active_count_ = read_count_ = 0;
+  active_count_ = 0;
+  now_ns_ = now_ns;
   for (int k = 0; k < period.count; ++k) {
     const PeerPeriod& p = period.peers[k];
     Seen& seen = Record(p);
@@ -84,7 +86,6 @@ ControlDecision MpsController::Decide(const ControlPeriod& period, int64_t now_n
     if (!s.known()) continue;
     const double floor = p.floor_permille / 1000.0;
     const double ratio = (s.speed_permille / 1000.0) / (floor > 0 ? floor : 1);
-    read_[read_count_++] = &seen;
     if (ratio < worst) {
       worst = ratio;
       worst_by = &seen;

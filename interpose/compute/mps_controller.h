@@ -150,8 +150,7 @@ class MpsController {
   // p's record (a new one for a peer not seen before).
   Seen& Record(const PeerPeriod& p);
   // After the rate changed from `from`: a cut is settled beside the peer whose reading made
-  // it (cut_by), growth beside the peers whose readings made it (with none, every peer busy
-  // now) that had less.
+  // it (cut_by), growth beside every peer busy in this period that had less.
   void Settle(uint32_t from, Seen* cut_by);
   // The mean of the readings judged since the rate last changed.
   // REQUIRES: judged_count_ > 0.
@@ -182,8 +181,7 @@ class MpsController {
   Seen seen_[kMaxControlledPeers];
   Seen* active_[kMaxControlledPeers] = {};  // this period's peers busy within kActiveNs
   uint32_t active_count_ = 0;
-  Seen* read_[kMaxControlledPeers] = {};  // this period's peers with a new reading
-  uint32_t read_count_ = 0;
+  int64_t now_ns_ = 0;  // this period's
 };
 
 }  // namespace gslice::compute

@@ -1333,6 +1333,22 @@ TEST(ComputeMps, TheRateIsSettledBesideEachGuaranteedJob) {
   // The strict job back (the lax one resting): where it settled beside it.
   d = m.Step(period(Kernels(0, seq, 970, false, 1), Kernels(0, lax_seq, 900, false, 2), true));
   EXPECT_EQ(d.rate_permille, 0u) << Trace(d);
+  // A job that made a cut and, still busy, gives no more readings (none of its kernels timed
+  // beside) does not hold the rate down once another's readings grow it.
+  MpsClock quiet;
+  seq = 0;
+  for (int i = 0; i < 8; ++i) {
+    ++seq;
+    quiet.Step(Busy({Kernels(1000, seq, 970, false, 1), Kernels(700, seq, 970, false, 3)}));
+  }
+  ASSERT_LT(quiet.c.rate_permille(), 1000u);
+  int changed = 0;
+  for (int i = 0; i < 80; ++i) {
+    const ControlDecision q = quiet.Step(Busy({Kernels(1000, ++seq, 970, false, 1), Kernels(0, 8, 970, false, 3)}));
+    changed += Trace(q).find("beside changed") != std::string::npos ? 1 : 0;
+  }
+  EXPECT_EQ(quiet.c.rate_permille(), 1000u);
+  EXPECT_EQ(changed, 0);
   // Both busy: the lower holds.
   d = m.Step(Busy({Kernels(0, seq, 970, false, 1), Kernels(0, lax_seq, 900, false, 2)}));
   EXPECT_EQ(d.rate_permille, 0u) << Trace(d);
