@@ -38,6 +38,7 @@ struct PeerPeriod {
 struct ControlPeriod {
   bool guaranteed_busy = false;  // some guaranteed peer had work queued or wanted the GPU
   int opportunistic_peers = 0;   // other opportunistic processes on the GPU
+  bool opportunistic_busy = false;  // ... one of which had work queued in the period
   bool wanted = false;           // this process wanted the GPU (launched, or waited to)
   int count = 0;                 // peers[0, count): the guaranteed peers sampled
   PeerPeriod peers[kMaxControlledPeers];

@@ -101,6 +101,7 @@ struct ControlLoop {
   int64_t last_sample_ns = 0;
   bool busy_seen = false;  // a guaranteed peer was busy in the period so far
   bool wanted_seen = false;  // this process wanted the GPU in the period so far
+  bool others_seen = false;  // another opportunistic process had work queued in the period so far
   // One guaranteed peer's period so far, by its compute entry.
   struct Sample {
     int index = -1;              // -1: unused

@@ -298,6 +298,8 @@ void ClosePeriod(Device& d, ControlPeriod* period) {
   });
 }
 
+bool OpportunisticQueued(Device& d, int64_t now);
+
 // The opportunistic rate controller's loop, run by the gate thread every pass: samples the
 // guaranteed peers, and once per kControlPeriodNs hands the period to the GPU's controller
 // (time-sliced or MPS) and publishes its decision for the launching threads.
@@ -309,13 +311,15 @@ void ControlOpportunisticRate(Device& d, int64_t now) {
   if (own != nullptr && (own->active_until_ns.load(kRlx) > now || own->inflight_until_ns.load(kRlx) > now)) {
     c.wanted_seen = true;
   }
+  if (!c.others_seen && d.peers.opportunistic.load(kRlx) > 0 && OpportunisticQueued(d, now)) c.others_seen = true;
   if (now < c.next_ns) return;
   c.next_ns = now + kControlPeriodNs;
   ControlPeriod period;
   period.guaranteed_busy = c.busy_seen;
   period.opportunistic_peers = d.peers.opportunistic.load(kRlx);
+  period.opportunistic_busy = c.others_seen;
   period.wanted = c.wanted_seen;
-  c.busy_seen = c.wanted_seen = false;
+  c.busy_seen = c.wanted_seen = c.others_seen = false;
   ClosePeriod(d, &period);
   const ControlDecision decision = d.spatial ? c.mps.Decide(period, now) : c.time_sliced.Decide(period);
   if (decision.forget_budget) d.opp.tat.store(0, kRlx);
@@ -375,7 +379,16 @@ bool TimeKernels(Device& d, int64_t now, bool read_samples) {
   // kKernelSampleDenseEvery costs ~5 us, which would lower the launch rate alone and raise the
   // share not waiting that the job's references alone take there.
   const bool timed_densely = sample && !queued && k.wants_baseline;
-  if (sample && !timed_densely && g_gate_mode.load(kRlx) == static_cast<int>(GateMode::kCount)) {
+  const bool counting = g_gate_mode.load(kRlx) == static_cast<int>(GateMode::kCount);
+  if (sample && counting && d.entry != nullptr) {
+    // The launch count where opportunistic controllers read it (PeerPeriod::launches: a look,
+    // mps_controller.h): the launch path only counts in this process (CountLaunch), writing
+    // nothing other processes read; here once a pass, on a line the launch path does not read.
+    // (The process's launches on all its GPUs: a job on several is paced by all of them.)
+    const uint64_t launched = g_counted.launches.load(kRlx);
+    if (d.entry->launches.load(kRlx) != launched) d.entry->launches.store(launched, kRlx);
+  }
+  if (sample && !timed_densely && counting) {
     k.progress.Pass(now, g_counted.launches.load(kRlx), queued,
                     g_counted.count_waits.load(kRlx) ? g_counted.waited_ns.load(kRlx) : -1);
   } else {
@@ -444,6 +457,7 @@ bool TimeKernels(Device& d, int64_t now, bool read_samples) {
   if (!signal.wants_baseline && signal.wants_alone) wanted_because = "to renew its references";
   const uint32_t bound = signal.speed_permille;
   signal.speed_permille = PeriodSpeed(bound, progress, by_waits);
+  signal.by_progress = progress > 0 || by_waits > 0;
   d.entry->kernel_signal.store(PackKernelSignal(signal), kRlx);
   if (signal.known() || signal.wants_baseline || signal.wants_alone) {
     const ProgressClock::Seen& seen = k.progress.seen();

@@ -10,6 +10,7 @@ constexpr uint32_t kSpeedMask = 0x7ffu;
 constexpr uint32_t kWantsBaseline = 1u << 11;
 constexpr uint32_t kPending = 1u << 12;
 constexpr uint32_t kWantsAlone = 1u << 13;
+constexpr uint32_t kByProgress = 1u << 14;
 constexpr int kSequenceShift = 16;
 
 uint64_t Mix(uint64_t h, uint64_t v) {
@@ -29,7 +30,8 @@ uint64_t KernelKey(const KernelShape& shape) {
 uint32_t PackKernelSignal(const KernelSignal& s) {
   const uint32_t speed = s.speed_permille > kMaxSpeedPermille ? kMaxSpeedPermille : s.speed_permille;
   return speed | (s.wants_baseline ? kWantsBaseline : 0u) | (s.pending ? kPending : 0u) |
-         (s.wants_alone ? kWantsAlone : 0u) | ((s.sequence & 0xffffu) << kSequenceShift);
+         (s.wants_alone ? kWantsAlone : 0u) |
+         (s.by_progress ? kByProgress : 0u) | ((s.sequence & 0xffffu) << kSequenceShift);
 }
 
 KernelSignal UnpackKernelSignal(uint32_t word) {
@@ -37,6 +39,7 @@ KernelSignal UnpackKernelSignal(uint32_t word) {
           .wants_baseline = (word & kWantsBaseline) != 0,
           .pending = (word & kPending) != 0,
           .wants_alone = (word & kWantsAlone) != 0,
+          .by_progress = (word & kByProgress) != 0,
           .sequence = word >> kSequenceShift};
 }
 

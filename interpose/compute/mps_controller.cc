@@ -16,7 +16,9 @@ MpsController::Seen& MpsController::Record(const PeerPeriod& p) {
   }
   // A peer not seen before (or a new process in its entry).
   if (free_slot == nullptr) free_slot = &seen_[static_cast<unsigned>(p.id) % kMaxControlledPeers];
-  *free_slot = {.id = p.id, .owner = p.owner};
+  *free_slot = Seen{};
+  free_slot->id = p.id;
+  free_slot->owner = p.owner;
   return *free_slot;
 }
 
@@ -49,7 +51,182 @@ void MpsController::Grow(ControlDecision* d, const char* why) {
   Settle(from, nullptr);
 }
 
+double MpsController::Sums::variance() const {
+  if (n < 2) return 0;
+  const double m = sum / n;
+  return std::max(0.0, (squares - n * m * m) / (n - 1));
+}
+
+bool MpsController::LookLevel(const Seen& seen, double* mean, double* error) const {
+  if (seen.looks_count == 0 || seen.look_rate != rate_) return false;
+  double sum = 0, errors = 0;
+  for (uint32_t i = 0; i < seen.looks_count; ++i) {
+    sum += seen.looks[i];
+    errors += seen.look_errors[i] * seen.look_errors[i];
+  }
+  const uint32_t n = seen.looks_count;
+  *mean = sum / n;
+  // Each look's own error, or the looks' spread where that is more: a look's periods are not
+  // independent samples, and the job's phase moves between looks.
+  double spread = 0;
+  for (uint32_t i = 0; i < n; ++i) spread += (seen.looks[i] - *mean) * (seen.looks[i] - *mean);
+  const double between = n > 1 ? std::sqrt(spread / (n - 1) / n) : 0;
+  *error = std::max({std::sqrt(errors) / n, between, kMinLookError});
+  return true;
+}
+
+bool MpsController::StartLook(const ControlPeriod& period, bool urgent, ControlDecision* d) {
+  if (look_ != Look::kNone || rate_ < kMinRatePermille || ran_rate_ != rate_) return false;
+  // Due: soon for a rate no look has read yet, or where a reading says the job is far under its
+  // floor; rarely once the looks say it is far above it at no limit; else every kLookGapNs.
+  int64_t gap = kFarLookGapNs;
+  bool any = false;
+  for (uint32_t k = 0; k < active_count_; ++k) {
+    const Seen& seen = *active_[k];
+    if (!Looked(seen, period) || seen.busy_at_ns != now_ns_ || seen.recent_count < kLookBesidePeriods) continue;
+    any = true;
+    double mean = 0, error = 0;
+    if (!LookLevel(seen, &mean, &error)) {
+      gap = std::min(gap, kUrgentLookGapNs);
+    } else if (rate_ < 1000 || seen.looks_count < kLooks || mean - kLookZ * error < 1 + kRenewMargin) {
+      gap = std::min(gap, kLookGapNs);
+    }
+  }
+  if (!any) return false;
+  if (urgent) gap = std::min(gap, kUrgentLookGapNs);
+  if (last_look_ns_ != 0 && now_ns_ - last_look_ns_ < gap) return false;
+  for (uint32_t k = 0; k < active_count_; ++k) {
+    Seen& seen = *active_[k];
+    seen.in_look = Looked(seen, period) && seen.busy_at_ns == now_ns_ && seen.recent_count >= kLookBesidePeriods;
+    seen.beside = seen.alone = {};
+    if (!seen.in_look) continue;
+    for (uint32_t i = 0; i < kLookBesidePeriods; ++i) seen.beside.Add(static_cast<double>(seen.recent[i]));
+  }
+  look_ = Look::kPause;
+  look_left_ = kLookPausePeriods;
+  last_look_ns_ = now_ns_;
+  d->probe_pause = true;
+  d->rate_permille = rate_;
+  return true;
+}
+
+bool MpsController::LookPeriod(const ControlPeriod& period, ControlDecision* d) {
+  if (look_ == Look::kNone) return false;
+  // A look needs this process held back, or launching at rate_, throughout, and no other
+  // opportunistic process running.
+  bool reading = false;
+  if (period.guaranteed_busy && period.wanted && !period.opportunistic_busy &&
+      (look_ == Look::kPause || ran_rate_ == rate_)) {
+    const uint32_t stage_periods = look_ == Look::kPause ? kLookPausePeriods : kLookBesidePeriods + 1;
+    const bool read = stage_periods - look_left_ >= 1;  // not the first of a stage: the change's
+    for (int k = 0; k < period.count; ++k) {
+      const PeerPeriod& p = period.peers[k];
+      Seen& seen = Record(p);
+      if (!seen.in_look) continue;
+      if (p.launches == 0) {  // it rested
+        seen.in_look = false;
+        continue;
+      }
+      reading = true;
+      if (read) (look_ == Look::kPause ? seen.alone : seen.beside).Add(static_cast<double>(p.launches));
+    }
+  }
+  if (!reading) {
+    look_ = Look::kNone;
+    for (Seen& seen : seen_) seen.in_look = false;
+    return false;
+  }
+  d->rate_permille = rate_;
+  if (--look_left_ > 0) {
+    d->probe_pause = look_ == Look::kPause;
+    return true;
+  }
+  if (look_ == Look::kPause) {
+    look_ = Look::kAfter;
+    look_left_ = kLookBesidePeriods + 1;
+    return true;
+  }
+  look_ = Look::kNone;
+  EndLook(d);
+  return true;
+}
+
+void MpsController::EndLook(ControlDecision* d) {
+  for (Seen& seen : seen_) {
+    if (!seen.in_look) continue;
+    seen.in_look = false;
+    const Sums& b = seen.beside;
+    const Sums& a = seen.alone;
+    if (b.n < 2 || a.n < 1 || a.mean() <= 0 || b.mean() <= 0) continue;
+    const double floor = seen.floor_permille > 0 ? seen.floor_permille / 1000.0 : 1;
+    const double level = b.mean() / a.mean() / floor;
+    // The periods' relative spread, pooled over both sides.
+    const uint32_t dof = b.n + a.n - 2;
+    const double relative = dof > 0 ? ((b.n - 1) * b.variance() / (b.mean() * b.mean()) +
+                                       (a.n - 1) * a.variance() / (a.mean() * a.mean())) / dof
+                                    : 0;
+    const double error = level * std::sqrt(relative * (1.0 / b.n + 1.0 / a.n));
+    if (seen.look_rate != rate_) seen.looks_count = seen.looks_next = 0;
+    seen.look_rate = rate_;
+    seen.looks[seen.looks_next] = level;
+    seen.look_errors[seen.looks_next] = error;
+    seen.looks_next = (seen.looks_next + 1) % kLooks;
+    if (seen.looks_count < kLooks) ++seen.looks_count;
+    double mean = 0, spread = 0;
+    LookLevel(seen, &mean, &spread);
+    AddTrace(d, "compute: mps: a look: guaranteed job launched %.0f a period beside work at %u permille, %.0f alone: "
+             "%.3f of its floor (%.3f +- %.3f over %u looks)",
+             b.mean(), rate_, a.mean(), level, mean, spread, seen.looks_count);
+  }
+  // The rate judged on every job's looks at it: cut where one is under its floor with
+  // confidence (in proportion, as on a window), grown where all are above it.
+  Seen* lowest = nullptr;
+  double lowest_mean = 2, lowest_error = 0;
+  bool all_above = true, any = false;
+  for (uint32_t k = 0; k < active_count_; ++k) {
+    Seen& seen = *active_[k];
+    double mean = 0, error = 0;
+    if (!seen.by_progress || !LookLevel(seen, &mean, &error)) continue;
+    any = true;
+    all_above &= mean >= 1 + kGrowMargin;
+    if (mean + kLookZ * error < lowest_mean + kLookZ * lowest_error) {
+      lowest = &seen;
+      lowest_mean = mean;
+      lowest_error = error;
+    }
+  }
+  if (lowest != nullptr && lowest_mean + kLookZ * lowest_error < 1) {
+    const double cut = rate_ * std::max(kCutFactor, 1 - kCutGain * (1 - lowest_mean));
+    const uint32_t next = cut < kMinRatePermille ? 0 : static_cast<uint32_t>(cut);
+    AddTrace(d, "compute: mps: guaranteed job at %.3f of its floor by its looks (at most %.3f): rate %u -> %u permille",
+             lowest_mean, lowest_mean + kLookZ * lowest_error, rate_, next);
+    const uint32_t from = rate_;
+    rate_ = next;
+    Settle(from, lowest);
+    StartOver();
+    trial_.open = false;
+  } else if (any && all_above && rate_ < 1000) {
+    char why[96];
+    snprintf(why, sizeof why, "guaranteed job above its floor by its looks (%.3f)", lowest_mean);
+    Grow(d, why);
+    StartOver();
+    trial_.open = false;
+  }
+  d->rate_permille = rate_;
+}
+
 ControlDecision MpsController::Decide(const ControlPeriod& period, int64_t now_ns) {
+  // The period just measured ran at ran_rate_ (or paused): how many in a row ran so.
+  const bool ran = !ran_paused_ && period.wanted;
+  steady_ = ran && ran_rate_ == steady_rate_ ? steady_ + 1 : ran ? 1 : 0;
+  steady_rate_ = ran ? ran_rate_ : kNoRate;
+  const ControlDecision d = Judge(period, now_ns);
+  ran_rate_ = d.rate_permille;
+  ran_paused_ = d.probe_pause;
+  return d;
+}
+
+ControlDecision MpsController::Judge(const ControlPeriod& period, int64_t now_ns) {
   ControlDecision d;
   // Forget peers that are gone, so that their records serve new ones.
   for (Seen& seen : seen_) {
@@ -64,6 +241,8 @@ ControlDecision MpsController::Decide(const ControlPeriod& period, int64_t now_n
   bool wants_baseline = false;
   bool wants_alone = false;
   bool pending = false;  // a peer gathers samples beside opportunistic work for a reading
+  bool looked = false;   // a peer is judged by looks
+  bool urgent = false;   // ... and its reading says it is far under its floor
   uint32_t settled = 1000;
   active_count_ = 0;
   now_ns_ = now_ns;
@@ -73,11 +252,29 @@ ControlDecision MpsController::Decide(const ControlPeriod& period, int64_t now_n
     const KernelSignal s = UnpackKernelSignal(p.kernel_signal);
     const bool fresh = s.sequence != 0 && s.sequence != seen.sequence;
     seen.sequence = s.sequence;
+    seen.floor_permille = p.floor_permille;
     if (seen.busy_at_ns >= 0 && now_ns - seen.busy_at_ns > kKeepRateNs) seen.rate = 1000;  // the job may be another
     if (p.busy_ns > 0 || fresh) seen.busy_at_ns = now_ns;
     if (seen.busy_at_ns >= 0 && now_ns - seen.busy_at_ns <= kActiveNs) {
       active_[active_count_++] = &seen;
       settled = std::min(settled, seen.rate);
+    }
+    // Its launches in this period, for the next look, where it ran at the rate as the one before.
+    if (steady_ >= 2 && ran_rate_ == rate_ && p.launches > 0) {
+      seen.recent[seen.recent_next] = p.launches;
+      seen.recent_next = (seen.recent_next + 1) % kLookBesidePeriods;
+      if (seen.recent_count < kLookBesidePeriods) ++seen.recent_count;
+    } else {
+      seen.recent_count = seen.recent_next = 0;
+    }
+    if (fresh && s.known()) seen.by_progress = s.by_progress;  // a period with no reading says nothing
+    if (Looked(seen, period)) {
+      looked = true;
+      // Its looks judge it, not its readings: those are against a rate alone from short pauses
+      // on a host that moves. One far under its floor calls a look early.
+      const double floor = p.floor_permille / 1000.0;
+      if (fresh && s.known() && (s.speed_permille / 1000.0) / (floor > 0 ? floor : 1) < 1 - kCutNowMargin) urgent = true;
+      continue;
     }
     if (!fresh) continue;
     wants_baseline |= s.wants_baseline;
@@ -91,6 +288,13 @@ ControlDecision MpsController::Decide(const ControlPeriod& period, int64_t now_n
       worst_by = &seen;
     }
   }
+  // A look is of the rate beside the jobs busy now: where another's settled rate holds now, it
+  // is given up (LookPeriod with nothing to read).
+  if (look_ != Look::kNone && settled != rate_) {
+    look_ = Look::kNone;
+    for (Seen& seen : seen_) seen.in_look = false;
+  }
+  if (LookPeriod(period, &d)) return d;
   if (probe_left_ > 0 && --probe_left_ > 0) {
     d.probe_pause = true;
     d.rate_permille = rate_;
@@ -144,11 +348,14 @@ ControlDecision MpsController::Decide(const ControlPeriod& period, int64_t now_n
     d.rate_permille = rate_;
     return d;
   }
+  if (looked && StartLook(period, urgent, &d)) return d;
   if (worst >= 2) {
     // A reading that is pending is coming: opportunistic work is beside the guaranteed
-    // kernels, only not yet often enough to read.
-    if (pending) quiet_ = 0;
-    if (rate_ < 1000 && period.wanted && !pending && ++quiet_ >= kQuietPeriods) {
+    // kernels, only not yet often enough to read. A job judged by looks is read by them, at
+    // any rate but none.
+    const bool coming = pending || (looked && rate_ > 0);
+    if (coming) quiet_ = 0;
+    if (rate_ < 1000 && period.wanted && !coming && ++quiet_ >= kQuietPeriods) {
       quiet_ = 0;
       Grow(&d, "no reading while held back");
     }

@@ -71,6 +71,31 @@
 //    the host, and each halving on such a reading held BERT back for the four seconds growth
 //    takes. Where opportunistic work does cost the job (the same pair on a slower host: the
 //    job at about 0.96 - 0.28 x the harvest), a cut buys its share back and is kept;
+//  - a job read by its launches or its host's waits (a loop whose launches per second are its
+//    speed; KernelSignal::by_progress), with no other opportunistic process running, is
+//    judged by looks, not by its readings: this process pauses for kLookPausePeriods, and the
+//    job's launches per period (its gate thread publishes its count in its compute entry) in
+//    the pause are its speed alone, those in the kLookBesidePeriods
+//    at the rate before and after the pause its speed beside (the first period of each side of
+//    the change not read: work still queued, and the burst of a resumed queue). Their ratio
+//    over its floor is the look's level, with a standard error from the periods' spread; the
+//    mean of a rate's newest kLooks looks is the job's level at that rate. Under the floor with
+//    confidence (kLookZ standard errors), the rate is cut in proportion as on a window; all
+//    jobs' looks above it by kGrowMargin, it grows. Why: a reading's reference alone is taken in
+//    short pauses some seconds earlier on a host that moves, and sat 0.06 over the job's speed
+//    in one call on an H200 and 0.11 under it in the next (ResNet-50 bf16 beside BERT training,
+//    plain MPS at priority 1 keeping it at 0.90-0.91 of solo); held to a 0.90 floor on such
+//    readings, opportunistic work harvested 0.27-0.30 of solo less than plain MPS. A look's
+//    speeds alone and beside come from the same two seconds, so a host that moves over minutes
+//    moves both, and the ratio is what holding this process back buys the job (on an H200,
+//    ResNet-50 bf16 beside BERT training at no limit: looks read 0.918 and 0.945 of alone on
+//    average, one look's spread 0.04-0.05, where plain MPS ran it at 0.934). A look is due
+//    kUrgentLookGapNs after the rate changes or a reading says the job is far under its floor,
+//    kFarLookGapNs apart once kLooks say it is far above it at no limit, else kLookGapNs apart:
+//    pauses of some 9% of the time near the floor, the price of a level that the host's drift
+//    does not move. A look is given up where this process stops launching, the job rests, or
+//    the rate settled beside another job holds. A server's launches follow its requests, not
+//    its speed: it is read by its kernels, and judged on its readings;
 //  - the readings since the rate last changed, at least kGrowPeriods of them (1 s), whose mean
 //    is at or above the floor (plus kGrowMargin) let the rate grow by kGrowFactor, at least
 //    kGrowStepPermille, up to no limit, and the readings start over as after a cut. Growth is
@@ -127,6 +152,22 @@ inline constexpr int64_t kMaxHoldNs = 64'000'000'000;
 inline constexpr int64_t kKeepRateNs = 60'000'000'000;
 // A guaranteed job not busy for this long is not one the rate is held for.
 inline constexpr int64_t kActiveNs = 1'000'000'000;
+// Looks (a job read by its launches or waits, the only opportunistic process running): a
+// pause of kLookPausePeriods, the first the change's and not read, and kLookBesidePeriods at the
+// rate either side of it, the first after it not read either.
+inline constexpr uint32_t kLookPausePeriods = 3;
+inline constexpr uint32_t kLookBesidePeriods = 4;
+// Between the starts of two looks: while the rate's looks are fewer than kLooks, or say the job
+// is near its floor; once kLooks say it is far above it (by kRenewMargin) at no limit; and where
+// a reading says it is far under it (kCutNowMargin).
+inline constexpr int64_t kLookGapNs = 8'000'000'000;
+inline constexpr int64_t kFarLookGapNs = 32'000'000'000;
+inline constexpr int64_t kUrgentLookGapNs = 2'000'000'000;
+inline constexpr uint32_t kLooks = 4;
+// Under the floor with confidence: the looks' mean plus kLookZ of its standard errors (one-sided
+// 95%), at least kMinLookError (the periods' launches are not independent samples).
+inline constexpr double kLookZ = 1.645;
+inline constexpr double kMinLookError = 0.01;
 
 class MpsController {
  public:
@@ -140,13 +181,39 @@ class MpsController {
  private:
   // What this controller keeps of each guaranteed peer: its newest reading, when it was last
   // busy, and the rate last settled beside it.
+  struct Sums {
+    double sum = 0, squares = 0;
+    uint32_t n = 0;
+    void Add(double x) { sum += x, squares += x * x, ++n; }
+    double mean() const { return n > 0 ? sum / n : 0; }
+    // The sample variance (0 under two samples).
+    double variance() const;
+  };
   struct Seen {
     int id = -1;
     uint64_t owner = 0;
     uint32_t sequence = 0;
     int64_t busy_at_ns = -1;  // -1: never
     uint32_t rate = 1000;
+    uint32_t floor_permille = 0;
+    // Its newest reading came from its launches or waits (KernelSignal::by_progress).
+    bool by_progress = false;
+    // Its launches in the newest periods in a row at rate_ (a ring from index 0), launching in
+    // each (a job that launches without pause may keep nothing queued most of the time: its
+    // GPU waits on its host).
+    uint64_t recent[kLookBesidePeriods] = {};
+    uint32_t recent_count = 0, recent_next = 0;
+    // The look under way: its launches per period beside (at rate_) and alone; in_look: it was
+    // read from the look's start, busy in every period so far.
+    bool in_look = false;
+    Sums beside, alone;
+    // Its newest looks' levels (speed beside over alone, over its floor) at look_rate, with
+    // their standard errors: a ring from index 0.
+    double looks[kLooks] = {}, look_errors[kLooks] = {};
+    uint32_t looks_count = 0, looks_next = 0;
+    uint32_t look_rate = 1000;
   };
+  enum class Look { kNone, kPause, kAfter };
   // p's record (a new one for a peer not seen before).
   Seen& Record(const PeerPeriod& p);
   // After the rate changed from `from`: a cut is settled beside the peer whose reading made
@@ -156,6 +223,24 @@ class MpsController {
   // REQUIRES: judged_count_ > 0.
   double JudgedMean() const;
   void Grow(ControlDecision* d, const char* why);
+  // Decide, given steady_.
+  ControlDecision Judge(const ControlPeriod& period, int64_t now_ns);
+  // Whether p's job is judged by looks: read by its launches or waits, with no other
+  // opportunistic process running on the GPU (a pause of this one alone would not be time
+  // alone; one that is there but idle is no matter).
+  bool Looked(const Seen& seen, const ControlPeriod& period) const {
+    return seen.by_progress && !period.opportunistic_busy;
+  }
+  // Keeps the period's launches of each peer busy in it at rate_, for the next look's beside.
+  void Remember(const ControlPeriod& period);
+  // Starts a look where one is due (returns whether it did).
+  bool StartLook(const ControlPeriod& period, bool urgent, ControlDecision* d);
+  // A period of the look under way; returns whether it is still under way.
+  bool LookPeriod(const ControlPeriod& period, ControlDecision* d);
+  // Ends the look: each peer's level into its ring, and the rate judged on them.
+  void EndLook(ControlDecision* d);
+  // The mean of seen's looks at rate_ and its standard error (returns false where it has none).
+  bool LookLevel(const Seen& seen, double* mean, double* error) const;
   // Empties the window of readings judged (the next judgement is of readings from now on).
   void StartOver() { judged_count_ = judged_next_ = 0; }
 
@@ -182,6 +267,16 @@ class MpsController {
   Seen* active_[kMaxControlledPeers] = {};  // this period's peers busy within kActiveNs
   uint32_t active_count_ = 0;
   int64_t now_ns_ = 0;  // this period's
+  // The period just measured: its rate and whether it was a pause; how many in a row before it
+  // ran at the same rate (the first after a change is the change's).
+  static constexpr uint32_t kNoRate = ~0u;
+  uint32_t ran_rate_ = 1000;
+  bool ran_paused_ = false;
+  uint32_t steady_ = 0;
+  uint32_t steady_rate_ = kNoRate;
+  Look look_ = Look::kNone;
+  uint32_t look_left_ = 0;     // the look's periods left in its stage
+  int64_t last_look_ns_ = 0;   // 0: never
 };
 
 }  // namespace gslice::compute

@@ -81,7 +81,7 @@ uint32_t ProgressClock::ClosePeriod() {
     // its time (a job bound by the GPU), and its waits say little of its speed.
     const double free_alone = free(alone_);
     alone_free_ = busy && free_alone > 0 ? mix(alone_free_, free_alone) : 0;
-    if (moving || busy) ran_since_alone_ns_ = 0;
+    ran_since_alone_ns_ = 0;
     alone_ = {};
   }
   uint32_t reading = 0;
@@ -91,7 +91,10 @@ uint32_t ProgressClock::ClosePeriod() {
     const bool recent = ran_since_alone_ns_ <= kAloneRateFreshNs;  // the references alone
     const bool fresh = alone_rate_ > 0 && recent;
     seen_.fresh = fresh;
-    wants_alone_ = (alone_rate_ > 0 || alone_free_ > 0) && ran_since_alone_ns_ >= kAloneRenewNs;
+    // With references, to renew them; with none, where it launches in most passes beside (a
+    // loop whose launches may be its speed), to take its first.
+    const bool references = alone_rate_ > 0 || alone_free_ > 0;
+    wants_alone_ = (references || beside_.Moving(kHostBoundShare)) && ran_since_alone_ns_ >= kAloneRenewNs;
     const double free_beside = free(beside_);
     const bool busy = beside_.Busy(kSaturatedShare);
     if (alone_free_ > 0 && recent && busy && free_beside > 0) {

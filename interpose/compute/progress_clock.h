@@ -135,8 +135,10 @@ class ProgressClock {
   uint32_t ClosePeriod();
   // The newest period's reading by the host's waits, permille (0: none).
   uint32_t waits_reading() const { return waits_reading_; }
-  // Whether the job wants time alone to renew its references (kAloneRenewNs): it has one, it
-  // has run kAloneRenewNs since, and the newest period had time beside opportunistic work.
+  // Whether the job wants time alone to renew its references (kAloneRenewNs): it has one, or,
+  // with none, launched in kHostBoundShare of its passes beside (a job that never had time
+  // alone in a pause would never have one), it has run kAloneRenewNs since its last time alone,
+  // and the newest period had time beside opportunistic work.
   bool wants_alone() const { return wants_alone_; }
   // Forgets the launch count (the counter is not fed for a while: the next pass starts over).
   void Pause() {

@@ -213,15 +213,16 @@ class ComputeSim : public ::testing::Test {
   // A guaranteed and an opportunistic job under the shim on a fresh simulated node shared
   // through MPS (GSLICE_SIM_MPS=interference), both tracing, together for 3 s; guaranteed_args:
   // the guaranteed job's further flags. Their results, stderr included.
-  std::vector<Result> TracedPairOnMps(const char* interference, std::vector<std::string> guaranteed_args = {}) {
+  std::vector<Result> TracedPairOnMps(const char* interference, std::vector<std::string> guaranteed_args = {},
+                                      double seconds = 3.0, std::vector<std::string> opportunistic_args = {}) {
     unlink(sim_state_.c_str());
     auto mps = [interference](const char* cls) {
       return UnderShim(OnGpu(0, {{"GSLICE_SIM_MPS", interference}, {"GSLICE_LOG", "debug"}, {"GSLICE_CLASS", cls}}));
     };
     const double start_at = NowMs() + 800;
     const std::string worker = std::string(GSLICE_TEST_BIN_DIR) + "/compute_worker";
-    Worker gw = StartProgram(worker, mps("guaranteed"), Job(start_at, 3.0, std::move(guaranteed_args)), /*stderr_too=*/true);
-    Worker ow = StartProgram(worker, mps("opportunistic"), Job(start_at, 3.0), /*stderr_too=*/true);
+    Worker gw = StartProgram(worker, mps("guaranteed"), Job(start_at, seconds, std::move(guaranteed_args)), /*stderr_too=*/true);
+    Worker ow = StartProgram(worker, mps("opportunistic"), Job(start_at, seconds, std::move(opportunistic_args)), /*stderr_too=*/true);
     return {Wait(gw), Wait(ow)};
   }
 
@@ -513,6 +514,28 @@ TEST_F(ComputeSim, OnMpsOnePauseTimesMostOfAJobsKernelsAlone) {
   // 64 kernels in runs; at a fixed one in kKernelSampleEvery, which 64 divides, 4-6 of them
   // ever had a baseline.
   EXPECT_GE(most, 24) << g;
+}
+
+// A guaranteed job that launches without pause (a short kernel, then host work) is read by its
+// launches once it has had time alone, which it asks for; the opportunistic process then judges
+// it by looks: its launches beside against its launches in a pause, which it reads from the
+// job's compute entry (its gate thread publishes the count there, the launch path does not).
+// Beside 2 ms opportunistic kernels its own kernels run half as fast again, done by its next
+// synchronisation: it loses little, and the look says so.
+TEST_F(ComputeSim, OnMpsAJobReadByItsLaunchesIsJudgedByLooks) {
+  const std::vector<Result> rs = TracedPairOnMps("50", {"--kernel-us", "20", "--batch", "1", "--host-us", "150"}, 10.0,
+                                                 {"--kernel-us", "2000"});
+  const std::string& g = rs[0].raw;
+  const std::string& o = rs[1].raw;
+  ASSERT_GT(rs[0].kernels, 0) << g;
+  ASSERT_GE(rs[1].kernels, 0) << o;
+  EXPECT_NE(g.find("by its launches"), std::string::npos) << g;
+  std::smatch look;
+  ASSERT_TRUE(std::regex_search(o, look, std::regex(R"(a look: guaranteed job launched ([0-9]+) a period beside work at [0-9]+ permille, ([0-9]+) alone)")))
+      << o;
+  const double beside = std::stod(look[1].str()), alone = std::stod(look[2].str());
+  EXPECT_GT(alone, 100) << o;
+  EXPECT_GE(beside, 0.8 * alone) << o;
 }
 
 // A job that synchronises after each kernel launches every kernel on a dry stream, where the pair

@@ -491,6 +491,33 @@ TEST(ComputeProgress, AJobReadByItsHostAsksForTimeAloneToRenewItsReferences) {
   }
 }
 
+// A job that launches without pause but never had time alone (it started beside opportunistic
+// work, and no pause came: its kernels' baselines were all taken) has no reference to read its
+// launches against: it asks for time alone to take its first, as it would to renew one. A job
+// that launches in few of its passes beside (one bound by the GPU, a server) does not.
+TEST(ComputeProgress, AJobThatNeverHadTimeAloneAsksForItsFirst) {
+  ProgressClock loop, seldom;
+  uint64_t n = 0, m = 0;
+  int64_t now = 0, later = 0;
+  int periods = 0;
+  while (!loop.wants_alone()) {
+    now = FeedProgress(loop, now, &n, 250, /*beside=*/true, 20, /*moving=*/9);
+    EXPECT_EQ(loop.ClosePeriod(), 0u) << "no rate alone";
+    ASSERT_LE(++periods, 100);
+    later = FeedProgress(seldom, later, &m, 250, /*beside=*/true, 20, /*moving=*/3);
+    seldom.ClosePeriod();
+    ASSERT_FALSE(seldom.wants_alone()) << periods;
+  }
+  // Its passes with a launch are 9 in 10: 225 ms of each period.
+  EXPECT_EQ(periods, (kAloneRenewNs + 224'999'999) / 225'000'000);
+  // The pause: settling, then time alone; beside again, it is read by its launches.
+  now = FeedProgress(loop, now, &n, kAloneSettleNs / 1'000'000 + 150, /*beside=*/false, 40, /*moving=*/9);
+  loop.ClosePeriod();
+  now = FeedProgress(loop, now, &n, 250, /*beside=*/true, 20, /*moving=*/9);
+  EXPECT_NEAR(loop.ClosePeriod(), 500, 5);
+  EXPECT_FALSE(loop.wants_alone());
+}
+
 TEST(ComputeProgress, ARateAloneGoesStaleAndShortStretchesAreNoSample) {
   ProgressClock p;
   uint64_t n = 0;
@@ -968,6 +995,12 @@ TEST(ComputeKernels, TheSignalPacksIntoOneWord) {
   EXPECT_FALSE(alone.wants_baseline);
   EXPECT_EQ(alone.speed_permille, 950u);
   EXPECT_FALSE(t.wants_alone);
+  const KernelSignal loop = UnpackKernelSignal(PackKernelSignal({.speed_permille = 910, .by_progress = true, .sequence = 4}));
+  EXPECT_TRUE(loop.by_progress);
+  EXPECT_FALSE(loop.wants_alone);
+  EXPECT_EQ(loop.speed_permille, 910u);
+  EXPECT_EQ(loop.sequence, 4u);
+  EXPECT_FALSE(t.by_progress);
 }
 
 // ---- MPS -------------------------------------------------------------------------------
@@ -1413,6 +1446,133 @@ TEST(ComputeMps, AProcessThatDoesNotLaunchIsNotHeldBackSoItsRateStays) {
   // Launching again and held back, with no reading: the rate grows as before.
   for (uint32_t i = 0; i < kQuietPeriods; ++i) m.Step(Busy({Kernels(0, ++seq, 970)}));
   EXPECT_GT(m.c.rate_permille(), 0u);
+}
+
+// A guaranteed job read by its launches (a training loop: its launches per period are its
+// speed): alone_launches a period alone, cost_permille of its speed lost beside opportunistic
+// work at no limit, in proportion to the rate, scattering by about scatter_permille. Its
+// published readings say `reads` times what it runs at: their rate alone comes from short
+// pauses on a host that moves (on an H200 ResNet-50's readings by its launches sat 0.06 over
+// its speed in one call and 0.11 under it in the next).
+struct Looped {
+  double alone_launches = 2000;
+  uint32_t cost_permille = 0;
+  uint32_t scatter_permille = 20;
+  double reads = 1.0;
+  uint32_t floor_permille = 900;
+  uint32_t seq = 0;
+  // Its speed, of alone, in the period the decision `last` governed.
+  double Speed(const ControlDecision& last) const {
+    return last.probe_pause ? 1.0 : 1.0 - cost_permille / 1000.0 * last.rate_permille / 1000.0;
+  }
+  PeerPeriod Period(const ControlDecision& last) {
+    static constexpr int kScatter[8] = {10, -13, 5, -8, 13, -10, 8, -5};  // tenths of the scatter
+    ++seq;
+    const double speed = Speed(last) * (1 + kScatter[seq % 8] * static_cast<int>(scatter_permille) / 10000.0);
+    PeerPeriod p = Peer(1, 0.5, floor_permille);
+    p.busy_ns = kControlPeriodNs;
+    p.launches = static_cast<uint64_t>(std::llround(alone_launches * speed));
+    const uint32_t reading = last.probe_pause ? 0 : static_cast<uint32_t>(1000 * speed * reads);
+    p.kernel_signal = PackKernelSignal({.speed_permille = reading, .by_progress = true, .sequence = seq});
+    return p;
+  }
+};
+
+// The job runs at 0.905 of alone beside unthrottled opportunistic work, floor 0.90: plain MPS at
+// priority 1 keeps it. Its readings say 0.81 (0.90 of the floor): judged on them, opportunistic
+// work was cut again and again. Judged by looks (its launches beside against its launches in a
+// pause of this process, within the same two seconds), it is at its floor, and nothing is held
+// back but the looks' pauses.
+TEST(ComputeMps, AJobReadByItsLaunchesIsJudgedByLooksNotByItsReadings) {
+  Looped job{.cost_permille = 95, .reads = 0.9};
+  MpsClock m;
+  ControlDecision last;
+  last.rate_permille = 1000;
+  int paused = 0, looks = 0;
+  const int periods = static_cast<int>(120'000'000'000 / kControlPeriodNs);
+  for (int i = 0; i < periods; ++i) {
+    last = m.Step(Busy({job.Period(last)}));
+    ASSERT_EQ(last.rate_permille, 1000u) << i << " " << Trace(last);
+    paused += last.probe_pause ? 1 : 0;
+    looks += Trace(last).find("a look:") != std::string::npos ? 1 : 0;
+  }
+  EXPECT_GE(looks, 10);
+  // A look's pause is kLookPausePeriods every kLookGapNs: under a tenth of the time.
+  EXPECT_LE(paused, periods / 10) << looks << " looks";
+  EXPECT_GT(paused, 0);
+}
+
+// The same job losing a fifth of its speed beside unthrottled opportunistic work, its readings
+// saying it loses nothing: its looks see the loss, the rate is cut until they say it holds its
+// floor (0.9 at half the rate), and held there.
+TEST(ComputeMps, ALookThatFindsTheJobUnderItsFloorCutsUntilItHolds) {
+  Looped job{.cost_permille = 200, .reads = 1.25};
+  MpsClock m;
+  ControlDecision last;
+  last.rate_permille = 1000;
+  std::vector<uint32_t> rates;
+  const int periods = static_cast<int>(120'000'000'000 / kControlPeriodNs);
+  for (int i = 0; i < periods; ++i) {
+    last = m.Step(Busy({job.Period(last)}));
+    if (i >= periods / 2 && !last.probe_pause) rates.push_back(last.rate_permille);
+  }
+  for (uint32_t rate : rates) {
+    EXPECT_GE(rate, 350u);
+    EXPECT_LE(rate, 650u) << "the job under its floor";
+  }
+  ControlDecision at;
+  at.rate_permille = m.c.rate_permille();
+  EXPECT_GE(job.Speed(at), 0.876) << m.c.rate_permille();
+}
+
+// Where another opportunistic process runs on the GPU, a pause of this one is not time alone:
+// the job is judged by its readings, as a job read by its kernels is. One that is there but
+// idle is no matter.
+TEST(ComputeMps, NoLookWhereAnotherOpportunisticProcessRuns) {
+  Looped job{.cost_permille = 0, .scatter_permille = 0, .reads = 0.8};
+  MpsClock m;
+  ControlDecision last;
+  last.rate_permille = 1000;
+  for (uint32_t i = 0; i < kJudgePeriods; ++i) {
+    ControlPeriod p = Busy({job.Period(last)}, /*opportunistic_peers=*/1);
+    p.opportunistic_busy = true;
+    last = m.Step(p);
+    ASSERT_FALSE(last.probe_pause) << i;
+  }
+  EXPECT_LT(m.c.rate_permille(), 1000u) << "its readings under its floor";
+  MpsClock idle_peer;
+  last = {};
+  last.rate_permille = 1000;
+  int looks = 0;
+  for (int i = 0; i < 80; ++i) {
+    last = idle_peer.Step(Busy({job.Period(last)}, /*opportunistic_peers=*/1));
+    looks += Trace(last).find("a look:") != std::string::npos ? 1 : 0;
+  }
+  EXPECT_EQ(idle_peer.c.rate_permille(), 1000u);
+  EXPECT_GT(looks, 0);
+}
+
+// A look needs this process launching throughout: one that stops in it is given up, and
+// judges nothing.
+TEST(ComputeMps, ALookIsGivenUpWhereThisProcessStopsLaunching) {
+  Looped job{.cost_permille = 300};
+  MpsClock m;
+  ControlDecision last;
+  last.rate_permille = 1000;
+  int i = 0;
+  while (!last.probe_pause && i++ < 40) last = m.Step(Busy({job.Period(last)}));
+  ASSERT_TRUE(last.probe_pause);
+  last = m.Step(Busy({job.Period(last)}));
+  ASSERT_TRUE(last.probe_pause) << "a look's pause is kLookPausePeriods";
+  ControlPeriod away = Busy({job.Period(last)});
+  away.wanted = false;
+  last = m.Step(away);
+  EXPECT_FALSE(last.probe_pause);
+  for (int k = 0; k < 12; ++k) {
+    last = m.Step(Busy({job.Period(last)}));
+    EXPECT_EQ(Trace(last).find("a look:"), std::string::npos) << k << " " << Trace(last);
+    EXPECT_EQ(last.rate_permille, 1000u);
+  }
 }
 
 }  // namespace
