@@ -267,7 +267,8 @@ ControlDecision MpsController::Judge(const ControlPeriod& period, int64_t now_ns
     } else {
       seen.recent_count = seen.recent_next = 0;
     }
-    if (fresh && s.known()) seen.by_progress = s.by_progress;  // a period with no reading says nothing
+    // A period with no reading and no word of a loop says nothing (time alone, a short stretch).
+    if (fresh && (s.known() || s.by_progress)) seen.by_progress = s.by_progress;
     if (Looked(seen, period)) {
       looked = true;
       // Its looks judge it, not its readings: those are against a rate alone from short pauses

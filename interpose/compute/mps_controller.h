@@ -71,8 +71,9 @@
 //    the host, and each halving on such a reading held BERT back for the four seconds growth
 //    takes. Where opportunistic work does cost the job (the same pair on a slower host: the
 //    job at about 0.96 - 0.28 x the harvest), a cut buys its share back and is kept;
-//  - a job read by its launches or its host's waits (a loop whose launches per second are its
-//    speed; KernelSignal::by_progress), with no other opportunistic process running, is
+//  - a loop whose launches per second are its speed (one read by its launches or its host's
+//    waits, or that launches so without a reference alone yet; KernelSignal::by_progress), with
+//    no other opportunistic process running, is
 //    judged by looks, not by its readings: this process pauses for kLookPausePeriods, and the
 //    job's launches per period (its gate thread publishes its count in its compute entry) in
 //    the pause are its speed alone, those in the kLookBesidePeriods
@@ -196,7 +197,7 @@ class MpsController {
     int64_t busy_at_ns = -1;  // -1: never
     uint32_t rate = 1000;
     uint32_t floor_permille = 0;
-    // Its newest reading came from its launches or waits (KernelSignal::by_progress).
+    // It is a loop whose launches are its speed, as it last said (KernelSignal::by_progress).
     bool by_progress = false;
     // Its launches in the newest periods in a row at rate_ (a ring from index 0), launching in
     // each (a job that launches without pause may keep nothing queued most of the time: its

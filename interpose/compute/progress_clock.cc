@@ -88,6 +88,7 @@ uint32_t ProgressClock::ClosePeriod() {
   waits_reading_ = 0;
   wants_alone_ = false;
   if (beside_.ns >= kMinStretchNs) {
+    loop_ = beside_.Moving(kSaturatedShare) || (beside_.Busy(kSaturatedShare) && beside_.Moving(kHostBoundShare));
     const bool recent = ran_since_alone_ns_ <= kAloneRateFreshNs;  // the references alone
     const bool fresh = alone_rate_ > 0 && recent;
     seen_.fresh = fresh;

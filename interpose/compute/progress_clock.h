@@ -140,6 +140,13 @@ class ProgressClock {
   // alone in a pause would never have one), it has run kAloneRenewNs since its last time alone,
   // and the newest period had time beside opportunistic work.
   bool wants_alone() const { return wants_alone_; }
+  // Whether the job is a loop whose launches are its speed: in its newest period with time
+  // beside opportunistic work (kMinStretchNs), it launched in kSaturatedShare of its passes, or
+  // its host launched or waited in kSaturatedShare of its time and launched in kHostBoundShare
+  // of its passes. With or without a reference alone: an opportunistic controller's look
+  // (mps_controller.h) takes its own. A server between requests, or a job that waits on the
+  // GPU most of its time, is not.
+  bool loop() const { return loop_; }
   // Forgets the launch count (the counter is not fed for a while: the next pass starts over).
   void Pause() {
     started_ = false;
@@ -189,6 +196,7 @@ class ProgressClock {
   double alone_busy_rate_ = 0;  // launches per ns alone while busy (the trace; 0: unknown)
   uint32_t waits_reading_ = 0;
   bool wants_alone_ = false;
+  bool loop_ = false;
   int64_t ran_since_alone_ns_ = 0;  // passes with a launch since the newest alone sample
   double ratio_ = 0;       // beside over alone (0: none yet)
   Seen seen_;

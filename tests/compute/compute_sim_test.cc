@@ -516,20 +516,19 @@ TEST_F(ComputeSim, OnMpsOnePauseTimesMostOfAJobsKernelsAlone) {
   EXPECT_GE(most, 24) << g;
 }
 
-// A guaranteed job that launches without pause (a short kernel, then host work) is read by its
-// launches once it has had time alone, which it asks for; the opportunistic process then judges
-// it by looks: its launches beside against its launches in a pause, which it reads from the
-// job's compute entry (its gate thread publishes the count there, the launch path does not).
-// Beside 2 ms opportunistic kernels its own kernels run half as fast again, done by its next
-// synchronisation: it loses little, and the look says so.
+// A guaranteed job that launches without pause (a short kernel, then host work) is a loop, and
+// the opportunistic process judges it by looks from its first periods: its launches beside
+// against its launches in a pause, which it reads from the job's compute entry (its gate thread
+// publishes the count there, the launch path does not). Beside 2 ms opportunistic kernels its
+// own kernels run half as fast again, done by its next synchronisation: it loses little, and
+// the look says so.
 TEST_F(ComputeSim, OnMpsAJobReadByItsLaunchesIsJudgedByLooks) {
-  const std::vector<Result> rs = TracedPairOnMps("50", {"--kernel-us", "20", "--batch", "1", "--host-us", "150"}, 10.0,
+  const std::vector<Result> rs = TracedPairOnMps("50", {"--kernel-us", "20", "--batch", "1", "--host-us", "150"}, 6.0,
                                                  {"--kernel-us", "2000"});
   const std::string& g = rs[0].raw;
   const std::string& o = rs[1].raw;
   ASSERT_GT(rs[0].kernels, 0) << g;
   ASSERT_GE(rs[1].kernels, 0) << o;
-  EXPECT_NE(g.find("by its launches"), std::string::npos) << g;
   std::smatch look;
   ASSERT_TRUE(std::regex_search(o, look, std::regex(R"(a look: guaranteed job launched ([0-9]+) a period beside work at [0-9]+ permille, ([0-9]+) alone)")))
       << o;

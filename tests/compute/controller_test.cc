@@ -518,6 +518,23 @@ TEST(ComputeProgress, AJobThatNeverHadTimeAloneAsksForItsFirst) {
   EXPECT_FALSE(loop.wants_alone());
 }
 
+// A loop is one from its first period beside, reference or not; a job that launches in few of
+// its passes and waits on nothing the hooks see (a server between requests) is not.
+TEST(ComputeProgress, ALoopIsOneBeforeItHasAReference) {
+  ProgressClock loop, server;
+  uint64_t n = 0, m = 0;
+  int64_t now = FeedProgress(loop, 0, &n, 250, /*beside=*/true, 20, /*moving=*/9);
+  EXPECT_EQ(loop.ClosePeriod(), 0u);
+  EXPECT_TRUE(loop.loop());
+  // A period with too little time beside (a pause) keeps the word.
+  now = FeedProgress(loop, now, &n, 250, /*beside=*/false, 20, /*moving=*/9);
+  loop.ClosePeriod();
+  EXPECT_TRUE(loop.loop());
+  FeedProgress(server, 0, &m, 250, /*beside=*/true, 20, /*moving=*/3);
+  server.ClosePeriod();
+  EXPECT_FALSE(server.loop());
+}
+
 TEST(ComputeProgress, ARateAloneGoesStaleAndShortStretchesAreNoSample) {
   ProgressClock p;
   uint64_t n = 0;
@@ -1500,6 +1517,24 @@ TEST(ComputeMps, AJobReadByItsLaunchesIsJudgedByLooksNotByItsReadings) {
   // A look's pause is kLookPausePeriods every kLookGapNs: under a tenth of the time.
   EXPECT_LE(paused, periods / 10) << looks << " looks";
   EXPECT_GT(paused, 0);
+  // A loop with no reading yet (no reference alone for its launches), its kernels reading far
+  // under its floor: it is a loop, so looks judge it from its first periods, and its kernels
+  // cut nothing.
+  Looped fresh{.cost_permille = 95, .reads = 0.7};
+  MpsClock first;
+  last = {};
+  last.rate_permille = 1000;
+  looks = 0;
+  for (int i = 0; i < 80; ++i) {
+    PeerPeriod p = fresh.Period(last);
+    KernelSignal s = UnpackKernelSignal(p.kernel_signal);
+    s.by_progress = true;  // the loop's word, with its kernels' reading
+    p.kernel_signal = PackKernelSignal(s);
+    last = first.Step(Busy({p}));
+    ASSERT_EQ(last.rate_permille, 1000u) << i << " " << Trace(last);
+    looks += Trace(last).find("a look:") != std::string::npos ? 1 : 0;
+  }
+  EXPECT_GE(looks, 1);
 }
 
 // The same job losing a fifth of its speed beside unthrottled opportunistic work, its readings
