@@ -153,5 +153,10 @@ for log in "$OUT"/frontier/logs/*_G*.log "$OUT"/frontier/lane*/logs/*_G*.log; do
   [ -f "$log" ] || continue
   $py "$dir/readings_report.py" "$log"
 done >"$OUT/frontier-readings.txt" 2>&1
+# What each gslice opportunistic process's looks read (mps_controller.h), from its log.
+for log in "$OUT"/frontier/logs/*_O*.log "$OUT"/frontier/lane*/logs/*_O*.log; do
+  [ -f "$log" ] || continue
+  $py "$dir/looks_report.py" "$log"
+done >>"$OUT/frontier-readings.txt" 2>&1
 tar -czf "$OUT/frontier.tar.gz" -C "$OUT" frontier
 $py "$dir/frontier_report.py" --table "${jsons[@]}"

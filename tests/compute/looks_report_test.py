@@ -1,0 +1,92 @@
+"""An opportunistic process's looks (bench/gpu/compute/looks_report.py) from made-up log lines.
+No GPU and no torch.
+
+  python3 looks_report_test.py PATH/TO/bench/gpu/compute
+"""
+
+import contextlib
+import importlib.util
+import io
+import os
+import sys
+import tempfile
+import unittest
+
+HERE = sys.argv.pop(1) if len(sys.argv) > 1 else os.path.join(
+    os.path.dirname(__file__), "..", "..", "bench", "gpu", "compute")
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, name + ".py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+L = load("looks_report")
+
+
+def look(beside, alone, floor, rate=1000, mean=None, error=0.05, n=1):
+    level = beside / alone / floor
+    return (f"gslice[9]: compute: mps: a look: guaranteed job launched {beside} a period beside work at {rate} permille, "
+            f"{alone} alone: {level:.3f} of its floor ({mean if mean is not None else level:.3f} +- {error:.3f} "
+            f"over {n} looks)\n")
+
+
+class LooksReport(unittest.TestCase):
+    LOG = [
+        "gslice[9]: init: slice run-9 attached\n",
+        look(8790, 9020, 0.90, rate=487),
+        "gslice[9]: compute: mps: guaranteed job above its floor by its looks (1.083): rate 487 -> 608 permille\n",
+        look(8000, 9000, 0.90, mean=0.990, n=2),
+        look(8400, 9000, 0.90, mean=1.012, n=3),
+        look(7600, 8000, 0.80),
+        "gslice[9]: compute: mps: guaranteed job at 0.940 of its floor by its looks (at most 0.980): rate 1000 -> 700 permille\n",
+        "gslice[9]: compute: mps: guaranteed kernels above their floor (1.05 over 4 periods): rate 700 -> 875 permille\n",
+    ]
+
+    def test_looks_are_told_apart_by_floor(self):
+        p = L.parse(self.LOG)
+        self.assertEqual(len(p["looks"]), 4)
+        self.assertEqual(p["cuts"], [(1000, 700)])
+        self.assertEqual(p["grows"], [(487, 608)], "growth by a window's readings is not the looks'")
+        f = L.by_floor(p["looks"])
+        self.assertEqual(sorted(f), [0.8, 0.9])
+        nine = f[0.9]
+        self.assertEqual(nine["looks"], 3)
+        self.assertEqual(nine["full"]["n"], 2)
+        self.assertAlmostEqual(nine["full"]["mean"], (8000 / 9000 + 8400 / 9000) / 2)
+        self.assertEqual(nine["means"], (0.990, 1.012))
+        self.assertEqual(len(nine["lower"]), 1)
+        self.assertEqual(nine["lower"][0][0], 487)
+        self.assertIsNone(f[0.8]["full"]["spread"], "one look has no spread")
+
+    def test_report_states_the_pauses_and_cuts(self):
+        text = L.report("O.log", self.LOG)
+        self.assertIn("4 looks, 1 cuts and 1 growths by them, 3.00 s of pauses", text)
+        self.assertIn("floor 0.90: 3 looks; at no limit 2 looks", text)
+        self.assertIn("lower rates: 487 permille 0.975", text)
+        self.assertIn("cut 1000 -> 700 permille", text)
+
+    def test_a_log_without_looks_says_so(self):
+        self.assertIn("0 looks", L.report("Ob.log", ["gslice[3]: compute: mps: a guaranteed job wants its own time alone\n"]))
+
+    def test_command_line(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as f:
+            f.writelines(self.LOG)
+        try:
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                self.assertEqual(L.main([f.name]), 0)
+            self.assertIn("floor 0.80", out.getvalue())
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err):
+                self.assertEqual(L.main([f.name + ".missing"]), 1)
+                self.assertEqual(L.main([]), 2)
+            self.assertIn("No such file", err.getvalue())
+        finally:
+            os.unlink(f.name)
+
+
+if __name__ == "__main__":
+    unittest.main()
