@@ -380,16 +380,16 @@ bool TimeKernels(Device& d, int64_t now, bool read_samples) {
   // share not waiting that the job's references alone take there.
   const bool timed_densely = sample && !queued && k.wants_baseline;
   const bool counting = g_gate_mode.load(kRlx) == static_cast<int>(GateMode::kCount);
-  if (sample && counting && d.entry != nullptr) {
+  const uint64_t launched = g_counted.launches.load(kRlx);
+  if (sample && counting && d.entry != nullptr && d.entry->launches.load(kRlx) != launched) {
     // The launch count where opportunistic controllers read it (PeerPeriod::launches: a look,
     // mps_controller.h): the launch path only counts in this process (CountLaunch), writing
     // nothing other processes read; here once a pass, on a line the launch path does not read.
     // (The process's launches on all its GPUs: a job on several is paced by all of them.)
-    const uint64_t launched = g_counted.launches.load(kRlx);
-    if (d.entry->launches.load(kRlx) != launched) d.entry->launches.store(launched, kRlx);
+    d.entry->launches.store(launched, kRlx);
   }
   if (sample && !timed_densely && counting) {
-    k.progress.Pass(now, g_counted.launches.load(kRlx), queued,
+    k.progress.Pass(now, launched, queued,
                     g_counted.count_waits.load(kRlx) ? g_counted.waited_ns.load(kRlx) : -1);
   } else {
     k.progress.Pause();

@@ -166,8 +166,8 @@ inline uint32_t SpeedReading(double permille) {
 // (samples beside opportunistic work are being gathered, too few yet), bit 13 whether the job
 // wants time alone to renew the references of a reading by its launches or waits
 // (progress_clock.h, kAloneRenewNs), bit 14 whether the job is a loop whose launches per second
-// are its speed (ProgressClock::loop, or its launches or waits gave the reading), bits 16-31 the period's number, never 0 once published,
-// so a reader tells a new reading from the one it saw.
+// are its speed (ProgressClock::loop, or its launches or waits gave the reading), bits 16-31 the
+// period's number, never 0 once published, so a reader tells a new reading from the one it saw.
 struct KernelSignal {
   uint32_t speed_permille = 0;
   bool wants_baseline = false;

@@ -35,6 +35,18 @@ void MpsController::Settle(uint32_t from, Seen* cut_by) {
   }
 }
 
+namespace {
+
+// The sample standard deviation of v[0, n) about its mean (0 under two values).
+double Spread(const double* v, uint32_t n, double mean) {
+  if (n < 2) return 0;
+  double squares = 0;
+  for (uint32_t i = 0; i < n; ++i) squares += (v[i] - mean) * (v[i] - mean);
+  return std::sqrt(squares / (n - 1));
+}
+
+}  // namespace
+
 double MpsController::JudgedMean() const {
   double sum = 0;
   for (uint32_t i = 0; i < judged_count_; ++i) sum += judged_[i];
@@ -68,9 +80,7 @@ bool MpsController::LookLevel(const Seen& seen, double* mean, double* error) con
   *mean = sum / n;
   // Each look's own error, or the looks' spread where that is more: a look's periods are not
   // independent samples, and the job's phase moves between looks.
-  double spread = 0;
-  for (uint32_t i = 0; i < n; ++i) spread += (seen.looks[i] - *mean) * (seen.looks[i] - *mean);
-  const double between = n > 1 ? std::sqrt(spread / (n - 1) / n) : 0;
+  const double between = Spread(seen.looks, n, *mean) / std::sqrt(static_cast<double>(n));
   *error = std::max({std::sqrt(errors) / n, between, kMinLookError});
   return true;
 }
@@ -110,6 +120,11 @@ bool MpsController::StartLook(const ControlPeriod& period, bool urgent, ControlD
   return true;
 }
 
+void MpsController::GiveUpLook() {
+  look_ = Look::kNone;
+  for (Seen& seen : seen_) seen.in_look = false;
+}
+
 bool MpsController::LookPeriod(const ControlPeriod& period, ControlDecision* d) {
   if (look_ == Look::kNone) return false;
   // A look needs this process held back, or launching at rate_, throughout, and no other
@@ -132,8 +147,7 @@ bool MpsController::LookPeriod(const ControlPeriod& period, ControlDecision* d) 
     }
   }
   if (!reading) {
-    look_ = Look::kNone;
-    for (Seen& seen : seen_) seen.in_look = false;
+    GiveUpLook();
     return false;
   }
   d->rate_permille = rate_;
@@ -269,12 +283,13 @@ ControlDecision MpsController::Judge(const ControlPeriod& period, int64_t now_ns
     }
     // A period with no reading and no word of a loop says nothing (time alone, a short stretch).
     if (fresh && (s.known() || s.by_progress)) seen.by_progress = s.by_progress;
+    const double floor = p.floor_permille / 1000.0;
+    const double ratio = (s.speed_permille / 1000.0) / (floor > 0 ? floor : 1);  // the reading over its floor
     if (Looked(seen, period)) {
       looked = true;
       // Its looks judge it, not its readings: those are against a rate alone from short pauses
       // on a host that moves. One far under its floor calls a look early.
-      const double floor = p.floor_permille / 1000.0;
-      if (fresh && s.known() && (s.speed_permille / 1000.0) / (floor > 0 ? floor : 1) < 1 - kCutNowMargin) urgent = true;
+      if (fresh && s.known() && ratio < 1 - kCutNowMargin) urgent = true;
       continue;
     }
     if (!fresh) continue;
@@ -282,19 +297,14 @@ ControlDecision MpsController::Judge(const ControlPeriod& period, int64_t now_ns
     wants_alone |= s.wants_alone;
     pending |= s.pending;
     if (!s.known()) continue;
-    const double floor = p.floor_permille / 1000.0;
-    const double ratio = (s.speed_permille / 1000.0) / (floor > 0 ? floor : 1);
     if (ratio < worst) {
       worst = ratio;
       worst_by = &seen;
     }
   }
   // A look is of the rate beside the jobs busy now: where another's settled rate holds now, it
-  // is given up (LookPeriod with nothing to read).
-  if (look_ != Look::kNone && settled != rate_) {
-    look_ = Look::kNone;
-    for (Seen& seen : seen_) seen.in_look = false;
-  }
+  // is given up.
+  if (look_ != Look::kNone && settled != rate_) GiveUpLook();
   if (LookPeriod(period, &d)) return d;
   if (probe_left_ > 0 && --probe_left_ > 0) {
     d.probe_pause = true;
@@ -368,10 +378,8 @@ ControlDecision MpsController::Judge(const ControlPeriod& period, int64_t now_ns
   judged_next_ = (judged_next_ + 1) % kJudgePeriods;
   if (judged_count_ < kJudgePeriods) ++judged_count_;
   const double mean = JudgedMean();
-  double spread = 0;  // the readings' sample standard deviation
-  for (uint32_t i = 0; i < judged_count_; ++i) spread += (judged_[i] - mean) * (judged_[i] - mean);
-  spread = judged_count_ > 1 ? std::sqrt(spread / (judged_count_ - 1)) : 0;
-  const double error = spread / std::sqrt(static_cast<double>(judged_count_));  // the mean's
+  // The mean's standard error, from the readings' sample standard deviation.
+  const double error = Spread(judged_, judged_count_, mean) / std::sqrt(static_cast<double>(judged_count_));
   // The mean's upper bound: under the floor, the shortfall is more than the window's noise.
   const double upper = mean + kCutConfidenceT * error;
   const bool full = judged_count_ >= kJudgePeriods;

@@ -78,11 +78,10 @@
 //    publishes its count in its compute entry) in the pause are its speed alone, those in the
 //    kLookBesidePeriods at the rate before and after the pause its speed beside (the first
 //    period of each side of the change not read: work still queued, and the burst of a
-//    resumed queue). Their ratio
-//    over its floor is the look's level, with a standard error from the periods' spread; the
-//    mean of a rate's newest kLooks looks is the job's level at that rate. Under the floor with
-//    confidence (kLookZ standard errors), the rate is cut in proportion as on a window; all
-//    jobs' looks above it by kGrowMargin, it grows. Why: a reading's reference alone is taken in
+//    resumed queue). Their ratio over its floor is the look's level, with a standard error
+//    from the periods' spread; the mean of a rate's newest kLooks looks is the job's level at
+//    that rate. Under the floor with confidence (kLookZ standard errors), the rate is cut in
+//    proportion as on a window; all jobs' looks above it by kGrowMargin, it grows. Why: a reading's reference alone is taken in
 //    short pauses some seconds earlier on a host that moves, and sat 0.06 over the job's speed
 //    in one call on an H200 and 0.11 under it in the next (ResNet-50 bf16 beside BERT training,
 //    plain MPS at priority 1 keeping it at 0.90-0.91 of solo); held to a 0.90 floor on such
@@ -95,9 +94,10 @@
 //    kFarLookGapNs apart once kLooks say it is far above it at no limit, else kLookGapNs apart:
 //    pauses of 9-12% of the time near the floor (8 looks in 48 s at 0.90 on an H200, where
 //    rounds after the first harvested 0.917 against plain MPS's 1.033), the price of a level
-//    that the host's drift does not move. A look is given up where this process stops launching, the job rests, or
-//    the rate settled beside another job holds. A server's launches follow its requests, not
-//    its speed: it is read by its kernels, and judged on its readings;
+//    that the host's drift does not move. A look is given up where this process stops
+//    launching, the job rests, or the rate settled beside another job holds. A server's
+//    launches follow its requests, not its speed: it is read by its kernels, and judged on its
+//    readings;
 //  - the readings since the rate last changed, at least kGrowPeriods of them (1 s), whose mean
 //    is at or above the floor (plus kGrowMargin) let the rate grow by kGrowFactor, at least
 //    kGrowStepPermille, up to no limit, and the readings start over as after a cut. Growth is
@@ -154,7 +154,7 @@ inline constexpr int64_t kMaxHoldNs = 64'000'000'000;
 inline constexpr int64_t kKeepRateNs = 60'000'000'000;
 // A guaranteed job not busy for this long is not one the rate is held for.
 inline constexpr int64_t kActiveNs = 1'000'000'000;
-// Looks (a job read by its launches or waits, the only opportunistic process running): a
+// Looks (a loop, KernelSignal::by_progress, the only opportunistic process running): a
 // pause of kLookPausePeriods, the first the change's and not read, and kLookBesidePeriods at the
 // rate either side of it, the first after it not read either.
 inline constexpr uint32_t kLookPausePeriods = 3;
@@ -227,16 +227,16 @@ class MpsController {
   void Grow(ControlDecision* d, const char* why);
   // Decide, given steady_.
   ControlDecision Judge(const ControlPeriod& period, int64_t now_ns);
-  // Whether p's job is judged by looks: read by its launches or waits, with no other
+  // Whether p's job is judged by looks: a loop (KernelSignal::by_progress), with no other
   // opportunistic process running on the GPU (a pause of this one alone would not be time
   // alone; one that is there but idle is no matter).
   bool Looked(const Seen& seen, const ControlPeriod& period) const {
     return seen.by_progress && !period.opportunistic_busy;
   }
-  // Keeps the period's launches of each peer busy in it at rate_, for the next look's beside.
-  void Remember(const ControlPeriod& period);
   // Starts a look where one is due (returns whether it did).
   bool StartLook(const ControlPeriod& period, bool urgent, ControlDecision* d);
+  // Ends the look under way, if any, judging nothing.
+  void GiveUpLook();
   // A period of the look under way; returns whether it is still under way.
   bool LookPeriod(const ControlPeriod& period, ControlDecision* d);
   // Ends the look: each peer's level into its ring, and the rate judged on them.

@@ -1139,6 +1139,9 @@ TEST(ComputeMps, ACutThatBringsTheJobToItsFloorIsHeld) {
   EXPECT_LE(periods, kJudgePeriods);
 }
 
+// A job's scatter about its speed, period by period, in tenths of the scatter.
+constexpr int kScatter[8] = {10, -13, 5, -8, 13, -10, 8, -5};
+
 // A guaranteed job whose speed beside opportunistic work falls with the rate it is let run at:
 // alone_permille at rate 0, cost_permille less at no limit, with a scatter about that of an
 // H200's ResNet-50 beside BERT training.
@@ -1147,7 +1150,6 @@ struct Responsive {
   uint32_t cost_permille;
   uint32_t scatter_permille = 0;
   uint32_t speed(uint32_t rate_permille, uint32_t seq) const {
-    static constexpr int kScatter[8] = {10, -13, 5, -8, 13, -10, 8, -5};  // tenths of the scatter
     const int s = static_cast<int>(alone_permille - cost_permille * rate_permille / 1000) +
                   kScatter[seq % 8] * static_cast<int>(scatter_permille) / 10;
     return static_cast<uint32_t>(s);
@@ -1483,7 +1485,6 @@ struct Looped {
     return last.probe_pause ? 1.0 : 1.0 - cost_permille / 1000.0 * last.rate_permille / 1000.0;
   }
   PeerPeriod Period(const ControlDecision& last) {
-    static constexpr int kScatter[8] = {10, -13, 5, -8, 13, -10, 8, -5};  // tenths of the scatter
     ++seq;
     const double speed = Speed(last) * (1 + kScatter[seq % 8] * static_cast<int>(scatter_permille) / 10000.0);
     PeerPeriod p = Peer(1, 0.5, floor_permille);

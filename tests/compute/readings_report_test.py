@@ -6,23 +6,12 @@ and samples alone far over their baseline were counted. No GPU and no torch.
 """
 
 import contextlib
-import importlib.util
 import io
 import os
-import sys
 import tempfile
 import unittest
 
-HERE = sys.argv.pop(1) if len(sys.argv) > 1 else os.path.join(
-    os.path.dirname(__file__), "..", "..", "bench", "gpu", "compute")
-
-
-def load(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, name + ".py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
+from report_scripts import load
 
 R = load("readings_report")
 

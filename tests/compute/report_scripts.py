@@ -1,0 +1,18 @@
+"""The report scripts of bench/gpu/compute as modules, for their tests. The folder is the test's
+first argument (ctest passes it; taken off sys.argv on import, before unittest reads it), or is
+found from this file's place."""
+
+import importlib.util
+import os
+import sys
+
+HERE = sys.argv.pop(1) if len(sys.argv) > 1 else os.path.join(
+    os.path.dirname(__file__), "..", "..", "bench", "gpu", "compute")
+
+
+def load(name):
+    """bench/gpu/compute/NAME.py, loaded as a module."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, name + ".py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
