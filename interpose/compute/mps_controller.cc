@@ -53,9 +53,9 @@ double MpsController::JudgedMean() const {
   return sum / judged_count_;
 }
 
-void MpsController::Grow(ControlDecision* d, const char* why) {
+void MpsController::Grow(ControlDecision* d, const char* why, double factor) {
   if (rate_ >= 1000) return;
-  const double grown = rate_ * kGrowFactor;
+  const double grown = rate_ * factor;
   const uint32_t next = grown > rate_ + kGrowStepPermille ? static_cast<uint32_t>(grown) : rate_ + kGrowStepPermille;
   AddTrace(d, "compute: mps: %s: rate %u -> %u permille", why, rate_, next > 1000 ? 1000 : next);
   const uint32_t from = rate_;
@@ -88,7 +88,9 @@ bool MpsController::LookLevel(const Seen& seen, double* mean, double* error) con
 bool MpsController::StartLook(const ControlPeriod& period, bool urgent, ControlDecision* d) {
   if (look_ != Look::kNone || rate_ < kMinRatePermille || ran_rate_ != rate_) return false;
   // Due: soon for a rate no look has read yet, or where a reading says the job is far under its
-  // floor; rarely once the looks say it is far above it at no limit; else every kLookGapNs.
+  // floor; kLookGapNs after the rate's first look, and twice as long after each more while
+  // the rate's looks say the job holds its floor, to kFarLookGapNs; kLookGapNs where they say
+  // it is under it.
   int64_t gap = kFarLookGapNs;
   bool any = false;
   for (uint32_t k = 0; k < active_count_; ++k) {
@@ -98,8 +100,8 @@ bool MpsController::StartLook(const ControlPeriod& period, bool urgent, ControlD
     double mean = 0, error = 0;
     if (!LookLevel(seen, &mean, &error)) {
       gap = std::min(gap, kUrgentLookGapNs);
-    } else if (rate_ < 1000 || seen.looks_count < kLooks || mean - kLookZ * error < 1 + kRenewMargin) {
-      gap = std::min(gap, kLookGapNs);
+    } else {
+      gap = std::min(gap, mean < 1 ? kLookGapNs : std::min(kFarLookGapNs, kLookGapNs << (seen.looks_count - 1)));
     }
   }
   if (!any) return false;
@@ -220,9 +222,12 @@ void MpsController::EndLook(ControlDecision* d) {
     StartOver();
     trial_.open = false;
   } else if (any && all_above && rate_ < 1000) {
+    // Above it with confidence: the rate doubles, as a cut on a shortfall of a tenth halves it.
+    const bool sure = lowest_mean - kLookZ * lowest_error >= 1 + kGrowMargin;
     char why[96];
-    snprintf(why, sizeof why, "guaranteed job above its floor by its looks (%.3f)", lowest_mean);
-    Grow(d, why);
+    snprintf(why, sizeof why, "guaranteed job above its floor by its looks (%.3f, at least %.3f)", lowest_mean,
+             lowest_mean - kLookZ * lowest_error);
+    Grow(d, why, sure ? kSureGrowFactor : kGrowFactor);
     StartOver();
     trial_.open = false;
   }

@@ -81,7 +81,9 @@
 //    resumed queue). Their ratio over its floor is the look's level, with a standard error
 //    from the periods' spread; the mean of a rate's newest kLooks looks is the job's level at
 //    that rate. Under the floor with confidence (kLookZ standard errors), the rate is cut in
-//    proportion as on a window; all jobs' looks above it by kGrowMargin, it grows. Why: a reading's reference alone is taken in
+//    proportion as on a window; all jobs' looks above it by kGrowMargin, it grows (doubles,
+//    kSureGrowFactor, where they are above it with confidence). Why: a reading's reference
+//    alone is taken in
 //    short pauses some seconds earlier on a host that moves, and sat 0.06 over the job's speed
 //    in one call on an H200 and 0.11 under it in the next (ResNet-50 bf16 beside BERT training,
 //    plain MPS at priority 1 keeping it at 0.90-0.91 of solo); held to a 0.90 floor on such
@@ -91,10 +93,13 @@
 //    ResNet-50 bf16 beside BERT training at no limit: looks read 0.918 and 0.945 of alone on
 //    average, one look's spread 0.04-0.05, where plain MPS ran it at 0.934). A look is due
 //    kUrgentLookGapNs after the rate changes or a reading says the job is far under its floor,
-//    kFarLookGapNs apart once kLooks say it is far above it at no limit, else kLookGapNs apart:
-//    pauses of 9-12% of the time near the floor (8 looks in 48 s at 0.90 on an H200, where
-//    rounds after the first harvested 0.917 against plain MPS's 1.033), the price of a level
-//    that the host's drift does not move. A look is given up where this process stops
+//    kLookGapNs after the rate's first look, and twice as long after each more while the mean
+//    of the rate's looks holds the floor, to kFarLookGapNs (kLookGapNs again once it does not):
+//    looks every kLookGapNs cost 9-12% of the time (8 looks in 48 s at 0.90 on an H200, where
+//    rounds after the first harvested 0.917 against plain MPS's 1.033), and a job that holds
+//    its floor look after look is the one where a look most seldom changes anything. A job
+//    that falls under its floor between two looks far apart is seen at the next: where it
+//    falls far (kCutNowMargin), its readings call that look early. A look is given up where this process stops
 //    launching, the job rests, or the rate settled beside another job holds. A server's
 //    launches follow its requests, not its speed: it is read by its kernels, and judged on its
 //    readings;
@@ -159,9 +164,9 @@ inline constexpr int64_t kActiveNs = 1'000'000'000;
 // rate either side of it, the first after it not read either.
 inline constexpr uint32_t kLookPausePeriods = 3;
 inline constexpr uint32_t kLookBesidePeriods = 4;
-// Between the starts of two looks: while the rate's looks are fewer than kLooks, or say the job
-// is near its floor; once kLooks say it is far above it (by kRenewMargin) at no limit; and where
-// a reading says it is far under it (kCutNowMargin).
+// Between the starts of two looks: after the rate's first look, or while its looks say the job
+// is under its floor; the most, reached by doubling while they say it holds it; and before the
+// rate's first look or where a reading says the job is far under its floor (kCutNowMargin).
 inline constexpr int64_t kLookGapNs = 8'000'000'000;
 inline constexpr int64_t kFarLookGapNs = 32'000'000'000;
 inline constexpr int64_t kUrgentLookGapNs = 2'000'000'000;
@@ -170,6 +175,8 @@ inline constexpr uint32_t kLooks = 4;
 // 95%), at least kMinLookError (the periods' launches are not independent samples).
 inline constexpr double kLookZ = 1.645;
 inline constexpr double kMinLookError = 0.01;
+// Growth where the looks say the job is above its floor with confidence.
+inline constexpr double kSureGrowFactor = 2;
 
 class MpsController {
  public:
@@ -224,7 +231,8 @@ class MpsController {
   // The mean of the readings judged since the rate last changed.
   // REQUIRES: judged_count_ > 0.
   double JudgedMean() const;
-  void Grow(ControlDecision* d, const char* why);
+  // The rate times factor (at least kGrowStepPermille more), to no limit.
+  void Grow(ControlDecision* d, const char* why, double factor = kGrowFactor);
   // Decide, given steady_.
   ControlDecision Judge(const ControlPeriod& period, int64_t now_ns);
   // Whether p's job is judged by looks: a loop (KernelSignal::by_progress), with no other
