@@ -257,6 +257,8 @@ ControlDecision MpsController::Judge(const ControlPeriod& period, int64_t now_ns
   // the peers busy now.
   double worst = 2;  // the lowest reading over its floor; 2: none
   Seen* worst_by = nullptr;
+  double worst_founded = 2;  // ... of those from peers that do not want a baseline
+  Seen* worst_founded_by = nullptr;
   bool wants_baseline = false;
   bool wants_alone = false;
   bool pending = false;  // a peer gathers samples beside opportunistic work for a reading
@@ -305,6 +307,10 @@ ControlDecision MpsController::Judge(const ControlPeriod& period, int64_t now_ns
     if (ratio < worst) {
       worst = ratio;
       worst_by = &seen;
+    }
+    if (!s.wants_baseline && ratio < worst_founded) {
+      worst_founded = ratio;
+      worst_founded_by = &seen;
     }
   }
   // A look is of the rate beside the jobs busy now: where another's settled rate holds now, it
@@ -409,14 +415,18 @@ ControlDecision MpsController::Judge(const ControlPeriod& period, int64_t now_ns
     }
     if (under) hold_ns_ = kHoldNs;  // it bought some: the next one that buys nothing holds briefly
   }
-  if (worst < 1 - kCutNowMargin || (under && now_ns >= hold_until_ns_)) {
+  // One reading cuts at once only where its job trusts it: one that wants a baseline (too few
+  // of its kernels have a time alone, or it is stale) is judged in the window, with the others.
+  const bool far_under = worst_founded < 1 - kCutNowMargin;
+  if (far_under || (under && now_ns >= hold_until_ns_)) {
     // In proportion to the shortfall: a reading's error is some hundredths, and a cut on a
     // shortfall that small is as likely noise as not.
-    const double shortfall = 1 - (worst < 1 - kCutNowMargin ? worst : mean);
+    const double shortfall = 1 - (far_under ? worst_founded : mean);
+    if (far_under) worst_by = worst_founded_by;
     const double cut = rate_ * std::max(kCutFactor, 1 - kCutGain * shortfall);
     const uint32_t next = cut < kMinRatePermille ? 0 : static_cast<uint32_t>(cut);
     AddTrace(&d, "compute: mps: guaranteed kernels at %.3f of their floor (%.3f over %u periods, at most %.3f): rate %u -> %u permille",
-             worst, mean, judged_count_, upper, rate_, next);
+             far_under ? worst_founded : worst, mean, judged_count_, upper, rate_, next);
     if (next < rate_) trial_ = {.open = true, .from_rate = rate_, .mean = mean, .error = error};
     const uint32_t from = rate_;
     rate_ = next;
