@@ -1344,6 +1344,7 @@ TEST(ComputeMps, ABusyStretchStartsWhereTheLastOneSettled) {
   resting.wanted = true;
   resting.peers[resting.count++] = Kernels(0, seq, 970);
   resting.peers[0].busy_ns = 0;
+  resting.peers[0].launches = 0;
   for (int i = 0; i < 40; ++i) ASSERT_EQ(m.Step(resting).rate_permille, 1000u);
   // Back: it starts where it settled, not unthrottled.
   ControlDecision d = m.Step(Busy({Kernels(0, ++seq, 970)}));
@@ -1358,8 +1359,14 @@ TEST(ComputeMps, ABusyStretchStartsWhereTheLastOneSettled) {
 // A rate settled beside one guaranteed job is that job's: beside another that comes while it
 // rests, opportunistic work starts unthrottled, and beside the first again, where it settled.
 TEST(ComputeMps, TheRateIsSettledBesideEachGuaranteedJob) {
-  const auto period = [](PeerPeriod strict, PeerPeriod lax, bool strict_busy) {
-    (strict_busy ? lax : strict).busy_ns = 0;
+  // The resting job launches nothing and has no work queued, and its gate thread still
+  // publishes a period's signal, with no reading, every period (gate_thread.cc).
+  uint32_t rest_seq = 30000;
+  const auto period = [&rest_seq](PeerPeriod strict, PeerPeriod lax, bool strict_busy) {
+    PeerPeriod& resting = strict_busy ? lax : strict;
+    resting.busy_ns = 0;
+    resting.launches = 0;
+    resting.kernel_signal = PackKernelSignal({.sequence = ++rest_seq});
     return Busy({strict, lax});
   };
   MpsClock m;
