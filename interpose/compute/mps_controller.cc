@@ -168,6 +168,7 @@ bool MpsController::LookPeriod(const ControlPeriod& period, ControlDecision* d) 
 }
 
 void MpsController::EndLook(ControlDecision* d) {
+  bool trial_looked = false;  // the job whose looks made the cut on trial has a look at rate_
   for (Seen& seen : seen_) {
     if (!seen.in_look) continue;
     seen.in_look = false;
@@ -181,7 +182,7 @@ void MpsController::EndLook(ControlDecision* d) {
     const double relative = dof > 0 ? ((b.n - 1) * b.variance() / (b.mean() * b.mean()) +
                                        (a.n - 1) * a.variance() / (a.mean() * a.mean())) / dof
                                     : 0;
-    const double error = level * std::sqrt(relative * (1.0 / b.n + 1.0 / a.n));
+    const double error = std::max(level * std::sqrt(relative * (1.0 / b.n + 1.0 / a.n)), kMinOneLookError);
     if (seen.look_rate != rate_) seen.looks_count = seen.looks_next = 0;
     seen.look_rate = rate_;
     seen.looks[seen.looks_next] = level;
@@ -193,6 +194,32 @@ void MpsController::EndLook(ControlDecision* d) {
     AddTrace(d, "compute: mps: a look: guaranteed job launched %.0f a period beside work at %u permille, %.0f alone: "
              "%.3f of its floor (%.3f +- %.3f over %u looks)",
              b.mean(), rate_, a.mean(), level, mean, spread, seen.looks_count);
+    trial_looked |= trial_.open && trial_.by == &seen;
+  }
+  // A cut on trial: where the first look at the new rate still says the job is under its floor
+  // with confidence, and no higher than the looks that made the cut (by kBoughtMargin, or by
+  // their noise where that is more), holding back bought nothing: the rate goes back, as after
+  // a window's futile cut, and no look cuts for hold_ns_ (a look far under still does).
+  if (trial_looked) {
+    trial_.open = false;
+    double mean = 0, error = 0;
+    LookLevel(*trial_.by, &mean, &error);
+    const double gain = mean - trial_.mean;
+    const double noise = std::sqrt(error * error + trial_.error * trial_.error);
+    if (mean + kLookZ * error < 1 && gain < std::max(kBoughtMargin, noise)) {
+      AddTrace(d, "compute: mps: holding back bought nothing by the looks (%.3f of the floor, %.3f before the cut): "
+               "rate %u -> %u permille, no cut on looks for %lld s",
+               mean, trial_.mean, rate_, trial_.from_rate, static_cast<long long>(hold_ns_ / 1'000'000'000));
+      const uint32_t from = rate_;
+      rate_ = trial_.from_rate;
+      Settle(from, nullptr);
+      hold_until_ns_ = now_ns_ + hold_ns_;
+      hold_ns_ = std::min(2 * hold_ns_, kMaxHoldNs);
+      StartOver();
+      d->rate_permille = rate_;
+      return;
+    }
+    if (mean < 1) hold_ns_ = kHoldNs;  // it bought some
   }
   // The rate judged on every job's looks at it: cut where one is under its floor with
   // confidence (in proportion, as on a window), grown where all are above it.
@@ -211,16 +238,17 @@ void MpsController::EndLook(ControlDecision* d) {
       lowest_error = error;
     }
   }
-  if (lowest != nullptr && lowest_mean + kLookZ * lowest_error < 1) {
+  const bool held = now_ns_ < hold_until_ns_ && lowest_mean >= 1 - kCutNowMargin;
+  if (lowest != nullptr && lowest_mean + kLookZ * lowest_error < 1 && !held) {
     const double cut = rate_ * std::max(kCutFactor, 1 - kCutGain * (1 - lowest_mean));
     const uint32_t next = cut < kMinRatePermille ? 0 : static_cast<uint32_t>(cut);
     AddTrace(d, "compute: mps: guaranteed job at %.3f of its floor by its looks (at most %.3f): rate %u -> %u permille",
              lowest_mean, lowest_mean + kLookZ * lowest_error, rate_, next);
+    trial_ = {.open = next < rate_, .from_rate = rate_, .mean = lowest_mean, .error = lowest_error, .by = lowest};
     const uint32_t from = rate_;
     rate_ = next;
     Settle(from, lowest);
     StartOver();
-    trial_.open = false;
   } else if (any && all_above && rate_ < 1000) {
     // Above it with confidence: the rate doubles, as a cut on a shortfall of a tenth halves it.
     const bool sure = lowest_mean - kLookZ * lowest_error >= 1 + kGrowMargin;
@@ -251,7 +279,9 @@ ControlDecision MpsController::Judge(const ControlPeriod& period, int64_t now_ns
   for (Seen& seen : seen_) {
     bool present = false;
     for (int k = 0; k < period.count && !present; ++k) present = period.peers[k].id == seen.id;
-    if (!present) seen = {};
+    if (present) continue;
+    if (trial_.by == &seen) trial_.open = false;
+    seen = {};
   }
   // Readings of this period, judged against each peer's own floor; the rate settled beside
   // the peers busy now.
@@ -400,7 +430,7 @@ ControlDecision MpsController::Judge(const ControlPeriod& period, int64_t now_ns
   const double upper = mean + kCutConfidenceT * error;
   const bool full = judged_count_ >= kJudgePeriods;
   const bool under = full && upper < 1;
-  if (full && trial_.open) {
+  if (full && trial_.open && trial_.by == nullptr) {
     // The first full window since the last cut: did holding back buy anything?
     trial_.open = false;
     const double gain = mean - trial_.mean;

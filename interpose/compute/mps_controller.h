@@ -81,8 +81,11 @@
 //    resumed queue). Their ratio over its floor is the look's level, with a standard error
 //    from the periods' spread; the mean of a rate's newest kLooks looks is the job's level at
 //    that rate. Under the floor with confidence (kLookZ standard errors), the rate is cut in
-//    proportion as on a window; all jobs' looks above it by kGrowMargin, it grows (doubles,
-//    kSureGrowFactor, where they are above it with confidence). Why: a reading's reference
+//    proportion as on a window, and the cut is on trial as a window's is: where the first look
+//    at the new rate is still under the floor with confidence and no higher, the rate goes
+//    back and no look cuts for the hold (one look's error is at least kMinOneLookError); all
+//    jobs' looks above it by kGrowMargin, it grows (doubles, kSureGrowFactor, where they are
+//    above it with confidence). Why: a reading's reference
 //    alone is taken in
 //    short pauses some seconds earlier on a host that moves, and sat 0.06 over the job's speed
 //    in one call on an H200 and 0.11 under it in the next (ResNet-50 bf16 beside BERT training,
@@ -175,6 +178,10 @@ inline constexpr uint32_t kLooks = 4;
 // 95%), at least kMinLookError (the periods' launches are not independent samples).
 inline constexpr double kLookZ = 1.645;
 inline constexpr double kMinLookError = 0.01;
+// One look's standard error at least: its periods' spread understates it, as the job's phase
+// and the host move between looks (on an H200, ResNet-50 bf16 beside BERT training: one look's
+// own error 0.014-0.07, the spread of looks at one rate 0.04-0.10).
+inline constexpr double kMinOneLookError = 0.04;
 // Growth where the looks say the job is above its floor with confidence.
 inline constexpr double kSureGrowFactor = 2;
 
@@ -261,12 +268,14 @@ class MpsController {
   // from index 0, emptied by setting both counts to 0.
   double judged_[kJudgePeriods] = {};
   uint32_t judged_count_ = 0, judged_next_ = 0;
-  // The last cut, on trial until the first full window of readings after it: the rate it was
-  // made from and the mean and standard error of the window that made it.
+  // The last cut, on trial until the first full window of readings after it (or, for a cut
+  // by looks, the first look at the new rate of the job whose looks made it, `by`): the rate
+  // it was made from and the mean and standard error of the window (or looks) that made it.
   struct Trial {
     bool open = false;
     uint32_t from_rate = 1000;
     double mean = 0, error = 0;
+    const Seen* by = nullptr;  // null: a window's
   };
   Trial trial_;
   int64_t hold_until_ns_ = 0;  // no cut on a window's mean before this
