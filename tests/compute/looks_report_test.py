@@ -32,13 +32,17 @@ class LooksReport(unittest.TestCase):
         look(7600, 8000, 0.80),
         "gslice[9]: compute: mps: guaranteed job at 0.940 of its floor by its looks (at most 0.980): rate 1000 -> 700 permille\n",
         "gslice[9]: compute: mps: guaranteed kernels above their floor (1.05 over 4 periods): rate 700 -> 875 permille\n",
+        "gslice[9]: compute: mps: guaranteed job above its floor by its looks (1.135, at least 1.038): rate 500 -> 1000 permille\n",
+        "gslice[9]: compute: mps: holding back bought nothing by the looks (0.930 of the floor, 0.940 before the cut): "
+        "rate 700 -> 1000 permille, no cut on looks for 8 s\n",
     ]
 
     def test_looks_are_told_apart_by_floor(self):
         p = L.parse(self.LOG)
         self.assertEqual(len(p["looks"]), 4)
         self.assertEqual(p["cuts"], [(1000, 700)])
-        self.assertEqual(p["grows"], [(487, 608)], "growth by a window's readings is not the looks'")
+        self.assertEqual(p["grows"], [(487, 608), (500, 1000)], "growth by a window's readings is not the looks'")
+        self.assertEqual(p["undone"], [(700, 1000)])
         f = L.by_floor(p["looks"])
         self.assertEqual(sorted(f), [0.8, 0.9])
         nine = f[0.9]
@@ -52,7 +56,8 @@ class LooksReport(unittest.TestCase):
 
     def test_report_states_the_pauses_and_cuts(self):
         text = L.report("O.log", self.LOG)
-        self.assertIn("4 looks, 1 cuts and 1 growths by them, 3.00 s of pauses", text)
+        self.assertIn("4 looks, 1 cuts (1 undone) and 2 growths by them, 3.00 s of pauses", text)
+        self.assertIn("undone 700 -> 1000 permille", text)
         self.assertIn("floor 0.90: 3 looks; at no limit 2 looks", text)
         self.assertIn("lower rates: 487 permille 0.975", text)
         self.assertIn("cut 1000 -> 700 permille", text)

@@ -11,10 +11,14 @@ Each look ends with the trace line (interpose/compute/mps_controller.cc, EndLook
   compute: mps: a look: guaranteed job launched B a period beside work at R permille, A alone:
   L of its floor (M +- E over N looks)
 
-and a cut or growth it made with
+and a cut or growth it made, or a cut it undid (the first look at the new rate no higher), with
 
   compute: mps: guaranteed job at M of its floor by its looks (at most U): rate R -> S permille
-  compute: mps: guaranteed job above its floor by its looks (M): rate R -> S permille
+  compute: mps: guaranteed job above its floor by its looks (M, at least W): rate R -> S permille
+  compute: mps: holding back bought nothing by the looks (M of the floor, P before the cut):
+  rate R -> S permille, no cut on looks for H s
+
+(builds before e3b5b73 wrote the growth without ", at least W").
 
 B / A over L is the job's floor; a log of several guaranteed jobs at one floor adds them up.
 No GPU, no torch.
@@ -33,13 +37,15 @@ LOOK = re.compile(
     r"\((?P<mean>[0-9.]+) \+- (?P<error>[0-9.]+) over (?P<n>[0-9]+) looks\)")
 CUT = re.compile(r"compute: mps: guaranteed job at [0-9.]+ of its floor by its looks \(at most [0-9.]+\): "
                  r"rate (?P<from>[0-9]+) -> (?P<to>[0-9]+) permille")
-GROW = re.compile(r"compute: mps: guaranteed job above its floor by its looks \([0-9.]+\): "
+GROW = re.compile(r"compute: mps: guaranteed job above its floor by its looks \([0-9.]+(, at least [0-9.]+)?\): "
                   r"rate (?P<from>[0-9]+) -> (?P<to>[0-9]+) permille")
+UNDONE = re.compile(r"compute: mps: holding back bought nothing by the looks \([0-9.]+ of the floor, [0-9.]+ before the cut\): "
+                    r"rate (?P<from>[0-9]+) -> (?P<to>[0-9]+) permille")
 
 
 def parse(lines):
-    """The looks, cuts and growth in a log's lines."""
-    looks, cuts, grows = [], [], []
+    """The looks, cuts, growth and undone cuts in a log's lines."""
+    looks, cuts, grows, undone = [], [], [], []
     for line in lines:
         m = LOOK.search(line)
         if m:
@@ -62,7 +68,11 @@ def parse(lines):
         m = GROW.search(line)
         if m:
             grows.append((int(m["from"]), int(m["to"])))
-    return {"looks": looks, "cuts": cuts, "grows": grows}
+            continue
+        m = UNDONE.search(line)
+        if m:
+            undone.append((int(m["from"]), int(m["to"])))
+    return {"looks": looks, "cuts": cuts, "grows": grows, "undone": undone}
 
 
 def summary(values):
@@ -92,8 +102,8 @@ def by_floor(looks):
 def report(name, lines):
     """One log's block of text."""
     p = parse(lines)
-    out = [f"{name}: {len(p['looks'])} looks, {len(p['cuts'])} cuts and {len(p['grows'])} growths by them, "
-           f"{len(p['looks']) * LOOK_PAUSE_S:.2f} s of pauses"]
+    out = [f"{name}: {len(p['looks'])} looks, {len(p['cuts'])} cuts ({len(p['undone'])} undone) and "
+           f"{len(p['grows'])} growths by them, {len(p['looks']) * LOOK_PAUSE_S:.2f} s of pauses"]
     for floor, f in by_floor(p["looks"]).items():
         full = f["full"]
         text = "none at no limit"
@@ -105,6 +115,8 @@ def report(name, lines):
         out.append(f"  floor {floor:.2f}: {f['looks']} looks; {text}" + (f"; lower rates: {lower}" if lower else ""))
     for a, b in p["cuts"]:
         out.append(f"  cut {a} -> {b} permille")
+    for a, b in p["undone"]:
+        out.append(f"  undone {a} -> {b} permille")
     return "\n".join(out)
 
 
