@@ -63,6 +63,29 @@ void MpsController::Grow(ControlDecision* d, const char* why, double factor) {
   Settle(from, nullptr);
 }
 
+bool MpsController::UndoFutileCut(double mean, double error, bool under, const char* by, const char* over,
+                                  const char* judged, ControlDecision* d) {
+  trial_.open = false;
+  const double gain = mean - trial_.mean;
+  const double noise = std::sqrt(error * error + trial_.error * trial_.error);
+  if (!under || gain >= std::max(kBoughtMargin, noise)) {
+    if (under) hold_ns_ = kHoldNs;  // it bought some: the next one that buys nothing holds briefly
+    return false;
+  }
+  AddTrace(d, "compute: mps: holding back bought nothing%s%s (%.3f of the floor%s, %.3f before the cut): "
+           "rate %u -> %u permille, no cut on %s for %lld s",
+           *by != '\0' ? " " : "", by, mean, over, trial_.mean, rate_, trial_.from_rate, judged,
+           static_cast<long long>(hold_ns_ / 1'000'000'000));
+  const uint32_t from = rate_;
+  rate_ = trial_.from_rate;
+  Settle(from, nullptr);
+  hold_until_ns_ = now_ns_ + hold_ns_;
+  hold_ns_ = std::min(2 * hold_ns_, kMaxHoldNs);
+  StartOver();
+  d->rate_permille = rate_;
+  return true;
+}
+
 double MpsController::Sums::variance() const {
   if (n < 2) return 0;
   const double m = sum / n;
@@ -201,25 +224,9 @@ void MpsController::EndLook(ControlDecision* d) {
   // their noise where that is more), holding back bought nothing: the rate goes back, as after
   // a window's futile cut, and no look cuts for hold_ns_ (a look far under still does).
   if (trial_looked) {
-    trial_.open = false;
     double mean = 0, error = 0;
     LookLevel(*trial_.by, &mean, &error);
-    const double gain = mean - trial_.mean;
-    const double noise = std::sqrt(error * error + trial_.error * trial_.error);
-    if (mean + kLookZ * error < 1 && gain < std::max(kBoughtMargin, noise)) {
-      AddTrace(d, "compute: mps: holding back bought nothing by the looks (%.3f of the floor, %.3f before the cut): "
-               "rate %u -> %u permille, no cut on looks for %lld s",
-               mean, trial_.mean, rate_, trial_.from_rate, static_cast<long long>(hold_ns_ / 1'000'000'000));
-      const uint32_t from = rate_;
-      rate_ = trial_.from_rate;
-      Settle(from, nullptr);
-      hold_until_ns_ = now_ns_ + hold_ns_;
-      hold_ns_ = std::min(2 * hold_ns_, kMaxHoldNs);
-      StartOver();
-      d->rate_permille = rate_;
-      return;
-    }
-    if (mean < 1) hold_ns_ = kHoldNs;  // it bought some
+    if (UndoFutileCut(mean, error, mean + kLookZ * error < 1, "by the looks", "", "looks", d)) return;
   }
   // The rate judged on every job's looks at it: cut where one is under its floor with
   // confidence (in proportion, as on a window), grown where all are above it.
@@ -432,23 +439,9 @@ ControlDecision MpsController::Judge(const ControlPeriod& period, int64_t now_ns
   const bool under = full && upper < 1;
   if (full && trial_.open && trial_.by == nullptr) {
     // The first full window since the last cut: did holding back buy anything?
-    trial_.open = false;
-    const double gain = mean - trial_.mean;
-    const double noise = std::sqrt(error * error + trial_.error * trial_.error);
-    if (under && gain < std::max(kBoughtMargin, noise)) {
-      AddTrace(&d, "compute: mps: holding back bought nothing (%.3f of the floor over %u periods, %.3f before the cut): "
-               "rate %u -> %u permille, no cut on a mean for %lld s",
-               mean, judged_count_, trial_.mean, rate_, trial_.from_rate, static_cast<long long>(hold_ns_ / 1'000'000'000));
-      const uint32_t from = rate_;
-      rate_ = trial_.from_rate;
-      Settle(from, nullptr);
-      hold_until_ns_ = now_ns + hold_ns_;
-      hold_ns_ = std::min(2 * hold_ns_, kMaxHoldNs);
-      StartOver();
-      d.rate_permille = rate_;
-      return d;
-    }
-    if (under) hold_ns_ = kHoldNs;  // it bought some: the next one that buys nothing holds briefly
+    char over[32];
+    snprintf(over, sizeof over, " over %u periods", judged_count_);
+    if (UndoFutileCut(mean, error, under, "", over, "a mean", &d)) return d;
   }
   // One reading cuts at once only where its job trusts it: one that wants a baseline (too few
   // of its kernels have a time alone, or it is stale) is judged in the window, with the others.

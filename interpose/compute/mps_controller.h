@@ -240,6 +240,13 @@ class MpsController {
   double JudgedMean() const;
   // The rate times factor (at least kGrowStepPermille more), to no limit.
   void Grow(ControlDecision* d, const char* why, double factor = kGrowFactor);
+  // Judges the cut on trial on the first mean at the new rate (and its standard error; under:
+  // under the floor with confidence): where it bought nothing (still under, and the mean no
+  // higher than the one that made the cut, by kBoughtMargin or their noise), the rate goes
+  // back, cuts on `judged` are held for hold_ns_, and it returns true. by and over: the
+  // trace's words for where the mean came from.
+  bool UndoFutileCut(double mean, double error, bool under, const char* by, const char* over, const char* judged,
+                     ControlDecision* d);
   // Decide, given steady_.
   ControlDecision Judge(const ControlPeriod& period, int64_t now_ns);
   // Whether p's job is judged by looks: a loop (KernelSignal::by_progress), with no other
