@@ -38,7 +38,10 @@
 //    a window, not in every 250 ms: where their mean is under it with confidence (the mean
 //    plus kCutConfidenceT standard errors, from the window's own spread, Student's t for
 //    kJudgePeriods - 1 degrees of freedom at one-sided 95%), or one reading is under it by
-//    more than kCutNowMargin, the rate is cut in proportion to the shortfall, by kCutGain
+//    more than kCutNowMargin (one its job trusts: a reading that asks for a baseline, too few
+//    of its kernels having a time alone, is judged in the window; on an H200 one such, 0.70
+//    from seven kernels in ResNet-50's warm-up, halved the rate in its first second), the
+//    rate is cut in proportion to the shortfall, by kCutGain
 //    times it (the window's mean under the floor, or that reading's), to kCutFactor of itself
 //    at most (under kMinRatePermille: 0), and the readings start over (the next judgement is
 //    of 2 s at the new rate; a window judged on fewer readings would be the noise of one
@@ -85,9 +88,8 @@
 //    at the new rate is still under the floor with confidence and no higher, the rate goes
 //    back and no look cuts for the hold (one look's error is at least kMinOneLookError); all
 //    jobs' looks above it by kGrowMargin, it grows (doubles, kSureGrowFactor, where they are
-//    above it with confidence). Why: a reading's reference
-//    alone is taken in
-//    short pauses some seconds earlier on a host that moves, and sat 0.06 over the job's speed
+//    above it with confidence). Why: a reading's reference alone is taken in short pauses
+//    some seconds earlier on a host that moves, and sat 0.06 over the job's speed
 //    in one call on an H200 and 0.11 under it in the next (ResNet-50 bf16 beside BERT training,
 //    plain MPS at priority 1 keeping it at 0.90-0.91 of solo); held to a 0.90 floor on such
 //    readings, opportunistic work harvested 0.27-0.30 of solo less than plain MPS. A look's
@@ -102,8 +104,9 @@
 //    rounds after the first harvested 0.917 against plain MPS's 1.033), and a job that holds
 //    its floor look after look is the one where a look most seldom changes anything. A job
 //    that falls under its floor between two looks far apart is seen at the next: where it
-//    falls far (kCutNowMargin), its readings call that look early. A look is given up where this process stops
-//    launching, the job rests, or the rate settled beside another job holds. A server's
+//    falls far (kCutNowMargin), its readings call that look early. A look is given up where
+//    this process stops launching, the job rests, or the rate settled beside another job
+//    holds. A server's
 //    launches follow its requests, not its speed: it is read by its kernels, and judged on its
 //    readings;
 //  - the readings since the rate last changed, at least kGrowPeriods of them (1 s), whose mean
