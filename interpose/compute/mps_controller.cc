@@ -16,6 +16,7 @@ MpsController::Seen& MpsController::Record(const PeerPeriod& p) {
   }
   // A peer not seen before (or a new process in its entry).
   if (free_slot == nullptr) free_slot = &seen_[static_cast<unsigned>(p.id) % kMaxControlledPeers];
+  if (trial_.by == free_slot) trial_.open = false;  // the job a cut is on trial for is gone
   *free_slot = Seen{};
   free_slot->id = p.id;
   free_slot->owner = p.owner;
