@@ -64,8 +64,24 @@ void MpsController::Grow(ControlDecision* d, const char* why, double factor) {
   Settle(from, nullptr);
 }
 
-bool MpsController::UndoFutileCut(double mean, double error, bool under, const char* by, const char* over,
-                                  const char* judged, ControlDecision* d) {
+uint32_t MpsController::CutRate(double shortfall) const {
+  const double cut = rate_ * std::max(kCutFactor, 1 - kCutGain * shortfall);
+  return cut < kMinRatePermille ? 0 : static_cast<uint32_t>(cut);
+}
+
+void MpsController::Cut(uint32_t next, Seen* by, Trial trial) {
+  if (next < rate_) {
+    trial_ = trial;
+    trial_.open = true;
+    trial_.from_rate = rate_;
+  }
+  const uint32_t from = rate_;
+  rate_ = next;
+  Settle(from, by);
+  StartOver();  // the next judgement is of readings (or looks) at the new rate
+}
+
+bool MpsController::UndoFutileCut(double mean, double error, bool under, ControlDecision* d) {
   trial_.open = false;
   const double gain = mean - trial_.mean;
   const double noise = std::sqrt(error * error + trial_.error * trial_.error);
@@ -73,9 +89,12 @@ bool MpsController::UndoFutileCut(double mean, double error, bool under, const c
     if (under) hold_ns_ = kHoldNs;  // it bought some: the next one that buys nothing holds briefly
     return false;
   }
-  AddTrace(d, "compute: mps: holding back bought nothing%s%s (%.3f of the floor%s, %.3f before the cut): "
+  const bool looks = trial_.by != nullptr;
+  char over[32] = "";
+  if (!looks) snprintf(over, sizeof over, " over %u periods", judged_count_);
+  AddTrace(d, "compute: mps: holding back bought nothing%s (%.3f of the floor%s, %.3f before the cut): "
            "rate %u -> %u permille, no cut on %s for %lld s",
-           *by != '\0' ? " " : "", by, mean, over, trial_.mean, rate_, trial_.from_rate, judged,
+           looks ? " by the looks" : "", mean, over, trial_.mean, rate_, trial_.from_rate, looks ? "looks" : "a mean",
            static_cast<long long>(hold_ns_ / 1'000'000'000));
   const uint32_t from = rate_;
   rate_ = trial_.from_rate;
@@ -192,7 +211,6 @@ bool MpsController::LookPeriod(const ControlPeriod& period, ControlDecision* d) 
 }
 
 void MpsController::EndLook(ControlDecision* d) {
-  bool trial_looked = false;  // the job whose looks made the cut on trial has a look at rate_
   for (Seen& seen : seen_) {
     if (!seen.in_look) continue;
     seen.in_look = false;
@@ -218,16 +236,16 @@ void MpsController::EndLook(ControlDecision* d) {
     AddTrace(d, "compute: mps: a look: guaranteed job launched %.0f a period beside work at %u permille, %.0f alone: "
              "%.3f of its floor (%.3f +- %.3f over %u looks)",
              b.mean(), rate_, a.mean(), level, mean, spread, seen.looks_count);
-    trial_looked |= trial_.open && trial_.by == &seen;
   }
   // A cut on trial: where the first look at the new rate still says the job is under its floor
   // with confidence, and no higher than the looks that made the cut (by kBoughtMargin, or by
   // their noise where that is more), holding back bought nothing: the rate goes back, as after
-  // a window's futile cut, and no look cuts for hold_ns_ (a look far under still does).
-  if (trial_looked) {
-    double mean = 0, error = 0;
-    LookLevel(*trial_.by, &mean, &error);
-    if (UndoFutileCut(mean, error, mean + kLookZ * error < 1, "by the looks", "", "looks", d)) return;
+  // a window's futile cut, and no look cuts for hold_ns_ (a look far under still does). The
+  // job has a look at the new rate once its looks are at rate_ (the cut left them at the old).
+  double trial_mean = 0, trial_error = 0;
+  if (trial_.open && trial_.by != nullptr && LookLevel(*trial_.by, &trial_mean, &trial_error) &&
+      UndoFutileCut(trial_mean, trial_error, trial_mean + kLookZ * trial_error < 1, d)) {
+    return;
   }
   // The rate judged on every job's looks at it: cut where one is under its floor with
   // confidence (in proportion, as on a window), grown where all are above it.
@@ -248,15 +266,10 @@ void MpsController::EndLook(ControlDecision* d) {
   }
   const bool held = now_ns_ < hold_until_ns_ && lowest_mean >= 1 - kCutNowMargin;
   if (lowest != nullptr && lowest_mean + kLookZ * lowest_error < 1 && !held) {
-    const double cut = rate_ * std::max(kCutFactor, 1 - kCutGain * (1 - lowest_mean));
-    const uint32_t next = cut < kMinRatePermille ? 0 : static_cast<uint32_t>(cut);
+    const uint32_t next = CutRate(1 - lowest_mean);
     AddTrace(d, "compute: mps: guaranteed job at %.3f of its floor by its looks (at most %.3f): rate %u -> %u permille",
              lowest_mean, lowest_mean + kLookZ * lowest_error, rate_, next);
-    trial_ = {.open = next < rate_, .from_rate = rate_, .mean = lowest_mean, .error = lowest_error, .by = lowest};
-    const uint32_t from = rate_;
-    rate_ = next;
-    Settle(from, lowest);
-    StartOver();
+    Cut(next, lowest, {.mean = lowest_mean, .error = lowest_error, .by = lowest});
   } else if (any && all_above && rate_ < 1000) {
     // Above it with confidence: the rate doubles, as a cut on a shortfall of a tenth halves it.
     const bool sure = lowest_mean - kLookZ * lowest_error >= 1 + kGrowMargin;
@@ -440,9 +453,7 @@ ControlDecision MpsController::Judge(const ControlPeriod& period, int64_t now_ns
   const bool under = full && upper < 1;
   if (full && trial_.open && trial_.by == nullptr) {
     // The first full window since the last cut: did holding back buy anything?
-    char over[32];
-    snprintf(over, sizeof over, " over %u periods", judged_count_);
-    if (UndoFutileCut(mean, error, under, "", over, "a mean", &d)) return d;
+    if (UndoFutileCut(mean, error, under, &d)) return d;
   }
   // One reading cuts at once only where its job trusts it: one that wants a baseline (too few
   // of its kernels have a time alone, or it is stale) is judged in the window, with the others.
@@ -450,17 +461,10 @@ ControlDecision MpsController::Judge(const ControlPeriod& period, int64_t now_ns
   if (far_under || (under && now_ns >= hold_until_ns_)) {
     // In proportion to the shortfall: a reading's error is some hundredths, and a cut on a
     // shortfall that small is as likely noise as not.
-    const double shortfall = 1 - (far_under ? worst_founded : mean);
-    if (far_under) worst_by = worst_founded_by;
-    const double cut = rate_ * std::max(kCutFactor, 1 - kCutGain * shortfall);
-    const uint32_t next = cut < kMinRatePermille ? 0 : static_cast<uint32_t>(cut);
+    const uint32_t next = CutRate(1 - (far_under ? worst_founded : mean));
     AddTrace(&d, "compute: mps: guaranteed kernels at %.3f of their floor (%.3f over %u periods, at most %.3f): rate %u -> %u permille",
              far_under ? worst_founded : worst, mean, judged_count_, upper, rate_, next);
-    if (next < rate_) trial_ = {.open = true, .from_rate = rate_, .mean = mean, .error = error};
-    const uint32_t from = rate_;
-    rate_ = next;
-    Settle(from, worst_by);
-    StartOver();  // the next judgement is of readings at the new rate
+    Cut(next, far_under ? worst_founded_by : worst_by, {.mean = mean, .error = error});
   } else if (rate_ < 1000 && judged_count_ >= kGrowPeriods && mean >= 1 + kGrowMargin) {
     char why[96];
     snprintf(why, sizeof why, "guaranteed kernels above their floor (%.3f over %u periods)", mean, judged_count_);

@@ -246,10 +246,9 @@ class MpsController {
   // Judges the cut on trial on the first mean at the new rate (and its standard error; under:
   // under the floor with confidence): where it bought nothing (still under, and the mean no
   // higher than the one that made the cut, by kBoughtMargin or their noise), the rate goes
-  // back, cuts on `judged` are held for hold_ns_, and it returns true. by and over: the
-  // trace's words for where the mean came from.
-  bool UndoFutileCut(double mean, double error, bool under, const char* by, const char* over, const char* judged,
-                     ControlDecision* d);
+  // back, cuts (on a window's mean, or on looks for a trial by looks) are held for hold_ns_,
+  // and it returns true.
+  bool UndoFutileCut(double mean, double error, bool under, ControlDecision* d);
   // Decide, given steady_.
   ControlDecision Judge(const ControlPeriod& period, int64_t now_ns);
   // Whether p's job is judged by looks: a loop (KernelSignal::by_progress), with no other
@@ -288,7 +287,13 @@ class MpsController {
     const Seen* by = nullptr;  // null: a window's
   };
   Trial trial_;
-  int64_t hold_until_ns_ = 0;  // no cut on a window's mean before this
+  // The rate cut in proportion to a shortfall under the floor: by kCutGain times it, to
+  // kCutFactor of itself at most (under kMinRatePermille: 0).
+  uint32_t CutRate(double shortfall) const;
+  // Cuts the rate to next, settled beside `by` (the job whose reading or looks made the cut),
+  // and puts the cut on trial against `trial`'s mean and error (and job, for looks).
+  void Cut(uint32_t next, Seen* by, Trial trial);
+  int64_t hold_until_ns_ = 0;  // no cut on a window's mean (or on looks) before this
   int64_t hold_ns_ = kHoldNs;  // the next hold's length
   uint32_t quiet_ = 0;         // periods in a row with no new reading
   bool idle_ = false;           // no guaranteed peer was busy in the last period
