@@ -4,13 +4,11 @@ No GPU and no torch.
   python3 looks_report_test.py PATH/TO/bench/gpu/compute
 """
 
-import contextlib
-import io
 import os
 import tempfile
 import unittest
 
-from report_scripts import load
+from report_scripts import load, run_main
 
 L = load("looks_report")
 
@@ -69,15 +67,13 @@ class LooksReport(unittest.TestCase):
         with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as f:
             f.writelines(self.LOG)
         try:
-            out = io.StringIO()
-            with contextlib.redirect_stdout(out):
-                self.assertEqual(L.main([f.name]), 0)
-            self.assertIn("floor 0.80", out.getvalue())
-            err = io.StringIO()
-            with contextlib.redirect_stderr(err):
-                self.assertEqual(L.main([f.name + ".missing"]), 1)
-                self.assertEqual(L.main([]), 2)
-            self.assertIn("No such file", err.getvalue())
+            status, out, _ = run_main(L, [f.name])
+            self.assertEqual(status, 0)
+            self.assertIn("floor 0.80", out)
+            status, _, err = run_main(L, [f.name + ".missing"])
+            self.assertEqual(status, 1)
+            self.assertEqual(run_main(L, [])[0], 2)
+            self.assertIn("No such file", err)
         finally:
             os.unlink(f.name)
 

@@ -5,13 +5,11 @@ and samples alone far over their baseline were counted. No GPU and no torch.
   python3 readings_report_test.py PATH/TO/bench/gpu/compute
 """
 
-import contextlib
-import io
 import os
 import tempfile
 import unittest
 
-from report_scripts import load
+from report_scripts import load, run_main
 
 R = load("readings_report")
 
@@ -117,16 +115,13 @@ class ReadingsReport(unittest.TestCase):
             path = os.path.join(d, "G0.97.log")
             with open(path, "w", encoding="utf-8") as f:
                 f.write(line(0.97, dry=3) + line(1.01, dry=5))
-            out, err = io.StringIO(), io.StringIO()
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-                status = R.main([path, os.path.join(d, "missing.log")])
+            status, out, err = run_main(R, [path, os.path.join(d, "missing.log")])
             self.assertEqual(status, 1)
-            self.assertIn("G0.97.log: 2 periods traced", out.getvalue())
-            self.assertIn("mean 0.990", out.getvalue())
-            self.assertIn("4.0 samples a period", out.getvalue())
-            self.assertIn("missing.log", err.getvalue())
-        with contextlib.redirect_stdout(io.StringIO()):
-            self.assertEqual(R.main([]), 2, "no log: usage, and a failing status")
+            self.assertIn("G0.97.log: 2 periods traced", out)
+            self.assertIn("mean 0.990", out)
+            self.assertIn("4.0 samples a period", out)
+            self.assertIn("missing.log", err)
+        self.assertEqual(run_main(R, [])[0], 2, "no log: usage, and a failing status")
 
 
 if __name__ == "__main__":

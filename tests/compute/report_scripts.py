@@ -2,7 +2,9 @@
 first argument (ctest passes it; taken off sys.argv on import, before unittest reads it), or is
 found from this file's place."""
 
+import contextlib
 import importlib.util
+import io
 import os
 import sys
 
@@ -16,3 +18,12 @@ def load(name):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def run_main(mod, argv):
+    """mod.main(argv) as its command line runs it: (its status, what it printed, what it wrote to
+    standard error)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = mod.main(argv)
+    return status, out.getvalue(), err.getvalue()
