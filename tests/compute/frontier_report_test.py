@@ -465,10 +465,11 @@ class InterleavedTest(unittest.TestCase):
                          [["train/interleaved-1of2"], ["latency/calibrate", "latency/interleaved-1of2"],
                           ["train/interleaved-2of2"], ["latency/calibrate", "latency/interleaved-2of2"]])
         parts = [lanes[0][0], lanes[2][0]]
-        # In order of importance, dealt in turn: every configuration in exactly one part.
-        self.assertEqual(set(parts[0].configs), {"solo", "mps-100-p1", "mps-100-p0", "gslice-mps-0.97",
+        # Plain MPS at priority 1 in every part, for the report's same-round comparison of each
+        # gslice level; the others in order of importance, dealt in turn, each in exactly one part.
+        self.assertEqual(set(parts[0].configs), {"solo", "mps-100-p1", "mps-50-p1", "timeslice", "gslice-mps-0.90"})
+        self.assertEqual(set(parts[1].configs), {"solo", "mps-100-p1", "mps-100-p0", "gslice-mps-0.97",
                                                  "gslice-mps-0.80"})
-        self.assertEqual(set(parts[1].configs), {"solo", "mps-50-p1", "timeslice", "gslice-mps-0.90"})
         for part in parts:
             self.assertEqual(part.window, 15)
             names = [cfg for cfg, _ in part.phases[1:]]
@@ -476,9 +477,11 @@ class InterleavedTest(unittest.TestCase):
             # Only the processes its phases need.
             used = {i for _, roles in part.phases for i in roles.values()}
             self.assertEqual(set(part.proc_specs), used)
-        self.assertNotIn("gT", parts[0].proc_specs)
-        self.assertNotIn("G0.90", parts[0].proc_specs)
-        self.assertIn("O", parts[1].proc_specs)
+        self.assertNotIn("gT", parts[1].proc_specs)
+        self.assertNotIn("G0.90", parts[1].proc_specs)
+        self.assertIn("O", parts[0].proc_specs)
+        self.assertIn("o100p1", parts[0].proc_specs)
+        self.assertIn("o100p1", parts[1].proc_specs)
         # The whole frontier at 60 s windows fits one call of a four-GPU machine.
         for lane in lanes:
             self.assertLessEqual(sum(r.estimate() for r in lane) + frontier.SUITE_S + frontier.MPS_SWITCH_S, 600)

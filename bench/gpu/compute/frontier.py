@@ -71,9 +71,10 @@ before and after (time-slicing in the pair's first lane): each lane is self-cont
 once on the GPUs of one machine (frontier.sh's FRONTIER_GPUS) and frontier_report.py merges
 their JSON. `plan` prints every lane; `run` runs lane k. Interleaved, a lane is a pair's
 run (the pairs in turn, again on further lanes); with FRONTIER_SPLIT=S a pair's
-configurations are split over S runs, each with its own solo phases, a lane each (the pairs
-in turn, then each pair's next part): a pair's every configuration at 60 s windows takes
-more than a call on one GPU (nine configurations, ~620 s), in S lanes it takes one.
+configurations are split over S runs, each with its own solo phases and plain MPS at priority
+1 (every gslice level against it in its own rounds), a lane each (the pairs in turn, then each
+pair's next part): a pair's every configuration at 60 s windows takes more than a call on one
+GPU (nine configurations, ~690 s), in S lanes it takes one.
 
 Runs go in order of importance, the pairs side by side: solo-before, gslice at the first
 protection level, MPS at the first priority, gslice at the other levels, MPS at the other
@@ -147,6 +148,10 @@ GSLICE_PROGPRIO = os.environ.get("FRONTIER_GSLICE_PROGPRIO", "0") == "1"
 # FRONTIER_SPLIT=S: interleaved, each pair's configurations split over S runs, each with its
 # own solo phases: with FRONTIER_GPUS, a run a GPU (see the top).
 SPLIT = max(1, int(os.environ.get("FRONTIER_SPLIT", "1") or "1"))
+# The plain configuration frontier_report.py sets each gslice configuration beside, round by
+# round (its SIDE_BY_SIDE_PLAIN): split, every part runs it, so that every gslice level has it
+# in its own rounds.
+SIDE_BY_SIDE_PLAIN = "mps-100-p1"
 # FRONTIER_TIMESLICE=0: interleaved, no time-slicing configuration (see the top).
 TIMESLICE = os.environ.get("FRONTIER_TIMESLICE", "1") != "0"
 # The MPS pipe folder of a run's native processes: no daemon is ever there, so CUDA runs them
@@ -312,9 +317,10 @@ def interleaved_run(pair, part=0):
     per thread percentage and priority, one gslice guaranteed process per protection level and
     one gslice opportunistic process, and a native pair for time-slicing (FRONTIER_TIMESLICE);
     each round gives every configuration one phase, rotated, every other round backwards. With
-    FRONTIER_SPLIT=S, part k of S: the configurations in order of importance dealt in turn (the
-    k-th, the k+S-th, ...), each part with solo phases of its own, and only the processes its
-    phases need."""
+    FRONTIER_SPLIT=S, part k of S: plain MPS at priority 1 on all the SMs (SIDE_BY_SIDE_PLAIN,
+    which the report sets every gslice level beside in the same rounds) and the other
+    configurations in order of importance dealt in turn (the k-th, the k+S-th, ...), each part
+    with solo phases of its own, and only the processes its phases need."""
     specs = {"g": ("g", None, mps_client(100, 0), ()), "o100p0": ("o", None, mps_client(100, 0), ())}
     solos = [("solo", {"g": "g"}), ("solo", {"o": "o100p0"})]
     entries = []  # (configuration, its roles' processes, its attributes), in order of importance
@@ -367,7 +373,8 @@ def interleaved_run(pair, part=0):
         builds = {g: GSLICE_BASE, o: GSLICE_BASE}
         entries.append((f"gslice-mps-{fmt_level(x)}-base", {"g": g, "o": o},
                         {"kind": "gslice-mps-base", "protect": x, "build": GSLICE_BASE}))
-    mine = entries[part::SPLIT]
+    shared = [e for e in entries if e[0] == SIDE_BY_SIDE_PLAIN] if SPLIT > 1 else []
+    mine = shared + [e for e in entries if e not in shared][part::SPLIT]
     pattern = solos + [(name, roles) for name, roles, _ in mine]
     configs = {"solo": {"kind": "solo"}, **{name: attrs for name, _, attrs in mine}}
     used = {ident for _, roles in pattern for ident in roles.values()}
