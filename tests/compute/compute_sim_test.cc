@@ -524,8 +524,9 @@ TEST_F(ComputeSim, OnMpsOnePauseTimesMostOfAJobsKernelsAlone) {
   // About 6,000 launches a second here, some 150 ms alone in the pause (the opportunistic
   // job's word from its last unmetered launch stands for the first 50 ms of it): 32-53 of the
   // 64 kernels in runs; at a fixed one in kKernelSampleEvery, which 64 divides, 4-6 of them
-  // ever had a baseline.
-  EXPECT_GE(most, 24) << g;
+  // ever had a baseline. A loaded host launches less in the pause and times fewer: the bound
+  // is well clear of the fixed stride's.
+  EXPECT_GE(most, 16) << g;
 }
 
 // A guaranteed job that launches without pause (a short kernel, then host work) is a loop, and
