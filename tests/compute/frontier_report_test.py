@@ -295,6 +295,24 @@ class LanesTest(unittest.TestCase):
         v = by(report.frontier(d, "train"), 0.90, "gslice-mps")
         self.assertNotIn("across lanes", v["misses"][0])
 
+    def test_a_configuration_that_ran_in_gslices_lane_is_taken_from_there(self):
+        # Split, plain MPS at priority 1 runs in every lane: gslice is judged against its own
+        # lane's (same GPU, same rounds), not against another lane's luckier phases.
+        d = doc([train("solo-before", "solo", 40, 30, lane=0), train("solo-after", "solo", 40, 30, lane=0),
+                 train("solo-before", "solo", 40, 30, lane=1), train("solo-after", "solo", 40, 30, lane=1),
+                 train("mps-100-p1", "mps", 38, 29.4, lane=0, mps_pct=100),  # 0.95 / 0.98
+                 train("mps-100-p1", "mps", 38, 26.4, lane=1, mps_pct=100),  # 0.95 / 0.88
+                 train("gslice-mps-0.90", "gslice-mps", 38, 27, lane=1, protect=0.90)])  # 0.95 / 0.90
+        d["settings"]["protect"] = [0.90]
+        v = by(report.frontier(d, "train"), 0.90, "gslice-mps")
+        self.assertEqual(v["best"]["lane"], 1)
+        self.assertTrue(v["met"], v["misses"])
+        # Where it did not keep the level in gslice's lane, another lane's run of it is no comparator.
+        d["configs"][5]["g"]["steps_per_s"] = 34  # 0.85 in lane 1
+        v = by(report.frontier(d, "train"), 0.90, "gslice-mps")
+        self.assertIsNone(v["best"])
+        self.assertTrue(v["met"], v["misses"])
+
 
 def run_all(frontier, fake_run_config):
     """frontier.run_all with suite.run_config replaced and no MPS daemon, in a scratch folder:

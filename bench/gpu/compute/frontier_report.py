@@ -217,7 +217,6 @@ def frontier(doc, pair):
     out = []
     for level in levels:
         keepers = [r for r in plain if kept(pair, r, level) and r["o"] is not None]
-        best = max(keepers, key=lambda r: r["o"]) if keepers else None
         # A mode: time-sliced or on MPS, and the opportunistic client priority a run set over
         # gslice's (FRONTIER_GSLICE_PRIO; None: gslice's own).
         modes = sorted({(r["kind"], r.get("gslice_prio")) for r in rs if r["kind"] in ("gslice", "gslice-mps")},
@@ -226,9 +225,14 @@ def frontier(doc, pair):
             g = next((r for r in rs if r["kind"] == kind and r.get("gslice_prio") == q and r["protect"] is not None
                       and abs(r["protect"] - level) < 1e-9), None)
             # With the configurations split over lanes (GPUs), the best may be in another lane
-            # than gslice's: the best of gslice's own lane is named beside it.
+            # than gslice's: the best of gslice's own lane is named beside it. A configuration
+            # that ran in gslice's lane too (plain MPS at priority 1 runs in every part) is
+            # taken from there: the same GPU and rounds, not another lane's.
             mine = [r for r in keepers if g is not None and r["lane"] == g["lane"]]
             local = max(mine, key=lambda r: r["o"]) if mine else None
+            ran_here = {r["config"] for r in plain if g is not None and r["lane"] == g["lane"]}
+            theirs = [r for r in keepers if g is None or r["lane"] == g["lane"] or r["config"] not in ran_here]
+            best = max(theirs, key=lambda r: r["o"]) if theirs else None
             out.append(verdict(doc, pair, level, kind + ("" if q is None else f"-p{q}"), g, best, local))
     return out
 
