@@ -549,23 +549,35 @@ class InterleavedTest(unittest.TestCase):
                                  FRONTIER_WINDOW_S="40", FRONTIER_TIMESLICE="0")
         run = frontier.plan()[0]
         self.assertEqual(run.configs["gslice-solo-0.97"], {"kind": "gslice-solo", "protect": 0.97})
-        rounds = [run.phases[1 + 5 * k:1 + 5 * (k + 1)] for k in range(4)]
+        self.assertEqual(run.configs["gslice-solo-opp"], {"kind": "gslice-solo"})
+        rounds = [run.phases[1 + 6 * k:1 + 6 * (k + 1)] for k in range(4)]
         for r in rounds:
             self.assertIn(("gslice-solo-0.97", {"g": "G0.97"}), r)  # alone: no opportunistic process
+            self.assertIn(("gslice-solo-opp", {"o": "O"}), r)  # and the other way round
         configs = []
         for name, attrs in run.configs.items():
-            c = dict({"pair": "train", "config": name, "status": "ok", "lane": 0,
-                      "g": {"steps_per_s": 40 * (1 if name == "solo" else 0.96), "finite": True, "rounds": [40] * 4}},
-                     **attrs)
+            c = dict({"pair": "train", "config": name, "status": "ok", "lane": 0}, **attrs)
+            alone = 1 if name == "solo" else 0.96
+            if name != "gslice-solo-opp":
+                c["g"] = {"steps_per_s": 40 * alone, "finite": True, "rounds": [40 * alone] * 4}
             if name != "gslice-solo-0.97":
-                c["o"] = {"steps_per_s": 30 * (1 if name == "solo" else 0.5), "finite": True, "rounds": [30] * 4}
+                o = 1 if name == "solo" else 0.9 if name == "gslice-solo-opp" else 0.5
+                c["o"] = {"steps_per_s": 30 * o, "finite": True, "rounds": [30 * o] * 4}
             configs.append(c)
         d = doc(configs)
         d["settings"].update(interleave=4, protect=[0.97])
         self.assertEqual({v["mode"] for v in report.frontier(d, "train")}, {"gslice-mps"})
         md = report.markdown(d)
         self.assertIn("| gslice-solo-0.97 | 0.960 | n/a |", md)
+        self.assertIn("| gslice-solo-opp | n/a | 0.900 |", md)
         self.assertIn("gslice-solo-0.97", report.text_table(d))
+        # Each against the solo phases, round by round: the guaranteed job's figure, or the other's.
+        side = {c: (a, g, o) for c, a, g, o in report.side_by_side(d, "train")}
+        self.assertEqual(side["gslice-solo-opp"][0], "solo")
+        self.assertIsNone(side["gslice-solo-opp"][1])
+        self.assertAlmostEqual(side["gslice-solo-opp"][2][0], -0.1)
+        self.assertAlmostEqual(side["gslice-solo-0.97"][1][0], -0.04)
+        self.assertIsNone(side["gslice-solo-0.97"][2])
 
     def test_gslice_is_set_beside_plain_mps_round_by_round_over_all_lanes(self):
         # Two lanes, 3 rounds each; the solo phases move with the host (40, 44, 36) while the
@@ -651,7 +663,7 @@ class InterleavedTest(unittest.TestCase):
                                  FRONTIER_INTERLEAVE="4", FRONTIER_WINDOW_S="40", FRONTIER_TIMESLICE="0")
         run = frontier.plan()[0]
         self.assertEqual(run.configs["gslice-mps-0.97-progprio"]["kind"], "gslice-mps-progprio")
-        for r in [run.phases[1 + 9 * k:1 + 9 * (k + 1)] for k in range(4)]:
+        for r in [run.phases[1 + 10 * k:1 + 10 * (k + 1)] for k in range(4)]:
             self.assertIn(("gslice-mps-0.97-progprio", {"g": "G0.97p", "o": "O"}), r)
             self.assertIn(("gslice-solo-0.97-progprio", {"g": "G0.97p"}), r)
             self.assertIn(("gslice-solo-0.90", {"g": "G0.90"}), r)

@@ -31,6 +31,9 @@ Configurations, per pair:
                            process at level P alone, its opportunistic process resting (what
                            gslice costs the job with nothing to protect it from); shown, not
                            judged
+  gslice-solo-opp          the same for gslice's opportunistic process: alone, every guaranteed
+                           process resting (what gslice's shim costs the opportunistic job where
+                           nothing holds it back); shown, not judged
   gslice-mps-P-progprio    interleaved only (FRONTIER_GSLICE_PROGPRIO=1): the first level's
                            guaranteed process with GSLICE_STREAM_PRIORITY=program (its streams
                            at the program's priorities, not the GPU's greatest) beside gslice's
@@ -138,7 +141,8 @@ GSLICE_SMS = ints("FRONTIER_GSLICE_SMS", "")
 GSLICE_BASE = os.environ.get("FRONTIER_GSLICE_BASE", "")
 # FRONTIER_GSLICE_SOLO=1: interleaved, each level's gslice guaranteed process also works a phase
 # alone (gslice-solo-P), against the plain guaranteed process's solo phases: gslice's own cost to
-# the job, apart from what sharing costs it.
+# the job, apart from what sharing costs it; and gslice's opportunistic process too
+# (gslice-solo-opp), against the plain opportunistic process's.
 GSLICE_SOLO = os.environ.get("FRONTIER_GSLICE_SOLO", "0") == "1"
 # FRONTIER_GSLICE_PROGPRIO=1: interleaved, the first level's guaranteed process again with
 # GSLICE_STREAM_PRIORITY=program (gslice-mps-P-progprio): whether the greatest stream priority
@@ -341,6 +345,8 @@ def interleaved_run(pair, part=0):
                             {"kind": "gslice-mps", "protect": x, "gslice_prio": q}))
     for x in PROTECT if GSLICE_SOLO else []:
         entries.append((f"gslice-solo-{fmt_level(x)}", {"g": f"G{fmt_level(x)}"}, {"kind": "gslice-solo", "protect": x}))
+    if GSLICE_SOLO and PROTECT:
+        entries.append(("gslice-solo-opp", {"o": opps[0][0]}, {"kind": "gslice-solo"}))
     if GSLICE_PROGPRIO and PROTECT:
         x = PROTECT[0]
         ident = f"G{fmt_level(x)}p"

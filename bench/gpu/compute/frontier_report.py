@@ -395,7 +395,7 @@ SIDE_BY_SIDE_PLAIN = "mps-100-p1"
 
 def compare(doc, pair, a, b):
     """Configuration a against configuration b of an interleaved run in the same round, over all
-    lanes (b "solo": a's guaranteed figure against the solo phase's, as for gslice-solo-*; what
+    lanes (b "solo": a's figures against the solo phase's, as for gslice-solo-*; what
     side_by_side does for gslice against plain MPS): ((mean, se, n) or None for the guaranteed job,
     the same for the opportunistic job), or None where the run has no such pair of rounds. Any
     two configurations: a change beside the build before it (gslice-mps-P-base), two levels,
@@ -408,9 +408,11 @@ def compare(doc, pair, a, b):
     gx, gy, ox, oy = [], [], [], []
     for lane, r in mine.items():
         base = theirs.get(lane)
-        if b == "solo":
+        if b == "solo":  # a job alone: whichever it ran (gslice-solo-P the guaranteed, -opp the other)
             gx += r["g_rounds"]
             gy += [1.0] * len(r["g_rounds"])
+            ox += r["o_rounds"]
+            oy += [1.0] * len(r["o_rounds"])
             continue
         if base is None:
             continue
@@ -519,7 +521,7 @@ def markdown(doc):
                "with its program's environment setting `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100` (the cap held by "
                "time alone); `gslice-mps-P-smsS` the opportunistic job uncapped, its program's environment setting "
                "`CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=S` (the SMs alone); `gslice-solo-P` gslice's guaranteed "
-               "process alone; `-progprio` its guaranteed process with `GSLICE_STREAM_PRIORITY=program` "
+               "process alone, `gslice-solo-opp` its opportunistic one; `-progprio` its guaranteed process with `GSLICE_STREAM_PRIORITY=program` "
                "(the program's stream priorities, not the GPU's greatest); these are shown, not judged.\n")
     out.append("## Solo runs\n")
     out.append("| pair | job | before | after | after / before |")
