@@ -107,8 +107,9 @@ double WideSeconds(CUfunction busy, unsigned sms, CUstream s, const char* what) 
 }
 
 // Writes a pattern through f on stream s into memory the primary context allocated, reads it
-// back: whether the launch ran there and wrote it.
-bool FillsPrimaryMemory(CUfunction f, CUstream s, const char* what) {
+// back: whether the launch ran there and wrote it. With `current`, that context is made current
+// around the launch (and the primary one again after).
+bool FillsPrimaryMemory(CUfunction f, CUstream s, const char* what, CUcontext current = nullptr) {
   constexpr uint64_t kCount = 1 << 20;
   CUdeviceptr p = 0;
   if (!Ok(cuMemAlloc(&p, kCount * 4), "cuMemAlloc")) return false;
@@ -116,7 +117,13 @@ bool FillsPrimaryMemory(CUfunction f, CUstream s, const char* what) {
   uint32_t pattern = 0x5a17c0de;
   uint64_t count = kCount;
   void* args[] = {&p, &pattern, &count};
-  ok = ok && Ok(cuLaunchKernel(f, 256, 1, 1, 256, 1, 1, 0, s, args, nullptr), what) && Ok(cuStreamSynchronize(s), what);
+  if (ok && current != nullptr) ok = Ok(cuCtxPushCurrent(current), "cuCtxPushCurrent (green)");
+  if (ok) {
+    ok = Ok(cuLaunchKernel(f, 256, 1, 1, 256, 1, 1, 0, s, args, nullptr), what);
+    CUcontext popped = nullptr;
+    if (current != nullptr) ok = Ok(cuCtxPopCurrent(&popped), "cuCtxPopCurrent") && ok;
+    ok = ok && Ok(cuStreamSynchronize(s), what);
+  }
   if (ok) {
     std::vector<uint32_t> host(kCount);
     ok = Ok(cuMemcpyDtoH(host.data(), p, kCount * 4), "cuMemcpyDtoH");
@@ -196,7 +203,10 @@ int Check(unsigned percent) {
   }
   // A program's own module, loaded in the primary context.
   const bool function_runs = FillsPrimaryMemory(fill, g.stream, "a CUfunction on the green stream");
-  printf("cufunction_on_green %s\n", function_runs ? "ok" : "refused");
+  // Refused with the primary context current, it may run with the green one current.
+  const bool function_runs_current =
+      function_runs || FillsPrimaryMemory(fill, g.stream, "a CUfunction on the green stream, green current", g.as_ctx);
+  printf("cufunction_on_green %s\n", function_runs ? "ok" : function_runs_current ? "ok-green-current" : "refused");
   // A library's kernel, as the CUDA runtime loads kernels (context-independent).
   CUlibrary library = nullptr;
   CUkernel kernel = nullptr;
@@ -224,12 +234,21 @@ int Check(unsigned percent) {
       fprintf(stderr, "green bench: the green stream ran the wide grid as fast as all the SMs\n");
       g_failed.push_back("the green context holds its kernels to its SMs");
     }
+    // The empty kernel as whichever kind ran on the green stream (a program's module first).
     CUmodule empty_module;
-    CUfunction empty;
-    if (function_runs && Ok(cuModuleLoadData(&empty_module, kEmptyPtx), "cuModuleLoadData (empty)") &&
-        Ok(cuModuleGetFunction(&empty, empty_module, "gslice_empty"), "cuModuleGetFunction (empty)")) {
-      OrderCost(empty, home, g, 8192);
+    CUlibrary empty_library;
+    CUfunction empty = nullptr;
+    CUkernel empty_kernel = nullptr;
+    if (function_runs) {
+      if (Ok(cuModuleLoadData(&empty_module, kEmptyPtx), "cuModuleLoadData (empty)")) {
+        Ok(cuModuleGetFunction(&empty, empty_module, "gslice_empty"), "cuModuleGetFunction (empty)");
+      }
+    } else if (Ok(cuLibraryLoadData(&empty_library, kEmptyPtx, nullptr, nullptr, 0, nullptr, nullptr, 0),
+                  "cuLibraryLoadData (empty)") &&
+               Ok(cuLibraryGetKernel(&empty_kernel, empty_library, "gslice_empty"), "cuLibraryGetKernel (empty)")) {
+      empty = reinterpret_cast<CUfunction>(empty_kernel);
     }
+    if (empty != nullptr) OrderCost(empty, home, g, 8192);
   }
   if (!function_runs && !kernel_runs) g_failed.push_back("no kernel ran on the green stream");
   Ok(cuStreamDestroy(g.stream), "cuStreamDestroy (green)");
