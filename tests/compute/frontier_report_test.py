@@ -66,6 +66,11 @@ def rounds_cfg(name, kind, lane, g, o=None, **attrs):
     return c
 
 
+def two_lane_solos():
+    """The training pair's solo runs in lanes 0 and 1: guaranteed 40 steps/s, opportunistic 30."""
+    return [train(name, "solo", 40, 30, lane=lane) for lane in (0, 1) for name in ("solo-before", "solo-after")]
+
+
 def by(verdicts, level, mode="gslice"):
     return next(v for v in verdicts if abs(v["level"] - level) < 1e-9 and v["mode"] == mode)
 
@@ -280,8 +285,7 @@ class LanesTest(unittest.TestCase):
     def test_a_miss_against_another_lanes_configuration_names_gslices_own_lane(self):
         # A pair split over two GPUs: the best plain configuration keeping 0.90 ran in lane 0,
         # gslice in lane 1, where only mps-50-p1 kept it.
-        d = doc([train("solo-before", "solo", 40, 30, lane=0), train("solo-after", "solo", 40, 30, lane=0),
-                 train("solo-before", "solo", 40, 30, lane=1), train("solo-after", "solo", 40, 30, lane=1),
+        d = doc(two_lane_solos() + [
                  train("mps-100-p1", "mps", 38, 28.5, lane=0, mps_pct=100),   # 0.95 / 0.95
                  train("mps-50-p1", "mps", 39, 24, lane=1, mps_pct=50),       # 0.975 / 0.80
                  train("gslice-mps-0.90", "gslice-mps", 38, 27, lane=1, protect=0.90)])  # 0.95 / 0.90
@@ -298,8 +302,7 @@ class LanesTest(unittest.TestCase):
     def test_a_configuration_that_ran_in_gslices_lane_is_taken_from_there(self):
         # Split, plain MPS at priority 1 runs in every lane: gslice is judged against its own
         # lane's (same GPU, same rounds), not against another lane's luckier phases.
-        d = doc([train("solo-before", "solo", 40, 30, lane=0), train("solo-after", "solo", 40, 30, lane=0),
-                 train("solo-before", "solo", 40, 30, lane=1), train("solo-after", "solo", 40, 30, lane=1),
+        d = doc(two_lane_solos() + [
                  train("mps-100-p1", "mps", 38, 29.4, lane=0, mps_pct=100),  # 0.95 / 0.98
                  train("mps-100-p1", "mps", 38, 26.4, lane=1, mps_pct=100),  # 0.95 / 0.88
                  train("gslice-mps-0.90", "gslice-mps", 38, 27, lane=1, protect=0.90)])  # 0.95 / 0.90
