@@ -13,9 +13,9 @@
 //     write memory the primary context allocated (read back and compared); a grid that fills
 //     every SM four blocks deep on the primary context's stream against the green stream (the
 //     time ratio, against SMs over the group's); and what keeping a stream's order across the
-//     two costs: empty launches on the primary stream, then each moved to the green stream with
-//     an event each way, then runs of 64 moved with one event each way a run (host ns and GPU
-//     ns a launch). Prints "name value" lines; "green ok" last where every check held, else
+//     two costs: next-to-empty launches on the primary stream, then each moved to the green
+//     stream with an event each way, then runs of 64 moved with one event each way a run (host
+//     ns and GPU ns a launch). Prints "name value" lines; "green ok" last where every check held, else
 //     "green FAILED" and the checks that did not.
 //   gslice_compute_green_bench load SECONDS primary|green [SM_PERCENT=50]
 //     The wide grid back to back for SECONDS, on the primary context's stream or on a green
@@ -140,10 +140,11 @@ bool FillsPrimaryMemory(CUfunction f, CUstream s, const char* what, CUcontext cu
   return ok;
 }
 
-// Host ns and GPU ns a launch of n empty kernels: on `home`; moved to `away` one by one with an
-// event each way; moved in runs of `run` with one event each way a run. Events home-side are the
-// primary context's, away-side the green context's.
-void OrderCost(CUfunction empty, CUstream home, const Green& g, int n) {
+// Host ns and GPU ns a launch of n next-to-empty kernels (gslice_busy for 0 us, one warp): on
+// `home`; moved to the green stream one by one with an event each way; moved in runs of 64 with
+// one event each way a run. Events home-side are the primary context's, green-side the green
+// context's.
+void OrderCost(CUfunction busy, CUstream home, const Green& g, int n) {
   CUevent to_away = nullptr, to_home = nullptr;
   if (!Ok(cuEventCreate(&to_away, CU_EVENT_DISABLE_TIMING), "cuEventCreate (primary)")) return;
   bool ok = Ok(cuCtxPushCurrent(g.as_ctx), "cuCtxPushCurrent (green)");
@@ -151,7 +152,9 @@ void OrderCost(CUfunction empty, CUstream home, const Green& g, int n) {
   CUcontext popped = nullptr;
   ok = Ok(cuCtxPopCurrent(&popped), "cuCtxPopCurrent") && ok;
   if (!ok) return;
-  auto launch = [&](CUstream s) { return cuLaunchKernel(empty, 1, 1, 1, 32, 1, 1, 0, s, nullptr, nullptr); };
+  uint64_t no_time = 0;
+  void* args[] = {&no_time};
+  auto launch = [&](CUstream s) { return cuLaunchKernel(busy, 1, 1, 1, 32, 1, 1, 0, s, args, nullptr); };
   // A move: after what home queued, launches on away, and home's next work after them.
   auto move = [&](int launches) {
     CUresult r = cuEventRecord(to_away, home);
@@ -182,9 +185,6 @@ void OrderCost(CUfunction empty, CUstream home, const Green& g, int n) {
   cuEventDestroy(to_away);
   cuEventDestroy(to_home);
 }
-
-const char kEmptyPtx[] =
-    ".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry gslice_empty()\n{\n  ret;\n}\n";
 
 int Check(unsigned percent) {
   CUdevice dev;
@@ -234,21 +234,7 @@ int Check(unsigned percent) {
       fprintf(stderr, "green bench: the green stream ran the wide grid as fast as all the SMs\n");
       g_failed.push_back("the green context holds its kernels to its SMs");
     }
-    // The empty kernel as whichever kind ran on the green stream (a program's module first).
-    CUmodule empty_module;
-    CUlibrary empty_library;
-    CUfunction empty = nullptr;
-    CUkernel empty_kernel = nullptr;
-    if (function_runs) {
-      if (Ok(cuModuleLoadData(&empty_module, kEmptyPtx), "cuModuleLoadData (empty)")) {
-        Ok(cuModuleGetFunction(&empty, empty_module, "gslice_empty"), "cuModuleGetFunction (empty)");
-      }
-    } else if (Ok(cuLibraryLoadData(&empty_library, kEmptyPtx, nullptr, nullptr, 0, nullptr, nullptr, 0),
-                  "cuLibraryLoadData (empty)") &&
-               Ok(cuLibraryGetKernel(&empty_kernel, empty_library, "gslice_empty"), "cuLibraryGetKernel (empty)")) {
-      empty = reinterpret_cast<CUfunction>(empty_kernel);
-    }
-    if (empty != nullptr) OrderCost(empty, home, g, 8192);
+    OrderCost(wide, home, g, 8192);
   }
   if (!function_runs && !kernel_runs) g_failed.push_back("no kernel ran on the green stream");
   Ok(cuStreamDestroy(g.stream), "cuStreamDestroy (green)");

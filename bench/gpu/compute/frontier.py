@@ -102,6 +102,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import suite  # noqa: E402  (no torch: job.py processes do the GPU work)
+from frontier_report import SIDE_BY_SIDE_PLAIN  # noqa: E402  (split, every part runs it)
 
 
 def floats(name, default):
@@ -152,10 +153,6 @@ GSLICE_PROGPRIO = os.environ.get("FRONTIER_GSLICE_PROGPRIO", "0") == "1"
 # FRONTIER_SPLIT=S: interleaved, each pair's configurations split over S runs, each with its
 # own solo phases: with FRONTIER_GPUS, a run a GPU (see the top).
 SPLIT = max(1, int(os.environ.get("FRONTIER_SPLIT", "1") or "1"))
-# The plain configuration frontier_report.py sets each gslice configuration beside, round by
-# round (its SIDE_BY_SIDE_PLAIN): split, every part runs it, so that every gslice level has it
-# in its own rounds.
-SIDE_BY_SIDE_PLAIN = "mps-100-p1"
 # FRONTIER_TIMESLICE=0: interleaved, no time-slicing configuration (see the top).
 TIMESLICE = os.environ.get("FRONTIER_TIMESLICE", "1") != "0"
 # The MPS pipe folder of a run's native processes: no daemon is ever there, so CUDA runs them

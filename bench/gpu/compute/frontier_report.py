@@ -228,10 +228,11 @@ def frontier(doc, pair):
             # than gslice's: the best of gslice's own lane is named beside it. A configuration
             # that ran in gslice's lane too (plain MPS at priority 1 runs in every part) is
             # taken from there: the same GPU and rounds, not another lane's.
-            mine = [r for r in keepers if g is not None and r["lane"] == g["lane"]]
+            lane = None if g is None else g["lane"]
+            mine = [r for r in keepers if r["lane"] == lane]
             local = max(mine, key=lambda r: r["o"]) if mine else None
-            ran_here = {r["config"] for r in plain if g is not None and r["lane"] == g["lane"]}
-            theirs = [r for r in keepers if g is None or r["lane"] == g["lane"] or r["config"] not in ran_here]
+            ran_here = {r["config"] for r in plain if r["lane"] == lane}
+            theirs = [r for r in keepers if r["lane"] == lane or r["config"] not in ran_here]
             best = max(theirs, key=lambda r: r["o"]) if theirs else None
             out.append(verdict(doc, pair, level, kind + ("" if q is None else f"-p{q}"), g, best, local))
     return out
@@ -389,7 +390,8 @@ def text_table(doc):
     return "\n".join(lines)
 
 
-# The plain configuration each gslice configuration is set beside, round by round.
+# The plain configuration each gslice configuration is set beside, round by round (frontier.py
+# runs it in every part of a split pair, so that every gslice level has it in its own rounds).
 SIDE_BY_SIDE_PLAIN = "mps-100-p1"
 
 

@@ -45,33 +45,23 @@ fi
 # A job's speed (a wide grid back to back) alone and beside a neighbour on all the SMs or on a
 # green context of a quarter of them; the neighbour starts first and outlasts it.
 pair() {  # name, how (native|mps), neighbour (none|primary|green)
-  local name=$1 how=$2 with=$3 run=()
+  local name=$1 how=$2 with=$3 run=() nb=""
   [ "$how" = mps ] && run=(client)
-  local nb=""
   if [ "$with" != none ]; then
-    if [ "$how" = mps ]; then
-      CUDA_MPS_CLIENT_PRIORITY=1 client "$bench" load $((seconds + 4)) "$with" $quarter >"$logs/$name-neighbour.log" 2>&1 &
-    else
-      "$bench" load $((seconds + 4)) "$with" $quarter >"$logs/$name-neighbour.log" 2>&1 &
-    fi
+    # At MPS client priority 1 as gslice runs opportunistic work (no meaning off MPS).
+    CUDA_MPS_CLIENT_PRIORITY=1 "${run[@]}" "$bench" load $((seconds + 4)) "$with" $quarter \
+      >"$logs/$name-neighbour.log" 2>&1 &
     nb=$!
     sleep 2
   fi
   "${run[@]}" "$bench" load "$seconds" primary >"$logs/$name.log" 2>&1 || echo "RESULT green.$name FAIL (green/$name.log)"
   [ -n "$nb" ] && wait "$nb"
 }
-configs=(native-alone native-beside-all native-beside-green native-alone-after)
-pair native-alone native none
-pair native-beside-all native primary
-pair native-beside-green native green
-pair native-alone-after native none
-if [ $mps_up = 1 ]; then
-  configs+=(mps-alone mps-beside-all mps-beside-green mps-alone-after)
-  pair mps-alone mps none
-  pair mps-beside-all mps primary
-  pair mps-beside-green mps green
-  pair mps-alone-after mps none
-fi
+neighbours=(alone:none beside-all:primary beside-green:green alone-after:none)
+for how in native mps; do
+  [ "$how" = mps ] && [ $mps_up = 0 ] && continue
+  for c in "${neighbours[@]}"; do pair "$how-${c%%:*}" "$how" "${c#*:}"; done
+done
 
 verdict() { [ "$1" = 0 ] && echo PASS || echo FAIL; }
 echo "RESULT green.check.native $(verdict $native_rc) (green/check-native.log)"
@@ -93,7 +83,7 @@ for how in native mps; do
   a=$(value "$logs/$how-alone.log" grids_per_s 2>/dev/null)
   b=$(value "$logs/$how-alone-after.log" grids_per_s 2>/dev/null)
   [ -n "$a" ] && [ -n "$b" ] || continue
-  for c in alone beside-all beside-green alone-after; do
+  for c in "${neighbours[@]%%:*}"; do
     v=$(value "$logs/$how-$c.log" grids_per_s)
     printf '%-8s %-14s %10s %8s\n' "$how" "$c" "${v:-n/a}" \
       "$(python3 -c "import sys; v,a,b=sys.argv[1:]; print(f'{float(v)/((float(a)+float(b))/2):.3f}')" "${v:-0}" "$a" "$b" 2>/dev/null)"
