@@ -581,6 +581,36 @@ class InterleavedTest(unittest.TestCase):
         self.assertAlmostEqual(side["gslice-solo-opp"][2][0], -0.1)
         self.assertAlmostEqual(side["gslice-solo-0.97"][1][0], -0.04)
         self.assertIsNone(side["gslice-solo-0.97"][2])
+        # Rounds counted by whichever job ran: the opportunistic process's four.
+        self.assertIn("| gslice-solo-opp | solo | 4 | n/a | -0.100 ± 0.000 |", md)
+        self.assertIn("gslice-solo-opp − solo, same round: guaranteed n/a, opportunistic -0.100 ± 0.000 (4 rounds)",
+                      report.text_table(d))
+
+    def test_busy_host_threads_beside_the_guaranteed_job_are_shown_against_its_solo(self):
+        frontier = load_frontier(FRONTIER_PAIRS="train", FRONTIER_PROTECT="", FRONTIER_MPS_PCT="100",
+                                 FRONTIER_MPS_PRIO="1", FRONTIER_HOST_SPIN="2", FRONTIER_INTERLEAVE="4",
+                                 FRONTIER_WINDOW_S="40", FRONTIER_TIMESLICE="0")
+        run = frontier.plan()[0]
+        self.assertEqual(run.configs["host-spin"], {"kind": "host", "host_spin": 2})
+        self.assertIn(("host-spin", {"g": "g", "h0": "h0", "h1": "h1"}), run.phases)
+        # The spinners run job.py's host-spin workload, whatever the pair's jobs are.
+        argv = {ident: argv for ident, argv, _ in run.procs(None, {})}
+        self.assertEqual(argv["h1"][argv["h1"].index("--workload") + 1], "host-spin")
+        self.assertEqual(argv["g"][argv["g"].index("--workload") + 1], "resnet50")
+        configs = []
+        for name, attrs in run.configs.items():
+            c = dict({"pair": "train", "config": name, "status": "ok", "lane": 0}, **attrs)
+            g = 1 if name == "solo" else 0.93
+            c["g"] = {"steps_per_s": 40 * g, "finite": True, "rounds": [40 * g] * 4}
+            if name != "host-spin":
+                c["o"] = {"steps_per_s": 30, "finite": True, "rounds": [30] * 4}
+            configs.append(c)
+        d = doc(configs)
+        d["settings"].update(interleave=4, protect=[])
+        side = {c: (a, g, o) for c, a, g, o in report.side_by_side(d, "train")}
+        self.assertEqual(side["host-spin"][0], "solo")
+        self.assertAlmostEqual(side["host-spin"][1][0], -0.07)
+        self.assertEqual(report.frontier(d, "train"), [])  # shown, not judged
 
     def test_gslice_is_set_beside_plain_mps_round_by_round_over_all_lanes(self):
         # Two lanes, 3 rounds each; the solo phases move with the host (40, 44, 36) while the

@@ -150,6 +150,10 @@ GSLICE_SOLO = os.environ.get("FRONTIER_GSLICE_SOLO", "0") == "1"
 # gslice gives guaranteed work costs a launch-bound job beside opportunistic work (preempting
 # the other client's kernels for each of its own) more than it protects it.
 GSLICE_PROGPRIO = os.environ.get("FRONTIER_GSLICE_PROGPRIO", "0") == "1"
+# FRONTIER_HOST_SPIN=N: interleaved, the plain guaranteed process beside N processes that each
+# keep one host thread busy and do no GPU work (host-spin, job.py's workload of that name):
+# what another job's host loop alone costs a job bound by its launches. Shown, not judged.
+HOST_SPIN = int(os.environ.get("FRONTIER_HOST_SPIN", "0") or "0")
 # FRONTIER_SPLIT=S: interleaved, each pair's configurations split over S runs, each with its
 # own solo phases: with FRONTIER_GPUS, a run a GPU (see the top).
 SPLIT = max(1, int(os.environ.get("FRONTIER_SPLIT", "1") or "1"))
@@ -211,6 +215,13 @@ JOBS = {  # pair -> role -> (job.py mode, workload)
     # waits on the GPU all the time, what the controller holds back.
     "gpu": {"g": ("throughput", "matmul"), "o": ("throughput", "matmul")},
 }
+# Roles "h0", "h1", ... (FRONTIER_HOST_SPIN), in every pair: a busy host thread, no GPU work.
+HOST_JOB = ("throughput", "host-spin")
+
+
+def job_of(pair, role):
+    """(job.py mode, workload) of a process of this role."""
+    return HOST_JOB if role.startswith("h") else JOBS[pair][role]
 
 
 def fmt_level(p):
@@ -254,7 +265,7 @@ class Run:
     def procs(self, service_ms, mps_env):
         out = []
         for ident, (role, gslice_flags, mps, args) in self.proc_specs.items():
-            mode, workload = JOBS[self.pair][role]
+            mode, workload = job_of(self.pair, role)
             prefix, env = (), dict(mps_env, **mps) if mps is not None else {}
             if gslice_flags is not None:
                 over = ["env", *(f"{k}={v}" for k, v in sorted((mps or {}).items()))] if mps else []
@@ -367,6 +378,10 @@ def interleaved_run(pair, part=0):
         specs[ident] = ("o", ("--class=opportunistic",), {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(sms)}, ())
         entries.append((f"gslice-mps-{fmt_level(x)}-sms{sms}", {"g": f"G{fmt_level(x)}", "o": ident},
                         {"kind": "gslice-mps-sms", "protect": x, "gslice_sms": sms}))
+    if HOST_SPIN:
+        spinners = {f"h{k}": f"h{k}" for k in range(HOST_SPIN)}
+        specs.update({ident: (ident, None, mps_client(100, 1), ()) for ident in spinners})
+        entries.append(("host-spin", {"g": "g", **spinners}, {"kind": "host", "host_spin": HOST_SPIN}))
     builds = {}
     if GSLICE_BASE and PROTECT:
         x = PROTECT[0]
@@ -483,6 +498,8 @@ def check_env():
             sys.exit(f"frontier.py: FRONTIER_GSLICE_{name} needs FRONTIER_INTERLEAVE and a protection level")
     if GSLICE_BASE and not os.access(os.path.join(GSLICE_BASE, "bin", "gslice"), os.X_OK):
         sys.exit(f"frontier.py: FRONTIER_GSLICE_BASE={GSLICE_BASE}: no bin/gslice there to run")
+    if not 0 <= HOST_SPIN <= 8 or (HOST_SPIN and not INTERLEAVE):
+        sys.exit(f"frontier.py: FRONTIER_HOST_SPIN={HOST_SPIN}: 0 to 8 busy host threads, with FRONTIER_INTERLEAVE")
     if GSLICE_PRIO and not INTERLEAVE:
         sys.exit("frontier.py: FRONTIER_GSLICE_PRIO needs FRONTIER_INTERLEAVE (gslice's priorities side by side)")
     if INTERLEAVE < 0 or (INTERLEAVE and WINDOW_S / INTERLEAVE < 5):
@@ -497,7 +514,7 @@ def settings():
     return {"pairs": PAIRS, "protect": PROTECT, "mps_pct": MPS_PCT, "mps_pct_of_prio": MPS_PCT_OF, "mps_prio": MPS_PRIO, "gslice_mps": GSLICE_MPS_MODE,
             "gslice_prio": GSLICE_PRIO, "gslice_cap": GSLICE_CAP, "gslice_sms": GSLICE_SMS,
             "gslice_solo": GSLICE_SOLO, "gslice_progprio": GSLICE_PROGPRIO, "gslice_base": GSLICE_BASE,
-            "lanes": LANES, "interleave": INTERLEAVE,
+            "host_spin": HOST_SPIN, "lanes": LANES, "interleave": INTERLEAVE,
             "round_order": "rotated one phase a round, every other round backwards",
             "window_s": WINDOW_S, "settle_s": SETTLE_S, "lead_s": LEAD_S, "budget_s": BUDGET_S,
             "server_load": suite.SERVER_LOAD}
@@ -575,7 +592,7 @@ def measure(results, run, settle):
         ids = list(roles.values())
         m = out.setdefault(cfg, {})
         for role, ident in roles.items():
-            mode, workload = JOBS[run.pair][role]
+            mode, workload = job_of(run.pair, role)
             finite = results.get(ident, {}).get("finite", True)
             if mode == "server":
                 lat = suite.phase_latency(state, run.key, ident, ids, settle)

@@ -381,7 +381,7 @@ def text_table(doc):
                          f"{'' if r['status'] == 'ok' else status_text(r)}")
         for cfg, against, g, o in side_by_side(doc, pair):
             lines.append(f"  {cfg} − {against}, same round: guaranteed {diff_text(g)}, opportunistic {diff_text(o)}"
-                         f" ({g[2] if g else 0} rounds)")
+                         f" ({(g or o)[2] if g or o else 0} rounds)")
         for v in frontier(doc, pair):
             met = "n/a" if v["met"] is None else ("MET" if v["met"] else "MISSED")
             lines.append(f"  at {lv(v['level'])} {v['mode']:<10} gslice {gslice_text(pair, v['gslice']):<22} "
@@ -441,11 +441,12 @@ def side_by_side(doc, pair):
         return []
     kinds = {}  # each gslice configuration once, whatever its lanes
     for r in rows(doc, pair):
-        if str(r.get("kind") or "").startswith("gslice") and r.get("status") == "ok":
+        if (str(r.get("kind") or "").startswith("gslice") or r.get("kind") == "host") and r.get("status") == "ok":
             kinds.setdefault(r["config"], r["kind"])
     out = []
     for cfg, kind in kinds.items():
-        against = "solo" if kind == "gslice-solo" else SIDE_BY_SIDE_PLAIN
+        # Against solo: a gslice process alone, and the guaranteed job beside busy host threads.
+        against = "solo" if kind in ("gslice-solo", "host") else SIDE_BY_SIDE_PLAIN
         both = compare(doc, pair, cfg, against)
         if both is not None:
             out.append((cfg, against, *both))
@@ -524,7 +525,8 @@ def markdown(doc):
                "time alone); `gslice-mps-P-smsS` the opportunistic job uncapped, its program's environment setting "
                "`CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=S` (the SMs alone); `gslice-solo-P` gslice's guaranteed "
                "process alone, `gslice-solo-opp` its opportunistic one; `-progprio` its guaranteed process with `GSLICE_STREAM_PRIORITY=program` "
-               "(the program's stream priorities, not the GPU's greatest); these are shown, not judged.\n")
+               "(the program's stream priorities, not the GPU's greatest); `host-spin` the plain guaranteed process "
+               "beside processes that each keep one host thread busy and do no GPU work; these are shown, not judged.\n")
     out.append("## Solo runs\n")
     out.append("| pair | job | before | after | after / before |")
     out.append("|---|---|---|---|---|")
@@ -566,7 +568,7 @@ def markdown(doc):
             out.append("| configuration | against | rounds | guaranteed | opportunistic |")
             out.append("|---|---|---|---|---|")
             for cfg, against, g, o in side:
-                out.append(f"| {cfg} | {against} | {g[2] if g else 0} | {diff_text(g)} | {diff_text(o)} |")
+                out.append(f"| {cfg} | {against} | {(g or o)[2] if g or o else 0} | {diff_text(g)} | {diff_text(o)} |")
         gpu = [c for c in configs(doc, pair) if c.get("gpu")]
         if gpu:
             out.append("\nThe GPU in each configuration's measured phases (nvidia-smi every 0.5 s): a job bound by "

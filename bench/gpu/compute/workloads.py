@@ -9,11 +9,15 @@ synchronise, time, and check the last output is finite.
   bert-train  BERT-base-size encoder (nn.TransformerEncoder, d=768, 12 layers, 12 heads)
               training step, batch 16 x 256 tokens, bf16 autocast, AdamW
   bert-infer  the same encoder, inference: batch 8 x 128 tokens (one server request)
+  host-spin   no GPU work: a Python loop on one host thread for 25 ms a step
 """
+
+import time
 
 import torch
 
 D_MODEL, LAYERS, HEADS, FFN = 768, 12, 12, 3072
+HOST_SPIN_STEP_S = 0.025
 
 
 def _bert_encoder():
@@ -79,4 +83,15 @@ def build(name, dev="cuda"):
                 return model(x)
         return step
 
-    raise SystemExit(f"unknown workload {name!r}: matmul, resnet50, bert-train, bert-infer")
+    if name == "host-spin":
+        # One busy host thread and no GPU work: what another job's host loop costs a job bound
+        # by its launches where the GPU is not shared at all (the CPUs' clocks, caches, memory).
+        def step():
+            end = time.perf_counter() + HOST_SPIN_STEP_S
+            n = 0
+            while time.perf_counter() < end:
+                n += 1
+            return torch.tensor(float(n))
+        return step
+
+    raise SystemExit(f"unknown workload {name!r}: matmul, resnet50, bert-train, bert-infer, host-spin")

@@ -34,7 +34,8 @@
 # at each S% of the SMs listed, beside the first level's guaranteed job), FRONTIER_GSLICE_SOLO (1: interleaved, gslice's
 # guaranteed processes also alone), FRONTIER_GSLICE_PROGPRIO (1: interleaved, the first level's guaranteed process
 # also at the program's stream priorities, GSLICE_STREAM_PRIORITY=program), FRONTIER_GSLICE_BASE (DIR: interleaved,
-# the first level's gslice pair again from the build in DIR), FRONTIER_WINDOW_S (15), FRONTIER_SETTLE_S (1),
+# the first level's gslice pair again from the build in DIR), FRONTIER_HOST_SPIN (N: interleaved, the
+# guaranteed job beside N busy host threads and no GPU work), FRONTIER_WINDOW_S (15), FRONTIER_SETTLE_S (1),
 # FRONTIER_LEAD_S (10), FRONTIER_BUDGET_S (560), FRONTIER_INTERLEAVE (0; R: every configuration
 # of a pair in one run on MPS, R rounds; FRONTIER_SPLIT=S: a pair's configurations over S runs,
 # a GPU each; FRONTIER_TIMESLICE=0: no time-slicing), FRONTIER_GPUS, FRONTIER_LANES, FRONTIER_LANE,
