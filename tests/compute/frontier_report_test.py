@@ -13,6 +13,7 @@ import json
 import os
 import random
 import shutil
+import statistics
 import sys
 import tempfile
 import unittest
@@ -125,6 +126,27 @@ class SelectionTest(unittest.TestCase):
         self.assertIn("short of mps-50-p1's 0.600 by 0.100", g90["misses"][0])
         self.assertIsNone(by(v, 0.80)["met"])  # no gslice-0.80 run
         self.assertIn("gslice not run", by(v, 0.80)["misses"][0])
+
+    def test_an_interleaved_servers_p99_miss_says_what_its_rounds_resolve(self):
+        def cfg(name, kind, p99s, steps, **attrs):
+            return dict({"pair": "latency", "config": name, "kind": kind, "status": "ok", "lane": 0,
+                         "g": {"p99_ms": statistics.mean(p99s), "p50_ms": 5.0, "rounds": p99s, "finite": True},
+                         "o": {"steps_per_s": statistics.mean(steps), "rounds": steps, "finite": True}}, **attrs)
+        solo = cfg("solo", "solo", [10.0] * 4, [20.0] * 4)
+        # p99 over solo's 1.25-1.43 a round: solo over it 0.70-0.80, under the 0.857 of 0.90's bound.
+        steady = cfg("gslice-mps-0.90", "gslice-mps", [12.5, 13.0, 13.5, 14.3], [18.0] * 4, protect=0.90)
+        # The same mean, one round at 0.8 of its solo's p99 and the others far over: unresolved.
+        noisy = cfg("gslice-mps-0.90", "gslice-mps", [8.0, 19.0, 17.0, 9.3], [18.0] * 4, protect=0.90)
+        misses = {}
+        for name, c in (("steady", steady), ("noisy", noisy)):
+            d = doc([solo, c])
+            d["settings"].update(interleave=4, protect=[0.90])
+            misses[name] = by(report.frontier(d, "latency"), 0.90, "gslice-mps")["misses"][0]
+        for m in misses.values():
+            self.assertIn("over the 1.167× allowed by", m)
+            self.assertIn("against the level (0.857 of solo's p99) over 4 rounds", m)
+        self.assertNotIn("within two standard errors", misses["steady"])
+        self.assertIn("(within two standard errors)", misses["noisy"])
 
     def test_no_plain_configuration_keeping_the_level_leaves_only_the_guarantee(self):
         d = doc(SOLO + [train("timeslice", "timeslice", 24, 15), train("gslice-0.97", "gslice", 39, 1, protect=0.97)])

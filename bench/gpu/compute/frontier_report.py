@@ -263,8 +263,14 @@ def verdict(doc, pair, level, mode, g, best, local=None):
     elif not g_ok:
         if pair == "latency":
             over = g["p99"] - p99_bound(level)
+            # Round by round as the rounds are kept: solo p99 over the configuration's, against
+            # the level in those terms (the p99 of a phase of some hundreds of requests is some
+            # of its slowest few, and moves a lot from round to round).
+            rounds = g.get("g_rounds") or []
+            p = paired(rounds, [1.0 / p99_bound(level)] * len(rounds))
             misses.append(f"server p99 {g['p99']:.3f}× solo, over the {p99_bound(level):.3f}× allowed by "
-                          f"{over * 100:.1f} points{within(over, dg)}")
+                          f"{over * 100:.1f} points{within(over, dg)}"
+                          + (paired_text(p, f"the level ({1.0 / p99_bound(level):.3f} of solo's p99)") if p else ""))
         else:
             short = level - g["g"]
             p = paired(g.get("g_rounds") or [], [level] * len(g.get("g_rounds") or []))
