@@ -498,6 +498,16 @@ class InterleavedTest(unittest.TestCase):
         for lane in lanes:
             self.assertLessEqual(sum(r.estimate() for r in lane) + frontier.SUITE_S + frontier.MPS_SWITCH_S, 600)
 
+    def test_a_run_over_two_calls_runs_the_rotations_later_rounds_in_the_second(self):
+        env = dict(FRONTIER_PAIRS="train", FRONTIER_PROTECT="0.90", FRONTIER_MPS_PCT="100,50", FRONTIER_MPS_PRIO="1")
+        whole = load_frontier(FRONTIER_INTERLEAVE="4", FRONTIER_WINDOW_S="60", **env).plan()[0]
+        first = load_frontier(FRONTIER_INTERLEAVE="2", FRONTIER_WINDOW_S="30", **env).plan()[0]
+        second = load_frontier(FRONTIER_INTERLEAVE="2", FRONTIER_WINDOW_S="30", FRONTIER_FIRST_ROUND="2", **env).plan()[0]
+        self.assertEqual(first.window, whole.window)
+        n = (len(whole.phases) - 1) // 4
+        self.assertEqual(first.phases, whole.phases[:1 + 2 * n])
+        self.assertEqual(second.phases, whole.phases[:1] + whole.phases[1 + 2 * n:])
+
     def test_split_deals_a_pairs_configurations_over_lanes(self):
         frontier = load_frontier(FRONTIER_PAIRS="train,latency", FRONTIER_PROTECT="0.97,0.90,0.80",
                                  FRONTIER_MPS_PCT="100,50", FRONTIER_MPS_PCT_P0="100", FRONTIER_MPS_PRIO="1,0",
@@ -633,6 +643,57 @@ class InterleavedTest(unittest.TestCase):
         self.assertEqual(side["host-spin"][0], "solo")
         self.assertAlmostEqual(side["host-spin"][1][0], -0.07)
         self.assertEqual(report.frontier(d, "train"), [])  # shown, not judged
+
+    def test_calls_of_one_run_too_long_for_one_call_pool_their_rounds(self):
+        # Two calls of the same one-GPU run, two rounds each: the host is 10% faster in the
+        # second call; gslice 0.02 over plain MPS's guaranteed job in every round.
+        def call(k, speed, gslice_status="ok"):
+            def c(name, kind, g, o, **attrs):
+                return dict({"pair": "train", "config": name, "kind": kind, "status": "ok", "lane": 0,
+                             "g": {"steps_per_s": 40 * speed * g, "finite": True, "rounds": [40 * speed * g] * 2},
+                             "o": {"steps_per_s": 30 * speed * o, "finite": True, "rounds": [30 * speed * o] * 2},
+                             "gpu": {"sm_mhz": 1980.0, "busy_pct": 50.0 + 10 * k, "power_w": 400.0}}, **attrs)
+            gs = c("gslice-mps-0.90", "gslice-mps", 0.92, 0.8, protect=0.90)
+            gs["status"] = gslice_status
+            d = doc([c("solo", "solo", 1, 1), c("mps-100-p1", "mps", 0.90, 0.9, mps_pct=100, mps_prio=1), gs])
+            d.update(lane=0, started=f"2026-12-0{k}T10:00:00+00:00", wall_s=300, service_ms={"latency": 5.0 + k})
+            d["settings"].update(interleave=2, window_s=30, protect=[0.90])
+            return d
+
+        d = report.merge([call(1, 1.0), call(2, 1.1)])
+        self.assertEqual(d["settings"]["interleave"], 4)
+        self.assertEqual(d["settings"]["window_s"], 60)
+        self.assertEqual(len(d["calls"]), 2)
+        self.assertEqual(d["wall_s"], 600)
+        rows = {r["config"]: r for r in report.rows(d, "train")}
+        self.assertEqual(len(rows["gslice-mps-0.90"]["g_rounds"]), 4)
+        for x in rows["gslice-mps-0.90"]["g_rounds"]:
+            self.assertAlmostEqual(x, 0.92)  # each round against its own call's solo
+        self.assertAlmostEqual(rows["gslice-mps-0.90"]["g"], 0.92)
+        gslice = next(c for c in d["configs"] if c["config"] == "gslice-mps-0.90")
+        self.assertAlmostEqual(gslice["gpu"]["busy_pct"], 65.0)
+        side = {c: (g, o) for c, _, g, o in report.side_by_side(d, "train")}
+        self.assertAlmostEqual(side["gslice-mps-0.90"][0][0], 0.02)
+        self.assertEqual(side["gslice-mps-0.90"][0][2], 4)
+        v = by(report.frontier(d, "train"), 0.90, "gslice-mps")
+        # Kept at 0.92, but plain MPS kept it too and harvested 0.9 against 0.8: judged over all 4 rounds.
+        self.assertFalse(v["met"])
+        self.assertIn("round by round -0.100 ± 0.000 against mps-100-p1 over 4 rounds", v["misses"][0])
+        md = report.markdown(d)
+        self.assertIn("**Calls:** 2 of the same run", md)
+        self.assertIn("in each of 4 rounds", md)
+        self.assertEqual(report.service_text(d), "6.000 (call 1); 7.000 (call 2)")
+        # A configuration that failed in either call stays failed.
+        failed = report.merge([call(1, 1.0), call(2, 1.1, gslice_status="failed")])
+        self.assertEqual(next(c for c in failed["configs"] if c["config"] == "gslice-mps-0.90")["status"], "failed")
+        # Lanes of one call (different lanes) and documents without a lane stay apart.
+        other = call(2, 1.1)
+        other["lane"] = 1
+        self.assertEqual(len(report.merge([call(1, 1.0), other])["lanes"]), 2)
+        bare = [call(1, 1.0), call(2, 1.1)]
+        for x in bare:
+            del x["lane"]
+        self.assertEqual(len(report.merge(bare)["lanes"]), 2)
 
     def test_gslice_is_set_beside_plain_mps_round_by_round_over_all_lanes(self):
         # Two lanes, 3 rounds each; the solo phases move with the host (40, 44, 36) while the

@@ -154,6 +154,11 @@ GSLICE_PROGPRIO = os.environ.get("FRONTIER_GSLICE_PROGPRIO", "0") == "1"
 # keep one host thread busy and do no GPU work (host-spin, job.py's workload of that name):
 # what another job's host loop alone costs a job bound by its launches. Shown, not judged.
 HOST_SPIN = int(os.environ.get("FRONTIER_HOST_SPIN", "0") or "0")
+# FRONTIER_FIRST_ROUND=K: interleaved, the rounds run are K to K + FRONTIER_INTERLEAVE - 1 of the
+# rotation (each round starts one phase later, every other one backwards): a run too long for
+# one call runs its rounds over several, rounds 0-1 in one and 2-3 in the next, and
+# frontier_report.py pools the calls' files of a lane as one run.
+FIRST_ROUND = int(os.environ.get("FRONTIER_FIRST_ROUND", "0") or "0")
 # FRONTIER_SPLIT=S: interleaved, each pair's configurations split over S runs, each with its
 # own solo phases: with FRONTIER_GPUS, a run a GPU (see the top).
 SPLIT = max(1, int(os.environ.get("FRONTIER_SPLIT", "1") or "1"))
@@ -408,7 +413,7 @@ def interleaved_run(pair, part=0):
         order = [pattern[(k + i) % n] for i in range(n)]
         return order[::-1] if k % 2 else order
 
-    phases = [("drain", {})] + [p for k in range(INTERLEAVE) for p in round_order(k)]
+    phases = [("drain", {})] + [p for k in range(FIRST_ROUND, FIRST_ROUND + INTERLEAVE) for p in round_order(k)]
     name = "interleaved" if SPLIT == 1 else f"interleaved-{part + 1}of{SPLIT}"
     r = Run(pair, name, True, phases, SETTLE_S, 1, window=WINDOW_S / INTERLEAVE)
     r.configs, r.proc_specs, r.memory, r.rest = configs, specs, SHARED_MEMORY, ("--rest",)
@@ -498,6 +503,8 @@ def check_env():
             sys.exit(f"frontier.py: FRONTIER_GSLICE_{name} needs FRONTIER_INTERLEAVE and a protection level")
     if GSLICE_BASE and not os.access(os.path.join(GSLICE_BASE, "bin", "gslice"), os.X_OK):
         sys.exit(f"frontier.py: FRONTIER_GSLICE_BASE={GSLICE_BASE}: no bin/gslice there to run")
+    if FIRST_ROUND < 0 or (FIRST_ROUND and not INTERLEAVE):
+        sys.exit(f"frontier.py: FRONTIER_FIRST_ROUND={FIRST_ROUND}: a round from 0, with FRONTIER_INTERLEAVE")
     if not 0 <= HOST_SPIN <= 8 or (HOST_SPIN and not INTERLEAVE):
         sys.exit(f"frontier.py: FRONTIER_HOST_SPIN={HOST_SPIN}: 0 to 8 busy host threads, with FRONTIER_INTERLEAVE")
     if GSLICE_PRIO and not INTERLEAVE:
@@ -514,7 +521,7 @@ def settings():
     return {"pairs": PAIRS, "protect": PROTECT, "mps_pct": MPS_PCT, "mps_pct_of_prio": MPS_PCT_OF, "mps_prio": MPS_PRIO, "gslice_mps": GSLICE_MPS_MODE,
             "gslice_prio": GSLICE_PRIO, "gslice_cap": GSLICE_CAP, "gslice_sms": GSLICE_SMS,
             "gslice_solo": GSLICE_SOLO, "gslice_progprio": GSLICE_PROGPRIO, "gslice_base": GSLICE_BASE,
-            "host_spin": HOST_SPIN, "lanes": LANES, "interleave": INTERLEAVE,
+            "host_spin": HOST_SPIN, "first_round": FIRST_ROUND, "lanes": LANES, "interleave": INTERLEAVE,
             "round_order": "rotated one phase a round, every other round backwards",
             "window_s": WINDOW_S, "settle_s": SETTLE_S, "lead_s": LEAD_S, "budget_s": BUDGET_S,
             "server_load": suite.SERVER_LOAD}

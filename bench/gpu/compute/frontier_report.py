@@ -68,9 +68,76 @@ def row_label(doc, pair, r):
     return f"{r['config']} (lane {r['lane']})" if len(lanes_of(doc, pair)) > 1 else r["config"]
 
 
+def repeats_key(doc, i):
+    """What makes documents repeats of one run: an interleaved run's lane (stated, not its
+    place among the files) and its configurations. None: not one to pool."""
+    if "lane" not in doc or not doc.get("settings", {}).get("interleave"):
+        return None
+    return doc["lane"], frozenset((c["pair"], c["config"]) for c in doc.get("configs", []))
+
+
+def pooled_role(parts):
+    """A job's figures over several calls of one interleaved run: the rounds in call order,
+    counts summed, every other figure the calls' mean weighted by their rounds (a server's p99
+    and p50 too: each call keeps only its own percentiles, not its requests)."""
+    out = {"rounds": [x for p in parts for x in p.get("rounds") or []]}
+    weights = [len(p.get("rounds") or []) or 1 for p in parts]
+    for k in {k for p in parts for k in p} - {"rounds"}:
+        vals = [(p.get(k), w) for p, w in zip(parts, weights)]
+        if k == "finite":
+            out[k] = all(v is not False for v, _ in vals)
+        elif k == "requests":
+            out[k] = sum(v or 0 for v, _ in vals)
+        elif all(isinstance(v, (int, float)) and not isinstance(v, bool) for v, _ in vals):
+            out[k] = sum(v * w for v, w in vals) / sum(w for _, w in vals)
+        else:
+            out[k] = next((v for v, _ in vals if v is not None), None)
+    return out
+
+
+def pool_calls(docs):
+    """Calls that ran the same interleaved run (the same lane and configurations; a plan too
+    long for one call, FRONTIER_INTERLEAVE rounds in each) as one: each configuration's
+    rounds in call order against each call's own solo rounds, its figures pooled
+    (pooled_role), the rounds and seconds summed. A configuration that failed in any call
+    stays failed."""
+    first = docs[0]
+    out = dict(first)
+    st = dict(first.get("settings", {}))
+    st["interleave"] = sum(d["settings"]["interleave"] for d in docs)
+    st["window_s"] = sum(d["settings"].get("window_s", 0) for d in docs)
+    out["settings"] = st
+    merged = []
+    for c in first.get("configs", []):
+        same = [next(x for x in d["configs"] if x["pair"] == c["pair"] and x["config"] == c["config"]) for d in docs]
+        m = dict(c)
+        bad = next((x for x in same if x.get("status") != "ok"), None)
+        if bad is not None:
+            m["status"], m["error"] = bad.get("status"), bad.get("error")
+        for role in {k for x in same for k in ("g", "o") if isinstance(x.get(k), dict)}:
+            m[role] = pooled_role([x.get(role) or {} for x in same])
+        if all(isinstance(x.get("gpu"), dict) for x in same):
+            m["gpu"] = pooled_role([x["gpu"] for x in same])
+            m["gpu"].pop("rounds", None)
+        merged.append(m)
+    out["configs"] = merged
+    out["runs"] = [dict(r, call=k + 1) for k, d in enumerate(docs) for r in d.get("runs", [])]
+    out["wall_s"] = sum(d.get("wall_s") or 0 for d in docs)
+    # Each call measured the server's service time alone and set its request rate by it.
+    out["service_ms"] = {f"{pair}, call {k + 1}": v for k, d in enumerate(docs) for pair, v in (d.get("service_ms") or {}).items()}
+    out["calls"] = [{"started": d.get("started"), "gpu": d.get("gpu"), "wall_s": d.get("wall_s")} for d in docs]
+    return out
+
+
 def merge(docs):
     """Lanes' documents as one: every configuration and run keeps its lane (its own solo runs);
-    the rest is the first lane's, the wall time the longest."""
+    the rest is the first lane's, the wall time the longest. Documents of one lane that repeat
+    one interleaved run (repeats_key) are pooled first (pool_calls)."""
+    groups = {}
+    for i, d in enumerate(docs):
+        key = repeats_key(d, i)
+        groups.setdefault(("alone", i) if key is None else key, []).append(d)
+    docs = [g[0] if len(g) == 1 else pool_calls(g) for g in groups.values()]
     if len(docs) == 1:
         return docs[0]
     out = dict(docs[0])
@@ -495,6 +562,10 @@ def markdown(doc):
         out.append(f"**Lanes:** {len(doc['lanes'])}, run at the same time, one GPU each (frontier.py's FRONTIER_LANES); "
                    "each configuration is against its own lane's solo runs: "
                    + ", ".join(f"lane {x['lane']} {x.get('wall_s', '?')} s" for x in doc["lanes"]) + ".\n")
+    if doc.get("calls"):
+        out.append(f"**Calls:** {len(doc['calls'])} of the same run, their rounds pooled, each round against its own "
+                   "call's solo phases; a server's p99 and p50 are the calls' own, averaged by rounds: "
+                   + ", ".join(f"started {x.get('started', '?')}, {x.get('wall_s', '?')} s" for x in doc["calls"]) + ".\n")
     env = doc.get("environment") or {}
     if env:
         out.append("Variables: " + ", ".join(f"`{k}={v}`" for k, v in env.items()) + ".\n")

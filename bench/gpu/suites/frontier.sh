@@ -18,6 +18,10 @@
 #   OUT=/tmp/out FRONTIER_GPUS=0,1 FRONTIER_INTERLEAVE=3 FRONTIER_WINDOW_S=54 bash bench/gpu/suites/frontier.sh
 #   OUT=/tmp/out FRONTIER_GPUS=0,1,2,3 FRONTIER_SPLIT=2 FRONTIER_INTERLEAVE=4 FRONTIER_WINDOW_S=60 \
 #     FRONTIER_MPS_PCT=100,50 FRONTIER_MPS_PCT_P0=100 bash bench/gpu/suites/frontier.sh
+#   # one GPU, a pair's 60 s windows over two calls (rounds 0-1, then 2-3 of the rotation); the
+#   # report pools a lane's calls: frontier_report.py call1/frontier-lane0.json call2/frontier-lane0.json
+#   OUT=/tmp/out FRONTIER_PAIRS=train FRONTIER_GPUS=0 FRONTIER_INTERLEAVE=2 FRONTIER_WINDOW_S=30 \
+#     FRONTIER_FIRST_ROUND=2 FRONTIER_MPS_PCT=100,50 FRONTIER_MPS_PCT_P0=100 bash bench/gpu/suites/frontier.sh
 #
 # FRONTIER_GPUS=LIST splits the plan into one lane a GPU (frontier.py's FRONTIER_LANES: a pair a
 # lane, each lane with its own solo runs before and after) and runs them at once, each lane on
@@ -35,7 +39,8 @@
 # guaranteed processes also alone), FRONTIER_GSLICE_PROGPRIO (1: interleaved, the first level's guaranteed process
 # also at the program's stream priorities, GSLICE_STREAM_PRIORITY=program), FRONTIER_GSLICE_BASE (DIR: interleaved,
 # the first level's gslice pair again from the build in DIR), FRONTIER_HOST_SPIN (N: interleaved, the
-# guaranteed job beside N busy host threads and no GPU work), FRONTIER_WINDOW_S (15), FRONTIER_SETTLE_S (1),
+# guaranteed job beside N busy host threads and no GPU work), FRONTIER_FIRST_ROUND (K: interleaved, the
+# rotation's rounds from K on: a run over several calls), FRONTIER_WINDOW_S (15), FRONTIER_SETTLE_S (1),
 # FRONTIER_LEAD_S (10), FRONTIER_BUDGET_S (560), FRONTIER_INTERLEAVE (0; R: every configuration
 # of a pair in one run on MPS, R rounds; FRONTIER_SPLIT=S: a pair's configurations over S runs,
 # a GPU each; FRONTIER_TIMESLICE=0: no time-slicing), FRONTIER_GPUS, FRONTIER_LANES, FRONTIER_LANE,
