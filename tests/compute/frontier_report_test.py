@@ -618,6 +618,30 @@ class InterleavedTest(unittest.TestCase):
         self.assertIn("gslice-solo-opp − solo, same round: guaranteed n/a, opportunistic -0.100 ± 0.000 (4 rounds)",
                       report.text_table(d))
 
+    def test_a_second_plain_guaranteed_process_alone_is_shown_against_the_first(self):
+        frontier = load_frontier(FRONTIER_PAIRS="train", FRONTIER_PROTECT="0.97", FRONTIER_MPS_PCT="100",
+                                 FRONTIER_MPS_PRIO="1", FRONTIER_TWIN="1", FRONTIER_GSLICE_SOLO="1",
+                                 FRONTIER_INTERLEAVE="4", FRONTIER_WINDOW_S="40", FRONTIER_TIMESLICE="0")
+        run = frontier.plan()[0]
+        self.assertEqual(run.configs["solo-twin"], {"kind": "twin"})
+        self.assertIn(("solo-twin", {"g": "g2"}), run.phases)
+        self.assertEqual(run.proc_specs["g2"], run.proc_specs["g"])  # the same job, another process
+        configs = []
+        for name, attrs in run.configs.items():
+            c = dict({"pair": "train", "config": name, "status": "ok", "lane": 0}, **attrs)
+            g = {"solo": 1, "solo-twin": 0.97, "gslice-solo-0.97": 0.95}.get(name, 0.9)
+            if name != "gslice-solo-opp":
+                c["g"] = {"steps_per_s": 40 * g, "finite": True, "rounds": [40 * g] * 4}
+            if name not in ("solo-twin", "gslice-solo-0.97"):
+                c["o"] = {"steps_per_s": 30, "finite": True, "rounds": [30] * 4}
+            configs.append(c)
+        d = doc(configs)
+        d["settings"].update(interleave=4, protect=[0.97])
+        side = {c: (a, g) for c, a, g, _ in report.side_by_side(d, "train")}
+        self.assertEqual(side["solo-twin"][0], "solo")
+        self.assertAlmostEqual(side["solo-twin"][1][0], -0.03)
+        self.assertAlmostEqual(side["gslice-solo-0.97"][1][0], -0.05)
+
     def test_busy_host_threads_beside_the_guaranteed_job_are_shown_against_its_solo(self):
         frontier = load_frontier(FRONTIER_PAIRS="train", FRONTIER_PROTECT="", FRONTIER_MPS_PCT="100",
                                  FRONTIER_MPS_PRIO="1", FRONTIER_HOST_SPIN="2", FRONTIER_INTERLEAVE="4",

@@ -154,6 +154,10 @@ GSLICE_PROGPRIO = os.environ.get("FRONTIER_GSLICE_PROGPRIO", "0") == "1"
 # keep one host thread busy and do no GPU work (host-spin, job.py's workload of that name):
 # what another job's host loop alone costs a job bound by its launches. Shown, not judged.
 HOST_SPIN = int(os.environ.get("FRONTIER_HOST_SPIN", "0") or "0")
+# FRONTIER_TWIN=1: interleaved, a second plain guaranteed process works a phase alone each round
+# (solo-twin), against the first's solo phases: how far two processes of the same job differ
+# alone (host cores, memory placement), the spread that gslice-solo-P's figure is read against.
+TWIN = os.environ.get("FRONTIER_TWIN", "0") == "1"
 # FRONTIER_FIRST_ROUND=K: interleaved, the rounds run are K to K + FRONTIER_INTERLEAVE - 1 of the
 # rotation (each round starts one phase later, every other one backwards): a run too long for
 # one call runs its rounds over several, rounds 0-1 in one and 2-3 in the next, and
@@ -383,6 +387,9 @@ def interleaved_run(pair, part=0):
         specs[ident] = ("o", ("--class=opportunistic",), {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(sms)}, ())
         entries.append((f"gslice-mps-{fmt_level(x)}-sms{sms}", {"g": f"G{fmt_level(x)}", "o": ident},
                         {"kind": "gslice-mps-sms", "protect": x, "gslice_sms": sms}))
+    if TWIN:
+        specs["g2"] = ("g", None, mps_client(100, 0), ())
+        entries.append(("solo-twin", {"g": "g2"}, {"kind": "twin"}))
     if HOST_SPIN:
         spinners = {f"h{k}": f"h{k}" for k in range(HOST_SPIN)}
         specs.update({ident: (ident, None, mps_client(100, 1), ()) for ident in spinners})
@@ -503,6 +510,8 @@ def check_env():
             sys.exit(f"frontier.py: FRONTIER_GSLICE_{name} needs FRONTIER_INTERLEAVE and a protection level")
     if GSLICE_BASE and not os.access(os.path.join(GSLICE_BASE, "bin", "gslice"), os.X_OK):
         sys.exit(f"frontier.py: FRONTIER_GSLICE_BASE={GSLICE_BASE}: no bin/gslice there to run")
+    if TWIN and not INTERLEAVE:
+        sys.exit("frontier.py: FRONTIER_TWIN needs FRONTIER_INTERLEAVE (the twin's phase beside the solo phases)")
     if FIRST_ROUND < 0 or (FIRST_ROUND and not INTERLEAVE):
         sys.exit(f"frontier.py: FRONTIER_FIRST_ROUND={FIRST_ROUND}: a round from 0, with FRONTIER_INTERLEAVE")
     if not 0 <= HOST_SPIN <= 8 or (HOST_SPIN and not INTERLEAVE):
@@ -521,7 +530,7 @@ def settings():
     return {"pairs": PAIRS, "protect": PROTECT, "mps_pct": MPS_PCT, "mps_pct_of_prio": MPS_PCT_OF, "mps_prio": MPS_PRIO, "gslice_mps": GSLICE_MPS_MODE,
             "gslice_prio": GSLICE_PRIO, "gslice_cap": GSLICE_CAP, "gslice_sms": GSLICE_SMS,
             "gslice_solo": GSLICE_SOLO, "gslice_progprio": GSLICE_PROGPRIO, "gslice_base": GSLICE_BASE,
-            "host_spin": HOST_SPIN, "first_round": FIRST_ROUND, "lanes": LANES, "interleave": INTERLEAVE,
+            "host_spin": HOST_SPIN, "first_round": FIRST_ROUND, "twin": TWIN, "lanes": LANES, "interleave": INTERLEAVE,
             "round_order": "rotated one phase a round, every other round backwards",
             "window_s": WINDOW_S, "settle_s": SETTLE_S, "lead_s": LEAD_S, "budget_s": BUDGET_S,
             "server_load": suite.SERVER_LOAD}

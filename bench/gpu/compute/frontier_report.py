@@ -514,12 +514,13 @@ def side_by_side(doc, pair):
         return []
     kinds = {}  # each gslice configuration once, whatever its lanes
     for r in rows(doc, pair):
-        if (str(r.get("kind") or "").startswith("gslice") or r.get("kind") == "host") and r.get("status") == "ok":
+        if (str(r.get("kind") or "").startswith("gslice") or r.get("kind") in ("host", "twin")) and r.get("status") == "ok":
             kinds.setdefault(r["config"], r["kind"])
     out = []
     for cfg, kind in kinds.items():
-        # Against solo: a gslice process alone, and the guaranteed job beside busy host threads.
-        against = "solo" if kind in ("gslice-solo", "host") else SIDE_BY_SIDE_PLAIN
+        # Against solo: a gslice process alone, the guaranteed job beside busy host threads, and
+        # a second plain process of it alone.
+        against = "solo" if kind in ("gslice-solo", "host", "twin") else SIDE_BY_SIDE_PLAIN
         both = compare(doc, pair, cfg, against)
         if both is not None:
             out.append((cfg, against, *both))
@@ -603,7 +604,8 @@ def markdown(doc):
                "`CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=S` (the SMs alone); `gslice-solo-P` gslice's guaranteed "
                "process alone, `gslice-solo-opp` its opportunistic one; `-progprio` its guaranteed process with `GSLICE_STREAM_PRIORITY=program` "
                "(the program's stream priorities, not the GPU's greatest); `host-spin` the plain guaranteed process "
-               "beside processes that each keep one host thread busy and do no GPU work; these are shown, not judged.\n")
+               "beside processes that each keep one host thread busy and do no GPU work; `solo-twin` a second plain "
+               "guaranteed process alone; these are shown, not judged.\n")
     out.append("## Solo runs\n")
     out.append("| pair | job | before | after | after / before |")
     out.append("|---|---|---|---|---|")

@@ -39,7 +39,8 @@
 # guaranteed processes also alone), FRONTIER_GSLICE_PROGPRIO (1: interleaved, the first level's guaranteed process
 # also at the program's stream priorities, GSLICE_STREAM_PRIORITY=program), FRONTIER_GSLICE_BASE (DIR: interleaved,
 # the first level's gslice pair again from the build in DIR), FRONTIER_HOST_SPIN (N: interleaved, the
-# guaranteed job beside N busy host threads and no GPU work), FRONTIER_FIRST_ROUND (K: interleaved, the
+# guaranteed job beside N busy host threads and no GPU work), FRONTIER_TWIN (1: interleaved, a second
+# plain guaranteed process alone), FRONTIER_FIRST_ROUND (K: interleaved, the
 # rotation's rounds from K on: a run over several calls), FRONTIER_WINDOW_S (15), FRONTIER_SETTLE_S (1),
 # FRONTIER_LEAD_S (10), FRONTIER_BUDGET_S (560), FRONTIER_INTERLEAVE (0; R: every configuration
 # of a pair in one run on MPS, R rounds; FRONTIER_SPLIT=S: a pair's configurations over S runs,
