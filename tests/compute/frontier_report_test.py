@@ -642,6 +642,28 @@ class InterleavedTest(unittest.TestCase):
         self.assertAlmostEqual(side["solo-twin"][1][0], -0.03)
         self.assertAlmostEqual(side["gslice-solo-0.97"][1][0], -0.05)
 
+    def test_pinned_processes_get_cores_of_their_own_within_their_lane(self):
+        env = dict(FRONTIER_PAIRS="train", FRONTIER_PROTECT="0.90", FRONTIER_MPS_PCT="100", FRONTIER_MPS_PRIO="1",
+                   FRONTIER_INTERLEAVE="4", FRONTIER_WINDOW_S="40", FRONTIER_TIMESLICE="0", FRONTIER_PIN="2")
+        frontier = load_frontier(FRONTIER_LANES="2", FRONTIER_LANE="1", **env)
+        frontier.os.sched_getaffinity = lambda pid: set(range(32))
+        run = frontier.plan()[0]
+        procs = run.procs(None, {})
+        cores = [argv[2] for _, argv, _ in procs]
+        self.assertTrue(all(argv[:2] == ["taskset", "-c"] for _, argv, _ in procs))
+        used = [int(c) for cs in cores for c in cs.split(",")]
+        self.assertEqual(len(used), 2 * len(procs))
+        self.assertEqual(len(set(used)), len(used))  # no core shared
+        self.assertTrue(all(16 <= c < 32 for c in used))  # lane 1's half
+        gslice = next(argv for ident, argv, _ in procs if ident == "G0.90")
+        self.assertEqual(gslice[3:5], [os.path.join(frontier.suite.build_dir(), "bin", "gslice"), "run"])
+        frontier.os.sched_getaffinity = lambda pid: set(range(6))
+        with self.assertRaises(SystemExit) as e:
+            run.procs(None, {})
+        self.assertIn("need", str(e.exception))
+        unpinned = load_frontier(**dict(env, FRONTIER_PIN="0")).plan()[0]
+        self.assertFalse(any(argv[0] == "taskset" for _, argv, _ in unpinned.procs(None, {})))
+
     def test_busy_host_threads_beside_the_guaranteed_job_are_shown_against_its_solo(self):
         frontier = load_frontier(FRONTIER_PAIRS="train", FRONTIER_PROTECT="", FRONTIER_MPS_PCT="100",
                                  FRONTIER_MPS_PRIO="1", FRONTIER_HOST_SPIN="2", FRONTIER_INTERLEAVE="4",

@@ -158,6 +158,11 @@ HOST_SPIN = int(os.environ.get("FRONTIER_HOST_SPIN", "0") or "0")
 # (solo-twin), against the first's solo phases: how far two processes of the same job differ
 # alone (host cores, memory placement), the spread that gslice-solo-P's figure is read against.
 TWIN = os.environ.get("FRONTIER_TWIN", "0") == "1"
+# FRONTIER_PIN=N: every process of a run on N host cores of its own (taskset), the lane's share
+# of the cores this process may use split between lanes run at once: a launch-bound job's speed
+# is its host's, and processes left to the scheduler may share a core or move between them
+# (same for plain and gslice processes; a gslice process's gate thread shares its N cores).
+PIN = int(os.environ.get("FRONTIER_PIN", "0") or "0")
 # FRONTIER_FIRST_ROUND=K: interleaved, the rounds run are K to K + FRONTIER_INTERLEAVE - 1 of the
 # rotation (each round starts one phase later, every other one backwards): a run too long for
 # one call runs its rounds over several, rounds 0-1 in one and 2-3 in the next, and
@@ -273,18 +278,35 @@ class Run:
 
     def procs(self, service_ms, mps_env):
         out = []
-        for ident, (role, gslice_flags, mps, args) in self.proc_specs.items():
+        cores = pinned_cores(len(self.proc_specs))
+        for i, (ident, (role, gslice_flags, mps, args)) in enumerate(self.proc_specs.items()):
             mode, workload = job_of(self.pair, role)
             prefix, env = (), dict(mps_env, **mps) if mps is not None else {}
             if gslice_flags is not None:
                 over = ["env", *(f"{k}={v}" for k, v in sorted((mps or {}).items()))] if mps else []
                 prefix = [*suite.gslice_prefix(*gslice_flags, memory=self.memory, build=self.builds.get(ident)), *over]
                 env = dict(mps_env) if mps is not None else {}
+            if cores:
+                prefix = ["taskset", "-c", ",".join(map(str, cores[i])), *prefix]
             if mode == "server":
                 out.append(suite.server(ident, service_ms, prefix, env))
             else:
                 out.append(suite.throughput(workload, ident, prefix, env, warmup=3, args=(*args, *self.rest)))
         return out
+
+
+def pinned_cores(n):
+    """FRONTIER_PIN: n processes' cores, PIN each from this lane's share of the cores this
+    process may use ([] unpinned); too few cores for them is an error, not a silent overlap."""
+    if not PIN:
+        return []
+    cores = sorted(os.sched_getaffinity(0))
+    share = len(cores) // LANES
+    mine = cores[LANE * share:(LANE + 1) * share]
+    if PIN * n > len(mine):
+        sys.exit(f"frontier.py: FRONTIER_PIN={PIN}: {n} processes need {PIN * n} cores, lane {LANE} has "
+                 f"{len(mine)} of {len(cores)}")
+    return [mine[i * PIN:(i + 1) * PIN] for i in range(n)]
 
 
 def mps_client(pct, prio):
@@ -510,6 +532,8 @@ def check_env():
             sys.exit(f"frontier.py: FRONTIER_GSLICE_{name} needs FRONTIER_INTERLEAVE and a protection level")
     if GSLICE_BASE and not os.access(os.path.join(GSLICE_BASE, "bin", "gslice"), os.X_OK):
         sys.exit(f"frontier.py: FRONTIER_GSLICE_BASE={GSLICE_BASE}: no bin/gslice there to run")
+    if PIN < 0:
+        sys.exit(f"frontier.py: FRONTIER_PIN={PIN}: host cores a process, 0 for none")
     if TWIN and not INTERLEAVE:
         sys.exit("frontier.py: FRONTIER_TWIN needs FRONTIER_INTERLEAVE (the twin's phase beside the solo phases)")
     if FIRST_ROUND < 0 or (FIRST_ROUND and not INTERLEAVE):
@@ -530,7 +554,7 @@ def settings():
     return {"pairs": PAIRS, "protect": PROTECT, "mps_pct": MPS_PCT, "mps_pct_of_prio": MPS_PCT_OF, "mps_prio": MPS_PRIO, "gslice_mps": GSLICE_MPS_MODE,
             "gslice_prio": GSLICE_PRIO, "gslice_cap": GSLICE_CAP, "gslice_sms": GSLICE_SMS,
             "gslice_solo": GSLICE_SOLO, "gslice_progprio": GSLICE_PROGPRIO, "gslice_base": GSLICE_BASE,
-            "host_spin": HOST_SPIN, "first_round": FIRST_ROUND, "twin": TWIN, "lanes": LANES, "interleave": INTERLEAVE,
+            "host_spin": HOST_SPIN, "first_round": FIRST_ROUND, "twin": TWIN, "pin": PIN, "lanes": LANES, "interleave": INTERLEAVE,
             "round_order": "rotated one phase a round, every other round backwards",
             "window_s": WINDOW_S, "settle_s": SETTLE_S, "lead_s": LEAD_S, "budget_s": BUDGET_S,
             "server_load": suite.SERVER_LOAD}

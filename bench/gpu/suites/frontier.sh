@@ -40,7 +40,8 @@
 # also at the program's stream priorities, GSLICE_STREAM_PRIORITY=program), FRONTIER_GSLICE_BASE (DIR: interleaved,
 # the first level's gslice pair again from the build in DIR), FRONTIER_HOST_SPIN (N: interleaved, the
 # guaranteed job beside N busy host threads and no GPU work), FRONTIER_TWIN (1: interleaved, a second
-# plain guaranteed process alone), FRONTIER_FIRST_ROUND (K: interleaved, the
+# plain guaranteed process alone), FRONTIER_PIN (N: each process on N host cores of its own),
+# FRONTIER_FIRST_ROUND (K: interleaved, the
 # rotation's rounds from K on: a run over several calls), FRONTIER_WINDOW_S (15), FRONTIER_SETTLE_S (1),
 # FRONTIER_LEAD_S (10), FRONTIER_BUDGET_S (560), FRONTIER_INTERLEAVE (0; R: every configuration
 # of a pair in one run on MPS, R rounds; FRONTIER_SPLIT=S: a pair's configurations over S runs,
