@@ -661,6 +661,13 @@ class InterleavedTest(unittest.TestCase):
         with self.assertRaises(SystemExit) as e:
             run.procs(None, {})
         self.assertIn("need", str(e.exception))
+        # The dry run shows the plan on any machine, with the cores it needs.
+        planned = [argv[2] for _, argv, _ in run.procs(None, {}, plan=True)]
+        self.assertEqual(planned[0], "10,11")  # lane 1 of two, after lane 0's 5 x 2 cores
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            frontier.print_plan(frontier.plan())
+        self.assertIn(f"pinned: {len(procs)} processes x 2 cores = {2 * len(procs)} cores of its lane", out.getvalue())
         unpinned = load_frontier(**dict(env, FRONTIER_PIN="0")).plan()[0]
         self.assertFalse(any(argv[0] == "taskset" for _, argv, _ in unpinned.procs(None, {})))
 

@@ -276,9 +276,11 @@ class Run:
         return (STARTUP_S + EXTRA_PROC_S * max(0, len(self.proc_specs) - 2) + (AFTER_S if self.after else 0)
                 + len(self.phases) * (self.settle + self.window))
 
-    def procs(self, service_ms, mps_env):
+    def procs(self, service_ms, mps_env, plan=False):
+        """plan: for the dry run, cores numbered from 0 where FRONTIER_PIN is set (this machine
+        need not have them)."""
         out = []
-        cores = pinned_cores(len(self.proc_specs))
+        cores = pinned_cores(len(self.proc_specs), plan)
         for i, (ident, (role, gslice_flags, mps, args)) in enumerate(self.proc_specs.items()):
             mode, workload = job_of(self.pair, role)
             prefix, env = (), dict(mps_env, **mps) if mps is not None else {}
@@ -295,12 +297,13 @@ class Run:
         return out
 
 
-def pinned_cores(n):
+def pinned_cores(n, plan=False):
     """FRONTIER_PIN: n processes' cores, PIN each from this lane's share of the cores this
-    process may use ([] unpinned); too few cores for them is an error, not a silent overlap."""
+    process may use ([] unpinned); too few cores for them is an error, not a silent overlap.
+    plan: as on a machine with just enough cores for every lane."""
     if not PIN:
         return []
-    cores = sorted(os.sched_getaffinity(0))
+    cores = list(range(PIN * n * LANES)) if plan else sorted(os.sched_getaffinity(0))
     share = len(cores) // LANES
     mine = cores[LANE * share:(LANE + 1) * share]
     if PIN * n > len(mine):
@@ -613,9 +616,12 @@ def print_plan(runs, lane=None):
         # as a placeholder.
         placeholder = 1234.5678
         calibrating = r.pair != "latency" or r.calibrates
-        for ident, argv, env in r.procs(None if calibrating else placeholder, {}):
+        for ident, argv, env in r.procs(None if calibrating else placeholder, {}, plan=True):
             line = command_line(r, ident, argv, env).replace(f"{placeholder:.4f}", "SERVICE_MS")
             print(f"  {ident}: {line}")
+        if PIN:
+            print(f"  pinned: {len(r.proc_specs)} processes x {PIN} cores = {PIN * len(r.proc_specs)} cores of "
+                  f"{'its lane' if LANES > 1 else 'the machine'}, numbered from 0 here")
     print(f"\nestimated wall: ~{SUITE_S + now + (MPS_SWITCH_S if mps_on else 0):.0f} s of FRONTIER_BUDGET_S={BUDGET_S:.0f} for "
           f"{len(runs) - skipped} of {len(runs)} runs ({sum(len(r.configs) for r in runs)} configurations); "
           f"all of them would take ~{SUITE_S + everything:.0f} s")
