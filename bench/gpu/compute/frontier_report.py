@@ -68,7 +68,7 @@ def row_label(doc, pair, r):
     return f"{r['config']} (lane {r['lane']})" if len(lanes_of(doc, pair)) > 1 else r["config"]
 
 
-def repeats_key(doc, i):
+def repeats_key(doc):
     """What makes documents repeats of one run: an interleaved run's lane (stated, not its
     place among the files) and its configurations. None: not one to pool."""
     if "lane" not in doc or not doc.get("settings", {}).get("interleave"):
@@ -135,7 +135,7 @@ def merge(docs):
     one interleaved run (repeats_key) are pooled first (pool_calls)."""
     groups = {}
     for i, d in enumerate(docs):
-        key = repeats_key(d, i)
+        key = repeats_key(d)
         groups.setdefault(("alone", i) if key is None else key, []).append(d)
     docs = [g[0] if len(g) == 1 else pool_calls(g) for g in groups.values()]
     if len(docs) == 1:
@@ -454,7 +454,7 @@ def text_table(doc):
                          f"{'' if r['status'] == 'ok' else status_text(r)}")
         for cfg, against, g, o in side_by_side(doc, pair):
             lines.append(f"  {cfg} − {against}, same round: guaranteed {diff_text(g)}, opportunistic {diff_text(o)}"
-                         f" ({(g or o)[2] if g or o else 0} rounds)")
+                         f" ({rounds_of(g, o)} rounds)")
         for v in frontier(doc, pair):
             met = "n/a" if v["met"] is None else ("MET" if v["met"] else "MISSED")
             lines.append(f"  at {lv(v['level'])} {v['mode']:<10} gslice {gslice_text(pair, v['gslice']):<22} "
@@ -462,6 +462,10 @@ def text_table(doc):
                          + (f" ({'; '.join(v['misses'])})" if v["misses"] else ""))
     return "\n".join(lines)
 
+
+# Configurations set beside the solo phases rather than plain MPS: a gslice process alone, the
+# guaranteed job beside busy host threads, a second plain process of it alone.
+AGAINST_SOLO = ("gslice-solo", "host", "twin")
 
 # The plain configuration each gslice configuration is set beside, round by round (frontier.py
 # runs it in every part of a split pair, so that every gslice level has it in its own rounds).
@@ -514,17 +518,21 @@ def side_by_side(doc, pair):
         return []
     kinds = {}  # each gslice configuration once, whatever its lanes
     for r in rows(doc, pair):
-        if (str(r.get("kind") or "").startswith("gslice") or r.get("kind") in ("host", "twin")) and r.get("status") == "ok":
+        if (str(r.get("kind") or "").startswith("gslice") or r.get("kind") in AGAINST_SOLO) and r.get("status") == "ok":
             kinds.setdefault(r["config"], r["kind"])
     out = []
     for cfg, kind in kinds.items():
-        # Against solo: a gslice process alone, the guaranteed job beside busy host threads, and
-        # a second plain process of it alone.
-        against = "solo" if kind in ("gslice-solo", "host", "twin") else SIDE_BY_SIDE_PLAIN
+        against = "solo" if kind in AGAINST_SOLO else SIDE_BY_SIDE_PLAIN
         both = compare(doc, pair, cfg, against)
         if both is not None:
             out.append((cfg, against, *both))
     return out
+
+
+def rounds_of(g, o):
+    """The rounds a side-by-side pair of differences rests on: whichever job ran."""
+    p = g or o
+    return p[2] if p else 0
 
 
 def diff_text(p):
@@ -647,7 +655,7 @@ def markdown(doc):
             out.append("| configuration | against | rounds | guaranteed | opportunistic |")
             out.append("|---|---|---|---|---|")
             for cfg, against, g, o in side:
-                out.append(f"| {cfg} | {against} | {(g or o)[2] if g or o else 0} | {diff_text(g)} | {diff_text(o)} |")
+                out.append(f"| {cfg} | {against} | {rounds_of(g, o)} | {diff_text(g)} | {diff_text(o)} |")
         gpu = [c for c in configs(doc, pair) if c.get("gpu")]
         if gpu:
             out.append("\nThe GPU in each configuration's measured phases (nvidia-smi every 0.5 s): a job bound by "
